@@ -1,0 +1,234 @@
+//! Configuration: embedded defaults, overlaid by a TOML file, then by
+//! `MARKETPLACE_*` environment variables, then by command-line flags.
+
+use anyhow::{Context, Result, bail};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Plugin families and the component file each loads by default.
+pub const DEFAULT_PLUGINS: &[(&str, &str)] = &[
+    ("info", "info.wasm"),
+    ("identity", "identity.wasm"),
+    ("timeline", "timeline.wasm"),
+    ("search", "search.wasm"),
+    ("contracts", "contracts.wasm"),
+    ("mcp", "mcp.wasm"),
+    ("fees", "fees_bid_inclusive.wasm"),
+];
+
+/// The test-only family, loaded when `testing_routes` is on.
+pub const TESTING_PLUGIN: (&str, &str) = ("testing", "testing.wasm");
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Public HTTP listener.
+    pub listen: SocketAddr,
+    /// Directory of the database, server key, admin token and compile cache.
+    pub data_dir: PathBuf,
+    /// Directory the plugin components are loaded from (and watched).
+    pub plugins_dir: PathBuf,
+    /// Admin listener (loopback only); off when unset.
+    pub admin_listen: Option<SocketAddr>,
+    /// Admin bearer token; generated into `<data_dir>/admin.token` when unset.
+    pub admin_token: Option<String>,
+    /// Family -> component file name (relative to `plugins_dir`) overrides.
+    pub plugins: BTreeMap<String, String>,
+    /// Wall-clock deadline of one plugin call, in milliseconds.
+    pub request_timeout_ms: u64,
+    /// Memory cap of one plugin instance, in MiB.
+    pub plugin_memory_mib: u64,
+    /// Plugin instances that may run at once (pool size); more requests queue.
+    pub max_instances: u32,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+    /// Mount the test-only routes (`/_testing/...`) and load the testing plugin.
+    pub testing_routes: bool,
+    /// Log filter (tracing-subscriber EnvFilter syntax), e.g. "info".
+    pub log: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "127.0.0.1:8080".parse().expect("valid default address"),
+            data_dir: PathBuf::from("data"),
+            plugins_dir: default_plugins_dir(),
+            admin_listen: None,
+            admin_token: None,
+            plugins: BTreeMap::new(),
+            request_timeout_ms: 1000,
+            plugin_memory_mib: 64,
+            max_instances: 256,
+            max_body_bytes: 2 * 1024 * 1024,
+            testing_routes: false,
+            log: "info".into(),
+        }
+    }
+}
+
+/// Where `cargo xtask build-plugins` puts the components: beside the host
+/// binary's target directory when run from a checkout, else `./plugins`.
+fn default_plugins_dir() -> PathBuf {
+    let built = std::env::current_exe().ok().and_then(|exe| {
+        // <target>/<profile>/marketplace -> <target>/wasm32-wasip2/release
+        let target = exe.parent()?.parent()?;
+        let dir = target.join("wasm32-wasip2").join("release");
+        dir.is_dir().then_some(dir)
+    });
+    built.unwrap_or_else(|| {
+        let cwd_built = Path::new("target/wasm32-wasip2/release");
+        if cwd_built.is_dir() {
+            cwd_built.to_path_buf()
+        } else {
+            PathBuf::from("plugins")
+        }
+    })
+}
+
+impl Config {
+    /// Build the configuration from an optional file, the environment and
+    /// flag overrides (`key`, TOML-or-string value).
+    pub fn load(file: Option<&Path>, env: &[(String, String)], flags: &[(String, String)]) -> Result<Config> {
+        let mut table = toml::Table::new();
+        let file = file.map(Path::to_path_buf).or_else(|| {
+            env.iter()
+                .find(|(k, _)| k == "MARKETPLACE_CONFIG")
+                .map(|(_, v)| PathBuf::from(v))
+        });
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(&path).with_context(|| format!("reading config {}", path.display()))?;
+            table = text
+                .parse::<toml::Table>()
+                .with_context(|| format!("parsing config {}", path.display()))?;
+        }
+        for (key, value) in env {
+            let Some(name) = key.strip_prefix("MARKETPLACE_") else {
+                continue;
+            };
+            let name = name.to_ascii_lowercase();
+            if name == "config" || name == "log_json" {
+                continue;
+            }
+            if let Some(family) = name.strip_prefix("plugin_") {
+                plugins_entry(&mut table)?.insert(family.to_string(), toml::Value::String(value.clone()));
+                continue;
+            }
+            table.insert(name, scalar(value));
+        }
+        for (key, value) in flags {
+            table.insert(key.replace('-', "_"), scalar(value));
+        }
+        let config: Config = toml::Value::Table(table)
+            .try_into()
+            .context("invalid configuration")?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<()> {
+        if let Some(addr) = self.admin_listen
+            && !addr.ip().is_loopback()
+        {
+            bail!("admin_listen must be a loopback address, got {addr}");
+        }
+        if self.request_timeout_ms == 0 || self.request_timeout_ms > 60_000 {
+            bail!("request_timeout_ms must be 1..=60000");
+        }
+        if self.plugin_memory_mib < 1 || self.plugin_memory_mib > 4096 {
+            bail!("plugin_memory_mib must be 1..=4096");
+        }
+        if self.max_instances == 0 || self.max_instances > 10_000 {
+            bail!("max_instances must be 1..=10000");
+        }
+        for family in self.plugins.keys() {
+            if !self.families().iter().any(|(f, _)| f == family) {
+                bail!("unknown plugin family {family:?} in [plugins]");
+            }
+        }
+        Ok(())
+    }
+
+    /// Every family this host serves, with its component file name.
+    pub fn families(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = DEFAULT_PLUGINS
+            .iter()
+            .map(|(f, c)| (f.to_string(), c.to_string()))
+            .collect();
+        if self.testing_routes {
+            out.push((TESTING_PLUGIN.0.to_string(), TESTING_PLUGIN.1.to_string()));
+        }
+        for (family, component) in out.iter_mut() {
+            if let Some(over) = self.plugins.get(family.as_str()) {
+                *component = over.clone();
+            }
+        }
+        out
+    }
+
+    /// Path of the redb file.
+    pub fn db_path(&self) -> PathBuf {
+        self.data_dir.join("marketplace.redb")
+    }
+}
+
+fn plugins_entry(table: &mut toml::Table) -> Result<&mut toml::Table> {
+    table
+        .entry("plugins")
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+        .as_table_mut()
+        .context("`plugins` must be a table")
+}
+
+/// An env/flag value: a TOML scalar when it parses as one, else a string.
+fn scalar(raw: &str) -> toml::Value {
+    if let Ok(v) = raw.parse::<i64>() {
+        return toml::Value::Integer(v);
+    }
+    match raw {
+        "true" => toml::Value::Boolean(true),
+        "false" => toml::Value::Boolean(false),
+        _ => toml::Value::String(raw.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let c = Config::load(None, &[], &[]).unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.families().len(), DEFAULT_PLUGINS.len());
+    }
+
+    #[test]
+    fn file_then_env_then_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "listen = \"127.0.0.1:1\"\nrequest_timeout_ms = 500\n[plugins]\nfees = \"fees_pickup_paid.wasm\"\n").unwrap();
+        let env = s(&[("MARKETPLACE_LISTEN", "127.0.0.1:2"), ("MARKETPLACE_TESTING_ROUTES", "true"), ("OTHER", "x")]);
+        let flags = s(&[("listen", "127.0.0.1:3")]);
+        let c = Config::load(Some(&file), &env, &flags).unwrap();
+        assert_eq!(c.listen.port(), 3);
+        assert_eq!(c.request_timeout_ms, 500);
+        assert!(c.testing_routes);
+        assert!(c.families().contains(&("fees".into(), "fees_pickup_paid.wasm".into())));
+        let c = Config::load(Some(&file), &env, &[]).unwrap();
+        assert_eq!(c.listen.port(), 2);
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        assert!(Config::load(None, &[], &s(&[("admin_listen", "0.0.0.0:9")])).is_err());
+        assert!(Config::load(None, &[], &s(&[("nonsense", "1")])).is_err());
+        assert!(Config::load(None, &s(&[("MARKETPLACE_PLUGIN_NOPE", "x.wasm")]), &[]).is_err());
+    }
+}

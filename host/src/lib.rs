@@ -1,0 +1,16 @@
+//! The marketplace host: HTTP, payments, signatures, storage and the
+//! WebAssembly plugin runtime. The binary (`src/main.rs`) is a thin CLI over
+//! this library; tests and benchmarks drive the library directly too.
+
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod host_api;
+pub mod http;
+pub mod ids;
+pub mod routes;
+pub mod runtime;
+pub mod storage;
+
+pub use app::{App, Reply};
+pub use config::Config;

@@ -1,0 +1,468 @@
+//! The WebAssembly component runtime.
+//!
+//! One [`wasmtime::Engine`] on the pooling allocator; every plugin family is
+//! compiled once (cached on disk under `<data_dir>/cache`), linked and
+//! pre-instantiated ([`InstancePre`](wasmtime::component::InstancePre)).
+//! Each call gets a fresh [`Store`] and instance with an epoch deadline and a
+//! memory cap, so a plugin that traps, spins or hoards memory costs one 500
+//! or 503 and nothing else.
+
+use crate::app::{App, Reply};
+use crate::host_api::{Ctx, FeeCtx, Limiter, PaymentHeaders};
+use anyhow::{Context, Result, anyhow};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
+
+/// Bindings generated from `wit/`.
+pub mod bindings {
+    /// The `endpoint` world.
+    pub mod endpoint {
+        wasmtime::component::bindgen!({
+            path: "../wit",
+            world: "endpoint",
+        });
+    }
+    /// The `fee-policy` world (sharing the `types` and `log` interfaces).
+    pub mod fees {
+        wasmtime::component::bindgen!({
+            path: "../wit",
+            world: "fee-policy",
+            with: {
+                "marketplace:plugin/types": super::endpoint::marketplace::plugin::types,
+                "marketplace:plugin/log": super::endpoint::marketplace::plugin::log,
+            },
+        });
+    }
+}
+
+use bindings::endpoint::marketplace::plugin::types as wit;
+use bindings::endpoint::{Endpoint, EndpointPre};
+use bindings::fees::{FeePolicy, FeePolicyPre};
+
+/// Epoch tick length: deadlines are counted in these.
+const TICK: Duration = Duration::from_millis(10);
+
+/// The family that serves fees.
+pub const FEES_FAMILY: &str = "fees";
+
+/// A loaded, pre-instantiated component.
+pub struct LoadedPlugin {
+    pub family: String,
+    pub component: String,
+    pub name: String,
+    pub version: String,
+    /// sha256 hex of the component bytes.
+    pub hash: String,
+    /// RFC 3339 time it was loaded.
+    pub loaded_at: String,
+    kind: Kind,
+}
+
+enum Kind {
+    Endpoint(EndpointPre<Ctx>),
+    Fees(FeePolicyPre<FeeCtx>),
+}
+
+/// One configured family and what is loaded for it.
+struct Slot {
+    component: String,
+    loaded: Option<Arc<LoadedPlugin>>,
+    /// Why the last load failed, if it did.
+    error: Option<String>,
+}
+
+/// Status of one family for health/info/admin.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PluginStatus {
+    pub family: String,
+    pub component: String,
+    pub version: String,
+    pub status: String,
+    pub hash: String,
+    pub loaded_at: String,
+}
+
+/// Limits applied to every instance.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub deadline: Duration,
+    pub memory_bytes: usize,
+    pub max_instances: u32,
+}
+
+pub struct Runtime {
+    engine: Engine,
+    endpoint_linker: Linker<Ctx>,
+    fee_linker: Linker<FeeCtx>,
+    limits: Limits,
+    plugins_dir: PathBuf,
+    cache_dir: PathBuf,
+    slots: RwLock<BTreeMap<String, Slot>>,
+    stop_ticker: Arc<AtomicBool>,
+}
+
+/// What went wrong in a plugin call, mapped to the protocol's answers.
+fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool) -> Reply {
+    if matches!(err.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
+        tracing::warn!(family, "plugin exceeded its time limit");
+        Reply::error(503, "plugin_unavailable", format!("the {family} plugin exceeded its time limit"))
+    } else if memory_hit {
+        tracing::warn!(family, "plugin exceeded its memory limit: {err:#}");
+        Reply::error(503, "plugin_unavailable", format!("the {family} plugin exceeded its memory limit"))
+    } else {
+        tracing::error!(family, "plugin trapped: {err:#}");
+        Reply::error(500, "internal", "internal error")
+    }
+}
+
+impl Runtime {
+    pub fn new(limits: Limits, plugins_dir: &Path, cache_dir: &Path) -> Result<Runtime> {
+        let mut config = wasmtime::Config::new();
+        config.epoch_interruption(true);
+        let instances = limits.max_instances.saturating_mul(2).saturating_add(16);
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_component_instances(instances)
+            .max_core_instances_per_component(32)
+            .total_core_instances(instances.saturating_mul(8))
+            .max_memories_per_component(8)
+            .total_memories(instances.saturating_mul(2))
+            .max_tables_per_component(16)
+            .total_tables(instances.saturating_mul(4))
+            .max_memory_size(limits.memory_bytes);
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config).map_err(|e| anyhow!("creating engine: {e}"))?;
+
+        let mut endpoint_linker = Linker::<Ctx>::new(&engine);
+        Endpoint::add_to_linker::<Ctx, wasmtime::component::HasSelf<Ctx>>(&mut endpoint_linker, |c| c)
+            .map_err(|e| anyhow!("{e}"))?;
+        let mut fee_linker = Linker::<FeeCtx>::new(&engine);
+        FeePolicy::add_to_linker::<FeeCtx, wasmtime::component::HasSelf<FeeCtx>>(&mut fee_linker, |c| c)
+            .map_err(|e| anyhow!("{e}"))?;
+
+        std::fs::create_dir_all(cache_dir).with_context(|| format!("creating {}", cache_dir.display()))?;
+
+        // The epoch ticker: deadlines are counted in ticks of this thread.
+        let stop_ticker = Arc::new(AtomicBool::new(false));
+        {
+            let engine = engine.clone();
+            let stop = stop_ticker.clone();
+            std::thread::Builder::new()
+                .name("epoch-ticker".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(TICK);
+                        engine.increment_epoch();
+                    }
+                })?;
+        }
+
+        Ok(Runtime {
+            engine,
+            endpoint_linker,
+            fee_linker,
+            limits,
+            plugins_dir: plugins_dir.to_path_buf(),
+            cache_dir: cache_dir.to_path_buf(),
+            slots: RwLock::new(BTreeMap::new()),
+            stop_ticker,
+        })
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    pub fn plugins_dir(&self) -> &Path {
+        &self.plugins_dir
+    }
+
+    /// Whether instances come from the pooling allocator.
+    pub fn is_pooling(&self) -> bool {
+        self.engine.get_pooling_config().is_some()
+    }
+
+    /// Register the configured families and load each one that is present.
+    pub fn load_configured(&self, families: &[(String, String)]) {
+        for (family, component) in families {
+            self.slots.write().expect("slots lock").insert(
+                family.clone(),
+                Slot {
+                    component: component.clone(),
+                    loaded: None,
+                    error: None,
+                },
+            );
+            let path = self.plugins_dir.join(component);
+            match std::fs::read(&path) {
+                Ok(bytes) => {
+                    if let Err(e) = self.swap(family, component, &bytes) {
+                        tracing::error!(family = %family, component = %component, "plugin refused: {e:#}");
+                    }
+                }
+                Err(e) => {
+                    let msg = format!("{}: {e}", path.display());
+                    tracing::warn!(family = %family, "plugin not loaded: {msg}");
+                    if let Some(slot) = self.slots.write().expect("slots lock").get_mut(family) {
+                        slot.error = Some(msg);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Validate a component for `family` (compile, link, type-check the
+    /// world, smoke-call `describe`) and only then make it the one serving.
+    /// Requests in flight keep the instance they started with.
+    pub fn swap(&self, family: &str, component_name: &str, bytes: &[u8]) -> Result<Arc<LoadedPlugin>> {
+        let result = self.prepare(family, component_name, bytes);
+        let mut slots = self.slots.write().expect("slots lock");
+        let slot = slots.entry(family.to_string()).or_insert_with(|| Slot {
+            component: component_name.to_string(),
+            loaded: None,
+            error: None,
+        });
+        match result {
+            Ok(plugin) => {
+                let plugin = Arc::new(plugin);
+                tracing::info!(
+                    family,
+                    component = component_name,
+                    version = %plugin.version,
+                    hash = %&plugin.hash[..12],
+                    "plugin loaded"
+                );
+                slot.component = component_name.to_string();
+                slot.loaded = Some(plugin.clone());
+                slot.error = None;
+                Ok(plugin)
+            }
+            Err(e) => {
+                if slot.loaded.is_none() {
+                    slot.error = Some(format!("{e:#}"));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn prepare(&self, family: &str, component_name: &str, bytes: &[u8]) -> Result<LoadedPlugin> {
+        let hash = hex(&Sha256::digest(bytes));
+        let component = self.compile(bytes, &hash)?;
+        let (kind, info) = if family == FEES_FAMILY {
+            let mut linker = self.fee_linker.clone();
+            linker
+                .define_unknown_imports_as_traps(&component)
+                .map_err(|e| anyhow!("linking: {e}"))?;
+            let pre = linker
+                .instantiate_pre(&component)
+                .map_err(|e| anyhow!("linking: {e}"))?;
+            let pre = FeePolicyPre::new(pre).map_err(|e| anyhow!("not a fee-policy component: {e}"))?;
+            let mut store = self.fee_store();
+            let info = pre
+                .instantiate(&mut store)
+                .and_then(|b| b.marketplace_plugin_fees().call_describe(&mut store))
+                .map_err(|e| anyhow!("smoke call describe() failed: {e}"))?;
+            (Kind::Fees(pre), info)
+        } else {
+            let mut linker = self.endpoint_linker.clone();
+            linker
+                .define_unknown_imports_as_traps(&component)
+                .map_err(|e| anyhow!("linking: {e}"))?;
+            let pre = linker
+                .instantiate_pre(&component)
+                .map_err(|e| anyhow!("linking: {e}"))?;
+            let pre = EndpointPre::new(pre).map_err(|e| anyhow!("not an endpoint component: {e}"))?;
+            let info = self.smoke_describe(&pre)?;
+            (Kind::Endpoint(pre), info)
+        };
+        Ok(LoadedPlugin {
+            family: family.to_string(),
+            component: component_name.to_string(),
+            name: info.name,
+            version: info.version,
+            hash,
+            loaded_at: crate::ids::rfc3339(SystemTime::now()),
+            kind,
+        })
+    }
+
+    fn smoke_describe(&self, pre: &EndpointPre<Ctx>) -> Result<wit::PluginInfo> {
+        // `describe` must not touch storage or payments; give it an inert context.
+        let mut store = self.store(Ctx::inert(self.limits.memory_bytes));
+        pre.instantiate(&mut store)
+            .and_then(|b| b.marketplace_plugin_handler().call_describe(&mut store))
+            .map_err(|e| anyhow!("smoke call describe() failed: {e}"))
+    }
+
+    /// Compile, or load the natively compiled form from the cache.
+    fn compile(&self, bytes: &[u8], hash: &str) -> Result<Component> {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.engine.precompile_compatibility_hash().hash(&mut h);
+        let path = self.cache_dir.join(format!("{hash}-{:016x}.cwasm", h.finish()));
+        if path.is_file() {
+            // SAFETY: the file was written by `Component::serialize` of this
+            // same engine configuration (the name carries the compatibility
+            // hash) into the operator's own data directory.
+            match unsafe { Component::deserialize_file(&self.engine, &path) } {
+                Ok(c) => return Ok(c),
+                Err(e) => tracing::warn!("ignoring unusable cache entry {}: {e}", path.display()),
+            }
+        }
+        let component = Component::new(&self.engine, bytes).map_err(|e| anyhow!("not a valid component: {e}"))?;
+        match component.serialize() {
+            Ok(native) => {
+                let tmp = path.with_extension("tmp");
+                if let Err(e) = std::fs::write(&tmp, native).and_then(|_| std::fs::rename(&tmp, &path)) {
+                    tracing::warn!("could not cache compiled component: {e}");
+                }
+            }
+            Err(e) => tracing::warn!("could not serialize compiled component: {e}"),
+        }
+        Ok(component)
+    }
+
+    fn store<T: Limiter>(&self, data: T) -> Store<T> {
+        let mut store = Store::new(&self.engine, data);
+        store.limiter(|d| d.limiter());
+        // +1: the current tick may be about to end.
+        store.set_epoch_deadline(self.limits.deadline.as_millis().div_ceil(TICK.as_millis()) as u64 + 1);
+        store.epoch_deadline_trap();
+        store
+    }
+
+    fn fee_store(&self) -> Store<FeeCtx> {
+        self.store(FeeCtx::new(self.limits.memory_bytes))
+    }
+
+    /// The plugin currently serving `family`.
+    pub fn plugin(&self, family: &str) -> Option<Arc<LoadedPlugin>> {
+        self.slots.read().expect("slots lock").get(family)?.loaded.clone()
+    }
+
+    /// Status of every configured family.
+    pub fn statuses(&self) -> Vec<PluginStatus> {
+        self.slots
+            .read()
+            .expect("slots lock")
+            .iter()
+            .map(|(family, slot)| match &slot.loaded {
+                Some(p) => PluginStatus {
+                    family: family.clone(),
+                    component: p.component.clone(),
+                    version: p.version.clone(),
+                    status: "ok".into(),
+                    hash: p.hash.clone(),
+                    loaded_at: p.loaded_at.clone(),
+                },
+                None => PluginStatus {
+                    family: family.clone(),
+                    component: slot.component.clone(),
+                    version: String::new(),
+                    status: "unavailable".into(),
+                    hash: String::new(),
+                    loaded_at: String::new(),
+                },
+            })
+            .collect()
+    }
+
+    /// Why a family is unavailable, if it is.
+    pub fn load_error(&self, family: &str) -> Option<String> {
+        self.slots.read().expect("slots lock").get(family)?.error.clone()
+    }
+
+    /// Run one request through an endpoint family in its own transaction.
+    /// Writes (and payment spends) commit only on a 2xx answer.
+    pub fn handle(&self, app: &Arc<App>, family: &str, req: wit::Request, payment: PaymentHeaders) -> Reply {
+        let Some(plugin) = self.plugin(family) else {
+            return Reply::error(
+                503,
+                "plugin_unavailable",
+                format!("no component is loaded for the {family} family"),
+            );
+        };
+        let Kind::Endpoint(pre) = &plugin.kind else {
+            return Reply::error(500, "internal", "internal error");
+        };
+        let write = !matches!(req.method.as_str(), "GET" | "HEAD");
+        let txn = match app.storage.begin(write) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::error!(family, "cannot begin transaction: {e}");
+                return Reply::error(500, "internal", "internal error");
+            }
+        };
+        let ctx = Ctx::new(app.clone(), family, txn, payment, self.limits.memory_bytes);
+        let mut store = self.store(ctx);
+        let result = pre
+            .instantiate(&mut store)
+            .and_then(|b| b.marketplace_plugin_handler().call_handle(&mut store, &req));
+        let ctx = store.into_data();
+        match result {
+            Ok(resp) => ctx.finish(resp),
+            Err(e) => fault_reply(family, &e, ctx.memory_hit()),
+        }
+    }
+
+    /// Call the active fee policy: `f` gets the instance bindings.
+    fn with_fees<R>(&self, f: impl FnOnce(&FeePolicy, &mut Store<FeeCtx>) -> wasmtime::Result<R>) -> Result<R, Reply> {
+        let Some(plugin) = self.plugin(FEES_FAMILY) else {
+            return Err(Reply::error(
+                503,
+                "plugin_unavailable",
+                "no fee-policy component is loaded",
+            ));
+        };
+        let Kind::Fees(pre) = &plugin.kind else {
+            return Err(Reply::error(500, "internal", "internal error"));
+        };
+        let mut store = self.fee_store();
+        let result = pre.instantiate(&mut store).and_then(|b| f(&b, &mut store));
+        let memory_hit = store.data().memory_hit();
+        result.map_err(|e| fault_reply(FEES_FAMILY, &e, memory_hit))
+    }
+
+    /// The fee schedule document (JSON text).
+    pub fn fee_schedule(&self) -> Result<String, Reply> {
+        self.with_fees(|b, s| b.marketplace_plugin_fees().call_schedule(s))
+    }
+
+    /// Price of an action in units.
+    pub fn fee_quote(&self, action: &str, basis: Option<u64>) -> Result<u64, Reply> {
+        match self.with_fees(|b, s| b.marketplace_plugin_fees().call_quote(s, action, basis))? {
+            Ok(price) => Ok(price),
+            Err(e) => {
+                tracing::error!("fee policy cannot price {action}: {e}");
+                Err(Reply::error(500, "internal", "internal error"))
+            }
+        }
+    }
+
+    /// Name of the fee policy in force ("unavailable" when none is loaded).
+    pub fn fee_policy(&self) -> String {
+        self.with_fees(|b, s| b.marketplace_plugin_fees().call_policy(s))
+            .unwrap_or_else(|_| "unavailable".into())
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.stop_ticker.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}

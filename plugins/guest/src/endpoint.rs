@@ -1,0 +1,251 @@
+//! Endpoint-family plugins: request/response helpers, typed storage and the
+//! export macro.
+
+use crate::endpoint_bindings::marketplace::plugin::{log, types};
+use crate::error::ApiError;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+pub use crate::endpoint_bindings::marketplace::plugin::{
+    auth, cash, clock, dispatch, host, ids, payments, storage,
+};
+pub use types::{PluginInfo, Refusal};
+
+/// A routed request (see `types.request` in the WIT).
+pub struct Request(pub types::Request);
+
+/// A response (see `types.response` in the WIT).
+pub type Response = types::Response;
+
+/// What an endpoint-family plugin implements.
+pub trait Endpoint {
+    /// The plugin's name as reported by `describe`.
+    const NAME: &'static str;
+    /// Handle one request; an `Err` becomes the JSON error answer.
+    fn handle(req: &Request) -> Result<Response, ApiError>;
+}
+
+impl Request {
+    pub fn method(&self) -> &str {
+        &self.0.method
+    }
+    pub fn route(&self) -> &str {
+        &self.0.route
+    }
+    pub fn path(&self) -> &str {
+        &self.0.path
+    }
+    pub fn body(&self) -> &[u8] {
+        &self.0.body
+    }
+
+    /// A `{name}` path parameter (always present for the matched route).
+    pub fn param(&self, name: &str) -> &str {
+        find(&self.0.params, name).unwrap_or("")
+    }
+
+    /// A query parameter (first occurrence).
+    pub fn query(&self, name: &str) -> Option<&str> {
+        find(&self.0.query, name)
+    }
+
+    /// A header (lower-case name).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        find(&self.0.headers, name)
+    }
+
+    /// An optional integer query parameter within `min..=max`; anything else
+    /// is a 400 naming the parameter (never silently clamped).
+    pub fn query_int(&self, name: &str, min: u64, max: u64) -> Result<Option<u64>, ApiError> {
+        match self.query(name) {
+            None => Ok(None),
+            Some(raw) => match raw.trim().parse::<u64>() {
+                Ok(v) if (min..=max).contains(&v) => Ok(Some(v)),
+                _ => Err(ApiError::invalid(
+                    name,
+                    format!("must be an integer from {min} to {max}"),
+                )),
+            },
+        }
+    }
+
+    /// The body as a JSON object (400 `invalid_request` otherwise).
+    pub fn json_object(&self) -> Result<serde_json::Map<String, Value>, ApiError> {
+        match serde_json::from_slice::<Value>(&self.0.body) {
+            Ok(Value::Object(map)) => Ok(map),
+            Ok(_) => Err(ApiError::invalid("body", "must be a JSON object")),
+            Err(e) => Err(ApiError::invalid("body", format!("invalid JSON: {e}"))),
+        }
+    }
+
+    /// The body deserialized into `T`; field errors become 400 details.
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
+        let value = Value::Object(self.json_object()?);
+        serde_json::from_value(value).map_err(|e| ApiError::invalid("body", e.to_string()))
+    }
+}
+
+fn find<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// A JSON response.
+pub fn json<T: Serialize + ?Sized>(status: u16, value: &T) -> Response {
+    Response {
+        status,
+        headers: vec![],
+        body: serde_json::to_vec(value).unwrap_or_default(),
+    }
+}
+
+impl From<ApiError> for Response {
+    fn from(e: ApiError) -> Response {
+        json(e.status, &e.body())
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> ApiError {
+        let mut e = ApiError::new(r.status, &r.code, "");
+        if let Ok(Value::Object(map)) = serde_json::from_str::<Value>(&r.body) {
+            for (k, v) in map {
+                match k.as_str() {
+                    "code" => {}
+                    "message" => e.message = v.as_str().unwrap_or_default().to_string(),
+                    _ => {
+                        e.extra.insert(k, v);
+                    }
+                }
+            }
+        }
+        e
+    }
+}
+
+/// Log a line at error level into the host log.
+pub fn log_error(message: &str) {
+    log::log(log::Level::Error, message);
+}
+
+/// Log a line at info level into the host log.
+pub fn log_info(message: &str) {
+    log::log(log::Level::Info, message);
+}
+
+/// Run a handler: panics are logged through the host before the instance
+/// traps (the host then answers 500), errors become JSON answers.
+pub fn run(req: types::Request, handler: fn(&Request) -> Result<Response, ApiError>) -> Response {
+    std::panic::set_hook(Box::new(|info| {
+        log::log(log::Level::Error, &format!("plugin panicked: {info}"));
+    }));
+    match handler(&Request(req)) {
+        Ok(resp) => resp,
+        Err(e) => e.into(),
+    }
+}
+
+/// Typed access to the host's transactional key-value storage.
+pub mod kv {
+    use super::*;
+    use storage::StorageError;
+
+    fn map_err(e: StorageError) -> ApiError {
+        match e {
+            StorageError::ReadOnly => ApiError::internal("write attempted in a read-only request"),
+            StorageError::UnknownKeyspace(k) => ApiError::internal(format!("unknown keyspace {k}")),
+            StorageError::TooLarge(m) => ApiError::new(413, "payload_too_large", m),
+            StorageError::Internal(m) => ApiError::internal(format!("storage: {m}")),
+        }
+    }
+
+    /// Raw bytes of `key` in `keyspace` (None = own family).
+    pub fn get_raw(keyspace: Option<&str>, key: &str) -> Result<Option<Vec<u8>>, ApiError> {
+        storage::get(keyspace, key.as_bytes()).map_err(map_err)
+    }
+
+    /// A JSON value from the own keyspace.
+    pub fn get<T: DeserializeOwned>(key: &str) -> Result<Option<T>, ApiError> {
+        get_in(None, key)
+    }
+
+    /// A JSON value from another family's keyspace (read-only).
+    pub fn get_in<T: DeserializeOwned>(keyspace: Option<&str>, key: &str) -> Result<Option<T>, ApiError> {
+        match get_raw(keyspace, key)? {
+            None => Ok(None),
+            Some(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| ApiError::internal(format!("corrupt value at {key}: {e}"))),
+        }
+    }
+
+    /// Store raw bytes in the own keyspace.
+    pub fn put_raw(key: &str, value: &[u8]) -> Result<(), ApiError> {
+        storage::put(key.as_bytes(), value).map_err(map_err)
+    }
+
+    /// Store a JSON value in the own keyspace.
+    pub fn put<T: Serialize + ?Sized>(key: &str, value: &T) -> Result<(), ApiError> {
+        let bytes = serde_json::to_vec(value).map_err(|e| ApiError::internal(e.to_string()))?;
+        put_raw(key, &bytes)
+    }
+
+    /// Delete a key from the own keyspace; true when it existed.
+    pub fn delete(key: &str) -> Result<bool, ApiError> {
+        storage::delete(key.as_bytes()).map_err(map_err)
+    }
+
+    /// Entries whose key starts with `prefix`, in key order (or reversed),
+    /// starting at or below `from` when given, at most `limit`.
+    pub fn scan_prefix(
+        keyspace: Option<&str>,
+        prefix: &str,
+        reverse: bool,
+        limit: u32,
+    ) -> Result<Vec<(String, Vec<u8>)>, ApiError> {
+        let start = prefix.as_bytes().to_vec();
+        let end = prefix_end(prefix.as_bytes());
+        let entries = storage::scan(keyspace, &start, end.as_deref(), reverse, limit).map_err(map_err)?;
+        Ok(entries
+            .into_iter()
+            .map(|e| (String::from_utf8_lossy(&e.key).into_owned(), e.value))
+            .collect())
+    }
+
+    /// The smallest key greater than every key with this prefix.
+    pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+        let mut end = prefix.to_vec();
+        while let Some(last) = end.pop() {
+            if last < 0xff {
+                end.push(last + 1);
+                return Some(end);
+            }
+        }
+        None
+    }
+}
+
+/// Export a type implementing [`Endpoint`] as the component's `handler`.
+#[macro_export]
+macro_rules! endpoint_plugin {
+    ($ty:ty) => {
+        struct __MarketplaceExport;
+        impl $crate::endpoint_bindings::exports::marketplace::plugin::handler::Guest
+            for __MarketplaceExport
+        {
+            fn handle(req: $crate::endpoint_bindings::marketplace::plugin::types::Request) -> $crate::Response {
+                $crate::run(req, <$ty as $crate::Endpoint>::handle)
+            }
+            fn describe() -> $crate::PluginInfo {
+                $crate::PluginInfo {
+                    name: <$ty as $crate::Endpoint>::NAME.to_string(),
+                    version: env!("CARGO_PKG_VERSION").to_string(),
+                }
+            }
+        }
+        $crate::endpoint_bindings::export_endpoint!(__MarketplaceExport);
+    };
+}

@@ -1,0 +1,116 @@
+//! Protocol errors: every failure is `{"code", "message", ...extra}`.
+
+use serde_json::{Map, Value, json};
+
+/// One field-level problem of a 400 `invalid_request`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Detail {
+    pub field: String,
+    pub problem: String,
+}
+
+/// An HTTP error answer in the protocol's shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub status: u16,
+    pub code: String,
+    pub message: String,
+    /// Extra top-level members (e.g. `details`, `current_status`).
+    pub extra: Map<String, Value>,
+}
+
+impl ApiError {
+    pub fn new(status: u16, code: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code: code.to_string(),
+            message: message.into(),
+            extra: Map::new(),
+        }
+    }
+
+    /// Add an extra top-level member to the error body.
+    pub fn with(mut self, key: &str, value: Value) -> Self {
+        self.extra.insert(key.to_string(), value);
+        self
+    }
+
+    /// 400 `invalid_request` naming one field.
+    pub fn invalid(field: &str, problem: impl Into<String>) -> Self {
+        Self::invalid_many(vec![Detail {
+            field: field.to_string(),
+            problem: problem.into(),
+        }])
+    }
+
+    /// 400 `invalid_request` naming several fields.
+    pub fn invalid_many(details: Vec<Detail>) -> Self {
+        let message = details
+            .iter()
+            .map(|d| format!("{}: {}", d.field, d.problem))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let details: Vec<Value> = details
+            .into_iter()
+            .map(|d| json!({"field": d.field, "problem": d.problem}))
+            .collect();
+        Self::new(400, "invalid_request", message).with("details", Value::Array(details))
+    }
+
+    /// 404 `not_found`.
+    pub fn not_found(what: impl Into<String>) -> Self {
+        Self::new(404, "not_found", format!("{} not found", what.into()))
+    }
+
+    /// 409 `conflict`.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(409, "conflict", message)
+    }
+
+    /// 500 `internal`; the detail goes to the log, never to the client.
+    pub fn internal(detail: impl AsRef<str>) -> Self {
+        #[cfg(all(feature = "endpoint", target_family = "wasm"))]
+        crate::endpoint::log_error(detail.as_ref());
+        #[cfg(not(all(feature = "endpoint", target_family = "wasm")))]
+        let _ = detail;
+        Self::new(500, "internal", "internal error")
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> Value {
+        let mut map = Map::new();
+        map.insert("code".into(), Value::String(self.code.clone()));
+        map.insert("message".into(), Value::String(self.message.clone()));
+        for (k, v) in &self.extra {
+            map.insert(k.clone(), v.clone());
+        }
+        Value::Object(map)
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.status, self.code, self.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_lists_details_and_message() {
+        let e = ApiError::invalid("limit", "must be between 1 and 100");
+        assert_eq!(e.status, 400);
+        let body = e.body();
+        assert_eq!(body["code"], "invalid_request");
+        assert_eq!(body["details"][0]["field"], "limit");
+        assert_eq!(body["message"], "limit: must be between 1 and 100");
+    }
+
+    #[test]
+    fn extra_members_are_top_level() {
+        let e = ApiError::new(409, "invalid_transition", "no").with("current_status", json!("x"));
+        assert_eq!(e.body()["current_status"], "x");
+    }
+}

@@ -1,0 +1,75 @@
+//! Helpers for marketplace plugins.
+//!
+//! A plugin crate implements [`Endpoint`] (or [`FeePolicy`]) and calls
+//! [`endpoint_plugin!`] (or [`fee_plugin!`]); everything else here turns the
+//! raw WIT bindings into plain Rust: JSON bodies, query/path parameters,
+//! protocol errors (`{"code","message"}`) and typed storage.
+//!
+//! ```ignore
+//! use marketplace_guest::prelude::*;
+//! struct Hello;
+//! impl Endpoint for Hello {
+//!     const NAME: &'static str = "hello";
+//!     fn handle(req: &Request) -> Result<Response, ApiError> {
+//!         match (req.method(), req.route()) {
+//!             ("GET", "/api/hello") => Ok(json(200, &serde_json::json!({"hello": "world"}))),
+//!             _ => Err(ApiError::not_found("route")),
+//!         }
+//!     }
+//! }
+//! marketplace_guest::endpoint_plugin!(Hello);
+//! ```
+
+extern crate self as marketplace_guest;
+
+pub use serde_json;
+pub use wit_bindgen;
+
+mod error;
+pub use error::{ApiError, Detail};
+
+#[cfg(feature = "endpoint")]
+mod endpoint;
+#[cfg(feature = "endpoint")]
+pub use endpoint::*;
+
+#[cfg(feature = "fee-policy")]
+mod fees;
+#[cfg(feature = "fee-policy")]
+pub use fees::*;
+
+/// Raw bindings of the `endpoint` world.
+#[cfg(feature = "endpoint")]
+pub mod endpoint_bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "endpoint",
+        pub_export_macro: true,
+        export_macro_name: "export_endpoint",
+        default_bindings_module: "marketplace_guest::endpoint_bindings",
+        runtime_path: "marketplace_guest::wit_bindgen::rt",
+    });
+}
+
+/// Raw bindings of the `fee-policy` world.
+#[cfg(feature = "fee-policy")]
+pub mod fee_bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "fee-policy",
+        pub_export_macro: true,
+        export_macro_name: "export_fee_policy",
+        default_bindings_module: "marketplace_guest::fee_bindings",
+        runtime_path: "marketplace_guest::wit_bindgen::rt",
+    });
+}
+
+/// Everything a plugin usually needs.
+pub mod prelude {
+    #[cfg(feature = "endpoint")]
+    pub use crate::endpoint::{Endpoint, Request, Response, json, kv};
+    pub use crate::error::{ApiError, Detail};
+    #[cfg(feature = "fee-policy")]
+    pub use crate::fees::FeePolicy;
+    pub use serde_json::{Value, json};
+}

@@ -1,0 +1,104 @@
+//! The `info` family: `GET /api/health`, `GET /api/info`, `GET /api/developers`.
+
+use marketplace_guest::prelude::*;
+use marketplace_guest::{host, payments};
+
+struct Info;
+
+impl Endpoint for Info {
+    const NAME: &'static str = "info";
+
+    fn handle(req: &Request) -> Result<Response, ApiError> {
+        match (req.method(), req.route()) {
+            ("GET", "/api/health") => Ok(health()),
+            ("GET", "/api/info") => Ok(info()),
+            ("GET", "/api/developers") => Ok(developers()),
+            _ => Err(ApiError::not_found(format!("route {}", req.route()))),
+        }
+    }
+}
+
+fn plugins_by_family() -> Value {
+    let mut map = serde_json::Map::new();
+    for p in host::plugins() {
+        map.insert(
+            p.family,
+            json!({"version": p.version, "status": p.status, "component": p.component}),
+        );
+    }
+    Value::Object(map)
+}
+
+fn health() -> Response {
+    let storage = host::storage();
+    let ok = storage.status == "ok";
+    json(
+        if ok { 200 } else { 503 },
+        &json!({
+            "status": if ok { "ok" } else { "degraded" },
+            "storage": {"status": storage.status, "commits": storage.commits, "syncs": storage.syncs},
+            "plugins": plugins_by_family(),
+        }),
+    )
+}
+
+fn info() -> Response {
+    let (name, version) = host::service();
+    let rails: Vec<Value> = host::payment_rails()
+        .into_iter()
+        .map(|r| json!({"rail": r.rail, "header": r.header, "enabled": r.enabled}))
+        .collect();
+    json(
+        200,
+        &json!({
+            "name": name,
+            "version": version,
+            "description": "Marketplace API: listings, search, Ed25519 identities, ratings and escrow contracts, paid in bearer cash.",
+            "payment_rails": rails,
+            "fee_schedule_url": "/api/fees",
+            "fee_policy": payments::policy(),
+            "plugins": plugins_by_family(),
+            "openapi": "/openapi.yaml",
+            "docs": "/docs",
+            "manifest": "/.well-known/agent.json",
+        }),
+    )
+}
+
+/// The WIT package plugins are built against, served verbatim.
+const WIT: &str = include_str!("../../../wit/marketplace.wit");
+
+fn developers() -> Response {
+    json(
+        200,
+        &json!({
+            "wit_package": "marketplace:plugin@0.1.0",
+            "wit_path": "wit/marketplace.wit",
+            "worlds": [
+                {"name": "endpoint", "export": "handler", "purpose": "an endpoint family: handle(request) -> response, describe()"},
+                {"name": "fee-policy", "export": "fees", "purpose": "prices paid actions: quote(action, basis), schedule(), policy()"},
+            ],
+            "families": ["info", "identity", "timeline", "search", "contracts", "mcp", "fees"],
+            "template": "plugins/template",
+            "guest_helper_crate": "plugins/guest (marketplace-guest)",
+            "build": [
+                "rustup target add wasm32-wasip2",
+                "cargo build --release --target wasm32-wasip2 -p <crate>",
+                "cargo component build --release -p <crate>",
+            ],
+            "output": "target/wasm32-wasip2/release/<crate>.wasm",
+            "load": [
+                "copy the .wasm into the plugins directory (hot reload), or",
+                "marketplace plugins load <family> <file.wasm> --admin http://127.0.0.1:<admin-port>",
+            ],
+            "limits": {
+                "per_request_deadline_ms": "configurable, default 1000",
+                "memory_mib": "configurable, default 64",
+                "instance": "a fresh instance per request; storage writes commit only on a 2xx answer",
+            },
+            "wit": WIT,
+        }),
+    )
+}
+
+marketplace_guest::endpoint_plugin!(Info);

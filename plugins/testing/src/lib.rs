@@ -1,0 +1,48 @@
+//! Test-only family `testing` (mounted only with `testing_routes = true`):
+//! a trivial route for the dispatch benchmark, and misbehaving routes that
+//! prove the host isolates faults.
+
+use marketplace_guest::prelude::*;
+
+struct Testing;
+
+impl Endpoint for Testing {
+    const NAME: &'static str = "testing";
+
+    fn handle(req: &Request) -> Result<Response, ApiError> {
+        match req.route() {
+            "/_testing/ok" => Ok(json(200, &json!({"ok": true}))),
+            "/_testing/trap" => panic!("deliberate trap"),
+            "/_testing/loop" => {
+                let mut n: u64 = 0;
+                loop {
+                    n = std::hint::black_box(n.wrapping_add(1));
+                }
+            }
+            "/_testing/alloc" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 1 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            // Writes `key`=`value`, then answers `status`: writes must only
+            // persist when the status is 2xx.
+            "/_testing/write" => {
+                let key = req.query("key").unwrap_or("k");
+                let value = req.query("value").unwrap_or("v");
+                let status = req.query_int("status", 100, 599)?.unwrap_or(200) as u16;
+                kv::put(key, value)?;
+                Ok(json(status, &json!({"key": key, "value": value})))
+            }
+            "/_testing/read" => {
+                let key = req.query("key").unwrap_or("k");
+                let value: Option<String> = kv::get(key)?;
+                Ok(json(200, &json!({"key": key, "value": value})))
+            }
+            _ => Err(ApiError::not_found("route")),
+        }
+    }
+}
+
+marketplace_guest::endpoint_plugin!(Testing);

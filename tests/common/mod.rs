@@ -1,0 +1,258 @@
+//! Black-box test harness: starts the real `marketplace` binary with the real
+//! built plugins on a free port and a temporary data dir, and talks HTTP/1.1
+//! to it over plain TCP.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Directory of the built plugin components (`cargo xtask build-plugins`).
+pub fn plugins_dir() -> PathBuf {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_marketplace"));
+    let dir = exe
+        .parent()
+        .and_then(|p| p.parent())
+        .expect("binary inside a target dir")
+        .join("wasm32-wasip2")
+        .join("release");
+    assert!(
+        dir.join("info.wasm").is_file(),
+        "plugins are not built in {}: run `cargo xtask test` (or `cargo xtask build-plugins` first)",
+        dir.display()
+    );
+    dir
+}
+
+/// A running server; killed when dropped.
+pub struct Server {
+    pub addr: SocketAddr,
+    child: Child,
+    pub data_dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    pub log: PathBuf,
+}
+
+/// Options of a test server.
+#[derive(Default, Clone)]
+pub struct Options {
+    pub testing_routes: bool,
+    /// Extra `MARKETPLACE_*` environment settings.
+    pub env: Vec<(String, String)>,
+    /// Reuse this data dir (restart tests) instead of a fresh one.
+    pub data_dir: Option<PathBuf>,
+    pub plugins_dir: Option<PathBuf>,
+}
+
+impl Server {
+    pub fn start() -> Server {
+        Self::with(Options::default())
+    }
+
+    pub fn testing() -> Server {
+        Self::with(Options {
+            testing_routes: true,
+            ..Options::default()
+        })
+    }
+
+    pub fn with(opts: Options) -> Server {
+        let (tmp, data_dir) = match &opts.data_dir {
+            Some(d) => (None, d.clone()),
+            None => {
+                let t = tempfile::tempdir().expect("temp dir");
+                let d = t.path().join("data");
+                (Some(t), d)
+            }
+        };
+        std::fs::create_dir_all(&data_dir).unwrap();
+        let log = data_dir.join(format!("server-{}.log", std::process::id()));
+        let log_file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_marketplace"));
+        cmd.arg("serve")
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .arg("--plugins")
+            .arg(opts.plugins_dir.clone().unwrap_or_else(plugins_dir))
+            .env_remove("MARKETPLACE_CONFIG")
+            .env("MARKETPLACE_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log_file));
+        if opts.testing_routes {
+            cmd.arg("--testing-routes");
+        }
+        for (k, v) in &opts.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn marketplace");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(addr) = line.strip_prefix("marketplace listening on http://") {
+                    let _ = tx.send(addr.parse::<SocketAddr>().unwrap());
+                }
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(a) => a,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "server did not start; log:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+        };
+        Server {
+            addr,
+            child,
+            data_dir,
+            _tmp: tmp,
+            log,
+        }
+    }
+
+    pub fn get(&self, path: &str) -> Resp {
+        self.request("GET", path, &[], None)
+    }
+
+    pub fn post_json(&self, path: &str, body: &Value) -> Resp {
+        self.request(
+            "POST",
+            path,
+            &[("content-type", "application/json")],
+            Some(body.to_string().as_bytes()),
+        )
+    }
+
+    pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> Resp {
+        request(self.addr, method, path, headers, body)
+    }
+
+    /// Kill the server like a crash would (SIGKILL).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!("---- server log ----\n{}", self.log_text());
+        }
+    }
+}
+
+/// A parsed HTTP response.
+#[derive(Debug, Clone)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The error `code` of a JSON error body.
+    pub fn code(&self) -> String {
+        self.json()["code"].as_str().unwrap_or_default().to_string()
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection.
+pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> Resp {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut head = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if let Some(b) = body
+        && !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+    {
+        head.push_str(&format!("content-length: {}\r\n", b.len()));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    if let Some(b) = body {
+        // The server may answer (413) and close before reading it all.
+        let _ = stream.write_all(b);
+    }
+    read_response(&mut stream)
+}
+
+/// Read one response (connection: close, or content-length framed).
+pub fn read_response(stream: &mut TcpStream) -> Resp {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let header_end = loop {
+        if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break pos;
+        }
+        let n = stream.read(&mut chunk).expect("read response");
+        assert!(n > 0, "connection closed before headers: {:?}", String::from_utf8_lossy(&buf));
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..header_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("status line");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let mut body = buf[header_end + 4..].to_vec();
+    let length = headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .and_then(|(_, v)| v.parse::<usize>().ok());
+    match length {
+        Some(len) => {
+            while body.len() < len {
+                let n = stream.read(&mut chunk).expect("read body");
+                if n == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..n]);
+            }
+            body.truncate(len);
+        }
+        None => {
+            let _ = stream.read_to_end(&mut body);
+        }
+    }
+    Resp { status, headers, body }
+}

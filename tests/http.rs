@@ -1,0 +1,240 @@
+//! Black-box tests of the host foundation: routing, limits, the /api/v1
+//! alias, info plugin endpoints, transactions and fault isolation.
+
+mod common;
+
+use common::Server;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+#[test]
+fn health_reports_storage_and_plugins() {
+    let s = Server::start();
+    let r = s.get("/api/health");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let h = r.json();
+    assert_eq!(h["status"], "ok");
+    assert_eq!(h["storage"]["status"], "ok");
+    assert!(h["storage"]["commits"].is_u64());
+    assert!(h["storage"]["syncs"].is_u64());
+    assert_eq!(h["plugins"]["info"]["status"], "ok");
+    assert_eq!(h["plugins"]["info"]["version"], "0.1.0");
+    // Every family is listed, loaded or not.
+    for family in ["info", "identity", "timeline", "search", "contracts", "mcp", "fees"] {
+        assert!(h["plugins"][family].is_object(), "family {family} missing: {h}");
+    }
+}
+
+#[test]
+fn v1_alias_serves_the_same_handlers() {
+    let s = Server::start();
+    let a = s.get("/api/health").json();
+    let b = s.get("/api/v1/health");
+    assert_eq!(b.status, 200);
+    assert_eq!(b.json()["plugins"], a["plugins"]);
+    assert_eq!(s.get("/api/v1/info").json()["name"], "marketplace");
+    // The alias is a path prefix, not a string prefix.
+    assert_eq!(s.get("/api/v10/health").status, 404);
+}
+
+#[test]
+fn info_and_developers() {
+    let s = Server::start();
+    let info = s.get("/api/info");
+    assert_eq!(info.status, 200);
+    let i = info.json();
+    assert_eq!(i["name"], "marketplace");
+    assert!(i["version"].as_str().is_some_and(|v| !v.is_empty()));
+    assert_eq!(i["fee_schedule_url"], "/api/fees");
+    assert!(i["payment_rails"].as_array().is_some_and(|r| !r.is_empty()));
+    assert!(i["fee_policy"].is_string());
+    assert!(i["plugins"]["info"].is_object());
+
+    let dev = s.get("/api/developers");
+    assert_eq!(dev.status, 200);
+    let d = dev.json();
+    assert_eq!(d["wit_package"], "marketplace:plugin@0.1.0");
+    assert!(d["wit"].as_str().unwrap().contains("world endpoint"));
+    assert!(d["build"].as_array().unwrap().iter().any(|b| b.as_str().unwrap().contains("wasm32-wasip2")));
+}
+
+#[test]
+fn unknown_path_is_404_json_and_wrong_method_is_405() {
+    let s = Server::start();
+    let r = s.get("/api/does-not-exist");
+    assert_eq!(r.status, 404);
+    assert_eq!(r.code(), "not_found");
+    assert!(r.json()["message"].is_string());
+
+    let r = s.request("DELETE", "/api/health", &[], None);
+    assert_eq!(r.status, 405);
+    assert_eq!(r.code(), "method_not_allowed");
+    assert_eq!(r.header("allow"), Some("GET"));
+
+    let r = s.request("PUT", "/api/v1/timeline", &[], Some(b"{}"));
+    assert_eq!(r.status, 405);
+    assert_eq!(r.header("allow"), Some("GET, POST"));
+}
+
+#[test]
+fn oversized_body_is_413_before_it_is_read() {
+    let s = Server::start();
+    // Declared too large: answered without sending the body at all.
+    let mut stream = TcpStream::connect(s.addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        stream,
+        "POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        3 * 1024 * 1024
+    )
+    .unwrap();
+    let r = common::read_response(&mut stream);
+    assert_eq!(r.status, 413);
+    assert_eq!(r.code(), "payload_too_large");
+
+    // Chunked (no declared length): cut off at the limit while reading.
+    let mut stream = TcpStream::connect(s.addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        stream,
+        "POST /api/identity HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let chunk = vec![b'a'; 256 * 1024];
+    for _ in 0..9 {
+        if write!(stream, "{:x}\r\n", chunk.len()).is_err()
+            || stream.write_all(&chunk).is_err()
+            || stream.write_all(b"\r\n").is_err()
+        {
+            break;
+        }
+    }
+    let _ = stream.write_all(b"0\r\n\r\n");
+    let r = common::read_response(&mut stream);
+    assert_eq!(r.status, 413);
+    assert_eq!(r.code(), "payload_too_large");
+
+    // Exactly at the limit is not refused for size.
+    let body = vec![b' '; 2 * 1024 * 1024];
+    let r = s.request("POST", "/api/identity", &[], Some(&body));
+    assert_ne!(r.status, 413);
+}
+
+#[test]
+fn writes_commit_only_on_success() {
+    let s = Server::testing();
+    let r = s.request("POST", "/_testing/write?key=a&value=kept&status=201", &[], Some(b""));
+    assert_eq!(r.status, 201);
+    let r = s.request("POST", "/_testing/write?key=b&value=lost&status=409", &[], Some(b""));
+    assert_eq!(r.status, 409);
+    let r = s.request("POST", "/_testing/write?key=c&value=lost&status=500", &[], Some(b""));
+    assert_eq!(r.status, 500);
+    assert_eq!(s.get("/_testing/read?key=a").json()["value"], "kept");
+    assert!(s.get("/_testing/read?key=b").json()["value"].is_null());
+    assert!(s.get("/_testing/read?key=c").json()["value"].is_null());
+    // Exactly one mutating request committed.
+    assert_eq!(s.get("/api/health").json()["storage"]["commits"], 1);
+}
+
+#[test]
+fn a_trapping_plugin_answers_500_and_the_host_keeps_serving() {
+    let s = Server::testing();
+    let r = s.get("/_testing/trap");
+    assert_eq!(r.status, 500);
+    assert_eq!(r.code(), "internal");
+    assert!(!r.text().contains("deliberate"), "internals leaked: {}", r.text());
+    assert_eq!(s.get("/_testing/ok").status, 200);
+    assert_eq!(s.get("/api/health").status, 200);
+    // The panic message reached the operator's log.
+    assert!(s.log_text().contains("deliberate trap"));
+}
+
+#[test]
+fn a_looping_plugin_is_stopped_at_the_deadline() {
+    let s = Server::testing();
+    let start = Instant::now();
+    let r = s.get("/_testing/loop");
+    let took = start.elapsed();
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.code(), "plugin_unavailable");
+    assert!(took >= Duration::from_millis(900), "stopped too early: {took:?}");
+    assert!(took < Duration::from_millis(2500), "deadline is 1 s, took {took:?}");
+    assert_eq!(s.get("/_testing/ok").status, 200);
+    assert_eq!(s.get("/api/health").status, 200);
+}
+
+#[test]
+fn an_unbounded_allocation_is_capped() {
+    let s = Server::testing();
+    let start = Instant::now();
+    let r = s.get("/_testing/alloc");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.code(), "plugin_unavailable");
+    assert!(r.json()["message"].as_str().unwrap().contains("memory"));
+    assert!(start.elapsed() < Duration::from_millis(2500));
+    assert_eq!(s.get("/_testing/ok").status, 200);
+    assert_eq!(s.get("/api/health").status, 200);
+}
+
+#[test]
+fn faults_under_concurrency_do_not_disturb_other_requests() {
+    let s = Server::testing();
+    let addr = s.addr;
+    let bad: Vec<_> = ["/_testing/trap", "/_testing/alloc", "/_testing/loop", "/_testing/trap"]
+        .into_iter()
+        .map(|p| std::thread::spawn(move || common::request(addr, "GET", p, &[], None).status))
+        .collect();
+    let good: Vec<_> = (0..40)
+        .map(|_| std::thread::spawn(move || common::request(addr, "GET", "/_testing/ok", &[], None).status))
+        .collect();
+    for g in good {
+        assert_eq!(g.join().unwrap(), 200);
+    }
+    for b in bad {
+        assert!(matches!(b.join().unwrap(), 500 | 503));
+    }
+}
+
+#[test]
+fn testing_routes_are_absent_by_default_and_head_works() {
+    let s = Server::start();
+    assert_eq!(s.get("/_testing/ok").status, 404);
+    let mut stream = TcpStream::connect(s.addr).unwrap();
+    stream
+        .write_all(b"HEAD /api/health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(out.ends_with("\r\n\r\n"), "HEAD must have no body: {out:?}");
+}
+
+#[test]
+fn unloaded_family_is_503_plugin_unavailable() {
+    // A plugins dir holding only `info`: every other family is unavailable.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(common::plugins_dir().join("info.wasm"), dir.path().join("info.wasm")).unwrap();
+    let s = Server::with(common::Options {
+        plugins_dir: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    });
+    let r = s.get("/api/search?term=x");
+    assert_eq!(r.status, 503);
+    assert_eq!(r.code(), "plugin_unavailable");
+    assert_eq!(s.get("/api/health").json()["plugins"]["search"]["status"], "unavailable");
+}
+
+#[test]
+fn a_garbage_component_is_refused_at_startup_and_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(common::plugins_dir().join("info.wasm"), dir.path().join("info.wasm")).unwrap();
+    std::fs::write(dir.path().join("search.wasm"), b"not a component").unwrap();
+    let s = Server::with(common::Options {
+        plugins_dir: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    });
+    assert_eq!(s.get("/api/health").json()["plugins"]["search"]["status"], "unavailable");
+    assert!(s.log_text().contains("plugin refused"), "{}", s.log_text());
+}
