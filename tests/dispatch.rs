@@ -28,23 +28,39 @@ fn fresh_instance_dispatch_overhead_p50_under_50us_with_pooling() {
         None,
         &[],
         &[
-            ("data_dir".into(), tmp.path().join("data").display().to_string()),
-            ("plugins_dir".into(), common::plugins_dir().display().to_string()),
+            (
+                "data_dir".into(),
+                tmp.path().join("data").display().to_string(),
+            ),
+            (
+                "plugins_dir".into(),
+                common::plugins_dir().display().to_string(),
+            ),
             ("testing_routes".into(), "true".into()),
         ],
     )
     .unwrap();
     let app = App::start(config).unwrap();
-    assert!(app.runtime.is_pooling(), "instances must come from the pooling allocator");
+    assert!(
+        app.runtime.is_pooling(),
+        "instances must come from the pooling allocator"
+    );
 
     for _ in 0..200 {
-        assert_eq!(app.runtime.handle(&app, "testing", ok_request(), PaymentHeaders::default()).status, 200);
+        assert_eq!(
+            app.runtime
+                .handle(&app, "testing", ok_request(), PaymentHeaders::default())
+                .status,
+            200
+        );
     }
     let mut samples: Vec<u128> = (0..3000)
         .map(|_| {
             let req = ok_request();
             let t = Instant::now();
-            let reply = app.runtime.handle(&app, "testing", req, PaymentHeaders::default());
+            let reply = app
+                .runtime
+                .handle(&app, "testing", req, PaymentHeaders::default());
             let ns = t.elapsed().as_nanos();
             assert_eq!(reply.status, 200);
             ns
@@ -54,5 +70,8 @@ fn fresh_instance_dispatch_overhead_p50_under_50us_with_pooling() {
     let p50 = samples[samples.len() / 2] as f64 / 1000.0;
     let p99 = samples[samples.len() * 99 / 100] as f64 / 1000.0;
     eprintln!("dispatch overhead: p50 {p50:.1} us, p99 {p99:.1} us");
-    assert!(p50 < 50.0, "p50 dispatch overhead {p50:.1} us is over 50 us");
+    assert!(
+        p50 < 50.0,
+        "p50 dispatch overhead {p50:.1} us is over 50 us"
+    );
 }

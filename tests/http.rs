@@ -22,8 +22,19 @@ fn health_reports_storage_and_plugins() {
     assert_eq!(h["plugins"]["info"]["status"], "ok");
     assert_eq!(h["plugins"]["info"]["version"], "0.1.0");
     // Every family is listed, loaded or not.
-    for family in ["info", "identity", "timeline", "search", "contracts", "mcp", "fees"] {
-        assert!(h["plugins"][family].is_object(), "family {family} missing: {h}");
+    for family in [
+        "info",
+        "identity",
+        "timeline",
+        "search",
+        "contracts",
+        "mcp",
+        "fees",
+    ] {
+        assert!(
+            h["plugins"][family].is_object(),
+            "family {family} missing: {h}"
+        );
     }
 }
 
@@ -57,7 +68,13 @@ fn info_and_developers() {
     let d = dev.json();
     assert_eq!(d["wit_package"], "marketplace:plugin@0.1.0");
     assert!(d["wit"].as_str().unwrap().contains("world endpoint"));
-    assert!(d["build"].as_array().unwrap().iter().any(|b| b.as_str().unwrap().contains("wasm32-wasip2")));
+    assert!(
+        d["build"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b.as_str().unwrap().contains("wasm32-wasip2"))
+    );
 }
 
 #[test]
@@ -83,7 +100,9 @@ fn oversized_body_is_413_before_it_is_read() {
     let s = Server::start();
     // Declared too large: answered without sending the body at all.
     let mut stream = TcpStream::connect(s.addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     write!(
         stream,
         "POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
@@ -96,7 +115,9 @@ fn oversized_body_is_413_before_it_is_read() {
 
     // Chunked (no declared length): cut off at the limit while reading.
     let mut stream = TcpStream::connect(s.addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     write!(
         stream,
         "POST /api/identity HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
@@ -125,11 +146,26 @@ fn oversized_body_is_413_before_it_is_read() {
 #[test]
 fn writes_commit_only_on_success() {
     let s = Server::testing();
-    let r = s.request("POST", "/_testing/write?key=a&value=kept&status=201", &[], Some(b""));
+    let r = s.request(
+        "POST",
+        "/_testing/write?key=a&value=kept&status=201",
+        &[],
+        Some(b""),
+    );
     assert_eq!(r.status, 201);
-    let r = s.request("POST", "/_testing/write?key=b&value=lost&status=409", &[], Some(b""));
+    let r = s.request(
+        "POST",
+        "/_testing/write?key=b&value=lost&status=409",
+        &[],
+        Some(b""),
+    );
     assert_eq!(r.status, 409);
-    let r = s.request("POST", "/_testing/write?key=c&value=lost&status=500", &[], Some(b""));
+    let r = s.request(
+        "POST",
+        "/_testing/write?key=c&value=lost&status=500",
+        &[],
+        Some(b""),
+    );
     assert_eq!(r.status, 500);
     assert_eq!(s.get("/_testing/read?key=a").json()["value"], "kept");
     assert!(s.get("/_testing/read?key=b").json()["value"].is_null());
@@ -144,7 +180,11 @@ fn a_trapping_plugin_answers_500_and_the_host_keeps_serving() {
     let r = s.get("/_testing/trap");
     assert_eq!(r.status, 500);
     assert_eq!(r.code(), "internal");
-    assert!(!r.text().contains("deliberate"), "internals leaked: {}", r.text());
+    assert!(
+        !r.text().contains("deliberate"),
+        "internals leaked: {}",
+        r.text()
+    );
     assert_eq!(s.get("/_testing/ok").status, 200);
     assert_eq!(s.get("/api/health").status, 200);
     // The panic message reached the operator's log.
@@ -159,8 +199,14 @@ fn a_looping_plugin_is_stopped_at_the_deadline() {
     let took = start.elapsed();
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.code(), "plugin_unavailable");
-    assert!(took >= Duration::from_millis(900), "stopped too early: {took:?}");
-    assert!(took < Duration::from_millis(2500), "deadline is 1 s, took {took:?}");
+    assert!(
+        took >= Duration::from_millis(900),
+        "stopped too early: {took:?}"
+    );
+    assert!(
+        took < Duration::from_millis(2500),
+        "deadline is 1 s, took {took:?}"
+    );
     assert_eq!(s.get("/_testing/ok").status, 200);
     assert_eq!(s.get("/api/health").status, 200);
 }
@@ -182,12 +228,21 @@ fn an_unbounded_allocation_is_capped() {
 fn faults_under_concurrency_do_not_disturb_other_requests() {
     let s = Server::testing();
     let addr = s.addr;
-    let bad: Vec<_> = ["/_testing/trap", "/_testing/alloc", "/_testing/loop", "/_testing/trap"]
-        .into_iter()
-        .map(|p| std::thread::spawn(move || common::request(addr, "GET", p, &[], None).status))
-        .collect();
+    let bad: Vec<_> = [
+        "/_testing/trap",
+        "/_testing/alloc",
+        "/_testing/loop",
+        "/_testing/trap",
+    ]
+    .into_iter()
+    .map(|p| std::thread::spawn(move || common::request(addr, "GET", p, &[], None).status))
+    .collect();
     let good: Vec<_> = (0..40)
-        .map(|_| std::thread::spawn(move || common::request(addr, "GET", "/_testing/ok", &[], None).status))
+        .map(|_| {
+            std::thread::spawn(move || {
+                common::request(addr, "GET", "/_testing/ok", &[], None).status
+            })
+        })
         .collect();
     for g in good {
         assert_eq!(g.join().unwrap(), 200);
@@ -215,7 +270,11 @@ fn testing_routes_are_absent_by_default_and_head_works() {
 fn unloaded_family_is_503_plugin_unavailable() {
     // A plugins dir holding only `info`: every other family is unavailable.
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(common::plugins_dir().join("info.wasm"), dir.path().join("info.wasm")).unwrap();
+    std::fs::copy(
+        common::plugins_dir().join("info.wasm"),
+        dir.path().join("info.wasm"),
+    )
+    .unwrap();
     let s = Server::with(common::Options {
         plugins_dir: Some(dir.path().to_path_buf()),
         ..Default::default()
@@ -223,18 +282,28 @@ fn unloaded_family_is_503_plugin_unavailable() {
     let r = s.get("/api/search?term=x");
     assert_eq!(r.status, 503);
     assert_eq!(r.code(), "plugin_unavailable");
-    assert_eq!(s.get("/api/health").json()["plugins"]["search"]["status"], "unavailable");
+    assert_eq!(
+        s.get("/api/health").json()["plugins"]["search"]["status"],
+        "unavailable"
+    );
 }
 
 #[test]
 fn a_garbage_component_is_refused_at_startup_and_logged() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(common::plugins_dir().join("info.wasm"), dir.path().join("info.wasm")).unwrap();
+    std::fs::copy(
+        common::plugins_dir().join("info.wasm"),
+        dir.path().join("info.wasm"),
+    )
+    .unwrap();
     std::fs::write(dir.path().join("search.wasm"), b"not a component").unwrap();
     let s = Server::with(common::Options {
         plugins_dir: Some(dir.path().to_path_buf()),
         ..Default::default()
     });
-    assert_eq!(s.get("/api/health").json()["plugins"]["search"]["status"], "unavailable");
+    assert_eq!(
+        s.get("/api/health").json()["plugins"]["search"]["status"],
+        "unavailable"
+    );
     assert!(s.log_text().contains("plugin refused"), "{}", s.log_text());
 }

@@ -51,7 +51,10 @@ impl App {
 
     /// Host clock in milliseconds since the Unix epoch.
     pub fn now_ms(&self) -> u64 {
-        let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as i64;
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis() as i64;
         (wall + self.clock_offset_ms.load(Ordering::Relaxed)).max(0) as u64
     }
 

@@ -55,8 +55,11 @@ const VALUE_FLAGS: &[(&str, &str)] = &[
     ("--admin-listen", "admin_listen"),
 ];
 
+/// Setting overrides: (setting name, value).
+type Overrides = Vec<(String, String)>;
+
 /// Parse `--config FILE` and setting flags into (file, overrides).
-fn parse_settings(args: &[String]) -> Result<(Option<PathBuf>, Vec<(String, String)>)> {
+fn parse_settings(args: &[String]) -> Result<(Option<PathBuf>, Overrides)> {
     let mut file = None;
     let mut flags = Vec::new();
     let mut it = args.iter();
@@ -72,7 +75,10 @@ fn parse_settings(args: &[String]) -> Result<(Option<PathBuf>, Vec<(String, Stri
         let mut value = || -> Result<String> {
             match &inline {
                 Some(v) => Ok(v.clone()),
-                None => it.next().cloned().with_context(|| format!("{name} needs a value")),
+                None => it
+                    .next()
+                    .cloned()
+                    .with_context(|| format!("{name} needs a value")),
             }
         };
         if name == "--config" {
@@ -88,7 +94,9 @@ fn parse_settings(args: &[String]) -> Result<(Option<PathBuf>, Vec<(String, Stri
 
 fn load_config(args: &[String]) -> Result<Config> {
     let (file, flags) = parse_settings(args)?;
-    let env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k.starts_with("MARKETPLACE_")).collect();
+    let env: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("MARKETPLACE_"))
+        .collect();
     Config::load(file.as_deref(), &env, &flags)
 }
 
@@ -134,13 +142,14 @@ async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {},
             _ = term.recv() => {},

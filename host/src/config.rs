@@ -91,7 +91,11 @@ fn default_plugins_dir() -> PathBuf {
 impl Config {
     /// Build the configuration from an optional file, the environment and
     /// flag overrides (`key`, TOML-or-string value).
-    pub fn load(file: Option<&Path>, env: &[(String, String)], flags: &[(String, String)]) -> Result<Config> {
+    pub fn load(
+        file: Option<&Path>,
+        env: &[(String, String)],
+        flags: &[(String, String)],
+    ) -> Result<Config> {
         let mut table = toml::Table::new();
         let file = file.map(Path::to_path_buf).or_else(|| {
             env.iter()
@@ -99,7 +103,8 @@ impl Config {
                 .map(|(_, v)| PathBuf::from(v))
         });
         if let Some(path) = file {
-            let text = std::fs::read_to_string(&path).with_context(|| format!("reading config {}", path.display()))?;
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("reading config {}", path.display()))?;
             table = text
                 .parse::<toml::Table>()
                 .with_context(|| format!("parsing config {}", path.display()))?;
@@ -113,7 +118,8 @@ impl Config {
                 continue;
             }
             if let Some(family) = name.strip_prefix("plugin_") {
-                plugins_entry(&mut table)?.insert(family.to_string(), toml::Value::String(value.clone()));
+                plugins_entry(&mut table)?
+                    .insert(family.to_string(), toml::Value::String(value.clone()));
                 continue;
             }
             table.insert(name, scalar(value));
@@ -199,7 +205,10 @@ mod tests {
     use super::*;
 
     fn s(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
     }
 
     #[test]
@@ -214,13 +223,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("c.toml");
         std::fs::write(&file, "listen = \"127.0.0.1:1\"\nrequest_timeout_ms = 500\n[plugins]\nfees = \"fees_pickup_paid.wasm\"\n").unwrap();
-        let env = s(&[("MARKETPLACE_LISTEN", "127.0.0.1:2"), ("MARKETPLACE_TESTING_ROUTES", "true"), ("OTHER", "x")]);
+        let env = s(&[
+            ("MARKETPLACE_LISTEN", "127.0.0.1:2"),
+            ("MARKETPLACE_TESTING_ROUTES", "true"),
+            ("OTHER", "x"),
+        ]);
         let flags = s(&[("listen", "127.0.0.1:3")]);
         let c = Config::load(Some(&file), &env, &flags).unwrap();
         assert_eq!(c.listen.port(), 3);
         assert_eq!(c.request_timeout_ms, 500);
         assert!(c.testing_routes);
-        assert!(c.families().contains(&("fees".into(), "fees_pickup_paid.wasm".into())));
+        assert!(
+            c.families()
+                .contains(&("fees".into(), "fees_pickup_paid.wasm".into()))
+        );
         let c = Config::load(Some(&file), &env, &[]).unwrap();
         assert_eq!(c.listen.port(), 2);
     }

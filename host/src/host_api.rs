@@ -27,12 +27,20 @@ pub struct MemLimiter {
 
 impl MemLimiter {
     fn new(max_bytes: usize) -> Self {
-        MemLimiter { max_bytes, hit: false }
+        MemLimiter {
+            max_bytes,
+            hit: false,
+        }
     }
 }
 
 impl ResourceLimiter for MemLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.max_bytes {
             self.hit = true;
             return Ok(false);
@@ -40,7 +48,12 @@ impl ResourceLimiter for MemLimiter {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= 1_000_000)
     }
 }
@@ -56,6 +69,10 @@ pub struct Ctx {
     /// None for the inert context of a smoke call.
     app: Option<Arc<App>>,
     family: String,
+    /// Whether this request may write (non-GET/HEAD).
+    write: bool,
+    /// Opened on first storage use, so routes that never touch storage
+    /// never open (or commit) a transaction.
     txn: Option<Txn>,
     #[allow(dead_code)]
     payment: PaymentHeaders,
@@ -72,11 +89,18 @@ impl Limiter for Ctx {
 }
 
 impl Ctx {
-    pub fn new(app: Arc<App>, family: &str, txn: Txn, payment: PaymentHeaders, memory_bytes: usize) -> Ctx {
+    pub fn new(
+        app: Arc<App>,
+        family: &str,
+        write: bool,
+        payment: PaymentHeaders,
+        memory_bytes: usize,
+    ) -> Ctx {
         Ctx {
             app: Some(app),
             family: family.to_string(),
-            txn: Some(txn),
+            write,
+            txn: None,
             payment,
             limiter: MemLimiter::new(memory_bytes),
         }
@@ -87,6 +111,7 @@ impl Ctx {
         Ctx {
             app: None,
             family: String::new(),
+            write: false,
             txn: None,
             payment: PaymentHeaders::default(),
             limiter: MemLimiter::new(memory_bytes),
@@ -106,22 +131,30 @@ impl Ctx {
             return Reply::error(500, "internal", "internal error");
         }
         match (self.txn.take(), &self.app) {
-            (Some(Txn::Write(txn)), Some(app)) if reply.is_success() => match app.storage.commit(txn) {
-                Ok(()) => reply,
-                Err(e) => {
-                    tracing::error!(family = %self.family, "commit failed: {e}");
-                    Reply::error(500, "internal", "internal error")
+            (Some(Txn::Write(txn)), Some(app)) if reply.is_success() => {
+                match app.storage.commit(txn) {
+                    Ok(()) => reply,
+                    Err(e) => {
+                        tracing::error!(family = %self.family, "commit failed: {e}");
+                        Reply::error(500, "internal", "internal error")
+                    }
                 }
-            },
+            }
             // Read transactions end here; failed writes are discarded.
             _ => reply,
         }
     }
 
+    /// The request's transaction, opened on first use.
     fn txn(&mut self) -> Result<&mut Txn, StorageError> {
-        self.txn
-            .as_mut()
-            .ok_or_else(|| StorageError::Internal("no transaction in this call".into()))
+        if self.txn.is_none() {
+            let app = self
+                .app
+                .as_ref()
+                .ok_or_else(|| StorageError::Internal("no storage in this call".into()))?;
+            self.txn = Some(app.storage.begin(self.write)?);
+        }
+        Ok(self.txn.as_mut().expect("just opened"))
     }
 
     fn keyspace(&self, requested: Option<String>) -> Result<String, StorageError> {
@@ -168,14 +201,20 @@ fn unavailable(what: &str) -> types::Refusal {
 impl types::Host for Ctx {}
 
 impl storage::Host for Ctx {
-    fn get(&mut self, keyspace: Option<String>, key: Vec<u8>) -> Result<Option<Vec<u8>>, storage::StorageError> {
+    fn get(
+        &mut self,
+        keyspace: Option<String>,
+        key: Vec<u8>,
+    ) -> Result<Option<Vec<u8>>, storage::StorageError> {
         let ks = self.keyspace(keyspace).map_err(to_wit)?;
         self.txn().and_then(|t| t.get(&ks, &key)).map_err(to_wit)
     }
 
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> Result<(), storage::StorageError> {
         let ks = self.family.clone();
-        self.txn().and_then(|t| t.put(&ks, &key, &value)).map_err(to_wit)
+        self.txn()
+            .and_then(|t| t.put(&ks, &key, &value))
+            .map_err(to_wit)
     }
 
     fn delete(&mut self, key: Vec<u8>) -> Result<bool, storage::StorageError> {
@@ -253,7 +292,11 @@ impl payments::Host for Ctx {
         app.runtime.fee_quote(&action, basis).map_err(refusal)
     }
 
-    fn charge(&mut self, _action: String, _basis: Option<u64>) -> Result<payments::Receipt, types::Refusal> {
+    fn charge(
+        &mut self,
+        _action: String,
+        _basis: Option<u64>,
+    ) -> Result<payments::Receipt, types::Refusal> {
         Err(unavailable("payment"))
     }
 
@@ -266,7 +309,11 @@ impl payments::Host for Ctx {
 }
 
 impl auth::Host for Ctx {
-    fn verify(&mut self, _statement: auth::Signed, _require_fresh: bool) -> Result<(), types::Refusal> {
+    fn verify(
+        &mut self,
+        _statement: auth::Signed,
+        _require_fresh: bool,
+    ) -> Result<(), types::Refusal> {
         Err(unavailable("signature verification"))
     }
 }
@@ -283,7 +330,11 @@ impl cash::Host for Ctx {
 
 impl dispatch::Host for Ctx {
     fn call(&mut self, _req: types::Request) -> types::Response {
-        let r = Reply::error(503, "plugin_unavailable", "internal dispatch is not available on this host yet");
+        let r = Reply::error(
+            503,
+            "plugin_unavailable",
+            "internal dispatch is not available on this host yet",
+        );
         types::Response {
             status: r.status,
             headers: r.headers,

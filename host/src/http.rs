@@ -24,7 +24,11 @@ use tokio::sync::Semaphore;
 const PAYMENT_HEADERS: &[&str] = &["x-cash-secret", "x-webcash-secret", "x-bitcoin-secret"];
 
 /// Serve HTTP on `listener` until `shutdown` resolves.
-pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl std::future::Future<Output = ()>) {
+pub async fn serve(
+    app: Arc<App>,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
     let gate = Arc::new(Semaphore::new(app.config.max_instances as usize));
     tokio::pin!(shutdown);
     loop {
@@ -56,7 +60,11 @@ pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl std::fut
     }
 }
 
-async fn handle(app: Arc<App>, gate: Arc<Semaphore>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handle(
+    app: Arc<App>,
+    gate: Arc<Semaphore>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let start = Instant::now();
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
@@ -73,7 +81,8 @@ async fn handle(app: Arc<App>, gate: Arc<Semaphore>, req: Request<Incoming>) -> 
 }
 
 fn to_hyper(reply: Reply, head: bool) -> Response<Full<Bytes>> {
-    let mut builder = Response::builder().status(StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR));
+    let mut builder = Response::builder()
+        .status(StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR));
     let mut has_type = false;
     for (name, value) in &reply.headers {
         has_type |= name.eq_ignore_ascii_case("content-type");
@@ -82,28 +91,42 @@ fn to_hyper(reply: Reply, head: bool) -> Response<Full<Bytes>> {
     if !has_type {
         builder = builder.header("content-type", "application/json");
     }
-    let body = if head { Bytes::new() } else { Bytes::from(reply.body) };
+    let body = if head {
+        Bytes::new()
+    } else {
+        Bytes::from(reply.body)
+    };
     builder.body(Full::new(body)).unwrap_or_else(|e| {
         tracing::error!("invalid response from handler: {e}");
         let mut resp = Response::new(Full::new(Bytes::from_static(
             br#"{"code":"internal","message":"internal error"}"#,
         )));
         *resp.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-        resp.headers_mut()
-            .insert("content-type", hyper::header::HeaderValue::from_static("application/json"));
+        resp.headers_mut().insert(
+            "content-type",
+            hyper::header::HeaderValue::from_static("application/json"),
+        );
         resp
     })
 }
 
 /// Route one request; returns the reply and the family (or host handler) that served it.
-async fn dispatch(app: &Arc<App>, gate: &Arc<Semaphore>, req: Request<Incoming>) -> (Reply, &'static str) {
+async fn dispatch(
+    app: &Arc<App>,
+    gate: &Arc<Semaphore>,
+    req: Request<Incoming>,
+) -> (Reply, &'static str) {
     let method = req.method().as_str().to_ascii_uppercase();
     let path = routes::canonical_path(req.uri().path());
     let (route, params) = match routes::find(&method, &path, app.config.testing_routes) {
         Match::Found { route, params } => (route, params),
         Match::NotFound => {
             return (
-                Reply::error(404, "not_found", format!("no route for {method} {}", req.uri().path())),
+                Reply::error(
+                    404,
+                    "not_found",
+                    format!("no route for {method} {}", req.uri().path()),
+                ),
                 "-",
             );
         }
@@ -136,7 +159,11 @@ async fn dispatch(app: &Arc<App>, gate: &Arc<Semaphore>, req: Request<Incoming>)
     if declared.is_some_and(|n| n > max as u64) {
         return (too_large(max), served_by);
     }
-    let query = req.uri().query().map(routes::parse_query).unwrap_or_default();
+    let query = req
+        .uri()
+        .query()
+        .map(routes::parse_query)
+        .unwrap_or_default();
     let mut headers = Vec::new();
     let mut payment = PaymentHeaders::default();
     for (name, value) in req.headers() {
@@ -155,10 +182,15 @@ async fn dispatch(app: &Arc<App>, gate: &Arc<Semaphore>, req: Request<Incoming>)
     let body = match Limited::new(req.into_body(), max).collect().await {
         Ok(collected) => collected.to_bytes().to_vec(),
         Err(e) => {
-            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
                 return (too_large(max), served_by);
             }
-            return (Reply::error(400, "invalid_request", format!("could not read body: {e}")), served_by);
+            return (
+                Reply::error(400, "invalid_request", format!("could not read body: {e}")),
+                served_by,
+            );
         }
     };
 
@@ -166,7 +198,11 @@ async fn dispatch(app: &Arc<App>, gate: &Arc<Semaphore>, req: Request<Incoming>)
         Handler::Host(name) => host_route(app, name),
         Handler::Family(family) => {
             let request = wit::Request {
-                method: if method == "HEAD" { "GET".into() } else { method.clone() },
+                method: if method == "HEAD" {
+                    "GET".into()
+                } else {
+                    method.clone()
+                },
                 route: route.pattern.to_string(),
                 path,
                 params,
@@ -176,11 +212,18 @@ async fn dispatch(app: &Arc<App>, gate: &Arc<Semaphore>, req: Request<Incoming>)
             };
             // Queue for a pool slot rather than failing when all are busy.
             let Ok(_permit) = gate.clone().acquire_owned().await else {
-                return (Reply::error(503, "plugin_unavailable", "shutting down"), served_by);
+                return (
+                    Reply::error(503, "plugin_unavailable", "shutting down"),
+                    served_by,
+                );
             };
             let app2 = app.clone();
             let family_name = family.to_string();
-            match tokio::task::spawn_blocking(move || app2.runtime.handle(&app2, &family_name, request, payment)).await {
+            match tokio::task::spawn_blocking(move || {
+                app2.runtime.handle(&app2, &family_name, request, payment)
+            })
+            .await
+            {
                 Ok(reply) => reply,
                 Err(e) => {
                     tracing::error!(family, "plugin task failed: {e}");
@@ -216,6 +259,10 @@ fn host_route(app: &Arc<App>, name: &str) -> Reply {
         },
         // The benchmark baseline: the same JSON as the trivial plugin route.
         "native_ok" => Reply::json(200, &json!({"ok": true})),
-        _ => Reply::error(503, "plugin_unavailable", format!("{name} is not available on this host yet")),
+        _ => Reply::error(
+            503,
+            "plugin_unavailable",
+            format!("{name} is not available on this host yet"),
+        ),
     }
 }

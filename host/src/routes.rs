@@ -57,7 +57,11 @@ pub const ROUTES: &[Route] = &[
     family("GET", "/api/timeline", "timeline"),
     family("POST", "/api/timeline", "timeline"),
     family("GET", "/api/posts/{post_id}", "timeline"),
-    family("GET", "/api/posts/{post_id}/attachments/{index}", "timeline"),
+    family(
+        "GET",
+        "/api/posts/{post_id}/attachments/{index}",
+        "timeline",
+    ),
     family("GET", "/api/thread/{post_id}", "timeline"),
     // search
     family("GET", "/api/search", "search"),
@@ -69,11 +73,31 @@ pub const ROUTES: &[Route] = &[
     family("POST", "/api/arbitration/contracts/buy", "contracts"),
     family("GET", "/api/arbitration/contracts/{id}", "contracts"),
     family("GET", "/api/arbitration/contracts/{id}/status", "contracts"),
-    family("POST", "/api/arbitration/contracts/{id}/pickup", "contracts"),
-    family("POST", "/api/arbitration/contracts/{id}/accept", "contracts"),
-    family("POST", "/api/arbitration/contracts/{id}/deliver", "contracts"),
-    family("POST", "/api/arbitration/contracts/{id}/refund", "contracts"),
-    family("POST", "/api/arbitration/contracts/{id}/release", "contracts"),
+    family(
+        "POST",
+        "/api/arbitration/contracts/{id}/pickup",
+        "contracts",
+    ),
+    family(
+        "POST",
+        "/api/arbitration/contracts/{id}/accept",
+        "contracts",
+    ),
+    family(
+        "POST",
+        "/api/arbitration/contracts/{id}/deliver",
+        "contracts",
+    ),
+    family(
+        "POST",
+        "/api/arbitration/contracts/{id}/refund",
+        "contracts",
+    ),
+    family(
+        "POST",
+        "/api/arbitration/contracts/{id}/release",
+        "contracts",
+    ),
     family("POST", "/api/witness/replace", "contracts"),
     family("POST", "/api/witness/health_check", "contracts"),
     // mcp, manifest and docs
@@ -230,7 +254,13 @@ mod tests {
         match find("GET", "/api/posts/post_1%20x/attachments/2", false) {
             Match::Found { route, params } => {
                 assert_eq!(route.pattern, "/api/posts/{post_id}/attachments/{index}");
-                assert_eq!(params, vec![("post_id".into(), "post_1 x".into()), ("index".into(), "2".into())]);
+                assert_eq!(
+                    params,
+                    vec![
+                        ("post_id".into(), "post_1 x".into()),
+                        ("index".into(), "2".into())
+                    ]
+                );
             }
             m => panic!("{m:?}"),
         }
@@ -240,7 +270,9 @@ mod tests {
     fn literal_segments_win_over_params() {
         // `buy` is a literal route; it must not be read as contract id "buy" with POST.
         match find("POST", "/api/arbitration/contracts/buy", false) {
-            Match::Found { route, .. } => assert_eq!(route.pattern, "/api/arbitration/contracts/buy"),
+            Match::Found { route, .. } => {
+                assert_eq!(route.pattern, "/api/arbitration/contracts/buy")
+            }
             m => panic!("{m:?}"),
         }
     }
@@ -257,8 +289,14 @@ mod tests {
 
     #[test]
     fn testing_routes_are_hidden_unless_enabled() {
-        assert!(matches!(find("GET", "/_testing/ok", false), Match::NotFound));
-        assert!(matches!(find("GET", "/_testing/ok", true), Match::Found { .. }));
+        assert!(matches!(
+            find("GET", "/_testing/ok", false),
+            Match::NotFound
+        ));
+        assert!(matches!(
+            find("GET", "/_testing/ok", true),
+            Match::Found { .. }
+        ));
     }
 
     #[test]

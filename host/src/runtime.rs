@@ -112,10 +112,18 @@ pub struct Runtime {
 fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool) -> Reply {
     if matches!(err.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
         tracing::warn!(family, "plugin exceeded its time limit");
-        Reply::error(503, "plugin_unavailable", format!("the {family} plugin exceeded its time limit"))
+        Reply::error(
+            503,
+            "plugin_unavailable",
+            format!("the {family} plugin exceeded its time limit"),
+        )
     } else if memory_hit {
         tracing::warn!(family, "plugin exceeded its memory limit: {err:#}");
-        Reply::error(503, "plugin_unavailable", format!("the {family} plugin exceeded its memory limit"))
+        Reply::error(
+            503,
+            "plugin_unavailable",
+            format!("the {family} plugin exceeded its memory limit"),
+        )
     } else {
         tracing::error!(family, "plugin trapped: {err:#}");
         Reply::error(500, "internal", "internal error")
@@ -135,18 +143,30 @@ impl Runtime {
             .total_memories(instances.saturating_mul(2))
             .max_tables_per_component(16)
             .total_tables(instances.saturating_mul(4))
-            .max_memory_size(limits.memory_bytes);
+            .max_memory_size(limits.memory_bytes)
+            // Reset reused slots by rewriting their (small) dirty state
+            // instead of unmapping and faulting pages back in per request.
+            .linear_memory_keep_resident(2 << 20)
+            .table_keep_resident(64 << 10)
+            .pagemap_scan(wasmtime::Enabled::Auto);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine = Engine::new(&config).map_err(|e| anyhow!("creating engine: {e}"))?;
 
         let mut endpoint_linker = Linker::<Ctx>::new(&engine);
-        Endpoint::add_to_linker::<Ctx, wasmtime::component::HasSelf<Ctx>>(&mut endpoint_linker, |c| c)
-            .map_err(|e| anyhow!("{e}"))?;
+        Endpoint::add_to_linker::<Ctx, wasmtime::component::HasSelf<Ctx>>(
+            &mut endpoint_linker,
+            |c| c,
+        )
+        .map_err(|e| anyhow!("{e}"))?;
         let mut fee_linker = Linker::<FeeCtx>::new(&engine);
-        FeePolicy::add_to_linker::<FeeCtx, wasmtime::component::HasSelf<FeeCtx>>(&mut fee_linker, |c| c)
-            .map_err(|e| anyhow!("{e}"))?;
+        FeePolicy::add_to_linker::<FeeCtx, wasmtime::component::HasSelf<FeeCtx>>(
+            &mut fee_linker,
+            |c| c,
+        )
+        .map_err(|e| anyhow!("{e}"))?;
 
-        std::fs::create_dir_all(cache_dir).with_context(|| format!("creating {}", cache_dir.display()))?;
+        std::fs::create_dir_all(cache_dir)
+            .with_context(|| format!("creating {}", cache_dir.display()))?;
 
         // The epoch ticker: deadlines are counted in ticks of this thread.
         let stop_ticker = Arc::new(AtomicBool::new(false));
@@ -220,7 +240,12 @@ impl Runtime {
     /// Validate a component for `family` (compile, link, type-check the
     /// world, smoke-call `describe`) and only then make it the one serving.
     /// Requests in flight keep the instance they started with.
-    pub fn swap(&self, family: &str, component_name: &str, bytes: &[u8]) -> Result<Arc<LoadedPlugin>> {
+    pub fn swap(
+        &self,
+        family: &str,
+        component_name: &str,
+        bytes: &[u8],
+    ) -> Result<Arc<LoadedPlugin>> {
         let result = self.prepare(family, component_name, bytes);
         let mut slots = self.slots.write().expect("slots lock");
         let slot = slots.entry(family.to_string()).or_insert_with(|| Slot {
@@ -263,7 +288,8 @@ impl Runtime {
             let pre = linker
                 .instantiate_pre(&component)
                 .map_err(|e| anyhow!("linking: {e}"))?;
-            let pre = FeePolicyPre::new(pre).map_err(|e| anyhow!("not a fee-policy component: {e}"))?;
+            let pre =
+                FeePolicyPre::new(pre).map_err(|e| anyhow!("not a fee-policy component: {e}"))?;
             let mut store = self.fee_store();
             let info = pre
                 .instantiate(&mut store)
@@ -278,7 +304,8 @@ impl Runtime {
             let pre = linker
                 .instantiate_pre(&component)
                 .map_err(|e| anyhow!("linking: {e}"))?;
-            let pre = EndpointPre::new(pre).map_err(|e| anyhow!("not an endpoint component: {e}"))?;
+            let pre =
+                EndpointPre::new(pre).map_err(|e| anyhow!("not an endpoint component: {e}"))?;
             let info = self.smoke_describe(&pre)?;
             (Kind::Endpoint(pre), info)
         };
@@ -305,7 +332,9 @@ impl Runtime {
     fn compile(&self, bytes: &[u8], hash: &str) -> Result<Component> {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         self.engine.precompile_compatibility_hash().hash(&mut h);
-        let path = self.cache_dir.join(format!("{hash}-{:016x}.cwasm", h.finish()));
+        let path = self
+            .cache_dir
+            .join(format!("{hash}-{:016x}.cwasm", h.finish()));
         if path.is_file() {
             // SAFETY: the file was written by `Component::serialize` of this
             // same engine configuration (the name carries the compatibility
@@ -315,11 +344,14 @@ impl Runtime {
                 Err(e) => tracing::warn!("ignoring unusable cache entry {}: {e}", path.display()),
             }
         }
-        let component = Component::new(&self.engine, bytes).map_err(|e| anyhow!("not a valid component: {e}"))?;
+        let component = Component::new(&self.engine, bytes)
+            .map_err(|e| anyhow!("not a valid component: {e}"))?;
         match component.serialize() {
             Ok(native) => {
                 let tmp = path.with_extension("tmp");
-                if let Err(e) = std::fs::write(&tmp, native).and_then(|_| std::fs::rename(&tmp, &path)) {
+                if let Err(e) =
+                    std::fs::write(&tmp, native).and_then(|_| std::fs::rename(&tmp, &path))
+                {
                     tracing::warn!("could not cache compiled component: {e}");
                 }
             }
@@ -332,7 +364,9 @@ impl Runtime {
         let mut store = Store::new(&self.engine, data);
         store.limiter(|d| d.limiter());
         // +1: the current tick may be about to end.
-        store.set_epoch_deadline(self.limits.deadline.as_millis().div_ceil(TICK.as_millis()) as u64 + 1);
+        store.set_epoch_deadline(
+            self.limits.deadline.as_millis().div_ceil(TICK.as_millis()) as u64 + 1,
+        );
         store.epoch_deadline_trap();
         store
     }
@@ -343,7 +377,12 @@ impl Runtime {
 
     /// The plugin currently serving `family`.
     pub fn plugin(&self, family: &str) -> Option<Arc<LoadedPlugin>> {
-        self.slots.read().expect("slots lock").get(family)?.loaded.clone()
+        self.slots
+            .read()
+            .expect("slots lock")
+            .get(family)?
+            .loaded
+            .clone()
     }
 
     /// Status of every configured family.
@@ -375,12 +414,23 @@ impl Runtime {
 
     /// Why a family is unavailable, if it is.
     pub fn load_error(&self, family: &str) -> Option<String> {
-        self.slots.read().expect("slots lock").get(family)?.error.clone()
+        self.slots
+            .read()
+            .expect("slots lock")
+            .get(family)?
+            .error
+            .clone()
     }
 
     /// Run one request through an endpoint family in its own transaction.
     /// Writes (and payment spends) commit only on a 2xx answer.
-    pub fn handle(&self, app: &Arc<App>, family: &str, req: wit::Request, payment: PaymentHeaders) -> Reply {
+    pub fn handle(
+        &self,
+        app: &Arc<App>,
+        family: &str,
+        req: wit::Request,
+        payment: PaymentHeaders,
+    ) -> Reply {
         let Some(plugin) = self.plugin(family) else {
             return Reply::error(
                 503,
@@ -392,14 +442,13 @@ impl Runtime {
             return Reply::error(500, "internal", "internal error");
         };
         let write = !matches!(req.method.as_str(), "GET" | "HEAD");
-        let txn = match app.storage.begin(write) {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::error!(family, "cannot begin transaction: {e}");
-                return Reply::error(500, "internal", "internal error");
-            }
-        };
-        let ctx = Ctx::new(app.clone(), family, txn, payment, self.limits.memory_bytes);
+        let ctx = Ctx::new(
+            app.clone(),
+            family,
+            write,
+            payment,
+            self.limits.memory_bytes,
+        );
         let mut store = self.store(ctx);
         let result = pre
             .instantiate(&mut store)
@@ -412,7 +461,10 @@ impl Runtime {
     }
 
     /// Call the active fee policy: `f` gets the instance bindings.
-    fn with_fees<R>(&self, f: impl FnOnce(&FeePolicy, &mut Store<FeeCtx>) -> wasmtime::Result<R>) -> Result<R, Reply> {
+    fn with_fees<R>(
+        &self,
+        f: impl FnOnce(&FeePolicy, &mut Store<FeeCtx>) -> wasmtime::Result<R>,
+    ) -> Result<R, Reply> {
         let Some(plugin) = self.plugin(FEES_FAMILY) else {
             return Err(Reply::error(
                 503,
@@ -461,8 +513,10 @@ impl Drop for Runtime {
 /// Lower-case hex.
 pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }

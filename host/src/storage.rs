@@ -27,7 +27,14 @@ pub struct Storage {
     syncs: AtomicU64,
 }
 
+/// Key/value pairs returned by a scan.
+pub type Rows = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// One request's transaction.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per request, never moved in a hot loop"
+)]
 pub enum Txn {
     Read(redb::ReadTransaction),
     Write(redb::WriteTransaction),
@@ -127,13 +134,19 @@ impl Txn {
         let def = TableDefinition::<&[u8], &[u8]>::new(&name);
         match self {
             Txn::Read(t) => match t.open_table(def) {
-                Ok(table) => Ok(table.get(key).map_err(internal)?.map(|v| v.value().to_vec())),
+                Ok(table) => Ok(table
+                    .get(key)
+                    .map_err(internal)?
+                    .map(|v| v.value().to_vec())),
                 Err(TableError::TableDoesNotExist(_)) => Ok(None),
                 Err(e) => Err(internal(e)),
             },
             Txn::Write(t) => {
                 let table = t.open_table(def).map_err(internal)?;
-                Ok(table.get(key).map_err(internal)?.map(|v| v.value().to_vec()))
+                Ok(table
+                    .get(key)
+                    .map_err(internal)?
+                    .map(|v| v.value().to_vec()))
             }
         }
     }
@@ -141,10 +154,14 @@ impl Txn {
     /// Write a key of a keyspace.
     pub fn put(&mut self, family: &str, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
         if key.len() > MAX_KEY_BYTES {
-            return Err(StorageError::TooLarge(format!("key over {MAX_KEY_BYTES} bytes")));
+            return Err(StorageError::TooLarge(format!(
+                "key over {MAX_KEY_BYTES} bytes"
+            )));
         }
         if value.len() > MAX_VALUE_BYTES {
-            return Err(StorageError::TooLarge(format!("value over {MAX_VALUE_BYTES} bytes")));
+            return Err(StorageError::TooLarge(format!(
+                "value over {MAX_VALUE_BYTES} bytes"
+            )));
         }
         let Txn::Write(t) = self else {
             return Err(StorageError::ReadOnly);
@@ -178,7 +195,7 @@ impl Txn {
         end: Option<&[u8]>,
         reverse: bool,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StorageError> {
+    ) -> Result<Rows, StorageError> {
         let name = keyspace_table(family);
         let def = TableDefinition::<&[u8], &[u8]>::new(&name);
         match self {
@@ -217,7 +234,7 @@ fn scan_table<T: ReadableTable<&'static [u8], &'static [u8]>>(
     end: Option<&[u8]>,
     reverse: bool,
     limit: usize,
-) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StorageError> {
+) -> Result<Rows, StorageError> {
     use std::ops::Bound;
     let range = (
         Bound::Included(start),
@@ -231,19 +248,14 @@ fn scan_table<T: ReadableTable<&'static [u8], &'static [u8]>>(
     }
     let iter = table.range::<&[u8]>(range).map_err(internal)?;
     let mut out = Vec::new();
-    let mut push = |item: Result<(redb::AccessGuard<&[u8]>, redb::AccessGuard<&[u8]>), redb::StorageError>| {
+    let rows: Box<dyn Iterator<Item = _>> = if reverse {
+        Box::new(iter.rev().take(limit))
+    } else {
+        Box::new(iter.take(limit))
+    };
+    for item in rows {
         let (k, v) = item.map_err(internal)?;
         out.push((k.value().to_vec(), v.value().to_vec()));
-        Ok::<_, StorageError>(())
-    };
-    if reverse {
-        for item in iter.rev().take(limit) {
-            push(item)?;
-        }
-    } else {
-        for item in iter.take(limit) {
-            push(item)?;
-        }
     }
     Ok(out)
 }
@@ -269,7 +281,10 @@ mod tests {
         drop(r);
         let Txn::Write(t) = w else { unreachable!() };
         s.commit(t).unwrap();
-        assert_eq!(s.begin(false).unwrap().get("a", b"k").unwrap().as_deref(), Some(&b"v"[..]));
+        assert_eq!(
+            s.begin(false).unwrap().get("a", b"k").unwrap().as_deref(),
+            Some(&b"v"[..])
+        );
         assert_eq!(s.commits(), 1);
     }
 
@@ -286,7 +301,10 @@ mod tests {
     fn read_transactions_refuse_writes() {
         let (_d, s) = open();
         let mut r = s.begin(false).unwrap();
-        assert!(matches!(r.put("a", b"k", b"v"), Err(StorageError::ReadOnly)));
+        assert!(matches!(
+            r.put("a", b"k", b"v"),
+            Err(StorageError::ReadOnly)
+        ));
     }
 
     #[test]
@@ -297,10 +315,18 @@ mod tests {
             w.put("b", k.as_bytes(), b"x").unwrap();
         }
         let keys = |v: Vec<(Vec<u8>, Vec<u8>)>| {
-            v.into_iter().map(|(k, _)| String::from_utf8(k).unwrap()).collect::<Vec<_>>()
+            v.into_iter()
+                .map(|(k, _)| String::from_utf8(k).unwrap())
+                .collect::<Vec<_>>()
         };
-        assert_eq!(keys(w.scan("b", b"p/", Some(b"p0"), false, 10).unwrap()), ["p/1", "p/2", "p/3"]);
-        assert_eq!(keys(w.scan("b", b"p/", Some(b"p0"), true, 2).unwrap()), ["p/3", "p/2"]);
+        assert_eq!(
+            keys(w.scan("b", b"p/", Some(b"p0"), false, 10).unwrap()),
+            ["p/1", "p/2", "p/3"]
+        );
+        assert_eq!(
+            keys(w.scan("b", b"p/", Some(b"p0"), true, 2).unwrap()),
+            ["p/3", "p/2"]
+        );
         assert_eq!(keys(w.scan("b", b"p/", None, false, 10).unwrap()).len(), 4);
         assert!(w.scan("b", b"q", Some(b"p"), false, 10).unwrap().is_empty());
     }
@@ -310,6 +336,9 @@ mod tests {
         let (_d, s) = open();
         let mut w = s.begin(true).unwrap();
         let big = vec![0u8; MAX_VALUE_BYTES + 1];
-        assert!(matches!(w.put("a", b"k", &big), Err(StorageError::TooLarge(_))));
+        assert!(matches!(
+            w.put("a", b"k", &big),
+            Err(StorageError::TooLarge(_))
+        ));
     }
 }

@@ -71,7 +71,11 @@ impl Server {
         };
         std::fs::create_dir_all(&data_dir).unwrap();
         let log = data_dir.join(format!("server-{}.log", std::process::id()));
-        let log_file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_marketplace"));
         cmd.arg("serve")
             .arg("--listen")
@@ -134,7 +138,13 @@ impl Server {
         )
     }
 
-    pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> Resp {
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> Resp {
         request(self.addr, method, path, headers, body)
     }
 
@@ -190,15 +200,25 @@ impl Resp {
 }
 
 /// One HTTP/1.1 request on a fresh connection.
-pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> Resp {
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Resp {
     let mut stream = TcpStream::connect(addr).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
     let mut head = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
     if let Some(b) = body
-        && !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        && !headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("content-length"))
     {
         head.push_str(&format!("content-length: {}\r\n", b.len()));
     }
@@ -220,7 +240,11 @@ pub fn read_response(stream: &mut TcpStream) -> Resp {
             break pos;
         }
         let n = stream.read(&mut chunk).expect("read response");
-        assert!(n > 0, "connection closed before headers: {:?}", String::from_utf8_lossy(&buf));
+        assert!(
+            n > 0,
+            "connection closed before headers: {:?}",
+            String::from_utf8_lossy(&buf)
+        );
         buf.extend_from_slice(&chunk[..n]);
     };
     let head = String::from_utf8_lossy(&buf[..header_end]).into_owned();
@@ -254,5 +278,9 @@ pub fn read_response(stream: &mut TcpStream) -> Resp {
             let _ = stream.read_to_end(&mut body);
         }
     }
-    Resp { status, headers, body }
+    Resp {
+        status,
+        headers,
+        body,
+    }
 }

@@ -24,11 +24,7 @@ fn main() -> ExitCode {
             a.extend(rest.iter().map(String::as_str));
             cargo(&a)
         }),
-        "test" => build_plugins().and_then(|_| {
-            let mut a = vec!["test", "--release", "--workspace"];
-            a.extend(rest.iter().map(String::as_str));
-            cargo(&a)
-        }),
+        "test" => build_plugins().and_then(|_| test(rest)),
         "bench" => build_plugins().and_then(|_| {
             let mut a = vec!["bench", "-p", "marketplace"];
             a.extend(rest.iter().map(String::as_str));
@@ -47,10 +43,16 @@ fn main() -> ExitCode {
                     "warnings",
                 ])
             })
-            .and_then(|_| cargo(&["test", "--release", "--workspace"])),
+            .and_then(|_| test(&[])),
         _ => {
-            eprintln!("usage: cargo xtask <build-plugins | serve [ARGS] | test [ARGS] | bench [ARGS] | ci>");
-            return if cmd == "help" { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+            eprintln!(
+                "usage: cargo xtask <build-plugins | serve [ARGS] | test [ARGS] | bench [ARGS] | ci>"
+            );
+            return if cmd == "help" {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            };
         }
     };
     match result {
@@ -76,7 +78,9 @@ fn cargo(args: &[&str]) -> Result<(), String> {
 
 fn run(cmd: &mut Command) -> Result<(), String> {
     eprintln!("xtask: running {cmd:?}");
-    let status = cmd.status().map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
     if status.success() {
         Ok(())
     } else {
@@ -98,7 +102,11 @@ fn plugin_crates() -> Result<Vec<String>, String> {
         }
         let name = text
             .lines()
-            .find_map(|l| l.trim().strip_prefix("name = ").map(|v| v.trim_matches('"').to_string()))
+            .find_map(|l| {
+                l.trim()
+                    .strip_prefix("name = ")
+                    .map(|v| v.trim_matches('"').to_string())
+            })
             .ok_or_else(|| format!("{}: no package name", manifest.display()))?;
         crates.push(name);
     }
@@ -111,13 +119,37 @@ fn ensure_wasm_target() -> Result<(), String> {
         .args(["target", "list", "--installed"])
         .output();
     match installed {
-        Ok(out) if String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == "wasm32-wasip2") => Ok(()),
+        Ok(out)
+            if String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .any(|l| l.trim() == "wasm32-wasip2") =>
+        {
+            Ok(())
+        }
         Ok(_) => run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"])),
         Err(e) => {
             eprintln!("xtask: rustup not found ({e}); assuming wasm32-wasip2 is installed");
             Ok(())
         }
     }
+}
+
+/// Every test: the host's unit and black-box tests, then the plugins' unit
+/// tests natively (`--lib`: a plugin's cdylib only links for wasm32-wasip2).
+fn test(extra: &[String]) -> Result<(), String> {
+    let plugins = plugin_crates()?;
+    let mut host = vec!["test", "--release", "--workspace"];
+    for p in &plugins {
+        host.extend(["--exclude", p.as_str()]);
+    }
+    host.extend(extra.iter().map(String::as_str));
+    cargo(&host)?;
+    let mut guests = vec!["test", "--release", "--lib"];
+    for p in &plugins {
+        guests.extend(["-p", p.as_str()]);
+    }
+    guests.extend(extra.iter().map(String::as_str));
+    cargo(&guests)
 }
 
 fn build_plugins() -> Result<(), String> {

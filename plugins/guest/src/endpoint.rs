@@ -173,7 +173,10 @@ pub mod kv {
     }
 
     /// A JSON value from another family's keyspace (read-only).
-    pub fn get_in<T: DeserializeOwned>(keyspace: Option<&str>, key: &str) -> Result<Option<T>, ApiError> {
+    pub fn get_in<T: DeserializeOwned>(
+        keyspace: Option<&str>,
+        key: &str,
+    ) -> Result<Option<T>, ApiError> {
         match get_raw(keyspace, key)? {
             None => Ok(None),
             Some(bytes) => serde_json::from_slice(&bytes)
@@ -208,7 +211,8 @@ pub mod kv {
     ) -> Result<Vec<(String, Vec<u8>)>, ApiError> {
         let start = prefix.as_bytes().to_vec();
         let end = prefix_end(prefix.as_bytes());
-        let entries = storage::scan(keyspace, &start, end.as_deref(), reverse, limit).map_err(map_err)?;
+        let entries =
+            storage::scan(keyspace, &start, end.as_deref(), reverse, limit).map_err(map_err)?;
         Ok(entries
             .into_iter()
             .map(|e| (String::from_utf8_lossy(&e.key).into_owned(), e.value))
@@ -236,7 +240,9 @@ macro_rules! endpoint_plugin {
         impl $crate::endpoint_bindings::exports::marketplace::plugin::handler::Guest
             for __MarketplaceExport
         {
-            fn handle(req: $crate::endpoint_bindings::marketplace::plugin::types::Request) -> $crate::Response {
+            fn handle(
+                req: $crate::endpoint_bindings::marketplace::plugin::types::Request,
+            ) -> $crate::Response {
                 $crate::run(req, <$ty as $crate::Endpoint>::handle)
             }
             fn describe() -> $crate::PluginInfo {

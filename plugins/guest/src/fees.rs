@@ -19,7 +19,9 @@ pub trait FeePolicy {
 macro_rules! fee_plugin {
     ($ty:ty) => {
         struct __MarketplaceExport;
-        impl $crate::fee_bindings::exports::marketplace::plugin::fees::Guest for __MarketplaceExport {
+        impl $crate::fee_bindings::exports::marketplace::plugin::fees::Guest
+            for __MarketplaceExport
+        {
             fn quote(action: String, basis: Option<u64>) -> Result<u64, String> {
                 <$ty as $crate::FeePolicy>::quote(&action, basis)
             }
