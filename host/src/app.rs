@@ -2,6 +2,7 @@
 
 use crate::config::Config;
 use crate::ids::IdGen;
+use crate::ledger::Ledger;
 use crate::runtime::{Limits, Runtime};
 use crate::storage::Storage;
 use anyhow::{Context, Result};
@@ -20,6 +21,7 @@ pub struct App {
     pub config: Config,
     pub storage: Storage,
     pub runtime: Runtime,
+    pub ledger: Ledger,
     pub ids: IdGen,
     /// Milliseconds added to the wall clock (tests shift time with it).
     clock_offset_ms: AtomicI64,
@@ -38,12 +40,19 @@ impl App {
             memory_bytes: (config.plugin_memory_mib as usize) << 20,
             max_instances: config.max_instances,
         };
-        let runtime = Runtime::new(limits, &config.plugins_dir, &config.data_dir.join("cache"))?;
+        let ledger = Ledger::open(&config.data_dir, storage.db())?;
+        let runtime = Runtime::new(
+            limits,
+            &config.plugins_dir,
+            &config.data_dir.join("cache"),
+            config.family_settings(crate::runtime::FEES_FAMILY),
+        )?;
         runtime.load_configured(&families);
         Ok(Arc::new(App {
             config,
             storage,
             runtime,
+            ledger,
             ids: IdGen::default(),
             clock_offset_ms: AtomicI64::new(0),
         }))

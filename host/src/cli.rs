@@ -13,7 +13,14 @@ marketplace: the marketplace service host
 USAGE:
     marketplace serve [--config FILE] [--listen ADDR] [--data-dir DIR]
                       [--plugins DIR] [--admin-listen ADDR] [--testing-routes]
+    marketplace cash mint <AMOUNT> [--data-dir DIR | --admin URL [--token T]]
+    marketplace plugins list --admin URL [--token T]
+    marketplace plugins load <FAMILY> <FILE.wasm> --admin URL [--token T]
     marketplace --version | --help
+
+`cash mint` without --admin opens the data dir directly (the server must be
+stopped); with --admin it asks the running server's admin listener. The token
+defaults to MARKETPLACE_ADMIN_TOKEN, else <data-dir>/admin.token.
 
 Every setting can also come from a TOML file (--config or MARKETPLACE_CONFIG)
 and from MARKETPLACE_<SETTING> environment variables; flags win over the
@@ -35,6 +42,11 @@ pub fn main() -> ExitCode {
 fn run(args: &[String]) -> Result<()> {
     match args.first().map(String::as_str) {
         Some("serve") => serve(&args[1..]),
+        Some("cash") => match args.get(1).map(String::as_str) {
+            Some("mint") => cash_mint(&args[2..]),
+            _ => bail!("usage: marketplace cash mint <AMOUNT> [--data-dir DIR | --admin URL]"),
+        },
+        Some("plugins") => plugins(&args[1..]),
         Some("--version") | Some("-V") => {
             println!("marketplace {}", crate::app::SERVICE_VERSION);
             Ok(())
@@ -59,7 +71,7 @@ const VALUE_FLAGS: &[(&str, &str)] = &[
 type Overrides = Vec<(String, String)>;
 
 /// Parse `--config FILE` and setting flags into (file, overrides).
-fn parse_settings(args: &[String]) -> Result<(Option<PathBuf>, Overrides)> {
+fn parse_settings(args: &[String], positional_ok: bool) -> Result<(Option<PathBuf>, Overrides)> {
     let mut file = None;
     let mut flags = Vec::new();
     let mut it = args.iter();
@@ -68,6 +80,13 @@ fn parse_settings(args: &[String]) -> Result<(Option<PathBuf>, Overrides)> {
             Some((n, v)) => (n, Some(v.to_string())),
             None => (arg.as_str(), None),
         };
+        if name == "--admin" || name == "--token" {
+            // Client options of the admin commands, handled by `client_options`.
+            if inline.is_none() {
+                it.next();
+            }
+            continue;
+        }
         if name == "--testing-routes" {
             flags.push(("testing_routes".into(), "true".into()));
             continue;
@@ -85,6 +104,8 @@ fn parse_settings(args: &[String]) -> Result<(Option<PathBuf>, Overrides)> {
             file = Some(PathBuf::from(value()?));
         } else if let Some((_, key)) = VALUE_FLAGS.iter().find(|(f, _)| *f == name) {
             flags.push((key.to_string(), value()?));
+        } else if positional_ok && !arg.starts_with("--") {
+            continue;
         } else {
             bail!("unknown option {arg:?}\n\n{USAGE}");
         }
@@ -92,12 +113,18 @@ fn parse_settings(args: &[String]) -> Result<(Option<PathBuf>, Overrides)> {
     Ok((file, flags))
 }
 
-fn load_config(args: &[String]) -> Result<Config> {
-    let (file, flags) = parse_settings(args)?;
+/// Configuration from settings flags; `positional_ok` lets client commands
+/// keep their own positional arguments in `args`.
+fn load_config_with(args: &[String], positional_ok: bool) -> Result<Config> {
+    let (file, flags) = parse_settings(args, positional_ok)?;
     let env: Vec<(String, String)> = std::env::vars()
         .filter(|(k, _)| k.starts_with("MARKETPLACE_"))
         .collect();
     Config::load(file.as_deref(), &env, &flags)
+}
+
+fn load_config(args: &[String]) -> Result<Config> {
+    load_config_with(args, false)
 }
 
 fn init_logging(filter: &str) {
@@ -123,7 +150,23 @@ fn serve(args: &[String]) -> Result<()> {
             crate::app::SERVICE_VERSION
         );
         let listen = config.listen;
+        let admin = match config.admin_listen {
+            Some(addr) => Some((
+                addr,
+                crate::admin::token(config.admin_token.as_deref(), &config.data_dir)?,
+            )),
+            None => None,
+        };
         let app = tokio::task::spawn_blocking(move || App::start(config)).await??;
+        if let Some((addr, token)) = admin {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding admin listener {addr}"))?;
+            let admin_addr = listener.local_addr()?;
+            println!("marketplace admin listening on http://{admin_addr}");
+            tracing::info!("admin listener on http://{admin_addr}");
+            tokio::spawn(crate::admin::serve(app.clone(), listener, token));
+        }
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("binding {listen}"))?;
@@ -157,4 +200,133 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+/// `--admin URL` and `--token T` of the admin client commands, and the
+/// remaining positional arguments.
+fn client_options(args: &[String]) -> (Option<String>, Option<String>, Vec<String>) {
+    let (mut admin, mut token, mut rest) = (None, None, Vec::new());
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.split_once('=') {
+            Some(("--admin", v)) => admin = Some(v.to_string()),
+            Some(("--token", v)) => token = Some(v.to_string()),
+            _ if a == "--admin" => admin = it.next().cloned(),
+            _ if a == "--token" => token = it.next().cloned(),
+            _ if a.starts_with("--") => {
+                // A setting flag (e.g. --data-dir DIR): skip it and its value.
+                if !a.contains('=') && a != "--testing-routes" {
+                    it.next();
+                }
+            }
+            _ => rest.push(a.clone()),
+        }
+    }
+    (admin, token, rest)
+}
+
+fn admin_token(token: Option<String>, args: &[String]) -> Result<String> {
+    if let Some(t) = token.or_else(|| std::env::var("MARKETPLACE_ADMIN_TOKEN").ok()) {
+        return Ok(t);
+    }
+    let config = load_config_with(args, true)?;
+    let path = config.data_dir.join("admin.token");
+    Ok(std::fs::read_to_string(&path)
+        .with_context(|| format!("no --token given and {} is unreadable", path.display()))?
+        .trim()
+        .to_string())
+}
+
+fn cash_mint(args: &[String]) -> Result<()> {
+    let (admin, token, rest) = client_options(args);
+    let [amount] = rest.as_slice() else {
+        bail!("usage: marketplace cash mint <AMOUNT> [--data-dir DIR | --admin URL]");
+    };
+    let units =
+        marketplace_common::amount::parse(amount).map_err(|e| anyhow::anyhow!("amount {e}"))?;
+    anyhow::ensure!(units > 0, "amount must be positive");
+    if let Some(url) = admin {
+        let token = admin_token(token, args)?;
+        let body = serde_json::json!({"amount": amount}).to_string();
+        let (status, text) =
+            admin_request(&url, "POST", "/admin/cash/mint", &token, body.as_bytes())?;
+        anyhow::ensure!(status == 200, "admin answered {status}: {text}");
+        let v: serde_json::Value = serde_json::from_str(&text)?;
+        println!("{}", v["secret"].as_str().unwrap_or_default());
+        return Ok(());
+    }
+    let config = load_config_with(args, true)?;
+    let families = config.families();
+    let keyspaces: Vec<&str> = families.iter().map(|(f, _)| f.as_str()).collect();
+    let storage = crate::storage::Storage::open(&config.db_path(), &keyspaces)
+        .context("opening the database (is the server running? then use --admin URL)")?;
+    let ledger = crate::ledger::Ledger::open(&config.data_dir, storage.db())?;
+    let txn = storage.db().begin_write()?;
+    let secret = ledger.mint(&txn, units)?;
+    storage.commit(txn).map_err(|e| anyhow::anyhow!("{e}"))?;
+    println!("{secret}");
+    Ok(())
+}
+
+fn plugins(args: &[String]) -> Result<()> {
+    let (admin, token, rest) = client_options(args);
+    let url = admin.context("plugins commands talk to a running server: pass --admin URL")?;
+    let token = admin_token(token, args)?;
+    let (status, text) = match rest
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["list"] => admin_request(&url, "GET", "/admin/plugins", &token, b"")?,
+        ["load", family, file] => {
+            let bytes = std::fs::read(file).with_context(|| format!("reading {file}"))?;
+            admin_request(
+                &url,
+                "PUT",
+                &format!("/admin/plugins/{family}"),
+                &token,
+                &bytes,
+            )?
+        }
+        _ => bail!("usage: marketplace plugins list|load <FAMILY> <FILE.wasm> --admin URL"),
+    };
+    println!("{text}");
+    anyhow::ensure!(status == 200, "admin answered {status}");
+    Ok(())
+}
+
+/// A minimal HTTP/1.1 client for the admin listener (http://host:port).
+fn admin_request(
+    url: &str,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: &[u8],
+) -> Result<(u16, String)> {
+    use std::io::Read;
+    let authority = url
+        .strip_prefix("http://")
+        .context("admin URL must start with http://")?
+        .trim_end_matches('/');
+    let mut stream = std::net::TcpStream::connect(authority)
+        .with_context(|| format!("connecting to {authority}"))?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nhost: {authority}\r\nauthorization: Bearer {token}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    )?;
+    stream.write_all(body)?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .context("malformed admin response")?;
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .context("malformed admin status line")?;
+    Ok((status, body.to_string()))
 }

@@ -48,6 +48,9 @@ pub struct Config {
     pub testing_routes: bool,
     /// Log filter (tracing-subscriber EnvFilter syntax), e.g. "info".
     pub log: String,
+    /// Per-family operator settings (`[settings.fees] post = "0.3"`), read by
+    /// plugins through the `settings` interface.
+    pub settings: BTreeMap<String, BTreeMap<String, toml::Value>>,
 }
 
 impl Default for Config {
@@ -65,6 +68,7 @@ impl Default for Config {
             max_body_bytes: 2 * 1024 * 1024,
             testing_routes: false,
             log: "info".into(),
+            settings: BTreeMap::new(),
         }
     }
 }
@@ -172,6 +176,28 @@ impl Config {
             }
         }
         out
+    }
+
+    /// Settings of one family as strings (TOML strings as written, other
+    /// values in TOML form, e.g. `0.6`).
+    pub fn family_settings(&self, family: &str) -> BTreeMap<String, String> {
+        self.settings
+            .get(family)
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| {
+                        let v = match v {
+                            toml::Value::String(s) => s.clone(),
+                            toml::Value::Integer(i) => i.to_string(),
+                            toml::Value::Float(f) => f.to_string(),
+                            toml::Value::Boolean(b) => b.to_string(),
+                            other => format!("{other:?}"),
+                        };
+                        (k.clone(), v)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Path of the redb file.

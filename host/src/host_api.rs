@@ -3,10 +3,12 @@
 //! transaction, so it commits or vanishes with the request.
 
 use crate::app::{App, Reply, SERVICE_NAME, SERVICE_VERSION};
+use crate::payments::Charge;
 use crate::runtime::bindings::endpoint::marketplace::plugin::{
-    auth, cash, clock, dispatch, host, ids, log, payments, storage, types,
+    auth, cash, clock, dispatch, host, ids, log, payments, settings, storage, types,
 };
 use crate::storage::{StorageError, Txn};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use wasmtime::ResourceLimiter;
 
@@ -74,8 +76,11 @@ pub struct Ctx {
     /// Opened on first storage use, so routes that never touch storage
     /// never open (or commit) a transaction.
     txn: Option<Txn>,
-    #[allow(dead_code)]
     payment: PaymentHeaders,
+    /// Key under which a paid request's answer is kept for identical retries.
+    replay_key: Option<[u8; 32]>,
+    /// The charge taken in this request, if any.
+    charged: Option<Charge>,
     limiter: MemLimiter,
 }
 
@@ -94,6 +99,7 @@ impl Ctx {
         family: &str,
         write: bool,
         payment: PaymentHeaders,
+        replay_key: Option<[u8; 32]>,
         memory_bytes: usize,
     ) -> Ctx {
         Ctx {
@@ -102,6 +108,8 @@ impl Ctx {
             write,
             txn: None,
             payment,
+            replay_key,
+            charged: None,
             limiter: MemLimiter::new(memory_bytes),
         }
     }
@@ -114,6 +122,8 @@ impl Ctx {
             write: false,
             txn: None,
             payment: PaymentHeaders::default(),
+            replay_key: None,
+            charged: None,
             limiter: MemLimiter::new(memory_bytes),
         }
     }
@@ -121,7 +131,7 @@ impl Ctx {
     /// Turn the plugin's answer into the reply, committing the transaction
     /// when (and only when) the answer is a 2xx of a mutating request.
     pub fn finish(mut self, resp: types::Response) -> Reply {
-        let reply = Reply {
+        let mut reply = Reply {
             status: resp.status,
             headers: resp.headers,
             body: resp.body,
@@ -130,9 +140,17 @@ impl Ctx {
             tracing::error!(family = %self.family, status = reply.status, "plugin answered an invalid status");
             return Reply::error(500, "internal", "internal error");
         }
+        if reply.is_success()
+            && let Some(change) = self.charged.as_ref().and_then(|c| c.change.clone())
+        {
+            reply.headers.push(("x-cash-change".into(), change));
+        }
         match (self.txn.take(), &self.app) {
             (Some(Txn::Write(txn)), Some(app)) if reply.is_success() => {
-                match app.storage.commit(txn) {
+                match self
+                    .record_replay(&txn, &reply)
+                    .and_then(|_| app.storage.commit(txn))
+                {
                     Ok(()) => reply,
                     Err(e) => {
                         tracing::error!(family = %self.family, "commit failed: {e}");
@@ -140,8 +158,41 @@ impl Ctx {
                     }
                 }
             }
-            // Read transactions end here; failed writes are discarded.
+            // Read transactions end here; failed writes (and spends) are discarded.
             _ => reply,
+        }
+    }
+
+    /// Keep a paid request's answer for identical retries (same transaction).
+    fn record_replay(
+        &self,
+        txn: &redb::WriteTransaction,
+        reply: &Reply,
+    ) -> Result<(), StorageError> {
+        match (&self.charged, &self.replay_key) {
+            (Some(c), Some(key)) if !c.public.is_empty() => {
+                crate::ledger::Ledger::record_replay(txn, key, reply)
+                    .map_err(|e| StorageError::Internal(e.to_string()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The request's write transaction (refused in read-only requests).
+    fn write_txn(&mut self) -> Result<(&App, &redb::WriteTransaction), types::Refusal> {
+        let internal = |m: &str| {
+            tracing::error!("{m}");
+            refusal(Reply::error(500, "internal", "internal error"))
+        };
+        if !self.write {
+            return Err(internal(
+                "payments, signatures and cash need a mutating request",
+            ));
+        }
+        self.txn().map_err(|e| internal(&e.to_string()))?;
+        match (&self.app, &self.txn) {
+            (Some(app), Some(Txn::Write(t))) => Ok((app, t)),
+            _ => Err(internal("no write transaction")),
         }
     }
 
@@ -294,10 +345,26 @@ impl payments::Host for Ctx {
 
     fn charge(
         &mut self,
-        _action: String,
-        _basis: Option<u64>,
+        action: String,
+        basis: Option<u64>,
     ) -> Result<payments::Receipt, types::Refusal> {
-        Err(unavailable("payment"))
+        if self.charged.is_some() {
+            tracing::error!(family = %self.family, "a request may be charged only once");
+            return Err(refusal(Reply::error(500, "internal", "internal error")));
+        }
+        let price = self.quote(action.clone(), basis)?;
+        let payment = self.payment.clone();
+        let (app, txn) = self.write_txn()?;
+        let charge =
+            crate::payments::charge(&app.ledger, txn, &payment, &action, price).map_err(refusal)?;
+        let receipt = payments::Receipt {
+            action: charge.action.clone(),
+            price: charge.price,
+            paid: charge.paid,
+            change: charge.change.clone(),
+        };
+        self.charged = Some(charge);
+        Ok(receipt)
     }
 
     fn policy(&mut self) -> String {
@@ -311,20 +378,62 @@ impl payments::Host for Ctx {
 impl auth::Host for Ctx {
     fn verify(
         &mut self,
-        _statement: auth::Signed,
-        _require_fresh: bool,
+        statement: auth::Signed,
+        require_fresh: bool,
+        legacy_single_use: bool,
     ) -> Result<(), types::Refusal> {
-        Err(unavailable("signature verification"))
+        let (app, txn) = self.write_txn()?;
+        let st = crate::auth::Statement {
+            actor: &statement.actor,
+            message: &statement.message,
+            signature: &statement.signature,
+            timestamp: statement.timestamp,
+        };
+        crate::auth::verify(
+            txn,
+            app.now_ms() / 1000,
+            &st,
+            require_fresh,
+            legacy_single_use,
+        )
+        .map_err(refusal)
     }
 }
 
 impl cash::Host for Ctx {
-    fn payout(&mut self, _purpose: String, _amount: u64) -> Result<String, types::Refusal> {
-        Err(unavailable("cash payout"))
+    fn payout(&mut self, purpose: String, amount: u64) -> Result<String, types::Refusal> {
+        let family = self.family.clone();
+        let (app, txn) = self.write_txn()?;
+        let internal = |e: anyhow::Error| {
+            tracing::error!(family = %family, "payout failed: {e:#}");
+            refusal(Reply::error(500, "internal", "internal error"))
+        };
+        let (secret, created) = app
+            .ledger
+            .issue(txn, &format!("{family}:{purpose}"), amount)
+            .map_err(internal)?;
+        if created {
+            crate::ledger::add_total(txn, "escrow", -(amount as i128)).map_err(internal)?;
+        }
+        Ok(secret)
     }
 
-    fn earn(&mut self, _amount: u64) -> Result<(), types::Refusal> {
-        Err(unavailable("cash ledger"))
+    fn earn(&mut self, amount: u64) -> Result<(), types::Refusal> {
+        let family = self.family.clone();
+        let (_, txn) = self.write_txn()?;
+        crate::ledger::add_total(txn, "escrow", -(amount as i128))
+            .and_then(|_| crate::ledger::add_total(txn, "fees", amount as i128))
+            .map_err(|e| {
+                tracing::error!(family = %family, "earning a fee failed: {e:#}");
+                refusal(Reply::error(500, "internal", "internal error"))
+            })
+    }
+}
+
+impl settings::Host for Ctx {
+    fn get(&mut self, key: String) -> Option<String> {
+        let app = self.app.as_ref()?;
+        app.config.family_settings(&self.family).remove(&key)
     }
 }
 
@@ -378,31 +487,35 @@ impl host::Host for Ctx {
     }
 
     fn payment_rails(&mut self) -> Vec<host::Rail> {
-        vec![
-            host::Rail {
-                rail: "webcash".into(),
-                header: "X-Cash-Secret".into(),
-                enabled: true,
-            },
-            host::Rail {
-                rail: "bitcoin".into(),
-                header: "X-Bitcoin-Secret".into(),
-                enabled: false,
-            },
-        ]
+        crate::payments::RAILS
+            .iter()
+            .map(|(rail, header, enabled)| host::Rail {
+                rail: rail.to_string(),
+                header: header.to_string(),
+                enabled: *enabled,
+            })
+            .collect()
     }
 }
 
 /// Store data of one fee-policy call.
 pub struct FeeCtx {
     limiter: MemLimiter,
+    settings: Arc<BTreeMap<String, String>>,
 }
 
 impl FeeCtx {
-    pub fn new(memory_bytes: usize) -> FeeCtx {
+    pub fn new(memory_bytes: usize, settings: Arc<BTreeMap<String, String>>) -> FeeCtx {
         FeeCtx {
             limiter: MemLimiter::new(memory_bytes),
+            settings,
         }
+    }
+}
+
+impl settings::Host for FeeCtx {
+    fn get(&mut self, key: String) -> Option<String> {
+        self.settings.get(&key).cloned()
     }
 }
 

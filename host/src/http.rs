@@ -12,6 +12,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use redb::ReadableDatabase;
 use serde_json::json;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -80,7 +81,7 @@ async fn handle(
     Ok(to_hyper(reply, method == "HEAD"))
 }
 
-fn to_hyper(reply: Reply, head: bool) -> Response<Full<Bytes>> {
+pub(crate) fn to_hyper(reply: Reply, head: bool) -> Response<Full<Bytes>> {
     let mut builder = Response::builder()
         .status(StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR));
     let mut has_type = false;
@@ -195,7 +196,16 @@ async fn dispatch(
     };
 
     let reply = match route.handler {
-        Handler::Host(name) => host_route(app, name),
+        Handler::Host(name) => {
+            let app2 = app.clone();
+            match tokio::task::spawn_blocking(move || host_route(&app2, name, &body)).await {
+                Ok(reply) => reply,
+                Err(e) => {
+                    tracing::error!("host handler {name} failed: {e}");
+                    Reply::error(500, "internal", "internal error")
+                }
+            }
+        }
         Handler::Family(family) => {
             let request = wit::Request {
                 method: if method == "HEAD" {
@@ -247,22 +257,125 @@ fn too_large(max: usize) -> Reply {
 }
 
 /// Native handlers.
-fn host_route(app: &Arc<App>, name: &str) -> Reply {
+fn host_route(app: &Arc<App>, name: &str, body: &[u8]) -> Reply {
     match name {
         "fees" => match app.runtime.fee_schedule() {
-            Ok(doc) => Reply {
-                status: 200,
-                headers: vec![],
-                body: doc.into_bytes(),
-            },
+            Ok(doc) => fee_schedule(&doc),
             Err(reply) => reply,
         },
+        "cash_replace" => cash_replace(app, body),
+        "cash_health_check" => cash_health_check(app, body),
         // The benchmark baseline: the same JSON as the trivial plugin route.
         "native_ok" => Reply::json(200, &json!({"ok": true})),
-        _ => Reply::error(
-            503,
-            "plugin_unavailable",
-            format!("{name} is not available on this host yet"),
-        ),
+        _ => Reply::error(404, "not_found", format!("no handler {name}")),
+    }
+}
+
+/// The fee plugin's schedule plus the host's payment rails.
+fn fee_schedule(doc: &str) -> Reply {
+    match serde_json::from_str::<serde_json::Value>(doc) {
+        Ok(serde_json::Value::Object(mut map)) => {
+            map.insert("rails".into(), rails());
+            Reply::json(200, &serde_json::Value::Object(map))
+        }
+        _ => {
+            tracing::error!("fee plugin returned a schedule that is not a JSON object");
+            Reply::error(500, "internal", "internal error")
+        }
+    }
+}
+
+/// Payment rails of this host as JSON.
+fn rails() -> serde_json::Value {
+    crate::payments::RAILS
+        .iter()
+        .map(|(rail, header, enabled)| json!({"rail": rail, "header": header, "enabled": enabled}))
+        .collect()
+}
+
+fn bad_request(field: &str, problem: impl Into<String>) -> Reply {
+    let problem = problem.into();
+    Reply::json(
+        400,
+        &json!({
+            "code": "invalid_request",
+            "message": format!("{field}: {problem}"),
+            "details": [{"field": field, "problem": problem}],
+        }),
+    )
+}
+
+fn string_list(v: Option<&serde_json::Value>, field: &str) -> Result<Vec<String>, Reply> {
+    match v {
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .map(|i| {
+                i.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| bad_request(field, "must be a list of strings"))
+            })
+            .collect(),
+        _ => Err(bad_request(field, "must be a list of strings")),
+    }
+}
+
+/// `POST /api/cash/replace` (webcash semantics, atomic).
+fn cash_replace(app: &Arc<App>, body: &[u8]) -> Reply {
+    let doc: serde_json::Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => return bad_request("body", format!("invalid JSON: {e}")),
+    };
+    let inputs = match string_list(doc.get("webcashes"), "webcashes") {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let outputs = match string_list(doc.get("new_webcashes"), "new_webcashes") {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let txn = match app.storage.db().begin_write() {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!("cash replace: {e}");
+            return Reply::error(500, "internal", "internal error");
+        }
+    };
+    if let Err(problem) = app.ledger.replace(&txn, &inputs, &outputs) {
+        return bad_request("webcashes", problem);
+    }
+    match app.storage.commit(txn) {
+        Ok(()) => Reply::json(200, &json!({"status": "success"})),
+        Err(e) => {
+            tracing::error!("cash replace commit: {e}");
+            Reply::error(500, "internal", "internal error")
+        }
+    }
+}
+
+/// `POST /api/cash/health_check`: `[public strings]` -> states.
+fn cash_health_check(app: &Arc<App>, body: &[u8]) -> Reply {
+    let list: Vec<String> = match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(v) => match string_list(Some(&v), "body") {
+            Ok(l) => l,
+            Err(r) => return r,
+        },
+        Err(e) => return bad_request("body", format!("invalid JSON: {e}")),
+    };
+    let result = app
+        .storage
+        .db()
+        .begin_read()
+        .map_err(|e| e.to_string())
+        .and_then(|t| crate::ledger::Ledger::outputs_read(&t).map_err(|e| e.to_string()))
+        .map_err(|e| {
+            tracing::error!("cash health_check: {e}");
+            Reply::error(500, "internal", "internal error")
+        });
+    match result {
+        Ok(table) => match app.ledger.health_check(&table, &list) {
+            Ok(doc) => Reply::json(200, &doc),
+            Err(problem) => bad_request("body", problem),
+        },
+        Err(r) => r,
     }
 }

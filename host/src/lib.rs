@@ -2,12 +2,16 @@
 //! WebAssembly plugin runtime. The binary (`src/main.rs`) is a thin CLI over
 //! this library; tests and benchmarks drive the library directly too.
 
+pub mod admin;
 pub mod app;
+pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod host_api;
 pub mod http;
 pub mod ids;
+pub mod ledger;
+pub mod payments;
 pub mod routes;
 pub mod runtime;
 pub mod storage;

@@ -131,6 +131,7 @@ pub const ROUTES: &[Route] = &[
     testing("GET", "/_testing/alloc", Handler::Family("testing")),
     testing("POST", "/_testing/write", Handler::Family("testing")),
     testing("GET", "/_testing/read", Handler::Family("testing")),
+    testing("POST", "/_testing/paid", Handler::Family("testing")),
     testing("GET", "/_testing/native", Handler::Host("native_ok")),
 ];
 

@@ -37,6 +37,7 @@ pub mod bindings {
             with: {
                 "marketplace:plugin/types": super::endpoint::marketplace::plugin::types,
                 "marketplace:plugin/log": super::endpoint::marketplace::plugin::log,
+                "marketplace:plugin/settings": super::endpoint::marketplace::plugin::settings,
             },
         });
     }
@@ -106,6 +107,8 @@ pub struct Runtime {
     cache_dir: PathBuf,
     slots: RwLock<BTreeMap<String, Slot>>,
     stop_ticker: Arc<AtomicBool>,
+    /// Operator settings of the fee family.
+    fee_settings: Arc<BTreeMap<String, String>>,
 }
 
 /// What went wrong in a plugin call, mapped to the protocol's answers.
@@ -131,7 +134,12 @@ fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool) -> Reply {
 }
 
 impl Runtime {
-    pub fn new(limits: Limits, plugins_dir: &Path, cache_dir: &Path) -> Result<Runtime> {
+    pub fn new(
+        limits: Limits,
+        plugins_dir: &Path,
+        cache_dir: &Path,
+        fee_settings: BTreeMap<String, String>,
+    ) -> Result<Runtime> {
         let mut config = wasmtime::Config::new();
         config.epoch_interruption(true);
         let instances = limits.max_instances.saturating_mul(2).saturating_add(16);
@@ -192,6 +200,7 @@ impl Runtime {
             cache_dir: cache_dir.to_path_buf(),
             slots: RwLock::new(BTreeMap::new()),
             stop_ticker,
+            fee_settings: Arc::new(fee_settings),
         })
     }
 
@@ -372,7 +381,10 @@ impl Runtime {
     }
 
     fn fee_store(&self) -> Store<FeeCtx> {
-        self.store(FeeCtx::new(self.limits.memory_bytes))
+        self.store(FeeCtx::new(
+            self.limits.memory_bytes,
+            self.fee_settings.clone(),
+        ))
     }
 
     /// The plugin currently serving `family`.
@@ -442,11 +454,34 @@ impl Runtime {
             return Reply::error(500, "internal", "internal error");
         };
         let write = !matches!(req.method.as_str(), "GET" | "HEAD");
+        // An identical retry of a paid request gets the stored answer.
+        let replay_key = match (&payment.cash, write) {
+            (Some(secret), true) => marketplace_common::secret::parse(secret).ok().map(|s| {
+                let public = crate::ledger::public_hash(&s.hex);
+                crate::payments::replay_key(&public, &req.method, &req.path, &req.body)
+            }),
+            _ => None,
+        };
+        if let Some(key) = &replay_key
+            && let Some(stored) = app
+                .storage
+                .begin(false)
+                .ok()
+                .and_then(|t| {
+                    t.read_txn()
+                        .and_then(|r| crate::ledger::Ledger::replays_read(r).ok())
+                })
+                .and_then(|table| crate::ledger::Ledger::replay(&table, key))
+        {
+            tracing::info!(family, "identical paid retry: stored response replayed");
+            return stored;
+        }
         let ctx = Ctx::new(
             app.clone(),
             family,
             write,
             payment,
+            replay_key,
             self.limits.memory_bytes,
         );
         let mut store = self.store(ctx);

@@ -85,6 +85,11 @@ impl Storage {
         })
     }
 
+    /// The database, for the host's own tables (ledger, auth).
+    pub fn db(&self) -> &Database {
+        &self.db
+    }
+
     /// Whether `family` names a keyspace.
     pub fn has_keyspace(&self, family: &str) -> bool {
         self.families.iter().any(|f| f == family)

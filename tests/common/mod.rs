@@ -28,9 +28,48 @@ pub fn plugins_dir() -> PathBuf {
     dir
 }
 
+/// Admin token every test server gets.
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+/// Unix seconds now.
+pub fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// An Ed25519 identity for tests.
+pub struct Key(ed25519_dalek::SigningKey);
+
+impl Key {
+    /// A fresh random key.
+    pub fn random() -> Key {
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).unwrap();
+        Key(ed25519_dalek::SigningKey::from_bytes(&seed))
+    }
+
+    /// The fingerprint: lower-case hex of the public key.
+    pub fn fp(&self) -> String {
+        hex(self.0.verifying_key().as_bytes())
+    }
+
+    /// Hex signature of `message`.
+    pub fn sign(&self, message: &str) -> String {
+        use ed25519_dalek::Signer;
+        hex(&self.0.sign(message.as_bytes()).to_bytes())
+    }
+}
+
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
 /// A running server; killed when dropped.
 pub struct Server {
     pub addr: SocketAddr,
+    pub admin: SocketAddr,
     child: Child,
     pub data_dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
@@ -84,6 +123,9 @@ impl Server {
             .arg(&data_dir)
             .arg("--plugins")
             .arg(opts.plugins_dir.clone().unwrap_or_else(plugins_dir))
+            .arg("--admin-listen")
+            .arg("127.0.0.1:0")
+            .env("MARKETPLACE_ADMIN_TOKEN", ADMIN_TOKEN)
             .env_remove("MARKETPLACE_CONFIG")
             .env("MARKETPLACE_LOG", "info")
             .stdin(Stdio::null())
@@ -99,14 +141,21 @@ impl Server {
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
+            let mut admin = None;
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
+                if let Some(addr) = line.strip_prefix("marketplace admin listening on http://") {
+                    admin = Some(addr.parse::<SocketAddr>().unwrap());
+                }
                 if let Some(addr) = line.strip_prefix("marketplace listening on http://") {
-                    let _ = tx.send(addr.parse::<SocketAddr>().unwrap());
+                    let _ = tx.send((
+                        addr.parse::<SocketAddr>().unwrap(),
+                        admin.expect("admin line first"),
+                    ));
                 }
             }
         });
-        let addr = match rx.recv_timeout(Duration::from_secs(120)) {
+        let (addr, admin) = match rx.recv_timeout(Duration::from_secs(120)) {
             Ok(a) => a,
             Err(_) => {
                 let _ = child.kill();
@@ -118,6 +167,7 @@ impl Server {
         };
         Server {
             addr,
+            admin,
             child,
             data_dir,
             _tmp: tmp,
@@ -146,6 +196,65 @@ impl Server {
         body: Option<&[u8]>,
     ) -> Resp {
         request(self.addr, method, path, headers, body)
+    }
+
+    /// Mint a secret through the admin listener.
+    pub fn mint(&self, amount: &str) -> String {
+        let r = self.admin_request(
+            "POST",
+            "/admin/cash/mint",
+            &serde_json::json!({"amount": amount}),
+        );
+        assert_eq!(r.status, 200, "mint: {}", r.text());
+        r.json()["secret"].as_str().unwrap().to_string()
+    }
+
+    /// An authenticated admin request.
+    pub fn admin_request(&self, method: &str, path: &str, body: &Value) -> Resp {
+        let auth = format!("Bearer {ADMIN_TOKEN}");
+        request(
+            self.admin,
+            method,
+            path,
+            &[("authorization", &auth)],
+            Some(body.to_string().as_bytes()),
+        )
+    }
+
+    /// POST JSON with extra headers.
+    pub fn post_with(&self, path: &str, headers: &[(&str, &str)], body: &Value) -> Resp {
+        let mut h = vec![("content-type", "application/json")];
+        h.extend_from_slice(headers);
+        self.request("POST", path, &h, Some(body.to_string().as_bytes()))
+    }
+
+    /// A paid POST carrying `secret` in X-Cash-Secret.
+    pub fn post_paid(&self, path: &str, secret: &str, body: &Value) -> Resp {
+        self.post_with(path, &[("x-cash-secret", secret)], body)
+    }
+
+    /// `POST /api/cash/health_check` for one secret: (spent, amount).
+    pub fn cash_state(&self, secret: &str) -> (Value, Value) {
+        let r = self.post_json("/api/cash/health_check", &serde_json::json!([secret]));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let results = r.json()["results"].clone();
+        let (_, v) = results.as_object().unwrap().iter().next().unwrap();
+        (v["spent"].clone(), v["amount"].clone())
+    }
+
+    /// Register an identity with a fresh signature, paying with `secret`.
+    pub fn register(&self, key: &Key, nickname: &str, secret: &str) -> Resp {
+        let ts = now_s();
+        self.post_paid(
+            "/api/identity",
+            secret,
+            &serde_json::json!({
+                "nickname": nickname,
+                "pgp_public_key": key.fp(),
+                "signature": key.sign(&format!("register:{nickname}:{ts}")),
+                "timestamp": ts,
+            }),
+        )
     }
 
     /// Kill the server like a crash would (SIGKILL).

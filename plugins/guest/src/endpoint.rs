@@ -255,3 +255,161 @@ macro_rules! endpoint_plugin {
         $crate::endpoint_bindings::export_endpoint!(__MarketplaceExport);
     };
 }
+
+/// A JSON object body with field-level validation: problems accumulate and
+/// [`Body::finish`] turns them into one 400 `invalid_request` with details.
+pub struct Body {
+    map: serde_json::Map<String, Value>,
+    problems: Vec<crate::Detail>,
+}
+
+impl Body {
+    /// Parse the request body as a JSON object (400 otherwise).
+    pub fn parse(req: &Request) -> Result<Body, ApiError> {
+        Ok(Body {
+            map: req.json_object()?,
+            problems: Vec::new(),
+        })
+    }
+
+    /// Record a problem with a field.
+    pub fn problem(&mut self, field: &str, problem: impl Into<String>) {
+        self.problems.push(crate::Detail {
+            field: field.to_string(),
+            problem: problem.into(),
+        });
+    }
+
+    /// The raw value of a member.
+    pub fn raw(&self, field: &str) -> Option<&Value> {
+        self.map.get(field).filter(|v| !v.is_null())
+    }
+
+    /// A string member as sent, without validation (e.g. signatures, whose
+    /// absence is a 401 rather than a 400).
+    pub fn text(&self, field: &str) -> Option<String> {
+        self.raw(field).and_then(|v| v.as_str()).map(str::to_string)
+    }
+
+    fn string(&mut self, field: &str, max_chars: usize, required: bool) -> Option<String> {
+        match self.raw(field) {
+            None if required => {
+                self.problem(field, "is required");
+                None
+            }
+            None => None,
+            Some(Value::String(s)) => {
+                if required && s.trim().is_empty() {
+                    self.problem(field, "must not be empty");
+                    None
+                } else if s.chars().count() > max_chars {
+                    self.problem(field, format!("must be at most {max_chars} characters"));
+                    None
+                } else {
+                    Some(s.clone())
+                }
+            }
+            Some(_) => {
+                self.problem(field, "must be a string");
+                None
+            }
+        }
+    }
+
+    /// A required, non-empty string of at most `max_chars`.
+    pub fn required_str(&mut self, field: &str, max_chars: usize) -> Option<String> {
+        self.string(field, max_chars, true)
+    }
+
+    /// An optional string of at most `max_chars`.
+    pub fn optional_str(&mut self, field: &str, max_chars: usize) -> Option<String> {
+        self.string(field, max_chars, false)
+    }
+
+    /// An optional non-negative integer (a JSON number or a decimal string).
+    pub fn optional_u64(&mut self, field: &str) -> Option<u64> {
+        match self.raw(field) {
+            None => None,
+            Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64(),
+            Some(Value::String(s)) if s.parse::<u64>().is_ok() => s.parse().ok(),
+            Some(_) => {
+                self.problem(field, "must be a non-negative integer");
+                None
+            }
+        }
+    }
+
+    /// 400 with every recorded problem, if any.
+    pub fn finish(&mut self) -> Result<(), ApiError> {
+        if self.problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid_many(std::mem::take(&mut self.problems)))
+        }
+    }
+}
+
+/// Charge this request for `action` (402 refusals pass through unchanged).
+/// Returns the `payment` member for the success body.
+pub fn charge(action: &str, basis: Option<u64>) -> Result<Value, ApiError> {
+    let r = payments::charge(action, basis)?;
+    Ok(serde_json::json!({
+        "action": r.action,
+        "price": marketplace_common::amount::format(r.price),
+        "paid": marketplace_common::amount::format(r.paid),
+        "change": r.change,
+    }))
+}
+
+/// Verify a signed statement from a request body. A missing actor or
+/// signature is 401 `auth_required`; the rest is decided by the host.
+pub fn verify(
+    actor: Option<&str>,
+    message: &str,
+    signature: Option<&str>,
+    timestamp: Option<u64>,
+    require_fresh: bool,
+    legacy_single_use: bool,
+) -> Result<String, ApiError> {
+    let (Some(actor), Some(signature)) = (actor, signature) else {
+        return Err(ApiError::new(
+            401,
+            "auth_required",
+            "a signature and the signer's fingerprint are required",
+        ));
+    };
+    let statement = auth::Signed {
+        actor: actor.to_string(),
+        message: message.to_string(),
+        signature: signature.to_string(),
+        timestamp,
+    };
+    auth::verify(&statement, require_fresh, legacy_single_use)?;
+    Ok(actor.to_string())
+}
+
+/// Milliseconds since the epoch as RFC 3339 UTC (second precision).
+pub fn rfc3339(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// The current host time as RFC 3339.
+pub fn now_rfc3339() -> String {
+    rfc3339(clock::now_ms())
+}

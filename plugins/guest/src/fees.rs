@@ -1,6 +1,7 @@
-//! Fee-policy plugins.
+//! Fee-policy plugins, and the standard schedule both shipped policies use.
 
-use serde_json::Value;
+use marketplace_common::amount;
+use serde_json::{Value, json};
 
 /// What a fee-policy plugin implements.
 pub trait FeePolicy {
@@ -10,8 +11,88 @@ pub trait FeePolicy {
     const POLICY: &'static str;
     /// Price in units of `action` for the basis amount.
     fn quote(action: &str, basis: Option<u64>) -> Result<u64, String>;
-    /// The document served by GET /api/fees.
+    /// The document served by GET /api/fees (the host adds `rails`).
     fn schedule() -> Value;
+}
+
+/// The standard schedule: fixed prices for identity, post, comment and rate
+/// (operator settings override the defaults), buy = the contract amount, a
+/// 3 % arbitration fee, and the pickup rule of the policy.
+pub mod standard {
+    use super::*;
+
+    /// Arbitration fee in percent.
+    pub const ARBITRATION_PERCENT: u64 = 3;
+
+    /// Fixed-price actions and their default prices.
+    pub const FIXED: &[(&str, &str)] = &[
+        ("identity", "0.6"),
+        ("post", "0.3"),
+        ("comment", "0.01"),
+        ("rate", "0.001"),
+    ];
+
+    /// Whether the first pickup pays the fee ("pickup-paid") or the fee is
+    /// inside the bid ("bid-inclusive").
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    pub enum Pickup {
+        Free,
+        FirstPaid,
+    }
+
+    /// Price of a fixed action: the operator's setting or the default.
+    pub fn fixed_price(action: &str) -> Result<u64, String> {
+        let default = FIXED
+            .iter()
+            .find(|(a, _)| *a == action)
+            .map(|(_, p)| *p)
+            .ok_or_else(|| format!("unknown action {action}"))?;
+        let configured = crate::fee_bindings::marketplace::plugin::settings::get(action);
+        let text = configured.as_deref().unwrap_or(default);
+        amount::parse(text).map_err(|e| format!("price of {action} ({text}) {e}"))
+    }
+
+    pub fn quote(pickup: Pickup, action: &str, basis: Option<u64>) -> Result<u64, String> {
+        let basis_of = |a: &str| basis.ok_or_else(|| format!("{a} needs the contract amount"));
+        match action {
+            "buy" => basis_of(action),
+            "arbitration" => Ok(amount::percent(basis_of(action)?, ARBITRATION_PERCENT)),
+            "pickup" => match pickup {
+                Pickup::Free => Ok(0),
+                Pickup::FirstPaid => Ok(amount::percent(basis_of(action)?, ARBITRATION_PERCENT)),
+            },
+            other => fixed_price(other),
+        }
+    }
+
+    pub fn schedule(name: &str, version: &str, policy: &str, pickup: Pickup) -> Value {
+        let mut actions = serde_json::Map::new();
+        for (action, _) in FIXED {
+            let price = fixed_price(action).map(amount::format).ok();
+            actions.insert(
+                action.to_string(),
+                json!({"price": price, "basis": "fixed"}),
+            );
+        }
+        actions.insert(
+            "buy".into(),
+            json!({"price": null, "basis": "contract_amount", "rate": "1", "note": "the contract amount, held in escrow"}),
+        );
+        actions.insert(
+            "pickup".into(),
+            match pickup {
+                Pickup::Free => json!({"price": "0", "basis": "free", "note": "the 3% arbitration fee is inside the bid: seller payout = amount - fee"}),
+                Pickup::FirstPaid => json!({"price": null, "basis": "contract_amount", "rate": "0.03", "note": "the first pickup of a contract pays 3% of its amount; later pickups are free; payout = amount"}),
+            },
+        );
+        json!({
+            "currency": "webcash",
+            "decimals": 8,
+            "actions": actions,
+            "arbitration": {"policy": policy, "rate": "0.03"},
+            "plugin": {"name": name, "version": version},
+        })
+    }
 }
 
 /// Export a type implementing [`FeePolicy`] as the component's `fees`.

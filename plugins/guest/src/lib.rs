@@ -67,9 +67,9 @@ pub mod fee_bindings {
 /// Everything a plugin usually needs.
 pub mod prelude {
     #[cfg(feature = "endpoint")]
-    pub use crate::endpoint::{Endpoint, Request, Response, json, kv};
+    pub use crate::endpoint::{Body, Endpoint, Request, Response, charge, json, kv, verify};
     pub use crate::error::{ApiError, Detail};
     #[cfg(feature = "fee-policy")]
-    pub use crate::fees::FeePolicy;
+    pub use crate::fees::{FeePolicy, standard};
     pub use serde_json::{Value, json};
 }

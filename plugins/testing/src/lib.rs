@@ -35,6 +35,17 @@ impl Endpoint for Testing {
                 kv::put(key, value)?;
                 Ok(json(status, &json!({"key": key, "value": value})))
             }
+            // Charges `post`, writes, then fails as asked: nothing may be
+            // spent or written unless the answer is 2xx.
+            "/_testing/paid" => {
+                let payment = charge("post", None)?;
+                kv::put("paid", "yes")?;
+                match req.query("fail") {
+                    Some("trap") => panic!("deliberate trap after charging"),
+                    Some("status") => Err(ApiError::conflict("deliberate failure after charging")),
+                    _ => Ok(json(201, &json!({"payment": payment}))),
+                }
+            }
             "/_testing/read" => {
                 let key = req.query("key").unwrap_or("k");
                 let value: Option<String> = kv::get(key)?;

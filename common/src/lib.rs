@@ -1,0 +1,5 @@
+//! Pure logic shared by the host and the plugins (no dependencies, builds
+//! for both the native host and wasm32-wasip2).
+
+pub mod amount;
+pub mod secret;

@@ -1,0 +1,204 @@
+//! The admin listener: loopback only, every request needs
+//! `Authorization: Bearer <token>` (from config, or generated into
+//! `<data_dir>/admin.token` with mode 0600).
+//!
+//! - `GET /admin/plugins` -> `[{family, component, version, hash, loaded_at}]`
+//! - `PUT /admin/plugins/{family}` (component bytes, up to 64 MiB): validate,
+//!   swap, then answer `{family, version, hash}`; a bad one is 400 and the
+//!   old one keeps serving.
+//! - `POST /admin/cash/mint {"amount": "1.5"}` -> `{"secret"}`
+//! - `POST /admin/clock {"shift_ms": n}` (only with `testing_routes`): shift
+//!   the host clock, for deadline and freshness tests.
+
+use crate::app::{App, Reply};
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde_json::json;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// Largest component upload.
+pub const MAX_UPLOAD: usize = 64 * 1024 * 1024;
+
+/// The admin token: configured, or read from / generated into the data dir.
+pub fn token(configured: Option<&str>, data_dir: &Path) -> Result<String> {
+    if let Some(t) = configured {
+        return Ok(t.to_string());
+    }
+    let path = data_dir.join("admin.token");
+    match std::fs::read_to_string(&path) {
+        Ok(t) => Ok(t.trim().to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut raw = [0u8; 32];
+            crate::ids::fill_random(&mut raw);
+            let t = crate::runtime::hex(&raw);
+            crate::ledger::write_private(&path, &t)?;
+            Ok(t)
+        }
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// Serve the admin API on `listener` until the process ends.
+pub async fn serve(app: Arc<App>, listener: TcpListener, token: String) {
+    let token = Arc::new(token);
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let app = app.clone();
+        let token = token.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let app = app.clone();
+                let token = token.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(app, &token, req).await) }
+            });
+            let _ = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(30))
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// Compare in constant time.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn handle(app: Arc<App>, token: &str, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let method = req.method().as_str().to_string();
+    let path = req.uri().path().to_string();
+    let presented = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let reply = match presented {
+        None => Reply::error(
+            401,
+            "auth_required",
+            "send Authorization: Bearer <admin token>",
+        ),
+        Some(t) if !same(t.trim().as_bytes(), token.as_bytes()) => {
+            Reply::error(401, "auth_invalid", "admin token does not match")
+        }
+        Some(_) => match Limited::new(req.into_body(), MAX_UPLOAD).collect().await {
+            Err(_) => Reply::error(
+                413,
+                "payload_too_large",
+                format!("uploads are limited to {MAX_UPLOAD} bytes"),
+            ),
+            Ok(body) => {
+                let body = body.to_bytes().to_vec();
+                let (m, p) = (method.clone(), path.clone());
+                tokio::task::spawn_blocking(move || route(&app, &m, &p, &body))
+                    .await
+                    .unwrap_or_else(|_| Reply::error(500, "internal", "internal error"))
+            }
+        },
+    };
+    tracing::info!(target: "admin", method = %method, path = %path, status = reply.status);
+    crate::http::to_hyper(reply, false)
+}
+
+fn route(app: &Arc<App>, method: &str, path: &str, body: &[u8]) -> Reply {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match (method, segments.as_slice()) {
+        ("GET", ["admin", "plugins"]) => {
+            let list: Vec<_> = app
+                .runtime
+                .statuses()
+                .into_iter()
+                .map(|s| {
+                    json!({"family": s.family, "component": s.component, "version": s.version,
+                           "status": s.status, "hash": s.hash, "loaded_at": s.loaded_at})
+                })
+                .collect();
+            Reply::json(200, &json!(list))
+        }
+        ("PUT", ["admin", "plugins", family]) => {
+            let Some(component) = app
+                .config
+                .families()
+                .into_iter()
+                .find(|(f, _)| f == family)
+                .map(|(_, c)| c)
+            else {
+                return Reply::error(404, "not_found", format!("no plugin family {family}"));
+            };
+            match app.runtime.swap(family, &component, body) {
+                Ok(p) => Reply::json(
+                    200,
+                    &json!({"family": family, "version": p.version, "hash": p.hash}),
+                ),
+                Err(e) => {
+                    tracing::warn!(family, "refused component upload: {e:#}");
+                    Reply::error(400, "invalid_request", format!("component refused: {e:#}"))
+                }
+            }
+        }
+        ("POST", ["admin", "cash", "mint"]) => {
+            let amount = serde_json::from_slice::<serde_json::Value>(body)
+                .ok()
+                .and_then(|v| v.get("amount").and_then(|a| a.as_str()).map(str::to_string));
+            let Some(amount) = amount else {
+                return Reply::error(
+                    400,
+                    "invalid_request",
+                    "body must be {\"amount\": \"<decimal>\"}",
+                );
+            };
+            match marketplace_common::amount::parse(&amount) {
+                Ok(units) if units > 0 => match mint(app, units) {
+                    Ok(secret) => Reply::json(200, &json!({"secret": secret})),
+                    Err(e) => {
+                        tracing::error!("mint failed: {e:#}");
+                        Reply::error(500, "internal", "internal error")
+                    }
+                },
+                Ok(_) => Reply::error(400, "invalid_request", "amount must be positive"),
+                Err(e) => Reply::error(400, "invalid_request", format!("amount {e}")),
+            }
+        }
+        ("POST", ["admin", "clock"]) if app.config.testing_routes => {
+            let shift = serde_json::from_slice::<serde_json::Value>(body)
+                .ok()
+                .and_then(|v| v.get("shift_ms").and_then(|s| s.as_i64()));
+            match shift {
+                Some(ms) => {
+                    app.shift_clock(ms);
+                    Reply::json(200, &json!({"now_ms": app.now_ms()}))
+                }
+                None => Reply::error(
+                    400,
+                    "invalid_request",
+                    "body must be {\"shift_ms\": <integer>}",
+                ),
+            }
+        }
+        _ => Reply::error(404, "not_found", format!("no admin route {method} {path}")),
+    }
+}
+
+/// Mint a secret worth `units` in its own transaction.
+pub fn mint(app: &App, units: u64) -> Result<String> {
+    let txn = app.storage.db().begin_write()?;
+    let secret = app.ledger.mint(&txn, units)?;
+    app.storage
+        .commit(txn)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    tracing::info!(target: "admin", amount = %marketplace_common::amount::format(units), "minted");
+    Ok(secret)
+}

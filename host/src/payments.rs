@@ -1,0 +1,174 @@
+//! The payment gate: prices come from the fee plugin, secrets from the
+//! request headers; the spend is written into the request's transaction and
+//! so becomes final only if the whole request commits.
+
+use crate::app::Reply;
+use crate::host_api::PaymentHeaders;
+use crate::ledger::{Ledger, SecretError, add_total};
+use marketplace_common::amount;
+use redb::WriteTransaction;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+/// Header names accepted for the webcash rail, canonical first.
+pub const CASH_HEADERS: &[&str] = &["X-Cash-Secret", "X-Webcash-Secret"];
+/// Header of the bitcoin rail (disabled on this host).
+pub const BITCOIN_HEADER: &str = "X-Bitcoin-Secret";
+
+/// Payment rails of this host: (rail, header, enabled). The bitcoin rail
+/// has no verifier here, so it is always disabled.
+pub const RAILS: &[(&str, &str, bool)] = &[
+    ("webcash", "X-Cash-Secret", true),
+    ("bitcoin", "X-Bitcoin-Secret", false),
+];
+
+/// Actions whose payment is held in escrow rather than earned.
+const ESCROW_ACTIONS: &[&str] = &["buy"];
+
+/// What a successful charge took.
+#[derive(Debug, Clone)]
+pub struct Charge {
+    pub action: String,
+    pub price: u64,
+    pub paid: u64,
+    /// Public hash of the spent input (empty for a free action).
+    pub public: String,
+    pub change: Option<String>,
+}
+
+/// A 402 with the protocol's body.
+pub fn refusal(code: &str, message: impl Into<String>, action: &str, price: u64) -> Reply {
+    let price = amount::format(price);
+    Reply::json(
+        402,
+        &json!({
+            "code": code,
+            "message": message.into(),
+            "required_amount": price,
+            "payment": {
+                "action": action,
+                "price": price,
+                "currency": "webcash",
+                "header": CASH_HEADERS[0],
+                "supported_headers": [CASH_HEADERS[0], CASH_HEADERS[1], BITCOIN_HEADER],
+                "format": "e<amount>:secret:<hex>",
+                "allowed_rails": ["webcash"],
+                "fee_schedule_url": "/api/fees",
+            },
+        }),
+    )
+}
+
+/// Charge `price` for `action` from the request's payment headers.
+pub fn charge(
+    ledger: &Ledger,
+    txn: &WriteTransaction,
+    headers: &PaymentHeaders,
+    action: &str,
+    price: u64,
+) -> Result<Charge, Reply> {
+    if price == 0 {
+        return Ok(Charge {
+            action: action.into(),
+            price: 0,
+            paid: 0,
+            public: String::new(),
+            change: None,
+        });
+    }
+    let shown = amount::format(price);
+    let Some(secret) = &headers.cash else {
+        if headers.bitcoin.is_some() {
+            return Err(refusal(
+                "payment_rail_unavailable",
+                format!(
+                    "the bitcoin rail is not enabled on this server; pay {shown} with the X-Cash-Secret header (webcash)"
+                ),
+                action,
+                price,
+            ));
+        }
+        return Err(refusal(
+            "payment_required",
+            format!("{action} costs {shown} webcash: retry with the X-Cash-Secret header"),
+            action,
+            price,
+        ));
+    };
+    let (public, paid) = ledger.check_in(txn, secret).map_err(|e| match e {
+        SecretError::Malformed(m) => refusal(
+            "payment_invalid",
+            format!("payment secret {m}"),
+            action,
+            price,
+        ),
+        SecretError::Unknown => refusal(
+            "payment_invalid",
+            "payment secret is not known to this ledger",
+            action,
+            price,
+        ),
+        SecretError::AmountMismatch => refusal(
+            "payment_invalid",
+            "payment secret's amount does not match the ledger",
+            action,
+            price,
+        ),
+        SecretError::Spent => refusal(
+            "payment_spent",
+            "payment secret was already spent",
+            action,
+            price,
+        ),
+    })?;
+    if paid < price {
+        return Err(refusal(
+            "payment_insufficient",
+            format!(
+                "payment of {} is less than the price {shown}",
+                amount::format(paid)
+            ),
+            action,
+            price,
+        ));
+    }
+    let internal = |e: anyhow::Error| {
+        tracing::error!("ledger write failed: {e:#}");
+        Reply::error(500, "internal", "internal error")
+    };
+    ledger.spend(txn, &public).map_err(internal)?;
+    let bucket = if ESCROW_ACTIONS.contains(&action) {
+        "escrow"
+    } else {
+        "fees"
+    };
+    add_total(txn, bucket, price as i128).map_err(internal)?;
+    let change = if paid > price {
+        let (secret, _) = ledger
+            .issue(txn, &format!("change:{public}"), paid - price)
+            .map_err(internal)?;
+        Some(secret)
+    } else {
+        None
+    };
+    Ok(Charge {
+        action: action.into(),
+        price,
+        paid,
+        public,
+        change,
+    })
+}
+
+/// Key of the replay record: same input, method, path and body bytes.
+pub fn replay_key(public: &str, method: &str, path: &str, body: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(public.as_bytes());
+    h.update([0]);
+    h.update(method.as_bytes());
+    h.update([0]);
+    h.update(path.as_bytes());
+    h.update([0]);
+    h.update(Sha256::digest(body));
+    h.finalize().into()
+}

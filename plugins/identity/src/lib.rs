@@ -1,0 +1,247 @@
+//! The `identity` family: `POST /api/identity` (paid `identity`),
+//! `GET /api/profile`, `POST /api/profiles/rate` (paid `rate`).
+//!
+//! Keyspace `identity`:
+//! - `id/{fingerprint}` -> [`Identity`]
+//! - `nick/{lower-case nickname}` -> fingerprint
+//! - `rating/{fingerprint}` -> [`Tally`] of votes on the author's posts
+//! - `post_rating/{post_id}` -> [`Tally`] of one post
+//! - `vote/{post_id}/{actor}` -> "up" | "down"
+//!
+//! Reads (read-only) from `timeline`: `post/{post_id}` (its
+//! `author_fingerprint`) and `author_count/{fingerprint}`.
+
+use marketplace_guest::prelude::*;
+use serde::{Deserialize, Serialize};
+
+struct IdentityFamily;
+
+/// Longest nickname.
+const MAX_NICKNAME: usize = 32;
+/// Longest "about" text.
+const MAX_ABOUT: usize = 2000;
+
+#[derive(Serialize, Deserialize)]
+struct Identity {
+    fingerprint: String,
+    nickname: String,
+    about: String,
+    created_at: String,
+}
+
+#[derive(Serialize, Deserialize, Default, Clone, Copy)]
+struct Tally {
+    up: u64,
+    down: u64,
+}
+
+impl Tally {
+    fn json(self) -> Value {
+        json!({"up": self.up, "down": self.down, "score": self.up as i64 - self.down as i64})
+    }
+    fn add(&mut self, vote: &str, delta: i64) {
+        let slot = if vote == "up" {
+            &mut self.up
+        } else {
+            &mut self.down
+        };
+        *slot = (*slot as i64 + delta).max(0) as u64;
+    }
+}
+
+impl Endpoint for IdentityFamily {
+    const NAME: &'static str = "identity";
+
+    fn handle(req: &Request) -> Result<Response, ApiError> {
+        match (req.method(), req.route()) {
+            ("POST", "/api/identity") => register(req),
+            ("GET", "/api/profile") => profile(req),
+            ("POST", "/api/profiles/rate") => rate(req),
+            _ => Err(ApiError::not_found(format!("route {}", req.route()))),
+        }
+    }
+}
+
+fn valid_nickname(n: &str) -> bool {
+    n.chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+fn is_fingerprint(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The public profile document.
+fn profile_json(id: &Identity) -> Result<Value, ApiError> {
+    let tally: Tally = kv::get(&format!("rating/{}", id.fingerprint))?.unwrap_or_default();
+    let posts: u64 = kv::get_in(
+        Some("timeline"),
+        &format!("author_count/{}", id.fingerprint),
+    )?
+    .unwrap_or(0);
+    Ok(json!({
+        "fingerprint": id.fingerprint,
+        "nickname": id.nickname,
+        "about": id.about,
+        "pub_key": id.fingerprint,
+        "created_at": id.created_at,
+        "post_count": posts,
+        "rating": tally.json(),
+    }))
+}
+
+fn register(req: &Request) -> Result<Response, ApiError> {
+    let mut body = Body::parse(req)?;
+    let nickname = body.required_str("nickname", MAX_NICKNAME);
+    if let Some(n) = &nickname
+        && !valid_nickname(n)
+    {
+        body.problem(
+            "nickname",
+            "may contain only letters, digits, '_', '-' and '.'",
+        );
+    }
+    let key = body
+        .required_str("pgp_public_key", 10_000)
+        .map(|k| k.trim().to_string());
+    if let Some(k) = &key {
+        if k.contains("BEGIN PGP") {
+            body.problem(
+                "pgp_public_key",
+                "OpenPGP armored keys are not accepted: send the Ed25519 public key as 64 hex characters",
+            );
+        } else if !is_fingerprint(k) {
+            body.problem(
+                "pgp_public_key",
+                "must be the Ed25519 public key as 64 hex characters",
+            );
+        }
+    }
+    let about = body.optional_str("about", MAX_ABOUT).unwrap_or_default();
+    let timestamp = body.optional_u64("timestamp");
+    body.finish()?;
+    let (nickname, fingerprint) = (
+        nickname.unwrap_or_default(),
+        key.unwrap_or_default().to_ascii_lowercase(),
+    );
+
+    let payment = charge("identity", None)?;
+    verify(
+        Some(&fingerprint),
+        &format!("register:{nickname}"),
+        body.text("signature").as_deref(),
+        timestamp,
+        false,
+        false,
+    )?;
+    if kv::get_raw(None, &format!("id/{fingerprint}"))?.is_some() {
+        return Err(ApiError::conflict("this public key is already registered"));
+    }
+    let nick_key = format!("nick/{}", nickname.to_ascii_lowercase());
+    if kv::get_raw(None, &nick_key)?.is_some() {
+        return Err(ApiError::conflict(format!("nickname {nickname} is taken")));
+    }
+    let id = Identity {
+        fingerprint: fingerprint.clone(),
+        nickname,
+        about,
+        created_at: marketplace_guest::now_rfc3339(),
+    };
+    kv::put(&format!("id/{fingerprint}"), &id)?;
+    kv::put(&nick_key, &fingerprint)?;
+    Ok(json(
+        201,
+        &json!({"fingerprint": fingerprint, "profile": profile_json(&id)?, "payment": payment}),
+    ))
+}
+
+fn profile(req: &Request) -> Result<Response, ApiError> {
+    let fingerprint = match (req.query("fingerprint"), req.query("nickname")) {
+        (Some(fp), _) => fp.to_ascii_lowercase(),
+        (None, Some(nick)) => kv::get::<String>(&format!("nick/{}", nick.to_ascii_lowercase()))?
+            .ok_or_else(|| ApiError::not_found(format!("profile {nick}")))?,
+        (None, None) => {
+            return Err(ApiError::invalid(
+                "fingerprint",
+                "give fingerprint or nickname",
+            ));
+        }
+    };
+    let id: Identity =
+        kv::get(&format!("id/{fingerprint}"))?.ok_or_else(|| ApiError::not_found("profile"))?;
+    Ok(json(200, &json!({"profile": profile_json(&id)?})))
+}
+
+fn rate(req: &Request) -> Result<Response, ApiError> {
+    let mut body = Body::parse(req)?;
+    let post_id = body.required_str("post_id", 200);
+    let vote = body.required_str("vote", 10);
+    if let Some(v) = &vote
+        && v != "up"
+        && v != "down"
+    {
+        body.problem("vote", "must be \"up\" or \"down\"");
+    }
+    let timestamp = body.optional_u64("timestamp");
+    body.finish()?;
+    let (post_id, vote) = (post_id.unwrap_or_default(), vote.unwrap_or_default());
+
+    let payment = charge("rate", None)?;
+    let actor = verify(
+        body.text("actor_fingerprint").as_deref(),
+        &format!("vote:{post_id}:{vote}"),
+        body.text("signature").as_deref(),
+        timestamp,
+        false,
+        false,
+    )?
+    .to_ascii_lowercase();
+    if kv::get_raw(None, &format!("id/{actor}"))?.is_none() {
+        return Err(ApiError::new(
+            401,
+            "auth_invalid",
+            "the actor has no registered identity",
+        ));
+    }
+    let post: Value = kv::get_in(Some("timeline"), &format!("post/{post_id}"))?
+        .ok_or_else(|| ApiError::not_found(format!("post {post_id}")))?;
+    let author = post["author_fingerprint"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if author == actor {
+        return Err(ApiError::new(
+            403,
+            "forbidden_party",
+            "you cannot rate your own post",
+        ));
+    }
+
+    let vote_key = format!("vote/{post_id}/{actor}");
+    let previous: Option<String> = kv::get(&vote_key)?;
+    let mut author_tally: Tally = kv::get(&format!("rating/{author}"))?.unwrap_or_default();
+    let mut post_tally: Tally = kv::get(&format!("post_rating/{post_id}"))?.unwrap_or_default();
+    if let Some(prev) = &previous {
+        author_tally.add(prev, -1);
+        post_tally.add(prev, -1);
+    }
+    author_tally.add(&vote, 1);
+    post_tally.add(&vote, 1);
+    kv::put(&vote_key, &vote)?;
+    kv::put(&format!("rating/{author}"), &author_tally)?;
+    kv::put(&format!("post_rating/{post_id}"), &post_tally)?;
+    Ok(json(
+        200,
+        &json!({
+            "post_id": post_id,
+            "vote": vote,
+            "previous_vote": previous,
+            "author_fingerprint": author,
+            "rating": author_tally.json(),
+            "post_rating": {"up": post_tally.up, "down": post_tally.down},
+            "payment": payment,
+        }),
+    ))
+}
+
+marketplace_guest::endpoint_plugin!(IdentityFamily);

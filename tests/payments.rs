@@ -1,0 +1,500 @@
+//! Black-box tests of payments, the cash ledger, fees, identities,
+//! signatures and profiles (PROTOCOL sections 2, 3, 4, 6).
+
+mod common;
+
+use common::{Key, Server, now_s};
+use serde_json::json;
+
+#[test]
+fn identity_is_402_without_payment_then_201_with_change() {
+    let s = Server::start();
+    let key = Key::random();
+    let ts = now_s();
+    let body = json!({
+        "nickname": "alice",
+        "pgp_public_key": key.fp(),
+        "signature": key.sign(&format!("register:alice:{ts}")),
+        "timestamp": ts,
+    });
+    let r = s.post_json("/api/identity", &body);
+    assert_eq!(r.status, 402, "{}", r.text());
+    let b = r.json();
+    assert_eq!(b["code"], "payment_required");
+    assert!(b["message"].is_string());
+    assert_eq!(b["required_amount"], "0.6");
+    let p = &b["payment"];
+    assert_eq!(p["action"], "identity");
+    assert_eq!(p["price"], "0.6");
+    assert_eq!(p["currency"], "webcash");
+    assert_eq!(p["header"], "X-Cash-Secret");
+    assert_eq!(p["format"], "e<amount>:secret:<hex>");
+    assert_eq!(p["fee_schedule_url"], "/api/fees");
+    assert!(
+        p["supported_headers"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("X-Cash-Secret"))
+    );
+    assert_eq!(p["allowed_rails"], json!(["webcash"]));
+
+    let secret = s.mint("1");
+    let r = s.post_paid("/api/identity", &secret, &body);
+    assert_eq!(r.status, 201, "{}", r.text());
+    let b = r.json();
+    assert_eq!(b["fingerprint"], key.fp());
+    assert_eq!(b["profile"]["fingerprint"], key.fp());
+    assert_eq!(b["profile"]["nickname"], "alice");
+    assert_eq!(b["profile"]["pub_key"], key.fp());
+    assert_eq!(
+        b["profile"]["rating"],
+        json!({"up": 0, "down": 0, "score": 0})
+    );
+    // 1 - 0.6 = 0.4 in change, in the header and the body.
+    let change = r
+        .header("x-cash-change")
+        .expect("change header")
+        .to_string();
+    assert_eq!(b["payment"]["change"], change.as_str());
+    assert!(change.starts_with("e0.4:secret:"), "{change}");
+    assert_eq!(s.cash_state(&secret), (json!(true), json!("1")));
+    assert_eq!(s.cash_state(&change), (json!(false), json!("0.4")));
+    // The change is itself spendable.
+    let next = format!("e0.4:secret:{}", "c".repeat(64));
+    let r = s.post_json(
+        "/api/cash/replace",
+        &json!({"webcashes": [change], "new_webcashes": [next]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), json!({"status": "success"}));
+    assert_eq!(s.cash_state(&next), (json!(false), json!("0.4")));
+
+    // The profile reads back by fingerprint and by nickname.
+    let p = s.get(&format!("/api/profile?fingerprint={}", key.fp()));
+    assert_eq!(p.status, 200);
+    assert_eq!(p.json()["profile"]["nickname"], "alice");
+    let p = s.get("/api/profile?nickname=ALICE");
+    assert_eq!(p.json()["profile"]["fingerprint"], key.fp());
+    assert_eq!(s.get("/api/profile?nickname=nobody").code(), "not_found");
+    assert_eq!(s.get("/api/profile").status, 400);
+}
+
+#[test]
+fn bad_or_missing_signature_is_401_and_spends_nothing() {
+    let s = Server::start();
+    let secret = s.mint("0.6");
+    let key = Key::random();
+    let other = Key::random();
+    let ts = now_s();
+    // Signed by the wrong key.
+    let r = s.post_paid(
+        "/api/identity",
+        &secret,
+        &json!({"nickname": "bob", "pgp_public_key": key.fp(), "timestamp": ts,
+                "signature": other.sign(&format!("register:bob:{ts}"))}),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (401, "auth_invalid"),
+        "{}",
+        r.text()
+    );
+    // No signature at all.
+    let r = s.post_paid(
+        "/api/identity",
+        &secret,
+        &json!({"nickname": "bob", "pgp_public_key": key.fp()}),
+    );
+    assert_eq!((r.status, r.code().as_str()), (401, "auth_required"));
+    // Malformed signature.
+    let r = s.post_paid(
+        "/api/identity",
+        &secret,
+        &json!({"nickname": "bob", "pgp_public_key": key.fp(), "signature": "zz"}),
+    );
+    assert_eq!((r.status, r.code().as_str()), (401, "auth_invalid"));
+    assert_eq!(s.cash_state(&secret), (json!(false), json!("0.6")));
+    // The same secret still pays for a valid request.
+    assert_eq!(s.register(&key, "bob", &secret).status, 201);
+    assert_eq!(s.cash_state(&secret).0, json!(true));
+}
+
+#[test]
+fn legacy_signatures_are_accepted() {
+    let s = Server::start();
+    let key = Key::random();
+    let r = s.post_paid(
+        "/api/identity",
+        &s.mint("0.6"),
+        &json!({"nickname": "legacy", "pgp_public_key": key.fp(), "signature": key.sign("register:legacy")}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+}
+
+#[test]
+fn expired_fresh_signature_is_401_and_reuse_is_409() {
+    let s = Server::start();
+    let key = Key::random();
+    let old = now_s() - 1000;
+    let r = s.post_paid(
+        "/api/identity",
+        &s.mint("0.6"),
+        &json!({"nickname": "carol", "pgp_public_key": key.fp(), "timestamp": old,
+                "signature": key.sign(&format!("register:carol:{old}"))}),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (401, "auth_expired"),
+        "{}",
+        r.text()
+    );
+
+    let ts = now_s();
+    let body = json!({"nickname": "carol", "pgp_public_key": key.fp(), "timestamp": ts,
+                      "signature": key.sign(&format!("register:carol:{ts}"))});
+    assert_eq!(
+        s.post_paid("/api/identity", &s.mint("0.6"), &body).status,
+        201
+    );
+    let again = s.mint("0.6");
+    let r = s.post_paid("/api/identity", &again, &body);
+    assert_eq!((r.status, r.code().as_str()), (409, "conflict"));
+    assert!(
+        r.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("already used"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        s.cash_state(&again).0,
+        json!(false),
+        "a refused request spends nothing"
+    );
+}
+
+#[test]
+fn taken_key_or_nickname_is_409_and_bad_bodies_are_400() {
+    let s = Server::start();
+    let (a, b) = (Key::random(), Key::random());
+    assert_eq!(s.register(&a, "dave", &s.mint("0.6")).status, 201);
+    let r = s.register(&b, "Dave", &s.mint("0.6"));
+    assert_eq!((r.status, r.code().as_str()), (409, "conflict"));
+    let r = s.register(&a, "dave2", &s.mint("0.6"));
+    assert_eq!((r.status, r.code().as_str()), (409, "conflict"));
+
+    let r = s.post_json(
+        "/api/identity",
+        &json!({"nickname": "x", "pgp_public_key": "-----BEGIN PGP PUBLIC KEY BLOCK-----"}),
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["details"][0]["field"], "pgp_public_key");
+    let r = s.post_json(
+        "/api/identity",
+        &json!({"nickname": "bad nick!", "pgp_public_key": a.fp()}),
+    );
+    assert_eq!(
+        (r.status, r.json()["details"][0]["field"].as_str()),
+        (400, Some("nickname"))
+    );
+    let r = s.request("POST", "/api/identity", &[], Some(b"not json"));
+    assert_eq!((r.status, r.code().as_str()), (400, "invalid_request"));
+    let r = s.post_json("/api/identity", &json!([1, 2]));
+    assert_eq!(r.status, 400);
+}
+
+#[test]
+fn payment_header_refusals() {
+    let s = Server::start();
+    let key = Key::random();
+    let body = json!({"nickname": "erin", "pgp_public_key": key.fp(), "signature": key.sign("register:erin")});
+    let r = s.post_paid("/api/identity", "e1:secret:nothex", &body);
+    assert_eq!((r.status, r.code().as_str()), (402, "payment_invalid"));
+    let unknown = format!("e1:secret:{}", "a".repeat(64));
+    let r = s.post_paid("/api/identity", &unknown, &body);
+    assert_eq!((r.status, r.code().as_str()), (402, "payment_invalid"));
+    let small = s.mint("0.5");
+    let r = s.post_paid("/api/identity", &small, &body);
+    assert_eq!((r.status, r.code().as_str()), (402, "payment_insufficient"));
+    assert_eq!(r.json()["required_amount"], "0.6");
+    let r = s.post_with("/api/identity", &[("x-bitcoin-secret", "anything")], &body);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (402, "payment_rail_unavailable")
+    );
+    // The webcash alias header pays too.
+    let secret = s.mint("0.6");
+    let r = s.post_with("/api/identity", &[("x-webcash-secret", &secret)], &body);
+    assert_eq!(r.status, 201, "{}", r.text());
+    // Reusing a spent secret for another request.
+    let k2 = Key::random();
+    let r = s.post_paid(
+        "/api/identity",
+        &secret,
+        &json!({"nickname": "frank", "pgp_public_key": k2.fp(), "signature": k2.sign("register:frank")}),
+    );
+    assert_eq!((r.status, r.code().as_str()), (402, "payment_spent"));
+}
+
+#[test]
+fn identical_retry_replays_the_stored_response() {
+    let s = Server::start();
+    let key = Key::random();
+    let secret = s.mint("1");
+    let body = json!({"nickname": "gina", "pgp_public_key": key.fp(), "signature": key.sign("register:gina")});
+    let first = s.post_paid("/api/identity", &secret, &body);
+    assert_eq!(first.status, 201);
+    let second = s.post_paid("/api/identity", &secret, &body);
+    assert_eq!(second.status, 201, "{}", second.text());
+    assert_eq!(second.body, first.body);
+    assert_eq!(
+        second.header("x-cash-change"),
+        first.header("x-cash-change")
+    );
+    // Charged once: the one change output holds 0.4, unspent.
+    let change = first.header("x-cash-change").unwrap();
+    assert_eq!(s.cash_state(change), (json!(false), json!("0.4")));
+    // A different request with the same (spent) secret is refused.
+    let mut other = body.clone();
+    other["about"] = json!("changed");
+    let r = s.post_paid("/api/identity", &secret, &other);
+    assert_eq!((r.status, r.code().as_str()), (402, "payment_spent"));
+}
+
+#[test]
+fn failures_after_charging_spend_and_write_nothing() {
+    let s = Server::testing();
+    for fail in ["status", "trap"] {
+        let secret = s.mint("0.3");
+        let r = s.request(
+            "POST",
+            &format!("/_testing/paid?fail={fail}"),
+            &[("x-cash-secret", &secret)],
+            Some(b"{}"),
+        );
+        assert!(matches!(r.status, 409 | 500), "{fail}: {}", r.text());
+        assert_eq!(
+            s.cash_state(&secret),
+            (json!(false), json!("0.3")),
+            "{fail}"
+        );
+        assert!(s.get("/_testing/read?key=paid").json()["value"].is_null());
+    }
+    let secret = s.mint("0.3");
+    let r = s.request(
+        "POST",
+        "/_testing/paid",
+        &[("x-cash-secret", &secret)],
+        Some(b"{}"),
+    );
+    assert_eq!(r.status, 201);
+    assert_eq!(s.cash_state(&secret).0, json!(true));
+    assert_eq!(s.get("/_testing/read?key=paid").json()["value"], "yes");
+}
+
+#[test]
+fn cash_replace_refuses_every_invalid_form_and_changes_nothing() {
+    let s = Server::start();
+    let input = s.mint("1");
+    let out = |amount: &str, c: char| format!("e{amount}:secret:{}", c.to_string().repeat(64));
+    let existing = s.mint("0.5");
+    let cases = [
+        json!({"webcashes": [input, input], "new_webcashes": [out("2", 'a')]}),
+        json!({"webcashes": [input], "new_webcashes": [out("0.5", 'a'), out("0.5", 'a')]}),
+        json!({"webcashes": [input], "new_webcashes": [existing.clone()]}),
+        json!({"webcashes": [input], "new_webcashes": [out("0", 'a'), out("1", 'b')]}),
+        json!({"webcashes": [input], "new_webcashes": [out("0.999999999", 'a')]}),
+        json!({"webcashes": [input], "new_webcashes": [out("0.9", 'a')]}),
+        json!({"webcashes": [input], "new_webcashes": [out("1.1", 'a')]}),
+        json!({"webcashes": [], "new_webcashes": []}),
+        json!({"webcashes": [input], "new_webcashes": [input]}),
+        json!({"webcashes": "x", "new_webcashes": [out("1", 'a')]}),
+        json!({"webcashes": [out("1", 'd')], "new_webcashes": [out("1", 'a')]}),
+    ];
+    for case in &cases {
+        let r = s.post_json("/api/cash/replace", case);
+        assert_eq!(r.status, 400, "{case}: {}", r.text());
+        assert_eq!(r.code(), "invalid_request");
+        assert_eq!(s.cash_state(&input), (json!(false), json!("1")), "{case}");
+        assert_eq!(s.cash_state(&existing), (json!(false), json!("0.5")));
+        assert_eq!(s.cash_state(&out("0.5", 'a')), (json!(null), json!(null)));
+    }
+    let r = s.post_json(
+        "/api/cash/replace",
+        &json!({"webcashes": [input], "new_webcashes": [out("0.25", 'a'), out("0.75", 'b')]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(s.cash_state(&input).0, json!(true));
+    assert_eq!(
+        s.cash_state(&out("0.75", 'b')),
+        (json!(false), json!("0.75"))
+    );
+    // Public forms are answered too, and unknown ones are null.
+    let r = s.post_json(
+        "/api/cash/health_check",
+        &json!([format!("e1:public:{}", "0".repeat(64))]),
+    );
+    let results = r.json()["results"].clone();
+    assert_eq!(
+        results.as_object().unwrap().values().next().unwrap(),
+        &json!({"spent": null, "amount": null})
+    );
+}
+
+#[test]
+fn concurrent_spends_of_one_secret_succeed_once() {
+    let s = Server::start();
+    let secret = s.mint("0.6");
+    let addr = s.addr;
+    let threads: Vec<_> = (0..32)
+        .map(|i| {
+            let secret = secret.clone();
+            std::thread::spawn(move || {
+                let key = Key::random();
+                let nick = format!("racer{i}");
+                let body = json!({"nickname": nick, "pgp_public_key": key.fp(),
+                                  "signature": key.sign(&format!("register:{nick}"))});
+                let r = common::request(
+                    addr,
+                    "POST",
+                    "/api/identity",
+                    &[
+                        ("x-cash-secret", &secret),
+                        ("content-type", "application/json"),
+                    ],
+                    Some(body.to_string().as_bytes()),
+                );
+                (r.status, r.code())
+            })
+        })
+        .collect();
+    let results: Vec<(u16, String)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let wins = results.iter().filter(|(st, _)| *st == 201).count();
+    assert_eq!(wins, 1, "{results:?}");
+    assert!(
+        results
+            .iter()
+            .filter(|(st, _)| *st != 201)
+            .all(|(st, c)| *st == 402 && c == "payment_spent"),
+        "{results:?}"
+    );
+    assert_eq!(s.cash_state(&secret).0, json!(true));
+}
+
+#[test]
+fn admin_needs_its_token() {
+    let s = Server::start();
+    let r = common::request(
+        s.admin,
+        "POST",
+        "/admin/cash/mint",
+        &[],
+        Some(br#"{"amount":"1"}"#),
+    );
+    assert_eq!((r.status, r.code().as_str()), (401, "auth_required"));
+    let r = common::request(
+        s.admin,
+        "POST",
+        "/admin/cash/mint",
+        &[("authorization", "Bearer nope")],
+        Some(br#"{"amount":"1"}"#),
+    );
+    assert_eq!((r.status, r.code().as_str()), (401, "auth_invalid"));
+    let r = s.admin_request(
+        "POST",
+        "/admin/cash/mint",
+        &json!({"amount": "0.123456789"}),
+    );
+    assert_eq!(r.status, 400);
+    let plugins = s.admin_request("GET", "/admin/plugins", &json!(null));
+    assert_eq!(plugins.status, 200);
+    let info = plugins
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["family"] == "info")
+        .cloned()
+        .unwrap();
+    assert_eq!(info["hash"].as_str().unwrap().len(), 64);
+}
+
+#[test]
+fn fee_schedule_follows_the_plugin_and_settings() {
+    let s = Server::start();
+    let f = s.get("/api/fees").json();
+    assert_eq!(f["currency"], "webcash");
+    assert_eq!(f["decimals"], 8);
+    assert_eq!(
+        f["arbitration"],
+        json!({"policy": "bid-inclusive", "rate": "0.03"})
+    );
+    for (action, price) in [
+        ("identity", "0.6"),
+        ("post", "0.3"),
+        ("comment", "0.01"),
+        ("rate", "0.001"),
+    ] {
+        assert_eq!(f["actions"][action]["price"], price, "{action}");
+    }
+    assert_eq!(f["actions"]["pickup"]["price"], "0");
+    assert!(
+        f["rails"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["rail"] == "webcash" && r["enabled"] == true)
+    );
+    assert_eq!(f["plugin"]["name"], "fees-bid-inclusive");
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("m.toml");
+    std::fs::write(
+        &config,
+        "[plugins]\nfees = \"fees_pickup_paid.wasm\"\n[settings.fees]\nidentity = \"0.5\"\n",
+    )
+    .unwrap();
+    let s = Server::with(common::Options {
+        env: vec![("MARKETPLACE_CONFIG".into(), config.display().to_string())],
+        ..Default::default()
+    });
+    let f = s.get("/api/fees").json();
+    assert_eq!(f["arbitration"]["policy"], "pickup-paid");
+    assert_eq!(f["actions"]["identity"]["price"], "0.5");
+    assert_eq!(f["actions"]["pickup"]["rate"], "0.03");
+    assert_eq!(s.get("/api/info").json()["fee_policy"], "pickup-paid");
+    let key = Key::random();
+    let r = s.post_json(
+        "/api/identity",
+        &json!({"nickname": "h", "pgp_public_key": key.fp()}),
+    );
+    assert_eq!(r.json()["required_amount"], "0.5");
+}
+
+#[test]
+fn acknowledged_paid_writes_survive_kill_9() {
+    let mut s = Server::start();
+    let data_dir = s.data_dir.clone();
+    let mut done = Vec::new();
+    for i in 0..12 {
+        let key = Key::random();
+        let secret = s.mint("0.6");
+        let r = s.register(&key, &format!("durable{i}"), &secret);
+        assert_eq!(r.status, 201);
+        done.push((key.fp(), secret));
+    }
+    s.kill();
+    let s2 = Server::with(common::Options {
+        data_dir: Some(data_dir),
+        ..Default::default()
+    });
+    for (fp, secret) in &done {
+        assert_eq!(
+            s2.get(&format!("/api/profile?fingerprint={fp}")).status,
+            200
+        );
+        assert_eq!(s2.cash_state(secret), (json!(true), json!("0.6")));
+    }
+    drop(s);
+}
