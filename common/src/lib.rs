@@ -3,3 +3,4 @@
 
 pub mod amount;
 pub mod secret;
+pub mod text;

@@ -291,6 +291,7 @@ impl Runtime {
         let component = self.compile(bytes, &hash)?;
         let (kind, info) = if family == FEES_FAMILY {
             let mut linker = self.fee_linker.clone();
+            define_wasi_random(&mut linker, &self.engine, &component)?;
             linker
                 .define_unknown_imports_as_traps(&component)
                 .map_err(|e| anyhow!("linking: {e}"))?;
@@ -307,6 +308,7 @@ impl Runtime {
             (Kind::Fees(pre), info)
         } else {
             let mut linker = self.endpoint_linker.clone();
+            define_wasi_random(&mut linker, &self.engine, &component)?;
             linker
                 .define_unknown_imports_as_traps(&component)
                 .map_err(|e| anyhow!("linking: {e}"))?;
@@ -543,6 +545,65 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         self.stop_ticker.store(true, Ordering::Relaxed);
     }
+}
+
+/// Provide the `wasi:random` interfaces a component imports (Rust's std
+/// seeds `HashMap` from `insecure-seed`), from the OS CSPRNG, for whichever
+/// 0.2.x version the component was built against. Every other WASI import
+/// traps if called: plugins reach the outside world only through the
+/// marketplace interfaces.
+fn define_wasi_random<T: 'static>(
+    linker: &mut Linker<T>,
+    engine: &Engine,
+    component: &Component,
+) -> Result<()> {
+    fn rand_u64() -> u64 {
+        let mut b = [0u8; 8];
+        crate::ids::fill_random(&mut b);
+        u64::from_le_bytes(b)
+    }
+    fn rand_bytes(len: u64) -> wasmtime::Result<Vec<u8>> {
+        if len > 1 << 20 {
+            wasmtime::bail!("random byte request over 1 MiB");
+        }
+        let mut b = vec![0u8; len as usize];
+        crate::ids::fill_random(&mut b);
+        Ok(b)
+    }
+    let names: Vec<String> = component
+        .component_type()
+        .imports(engine)
+        .map(|(name, _)| name.to_string())
+        .filter(|n| n.starts_with("wasi:random/"))
+        .collect();
+    let e = |e: wasmtime::Error| anyhow!("defining {e}");
+    for name in names {
+        let interface = name.split('@').next().unwrap_or_default();
+        let mut inst = linker.instance(&name).map_err(e)?;
+        match interface {
+            "wasi:random/insecure-seed" => inst
+                .func_wrap("insecure-seed", |_, (): ()| Ok(((rand_u64(), rand_u64()),)))
+                .map_err(e)?,
+            "wasi:random/random" => {
+                inst.func_wrap("get-random-bytes", |_, (len,): (u64,)| {
+                    Ok((rand_bytes(len)?,))
+                })
+                .map_err(e)?;
+                inst.func_wrap("get-random-u64", |_, (): ()| Ok((rand_u64(),)))
+                    .map_err(e)?;
+            }
+            "wasi:random/insecure" => {
+                inst.func_wrap("get-insecure-random-bytes", |_, (len,): (u64,)| {
+                    Ok((rand_bytes(len)?,))
+                })
+                .map_err(e)?;
+                inst.func_wrap("get-insecure-random-u64", |_, (): ()| Ok((rand_u64(),)))
+                    .map_err(e)?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Lower-case hex.

@@ -257,6 +257,39 @@ impl Server {
         )
     }
 
+    /// A registered identity (pays with a freshly minted secret).
+    pub fn identity(&self, nickname: &str) -> Key {
+        let key = Key::random();
+        let r = self.register(&key, nickname, &self.mint("0.6"));
+        assert_eq!(r.status, 201, "register {nickname}: {}", r.text());
+        key
+    }
+
+    /// Create a post (or comment) signed freshly by `key`; `extra` members
+    /// (post_type, parent_id, keywords, attachments...) are merged in.
+    pub fn post(&self, key: &Key, content: &str, extra: Value, secret: &str) -> Resp {
+        let ts = now_s();
+        let mut body = serde_json::json!({
+            "author_fingerprint": key.fp(),
+            "content": content,
+            "signature": key.sign(&format!("post:{content}:{ts}")),
+            "timestamp": ts,
+        });
+        if let Value::Object(extra) = extra {
+            for (k, v) in extra {
+                body[k] = v;
+            }
+        }
+        self.post_paid("/api/timeline", secret, &body)
+    }
+
+    /// Create a post paid with a fresh secret; returns its post_id.
+    pub fn new_post(&self, key: &Key, content: &str, extra: Value) -> String {
+        let r = self.post(key, content, extra, &self.mint("0.3"));
+        assert_eq!(r.status, 201, "post: {}", r.text());
+        r.json()["post_id"].as_str().unwrap().to_string()
+    }
+
     /// Kill the server like a crash would (SIGKILL).
     pub fn kill(&mut self) {
         let _ = self.child.kill();

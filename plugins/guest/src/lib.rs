@@ -33,6 +33,10 @@ mod endpoint;
 #[cfg(feature = "endpoint")]
 pub use endpoint::*;
 
+/// The public post document (shared by timeline, search and mcp).
+#[cfg(feature = "endpoint")]
+pub mod posts;
+
 #[cfg(feature = "fee-policy")]
 mod fees;
 #[cfg(feature = "fee-policy")]

@@ -1,0 +1,420 @@
+//! The `timeline` family: posts and comments (paid, signed), single posts,
+//! attachments, threads, the timeline, and the search index.
+//!
+//! Keyspace `timeline`:
+//! - `post/{post_id}` -> [`model::Post`] (post ids are `post_<ULID>`, so key
+//!   order is creation order)
+//! - `att/{post_id}/{index:04}` -> raw attachment bytes
+//! - `type/{post_type}/{post_id}`, `author/{fingerprint}/{post_id}`,
+//!   `children/{parent_id}/{post_id}` -> "" (secondary indexes)
+//! - `author_count/{fingerprint}` -> posts by that author (read by identity)
+//! - `ix/...` -> the inverted index (see [`index`])
+
+mod index;
+mod model;
+
+use marketplace_guest::prelude::*;
+use marketplace_guest::{Body, ids, storage};
+use model::{Attachment, Post};
+use sha2::{Digest, Sha256};
+
+struct Timeline;
+
+const MAX_CONTENT: usize = 64 * 1024;
+const MAX_KEYWORDS: usize = 32;
+const MAX_KEYWORD_CHARS: usize = 64;
+const MAX_ATTACHMENTS: usize = 16;
+const MAX_ATTACHMENT_BYTES: usize = 512 * 1024;
+const MAX_THREAD: usize = 10_000;
+
+impl Endpoint for Timeline {
+    const NAME: &'static str = "timeline";
+
+    fn handle(req: &Request) -> Result<Response, ApiError> {
+        match (req.method(), req.route()) {
+            ("POST", "/api/timeline") => create(req),
+            ("GET", "/api/timeline") => timeline(req),
+            ("GET", "/api/posts/{post_id}") => get_post(req),
+            ("GET", "/api/posts/{post_id}/attachments/{index}") => attachment(req),
+            ("GET", "/api/thread/{post_id}") => thread(req),
+            _ => Err(ApiError::not_found(format!("route {}", req.route()))),
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A validated attachment from the request.
+struct NewAttachment {
+    filename: String,
+    attachment_type: String,
+    content: String,
+}
+
+fn attachment_problems(body: &Body) -> (Vec<NewAttachment>, Vec<marketplace_guest::Detail>) {
+    let mut out = Vec::new();
+    let mut problems = Vec::new();
+    let mut problem = |field: String, p: &str| {
+        problems.push(marketplace_guest::Detail {
+            field,
+            problem: p.to_string(),
+        })
+    };
+    let Some(raw) = body.raw("attachments") else {
+        return (out, problems);
+    };
+    let Some(list) = raw.as_array() else {
+        problem("attachments".into(), "must be a list");
+        return (out, problems);
+    };
+    if list.len() > MAX_ATTACHMENTS {
+        problem(
+            "attachments".into(),
+            &format!("at most {MAX_ATTACHMENTS} attachments"),
+        );
+        return (out, problems);
+    }
+    let mut names: Vec<String> = Vec::new();
+    for (i, item) in list.iter().enumerate() {
+        let field = |f: &str| format!("attachments[{i}].{f}");
+        let filename = item.get("filename").and_then(|v| v.as_str()).unwrap_or("");
+        let content = item.get("content").and_then(|v| v.as_str());
+        if filename.is_empty() || filename.chars().count() > 255 {
+            problem(field("filename"), "is required, at most 255 characters");
+        } else if filename.contains(['/', '\\'])
+            || filename.chars().any(char::is_control)
+            || filename == "."
+            || filename == ".."
+        {
+            problem(
+                field("filename"),
+                "must not contain path separators or control characters",
+            );
+        } else if names.iter().any(|n| n.eq_ignore_ascii_case(filename)) {
+            problem(
+                field("filename"),
+                "duplicates another attachment's filename",
+            );
+        }
+        names.push(filename.to_string());
+        let Some(content) = content else {
+            problem(field("content"), "is required (a string)");
+            continue;
+        };
+        if content.len() > MAX_ATTACHMENT_BYTES {
+            problem(
+                field("content"),
+                &format!("must be at most {MAX_ATTACHMENT_BYTES} bytes"),
+            );
+        }
+        let default_type = if filename.to_ascii_lowercase().ends_with(".md") {
+            "text/markdown; charset=utf-8"
+        } else {
+            "text/plain; charset=utf-8"
+        };
+        let attachment_type = match item.get("attachment_type") {
+            None | Some(Value::Null) => default_type.to_string(),
+            Some(Value::String(t))
+                if t.contains('/') && t.len() <= 127 && !t.chars().any(char::is_control) =>
+            {
+                t.clone()
+            }
+            Some(_) => {
+                problem(
+                    field("attachment_type"),
+                    "must be a media type like text/markdown",
+                );
+                continue;
+            }
+        };
+        out.push(NewAttachment {
+            filename: filename.to_string(),
+            attachment_type,
+            content: content.to_string(),
+        });
+    }
+    (out, problems)
+}
+
+fn create(req: &Request) -> Result<Response, ApiError> {
+    let mut body = Body::parse(req)?;
+    let content = body.required_str("content", MAX_CONTENT);
+    let post_type = body
+        .optional_str("post_type", 64)
+        .unwrap_or_else(|| "general".into());
+    if post_type.is_empty()
+        || !post_type
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        body.problem("post_type", "letters, digits, '_' and '-' only");
+    }
+    let parent_id = body.optional_str("parent_id", 64);
+    let mut keywords = Vec::new();
+    match body.raw("keywords").cloned() {
+        None => {}
+        Some(Value::Array(list)) if list.len() <= MAX_KEYWORDS => {
+            for k in list {
+                match k.as_str() {
+                    Some(s) if !s.trim().is_empty() && s.chars().count() <= MAX_KEYWORD_CHARS => keywords.push(s.trim().to_string()),
+                    _ => body.problem("keywords", format!("each keyword must be a non-empty string of at most {MAX_KEYWORD_CHARS} characters")),
+                }
+            }
+        }
+        Some(_) => body.problem(
+            "keywords",
+            format!("must be a list of at most {MAX_KEYWORDS} strings"),
+        ),
+    }
+    let activity_metadata = match body.raw("activity_metadata").cloned() {
+        None => json!({}),
+        Some(v @ Value::Object(_)) => v,
+        Some(_) => {
+            body.problem("activity_metadata", "must be an object");
+            Value::Null
+        }
+    };
+    let timestamp = body.optional_u64("timestamp");
+    body.finish()?;
+    let (attachments, problems) = attachment_problems(&body);
+    if !problems.is_empty() {
+        let mut e = ApiError::invalid_many(problems);
+        e.code = "invalid_attachment".into();
+        return Err(e);
+    }
+    let content = content.unwrap_or_default();
+
+    let payment = charge(
+        if parent_id.is_some() {
+            "comment"
+        } else {
+            "post"
+        },
+        None,
+    )?;
+    let author = verify(
+        body.text("author_fingerprint").as_deref(),
+        &format!("post:{content}"),
+        body.text("signature").as_deref(),
+        timestamp,
+        false,
+        true,
+    )?
+    .to_ascii_lowercase();
+    if kv::get_raw(Some("identity"), &format!("id/{author}"))?.is_none() {
+        return Err(ApiError::new(
+            401,
+            "auth_invalid",
+            "the author has no registered identity",
+        ));
+    }
+    let mut parent = match &parent_id {
+        Some(pid) => Some(
+            model::load(pid)?.ok_or_else(|| ApiError::not_found(format!("parent post {pid}")))?,
+        ),
+        None => None,
+    };
+
+    let post_id = format!("post_{}", ids::ulid());
+    let mut meta = Vec::new();
+    for (i, a) in attachments.iter().enumerate() {
+        kv::put_raw(&format!("att/{post_id}/{i:04}"), a.content.as_bytes())?;
+        meta.push(Attachment {
+            index: i,
+            filename: a.filename.clone(),
+            attachment_type: a.attachment_type.clone(),
+            size: a.content.len(),
+            sha256: hex(&Sha256::digest(a.content.as_bytes())),
+        });
+    }
+    let post = Post {
+        post_id: post_id.clone(),
+        parent_id: parent_id.clone(),
+        author_fingerprint: author.clone(),
+        content,
+        post_type: post_type.clone(),
+        keywords,
+        attachments: meta,
+        activity_metadata,
+        created_at: marketplace_guest::now_rfc3339(),
+        comment_count: 0,
+    };
+    kv::put(&format!("post/{post_id}"), &post)?;
+    kv::put_raw(&format!("type/{post_type}/{post_id}"), b"")?;
+    kv::put_raw(&format!("author/{author}/{post_id}"), b"")?;
+    if let Some(p) = parent.as_mut() {
+        kv::put_raw(&format!("children/{}/{post_id}", p.post_id), b"")?;
+        p.comment_count += 1;
+        kv::put(&format!("post/{}", p.post_id), p)?;
+    }
+    let count_key = format!("author_count/{author}");
+    let count: u64 = kv::get(&count_key)?.unwrap_or(0);
+    kv::put(&count_key, &(count + 1))?;
+    let markdown: Vec<&str> = attachments
+        .iter()
+        .filter(|a| index::is_markdown(&a.filename, &a.attachment_type))
+        .map(|a| a.content.as_str())
+        .collect();
+    index::add(&post, &markdown)?;
+    Ok(json(
+        201,
+        &json!({"post_id": post_id, "post": post.render()?, "payment": payment}),
+    ))
+}
+
+fn timeline(req: &Request) -> Result<Response, ApiError> {
+    let limit = req.query_int("limit", 1, 100)?.unwrap_or(20) as usize;
+    let post_type = req.query("post_type").filter(|t| !t.is_empty());
+    let author = req
+        .query("author")
+        .filter(|a| !a.is_empty())
+        .map(str::to_ascii_lowercase);
+    let before = req.query("before").filter(|b| !b.is_empty());
+    if let Some(b) = before
+        && (!b.starts_with("post_") || b.len() > 64)
+    {
+        return Err(ApiError::invalid("before", "must be a post_id"));
+    }
+    // The narrowest index that answers the filters.
+    let (prefix, holds_posts) = match (&author, post_type) {
+        (Some(a), _) => (format!("author/{a}/"), false),
+        (None, Some(t)) => (format!("type/{t}/"), false),
+        (None, None) => ("post/".to_string(), true),
+    };
+    let end = match before {
+        Some(b) => format!("{prefix}{b}").into_bytes(),
+        None => kv::prefix_end(prefix.as_bytes()).unwrap_or_default(),
+    };
+    let mut posts = Vec::new();
+    let mut cursor_end = end;
+    let mut more = false;
+    'scan: loop {
+        let batch = storage::scan(None, prefix.as_bytes(), Some(&cursor_end), true, 200)
+            .map_err(|e| ApiError::internal(format!("{e:?}")))?;
+        let exhausted = batch.len() < 200;
+        for entry in &batch {
+            cursor_end = entry.key.clone();
+            let post: Post = if holds_posts {
+                serde_json::from_slice(&entry.value)
+                    .map_err(|e| ApiError::internal(e.to_string()))?
+            } else {
+                let key = String::from_utf8_lossy(&entry.key);
+                let id = key.rsplit('/').next().unwrap_or_default();
+                match model::load(id)? {
+                    Some(p) => p,
+                    None => continue,
+                }
+            };
+            if post_type.is_some_and(|t| t != post.post_type) {
+                continue;
+            }
+            if posts.len() == limit {
+                more = true;
+                break 'scan;
+            }
+            posts.push(post);
+        }
+        if exhausted {
+            break;
+        }
+    }
+    let next_before = if more {
+        posts.last().map(|p| p.post_id.clone())
+    } else {
+        None
+    };
+    let rendered = posts
+        .iter()
+        .map(Post::render)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(json(
+        200,
+        &json!({"posts": rendered, "next_before": next_before}),
+    ))
+}
+
+fn get_post(req: &Request) -> Result<Response, ApiError> {
+    let id = req.param("post_id");
+    let post = model::load(id)?.ok_or_else(|| ApiError::not_found(format!("post {id}")))?;
+    Ok(json(200, &json!({"post": post.render()?})))
+}
+
+fn attachment(req: &Request) -> Result<Response, ApiError> {
+    let id = req.param("post_id");
+    let post = model::load(id)?.ok_or_else(|| ApiError::not_found(format!("post {id}")))?;
+    let raw_index = req.param("index");
+    let meta = raw_index
+        .parse::<usize>()
+        .ok()
+        .and_then(|i| post.attachments.get(i))
+        .ok_or_else(|| ApiError::not_found(format!("attachment {raw_index} of post {id}")))?;
+    let etag = format!("\"{}\"", meta.sha256);
+    let mut headers = vec![
+        ("etag".to_string(), etag.clone()),
+        (
+            "cache-control".into(),
+            "public, max-age=31536000, immutable".into(),
+        ),
+    ];
+    if req
+        .header("if-none-match")
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"))
+    {
+        return Ok(Response {
+            status: 304,
+            headers,
+            body: vec![],
+        });
+    }
+    let bytes = kv::get_raw(None, &format!("att/{id}/{:04}", meta.index))?.ok_or_else(|| {
+        ApiError::internal(format!("attachment bytes missing for {id}/{}", meta.index))
+    })?;
+    headers.push(("content-type".into(), meta.attachment_type.clone()));
+    headers.push((
+        "content-disposition".into(),
+        format!("inline; filename=\"{}\"", meta.filename.replace('"', "")),
+    ));
+    Ok(Response {
+        status: 200,
+        headers,
+        body: bytes,
+    })
+}
+
+fn thread(req: &Request) -> Result<Response, ApiError> {
+    let id = req.param("post_id");
+    let root = model::load(id)?.ok_or_else(|| ApiError::not_found(format!("post {id}")))?;
+    let mut queue = vec![root.post_id.clone()];
+    let mut comments = Vec::new();
+    while let Some(parent) = queue.pop() {
+        for (key, _) in kv::scan_prefix(
+            None,
+            &format!("children/{parent}/"),
+            false,
+            MAX_THREAD as u32,
+        )? {
+            let child = key.rsplit('/').next().unwrap_or_default().to_string();
+            if let Some(p) = model::load(&child)? {
+                queue.push(p.post_id.clone());
+                comments.push(p);
+            }
+            if comments.len() >= MAX_THREAD {
+                break;
+            }
+        }
+    }
+    // Post ids are ULIDs: id order is creation order.
+    comments.sort_by(|a, b| a.post_id.cmp(&b.post_id));
+    let rendered = comments
+        .iter()
+        .map(Post::render)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(json(
+        200,
+        &json!({"root": root.render()?, "comments": rendered, "count": comments.len()}),
+    ))
+}
+
+marketplace_guest::endpoint_plugin!(Timeline);

@@ -1,0 +1,43 @@
+//! The stored post and its public rendering.
+
+use marketplace_guest::prelude::*;
+use serde::{Deserialize, Serialize};
+
+/// Metadata of one attachment; its bytes live at `att/{post_id}/{index}`.
+#[derive(Serialize, Deserialize, Clone)]
+pub struct Attachment {
+    pub index: usize,
+    pub filename: String,
+    pub attachment_type: String,
+    pub size: usize,
+    pub sha256: String,
+}
+
+/// A post as stored at `post/{post_id}`.
+#[derive(Serialize, Deserialize, Clone)]
+pub struct Post {
+    pub post_id: String,
+    pub parent_id: Option<String>,
+    pub author_fingerprint: String,
+    pub content: String,
+    pub post_type: String,
+    pub keywords: Vec<String>,
+    pub attachments: Vec<Attachment>,
+    pub activity_metadata: Value,
+    pub created_at: String,
+    /// Direct replies.
+    pub comment_count: u64,
+}
+
+impl Post {
+    /// The public document (see `marketplace_guest::posts::render`).
+    pub fn render(&self) -> Result<Value, ApiError> {
+        let stored = serde_json::to_value(self).map_err(|e| ApiError::internal(e.to_string()))?;
+        marketplace_guest::posts::render(stored)
+    }
+}
+
+/// Load a post (None when absent).
+pub fn load(post_id: &str) -> Result<Option<Post>, ApiError> {
+    kv::get(&format!("post/{post_id}"))
+}

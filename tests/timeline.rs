@@ -1,0 +1,377 @@
+//! Black-box tests of posts, comments, attachments, threads, listings,
+//! ranked search (PROTOCOL section 5) and ratings (section 6).
+
+mod common;
+
+use common::{Key, Server, now_s};
+use serde_json::{Value, json};
+
+fn listing_attachments() -> Value {
+    json!([
+        {"filename": "terms.md", "content": "# Terms\nPayment on delivery.", "attachment_type": "text/markdown"},
+        {"filename": "service.md", "content": "# Service\nWe audit **smart contracts**.", "attachment_type": "text/markdown"},
+    ])
+}
+
+#[test]
+fn recommended_client_flow_search_post_thread() {
+    let s = Server::start();
+    let seller = s.identity("seller");
+    let buyer = s.identity("buyer");
+    let id = s.new_post(
+        &seller,
+        "Contract audit service for escrow marketplaces",
+        json!({"post_type": "service_request", "keywords": ["audit", "security"], "attachments": listing_attachments()}),
+    );
+    assert!(id.starts_with("post_"));
+
+    // 1. Discovery.
+    let r = s.get("/api/search?term=audit&limit=20");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let found = r.json();
+    assert_eq!(found["term"], "audit");
+    assert_eq!(found["total"], 1);
+    let hit = &found["results"][0];
+    assert_eq!(hit["post_id"], id.as_str());
+    assert!(hit["score"].as_f64().unwrap() > 0.0);
+    assert_eq!(hit["listing"]["verified"], true);
+    assert_eq!(hit["author_nick"], "seller");
+
+    // 2. Scope validation.
+    let post = s.get(&format!("/api/posts/{id}"));
+    assert_eq!(post.status, 200);
+    let p = post.json()["post"].clone();
+    assert_eq!(
+        p["listing"],
+        json!({"terms": true, "descriptor": "service.md", "verified": true})
+    );
+    assert_eq!(p["post_type"], "service_request");
+    assert_eq!(p["keywords"], json!(["audit", "security"]));
+    assert_eq!(p["attachments"][1]["filename"], "service.md");
+    assert_eq!(p["attachments"][0]["index"], 0);
+    assert!(p["attachments"][0]["sha256"].as_str().unwrap().len() == 64);
+    let terms = s.get(&format!("/api/posts/{id}/attachments/0"));
+    assert_eq!(terms.text(), "# Terms\nPayment on delivery.");
+
+    // A comment (paid at the comment price) shows in the thread and the count.
+    let r = s.post(
+        &buyer,
+        "Is a Rust codebase in scope?",
+        json!({"parent_id": id}),
+        &s.mint("0.01"),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let comment = r.json()["post_id"].as_str().unwrap().to_string();
+    assert_eq!(r.json()["post"]["parent_id"], id.as_str());
+    let reply = s.new_post(&seller, "Yes it is.", json!({"parent_id": comment}));
+    let t = s.get(&format!("/api/thread/{id}"));
+    assert_eq!(t.status, 200);
+    let t = t.json();
+    assert_eq!(t["root"]["post_id"], id.as_str());
+    assert_eq!(t["count"], 2);
+    assert_eq!(t["comments"][0]["post_id"], comment.as_str());
+    assert_eq!(t["comments"][1]["post_id"], reply.as_str());
+    assert_eq!(t["root"]["comment_count"], 1);
+    assert_eq!(
+        s.get(&format!("/api/posts/{comment}")).json()["post"]["comment_count"],
+        1
+    );
+    assert_eq!(
+        s.get(&format!("/api/profile?fingerprint={}", seller.fp()))
+            .json()["profile"]["post_count"],
+        2
+    );
+}
+
+#[test]
+fn listing_without_terms_is_not_verified() {
+    let s = Server::start();
+    let k = s.identity("lister");
+    let id = s.new_post(
+        &k,
+        "Product listing",
+        json!({"attachments": [{"filename": "product.md", "content": "A product"}]}),
+    );
+    let l = s.get(&format!("/api/posts/{id}")).json()["post"]["listing"].clone();
+    assert_eq!(
+        l,
+        json!({"terms": false, "descriptor": "product.md", "verified": false})
+    );
+    let id = s.new_post(&k, "No attachments", json!({}));
+    assert_eq!(
+        s.get(&format!("/api/posts/{id}")).json()["post"]["listing"]["verified"],
+        false
+    );
+}
+
+#[test]
+fn attachment_bytes_round_trip_with_type_and_etag() {
+    let s = Server::start();
+    let k = s.identity("files");
+    let text = "ünïcödé ✓\r\n\ttabs, \"quotes\" and trailing spaces   \n";
+    let id = s.new_post(
+        &k,
+        "files",
+        json!({"attachments": [{"filename": "notes.txt", "content": text, "attachment_type": "text/plain; charset=utf-8"}]}),
+    );
+    let r = s.get(&format!("/api/posts/{id}/attachments/0"));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, text.as_bytes());
+    assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
+    let etag = r.header("etag").unwrap().to_string();
+    let again = s.request(
+        "GET",
+        &format!("/api/posts/{id}/attachments/0"),
+        &[("if-none-match", &etag)],
+        None,
+    );
+    assert_eq!(again.status, 304);
+    assert_eq!(
+        s.get(&format!("/api/posts/{id}/attachments/1")).code(),
+        "not_found"
+    );
+    assert_eq!(
+        s.get(&format!("/api/posts/{id}/attachments/x")).code(),
+        "not_found"
+    );
+    assert_eq!(
+        s.get("/api/posts/post_NOPE/attachments/0").code(),
+        "not_found"
+    );
+    assert_eq!(s.get("/api/posts/post_NOPE").code(), "not_found");
+    assert_eq!(s.get("/api/thread/nothing-at-all").code(), "not_found");
+}
+
+#[test]
+fn bad_limits_and_bad_attachments_are_400() {
+    let s = Server::start();
+    for q in ["limit=0", "limit=101", "limit=abc", "limit=-1", "limit=2.5"] {
+        let r = s.get(&format!("/api/timeline?{q}"));
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_request"),
+            "timeline {q}"
+        );
+        assert_eq!(r.json()["details"][0]["field"], "limit");
+        let r = s.get(&format!("/api/search?term=x&{q}"));
+        assert_eq!(r.status, 400, "search {q}");
+    }
+    assert_eq!(s.get("/api/search").status, 400);
+    assert_eq!(s.get("/api/search?term=%20").status, 400);
+    assert_eq!(s.get("/api/search?term=x&limit=100").status, 200);
+
+    let k = s.identity("attacher");
+    let secret = s.mint("0.3");
+    let many: Vec<Value> = (0..17)
+        .map(|i| json!({"filename": format!("f{i}.md"), "content": "x"}))
+        .collect();
+    let cases = [
+        (
+            json!([{"filename": "a.md", "content": "1"}, {"filename": "A.md", "content": "2"}]),
+            "attachments[1].filename",
+        ),
+        (
+            json!([{"filename": "../etc/passwd", "content": "1"}]),
+            "attachments[0].filename",
+        ),
+        (
+            json!([{"filename": "bad\u{7}name", "content": "1"}]),
+            "attachments[0].filename",
+        ),
+        (
+            json!([{"filename": "big.md", "content": "x".repeat(512 * 1024 + 1)}]),
+            "attachments[0].content",
+        ),
+        (
+            json!([{"filename": "nocontent.md"}]),
+            "attachments[0].content",
+        ),
+        (json!(many), "attachments"),
+        (json!("not a list"), "attachments"),
+    ];
+    for (attachments, field) in cases {
+        let r = s.post(
+            &k,
+            "with attachments",
+            json!({"attachments": attachments}),
+            &secret,
+        );
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_attachment"),
+            "{field}: {}",
+            r.text()
+        );
+        assert_eq!(r.json()["details"][0]["field"], field);
+    }
+    assert_eq!(s.cash_state(&secret).0, json!(false), "400s spend nothing");
+    let r = s.post(&k, "", json!({}), &secret);
+    assert_eq!(
+        (r.status, r.json()["details"][0]["field"].as_str()),
+        (400, Some("content"))
+    );
+}
+
+#[test]
+fn content_match_outranks_a_long_attachment_match() {
+    let s = Server::start();
+    let k = s.identity("ranker");
+    let filler: String = (0..600).map(|i| format!("word{i} ")).collect();
+    let in_attachment = s.new_post(
+        &k,
+        "General notes",
+        json!({"attachments": [{"filename": "description.md", "content": format!("{filler} zeppelin {filler}")}]}),
+    );
+    let in_content = s.new_post(&k, "Zeppelin rides over the bay", json!({}));
+    let _other = s.new_post(&k, "Nothing relevant here", json!({}));
+    let r = s.get("/api/search?term=ZEPPELIN").json();
+    assert_eq!(r["total"], 2);
+    assert_eq!(r["results"][0]["post_id"], in_content.as_str());
+    assert_eq!(r["results"][1]["post_id"], in_attachment.as_str());
+    assert!(r["results"][0]["score"].as_f64() > r["results"][1]["score"].as_f64());
+    // Keywords are searchable; the post_type filter applies.
+    let typed = s.new_post(
+        &k,
+        "Typed",
+        json!({"post_type": "service_request", "keywords": ["zeppelin"]}),
+    );
+    let r = s
+        .get("/api/search?term=zeppelin&post_type=service_request")
+        .json();
+    assert_eq!(r["total"], 1);
+    assert_eq!(r["results"][0]["post_id"], typed.as_str());
+    assert_eq!(s.get("/api/search?term=absentword").json()["total"], 0);
+}
+
+#[test]
+fn timeline_is_newest_first_with_cursor_and_filters() {
+    let s = Server::start();
+    let a = s.identity("alpha");
+    let b = s.identity("beta");
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let (key, ty) = if i % 2 == 0 {
+            (&a, "offer")
+        } else {
+            (&b, "general")
+        };
+        ids.push(s.new_post(key, &format!("post {i}"), json!({"post_type": ty})));
+    }
+    let page = s.get("/api/timeline?limit=2").json();
+    let got: Vec<&str> = page["posts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["post_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(got, [ids[4].as_str(), ids[3].as_str()]);
+    assert_eq!(page["next_before"], ids[3].as_str());
+    let page2 = s
+        .get(&format!("/api/timeline?limit=2&before={}", ids[3]))
+        .json();
+    assert_eq!(page2["posts"][0]["post_id"], ids[2].as_str());
+    let all = s.get("/api/timeline?limit=100").json();
+    assert_eq!(all["posts"].as_array().unwrap().len(), 5);
+    assert!(all["next_before"].is_null());
+    let offers = s.get("/api/timeline?post_type=offer").json();
+    assert_eq!(offers["posts"].as_array().unwrap().len(), 3);
+    let by_b = s.get(&format!("/api/timeline?author={}", b.fp())).json();
+    assert_eq!(by_b["posts"].as_array().unwrap().len(), 2);
+    assert!(
+        by_b["posts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["author_nick"] == "beta")
+    );
+    let both = s
+        .get(&format!("/api/timeline?author={}&post_type=offer", b.fp()))
+        .json();
+    assert!(both["posts"].as_array().unwrap().is_empty());
+    assert_eq!(s.get("/api/timeline?before=garbage").status, 400);
+}
+
+#[test]
+fn post_signature_identity_and_parent_rules() {
+    let s = Server::start();
+    let stranger = Key::random();
+    let secret = s.mint("0.3");
+    let r = s.post(&stranger, "unregistered", json!({}), &secret);
+    assert_eq!((r.status, r.code().as_str()), (401, "auth_invalid"));
+    let k = s.identity("poster");
+    let r = s.post(
+        &k,
+        "orphan",
+        json!({"parent_id": "post_01NOPE"}),
+        &s.mint("0.01"),
+    );
+    assert_eq!((r.status, r.code().as_str()), (404, "not_found"));
+    assert_eq!(s.cash_state(&secret).0, json!(false));
+    // A legacy post signature is single-use.
+    let body = json!({"author_fingerprint": k.fp(), "content": "legacy", "signature": k.sign("post:legacy")});
+    assert_eq!(
+        s.post_paid("/api/timeline", &s.mint("0.3"), &body).status,
+        201
+    );
+    let again = s.mint("0.3");
+    let r = s.post_paid("/api/timeline", &again, &body);
+    assert_eq!((r.status, r.code().as_str()), (409, "conflict"));
+    assert_eq!(s.cash_state(&again).0, json!(false));
+    // The nickname comes from the profile, never the request.
+    let r = s.post(
+        &k,
+        "nick",
+        json!({"author_nick": "spoofed"}),
+        &s.mint("0.3"),
+    );
+    assert_eq!(r.json()["post"]["author_nick"], "poster");
+}
+
+#[test]
+fn ratings_change_the_authors_score() {
+    let s = Server::start();
+    let author = s.identity("author");
+    let rater = s.identity("rater");
+    let post = s.new_post(&author, "Rate me", json!({}));
+    let vote = |key: &Key, post_id: &str, v: &str| {
+        let ts = now_s();
+        s.post_paid(
+            "/api/profiles/rate",
+            &s.mint("0.001"),
+            &json!({"post_id": post_id, "actor_fingerprint": key.fp(), "vote": v, "timestamp": ts,
+                    "signature": key.sign(&format!("vote:{post_id}:{v}:{ts}"))}),
+        )
+    };
+    let r = vote(&rater, &post, "up");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["rating"], json!({"up": 1, "down": 0, "score": 1}));
+    let r = vote(&rater, &post, "down");
+    assert_eq!(r.json()["rating"], json!({"up": 0, "down": 1, "score": -1}));
+    let profile = s
+        .get(&format!("/api/profile?fingerprint={}", author.fp()))
+        .json();
+    assert_eq!(
+        profile["profile"]["rating"],
+        json!({"up": 0, "down": 1, "score": -1})
+    );
+    assert_eq!(
+        s.get(&format!("/api/posts/{post}")).json()["post"]["rating"],
+        json!({"up": 0, "down": 1})
+    );
+
+    let r = vote(&author, &post, "up");
+    assert_eq!((r.status, r.code().as_str()), (403, "forbidden_party"));
+    let r = vote(&rater, "post_01UNKNOWN", "up");
+    assert_eq!((r.status, r.code().as_str()), (404, "not_found"));
+    let r = vote(&rater, &post, "sideways");
+    assert_eq!(r.status, 400);
+    let stranger = Key::random();
+    let r = vote(&stranger, &post, "up");
+    assert_eq!((r.status, r.code().as_str()), (401, "auth_invalid"));
+    let r = s.post_json(
+        "/api/profiles/rate",
+        &json!({"post_id": post, "vote": "up"}),
+    );
+    assert_eq!((r.status, r.code().as_str()), (402, "payment_required"));
+    assert_eq!(r.json()["required_amount"], "0.001");
+}
