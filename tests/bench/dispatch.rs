@@ -11,11 +11,11 @@
 use marketplace::host_api::PaymentHeaders;
 use marketplace::runtime::bindings::endpoint::marketplace::plugin::types::Request;
 use marketplace::{App, Config};
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use std::time::Instant;
+
+mod load;
+use load::load;
 
 fn plugins_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/wasm32-wasip2/release")
@@ -26,70 +26,6 @@ fn env_or(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// Keep-alive GETs on one connection until `until`; returns latencies (ns).
-async fn client(addr: SocketAddr, path: &'static str, until: Instant) -> Vec<u64> {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    stream.set_nodelay(true).unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nhost: bench\r\n\r\n");
-    let mut buf = vec![0u8; 4096];
-    let mut lat = Vec::new();
-    while Instant::now() < until {
-        let t = Instant::now();
-        stream.write_all(req.as_bytes()).await.expect("write");
-        // Read one response: headers, then content-length bytes.
-        let mut have = 0;
-        loop {
-            let n = stream.read(&mut buf[have..]).await.expect("read");
-            assert!(n > 0, "server closed the connection");
-            have += n;
-            if let Some(end) = buf[..have].windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = std::str::from_utf8(&buf[..end])
-                    .unwrap()
-                    .to_ascii_lowercase();
-                assert!(head.starts_with("http/1.1 200"), "{head}");
-                let len: usize = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .map(|v| v.trim().parse().unwrap())
-                    .unwrap();
-                while have < end + 4 + len {
-                    let n = stream.read(&mut buf[have..]).await.expect("read body");
-                    assert!(n > 0);
-                    have += n;
-                }
-                break;
-            }
-        }
-        lat.push(t.elapsed().as_nanos() as u64);
-    }
-    lat
-}
-
-struct Run {
-    rps: f64,
-    p50_us: f64,
-    p99_us: f64,
-}
-
-async fn load(addr: SocketAddr, path: &'static str, conns: u64, secs: u64) -> Run {
-    let start = Instant::now();
-    let until = start + Duration::from_secs(secs);
-    let tasks: Vec<_> = (0..conns)
-        .map(|_| tokio::spawn(client(addr, path, until)))
-        .collect();
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
-    let elapsed = start.elapsed().as_secs_f64();
-    all.sort_unstable();
-    Run {
-        rps: all.len() as f64 / elapsed,
-        p50_us: all[all.len() / 2] as f64 / 1000.0,
-        p99_us: all[all.len() * 99 / 100] as f64 / 1000.0,
-    }
 }
 
 fn ok_request() -> Request {
@@ -161,10 +97,10 @@ fn main() {
             std::future::pending(),
         ));
         // Warm up both paths.
-        load(addr, "/_testing/native", 4, 1).await;
-        load(addr, "/_testing/ok", 4, 1).await;
-        let native = load(addr, "/_testing/native", conns, secs).await;
-        let plugin = load(addr, "/_testing/ok", conns, secs).await;
+        load(addr, &["/_testing/native"], 4, 1).await;
+        load(addr, &["/_testing/ok"], 4, 1).await;
+        let native = load(addr, &["/_testing/native"], conns, secs).await;
+        let plugin = load(addr, &["/_testing/ok"], conns, secs).await;
         println!(
             "load: {conns} keep-alive connections, {secs} s per route, client in the same process"
         );

@@ -5,6 +5,11 @@
 //! {post_type}"`, `ix/stats`), tokenises the query with the same tokenizer
 //! and ranks with BM25 (k1 = 1.2, b = 0.75) over field-weighted term
 //! frequencies (content 3, keywords 2, markdown attachments 1).
+//!
+//! Cost is bounded: per query term at most [`MAX_POSTINGS`] postings are
+//! read, newest posts first. IDF uses the exact document frequency
+//! (`ix/df/{term}`), so scores are true BM25; for a term in more posts than
+//! that, only its newest posts compete.
 
 use marketplace_common::text::tokens;
 use marketplace_guest::prelude::*;
@@ -16,7 +21,7 @@ struct Search;
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
 /// Postings read per query term at most (keeps a query's cost bounded).
-const MAX_POSTINGS: u32 = 100_000;
+const MAX_POSTINGS: u32 = 5_000;
 /// Query terms used at most.
 const MAX_TERMS: usize = 16;
 
@@ -59,6 +64,7 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<Value, Ap
     query.truncate(MAX_TERMS);
 
     let mut scores: HashMap<String, f64> = HashMap::new();
+    let mut capped = false;
     for t in &query {
         let prefix = format!("ix/t/{t}\0");
         let end = kv::prefix_end(prefix.as_bytes());
@@ -66,11 +72,16 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<Value, Ap
             Some("timeline"),
             prefix.as_bytes(),
             end.as_deref(),
-            false,
+            // Post ids are ULIDs: a reverse scan reads the newest posts first.
+            true,
             MAX_POSTINGS,
         )
         .map_err(|e| ApiError::internal(format!("{e:?}")))?;
-        let df = postings.len() as f64;
+        let df_exact: Option<u64> = kv::get_in(Some("timeline"), &format!("ix/df/{t}"))?;
+        let df = df_exact.unwrap_or(0).max(postings.len() as u64) as f64;
+        if postings.len() as u32 == MAX_POSTINGS {
+            capped = true;
+        }
         let idf = (1.0 + (docs - df + 0.5) / (df + 0.5)).ln();
         for p in postings {
             let value = String::from_utf8_lossy(&p.value);
@@ -86,7 +97,13 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<Value, Ap
             *scores.entry(key).or_default() += s;
         }
     }
-    let total = scores.len();
+    // With a capped term and no type filter, the exact count of a one-term
+    // query is its document frequency.
+    let mut total = scores.len() as u64;
+    if capped && query.len() == 1 && post_type.is_none() {
+        let df: Option<u64> = kv::get_in(Some("timeline"), &format!("ix/df/{}", query[0]))?;
+        total = total.max(df.unwrap_or(0));
+    }
     let mut ranked: Vec<(String, f64)> = scores.into_iter().collect();
     // Best score first; newer post first among equals.
     ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| b.0.cmp(&a.0)));

@@ -4,6 +4,7 @@
 //! - `ix/t/{term}\0{post_id}` -> `"{tf} {len} {post_type}"`: weighted term
 //!   frequency, weighted document length and the post type, so ranking and
 //!   the type filter need no other reads
+//! - `ix/df/{term}` -> number of posts containing the term (exact)
 //! - `ix/stats` -> `{"docs": n, "total_len": n}`
 //!
 //! Field weights (BM25F-style): content 3, keywords 2, markdown attachments 1.
@@ -45,6 +46,9 @@ pub fn add(post: &Post, markdown: &[&str]) -> Result<(), ApiError> {
             &format!("ix/t/{term}\0{}", post.post_id),
             posting.as_bytes(),
         )?;
+        let df_key = format!("ix/df/{term}");
+        let df: u64 = kv::get(&df_key)?.unwrap_or(0);
+        kv::put(&df_key, &(df + 1))?;
     }
     let mut stats: Value =
         kv::get("ix/stats")?.unwrap_or_else(|| json!({"docs": 0, "total_len": 0}));

@@ -1,0 +1,686 @@
+//! The `contracts` family: arbitration (escrow) contracts between a buyer
+//! and the seller of a listing, with certificates and bearer witnesses.
+//!
+//! Keyspace `contracts`:
+//! - `c/{contract_id}` -> [`Contract`] (secrets included; never served raw)
+//! - `w/{witness proof}` -> `{"contract_id", "state": live|spent|burned}`
+//!
+//! Money goes through the host ledger: buy charges the amount into escrow;
+//! settlement earns the fee (bid-inclusive) or the first pickup pays it
+//! (pickup-paid); payouts and refunds are derived secrets out of escrow, so
+//! every repeat of a pickup returns the same secret.
+
+pub mod machine;
+mod time;
+
+use machine::{Action, Collect, Role, State, Verdict};
+use marketplace_common::amount;
+use marketplace_guest::prelude::*;
+use marketplace_guest::{cash, clock, ids, payments};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+struct Contracts;
+
+const CONTRACT_TYPES: &[&str] = &["service", "product_digital", "product_physical"];
+const DEFAULT_DEADLINE_MS: u64 = 7 * 24 * 3600 * 1000;
+const MAX_TEXT: usize = 64 * 1024;
+
+#[derive(Serialize, Deserialize, Clone)]
+struct Event {
+    action: String,
+    actor: String,
+    at: String,
+}
+
+#[derive(Serialize, Deserialize, Clone)]
+struct Certificate {
+    certificate_id: String,
+    certificate_secret: String,
+    certificate_proof: String,
+}
+
+#[derive(Serialize, Deserialize, Clone)]
+struct Contract {
+    contract_id: String,
+    status: State,
+    contract_type: String,
+    /// Units.
+    amount: u64,
+    buyer_fingerprint: String,
+    target_seller_fingerprint: String,
+    reference_post: String,
+    work_spec: Value,
+    delivery_deadline_ms: u64,
+    fee_policy: String,
+    /// The 3 % arbitration fee in units, fixed at buy time.
+    fee: u64,
+    created_at: String,
+    updated_at: String,
+    history: Vec<Event>,
+    // Private members: never part of a GET.
+    witness_proof: Option<String>,
+    encrypted_witness_secret: Option<String>,
+    delivered_text: Option<String>,
+    certificate: Option<Certificate>,
+    /// Under pickup-paid: whether the fee-paying first pickup happened.
+    fee_paid: bool,
+}
+
+impl Contract {
+    fn deadline_passed(&self) -> bool {
+        clock::now_ms() > self.delivery_deadline_ms
+    }
+
+    fn allowed(&self) -> Vec<&'static str> {
+        machine::allowed_actions(self.status, self.deadline_passed())
+    }
+
+    /// The public document (never a secret).
+    fn public(&self) -> Value {
+        json!({
+            "contract_id": self.contract_id,
+            "status": self.status.name(),
+            "contract_type": self.contract_type,
+            "amount": amount::format(self.amount),
+            "buyer_fingerprint": self.buyer_fingerprint,
+            "target_seller_fingerprint": self.target_seller_fingerprint,
+            "reference_post": self.reference_post,
+            "work_spec": self.work_spec,
+            "delivery_deadline": marketplace_guest::rfc3339(self.delivery_deadline_ms),
+            "fee_policy": self.fee_policy,
+            "arbitration_fee": amount::format(self.fee),
+            "witness": self.witness_proof.is_some(),
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "history": self.history,
+        })
+    }
+
+    fn record(&mut self, action: &str, actor: &str) {
+        let now = marketplace_guest::now_rfc3339();
+        self.history.push(Event {
+            action: action.into(),
+            actor: actor.into(),
+            at: now.clone(),
+        });
+        self.updated_at = now;
+    }
+
+    fn save(&self) -> Result<(), ApiError> {
+        kv::put(&format!("c/{}", self.contract_id), self)
+    }
+}
+
+fn load(id: &str) -> Result<Contract, ApiError> {
+    kv::get(&format!("c/{id}"))?.ok_or_else(|| ApiError::not_found(format!("contract {id}")))
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn valid_contract_id(id: &str) -> bool {
+    id.len() > 4
+        && id.len() <= 68
+        && id.starts_with("CTR_")
+        && id[4..]
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// Proof of a witness secret `n:{id}:secret:{64 hex}`: `n:{id}:public:{sha256
+/// of the raw 32 bytes}`.
+fn witness_proof_of(secret: &str) -> Option<String> {
+    let rest = secret.strip_prefix("n:")?;
+    let (id, hexpart) = rest.split_once(":secret:")?;
+    if !valid_contract_id(id) || hexpart.len() != 64 {
+        return None;
+    }
+    let raw: Vec<u8> = (0..32)
+        .map(|i| u8::from_str_radix(&hexpart[2 * i..2 * i + 2], 16).ok())
+        .collect::<Option<_>>()?;
+    Some(format!("n:{id}:public:{}", hex(&Sha256::digest(&raw))))
+}
+
+fn valid_witness_proof(proof: &str, contract_id: &str) -> bool {
+    proof
+        .strip_prefix(&format!("n:{contract_id}:public:"))
+        .is_some_and(|h| {
+            h.len() == 64
+                && h.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        })
+}
+
+impl Endpoint for Contracts {
+    const NAME: &'static str = "contracts";
+
+    fn handle(req: &Request) -> Result<Response, ApiError> {
+        match (req.method(), req.route()) {
+            ("POST", "/api/arbitration/contracts/buy") => buy(req),
+            ("GET", "/api/arbitration/contracts/{id}") => {
+                Ok(json(200, &load(req.param("id"))?.public()))
+            }
+            ("GET", "/api/arbitration/contracts/{id}/status") => {
+                let c = load(req.param("id"))?;
+                Ok(json(
+                    200,
+                    &json!({"contract_id": c.contract_id, "status": c.status.name(),
+                            "allowed_actions": c.allowed(), "updated_at": c.updated_at}),
+                ))
+            }
+            ("POST", "/api/arbitration/contracts/{id}/accept") => act(req, Action::Accept),
+            ("POST", "/api/arbitration/contracts/{id}/deliver") => act(req, Action::Deliver),
+            ("POST", "/api/arbitration/contracts/{id}/pickup") => act(req, Action::Pickup),
+            ("POST", "/api/arbitration/contracts/{id}/refund") => act(req, Action::Refund),
+            ("POST", "/api/arbitration/contracts/{id}/release") => act(req, Action::Release),
+            ("POST", "/api/witness/replace") => witness_replace(req),
+            ("POST", "/api/witness/health_check") => witness_health(req),
+            _ => Err(ApiError::not_found(format!("route {}", req.route()))),
+        }
+    }
+}
+
+fn parse_amount(body: &mut Body) -> Option<u64> {
+    let text = match body.raw("amount") {
+        None => {
+            body.problem("amount", "is required");
+            return None;
+        }
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        Some(_) => {
+            body.problem("amount", "must be a decimal string like \"1.5\"");
+            return None;
+        }
+    };
+    match amount::parse(&text) {
+        Ok(0) => {
+            body.problem("amount", "must be positive");
+            None
+        }
+        Ok(units) => Some(units),
+        Err(e) => {
+            body.problem("amount", format!("{e} (decimal with at most 8 decimals)"));
+            None
+        }
+    }
+}
+
+fn buy(req: &Request) -> Result<Response, ApiError> {
+    let mut body = Body::parse(req)?;
+    let contract_type = body.required_str("contract_type", 32);
+    if let Some(t) = &contract_type
+        && !CONTRACT_TYPES.contains(&t.as_str())
+    {
+        body.problem(
+            "contract_type",
+            format!("must be one of {}", CONTRACT_TYPES.join(", ")),
+        );
+    }
+    let units = parse_amount(&mut body);
+    let reference_post = body.required_str("reference_post", 128);
+    let contract_id = body.optional_str("contract_id", 68);
+    if let Some(id) = &contract_id
+        && !valid_contract_id(id)
+    {
+        body.problem("contract_id", "must match ^CTR_[A-Za-z0-9_-]{1,64}$");
+    }
+    let work_spec = body.raw("work_spec").cloned().unwrap_or(Value::Null);
+    if work_spec.to_string().len() > MAX_TEXT {
+        body.problem("work_spec", "is too large");
+    }
+    let now = clock::now_ms();
+    let deadline = match body.raw("delivery_deadline").cloned() {
+        None => Some(now + DEFAULT_DEADLINE_MS),
+        Some(Value::String(s)) => match time::parse_rfc3339(&s) {
+            Some(ms) if ms > now => Some(ms),
+            Some(_) => {
+                body.problem("delivery_deadline", "must be in the future");
+                None
+            }
+            None => {
+                body.problem(
+                    "delivery_deadline",
+                    "must be an RFC 3339 time like 2026-12-01T00:00:00Z",
+                );
+                None
+            }
+        },
+        Some(_) => {
+            body.problem("delivery_deadline", "must be an RFC 3339 string");
+            None
+        }
+    };
+    let witness_proof = body.optional_str("witness_proof", 200);
+    if let Some(p) = &witness_proof {
+        match &contract_id {
+            None => body.problem(
+                "witness_proof",
+                "a witness needs a client-supplied contract_id",
+            ),
+            Some(id) if !valid_witness_proof(p, id) => {
+                body.problem("witness_proof", "must be n:{contract_id}:public:{64 hex}")
+            }
+            _ => {}
+        }
+    }
+    let encrypted = body.optional_str("encrypted_witness_secret", 8192);
+    if body.raw("accept_terms") != Some(&Value::Bool(true)) {
+        body.problem("accept_terms", "must be true");
+    }
+    let timestamp = body.optional_u64("timestamp");
+    body.finish()?;
+    let (units, reference_post) = (units.unwrap_or(0), reference_post.unwrap_or_default());
+    let buyer_field = body.text("buyer_fingerprint").unwrap_or_default();
+
+    let payment = charge("buy", Some(units))?;
+    let buyer = verify(
+        body.text("buyer_fingerprint").as_deref(),
+        &format!(
+            "buy_contract:{buyer_field}:{reference_post}:{}:{}",
+            contract_id.as_deref().unwrap_or(""),
+            witness_proof.as_deref().unwrap_or("")
+        ),
+        body.text("signature").as_deref(),
+        timestamp,
+        false,
+        false,
+    )?
+    .to_ascii_lowercase();
+    require_identity(&buyer)?;
+    let post: Value = kv::get_in(Some("timeline"), &format!("post/{reference_post}"))?
+        .ok_or_else(|| ApiError::not_found(format!("post {reference_post}")))?;
+    let seller = post["author_fingerprint"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if seller == buyer {
+        return Err(ApiError::new(
+            403,
+            "forbidden_party",
+            "you cannot buy from your own listing",
+        ));
+    }
+    let id = contract_id.unwrap_or_else(|| format!("CTR_{}", ids::ulid()));
+    if kv::get_raw(None, &format!("c/{id}"))?.is_some() {
+        return Err(ApiError::conflict(format!("contract id {id} is taken")));
+    }
+    if let Some(p) = &witness_proof {
+        if kv::get_raw(None, &format!("w/{p}"))?.is_some() {
+            return Err(ApiError::conflict("this witness proof is already in use"));
+        }
+        kv::put(
+            &format!("w/{p}"),
+            &json!({"contract_id": id, "state": "live"}),
+        )?;
+    }
+    let now_text = marketplace_guest::now_rfc3339();
+    let mut c = Contract {
+        contract_id: id.clone(),
+        status: State::Issued,
+        contract_type: contract_type.unwrap_or_default(),
+        amount: units,
+        buyer_fingerprint: buyer.clone(),
+        target_seller_fingerprint: seller.clone(),
+        reference_post,
+        work_spec,
+        delivery_deadline_ms: deadline.unwrap_or(now + DEFAULT_DEADLINE_MS),
+        fee_policy: payments::policy(),
+        fee: payments::quote("arbitration", Some(units))?,
+        created_at: now_text.clone(),
+        updated_at: now_text,
+        history: vec![],
+        witness_proof,
+        encrypted_witness_secret: encrypted,
+        delivered_text: None,
+        certificate: None,
+        fee_paid: false,
+    };
+    c.record("buy", &buyer);
+    c.save()?;
+    Ok(json(
+        201,
+        &json!({"contract_id": id, "status": "issued", "target_seller_fingerprint": seller,
+                "allowed_actions": c.allowed(), "contract": c.public(), "payment": payment}),
+    ))
+}
+
+fn require_identity(fp: &str) -> Result<(), ApiError> {
+    if kv::get_raw(Some("identity"), &format!("id/{fp}"))?.is_none() {
+        return Err(ApiError::new(
+            401,
+            "auth_invalid",
+            "the actor has no registered identity",
+        ));
+    }
+    Ok(())
+}
+
+/// The actor member and signed message of each action.
+fn signed_message(action: Action, id: &str, body: &Body) -> (&'static str, String) {
+    match action {
+        Action::Accept => (
+            "seller_fingerprint",
+            format!(
+                "accept:{id}:{}",
+                body.text("seller_fingerprint").unwrap_or_default()
+            ),
+        ),
+        Action::Deliver => (
+            "actor_fingerprint",
+            format!(
+                "deliver:{id}:{}",
+                body.text("delivered_text").unwrap_or_default()
+            ),
+        ),
+        Action::Pickup => ("actor_fingerprint", id.to_string()),
+        Action::Refund => ("actor_fingerprint", format!("REFUND:{id}")),
+        Action::Release => ("actor_fingerprint", format!("release:{id}")),
+    }
+}
+
+fn act(req: &Request, action: Action) -> Result<Response, ApiError> {
+    let id = req.param("id").to_string();
+    let mut body = Body::parse(req)?;
+    let delivered_text = if action == Action::Deliver {
+        body.required_str("delivered_text", MAX_TEXT)
+    } else {
+        None
+    };
+    let witness_secret = body.optional_str("witness_secret", 200);
+    let timestamp = body.optional_u64("timestamp");
+    body.finish()?;
+
+    let (actor_field, message) = signed_message(action, &id, &body);
+    let actor = verify(
+        body.text(actor_field).as_deref(),
+        &message,
+        body.text("signature").as_deref(),
+        timestamp,
+        false,
+        false,
+    )?
+    .to_ascii_lowercase();
+    require_identity(&actor)?;
+    let mut c = load(&id)?;
+    let role = if actor == c.buyer_fingerprint {
+        Role::Buyer
+    } else if actor == c.target_seller_fingerprint {
+        Role::Seller
+    } else {
+        return Err(ApiError::new(
+            403,
+            "forbidden_party",
+            "you are not a party to this contract",
+        ));
+    };
+    let verdict = machine::decide(c.status, action, role, c.deadline_passed());
+    let mut extra = serde_json::Map::new();
+    match verdict {
+        Verdict::OtherParty => {
+            return Err(ApiError::new(
+                403,
+                "forbidden_party",
+                format!(
+                    "only the other party can {} contract {id} while it is {}",
+                    action.name(),
+                    c.status.name()
+                ),
+            ));
+        }
+        Verdict::Invalid => {
+            return Err(ApiError::new(
+                409,
+                "invalid_transition",
+                format!(
+                    "contract {id} is {} and cannot be {}",
+                    c.status.name(),
+                    action.participle()
+                ),
+            )
+            .with("current_status", json!(c.status.name()))
+            .with("allowed_actions", json!(c.allowed())));
+        }
+        Verdict::Move(to) => {
+            if action == Action::Pickup {
+                pay_first_pickup(&mut c, &mut extra)?;
+            }
+            match action {
+                Action::Accept => {
+                    extra.insert(
+                        "witness_secret_encrypted_for_seller".into(),
+                        json!(c.encrypted_witness_secret),
+                    );
+                }
+                Action::Deliver => {
+                    check_witness(&c, witness_secret.as_deref())?;
+                    c.delivered_text = delivered_text;
+                }
+                _ => {}
+            }
+            c.status = to;
+            c.record(action.name(), &actor);
+            match to {
+                State::Settled => settle(&mut c)?,
+                State::Refunded => burn_witness(&c)?,
+                _ => {}
+            }
+            if action == Action::Pickup {
+                extra.extend(certificate_doc(&c));
+            }
+        }
+        Verdict::Collect(kind) => match kind {
+            Collect::Certificate => {
+                pay_first_pickup(&mut c, &mut extra)?;
+                extra.extend(certificate_doc(&c));
+            }
+            Collect::Payout => {
+                pay_first_pickup(&mut c, &mut extra)?;
+                require_fresh(timestamp)?;
+                let out = if c.fee_policy == "bid-inclusive" {
+                    c.amount - c.fee
+                } else {
+                    c.amount
+                };
+                let secret = cash::payout(&format!("payout:{id}"), out)?;
+                extra.insert("payout".into(), json!(secret));
+                extra.insert("payout_amount".into(), json!(amount::format(out)));
+            }
+            Collect::RefundSecret => {
+                require_fresh(timestamp)?;
+                let secret = cash::payout(&format!("refund:{id}"), c.amount)?;
+                extra.insert("refund".into(), json!(secret));
+                extra.insert("refund_amount".into(), json!(amount::format(c.amount)));
+            }
+        },
+    }
+    c.save()?;
+    let mut doc =
+        json!({"contract_id": id, "status": c.status.name(), "allowed_actions": c.allowed()});
+    for (k, v) in extra {
+        doc[k] = v;
+    }
+    Ok(json(200, &doc))
+}
+
+/// Payouts and refunds move money: only to a fresh (timestamped) signature.
+fn require_fresh(timestamp: Option<u64>) -> Result<(), ApiError> {
+    if timestamp.is_none() {
+        return Err(ApiError::new(
+            401,
+            "auth_expired",
+            "collecting money needs a fresh signature: sign \"{contract_id}:{timestamp}\" and send timestamp",
+        ));
+    }
+    Ok(())
+}
+
+/// Under pickup-paid, the first settlement-side pickup pays the fee.
+fn pay_first_pickup(
+    c: &mut Contract,
+    extra: &mut serde_json::Map<String, Value>,
+) -> Result<(), ApiError> {
+    if c.fee_policy != "pickup-paid" || c.fee_paid {
+        return Ok(());
+    }
+    // The contract keeps the policy it was bought under: if the fee
+    // component was swapped since, price the same 3 % as "arbitration".
+    let action = if payments::policy() == "pickup-paid" {
+        "pickup"
+    } else {
+        "arbitration"
+    };
+    let payment = charge(action, Some(c.amount))?;
+    extra.insert("payment".into(), payment);
+    c.fee_paid = true;
+    Ok(())
+}
+
+/// Settlement: the certificate, the witness burned, the fee earned (bid-inclusive).
+fn settle(c: &mut Contract) -> Result<(), ApiError> {
+    let raw = marketplace_guest::ids::random_bytes(32);
+    c.certificate = Some(Certificate {
+        certificate_id: format!("CRT_{}", ids::ulid()),
+        certificate_secret: hex(&raw),
+        certificate_proof: hex(&Sha256::digest(&raw)),
+    });
+    if c.fee_policy == "bid-inclusive" && c.fee > 0 {
+        cash::earn(c.fee)?;
+    }
+    burn_witness(c)
+}
+
+fn certificate_doc(c: &Contract) -> serde_json::Map<String, Value> {
+    let mut m = serde_json::Map::new();
+    if let Some(cert) = &c.certificate {
+        m.insert("certificate_id".into(), json!(cert.certificate_id));
+        m.insert("certificate_secret".into(), json!(cert.certificate_secret));
+        m.insert("certificate_proof".into(), json!(cert.certificate_proof));
+        m.insert("delivered_text".into(), json!(c.delivered_text));
+    }
+    m
+}
+
+fn check_witness(c: &Contract, secret: Option<&str>) -> Result<(), ApiError> {
+    let Some(current) = &c.witness_proof else {
+        return Ok(());
+    };
+    let ok = secret
+        .and_then(witness_proof_of)
+        .is_some_and(|p| &p == current)
+        && kv::get::<Value>(&format!("w/{current}"))?.is_some_and(|w| w["state"] == "live");
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            403,
+            "witness_mismatch",
+            "deliver needs the contract's current witness secret",
+        ))
+    }
+}
+
+fn burn_witness(c: &Contract) -> Result<(), ApiError> {
+    if let Some(p) = &c.witness_proof {
+        kv::put(
+            &format!("w/{p}"),
+            &json!({"contract_id": c.contract_id, "state": "burned"}),
+        )?;
+    }
+    Ok(())
+}
+
+fn string_list(body: &mut Body, field: &str) -> Vec<String> {
+    match body.raw(field) {
+        Some(Value::Array(items))
+            if !items.is_empty() && items.len() <= 100 && items.iter().all(Value::is_string) =>
+        {
+            items
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        }
+        _ => {
+            body.problem(field, "must be a list of 1 to 100 strings");
+            vec![]
+        }
+    }
+}
+
+/// `POST /api/witness/replace {secrets: [old], new_secrets: [new]}`.
+fn witness_replace(req: &Request) -> Result<Response, ApiError> {
+    let mut body = Body::parse(req)?;
+    let old = string_list(&mut body, "secrets");
+    let new = string_list(&mut body, "new_secrets");
+    if old.len() != new.len() {
+        body.problem("new_secrets", "must have one new secret per old secret");
+    }
+    body.finish()?;
+    for (o, n) in old.iter().zip(&new) {
+        let (Some(old_proof), Some(new_proof)) = (witness_proof_of(o), witness_proof_of(n)) else {
+            return Err(ApiError::invalid(
+                "secrets",
+                "witness secrets look like n:{contract_id}:secret:{64 hex}",
+            ));
+        };
+        let id = old_proof.split(':').nth(1).unwrap_or_default().to_string();
+        if new_proof.split(':').nth(1) != Some(id.as_str()) {
+            return Err(ApiError::invalid(
+                "new_secrets",
+                "a new secret must name the same contract",
+            ));
+        }
+        let state: Option<Value> = kv::get(&format!("w/{old_proof}"))?;
+        let mut c = load(&id).map_err(|_| ApiError::invalid("secrets", "unknown witness"))?;
+        if state.is_none_or(|s| s["state"] != "live")
+            || c.witness_proof.as_deref() != Some(old_proof.as_str())
+        {
+            return Err(ApiError::invalid("secrets", "a witness secret is not live"));
+        }
+        if kv::get_raw(None, &format!("w/{new_proof}"))?.is_some() {
+            return Err(ApiError::invalid(
+                "new_secrets",
+                "a new witness already exists",
+            ));
+        }
+        kv::put(
+            &format!("w/{old_proof}"),
+            &json!({"contract_id": id, "state": "spent"}),
+        )?;
+        kv::put(
+            &format!("w/{new_proof}"),
+            &json!({"contract_id": id, "state": "live"}),
+        )?;
+        c.witness_proof = Some(new_proof);
+        c.save()?;
+    }
+    Ok(json(200, &json!({"status": "success"})))
+}
+
+/// `POST /api/witness/health_check [proofs]`.
+fn witness_health(req: &Request) -> Result<Response, ApiError> {
+    let proofs: Vec<String> = match serde_json::from_slice::<Value>(req.body()) {
+        Ok(Value::Array(items)) if items.len() <= 100 && items.iter().all(Value::is_string) => {
+            items
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                "body",
+                "must be a list of at most 100 witness proofs",
+            ));
+        }
+    };
+    let mut results = serde_json::Map::new();
+    for p in proofs {
+        let state: Option<Value> = kv::get(&format!("w/{p}"))?;
+        results.insert(p, state.map(|s| s["state"].clone()).unwrap_or(Value::Null));
+    }
+    Ok(json(200, &json!({"status": "success", "results": results})))
+}
+
+marketplace_guest::endpoint_plugin!(Contracts);

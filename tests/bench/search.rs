@@ -1,0 +1,229 @@
+//! Benchmark: index BENCH_POSTS generated posts (default 100,000) through
+//! the real timeline plugin (each one a paid, signed, durably committed
+//! request), then measure `GET /api/search` latency and throughput under
+//! concurrent keep-alive load next to `GET /api/health` in the same run.
+//!
+//! Run: `cargo xtask bench` (or `cargo bench -p marketplace --bench search`
+//! after `cargo xtask build-plugins`). Settings: BENCH_POSTS, BENCH_SECONDS
+//! (default 5), BENCH_CONNECTIONS (default 32).
+
+use ed25519_dalek::{Signer, SigningKey};
+use marketplace::host_api::PaymentHeaders;
+use marketplace::runtime::bindings::endpoint::marketplace::plugin::types::Request;
+use marketplace::{App, Config};
+use serde_json::json;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+mod load;
+use load::load;
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A deterministic pseudo-random generator (xorshift), so runs compare.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// Skewed towards small values: a few common words, many rare ones.
+    fn zipfish(&mut self, n: usize) -> usize {
+        let r = (self.next() % 1_000_000) as f64 / 1_000_000.0;
+        ((r * r * r) * n as f64) as usize
+    }
+}
+
+const SYLLABLES: &[&str] = &[
+    "ka", "lo", "mi", "ne", "ru", "ta", "vo", "zi", "pe", "su", "do", "ga", "hi", "ju", "be", "fa",
+];
+
+fn word(i: usize) -> String {
+    let mut w = String::new();
+    let mut n = i + 16;
+    while n > 0 {
+        w.push_str(SYLLABLES[n % 16]);
+        n /= 16;
+    }
+    w
+}
+
+fn post_request(
+    app: &Arc<App>,
+    key: &SigningKey,
+    content: &str,
+    keywords: &[String],
+    secret: &str,
+) -> (u16, Option<String>) {
+    let fp = hex(key.verifying_key().as_bytes());
+    let ts = app.now_ms() / 1000;
+    let sig = hex(&key
+        .sign(format!("post:{content}:{ts}").as_bytes())
+        .to_bytes());
+    let body = json!({"author_fingerprint": fp, "content": content, "keywords": keywords,
+                      "post_type": "general", "signature": sig, "timestamp": ts});
+    let req = Request {
+        method: "POST".into(),
+        route: "/api/timeline".into(),
+        path: "/api/timeline".into(),
+        params: vec![],
+        query: vec![],
+        headers: vec![],
+        body: body.to_string().into_bytes(),
+    };
+    let pay = PaymentHeaders {
+        cash: Some(secret.to_string()),
+        bitcoin: None,
+    };
+    let reply = app.runtime.handle(app, "timeline", req, pay);
+    let change = reply
+        .headers
+        .iter()
+        .find(|(k, _)| k == "x-cash-change")
+        .map(|(_, v)| v.clone());
+    (reply.status, change)
+}
+
+fn main() {
+    let posts = env_or("BENCH_POSTS", 100_000) as usize;
+    let secs = env_or("BENCH_SECONDS", 5);
+    let conns = env_or("BENCH_CONNECTIONS", 32);
+    let vocabulary = 20_000;
+    let tmp =
+        tempfile::tempdir_in(std::env::var("BENCH_DIR").unwrap_or_else(|_| ".".into())).unwrap();
+    let plugins = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/wasm32-wasip2/release");
+    let config = Config::load(
+        None,
+        &[],
+        &[
+            (
+                "data_dir".into(),
+                tmp.path().join("data").display().to_string(),
+            ),
+            ("plugins_dir".into(), plugins.display().to_string()),
+            ("log".into(), "warn".into()),
+        ],
+    )
+    .unwrap();
+    let app = App::start(config).expect("start app (run `cargo xtask build-plugins` first)");
+
+    // One author, paid for with a large minted secret whose change chains on.
+    let mut secret = marketplace::admin::mint(&app, 1_000_000 * 100_000_000).unwrap();
+    let key = SigningKey::from_bytes(&[42u8; 32]);
+    let fp = hex(key.verifying_key().as_bytes());
+    let sig = hex(&key.sign(b"register:bench").to_bytes());
+    let reg = Request {
+        method: "POST".into(),
+        route: "/api/identity".into(),
+        path: "/api/identity".into(),
+        params: vec![],
+        query: vec![],
+        headers: vec![],
+        body: json!({"nickname": "bench", "pgp_public_key": fp, "signature": sig})
+            .to_string()
+            .into_bytes(),
+    };
+    let r = app.runtime.handle(
+        &app,
+        "identity",
+        reg,
+        PaymentHeaders {
+            cash: Some(secret.clone()),
+            bitcoin: None,
+        },
+    );
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    secret = r
+        .headers
+        .iter()
+        .find(|(k, _)| k == "x-cash-change")
+        .unwrap()
+        .1
+        .clone();
+
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let start = Instant::now();
+    for i in 0..posts {
+        let len = 20 + (rng.next() % 30) as usize;
+        let content: Vec<String> = (0..len).map(|_| word(rng.zipfish(vocabulary))).collect();
+        let keywords: Vec<String> = (0..3).map(|_| word(rng.zipfish(vocabulary))).collect();
+        let (status, change) = post_request(
+            &app,
+            &key,
+            &format!("{} #{i}", content.join(" ")),
+            &keywords,
+            &secret,
+        );
+        assert_eq!(status, 201, "post {i}");
+        secret = change.expect("change");
+        if (i + 1) % 10_000 == 0 {
+            eprintln!(
+                "indexed {} posts in {:.1} s",
+                i + 1,
+                start.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let index_secs = start.elapsed().as_secs_f64();
+    println!(
+        "indexed {posts} posts (paid, signed, one durable commit each) in {index_secs:.1} s: {:.0} posts/s",
+        posts as f64 / index_secs
+    );
+
+    // Query terms across the frequency range: common, middling and rare words.
+    let terms: Vec<String> = (0..500)
+        .map(|i| {
+            let rank = match i % 3 {
+                0 => (rng.next() % 50) as usize,
+                1 => 50 + (rng.next() % 2000) as usize,
+                _ => 2000 + (rng.next() % 18_000) as usize,
+            };
+            format!("/api/search?term={}&limit=20", word(rank))
+        })
+        .collect();
+    let paths: Vec<&str> = terms.iter().map(String::as_str).collect();
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(marketplace::http::serve(
+            app,
+            listener,
+            std::future::pending(),
+        ));
+        load(addr, &paths, 4, 1).await;
+        let health = load(addr, &["/api/health"], conns, secs).await;
+        let search = load(addr, &paths, conns, secs).await;
+        let single = load(addr, &paths, 1, secs).await;
+        println!("load: {conns} keep-alive connections, {secs} s each, client in the same process");
+        println!(
+            "GET /api/health          : {:>8.0} req/s  p50 {:>8.1} us  p99 {:>8.1} us",
+            health.rps, health.p50_us, health.p99_us
+        );
+        println!(
+            "GET /api/search          : {:>8.0} req/s  p50 {:>8.1} us  p99 {:>8.1} us",
+            search.rps, search.p50_us, search.p99_us
+        );
+        println!(
+            "GET /api/search (1 conn) : {:>8.0} req/s  p50 {:>8.1} us  p99 {:>8.1} us",
+            single.rps, single.p50_us, single.p99_us
+        );
+        println!("health/search throughput: {:.2}x", health.rps / search.rps);
+    });
+}

@@ -1,0 +1,594 @@
+//! Black-box tests of arbitration contracts (PROTOCOL section 7): every row
+//! of the transition table, every refused (action, state, party), money
+//! under both fee policies, deadlines, witnesses and concurrency.
+
+mod common;
+
+use common::{Key, Server, now_s};
+use serde_json::{Value, json};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Fresh signatures are single-use: give every request its own timestamp.
+static TICK: AtomicU64 = AtomicU64::new(0);
+fn fresh_ts(shift_s: u64) -> u64 {
+    now_s() + shift_s - TICK.fetch_add(1, Ordering::Relaxed) % 200
+}
+
+struct Deal {
+    buyer: Key,
+    seller: Key,
+    post: String,
+}
+
+fn deal(s: &Server) -> Deal {
+    let seller = s.identity(&format!("seller{}", TICK.fetch_add(1, Ordering::Relaxed)));
+    let buyer = s.identity(&format!("buyer{}", TICK.fetch_add(1, Ordering::Relaxed)));
+    let post = s.new_post(
+        &seller,
+        "Logo design, delivered in 3 days",
+        json!({"post_type": "service"}),
+    );
+    Deal {
+        buyer,
+        seller,
+        post,
+    }
+}
+
+fn buy(s: &Server, d: &Deal, amount: &str, extra: Value) -> common::Resp {
+    let ts = fresh_ts(0);
+    let cid = extra["contract_id"].as_str().unwrap_or("").to_string();
+    let proof = extra["witness_proof"].as_str().unwrap_or("").to_string();
+    let msg = format!(
+        "buy_contract:{}:{}:{cid}:{proof}:{ts}",
+        d.buyer.fp(),
+        d.post
+    );
+    let mut body = json!({
+        "buyer_fingerprint": d.buyer.fp(), "contract_type": "service", "amount": amount,
+        "reference_post": d.post, "accept_terms": true, "timestamp": ts, "signature": d.buyer.sign(&msg),
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    s.post_paid("/api/arbitration/contracts/buy", &s.mint(amount), &body)
+}
+
+fn new_contract(s: &Server, d: &Deal) -> String {
+    let r = buy(s, d, "1", json!({}));
+    assert_eq!(r.status, 201, "buy: {}", r.text());
+    r.json()["contract_id"].as_str().unwrap().to_string()
+}
+
+/// A contract action signed by `key` (fresh unless `legacy`).
+fn act_with(
+    s: &Server,
+    key: &Key,
+    id: &str,
+    action: &str,
+    extra: Value,
+    ts: Option<u64>,
+    secret: Option<&str>,
+) -> common::Resp {
+    let text = extra["delivered_text"].as_str().unwrap_or("").to_string();
+    let (field, message) = match action {
+        "accept" => ("seller_fingerprint", format!("accept:{id}:{}", key.fp())),
+        "deliver" => ("actor_fingerprint", format!("deliver:{id}:{text}")),
+        "pickup" => ("actor_fingerprint", id.to_string()),
+        "refund" => ("actor_fingerprint", format!("REFUND:{id}")),
+        "release" => ("actor_fingerprint", format!("release:{id}")),
+        _ => unreachable!(),
+    };
+    let mut body = json!({});
+    body[field] = json!(key.fp());
+    match ts {
+        Some(ts) => {
+            body["timestamp"] = json!(ts);
+            body["signature"] = json!(key.sign(&format!("{message}:{ts}")));
+        }
+        None => body["signature"] = json!(key.sign(&message)),
+    }
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    let path = format!("/api/arbitration/contracts/{id}/{action}");
+    match secret {
+        Some(sec) => s.post_paid(&path, sec, &body),
+        None => s.post_json(&path, &body),
+    }
+}
+
+fn act(s: &Server, key: &Key, id: &str, action: &str) -> common::Resp {
+    let extra = if action == "deliver" {
+        json!({"delivered_text": "the logo files"})
+    } else {
+        json!({})
+    };
+    act_with(s, key, id, action, extra, Some(fresh_ts(0)), None)
+}
+
+fn status(s: &Server, id: &str) -> Value {
+    let r = s.get(&format!("/api/arbitration/contracts/{id}/status"));
+    assert_eq!(r.status, 200);
+    r.json()
+}
+
+/// Drive a fresh contract into `state`.
+fn contract_in(s: &Server, d: &Deal, state: &str) -> String {
+    let id = new_contract(s, d);
+    let steps: &[(&str, bool)] = match state {
+        "issued" => &[],
+        "active" => &[("accept", false)],
+        "delivered" => &[("accept", false), ("deliver", false)],
+        "settled" => &[("accept", false), ("deliver", false), ("pickup", true)],
+        "refunded" => &[("refund", true)],
+        _ => unreachable!(),
+    };
+    for (action, by_buyer) in steps {
+        let key = if *by_buyer { &d.buyer } else { &d.seller };
+        let r = act(s, key, &id, action);
+        assert_eq!(r.status, 200, "{action}: {}", r.text());
+    }
+    assert_eq!(status(s, &id)["status"], state);
+    id
+}
+
+#[test]
+fn every_action_in_every_state_by_every_party() {
+    let s = Server::start();
+    let d = deal(&s);
+    // (state, action, buyer's answer, seller's answer, state after a success)
+    let matrix = [
+        ("issued", "accept", 403, 200, "active"),
+        ("issued", "deliver", 409, 409, ""),
+        ("issued", "pickup", 409, 409, ""),
+        ("issued", "release", 409, 409, ""),
+        ("issued", "refund", 200, 403, "refunded"),
+        ("active", "accept", 409, 409, ""),
+        ("active", "deliver", 403, 200, "delivered"),
+        ("active", "pickup", 409, 409, ""),
+        ("active", "release", 200, 403, "settled"),
+        ("active", "refund", 403, 200, "refunded"),
+        ("delivered", "accept", 409, 409, ""),
+        ("delivered", "deliver", 409, 409, ""),
+        ("delivered", "pickup", 200, 403, "settled"),
+        ("delivered", "release", 200, 403, "settled"),
+        ("delivered", "refund", 403, 200, "refunded"),
+        ("settled", "accept", 409, 409, ""),
+        ("settled", "deliver", 409, 409, ""),
+        ("settled", "pickup", 200, 200, "settled"),
+        ("settled", "release", 409, 409, ""),
+        ("settled", "refund", 409, 409, ""),
+        ("refunded", "accept", 409, 409, ""),
+        ("refunded", "deliver", 409, 409, ""),
+        ("refunded", "pickup", 200, 403, "refunded"),
+        ("refunded", "release", 409, 409, ""),
+        ("refunded", "refund", 409, 409, ""),
+    ];
+    for (state, action, buyer_code, seller_code, after) in matrix {
+        for (who, key, code) in [
+            ("buyer", &d.buyer, buyer_code),
+            ("seller", &d.seller, seller_code),
+        ] {
+            let id = contract_in(&s, &d, state);
+            let r = act(&s, key, &id, action);
+            let ctx = format!("{who} {action} in {state}: {}", r.text());
+            assert_eq!(r.status, code, "{ctx}");
+            let b = r.json();
+            match code {
+                200 => {
+                    assert_eq!(b["status"], after, "{ctx}");
+                    assert_eq!(status(&s, &id)["status"], after, "{ctx}");
+                    assert!(b["allowed_actions"].is_array());
+                }
+                403 => {
+                    assert_eq!(b["code"], "forbidden_party", "{ctx}");
+                    assert_eq!(status(&s, &id)["status"], state);
+                }
+                409 => {
+                    assert_eq!(b["code"], "invalid_transition", "{ctx}");
+                    assert_eq!(b["current_status"], state, "{ctx}");
+                    assert!(b["allowed_actions"].is_array(), "{ctx}");
+                    let want = format!("contract {id} is {state} and cannot be");
+                    assert!(b["message"].as_str().unwrap().starts_with(&want), "{ctx}");
+                }
+                _ => unreachable!(),
+            }
+        }
+    }
+    // A stranger is refused whatever the state.
+    let stranger = s.identity("stranger");
+    for state in ["issued", "delivered", "settled"] {
+        let id = contract_in(&s, &d, state);
+        let r = act(&s, &stranger, &id, "release");
+        assert_eq!((r.status, r.code().as_str()), (403, "forbidden_party"));
+    }
+}
+
+#[test]
+fn status_and_contract_reads() {
+    let s = Server::start();
+    let d = deal(&s);
+    let r = buy(
+        &s,
+        &d,
+        "2.5",
+        json!({"contract_id": "CTR_2026_000123", "work_spec": {"pages": 3}}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let b = r.json();
+    assert_eq!(b["contract_id"], "CTR_2026_000123");
+    assert_eq!(b["status"], "issued");
+    assert_eq!(b["target_seller_fingerprint"], d.seller.fp());
+    let st = status(&s, "CTR_2026_000123");
+    assert_eq!(st["allowed_actions"], json!(["accept", "refund"]));
+    assert!(st["updated_at"].is_string());
+    let c = s.get("/api/arbitration/contracts/CTR_2026_000123").json();
+    assert_eq!(c["amount"], "2.5");
+    assert_eq!(c["buyer_fingerprint"], d.buyer.fp());
+    assert_eq!(c["reference_post"], d.post.as_str());
+    assert_eq!(c["work_spec"], json!({"pages": 3}));
+    assert_eq!(c["fee_policy"], "bid-inclusive");
+    assert_eq!(c["history"][0]["action"], "buy");
+    assert!(c["delivery_deadline"].as_str().unwrap().ends_with('Z'));
+    assert!(
+        !c.to_string().contains("secret"),
+        "no secret in a contract read: {c}"
+    );
+    // A taken id is a conflict; unknown ids are 404.
+    let r = buy(&s, &d, "1", json!({"contract_id": "CTR_2026_000123"}));
+    assert_eq!((r.status, r.code().as_str()), (409, "conflict"));
+    assert_eq!(
+        s.get("/api/arbitration/contracts/CTR_nope").code(),
+        "not_found"
+    );
+    assert_eq!(
+        s.get("/api/arbitration/contracts/whatever/status").code(),
+        "not_found"
+    );
+}
+
+#[test]
+fn buy_validation_payment_and_parties() {
+    let s = Server::start();
+    let d = deal(&s);
+    for (extra, field) in [
+        (json!({"amount": "0"}), "amount"),
+        (json!({"amount": "1.000000001"}), "amount"),
+        (json!({"contract_type": "barter"}), "contract_type"),
+        (json!({"accept_terms": false}), "accept_terms"),
+        (json!({"contract_id": "BAD id"}), "contract_id"),
+        (
+            json!({"delivery_deadline": "2001-01-01T00:00:00Z"}),
+            "delivery_deadline",
+        ),
+        (
+            json!({"witness_proof": "n:CTR_x:public:00"}),
+            "witness_proof",
+        ),
+    ] {
+        let r = buy(&s, &d, "1", extra.clone());
+        assert_eq!(r.status, 400, "{extra}: {}", r.text());
+        assert_eq!(r.json()["details"][0]["field"], field, "{extra}");
+    }
+    // 402 names the contract amount.
+    let r = s.post_json(
+        "/api/arbitration/contracts/buy",
+        &json!({"buyer_fingerprint": d.buyer.fp(), "contract_type": "service", "amount": "1.25",
+                "reference_post": d.post, "accept_terms": true}),
+    );
+    assert_eq!(
+        (r.status, r.json()["required_amount"].as_str()),
+        (402, Some("1.25"))
+    );
+    // Buying your own listing, or an unknown post.
+    let selfbuy = Deal {
+        buyer: d.seller,
+        seller: Key::random(),
+        post: d.post.clone(),
+    };
+    let r = buy(&s, &selfbuy, "1", json!({}));
+    assert_eq!((r.status, r.code().as_str()), (403, "forbidden_party"));
+    let ghost = Deal {
+        buyer: d.buyer,
+        seller: Key::random(),
+        post: "post_01GHOST".into(),
+    };
+    let r = buy(&s, &ghost, "1", json!({}));
+    assert_eq!((r.status, r.code().as_str()), (404, "not_found"));
+}
+
+#[test]
+fn bid_inclusive_happy_path_pays_out_amount_less_fee() {
+    let s = Server::start();
+    let d = deal(&s);
+    let id = contract_in(&s, &d, "delivered");
+    let r = act(&s, &d.buyer, &id, "pickup");
+    assert_eq!(r.status, 200);
+    let cert = r.json();
+    assert_eq!(cert["status"], "settled");
+    assert!(cert["certificate_id"].as_str().unwrap().starts_with("CRT_"));
+    assert_eq!(cert["delivered_text"], "the logo files");
+    assert_eq!(cert["certificate_secret"].as_str().unwrap().len(), 64);
+    // A repeat returns the same certificate.
+    let again = act(&s, &d.buyer, &id, "pickup").json();
+    assert_eq!(again["certificate_id"], cert["certificate_id"]);
+    assert_eq!(again["certificate_secret"], cert["certificate_secret"]);
+    // The seller's payout needs a fresh signature.
+    let r = act_with(&s, &d.seller, &id, "pickup", json!({}), None, None);
+    assert_eq!((r.status, r.code().as_str()), (401, "auth_expired"));
+    let r = act(&s, &d.seller, &id, "pickup");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let payout = r.json()["payout"].as_str().unwrap().to_string();
+    assert!(payout.starts_with("e0.97:secret:"), "{payout}");
+    assert_eq!(s.cash_state(&payout), (json!(false), json!("0.97")));
+    assert_eq!(
+        act(&s, &d.seller, &id, "pickup").json()["payout"],
+        payout.as_str()
+    );
+
+    // Refund path: the buyer gets the whole amount back, only with a fresh signature.
+    let id = contract_in(&s, &d, "refunded");
+    let r = act_with(&s, &d.buyer, &id, "pickup", json!({}), None, None);
+    assert_eq!((r.status, r.code().as_str()), (401, "auth_expired"));
+    let refund = act(&s, &d.buyer, &id, "pickup").json()["refund"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(refund.starts_with("e1:secret:"));
+    assert_eq!(s.cash_state(&refund), (json!(false), json!("1")));
+}
+
+fn pickup_paid_server() -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("m.toml");
+    std::fs::write(
+        &config,
+        "testing_routes = true\n[plugins]\nfees = \"fees_pickup_paid.wasm\"\n",
+    )
+    .unwrap();
+    let s = Server::with(common::Options {
+        env: vec![("MARKETPLACE_CONFIG".into(), config.display().to_string())],
+        ..Default::default()
+    });
+    std::mem::forget(dir);
+    s
+}
+
+#[test]
+fn pickup_paid_first_pickup_pays_the_fee_and_payout_is_whole() {
+    let s = pickup_paid_server();
+    let d = deal(&s);
+    let id = contract_in(&s, &d, "delivered");
+    assert_eq!(
+        s.get(&format!("/api/arbitration/contracts/{id}")).json()["fee_policy"],
+        "pickup-paid"
+    );
+    let r = act(&s, &d.buyer, &id, "pickup");
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (402, "payment_required"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(r.json()["required_amount"], "0.03");
+    let ts = fresh_ts(0);
+    let r = act_with(
+        &s,
+        &d.buyer,
+        &id,
+        "pickup",
+        json!({}),
+        Some(ts),
+        Some(&s.mint("0.03")),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["status"], "settled");
+    // Later pickups are free; the payout is the whole amount.
+    let r = act(&s, &d.seller, &id, "pickup");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let payout = r.json()["payout"].as_str().unwrap().to_string();
+    assert_eq!(s.cash_state(&payout), (json!(false), json!("1")));
+    assert_eq!(act(&s, &d.buyer, &id, "pickup").status, 200);
+
+    // After a release, whichever party picks up first pays.
+    let id = contract_in(&s, &d, "active");
+    assert_eq!(act(&s, &d.buyer, &id, "release").status, 200);
+    let r = act(&s, &d.seller, &id, "pickup");
+    assert_eq!(r.status, 402);
+    let r = act_with(
+        &s,
+        &d.seller,
+        &id,
+        "pickup",
+        json!({}),
+        Some(fresh_ts(0)),
+        Some(&s.mint("0.03")),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(act(&s, &d.buyer, &id, "pickup").status, 200);
+}
+
+#[test]
+fn contracts_keep_the_policy_they_were_bought_under() {
+    let s = Server::start();
+    let d = deal(&s);
+    let old = contract_in(&s, &d, "delivered");
+    let wasm = std::fs::read(common::plugins_dir().join("fees_pickup_paid.wasm")).unwrap();
+    let auth = format!("Bearer {}", common::ADMIN_TOKEN);
+    let r = common::request(
+        s.admin,
+        "PUT",
+        "/admin/plugins/fees",
+        &[("authorization", &auth)],
+        Some(&wasm),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        s.get("/api/fees").json()["arbitration"]["policy"],
+        "pickup-paid"
+    );
+    // The old contract settles free and pays out amount - fee.
+    assert_eq!(act(&s, &d.buyer, &old, "pickup").status, 200);
+    let payout = act(&s, &d.seller, &old, "pickup").json()["payout"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(s.cash_state(&payout).1, json!("0.97"));
+    // A new one follows the new policy.
+    let new = contract_in(&s, &d, "delivered");
+    assert_eq!(
+        s.get(&format!("/api/arbitration/contracts/{new}")).json()["fee_policy"],
+        "pickup-paid"
+    );
+    assert_eq!(act(&s, &d.buyer, &new, "pickup").status, 402);
+}
+
+#[test]
+fn buyer_may_refund_an_active_contract_after_the_deadline() {
+    let s = Server::testing();
+    let d = deal(&s);
+    let id = contract_in(&s, &d, "active");
+    let r = act(&s, &d.buyer, &id, "refund");
+    assert_eq!((r.status, r.code().as_str()), (403, "forbidden_party"));
+    let shift = 8 * 86_400;
+    let r = s.admin_request("POST", "/admin/clock", &json!({"shift_ms": shift * 1000}));
+    assert_eq!(r.status, 200);
+    let r = act_with(
+        &s,
+        &d.buyer,
+        &id,
+        "refund",
+        json!({}),
+        Some(fresh_ts(shift)),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["status"], "refunded");
+}
+
+#[test]
+fn witness_gates_delivery_and_is_burned_at_settlement() {
+    let s = Server::start();
+    let d = deal(&s);
+    let id = "CTR_witness_1";
+    let secret_hex = "11".repeat(32);
+    let proof_of = |hex: &str| {
+        use sha2::{Digest, Sha256};
+        let raw: Vec<u8> = (0..32)
+            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+            .collect();
+        format!("n:{id}:public:{}", common::hex(&Sha256::digest(&raw)))
+    };
+    let proof = proof_of(&secret_hex);
+    let r = buy(
+        &s,
+        &d,
+        "1",
+        json!({"contract_id": id, "witness_proof": proof, "encrypted_witness_secret": "enc-blob"}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let r = act(&s, &d.seller, id, "accept");
+    assert_eq!(r.json()["witness_secret_encrypted_for_seller"], "enc-blob");
+    let r = act(&s, &d.seller, id, "deliver");
+    assert_eq!((r.status, r.code().as_str()), (403, "witness_mismatch"));
+
+    let new_hex = "22".repeat(32);
+    let r = s.post_json(
+        "/api/witness/replace",
+        &json!({"secrets": [format!("n:{id}:secret:{secret_hex}")], "new_secrets": [format!("n:{id}:secret:{new_hex}")]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = act_with(
+        &s,
+        &d.seller,
+        id,
+        "deliver",
+        json!({"delivered_text": "the logo files", "witness_secret": format!("n:{id}:secret:{secret_hex}")}),
+        Some(fresh_ts(0)),
+        None,
+    );
+    assert_eq!((r.status, r.code().as_str()), (403, "witness_mismatch"));
+    let r = act_with(
+        &s,
+        &d.seller,
+        id,
+        "deliver",
+        json!({"delivered_text": "the logo files", "witness_secret": format!("n:{id}:secret:{new_hex}")}),
+        Some(fresh_ts(0)),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let states = s
+        .post_json(
+            "/api/witness/health_check",
+            &json!([proof, proof_of(&new_hex)]),
+        )
+        .json();
+    assert_eq!(states["results"][&proof], "spent");
+    assert_eq!(states["results"][&proof_of(&new_hex)], "live");
+    assert_eq!(act(&s, &d.buyer, id, "pickup").status, 200);
+    let states = s
+        .post_json("/api/witness/health_check", &json!([proof_of(&new_hex)]))
+        .json();
+    assert_eq!(states["results"][&proof_of(&new_hex)], "burned");
+    // A spent secret cannot be replaced again.
+    let r = s.post_json(
+        "/api/witness/replace",
+        &json!({"secrets": [format!("n:{id}:secret:{secret_hex}")], "new_secrets": [format!("n:{id}:secret:{}", "33".repeat(32))]}),
+    );
+    assert_eq!(r.status, 400);
+}
+
+#[test]
+fn sixteen_simultaneous_accepts_one_wins() {
+    let s = Server::start();
+    let d = deal(&s);
+    let id = new_contract(&s, &d);
+    let addr = s.addr;
+    let threads: Vec<_> = (0..16)
+        .map(|i| {
+            let ts = now_s() - i;
+            let sig = d
+                .seller
+                .sign(&format!("accept:{id}:{}:{ts}", d.seller.fp()));
+            let body =
+                json!({"seller_fingerprint": d.seller.fp(), "signature": sig, "timestamp": ts})
+                    .to_string();
+            let path = format!("/api/arbitration/contracts/{id}/accept");
+            std::thread::spawn(move || {
+                common::request(
+                    addr,
+                    "POST",
+                    &path,
+                    &[("content-type", "application/json")],
+                    Some(body.as_bytes()),
+                )
+            })
+        })
+        .collect();
+    let results: Vec<common::Resp> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let wins = results.iter().filter(|r| r.status == 200).count();
+    assert_eq!(
+        wins,
+        1,
+        "{:?}",
+        results.iter().map(|r| r.text()).collect::<Vec<_>>()
+    );
+    assert!(
+        results
+            .iter()
+            .filter(|r| r.status != 200)
+            .all(|r| r.status == 409 && r.code() == "invalid_transition")
+    );
+    let history = s.get(&format!("/api/arbitration/contracts/{id}")).json()["history"].clone();
+    assert_eq!(
+        history
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|h| h["action"] == "accept")
+            .count(),
+        1
+    );
+}
