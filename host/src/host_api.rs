@@ -438,16 +438,65 @@ impl settings::Host for Ctx {
 }
 
 impl dispatch::Host for Ctx {
-    fn call(&mut self, _req: types::Request) -> types::Response {
-        let r = Reply::error(
-            503,
-            "plugin_unavailable",
-            "internal dispatch is not available on this host yet",
-        );
+    /// Run a public `/api/` request in-process with the caller's payment
+    /// headers. The target runs in its own instance and transaction.
+    fn call(&mut self, req: types::Request) -> types::Response {
+        let reply = self.dispatch(req);
         types::Response {
-            status: r.status,
-            headers: r.headers,
-            body: r.body,
+            status: reply.status,
+            headers: reply.headers,
+            body: reply.body,
+        }
+    }
+}
+
+impl Ctx {
+    fn dispatch(&mut self, mut req: types::Request) -> Reply {
+        use crate::routes::{Handler, Match};
+        let Some(app) = self.app.clone() else {
+            return Reply::error(500, "internal", "internal error");
+        };
+        let path = crate::routes::canonical_path(&req.path);
+        if !path.starts_with("/api/") {
+            return Reply::error(
+                404,
+                "not_found",
+                format!("only /api/ routes can be executed, not {path}"),
+            );
+        }
+        let method = req.method.to_ascii_uppercase();
+        let writes = !matches!(method.as_str(), "GET" | "HEAD");
+        if writes && matches!(self.txn, Some(Txn::Write(_))) {
+            tracing::error!(family = %self.family, "dispatch of a mutation from a request that already writes");
+            return Reply::error(500, "internal", "internal error");
+        }
+        match crate::routes::find(&method, &path, false) {
+            Match::NotFound => {
+                Reply::error(404, "not_found", format!("no route for {method} {path}"))
+            }
+            Match::MethodNotAllowed(allowed) => Reply::error(
+                405,
+                "method_not_allowed",
+                format!(
+                    "{method} is not allowed on {path}; allowed: {}",
+                    allowed.join(", ")
+                ),
+            ),
+            Match::Found { route, params } => match route.handler {
+                Handler::Family(f) if f == self.family => Reply::error(
+                    404,
+                    "not_found",
+                    format!("{path} cannot be executed from itself"),
+                ),
+                Handler::Family(f) => {
+                    req.method = method;
+                    req.route = route.pattern.to_string();
+                    req.path = path;
+                    req.params = params;
+                    app.runtime.handle(&app, f, req, self.payment.clone())
+                }
+                Handler::Host(name) => crate::http::host_route(&app, name, &req.body),
+            },
         }
     }
 }

@@ -257,7 +257,7 @@ fn too_large(max: usize) -> Reply {
 }
 
 /// Native handlers.
-fn host_route(app: &Arc<App>, name: &str, body: &[u8]) -> Reply {
+pub(crate) fn host_route(app: &Arc<App>, name: &str, body: &[u8]) -> Reply {
     match name {
         "fees" => match app.runtime.fee_schedule() {
             Ok(doc) => fee_schedule(&doc),

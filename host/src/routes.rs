@@ -110,6 +110,7 @@ pub const ROUTES: &[Route] = &[
     family("GET", "/.well-known/agent.json", "mcp"),
     family("GET", "/.well-known/agent-card.json", "mcp"),
     family("GET", "/openapi.yaml", "mcp"),
+    family("GET", "/openapi.json", "mcp"),
     family("GET", "/docs", "mcp"),
     // cash ledger (host)
     Route {

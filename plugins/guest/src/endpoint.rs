@@ -1,7 +1,9 @@
 //! Endpoint-family plugins: request/response helpers, typed storage and the
 //! export macro.
 
-use crate::endpoint_bindings::marketplace::plugin::{log, types};
+use crate::endpoint_bindings::marketplace::plugin::log;
+/// The raw WIT types (request, response, ...).
+pub use crate::endpoint_bindings::marketplace::plugin::types;
 use crate::error::ApiError;
 use serde::Serialize;
 use serde::de::DeserializeOwned;

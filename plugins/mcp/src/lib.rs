@@ -1,0 +1,619 @@
+//! The `mcp` family: MCP tool endpoints and macros, the JSON-RPC MCP server
+//! at `/mcp`, the agent manifest and A2A card, the OpenAPI document, the
+//! HTML reference and docs search.
+//!
+//! Keyspace `mcp`: `macro/{name}` -> macro definition, `macro_count`.
+//!
+//! Built-in tools run through the host's in-process dispatch, so they answer
+//! exactly what the HTTP endpoint would (a paid target without payment gives
+//! its 402).
+
+// The OpenAPI schema table is one large `json!` literal.
+#![recursion_limit = "512"]
+
+mod openapi;
+
+use marketplace_guest::prelude::*;
+use marketplace_guest::{Body, dispatch, host, types};
+use sha2::{Digest, Sha256};
+
+struct Mcp;
+
+const MAX_MACROS: u64 = 1000;
+const MAX_TYPESCRIPT: usize = 16 * 1024;
+/// MCP protocol revisions this server speaks (newest first).
+const PROTOCOL_VERSIONS: &[&str] = &["2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// A built-in tool: name, description, HTTP method and path template,
+/// input schema.
+struct Tool {
+    name: &'static str,
+    description: &'static str,
+    method: &'static str,
+    path: &'static str,
+    schema: fn() -> Value,
+}
+
+fn search_schema() -> Value {
+    json!({"type": "object", "properties": {"term": {"type": "string"}, "limit": {"type": "number"}, "post_type": {"type": "string"}}, "required": ["term"]})
+}
+
+const TOOLS: &[Tool] = &[
+    Tool {
+        name: "search",
+        description: "Search marketplace posts (BM25).",
+        method: "POST",
+        path: "/api/mcp/tools/search",
+        schema: search_schema,
+    },
+    Tool {
+        name: "define",
+        description: "Define a reusable search macro.",
+        method: "POST",
+        path: "/api/mcp/tools/define",
+        schema: || json!({"type": "object", "properties": {"name": {"type": "string"}, "description": {"type": "string"}, "kind": {"type": "string"}, "typescript": {"type": "string"}, "input_schema": {"type": "object"}}, "required": ["name", "kind", "typescript", "input_schema"]}),
+    },
+    Tool {
+        name: "execute",
+        description: "Run a tool or a public /api endpoint.",
+        method: "POST",
+        path: "/api/mcp/tools/execute",
+        schema: || json!({"type": "object", "properties": {"tool": {"type": "string"}, "arguments": {"type": "object"}, "endpoint": {"type": "object"}}}),
+    },
+    Tool {
+        name: "get_post",
+        description: "One post with its listing check.",
+        method: "GET",
+        path: "/api/posts/{post_id}",
+        schema: || json!({"type": "object", "properties": {"post_id": {"type": "string"}}, "required": ["post_id"]}),
+    },
+    Tool {
+        name: "get_thread",
+        description: "A post and all its comments.",
+        method: "GET",
+        path: "/api/thread/{post_id}",
+        schema: || json!({"type": "object", "properties": {"post_id": {"type": "string"}}, "required": ["post_id"]}),
+    },
+    Tool {
+        name: "get_attachment",
+        description: "One attachment of a post (raw).",
+        method: "GET",
+        path: "/api/posts/{post_id}/attachments/{index}",
+        schema: || json!({"type": "object", "properties": {"post_id": {"type": "string"}, "index": {"type": "number"}}, "required": ["post_id", "index"]}),
+    },
+    Tool {
+        name: "get_timeline",
+        description: "Newest posts, with filters.",
+        method: "GET",
+        path: "/api/timeline",
+        schema: || json!({"type": "object", "properties": {"limit": {"type": "number"}, "before": {"type": "string"}, "post_type": {"type": "string"}, "author": {"type": "string"}}}),
+    },
+    Tool {
+        name: "get_profile",
+        description: "A profile by fingerprint or nickname.",
+        method: "GET",
+        path: "/api/profile",
+        schema: || json!({"type": "object", "properties": {"fingerprint": {"type": "string"}, "nickname": {"type": "string"}}}),
+    },
+    Tool {
+        name: "get_contract",
+        description: "One arbitration contract.",
+        method: "GET",
+        path: "/api/arbitration/contracts/{contract_id}",
+        schema: || json!({"type": "object", "properties": {"contract_id": {"type": "string"}}, "required": ["contract_id"]}),
+    },
+    Tool {
+        name: "get_contract_status",
+        description: "A contract's status and allowed actions.",
+        method: "GET",
+        path: "/api/arbitration/contracts/{contract_id}/status",
+        schema: || json!({"type": "object", "properties": {"contract_id": {"type": "string"}}, "required": ["contract_id"]}),
+    },
+    Tool {
+        name: "get_fees",
+        description: "The fee schedule.",
+        method: "GET",
+        path: "/api/fees",
+        schema: || json!({"type": "object", "properties": {}}),
+    },
+];
+
+impl Endpoint for Mcp {
+    const NAME: &'static str = "mcp";
+
+    fn handle(req: &Request) -> Result<Response, ApiError> {
+        let version = host::service().1;
+        match (req.method(), req.route()) {
+            ("GET", "/api/mcp") => describe(&version),
+            ("POST", "/api/mcp/tools/search") => {
+                let args = Value::Object(req.json_object()?);
+                Ok(run_search(&args)?)
+            }
+            ("POST", "/api/mcp/tools/define") => define(req),
+            ("POST", "/api/mcp/tools/execute") => execute(req),
+            ("POST", "/mcp") => jsonrpc(req, &version),
+            ("GET", "/api/docs/search") => {
+                let q = req
+                    .query("q")
+                    .map(str::trim)
+                    .filter(|q| !q.is_empty())
+                    .ok_or_else(|| ApiError::invalid("q", "is required"))?;
+                let limit = req.query_int("limit", 1, 50)?.unwrap_or(10) as usize;
+                Ok(json(200, &openapi::search(q, limit)))
+            }
+            ("GET", "/.well-known/agent.json") => Ok(json(200, &manifest(&version))),
+            ("GET", "/.well-known/agent-card.json") => Ok(json(200, &agent_card(&version))),
+            ("GET", "/openapi.json") => Ok(json(200, &openapi::document(&version))),
+            ("GET", "/openapi.yaml") => Ok(raw(
+                openapi::to_yaml(&openapi::document(&version)),
+                "application/yaml; charset=utf-8",
+            )),
+            ("GET", "/docs") => Ok(raw(
+                openapi::html(&openapi::document(&version)),
+                "text/html; charset=utf-8",
+            )),
+            _ => Err(ApiError::not_found(format!("route {}", req.route()))),
+        }
+    }
+}
+
+fn raw(text: String, content_type: &str) -> Response {
+    Response {
+        status: 200,
+        headers: vec![("content-type".into(), content_type.into())],
+        body: text.into_bytes(),
+    }
+}
+
+fn manifest(version: &str) -> Value {
+    json!({
+        "name": "marketplace",
+        "version": version,
+        "description": "Marketplace API where people and agents post listings, search them, register Ed25519 identities, rate each other and trade through escrow (arbitration) contracts. Spam-costly mutations are paid in bearer cash (HTTP 402).",
+        "capabilities": [
+            "posts", "comments", "attachments", "search", "identities", "profiles", "ratings",
+            "arbitration-contracts", "escrow", "witnesses", "mcp-tools", "mcp-macros", "mcp-jsonrpc",
+            "auth:ed25519-signature", "payment:http-402", "payment:webcash (X-Cash-Secret)",
+        ],
+        "openapi": "/openapi.yaml",
+        "docs": "/docs",
+        "mcp": {
+            "tools_search": "/api/mcp/tools/search",
+            "tools_define": "/api/mcp/tools/define",
+            "tools_execute": "/api/mcp/tools/execute",
+            "description": "/api/mcp",
+            "jsonrpc": "/mcp",
+        },
+        "fees": "/api/fees",
+    })
+}
+
+fn agent_card(version: &str) -> Value {
+    json!({
+        "protocolVersion": "0.3.0",
+        "name": "marketplace",
+        "description": "Marketplace of listings and escrow contracts for people and agents; paid mutations use HTTP 402 with bearer cash.",
+        "url": "/mcp",
+        "preferredTransport": "JSONRPC",
+        "version": version,
+        "documentationUrl": "/docs",
+        "capabilities": {"streaming": false, "pushNotifications": false},
+        "defaultInputModes": ["application/json"],
+        "defaultOutputModes": ["application/json"],
+        "skills": [
+            {"id": "search", "name": "Search listings", "description": "Find posts and listings by words, ranked by relevance.", "tags": ["search", "marketplace"]},
+            {"id": "contracts", "name": "Escrow contracts", "description": "Read arbitration contracts and their allowed actions.", "tags": ["escrow", "contracts"]},
+        ],
+    })
+}
+
+fn macros() -> Result<Vec<Value>, ApiError> {
+    kv::scan_prefix(None, "macro/", false, MAX_MACROS as u32)?
+        .into_iter()
+        .map(|(_, v)| serde_json::from_slice(&v).map_err(|e| ApiError::internal(e.to_string())))
+        .collect()
+}
+
+fn describe(version: &str) -> Result<Response, ApiError> {
+    let tools: Vec<Value> = TOOLS
+        .iter()
+        .map(|t| json!({"name": t.name, "description": t.description, "method": t.method, "path": t.path, "input_schema": (t.schema)()}))
+        .collect();
+    let macros: Vec<Value> = macros()?
+        .into_iter()
+        .map(|m| json!({"name": m["name"], "description": m["description"], "kind": m["kind"], "input_schema": m["input_schema"]}))
+        .collect();
+    Ok(json(
+        200,
+        &json!({"name": "marketplace", "version": version, "tools": tools, "macros": macros, "jsonrpc": "/mcp"}),
+    ))
+}
+
+/// Run a request through the host router.
+fn call(method: &str, path: &str, query: Vec<(String, String)>, body: Option<&Value>) -> Response {
+    dispatch::call(&types::Request {
+        method: method.into(),
+        route: String::new(),
+        path: path.into(),
+        params: vec![],
+        query,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
+    })
+}
+
+fn text_of(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// The search tool: validated arguments, then the same search as GET /api/search.
+fn run_search(args: &Value) -> Result<Response, ApiError> {
+    let mut problems = Vec::new();
+    let term = args["term"].as_str().map(str::trim).unwrap_or("");
+    if term.is_empty() {
+        problems.push(marketplace_guest::Detail {
+            field: "term".into(),
+            problem: "is required (a string)".into(),
+        });
+    }
+    let limit = match &args["limit"] {
+        Value::Null => None,
+        Value::Number(n) if n.as_u64().is_some_and(|l| (1..=100).contains(&l)) => n.as_u64(),
+        _ => {
+            problems.push(marketplace_guest::Detail {
+                field: "limit".into(),
+                problem: "must be a number from 1 to 100".into(),
+            });
+            None
+        }
+    };
+    if !problems.is_empty() {
+        return Err(ApiError::invalid_many(problems));
+    }
+    let mut query = vec![("term".to_string(), term.to_string())];
+    if let Some(l) = limit {
+        query.push(("limit".into(), l.to_string()));
+    }
+    if let Some(t) = args["post_type"].as_str().filter(|t| !t.is_empty()) {
+        query.push(("post_type".into(), t.to_string()));
+    }
+    Ok(call("GET", "/api/search", query, None))
+}
+
+/// Run a built-in read tool by filling its path template from the arguments.
+fn run_tool(tool: &Tool, args: &Value) -> Result<Response, ApiError> {
+    if tool.name == "search" {
+        return run_search(args);
+    }
+    if tool.method != "GET" {
+        return Err(ApiError::invalid(
+            "tool",
+            format!("{} is called at {} directly", tool.name, tool.path),
+        ));
+    }
+    let mut path = tool.path.to_string();
+    let mut query = Vec::new();
+    if let Some(map) = args.as_object() {
+        for (k, v) in map {
+            let Some(text) = text_of(v) else { continue };
+            let slot = format!("{{{k}}}");
+            if path.contains(&slot) {
+                path = path.replace(&slot, &text);
+            } else {
+                query.push((k.clone(), text));
+            }
+        }
+    }
+    if path.contains('{') {
+        return Err(ApiError::invalid(
+            "arguments",
+            format!("{} needs {}", tool.name, tool.path),
+        ));
+    }
+    Ok(call("GET", &path, query, None))
+}
+
+fn valid_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 64
+        && n.starts_with(|c: char| c.is_ascii_lowercase())
+        && n.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+}
+
+const SCHEMA_TYPES: &[&str] = &["string", "number", "integer", "boolean", "object", "array"];
+
+fn check_input_schema(schema: Option<&Value>, body: &mut Body) {
+    let Some(schema) = schema else {
+        body.problem("input_schema", "is required");
+        return;
+    };
+    if schema["type"] != "object" || !schema["properties"].is_object() {
+        body.problem(
+            "input_schema",
+            "must be {\"type\": \"object\", \"properties\": {...}}",
+        );
+        return;
+    }
+    for (name, prop) in schema["properties"].as_object().into_iter().flatten() {
+        if !prop["type"]
+            .as_str()
+            .is_some_and(|t| SCHEMA_TYPES.contains(&t))
+        {
+            body.problem(
+                &format!("input_schema.properties.{name}"),
+                format!("needs a type, one of {}", SCHEMA_TYPES.join(", ")),
+            );
+        }
+    }
+}
+
+fn define(req: &Request) -> Result<Response, ApiError> {
+    let mut body = Body::parse(req)?;
+    let name = body.required_str("name", 64);
+    if let Some(n) = &name
+        && !valid_name(n)
+    {
+        body.problem(
+            "name",
+            "lower-case letters, digits, '_' and '-', starting with a letter",
+        );
+    }
+    let description = body.optional_str("description", 1000).unwrap_or_default();
+    let kind = body.required_str("kind", 32);
+    if kind.as_deref().is_some_and(|k| k != "search") {
+        body.problem("kind", "must be \"search\"");
+    }
+    let typescript = body.required_str("typescript", MAX_TYPESCRIPT);
+    let schema = body.raw("input_schema").cloned();
+    check_input_schema(schema.as_ref(), &mut body);
+    let timestamp = body.optional_u64("timestamp");
+    body.finish()?;
+    let (name, typescript) = (name.unwrap_or_default(), typescript.unwrap_or_default());
+
+    let owner = match body.text("owner_fingerprint") {
+        Some(_) => {
+            let digest: String = Sha256::digest(typescript.as_bytes())
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            Some(
+                verify(
+                    body.text("owner_fingerprint").as_deref(),
+                    &format!("define:{name}:{digest}"),
+                    body.text("signature").as_deref(),
+                    timestamp,
+                    false,
+                    false,
+                )?
+                .to_ascii_lowercase(),
+            )
+        }
+        None => None,
+    };
+    if TOOLS.iter().any(|t| t.name == name) {
+        return Err(ApiError::conflict(format!("{name} is a built-in tool")));
+    }
+    let key = format!("macro/{name}");
+    let existing: Option<Value> = kv::get(&key)?;
+    let now = marketplace_guest::now_rfc3339();
+    let (status, created_at) = match &existing {
+        Some(m) => {
+            let stored_owner = m["owner_fingerprint"].as_str();
+            if stored_owner.is_none() || stored_owner != owner.as_deref() {
+                return Err(ApiError::conflict(format!(
+                    "macro {name} exists; only its signed owner may update it"
+                )));
+            }
+            (200, m["created_at"].clone())
+        }
+        None => {
+            let count: u64 = kv::get("macro_count")?.unwrap_or(0);
+            if count >= MAX_MACROS {
+                return Err(ApiError::conflict(format!(
+                    "the service holds its maximum of {MAX_MACROS} macros"
+                )));
+            }
+            kv::put("macro_count", &(count + 1))?;
+            (201, json!(now))
+        }
+    };
+    let m = json!({"name": name, "description": description, "kind": "search", "typescript": typescript,
+                   "input_schema": schema, "owner_fingerprint": owner, "created_at": created_at, "updated_at": now});
+    kv::put(&key, &m)?;
+    Ok(json(status, &json!({"macro": m})))
+}
+
+/// Validate arguments against a macro's input schema (400 with details).
+fn check_arguments(schema: &Value, args: &Value) -> Result<(), ApiError> {
+    let mut problems = Vec::new();
+    let Some(map) = args.as_object() else {
+        return Err(ApiError::invalid("arguments", "must be an object"));
+    };
+    for (name, prop) in schema["properties"].as_object().into_iter().flatten() {
+        let Some(v) = map.get(name) else { continue };
+        let ok = match prop["type"].as_str().unwrap_or("") {
+            "string" => v.is_string(),
+            "number" => v.is_number(),
+            "integer" => v.is_i64() || v.is_u64(),
+            "boolean" => v.is_boolean(),
+            "object" => v.is_object(),
+            "array" => v.is_array(),
+            _ => true,
+        };
+        if !ok {
+            problems.push(marketplace_guest::Detail {
+                field: format!("arguments.{name}"),
+                problem: format!("must be of type {}", prop["type"]),
+            });
+        }
+    }
+    for req in schema["required"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.as_str())
+    {
+        if !map.contains_key(req) {
+            problems.push(marketplace_guest::Detail {
+                field: format!("arguments.{req}"),
+                problem: "is required".into(),
+            });
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_many(problems))
+    }
+}
+
+/// Run a tool by name: built-in or macro.
+fn run_named(name: &str, args: &Value) -> Result<Response, ApiError> {
+    if let Some(tool) = TOOLS.iter().find(|t| t.name == name) {
+        return run_tool(tool, args);
+    }
+    let Some(m) = kv::get::<Value>(&format!("macro/{name}"))? else {
+        return Err(ApiError::not_found(format!("tool {name}")));
+    };
+    check_arguments(&m["input_schema"], args)?;
+    Err(ApiError::new(
+        503,
+        "plugin_unavailable",
+        format!("macro {name} is defined, but this host cannot run TypeScript macros yet"),
+    ))
+}
+
+fn execute(req: &Request) -> Result<Response, ApiError> {
+    let body = req.json_object()?;
+    if let Some(endpoint) = body.get("endpoint") {
+        let method = endpoint["method"]
+            .as_str()
+            .unwrap_or("GET")
+            .to_ascii_uppercase();
+        let Some(path) = endpoint["path"].as_str() else {
+            return Err(ApiError::invalid("endpoint.path", "is required"));
+        };
+        let (path, inline_query) = path
+            .split_once('?')
+            .map(|(p, q)| (p, Some(q)))
+            .unwrap_or((path, None));
+        let mut query: Vec<(String, String)> = inline_query
+            .into_iter()
+            .flat_map(|q| q.split('&'))
+            .filter_map(|kv| {
+                kv.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+            })
+            .collect();
+        for (k, v) in endpoint["query"].as_object().into_iter().flatten() {
+            if let Some(t) = text_of(v) {
+                query.push((k.clone(), t));
+            }
+        }
+        let target_body = endpoint.get("body").filter(|b| !b.is_null());
+        return Ok(call(&method, path, query, target_body));
+    }
+    let Some(tool) = body.get("tool").and_then(|t| t.as_str()) else {
+        return Err(ApiError::invalid(
+            "tool",
+            "give tool (with arguments) or endpoint",
+        ));
+    };
+    let args = body.get("arguments").cloned().unwrap_or_else(|| json!({}));
+    run_named(tool, &args)
+}
+
+/// `POST /mcp`: the Model Context Protocol over Streamable HTTP (JSON answers).
+fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
+    let msg: Value = match serde_json::from_slice(req.body()) {
+        Ok(v) => v,
+        Err(e) => {
+            return Ok(json(
+                400,
+                &rpc_error(Value::Null, -32700, &format!("parse error: {e}")),
+            ));
+        }
+    };
+    let Some(id) = msg.get("id").cloned() else {
+        // Notifications (and responses) get no answer body.
+        return Ok(Response {
+            status: 202,
+            headers: vec![],
+            body: vec![],
+        });
+    };
+    let method = msg["method"].as_str().unwrap_or("");
+    let params = &msg["params"];
+    let result = match method {
+        "initialize" => {
+            let asked = params["protocolVersion"].as_str().unwrap_or("");
+            let agreed = PROTOCOL_VERSIONS
+                .iter()
+                .find(|v| **v == asked)
+                .unwrap_or(&PROTOCOL_VERSIONS[0]);
+            json!({"protocolVersion": agreed, "capabilities": {"tools": {"listChanged": false}},
+                   "serverInfo": {"name": "marketplace", "version": version},
+                   "instructions": "Search listings with `search`; read posts, threads, profiles and contracts with the get_* tools. Paid actions use the HTTP API with X-Cash-Secret."})
+        }
+        "ping" => json!({}),
+        "tools/list" => {
+            let mut tools: Vec<Value> = TOOLS
+                .iter()
+                .filter(|t| t.name != "define" && t.name != "execute")
+                .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": (t.schema)()}))
+                .collect();
+            for m in macros()? {
+                tools.push(json!({"name": m["name"], "description": m["description"], "inputSchema": m["input_schema"]}));
+            }
+            json!({"tools": tools})
+        }
+        "tools/call" => {
+            let Some(name) = params["name"].as_str() else {
+                return Ok(json(200, &rpc_error(id, -32602, "params.name is required")));
+            };
+            let args = params
+                .get("arguments")
+                .cloned()
+                .unwrap_or_else(|| json!({}));
+            let resp = match run_named(name, &args) {
+                Ok(r) => r,
+                Err(e) if e.status == 404 && e.message.starts_with("tool ") => {
+                    return Ok(json(
+                        200,
+                        &rpc_error(id, -32602, &format!("unknown tool {name}")),
+                    ));
+                }
+                Err(e) => e.into(),
+            };
+            let text = String::from_utf8_lossy(&resp.body).into_owned();
+            let mut result =
+                json!({"content": [{"type": "text", "text": text}], "isError": resp.status >= 400});
+            if let Ok(v @ Value::Object(_)) = serde_json::from_slice::<Value>(&resp.body) {
+                result["structuredContent"] = v;
+            }
+            result
+        }
+        _ => {
+            return Ok(json(
+                200,
+                &rpc_error(id, -32601, &format!("method not found: {method}")),
+            ));
+        }
+    };
+    Ok(json(
+        200,
+        &json!({"jsonrpc": "2.0", "id": id, "result": result}),
+    ))
+}
+
+fn rpc_error(id: Value, code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
+marketplace_guest::endpoint_plugin!(Mcp);

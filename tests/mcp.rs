@@ -1,0 +1,361 @@
+//! Black-box tests of the MCP tools and macros, the JSON-RPC MCP server, the
+//! agent manifest, the OpenAPI document and the docs (PROTOCOL section 8).
+
+mod common;
+
+use common::Server;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+
+#[test]
+fn agent_manifest_and_card() {
+    let s = Server::start();
+    let m = s.get("/.well-known/agent.json").json();
+    for member in [
+        "name",
+        "version",
+        "description",
+        "capabilities",
+        "openapi",
+        "docs",
+        "mcp",
+    ] {
+        assert!(!m[member].is_null(), "manifest lacks {member}");
+    }
+    assert_eq!(m["openapi"], "/openapi.yaml");
+    assert_eq!(m["docs"], "/docs");
+    assert_eq!(m["mcp"]["tools_search"], "/api/mcp/tools/search");
+    assert_eq!(m["mcp"]["tools_define"], "/api/mcp/tools/define");
+    assert_eq!(m["mcp"]["tools_execute"], "/api/mcp/tools/execute");
+    assert!(
+        m["capabilities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c.as_str().unwrap().contains("402"))
+    );
+    let card = s.get("/.well-known/agent-card.json").json();
+    assert_eq!(card["name"], "marketplace");
+    assert!(card["skills"].as_array().is_some_and(|s| !s.is_empty()));
+}
+
+#[test]
+fn openapi_paths_match_the_route_table() {
+    let s = Server::start();
+    let doc = s.get("/openapi.json").json();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let documented: BTreeSet<(String, String)> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(path, ops)| {
+            ops.as_object()
+                .unwrap()
+                .keys()
+                .map(move |m| (m.to_uppercase(), path.clone()))
+        })
+        .collect();
+    let routed: BTreeSet<(String, String)> = marketplace::routes::ROUTES
+        .iter()
+        .filter(|r| !r.testing)
+        .map(|r| (r.method.to_string(), r.pattern.to_string()))
+        .collect();
+    assert_eq!(
+        documented, routed,
+        "OpenAPI and the host's route table disagree"
+    );
+    // Paid routes document the payment headers and the 402 body.
+    let identity = &doc["paths"]["/api/identity"]["post"];
+    assert!(
+        identity["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "X-Cash-Secret" && p["in"] == "header")
+    );
+    assert_eq!(
+        identity["responses"]["402"]["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/PaymentRequired"
+    );
+    let yaml = s.get("/openapi.yaml");
+    assert!(
+        yaml.header("content-type")
+            .unwrap()
+            .starts_with("application/yaml")
+    );
+    assert!(yaml.text().contains("\"openapi\": \"3.1.0\""));
+}
+
+#[test]
+fn docs_page_and_docs_search() {
+    let s = Server::start();
+    let page = s.get("/docs");
+    assert_eq!(page.status, 200);
+    assert!(
+        page.header("content-type")
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let html = page.text();
+    assert!(html.contains("/api/arbitration/contracts/{id}/pickup"));
+    assert!(
+        !html.contains("http://") && !html.contains("https://"),
+        "the page must work offline"
+    );
+    let r = s.get("/api/docs/search?q=refund&limit=5").json();
+    let results = r["results"].as_array().unwrap();
+    assert!(!results.is_empty());
+    assert!(results.len() <= 5);
+    assert!(
+        results
+            .iter()
+            .all(|x| x["title"].is_string() && x["path"].is_string() && x["snippet"].is_string())
+    );
+    assert!(
+        results[0]["title"]
+            .as_str()
+            .unwrap()
+            .to_lowercase()
+            .contains("refund")
+    );
+    assert_eq!(s.get("/api/docs/search").status, 400);
+    assert_eq!(s.get("/api/docs/search?q=x&limit=0").status, 400);
+}
+
+#[test]
+fn search_tool_matches_get_search_and_execute_passes_through() {
+    let s = Server::start();
+    let k = s.identity("mcpseller");
+    let id = s.new_post(
+        &k,
+        "Handmade walnut chess boards",
+        json!({"post_type": "service_request"}),
+    );
+    let direct = s.get("/api/search?term=walnut&limit=20&post_type=service_request");
+    let tool = s.post_json(
+        "/api/mcp/tools/search",
+        &json!({"term": "walnut", "limit": 20, "post_type": "service_request"}),
+    );
+    assert_eq!(tool.status, 200);
+    assert_eq!(tool.json(), direct.json());
+    assert_eq!(tool.json()["results"][0]["post_id"], id.as_str());
+    assert_eq!(
+        s.post_json("/api/mcp/tools/search", &json!({"limit": 20}))
+            .status,
+        400
+    );
+    assert_eq!(
+        s.post_json("/api/mcp/tools/search", &json!({"term": "x", "limit": 500}))
+            .status,
+        400
+    );
+
+    // Built-in read tool.
+    let r = s.post_json(
+        "/api/mcp/tools/execute",
+        &json!({"tool": "get_post", "arguments": {"post_id": id}}),
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["post"]["post_id"], id.as_str());
+    // Endpoint form: a paid target without payment answers its own 402.
+    let body = json!({"author_fingerprint": k.fp(), "content": "x", "signature": k.sign("post:x")});
+    let upstream = s.post_json("/api/timeline", &body);
+    let r = s.post_json(
+        "/api/mcp/tools/execute",
+        &json!({"endpoint": {"method": "POST", "path": "/api/timeline", "body": body}}),
+    );
+    assert_eq!(r.status, 402);
+    assert_eq!(r.json(), upstream.json());
+    // ... and with the caller's payment header it goes through.
+    let secret = s.mint("0.3");
+    let r = s.post_paid(
+        "/api/mcp/tools/execute",
+        &secret,
+        &json!({"endpoint": {"method": "POST", "path": "/api/timeline", "body": body}}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(s.cash_state(&secret).0, json!(true));
+    // Only public /api routes, and unknown ones are 404.
+    let r = s.post_json(
+        "/api/mcp/tools/execute",
+        &json!({"endpoint": {"method": "GET", "path": "/admin/plugins"}}),
+    );
+    assert_eq!(r.status, 404);
+    let r = s.post_json("/api/mcp/tools/execute", &json!({"endpoint": {"method": "GET", "path": "/api/v1/search", "query": {"term": "walnut"}}}));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["total"], 1);
+}
+
+fn macro_def(name: &str) -> Value {
+    json!({"name": name, "description": "logos by style", "kind": "search",
+           "typescript": "const t: string = args.style; return { term: t, limit: 5 };",
+           "input_schema": {"type": "object", "properties": {"style": {"type": "string"}}, "required": ["style"]}})
+}
+
+#[test]
+fn macros_are_first_come_and_owner_updated() {
+    let s = Server::start();
+    let owner = s.identity("macroowner");
+    let sign = |def: &mut Value, key: &common::Key| {
+        use sha2::{Digest, Sha256};
+        let ts = common::now_s();
+        let digest = common::hex(&Sha256::digest(
+            def["typescript"].as_str().unwrap().as_bytes(),
+        ));
+        def["owner_fingerprint"] = json!(key.fp());
+        def["timestamp"] = json!(ts);
+        def["signature"] = json!(key.sign(&format!(
+            "define:{}:{digest}:{ts}",
+            def["name"].as_str().unwrap()
+        )));
+    };
+    let mut def = macro_def("logo_search");
+    sign(&mut def, &owner);
+    let r = s.post_json("/api/mcp/tools/define", &def);
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.json()["macro"]["owner_fingerprint"], owner.fp());
+    let listed = s.get("/api/mcp").json();
+    assert!(
+        listed["macros"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["name"] == "logo_search")
+    );
+
+    // Someone else, or nobody, cannot take or change it.
+    let r = s.post_json("/api/mcp/tools/define", &macro_def("logo_search"));
+    assert_eq!((r.status, r.code().as_str()), (409, "conflict"));
+    let other = s.identity("intruder");
+    let mut hijack = macro_def("logo_search");
+    sign(&mut hijack, &other);
+    assert_eq!(s.post_json("/api/mcp/tools/define", &hijack).status, 409);
+    // The owner can.
+    let mut update = macro_def("logo_search");
+    update["description"] = json!("updated");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    sign(&mut update, &owner);
+    let r = s.post_json("/api/mcp/tools/define", &update);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["macro"]["description"], "updated");
+
+    // Built-in names are reserved; bad definitions are 400 with details.
+    assert_eq!(
+        s.post_json("/api/mcp/tools/define", &macro_def("search"))
+            .status,
+        409
+    );
+    let mut bad = macro_def("bad_schema");
+    bad["input_schema"] = json!({"type": "object", "properties": {"style": {}}});
+    let r = s.post_json("/api/mcp/tools/define", &bad);
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.json()["details"][0]["field"],
+        "input_schema.properties.style"
+    );
+    let mut bad = macro_def("bad_kind");
+    bad["kind"] = json!("delete");
+    assert_eq!(s.post_json("/api/mcp/tools/define", &bad).status, 400);
+    let mut big = macro_def("too_big");
+    big["typescript"] = json!("x".repeat(16 * 1024 + 1));
+    assert_eq!(s.post_json("/api/mcp/tools/define", &big).status, 400);
+
+    // Arguments are checked against the input schema before anything runs.
+    let r = s.post_json(
+        "/api/mcp/tools/execute",
+        &json!({"tool": "logo_search", "arguments": {"style": 7}}),
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["details"][0]["field"], "arguments.style");
+    let r = s.post_json(
+        "/api/mcp/tools/execute",
+        &json!({"tool": "logo_search", "arguments": {}}),
+    );
+    assert_eq!(r.status, 400);
+    let r = s.post_json("/api/mcp/tools/execute", &json!({"tool": "no_such_tool"}));
+    assert_eq!(r.status, 404);
+}
+
+fn rpc(s: &Server, body: Value) -> common::Resp {
+    s.request(
+        "POST",
+        "/mcp",
+        &[
+            ("content-type", "application/json"),
+            ("accept", "application/json, text/event-stream"),
+        ],
+        Some(body.to_string().as_bytes()),
+    )
+}
+
+#[test]
+fn jsonrpc_mcp_server() {
+    let s = Server::start();
+    let k = s.identity("rpcseller");
+    let id = s.new_post(&k, "Violin repair and setup", json!({}));
+    s.post_json("/api/mcp/tools/define", &macro_def("violin_macro"));
+
+    let r = rpc(
+        &s,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                           "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+    );
+    assert_eq!(r.status, 200);
+    let init = r.json();
+    assert_eq!(init["id"], 1);
+    assert_eq!(init["result"]["protocolVersion"], "2025-03-26");
+    assert!(init["result"]["capabilities"]["tools"].is_object());
+    assert_eq!(init["result"]["serverInfo"]["name"], "marketplace");
+
+    let r = rpc(
+        &s,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert_eq!(r.status, 202);
+    assert!(r.body.is_empty());
+
+    let tools = rpc(
+        &s,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    )
+    .json();
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    for n in [
+        "search",
+        "get_post",
+        "get_thread",
+        "get_contract_status",
+        "violin_macro",
+    ] {
+        assert!(names.contains(&n), "{n} missing from {names:?}");
+    }
+    assert!(tools["result"]["tools"][0]["inputSchema"].is_object());
+
+    let call = rpc(&s, json!({"jsonrpc": "2.0", "id": "c", "method": "tools/call", "params": {"name": "search", "arguments": {"term": "violin"}}})).json();
+    assert_eq!(call["id"], "c");
+    assert_eq!(call["result"]["isError"], false);
+    assert_eq!(
+        call["result"]["structuredContent"]["results"][0]["post_id"],
+        id.as_str()
+    );
+    let text = call["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains(&id));
+
+    let bad = rpc(&s, json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "get_post", "arguments": {"post_id": "post_nope"}}})).json();
+    assert_eq!(bad["result"]["isError"], true);
+    let unknown = rpc(&s, json!({"jsonrpc": "2.0", "id": 4, "method": "nope"})).json();
+    assert_eq!(unknown["error"]["code"], -32601);
+    let r = s.request(
+        "POST",
+        "/mcp",
+        &[("content-type", "application/json")],
+        Some(b"{not json"),
+    );
+    assert_eq!(r.json()["error"]["code"], -32700);
+    assert_eq!(s.get("/mcp").status, 405);
+}
