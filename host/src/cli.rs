@@ -157,7 +157,11 @@ fn serve(args: &[String]) -> Result<()> {
             )),
             None => None,
         };
+        let watch = config.watch_plugins;
         let app = tokio::task::spawn_blocking(move || App::start(config)).await??;
+        if watch {
+            crate::reload::spawn(app.clone())?;
+        }
         if let Some((addr, token)) = admin {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await

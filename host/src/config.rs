@@ -46,6 +46,8 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// Mount the test-only routes (`/_testing/...`) and load the testing plugin.
     pub testing_routes: bool,
+    /// Watch the plugins directory and swap changed components in.
+    pub watch_plugins: bool,
     /// Log filter (tracing-subscriber EnvFilter syntax), e.g. "info".
     pub log: String,
     /// Per-family operator settings (`[settings.fees] post = "0.3"`), read by
@@ -67,6 +69,7 @@ impl Default for Config {
             max_instances: 256,
             max_body_bytes: 2 * 1024 * 1024,
             testing_routes: false,
+            watch_plugins: true,
             log: "info".into(),
             settings: BTreeMap::new(),
         }

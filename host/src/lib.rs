@@ -12,6 +12,7 @@ pub mod http;
 pub mod ids;
 pub mod ledger;
 pub mod payments;
+pub mod reload;
 pub mod routes;
 pub mod runtime;
 pub mod storage;

@@ -1,0 +1,202 @@
+//! Hot reload and runtime plugin swapping (PROTOCOL section 9): the watched
+//! plugins directory, the admin upload and the CLI.
+
+mod common;
+
+use common::{ADMIN_TOKEN, Server};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A private plugins directory holding copies of the built components.
+fn plugin_copy() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(common::plugins_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "wasm") {
+            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    dir
+}
+
+/// Replace a file the way an operator's deploy does: write aside, rename.
+fn install(from: &Path, to: &Path) {
+    let tmp = to.with_extension("part");
+    std::fs::copy(from, &tmp).unwrap();
+    std::fs::rename(&tmp, to).unwrap();
+}
+
+fn policy(s: &Server) -> String {
+    s.get("/api/fees").json()["arbitration"]["policy"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+#[test]
+fn fee_plugin_swaps_under_load_without_failures() {
+    let plugins = plugin_copy();
+    let s = Server::with(common::Options {
+        plugins_dir: Some(plugins.path().to_path_buf()),
+        ..Default::default()
+    });
+    assert_eq!(policy(&s), "bid-inclusive");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let workers: Vec<_> = (0..4)
+        .map(|i| {
+            let (stop, ok, failed, addr) = (stop.clone(), ok.clone(), failed.clone(), s.addr);
+            std::thread::spawn(move || {
+                let path = if i % 2 == 0 {
+                    "/api/fees"
+                } else {
+                    "/api/health"
+                };
+                while !stop.load(Ordering::Relaxed) {
+                    let r = common::request(addr, "GET", path, &[], None);
+                    if r.status == 200 { &ok } else { &failed }.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let swapped_at = Instant::now();
+    install(
+        &plugins.path().join("fees_pickup_paid.wasm"),
+        &plugins.path().join("fees_bid_inclusive.wasm"),
+    );
+    let mut seen = None;
+    while swapped_at.elapsed() < Duration::from_secs(5) {
+        if policy(&s) == "pickup-paid" {
+            seen = Some(swapped_at.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    let took = seen.expect("the new fee policy never appeared");
+    eprintln!(
+        "swap visible after {took:?}; {} requests ok during the run",
+        ok.load(Ordering::Relaxed)
+    );
+    assert!(took < Duration::from_secs(1), "swap took {took:?}");
+    assert_eq!(
+        failed.load(Ordering::Relaxed),
+        0,
+        "requests failed during the swap"
+    );
+    assert!(ok.load(Ordering::Relaxed) > 100);
+    assert!(s.log_text().contains("hot reload: swapped"));
+}
+
+#[test]
+fn broken_components_are_refused_and_the_old_one_keeps_serving() {
+    let plugins = plugin_copy();
+    let s = Server::with(common::Options {
+        plugins_dir: Some(plugins.path().to_path_buf()),
+        ..Default::default()
+    });
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let put = |family: &str, bytes: &[u8]| {
+        common::request(
+            s.admin,
+            "PUT",
+            &format!("/admin/plugins/{family}"),
+            &[("authorization", &auth)],
+            Some(bytes),
+        )
+    };
+    // Garbage bytes.
+    let r = put("fees", b"\0asm garbage");
+    assert_eq!((r.status, r.code().as_str()), (400, "invalid_request"));
+    // A valid component of the wrong world.
+    let info = std::fs::read(plugins.path().join("info.wasm")).unwrap();
+    let r = put("fees", &info);
+    assert_eq!(r.status, 400);
+    assert!(
+        r.json()["message"].as_str().unwrap().contains("fee-policy"),
+        "{}",
+        r.text()
+    );
+    // An endpoint component of another family is a valid endpoint, but a
+    // fee component is not one.
+    let fees = std::fs::read(plugins.path().join("fees_pickup_paid.wasm")).unwrap();
+    assert_eq!(put("info", &fees).status, 400);
+    assert_eq!(put("nope", &fees).status, 404);
+    assert_eq!(policy(&s), "bid-inclusive");
+    assert_eq!(s.get("/api/health").status, 200);
+
+    // Through the watched directory: refused, logged, old one serving.
+    std::fs::write(
+        plugins.path().join("fees_bid_inclusive.wasm"),
+        b"not a component",
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !s.log_text().contains("hot reload refused") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(s.log_text().contains("hot reload refused"));
+    assert_eq!(policy(&s), "bid-inclusive");
+
+    // A good upload swaps and reports version and hash.
+    let r = put("fees", &fees);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["hash"].as_str().unwrap().len(), 64);
+    assert_eq!(policy(&s), "pickup-paid");
+}
+
+#[test]
+fn cli_lists_and_loads_plugins_through_the_admin_listener() {
+    let s = Server::start();
+    let url = format!("http://{}", s.admin);
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_marketplace"))
+            .args(args)
+            .env("MARKETPLACE_ADMIN_TOKEN", ADMIN_TOKEN)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["plugins", "list", "--admin", &url]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        list.as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["family"] == "fees" && p["status"] == "ok")
+    );
+    let file = common::plugins_dir().join("fees_pickup_paid.wasm");
+    let out = run(&[
+        "plugins",
+        "load",
+        "fees",
+        file.to_str().unwrap(),
+        "--admin",
+        &url,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(policy(&s), "pickup-paid");
+    let out = run(&["cash", "mint", "0.5", "--admin", &url]);
+    assert!(out.status.success());
+    let secret = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(secret.starts_with("e0.5:secret:"));
+    assert_eq!(
+        s.cash_state(&secret),
+        (serde_json::json!(false), serde_json::json!("0.5"))
+    );
+}
