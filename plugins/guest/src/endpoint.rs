@@ -333,6 +333,14 @@ impl Body {
         match self.raw(field) {
             None => None,
             Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64(),
+            // 37632671.0 is an integer written as a float.
+            Some(Value::Number(n))
+                if n.as_f64().is_some_and(|f| {
+                    f >= 0.0 && f.fract() == 0.0 && f < 9.007_199_254_740_992e15
+                }) =>
+            {
+                n.as_f64().map(|f| f as u64)
+            }
             Some(Value::String(s)) if s.parse::<u64>().is_ok() => s.parse().ok(),
             Some(_) => {
                 self.problem(field, "must be a non-negative integer");

@@ -138,6 +138,9 @@ impl Endpoint for Mcp {
                     .map(str::trim)
                     .filter(|q| !q.is_empty())
                     .ok_or_else(|| ApiError::invalid("q", "is required"))?;
+                if q.chars().count() > 1000 {
+                    return Err(ApiError::invalid("q", "must be at most 1000 characters"));
+                }
                 let limit = req.query_int("limit", 1, 50)?.unwrap_or(10) as usize;
                 Ok(json(200, &openapi::search(q, limit)))
             }
@@ -263,7 +266,12 @@ fn run_search(args: &Value) -> Result<Response, ApiError> {
     }
     let limit = match &args["limit"] {
         Value::Null => None,
-        Value::Number(n) if n.as_u64().is_some_and(|l| (1..=100).contains(&l)) => n.as_u64(),
+        Value::Number(n)
+            if n.as_f64()
+                .is_some_and(|l| l.fract() == 0.0 && (1.0..=100.0).contains(&l)) =>
+        {
+            n.as_f64().map(|l| l as u64)
+        }
         _ => {
             problems.push(marketplace_guest::Detail {
                 field: "limit".into(),
@@ -272,6 +280,18 @@ fn run_search(args: &Value) -> Result<Response, ApiError> {
             None
         }
     };
+    if !matches!(args["post_type"], Value::Null | Value::String(_)) {
+        problems.push(marketplace_guest::Detail {
+            field: "post_type".into(),
+            problem: "must be a string".into(),
+        });
+    }
+    if term.chars().count() > 1000 {
+        problems.push(marketplace_guest::Detail {
+            field: "term".into(),
+            problem: "must be at most 1000 characters".into(),
+        });
+    }
     if !problems.is_empty() {
         return Err(ApiError::invalid_many(problems));
     }
@@ -373,6 +393,9 @@ fn define(req: &Request) -> Result<Response, ApiError> {
     let schema = body.raw("input_schema").cloned();
     check_input_schema(schema.as_ref(), &mut body);
     let timestamp = body.optional_u64("timestamp");
+    for field in ["owner_fingerprint", "signature"] {
+        body.optional_str(field, 200);
+    }
     body.finish()?;
     let (name, typescript) = (name.unwrap_or_default(), typescript.unwrap_or_default());
 
@@ -540,6 +563,17 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
             ));
         }
     };
+    if !msg.is_object() {
+        // Batches were removed from MCP (2025-06-18); anything else is malformed.
+        return Ok(json(
+            400,
+            &rpc_error(
+                Value::Null,
+                -32600,
+                "invalid request: send one JSON-RPC object",
+            ),
+        ));
+    }
     let Some(id) = msg.get("id").cloned() else {
         // Notifications (and responses) get no answer body.
         return Ok(Response {

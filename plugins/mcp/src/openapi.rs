@@ -113,7 +113,7 @@ pub const OPS: &[Op] = &[
         )
     },
     Op {
-        body: Some("StringList"),
+        body: Some("CashList"),
         ok: (200, "CashHealth"),
         errors: &[400],
         ..op(
@@ -312,7 +312,7 @@ pub const OPS: &[Op] = &[
         )
     },
     Op {
-        body: Some("Action"),
+        body: Some("Accept"),
         ok: (200, "ActionResult"),
         errors: &[400, 401, 403, 404, 409],
         ..op(
@@ -325,7 +325,7 @@ pub const OPS: &[Op] = &[
         )
     },
     Op {
-        body: Some("Action"),
+        body: Some("Deliver"),
         ok: (200, "ActionResult"),
         errors: &[400, 401, 403, 404, 409],
         ..op(
@@ -491,7 +491,7 @@ pub const OPS: &[Op] = &[
         )
     },
     Op {
-        ok: (200, "Raw"),
+        ok: (200, "Any"),
         ..op(
             "GET",
             "/openapi.yaml",
@@ -537,6 +537,15 @@ fn t(ty: &str) -> Value {
     json!({"type": ty})
 }
 
+/// A string with at least one non-space character.
+fn nonblank(max: usize) -> Value {
+    json!({"type": "string", "minLength": 1, "maxLength": max, "pattern": "\\S"})
+}
+
+fn pattern(p: &str) -> Value {
+    json!({"type": "string", "pattern": p})
+}
+
 fn r(name: &str) -> Value {
     json!({"$ref": format!("#/components/schemas/{name}")})
 }
@@ -547,9 +556,13 @@ fn schemas() -> Value {
         ("signature", t("string")),
         (
             "timestamp",
-            json!({"type": "integer", "description": "unix seconds: fresh form, signs {message}:{timestamp}"}),
+            json!({"type": "integer", "minimum": 0, "maximum": 4_102_444_800u64, "description": "unix seconds: fresh form, signs {message}:{timestamp}"}),
         ),
     ];
+    let positive = json!({"type": "string", "pattern": "^[0-9]+(\\.[0-9]{1,8})?$", "not": {"pattern": "^0+(\\.0+)?$"}, "description": "positive decimal, at most 8 decimals"});
+    let cash = pattern("^e(?!0+(\\.0+)?:)[0-9]+(\\.[0-9]{1,8})?:(secret|public):[0-9a-f]{64}$");
+    let cash_secret = pattern("^e(?!0+(\\.0+)?:)[0-9]+(\\.[0-9]{1,8})?:secret:[0-9a-f]{64}$");
+    let fp = pattern("^[0-9a-fA-F]{64}$");
     let with_sig = |mut props: Vec<(&'static str, Value)>, required: &[&str]| {
         props.extend(signed.iter().cloned());
         obj(&props, required)
@@ -657,7 +670,8 @@ fn schemas() -> Value {
             ("payment", obj(&[("action", t("string")), ("price", amount.clone()), ("currency", json!({"const": "webcash"})), ("header", json!({"const": "X-Cash-Secret"})), ("supported_headers", json!({"type": "array", "items": t("string")})), ("format", t("string")), ("allowed_rails", json!({"type": "array", "items": t("string")})), ("fee_schedule_url", t("string"))], &[]))], &["code", "message", "required_amount", "payment"]),
         "Success": obj(&[("status", json!({"const": "success"}))], &["status"]),
         "StringList": {"type": "array", "items": t("string"), "maxItems": 100},
-        "CashReplace": obj(&[("webcashes", json!({"type": "array", "items": t("string")})), ("new_webcashes", json!({"type": "array", "items": t("string")}))], &["webcashes", "new_webcashes"]),
+        "CashList": {"type": "array", "items": cash, "maxItems": 100},
+        "CashReplace": obj(&[("webcashes", json!({"type": "array", "items": cash_secret, "minItems": 1, "maxItems": 100})), ("new_webcashes", json!({"type": "array", "items": cash_secret, "minItems": 1, "maxItems": 100}))], &["webcashes", "new_webcashes"]),
         "CashHealth": obj(&[("status", t("string")), ("results", json!({"type": "object", "additionalProperties": obj(&[("spent", json!({"type": ["boolean", "null"]})), ("amount", json!({"type": ["string", "null"]}))], &[])}))], &[]),
         "Health": obj(&[("status", t("string")), ("storage", obj(&[("status", t("string")), ("commits", t("integer")), ("syncs", t("integer"))], &[])), ("plugins", t("object"))], &["status", "storage", "plugins"]),
         "Info": obj(&[("name", t("string")), ("version", t("string")), ("payment_rails", t("array")), ("fee_schedule_url", t("string")), ("fee_policy", t("string")), ("plugins", t("object"))], &["name", "version"]),
@@ -668,29 +682,37 @@ fn schemas() -> Value {
         "Timeline": obj(&[("posts", json!({"type": "array", "items": r("Post")})), ("next_before", json!({"type": ["string", "null"]}))], &["posts"]),
         "Thread": obj(&[("root", r("Post")), ("comments", json!({"type": "array", "items": r("Post")})), ("count", t("integer"))], &["root", "comments", "count"]),
         "SearchResults": obj(&[("term", t("string")), ("total", t("integer")), ("results", json!({"type": "array", "items": {"allOf": [r("Post"), obj(&[("score", t("number"))], &[])]}}))], &["term", "total", "results"]),
-        "NewPost": with_sig(vec![("author_fingerprint", t("string")), ("content", t("string")), ("post_type", t("string")), ("parent_id", t("string")), ("keywords", json!({"type": "array", "items": t("string"), "maxItems": 32})),
+        "NewPost": with_sig(vec![("author_fingerprint", t("string")), ("content", nonblank(65536)), ("post_type", pattern("^[A-Za-z0-9_-]{1,64}$")), ("parent_id", t("string")), ("keywords", json!({"type": "array", "items": nonblank(64), "maxItems": 32})),
             ("attachments", json!({"type": "array", "maxItems": 16, "items": obj(&[("filename", t("string")), ("content", t("string")), ("attachment_type", t("string"))], &["filename", "content"])})), ("activity_metadata", t("object"))], &["author_fingerprint", "content", "signature"]),
         "Profile": profile,
         "ProfileEnvelope": obj(&[("profile", r("Profile"))], &["profile"]),
-        "NewIdentity": with_sig(vec![("nickname", t("string")), ("pgp_public_key", json!({"type": "string", "pattern": "^[0-9a-fA-F]{64}$"})), ("about", t("string"))], &["nickname", "pgp_public_key", "signature"]),
+        "NewIdentity": with_sig(vec![("nickname", pattern("^[A-Za-z0-9_.-]{1,32}$")), ("pgp_public_key", fp.clone()), ("about", json!({"type": "string", "maxLength": 2000}))], &["nickname", "pgp_public_key", "signature"]),
         "IdentityCreated": obj(&[("fingerprint", t("string")), ("profile", r("Profile")), ("payment", payment.clone())], &["fingerprint", "profile"]),
-        "Rate": with_sig(vec![("post_id", t("string")), ("actor_fingerprint", t("string")), ("vote", json!({"enum": ["up", "down"]}))], &["post_id", "actor_fingerprint", "vote", "signature"]),
+        "Rate": with_sig(vec![("post_id", nonblank(200)), ("actor_fingerprint", t("string")), ("vote", json!({"enum": ["up", "down"]}))], &["post_id", "actor_fingerprint", "vote", "signature"]),
         "Rated": obj(&[("post_id", t("string")), ("vote", t("string")), ("rating", t("object")), ("payment", payment.clone())], &["post_id", "vote", "rating"]),
-        "Buy": with_sig(vec![("buyer_fingerprint", t("string")), ("contract_type", json!({"enum": ["service", "product_digital", "product_physical"]})), ("amount", amount.clone()), ("reference_post", t("string")),
-            ("contract_id", json!({"type": "string", "pattern": "^CTR_[A-Za-z0-9_-]{1,64}$"})), ("work_spec", json!({})), ("delivery_deadline", json!({"type": "string", "format": "date-time"})), ("witness_proof", t("string")), ("encrypted_witness_secret", t("string")), ("accept_terms", json!({"const": true}))],
+        "Buy": with_sig(vec![("buyer_fingerprint", t("string")), ("contract_type", json!({"enum": ["service", "product_digital", "product_physical"]})), ("amount", positive), ("reference_post", nonblank(128)),
+            ("contract_id", json!({"type": "string", "pattern": "^CTR_[A-Za-z0-9_-]{1,64}$"})), ("work_spec", json!({})), ("delivery_deadline", json!({"type": "string", "format": "date-time", "description": "must be in the future"})), ("witness_proof", pattern("^n:CTR_[A-Za-z0-9_-]{1,64}:public:[0-9a-f]{64}$")), ("encrypted_witness_secret", t("string")), ("accept_terms", json!({"const": true}))],
             &["buyer_fingerprint", "contract_type", "amount", "reference_post", "accept_terms", "signature"]),
         "Bought": obj(&[("contract_id", t("string")), ("status", t("string")), ("target_seller_fingerprint", t("string")), ("contract", r("Contract")), ("payment", payment)], &["contract_id", "status", "contract"]),
         "Contract": contract,
         "ContractStatus": obj(&[("contract_id", t("string")), ("status", t("string")), ("allowed_actions", json!({"type": "array", "items": t("string")})), ("updated_at", t("string"))], &["contract_id", "status", "allowed_actions"]),
-        "Action": with_sig(vec![("actor_fingerprint", t("string")), ("seller_fingerprint", json!({"type": "string", "description": "accept only"})), ("delivered_text", json!({"type": "string", "description": "deliver only"})), ("witness_secret", t("string"))], &["signature"]),
+        "Action": with_sig(vec![("actor_fingerprint", t("string"))], &["actor_fingerprint", "signature"]),
+        "Accept": with_sig(vec![("seller_fingerprint", t("string"))], &["seller_fingerprint", "signature"]),
+        "Deliver": with_sig(vec![("actor_fingerprint", t("string")), ("delivered_text", nonblank(65536)), ("witness_secret", t("string"))], &["actor_fingerprint", "delivered_text", "signature"]),
         "ActionResult": obj(&[("contract_id", t("string")), ("status", t("string")), ("allowed_actions", json!({"type": "array", "items": t("string")})), ("certificate_id", t("string")), ("certificate_secret", t("string")), ("certificate_proof", t("string")), ("delivered_text", t("string")), ("payout", t("string")), ("refund", t("string"))], &["contract_id", "status", "allowed_actions"]),
-        "WitnessReplace": obj(&[("secrets", json!({"type": "array", "items": t("string")})), ("new_secrets", json!({"type": "array", "items": t("string")}))], &["secrets", "new_secrets"]),
+        "WitnessReplace": obj(&[("secrets", json!({"type": "array", "items": pattern("^n:CTR_[A-Za-z0-9_-]{1,64}:secret:[0-9a-f]{64}$"), "minItems": 1, "maxItems": 100})), ("new_secrets", json!({"type": "array", "items": pattern("^n:CTR_[A-Za-z0-9_-]{1,64}:secret:[0-9a-f]{64}$"), "minItems": 1, "maxItems": 100}))], &["secrets", "new_secrets"]),
         "WitnessHealth": obj(&[("status", t("string")), ("results", t("object"))], &[]),
         "McpDescription": obj(&[("name", t("string")), ("version", t("string")), ("tools", t("array")), ("macros", t("array")), ("jsonrpc", t("string"))], &["tools", "macros"]),
-        "McpSearch": obj(&[("term", t("string")), ("limit", t("number")), ("post_type", t("string"))], &["term"]),
-        "MacroDefinition": obj(&[("name", t("string")), ("description", t("string")), ("kind", json!({"const": "search"})), ("typescript", json!({"type": "string", "maxLength": 16384})), ("input_schema", t("object")), ("owner_fingerprint", t("string")), ("signature", t("string"))], &["name", "kind", "typescript", "input_schema"]),
+        "McpSearch": obj(&[("term", nonblank(1000)), ("limit", json!({"type": "integer", "minimum": 1, "maximum": 100})), ("post_type", t("string"))], &["term"]),
+        "MacroDefinition": obj(&[("name", pattern("^[a-z][a-z0-9_-]{0,63}$")), ("description", json!({"type": "string", "maxLength": 1000})), ("kind", json!({"const": "search"})), ("typescript", nonblank(16384)),
+            ("input_schema", obj(&[("type", json!({"const": "object"})), ("properties", json!({"type": "object", "additionalProperties": obj(&[("type", json!({"enum": ["string", "number", "integer", "boolean", "object", "array"]}))], &["type"])}))], &["type", "properties"])),
+            ("timestamp", json!({"type": "integer", "minimum": 0})), ("owner_fingerprint", t("string")), ("signature", t("string"))], &["name", "kind", "typescript", "input_schema"]),
         "MacroEnvelope": obj(&[("macro", t("object"))], &["macro"]),
-        "Execute": obj(&[("tool", t("string")), ("arguments", t("object")), ("endpoint", obj(&[("method", t("string")), ("path", t("string")), ("query", t("object")), ("body", json!({}))], &["method", "path"]))], &[]),
+        "Execute": {"anyOf": [
+            obj(&[("tool", nonblank(64)), ("arguments", t("object"))], &["tool"]),
+            obj(&[("endpoint", obj(&[("method", json!({"enum": ["GET", "POST"]})), ("path", pattern("^/api/")), ("query", t("object")), ("body", json!({}))], &["method", "path"]))], &["endpoint"]),
+        ]},
+        "JsonRpcError": obj(&[("jsonrpc", t("string")), ("id", json!({})), ("error", obj(&[("code", t("integer")), ("message", t("string"))], &["code", "message"]))], &["jsonrpc", "error"]),
         "JsonRpc": obj(&[("jsonrpc", json!({"const": "2.0"})), ("id", json!({})), ("method", t("string")), ("params", t("object"))], &["jsonrpc", "method"]),
         "DocsResults": obj(&[("results", json!({"type": "array", "items": obj(&[("title", t("string")), ("path", t("string")), ("snippet", t("string"))], &[])}))], &["results"]),
         "AgentManifest": obj(&[("name", t("string")), ("version", t("string")), ("description", t("string")), ("capabilities", json!({"type": "array", "items": t("string")})), ("openapi", t("string")), ("docs", t("string")), ("mcp", obj(&[("tools_search", t("string")), ("tools_define", t("string")), ("tools_execute", t("string"))], &[]))], &["name", "version", "openapi", "docs", "mcp"]),
@@ -735,16 +757,25 @@ pub fn document(version: &str) -> Value {
             }
         }
         for (name, ty, required, desc) in o.query {
-            params.push(json!({"name": name, "in": "query", "required": required, "description": desc, "schema": t(ty)}));
+            let schema = match (*name, o.id) {
+                ("limit", "docsSearch") => json!({"type": "integer", "minimum": 1, "maximum": 50}),
+                ("limit", _) => json!({"type": "integer", "minimum": 1, "maximum": 100}),
+                ("term" | "q", _) => nonblank(1000),
+                ("before", _) => json!({"type": "string", "pattern": "^post_[0-9A-Za-z]{1,59}$"}),
+                _ => t(ty),
+            };
+            params.push(json!({"name": name, "in": "query", "required": required, "description": desc, "schema": schema}));
         }
         if o.paid.is_some() {
             params.push(json!({"name": "X-Cash-Secret", "in": "header", "required": false, "description": "bearer cash secret e<amount>:secret:<hex> paying the fee (X-Webcash-Secret is an alias)", "schema": t("string")}));
             params.push(json!({"name": "X-Bitcoin-Secret", "in": "header", "required": false, "description": "bitcoin rail (disabled unless configured: 402 payment_rail_unavailable)", "schema": t("string")}));
         }
         let mut responses = serde_json::Map::new();
-        let ok_content = match o.ok.1 {
-            "Raw" => json!({"*/*": {"schema": r("Raw")}}),
-            s => json!({"application/json": {"schema": r(s)}}),
+        let ok_content = match (o.id, o.ok.1) {
+            ("openapiYaml", _) => json!({"application/yaml": {"schema": r("Any")}}),
+            ("docs", _) => json!({"text/html": {"schema": r("Raw")}}),
+            (_, "Raw") => json!({"*/*": {"schema": r("Raw")}}),
+            (_, s) => json!({"application/json": {"schema": r(s)}}),
         };
         responses.insert(
             o.ok.0.to_string(),
@@ -758,6 +789,13 @@ pub fn document(version: &str) -> Value {
             errs.push(413);
         }
         errs.extend([500, 503]);
+        if o.id == "mcpJsonRpc" {
+            responses.insert(
+                "202".into(),
+                json!({"description": "a notification: accepted, no body"}),
+            );
+            responses.insert("400".into(), json!({"description": "JSON-RPC parse error", "content": {"application/json": {"schema": r("JsonRpcError")}}}));
+        }
         for e in errs {
             responses
                 .entry(e.to_string())
