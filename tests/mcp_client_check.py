@@ -1,0 +1,67 @@
+"""A real MCP client (the Python `mcp` SDK, Streamable HTTP) against POST /mcp.
+
+Starts the built host on a free port, defines a macro over HTTP, then with the
+SDK's ClientSession: initialize, list tools (built-ins and the macro), call
+`search` and `get_fees`. Run by .ci/run after the tests.
+"""
+import asyncio
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+import urllib.request
+
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+root = pathlib.Path(__file__).resolve().parent.parent
+binary = root / "target" / "release" / "marketplace"
+
+
+def post(url, body):
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"content-type": "application/json"})
+    return json.loads(urllib.request.urlopen(req).read())
+
+
+async def check(base):
+    post(base + "/api/mcp/tools/define", {
+        "name": "find_by_style", "description": "listings in a style", "kind": "search",
+        "typescript": "return { term: args.style as string, limit: 5 };",
+        "input_schema": {"type": "object", "properties": {"style": {"type": "string"}}},
+    })
+    async with streamable_http_client(base + "/mcp") as streams:
+        read, write = streams[0], streams[1]
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            assert init.server_info.name == "marketplace", init
+            names = [t.name for t in (await session.list_tools()).tools]
+            for expected in ["search", "get_post", "get_thread", "get_contract_status", "find_by_style"]:
+                assert expected in names, (expected, names)
+            found = await session.call_tool("search", {"term": "violin", "limit": 5})
+            assert not found.is_error, found
+            doc = json.loads(found.content[0].text)
+            assert doc["term"] == "violin" and "results" in doc, doc
+            fees = await session.call_tool("get_fees", {})
+            assert json.loads(fees.content[0].text)["currency"] == "webcash"
+            missing = await session.call_tool("get_post", {"post_id": "post_nope"})
+            assert missing.is_error
+    print(f"mcp client: initialize, tools/list ({len(names)} tools), tools/call ok")
+
+
+with tempfile.TemporaryDirectory() as data:
+    proc = subprocess.Popen(
+        [str(binary), "serve", "--listen", "127.0.0.1:0", "--data-dir", data],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        base = None
+        for line in proc.stdout:
+            if line.startswith("marketplace listening on "):
+                base = line.split(" on ", 1)[1].strip()
+                break
+        if base is None:
+            sys.exit("server did not start")
+        asyncio.run(check(base))
+    finally:
+        proc.kill()
