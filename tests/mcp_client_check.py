@@ -6,17 +6,11 @@ SDK's ClientSession: initialize, list tools (built-ins and the macro), call
 """
 import asyncio
 import json
-import pathlib
-import subprocess
-import sys
-import tempfile
 import urllib.request
 
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-
-root = pathlib.Path(__file__).resolve().parent.parent
-binary = root / "target" / "release" / "marketplace"
+from service import running
 
 
 def post(url, body):
@@ -49,19 +43,5 @@ async def check(base):
     print(f"mcp client: initialize, tools/list ({len(names)} tools), tools/call ok")
 
 
-with tempfile.TemporaryDirectory() as data:
-    proc = subprocess.Popen(
-        [str(binary), "serve", "--listen", "127.0.0.1:0", "--data-dir", data],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
-    try:
-        base = None
-        for line in proc.stdout:
-            if line.startswith("marketplace listening on "):
-                base = line.split(" on ", 1)[1].strip()
-                break
-        if base is None:
-            sys.exit("server did not start")
-        asyncio.run(check(base))
-    finally:
-        proc.kill()
+with running() as base:
+    asyncio.run(check(base))

@@ -4,3 +4,4 @@
 pub mod amount;
 pub mod secret;
 pub mod text;
+pub mod time;

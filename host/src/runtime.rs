@@ -290,16 +290,8 @@ impl Runtime {
         let hash = hex(&Sha256::digest(bytes));
         let component = self.compile(bytes, &hash)?;
         let (kind, info) = if family == FEES_FAMILY {
-            let mut linker = self.fee_linker.clone();
-            define_wasi_random(&mut linker, &self.engine, &component)?;
-            linker
-                .define_unknown_imports_as_traps(&component)
-                .map_err(|e| anyhow!("linking: {e}"))?;
-            let pre = linker
-                .instantiate_pre(&component)
-                .map_err(|e| anyhow!("linking: {e}"))?;
-            let pre =
-                FeePolicyPre::new(pre).map_err(|e| anyhow!("not a fee-policy component: {e}"))?;
+            let pre = FeePolicyPre::new(self.link(&self.fee_linker, &component)?)
+                .map_err(|e| anyhow!("not a fee-policy component: {e}"))?;
             let mut store = self.fee_store();
             let info = pre
                 .instantiate(&mut store)
@@ -307,16 +299,8 @@ impl Runtime {
                 .map_err(|e| anyhow!("smoke call describe() failed: {e}"))?;
             (Kind::Fees(pre), info)
         } else {
-            let mut linker = self.endpoint_linker.clone();
-            define_wasi_random(&mut linker, &self.engine, &component)?;
-            linker
-                .define_unknown_imports_as_traps(&component)
-                .map_err(|e| anyhow!("linking: {e}"))?;
-            let pre = linker
-                .instantiate_pre(&component)
-                .map_err(|e| anyhow!("linking: {e}"))?;
-            let pre =
-                EndpointPre::new(pre).map_err(|e| anyhow!("not an endpoint component: {e}"))?;
+            let pre = EndpointPre::new(self.link(&self.endpoint_linker, &component)?)
+                .map_err(|e| anyhow!("not an endpoint component: {e}"))?;
             let info = self.smoke_describe(&pre)?;
             (Kind::Endpoint(pre), info)
         };
@@ -329,6 +313,23 @@ impl Runtime {
             loaded_at: crate::ids::rfc3339(SystemTime::now()),
             kind,
         })
+    }
+
+    /// Link a component against a world's linker: the host interfaces,
+    /// `wasi:random`, and traps for every other import.
+    fn link<T: 'static>(
+        &self,
+        base: &Linker<T>,
+        component: &Component,
+    ) -> Result<wasmtime::component::InstancePre<T>> {
+        let mut linker = base.clone();
+        define_wasi_random(&mut linker, &self.engine, component)?;
+        linker
+            .define_unknown_imports_as_traps(component)
+            .map_err(|e| anyhow!("linking: {e}"))?;
+        linker
+            .instantiate_pre(component)
+            .map_err(|e| anyhow!("linking: {e}"))
     }
 
     fn smoke_describe(&self, pre: &EndpointPre<Ctx>) -> Result<wit::PluginInfo> {

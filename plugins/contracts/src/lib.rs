@@ -11,7 +11,6 @@
 //! every repeat of a pickup returns the same secret.
 
 pub mod machine;
-mod time;
 
 use machine::{Action, Collect, Role, State, Verdict};
 use marketplace_common::amount;
@@ -234,7 +233,7 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
     let now = clock::now_ms();
     let deadline = match body.raw("delivery_deadline").cloned() {
         None => Some(now + DEFAULT_DEADLINE_MS),
-        Some(Value::String(s)) => match time::parse_rfc3339(&s) {
+        Some(Value::String(s)) => match marketplace_common::time::parse_rfc3339(&s) {
             Some(ms) if ms > now => Some(ms),
             Some(_) => {
                 body.problem("delivery_deadline", "must be in the future");

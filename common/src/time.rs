@@ -1,5 +1,20 @@
-//! RFC 3339 parsing (UTC `Z` or a numeric offset) to epoch milliseconds.
+//! RFC 3339 UTC formatting and parsing over epoch milliseconds (Howard
+//! Hinnant's civil-date algorithms), shared by the host and the plugins.
 
+/// Days since 1970-01-01 -> (year, month, day).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// (year, month, day) -> days since 1970-01-01.
 fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
@@ -10,7 +25,21 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// `2026-12-01T00:00:00Z`, with optional fraction and offset.
+/// `2026-11-22T03:04:05Z` for epoch milliseconds (second precision).
+pub fn rfc3339(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (y, m, d) = civil_from_days((secs / 86_400) as i64);
+    let rem = secs % 86_400;
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Parse `2026-12-01T00:00:00Z` (optional fraction, `Z` or `+hh:mm`) into
+/// epoch milliseconds.
 pub fn parse_rfc3339(s: &str) -> Option<u64> {
     let b = s.as_bytes();
     if b.len() < 20
@@ -67,6 +96,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn formats_known_values() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_795_316_645_000), "2026-11-22T03:04:05Z");
+    }
+
+    #[test]
     fn parses_utc_and_offsets() {
         assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Some(0));
         assert_eq!(
@@ -84,6 +120,13 @@ mod tests {
             "yesterday",
         ] {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        for ms in [0, 86_399_000, 1_795_316_645_000, 4_102_444_800_000] {
+            assert_eq!(parse_rfc3339(&rfc3339(ms)), Some(ms));
         }
     }
 }
