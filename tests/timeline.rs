@@ -118,6 +118,12 @@ fn attachment_bytes_round_trip_with_type_and_etag() {
     assert_eq!(r.status, 200);
     assert_eq!(r.body, text.as_bytes());
     assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
+    assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
+    assert!(
+        r.header("content-security-policy")
+            .unwrap()
+            .contains("sandbox")
+    );
     let etag = r.header("etag").unwrap().to_string();
     let again = s.request(
         "GET",

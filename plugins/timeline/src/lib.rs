@@ -372,6 +372,12 @@ fn attachment(req: &Request) -> Result<Response, ApiError> {
         ApiError::internal(format!("attachment bytes missing for {id}/{}", meta.index))
     })?;
     headers.push(("content-type".into(), meta.attachment_type.clone()));
+    // The type is the uploader's choice: never let it run as our origin.
+    headers.push(("x-content-type-options".into(), "nosniff".into()));
+    headers.push((
+        "content-security-policy".into(),
+        "sandbox; default-src 'none'".into(),
+    ));
     headers.push((
         "content-disposition".into(),
         format!("inline; filename=\"{}\"", meta.filename.replace('"', "")),
