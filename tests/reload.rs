@@ -129,6 +129,16 @@ fn broken_components_are_refused_and_the_old_one_keeps_serving() {
     let fees = std::fs::read(plugins.path().join("fees_pickup_paid.wasm")).unwrap();
     assert_eq!(put("info", &fees).status, 400);
     assert_eq!(put("nope", &fees).status, 404);
+    // A valid endpoint component whose smoke call traps.
+    let trap = std::fs::read(common::plugins_dir().join("testing_smoke_trap.wasm")).unwrap();
+    let r = put("info", &trap);
+    assert_eq!(r.status, 400);
+    assert!(
+        r.json()["message"].as_str().unwrap().contains("smoke call"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(s.get("/api/info").json()["name"], "marketplace");
     assert_eq!(policy(&s), "bid-inclusive");
     assert_eq!(s.get("/api/health").status, 200);
 
