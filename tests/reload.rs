@@ -210,3 +210,32 @@ fn cli_lists_and_loads_plugins_through_the_admin_listener() {
         (serde_json::json!(false), serde_json::json!("0.5"))
     );
 }
+
+#[test]
+fn the_template_plugin_is_a_working_component() {
+    let s = Server::start();
+    let template = std::fs::read(common::plugins_dir().join("template.wasm")).unwrap();
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let r = common::request(
+        s.admin,
+        "PUT",
+        "/admin/plugins/info",
+        &[("authorization", &auth)],
+        Some(&template),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = s.get("/api/info").json();
+    assert_eq!(r["plugin"], "template");
+    assert_eq!(r["route"], "/api/info");
+    let plugins = s
+        .admin_request("GET", "/admin/plugins", &serde_json::json!(null))
+        .json();
+    let info = plugins
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["family"] == "info")
+        .unwrap()
+        .clone();
+    assert_eq!(info["version"], "0.1.0");
+}

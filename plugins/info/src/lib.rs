@@ -79,11 +79,12 @@ fn developers() -> Response {
                 {"name": "fee-policy", "export": "fees", "purpose": "prices paid actions: quote(action, basis), schedule(), policy()"},
             ],
             "families": ["info", "identity", "timeline", "search", "contracts", "mcp", "fees"],
-            "template": "plugins/info (the smallest complete plugin; copy it and rename the crate)",
+            "template": "plugins/template (copy the crate, rename it, edit src/lib.rs)",
             "guest_helper_crate": "plugins/guest (marketplace-guest)",
             "build": [
                 "rustup target add wasm32-wasip2",
                 "cargo build --release --target wasm32-wasip2 -p <crate>",
+                "cargo component build --release -p <crate>",
                 "cargo xtask build-plugins (every crate under plugins/)",
             ],
             "output": "target/wasm32-wasip2/release/<crate>.wasm",
