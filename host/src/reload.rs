@@ -3,6 +3,8 @@
 //! admin upload: compile, link, type-check the world, smoke-call, then
 //! swap). Requests in flight finish on the instance they started with; a
 //! refused component leaves the old one serving and the reason is logged.
+//! Other `.wasm` files staged in the directory are precompiled into the
+//! compile cache in the background, so swapping to them is fast.
 
 use crate::app::App;
 use sha2::{Digest, Sha256};
@@ -28,8 +30,23 @@ pub fn spawn(app: Arc<App>) -> std::io::Result<()> {
         .iter()
         .map(|(f, c)| (f.clone(), stamp(&dir.join(c))))
         .collect();
+    let configured: Vec<std::path::PathBuf> = families.iter().map(|(_, c)| dir.join(c)).collect();
+    let mut staged: HashMap<std::path::PathBuf, Option<Stamp>> = HashMap::new();
     std::thread::Builder::new().name("plugin-watch".into()).spawn(move || {
         loop {
+            // Staged components: precompile new or changed ones.
+            for path in std::fs::read_dir(&dir).into_iter().flatten().flatten().map(|e| e.path()) {
+                if path.extension().is_none_or(|e| e != "wasm") || configured.contains(&path) {
+                    continue;
+                }
+                let now = stamp(&path);
+                if staged.get(&path) != Some(&now) {
+                    staged.insert(path.clone(), now);
+                    if let Ok(bytes) = std::fs::read(&path) {
+                        app.runtime.precompile(&bytes);
+                    }
+                }
+            }
             std::thread::sleep(POLL);
             for (family, component) in &families {
                 let path = dir.join(component);

@@ -340,6 +340,15 @@ impl Runtime {
             .map_err(|e| anyhow!("smoke call describe() failed: {e}"))
     }
 
+    /// Compile a component into the on-disk cache without loading it, so a
+    /// later swap to it is fast. Invalid bytes are only logged.
+    pub fn precompile(&self, bytes: &[u8]) {
+        let hash = hex(&Sha256::digest(bytes));
+        if let Err(e) = self.compile(bytes, &hash) {
+            tracing::debug!("not precompiling {}: {e:#}", &hash[..12]);
+        }
+    }
+
     /// Compile, or load the natively compiled form from the cache.
     fn compile(&self, bytes: &[u8], hash: &str) -> Result<Component> {
         let mut h = std::collections::hash_map::DefaultHasher::new();
