@@ -3,44 +3,18 @@
 //! teardown, for a trivial plugin route.
 
 mod common;
+#[path = "bench/support.rs"]
+mod support;
+
+use support::ok_request;
 
 use marketplace::host_api::PaymentHeaders;
-use marketplace::runtime::bindings::endpoint::marketplace::plugin::types::Request;
-use marketplace::{App, Config};
 use std::time::Instant;
-
-fn ok_request() -> Request {
-    Request {
-        method: "GET".into(),
-        route: "/_testing/ok".into(),
-        path: "/_testing/ok".into(),
-        params: vec![],
-        query: vec![],
-        headers: vec![],
-        body: vec![],
-    }
-}
 
 #[test]
 fn fresh_instance_dispatch_overhead_p50_under_50us_with_pooling() {
     let tmp = tempfile::tempdir().unwrap();
-    let config = Config::load(
-        None,
-        &[],
-        &[
-            (
-                "data_dir".into(),
-                tmp.path().join("data").display().to_string(),
-            ),
-            (
-                "plugins_dir".into(),
-                common::plugins_dir().display().to_string(),
-            ),
-            ("testing_routes".into(), "true".into()),
-        ],
-    )
-    .unwrap();
-    let app = App::start(config).unwrap();
+    let app = support::start_app(&tmp.path().join("data"), &common::plugins_dir(), true);
     assert!(
         app.runtime.is_pooling(),
         "instances must come from the pooling allocator"

@@ -9,56 +9,16 @@
 //! BENCH_CONNECTIONS (default 32).
 
 use marketplace::host_api::PaymentHeaders;
-use marketplace::runtime::bindings::endpoint::marketplace::plugin::types::Request;
-use marketplace::{App, Config};
-use std::path::PathBuf;
 use std::time::Instant;
 
-mod load;
-use load::load;
-
-fn plugins_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/wasm32-wasip2/release")
-}
-
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn ok_request() -> Request {
-    Request {
-        method: "GET".into(),
-        route: "/_testing/ok".into(),
-        path: "/_testing/ok".into(),
-        params: vec![],
-        query: vec![],
-        headers: vec![],
-        body: vec![],
-    }
-}
+mod support;
+use support::{env_or, load, ok_request};
 
 fn main() {
     let secs = env_or("BENCH_SECONDS", 5);
     let conns = env_or("BENCH_CONNECTIONS", 32);
     let tmp = tempfile::tempdir().unwrap();
-    let config = Config::load(
-        None,
-        &[],
-        &[
-            (
-                "data_dir".into(),
-                tmp.path().join("data").display().to_string(),
-            ),
-            ("plugins_dir".into(), plugins_dir().display().to_string()),
-            ("testing_routes".into(), "true".into()),
-            ("log".into(), "warn".into()),
-        ],
-    )
-    .unwrap();
-    let app = App::start(config).expect("start app (run `cargo xtask build-plugins` first)");
+    let app = support::start_app(&tmp.path().join("data"), &support::built_plugins(), true);
 
     // In-process dispatch overhead.
     for _ in 0..500 {
@@ -89,13 +49,7 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(marketplace::http::serve(
-            app,
-            listener,
-            std::future::pending(),
-        ));
+        let addr = support::serve(app).await;
         // Warm up both paths.
         load(addr, &["/_testing/native"], 4, 1).await;
         load(addr, &["/_testing/ok"], 4, 1).await;
@@ -104,14 +58,8 @@ fn main() {
         println!(
             "load: {conns} keep-alive connections, {secs} s per route, client in the same process"
         );
-        println!(
-            "native hyper handler : {:>9.0} req/s  p50 {:>7.1} us  p99 {:>7.1} us",
-            native.rps, native.p50_us, native.p99_us
-        );
-        println!(
-            "plugin route         : {:>9.0} req/s  p50 {:>7.1} us  p99 {:>7.1} us",
-            plugin.rps, plugin.p50_us, plugin.p99_us
-        );
+        native.print("native hyper handler");
+        plugin.print("plugin route");
         println!("plugin/native throughput: {:.2}x", plugin.rps / native.rps);
     });
 }

@@ -8,23 +8,15 @@
 //! (default 5), BENCH_CONNECTIONS (default 32).
 
 use ed25519_dalek::{Signer, SigningKey};
+use marketplace::App;
 use marketplace::host_api::PaymentHeaders;
 use marketplace::runtime::bindings::endpoint::marketplace::plugin::types::Request;
-use marketplace::{App, Config};
 use serde_json::json;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-mod load;
-use load::load;
-
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+mod support;
+use support::{env_or, load};
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -103,21 +95,7 @@ fn main() {
     let vocabulary = 20_000;
     let tmp =
         tempfile::tempdir_in(std::env::var("BENCH_DIR").unwrap_or_else(|_| ".".into())).unwrap();
-    let plugins = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/wasm32-wasip2/release");
-    let config = Config::load(
-        None,
-        &[],
-        &[
-            (
-                "data_dir".into(),
-                tmp.path().join("data").display().to_string(),
-            ),
-            ("plugins_dir".into(), plugins.display().to_string()),
-            ("log".into(), "warn".into()),
-        ],
-    )
-    .unwrap();
-    let app = App::start(config).expect("start app (run `cargo xtask build-plugins` first)");
+    let app = support::start_app(&tmp.path().join("data"), &support::built_plugins(), false);
 
     // One author, paid for with a large minted secret whose change chains on.
     let mut secret = marketplace::admin::mint(&app, 1_000_000 * 100_000_000).unwrap();
@@ -200,30 +178,15 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(marketplace::http::serve(
-            app,
-            listener,
-            std::future::pending(),
-        ));
+        let addr = support::serve(app).await;
         load(addr, &paths, 4, 1).await;
         let health = load(addr, &["/api/health"], conns, secs).await;
         let search = load(addr, &paths, conns, secs).await;
         let single = load(addr, &paths, 1, secs).await;
         println!("load: {conns} keep-alive connections, {secs} s each, client in the same process");
-        println!(
-            "GET /api/health          : {:>8.0} req/s  p50 {:>8.1} us  p99 {:>8.1} us",
-            health.rps, health.p50_us, health.p99_us
-        );
-        println!(
-            "GET /api/search          : {:>8.0} req/s  p50 {:>8.1} us  p99 {:>8.1} us",
-            search.rps, search.p50_us, search.p99_us
-        );
-        println!(
-            "GET /api/search (1 conn) : {:>8.0} req/s  p50 {:>8.1} us  p99 {:>8.1} us",
-            single.rps, single.p50_us, single.p99_us
-        );
+        health.print("GET /api/health");
+        search.print("GET /api/search");
+        single.print("GET /api/search (1 conn)");
         println!("health/search throughput: {:.2}x", health.rps / search.rps);
     });
 }

@@ -6,19 +6,12 @@
 //! Run: `cargo xtask bench --bench swap`. Settings: BENCH_SECONDS (default
 //! 5), BENCH_CONNECTIONS (default 16), BENCH_SWAPS (default 10).
 
-use marketplace::{App, Config};
-use std::path::{Path, PathBuf};
+use marketplace::App;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-mod load;
-use load::load;
-
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+mod support;
+use support::{env_or, load};
 
 /// Write aside, then rename: how an operator replaces a component.
 fn install(from: &Path, to: &Path) {
@@ -35,7 +28,7 @@ fn main() {
     let secs = env_or("BENCH_SECONDS", 5);
     let conns = env_or("BENCH_CONNECTIONS", 16);
     let swaps = env_or("BENCH_SWAPS", 10);
-    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/wasm32-wasip2/release");
+    let built = support::built_plugins();
     let plugins = tempfile::tempdir().unwrap();
     for entry in std::fs::read_dir(&built).unwrap() {
         let p = entry.unwrap().path();
@@ -44,17 +37,7 @@ fn main() {
         }
     }
     let data = tempfile::tempdir().unwrap();
-    let config = Config::load(
-        None,
-        &[],
-        &[
-            ("data_dir".into(), data.path().display().to_string()),
-            ("plugins_dir".into(), plugins.path().display().to_string()),
-            ("log".into(), "warn".into()),
-        ],
-    )
-    .unwrap();
-    let app = App::start(config).expect("start app (run `cargo xtask build-plugins` first)");
+    let app = support::start_app(data.path(), plugins.path(), false);
     marketplace::reload::spawn(app.clone()).unwrap();
     let target = plugins.path().join("fees_bid_inclusive.wasm");
     let versions = [
@@ -69,13 +52,7 @@ fn main() {
         .unwrap();
     let app2 = app.clone();
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(marketplace::http::serve(
-            app2.clone(),
-            listener,
-            std::future::pending(),
-        ));
+        let addr = support::serve(app2.clone()).await;
         load(addr, &["/api/fees"], 4, 1).await;
         let quiet = load(addr, &["/api/fees"], conns, secs).await;
 
@@ -113,14 +90,8 @@ fn main() {
             times[times.len() / 2],
             times[times.len() - 1]
         );
-        println!(
-            "GET /api/fees without swaps: {:>8.0} req/s  p50 {:>7.1} us  p99 {:>7.1} us",
-            quiet.rps, quiet.p50_us, quiet.p99_us
-        );
-        println!(
-            "GET /api/fees during swaps : {:>8.0} req/s  p50 {:>7.1} us  p99 {:>7.1} us",
-            busy.rps, busy.p50_us, busy.p99_us
-        );
+        quiet.print("GET /api/fees without swaps");
+        busy.print("GET /api/fees during swaps");
         println!(
             "p99 during swaps / without: {:.2}x",
             busy.p99_us / quiet.p99_us

@@ -1,4 +1,11 @@
-//! Keep-alive HTTP/1.1 load generator shared by the benchmarks.
+//! Shared by the benchmarks (and the dispatch test): settings from the
+//! environment, an in-process host on the built plugins, and a keep-alive
+//! HTTP/1.1 load generator.
+#![allow(dead_code)]
+
+use marketplace::runtime::bindings::endpoint::marketplace::plugin::types::Request;
+use marketplace::{App, Config};
+use std::path::{Path, PathBuf};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -80,5 +87,69 @@ pub async fn load(addr: SocketAddr, paths: &[&str], conns: u64, secs: u64) -> Ru
         rps: all.len() as f64 / elapsed,
         p50_us: all[all.len() / 2] as f64 / 1000.0,
         p99_us: all[all.len() * 99 / 100] as f64 / 1000.0,
+    }
+}
+
+impl Run {
+    /// One result line: `label: req/s p50 p99`.
+    pub fn print(&self, label: &str) {
+        println!(
+            "{label:<26}: {:>9.0} req/s  p50 {:>8.1} us  p99 {:>8.1} us",
+            self.rps, self.p50_us, self.p99_us
+        );
+    }
+}
+
+/// A numeric setting from the environment.
+pub fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Where `cargo xtask build-plugins` puts the components.
+pub fn built_plugins() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/wasm32-wasip2/release")
+}
+
+/// Start a host in-process on `data_dir` and `plugins_dir`.
+pub fn start_app(data_dir: &Path, plugins_dir: &Path, testing_routes: bool) -> Arc<App> {
+    let config = Config::load(
+        None,
+        &[],
+        &[
+            ("data_dir".into(), data_dir.display().to_string()),
+            ("plugins_dir".into(), plugins_dir.display().to_string()),
+            ("testing_routes".into(), testing_routes.to_string()),
+            ("log".into(), "warn".into()),
+        ],
+    )
+    .unwrap();
+    App::start(config).expect("start app (run `cargo xtask build-plugins` first)")
+}
+
+/// Serve `app` over HTTP on a free loopback port.
+pub async fn serve(app: Arc<App>) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(marketplace::http::serve(
+        app,
+        listener,
+        std::future::pending(),
+    ));
+    addr
+}
+
+/// The trivial plugin route of the testing family.
+pub fn ok_request() -> Request {
+    Request {
+        method: "GET".into(),
+        route: "/_testing/ok".into(),
+        path: "/_testing/ok".into(),
+        params: vec![],
+        query: vec![],
+        headers: vec![],
+        body: vec![],
     }
 }
