@@ -289,12 +289,7 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
     )?
     .to_ascii_lowercase();
     require_identity(&buyer)?;
-    let post: Value = kv::get_in(Some("timeline"), &format!("post/{reference_post}"))?
-        .ok_or_else(|| ApiError::not_found(format!("post {reference_post}")))?;
-    let seller = post["author_fingerprint"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let seller = marketplace_guest::posts::author_of(&reference_post)?;
     if seller == buyer {
         return Err(ApiError::new(
             403,
@@ -344,17 +339,6 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
         &json!({"contract_id": id, "status": "issued", "target_seller_fingerprint": seller,
                 "allowed_actions": c.allowed(), "contract": c.public(), "payment": payment}),
     ))
-}
-
-fn require_identity(fp: &str) -> Result<(), ApiError> {
-    if kv::get_raw(Some("identity"), &format!("id/{fp}"))?.is_none() {
-        return Err(ApiError::new(
-            401,
-            "auth_invalid",
-            "the actor has no registered identity",
-        ));
-    }
-    Ok(())
 }
 
 /// The actor member and signed message of each action.

@@ -398,6 +398,19 @@ pub fn verify(
     Ok(actor.to_string())
 }
 
+/// 401 `auth_invalid` unless `fingerprint` has a registered identity (the
+/// identity family's `id/{fingerprint}`).
+pub fn require_identity(fingerprint: &str) -> Result<(), ApiError> {
+    if kv::get_raw(Some("identity"), &format!("id/{fingerprint}"))?.is_none() {
+        return Err(ApiError::new(
+            401,
+            "auth_invalid",
+            "the signer has no registered identity",
+        ));
+    }
+    Ok(())
+}
+
 /// Milliseconds since the epoch as RFC 3339 UTC (second precision).
 pub use marketplace_common::time::rfc3339;
 

@@ -71,7 +71,9 @@ pub mod fee_bindings {
 /// Everything a plugin usually needs.
 pub mod prelude {
     #[cfg(feature = "endpoint")]
-    pub use crate::endpoint::{Body, Endpoint, Request, Response, charge, json, kv, verify};
+    pub use crate::endpoint::{
+        Body, Endpoint, Request, Response, charge, json, kv, require_identity, verify,
+    };
     pub use crate::error::{ApiError, Detail};
     #[cfg(feature = "fee-policy")]
     pub use crate::fees::{FeePolicy, standard};

@@ -46,6 +46,16 @@ pub fn render(mut post: Value) -> Result<Value, ApiError> {
     Ok(post)
 }
 
+/// The author fingerprint of a post (404 `not_found` when it does not exist).
+pub fn author_of(post_id: &str) -> Result<String, ApiError> {
+    let post: Value = kv::get_in(Some("timeline"), &format!("post/{post_id}"))?
+        .ok_or_else(|| ApiError::not_found(format!("post {post_id}")))?;
+    Ok(post["author_fingerprint"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string())
+}
+
 /// Load and render a post by id (None when absent).
 pub fn load_rendered(post_id: &str) -> Result<Option<Value>, ApiError> {
     match kv::get_in::<Value>(Some("timeline"), &format!("post/{post_id}"))? {

@@ -196,19 +196,8 @@ fn rate(req: &Request) -> Result<Response, ApiError> {
         false,
     )?
     .to_ascii_lowercase();
-    if kv::get_raw(None, &format!("id/{actor}"))?.is_none() {
-        return Err(ApiError::new(
-            401,
-            "auth_invalid",
-            "the actor has no registered identity",
-        ));
-    }
-    let post: Value = kv::get_in(Some("timeline"), &format!("post/{post_id}"))?
-        .ok_or_else(|| ApiError::not_found(format!("post {post_id}")))?;
-    let author = post["author_fingerprint"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    require_identity(&actor)?;
+    let author = marketplace_guest::posts::author_of(&post_id)?;
     if author == actor {
         return Err(ApiError::new(
             403,

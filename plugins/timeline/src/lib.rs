@@ -203,13 +203,7 @@ fn create(req: &Request) -> Result<Response, ApiError> {
         true,
     )?
     .to_ascii_lowercase();
-    if kv::get_raw(Some("identity"), &format!("id/{author}"))?.is_none() {
-        return Err(ApiError::new(
-            401,
-            "auth_invalid",
-            "the author has no registered identity",
-        ));
-    }
+    require_identity(&author)?;
     let mut parent = match &parent_id {
         Some(pid) => Some(
             model::load(pid)?.ok_or_else(|| ApiError::not_found(format!("parent post {pid}")))?,
