@@ -13,7 +13,6 @@ use marketplace::ledger::Ledger;
 use marketplace::runtime::bindings::endpoint::marketplace::plugin::types::Request;
 use marketplace::{App, Config, Reply};
 use proptest::prelude::*;
-use redb::ReadableDatabase;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -308,7 +307,7 @@ fn run_case(
                 St::Refunded => c.amount,
             })
             .sum();
-        let totals = Ledger::totals(&w.app.storage.db().begin_read().unwrap()).unwrap();
+        let totals = Ledger::totals(&w.app.storage.begin_read().unwrap()).unwrap();
         prop_assert_eq!(totals.escrow, expected_escrow);
         prop_assert_eq!(totals.minted, totals.unspent + totals.fees + totals.escrow);
     }

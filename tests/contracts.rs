@@ -10,8 +10,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Fresh signatures are single-use: give every request its own timestamp.
 static TICK: AtomicU64 = AtomicU64::new(0);
+/// A timestamp inside the freshness window that no earlier call returned
+/// (for the same clock shift), so no two signatures of a test collide.
 fn fresh_ts(shift_s: u64) -> u64 {
-    now_s() + shift_s - TICK.fetch_add(1, Ordering::Relaxed) % 200
+    static LAST: std::sync::Mutex<std::collections::BTreeMap<u64, u64>> =
+        std::sync::Mutex::new(std::collections::BTreeMap::new());
+    let mut last = LAST.lock().unwrap();
+    let entry = last.entry(shift_s).or_insert(0);
+    *entry = (*entry + 1).max(now_s() + shift_s - 280);
+    *entry
 }
 
 struct Deal {

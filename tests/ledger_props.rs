@@ -2,14 +2,15 @@
 //! or failed) / double-spend / payout / earn, value is conserved:
 //! minted = unspent outputs + earned fees + escrow, and every secret's state
 //! matches a simple model. Drives the host's real ledger and payment gate
-//! on a real redb file.
+//! on a real redb file, through the storage layer's request transactions
+//! (a dropped transaction is a failed request).
 
 use marketplace::host_api::PaymentHeaders;
 use marketplace::ledger::{Ledger, add_total, total};
 use marketplace::payments;
+use marketplace::storage::Storage;
 use marketplace_common::secret;
 use proptest::prelude::*;
-use redb::ReadableDatabase;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -64,7 +65,7 @@ struct Entry {
     spent: bool,
 }
 
-fn check(db: &redb::Database, wallet: &[Entry]) {
+fn check(db: &Storage, wallet: &[Entry]) {
     let t = Ledger::totals(&db.begin_read().unwrap()).unwrap();
     assert_eq!(
         t.minted,
@@ -81,8 +82,8 @@ proptest! {
     #[test]
     fn value_is_conserved(ops in proptest::collection::vec(op(), 1..40)) {
         let dir = tempfile::tempdir().unwrap();
-        let db = redb::Database::create(dir.path().join("db")).unwrap();
-        let ledger = Ledger::open(dir.path(), &db).unwrap();
+        let db = Storage::open(&dir.path().join("db"), &[], Default::default()).unwrap();
+        let ledger = Ledger::open(dir.path()).unwrap();
         let mut wallet: Vec<Entry> = Vec::new();
         let mut n = 0u64;
         for op in ops {
@@ -90,7 +91,7 @@ proptest! {
             match op {
                 Op::Mint(amount) => {
                     let s = ledger.mint(&txn, amount).unwrap();
-                    txn.commit().unwrap();
+                    db.commit(txn).unwrap();
                     wallet.push(Entry { secret: s, amount, spent: false });
                 }
                 Op::Replace { idx, parts } => {
@@ -107,7 +108,7 @@ proptest! {
                     let result = ledger.replace(&txn, std::slice::from_ref(&input), &strings);
                     prop_assert_eq!(result.is_ok(), !spent, "replace of spent={} input", spent);
                     if result.is_ok() {
-                        txn.commit().unwrap();
+                        db.commit(txn).unwrap();
                         let i = idx % wallet.len();
                         wallet[i].spent = true;
                         wallet.extend(outs.into_iter().map(|(secret, amount)| Entry { secret, amount, spent: false }));
@@ -124,7 +125,7 @@ proptest! {
                     if let Ok(charge) = result
                         && commit
                     {
-                        txn.commit().unwrap();
+                        db.commit(txn).unwrap();
                         if price > 0 {
                             wallet[i].spent = true;
                             if let Some(change) = charge.change {
@@ -147,14 +148,14 @@ proptest! {
                     let (s, created) = ledger.issue(&txn, &format!("payout:{n}"), amount).unwrap();
                     prop_assert!(created);
                     add_total(&txn, "escrow", -(amount as i128)).unwrap();
-                    txn.commit().unwrap();
+                    db.commit(txn).unwrap();
                     wallet.push(Entry { secret: s, amount, spent: false });
                 }
                 Op::Earn(amount) => {
                     if total(&txn, "escrow").unwrap() < amount { continue }
                     add_total(&txn, "escrow", -(amount as i128)).unwrap();
                     add_total(&txn, "fees", amount as i128).unwrap();
-                    txn.commit().unwrap();
+                    db.commit(txn).unwrap();
                 }
             }
             check(&db, &wallet);

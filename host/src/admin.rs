@@ -194,7 +194,10 @@ fn route(app: &Arc<App>, method: &str, path: &str, body: &[u8]) -> Reply {
 
 /// Mint a secret worth `units` in its own transaction.
 pub fn mint(app: &App, units: u64) -> Result<String> {
-    let txn = app.storage.db().begin_write()?;
+    let txn = app
+        .storage
+        .begin_write()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let secret = app.ledger.mint(&txn, units)?;
     app.storage
         .commit(txn)

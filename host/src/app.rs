@@ -34,13 +34,13 @@ impl App {
             .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
         let families = config.families();
         let keyspaces: Vec<&str> = families.iter().map(|(f, _)| f.as_str()).collect();
-        let storage = Storage::open(&config.db_path(), &keyspaces)?;
+        let storage = Storage::open(&config.db_path(), &keyspaces, config.commit_settings())?;
         let limits = Limits {
             deadline: Duration::from_millis(config.request_timeout_ms),
             memory_bytes: (config.plugin_memory_mib as usize) << 20,
             max_instances: config.max_instances,
         };
-        let ledger = Ledger::open(&config.data_dir, storage.db())?;
+        let ledger = Ledger::open(&config.data_dir)?;
         let runtime = Runtime::new(
             limits,
             &config.plugins_dir,

@@ -2,11 +2,11 @@
 //! 64-hex public key; signatures are hex; verification is strict.
 
 use crate::app::Reply;
+use crate::storage::{Kv, WriteTxn};
 use ed25519_dalek::{Signature, VerifyingKey};
-use redb::{ReadableTable, TableDefinition, WriteTransaction};
 
-/// Used signatures: "{actor}:{signature}" -> unix seconds of use.
-const USED: TableDefinition<&str, u64> = TableDefinition::new("auth:used");
+/// Used signatures: "{actor}:{signature}" -> unix seconds of use (u64 BE).
+const USED: &str = "auth:used";
 
 /// How far a fresh timestamp may be from the host clock.
 pub const FRESH_WINDOW_S: u64 = 300;
@@ -33,13 +33,9 @@ pub fn key_of(fingerprint: &str) -> Option<VerifyingKey> {
 }
 
 /// Verify a statement; record single-use signatures in `txn`.
-pub fn verify(
-    txn: &WriteTransaction,
-    now_s: u64,
-    st: &Statement,
-    require_fresh: bool,
-    legacy_single_use: bool,
-) -> Result<(), Reply> {
+/// The signature check alone (no clock, no record): 401 `auth_invalid`
+/// when malformed or not verifying.
+pub fn check_signature(st: &Statement) -> Result<(), Reply> {
     let key = key_of(st.actor)
         .ok_or_else(|| invalid("actor fingerprint must be a 64-hex Ed25519 public key"))?;
     let sig_bytes = crate::ledger::decode_hex(st.signature)
@@ -51,7 +47,22 @@ pub fn verify(
         None => st.message.to_string(),
     };
     key.verify_strict(signed.as_bytes(), &sig)
-        .map_err(|_| invalid("signature does not verify"))?;
+        .map_err(|_| invalid("signature does not verify"))
+}
+
+/// Verify a statement; record single-use signatures in `txn`. `checked`:
+/// [`check_signature`] already passed for this very statement.
+pub fn verify(
+    txn: &WriteTxn,
+    now_s: u64,
+    st: &Statement,
+    require_fresh: bool,
+    legacy_single_use: bool,
+    checked: bool,
+) -> Result<(), Reply> {
+    if !checked {
+        check_signature(st)?;
+    }
     match st.timestamp {
         Some(ts) if ts.abs_diff(now_s) > FRESH_WINDOW_S => {
             return Err(Reply::error(
@@ -76,20 +87,24 @@ pub fn verify(
             tracing::error!("auth table: {e}");
             Reply::error(500, "internal", "internal error")
         };
-        let mut used = txn.open_table(USED).map_err(|e| internal(&e))?;
         let k = format!(
             "{}:{}",
             st.actor.to_ascii_lowercase(),
             st.signature.to_ascii_lowercase()
         );
-        if used.get(k.as_str()).map_err(|e| internal(&e))?.is_some() {
+        if txn
+            .get_in(USED, k.as_bytes())
+            .map_err(|e| internal(&e))?
+            .is_some()
+        {
             return Err(Reply::error(
                 409,
                 "conflict",
                 "this signature was already used",
             ));
         }
-        used.insert(k.as_str(), now_s).map_err(|e| internal(&e))?;
+        txn.put_in(USED, k.as_bytes(), &now_s.to_be_bytes())
+            .map_err(|e| internal(&e))?;
     }
     Ok(())
 }
@@ -103,9 +118,13 @@ mod tests {
         crate::runtime::hex(b)
     }
 
-    fn setup() -> (tempfile::TempDir, redb::Database, SigningKey, String) {
-        let dir = tempfile::tempdir().unwrap();
-        let db = redb::Database::create(dir.path().join("db")).unwrap();
+    fn setup() -> (
+        tempfile::TempDir,
+        crate::storage::Storage,
+        SigningKey,
+        String,
+    ) {
+        let (dir, db) = crate::storage::temp_storage();
         let sk = SigningKey::from_bytes(&[7u8; 32]);
         let fp = hex(sk.verifying_key().as_bytes());
         (dir, db, sk, fp)
@@ -122,9 +141,11 @@ mod tests {
             timestamp: Some(1000),
         };
         let txn = db.begin_write().unwrap();
-        assert!(verify(&txn, 1100, &st, false, false).is_ok());
+        assert!(verify(&txn, 1100, &st, false, false, false).is_ok());
         assert_eq!(
-            verify(&txn, 1100, &st, false, false).unwrap_err().status,
+            verify(&txn, 1100, &st, false, false, false)
+                .unwrap_err()
+                .status,
             409
         );
     }
@@ -140,7 +161,7 @@ mod tests {
             signature: &sig,
             timestamp: Some(1000),
         };
-        let r = verify(&txn, 1000 + FRESH_WINDOW_S + 1, &st, false, false).unwrap_err();
+        let r = verify(&txn, 1000 + FRESH_WINDOW_S + 1, &st, false, false, false).unwrap_err();
         assert_eq!(
             (r.status, r.body.windows(12).any(|w| w == b"auth_expired")),
             (401, true)
@@ -153,14 +174,20 @@ mod tests {
             signature: &legacy,
             timestamp: None,
         };
-        assert!(verify(&txn, 5, &st, false, false).is_ok());
+        assert!(verify(&txn, 5, &st, false, false, false).is_ok());
         assert!(
-            verify(&txn, 5, &st, false, false).is_ok(),
+            verify(&txn, 5, &st, false, false, false).is_ok(),
             "legacy is reusable unless asked"
         );
-        assert_eq!(verify(&txn, 5, &st, true, false).unwrap_err().status, 401);
-        assert!(verify(&txn, 5, &st, false, true).is_ok());
-        assert_eq!(verify(&txn, 5, &st, false, true).unwrap_err().status, 409);
+        assert_eq!(
+            verify(&txn, 5, &st, true, false, false).unwrap_err().status,
+            401
+        );
+        assert!(verify(&txn, 5, &st, false, true, false).is_ok());
+        assert_eq!(
+            verify(&txn, 5, &st, false, true, false).unwrap_err().status,
+            409
+        );
 
         let st = Statement {
             actor: &fp,
@@ -168,13 +195,23 @@ mod tests {
             signature: &legacy,
             timestamp: None,
         };
-        assert_eq!(verify(&txn, 5, &st, false, false).unwrap_err().status, 401);
+        assert_eq!(
+            verify(&txn, 5, &st, false, false, false)
+                .unwrap_err()
+                .status,
+            401
+        );
         let st = Statement {
             actor: "zz",
             message: "post:hi",
             signature: &legacy,
             timestamp: None,
         };
-        assert_eq!(verify(&txn, 5, &st, false, false).unwrap_err().status, 401);
+        assert_eq!(
+            verify(&txn, 5, &st, false, false, false)
+                .unwrap_err()
+                .status,
+            401
+        );
     }
 }

@@ -262,10 +262,11 @@ fn cash_mint(args: &[String]) -> Result<()> {
     let config = load_config_with(args, true)?;
     let families = config.families();
     let keyspaces: Vec<&str> = families.iter().map(|(f, _)| f.as_str()).collect();
-    let storage = crate::storage::Storage::open(&config.db_path(), &keyspaces)
-        .context("opening the database (is the server running? then use --admin URL)")?;
-    let ledger = crate::ledger::Ledger::open(&config.data_dir, storage.db())?;
-    let txn = storage.db().begin_write()?;
+    let storage =
+        crate::storage::Storage::open(&config.db_path(), &keyspaces, config.commit_settings())
+            .context("opening the database (is the server running? then use --admin URL)")?;
+    let ledger = crate::ledger::Ledger::open(&config.data_dir)?;
+    let txn = storage.begin_write().map_err(|e| anyhow::anyhow!("{e}"))?;
     let secret = ledger.mint(&txn, units)?;
     storage.commit(txn).map_err(|e| anyhow::anyhow!("{e}"))?;
     println!("{secret}");

@@ -50,6 +50,13 @@ pub struct Config {
     pub watch_plugins: bool,
     /// Log filter (tracing-subscriber EnvFilter syntax), e.g. "info".
     pub log: String,
+    /// Let concurrent mutating requests share one durable commit.
+    pub group_commit: bool,
+    /// Longest a committed request waits, in microseconds, for a batch-mate
+    /// to make its batch durable before it does so itself.
+    pub commit_window_us: u64,
+    /// Most requests whose commits share one fsync.
+    pub commit_max_batch: u64,
     /// Per-family operator settings (`[settings.fees] post = "0.3"`), read by
     /// plugins through the `settings` interface.
     pub settings: BTreeMap<String, BTreeMap<String, toml::Value>>,
@@ -71,6 +78,9 @@ impl Default for Config {
             testing_routes: false,
             watch_plugins: true,
             log: "info".into(),
+            group_commit: true,
+            commit_window_us: 2000,
+            commit_max_batch: 32,
             settings: BTreeMap::new(),
         }
     }
@@ -156,6 +166,12 @@ impl Config {
         if self.max_instances == 0 || self.max_instances > 10_000 {
             bail!("max_instances must be 1..=10000");
         }
+        if self.commit_window_us == 0 || self.commit_window_us > 1_000_000 {
+            bail!("commit_window_us must be 1..=1000000");
+        }
+        if self.commit_max_batch == 0 || self.commit_max_batch > 100_000 {
+            bail!("commit_max_batch must be 1..=100000");
+        }
         for family in self.plugins.keys() {
             if !self.families().iter().any(|(f, _)| f == family) {
                 bail!("unknown plugin family {family:?} in [plugins]");
@@ -206,6 +222,15 @@ impl Config {
     /// Path of the redb file.
     pub fn db_path(&self) -> PathBuf {
         self.data_dir.join("marketplace.redb")
+    }
+
+    /// How commits are grouped.
+    pub fn commit_settings(&self) -> crate::group_commit::Settings {
+        crate::group_commit::Settings {
+            enabled: self.group_commit,
+            window: std::time::Duration::from_micros(self.commit_window_us),
+            max_batch: self.commit_max_batch,
+        }
     }
 }
 

@@ -76,11 +76,16 @@ pub struct Ctx {
     /// Opened on first storage use, so routes that never touch storage
     /// never open (or commit) a transaction.
     txn: Option<Txn>,
+    /// A mutating request is counted from its start, so that a batch of
+    /// writes waits for it (group commit).
+    pending: Option<crate::group_commit::Pending>,
     payment: PaymentHeaders,
     /// Key under which a paid request's answer is kept for identical retries.
     replay_key: Option<[u8; 32]>,
     /// The charge taken in this request, if any.
     charged: Option<Charge>,
+    /// Statements whose signature already verified in this request.
+    prechecked: Vec<auth::Signed>,
     limiter: MemLimiter,
 }
 
@@ -103,6 +108,7 @@ impl Ctx {
         memory_bytes: usize,
     ) -> Ctx {
         Ctx {
+            pending: write.then(|| app.storage.enter()),
             app: Some(app),
             family: family.to_string(),
             write,
@@ -110,6 +116,7 @@ impl Ctx {
             payment,
             replay_key,
             charged: None,
+            prechecked: Vec::new(),
             limiter: MemLimiter::new(memory_bytes),
         }
     }
@@ -121,9 +128,11 @@ impl Ctx {
             family: String::new(),
             write: false,
             txn: None,
+            pending: None,
             payment: PaymentHeaders::default(),
             replay_key: None,
             charged: None,
+            prechecked: Vec::new(),
             limiter: MemLimiter::new(memory_bytes),
         }
     }
@@ -166,7 +175,7 @@ impl Ctx {
     /// Keep a paid request's answer for identical retries (same transaction).
     fn record_replay(
         &self,
-        txn: &redb::WriteTransaction,
+        txn: &crate::storage::WriteTxn,
         reply: &Reply,
     ) -> Result<(), StorageError> {
         match (&self.charged, &self.replay_key) {
@@ -179,7 +188,7 @@ impl Ctx {
     }
 
     /// The request's write transaction (refused in read-only requests).
-    fn write_txn(&mut self) -> Result<(&App, &redb::WriteTransaction), types::Refusal> {
+    fn write_txn(&mut self) -> Result<(&App, &crate::storage::WriteTxn), types::Refusal> {
         let internal = |m: &str| {
             tracing::error!("{m}");
             refusal(Reply::error(500, "internal", "internal error"))
@@ -203,7 +212,10 @@ impl Ctx {
                 .app
                 .as_ref()
                 .ok_or_else(|| StorageError::Internal("no storage in this call".into()))?;
-            self.txn = Some(app.storage.begin(self.write)?);
+            self.txn = Some(match (self.write, self.pending.take()) {
+                (true, Some(pending)) => Txn::Write(app.storage.begin_write_for(pending)?),
+                (write, _) => app.storage.begin(write)?,
+            });
         }
         Ok(self.txn.as_mut().expect("just opened"))
     }
@@ -375,28 +387,48 @@ impl payments::Host for Ctx {
     }
 }
 
+fn statement(s: &auth::Signed) -> crate::auth::Statement<'_> {
+    crate::auth::Statement {
+        actor: &s.actor,
+        message: &s.message,
+        signature: &s.signature,
+        timestamp: s.timestamp,
+    }
+}
+
+fn same_statement(a: &auth::Signed, b: &auth::Signed) -> bool {
+    a.actor == b.actor
+        && a.message == b.message
+        && a.signature == b.signature
+        && a.timestamp == b.timestamp
+}
+
 impl auth::Host for Ctx {
     fn verify(
         &mut self,
-        statement: auth::Signed,
+        signed: auth::Signed,
         require_fresh: bool,
         legacy_single_use: bool,
     ) -> Result<(), types::Refusal> {
+        let checked = self.prechecked.iter().any(|p| same_statement(p, &signed));
         let (app, txn) = self.write_txn()?;
-        let st = crate::auth::Statement {
-            actor: &statement.actor,
-            message: &statement.message,
-            signature: &statement.signature,
-            timestamp: statement.timestamp,
-        };
         crate::auth::verify(
             txn,
             app.now_ms() / 1000,
-            &st,
+            &statement(&signed),
             require_fresh,
             legacy_single_use,
+            checked,
         )
         .map_err(refusal)
+    }
+
+    fn precheck(&mut self, signed: auth::Signed) -> bool {
+        let ok = crate::auth::check_signature(&statement(&signed)).is_ok();
+        if ok && self.prechecked.len() < 16 {
+            self.prechecked.push(signed);
+        }
+        ok
     }
 }
 
@@ -470,6 +502,9 @@ impl Ctx {
             tracing::error!(family = %self.family, "dispatch of a mutation from a request that already writes");
             return Reply::error(500, "internal", "internal error");
         }
+        // The target is a request of its own: no batch should wait for this
+        // one while it waits for the target.
+        self.pending = None;
         match crate::routes::find(&method, &path, false) {
             Match::NotFound => {
                 Reply::error(404, "not_found", format!("no route for {method} {path}"))

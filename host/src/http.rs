@@ -12,7 +12,6 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use redb::ReadableDatabase;
 use serde_json::json;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -333,7 +332,7 @@ fn cash_replace(app: &Arc<App>, body: &[u8]) -> Reply {
         Ok(v) => v,
         Err(r) => return r,
     };
-    let txn = match app.storage.db().begin_write() {
+    let txn = match app.storage.begin_write() {
         Ok(t) => t,
         Err(e) => {
             tracing::error!("cash replace: {e}");
@@ -361,18 +360,12 @@ fn cash_health_check(app: &Arc<App>, body: &[u8]) -> Reply {
         },
         Err(e) => return bad_request("body", format!("invalid JSON: {e}")),
     };
-    let result = app
-        .storage
-        .db()
-        .begin_read()
-        .map_err(|e| e.to_string())
-        .and_then(|t| crate::ledger::Ledger::outputs_read(&t).map_err(|e| e.to_string()))
-        .map_err(|e| {
-            tracing::error!("cash health_check: {e}");
-            Reply::error(500, "internal", "internal error")
-        });
+    let result = app.storage.begin_read().map_err(|e| {
+        tracing::error!("cash health_check: {e}");
+        Reply::error(500, "internal", "internal error")
+    });
     match result {
-        Ok(table) => match app.ledger.health_check(&table, &list) {
+        Ok(txn) => match app.ledger.health_check(&txn, &list) {
             Ok(doc) => Reply::json(200, &doc),
             Err(problem) => bad_request("body", problem),
         },

@@ -10,18 +10,21 @@
 //! `minted = sum(unspent outputs) + fees + escrow`.
 
 use crate::runtime::hex;
+use crate::storage::{Kv, WriteTxn};
 use anyhow::{Context, Result};
 use hmac::{Hmac, Mac};
 use marketplace_common::{amount, secret};
-use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::path::Path;
 
-const OUTPUTS: TableDefinition<&str, &[u8]> = TableDefinition::new("cash:outputs");
-const TOTALS: TableDefinition<&str, u64> = TableDefinition::new("cash:totals");
-const REPLAYS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("cash:replays");
+/// public hash (hex) -> amount (u64 BE) and spent flag.
+const OUTPUTS: &str = "cash:outputs";
+/// total name -> u64 BE.
+const TOTALS: &str = "cash:totals";
+/// replay key -> stored reply.
+const REPLAYS: &str = "cash:replays";
 
 /// Most inputs or outputs of one replace.
 pub const MAX_REPLACE: usize = 100;
@@ -79,8 +82,8 @@ pub struct Ledger {
 
 impl Ledger {
     /// Load the server key from `<data_dir>/server.key`, creating it (mode
-    /// 0600) on first start, and make sure the tables exist.
-    pub fn open(data_dir: &Path, db: &redb::Database) -> Result<Ledger> {
+    /// 0600) on first start. (Its tables are made by `Storage::open`.)
+    pub fn open(data_dir: &Path) -> Result<Ledger> {
         let path = data_dir.join("server.key");
         let key = match std::fs::read_to_string(&path) {
             Ok(text) => {
@@ -97,11 +100,6 @@ impl Ledger {
             }
             Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
         };
-        let txn = db.begin_write()?;
-        txn.open_table(OUTPUTS)?;
-        txn.open_table(TOTALS)?;
-        txn.open_table(REPLAYS)?;
-        txn.commit()?;
         Ok(Ledger { key })
     }
 
@@ -113,7 +111,7 @@ impl Ledger {
     }
 
     /// Mint a new random secret worth `units` (operator action).
-    pub fn mint(&self, txn: &WriteTransaction, units: u64) -> Result<String> {
+    pub fn mint(&self, txn: &WriteTxn, units: u64) -> Result<String> {
         anyhow::ensure!(units > 0, "amount must be positive");
         let mut raw = [0u8; 32];
         crate::ids::fill_random(&mut raw);
@@ -124,41 +122,28 @@ impl Ledger {
     }
 
     /// Create an unspent output; false when it already exists.
-    fn create(&self, txn: &WriteTransaction, public: &str, units: u64) -> Result<bool> {
-        let mut t = txn.open_table(OUTPUTS)?;
-        if t.get(public)?.is_some() {
+    fn create(&self, txn: &WriteTxn, public: &str, units: u64) -> Result<bool> {
+        if txn.get_in(OUTPUTS, public.as_bytes())?.is_some() {
             return Ok(false);
         }
-        t.insert(
-            public,
-            encode(Output {
-                amount: units,
-                spent: false,
-            })
-            .as_slice(),
-        )?;
+        let out = Output {
+            amount: units,
+            spent: false,
+        };
+        txn.put_in(OUTPUTS, public.as_bytes(), &encode(out))?;
         Ok(true)
     }
 
     /// Issue a server-derived secret worth `units` for `purpose`; a repeat
     /// returns the same secret. Returns (secret, newly created).
-    pub fn issue(
-        &self,
-        txn: &WriteTransaction,
-        purpose: &str,
-        units: u64,
-    ) -> Result<(String, bool)> {
+    pub fn issue(&self, txn: &WriteTxn, purpose: &str, units: u64) -> Result<(String, bool)> {
         let secret_hex = self.derive(format!("{purpose}:{units}").as_bytes());
         let created = self.create(txn, &public_hash(&secret_hex), units)?;
         Ok((secret::secret_string(units, &secret_hex), created))
     }
 
     /// Check a secret string against the ledger (not spending it).
-    pub fn check(
-        &self,
-        table: &impl ReadableTable<&'static str, &'static [u8]>,
-        secret_str: &str,
-    ) -> Result<(String, u64), SecretError> {
+    pub fn check(&self, kv: &impl Kv, secret_str: &str) -> Result<(String, u64), SecretError> {
         let parsed = secret::parse(secret_str).map_err(SecretError::Malformed)?;
         if parsed.kind != secret::Kind::Secret {
             return Err(SecretError::Malformed(
@@ -166,10 +151,10 @@ impl Ledger {
             ));
         }
         let public = public_hash(&parsed.hex);
-        let out = table
-            .get(public.as_str())
+        let out = kv
+            .get_in(OUTPUTS, public.as_bytes())
             .map_err(|e| SecretError::Malformed(e.to_string()))?
-            .map(|v| decode(v.value()))
+            .map(|v| decode(&v))
             .ok_or(SecretError::Unknown)?;
         if out.amount != parsed.amount {
             return Err(SecretError::AmountMismatch);
@@ -180,26 +165,17 @@ impl Ledger {
         Ok((public, out.amount))
     }
 
-    /// Check a secret inside a write transaction.
-    pub fn check_in(
-        &self,
-        txn: &WriteTransaction,
-        secret_str: &str,
-    ) -> Result<(String, u64), SecretError> {
-        let t = txn
-            .open_table(OUTPUTS)
-            .map_err(|e| SecretError::Malformed(e.to_string()))?;
-        self.check(&t, secret_str)
-    }
-
     /// Mark an output spent.
-    pub fn spend(&self, txn: &WriteTransaction, public: &str) -> Result<()> {
-        let mut t = txn.open_table(OUTPUTS)?;
-        let out = t
-            .get(public)?
-            .map(|v| decode(v.value()))
+    pub fn spend(&self, txn: &WriteTxn, public: &str) -> Result<()> {
+        let out = txn
+            .get_in(OUTPUTS, public.as_bytes())?
+            .map(|v| decode(&v))
             .context("spending an unknown output")?;
-        t.insert(public, encode(Output { spent: true, ..out }).as_slice())?;
+        txn.put_in(
+            OUTPUTS,
+            public.as_bytes(),
+            &encode(Output { spent: true, ..out }),
+        )?;
         Ok(())
     }
 
@@ -207,7 +183,7 @@ impl Ledger {
     /// Refusals are the 400 message.
     pub fn replace(
         &self,
-        txn: &WriteTransaction,
+        txn: &WriteTxn,
         inputs: &[String],
         outputs: &[String],
     ) -> Result<(), String> {
@@ -224,9 +200,8 @@ impl Ledger {
         let mut total_in: u128 = 0;
         let mut spend = Vec::new();
         {
-            let t = txn.open_table(OUTPUTS).map_err(|e| internal(&e))?;
             for s in inputs {
-                let (public, units) = self.check(&t, s).map_err(|e| match e {
+                let (public, units) = self.check(txn, s).map_err(|e| match e {
                     SecretError::Malformed(m) => format!("input {s:.20}...: {m}"),
                     SecretError::Unknown => "an input is not known to this ledger".into(),
                     SecretError::Spent => "an input is already spent".into(),
@@ -245,7 +220,6 @@ impl Ledger {
         let mut create = Vec::new();
         let mut seen_out = HashSet::new();
         {
-            let t = txn.open_table(OUTPUTS).map_err(|e| internal(&e))?;
             for s in outputs {
                 let parsed = secret::parse(s).map_err(|m| format!("output: {m}"))?;
                 if parsed.kind != secret::Kind::Secret {
@@ -255,7 +229,11 @@ impl Ledger {
                 if !seen_out.insert(public.clone()) || seen.contains(&public) {
                     return Err("duplicate output".into());
                 }
-                if t.get(public.as_str()).map_err(|e| internal(&e))?.is_some() {
+                if txn
+                    .get_in(OUTPUTS, public.as_bytes())
+                    .map_err(|e| internal(&e))?
+                    .is_some()
+                {
                     return Err("an output already exists".into());
                 }
                 total_out += parsed.amount as u128;
@@ -279,11 +257,7 @@ impl Ledger {
     }
 
     /// Webcash `health_check`: state of each public string.
-    pub fn health_check(
-        &self,
-        table: &impl ReadableTable<&'static str, &'static [u8]>,
-        publics: &[String],
-    ) -> Result<Value, String> {
+    pub fn health_check(&self, kv: &impl Kv, publics: &[String]) -> Result<Value, String> {
         if publics.len() > MAX_REPLACE {
             return Err(format!("at most {MAX_REPLACE} entries"));
         }
@@ -294,10 +268,10 @@ impl Ledger {
                 secret::Kind::Public => parsed.hex.clone(),
                 secret::Kind::Secret => public_hash(&parsed.hex),
             };
-            let state = table
-                .get(public.as_str())
+            let state = kv
+                .get_in(OUTPUTS, public.as_bytes())
                 .map_err(|e| e.to_string())?
-                .map(|v| decode(v.value()));
+                .map(|v| decode(&v));
             let key = secret::public_string(parsed.amount, &public);
             results.insert(
                 key,
@@ -311,77 +285,51 @@ impl Ledger {
     }
 
     /// The stored response of an identical earlier paid request.
-    pub fn replay(
-        table: &impl ReadableTable<&'static [u8], &'static [u8]>,
-        key: &[u8; 32],
-    ) -> Option<crate::app::Reply> {
-        let v = table.get(key.as_slice()).ok()??;
-        decode_reply(v.value())
+    pub fn replay(kv: &impl Kv, key: &[u8; 32]) -> Option<crate::app::Reply> {
+        decode_reply(&kv.get_in(REPLAYS, key).ok()??)
     }
 
     /// Record the response of a paid request for identical retries.
-    pub fn record_replay(
-        txn: &WriteTransaction,
-        key: &[u8; 32],
-        reply: &crate::app::Reply,
-    ) -> Result<()> {
-        let mut t = txn.open_table(REPLAYS)?;
-        t.insert(key.as_slice(), encode_reply(reply).as_slice())?;
+    pub fn record_replay(txn: &WriteTxn, key: &[u8; 32], reply: &crate::app::Reply) -> Result<()> {
+        txn.put_in(REPLAYS, key, &encode_reply(reply))?;
         Ok(())
     }
 
-    /// Open the outputs table of a read transaction.
-    pub fn outputs_read(
-        txn: &redb::ReadTransaction,
-    ) -> Result<redb::ReadOnlyTable<&'static str, &'static [u8]>> {
-        Ok(txn.open_table(OUTPUTS)?)
-    }
-
-    /// Open the replay table of a read transaction.
-    pub fn replays_read(
-        txn: &redb::ReadTransaction,
-    ) -> Result<redb::ReadOnlyTable<&'static [u8], &'static [u8]>> {
-        Ok(txn.open_table(REPLAYS)?)
-    }
-
     /// Totals for the conservation invariant (scans every output).
-    pub fn totals(txn: &redb::ReadTransaction) -> Result<Totals> {
-        let totals = txn.open_table(TOTALS)?;
-        let get = |k: &str| -> Result<u64> { Ok(totals.get(k)?.map(|v| v.value()).unwrap_or(0)) };
+    pub fn totals(kv: &impl Kv) -> Result<Totals> {
         let mut unspent = 0u64;
-        for item in txn.open_table(OUTPUTS)?.iter()? {
-            let (_, v) = item?;
-            let o = decode(v.value());
+        for (_, v) in kv.scan_in(OUTPUTS, b"", None, false, usize::MAX)? {
+            let o = decode(&v);
             if !o.spent {
                 unspent += o.amount;
             }
         }
         Ok(Totals {
-            minted: get("minted")?,
-            fees: get("fees")?,
-            escrow: get("escrow")?,
+            minted: total(kv, "minted")?,
+            fees: total(kv, "fees")?,
+            escrow: total(kv, "escrow")?,
             unspent,
         })
     }
 }
 
 /// Add `delta` to a named total (refusing to go below zero).
-pub fn add_total(txn: &WriteTransaction, name: &str, delta: i128) -> Result<()> {
-    let mut t = txn.open_table(TOTALS)?;
-    let current = t.get(name)?.map(|v| v.value()).unwrap_or(0) as i128;
-    let next = current + delta;
+pub fn add_total(txn: &WriteTxn, name: &str, delta: i128) -> Result<()> {
+    let next = total(txn, name)? as i128 + delta;
     anyhow::ensure!(
         next >= 0 && next <= u64::MAX as i128,
         "{name} would become {next}"
     );
-    t.insert(name, next as u64)?;
+    txn.put_in(TOTALS, name.as_bytes(), &(next as u64).to_be_bytes())?;
     Ok(())
 }
 
-/// Read a named total in a write transaction.
-pub fn total(txn: &WriteTransaction, name: &str) -> Result<u64> {
-    let t = txn.open_table(TOTALS)?;
-    Ok(t.get(name)?.map(|v| v.value()).unwrap_or(0))
+/// Read a named total.
+pub fn total(kv: &impl Kv, name: &str) -> Result<u64> {
+    Ok(match kv.get_in(TOTALS, name.as_bytes())? {
+        Some(v) => u64::from_be_bytes(v.as_slice().try_into().context("a total is 8 bytes")?),
+        None => 0,
+    })
 }
 
 fn encode_reply(r: &crate::app::Reply) -> Vec<u8> {
@@ -437,12 +385,10 @@ pub fn write_private(path: &Path, contents: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use redb::ReadableDatabase;
 
-    fn setup() -> (tempfile::TempDir, redb::Database, Ledger) {
-        let dir = tempfile::tempdir().unwrap();
-        let db = redb::Database::create(dir.path().join("db")).unwrap();
-        let l = Ledger::open(dir.path(), &db).unwrap();
+    fn setup() -> (tempfile::TempDir, crate::storage::Storage, Ledger) {
+        let (dir, db) = crate::storage::temp_storage();
+        let l = Ledger::open(dir.path()).unwrap();
         (dir, db, l)
     }
 
@@ -452,8 +398,8 @@ mod tests {
 
     #[test]
     fn server_key_is_private_and_stable() {
-        let (dir, db, l) = setup();
-        let again = Ledger::open(dir.path(), &db).unwrap();
+        let (dir, _db, l) = setup();
+        let again = Ledger::open(dir.path()).unwrap();
         assert_eq!(l.derive(b"x"), again.derive(b"x"));
         #[cfg(unix)]
         {
@@ -520,7 +466,7 @@ mod tests {
             )
             .is_err()
         );
-        txn.commit().unwrap();
+        db.commit(txn).unwrap();
         let t = Ledger::totals(&db.begin_read().unwrap()).unwrap();
         assert_eq!((t.minted, t.unspent), (100, 100));
     }
@@ -533,7 +479,7 @@ mod tests {
         let (b, new_b) = l.issue(&txn, "payout:CTR_1", 5).unwrap();
         assert_eq!(a, b);
         assert!(new_a && !new_b);
-        assert_eq!(l.check_in(&txn, &a).unwrap().1, 5);
+        assert_eq!(l.check(&txn, &a).unwrap().1, 5);
     }
 
     #[test]

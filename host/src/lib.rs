@@ -7,6 +7,7 @@ pub mod app;
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod group_commit;
 pub mod host_api;
 pub mod http;
 pub mod ids;

@@ -5,8 +5,8 @@
 use crate::app::Reply;
 use crate::host_api::PaymentHeaders;
 use crate::ledger::{Ledger, SecretError, add_total};
+use crate::storage::WriteTxn;
 use marketplace_common::amount;
-use redb::WriteTransaction;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
@@ -62,7 +62,7 @@ pub fn refusal(code: &str, message: impl Into<String>, action: &str, price: u64)
 /// Charge `price` for `action` from the request's payment headers.
 pub fn charge(
     ledger: &Ledger,
-    txn: &WriteTransaction,
+    txn: &WriteTxn,
     headers: &PaymentHeaders,
     action: &str,
     price: u64,
@@ -95,7 +95,7 @@ pub fn charge(
             price,
         ));
     };
-    let (public, paid) = ledger.check_in(txn, secret).map_err(|e| match e {
+    let (public, paid) = ledger.check(txn, secret).map_err(|e| match e {
         SecretError::Malformed(m) => refusal(
             "payment_invalid",
             format!("payment secret {m}"),

@@ -477,13 +477,9 @@ impl Runtime {
         if let Some(key) = &replay_key
             && let Some(stored) = app
                 .storage
-                .begin(false)
+                .begin_read()
                 .ok()
-                .and_then(|t| {
-                    t.read_txn()
-                        .and_then(|r| crate::ledger::Ledger::replays_read(r).ok())
-                })
-                .and_then(|table| crate::ledger::Ledger::replay(&table, key))
+                .and_then(|txn| crate::ledger::Ledger::replay(&txn, key))
         {
             tracing::info!(family, "identical paid retry: stored response replayed");
             return stored;

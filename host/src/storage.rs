@@ -1,30 +1,43 @@
 //! redb storage: one table per family keyspace plus the host's own tables.
 //!
 //! Every request runs in exactly one transaction: a read transaction for
-//! GET/HEAD (a snapshot; never blocks writers) or a write transaction for
-//! mutations, committed only when the whole request succeeded.
+//! GET/HEAD (a snapshot of committed data; never blocks writers) or a
+//! [`WriteTxn`] for mutations. A write transaction keeps its writes in an
+//! overlay on top of the shared batch transaction (see
+//! [`crate::group_commit`]); they reach the batch only when the whole
+//! request succeeded, so a failed request leaves nothing behind.
 
+use crate::group_commit::{self, GroupCommit, Lease, Pending};
 use anyhow::{Context, Result};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Largest key a plugin may write.
 pub const MAX_KEY_BYTES: usize = 4 * 1024;
 /// Largest value a plugin may write (a post with 16 attachments of 512 KiB fits).
 pub const MAX_VALUE_BYTES: usize = 16 * 1024 * 1024;
 
+/// The host's own tables (ledger, signatures), created at open.
+pub const HOST_TABLES: &[&str] = &["cash:outputs", "cash:totals", "cash:replays", "auth:used"];
+
 /// Table of one family keyspace.
 fn keyspace_table(family: &str) -> String {
     format!("kv:{family}")
 }
 
-/// The database plus commit counters.
+fn def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
+    TableDefinition::new(name)
+}
+
+/// The database plus its commit coordinator.
 pub struct Storage {
-    db: Database,
+    db: Arc<Database>,
     families: Vec<String>,
-    commits: AtomicU64,
-    syncs: AtomicU64,
+    gc: Arc<GroupCommit>,
 }
 
 /// Key/value pairs returned by a scan.
@@ -37,7 +50,7 @@ pub type Rows = Vec<(Vec<u8>, Vec<u8>)>;
 )]
 pub enum Txn {
     Read(redb::ReadTransaction),
-    Write(redb::WriteTransaction),
+    Write(WriteTxn),
 }
 
 /// Why a storage operation failed.
@@ -60,32 +73,53 @@ impl std::fmt::Display for StorageError {
     }
 }
 
+impl std::error::Error for StorageError {}
+
 fn internal(e: impl std::fmt::Display) -> StorageError {
     StorageError::Internal(e.to_string())
 }
 
+/// Reading by table name: committed data (a read transaction) or a
+/// request's view (its overlay over the batch).
+pub trait Kv {
+    fn get_in(&self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError>;
+    /// Ordered scan of [start, end), reversed when asked, at most `limit`.
+    fn scan_in(
+        &self,
+        table: &str,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Rows, StorageError>;
+}
+
 impl Storage {
-    /// Open (or create) the database and make sure every keyspace exists.
-    pub fn open(path: &Path, families: &[&str]) -> Result<Storage> {
+    /// Open (or create) the database and make sure every table exists.
+    pub fn open(path: &Path, families: &[&str], commit: group_commit::Settings) -> Result<Storage> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
         let db = Database::create(path).with_context(|| format!("opening {}", path.display()))?;
         let txn = db.begin_write()?;
         for family in families {
-            let name = keyspace_table(family);
-            txn.open_table(TableDefinition::<&[u8], &[u8]>::new(&name))?;
+            txn.open_table(def(&keyspace_table(family)))?;
+        }
+        for table in HOST_TABLES {
+            txn.open_table(def(table)).with_context(|| {
+                format!("opening table {table} (a database of an older version?)")
+            })?;
         }
         txn.commit()?;
+        let db = Arc::new(db);
         Ok(Storage {
+            gc: GroupCommit::new(db.clone(), commit),
             db,
             families: families.iter().map(|s| s.to_string()).collect(),
-            commits: AtomicU64::new(0),
-            syncs: AtomicU64::new(0),
         })
     }
 
-    /// The database, for the host's own tables (ledger, auth).
+    /// The database (read transactions, checks).
     pub fn db(&self) -> &Database {
         &self.db
     }
@@ -98,28 +132,59 @@ impl Storage {
     /// Begin a request transaction.
     pub fn begin(&self, write: bool) -> Result<Txn, StorageError> {
         if write {
-            self.db.begin_write().map(Txn::Write).map_err(internal)
+            self.begin_write().map(Txn::Write)
         } else {
-            self.db.begin_read().map(Txn::Read).map_err(internal)
+            self.begin_read().map(Txn::Read)
         }
     }
 
-    /// Commit a request's write transaction durably.
-    pub fn commit(&self, txn: redb::WriteTransaction) -> Result<(), StorageError> {
-        txn.commit().map_err(internal)?;
-        self.commits.fetch_add(1, Ordering::Relaxed);
-        self.syncs.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+    /// A snapshot of committed data.
+    pub fn begin_read(&self) -> Result<redb::ReadTransaction, StorageError> {
+        self.db.begin_read().map_err(internal)
     }
 
-    /// Committed mutating requests since start.
+    /// Count a mutating request as under way from its start, so that open
+    /// batches wait for it (see [`crate::group_commit`]).
+    pub fn enter(&self) -> Pending {
+        self.gc.enter()
+    }
+
+    /// Begin a write transaction: waits for the batch. The host's own
+    /// writers (cash replace, mint) use this too.
+    pub fn begin_write(&self) -> Result<WriteTxn, StorageError> {
+        self.begin_write_for(self.enter())
+    }
+
+    /// Begin the write transaction of a request counted by `pending`.
+    pub fn begin_write_for(&self, pending: Pending) -> Result<WriteTxn, StorageError> {
+        let lease = self.gc.acquire(pending).map_err(internal)?;
+        Ok(WriteTxn {
+            lease: Some(lease),
+            overlay: RefCell::new(BTreeMap::new()),
+            gc: self.gc.clone(),
+        })
+    }
+
+    /// Commit a write transaction; returns once its writes are durable.
+    pub fn commit(&self, mut w: WriteTxn) -> Result<(), StorageError> {
+        let lease = w.lease.take().expect("live until committed or dropped");
+        let overlay = std::mem::take(&mut *w.overlay.borrow_mut());
+        if let Err(e) = apply(&lease, overlay) {
+            // The batch may hold part of this request: abandon all of it.
+            self.gc.poison(lease);
+            return Err(e);
+        }
+        self.gc.release(lease, true).map_err(internal)
+    }
+
+    /// Successful write transactions since start.
     pub fn commits(&self) -> u64 {
-        self.commits.load(Ordering::Relaxed)
+        self.gc.counters().0
     }
 
     /// Durable commits (fsyncs) since start.
     pub fn syncs(&self) -> u64 {
-        self.syncs.load(Ordering::Relaxed)
+        self.gc.counters().1
     }
 
     /// Whether a read transaction can be opened.
@@ -128,36 +193,54 @@ impl Storage {
     }
 }
 
-impl Txn {
-    pub fn is_write(&self) -> bool {
-        matches!(self, Txn::Write(_))
-    }
+/// Writes of one request: table -> key -> value, or None for a delete.
+type Overlay = BTreeMap<String, BTreeMap<Vec<u8>, Option<Vec<u8>>>>;
 
-    /// Read a key of a keyspace.
-    pub fn get(&self, family: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
-        let name = keyspace_table(family);
-        let def = TableDefinition::<&[u8], &[u8]>::new(&name);
-        match self {
-            Txn::Read(t) => match t.open_table(def) {
-                Ok(table) => Ok(table
-                    .get(key)
-                    .map_err(internal)?
-                    .map(|v| v.value().to_vec())),
-                Err(TableError::TableDoesNotExist(_)) => Ok(None),
-                Err(e) => Err(internal(e)),
-            },
-            Txn::Write(t) => {
-                let table = t.open_table(def).map_err(internal)?;
-                Ok(table
-                    .get(key)
-                    .map_err(internal)?
-                    .map(|v| v.value().to_vec()))
+fn apply(lease: &Lease, overlay: Overlay) -> Result<(), StorageError> {
+    for (table, writes) in overlay {
+        let mut t = lease.txn().open_table(def(&table)).map_err(internal)?;
+        for (key, value) in writes {
+            match value {
+                Some(v) => {
+                    t.insert(key.as_slice(), v.as_slice()).map_err(internal)?;
+                }
+                None => {
+                    t.remove(key.as_slice()).map_err(internal)?;
+                }
             }
         }
     }
+    Ok(())
+}
 
-    /// Write a key of a keyspace.
-    pub fn put(&mut self, family: &str, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
+/// A mutating request's transaction: reads see the batch plus this
+/// request's own writes; writes stay here until [`Storage::commit`].
+/// Dropping it discards them and hands the batch on.
+pub struct WriteTxn {
+    lease: Option<Lease>,
+    overlay: RefCell<Overlay>,
+    gc: Arc<GroupCommit>,
+}
+
+impl Drop for WriteTxn {
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take()
+            && let Err(e) = self.gc.release(lease, false)
+        {
+            tracing::error!("handing on the batch: {e}");
+        }
+    }
+}
+
+impl WriteTxn {
+    fn lease(&self) -> &Lease {
+        self.lease
+            .as_ref()
+            .expect("live until committed or dropped")
+    }
+
+    /// Write `key` of `table`.
+    pub fn put_in(&self, table: &str, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
         if key.len() > MAX_KEY_BYTES {
             return Err(StorageError::TooLarge(format!(
                 "key over {MAX_KEY_BYTES} bytes"
@@ -168,31 +251,229 @@ impl Txn {
                 "value over {MAX_VALUE_BYTES} bytes"
             )));
         }
-        let Txn::Write(t) = self else {
-            return Err(StorageError::ReadOnly);
-        };
-        let name = keyspace_table(family);
-        let mut table = t
-            .open_table(TableDefinition::<&[u8], &[u8]>::new(&name))
-            .map_err(internal)?;
-        table.insert(key, value).map_err(internal)?;
+        self.overlay
+            .borrow_mut()
+            .entry(table.to_string())
+            .or_default()
+            .insert(key.to_vec(), Some(value.to_vec()));
         Ok(())
+    }
+
+    /// Delete `key` of `table`; true when it existed.
+    pub fn delete_in(&self, table: &str, key: &[u8]) -> Result<bool, StorageError> {
+        let existed = self.get_in(table, key)?.is_some();
+        self.overlay
+            .borrow_mut()
+            .entry(table.to_string())
+            .or_default()
+            .insert(key.to_vec(), None);
+        Ok(existed)
+    }
+}
+
+impl Kv for WriteTxn {
+    fn get_in(&self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        if let Some(v) = self.overlay.borrow().get(table).and_then(|t| t.get(key)) {
+            return Ok(v.clone());
+        }
+        let t = self
+            .lease()
+            .txn()
+            .open_table(def(table))
+            .map_err(internal)?;
+        Ok(t.get(key).map_err(internal)?.map(|v| v.value().to_vec()))
+    }
+
+    fn scan_in(
+        &self,
+        table: &str,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Rows, StorageError> {
+        if end.is_some_and(|e| e <= start) {
+            return Ok(vec![]);
+        }
+        let range = bounds(start, end);
+        let overlay = self.overlay.borrow();
+        let mut mine: Vec<(&Vec<u8>, &Option<Vec<u8>>)> = overlay
+            .get(table)
+            .map(|t| t.range::<[u8], _>(range).collect())
+            .unwrap_or_default();
+        if reverse {
+            mine.reverse();
+        }
+        let t = self
+            .lease()
+            .txn()
+            .open_table(def(table))
+            .map_err(internal)?;
+        let iter = t.range::<&[u8]>(range).map_err(internal)?;
+        let base: Box<dyn Iterator<Item = _>> = if reverse {
+            Box::new(iter.rev())
+        } else {
+            Box::new(iter)
+        };
+        merge(base, mine, reverse, limit)
+    }
+}
+
+fn bounds<'a>(start: &'a [u8], end: Option<&'a [u8]>) -> (Bound<&'a [u8]>, Bound<&'a [u8]>) {
+    (
+        Bound::Included(start),
+        match end {
+            Some(e) => Bound::Excluded(e),
+            None => Bound::Unbounded,
+        },
+    )
+}
+
+/// Merge committed rows with a request's own writes (which win, and whose
+/// deletes hide rows), both in scan order, up to `limit`.
+fn merge<'a, I>(
+    base: I,
+    mine: Vec<(&Vec<u8>, &Option<Vec<u8>>)>,
+    reverse: bool,
+    limit: usize,
+) -> Result<Rows, StorageError>
+where
+    I: Iterator<
+        Item = Result<
+            (
+                redb::AccessGuard<'a, &'static [u8]>,
+                redb::AccessGuard<'a, &'static [u8]>,
+            ),
+            redb::StorageError,
+        >,
+    >,
+{
+    let before = |a: &[u8], b: &[u8]| if reverse { a > b } else { a < b };
+    let mut out = Vec::new();
+    let mut base = base.peekable();
+    let mut mine = mine.into_iter().peekable();
+    while out.len() < limit {
+        let next_base = match base.peek() {
+            Some(Ok((k, _))) => Some(k.value().to_vec()),
+            Some(Err(_)) => return Err(internal(base.next().expect("peeked").err().expect("err"))),
+            None => None,
+        };
+        let take_mine = match (&next_base, mine.peek()) {
+            (None, None) => break,
+            (None, Some(_)) => true,
+            (Some(_), None) => false,
+            (Some(b), Some((m, _))) => {
+                if b.as_slice() == m.as_slice() {
+                    base.next(); // shadowed by this request's write
+                    true
+                } else {
+                    before(m, b)
+                }
+            }
+        };
+        if take_mine {
+            let (k, v) = mine.next().expect("peeked");
+            if let Some(v) = v {
+                out.push((k.clone(), v.clone()));
+            }
+        } else {
+            let (k, v) = base.next().expect("peeked").map_err(internal)?;
+            out.push((k.value().to_vec(), v.value().to_vec()));
+        }
+    }
+    Ok(out)
+}
+
+impl Kv for redb::ReadTransaction {
+    fn get_in(&self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        match self.open_table(def(table)) {
+            Ok(t) => Ok(t.get(key).map_err(internal)?.map(|v| v.value().to_vec())),
+            Err(TableError::TableDoesNotExist(_)) => Ok(None),
+            Err(e) => Err(internal(e)),
+        }
+    }
+
+    fn scan_in(
+        &self,
+        table: &str,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Rows, StorageError> {
+        if end.is_some_and(|e| e <= start) {
+            return Ok(vec![]);
+        }
+        let t = match self.open_table(def(table)) {
+            Ok(t) => t,
+            Err(TableError::TableDoesNotExist(_)) => return Ok(vec![]),
+            Err(e) => return Err(internal(e)),
+        };
+        let iter = t.range::<&[u8]>(bounds(start, end)).map_err(internal)?;
+        let rows: Box<dyn Iterator<Item = _>> = if reverse {
+            Box::new(iter.rev().take(limit))
+        } else {
+            Box::new(iter.take(limit))
+        };
+        let mut out = Vec::new();
+        for item in rows {
+            let (k, v) = item.map_err(internal)?;
+            out.push((k.value().to_vec(), v.value().to_vec()));
+        }
+        Ok(out)
+    }
+}
+
+impl Kv for Txn {
+    fn get_in(&self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        match self {
+            Txn::Read(t) => t.get_in(table, key),
+            Txn::Write(t) => t.get_in(table, key),
+        }
+    }
+
+    fn scan_in(
+        &self,
+        table: &str,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Rows, StorageError> {
+        match self {
+            Txn::Read(t) => t.scan_in(table, start, end, reverse, limit),
+            Txn::Write(t) => t.scan_in(table, start, end, reverse, limit),
+        }
+    }
+}
+
+impl Txn {
+    pub fn is_write(&self) -> bool {
+        matches!(self, Txn::Write(_))
+    }
+
+    /// Read a key of a keyspace.
+    pub fn get(&self, family: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        self.get_in(&keyspace_table(family), key)
+    }
+
+    /// Write a key of a keyspace.
+    pub fn put(&mut self, family: &str, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
+        match self {
+            Txn::Write(t) => t.put_in(&keyspace_table(family), key, value),
+            Txn::Read(_) => Err(StorageError::ReadOnly),
+        }
     }
 
     /// Delete a key of a keyspace; true when it existed.
     pub fn delete(&mut self, family: &str, key: &[u8]) -> Result<bool, StorageError> {
-        let Txn::Write(t) = self else {
-            return Err(StorageError::ReadOnly);
-        };
-        let name = keyspace_table(family);
-        let mut table = t
-            .open_table(TableDefinition::<&[u8], &[u8]>::new(&name))
-            .map_err(internal)?;
-        let existed = table.remove(key).map_err(internal)?.is_some();
-        Ok(existed)
+        match self {
+            Txn::Write(t) => t.delete_in(&keyspace_table(family), key),
+            Txn::Read(_) => Err(StorageError::ReadOnly),
+        }
     }
 
-    /// Ordered scan of [start, end), reversed when asked, at most `limit`.
+    /// Ordered scan of a keyspace.
     pub fn scan(
         &self,
         family: &str,
@@ -201,30 +482,18 @@ impl Txn {
         reverse: bool,
         limit: usize,
     ) -> Result<Rows, StorageError> {
-        let name = keyspace_table(family);
-        let def = TableDefinition::<&[u8], &[u8]>::new(&name);
-        match self {
-            Txn::Read(t) => match t.open_table(def) {
-                Ok(table) => scan_table(&table, start, end, reverse, limit),
-                Err(TableError::TableDoesNotExist(_)) => Ok(vec![]),
-                Err(e) => Err(internal(e)),
-            },
-            Txn::Write(t) => {
-                let table = t.open_table(def).map_err(internal)?;
-                scan_table(&table, start, end, reverse, limit)
-            }
-        }
+        self.scan_in(&keyspace_table(family), start, end, reverse, limit)
     }
 
-    /// Access to the raw write transaction for the host's own tables.
-    pub fn write_txn(&self) -> Option<&redb::WriteTransaction> {
+    /// The write side, for the host's own tables.
+    pub fn write_txn(&self) -> Option<&WriteTxn> {
         match self {
             Txn::Write(t) => Some(t),
             Txn::Read(_) => None,
         }
     }
 
-    /// Access to the raw read side for the host's own tables.
+    /// The read side, for the host's own tables.
     pub fn read_txn(&self) -> Option<&redb::ReadTransaction> {
         match self {
             Txn::Read(t) => Some(t),
@@ -233,36 +502,17 @@ impl Txn {
     }
 }
 
-fn scan_table<T: ReadableTable<&'static [u8], &'static [u8]>>(
-    table: &T,
-    start: &[u8],
-    end: Option<&[u8]>,
-    reverse: bool,
-    limit: usize,
-) -> Result<Rows, StorageError> {
-    use std::ops::Bound;
-    let range = (
-        Bound::Included(start),
-        match end {
-            Some(e) => Bound::Excluded(e),
-            None => Bound::Unbounded,
-        },
-    );
-    if end.is_some_and(|e| e <= start) {
-        return Ok(vec![]);
-    }
-    let iter = table.range::<&[u8]>(range).map_err(internal)?;
-    let mut out = Vec::new();
-    let rows: Box<dyn Iterator<Item = _>> = if reverse {
-        Box::new(iter.rev().take(limit))
-    } else {
-        Box::new(iter.take(limit))
-    };
-    for item in rows {
-        let (k, v) = item.map_err(internal)?;
-        out.push((k.value().to_vec(), v.value().to_vec()));
-    }
-    Ok(out)
+/// A storage on a temporary directory, for unit tests.
+#[cfg(test)]
+pub(crate) fn temp_storage() -> (tempfile::TempDir, Storage) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Storage::open(
+        &dir.path().join("db.redb"),
+        &["a", "b"],
+        group_commit::Settings::default(),
+    )
+    .unwrap();
+    (dir, s)
 }
 
 #[cfg(test)]
@@ -270,9 +520,7 @@ mod tests {
     use super::*;
 
     fn open() -> (tempfile::TempDir, Storage) {
-        let dir = tempfile::tempdir().unwrap();
-        let s = Storage::open(&dir.path().join("db.redb"), &["a", "b"]).unwrap();
-        (dir, s)
+        temp_storage()
     }
 
     #[test]
@@ -345,5 +593,107 @@ mod tests {
             w.put("a", b"k", &big),
             Err(StorageError::TooLarge(_))
         ));
+    }
+
+    #[test]
+    fn a_failed_request_between_two_good_ones_leaves_nothing() {
+        let (_d, s) = open();
+        for (key, ok) in [("k1", true), ("k2", false), ("k3", true)] {
+            let mut w = s.begin(true).unwrap();
+            w.put("a", key.as_bytes(), b"v").unwrap();
+            w.delete("a", b"k1").unwrap();
+            w.put("a", b"k1", b"again").unwrap();
+            let Txn::Write(t) = w else { unreachable!() };
+            if ok {
+                s.commit(t).unwrap();
+            }
+        }
+        let r = s.begin(false).unwrap();
+        let keys: Vec<_> = r
+            .scan("a", b"", None, false, 10)
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(keys, [b"k1".to_vec(), b"k3".to_vec()]);
+    }
+
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Put(u8, u8),
+        Delete(u8),
+        Commit,
+        Abort,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u8..24, any::<u8>()).prop_map(|(k, v)| Op::Put(k, v)),
+            2 => (0u8..24).prop_map(Op::Delete),
+            1 => Just(Op::Commit),
+            1 => Just(Op::Abort),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// A write transaction reads and scans (both directions, any bounds
+        /// and limit) exactly like a map holding the committed data plus its
+        /// own writes; committed data equals the model of committed requests.
+        #[test]
+        fn overlay_reads_like_a_map(
+            ops in proptest::collection::vec(op(), 1..60),
+            lo in 0u8..24, hi in 0u8..26, limit in 1usize..30,
+        ) {
+            let (_d, s) = open();
+            let mut committed = BTreeMap::<Vec<u8>, Vec<u8>>::new();
+            let mut view = committed.clone();
+            let mut w = s.begin(true).unwrap();
+            for op in ops {
+                match op {
+                    Op::Put(k, v) => {
+                        w.put("a", &[k], &[v]).unwrap();
+                        view.insert(vec![k], vec![v]);
+                    }
+                    Op::Delete(k) => {
+                        let existed = w.delete("a", &[k]).unwrap();
+                        prop_assert_eq!(existed, view.remove(&vec![k]).is_some());
+                    }
+                    Op::Commit | Op::Abort => {
+                        let Txn::Write(t) = std::mem::replace(&mut w, s.begin(false).unwrap()) else {
+                            unreachable!()
+                        };
+                        if matches!(op, Op::Commit) {
+                            s.commit(t).unwrap();
+                            committed = view.clone();
+                        } else {
+                            drop(t);
+                            view = committed.clone();
+                        }
+                        w = s.begin(true).unwrap();
+                    }
+                }
+                for k in 0u8..24 {
+                    prop_assert_eq!(w.get("a", &[k]).unwrap(), view.get(&vec![k]).cloned());
+                }
+                let (start, end) = (vec![lo], vec![hi]);
+                let expect = |rev: bool| -> Vec<(Vec<u8>, Vec<u8>)> {
+                    if hi <= lo {
+                        return vec![];
+                    }
+                    let r = view.range(start.clone()..end.clone()).map(|(k, v)| (k.clone(), v.clone()));
+                    if rev { r.rev().take(limit).collect() } else { r.take(limit).collect() }
+                };
+                for rev in [false, true] {
+                    prop_assert_eq!(w.scan("a", &start, Some(&end), rev, limit).unwrap(), expect(rev));
+                }
+            }
+            drop(w);
+            let r = s.begin(false).unwrap();
+            let all: BTreeMap<_, _> = r.scan("a", b"", None, false, 1000).unwrap().into_iter().collect();
+            prop_assert_eq!(all, committed);
+        }
     }
 }

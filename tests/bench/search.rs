@@ -7,20 +7,11 @@
 //! after `cargo xtask build-plugins`). Settings: BENCH_POSTS, BENCH_SECONDS
 //! (default 5), BENCH_CONNECTIONS (default 32).
 
-use ed25519_dalek::{Signer, SigningKey};
-use marketplace::App;
-use marketplace::host_api::PaymentHeaders;
-use marketplace::runtime::bindings::endpoint::marketplace::plugin::types::Request;
-use serde_json::json;
-use std::sync::Arc;
+use ed25519_dalek::SigningKey;
 use std::time::Instant;
 
 mod support;
 use support::{env_or, load};
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
 
 /// A deterministic pseudo-random generator (xorshift), so runs compare.
 struct Rng(u64);
@@ -52,42 +43,6 @@ fn word(i: usize) -> String {
     w
 }
 
-fn post_request(
-    app: &Arc<App>,
-    key: &SigningKey,
-    content: &str,
-    keywords: &[String],
-    secret: &str,
-) -> (u16, Option<String>) {
-    let fp = hex(key.verifying_key().as_bytes());
-    let ts = app.now_ms() / 1000;
-    let sig = hex(&key
-        .sign(format!("post:{content}:{ts}").as_bytes())
-        .to_bytes());
-    let body = json!({"author_fingerprint": fp, "content": content, "keywords": keywords,
-                      "post_type": "general", "signature": sig, "timestamp": ts});
-    let req = Request {
-        method: "POST".into(),
-        route: "/api/timeline".into(),
-        path: "/api/timeline".into(),
-        params: vec![],
-        query: vec![],
-        headers: vec![],
-        body: body.to_string().into_bytes(),
-    };
-    let pay = PaymentHeaders {
-        cash: Some(secret.to_string()),
-        bitcoin: None,
-    };
-    let reply = app.runtime.handle(app, "timeline", req, pay);
-    let change = reply
-        .headers
-        .iter()
-        .find(|(k, _)| k == "x-cash-change")
-        .map(|(_, v)| v.clone());
-    (reply.status, change)
-}
-
 fn main() {
     let posts = env_or("BENCH_POSTS", 100_000) as usize;
     let secs = env_or("BENCH_SECONDS", 5);
@@ -100,36 +55,7 @@ fn main() {
     // One author, paid for with a large minted secret whose change chains on.
     let mut secret = marketplace::admin::mint(&app, 1_000_000 * 100_000_000).unwrap();
     let key = SigningKey::from_bytes(&[42u8; 32]);
-    let fp = hex(key.verifying_key().as_bytes());
-    let sig = hex(&key.sign(b"register:bench").to_bytes());
-    let reg = Request {
-        method: "POST".into(),
-        route: "/api/identity".into(),
-        path: "/api/identity".into(),
-        params: vec![],
-        query: vec![],
-        headers: vec![],
-        body: json!({"nickname": "bench", "pgp_public_key": fp, "signature": sig})
-            .to_string()
-            .into_bytes(),
-    };
-    let r = app.runtime.handle(
-        &app,
-        "identity",
-        reg,
-        PaymentHeaders {
-            cash: Some(secret.clone()),
-            bitcoin: None,
-        },
-    );
-    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
-    secret = r
-        .headers
-        .iter()
-        .find(|(k, _)| k == "x-cash-change")
-        .unwrap()
-        .1
-        .clone();
+    secret = support::register(&app, &key, &secret);
 
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let start = Instant::now();
@@ -137,13 +63,14 @@ fn main() {
         let len = 20 + (rng.next() % 30) as usize;
         let content: Vec<String> = (0..len).map(|_| word(rng.zipfish(vocabulary))).collect();
         let keywords: Vec<String> = (0..3).map(|_| word(rng.zipfish(vocabulary))).collect();
-        let (status, change) = post_request(
-            &app,
+        let body = support::post_body(
             &key,
             &format!("{} #{i}", content.join(" ")),
             &keywords,
-            &secret,
+            app.now_ms() / 1000,
         );
+        let (status, change) =
+            support::paid_call(&app, "timeline", "/api/timeline", &body, &secret);
         assert_eq!(status, 201, "post {i}");
         secret = change.expect("change");
         if (i + 1) % 10_000 == 0 {

@@ -13,26 +13,29 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Keep-alive GETs on one connection until `until`; returns latencies (ns).
+/// Builds raw HTTP/1.1 request `i` of connection `conn`.
+pub type MakeRequest = Arc<dyn Fn(usize, usize) -> Vec<u8> + Send + Sync>;
+
+/// Keep-alive requests on one connection until `until`; returns latencies
+/// (ns). Every response must have status `expect`.
 async fn client(
     addr: SocketAddr,
-    paths: Arc<Vec<String>>,
-    offset: usize,
+    make: MakeRequest,
+    conn: usize,
     until: Instant,
+    expect: u16,
 ) -> Vec<u64> {
     let mut stream = TcpStream::connect(addr).await.expect("connect");
     stream.set_nodelay(true).unwrap();
     let mut buf = vec![0u8; 1 << 20];
     let mut lat = Vec::new();
-    let mut i = offset;
+    let status_line = format!("http/1.1 {expect}");
+    let mut i = 0;
     while Instant::now() < until {
-        let req = format!(
-            "GET {} HTTP/1.1\r\nhost: bench\r\n\r\n",
-            paths[i % paths.len()]
-        );
+        let req = make(conn, i);
         i += 1;
         let t = Instant::now();
-        stream.write_all(req.as_bytes()).await.expect("write");
+        stream.write_all(&req).await.expect("write");
         // Read one response: headers, then content-length bytes.
         let mut have = 0;
         loop {
@@ -43,7 +46,11 @@ async fn client(
                 let head = std::str::from_utf8(&buf[..end])
                     .unwrap()
                     .to_ascii_lowercase();
-                assert!(head.starts_with("http/1.1 200"), "{head}");
+                assert!(
+                    head.starts_with(&status_line),
+                    "{head}\n{}",
+                    String::from_utf8_lossy(&buf[end..have])
+                );
                 let len: usize = head
                     .lines()
                     .find_map(|l| l.strip_prefix("content-length:"))
@@ -68,14 +75,19 @@ pub struct Run {
     pub p99_us: f64,
 }
 
-/// Drive `conns` keep-alive connections for `secs` seconds, cycling through
-/// `paths` (each connection starts at a different one).
-pub async fn load(addr: SocketAddr, paths: &[&str], conns: u64, secs: u64) -> Run {
-    let paths: Arc<Vec<String>> = Arc::new(paths.iter().map(|p| p.to_string()).collect());
+/// Drive `conns` keep-alive connections for `secs` seconds with requests
+/// from `make`, each answered with status `expect`.
+pub async fn load_with(
+    addr: SocketAddr,
+    conns: u64,
+    secs: u64,
+    expect: u16,
+    make: MakeRequest,
+) -> Run {
     let start = Instant::now();
     let until = start + Duration::from_secs(secs);
-    let tasks: Vec<_> = (0..conns)
-        .map(|c| tokio::spawn(client(addr, paths.clone(), c as usize * 7919, until)))
+    let tasks: Vec<_> = (0..conns as usize)
+        .map(|c| tokio::spawn(client(addr, make.clone(), c, until, expect)))
         .collect();
     let mut all = Vec::new();
     for t in tasks {
@@ -88,6 +100,17 @@ pub async fn load(addr: SocketAddr, paths: &[&str], conns: u64, secs: u64) -> Ru
         p50_us: all[all.len() / 2] as f64 / 1000.0,
         p99_us: all[all.len() * 99 / 100] as f64 / 1000.0,
     }
+}
+
+/// Drive `conns` keep-alive connections of GETs for `secs` seconds, cycling
+/// through `paths` (each connection starts at a different one).
+pub async fn load(addr: SocketAddr, paths: &[&str], conns: u64, secs: u64) -> Run {
+    let paths: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
+    let make: MakeRequest = Arc::new(move |conn, i| {
+        let path = &paths[(conn * 7919 + i) % paths.len()];
+        format!("GET {path} HTTP/1.1\r\nhost: bench\r\n\r\n").into_bytes()
+    });
+    load_with(addr, conns, secs, 200, make).await
 }
 
 impl Run {
@@ -115,17 +138,24 @@ pub fn built_plugins() -> PathBuf {
 
 /// Start a host in-process on `data_dir` and `plugins_dir`.
 pub fn start_app(data_dir: &Path, plugins_dir: &Path, testing_routes: bool) -> Arc<App> {
-    let config = Config::load(
-        None,
-        &[],
-        &[
-            ("data_dir".into(), data_dir.display().to_string()),
-            ("plugins_dir".into(), plugins_dir.display().to_string()),
-            ("testing_routes".into(), testing_routes.to_string()),
-            ("log".into(), "warn".into()),
-        ],
-    )
-    .unwrap();
+    start_app_with(data_dir, plugins_dir, testing_routes, &[])
+}
+
+/// Start a host in-process with extra configuration `(key, value)` pairs.
+pub fn start_app_with(
+    data_dir: &Path,
+    plugins_dir: &Path,
+    testing_routes: bool,
+    extra: &[(&str, &str)],
+) -> Arc<App> {
+    let mut flags = vec![
+        ("data_dir".to_string(), data_dir.display().to_string()),
+        ("plugins_dir".into(), plugins_dir.display().to_string()),
+        ("testing_routes".into(), testing_routes.to_string()),
+        ("log".into(), "warn".into()),
+    ];
+    flags.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let config = Config::load(None, &[], &flags).unwrap();
     App::start(config).expect("start app (run `cargo xtask build-plugins` first)")
 }
 
@@ -152,4 +182,65 @@ pub fn ok_request() -> Request {
         headers: vec![],
         body: vec![],
     }
+}
+
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A paid request through the runtime (no HTTP): (status, x-cash-change).
+pub fn paid_call(
+    app: &Arc<App>,
+    family: &str,
+    path: &str,
+    body: &serde_json::Value,
+    secret: &str,
+) -> (u16, Option<String>) {
+    let req = Request {
+        method: "POST".into(),
+        route: path.into(),
+        path: path.into(),
+        params: vec![],
+        query: vec![],
+        headers: vec![],
+        body: body.to_string().into_bytes(),
+    };
+    let pay = marketplace::host_api::PaymentHeaders {
+        cash: Some(secret.to_string()),
+        bitcoin: None,
+    };
+    let reply = app.runtime.handle(app, family, req, pay);
+    let change = reply
+        .headers
+        .iter()
+        .find(|(k, _)| k == "x-cash-change")
+        .map(|(_, v)| v.clone());
+    (reply.status, change)
+}
+
+/// Register `key` as an identity, paying with `secret`; returns the change.
+pub fn register(app: &Arc<App>, key: &ed25519_dalek::SigningKey, secret: &str) -> String {
+    use ed25519_dalek::Signer;
+    let fp = hex(key.verifying_key().as_bytes());
+    let sig = hex(&key.sign(b"register:bench").to_bytes());
+    let body = serde_json::json!({"nickname": "bench", "pgp_public_key": fp, "signature": sig});
+    let (status, change) = paid_call(app, "identity", "/api/identity", &body, secret);
+    assert_eq!(status, 201, "registering the bench identity");
+    change.expect("change")
+}
+
+/// The body of a signed post of `content` by `key` at unix second `ts`.
+pub fn post_body(
+    key: &ed25519_dalek::SigningKey,
+    content: &str,
+    keywords: &[String],
+    ts: u64,
+) -> serde_json::Value {
+    use ed25519_dalek::Signer;
+    let fp = hex(key.verifying_key().as_bytes());
+    let sig = hex(&key
+        .sign(format!("post:{content}:{ts}").as_bytes())
+        .to_bytes());
+    serde_json::json!({"author_fingerprint": fp, "content": content, "keywords": keywords,
+                       "post_type": "general", "signature": sig, "timestamp": ts})
 }

@@ -349,10 +349,21 @@ pub fn request(
     headers: &[(&str, &str)],
     body: Option<&[u8]>,
 ) -> Resp {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
+    try_request(addr, method, path, headers, body)
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+}
+
+/// One HTTP/1.1 request; an error when the connection fails or closes
+/// before a whole response (as when the server is killed).
+pub fn try_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> std::io::Result<Resp> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut head = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
@@ -365,28 +376,37 @@ pub fn request(
         head.push_str(&format!("content-length: {}\r\n", b.len()));
     }
     head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(head.as_bytes())?;
     if let Some(b) = body {
         // The server may answer (413) and close before reading it all.
         let _ = stream.write_all(b);
     }
-    read_response(&mut stream)
+    try_read_response(&mut stream)
 }
 
 /// Read one response (connection: close, or content-length framed).
 pub fn read_response(stream: &mut TcpStream) -> Resp {
+    try_read_response(stream).unwrap_or_else(|e| panic!("reading a response: {e}"))
+}
+
+fn try_read_response(stream: &mut TcpStream) -> std::io::Result<Resp> {
+    use std::io::{Error, ErrorKind};
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
     let header_end = loop {
         if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break pos;
         }
-        let n = stream.read(&mut chunk).expect("read response");
-        assert!(
-            n > 0,
-            "connection closed before headers: {:?}",
-            String::from_utf8_lossy(&buf)
-        );
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(Error::new(
+                ErrorKind::UnexpectedEof,
+                format!(
+                    "connection closed before headers: {:?}",
+                    String::from_utf8_lossy(&buf)
+                ),
+            ));
+        }
         buf.extend_from_slice(&chunk[..n]);
     };
     let head = String::from_utf8_lossy(&buf[..header_end]).into_owned();
@@ -395,7 +415,7 @@ pub fn read_response(stream: &mut TcpStream) -> Resp {
         .next()
         .and_then(|l| l.split(' ').nth(1))
         .and_then(|s| s.parse().ok())
-        .expect("status line");
+        .ok_or_else(|| Error::new(ErrorKind::InvalidData, "no status line"))?;
     let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
@@ -408,21 +428,22 @@ pub fn read_response(stream: &mut TcpStream) -> Resp {
     match length {
         Some(len) => {
             while body.len() < len {
-                let n = stream.read(&mut chunk).expect("read body");
+                let n = stream.read(&mut chunk)?;
                 if n == 0 {
-                    break;
+                    return Err(Error::new(ErrorKind::UnexpectedEof, "body cut short"));
                 }
                 body.extend_from_slice(&chunk[..n]);
             }
             body.truncate(len);
         }
         None => {
+            // Closed by the server after the body (a reset is fine too).
             let _ = stream.read_to_end(&mut body);
         }
     }
-    Resp {
+    Ok(Resp {
         status,
         headers,
         body,
-    }
+    })
 }

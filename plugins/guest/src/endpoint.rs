@@ -398,6 +398,26 @@ pub fn verify(
     Ok(actor.to_string())
 }
 
+/// Do the costly signature check of a statement ahead of [`verify`] (for
+/// example before taking payment, which waits for the write transaction);
+/// the later `verify` of the same statement then skips it. Errors still
+/// come from `verify`, in the usual order.
+pub fn precheck(
+    actor: Option<&str>,
+    message: &str,
+    signature: Option<&str>,
+    timestamp: Option<u64>,
+) {
+    if let (Some(actor), Some(signature)) = (actor, signature) {
+        auth::precheck(&auth::Signed {
+            actor: actor.to_string(),
+            message: message.to_string(),
+            signature: signature.to_string(),
+            timestamp,
+        });
+    }
+}
+
 /// 401 `auth_invalid` unless `fingerprint` has a registered identity (the
 /// identity family's `id/{fingerprint}`).
 pub fn require_identity(fingerprint: &str) -> Result<(), ApiError> {

@@ -72,7 +72,7 @@ pub mod fee_bindings {
 pub mod prelude {
     #[cfg(feature = "endpoint")]
     pub use crate::endpoint::{
-        Body, Endpoint, Request, Response, charge, json, kv, require_identity, verify,
+        Body, Endpoint, Request, Response, charge, json, kv, precheck, require_identity, verify,
     };
     pub use crate::error::{ApiError, Detail};
     #[cfg(feature = "fee-policy")]

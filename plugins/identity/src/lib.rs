@@ -125,11 +125,19 @@ fn register(req: &Request) -> Result<Response, ApiError> {
         key.unwrap_or_default().to_ascii_lowercase(),
     );
 
+    let message = format!("register:{nickname}");
+    let signature = body.text("signature");
+    precheck(
+        Some(&fingerprint),
+        &message,
+        signature.as_deref(),
+        timestamp,
+    );
     let payment = charge("identity", None)?;
     verify(
         Some(&fingerprint),
-        &format!("register:{nickname}"),
-        body.text("signature").as_deref(),
+        &message,
+        signature.as_deref(),
         timestamp,
         false,
         false,
@@ -186,11 +194,17 @@ fn rate(req: &Request) -> Result<Response, ApiError> {
     body.finish()?;
     let (post_id, vote) = (post_id.unwrap_or_default(), vote.unwrap_or_default());
 
+    let (actor, message, signature) = (
+        body.text("actor_fingerprint"),
+        format!("vote:{post_id}:{vote}"),
+        body.text("signature"),
+    );
+    precheck(actor.as_deref(), &message, signature.as_deref(), timestamp);
     let payment = charge("rate", None)?;
     let actor = verify(
-        body.text("actor_fingerprint").as_deref(),
-        &format!("vote:{post_id}:{vote}"),
-        body.text("signature").as_deref(),
+        actor.as_deref(),
+        &message,
+        signature.as_deref(),
         timestamp,
         false,
         false,

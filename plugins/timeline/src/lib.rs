@@ -186,6 +186,14 @@ fn create(req: &Request) -> Result<Response, ApiError> {
     }
     let content = content.unwrap_or_default();
 
+    // The signature check is the costly part: done before payment, which
+    // opens the write transaction that concurrent posts take turns on.
+    let (author, message, signature) = (
+        body.text("author_fingerprint"),
+        format!("post:{content}"),
+        body.text("signature"),
+    );
+    precheck(author.as_deref(), &message, signature.as_deref(), timestamp);
     let payment = charge(
         if parent_id.is_some() {
             "comment"
@@ -195,9 +203,9 @@ fn create(req: &Request) -> Result<Response, ApiError> {
         None,
     )?;
     let author = verify(
-        body.text("author_fingerprint").as_deref(),
-        &format!("post:{content}"),
-        body.text("signature").as_deref(),
+        author.as_deref(),
+        &message,
+        signature.as_deref(),
         timestamp,
         false,
         true,

@@ -1,0 +1,483 @@
+//! Group commit: concurrent mutating requests share one redb write
+//! transaction and one durable commit.
+//!
+//! A request leases the open batch transaction, runs with its writes held
+//! in its own overlay (see [`crate::storage::WriteTxn`]), and on success
+//! applies them to the batch before handing the lease on. A request that
+//! fails hands the lease on untouched: it leaves no writes and spends
+//! nothing, and its batch-mates are unaffected. Requests run one at a time
+//! on the batch, in order, so a later one sees every earlier one's writes
+//! (a double spend inside one batch is refused as ever).
+//!
+//! Mutating requests are counted from the moment they start (before their
+//! plugin runs). The batch is committed durably when the request handing
+//! the lease on sees no other request under way, or when the batch holds
+//! `max_batch` requests; each member answers only once that commit is done.
+//! With no concurrency every request is alone in its batch and commits at
+//! once: no added latency. A member that waits `window` while its batch sits
+//! idle (the requests under way are slow to reach storage) commits the
+//! batch itself.
+//!
+//! Readers see a batch only once it is committed, so nothing that is not
+//! durable is ever shown.
+
+use redb::{Database, WriteTransaction};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::Thread;
+use std::time::Duration;
+
+/// How commits are grouped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// Off: every mutating request commits durably on its own.
+    pub enabled: bool,
+    /// Longest a member waits for its batch to be committed by a later
+    /// member before it commits the batch itself.
+    pub window: Duration,
+    /// Most requests in one batch.
+    pub max_batch: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            enabled: true,
+            window: Duration::from_millis(2),
+            max_batch: 32,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Slot {
+    /// The open batch transaction, when no request holds it.
+    txn: Option<WriteTransaction>,
+    /// Id of the newest batch (open, leased or committing).
+    batch: u64,
+    /// Successful requests applied to the newest batch.
+    members: u64,
+    /// A request holds the batch transaction.
+    leased: bool,
+    /// Requests waiting for the lease, served first come first served.
+    queue: VecDeque<Arc<Waiter>>,
+    /// Mutating requests under way that have not handed on (or never took)
+    /// the lease: while there are any, a batch stays open for them.
+    pending: u64,
+    /// Every batch up to this id has ended (committed or failed).
+    ended: u64,
+    /// Ended batches whose commit failed (rare; kept short).
+    failed: Vec<u64>,
+    /// Successful mutating requests and durable commits since start.
+    commits: u64,
+    syncs: u64,
+}
+
+/// The coordinator of one database's writers.
+pub struct GroupCommit {
+    settings: Settings,
+    db: Arc<Database>,
+    slot: Mutex<Slot>,
+    /// Signalled when a batch ends.
+    ended: Condvar,
+}
+
+/// A request parked until the lease is handed to it.
+struct Waiter {
+    granted: AtomicBool,
+    thread: Thread,
+}
+
+/// A mutating request under way, counted until it hands the lease on or
+/// ends without taking it.
+pub struct Pending {
+    gc: Arc<GroupCommit>,
+    counted: bool,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if self.counted {
+            self.gc.left();
+        }
+    }
+}
+
+/// A request's hold on the batch transaction.
+pub struct Lease {
+    txn: WriteTransaction,
+    batch: u64,
+}
+
+impl Lease {
+    pub fn txn(&self) -> &WriteTransaction {
+        &self.txn
+    }
+}
+
+/// Why a request's writes did not become durable.
+#[derive(Debug)]
+pub struct CommitError(pub String);
+
+impl std::fmt::Display for CommitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "commit failed: {}", self.0)
+    }
+}
+
+impl GroupCommit {
+    pub fn new(db: Arc<Database>, settings: Settings) -> Arc<GroupCommit> {
+        Arc::new(GroupCommit {
+            settings,
+            db,
+            slot: Mutex::new(Slot::default()),
+            ended: Condvar::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// (successful mutating requests, durable commits) since start.
+    pub fn counters(&self) -> (u64, u64) {
+        let s = self.lock();
+        (s.commits, s.syncs)
+    }
+
+    /// Count a mutating request as under way (before it runs), so that a
+    /// batch waits for it rather than committing without it.
+    pub fn enter(self: &Arc<Self>) -> Pending {
+        self.lock().pending += 1;
+        Pending {
+            gc: self.clone(),
+            counted: true,
+        }
+    }
+
+    /// A pending request ended without taking the lease: if it was the
+    /// last one a batch waited for, commit that batch.
+    fn left(&self) {
+        let mut s = self.lock();
+        s.pending -= 1;
+        if s.pending == 0 && s.members > 0 && !s.leased && s.txn.is_some() {
+            let txn = s.txn.take().expect("checked");
+            s.leased = true;
+            let batch = s.batch;
+            // The members report a failure themselves.
+            let _ = self.commit_batch(s, Lease { txn, batch }, false);
+        }
+    }
+
+    /// Take the batch transaction for `pending` (waiting for the request
+    /// holding it), opening a new batch when none is open.
+    pub fn acquire(&self, mut pending: Pending) -> Result<Lease, CommitError> {
+        // From here the lease's release (or a failed begin) uncounts it.
+        pending.counted = false;
+        let mut s = self.lock();
+        if s.leased || !s.queue.is_empty() {
+            let me = Arc::new(Waiter {
+                granted: AtomicBool::new(false),
+                thread: std::thread::current(),
+            });
+            s.queue.push_back(me.clone());
+            drop(s);
+            while !me.granted.load(Ordering::Acquire) {
+                std::thread::park();
+            }
+            s = self.lock();
+        }
+        s.leased = true;
+        if let Some(txn) = s.txn.take() {
+            return Ok(Lease {
+                txn,
+                batch: s.batch,
+            });
+        }
+        s.batch += 1;
+        s.members = 0;
+        let batch = s.batch;
+        drop(s);
+        // Outside the lock: this waits while the previous batch commits.
+        match self.db.begin_write() {
+            Ok(txn) => Ok(Lease { txn, batch }),
+            Err(e) => {
+                let mut s = self.lock();
+                s.pending -= 1;
+                s.ended = s.ended.max(batch);
+                Self::hand_on(&mut s);
+                Err(CommitError(e.to_string()))
+            }
+        }
+    }
+
+    /// Hand the lease on. `applied`: the request succeeded and its writes
+    /// are in the batch; then this returns once the batch is durable.
+    pub fn release(&self, lease: Lease, applied: bool) -> Result<(), CommitError> {
+        let mut s = self.lock();
+        s.pending -= 1;
+        if applied {
+            s.members += 1;
+        }
+        let commit_now = s.members > 0
+            && (!self.settings.enabled || s.pending == 0 || s.members >= self.settings.max_batch);
+        if commit_now {
+            return self.commit_batch(s, lease, applied);
+        }
+        if s.members == 0 && s.pending == 0 {
+            // Nothing to keep and nobody to hand it to: abort it.
+            s.ended = s.ended.max(lease.batch);
+            Self::hand_on(&mut s);
+            drop(s);
+            drop(lease.txn);
+            return Ok(());
+        }
+        let batch = lease.batch;
+        s.txn = Some(lease.txn);
+        Self::hand_on(&mut s);
+        if !applied {
+            return Ok(());
+        }
+        loop {
+            if s.ended >= batch {
+                return if s.failed.contains(&batch) {
+                    Err(CommitError("the batch could not be committed".into()))
+                } else {
+                    Ok(())
+                };
+            }
+            let (next, timeout) = self
+                .ended
+                .wait_timeout(s, self.settings.window)
+                .unwrap_or_else(|p| p.into_inner());
+            s = next;
+            if timeout.timed_out()
+                && !s.leased
+                && s.queue.is_empty()
+                && s.batch == batch
+                && s.txn.is_some()
+            {
+                // Nobody took the batch on: commit it here.
+                let txn = s.txn.take().expect("checked");
+                s.leased = true;
+                return self.commit_batch(s, Lease { txn, batch }, true);
+            }
+        }
+    }
+
+    /// Give the lease to the longest waiting request, or free it.
+    fn hand_on(s: &mut Slot) {
+        match s.queue.pop_front() {
+            Some(next) => {
+                // Stays leased: it passes straight to `next`.
+                next.granted.store(true, Ordering::Release);
+                next.thread.unpark();
+            }
+            None => s.leased = false,
+        }
+    }
+
+    /// Commit the batch `lease` holds, durably, and wake its members.
+    fn commit_batch(
+        &self,
+        mut s: MutexGuard<'_, Slot>,
+        lease: Lease,
+        mine: bool,
+    ) -> Result<(), CommitError> {
+        let members = s.members;
+        // The next request opens a new batch; its begin_write waits for this
+        // commit inside redb.
+        Self::hand_on(&mut s);
+        drop(s);
+        let result = lease.txn.commit().map_err(|e| CommitError(e.to_string()));
+        let mut s = self.lock();
+        match &result {
+            Ok(()) => {
+                s.commits += members;
+                s.syncs += 1;
+            }
+            Err(e) => {
+                tracing::error!(batch = lease.batch, members, "{e}");
+                s.failed.push(lease.batch);
+                let keep = s.failed.len().saturating_sub(64);
+                s.failed.drain(..keep);
+            }
+        }
+        s.ended = s.ended.max(lease.batch);
+        self.ended.notify_all();
+        if mine { result } else { Ok(()) }
+    }
+
+    /// Abandon the batch `lease` holds (its writes are in an unknown state):
+    /// every member of it fails.
+    pub fn poison(&self, lease: Lease) {
+        let mut s = self.lock();
+        tracing::error!(
+            batch = lease.batch,
+            members = s.members,
+            "batch abandoned after a storage error"
+        );
+        drop(lease.txn);
+        s.failed.push(lease.batch);
+        s.ended = s.ended.max(lease.batch);
+        Self::hand_on(&mut s);
+        self.ended.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redb::{ReadableDatabase, ReadableTableMetadata, TableDefinition};
+
+    const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+
+    fn open(settings: Settings) -> (tempfile::TempDir, Arc<Database>, Arc<GroupCommit>) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Arc::new(Database::create(dir.path().join("db")).unwrap());
+        let gc = GroupCommit::new(db.clone(), settings);
+        (dir, db, gc)
+    }
+
+    fn put(l: &Lease, k: u64) {
+        l.txn().open_table(T).unwrap().insert(k, k).unwrap();
+    }
+
+    fn count(db: &Database) -> u64 {
+        let r = db.begin_read().unwrap();
+        r.open_table(T).map(|t| t.len().unwrap()).unwrap_or(0)
+    }
+
+    #[test]
+    fn a_lone_writer_commits_at_once() {
+        let (_d, db, gc) = open(Settings::default());
+        for k in 0..3 {
+            let l = gc.acquire(gc.enter()).unwrap();
+            put(&l, k);
+            gc.release(l, true).unwrap();
+            assert_eq!(count(&db), k + 1, "visible (and durable) on return");
+        }
+        assert_eq!(gc.counters(), (3, 3));
+    }
+
+    #[test]
+    fn concurrent_writers_share_commits() {
+        let (_d, db, gc) = open(Settings::default());
+        let threads: Vec<_> = (0..16u64)
+            .map(|t| {
+                let gc = gc.clone();
+                std::thread::spawn(move || {
+                    for i in 0..50 {
+                        let l = gc.acquire(gc.enter()).unwrap();
+                        put(&l, t * 1000 + i);
+                        std::thread::sleep(Duration::from_micros(50));
+                        gc.release(l, true).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let (commits, syncs) = gc.counters();
+        assert_eq!(commits, 800);
+        assert!(syncs < commits / 2, "little batching: {syncs} syncs");
+        assert_eq!(count(&db), 800);
+        let s = gc.lock();
+        assert_eq!((s.leased, s.pending, s.txn.is_none()), (false, 0, true));
+    }
+
+    #[test]
+    fn a_failed_batch_mate_hands_on_and_the_batch_still_commits() {
+        let (_d, db, gc) = open(Settings {
+            window: Duration::from_secs(30),
+            ..Settings::default()
+        });
+        let a = gc.acquire(gc.enter()).unwrap();
+        put(&a, 1);
+        let gc2 = gc.clone();
+        let b = std::thread::spawn(move || {
+            let b = gc2.acquire(gc2.enter()).unwrap();
+            // B fails: hands the lease on without applying anything.
+            gc2.release(b, false).unwrap();
+        });
+        while gc.lock().pending < 2 {
+            std::thread::yield_now();
+        }
+        let started = std::time::Instant::now();
+        gc.release(a, true).unwrap();
+        b.join().unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "waited the window"
+        );
+        assert_eq!(gc.counters(), (1, 1));
+        assert_eq!(count(&db), 1);
+    }
+
+    #[test]
+    fn a_stuck_successor_is_bounded_by_the_window() {
+        let (_d, db, gc) = open(Settings {
+            window: Duration::from_millis(20),
+            ..Settings::default()
+        });
+        let a = gc.acquire(gc.enter()).unwrap();
+        put(&a, 1);
+        // Another request is under way but never takes the lease.
+        let stuck = gc.enter();
+        gc.release(a, true).unwrap();
+        drop(stuck);
+        assert_eq!(count(&db), 1);
+        assert_eq!(gc.counters(), (1, 1));
+    }
+
+    #[test]
+    fn a_request_that_never_writes_lets_the_batch_commit() {
+        let (_d, db, gc) = open(Settings {
+            window: Duration::from_secs(30),
+            ..Settings::default()
+        });
+        let a = gc.acquire(gc.enter()).unwrap();
+        put(&a, 1);
+        let reader = gc.enter(); // under way; ends without storage
+        let gc2 = gc.clone();
+        let member = std::thread::spawn(move || gc2.release(a, true));
+        while gc.lock().members == 0 {
+            std::thread::yield_now();
+        }
+        assert_eq!(count(&db), 0, "the batch waits for the pending request");
+        let started = std::time::Instant::now();
+        drop(reader);
+        member.join().unwrap().unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "waited the window"
+        );
+        assert_eq!(count(&db), 1);
+    }
+
+    #[test]
+    fn disabled_means_one_commit_each() {
+        let (_d, _db, gc) = open(Settings {
+            enabled: false,
+            ..Settings::default()
+        });
+        let threads: Vec<_> = (0..8u64)
+            .map(|t| {
+                let gc = gc.clone();
+                std::thread::spawn(move || {
+                    for i in 0..10 {
+                        let l = gc.acquire(gc.enter()).unwrap();
+                        put(&l, t * 100 + i);
+                        gc.release(l, true).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(gc.counters(), (80, 80));
+    }
+}
