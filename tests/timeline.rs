@@ -381,3 +381,38 @@ fn ratings_change_the_authors_score() {
     assert_eq!((r.status, r.code().as_str()), (402, "payment_required"));
     assert_eq!(r.json()["required_amount"], "0.001");
 }
+
+#[test]
+fn the_head_of_a_long_posting_list_ranks_and_filters_reach_its_tail() {
+    let s = Server::start();
+    let k = s.identity("lister");
+    // Equal-scoring posts: the newest must come first among them.
+    let mut equal = Vec::new();
+    for i in 0..55 {
+        equal.push(s.new_post(&k, &format!("common filler{i}"), json!({})));
+    }
+    let best = s.new_post(&k, "common common common", json!({}));
+    let long: String = (0..60).map(|i| format!("pad{i} ")).collect();
+    let rare = s.new_post(
+        &k,
+        &format!("common {long}"),
+        json!({"post_type": "rare_kind"}),
+    );
+    let r = s.get("/api/search?term=common&limit=3").json();
+    assert_eq!(r["total"], 57);
+    let ids: Vec<&str> = r["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["post_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [best.as_str(), &equal[54], &equal[53]]);
+    // The rare type sits at the very end of the impact order (a long post),
+    // beyond the head a plain query reads: the filter reads on to it.
+    let r = s
+        .get("/api/search?term=common&post_type=rare_kind&limit=5")
+        .json();
+    assert_eq!(r["total"], 1);
+    assert_eq!(r["results"][0]["post_id"], rare.as_str());
+    assert_eq!(r["results"][0]["post_type"], "rare_kind");
+}

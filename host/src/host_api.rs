@@ -273,6 +273,23 @@ impl storage::Host for Ctx {
         self.txn().and_then(|t| t.get(&ks, &key)).map_err(to_wit)
     }
 
+    fn get_many(
+        &mut self,
+        keyspace: Option<String>,
+        keys: Vec<Vec<u8>>,
+    ) -> Result<Vec<Option<Vec<u8>>>, storage::StorageError> {
+        if keys.len() > crate::storage::MAX_GET_MANY {
+            return Err(storage::StorageError::TooLarge(format!(
+                "at most {} keys per get-many",
+                crate::storage::MAX_GET_MANY
+            )));
+        }
+        let ks = self.keyspace(keyspace).map_err(to_wit)?;
+        self.txn()
+            .and_then(|t| t.get_many(&ks, &keys))
+            .map_err(to_wit)
+    }
+
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> Result<(), storage::StorageError> {
         let ks = self.family.clone();
         self.txn()

@@ -154,7 +154,7 @@ impl Runtime {
             .max_memory_size(limits.memory_bytes)
             // Reset reused slots by rewriting their (small) dirty state
             // instead of unmapping and faulting pages back in per request.
-            .linear_memory_keep_resident(2 << 20)
+            .linear_memory_keep_resident(4 << 20)
             .table_keep_resident(64 << 10)
             .pagemap_scan(wasmtime::Enabled::Auto);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));

@@ -18,6 +18,8 @@ use std::sync::Arc;
 
 /// Largest key a plugin may write.
 pub const MAX_KEY_BYTES: usize = 4 * 1024;
+/// Most keys of one `get-many` call.
+pub const MAX_GET_MANY: usize = 1000;
 /// Largest value a plugin may write (a post with 16 attachments of 512 KiB fits).
 pub const MAX_VALUE_BYTES: usize = 16 * 1024 * 1024;
 
@@ -83,6 +85,14 @@ fn internal(e: impl std::fmt::Display) -> StorageError {
 /// request's view (its overlay over the batch).
 pub trait Kv {
     fn get_in(&self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError>;
+    /// Several keys of one table, in order.
+    fn get_many_in(
+        &self,
+        table: &str,
+        keys: &[Vec<u8>],
+    ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        keys.iter().map(|k| self.get_in(table, k)).collect()
+    }
     /// Ordered scan of [start, end), reversed when asked, at most `limit`.
     fn scan_in(
         &self,
@@ -393,6 +403,26 @@ impl Kv for redb::ReadTransaction {
         }
     }
 
+    /// One table open for all the keys.
+    fn get_many_in(
+        &self,
+        table: &str,
+        keys: &[Vec<u8>],
+    ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        let t = match self.open_table(def(table)) {
+            Ok(t) => t,
+            Err(TableError::TableDoesNotExist(_)) => return Ok(vec![None; keys.len()]),
+            Err(e) => return Err(internal(e)),
+        };
+        keys.iter()
+            .map(|k| {
+                Ok(t.get(k.as_slice())
+                    .map_err(internal)?
+                    .map(|v| v.value().to_vec()))
+            })
+            .collect()
+    }
+
     fn scan_in(
         &self,
         table: &str,
@@ -432,6 +462,17 @@ impl Kv for Txn {
         }
     }
 
+    fn get_many_in(
+        &self,
+        table: &str,
+        keys: &[Vec<u8>],
+    ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        match self {
+            Txn::Read(t) => t.get_many_in(table, keys),
+            Txn::Write(t) => t.get_many_in(table, keys),
+        }
+    }
+
     fn scan_in(
         &self,
         table: &str,
@@ -455,6 +496,15 @@ impl Txn {
     /// Read a key of a keyspace.
     pub fn get(&self, family: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
         self.get_in(&keyspace_table(family), key)
+    }
+
+    /// Read several keys of a keyspace.
+    pub fn get_many(
+        &self,
+        family: &str,
+        keys: &[Vec<u8>],
+    ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        self.get_many_in(&keyspace_table(family), keys)
     }
 
     /// Write a key of a keyspace.

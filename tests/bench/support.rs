@@ -171,6 +171,27 @@ pub async fn serve(app: Arc<App>) -> SocketAddr {
     addr
 }
 
+/// A GET of `route` with a raw query string, as the router hands it over.
+pub fn get_request(route: &str, query: &str) -> Request {
+    let query = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (k.to_string(), v.to_string())
+        })
+        .collect();
+    Request {
+        method: "GET".into(),
+        route: route.into(),
+        path: route.into(),
+        params: vec![],
+        query,
+        headers: vec![],
+        body: vec![],
+    }
+}
+
 /// The trivial plugin route of the testing family.
 pub fn ok_request() -> Request {
     Request {

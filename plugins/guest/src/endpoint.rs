@@ -169,6 +169,16 @@ pub mod kv {
         storage::get(keyspace, key.as_bytes()).map_err(map_err)
     }
 
+    /// Raw bytes of several keys of `keyspace` (None = own family) in one
+    /// host call, in the order given.
+    pub fn get_many_raw(
+        keyspace: Option<&str>,
+        keys: &[String],
+    ) -> Result<Vec<Option<Vec<u8>>>, ApiError> {
+        let keys: Vec<Vec<u8>> = keys.iter().map(|k| k.as_bytes().to_vec()).collect();
+        storage::get_many(keyspace, &keys).map_err(map_err)
+    }
+
     /// A JSON value from the own keyspace.
     pub fn get<T: DeserializeOwned>(key: &str) -> Result<Option<T>, ApiError> {
         get_in(None, key)

@@ -212,7 +212,7 @@ pub const OPS: &[Op] = &[
             "search",
             "search",
             "Search posts",
-            "BM25 ranking over content, keywords and markdown attachments.",
+            "BM25 ranking over content, keywords and markdown attachments (case-insensitive words; several words match any). `total` is exact for a one-word query without `post_type`; otherwise it counts the posts found among the best postings read per word.",
         )
     },
     Op {

@@ -1,27 +1,59 @@
 //! The `search` family: `GET /api/search?term=&limit=&post_type=`.
 //!
 //! Reads the inverted index the timeline family writes in the same
-//! transaction as each post (`ix/t/{term}\0{post_id}` -> `"{tf} {len}
-//! {post_type}"`, `ix/stats`), tokenises the query with the same tokenizer
-//! and ranks with BM25 (k1 = 1.2, b = 0.75) over field-weighted term
-//! frequencies (content 3, keywords 2, markdown attachments 1).
+//! transaction as each post: per term an impact-ordered posting list
+//! (`ix/i/{term}\0{rank}{flipped post_id}` -> `"{tf} {len} {post_type}"`,
+//! best BM25 term part first), the exact document frequency
+//! (`ix/df/{term}`) and `ix/stats`. The query is tokenised with the same
+//! tokenizer and ranked with BM25 (k1 = 1.2, b = 0.75) over field-weighted
+//! term frequencies (content 3, keywords 2, markdown attachments 1).
 //!
-//! Cost is bounded: per query term at most [`MAX_POSTINGS`] postings are
-//! read, newest posts first. IDF uses the exact document frequency
-//! (`ix/df/{term}`), so scores are true BM25; for a term in more posts than
-//! that, only its newest posts compete.
+//! A query reads only the head of each term's list: the best
+//! `max(2 x limit, 40)` postings (with a `post_type` filter, until that
+//! many match or [`MAX_POSTINGS`] were read). Those are rescored exactly
+//! with the current statistics, so a one-term query returns its true BM25
+//! top results (up to drift of the average length since indexing); for
+//! several terms, a post's score sums the lists whose head it is in.
+//! `total` is exact for one term without a filter (its document frequency)
+//! and otherwise counts the posts found.
 
+use marketplace_common::order::flip_ulid;
 use marketplace_common::text::tokens;
 use marketplace_guest::prelude::*;
 use marketplace_guest::storage;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// FNV-1a: post ids are short and not attacker-chosen (the server makes
+/// them), so a fast hash beats SipHash here.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for b in bytes {
+            h = (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
 
 struct Search;
 
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
 /// Postings read per query term at most (keeps a query's cost bounded).
-const MAX_POSTINGS: u32 = 5_000;
+const MAX_POSTINGS: usize = 5_000;
+/// Postings read per storage call when filtering by type.
+const PAGE: u32 = 200;
 /// Query terms used at most.
 const MAX_TERMS: usize = 16;
 
@@ -40,15 +72,19 @@ impl Endpoint for Search {
                 }
                 let limit = req.query_int("limit", 1, 100)?.unwrap_or(20) as usize;
                 let post_type = req.query("post_type").filter(|t| !t.is_empty());
-                Ok(json(200, &search(&term, limit, post_type)?))
+                Ok(Response {
+                    status: 200,
+                    headers: vec![],
+                    body: search(&term, limit, post_type)?.into_bytes(),
+                })
             }
             _ => Err(ApiError::not_found(format!("route {}", req.route()))),
         }
     }
 }
 
-/// Run a search; the result document of GET /api/search.
-fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<Value, ApiError> {
+/// Run a search; the result document of GET /api/search (JSON text).
+fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, ApiError> {
     let stats: Value = kv::get_in(Some("timeline"), "ix/stats")?
         .unwrap_or_else(|| json!({"docs": 0, "total_len": 0}));
     let docs = stats["docs"].as_u64().unwrap_or(0) as f64;
@@ -63,59 +99,95 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<Value, Ap
     query.dedup();
     query.truncate(MAX_TERMS);
 
-    let mut scores: HashMap<String, f64> = HashMap::new();
-    let mut capped = false;
+    let want = (limit * 2).max(40);
+    let mut scores: HashMap<String, f64, BuildHasherDefault<Fnv>> = HashMap::default();
+    let mut dfs = Vec::new();
+    let mut exhausted = true;
     for t in &query {
-        let prefix = format!("ix/t/{t}\0");
-        let end = kv::prefix_end(prefix.as_bytes());
-        let postings = storage::scan(
-            Some("timeline"),
-            prefix.as_bytes(),
-            end.as_deref(),
-            // Post ids are ULIDs: a reverse scan reads the newest posts first.
-            true,
-            MAX_POSTINGS,
-        )
-        .map_err(|e| ApiError::internal(format!("{e:?}")))?;
-        let df_exact: Option<u64> = kv::get_in(Some("timeline"), &format!("ix/df/{t}"))?;
-        let df = df_exact.unwrap_or(0).max(postings.len() as u64) as f64;
-        if postings.len() as u32 == MAX_POSTINGS {
-            capped = true;
-        }
-        let idf = (1.0 + (docs - df + 0.5) / (df + 0.5)).ln();
-        for p in postings {
-            let value = String::from_utf8_lossy(&p.value);
-            let mut parts = value.splitn(3, ' ');
-            let tf: f64 = parts.next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
-            let len: f64 = parts.next().and_then(|v| v.parse().ok()).unwrap_or(avgdl);
-            let ptype = parts.next().unwrap_or("");
-            if post_type.is_some_and(|want| want != ptype) {
-                continue;
-            }
-            let key = String::from_utf8_lossy(&p.key[prefix.len()..]).into_owned();
-            let s = idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / avgdl));
-            *scores.entry(key).or_default() += s;
-        }
-    }
-    // With a capped term and no type filter, the exact count of a one-term
-    // query is its document frequency.
-    let mut total = scores.len() as u64;
-    if capped && query.len() == 1 && post_type.is_none() {
-        let df: Option<u64> = kv::get_in(Some("timeline"), &format!("ix/df/{}", query[0]))?;
-        total = total.max(df.unwrap_or(0));
-    }
-    let mut ranked: Vec<(String, f64)> = scores.into_iter().collect();
-    // Best score first; newer post first among equals.
-    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| b.0.cmp(&a.0)));
-    let mut results = Vec::new();
-    for (post_id, score) in ranked.into_iter().take(limit) {
-        let Some(mut post) = marketplace_guest::posts::load_rendered(&post_id)? else {
+        let df: u64 = kv::get_in(Some("timeline"), &format!("ix/df/{t}"))?.unwrap_or(0);
+        dfs.push(df);
+        if df == 0 {
             continue;
-        };
-        post["score"] = json!((score * 10_000.0).round() / 10_000.0);
-        results.push(post);
+        }
+        let idf = (1.0 + (docs - df as f64 + 0.5) / (df as f64 + 0.5)).ln();
+        let prefix = format!("ix/i/{t}\0");
+        let end = kv::prefix_end(prefix.as_bytes());
+        let mut start = prefix.clone().into_bytes();
+        let (mut matched, mut read) = (0, 0);
+        loop {
+            let page = if post_type.is_some() {
+                PAGE
+            } else {
+                want as u32
+            };
+            let postings = storage::scan(Some("timeline"), &start, end.as_deref(), false, page)
+                .map_err(|e| ApiError::internal(format!("{e:?}")))?;
+            let last_page = postings.len() < page as usize;
+            read += postings.len();
+            for p in &postings {
+                let value = String::from_utf8_lossy(&p.value);
+                let mut parts = value.splitn(3, ' ');
+                // Both are integers (weighted counts).
+                let tf = parts
+                    .next()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0) as f64;
+                let len = parts
+                    .next()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .map_or(avgdl, |l| l as f64);
+                let ptype = parts.next().unwrap_or("");
+                if post_type.is_some_and(|want| want != ptype) {
+                    continue;
+                }
+                matched += 1;
+                // Key: prefix, 8 hex digits of rank, the flipped post id
+                // (kept flipped until the final page: it sorts newest first).
+                let id = String::from_utf8_lossy(&p.key[prefix.len() + 8..]).into_owned();
+                let s = idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / avgdl));
+                *scores.entry(id).or_default() += s;
+            }
+            match postings.last() {
+                _ if last_page => break,
+                _ if matched >= want || read >= MAX_POSTINGS => {
+                    exhausted = false;
+                    break;
+                }
+                Some(p) => {
+                    // Continue just after the last key read.
+                    start = p.key.clone();
+                    start.push(0);
+                }
+                None => break,
+            }
+        }
     }
-    Ok(json!({"term": term, "total": total, "results": results}))
+    let total = match (query.len(), post_type) {
+        (1, None) => dfs[0],
+        _ if exhausted => scores.len() as u64,
+        (_, None) => (scores.len() as u64).max(dfs.iter().copied().max().unwrap_or(0)),
+        _ => scores.len() as u64,
+    };
+    let mut ranked: Vec<(String, f64)> = scores.into_iter().collect();
+    // Best score first; newer post (smaller flipped id) first among equals.
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    ranked.truncate(limit);
+    let ids: Vec<String> = ranked.iter().map(|(id, _)| flip_ulid(id)).collect();
+    let pages = marketplace_guest::posts::load_rendered_many(&ids)?;
+    // The page is assembled as text: each rendered post plus its score.
+    let results: Vec<String> = pages
+        .into_iter()
+        .zip(&ranked)
+        .filter_map(|(post, (_, score))| {
+            let score = json!((score * 10_000.0).round() / 10_000.0);
+            post.map(|p| marketplace_guest::posts::extend_object(&p, &format!("\"score\":{score}")))
+        })
+        .collect();
+    Ok(format!(
+        r#"{{"term":{},"total":{total},"results":[{}]}}"#,
+        json!(term),
+        results.join(",")
+    ))
 }
 
 marketplace_guest::endpoint_plugin!(Search);
