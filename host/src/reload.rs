@@ -42,8 +42,10 @@ pub fn spawn(app: Arc<App>) -> std::io::Result<()> {
                 let now = stamp(&path);
                 if staged.get(&path) != Some(&now) {
                     staged.insert(path.clone(), now);
-                    if let Ok(bytes) = std::fs::read(&path) {
-                        app.runtime.precompile(&bytes);
+                    if let Ok(bytes) = std::fs::read(&path)
+                        && app.runtime.precompile(&bytes)
+                    {
+                        tracing::info!("staged component ready (precompiled): {}", path.display());
                     }
                 }
             }

@@ -342,10 +342,14 @@ impl Runtime {
 
     /// Compile a component into the on-disk cache without loading it, so a
     /// later swap to it is fast. Invalid bytes are only logged.
-    pub fn precompile(&self, bytes: &[u8]) {
+    pub fn precompile(&self, bytes: &[u8]) -> bool {
         let hash = hex(&Sha256::digest(bytes));
-        if let Err(e) = self.compile(bytes, &hash) {
-            tracing::debug!("not precompiling {}: {e:#}", &hash[..12]);
+        match self.compile(bytes, &hash) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::debug!("not precompiling {}: {e:#}", &hash[..12]);
+                false
+            }
         }
     }
 
