@@ -409,9 +409,15 @@ fn the_head_of_a_long_posting_list_ranks_and_filters_reach_its_tail() {
     assert_eq!(ids, [best.as_str(), &equal[54], &equal[53]]);
     // The rare type sits at the very end of the impact order (a long post),
     // beyond the head a plain query reads: the filter reads on to it.
-    let r = s
-        .get("/api/search?term=common&post_type=rare_kind&limit=5")
-        .json();
+    let raw = s.get("/api/search?term=common&post_type=rare_kind&limit=5");
+    // The listing check is stored with the post and shown once.
+    assert_eq!(
+        raw.text().matches("\"listing\"").count(),
+        1,
+        "{}",
+        raw.text()
+    );
+    let r = raw.json();
     assert_eq!(r["total"], 1);
     assert_eq!(r["results"][0]["post_id"], rare.as_str());
     assert_eq!(r["results"][0]["post_type"], "rare_kind");

@@ -39,6 +39,9 @@ struct Head<'a> {
     author_fingerprint: Cow<'a, str>,
     #[serde(default, borrow)]
     attachments: Vec<AttachmentName<'a>>,
+    /// Present when computed at write time.
+    #[serde(default)]
+    listing: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(serde::Deserialize)]
@@ -106,17 +109,22 @@ pub fn render_records(records: &[String]) -> Result<Vec<String>, ApiError> {
             .as_deref()
             .and_then(|v| serde_json::from_slice(v).ok())
             .unwrap_or_default();
-        let listing = if head.attachments.is_empty() {
-            NO_LISTING.to_string()
-        } else {
-            listing(head.attachments.iter().map(|a| a.filename.as_ref())).to_string()
+        // Stored with the post since it is computed on write; older
+        // records get it computed here.
+        let listing = match (&head.listing, head.attachments.is_empty()) {
+            (Some(_), _) => String::new(),
+            (None, true) => format!(r#","listing":{NO_LISTING}"#),
+            (None, false) => format!(
+                r#","listing":{}"#,
+                listing(head.attachments.iter().map(|a| a.filename.as_ref()))
+            ),
         };
         let nick = match nick {
             Some(n) => serde_json::to_string(&n).unwrap_or_else(|_| "null".into()),
             None => "null".into(),
         };
         let extra = format!(
-            r#""author_nick":{nick},"rating":{{"up":{},"down":{}}},"listing":{listing}"#,
+            r#""author_nick":{nick},"rating":{{"up":{},"down":{}}}{listing}"#,
             rating.up, rating.down,
         );
         out.push(extend_object(record, &extra));

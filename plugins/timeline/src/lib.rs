@@ -242,6 +242,9 @@ fn create(req: &Request) -> Result<Response, ApiError> {
         activity_metadata,
         created_at: marketplace_guest::now_rfc3339(),
         comment_count: 0,
+        listing: Some(marketplace_guest::posts::listing(
+            attachments.iter().map(|a| a.filename.as_str()),
+        )),
     };
     kv::put(&format!("post/{post_id}"), &post)?;
     kv::put_raw(&format!("type/{post_type}/{post_id}"), b"")?;

@@ -27,6 +27,10 @@ pub struct Post {
     pub created_at: String,
     /// Direct replies.
     pub comment_count: u64,
+    /// The listing check, computed when the post is written (records
+    /// written before it was stored get it computed when shown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listing: Option<Value>,
 }
 
 impl Post {
