@@ -441,16 +441,12 @@ impl Kv for redb::ReadTransaction {
         };
         let iter = t.range::<&[u8]>(bounds(start, end)).map_err(internal)?;
         let rows: Box<dyn Iterator<Item = _>> = if reverse {
-            Box::new(iter.rev().take(limit))
+            Box::new(iter.rev())
         } else {
-            Box::new(iter.take(limit))
+            Box::new(iter)
         };
-        let mut out = Vec::new();
-        for item in rows {
-            let (k, v) = item.map_err(internal)?;
-            out.push((k.value().to_vec(), v.value().to_vec()));
-        }
-        Ok(out)
+        // A snapshot has no writes of its own to merge in.
+        merge(rows, Vec::new(), reverse, limit)
     }
 }
 
