@@ -40,9 +40,7 @@ fn fresh_instance_dispatch_overhead_p50_under_50us_with_pooling() {
             ns
         })
         .collect();
-    samples.sort_unstable();
-    let p50 = samples[samples.len() / 2] as f64 / 1000.0;
-    let p99 = samples[samples.len() * 99 / 100] as f64 / 1000.0;
+    let (p50, p99) = support::p50_p99_us(&mut samples);
     eprintln!("dispatch overhead: p50 {p50:.1} us, p99 {p99:.1} us");
     assert!(
         p50 < 50.0,

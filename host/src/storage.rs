@@ -129,11 +129,6 @@ impl Storage {
         })
     }
 
-    /// The database (read transactions, checks).
-    pub fn db(&self) -> &Database {
-        &self.db
-    }
-
     /// Whether `family` names a keyspace.
     pub fn has_keyspace(&self, family: &str) -> bool {
         self.families.iter().any(|f| f == family)
@@ -485,10 +480,6 @@ impl Kv for Txn {
 }
 
 impl Txn {
-    pub fn is_write(&self) -> bool {
-        matches!(self, Txn::Write(_))
-    }
-
     /// Read a key of a keyspace.
     pub fn get(&self, family: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
         self.get_in(&keyspace_table(family), key)
@@ -529,22 +520,6 @@ impl Txn {
         limit: usize,
     ) -> Result<Rows, StorageError> {
         self.scan_in(&keyspace_table(family), start, end, reverse, limit)
-    }
-
-    /// The write side, for the host's own tables.
-    pub fn write_txn(&self) -> Option<&WriteTxn> {
-        match self {
-            Txn::Write(t) => Some(t),
-            Txn::Read(_) => None,
-        }
-    }
-
-    /// The read side, for the host's own tables.
-    pub fn read_txn(&self) -> Option<&redb::ReadTransaction> {
-        match self {
-            Txn::Read(t) => Some(t),
-            Txn::Write(_) => None,
-        }
     }
 }
 

@@ -95,10 +95,7 @@ fn row(group: bool, conns: u64, secs: u64, base: &std::path::Path) -> support::R
         )
         .into_bytes()
     });
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = support::runtime();
     let (commits0, syncs0) = (app.storage.commits(), app.storage.syncs());
     let cpu0 = cpu_seconds();
     let run = rt.block_on(async {

@@ -36,18 +36,13 @@ fn main() {
             t.elapsed().as_nanos()
         })
         .collect();
-    ns.sort_unstable();
+    let (p50, p99) = support::p50_p99_us(&mut ns);
     println!(
-        "dispatch overhead (fresh instance per call, pooling={}): p50 {:.1} us, p99 {:.1} us",
+        "dispatch overhead (fresh instance per call, pooling={}): p50 {p50:.1} us, p99 {p99:.1} us",
         app.runtime.is_pooling(),
-        ns[ns.len() / 2] as f64 / 1000.0,
-        ns[ns.len() * 99 / 100] as f64 / 1000.0
     );
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = support::runtime();
     rt.block_on(async move {
         let addr = support::serve(app).await;
         // Warm up both paths.

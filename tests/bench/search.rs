@@ -147,13 +147,8 @@ fn main() {
         t.elapsed().as_nanos() as u64
     };
     let per_call = |paths: &[&str]| {
-        let n = 2_000;
-        let mut all: Vec<u64> = (0..n).map(|i| call(paths[i % paths.len()])).collect();
-        all.sort_unstable();
-        (
-            all[n / 2] as f64 / 1000.0,
-            all[n * 99 / 100] as f64 / 1000.0,
-        )
+        let mut all: Vec<u64> = (0..2_000).map(|i| call(paths[i % paths.len()])).collect();
+        support::p50_p99_us(&mut all)
     };
     let (h50, h99) = per_call(&["/api/health"]);
     let (s50, s99) = per_call(&paths);
@@ -161,10 +156,7 @@ fn main() {
         "plugin call, no HTTP     : health p50 {h50:.0} us p99 {h99:.0} us; search p50 {s50:.0} us p99 {s99:.0} us"
     );
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = support::runtime();
     rt.block_on(async move {
         let addr = support::serve(app).await;
         load(addr, &paths, 4, 1).await;

@@ -94,12 +94,27 @@ pub async fn load_with(
         all.extend(t.await.unwrap());
     }
     let elapsed = start.elapsed().as_secs_f64();
-    all.sort_unstable();
+    let (p50_us, p99_us) = p50_p99_us(&mut all);
     Run {
         rps: all.len() as f64 / elapsed,
-        p50_us: all[all.len() / 2] as f64 / 1000.0,
-        p99_us: all[all.len() * 99 / 100] as f64 / 1000.0,
+        p50_us,
+        p99_us,
     }
+}
+
+/// The p50 and p99 of nanosecond samples, in microseconds (sorts them).
+pub fn p50_p99_us<T: Copy + Ord + Into<u128>>(samples: &mut [T]) -> (f64, f64) {
+    samples.sort_unstable();
+    let at = |i: usize| samples[i].into() as f64 / 1000.0;
+    (at(samples.len() / 2), at(samples.len() * 99 / 100))
+}
+
+/// The multi-threaded runtime the load generator and server share.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 /// Drive `conns` keep-alive connections of GETs for `secs` seconds, cycling

@@ -46,10 +46,7 @@ fn main() {
     ];
     let policies = ["pickup-paid", "bid-inclusive"];
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = support::runtime();
     let app2 = app.clone();
     rt.block_on(async move {
         let addr = support::serve(app2.clone()).await;

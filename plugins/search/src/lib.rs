@@ -147,19 +147,16 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
                 let s = idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / avgdl));
                 *scores.entry(id).or_default() += s;
             }
-            match postings.last() {
-                _ if last_page => break,
-                _ if matched >= want || read >= MAX_POSTINGS => {
-                    exhausted = false;
-                    break;
-                }
-                Some(p) => {
-                    // Continue just after the last key read.
-                    start = p.key.clone();
-                    start.push(0);
-                }
-                None => break,
+            if last_page {
+                break;
             }
+            if matched >= want || read >= MAX_POSTINGS {
+                exhausted = false;
+                break;
+            }
+            // Continue just after the last key read.
+            start = postings.last().expect("a full page").key.clone();
+            start.push(0);
         }
     }
     let total = match (query.len(), post_type) {
