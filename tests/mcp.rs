@@ -359,3 +359,238 @@ fn jsonrpc_mcp_server() {
     assert_eq!(r.json()["error"]["code"], -32700);
     assert_eq!(s.get("/mcp").status, 405);
 }
+
+/// Define a search macro with this TypeScript body and an input schema
+/// naming `props`; the raw answer.
+fn define_ts(s: &Server, name: &str, typescript: &str, props: Value) -> common::Resp {
+    s.post_json(
+        "/api/mcp/tools/define",
+        &json!({"name": name, "description": "test macro", "kind": "search", "typescript": typescript,
+                "input_schema": {"type": "object", "properties": props}}),
+    )
+}
+
+fn run_tool(s: &Server, name: &str, arguments: Value) -> common::Resp {
+    s.post_json(
+        "/api/mcp/tools/execute",
+        &json!({"tool": name, "arguments": arguments}),
+    )
+}
+
+#[test]
+fn typed_typescript_macros_run_and_answer_with_their_search() {
+    let s = Server::start();
+    let k = s.identity("macroseller");
+    let walnut = s.new_post(&k, "Walnut writing desk, hand oiled", json!({}));
+    s.new_post(&k, "Oak dining table", json!({}));
+    s.new_post(
+        &k,
+        "Walnut desk wanted",
+        json!({"post_type": "service_request"}),
+    );
+
+    // Interfaces, annotations, generics, optional parameters, `as`,
+    // `satisfies`, `!` and typed arrows: all erased, then run.
+    let ts = r#"interface Query { term: string; limit?: number; post_type?: string }
+type Word = string;
+function pick<T>(xs: T[], i?: number): T { return xs[i ?? 0]!; }
+const words: Word[] = (args.words as string[]).map((w: string): Word => w.toLowerCase());
+const q = { term: pick<Word>(words) + " " + words[1], limit: args.limit as number, post_type: "general" } satisfies Query;
+return q;"#;
+    let r = define_ts(
+        &s,
+        "desk_finder",
+        ts,
+        json!({"words": {"type": "array"}, "limit": {"type": "integer"}}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let r = run_tool(
+        &s,
+        "desk_finder",
+        json!({"words": ["WALNUT", "Desk"], "limit": 3}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let direct = s.get("/api/search?term=walnut%20desk&limit=3&post_type=general");
+    assert_eq!(r.json(), direct.json());
+    let results = r.json()["results"].as_array().unwrap().clone();
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(results[0]["post_id"], walnut.as_str());
+
+    // The same macro through JSON-RPC.
+    let call = rpc(&s, json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                              "params": {"name": "desk_finder", "arguments": {"words": ["walnut", "desk"], "limit": 3}}}))
+    .json();
+    assert_eq!(call["result"]["isError"], false, "{call}");
+    assert_eq!(call["result"]["structuredContent"], direct.json());
+}
+
+#[test]
+fn macro_source_errors_are_400_at_define_time() {
+    let s = Server::start();
+    let cases = [
+        // Syntax error, on the author's line 2.
+        ("const a = 1;\nlet x: = 3;\nreturn {term: 'a'};", "line 2"),
+        // Type-syntax error.
+        ("let t: Array<string = [];\nreturn {term: 'x'};", "line 1"),
+        ("enum Color { Red }\nreturn {term: 'x'};", "enum"),
+        (
+            "namespace N { export const a = 1 }\nreturn {term: 'x'};",
+            "namespace",
+        ),
+        // Escaping the function the body becomes.
+        (
+            "return {term: 'a'} }\nglobalThis.x = 1;\n{",
+            "one function body",
+        ),
+    ];
+    for (i, (ts, expect)) in cases.iter().enumerate() {
+        let r = define_ts(&s, &format!("bad{i}"), ts, json!({}));
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_request"),
+            "{ts}: {}",
+            r.text()
+        );
+        let detail = &r.json()["details"][0];
+        assert_eq!(detail["field"], "typescript", "{ts}");
+        assert!(
+            detail["problem"].as_str().unwrap().contains(expect),
+            "{ts}: {detail}"
+        );
+    }
+    // Nesting past the parser's stack is the author's error too, not a 500.
+    let deep = format!("return {}1{};", "(".repeat(8000), ")".repeat(8000));
+    let r = define_ts(&s, "deep", &deep, json!({}));
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = define_ts(
+        &s,
+        "deep2",
+        &format!("return {}1;", "!".repeat(16000)),
+        json!({}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    // Nothing was stored.
+    assert_eq!(
+        s.get("/api/mcp").json()["macros"].as_array().unwrap().len(),
+        0
+    );
+}
+
+#[test]
+fn macro_failures_are_422_and_io_does_not_exist() {
+    let s = Server::start();
+    let cases = [
+        (
+            "throw new Error('no such style: ' + args.style)",
+            "no such style",
+        ),
+        ("return 42", "must return"),
+        ("return {term: 5}", "invalid search"),
+        ("return {term: 'a', drop: true}", "unknown member"),
+        (
+            "function r(n: number): number { return r(n + 1) }\nreturn r(0)",
+            "RuntimeLimit",
+        ),
+        // No I/O of any kind exists in the sandbox.
+        ("return fetch('http://127.0.0.1:1/')", "ReferenceError"),
+        (
+            "return require('fs').readFileSync('/etc/passwd')",
+            "ReferenceError",
+        ),
+        ("return {term: process.env.HOME}", "ReferenceError"),
+        (
+            "return {term: Deno.readTextFileSync('/etc/passwd')}",
+            "ReferenceError",
+        ),
+        ("console.log('x'); return {term: 'x'}", "ReferenceError"),
+        (
+            "setTimeout(() => 1, 0); return {term: 'x'}",
+            "ReferenceError",
+        ),
+        ("return {term: new XMLHttpRequest()}", "ReferenceError"),
+    ];
+    for (i, (ts, expect)) in cases.iter().enumerate() {
+        let name = format!("fails{i}");
+        let r = define_ts(&s, &name, ts, json!({"style": {"type": "string"}}));
+        assert_eq!(r.status, 201, "{ts}: {}", r.text());
+        let r = run_tool(&s, &name, json!({"style": "baroque"}));
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (422, "macro_error"),
+            "{ts}: {}",
+            r.text()
+        );
+        let message = r.json()["message"].as_str().unwrap().to_string();
+        assert!(message.contains(expect), "{ts}: {message}");
+    }
+}
+
+#[test]
+fn runaway_macros_are_422_within_a_second_and_the_server_stays_healthy() {
+    let s = Server::start();
+    assert_eq!(
+        define_ts(&s, "spin", "while (true) {}", json!({})).status,
+        201
+    );
+    assert_eq!(
+        define_ts(
+            &s,
+            "hog",
+            "const a: string[] = [];\nfor (;;) a.push('x'.repeat(1 << 20) + a.length);",
+            json!({})
+        )
+        .status,
+        201
+    );
+    assert_eq!(
+        define_ts(&s, "ok", "return {term: 'anything'}", json!({})).status,
+        201
+    );
+    for name in ["spin", "hog", "spin"] {
+        let started = std::time::Instant::now();
+        let r = run_tool(&s, name, json!({}));
+        let took = started.elapsed();
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (422, "macro_error"),
+            "{name}: {}",
+            r.text()
+        );
+        assert!(
+            took < std::time::Duration::from_secs(1),
+            "{name} took {took:?}"
+        );
+    }
+    // While two macros spin, the service answers everything else at once.
+    let addr = s.addr;
+    let spinners: Vec<_> = (0..2)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let body = json!({"tool": "spin", "arguments": {}}).to_string();
+                common::request(
+                    addr,
+                    "POST",
+                    "/api/mcp/tools/execute",
+                    &[("content-type", "application/json")],
+                    Some(body.as_bytes()),
+                )
+                .status
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let started = std::time::Instant::now();
+    assert_eq!(s.get("/api/health").status, 200);
+    assert_eq!(run_tool(&s, "ok", json!({})).status, 200);
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(300),
+        "{:?}",
+        started.elapsed()
+    );
+    for t in spinners {
+        assert_eq!(t.join().unwrap(), 422);
+    }
+    let health = s.get("/api/health").json();
+    assert_eq!(health["status"], "ok");
+    assert_eq!(health["plugins"]["mcp"]["status"], "ok");
+}

@@ -2,7 +2,8 @@
 
 Starts the built host on a free port, defines a macro over HTTP, then with the
 SDK's ClientSession: initialize, list tools (built-ins and the macro), call
-`search` and `get_fees`. Run by .ci/run after the tests.
+`search`, the macro (its TypeScript runs), a runaway macro (a tool error) and
+`get_fees`. Run by .ci/run after the tests.
 """
 import asyncio
 import json
@@ -24,6 +25,10 @@ async def check(base):
         "typescript": "return { term: args.style as string, limit: 5 };",
         "input_schema": {"type": "object", "properties": {"style": {"type": "string"}}},
     })
+    post(base + "/api/mcp/tools/define", {
+        "name": "spin", "description": "never returns", "kind": "search",
+        "typescript": "while (true) {}", "input_schema": {"type": "object", "properties": {}},
+    })
     async with streamable_http_client(base + "/mcp") as streams:
         read, write = streams[0], streams[1]
         async with ClientSession(read, write) as session:
@@ -36,11 +41,17 @@ async def check(base):
             assert not found.is_error, found
             doc = json.loads(found.content[0].text)
             assert doc["term"] == "violin" and "results" in doc, doc
+            styled = await session.call_tool("find_by_style", {"style": "violin"})
+            assert not styled.is_error, styled
+            macro_doc = json.loads(styled.content[0].text)
+            assert macro_doc["term"] == "violin" and "results" in macro_doc, macro_doc
+            runaway = await session.call_tool("spin", {})
+            assert runaway.is_error and "macro_error" in runaway.content[0].text, runaway
             fees = await session.call_tool("get_fees", {})
             assert json.loads(fees.content[0].text)["currency"] == "webcash"
             missing = await session.call_tool("get_post", {"post_id": "post_nope"})
             assert missing.is_error
-    print(f"mcp client: initialize, tools/list ({len(names)} tools), tools/call ok")
+    print(f"mcp client: initialize, tools/list ({len(names)} tools), tools/call of search, a macro and a runaway macro ok")
 
 
 with running() as base:

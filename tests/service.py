@@ -5,7 +5,11 @@ import pathlib
 import subprocess
 import tempfile
 
-BINARY = pathlib.Path(__file__).resolve().parent.parent / "target" / "release" / "marketplace"
+TARGET = pathlib.Path(__file__).resolve().parent.parent / "target"
+BINARY = TARGET / "release" / "marketplace"
+# The compile cache the Rust tests share (CARGO_TARGET_TMPDIR), so the
+# components are compiled once per build.
+CACHE = TARGET / "tmp" / "compile-cache"
 
 
 @contextlib.contextmanager
@@ -14,10 +18,10 @@ def running(admin_token=None):
     (and, with `admin_token`, also the admin URL: yields (base, admin))."""
     with tempfile.TemporaryDirectory() as data:
         args = [str(BINARY), "serve", "--listen", "127.0.0.1:0", "--data-dir", data]
-        env = None
+        env = dict(os.environ, MARKETPLACE_CACHE_DIR=str(CACHE))
         if admin_token:
             args += ["--admin-listen", "127.0.0.1:0"]
-            env = dict(os.environ, MARKETPLACE_ADMIN_TOKEN=admin_token)
+            env["MARKETPLACE_ADMIN_TOKEN"] = admin_token
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
         try:
             admin = None

@@ -44,7 +44,7 @@ impl App {
         let runtime = Runtime::new(
             limits,
             &config.plugins_dir,
-            &config.data_dir.join("cache"),
+            &config.cache_path(),
             config.family_settings(crate::runtime::FEES_FAMILY),
         )?;
         runtime.load_configured(&families);

@@ -30,6 +30,9 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Directory the plugin components are loaded from (and watched).
     pub plugins_dir: PathBuf,
+    /// Where compiled components are cached (default `<data_dir>/cache`).
+    /// Servers of one build may share it.
+    pub cache_dir: Option<PathBuf>,
     /// Admin listener (loopback only); off when unset.
     pub admin_listen: Option<SocketAddr>,
     /// Admin bearer token; generated into `<data_dir>/admin.token` when unset.
@@ -68,6 +71,7 @@ impl Default for Config {
             listen: "127.0.0.1:8080".parse().expect("valid default address"),
             data_dir: PathBuf::from("data"),
             plugins_dir: default_plugins_dir(),
+            cache_dir: None,
             admin_listen: None,
             admin_token: None,
             plugins: BTreeMap::new(),
@@ -220,6 +224,13 @@ impl Config {
     }
 
     /// Path of the redb file.
+    /// Compiled-component cache directory.
+    pub fn cache_path(&self) -> PathBuf {
+        self.cache_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("cache"))
+    }
+
     pub fn db_path(&self) -> PathBuf {
         self.data_dir.join("marketplace.redb")
     }

@@ -10,6 +10,7 @@ use crate::runtime::bindings::endpoint::marketplace::plugin::{
 use crate::storage::{StorageError, Txn};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use wasmtime::ResourceLimiter;
 
 /// Payment secrets presented with a request (never passed to plugins).
@@ -22,21 +23,38 @@ pub struct PaymentHeaders {
 }
 
 /// Caps linear memory growth and remembers whether the cap was hit.
-pub struct MemLimiter {
+pub struct CallLimiter {
     max_bytes: usize,
     hit: bool,
+    /// When the call must end; the store's epoch callback checks it.
+    deadline: Instant,
 }
 
-impl MemLimiter {
+impl CallLimiter {
     fn new(max_bytes: usize) -> Self {
-        MemLimiter {
+        CallLimiter {
             max_bytes,
             hit: false,
+            deadline: Instant::now() + Duration::from_secs(3600),
         }
+    }
+
+    /// Start the call's clock: it may run for `budget` from now.
+    pub fn start(&mut self, budget: Duration) {
+        self.deadline = Instant::now() + budget;
+    }
+
+    /// Let the call run at most `budget` more (never longer than before).
+    pub fn shorten(&mut self, budget: Duration) {
+        self.deadline = self.deadline.min(Instant::now() + budget);
+    }
+
+    pub fn expired(&self) -> bool {
+        Instant::now() >= self.deadline
     }
 }
 
-impl ResourceLimiter for MemLimiter {
+impl ResourceLimiter for CallLimiter {
     fn memory_growing(
         &mut self,
         _current: usize,
@@ -62,7 +80,7 @@ impl ResourceLimiter for MemLimiter {
 
 /// Store data that carries a memory limiter.
 pub trait Limiter: Send + 'static {
-    fn limiter(&mut self) -> &mut dyn ResourceLimiter;
+    fn limiter(&mut self) -> &mut CallLimiter;
     fn memory_hit(&self) -> bool;
 }
 
@@ -86,11 +104,13 @@ pub struct Ctx {
     charged: Option<Charge>,
     /// Statements whose signature already verified in this request.
     prechecked: Vec<auth::Signed>,
-    limiter: MemLimiter,
+    /// The answer the plugin asked for should it fault (`host.on-fault`).
+    on_fault: Option<Reply>,
+    limiter: CallLimiter,
 }
 
 impl Limiter for Ctx {
-    fn limiter(&mut self) -> &mut dyn ResourceLimiter {
+    fn limiter(&mut self) -> &mut CallLimiter {
         &mut self.limiter
     }
     fn memory_hit(&self) -> bool {
@@ -117,7 +137,8 @@ impl Ctx {
             replay_key,
             charged: None,
             prechecked: Vec::new(),
-            limiter: MemLimiter::new(memory_bytes),
+            on_fault: None,
+            limiter: CallLimiter::new(memory_bytes),
         }
     }
 
@@ -133,8 +154,14 @@ impl Ctx {
             replay_key: None,
             charged: None,
             prechecked: Vec::new(),
-            limiter: MemLimiter::new(memory_bytes),
+            on_fault: None,
+            limiter: CallLimiter::new(memory_bytes),
         }
+    }
+
+    /// The answer the plugin chose for its own fault, if it did.
+    pub fn take_on_fault(&mut self) -> Option<Reply> {
+        self.on_fault.take()
     }
 
     /// Turn the plugin's answer into the reply, committing the transaction
@@ -587,6 +614,20 @@ impl host::Host for Ctx {
             .collect()
     }
 
+    fn on_fault(&mut self, answer: types::Response) {
+        if (200..=599).contains(&answer.status) {
+            self.on_fault = Some(Reply {
+                status: answer.status,
+                headers: answer.headers,
+                body: answer.body,
+            });
+        }
+    }
+
+    fn limit_time(&mut self, ms: u32) {
+        self.limiter.shorten(Duration::from_millis(ms.into()));
+    }
+
     fn payment_rails(&mut self) -> Vec<host::Rail> {
         crate::payments::RAILS
             .iter()
@@ -601,14 +642,14 @@ impl host::Host for Ctx {
 
 /// Store data of one fee-policy call.
 pub struct FeeCtx {
-    limiter: MemLimiter,
+    limiter: CallLimiter,
     settings: Arc<BTreeMap<String, String>>,
 }
 
 impl FeeCtx {
     pub fn new(memory_bytes: usize, settings: Arc<BTreeMap<String, String>>) -> FeeCtx {
         FeeCtx {
-            limiter: MemLimiter::new(memory_bytes),
+            limiter: CallLimiter::new(memory_bytes),
             settings,
         }
     }
@@ -621,7 +662,7 @@ impl settings::Host for FeeCtx {
 }
 
 impl Limiter for FeeCtx {
-    fn limiter(&mut self) -> &mut dyn ResourceLimiter {
+    fn limiter(&mut self) -> &mut CallLimiter {
         &mut self.limiter
     }
     fn memory_hit(&self) -> bool {

@@ -20,6 +20,13 @@ pub struct Route {
     pub handler: Handler,
     /// Only mounted when `testing_routes` is on (benchmarks and fault tests).
     pub testing: bool,
+    /// Whether the call gets a write transaction (and joins a commit batch).
+    /// Every method but GET, except POST routes that only read.
+    pub writes: bool,
+}
+
+const fn is_read(method: &str) -> bool {
+    matches!(method.as_bytes(), b"GET" | b"HEAD")
 }
 
 const fn family(method: &'static str, pattern: &'static str, family: &'static str) -> Route {
@@ -28,6 +35,16 @@ const fn family(method: &'static str, pattern: &'static str, family: &'static st
         pattern,
         handler: Handler::Family(family),
         testing: false,
+        writes: !is_read(method),
+    }
+}
+
+/// A POST route that only reads: it runs on a read snapshot, so a slow call
+/// (a macro) never holds up the commit batch of writers.
+const fn reads(method: &'static str, pattern: &'static str, family: &'static str) -> Route {
+    Route {
+        writes: false,
+        ..self::family(method, pattern, family)
     }
 }
 
@@ -37,6 +54,7 @@ const fn testing(method: &'static str, pattern: &'static str, handler: Handler) 
         pattern,
         handler,
         testing: true,
+        writes: !is_read(method),
     }
 }
 
@@ -52,6 +70,7 @@ pub const ROUTES: &[Route] = &[
         pattern: "/api/fees",
         handler: Handler::Host("fees"),
         testing: false,
+        writes: false,
     },
     // timeline
     family("GET", "/api/timeline", "timeline"),
@@ -102,10 +121,11 @@ pub const ROUTES: &[Route] = &[
     family("POST", "/api/witness/health_check", "contracts"),
     // mcp, manifest and docs
     family("GET", "/api/mcp", "mcp"),
-    family("POST", "/api/mcp/tools/search", "mcp"),
+    reads("POST", "/api/mcp/tools/search", "mcp"),
     family("POST", "/api/mcp/tools/define", "mcp"),
-    family("POST", "/api/mcp/tools/execute", "mcp"),
-    family("POST", "/mcp", "mcp"),
+    // Its endpoint form dispatches writes as requests of their own.
+    reads("POST", "/api/mcp/tools/execute", "mcp"),
+    reads("POST", "/mcp", "mcp"),
     family("GET", "/api/docs/search", "mcp"),
     family("GET", "/.well-known/agent.json", "mcp"),
     family("GET", "/.well-known/agent-card.json", "mcp"),
@@ -118,12 +138,14 @@ pub const ROUTES: &[Route] = &[
         pattern: "/api/cash/replace",
         handler: Handler::Host("cash_replace"),
         testing: false,
+        writes: true,
     },
     Route {
         method: "POST",
         pattern: "/api/cash/health_check",
         handler: Handler::Host("cash_health_check"),
         testing: false,
+        writes: true,
     },
     // test-only routes
     testing("GET", "/_testing/ok", Handler::Family("testing")),
@@ -154,6 +176,17 @@ pub fn canonical_path(path: &str) -> String {
         Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("/api{rest}"),
         _ => path.to_string(),
     }
+}
+
+/// Whether a call of `method` on the route `pattern` writes (see
+/// [`Route::writes`]); unknown routes write unless read by method.
+pub fn writes(method: &str, pattern: &str) -> bool {
+    ROUTES
+        .iter()
+        .find(|r| {
+            r.pattern == pattern && (r.method == method || (method == "HEAD" && r.method == "GET"))
+        })
+        .map_or(!is_read(method), |r| r.writes)
 }
 
 /// Match a method and canonical path. HEAD matches GET routes.
@@ -242,6 +275,18 @@ pub fn parse_query(q: &str) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_mutations_get_write_transactions() {
+        assert!(writes("POST", "/api/timeline"));
+        assert!(writes("POST", "/api/mcp/tools/define"));
+        assert!(!writes("GET", "/api/timeline"));
+        assert!(!writes("HEAD", "/api/timeline"));
+        for read_only_post in ["/api/mcp/tools/search", "/api/mcp/tools/execute", "/mcp"] {
+            assert!(!writes("POST", read_only_post), "{read_only_post}");
+        }
+        assert!(writes("POST", "/no/such/route"));
+    }
 
     #[test]
     fn alias_folds_onto_api() {

@@ -14,11 +14,13 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 use wasmtime::component::{Component, Linker};
-use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
+use wasmtime::{
+    Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap, UpdateDeadline,
+};
 
 /// Bindings generated from `wit/`.
 pub mod bindings {
@@ -373,7 +375,14 @@ impl Runtime {
             .map_err(|e| anyhow!("not a valid component: {e}"))?;
         match component.serialize() {
             Ok(native) => {
-                let tmp = path.with_extension("tmp");
+                // A unique name: servers sharing the cache may compile the
+                // same component at once; the rename is atomic.
+                static SEQ: AtomicU64 = AtomicU64::new(0);
+                let tmp = path.with_extension(format!(
+                    "{}-{}.tmp",
+                    std::process::id(),
+                    SEQ.fetch_add(1, Ordering::Relaxed)
+                ));
                 if let Err(e) =
                     std::fs::write(&tmp, native).and_then(|_| std::fs::rename(&tmp, &path))
                 {
@@ -387,12 +396,18 @@ impl Runtime {
 
     fn store<T: Limiter>(&self, data: T) -> Store<T> {
         let mut store = Store::new(&self.engine, data);
-        store.limiter(|d| d.limiter());
-        // +1: the current tick may be about to end.
-        store.set_epoch_deadline(
-            self.limits.deadline.as_millis().div_ceil(TICK.as_millis()) as u64 + 1,
-        );
-        store.epoch_deadline_trap();
+        store.limiter(|d| d.limiter() as &mut dyn wasmtime::ResourceLimiter);
+        // Checked on every tick the call runs through, so a plugin may
+        // shorten its own deadline (`host.limit-time`).
+        store.data_mut().limiter().start(self.limits.deadline);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|mut cx| {
+            Ok(if cx.data_mut().limiter().expired() {
+                UpdateDeadline::Interrupt
+            } else {
+                UpdateDeadline::Continue(1)
+            })
+        });
         store
     }
 
@@ -469,7 +484,7 @@ impl Runtime {
         let Kind::Endpoint(pre) = &plugin.kind else {
             return Reply::error(500, "internal", "internal error");
         };
-        let write = !matches!(req.method.as_str(), "GET" | "HEAD");
+        let write = crate::routes::writes(&req.method, &req.route);
         // An identical retry of a paid request gets the stored answer.
         let replay_key = match (&payment.cash, write) {
             (Some(secret), true) => marketplace_common::secret::parse(secret).ok().map(|s| {
@@ -500,10 +515,25 @@ impl Runtime {
         let result = pre
             .instantiate(&mut store)
             .and_then(|b| b.marketplace_plugin_handler().call_handle(&mut store, &req));
-        let ctx = store.into_data();
+        let mut ctx = store.into_data();
         match result {
             Ok(resp) => ctx.finish(resp),
-            Err(e) => fault_reply(family, &e, ctx.memory_hit()),
+            Err(e) => match ctx.take_on_fault() {
+                Some(chosen) => {
+                    let cause = if ctx.memory_hit() {
+                        "memory cap"
+                    } else {
+                        "trap or deadline"
+                    };
+                    tracing::info!(
+                        family,
+                        status = chosen.status,
+                        "{cause}, answered as the plugin asked: {e:#}"
+                    );
+                    chosen
+                }
+                None => fault_reply(family, &e, ctx.memory_hit()),
+            },
         }
     }
 

@@ -6,7 +6,7 @@
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -128,6 +128,12 @@ impl Server {
             .env("MARKETPLACE_ADMIN_TOKEN", ADMIN_TOKEN)
             .env_remove("MARKETPLACE_CONFIG")
             .env("MARKETPLACE_LOG", "info")
+            // One compile cache for every server of this build: compiling the
+            // mcp component (a JavaScript engine) per test would dominate.
+            .env(
+                "MARKETPLACE_CACHE_DIR",
+                Path::new(env!("CARGO_TARGET_TMPDIR")).join("compile-cache"),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log_file));

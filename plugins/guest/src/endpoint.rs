@@ -448,3 +448,16 @@ pub use marketplace_common::time::rfc3339;
 pub fn now_rfc3339() -> String {
     rfc3339(clock::now_ms())
 }
+
+/// From here on, should this call trap, run past its deadline or exceed its
+/// memory, the host answers with `answer` instead of 500/503 (and discards
+/// the call's writes). For running code a user supplied.
+pub fn on_fault(answer: &Response) {
+    host::on_fault(answer);
+}
+
+/// Let the rest of this call run at most `ms` milliseconds (the host's
+/// deadline is never lengthened). With [`on_fault`], a budget for user code.
+pub fn limit_time(ms: u32) {
+    host::limit_time(ms);
+}

@@ -14,13 +14,16 @@
 mod openapi;
 
 use marketplace_guest::prelude::*;
-use marketplace_guest::{Body, dispatch, host, types};
+use marketplace_guest::{Body, clock, dispatch, host, limit_time, on_fault, types};
 use sha2::{Digest, Sha256};
 
 struct Mcp;
 
 const MAX_MACROS: u64 = 1000;
 const MAX_TYPESCRIPT: usize = 16 * 1024;
+/// Time a macro run may take, engine start included (PROTOCOL: at most 1 s,
+/// answered within 2 s); a runaway is answered 422 well inside a second.
+const MACRO_BUDGET_MS: u32 = 500;
 /// MCP protocol revisions this server speaks (newest first).
 const PROTOCOL_VERSIONS: &[&str] = &["2025-06-18", "2025-03-26", "2024-11-05"];
 
@@ -390,6 +393,16 @@ fn define(req: &Request) -> Result<Response, ApiError> {
         body.problem("kind", "must be \"search\"");
     }
     let typescript = body.required_str("typescript", MAX_TYPESCRIPT);
+    // Nesting deep enough to overflow the parser's stack is the author's
+    // error too.
+    on_fault(&ApiError::invalid("typescript", "nests too deeply to parse").into());
+    if let Some(ts) = &typescript
+        && let Err(problems) = marketplace_script::compile(ts)
+    {
+        for p in problems.iter().take(10) {
+            body.problem("typescript", p.to_string());
+        }
+    }
     let schema = body.raw("input_schema").cloned();
     check_input_schema(schema.as_ref(), &mut body);
     let timestamp = body.optional_u64("timestamp");
@@ -496,8 +509,10 @@ fn check_arguments(schema: &Value, args: &Value) -> Result<(), ApiError> {
     }
 }
 
-/// Run a tool by name: built-in or macro.
-fn run_named(name: &str, args: &Value) -> Result<Response, ApiError> {
+/// Run a tool by name: built-in or macro. `wrap` turns a tool's answer into
+/// the caller's own response (the JSON-RPC server wraps it in a result); it
+/// shapes the answer the host gives if a macro runs away.
+fn run_named(name: &str, args: &Value, wrap: Wrap) -> Result<Response, ApiError> {
     if let Some(tool) = TOOLS.iter().find(|t| t.name == name) {
         return run_tool(tool, args);
     }
@@ -505,11 +520,70 @@ fn run_named(name: &str, args: &Value) -> Result<Response, ApiError> {
         return Err(ApiError::not_found(format!("tool {name}")));
     };
     check_arguments(&m["input_schema"], args)?;
-    Err(ApiError::new(
-        503,
-        "plugin_unavailable",
-        format!("macro {name} is defined, but this host cannot run TypeScript macros yet"),
-    ))
+    run_macro(
+        name,
+        m["typescript"].as_str().unwrap_or_default(),
+        args,
+        wrap,
+    )
+}
+
+/// How a caller shapes a tool's answer.
+type Wrap<'a> = &'a dyn Fn(Response) -> Response;
+
+fn macro_error(message: String) -> ApiError {
+    ApiError::new(422, "macro_error", message)
+}
+
+/// Run a search macro: its TypeScript computes `{term, post_type?, limit?}`
+/// from the arguments, and the answer is that search's.
+fn run_macro(name: &str, typescript: &str, args: &Value, wrap: Wrap) -> Result<Response, ApiError> {
+    // From here the author's code is parsed and run: if it nests past the
+    // parser's stack, spins until its deadline or grows past the memory cap,
+    // that is its error, not ours.
+    on_fault(&wrap(
+        macro_error(format!(
+            "macro {name} exceeded its limits ({MACRO_BUDGET_MS} ms, or the memory cap)"
+        ))
+        .into(),
+    ));
+    limit_time(MACRO_BUDGET_MS);
+    let js = marketplace_script::compile(typescript).map_err(|problems| {
+        macro_error(format!("macro {name} does not compile: {}", problems[0]))
+    })?;
+    let out = marketplace_script::run(&js, args, clock::now_ms() as i64, Default::default())
+        .map_err(|e| macro_error(format!("macro {name} failed: {e}")))?;
+    let query = match out {
+        Some(Value::Object(q)) => q,
+        other => {
+            return Err(macro_error(format!(
+                "macro {name} must return {{term, post_type?, limit?}}, not {}",
+                other.map_or("undefined".into(), |v| truncate(&v.to_string(), 200))
+            )));
+        }
+    };
+    if let Some(extra) = query
+        .keys()
+        .find(|k| !["term", "post_type", "limit"].contains(&k.as_str()))
+    {
+        return Err(macro_error(format!(
+            "macro {name} returned an unknown member {extra:?}: it returns {{term, post_type?, limit?}}"
+        )));
+    }
+    run_search(&Value::Object(query)).map_err(|e| match e.status {
+        400 => macro_error(format!(
+            "macro {name} returned an invalid search: {}",
+            e.message
+        )),
+        _ => e,
+    })
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_string(),
+    }
 }
 
 fn execute(req: &Request) -> Result<Response, ApiError> {
@@ -549,7 +623,7 @@ fn execute(req: &Request) -> Result<Response, ApiError> {
         ));
     };
     let args = body.get("arguments").cloned().unwrap_or_else(|| json!({}));
-    run_named(tool, &args)
+    run_named(tool, &args, &|r| r)
 }
 
 /// `POST /mcp`: the Model Context Protocol over Streamable HTTP (JSON answers).
@@ -615,7 +689,8 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
                 .get("arguments")
                 .cloned()
                 .unwrap_or_else(|| json!({}));
-            let resp = match run_named(name, &args) {
+            let wrap = |r: Response| json(200, &rpc_result(&id, tool_result(&r)));
+            let resp = match run_named(name, &args, &wrap) {
                 Ok(r) => r,
                 Err(e) if e.status == 404 && e.message.starts_with("tool ") => {
                     return Ok(json(
@@ -625,13 +700,7 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
                 }
                 Err(e) => e.into(),
             };
-            let text = String::from_utf8_lossy(&resp.body).into_owned();
-            let mut result =
-                json!({"content": [{"type": "text", "text": text}], "isError": resp.status >= 400});
-            if let Ok(v @ Value::Object(_)) = serde_json::from_slice::<Value>(&resp.body) {
-                result["structuredContent"] = v;
-            }
-            result
+            tool_result(&resp)
         }
         _ => {
             return Ok(json(
@@ -640,10 +709,23 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
             ));
         }
     };
-    Ok(json(
-        200,
-        &json!({"jsonrpc": "2.0", "id": id, "result": result}),
-    ))
+    Ok(json(200, &rpc_result(&id, result)))
+}
+
+/// A tools/call result: the tool's answer as text, and as structured
+/// content when it is a JSON object.
+fn tool_result(resp: &Response) -> Value {
+    let text = String::from_utf8_lossy(&resp.body).into_owned();
+    let mut result =
+        json!({"content": [{"type": "text", "text": text}], "isError": resp.status >= 400});
+    if let Ok(v @ Value::Object(_)) = serde_json::from_slice::<Value>(&resp.body) {
+        result["structuredContent"] = v;
+    }
+    result
+}
+
+fn rpc_result(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
 }
 
 fn rpc_error(id: Value, code: i64, message: &str) -> Value {

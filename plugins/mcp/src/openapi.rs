@@ -423,7 +423,7 @@ pub const OPS: &[Op] = &[
             "mcpDefine",
             "mcp",
             "Define a macro",
-            "Stores a reusable search macro; names are first come; only the signed owner may update.",
+            "Stores a reusable search macro; names are first come; only the signed owner may update. The TypeScript is a function body that receives `args` and returns `{term, post_type?, limit?}`. It is parsed as TypeScript (oxc) and its types erased; syntax and type-syntax errors, and TypeScript with runtime semantics (enum, namespace, parameter properties), are 400 with `details` naming `typescript` and the line and column.",
         )
     },
     Op {
@@ -436,7 +436,7 @@ pub const OPS: &[Op] = &[
             "mcpExecute",
             "mcp",
             "Execute a tool or endpoint",
-            "Answers with the target's status and body unchanged; a paid target without payment gives its 402.",
+            "Answers with the target's status and body unchanged; a paid target without payment gives its 402. A macro's arguments are checked against its input_schema (400 with details); then its JavaScript runs in a sandbox (the boa engine: no I/O, no clock but the host's, 500 ms, the plugin's memory cap) and the answer is the search it returns. A throw, a runaway or a bad return value is 422 `macro_error`.",
         )
     },
     Op {
