@@ -357,6 +357,22 @@ fn jsonrpc_mcp_server() {
         Some(b"{not json"),
     );
     assert_eq!(r.json()["error"]["code"], -32700);
+    for invalid in [
+        json!({"jsonrpc": "2.0", "id": 5, "params": {}}),
+        json!({"jsonrpc": "1.0", "id": 5, "method": "ping"}),
+        json!({"id": 5, "method": "ping"}),
+        json!({"jsonrpc": "2.0", "id": 5, "method": 7}),
+        json!({"jsonrpc": "2.0", "id": 5, "method": ""}),
+        json!({"jsonrpc": "2.0", "method": "ping", "params": [1]}),
+        json!({"stray": true}),
+    ] {
+        let r = rpc(&s, invalid.clone());
+        assert_eq!(r.status, 400, "{invalid}");
+        assert_eq!(r.json()["error"]["code"], -32600, "{invalid}");
+    }
+    // A client's response to a server request is acknowledged like a notification.
+    let r = rpc(&s, json!({"jsonrpc": "2.0", "id": 1, "result": {}}));
+    assert_eq!(r.status, 202);
     assert_eq!(s.get("/mcp").status, 405);
 }
 

@@ -648,7 +648,30 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
             ),
         ));
     }
-    let Some(id) = msg.get("id").cloned() else {
+    let id = msg.get("id").cloned();
+    let is_response = msg.get("result").is_some() || msg.get("error").is_some();
+    let method = match msg.get("method") {
+        Some(Value::String(m))
+            if !m.is_empty()
+                && msg["jsonrpc"] == "2.0"
+                && matches!(msg.get("params"), None | Some(Value::Object(_))) =>
+        {
+            m.as_str()
+        }
+        // A client's answer to a server request: nothing to say back.
+        None if is_response && msg["jsonrpc"] == "2.0" => "",
+        _ => {
+            return Ok(json(
+                400,
+                &rpc_error(
+                    id.unwrap_or(Value::Null),
+                    -32600,
+                    "invalid request: a JSON-RPC 2.0 message needs \"jsonrpc\": \"2.0\", a method and object params",
+                ),
+            ));
+        }
+    };
+    let Some(id) = id.filter(|_| !method.is_empty()) else {
         // Notifications (and responses) get no answer body.
         return Ok(Response {
             status: 202,
@@ -656,7 +679,6 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
             body: vec![],
         });
     };
-    let method = msg["method"].as_str().unwrap_or("");
     let params = &msg["params"];
     let result = match method {
         "initialize" => {

@@ -703,10 +703,10 @@ fn schemas() -> Value {
         "WitnessReplace": obj(&[("secrets", json!({"type": "array", "items": pattern("^n:CTR_[A-Za-z0-9_-]{1,64}:secret:[0-9a-f]{64}$"), "minItems": 1, "maxItems": 100})), ("new_secrets", json!({"type": "array", "items": pattern("^n:CTR_[A-Za-z0-9_-]{1,64}:secret:[0-9a-f]{64}$"), "minItems": 1, "maxItems": 100}))], &["secrets", "new_secrets"]),
         "WitnessHealth": obj(&[("status", t("string")), ("results", t("object"))], &[]),
         "McpDescription": obj(&[("name", t("string")), ("version", t("string")), ("tools", t("array")), ("macros", t("array")), ("jsonrpc", t("string"))], &["tools", "macros"]),
-        "McpSearch": obj(&[("term", nonblank(1000)), ("limit", json!({"type": "integer", "minimum": 1, "maximum": 100})), ("post_type", t("string"))], &["term"]),
+        "McpSearch": obj(&[("term", nonblank(1000)), ("limit", json!({"type": ["integer", "null"], "minimum": 1, "maximum": 100})), ("post_type", json!({"type": ["string", "null"]}))], &["term"]),
         "MacroDefinition": obj(&[("name", pattern("^[a-z][a-z0-9_-]{0,63}$")), ("description", json!({"type": "string", "maxLength": 1000})), ("kind", json!({"const": "search"})), ("typescript", nonblank(16384)),
             ("input_schema", obj(&[("type", json!({"const": "object"})), ("properties", json!({"type": "object", "additionalProperties": obj(&[("type", json!({"enum": ["string", "number", "integer", "boolean", "object", "array"]}))], &["type"])}))], &["type", "properties"])),
-            ("timestamp", json!({"type": "integer", "minimum": 0})), ("owner_fingerprint", t("string")), ("signature", t("string"))], &["name", "kind", "typescript", "input_schema"]),
+            ("timestamp", json!({"type": ["integer", "null"], "minimum": 0})), ("owner_fingerprint", json!({"type": ["string", "null"]})), ("signature", json!({"type": ["string", "null"]}))], &["name", "kind", "typescript", "input_schema"]),
         "MacroEnvelope": obj(&[("macro", t("object"))], &["macro"]),
         "Execute": {"anyOf": [
             obj(&[("tool", nonblank(64)), ("arguments", t("object"))], &["tool"]),
