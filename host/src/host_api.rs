@@ -348,6 +348,50 @@ impl storage::Host for Ctx {
             .map(|(key, value)| storage::Entry { key, value })
             .collect())
     }
+
+    fn scan_packed(
+        &mut self,
+        keyspace: Option<String>,
+        start: Vec<u8>,
+        end: Option<Vec<u8>>,
+        reverse: bool,
+        limit: u32,
+    ) -> Result<Vec<u8>, storage::StorageError> {
+        let rows = self.scan(keyspace, start, end, reverse, limit)?;
+        let size = rows.iter().map(|e| 8 + e.key.len() + e.value.len()).sum();
+        let mut buf = Vec::with_capacity(size);
+        for e in &rows {
+            pack(&mut buf, &e.key);
+            pack(&mut buf, &e.value);
+        }
+        Ok(buf)
+    }
+
+    fn get_many_packed(
+        &mut self,
+        keyspace: Option<String>,
+        keys: Vec<Vec<u8>>,
+    ) -> Result<Vec<u8>, storage::StorageError> {
+        let values = self.get_many(keyspace, keys)?;
+        let size = values
+            .iter()
+            .map(|v| 4 + v.as_ref().map_or(0, Vec::len))
+            .sum();
+        let mut buf = Vec::with_capacity(size);
+        for v in &values {
+            match v {
+                Some(v) => pack(&mut buf, v),
+                None => buf.extend_from_slice(&u32::MAX.to_le_bytes()),
+            }
+        }
+        Ok(buf)
+    }
+}
+
+/// Append `bytes` with its little-endian u32 length (the packed form).
+fn pack(buf: &mut Vec<u8>, bytes: &[u8]) {
+    buf.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    buf.extend_from_slice(bytes);
 }
 
 impl clock::Host for Ctx {

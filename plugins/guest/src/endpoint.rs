@@ -179,6 +179,61 @@ pub mod kv {
         storage::get_many(keyspace, &keys).map_err(map_err)
     }
 
+    /// Several keys' raw values in one buffer (`get-many-packed`): read
+    /// them in place with [`Packed::values`].
+    pub fn get_many_packed(keyspace: Option<&str>, keys: &[String]) -> Result<Packed, ApiError> {
+        let keys: Vec<Vec<u8>> = keys.iter().map(|k| k.as_bytes().to_vec()).collect();
+        storage::get_many_packed(keyspace, &keys)
+            .map(Packed)
+            .map_err(map_err)
+    }
+
+    /// A range scan in one buffer (`scan-packed`): read it in place with
+    /// [`Packed::entries`].
+    pub fn scan_packed(
+        keyspace: Option<&str>,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        limit: u32,
+    ) -> Result<Packed, ApiError> {
+        storage::scan_packed(keyspace, start, end, reverse, limit)
+            .map(Packed)
+            .map_err(map_err)
+    }
+
+    /// A packed storage answer: length-prefixed parts (little-endian u32;
+    /// `u32::MAX` marks an absent value).
+    pub struct Packed(Vec<u8>);
+
+    impl Packed {
+        fn parts(&self) -> impl Iterator<Item = Option<&[u8]>> {
+            let mut rest = self.0.as_slice();
+            std::iter::from_fn(move || {
+                let (len, tail) = rest.split_first_chunk::<4>()?;
+                let len = u32::from_le_bytes(*len);
+                if len == u32::MAX {
+                    rest = tail;
+                    return Some(None);
+                }
+                let (part, tail) = tail.split_at_checked(len as usize)?;
+                rest = tail;
+                Some(Some(part))
+            })
+        }
+
+        /// The values of a packed get-many, in the order of the keys.
+        pub fn values(&self) -> impl Iterator<Item = Option<&[u8]>> {
+            self.parts()
+        }
+
+        /// The (key, value) entries of a packed scan, in scan order.
+        pub fn entries(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+            let mut parts = self.parts();
+            std::iter::from_fn(move || Some((parts.next()??, parts.next()??)))
+        }
+    }
+
     /// A JSON value from the own keyspace.
     pub fn get<T: DeserializeOwned>(key: &str) -> Result<Option<T>, ApiError> {
         get_in(None, key)
@@ -241,6 +296,35 @@ pub mod kv {
             }
         }
         None
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::Packed;
+
+        #[test]
+        fn packed_parts_read_back_in_place() {
+            let mut buf = Vec::new();
+            for part in [&b"k1"[..], b"v1", b"", b"value two"] {
+                buf.extend_from_slice(&(part.len() as u32).to_le_bytes());
+                buf.extend_from_slice(part);
+            }
+            let packed = Packed(buf.clone());
+            let entries: Vec<_> = packed.entries().collect();
+            assert_eq!(
+                entries,
+                [(&b"k1"[..], &b"v1"[..]), (&b""[..], &b"value two"[..])]
+            );
+            buf.extend_from_slice(&u32::MAX.to_le_bytes());
+            let with_absent = Packed(buf.clone());
+            let values: Vec<_> = with_absent.values().collect();
+            assert_eq!(values.len(), 5);
+            assert_eq!(values[4], None);
+            // A truncated buffer ends the parts instead of reading past it.
+            buf.extend_from_slice(&9u32.to_le_bytes());
+            buf.extend_from_slice(b"abc");
+            assert_eq!(Packed(buf).values().count(), 5);
+        }
     }
 }
 

@@ -26,7 +26,7 @@ pub fn listing<'a>(filenames: impl IntoIterator<Item = &'a str>) -> Value {
 /// the listing check.
 pub fn render(post: Value) -> Result<Value, ApiError> {
     let record = serde_json::to_string(&post).map_err(|e| ApiError::internal(e.to_string()))?;
-    let rendered = render_records(&[record])?.remove(0);
+    let rendered = render_records(&[record.as_str()])?.remove(0);
     serde_json::from_str(&rendered).map_err(|e| ApiError::internal(e.to_string()))
 }
 
@@ -64,6 +64,40 @@ struct Rating {
     down: u64,
 }
 
+/// [`Head`] read straight off a record the timeline wrote, without parsing
+/// its content: records are serialized in field order (`post_id`,
+/// `parent_id`, `author_fingerprint` first, `listing` last), ids and
+/// fingerprints never need escapes, and a listing check only ever holds the
+/// fixed members. Anything else (an older record, a surprise) is `None` and
+/// gets the full parse.
+fn quick_head(record: &str) -> Option<Head<'_>> {
+    fn plain(s: &str) -> Option<&str> {
+        (!s.contains('\\')).then_some(s)
+    }
+    let rest = record.strip_prefix(r#"{"post_id":""#)?;
+    let (post_id, rest) = rest.split_once('"')?;
+    let rest = rest.strip_prefix(r#","parent_id":"#)?;
+    let rest = match rest.strip_prefix("null") {
+        Some(rest) => rest,
+        None => plain(rest.strip_prefix('"')?.split_once('"')?.0).map(|p| &rest[p.len() + 2..])?,
+    };
+    let rest = rest.strip_prefix(r#","author_fingerprint":""#)?;
+    let (author, _) = rest.split_once('"')?;
+    // The last member must be the listing check, alone in its object.
+    let at = record.rfind(r#","listing":{"#)?;
+    let check = record[at + 11..].strip_suffix('}')?;
+    if check.matches('{').count() != 1 || check.matches('}').count() != 1 {
+        return None;
+    }
+    serde_json::from_str::<serde::de::IgnoredAny>(check).ok()?;
+    Some(Head {
+        post_id: Cow::Borrowed(plain(post_id)?),
+        author_fingerprint: Cow::Borrowed(plain(author)?),
+        attachments: Vec::new(),
+        listing: Some(serde::de::IgnoredAny),
+    })
+}
+
 /// The listing check of a post without attachments.
 const NO_LISTING: &str = r#"{"descriptor":null,"terms":false,"verified":false}"#;
 
@@ -71,11 +105,23 @@ const NO_LISTING: &str = r#"{"descriptor":null,"terms":false,"verified":false}"#
 /// text), reading every author and rating in one host call. The records
 /// are extended in place, not rebuilt, so a page of results costs little
 /// more than its bytes.
-pub fn render_records(records: &[String]) -> Result<Vec<String>, ApiError> {
+pub fn render_records(records: &[&str]) -> Result<Vec<String>, ApiError> {
+    let mut out = Vec::with_capacity(records.len());
+    render_each(records, |_, record, members| {
+        out.push(extend_object(record, members))
+    })?;
+    Ok(out)
+}
+
+/// The work of [`render_records`]: `emit(i, record, members)` gets each
+/// record with the members its public document adds.
+fn render_each(records: &[&str], mut emit: impl FnMut(usize, &str, &str)) -> Result<(), ApiError> {
     let heads: Vec<Head<'_>> = records
         .iter()
-        .map(|r| {
-            serde_json::from_str(r).map_err(|e| ApiError::internal(format!("corrupt post: {e}")))
+        .map(|r| match quick_head(r) {
+            Some(head) => Ok(head),
+            None => serde_json::from_str(r)
+                .map_err(|e| ApiError::internal(format!("corrupt post: {e}"))),
         })
         .collect::<Result<_, _>>()?;
     // One key per post for its rating, one per distinct author.
@@ -90,23 +136,21 @@ pub fn render_records(records: &[String]) -> Result<Vec<String>, ApiError> {
     authors.sort_unstable();
     authors.dedup();
     keys.extend(authors.iter().map(|a| format!("id/{a}")));
-    let values = kv::get_many_raw(Some("identity"), &keys)?;
+    let packed = kv::get_many_packed(Some("identity"), &keys)?;
+    let values: Vec<Option<&[u8]>> = packed.values().collect();
     let nicks: Vec<Option<String>> = values[heads.len()..]
         .iter()
         .map(|v| {
-            v.as_deref()
-                .and_then(|v| serde_json::from_slice::<Nick>(v).ok())
+            v.and_then(|v| serde_json::from_slice::<Nick>(v).ok())
                 .and_then(|n| n.nickname)
         })
         .collect();
-    let mut out = Vec::with_capacity(records.len());
     for (i, (record, head)) in records.iter().zip(&heads).enumerate() {
         let nick = authors
             .binary_search(&head.author_fingerprint.as_ref())
             .ok()
             .and_then(|a| nicks[a].clone());
         let rating: Rating = values[i]
-            .as_deref()
             .and_then(|v| serde_json::from_slice(v).ok())
             .unwrap_or_default();
         // Stored with the post since it is computed on write; older
@@ -127,38 +171,58 @@ pub fn render_records(records: &[String]) -> Result<Vec<String>, ApiError> {
             r#""author_nick":{nick},"rating":{{"up":{},"down":{}}}{listing}"#,
             rating.up, rating.down,
         );
-        out.push(extend_object(record, &extra));
+        emit(i, record, &extra);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Append members (`"k":v,...`) to a JSON object's text.
 pub fn extend_object(object: &str, members: &str) -> String {
-    let body = object.trim_end();
-    let body = body.strip_suffix('}').unwrap_or(body);
-    let sep = if body.trim_end().ends_with('{') {
-        ""
-    } else {
-        ","
-    };
-    format!("{body}{sep}{members}}}")
+    let mut out = String::with_capacity(object.len() + members.len() + 1);
+    push_extended(&mut out, object, &[members]);
+    out
 }
 
-/// Load and render posts by id, in order (None where absent), in two host
-/// calls whatever their number.
-pub fn load_rendered_many(post_ids: &[String]) -> Result<Vec<Option<String>>, ApiError> {
+/// Write `object` with `members` (each `"k":v,...`, empty ones skipped)
+/// appended to it onto `out`.
+fn push_extended(out: &mut String, object: &str, members: &[&str]) {
+    let body = object.trim_end();
+    let body = body.strip_suffix('}').unwrap_or(body);
+    out.push_str(body);
+    let mut empty = body.trim_end().ends_with('{');
+    for m in members.iter().filter(|m| !m.is_empty()) {
+        if !empty {
+            out.push(',');
+        }
+        out.push_str(m);
+        empty = false;
+    }
+    out.push('}');
+}
+
+/// Load and render posts by id onto `out`, comma-separated, in order,
+/// skipping absent ones; `extra(i)` adds members to the i-th post's
+/// document (e.g. a search score). One copy of each record, two host calls.
+pub fn render_many_into(
+    post_ids: &[String],
+    extra: impl Fn(usize) -> String,
+    out: &mut String,
+) -> Result<(), ApiError> {
     let keys: Vec<String> = post_ids.iter().map(|id| format!("post/{id}")).collect();
-    let records = kv::get_many_raw(Some("timeline"), &keys)?;
-    let present: Vec<String> = records
-        .iter()
-        .flatten()
-        .map(|r| String::from_utf8_lossy(r).into_owned())
-        .collect();
-    let mut rendered = render_records(&present)?.into_iter();
-    Ok(records
-        .iter()
-        .map(|r| r.as_ref().and_then(|_| rendered.next()))
-        .collect())
+    let packed = kv::get_many_packed(Some("timeline"), &keys)?;
+    let (index, records): (Vec<usize>, Vec<&str>) = packed
+        .values()
+        .enumerate()
+        .filter_map(|(i, v)| v.map(|b| (i, std::str::from_utf8(b).unwrap_or("{}"))))
+        .unzip();
+    let mut first = true;
+    render_each(&records, |n, record, members| {
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        push_extended(out, record, &[members, &extra(index[n])]);
+    })
 }
 
 /// The author fingerprint of a post (404 `not_found` when it does not exist).
@@ -187,6 +251,37 @@ mod tests {
     fn the_no_attachment_listing_is_the_computed_one() {
         let computed: Value = listing(std::iter::empty());
         assert_eq!(computed, serde_json::from_str::<Value>(NO_LISTING).unwrap());
+    }
+
+    #[test]
+    fn quick_heads_agree_with_the_full_parse_or_defer_to_it() {
+        let full = |r: &str| {
+            let h: Head<'_> = serde_json::from_str(r).unwrap();
+            (h.post_id.to_string(), h.author_fingerprint.to_string())
+        };
+        let written = [
+            r#"{"post_id":"post_01A","parent_id":null,"author_fingerprint":"ab12","content":"x \"listing\":{","post_type":"general","keywords":[],"attachments":[],"activity_metadata":{},"created_at":"t","comment_count":0,"listing":{"descriptor":null,"terms":false,"verified":false}}"#,
+            r#"{"post_id":"post_01B","parent_id":"post_01A","author_fingerprint":"cd34","content":"","post_type":"general","keywords":[],"attachments":[{"filename":"terms.md"}],"activity_metadata":{"listing":{"a":1}},"created_at":"t","comment_count":2,"listing":{"descriptor":"service.md","terms":true,"verified":true}}"#,
+        ];
+        for r in written {
+            let quick = quick_head(r).expect("a record as written");
+            assert_eq!(
+                (
+                    quick.post_id.to_string(),
+                    quick.author_fingerprint.to_string()
+                ),
+                full(r)
+            );
+        }
+        // No stored listing (an older record), even with one nested in the
+        // metadata, or an unexpected layout: the full parse decides.
+        for r in [
+            r#"{"post_id":"post_01C","parent_id":null,"author_fingerprint":"ef56","content":"","attachments":[],"activity_metadata":{"z":1,"listing":{"verified":true}},"created_at":"t","comment_count":0}"#,
+            r#"{"author_fingerprint":"ef56","post_id":"post_01D","listing":{"verified":true}}"#,
+            r#"{"post_id":"post_\u0031","parent_id":null,"author_fingerprint":"ef56","listing":{"verified":true}}"#,
+        ] {
+            assert!(quick_head(r).is_none(), "{r}");
+        }
     }
 
     #[test]

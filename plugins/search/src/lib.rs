@@ -20,7 +20,6 @@
 use marketplace_common::order::flip_ulid;
 use marketplace_common::text::tokens;
 use marketplace_guest::prelude::*;
-use marketplace_guest::storage;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -47,6 +46,13 @@ impl Hasher for Fnv {
 }
 
 struct Search;
+
+/// `ix/stats`, kept by the timeline family.
+#[derive(serde::Deserialize, Default)]
+struct Stats {
+    docs: u64,
+    total_len: u64,
+}
 
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
@@ -85,27 +91,35 @@ impl Endpoint for Search {
 
 /// Run a search; the result document of GET /api/search (JSON text).
 fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, ApiError> {
-    let stats: Value = kv::get_in(Some("timeline"), "ix/stats")?
-        .unwrap_or_else(|| json!({"docs": 0, "total_len": 0}));
-    let docs = stats["docs"].as_u64().unwrap_or(0) as f64;
-    let avgdl = if docs > 0.0 {
-        stats["total_len"].as_u64().unwrap_or(0) as f64 / docs
-    } else {
-        1.0
-    };
-
     let mut query: Vec<String> = tokens(term);
     query.sort();
     query.dedup();
     query.truncate(MAX_TERMS);
 
+    // The statistics and every term's document frequency in one call.
+    let mut keys = vec!["ix/stats".to_string()];
+    keys.extend(query.iter().map(|t| format!("ix/df/{t}")));
+    let packed = kv::get_many_packed(Some("timeline"), &keys)?;
+    let mut values = packed.values();
+    let stats: Stats = values
+        .next()
+        .flatten()
+        .and_then(|v| serde_json::from_slice(v).ok())
+        .unwrap_or_default();
+    let dfs: Vec<u64> = values
+        .map(|v| v.and_then(|v| serde_json::from_slice(v).ok()).unwrap_or(0))
+        .collect();
+    let docs = stats.docs as f64;
+    let avgdl = if stats.docs > 0 {
+        stats.total_len as f64 / docs
+    } else {
+        1.0
+    };
+
     let want = (limit * 2).max(40);
     let mut scores: HashMap<String, f64, BuildHasherDefault<Fnv>> = HashMap::default();
-    let mut dfs = Vec::new();
     let mut exhausted = true;
-    for t in &query {
-        let df: u64 = kv::get_in(Some("timeline"), &format!("ix/df/{t}"))?.unwrap_or(0);
-        dfs.push(df);
+    for (t, &df) in query.iter().zip(&dfs) {
         if df == 0 {
             continue;
         }
@@ -120,12 +134,13 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
             } else {
                 want as u32
             };
-            let postings = storage::scan(Some("timeline"), &start, end.as_deref(), false, page)
-                .map_err(|e| ApiError::internal(format!("{e:?}")))?;
-            let last_page = postings.len() < page as usize;
-            read += postings.len();
-            for p in &postings {
-                let value = String::from_utf8_lossy(&p.value);
+            let postings = kv::scan_packed(Some("timeline"), &start, end.as_deref(), false, page)?;
+            let mut entries = 0;
+            let mut last_key: &[u8] = &[];
+            for (key, value) in postings.entries() {
+                entries += 1;
+                last_key = key;
+                let value = std::str::from_utf8(value).unwrap_or("");
                 let mut parts = value.splitn(3, ' ');
                 // Both are integers (weighted counts).
                 let tf = parts
@@ -143,10 +158,12 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
                 matched += 1;
                 // Key: prefix, 8 hex digits of rank, the flipped post id
                 // (kept flipped until the final page: it sorts newest first).
-                let id = String::from_utf8_lossy(&p.key[prefix.len() + 8..]).into_owned();
+                let id = String::from_utf8_lossy(&key[prefix.len() + 8..]).into_owned();
                 let s = idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / avgdl));
                 *scores.entry(id).or_default() += s;
             }
+            let last_page = entries < page as usize;
+            read += entries;
             if last_page {
                 break;
             }
@@ -155,7 +172,7 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
                 break;
             }
             // Continue just after the last key read.
-            start = postings.last().expect("a full page").key.clone();
+            start = last_key.to_vec();
             start.push(0);
         }
     }
@@ -170,21 +187,22 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
     ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     ranked.truncate(limit);
     let ids: Vec<String> = ranked.iter().map(|(id, _)| flip_ulid(id)).collect();
-    let pages = marketplace_guest::posts::load_rendered_many(&ids)?;
-    // The page is assembled as text: each rendered post plus its score.
-    let results: Vec<String> = pages
-        .into_iter()
-        .zip(&ranked)
-        .filter_map(|(post, (_, score))| {
-            let score = json!((score * 10_000.0).round() / 10_000.0);
-            post.map(|p| marketplace_guest::posts::extend_object(&p, &format!("\"score\":{score}")))
-        })
-        .collect();
-    Ok(format!(
-        r#"{{"term":{},"total":{total},"results":[{}]}}"#,
-        json!(term),
-        results.join(",")
-    ))
+    // The page is written as text: each stored post extended in place with
+    // its rendered members and its score.
+    let mut out = String::with_capacity(1024 * (ids.len() + 1));
+    out.push_str(r#"{"term":"#);
+    out.push_str(&json!(term).to_string());
+    out.push_str(&format!(r#","total":{total},"results":["#));
+    marketplace_guest::posts::render_many_into(
+        &ids,
+        |i| {
+            let score = (ranked[i].1 * 10_000.0).round() / 10_000.0;
+            format!(r#""score":{}"#, json!(score))
+        },
+        &mut out,
+    )?;
+    out.push_str("]}");
+    Ok(out)
 }
 
 marketplace_guest::endpoint_plugin!(Search);
