@@ -113,6 +113,42 @@ pub struct Runtime {
     fee_settings: Arc<BTreeMap<String, String>>,
 }
 
+/// Compiled components unused for this long are removed at start.
+const CACHE_KEEP: Duration = Duration::from_secs(30 * 24 * 3600);
+/// A temp file this old is the leftover of a writer that died.
+const CACHE_TMP_KEEP: Duration = Duration::from_secs(3600);
+
+/// Remove what the compile cache no longer needs: compiled components not
+/// used for [`CACHE_KEEP`] (each use refreshes an entry's time; entries of
+/// older components or engine versions age out this way) and temp files
+/// older than [`CACHE_TMP_KEEP`]. Returns how many files went.
+fn prune_cache(dir: &Path, now: SystemTime) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let keep = if name.ends_with(".tmp") {
+            CACHE_TMP_KEEP
+        } else if name.ends_with(".cwasm") {
+            CACHE_KEEP
+        } else {
+            continue;
+        };
+        let age = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| now.duration_since(t).ok());
+        if age.is_some_and(|a| a > keep) && std::fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// What went wrong in a plugin call, mapped to the protocol's answers.
 fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool) -> Reply {
     if matches!(err.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
@@ -177,6 +213,10 @@ impl Runtime {
 
         std::fs::create_dir_all(cache_dir)
             .with_context(|| format!("creating {}", cache_dir.display()))?;
+        let pruned = prune_cache(cache_dir, SystemTime::now());
+        if pruned > 0 {
+            tracing::info!(pruned, cache = %cache_dir.display(), "removed unused compiled components");
+        }
 
         // The epoch ticker: deadlines are counted in ticks of this thread.
         let stop_ticker = Arc::new(AtomicBool::new(false));
@@ -363,6 +403,11 @@ impl Runtime {
             .cache_dir
             .join(format!("{hash}-{:016x}.cwasm", h.finish()));
         if path.is_file() {
+            // An entry's time is its last use: pruning keeps what is used.
+            let _ = std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .and_then(|f| f.set_modified(SystemTime::now()));
             // SAFETY: the file was written by `Component::serialize` of this
             // same engine configuration (the name carries the compatibility
             // hash) into the operator's own data directory.
@@ -655,4 +700,41 @@ pub fn hex(bytes: &[u8]) -> String {
             let _ = write!(s, "{b:02x}");
             s
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_compile_cache_keeps_what_is_used_and_drops_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = SystemTime::now();
+        let day = Duration::from_secs(24 * 3600);
+        let file = |name: &str, age: Duration| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, b"x").unwrap();
+            let f = std::fs::File::options().write(true).open(&path).unwrap();
+            f.set_modified(now - age).unwrap();
+        };
+        file("used-recently.cwasm", 3 * day);
+        file("stale.cwasm", 40 * day);
+        file("writer-died.1-0.tmp", 2 * day);
+        file("writing-now.2-0.tmp", Duration::from_secs(60));
+        file("operator-notes.txt", 400 * day);
+        assert_eq!(prune_cache(dir.path(), now), 2);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "operator-notes.txt",
+                "used-recently.cwasm",
+                "writing-now.2-0.tmp"
+            ]
+        );
+    }
 }
