@@ -225,6 +225,38 @@ fn an_unbounded_allocation_is_capped() {
 }
 
 #[test]
+fn a_plugin_may_choose_its_fault_answer_and_shorten_its_deadline() {
+    let s = Server::testing();
+    // A chosen answer replaces 500 and 503, for every kind of fault.
+    for path in [
+        "/_testing/trap?fault=422",
+        "/_testing/alloc?fault=422",
+        "/_testing/loop?fault=422&budget_ms=150",
+    ] {
+        let start = Instant::now();
+        let r = s.get(path);
+        assert_eq!((r.status, r.code().as_str()), (422, "chosen"), "{path}");
+        assert!(start.elapsed() < Duration::from_millis(900), "{path}");
+    }
+    // The shortened deadline is kept to: not much before, not much after.
+    let start = Instant::now();
+    assert_eq!(s.get("/_testing/loop?budget_ms=200").status, 503);
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(190) && took < Duration::from_millis(700),
+        "{took:?}"
+    );
+    // A deadline is never lengthened; a cleared or invalid choice leaves
+    // the host's own answers.
+    let start = Instant::now();
+    assert_eq!(s.get("/_testing/loop?budget_ms=5000").status, 503);
+    assert!(start.elapsed() < Duration::from_millis(2500));
+    assert_eq!(s.get("/_testing/trap?fault=422&clear=1").status, 500);
+    assert_eq!(s.get("/_testing/trap?fault=99").status, 500);
+    assert_eq!(s.get("/api/health").status, 200);
+}
+
+#[test]
 fn faults_under_concurrency_do_not_disturb_other_requests() {
     let s = Server::testing();
     let addr = s.addr;

@@ -659,7 +659,9 @@ impl host::Host for Ctx {
     }
 
     fn on_fault(&mut self, answer: types::Response) {
-        if (200..=599).contains(&answer.status) {
+        if answer.status == 0 {
+            self.on_fault = None;
+        } else if (200..=599).contains(&answer.status) {
             self.on_fault = Some(Reply {
                 status: answer.status,
                 headers: answer.headers,

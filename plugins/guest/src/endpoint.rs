@@ -540,6 +540,15 @@ pub fn on_fault(answer: &Response) {
     host::on_fault(answer);
 }
 
+/// Back to the host's own answers to a fault (after [`on_fault`]).
+pub fn clear_on_fault() {
+    host::on_fault(&Response {
+        status: 0,
+        headers: vec![],
+        body: vec![],
+    });
+}
+
 /// Let the rest of this call run at most `ms` milliseconds (the host's
 /// deadline is never lengthened). With [`on_fault`], a budget for user code.
 pub fn limit_time(ms: u32) {

@@ -14,7 +14,7 @@
 mod openapi;
 
 use marketplace_guest::prelude::*;
-use marketplace_guest::{Body, clock, dispatch, host, limit_time, on_fault, types};
+use marketplace_guest::{Body, clear_on_fault, clock, dispatch, host, limit_time, on_fault, types};
 use sha2::{Digest, Sha256};
 
 struct Mcp;
@@ -403,6 +403,7 @@ fn define(req: &Request) -> Result<Response, ApiError> {
             body.problem("typescript", p.to_string());
         }
     }
+    clear_on_fault();
     let schema = body.raw("input_schema").cloned();
     check_input_schema(schema.as_ref(), &mut body);
     let timestamp = body.optional_u64("timestamp");
@@ -551,8 +552,9 @@ fn run_macro(name: &str, typescript: &str, args: &Value, wrap: Wrap) -> Result<R
     let js = marketplace_script::compile(typescript).map_err(|problems| {
         macro_error(format!("macro {name} does not compile: {}", problems[0]))
     })?;
-    let out = marketplace_script::run(&js, args, clock::now_ms() as i64, Default::default())
-        .map_err(|e| macro_error(format!("macro {name} failed: {e}")))?;
+    let out = marketplace_script::run(&js, args, clock::now_ms() as i64, Default::default());
+    clear_on_fault();
+    let out = out.map_err(|e| macro_error(format!("macro {name} failed: {e}")))?;
     let query = match out {
         Some(Value::Object(q)) => q,
         other => {

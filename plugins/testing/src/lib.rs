@@ -10,6 +10,19 @@ impl Endpoint for Testing {
     const NAME: &'static str = "testing";
 
     fn handle(req: &Request) -> Result<Response, ApiError> {
+        // The misbehaving routes can first ask for their own fault answer
+        // (`fault=STATUS`, `clear=1` to take it back) and a shorter
+        // deadline (`budget_ms=N`).
+        if let Some(status) = req.query("fault").and_then(|s| s.parse::<u16>().ok()) {
+            let answer = json(status, &json!({"code": "chosen", "message": "as asked"}));
+            marketplace_guest::on_fault(&answer);
+            if req.query("clear").is_some() {
+                marketplace_guest::clear_on_fault();
+            }
+        }
+        if let Some(ms) = req.query("budget_ms").and_then(|s| s.parse::<u32>().ok()) {
+            marketplace_guest::limit_time(ms);
+        }
         match req.route() {
             "/_testing/ok" => Ok(json(200, &json!({"ok": true}))),
             "/_testing/trap" => panic!("deliberate trap"),
