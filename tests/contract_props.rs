@@ -66,6 +66,7 @@ impl World {
                 body.to_string().into_bytes()
             },
         };
+        let write = marketplace::routes::writes(&req.method, &req.route);
         self.app.runtime.handle(
             &self.app,
             family,
@@ -74,6 +75,7 @@ impl World {
                 cash: secret,
                 bitcoin: None,
             },
+            write,
         )
     }
 

@@ -223,7 +223,6 @@ impl Config {
             .unwrap_or_default()
     }
 
-    /// Path of the redb file.
     /// Compiled-component cache directory.
     pub fn cache_path(&self) -> PathBuf {
         self.cache_dir
@@ -231,6 +230,7 @@ impl Config {
             .unwrap_or_else(|| self.data_dir.join("cache"))
     }
 
+    /// Path of the redb file.
     pub fn db_path(&self) -> PathBuf {
         self.data_dir.join("marketplace.redb")
     }

@@ -22,7 +22,8 @@ pub struct PaymentHeaders {
     pub bitcoin: Option<String>,
 }
 
-/// Caps linear memory growth and remembers whether the cap was hit.
+/// The limits of one plugin call: caps linear memory growth (remembering
+/// whether the cap was hit) and holds the call's deadline.
 pub struct CallLimiter {
     max_bytes: usize,
     hit: bool,
@@ -78,7 +79,7 @@ impl ResourceLimiter for CallLimiter {
     }
 }
 
-/// Store data that carries a memory limiter.
+/// Store data that carries a call limiter.
 pub trait Limiter: Send + 'static {
     fn limiter(&mut self) -> &mut CallLimiter;
     fn memory_hit(&self) -> bool;
@@ -616,7 +617,8 @@ impl Ctx {
                     req.route = route.pattern.to_string();
                     req.path = path;
                     req.params = params;
-                    app.runtime.handle(&app, f, req, self.payment.clone())
+                    app.runtime
+                        .handle(&app, f, req, self.payment.clone(), route.writes)
                 }
                 Handler::Host(name) => crate::http::host_route(&app, name, &req.body),
             },

@@ -228,8 +228,10 @@ async fn dispatch(
             };
             let app2 = app.clone();
             let family_name = family.to_string();
+            let writes = route.writes;
             match tokio::task::spawn_blocking(move || {
-                app2.runtime.handle(&app2, &family_name, request, payment)
+                app2.runtime
+                    .handle(&app2, &family_name, request, payment, writes)
             })
             .await
             {

@@ -25,6 +25,13 @@ pub struct Route {
     pub writes: bool,
 }
 
+impl Route {
+    /// Whether this route answers `method` (HEAD is served by GET routes).
+    pub fn serves(&self, method: &str) -> bool {
+        self.method == method || (method == "HEAD" && self.method == "GET")
+    }
+}
+
 const fn is_read(method: &str) -> bool {
     matches!(method.as_bytes(), b"GET" | b"HEAD")
 }
@@ -179,13 +186,12 @@ pub fn canonical_path(path: &str) -> String {
 }
 
 /// Whether a call of `method` on the route `pattern` writes (see
-/// [`Route::writes`]); unknown routes write unless read by method.
+/// [`Route::writes`]); unknown routes write unless read by method. For
+/// callers that hold a request rather than its matched [`Route`].
 pub fn writes(method: &str, pattern: &str) -> bool {
     ROUTES
         .iter()
-        .find(|r| {
-            r.pattern == pattern && (r.method == method || (method == "HEAD" && r.method == "GET"))
-        })
+        .find(|r| r.pattern == pattern && r.serves(method))
         .map_or(!is_read(method), |r| r.writes)
 }
 
@@ -194,7 +200,7 @@ pub fn find(method: &str, path: &str, with_testing: bool) -> Match {
     let mut allowed = Vec::new();
     for route in ROUTES.iter().filter(|r| with_testing || !r.testing) {
         if let Some(params) = match_pattern(route.pattern, path) {
-            if route.method == method || (method == "HEAD" && route.method == "GET") {
+            if route.serves(method) {
                 return Match::Found { route, params };
             }
             allowed.push(route.method);

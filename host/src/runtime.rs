@@ -510,14 +510,17 @@ impl Runtime {
             .clone()
     }
 
-    /// Run one request through an endpoint family in its own transaction.
-    /// Writes (and payment spends) commit only on a 2xx answer.
+    /// Run one request through an endpoint family in its own transaction,
+    /// a write transaction when `write` (the matched route's
+    /// [`crate::routes::Route::writes`]). Writes (and payment spends)
+    /// commit only on a 2xx answer.
     pub fn handle(
         &self,
         app: &Arc<App>,
         family: &str,
         req: wit::Request,
         payment: PaymentHeaders,
+        write: bool,
     ) -> Reply {
         let Some(plugin) = self.plugin(family) else {
             return Reply::error(
@@ -529,7 +532,6 @@ impl Runtime {
         let Kind::Endpoint(pre) = &plugin.kind else {
             return Reply::error(500, "internal", "internal error");
         };
-        let write = crate::routes::writes(&req.method, &req.route);
         // An identical retry of a paid request gets the stored answer.
         let replay_key = match (&payment.cash, write) {
             (Some(secret), true) => marketplace_common::secret::parse(secret).ok().map(|s| {

@@ -245,7 +245,8 @@ pub fn paid_call(
         cash: Some(secret.to_string()),
         bitcoin: None,
     };
-    let reply = app.runtime.handle(app, family, req, pay);
+    let write = marketplace::routes::writes(&req.method, &req.route);
+    let reply = app.runtime.handle(app, family, req, pay, write);
     let change = reply
         .headers
         .iter()
