@@ -244,12 +244,16 @@ pub mod kv {
         keyspace: Option<&str>,
         key: &str,
     ) -> Result<Option<T>, ApiError> {
-        match get_raw(keyspace, key)? {
-            None => Ok(None),
-            Some(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|e| ApiError::internal(format!("corrupt value at {key}: {e}"))),
-        }
+        get_raw(keyspace, key)?
+            .map(|bytes| parse(key, &bytes))
+            .transpose()
+    }
+
+    /// A stored JSON value read back (500 `internal` naming `key` when it
+    /// does not parse).
+    pub fn parse<T: DeserializeOwned>(key: &str, bytes: &[u8]) -> Result<T, ApiError> {
+        serde_json::from_slice(bytes)
+            .map_err(|e| ApiError::internal(format!("corrupt value at {key}: {e}")))
     }
 
     /// Store raw bytes in the own keyspace.

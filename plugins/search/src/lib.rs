@@ -100,15 +100,14 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
     let mut keys = vec!["ix/stats".to_string()];
     keys.extend(query.iter().map(|t| format!("ix/df/{t}")));
     let packed = kv::get_many_packed(Some("timeline"), &keys)?;
-    let mut values = packed.values();
-    let stats: Stats = values
-        .next()
-        .flatten()
-        .and_then(|v| serde_json::from_slice(v).ok())
-        .unwrap_or_default();
+    let mut values = keys.iter().zip(packed.values());
+    let stats: Stats = match values.next() {
+        Some((key, Some(v))) => kv::parse(key, v)?,
+        _ => Stats::default(),
+    };
     let dfs: Vec<u64> = values
-        .map(|v| v.and_then(|v| serde_json::from_slice(v).ok()).unwrap_or(0))
-        .collect();
+        .map(|(key, v)| v.map_or(Ok(0), |v| kv::parse(key, v)))
+        .collect::<Result<_, _>>()?;
     let docs = stats.docs as f64;
     let avgdl = if stats.docs > 0 {
         stats.total_len as f64 / docs
