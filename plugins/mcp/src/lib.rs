@@ -549,12 +549,14 @@ fn run_macro(name: &str, typescript: &str, args: &Value, wrap: Wrap) -> Result<R
         .into(),
     ));
     limit_time(MACRO_BUDGET_MS);
-    let js = marketplace_script::compile(typescript).map_err(|problems| {
-        macro_error(format!("macro {name} does not compile: {}", problems[0]))
-    })?;
-    let out = marketplace_script::run(&js, args, clock::now_ms() as i64, Default::default());
+    let out = marketplace_script::compile(typescript)
+        .map_err(|problems| macro_error(format!("macro {name} does not compile: {}", problems[0])))
+        .and_then(|js| {
+            marketplace_script::run(&js, args, clock::now_ms() as i64, Default::default())
+                .map_err(|e| macro_error(format!("macro {name} failed: {e}")))
+        });
     clear_on_fault();
-    let out = out.map_err(|e| macro_error(format!("macro {name} failed: {e}")))?;
+    let out = out?;
     let query = match out {
         Some(Value::Object(q)) => q,
         other => {

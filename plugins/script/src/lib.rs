@@ -58,24 +58,17 @@ impl std::fmt::Display for Problem {
 /// TypeScript with runtime semantics (enums, namespaces) are problems.
 pub fn compile(body: &str) -> Result<String, Vec<Problem>> {
     let source = format!("function {ENTRY}(args: any) {{\n{body}\n}}\n");
-    let js = strip::strip(&source, PREFIX_LINES)?;
+    let stripped = strip::strip(&source, PREFIX_LINES)?;
     // The wrapper must still be one function: a body like `} evil(); {`
     // would otherwise escape it.
-    let allocator = oxc_allocator::Allocator::default();
-    let program = oxc_parser::Parser::new(&allocator, &js, oxc_span::SourceType::cjs())
-        .parse()
-        .program;
-    let whole = program.body.len() == 1
-        && matches!(&program.body[0], oxc_ast::ast::Statement::FunctionDeclaration(f)
-            if f.id.as_ref().is_some_and(|id| id.name == ENTRY) && f.body.is_some());
-    if !whole {
+    if stripped.sole_function.as_deref() != Some(ENTRY) {
         return Err(vec![Problem {
             line: 1,
             column: 1,
             message: "the macro must be one function body (unbalanced braces?)".into(),
         }]);
     }
-    Ok(js)
+    Ok(stripped.js)
 }
 
 /// What a run may use.

@@ -30,10 +30,18 @@ const TS_MODIFIERS: [&str; 7] = [
     "abstract",
 ];
 
-/// Parse `source` (a TypeScript script) and erase its types. `offset` is the
-/// number of lines a wrapper put before the author's text, subtracted from
-/// reported positions.
-pub(crate) fn strip(source: &str, line_offset: u32) -> Result<String, Vec<Problem>> {
+/// A script with its types erased.
+pub(crate) struct Stripped {
+    pub js: String,
+    /// The name of the function the script consists of, when it is exactly
+    /// one function declaration with a body.
+    pub sole_function: Option<String>,
+}
+
+/// Parse `source` (a TypeScript script) and erase its types. `line_offset`
+/// is the number of lines a wrapper put before the author's text,
+/// subtracted from reported positions.
+pub(crate) fn strip(source: &str, line_offset: u32) -> Result<Stripped, Vec<Problem>> {
     let allocator = Allocator::default();
     let parsed = Parser::new(&allocator, source, SourceType::ts().with_script(true)).parse();
     let at = |offset: u32, message: String| Problem::at(source, offset, line_offset, message);
@@ -74,7 +82,16 @@ pub(crate) fn strip(source: &str, line_offset: u32) -> Result<String, Vec<Proble
             }
         }
     }
-    Ok(String::from_utf8(bytes).expect("only whole characters are blanked"))
+    let sole_function = match parsed.program.body.as_slice() {
+        [Statement::FunctionDeclaration(f)] if f.body.is_some() => {
+            f.id.as_ref().map(|id| id.name.to_string())
+        }
+        _ => None,
+    };
+    Ok(Stripped {
+        js: String::from_utf8(bytes).expect("only whole characters are blanked"),
+        sole_function,
+    })
 }
 
 struct Eraser<'s> {
