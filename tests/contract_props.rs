@@ -8,8 +8,9 @@
 mod common;
 
 use ed25519_dalek::{Signer, SigningKey};
-use marketplace::host_api::PaymentHeaders;
-use marketplace::ledger::Ledger;
+use marketplace::money::escrow;
+use marketplace::money::ledger::Ledger;
+use marketplace::money::payments::PaymentHeaders;
 use marketplace::runtime::bindings::endpoint::marketplace::plugin::types::Request;
 use marketplace::{App, Config, Reply};
 use proptest::prelude::*;
@@ -66,7 +67,12 @@ impl World {
                 body.to_string().into_bytes()
             },
         };
-        let write = marketplace::routes::writes(&req.method, &req.route);
+        let write = self
+            .app
+            .runtime
+            .served()
+            .table
+            .writes(&req.method, &req.route);
         self.app.runtime.handle(
             &self.app,
             family,
@@ -80,7 +86,7 @@ impl World {
     }
 
     fn mint(&self, units: u64) -> String {
-        marketplace::admin::mint(&self.app, units).unwrap()
+        marketplace::server::admin::mint(&self.app, units).unwrap()
     }
 
     /// A unique fresh timestamp (fresh signatures are single-use).
@@ -297,20 +303,24 @@ fn run_case(
         let stored = json_of(&r);
         prop_assert_eq!(stored["status"].as_str(), Some(name(c.state)));
 
-        // Escrow holds exactly what open contracts still owe.
-        let expected_escrow: u64 = contracts
-            .iter()
-            .map(|c| match c.state {
-                St::Issued | St::Active | St::Delivered => c.amount,
-                St::Settled if c.claimed => 0,
-                St::Settled if pickup_paid => c.amount,
-                St::Settled => c.amount - c.amount * 3 / 100,
-                St::Refunded if c.claimed => 0,
-                St::Refunded => c.amount,
-            })
-            .sum();
-        let totals = Ledger::totals(&w.app.storage.begin_read().unwrap()).unwrap();
+        // Escrow holds exactly what open contracts still owe, each in its
+        // own account.
+        let owed = |c: &Model| match c.state {
+            St::Issued | St::Active | St::Delivered => c.amount,
+            St::Settled if c.claimed => 0,
+            St::Settled if pickup_paid => c.amount,
+            St::Settled => c.amount - c.amount * 3 / 100,
+            St::Refunded if c.claimed => 0,
+            St::Refunded => c.amount,
+        };
+        let expected_escrow: u64 = contracts.iter().map(owed).sum();
+        let read = w.app.storage.begin_read().unwrap();
+        for c in &contracts {
+            prop_assert_eq!(escrow::held(&read, "contracts", &c.id).unwrap(), owed(c));
+        }
+        let totals = Ledger::totals(&read).unwrap();
         prop_assert_eq!(totals.escrow, expected_escrow);
+        prop_assert_eq!(escrow::total_held(&read).unwrap(), totals.escrow);
         prop_assert_eq!(totals.minted, totals.unspent + totals.fees + totals.escrow);
     }
     Ok(())

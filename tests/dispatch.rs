@@ -8,7 +8,7 @@ mod support;
 
 use support::ok_request;
 
-use marketplace::host_api::PaymentHeaders;
+use marketplace::money::payments::PaymentHeaders;
 use std::time::Instant;
 
 #[test]

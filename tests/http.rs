@@ -299,7 +299,7 @@ fn testing_routes_are_absent_by_default_and_head_works() {
 }
 
 #[test]
-fn unloaded_family_is_503_plugin_unavailable() {
+fn a_family_whose_component_is_missing_serves_no_routes_and_is_unavailable() {
     // A plugins dir holding only `info`: every other family is unavailable.
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(
@@ -311,9 +311,12 @@ fn unloaded_family_is_503_plugin_unavailable() {
         plugins_dir: Some(dir.path().to_path_buf()),
         ..Default::default()
     });
+    // Routes come from the loaded components: a family whose component
+    // never loaded serves none, and health says why.
     let r = s.get("/api/search?term=x");
-    assert_eq!(r.status, 503);
-    assert_eq!(r.code(), "plugin_unavailable");
+    assert_eq!(r.status, 404);
+    assert_eq!(r.code(), "not_found");
+    assert_eq!(s.get("/api/info").status, 200);
     assert_eq!(
         s.get("/api/health").json()["plugins"]["search"]["status"],
         "unavailable"

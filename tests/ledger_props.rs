@@ -5,10 +5,10 @@
 //! on a real redb file, through the storage layer's request transactions
 //! (a dropped transaction is a failed request).
 
-use marketplace::host_api::PaymentHeaders;
-use marketplace::ledger::{Ledger, add_total, total};
-use marketplace::payments;
-use marketplace::storage::Storage;
+use marketplace::money::ledger::{Ledger, add_total, total};
+use marketplace::money::payments;
+use marketplace::money::payments::PaymentHeaders;
+use marketplace::store::Storage;
 use marketplace_common::secret;
 use proptest::prelude::*;
 
@@ -82,7 +82,7 @@ proptest! {
     #[test]
     fn value_is_conserved(ops in proptest::collection::vec(op(), 1..40)) {
         let dir = tempfile::tempdir().unwrap();
-        let db = Storage::open(&dir.path().join("db"), &[], Default::default()).unwrap();
+        let db = Storage::open(&dir.path().join("db"), Default::default()).unwrap();
         let ledger = Ledger::open(dir.path()).unwrap();
         let mut wallet: Vec<Entry> = Vec::new();
         let mut n = 0u64;

@@ -143,7 +143,8 @@ fn broken_components_are_refused_and_the_old_one_keeps_serving() {
     // fee component is not one.
     let fees = std::fs::read(plugins.path().join("fees_pickup_paid.wasm")).unwrap();
     assert_eq!(put("info", &fees).status, 400);
-    assert_eq!(put("nope", &fees).status, 404);
+    // An unknown family is mounted only from an endpoint component.
+    assert_eq!(put("nope", &fees).status, 400);
     // A valid endpoint component whose smoke call traps.
     let trap = std::fs::read(common::plugins_dir().join("testing_smoke_trap.wasm")).unwrap();
     let r = put("info", &trap);
@@ -231,26 +232,29 @@ fn the_template_plugin_is_a_working_component() {
     let s = Server::start();
     let template = std::fs::read(common::plugins_dir().join("template.wasm")).unwrap();
     let auth = format!("Bearer {ADMIN_TOKEN}");
+    // The template is a family of its own, mounted beside the built-ins.
     let r = common::request(
         s.admin,
         "PUT",
-        "/admin/plugins/info",
+        "/admin/plugins/template",
         &[("authorization", &auth)],
         Some(&template),
     );
     assert_eq!(r.status, 200, "{}", r.text());
-    let r = s.get("/api/info").json();
-    assert_eq!(r["plugin"], "template");
-    assert_eq!(r["route"], "/api/info");
+    assert_eq!(r.json()["mounted"], true);
+    let created = s.post_json("/api/template/notes", &serde_json::json!({"note": "hi"}));
+    assert_eq!(created.status, 201, "{}", created.text());
+    assert_eq!(s.get("/api/template/notes").json()["count"], 1);
+    assert_eq!(s.get("/api/info").status, 200);
     let plugins = s
         .admin_request("GET", "/admin/plugins", &serde_json::json!(null))
         .json();
-    let info = plugins
+    let template = plugins
         .as_array()
         .unwrap()
         .iter()
-        .find(|p| p["family"] == "info")
+        .find(|p| p["family"] == "template")
         .unwrap()
         .clone();
-    assert_eq!(info["version"], "0.1.0");
+    assert_eq!(template["version"], "0.1.0");
 }

@@ -2,11 +2,11 @@
 
 use crate::config::Config;
 use crate::ids::IdGen;
-use crate::ledger::Ledger;
+use crate::money::ledger::Ledger;
 use crate::runtime::{Limits, Runtime};
-use crate::storage::Storage;
+use crate::store::Storage;
 use anyhow::{Context, Result};
-use serde_json::{Value, json};
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -30,11 +30,10 @@ pub struct App {
 impl App {
     /// Open storage, start the runtime and load the configured plugins.
     pub fn start(config: Config) -> Result<Arc<App>> {
-        std::fs::create_dir_all(&config.data_dir)
-            .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
+        private_dir(&config.data_dir)?;
         let families = config.families();
-        let keyspaces: Vec<&str> = families.iter().map(|(f, _)| f.as_str()).collect();
-        let storage = Storage::open(&config.db_path(), &keyspaces, config.commit_settings())?;
+        let storage = Storage::open(&config.db_path(), config.commit_settings())?;
+        private_file(&config.db_path())?;
         let limits = Limits {
             deadline: Duration::from_millis(config.request_timeout_ms),
             memory_bytes: (config.plugin_memory_mib as usize) << 20,
@@ -46,6 +45,7 @@ impl App {
             &config.plugins_dir,
             &config.cache_path(),
             config.family_settings(crate::runtime::FEES_FAMILY),
+            crate::runtime::native::routes(config.testing_routes),
         )?;
         runtime.load_configured(&families);
         Ok(Arc::new(App {
@@ -73,30 +73,26 @@ impl App {
     }
 }
 
-/// An HTTP answer produced by the host or a plugin.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Reply {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
+/// Create the data dir readable by the owner only (0700), or tighten it:
+/// it holds the database, the server key and the admin token.
+fn private_dir(dir: &std::path::Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating data dir {}", dir.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("making {} private (0700)", dir.display()))?;
+    }
+    Ok(())
 }
 
-impl Reply {
-    /// A JSON answer.
-    pub fn json(status: u16, value: &Value) -> Reply {
-        Reply {
-            status,
-            headers: vec![],
-            body: serde_json::to_vec(value).unwrap_or_default(),
-        }
+/// Make a file readable and writable by the owner only (0600).
+fn private_file(path: &std::path::Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("making {} private (0600)", path.display()))?;
     }
-
-    /// A protocol error `{"code", "message"}`.
-    pub fn error(status: u16, code: &str, message: impl Into<String>) -> Reply {
-        Reply::json(status, &json!({"code": code, "message": message.into()}))
-    }
-
-    pub fn is_success(&self) -> bool {
-        (200..300).contains(&self.status)
-    }
+    Ok(())
 }

@@ -1,8 +1,8 @@
 //! Ed25519 signature checks (PROTOCOL section 2). The fingerprint is the
 //! 64-hex public key; signatures are hex; verification is strict.
 
-use crate::app::Reply;
-use crate::storage::{Kv, WriteTxn};
+use crate::reply::Reply;
+use crate::store::{Kv, WriteTxn};
 use ed25519_dalek::{Signature, VerifyingKey};
 
 /// Used signatures: "{actor}:{signature}" -> unix seconds of use (u64 BE).
@@ -28,7 +28,7 @@ pub fn key_of(fingerprint: &str) -> Option<VerifyingKey> {
     if fingerprint.len() != 64 || !fingerprint.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    let bytes = crate::ledger::decode_hex(fingerprint)?;
+    let bytes = crate::money::ledger::decode_hex(fingerprint)?;
     VerifyingKey::from_bytes(&bytes.try_into().ok()?).ok()
 }
 
@@ -38,7 +38,7 @@ pub fn key_of(fingerprint: &str) -> Option<VerifyingKey> {
 pub fn check_signature(st: &Statement) -> Result<(), Reply> {
     let key = key_of(st.actor)
         .ok_or_else(|| invalid("actor fingerprint must be a 64-hex Ed25519 public key"))?;
-    let sig_bytes = crate::ledger::decode_hex(st.signature)
+    let sig_bytes = crate::money::ledger::decode_hex(st.signature)
         .filter(|b| b.len() == 64)
         .ok_or_else(|| invalid("signature must be 128 hex characters"))?;
     let sig = Signature::from_bytes(&sig_bytes.try_into().expect("64 bytes"));
@@ -63,6 +63,35 @@ pub fn verify(
     if !checked {
         check_signature(st)?;
     }
+    let internal = |e: &dyn std::fmt::Display| {
+        tracing::error!("auth table: {e}");
+        Reply::error(500, "internal", "internal error")
+    };
+    let k = format!(
+        "{}:{}",
+        st.actor.to_ascii_lowercase(),
+        st.signature.to_ascii_lowercase()
+    );
+    if st.timestamp.is_none() {
+        // A fresh signature signs "{message}:{timestamp}": the same bytes as
+        // a legacy signature of a message ending in ":{timestamp}". Such a
+        // legacy message is refused while its number could be a current
+        // timestamp, and a signature once used fresh never counts as legacy.
+        if let Some(n) = trailing_number(st.message)
+            && n.abs_diff(now_s) <= FRESH_WINDOW_S
+        {
+            return Err(invalid(
+                "a legacy signature may not sign a message ending in a current timestamp: send the timestamp as `timestamp`",
+            ));
+        }
+        if let Some(used) = txn.get_in(USED, k.as_bytes()).map_err(|e| internal(&e))?
+            && used.get(8) == Some(&1)
+        {
+            return Err(invalid(
+                "this signature was made for a timestamped message and cannot be used without its timestamp",
+            ));
+        }
+    }
     match st.timestamp {
         Some(ts) if ts.abs_diff(now_s) > FRESH_WINDOW_S => {
             return Err(Reply::error(
@@ -83,15 +112,6 @@ pub fn verify(
         _ => {}
     }
     if st.timestamp.is_some() || legacy_single_use {
-        let internal = |e: &dyn std::fmt::Display| {
-            tracing::error!("auth table: {e}");
-            Reply::error(500, "internal", "internal error")
-        };
-        let k = format!(
-            "{}:{}",
-            st.actor.to_ascii_lowercase(),
-            st.signature.to_ascii_lowercase()
-        );
         if txn
             .get_in(USED, k.as_bytes())
             .map_err(|e| internal(&e))?
@@ -103,10 +123,21 @@ pub fn verify(
                 "this signature was already used",
             ));
         }
-        txn.put_in(USED, k.as_bytes(), &now_s.to_be_bytes())
+        // Seconds of use, then 1 for a fresh (timestamped) use.
+        let mut record = now_s.to_be_bytes().to_vec();
+        record.push(u8::from(st.timestamp.is_some()));
+        txn.put_in(USED, k.as_bytes(), &record)
             .map_err(|e| internal(&e))?;
     }
     Ok(())
+}
+
+/// The number after a message's last `:`, when all of it is 1 to 20 digits.
+fn trailing_number(message: &str) -> Option<u64> {
+    let (_, tail) = message.rsplit_once(':')?;
+    (!tail.is_empty() && tail.len() <= 20 && tail.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| tail.parse().ok())
+        .flatten()
 }
 
 #[cfg(test)]
@@ -115,16 +146,11 @@ mod tests {
     use ed25519_dalek::{Signer, SigningKey};
 
     fn hex(b: &[u8]) -> String {
-        crate::runtime::hex(b)
+        crate::ids::hex(b)
     }
 
-    fn setup() -> (
-        tempfile::TempDir,
-        crate::storage::Storage,
-        SigningKey,
-        String,
-    ) {
-        let (dir, db) = crate::storage::temp_storage();
+    fn setup() -> (tempfile::TempDir, crate::store::Storage, SigningKey, String) {
+        let (dir, db) = crate::store::temp_storage();
         let sk = SigningKey::from_bytes(&[7u8; 32]);
         let fp = hex(sk.verifying_key().as_bytes());
         (dir, db, sk, fp)
@@ -148,6 +174,55 @@ mod tests {
                 .status,
             409
         );
+    }
+
+    #[test]
+    fn a_fresh_signature_never_verifies_as_legacy_for_another_message() {
+        let (_d, db, sk, fp) = setup();
+        let txn = db.begin_write().unwrap();
+        let now = 1_800_000_000u64;
+        let sig = hex(&sk.sign(format!("post:hi:{now}").as_bytes()).to_bytes());
+        let fresh = Statement {
+            actor: &fp,
+            message: "post:hi",
+            signature: &sig,
+            timestamp: Some(now),
+        };
+        let as_legacy_message = format!("post:hi:{now}");
+        let legacy = Statement {
+            actor: &fp,
+            message: &as_legacy_message,
+            signature: &sig,
+            timestamp: None,
+        };
+        // While the number could be a current timestamp: refused.
+        assert_eq!(
+            verify(&txn, now, &legacy, false, false, false)
+                .unwrap_err()
+                .status,
+            401
+        );
+        // Once used fresh: refused as legacy forever after.
+        assert!(verify(&txn, now, &fresh, false, false, false).is_ok());
+        let later = now + 10 * FRESH_WINDOW_S;
+        let r = verify(&txn, later, &legacy, false, false, false).unwrap_err();
+        assert_eq!(
+            (r.status, r.body.windows(12).any(|w| w == b"auth_invalid")),
+            (401, true)
+        );
+        // A legacy message ending in a number that is no current timestamp
+        // (a time of day, a price) still verifies.
+        let sig = hex(&sk.sign(b"post:meet at 10:30").to_bytes());
+        let st = Statement {
+            actor: &fp,
+            message: "post:meet at 10:30",
+            signature: &sig,
+            timestamp: None,
+        };
+        assert!(verify(&txn, now, &st, false, false, false).is_ok());
+        assert_eq!(trailing_number("a:b:123"), Some(123));
+        assert_eq!(trailing_number("a:b:"), None);
+        assert_eq!(trailing_number("a:12x"), None);
     }
 
     #[test]

@@ -15,7 +15,8 @@ USAGE:
                       [--plugins DIR] [--admin-listen ADDR] [--testing-routes]
     marketplace cash mint <AMOUNT> [--data-dir DIR | --admin URL [--token T]]
     marketplace plugins list --admin URL [--token T]
-    marketplace plugins load <FAMILY> <FILE.wasm> --admin URL [--token T]
+    marketplace plugins load <FAMILY> <FILE.wasm> [--grants CAP,..] [--read FAMILY,..] --admin URL [--token T]
+    marketplace plugins unmount <FAMILY> --admin URL [--token T]
     marketplace --version | --help
 
 `cash mint` without --admin opens the data dir directly (the server must be
@@ -153,14 +154,14 @@ fn serve(args: &[String]) -> Result<()> {
         let admin = match config.admin_listen {
             Some(addr) => Some((
                 addr,
-                crate::admin::token(config.admin_token.as_deref(), &config.data_dir)?,
+                crate::server::admin::token(config.admin_token.as_deref(), &config.data_dir)?,
             )),
             None => None,
         };
         let watch = config.watch_plugins;
         let app = tokio::task::spawn_blocking(move || App::start(config)).await??;
         if watch {
-            crate::reload::spawn(app.clone())?;
+            crate::runtime::reload::spawn(app.clone())?;
         }
         if let Some((addr, token)) = admin {
             let listener = tokio::net::TcpListener::bind(addr)
@@ -169,7 +170,7 @@ fn serve(args: &[String]) -> Result<()> {
             let admin_addr = listener.local_addr()?;
             println!("marketplace admin listening on http://{admin_addr}");
             tracing::info!("admin listener on http://{admin_addr}");
-            tokio::spawn(crate::admin::serve(app.clone(), listener, token));
+            tokio::spawn(crate::server::admin::serve(app.clone(), listener, token));
         }
         let listener = tokio::net::TcpListener::bind(listen)
             .await
@@ -179,7 +180,7 @@ fn serve(args: &[String]) -> Result<()> {
         println!("marketplace listening on http://{addr}");
         std::io::stdout().flush()?;
         tracing::info!("listening on http://{addr}");
-        crate::http::serve(app, listener, shutdown_signal()).await;
+        crate::server::http::serve(app, listener, shutdown_signal()).await;
         tracing::info!("stopped");
         Ok(())
     })
@@ -217,6 +218,11 @@ fn client_options(args: &[String]) -> (Option<String>, Option<String>, Vec<Strin
             Some(("--token", v)) => token = Some(v.to_string()),
             _ if a == "--admin" => admin = it.next().cloned(),
             _ if a == "--token" => token = it.next().cloned(),
+            // Grants of `plugins load`: kept with their value.
+            _ if a == "--grants" || a == "--read" => {
+                rest.push(a.clone());
+                rest.extend(it.next().cloned());
+            }
             _ if a.starts_with("--") => {
                 // A setting flag (e.g. --data-dir DIR): skip it and its value.
                 if !a.contains('=') && a != "--testing-routes" {
@@ -260,12 +266,9 @@ fn cash_mint(args: &[String]) -> Result<()> {
         return Ok(());
     }
     let config = load_config_with(args, true)?;
-    let families = config.families();
-    let keyspaces: Vec<&str> = families.iter().map(|(f, _)| f.as_str()).collect();
-    let storage =
-        crate::storage::Storage::open(&config.db_path(), &keyspaces, config.commit_settings())
-            .context("opening the database (is the server running? then use --admin URL)")?;
-    let ledger = crate::ledger::Ledger::open(&config.data_dir)?;
+    let storage = crate::store::Storage::open(&config.db_path(), config.commit_settings())
+        .context("opening the database (is the server running? then use --admin URL)")?;
+    let ledger = crate::money::ledger::Ledger::open(&config.data_dir)?;
     let txn = storage.begin_write().map_err(|e| anyhow::anyhow!("{e}"))?;
     let secret = ledger.mint(&txn, units)?;
     storage.commit(txn).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -284,17 +287,33 @@ fn plugins(args: &[String]) -> Result<()> {
         .as_slice()
     {
         ["list"] => admin_request(&url, "GET", "/admin/plugins", &token, b"")?,
-        ["load", family, file] => {
+        ["load", family, file, grants @ ..] => {
             let bytes = std::fs::read(file).with_context(|| format!("reading {file}"))?;
-            admin_request(
-                &url,
-                "PUT",
-                &format!("/admin/plugins/{family}"),
-                &token,
-                &bytes,
-            )?
+            // `--grants a,b` and `--read x,y` become the query of the PUT.
+            let mut query = Vec::new();
+            for pair in grants.chunks(2) {
+                match pair {
+                    ["--grants", v] => query.push(format!("grants={v}")),
+                    ["--read", v] => query.push(format!("read={v}")),
+                    _ => bail!("load takes --grants CAP,CAP and --read FAMILY,FAMILY"),
+                }
+            }
+            let mut path = format!("/admin/plugins/{family}");
+            if !query.is_empty() {
+                path = format!("{path}?{}", query.join("&"));
+            }
+            admin_request(&url, "PUT", &path, &token, &bytes)?
         }
-        _ => bail!("usage: marketplace plugins list|load <FAMILY> <FILE.wasm> --admin URL"),
+        ["unmount", family] => admin_request(
+            &url,
+            "DELETE",
+            &format!("/admin/plugins/{family}"),
+            &token,
+            b"",
+        )?,
+        _ => bail!(
+            "usage: marketplace plugins list | load <FAMILY> <FILE.wasm> [--grants CAP,..] [--read FAMILY,..] | unmount <FAMILY>  (all with --admin URL)"
+        ),
     };
     println!("{text}");
     anyhow::ensure!(status == 200, "admin answered {status}");

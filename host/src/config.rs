@@ -60,9 +60,35 @@ pub struct Config {
     pub commit_window_us: u64,
     /// Most requests whose commits share one fsync.
     pub commit_max_batch: u64,
+    /// Families and their grants: `[families.NAME] component = "x.wasm",
+    /// grants = ["payments"], read = ["timeline"]`. A built-in family
+    /// named here keeps its component unless one is given, and takes these
+    /// grants instead of its built-in ones; any other name mounts a new
+    /// family.
+    pub families: BTreeMap<String, FamilyConfig>,
     /// Per-family operator settings (`[settings.fees] post = "0.3"`), read by
     /// plugins through the `settings` interface.
     pub settings: BTreeMap<String, BTreeMap<String, toml::Value>>,
+}
+
+/// One `[families.NAME]` table.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FamilyConfig {
+    /// Component file name, relative to `plugins_dir`.
+    pub component: Option<String>,
+    /// Capabilities granted (see `runtime::capabilities`).
+    pub grants: Option<Vec<String>>,
+    /// Other families' keyspaces it may read.
+    pub read: Option<Vec<String>>,
+}
+
+/// A family the host serves, as configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FamilySpec {
+    pub name: String,
+    pub component: String,
+    pub grants: crate::runtime::capabilities::Grants,
 }
 
 impl Default for Config {
@@ -86,6 +112,7 @@ impl Default for Config {
             commit_window_us: 2000,
             commit_max_batch: 32,
             settings: BTreeMap::new(),
+            families: BTreeMap::new(),
         }
     }
 }
@@ -176,29 +203,73 @@ impl Config {
         if self.commit_max_batch == 0 || self.commit_max_batch > 100_000 {
             bail!("commit_max_batch must be 1..=100000");
         }
+        let families = self.try_families()?;
         for family in self.plugins.keys() {
-            if !self.families().iter().any(|(f, _)| f == family) {
+            if !families.iter().any(|f| &f.name == family) {
                 bail!("unknown plugin family {family:?} in [plugins]");
             }
         }
         Ok(())
     }
 
-    /// Every family this host serves, with its component file name.
-    pub fn families(&self) -> Vec<(String, String)> {
-        let mut out: Vec<(String, String)> = DEFAULT_PLUGINS
+    /// Every family this host serves at start, with its component file name
+    /// and grants.
+    pub fn families(&self) -> Vec<FamilySpec> {
+        self.try_families().unwrap_or_default()
+    }
+
+    fn try_families(&self) -> Result<Vec<FamilySpec>> {
+        use crate::runtime::capabilities::{self, Grants};
+        let mut out: Vec<FamilySpec> = DEFAULT_PLUGINS
             .iter()
-            .map(|(f, c)| (f.to_string(), c.to_string()))
+            .chain(self.testing_routes.then_some(&TESTING_PLUGIN))
+            .map(|(f, c)| FamilySpec {
+                name: f.to_string(),
+                component: c.to_string(),
+                grants: capabilities::builtin(f),
+            })
             .collect();
-        if self.testing_routes {
-            out.push((TESTING_PLUGIN.0.to_string(), TESTING_PLUGIN.1.to_string()));
-        }
-        for (family, component) in out.iter_mut() {
-            if let Some(over) = self.plugins.get(family.as_str()) {
-                *component = over.clone();
+        for (name, fc) in &self.families {
+            if !capabilities::valid_family(name) {
+                bail!(
+                    "[families.{name}]: a family name is 1 to 32 of a-z, 0-9, _ and -, starting with a letter"
+                );
+            }
+            let i = match out.iter().position(|f| &f.name == name) {
+                Some(i) => i,
+                None => {
+                    let Some(component) = &fc.component else {
+                        bail!("[families.{name}] needs a component file name");
+                    };
+                    out.push(FamilySpec {
+                        name: name.clone(),
+                        component: component.clone(),
+                        grants: Grants::default(),
+                    });
+                    out.len() - 1
+                }
+            };
+            if let Some(c) = &fc.component {
+                out[i].component = c.clone();
+            }
+            if fc.grants.is_some() || fc.read.is_some() {
+                let caps = fc.grants.iter().flatten().map(String::as_str);
+                let reads = fc.read.iter().flatten().map(String::as_str);
+                out[i].grants = Grants::parse(caps, reads)
+                    .map_err(|e| anyhow::anyhow!("[families.{name}]: {e}"))?;
             }
         }
-        out
+        for f in out.iter_mut() {
+            if let Some(over) = self.plugins.get(&f.name) {
+                f.component = over.clone();
+            }
+        }
+        Ok(out)
+    }
+
+    /// The configured spec of one family, if it has one.
+    pub fn family(&self, name: &str) -> Option<FamilySpec> {
+        self.families().into_iter().find(|f| f.name == name)
     }
 
     /// Settings of one family as strings (TOML strings as written, other
@@ -236,8 +307,8 @@ impl Config {
     }
 
     /// How commits are grouped.
-    pub fn commit_settings(&self) -> crate::group_commit::Settings {
-        crate::group_commit::Settings {
+    pub fn commit_settings(&self) -> crate::store::group_commit::Settings {
+        crate::store::group_commit::Settings {
             enabled: self.group_commit,
             window: std::time::Duration::from_micros(self.commit_window_us),
             max_batch: self.commit_max_batch,
@@ -281,6 +352,10 @@ mod tests {
         let c = Config::load(None, &[], &[]).unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(c.families().len(), DEFAULT_PLUGINS.len());
+        assert_eq!(
+            c.family("contracts").unwrap().grants,
+            crate::runtime::capabilities::builtin("contracts")
+        );
     }
 
     #[test]
@@ -298,10 +373,7 @@ mod tests {
         assert_eq!(c.listen.port(), 3);
         assert_eq!(c.request_timeout_ms, 500);
         assert!(c.testing_routes);
-        assert!(
-            c.families()
-                .contains(&("fees".into(), "fees_pickup_paid.wasm".into()))
-        );
+        assert_eq!(c.family("fees").unwrap().component, "fees_pickup_paid.wasm");
         let c = Config::load(Some(&file), &env, &[]).unwrap();
         assert_eq!(c.listen.port(), 2);
     }
@@ -311,5 +383,34 @@ mod tests {
         assert!(Config::load(None, &[], &s(&[("admin_listen", "0.0.0.0:9")])).is_err());
         assert!(Config::load(None, &[], &s(&[("nonsense", "1")])).is_err());
         assert!(Config::load(None, &s(&[("MARKETPLACE_PLUGIN_NOPE", "x.wasm")]), &[]).is_err());
+    }
+
+    #[test]
+    fn families_mount_and_grant() {
+        use crate::runtime::capabilities::Capability;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(
+            &file,
+            "[families.notes]\ncomponent = \"notes.wasm\"\ngrants = [\"payments\"]\nread = [\"timeline\"]\n[families.search]\ngrants = []\n",
+        )
+        .unwrap();
+        let c = Config::load(Some(&file), &[], &[]).unwrap();
+        let notes = c.family("notes").unwrap();
+        assert_eq!(notes.component, "notes.wasm");
+        assert!(notes.grants.has(Capability::Payments));
+        assert!(notes.grants.reads.contains("timeline"));
+        // A built-in family named with grants takes exactly those.
+        let search = c.family("search").unwrap();
+        assert_eq!(search.component, "search.wasm");
+        assert!(search.grants.capabilities.is_empty() && search.grants.reads.is_empty());
+        for bad in [
+            "[families.x]\ngrants = [\"payments\"]\n",
+            "[families.x]\ncomponent = \"x.wasm\"\ngrants = [\"money\"]\n",
+            "[families.Bad]\ncomponent = \"x.wasm\"\n",
+        ] {
+            std::fs::write(&file, bad).unwrap();
+            assert!(Config::load(Some(&file), &[], &[]).is_err(), "{bad}");
+        }
     }
 }

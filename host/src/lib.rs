@@ -1,22 +1,31 @@
 //! The marketplace host: HTTP, payments, signatures, storage and the
 //! WebAssembly plugin runtime. The binary (`src/main.rs`) is a thin CLI over
 //! this library; tests and benchmarks drive the library directly too.
+//!
+//! Layers, each importing only the ones below it (plus [`app`], the shared
+//! state every request carries):
+//!
+//! - [`server`]: HTTP (hyper), the router and route table, the admin API,
+//!   the host's own routes (fees, cash) and the assembled OpenAPI document.
+//! - [`runtime`]: the wasmtime engine, families and their grants, linking
+//!   per capability, hot reload, and [`runtime::host`]: one file per WIT
+//!   interface a plugin may import.
+//! - [`money`]: the cash ledger, the 402 payment gate, escrow per contract.
+//! - [`auth`]: Ed25519 signature checks.
+//! - [`store`]: redb storage and group commit.
+//! - [`ids`], [`reply`]: ids, hex, time; the reply type.
 
-pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod cli;
 pub mod config;
-pub mod group_commit;
-pub mod host_api;
-pub mod http;
 pub mod ids;
-pub mod ledger;
-pub mod payments;
-pub mod reload;
-pub mod routes;
+pub mod money;
+pub mod reply;
 pub mod runtime;
-pub mod storage;
+pub mod server;
+pub mod store;
 
-pub use app::{App, Reply};
+pub use app::App;
 pub use config::Config;
+pub use reply::Reply;

@@ -8,7 +8,7 @@
 //! after `cargo xtask build-plugins`). Settings: BENCH_SECONDS (default 5),
 //! BENCH_CONNECTIONS (default 32).
 
-use marketplace::host_api::PaymentHeaders;
+use marketplace::money::payments::PaymentHeaders;
 use std::time::Instant;
 
 mod support;

@@ -56,7 +56,7 @@ fn main() {
     let app = support::start_app(&tmp.path().join("data"), &support::built_plugins(), false);
 
     // One registered author.
-    let secret = marketplace::admin::mint(&app, 100_000_000).unwrap();
+    let secret = marketplace::server::admin::mint(&app, 100_000_000).unwrap();
     let key = SigningKey::from_bytes(&[42u8; 32]);
     support::register(&app, &key, &secret);
 

@@ -178,7 +178,7 @@ pub fn start_app_with(
 pub async fn serve(app: Arc<App>) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(marketplace::http::serve(
+    tokio::spawn(marketplace::server::http::serve(
         app,
         listener,
         std::future::pending(),
@@ -241,11 +241,11 @@ pub fn paid_call(
         headers: vec![],
         body: body.to_string().into_bytes(),
     };
-    let pay = marketplace::host_api::PaymentHeaders {
+    let pay = marketplace::money::payments::PaymentHeaders {
         cash: Some(secret.to_string()),
         bitcoin: None,
     };
-    let write = marketplace::routes::writes(&req.method, &req.route);
+    let write = app.runtime.served().table.writes(&req.method, &req.route);
     let reply = app.runtime.handle(app, family, req, pay, write);
     let change = reply
         .headers

@@ -38,7 +38,7 @@ fn main() {
     }
     let data = tempfile::tempdir().unwrap();
     let app = support::start_app(data.path(), plugins.path(), false);
-    marketplace::reload::spawn(app.clone()).unwrap();
+    marketplace::runtime::reload::spawn(app.clone()).unwrap();
     let target = plugins.path().join("fees_bid_inclusive.wasm");
     let versions = [
         built.join("fees_pickup_paid.wasm"),
@@ -80,7 +80,7 @@ fn main() {
         times.sort();
         println!(
             "{swaps} swaps of the fee component through the watched directory (poll {:?})",
-            marketplace::reload::POLL
+            marketplace::runtime::reload::POLL
         );
         println!(
             "file change -> new version serving: p50 {:?}, max {:?}",

@@ -2,20 +2,23 @@
 //! and the seller of a listing, with certificates and bearer witnesses.
 //!
 //! Keyspace `contracts`:
-//! - `c/{contract_id}` -> [`Contract`] (secrets included; never served raw)
+//! - `c/{contract_id}` -> [`Contract`] (no spendable secret; never served raw)
 //! - `w/{witness proof}` -> `{"contract_id", "state": live|spent|burned}`
 //!
-//! Money goes through the host ledger: buy charges the amount into escrow;
-//! settlement earns the fee (bid-inclusive) or the first pickup pays it
-//! (pickup-paid); payouts and refunds are derived secrets out of escrow, so
-//! every repeat of a pickup returns the same secret.
+//! Money goes through the host's escrow, one account per contract: buy
+//! charges the amount and holds it in the contract's account; settlement
+//! earns the fee out of it (bid-inclusive) or the first pickup pays the fee
+//! fixed at buy (pickup-paid); payouts and refunds come out of the account
+//! and are recorded by the host, so every repeat of a pickup returns the
+//! same secret and nothing is ever paid twice.
 
+mod api;
 pub mod machine;
 
 use machine::{Action, Collect, Role, State, Verdict};
 use marketplace_common::amount;
 use marketplace_guest::prelude::*;
-use marketplace_guest::{cash, clock, ids, payments};
+use marketplace_guest::{clock, escrow, ids, payments};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -32,10 +35,11 @@ struct Event {
     at: String,
 }
 
+/// The certificate as stored: its secret is never stored; the host's
+/// escrow issues it and shows it again on each pickup.
 #[derive(Serialize, Deserialize, Clone)]
 struct Certificate {
     certificate_id: String,
-    certificate_secret: String,
     certificate_proof: String,
 }
 
@@ -154,6 +158,10 @@ fn valid_witness_proof(proof: &str, contract_id: &str) -> bool {
 
 impl Endpoint for Contracts {
     const NAME: &'static str = "contracts";
+
+    fn api() -> marketplace_guest::types::Api {
+        api::api()
+    }
 
     fn handle(req: &Request) -> Result<Response, ApiError> {
         match (req.method(), req.route()) {
@@ -333,6 +341,7 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
         fee_paid: false,
     };
     c.record("buy", &buyer);
+    escrow::hold(&id)?;
     c.save()?;
     Ok(json(
         201,
@@ -451,13 +460,13 @@ fn act(req: &Request, action: Action) -> Result<Response, ApiError> {
                 _ => {}
             }
             if action == Action::Pickup {
-                extra.extend(certificate_doc(&c));
+                extra.extend(certificate_doc(&c)?);
             }
         }
         Verdict::Collect(kind) => match kind {
             Collect::Certificate => {
                 pay_first_pickup(&mut c, &mut extra)?;
-                extra.extend(certificate_doc(&c));
+                extra.extend(certificate_doc(&c)?);
             }
             Collect::Payout => {
                 pay_first_pickup(&mut c, &mut extra)?;
@@ -467,13 +476,13 @@ fn act(req: &Request, action: Action) -> Result<Response, ApiError> {
                 } else {
                     c.amount
                 };
-                let secret = cash::payout(&format!("payout:{id}"), out)?;
+                let secret = escrow::payout(&id, "payout", out)?;
                 extra.insert("payout".into(), json!(secret));
                 extra.insert("payout_amount".into(), json!(amount::format(out)));
             }
             Collect::RefundSecret => {
                 require_fresh(timestamp)?;
-                let secret = cash::payout(&format!("refund:{id}"), c.amount)?;
+                let secret = escrow::payout(&id, "refund", c.amount)?;
                 extra.insert("refund".into(), json!(secret));
                 extra.insert("refund_amount".into(), json!(amount::format(c.amount)));
             }
@@ -508,14 +517,10 @@ fn pay_first_pickup(
     if c.fee_policy != "pickup-paid" || c.fee_paid {
         return Ok(());
     }
-    // The contract keeps the policy it was bought under: if the fee
-    // component was swapped since, price the same 3 % as "arbitration".
-    let action = if payments::policy() == "pickup-paid" {
-        "pickup"
-    } else {
-        "arbitration"
-    };
-    let payment = charge(action, Some(c.amount))?;
+    // The contract keeps the policy and the fee it was bought under,
+    // whatever the fee component in force now quotes.
+    let payment = charge_price("pickup", c.fee)?;
+    escrow::note_fee(&c.contract_id)?;
     extra.insert("payment".into(), payment);
     c.fee_paid = true;
     Ok(())
@@ -523,27 +528,33 @@ fn pay_first_pickup(
 
 /// Settlement: the certificate, the witness burned, the fee earned (bid-inclusive).
 fn settle(c: &mut Contract) -> Result<(), ApiError> {
-    let raw = marketplace_guest::ids::random_bytes(32);
+    let secret = escrow::certificate(&c.contract_id)?;
+    let raw: Vec<u8> = (0..secret.len() / 2)
+        .filter_map(|i| u8::from_str_radix(secret.get(2 * i..2 * i + 2)?, 16).ok())
+        .collect();
     c.certificate = Some(Certificate {
         certificate_id: format!("CRT_{}", ids::ulid()),
-        certificate_secret: hex(&raw),
         certificate_proof: hex(&Sha256::digest(&raw)),
     });
     if c.fee_policy == "bid-inclusive" && c.fee > 0 {
-        cash::earn(c.fee)?;
+        escrow::earn(&c.contract_id, c.fee)?;
     }
     burn_witness(c)
 }
 
-fn certificate_doc(c: &Contract) -> serde_json::Map<String, Value> {
+/// The certificate members of a pickup answer (the secret from the host).
+fn certificate_doc(c: &Contract) -> Result<serde_json::Map<String, Value>, ApiError> {
     let mut m = serde_json::Map::new();
     if let Some(cert) = &c.certificate {
         m.insert("certificate_id".into(), json!(cert.certificate_id));
-        m.insert("certificate_secret".into(), json!(cert.certificate_secret));
+        m.insert(
+            "certificate_secret".into(),
+            json!(escrow::certificate(&c.contract_id)?),
+        );
         m.insert("certificate_proof".into(), json!(cert.certificate_proof));
         m.insert("delivered_text".into(), json!(c.delivered_text));
     }
-    m
+    Ok(m)
 }
 
 fn check_witness(c: &Contract, secret: Option<&str>) -> Result<(), ApiError> {

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 pub use crate::endpoint_bindings::marketplace::plugin::{
-    auth, cash, clock, dispatch, host, ids, payments, storage,
+    auth, clock, dispatch, escrow, host, ids, limits, payments, storage,
 };
 pub use types::{PluginInfo, Refusal};
 
@@ -26,6 +26,11 @@ pub trait Endpoint {
     const NAME: &'static str;
     /// Handle one request; an `Err` becomes the JSON error answer.
     fn handle(req: &Request) -> Result<Response, ApiError>;
+    /// The routes this family serves and their OpenAPI, exported as
+    /// `handler.describe-api` (called by the host at load, with no host
+    /// interface available): usually [`crate::openapi::api`] over the
+    /// family's operation table.
+    fn api() -> types::Api;
 }
 
 impl Request {
@@ -159,6 +164,9 @@ pub mod kv {
         match e {
             StorageError::ReadOnly => ApiError::internal("write attempted in a read-only request"),
             StorageError::UnknownKeyspace(k) => ApiError::internal(format!("unknown keyspace {k}")),
+            StorageError::Forbidden(k) => {
+                ApiError::internal(format!("no read grant for keyspace {k}"))
+            }
             StorageError::TooLarge(m) => ApiError::new(413, "payload_too_large", m),
             StorageError::Internal(m) => ApiError::internal(format!("storage: {m}")),
         }
@@ -351,6 +359,9 @@ macro_rules! endpoint_plugin {
                     version: env!("CARGO_PKG_VERSION").to_string(),
                 }
             }
+            fn describe_api() -> $crate::endpoint_bindings::marketplace::plugin::types::Api {
+                <$ty as $crate::Endpoint>::api()
+            }
         }
         $crate::endpoint_bindings::export_endpoint!(__MarketplaceExport);
     };
@@ -460,7 +471,16 @@ impl Body {
 /// Charge this request for `action` (402 refusals pass through unchanged).
 /// Returns the `payment` member for the success body.
 pub fn charge(action: &str, basis: Option<u64>) -> Result<Value, ApiError> {
-    let r = payments::charge(action, basis)?;
+    receipt_doc(payments::charge(action, basis)?)
+}
+
+/// Charge this request a price fixed earlier (e.g. a fee fixed at buy)
+/// rather than a new quote. Returns the `payment` member.
+pub fn charge_price(action: &str, price: u64) -> Result<Value, ApiError> {
+    receipt_doc(payments::charge_price(action, price)?)
+}
+
+fn receipt_doc(r: payments::Receipt) -> Result<Value, ApiError> {
     Ok(serde_json::json!({
         "action": r.action,
         "price": marketplace_common::amount::format(r.price),
@@ -541,12 +561,12 @@ pub fn now_rfc3339() -> String {
 /// memory, the host answers with `answer` instead of 500/503 (and discards
 /// the call's writes). For running code a user supplied.
 pub fn on_fault(answer: &Response) {
-    host::on_fault(answer);
+    limits::on_fault(answer);
 }
 
 /// Back to the host's own answers to a fault (after [`on_fault`]).
 pub fn clear_on_fault() {
-    host::on_fault(&Response {
+    limits::on_fault(&Response {
         status: 0,
         headers: vec![],
         body: vec![],
@@ -556,5 +576,5 @@ pub fn clear_on_fault() {
 /// Let the rest of this call run at most `ms` milliseconds (the host's
 /// deadline is never lengthened). With [`on_fault`], a budget for user code.
 pub fn limit_time(ms: u32) {
-    host::limit_time(ms);
+    limits::limit_time(ms);
 }

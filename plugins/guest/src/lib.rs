@@ -16,6 +16,10 @@
 //!             _ => Err(ApiError::not_found("route")),
 //!         }
 //!     }
+//!     fn api() -> marketplace_guest::types::Api {
+//!         use marketplace_guest::openapi::{op, api};
+//!         api(&[op("GET", "/api/hello", "hello", "hello", "Say hello", "")], json!({}))
+//!     }
 //! }
 //! marketplace_guest::endpoint_plugin!(Hello);
 //! ```
@@ -36,6 +40,10 @@ pub use endpoint::*;
 /// The public post document (shared by timeline, search and mcp).
 #[cfg(feature = "endpoint")]
 pub mod posts;
+
+/// Routes and OpenAPI of a family (the `describe-api` export).
+#[cfg(feature = "endpoint")]
+pub mod openapi;
 
 #[cfg(feature = "fee-policy")]
 mod fees;
@@ -72,7 +80,8 @@ pub mod fee_bindings {
 pub mod prelude {
     #[cfg(feature = "endpoint")]
     pub use crate::endpoint::{
-        Body, Endpoint, Request, Response, charge, json, kv, precheck, require_identity, verify,
+        Body, Endpoint, Request, Response, charge, charge_price, json, kv, precheck,
+        require_identity, verify,
     };
     pub use crate::error::{ApiError, Detail};
     #[cfg(feature = "fee-policy")]

@@ -11,6 +11,8 @@
 //! Reads (read-only) from `timeline`: `post/{post_id}` (its
 //! `author_fingerprint`) and `author_count/{fingerprint}`.
 
+mod api;
+
 use marketplace_guest::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -51,6 +53,10 @@ impl Tally {
 
 impl Endpoint for IdentityFamily {
     const NAME: &'static str = "identity";
+
+    fn api() -> marketplace_guest::types::Api {
+        api::api()
+    }
 
     fn handle(req: &Request) -> Result<Response, ApiError> {
         match (req.method(), req.route()) {

@@ -1,5 +1,7 @@
 //! The `info` family: `GET /api/health`, `GET /api/info`, `GET /api/developers`.
 
+mod api;
+
 use marketplace_guest::prelude::*;
 use marketplace_guest::{host, payments};
 
@@ -7,6 +9,10 @@ struct Info;
 
 impl Endpoint for Info {
     const NAME: &'static str = "info";
+
+    fn api() -> marketplace_guest::types::Api {
+        api::api()
+    }
 
     fn handle(req: &Request) -> Result<Response, ApiError> {
         match (req.method(), req.route()) {
@@ -23,7 +29,8 @@ fn plugins_by_family() -> Value {
     for p in host::plugins() {
         map.insert(
             p.family,
-            json!({"version": p.version, "status": p.status, "component": p.component}),
+            json!({"version": p.version, "status": p.status, "component": p.component,
+                   "grants": p.grants, "reads": p.reads}),
         );
     }
     Value::Object(map)
@@ -75,12 +82,20 @@ fn developers() -> Response {
             "wit_package": "marketplace:plugin@0.1.0",
             "wit_path": "wit/marketplace.wit",
             "worlds": [
-                {"name": "endpoint", "export": "handler", "purpose": "an endpoint family: handle(request) -> response, describe()"},
+                {"name": "endpoint", "export": "handler", "purpose": "an endpoint family: handle(request) -> response, describe(), describe-api() (its routes and their OpenAPI)"},
                 {"name": "fee-policy", "export": "fees", "purpose": "prices paid actions: quote(action, basis), schedule(), policy()"},
             ],
             "families": ["info", "identity", "timeline", "search", "contracts", "mcp", "fees"],
-            "template": "plugins/template (copy the crate, rename it, edit src/lib.rs)",
+            "template": "plugins/template: a new family `template` with its own routes (copy the crate, rename it, edit src/lib.rs and src/api.rs)",
             "guest_helper_crate": "plugins/guest (marketplace-guest)",
+            "script_crate": "plugins/script (marketplace-script): a TypeScript/JavaScript sandbox for plugins that run user code",
+            "capabilities": {
+                "always": ["storage (own keyspace)", "clock", "ids", "log", "settings"],
+                "granted": ["payments", "signatures", "escrow", "dispatch", "host-info", "limits"],
+                "read": "other families' keyspaces, one by one",
+                "grant": "[families.NAME] grants = [...], read = [...] in the config, or PUT /admin/plugins/NAME?grants=...&read=...",
+                "refusal": "a component importing a capability its family was not granted is refused at load, naming both",
+            },
             "build": [
                 "rustup target add wasm32-wasip2",
                 "cargo build --release --target wasm32-wasip2 -p <crate>",
@@ -89,8 +104,10 @@ fn developers() -> Response {
             ],
             "output": "target/wasm32-wasip2/release/<crate>.wasm",
             "load": [
-                "copy the .wasm into the plugins directory (hot reload), or",
-                "marketplace plugins load <family> <file.wasm> --admin http://127.0.0.1:<admin-port>",
+                "a new family: copy the .wasm to <plugins_dir>/families/<family>.wasm (mounted by the watcher), or",
+                "marketplace plugins load <family> <file.wasm> --admin http://127.0.0.1:<admin-port> (PUT /admin/plugins/<family>; mounts an unknown family)",
+                "an existing family: copy the .wasm over its component in the plugins directory (hot reload)",
+                "unmount: marketplace plugins unmount <family> --admin URL (DELETE /admin/plugins/<family>)",
             ],
             "limits": {
                 "per_request_deadline_ms": "configurable, default 1000",

@@ -8,9 +8,10 @@
 //! exactly what the HTTP endpoint would (a paid target without payment gives
 //! its 402).
 
-// The OpenAPI schema table is one large `json!` literal.
+// The OpenAPI schemas are large `json!` literals.
 #![recursion_limit = "512"]
 
+mod api;
 mod openapi;
 
 use marketplace_guest::prelude::*;
@@ -124,6 +125,10 @@ const TOOLS: &[Tool] = &[
 impl Endpoint for Mcp {
     const NAME: &'static str = "mcp";
 
+    fn api() -> marketplace_guest::types::Api {
+        api::api()
+    }
+
     fn handle(req: &Request) -> Result<Response, ApiError> {
         let version = host::service().1;
         match (req.method(), req.route()) {
@@ -145,17 +150,17 @@ impl Endpoint for Mcp {
                     return Err(ApiError::invalid("q", "must be at most 1000 characters"));
                 }
                 let limit = req.query_int("limit", 1, 50)?.unwrap_or(10) as usize;
-                Ok(json(200, &openapi::search(q, limit)))
+                Ok(json(200, &openapi::search(&openapi::document()?, q, limit)))
             }
             ("GET", "/.well-known/agent.json") => Ok(json(200, &manifest(&version))),
             ("GET", "/.well-known/agent-card.json") => Ok(json(200, &agent_card(&version))),
-            ("GET", "/openapi.json") => Ok(json(200, &openapi::document(&version))),
+            ("GET", "/openapi.json") => Ok(json(200, &openapi::document()?)),
             ("GET", "/openapi.yaml") => Ok(raw(
-                openapi::to_yaml(&openapi::document(&version)),
+                openapi::to_yaml(&openapi::document()?),
                 "application/yaml; charset=utf-8",
             )),
             ("GET", "/docs") => Ok(raw(
-                openapi::html(&openapi::document(&version)),
+                openapi::html(&openapi::document()?),
                 "text/html; charset=utf-8",
             )),
             _ => Err(ApiError::not_found(format!("route {}", req.route()))),

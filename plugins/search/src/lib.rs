@@ -17,6 +17,8 @@
 //! `total` is exact for one term without a filter (its document frequency)
 //! and otherwise counts the posts found.
 
+mod api;
+
 use marketplace_common::order::flip_ulid;
 use marketplace_common::text::tokens;
 use marketplace_guest::prelude::*;
@@ -65,6 +67,10 @@ const MAX_TERMS: usize = 16;
 
 impl Endpoint for Search {
     const NAME: &'static str = "search";
+
+    fn api() -> marketplace_guest::types::Api {
+        api::api()
+    }
 
     fn handle(req: &Request) -> Result<Response, ApiError> {
         match (req.method(), req.route()) {

@@ -18,6 +18,10 @@ impl Guest for SmokeTrap {
     fn describe() -> PluginInfo {
         panic!("deliberate trap in the smoke call")
     }
+
+    fn describe_api() -> types::Api {
+        panic!("deliberate trap in the smoke call")
+    }
 }
 
 marketplace_guest::endpoint_bindings::export_endpoint!(SmokeTrap);

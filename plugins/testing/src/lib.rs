@@ -2,12 +2,18 @@
 //! a trivial route for the dispatch benchmark, and misbehaving routes that
 //! prove the host isolates faults.
 
+mod api;
+
 use marketplace_guest::prelude::*;
 
 struct Testing;
 
 impl Endpoint for Testing {
     const NAME: &'static str = "testing";
+
+    fn api() -> marketplace_guest::types::Api {
+        api::api()
+    }
 
     fn handle(req: &Request) -> Result<Response, ApiError> {
         // The misbehaving routes can first ask for their own fault answer
@@ -58,6 +64,23 @@ impl Endpoint for Testing {
                     Some("status") => Err(ApiError::conflict("deliberate failure after charging")),
                     _ => Ok(json(201, &json!({"payment": payment}))),
                 }
+            }
+            // Asks the host's escrow to pay `amount` units of `kind` out of
+            // this family's account of `contract`: the host must refuse
+            // anything over what that account holds.
+            "/_testing/payout" => {
+                let contract = req.query("contract").unwrap_or("CTR_none");
+                let kind = req.query("kind").unwrap_or("payout");
+                let amount = req.query_int("amount", 1, u64::MAX)?.unwrap_or(1);
+                let secret = marketplace_guest::escrow::payout(contract, kind, amount)?;
+                Ok(json(200, &json!({"payout": secret})))
+            }
+            "/_testing/held" => {
+                let contract = req.query("contract").unwrap_or("CTR_none");
+                Ok(json(
+                    200,
+                    &json!({"held": marketplace_guest::escrow::held(contract)}),
+                ))
             }
             "/_testing/read" => {
                 let key = req.query("key").unwrap_or("k");

@@ -10,6 +10,7 @@
 //! - `author_count/{fingerprint}` -> posts by that author (read by identity)
 //! - `ix/...` -> the inverted index (see [`index`])
 
+mod api;
 mod index;
 mod model;
 
@@ -29,6 +30,10 @@ const MAX_THREAD: usize = 10_000;
 
 impl Endpoint for Timeline {
     const NAME: &'static str = "timeline";
+
+    fn api() -> marketplace_guest::types::Api {
+        api::api()
+    }
 
     fn handle(req: &Request) -> Result<Response, ApiError> {
         match (req.method(), req.route()) {

@@ -2,10 +2,9 @@
 //! request headers; the spend is written into the request's transaction and
 //! so becomes final only if the whole request commits.
 
-use crate::app::Reply;
-use crate::host_api::PaymentHeaders;
-use crate::ledger::{Ledger, SecretError, add_total};
-use crate::storage::WriteTxn;
+use crate::money::ledger::{Ledger, SecretError, add_total};
+use crate::reply::Reply;
+use crate::store::WriteTxn;
 use marketplace_common::amount;
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -22,8 +21,18 @@ pub const RAILS: &[(&str, &str, bool)] = &[
     ("bitcoin", "X-Bitcoin-Secret", false),
 ];
 
-/// Actions whose payment is held in escrow rather than earned.
-const ESCROW_ACTIONS: &[&str] = &["buy"];
+/// Actions whose payment is held in escrow rather than earned: the request
+/// must hold it in a contract's account (`escrow.hold`) to commit.
+pub const ESCROW_ACTIONS: &[&str] = &["buy"];
+
+/// Payment secrets presented with a request (never passed to plugins).
+#[derive(Debug, Clone, Default)]
+pub struct PaymentHeaders {
+    /// `X-Cash-Secret` or its alias `X-Webcash-Secret`.
+    pub cash: Option<String>,
+    /// `X-Bitcoin-Secret`.
+    pub bitcoin: Option<String>,
+}
 
 /// What a successful charge took.
 #[derive(Debug, Clone)]
@@ -34,6 +43,8 @@ pub struct Charge {
     /// Public hash of the spent input (empty for a free action).
     pub public: String,
     pub change: Option<String>,
+    /// How to derive the change secret again (kept instead of it).
+    pub change_derivation: Option<crate::money::escrow::Derivation>,
 }
 
 /// A 402 with the protocol's body.
@@ -74,6 +85,7 @@ pub fn charge(
             paid: 0,
             public: String::new(),
             change: None,
+            change_derivation: None,
         });
     }
     let shown = amount::format(price);
@@ -143,13 +155,22 @@ pub fn charge(
         "fees"
     };
     add_total(txn, bucket, price as i128).map_err(internal)?;
-    let change = if paid > price {
+    let (change, change_derivation) = if paid > price {
+        let units = paid - price;
         let (secret, _) = ledger
-            .issue(txn, &format!("change:{public}"), paid - price)
+            .issue(txn, &format!("change:{public}"), units)
             .map_err(internal)?;
-        Some(secret)
+        let hex = marketplace_common::secret::parse(&secret)
+            .map_err(|e| internal(anyhow::anyhow!(e)))?
+            .hex;
+        let derivation = crate::money::escrow::Derivation {
+            purpose: format!("change:{public}:{units}"),
+            amount: Some(units),
+            public: crate::money::ledger::public_hash(&hex),
+        };
+        (Some(secret), Some(derivation))
     } else {
-        None
+        (None, None)
     };
     Ok(Charge {
         action: action.into(),
@@ -157,6 +178,7 @@ pub fn charge(
         paid,
         public,
         change,
+        change_derivation,
     })
 }
 

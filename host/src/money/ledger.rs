@@ -3,14 +3,16 @@
 //! Only public hashes are stored: `sha256(hex string of the secret)` ->
 //! (amount, spent). Secrets the server makes (change, payouts, refunds) are
 //! derived with HMAC-SHA256 under a server key kept in the data dir, so a
-//! repeat returns the same secret without storing it.
+//! repeat returns the same secret without storing it. The answer of a paid
+//! request kept for identical retries is stored with every secret it
+//! carried taken out and replaced by how to derive it again.
 //!
 //! Value accounting, kept in `cash:totals`: `minted` (operator mints),
 //! `fees` (earned), `escrow` (held for contracts). Invariant:
 //! `minted = sum(unspent outputs) + fees + escrow`.
 
-use crate::runtime::hex;
-use crate::storage::{Kv, WriteTxn};
+use crate::ids::hex;
+use crate::store::{Kv, WriteTxn};
 use anyhow::{Context, Result};
 use hmac::{Hmac, Mac};
 use marketplace_common::{amount, secret};
@@ -284,14 +286,58 @@ impl Ledger {
         Ok(json!({"status": "success", "results": results}))
     }
 
-    /// The stored response of an identical earlier paid request.
-    pub fn replay(kv: &impl Kv, key: &[u8; 32]) -> Option<crate::app::Reply> {
-        decode_reply(&kv.get_in(REPLAYS, key).ok()??)
+    /// The stored response of an identical earlier paid request, its
+    /// secrets derived again. An answer whose secrets can no longer be
+    /// derived (the server key changed) is a 409 rather than a new secret.
+    pub fn replay(&self, kv: &impl Kv, key: &[u8; 32]) -> Option<crate::reply::Reply> {
+        let stored = decode_reply(&kv.get_in(REPLAYS, key).ok()??)?;
+        let mut reply = stored.reply;
+        for (i, d) in stored.issued.iter().enumerate() {
+            let Some(secret) = d.derive(self) else {
+                tracing::error!(
+                    "a stored answer's secret cannot be derived again: the server key changed"
+                );
+                return Some(crate::reply::Reply::error(
+                    409,
+                    "conflict",
+                    "this paid request was answered before, and its answer can no longer be shown",
+                ));
+            };
+            let mark = placeholder(&stored.nonce, i);
+            reply.body = replace_bytes(&reply.body, mark.as_bytes(), secret.as_bytes());
+            for (_, v) in reply.headers.iter_mut() {
+                *v = v.replace(&mark, &secret);
+            }
+        }
+        Some(reply)
     }
 
-    /// Record the response of a paid request for identical retries.
-    pub fn record_replay(txn: &WriteTxn, key: &[u8; 32], reply: &crate::app::Reply) -> Result<()> {
-        txn.put_in(REPLAYS, key, &encode_reply(reply))?;
+    /// Record the response of a paid request for identical retries: each
+    /// secret in `issued` (as `(secret, derivation)`) is replaced by a mark
+    /// and kept only as its derivation.
+    pub fn record_replay(
+        txn: &WriteTxn,
+        key: &[u8; 32],
+        reply: &crate::reply::Reply,
+        issued: &[(String, crate::money::escrow::Derivation)],
+    ) -> Result<()> {
+        let mut raw = [0u8; 12];
+        crate::ids::fill_random(&mut raw);
+        let nonce = hex(&raw);
+        let mut kept = reply.clone();
+        for (i, (secret, _)) in issued.iter().enumerate() {
+            let mark = placeholder(&nonce, i);
+            kept.body = replace_bytes(&kept.body, secret.as_bytes(), mark.as_bytes());
+            for (_, v) in kept.headers.iter_mut() {
+                *v = v.replace(secret.as_str(), &mark);
+            }
+        }
+        let stored = StoredReply {
+            reply: kept,
+            nonce,
+            issued: issued.iter().map(|(_, d)| d.clone()).collect(),
+        };
+        txn.put_in(REPLAYS, key, &encode_reply(&stored))?;
         Ok(())
     }
 
@@ -332,24 +378,70 @@ pub fn total(kv: &impl Kv, name: &str) -> Result<u64> {
     })
 }
 
-fn encode_reply(r: &crate::app::Reply) -> Vec<u8> {
-    let headers = serde_json::to_vec(&r.headers).unwrap_or_default();
-    let mut out = Vec::with_capacity(6 + headers.len() + r.body.len());
-    out.extend_from_slice(&r.status.to_be_bytes());
-    out.extend_from_slice(&(headers.len() as u32).to_be_bytes());
-    out.extend_from_slice(&headers);
-    out.extend_from_slice(&r.body);
+/// A kept answer: secrets replaced by marks `{nonce}-{i}`.
+#[derive(Debug, Clone, PartialEq)]
+struct StoredReply {
+    reply: crate::reply::Reply,
+    nonce: String,
+    issued: Vec<crate::money::escrow::Derivation>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredMeta {
+    headers: Vec<(String, String)>,
+    nonce: String,
+    issued: Vec<crate::money::escrow::Derivation>,
+}
+
+fn placeholder(nonce: &str, i: usize) -> String {
+    format!("@@secret:{nonce}:{i}@@")
+}
+
+fn replace_bytes(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    if from.is_empty() {
+        return hay.to_vec();
+    }
+    let mut out = Vec::with_capacity(hay.len());
+    let mut i = 0;
+    while i < hay.len() {
+        if hay[i..].starts_with(from) {
+            out.extend_from_slice(to);
+            i += from.len();
+        } else {
+            out.push(hay[i]);
+            i += 1;
+        }
+    }
     out
 }
 
-fn decode_reply(b: &[u8]) -> Option<crate::app::Reply> {
+fn encode_reply(r: &StoredReply) -> Vec<u8> {
+    let meta = serde_json::to_vec(&StoredMeta {
+        headers: r.reply.headers.clone(),
+        nonce: r.nonce.clone(),
+        issued: r.issued.clone(),
+    })
+    .unwrap_or_default();
+    let mut out = Vec::with_capacity(6 + meta.len() + r.reply.body.len());
+    out.extend_from_slice(&r.reply.status.to_be_bytes());
+    out.extend_from_slice(&(meta.len() as u32).to_be_bytes());
+    out.extend_from_slice(&meta);
+    out.extend_from_slice(&r.reply.body);
+    out
+}
+
+fn decode_reply(b: &[u8]) -> Option<StoredReply> {
     let status = u16::from_be_bytes(b.get(..2)?.try_into().ok()?);
-    let hlen = u32::from_be_bytes(b.get(2..6)?.try_into().ok()?) as usize;
-    let headers = serde_json::from_slice(b.get(6..6 + hlen)?).ok()?;
-    Some(crate::app::Reply {
-        status,
-        headers,
-        body: b.get(6 + hlen..)?.to_vec(),
+    let mlen = u32::from_be_bytes(b.get(2..6)?.try_into().ok()?) as usize;
+    let meta: StoredMeta = serde_json::from_slice(b.get(6..6 + mlen)?).ok()?;
+    Some(StoredReply {
+        reply: crate::reply::Reply {
+            status,
+            headers: meta.headers,
+            body: b.get(6 + mlen..)?.to_vec(),
+        },
+        nonce: meta.nonce,
+        issued: meta.issued,
     })
 }
 
@@ -386,8 +478,8 @@ pub fn write_private(path: &Path, contents: &str) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn setup() -> (tempfile::TempDir, crate::storage::Storage, Ledger) {
-        let (dir, db) = crate::storage::temp_storage();
+    fn setup() -> (tempfile::TempDir, crate::store::Storage, Ledger) {
+        let (dir, db) = crate::store::temp_storage();
         let l = Ledger::open(dir.path()).unwrap();
         (dir, db, l)
     }
@@ -483,12 +575,25 @@ mod tests {
     }
 
     #[test]
-    fn replies_round_trip() {
-        let r = crate::app::Reply {
-            status: 201,
-            headers: vec![("x-cash-change".into(), "e1:secret:ab".into())],
-            body: b"{\"a\":1}".to_vec(),
+    fn kept_answers_hold_no_secret_and_replay_whole() {
+        let (_d, db, l) = setup();
+        let txn = db.begin_write().unwrap();
+        let (change, _) = l.issue(&txn, "change:abc", 7).unwrap();
+        let d = crate::money::escrow::Derivation {
+            purpose: "change:abc:7".into(),
+            amount: Some(7),
+            public: public_hash(&secret::parse(&change).unwrap().hex),
         };
-        assert_eq!(decode_reply(&encode_reply(&r)), Some(r));
+        let r = crate::reply::Reply {
+            status: 201,
+            headers: vec![("x-cash-change".into(), change.clone())],
+            body: format!("{{\"payment\":{{\"change\":\"{change}\"}}}}").into_bytes(),
+        };
+        let key = [9u8; 32];
+        Ledger::record_replay(&txn, &key, &r, &[(change.clone(), d)]).unwrap();
+        let raw = txn.get_in(REPLAYS, &key).unwrap().unwrap();
+        let hexpart = &change[change.len() - 64..];
+        assert!(!String::from_utf8_lossy(&raw).contains(hexpart));
+        assert_eq!(l.replay(&txn, &key), Some(r));
     }
 }

@@ -1,10 +1,11 @@
 //! HTTP: hyper server, routing to families or native handlers, request
 //! limits, JSON errors and one log line per request.
 
-use crate::app::{App, Reply};
-use crate::host_api::PaymentHeaders;
-use crate::routes::{self, Handler, Match};
+use crate::app::App;
+use crate::money::payments::PaymentHeaders;
+use crate::reply::Reply;
 use crate::runtime::bindings::endpoint::marketplace::plugin::types as wit;
+use crate::runtime::routes::{self, Handler, Match};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -73,7 +74,7 @@ async fn handle(
         target: "request",
         method = %method,
         path = %path,
-        family,
+        family = %family,
         status = reply.status,
         micros = start.elapsed().as_micros() as u64,
     );
@@ -115,10 +116,10 @@ async fn dispatch(
     app: &Arc<App>,
     gate: &Arc<Semaphore>,
     req: Request<Incoming>,
-) -> (Reply, &'static str) {
+) -> (Reply, String) {
     let method = req.method().as_str().to_ascii_uppercase();
     let path = routes::canonical_path(req.uri().path());
-    let (route, params) = match routes::find(&method, &path, app.config.testing_routes) {
+    let (route, params) = match app.runtime.find(&method, &path) {
         Match::Found { route, params } => (route, params),
         Match::NotFound => {
             return (
@@ -127,7 +128,7 @@ async fn dispatch(
                     "not_found",
                     format!("no route for {method} {}", req.uri().path()),
                 ),
-                "-",
+                "-".into(),
             );
         }
         Match::MethodNotAllowed(allowed) => {
@@ -141,12 +142,10 @@ async fn dispatch(
                 }),
             );
             reply.headers.push(("allow".into(), allow));
-            return (reply, "-");
+            return (reply, "-".into());
         }
     };
-    let served_by = match route.handler {
-        Handler::Family(f) | Handler::Host(f) => f,
-    };
+    let served_by = route.owner().to_string();
 
     // 413 is decided from a declared length before the body is read; a
     // chunked body is cut off at the same limit while reading.
@@ -194,10 +193,14 @@ async fn dispatch(
         }
     };
 
-    let reply = match route.handler {
+    let reply = match &route.handler {
         Handler::Host(name) => {
-            let app2 = app.clone();
-            match tokio::task::spawn_blocking(move || host_route(&app2, name, &body)).await {
+            let (app2, name) = (app.clone(), *name);
+            match tokio::task::spawn_blocking(move || {
+                crate::runtime::native::handle(&app2, name, &body)
+            })
+            .await
+            {
                 Ok(reply) => reply,
                 Err(e) => {
                     tracing::error!("host handler {name} failed: {e}");
@@ -212,7 +215,7 @@ async fn dispatch(
                 } else {
                     method.clone()
                 },
-                route: route.pattern.to_string(),
+                route: route.pattern.clone(),
                 path,
                 params,
                 query,
@@ -227,7 +230,7 @@ async fn dispatch(
                 );
             };
             let app2 = app.clone();
-            let family_name = family.to_string();
+            let family_name = family.clone();
             let writes = route.writes;
             match tokio::task::spawn_blocking(move || {
                 app2.runtime
@@ -237,7 +240,7 @@ async fn dispatch(
             {
                 Ok(reply) => reply,
                 Err(e) => {
-                    tracing::error!(family, "plugin task failed: {e}");
+                    tracing::error!(family = %family, "plugin task failed: {e}");
                     Reply::error(500, "internal", "internal error")
                 }
             }
@@ -255,122 +258,4 @@ fn too_large(max: usize) -> Reply {
             "max_bytes": max,
         }),
     )
-}
-
-/// Native handlers.
-pub(crate) fn host_route(app: &Arc<App>, name: &str, body: &[u8]) -> Reply {
-    match name {
-        "fees" => match app.runtime.fee_schedule() {
-            Ok(doc) => fee_schedule(&doc),
-            Err(reply) => reply,
-        },
-        "cash_replace" => cash_replace(app, body),
-        "cash_health_check" => cash_health_check(app, body),
-        // The benchmark baseline: the same JSON as the trivial plugin route.
-        "native_ok" => Reply::json(200, &json!({"ok": true})),
-        _ => Reply::error(404, "not_found", format!("no handler {name}")),
-    }
-}
-
-/// The fee plugin's schedule plus the host's payment rails.
-fn fee_schedule(doc: &str) -> Reply {
-    match serde_json::from_str::<serde_json::Value>(doc) {
-        Ok(serde_json::Value::Object(mut map)) => {
-            map.insert("rails".into(), rails());
-            Reply::json(200, &serde_json::Value::Object(map))
-        }
-        _ => {
-            tracing::error!("fee plugin returned a schedule that is not a JSON object");
-            Reply::error(500, "internal", "internal error")
-        }
-    }
-}
-
-/// Payment rails of this host as JSON.
-fn rails() -> serde_json::Value {
-    crate::payments::RAILS
-        .iter()
-        .map(|(rail, header, enabled)| json!({"rail": rail, "header": header, "enabled": enabled}))
-        .collect()
-}
-
-fn bad_request(field: &str, problem: impl Into<String>) -> Reply {
-    let problem = problem.into();
-    Reply::json(
-        400,
-        &json!({
-            "code": "invalid_request",
-            "message": format!("{field}: {problem}"),
-            "details": [{"field": field, "problem": problem}],
-        }),
-    )
-}
-
-fn string_list(v: Option<&serde_json::Value>, field: &str) -> Result<Vec<String>, Reply> {
-    match v {
-        Some(serde_json::Value::Array(items)) => items
-            .iter()
-            .map(|i| {
-                i.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| bad_request(field, "must be a list of strings"))
-            })
-            .collect(),
-        _ => Err(bad_request(field, "must be a list of strings")),
-    }
-}
-
-/// `POST /api/cash/replace` (webcash semantics, atomic).
-fn cash_replace(app: &Arc<App>, body: &[u8]) -> Reply {
-    let doc: serde_json::Value = match serde_json::from_slice(body) {
-        Ok(v) => v,
-        Err(e) => return bad_request("body", format!("invalid JSON: {e}")),
-    };
-    let inputs = match string_list(doc.get("webcashes"), "webcashes") {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let outputs = match string_list(doc.get("new_webcashes"), "new_webcashes") {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let txn = match app.storage.begin_write() {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::error!("cash replace: {e}");
-            return Reply::error(500, "internal", "internal error");
-        }
-    };
-    if let Err(problem) = app.ledger.replace(&txn, &inputs, &outputs) {
-        return bad_request("webcashes", problem);
-    }
-    match app.storage.commit(txn) {
-        Ok(()) => Reply::json(200, &json!({"status": "success"})),
-        Err(e) => {
-            tracing::error!("cash replace commit: {e}");
-            Reply::error(500, "internal", "internal error")
-        }
-    }
-}
-
-/// `POST /api/cash/health_check`: `[public strings]` -> states.
-fn cash_health_check(app: &Arc<App>, body: &[u8]) -> Reply {
-    let list: Vec<String> = match serde_json::from_slice::<serde_json::Value>(body) {
-        Ok(v) => match string_list(Some(&v), "body") {
-            Ok(l) => l,
-            Err(r) => return r,
-        },
-        Err(e) => return bad_request("body", format!("invalid JSON: {e}")),
-    };
-    let result = app.storage.begin_read().map_err(|e| {
-        tracing::error!("cash health_check: {e}");
-        Reply::error(500, "internal", "internal error")
-    });
-    match result {
-        Ok(txn) => match app.ledger.health_check(&txn, &list) {
-            Ok(doc) => Reply::json(200, &doc),
-            Err(problem) => bad_request("body", problem),
-        },
-        Err(r) => r,
-    }
 }

@@ -4,10 +4,12 @@
 //! GET/HEAD (a snapshot of committed data; never blocks writers) or a
 //! [`WriteTxn`] for mutations. A write transaction keeps its writes in an
 //! overlay on top of the shared batch transaction (see
-//! [`crate::group_commit`]); they reach the batch only when the whole
+//! [`crate::store::group_commit`]); they reach the batch only when the whole
 //! request succeeded, so a failed request leaves nothing behind.
 
-use crate::group_commit::{self, GroupCommit, Lease, Pending};
+pub mod group_commit;
+
+use self::group_commit::{GroupCommit, Lease, Pending};
 use anyhow::{Context, Result};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
 use std::cell::RefCell;
@@ -24,7 +26,14 @@ pub const MAX_GET_MANY: usize = 1000;
 pub const MAX_VALUE_BYTES: usize = 16 * 1024 * 1024;
 
 /// The host's own tables (ledger, signatures), created at open.
-pub const HOST_TABLES: &[&str] = &["cash:outputs", "cash:totals", "cash:replays", "auth:used"];
+pub const HOST_TABLES: &[&str] = &[
+    "cash:outputs",
+    "cash:totals",
+    "cash:replays",
+    "auth:used",
+    "escrow:accounts",
+    "escrow:issued",
+];
 
 /// Table of one family keyspace.
 fn keyspace_table(family: &str) -> String {
@@ -38,7 +47,6 @@ fn def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
 /// The database plus its commit coordinator.
 pub struct Storage {
     db: Arc<Database>,
-    families: Vec<String>,
     gc: Arc<GroupCommit>,
 }
 
@@ -106,15 +114,12 @@ pub trait Kv {
 
 impl Storage {
     /// Open (or create) the database and make sure every table exists.
-    pub fn open(path: &Path, families: &[&str], commit: group_commit::Settings) -> Result<Storage> {
+    pub fn open(path: &Path, commit: group_commit::Settings) -> Result<Storage> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
         let db = Database::create(path).with_context(|| format!("opening {}", path.display()))?;
         let txn = db.begin_write()?;
-        for family in families {
-            txn.open_table(def(&keyspace_table(family)))?;
-        }
         for table in HOST_TABLES {
             txn.open_table(def(table)).with_context(|| {
                 format!("opening table {table} (a database of an older version?)")
@@ -125,13 +130,7 @@ impl Storage {
         Ok(Storage {
             gc: GroupCommit::new(db.clone(), commit),
             db,
-            families: families.iter().map(|s| s.to_string()).collect(),
         })
-    }
-
-    /// Whether `family` names a keyspace.
-    pub fn has_keyspace(&self, family: &str) -> bool {
-        self.families.iter().any(|f| f == family)
     }
 
     /// Begin a request transaction.
@@ -149,7 +148,7 @@ impl Storage {
     }
 
     /// Count a mutating request as under way from its start, so that open
-    /// batches wait for it (see [`crate::group_commit`]).
+    /// batches wait for it (see [`crate::store::group_commit`]).
     pub fn enter(&self) -> Pending {
         self.gc.enter()
     }
@@ -529,7 +528,6 @@ pub(crate) fn temp_storage() -> (tempfile::TempDir, Storage) {
     let dir = tempfile::tempdir().unwrap();
     let s = Storage::open(
         &dir.path().join("db.redb"),
-        &["a", "b"],
         group_commit::Settings::default(),
     )
     .unwrap();

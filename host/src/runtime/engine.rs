@@ -7,8 +7,13 @@
 //! memory cap, so a plugin that traps, spins or hoards memory costs one 500
 //! or 503 and nothing else.
 
-use crate::app::{App, Reply};
-use crate::host_api::{Ctx, FeeCtx, Limiter, PaymentHeaders};
+use crate::app::App;
+use crate::money::payments::PaymentHeaders;
+use crate::reply::Reply;
+use crate::runtime::api::{self, Api, Served};
+use crate::runtime::capabilities::{Capability, Grants};
+use crate::runtime::host::{Ctx, FeeCtx, Limiter};
+use crate::runtime::routes::{Match, Route};
 use anyhow::{Context, Result, anyhow};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -45,8 +50,8 @@ pub mod bindings {
     }
 }
 
+use bindings::endpoint::EndpointPre;
 use bindings::endpoint::marketplace::plugin::types as wit;
-use bindings::endpoint::{Endpoint, EndpointPre};
 use bindings::fees::{FeePolicy, FeePolicyPre};
 
 /// Epoch tick length: deadlines are counted in these.
@@ -65,6 +70,10 @@ pub struct LoadedPlugin {
     pub hash: String,
     /// RFC 3339 time it was loaded.
     pub loaded_at: String,
+    /// What the family may do beyond its own keyspace.
+    pub grants: Arc<Grants>,
+    /// The routes and OpenAPI it declared.
+    pub api: Api,
     kind: Kind,
 }
 
@@ -76,6 +85,7 @@ enum Kind {
 /// One configured family and what is loaded for it.
 struct Slot {
     component: String,
+    grants: Grants,
     loaded: Option<Arc<LoadedPlugin>>,
     /// Why the last load failed, if it did.
     error: Option<String>,
@@ -90,6 +100,12 @@ pub struct PluginStatus {
     pub status: String,
     pub hash: String,
     pub loaded_at: String,
+    /// Capability names granted.
+    pub grants: Vec<String>,
+    /// Other keyspaces it may read.
+    pub reads: Vec<String>,
+    /// "METHOD pattern" of each route it serves.
+    pub routes: Vec<String>,
 }
 
 /// Limits applied to every instance.
@@ -102,12 +118,15 @@ pub struct Limits {
 
 pub struct Runtime {
     engine: Engine,
-    endpoint_linker: Linker<Ctx>,
     fee_linker: Linker<FeeCtx>,
     limits: Limits,
     plugins_dir: PathBuf,
     cache_dir: PathBuf,
     slots: RwLock<BTreeMap<String, Slot>>,
+    /// The host's own routes (part of every route table).
+    host_routes: Vec<Route>,
+    /// The route table and OpenAPI document in force.
+    served: RwLock<Arc<Served>>,
     stop_ticker: Arc<AtomicBool>,
     /// Operator settings of the fee family.
     fee_settings: Arc<BTreeMap<String, String>>,
@@ -177,6 +196,7 @@ impl Runtime {
         plugins_dir: &Path,
         cache_dir: &Path,
         fee_settings: BTreeMap<String, String>,
+        host_routes: Vec<Route>,
     ) -> Result<Runtime> {
         let mut config = wasmtime::Config::new();
         config.epoch_interruption(true);
@@ -198,12 +218,6 @@ impl Runtime {
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine = Engine::new(&config).map_err(|e| anyhow!("creating engine: {e}"))?;
 
-        let mut endpoint_linker = Linker::<Ctx>::new(&engine);
-        Endpoint::add_to_linker::<Ctx, wasmtime::component::HasSelf<Ctx>>(
-            &mut endpoint_linker,
-            |c| c,
-        )
-        .map_err(|e| anyhow!("{e}"))?;
         let mut fee_linker = Linker::<FeeCtx>::new(&engine);
         FeePolicy::add_to_linker::<FeeCtx, wasmtime::component::HasSelf<FeeCtx>>(
             &mut fee_linker,
@@ -233,10 +247,12 @@ impl Runtime {
                 })?;
         }
 
+        let served = api::assemble(host_routes.clone(), &[]).map_err(|e| anyhow!(e))?;
         Ok(Runtime {
             engine,
-            endpoint_linker,
             fee_linker,
+            host_routes,
+            served: RwLock::new(Arc::new(served)),
             limits,
             plugins_dir: plugins_dir.to_path_buf(),
             cache_dir: cache_dir.to_path_buf(),
@@ -260,27 +276,29 @@ impl Runtime {
     }
 
     /// Register the configured families and load each one that is present.
-    pub fn load_configured(&self, families: &[(String, String)]) {
-        for (family, component) in families {
+    pub fn load_configured(&self, families: &[crate::config::FamilySpec]) {
+        for spec in families {
             self.slots.write().expect("slots lock").insert(
-                family.clone(),
+                spec.name.clone(),
                 Slot {
-                    component: component.clone(),
+                    component: spec.component.clone(),
+                    grants: spec.grants.clone(),
                     loaded: None,
                     error: None,
                 },
             );
-            let path = self.plugins_dir.join(component);
+            let path = self.plugins_dir.join(&spec.component);
             match std::fs::read(&path) {
                 Ok(bytes) => {
-                    if let Err(e) = self.swap(family, component, &bytes) {
-                        tracing::error!(family = %family, component = %component, "plugin refused: {e:#}");
+                    if let Err(e) = self.swap(&spec.name, &spec.component, &bytes, None) {
+                        tracing::error!(family = %spec.name, component = %spec.component, "plugin refused: {e:#}");
                     }
                 }
                 Err(e) => {
                     let msg = format!("{}: {e}", path.display());
-                    tracing::warn!(family = %family, "plugin not loaded: {msg}");
-                    if let Some(slot) = self.slots.write().expect("slots lock").get_mut(family) {
+                    tracing::warn!(family = %spec.name, "plugin not loaded: {msg}");
+                    if let Some(slot) = self.slots.write().expect("slots lock").get_mut(&spec.name)
+                    {
                         slot.error = Some(msg);
                     }
                 }
@@ -288,39 +306,69 @@ impl Runtime {
         }
     }
 
-    /// Validate a component for `family` (compile, link, type-check the
-    /// world, smoke-call `describe`) and only then make it the one serving.
-    /// Requests in flight keep the instance they started with.
+    /// Validate a component for `family` (compile, check its imports
+    /// against the family's grants, link only the granted interfaces,
+    /// type-check the world, smoke-call `describe` and `api`, check its
+    /// routes against every other family's) and only then make it the one
+    /// serving. An unknown family is mounted (with `grants`, or none). With
+    /// `grants` the family's grants are replaced. Requests in flight keep
+    /// the instance they started with. On any refusal the old component
+    /// keeps serving.
     pub fn swap(
         &self,
         family: &str,
         component_name: &str,
         bytes: &[u8],
+        grants: Option<Grants>,
     ) -> Result<Arc<LoadedPlugin>> {
-        let result = self.prepare(family, component_name, bytes);
-        let mut slots = self.slots.write().expect("slots lock");
-        let slot = slots.entry(family.to_string()).or_insert_with(|| Slot {
-            component: component_name.to_string(),
-            loaded: None,
-            error: None,
+        if !crate::runtime::capabilities::valid_family(family) {
+            anyhow::bail!(
+                "{family:?} is not a family name (1 to 32 of a-z, 0-9, _ and -, starting with a letter)"
+            );
+        }
+        let grants = grants.unwrap_or_else(|| {
+            self.slots
+                .read()
+                .expect("slots lock")
+                .get(family)
+                .map_or_else(Grants::default, |s| s.grants.clone())
         });
+        let result = self.prepare(family, component_name, bytes, &grants);
+        let mut slots = self.slots.write().expect("slots lock");
+        let result = result.and_then(|plugin| {
+            let plugin = Arc::new(plugin);
+            let served = self.assemble(&slots, Some((family, &plugin)))?;
+            Ok((plugin, served))
+        });
+        let known = slots.contains_key(family);
         match result {
-            Ok(plugin) => {
-                let plugin = Arc::new(plugin);
+            Ok((plugin, served)) => {
                 tracing::info!(
                     family,
                     component = component_name,
                     version = %plugin.version,
                     hash = %&plugin.hash[..12],
-                    "plugin loaded"
+                    grants = ?plugin.grants.names(),
+                    routes = plugin.api.routes.len(),
+                    "plugin {}",
+                    if known { "loaded" } else { "mounted" }
                 );
-                slot.component = component_name.to_string();
-                slot.loaded = Some(plugin.clone());
-                slot.error = None;
+                slots.insert(
+                    family.to_string(),
+                    Slot {
+                        component: component_name.to_string(),
+                        grants,
+                        loaded: Some(plugin.clone()),
+                        error: None,
+                    },
+                );
+                *self.served.write().expect("served lock") = Arc::new(served);
                 Ok(plugin)
             }
             Err(e) => {
-                if slot.loaded.is_none() {
+                if let Some(slot) = slots.get_mut(family)
+                    && slot.loaded.is_none()
+                {
                     slot.error = Some(format!("{e:#}"));
                 }
                 Err(e)
@@ -328,10 +376,77 @@ impl Runtime {
         }
     }
 
-    fn prepare(&self, family: &str, component_name: &str, bytes: &[u8]) -> Result<LoadedPlugin> {
-        let hash = hex(&Sha256::digest(bytes));
+    /// Unmount a family: its routes answer 404 again; its data stays.
+    pub fn unmount(&self, family: &str) -> Result<()> {
+        if family == FEES_FAMILY {
+            anyhow::bail!("the fee policy cannot be unmounted, only swapped");
+        }
+        let mut slots = self.slots.write().expect("slots lock");
+        let Some(slot) = slots.remove(family) else {
+            anyhow::bail!("no family {family} is mounted");
+        };
+        match self.assemble(&slots, None) {
+            Ok(served) => {
+                *self.served.write().expect("served lock") = Arc::new(served);
+                tracing::info!(family, "family unmounted; its data stays");
+                Ok(())
+            }
+            Err(e) => {
+                slots.insert(family.to_string(), slot);
+                Err(e)
+            }
+        }
+    }
+
+    /// The route table and document of `slots`, with `with` in its family's place.
+    fn assemble(
+        &self,
+        slots: &BTreeMap<String, Slot>,
+        with: Option<(&str, &Arc<LoadedPlugin>)>,
+    ) -> Result<Served> {
+        let mut families: Vec<(&str, &Api)> = slots
+            .iter()
+            .filter(|(f, _)| with.is_none_or(|(w, _)| w != f.as_str()))
+            .filter_map(|(f, s)| s.loaded.as_ref().map(|p| (f.as_str(), &p.api)))
+            .collect();
+        if let Some((f, p)) = with {
+            families.push((f, &p.api));
+        }
+        api::assemble(self.host_routes.clone(), &families).map_err(|e| anyhow!(e))
+    }
+
+    /// The route table and OpenAPI document in force.
+    pub fn served(&self) -> Arc<Served> {
+        self.served.read().expect("served lock").clone()
+    }
+
+    /// Match a request against the route table in force.
+    pub fn find(&self, method: &str, path: &str) -> Match {
+        self.served().table.find(method, path)
+    }
+
+    /// The configured grants of a family, if it has a slot.
+    pub fn grants(&self, family: &str) -> Option<Grants> {
+        Some(
+            self.slots
+                .read()
+                .expect("slots lock")
+                .get(family)?
+                .grants
+                .clone(),
+        )
+    }
+
+    fn prepare(
+        &self,
+        family: &str,
+        component_name: &str,
+        bytes: &[u8],
+        grants: &Grants,
+    ) -> Result<LoadedPlugin> {
+        let hash = crate::ids::hex(&Sha256::digest(bytes));
         let component = self.compile(bytes, &hash)?;
-        let (kind, info) = if family == FEES_FAMILY {
+        let (kind, info, api) = if family == FEES_FAMILY {
             let pre = FeePolicyPre::new(self.link(&self.fee_linker, &component)?)
                 .map_err(|e| anyhow!("not a fee-policy component: {e}"))?;
             let mut store = self.fee_store();
@@ -339,12 +454,21 @@ impl Runtime {
                 .instantiate(&mut store)
                 .and_then(|b| b.marketplace_plugin_fees().call_describe(&mut store))
                 .map_err(|e| anyhow!("smoke call describe() failed: {e}"))?;
-            (Kind::Fees(pre), info)
+            (Kind::Fees(pre), info, Api::default())
         } else {
-            let pre = EndpointPre::new(self.link(&self.endpoint_linker, &component)?)
+            let imports: Vec<String> = component
+                .component_type()
+                .imports(&self.engine)
+                .map(|(name, _)| name.to_string())
+                .collect();
+            grants
+                .admit(family, imports.iter().map(String::as_str))
+                .map_err(|e| anyhow!(e))?;
+            let linker = self.endpoint_linker(grants)?;
+            let pre = EndpointPre::new(self.link(&linker, &component)?)
                 .map_err(|e| anyhow!("not an endpoint component: {e}"))?;
-            let info = self.smoke_describe(&pre)?;
-            (Kind::Endpoint(pre), info)
+            let (info, api) = self.smoke_describe(&pre)?;
+            (Kind::Endpoint(pre), info, api)
         };
         Ok(LoadedPlugin {
             family: family.to_string(),
@@ -353,8 +477,38 @@ impl Runtime {
             version: info.version,
             hash,
             loaded_at: crate::ids::rfc3339(SystemTime::now()),
+            grants: Arc::new(grants.clone()),
+            api,
             kind,
         })
+    }
+
+    /// A linker with the base interfaces and those `grants` open; nothing
+    /// else of the marketplace package is defined, so an ungranted import
+    /// could only trap.
+    fn endpoint_linker(&self, grants: &Grants) -> Result<Linker<Ctx>> {
+        use bindings::endpoint::marketplace::plugin as p;
+        type D = wasmtime::component::HasSelf<Ctx>;
+        let mut l = Linker::<Ctx>::new(&self.engine);
+        let e = |e: wasmtime::Error| anyhow!("linking: {e}");
+        p::types::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
+        p::storage::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
+        p::clock::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
+        p::ids::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
+        p::log::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
+        p::settings::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
+        for c in &grants.capabilities {
+            match c {
+                Capability::Payments => p::payments::add_to_linker::<Ctx, D>(&mut l, |c| c),
+                Capability::Signatures => p::auth::add_to_linker::<Ctx, D>(&mut l, |c| c),
+                Capability::Escrow => p::escrow::add_to_linker::<Ctx, D>(&mut l, |c| c),
+                Capability::Dispatch => p::dispatch::add_to_linker::<Ctx, D>(&mut l, |c| c),
+                Capability::HostInfo => p::host::add_to_linker::<Ctx, D>(&mut l, |c| c),
+                Capability::Limits => p::limits::add_to_linker::<Ctx, D>(&mut l, |c| c),
+            }
+            .map_err(e)?;
+        }
+        Ok(l)
     }
 
     /// Link a component against a world's linker: the host interfaces,
@@ -374,18 +528,34 @@ impl Runtime {
             .map_err(|e| anyhow!("linking: {e}"))
     }
 
-    fn smoke_describe(&self, pre: &EndpointPre<Ctx>) -> Result<wit::PluginInfo> {
-        // `describe` must not touch storage or payments; give it an inert context.
+    fn smoke_describe(&self, pre: &EndpointPre<Ctx>) -> Result<(wit::PluginInfo, Api)> {
+        // `describe` and `api` must not touch storage or payments; give
+        // them an inert context.
         let mut store = self.store(Ctx::inert(self.limits.memory_bytes));
-        pre.instantiate(&mut store)
-            .and_then(|b| b.marketplace_plugin_handler().call_describe(&mut store))
-            .map_err(|e| anyhow!("smoke call describe() failed: {e}"))
+        let bindings = pre
+            .instantiate(&mut store)
+            .map_err(|e| anyhow!("instantiating failed: {e}"))?;
+        let handler = bindings.marketplace_plugin_handler();
+        let info = handler
+            .call_describe(&mut store)
+            .map_err(|e| anyhow!("smoke call describe() failed: {e}"))?;
+        let declared = handler
+            .call_describe_api(&mut store)
+            .map_err(|e| anyhow!("smoke call api() failed: {e}"))?;
+        let routes = declared
+            .routes
+            .into_iter()
+            .map(|r| (r.method, r.pattern, r.writes, r.paid, r.openapi))
+            .collect();
+        let api = Api::check(routes, &declared.schemas)
+            .map_err(|e| anyhow!("the component's api is refused: {e}"))?;
+        Ok((info, api))
     }
 
     /// Compile a component into the on-disk cache without loading it, so a
     /// later swap to it is fast. Invalid bytes are only logged.
     pub fn precompile(&self, bytes: &[u8]) -> bool {
-        let hash = hex(&Sha256::digest(bytes));
+        let hash = crate::ids::hex(&Sha256::digest(bytes));
         match self.compile(bytes, &hash) {
             Ok(_) => true,
             Err(e) => {
@@ -479,23 +649,38 @@ impl Runtime {
             .read()
             .expect("slots lock")
             .iter()
-            .map(|(family, slot)| match &slot.loaded {
-                Some(p) => PluginStatus {
-                    family: family.clone(),
-                    component: p.component.clone(),
-                    version: p.version.clone(),
-                    status: "ok".into(),
-                    hash: p.hash.clone(),
-                    loaded_at: p.loaded_at.clone(),
-                },
-                None => PluginStatus {
-                    family: family.clone(),
-                    component: slot.component.clone(),
-                    version: String::new(),
-                    status: "unavailable".into(),
-                    hash: String::new(),
-                    loaded_at: String::new(),
-                },
+            .map(|(family, slot)| {
+                let grants = slot.grants.names();
+                let reads = slot.grants.reads.iter().cloned().collect();
+                match &slot.loaded {
+                    Some(p) => PluginStatus {
+                        family: family.clone(),
+                        component: p.component.clone(),
+                        version: p.version.clone(),
+                        status: "ok".into(),
+                        hash: p.hash.clone(),
+                        loaded_at: p.loaded_at.clone(),
+                        grants,
+                        reads,
+                        routes: p
+                            .api
+                            .routes
+                            .iter()
+                            .map(|r| format!("{} {}", r.method, r.pattern))
+                            .collect(),
+                    },
+                    None => PluginStatus {
+                        family: family.clone(),
+                        component: slot.component.clone(),
+                        version: String::new(),
+                        status: "unavailable".into(),
+                        hash: String::new(),
+                        loaded_at: String::new(),
+                        grants,
+                        reads,
+                        routes: vec![],
+                    },
+                }
             })
             .collect()
     }
@@ -512,7 +697,7 @@ impl Runtime {
 
     /// Run one request through an endpoint family in its own transaction,
     /// a write transaction when `write` (the matched route's
-    /// [`crate::routes::Route::writes`]). Writes (and payment spends)
+    /// [`crate::runtime::routes::Route::writes`]). Writes (and payment spends)
     /// commit only on a 2xx answer.
     pub fn handle(
         &self,
@@ -535,8 +720,8 @@ impl Runtime {
         // An identical retry of a paid request gets the stored answer.
         let replay_key = match (&payment.cash, write) {
             (Some(secret), true) => marketplace_common::secret::parse(secret).ok().map(|s| {
-                let public = crate::ledger::public_hash(&s.hex);
-                crate::payments::replay_key(&public, &req.method, &req.path, &req.body)
+                let public = crate::money::ledger::public_hash(&s.hex);
+                crate::money::payments::replay_key(&public, &req.method, &req.path, &req.body)
             }),
             _ => None,
         };
@@ -545,7 +730,7 @@ impl Runtime {
                 .storage
                 .begin_read()
                 .ok()
-                .and_then(|txn| crate::ledger::Ledger::replay(&txn, key))
+                .and_then(|txn| app.ledger.replay(&txn, key))
         {
             tracing::info!(family, "identical paid retry: stored response replayed");
             return stored;
@@ -553,6 +738,7 @@ impl Runtime {
         let ctx = Ctx::new(
             app.clone(),
             family,
+            plugin.grants.clone(),
             write,
             payment,
             replay_key,
@@ -691,17 +877,6 @@ fn define_wasi_random<T: 'static>(
         }
     }
     Ok(())
-}
-
-/// Lower-case hex.
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
 }
 
 #[cfg(test)]

@@ -2,15 +2,24 @@
 //! `Authorization: Bearer <token>` (from config, or generated into
 //! `<data_dir>/admin.token` with mode 0600).
 //!
-//! - `GET /admin/plugins` -> `[{family, component, version, hash, loaded_at}]`
-//! - `PUT /admin/plugins/{family}` (component bytes, up to 64 MiB): validate,
-//!   swap, then answer `{family, version, hash}`; a bad one is 400 and the
-//!   old one keeps serving.
+//! - `GET /admin/plugins` -> `[{family, component, version, status, hash,
+//!   loaded_at, grants, reads, routes}]`
+//! - `PUT /admin/plugins/{family}[?grants=a,b&read=x,y]` (component bytes,
+//!   up to 64 MiB): validate, swap, then answer `{family, version, hash,
+//!   mounted, grants, reads, routes}`. An unknown family is mounted (with
+//!   the grants given, else those of `[families.NAME]`, else none); with
+//!   `grants`/`read` a known family's grants are replaced. A refused
+//!   component (bad bytes, an ungranted import, a route or schema conflict)
+//!   is 400 and the old one keeps serving.
+//! - `DELETE /admin/plugins/{family}`: unmount; its routes answer 404 again,
+//!   its data stays. 404 for an unknown family.
 //! - `POST /admin/cash/mint {"amount": "1.5"}` -> `{"secret"}`
 //! - `POST /admin/clock {"shift_ms": n}` (only with `testing_routes`): shift
 //!   the host clock, for deadline and freshness tests.
 
-use crate::app::{App, Reply};
+use crate::app::App;
+use crate::reply::Reply;
+use crate::runtime::capabilities::Grants;
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -39,8 +48,8 @@ pub fn token(configured: Option<&str>, data_dir: &Path) -> Result<String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let mut raw = [0u8; 32];
             crate::ids::fill_random(&mut raw);
-            let t = crate::runtime::hex(&raw);
-            crate::ledger::write_private(&path, &t)?;
+            let t = crate::ids::hex(&raw);
+            crate::money::ledger::write_private(&path, &t)?;
             Ok(t)
         }
         Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
@@ -80,6 +89,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 async fn handle(app: Arc<App>, token: &str, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or_default().to_string();
     let presented = req
         .headers()
         .get(hyper::header::AUTHORIZATION)
@@ -103,50 +113,84 @@ async fn handle(app: Arc<App>, token: &str, req: Request<Incoming>) -> Response<
             Ok(body) => {
                 let body = body.to_bytes().to_vec();
                 let (m, p) = (method.clone(), path.clone());
-                tokio::task::spawn_blocking(move || route(&app, &m, &p, &body))
+                tokio::task::spawn_blocking(move || route(&app, &m, &p, &query, &body))
                     .await
                     .unwrap_or_else(|_| Reply::error(500, "internal", "internal error"))
             }
         },
     };
     tracing::info!(target: "admin", method = %method, path = %path, status = reply.status);
-    crate::http::to_hyper(reply, false)
+    crate::server::http::to_hyper(reply, false)
 }
 
-fn route(app: &Arc<App>, method: &str, path: &str, body: &[u8]) -> Reply {
+fn status_json(s: &crate::runtime::PluginStatus) -> serde_json::Value {
+    json!({"family": s.family, "component": s.component, "version": s.version,
+           "status": s.status, "hash": s.hash, "loaded_at": s.loaded_at,
+           "grants": s.grants, "reads": s.reads, "routes": s.routes})
+}
+
+/// Grants from `?grants=a,b&read=x,y`, if either is given.
+fn grants_of(query: &str) -> Result<Option<Grants>, String> {
+    let pairs = crate::runtime::routes::parse_query(query);
+    let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let (caps, reads) = (get("grants"), get("read"));
+    if caps.is_none() && reads.is_none() {
+        return Ok(None);
+    }
+    let caps = caps.unwrap_or_default();
+    let reads = reads.unwrap_or_default();
+    Grants::parse(caps.split(','), reads.split(',')).map(Some)
+}
+
+fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> Reply {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match (method, segments.as_slice()) {
         ("GET", ["admin", "plugins"]) => {
-            let list: Vec<_> = app
-                .runtime
-                .statuses()
-                .into_iter()
-                .map(|s| {
-                    json!({"family": s.family, "component": s.component, "version": s.version,
-                           "status": s.status, "hash": s.hash, "loaded_at": s.loaded_at})
-                })
-                .collect();
+            let list: Vec<_> = app.runtime.statuses().iter().map(status_json).collect();
             Reply::json(200, &json!(list))
         }
         ("PUT", ["admin", "plugins", family]) => {
-            let Some(component) = app
-                .config
-                .families()
-                .into_iter()
-                .find(|(f, _)| f == family)
-                .map(|(_, c)| c)
-            else {
-                return Reply::error(404, "not_found", format!("no plugin family {family}"));
+            let grants = match grants_of(query) {
+                Ok(g) => g,
+                Err(e) => return Reply::error(400, "invalid_request", e),
             };
-            match app.runtime.swap(family, &component, body) {
-                Ok(p) => Reply::json(
-                    200,
-                    &json!({"family": family, "version": p.version, "hash": p.hash}),
-                ),
+            let known = app.runtime.grants(family).is_some();
+            let spec = app.config.family(family);
+            let component = app
+                .runtime
+                .statuses()
+                .into_iter()
+                .find(|s| s.family == *family)
+                .map(|s| s.component)
+                .or_else(|| spec.as_ref().map(|s| s.component.clone()))
+                .unwrap_or_else(|| format!("{family}.wasm"));
+            let grants = grants.or_else(|| (!known).then(|| spec.map(|s| s.grants)).flatten());
+            match app.runtime.swap(family, &component, body, grants) {
+                Ok(_) => {
+                    let status = app
+                        .runtime
+                        .statuses()
+                        .into_iter()
+                        .find(|s| s.family == *family)
+                        .map(|s| status_json(&s))
+                        .unwrap_or_default();
+                    let mut doc = status;
+                    doc["mounted"] = json!(!known);
+                    Reply::json(200, &doc)
+                }
                 Err(e) => {
                     tracing::warn!(family, "refused component upload: {e:#}");
                     Reply::error(400, "invalid_request", format!("component refused: {e:#}"))
                 }
+            }
+        }
+        ("DELETE", ["admin", "plugins", family]) => {
+            if app.runtime.grants(family).is_none() {
+                return Reply::error(404, "not_found", format!("no plugin family {family}"));
+            }
+            match app.runtime.unmount(family) {
+                Ok(()) => Reply::json(200, &json!({"family": family, "unmounted": true})),
+                Err(e) => Reply::error(400, "invalid_request", format!("{e:#}")),
             }
         }
         ("POST", ["admin", "cash", "mint"]) => {

@@ -2,7 +2,7 @@
 //! transaction and one durable commit.
 //!
 //! A request leases the open batch transaction, runs with its writes held
-//! in its own overlay (see [`crate::storage::WriteTxn`]), and on success
+//! in its own overlay (see [`crate::store::WriteTxn`]), and on success
 //! applies them to the batch before handing the lease on. A request that
 //! fails hands the lease on untouched: it leaves no writes and spends
 //! nothing, and its batch-mates are unaffected. Requests run one at a time

@@ -1,0 +1,231 @@
+//! What the loaded components serve, put together: a component's declared
+//! `api` (routes with their OpenAPI operations, and schemas) is checked at
+//! load, and the route table and the OpenAPI document are assembled from
+//! the host's own routes and every loaded family's `api`.
+
+use crate::runtime::routes::{self, Handler, Route, Table};
+use serde_json::{Map, Value};
+
+/// The host's part of the OpenAPI document: info, its own routes and the
+/// schemas every family may reference (`Error`, `PaymentRequired`, ...).
+pub const HOST_OPENAPI: &str = include_str!("../../openapi/host.json");
+
+/// Largest OpenAPI operation of one route, and all schemas of one family.
+const MAX_OPERATION: usize = 64 * 1024;
+const MAX_SCHEMAS: usize = 1024 * 1024;
+
+/// One route a component declared.
+#[derive(Debug, Clone)]
+pub struct Declared {
+    pub method: String,
+    pub pattern: String,
+    pub writes: bool,
+    pub paid: Option<String>,
+    /// The OpenAPI operation object.
+    pub operation: Value,
+}
+
+/// A component's declared api, checked.
+#[derive(Debug, Clone, Default)]
+pub struct Api {
+    pub routes: Vec<Declared>,
+    pub schemas: Map<String, Value>,
+}
+
+impl Api {
+    /// Check what a component declared (the WIT `api` record).
+    pub fn check(
+        routes: Vec<(String, String, bool, Option<String>, String)>,
+        schemas: &str,
+    ) -> Result<Api, String> {
+        if routes.len() > routes::MAX_ROUTES {
+            return Err(format!("at most {} routes per family", routes::MAX_ROUTES));
+        }
+        let mut out = Vec::with_capacity(routes.len());
+        for (method, pattern, writes, paid, openapi) in routes {
+            routes::check(&method, &pattern)?;
+            if openapi.len() > MAX_OPERATION {
+                return Err(format!(
+                    "{method} {pattern}: OpenAPI operation over {MAX_OPERATION} bytes"
+                ));
+            }
+            let operation = match serde_json::from_str::<Value>(&openapi) {
+                Ok(v @ Value::Object(_)) => v,
+                _ if openapi.trim().is_empty() => Value::Object(Map::new()),
+                _ => {
+                    return Err(format!(
+                        "{method} {pattern}: the OpenAPI operation is not a JSON object"
+                    ));
+                }
+            };
+            out.push(Declared {
+                writes: writes && method != "GET",
+                method,
+                pattern,
+                paid,
+                operation,
+            });
+        }
+        if schemas.len() > MAX_SCHEMAS {
+            return Err(format!("schemas over {MAX_SCHEMAS} bytes"));
+        }
+        let schemas = match serde_json::from_str::<Value>(schemas) {
+            Ok(Value::Object(m)) => m,
+            _ if schemas.trim().is_empty() => Map::new(),
+            _ => return Err("schemas must be a JSON object".into()),
+        };
+        Ok(Api {
+            routes: out,
+            schemas,
+        })
+    }
+}
+
+/// The route table and the OpenAPI document (JSON text) in force.
+#[derive(Debug, Default)]
+pub struct Served {
+    pub table: Table,
+    pub openapi: String,
+}
+
+/// Assemble the table and document from the host's routes and the loaded
+/// families' apis. A route or schema conflict is an error naming both
+/// owners.
+pub fn assemble(host_routes: Vec<Route>, families: &[(&str, &Api)]) -> Result<Served, String> {
+    let mut doc: Value = serde_json::from_str(HOST_OPENAPI)
+        .map_err(|e| format!("host OpenAPI document does not parse: {e}"))?;
+    doc["info"]["version"] = Value::String(env!("CARGO_PKG_VERSION").into());
+    let mut routes = host_routes;
+    let mut schema_owner: std::collections::HashMap<String, String> = Default::default();
+    for (family, api) in families {
+        for d in &api.routes {
+            routes.push(Route {
+                method: d.method.clone(),
+                pattern: d.pattern.clone(),
+                handler: Handler::Family(family.to_string()),
+                writes: d.writes,
+                paid: d.paid.clone(),
+            });
+        }
+    }
+    let table = Table::new(routes)?;
+    for (family, api) in families {
+        let schemas = doc["components"]["schemas"]
+            .as_object_mut()
+            .ok_or("host OpenAPI document has no components.schemas")?;
+        for (name, schema) in &api.schemas {
+            match schemas.get(name) {
+                Some(existing) if existing != schema => {
+                    let other = schema_owner
+                        .get(name)
+                        .map_or("the host", String::as_str)
+                        .to_string();
+                    return Err(format!(
+                        "schema conflict: {family} defines {name} differently from {other}"
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    schemas.insert(name.clone(), schema.clone());
+                    schema_owner.insert(name.clone(), family.to_string());
+                }
+            }
+        }
+        let paths = doc["paths"]
+            .as_object_mut()
+            .ok_or("host OpenAPI document has no paths")?;
+        for d in &api.routes {
+            let mut op = d.operation.clone();
+            if let Value::Object(m) = &mut op {
+                m.insert("x-family".into(), Value::String(family.to_string()));
+                if let Some(paid) = &d.paid {
+                    m.entry("x-paid").or_insert(Value::String(paid.clone()));
+                }
+            }
+            let item = paths
+                .entry(d.pattern.clone())
+                .or_insert_with(|| Value::Object(Map::new()));
+            item[d.method.to_ascii_lowercase()] = op;
+        }
+    }
+    Ok(Served {
+        table,
+        openapi: doc.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn api(routes: &[(&str, &str)], schemas: Value) -> Api {
+        Api::check(
+            routes
+                .iter()
+                .map(|(m, p)| {
+                    (
+                        m.to_string(),
+                        p.to_string(),
+                        *m != "GET",
+                        None,
+                        json!({"summary": p}).to_string(),
+                    )
+                })
+                .collect(),
+            &schemas.to_string(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn families_are_assembled_into_one_document() {
+        let a = api(&[("GET", "/api/a/{id}")], json!({"A": {"type": "string"}}));
+        let b = api(&[("POST", "/api/a/{x}")], json!({"A": {"type": "string"}}));
+        let served = assemble(
+            crate::runtime::native::routes(false),
+            &[("a", &a), ("b", &b)],
+        )
+        .unwrap();
+        let doc: Value = serde_json::from_str(&served.openapi).unwrap();
+        assert_eq!(doc["paths"]["/api/a/{id}"]["get"]["x-family"], "a");
+        assert_eq!(doc["paths"]["/api/a/{x}"]["post"]["x-family"], "b");
+        assert!(doc["paths"]["/api/fees"]["get"].is_object());
+        assert!(doc["components"]["schemas"]["Error"].is_object());
+        assert_eq!(served.table.routes().count(), 5);
+    }
+
+    #[test]
+    fn conflicts_are_refused() {
+        let a = api(&[("GET", "/api/a/{id}")], json!({"A": {"type": "string"}}));
+        let same_route = api(&[("GET", "/api/a/{other}")], json!({}));
+        let err = assemble(vec![], &[("a", &a), ("b", &same_route)]).unwrap_err();
+        assert!(err.contains("conflict"), "{err}");
+        let host_route = api(&[("GET", "/api/fees")], json!({}));
+        assert!(assemble(crate::runtime::native::routes(false), &[("b", &host_route)]).is_err());
+        let other_schema = api(&[("GET", "/api/b")], json!({"A": {"type": "integer"}}));
+        let err = assemble(vec![], &[("a", &a), ("b", &other_schema)]).unwrap_err();
+        assert!(
+            err.contains("schema conflict") && err.contains('A'),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn declarations_are_checked() {
+        let bad = |m: &str, p: &str, op: &str, schemas: &str| {
+            Api::check(vec![(m.into(), p.into(), true, None, op.into())], schemas).is_err()
+        };
+        assert!(bad("GET", "/api/x", "[1]", "{}"));
+        assert!(bad("GET", "/api/x", "{}", "[]"));
+        assert!(bad("TRACE", "/api/x", "{}", "{}"));
+        assert!(!bad("GET", "/api/x", "", ""));
+        // A GET never writes, whatever it declares.
+        let api = Api::check(
+            vec![("GET".into(), "/api/x".into(), true, None, "{}".into())],
+            "{}",
+        )
+        .unwrap();
+        assert!(!api.routes[0].writes);
+    }
+}

@@ -1,0 +1,238 @@
+//! Capabilities: which host interfaces a family may import.
+//!
+//! Every family gets its own keyspace (`storage`), `clock`, `ids`, `log`
+//! and `settings`. Everything else is granted by the operator, per family
+//! (`[families.NAME] grants = [...]`, `read = [...]`). A component that
+//! imports an interface its family was not granted is refused at load, with
+//! a message naming the capability and the family; the interfaces it was
+//! not granted are not even linked, so a call could only trap. Reading
+//! another family's keyspace needs that keyspace in `read`; without it the
+//! storage call fails closed (`forbidden`) and the host logs it.
+
+use std::collections::BTreeSet;
+
+/// A capability the operator grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Capability {
+    /// `payments`: quote and charge the caller (HTTP 402).
+    Payments,
+    /// `auth`: Ed25519 signature checks (single-use records).
+    Signatures,
+    /// `escrow`: hold a contract's money, pay it out, earn fees, issue
+    /// certificates.
+    Escrow,
+    /// `dispatch`: run other routes in-process.
+    Dispatch,
+    /// `host`: service facts (storage counters, families, rails, OpenAPI).
+    HostInfo,
+    /// `limits`: choose the answer to one's own fault, shorten one's
+    /// deadline (for plugins running user code).
+    Limits,
+}
+
+/// Every grantable capability, with its name and the WIT interface it opens.
+pub const ALL: &[(Capability, &str, &str)] = &[
+    (Capability::Payments, "payments", "payments"),
+    (Capability::Signatures, "signatures", "auth"),
+    (Capability::Escrow, "escrow", "escrow"),
+    (Capability::Dispatch, "dispatch", "dispatch"),
+    (Capability::HostInfo, "host-info", "host"),
+    (Capability::Limits, "limits", "limits"),
+];
+
+/// Interfaces every family may import.
+pub const BASE: &[&str] = &["types", "storage", "clock", "ids", "log", "settings"];
+
+impl Capability {
+    pub fn name(self) -> &'static str {
+        ALL.iter()
+            .find(|(c, ..)| *c == self)
+            .map_or("", |(_, n, _)| n)
+    }
+
+    pub fn parse(name: &str) -> Option<Capability> {
+        ALL.iter().find(|(_, n, _)| *n == name).map(|(c, ..)| *c)
+    }
+
+    fn of_interface(interface: &str) -> Option<Capability> {
+        ALL.iter().find(|(.., i)| *i == interface).map(|(c, ..)| *c)
+    }
+}
+
+/// What one family may do beyond its own keyspace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Grants {
+    pub capabilities: BTreeSet<Capability>,
+    /// Other families' keyspaces it may read.
+    pub reads: BTreeSet<String>,
+}
+
+impl Grants {
+    /// From capability names and keyspace names (configuration, admin API).
+    pub fn parse<'a>(
+        capabilities: impl IntoIterator<Item = &'a str>,
+        reads: impl IntoIterator<Item = &'a str>,
+    ) -> Result<Grants, String> {
+        let mut g = Grants::default();
+        for name in capabilities {
+            let name = name.trim();
+            if name.is_empty() {
+                continue;
+            }
+            g.capabilities
+                .insert(Capability::parse(name).ok_or_else(|| {
+                    format!(
+                        "unknown capability {name:?}; known: {}",
+                        ALL.iter()
+                            .map(|(_, n, _)| *n)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })?);
+        }
+        for k in reads {
+            let k = k.trim();
+            if k.is_empty() {
+                continue;
+            }
+            if !valid_family(k) {
+                return Err(format!("read: {k:?} is not a family name"));
+            }
+            g.reads.insert(k.to_string());
+        }
+        Ok(g)
+    }
+
+    pub fn has(&self, c: Capability) -> bool {
+        self.capabilities.contains(&c)
+    }
+
+    /// Capability names, for health and the admin view.
+    pub fn names(&self) -> Vec<String> {
+        self.capabilities
+            .iter()
+            .map(|c| c.name().to_string())
+            .collect()
+    }
+
+    /// Check a component's imports: `Err` names every capability it
+    /// imports but `family` was not granted.
+    pub fn admit<'a>(
+        &self,
+        family: &str,
+        imports: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), String> {
+        let mut missing: BTreeSet<&'static str> = BTreeSet::new();
+        let mut unknown = Vec::new();
+        for import in imports {
+            let Some(rest) = import.strip_prefix("marketplace:plugin/") else {
+                continue;
+            };
+            let interface = rest.split('@').next().unwrap_or(rest);
+            if BASE.contains(&interface) {
+                continue;
+            }
+            match Capability::of_interface(interface) {
+                Some(c) if self.has(c) => {}
+                Some(c) => {
+                    missing.insert(c.name());
+                }
+                None => unknown.push(interface.to_string()),
+            }
+        }
+        if !unknown.is_empty() {
+            return Err(format!(
+                "family {family}: the component imports unknown host interfaces: {}",
+                unknown.join(", ")
+            ));
+        }
+        if !missing.is_empty() {
+            let names: Vec<&str> = missing.into_iter().collect();
+            return Err(format!(
+                "family {family} is not granted the capabilit{} {} that the component imports (grant with [families.{family}] grants = [...] or PUT /admin/plugins/{family}?grants=...)",
+                if names.len() == 1 { "y" } else { "ies" },
+                names.join(", ")
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A family name: lower-case letters, digits, `_` and `-`, 1 to 32, starting
+/// with a letter.
+pub fn valid_family(name: &str) -> bool {
+    name.len() <= 32
+        && name.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+/// What each built-in family is granted unless the operator says otherwise:
+/// exactly what it needs (only `contracts` holds escrow, only `mcp`
+/// dispatches and limits itself).
+pub fn builtin(family: &str) -> Grants {
+    use Capability::*;
+    let (caps, reads): (&[Capability], &[&str]) = match family {
+        "info" => (&[HostInfo, Payments], &[]),
+        "identity" => (&[Payments, Signatures], &["timeline"]),
+        "timeline" => (&[Payments, Signatures], &["identity"]),
+        "search" => (&[], &["timeline", "identity"]),
+        "contracts" => (&[Payments, Signatures, Escrow], &["timeline", "identity"]),
+        "mcp" => (
+            &[Dispatch, HostInfo, Limits, Signatures],
+            &["timeline", "identity"],
+        ),
+        "testing" => (
+            &[Payments, Signatures, Escrow, Dispatch, HostInfo, Limits],
+            &["timeline", "identity", "contracts"],
+        ),
+        _ => (&[], &[]),
+    };
+    Grants {
+        capabilities: caps.iter().copied().collect(),
+        reads: reads.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn imports_beyond_the_grants_are_named() {
+        let g = Grants::parse(["payments"], []).unwrap();
+        let imports = [
+            "marketplace:plugin/storage@0.1.0",
+            "marketplace:plugin/payments@0.1.0",
+            "marketplace:plugin/escrow@0.1.0",
+            "marketplace:plugin/dispatch@0.1.0",
+            "wasi:random/insecure-seed@0.2.0",
+        ];
+        let err = g.admit("rogue", imports).unwrap_err();
+        assert!(err.contains("family rogue"), "{err}");
+        assert!(err.contains("dispatch, escrow"), "{err}");
+        assert!(
+            Grants::parse(["payments", "escrow", "dispatch"], [])
+                .unwrap()
+                .admit("rogue", imports)
+                .is_ok()
+        );
+        assert!(
+            Grants::default()
+                .admit("x", ["marketplace:plugin/log@0.1.0"])
+                .is_ok()
+        );
+        assert!(Grants::parse(["money"], []).is_err());
+        assert!(Grants::parse([], ["Bad Name"]).is_err());
+    }
+
+    #[test]
+    fn only_contracts_holds_escrow_and_only_mcp_dispatches() {
+        for f in ["info", "identity", "timeline", "search", "contracts", "mcp"] {
+            assert_eq!(builtin(f).has(Capability::Escrow), f == "contracts", "{f}");
+            assert_eq!(builtin(f).has(Capability::Dispatch), f == "mcp", "{f}");
+        }
+        assert_eq!(builtin("template"), Grants::default());
+    }
+}

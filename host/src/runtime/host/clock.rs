@@ -1,0 +1,13 @@
+//! `clock`: the host clock (tests may shift it).
+
+use super::Ctx;
+use crate::runtime::bindings::endpoint::marketplace::plugin::clock;
+
+impl clock::Host for Ctx {
+    fn now_ms(&mut self) -> u64 {
+        match &self.app {
+            Some(app) => app.now_ms(),
+            None => 0,
+        }
+    }
+}

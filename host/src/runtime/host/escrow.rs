@@ -1,0 +1,65 @@
+//! `escrow` (capability `escrow`): the family's per-contract accounts and
+//! issuances (see [`crate::money::escrow`]). Accounts are named by the
+//! calling family, so no family reaches another's.
+
+use super::{Ctx, refusal};
+use crate::money::escrow;
+use crate::runtime::bindings::endpoint::marketplace::plugin::{escrow as wit, types};
+
+impl wit::Host for Ctx {
+    fn hold(&mut self, contract: String) -> Result<u64, types::Refusal> {
+        let family = self.family.clone();
+        let units = self.unheld;
+        let (_, txn) = self.write_txn()?;
+        let now = escrow::hold(txn, &family, &contract, units).map_err(refusal)?;
+        self.unheld = 0;
+        Ok(now)
+    }
+
+    fn held(&mut self, contract: String) -> u64 {
+        let family = self.family.clone();
+        match self.txn() {
+            Ok(txn) => escrow::held(txn, &family, &contract).unwrap_or(0),
+            Err(e) => {
+                tracing::error!(family = %family, "escrow held: {e}");
+                0
+            }
+        }
+    }
+
+    fn payout(
+        &mut self,
+        contract: String,
+        kind: String,
+        amount: u64,
+    ) -> Result<String, types::Refusal> {
+        let family = self.family.clone();
+        let (app, txn) = self.write_txn()?;
+        let (secret, derivation) =
+            escrow::payout(&app.ledger, txn, &family, &contract, &kind, amount).map_err(refusal)?;
+        self.issued.push((secret.clone(), derivation));
+        Ok(secret)
+    }
+
+    fn earn(&mut self, contract: String, amount: u64) -> Result<(), types::Refusal> {
+        let family = self.family.clone();
+        let (_, txn) = self.write_txn()?;
+        escrow::earn(txn, &family, &contract, amount).map_err(refusal)
+    }
+
+    fn note_fee(&mut self, contract: String) -> Result<(), types::Refusal> {
+        let family = self.family.clone();
+        let price = self.charged.as_ref().map_or(0, |c| c.price);
+        let (_, txn) = self.write_txn()?;
+        escrow::note_fee(txn, &family, &contract, price).map_err(refusal)
+    }
+
+    fn certificate(&mut self, contract: String) -> Result<String, types::Refusal> {
+        let family = self.family.clone();
+        let (app, txn) = self.write_txn()?;
+        let (secret, derivation) =
+            escrow::certificate(&app.ledger, txn, &family, &contract).map_err(refusal)?;
+        self.issued.push((secret.clone(), derivation));
+        Ok(secret)
+    }
+}

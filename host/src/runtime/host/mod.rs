@@ -1,0 +1,235 @@
+//! The host side of the WIT imports: what a plugin instance may ask of the
+//! host during one request, one file per interface. Everything acts on
+//! that request's transaction, so it commits or vanishes with the request.
+//! Which interfaces a family's component is linked with is decided by its
+//! grants ([`crate::runtime::capabilities`]).
+
+mod auth;
+mod clock;
+mod dispatch;
+mod escrow;
+mod fees;
+mod ids;
+mod info;
+mod limits;
+mod log;
+mod payments;
+mod settings;
+mod storage;
+
+pub use fees::FeeCtx;
+
+use crate::app::App;
+use crate::money::escrow::Derivation;
+use crate::money::payments::{Charge, PaymentHeaders};
+use crate::reply::Reply;
+use crate::runtime::bindings::endpoint::marketplace::plugin::{auth as wit_auth, types};
+use crate::runtime::capabilities::Grants;
+use crate::runtime::limiter::CallLimiter;
+use crate::store::{StorageError, Txn};
+use std::sync::Arc;
+
+/// Store data that carries a call limiter.
+pub trait Limiter: Send + 'static {
+    fn limiter(&mut self) -> &mut CallLimiter;
+    fn memory_hit(&self) -> bool;
+}
+
+/// Store data of one endpoint-plugin call.
+pub struct Ctx {
+    /// None for the inert context of a smoke call.
+    app: Option<Arc<App>>,
+    family: String,
+    /// What the family may do beyond its own keyspace.
+    grants: Arc<Grants>,
+    /// Whether this request may write (non-GET/HEAD).
+    write: bool,
+    /// Opened on first storage use, so routes that never touch storage
+    /// never open (or commit) a transaction.
+    txn: Option<Txn>,
+    /// A mutating request is counted from its start, so that a batch of
+    /// writes waits for it (group commit).
+    pending: Option<crate::store::group_commit::Pending>,
+    payment: PaymentHeaders,
+    /// Key under which a paid request's answer is kept for identical retries.
+    replay_key: Option<[u8; 32]>,
+    /// The charge taken in this request, if any.
+    charged: Option<Charge>,
+    /// Units charged for an escrow action and not yet held in a contract's
+    /// account: a 2xx answer with any left is turned into a 500.
+    unheld: u64,
+    /// Secrets issued in this request and how to derive them again: a kept
+    /// answer holds the derivation, never the secret.
+    issued: Vec<(String, Derivation)>,
+    /// Statements whose signature already verified in this request.
+    prechecked: Vec<wit_auth::Signed>,
+    /// The answer the plugin asked for should it fault (`limits.on-fault`).
+    on_fault: Option<Reply>,
+    limiter: CallLimiter,
+}
+
+impl Limiter for Ctx {
+    fn limiter(&mut self) -> &mut CallLimiter {
+        &mut self.limiter
+    }
+    fn memory_hit(&self) -> bool {
+        self.limiter.hit
+    }
+}
+
+impl Ctx {
+    pub fn new(
+        app: Arc<App>,
+        family: &str,
+        grants: Arc<Grants>,
+        write: bool,
+        payment: PaymentHeaders,
+        replay_key: Option<[u8; 32]>,
+        memory_bytes: usize,
+    ) -> Ctx {
+        Ctx {
+            pending: write.then(|| app.storage.enter()),
+            app: Some(app),
+            family: family.to_string(),
+            grants,
+            write,
+            txn: None,
+            payment,
+            replay_key,
+            charged: None,
+            unheld: 0,
+            issued: Vec::new(),
+            prechecked: Vec::new(),
+            on_fault: None,
+            limiter: CallLimiter::new(memory_bytes),
+        }
+    }
+
+    /// A context with no storage or payments (smoke calls).
+    pub fn inert(memory_bytes: usize) -> Ctx {
+        Ctx {
+            app: None,
+            family: String::new(),
+            grants: Arc::new(Grants::default()),
+            write: false,
+            txn: None,
+            pending: None,
+            payment: PaymentHeaders::default(),
+            replay_key: None,
+            charged: None,
+            unheld: 0,
+            issued: Vec::new(),
+            prechecked: Vec::new(),
+            on_fault: None,
+            limiter: CallLimiter::new(memory_bytes),
+        }
+    }
+
+    /// The answer the plugin chose for its own fault, if it did.
+    pub fn take_on_fault(&mut self) -> Option<Reply> {
+        self.on_fault.take()
+    }
+
+    /// Turn the plugin's answer into the reply, committing the transaction
+    /// when (and only when) the answer is a 2xx of a mutating request.
+    pub fn finish(mut self, resp: types::Response) -> Reply {
+        let mut reply = Reply {
+            status: resp.status,
+            headers: resp.headers,
+            body: resp.body,
+        };
+        if !(100..=599).contains(&reply.status) {
+            tracing::error!(family = %self.family, status = reply.status, "plugin answered an invalid status");
+            return Reply::error(500, "internal", "internal error");
+        }
+        if reply.is_success() && self.unheld > 0 {
+            tracing::error!(family = %self.family, units = self.unheld, "escrow charge not held in a contract's account: nothing is kept");
+            return Reply::error(500, "internal", "internal error");
+        }
+        if reply.is_success()
+            && let Some(change) = self.charged.as_ref().and_then(|c| c.change.clone())
+        {
+            reply.headers.push(("x-cash-change".into(), change));
+        }
+        match (self.txn.take(), &self.app) {
+            (Some(Txn::Write(txn)), Some(app)) if reply.is_success() => {
+                match self
+                    .record_replay(&txn, &reply)
+                    .and_then(|_| app.storage.commit(txn))
+                {
+                    Ok(()) => reply,
+                    Err(e) => {
+                        tracing::error!(family = %self.family, "commit failed: {e}");
+                        Reply::error(500, "internal", "internal error")
+                    }
+                }
+            }
+            // Read transactions end here; failed writes (and spends) are discarded.
+            _ => reply,
+        }
+    }
+
+    /// Keep a paid request's answer for identical retries (same
+    /// transaction), its secrets replaced by their derivations.
+    fn record_replay(
+        &self,
+        txn: &crate::store::WriteTxn,
+        reply: &Reply,
+    ) -> Result<(), StorageError> {
+        match (&self.charged, &self.replay_key) {
+            (Some(c), Some(key)) if !c.public.is_empty() => {
+                crate::money::ledger::Ledger::record_replay(txn, key, reply, &self.issued)
+                    .map_err(|e| StorageError::Internal(e.to_string()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The request's write transaction (refused in read-only requests).
+    fn write_txn(&mut self) -> Result<(&App, &crate::store::WriteTxn), types::Refusal> {
+        let internal = |m: &str| {
+            tracing::error!("{m}");
+            refusal(Reply::error(500, "internal", "internal error"))
+        };
+        if !self.write {
+            return Err(internal(
+                "payments, signatures and escrow need a mutating request",
+            ));
+        }
+        self.txn().map_err(|e| internal(&e.to_string()))?;
+        match (&self.app, &self.txn) {
+            (Some(app), Some(Txn::Write(t))) => Ok((app, t)),
+            _ => Err(internal("no write transaction")),
+        }
+    }
+
+    /// The request's transaction, opened on first use.
+    fn txn(&mut self) -> Result<&mut Txn, StorageError> {
+        if self.txn.is_none() {
+            let app = self
+                .app
+                .as_ref()
+                .ok_or_else(|| StorageError::Internal("no storage in this call".into()))?;
+            self.txn = Some(match (self.write, self.pending.take()) {
+                (true, Some(pending)) => Txn::Write(app.storage.begin_write_for(pending)?),
+                (write, _) => app.storage.begin(write)?,
+            });
+        }
+        Ok(self.txn.as_mut().expect("just opened"))
+    }
+}
+
+/// A refusal a plugin returns unchanged.
+pub fn refusal(reply: Reply) -> types::Refusal {
+    let code = serde_json::from_slice::<serde_json::Value>(&reply.body)
+        .ok()
+        .and_then(|v| v.get("code").and_then(|c| c.as_str()).map(str::to_string))
+        .unwrap_or_default();
+    types::Refusal {
+        status: reply.status,
+        code,
+        body: String::from_utf8_lossy(&reply.body).into_owned(),
+    }
+}
+
+impl types::Host for Ctx {}

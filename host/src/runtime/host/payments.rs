@@ -1,0 +1,81 @@
+//! `payments` (capability `payments`): quote an action and charge the
+//! caller from the request's payment headers (HTTP 402 otherwise).
+
+use super::{Ctx, refusal};
+use crate::money::payments::ESCROW_ACTIONS;
+use crate::reply::Reply;
+use crate::runtime::bindings::endpoint::marketplace::plugin::{payments, types};
+use crate::runtime::capabilities::Capability;
+
+impl Ctx {
+    fn charge_at(
+        &mut self,
+        action: String,
+        price: u64,
+    ) -> Result<payments::Receipt, types::Refusal> {
+        if self.charged.is_some() {
+            tracing::error!(family = %self.family, "a request may be charged only once");
+            return Err(refusal(Reply::error(500, "internal", "internal error")));
+        }
+        let escrowed = ESCROW_ACTIONS.contains(&action.as_str());
+        if escrowed && !self.grants.has(Capability::Escrow) {
+            tracing::error!(family = %self.family, action, "an escrow action needs the escrow grant");
+            return Err(refusal(Reply::error(500, "internal", "internal error")));
+        }
+        let payment = self.payment.clone();
+        let (app, txn) = self.write_txn()?;
+        let charge = crate::money::payments::charge(&app.ledger, txn, &payment, &action, price)
+            .map_err(refusal)?;
+        let receipt = payments::Receipt {
+            action: charge.action.clone(),
+            price: charge.price,
+            paid: charge.paid,
+            change: charge.change.clone(),
+        };
+        if escrowed {
+            self.unheld += charge.price;
+        }
+        if let (Some(s), Some(d)) = (&charge.change, &charge.change_derivation) {
+            self.issued.push((s.clone(), d.clone()));
+        }
+        self.charged = Some(charge);
+        Ok(receipt)
+    }
+}
+
+impl payments::Host for Ctx {
+    fn quote(&mut self, action: String, basis: Option<u64>) -> Result<u64, types::Refusal> {
+        let Some(app) = &self.app else {
+            return Err(refusal(Reply::error(
+                503,
+                "plugin_unavailable",
+                "pricing is not available in this call",
+            )));
+        };
+        app.runtime.fee_quote(&action, basis).map_err(refusal)
+    }
+
+    fn charge(
+        &mut self,
+        action: String,
+        basis: Option<u64>,
+    ) -> Result<payments::Receipt, types::Refusal> {
+        let price = self.quote(action.clone(), basis)?;
+        self.charge_at(action, price)
+    }
+
+    fn charge_price(
+        &mut self,
+        action: String,
+        price: u64,
+    ) -> Result<payments::Receipt, types::Refusal> {
+        self.charge_at(action, price)
+    }
+
+    fn policy(&mut self) -> String {
+        match &self.app {
+            Some(app) => app.runtime.fee_policy(),
+            None => String::new(),
+        }
+    }
+}

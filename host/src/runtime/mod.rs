@@ -1,0 +1,13 @@
+//! The component runtime: engine, families and their grants, linking per
+//! capability, hot reload, and the host side of every WIT interface.
+
+pub mod api;
+pub mod capabilities;
+pub mod engine;
+pub mod host;
+pub mod limiter;
+pub mod native;
+pub mod reload;
+pub mod routes;
+
+pub use engine::{FEES_FAMILY, Limits, LoadedPlugin, PluginStatus, Runtime, bindings};

@@ -1,0 +1,175 @@
+//! Hot reload: the plugins directory is polled; a changed component file of
+//! a configured family is validated and swapped in (the same path as the
+//! admin upload: compile, link, type-check the world, smoke-call, then
+//! swap). Requests in flight finish on the instance they started with; a
+//! refused component leaves the old one serving and the reason is logged.
+//! Other `.wasm` files staged in the directory are precompiled into the
+//! compile cache in the background, so swapping to them is fast. Files in
+//! its `families/` subdirectory are families of their own (see
+//! [`FAMILIES_DIR`]).
+
+use crate::app::App;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// How often the directory is looked at.
+pub const POLL: Duration = Duration::from_millis(100);
+
+type Stamp = (Option<SystemTime>, u64);
+
+fn stamp(path: &std::path::Path) -> Option<Stamp> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok(), meta.len()))
+}
+
+/// The subdirectory of the plugins directory whose components are
+/// families of their own: `families/NAME.wasm` mounts family NAME (with
+/// the grants of `[families.NAME]`, or none), a change swaps it, removing
+/// the file unmounts it (its data stays).
+pub const FAMILIES_DIR: &str = "families";
+
+/// Swap the component at `path` in for `family`, logging the outcome.
+fn swap_in(app: &App, family: &str, component: &str, path: &Path) {
+    let Ok(bytes) = std::fs::read(path) else {
+        return;
+    };
+    let hash = crate::ids::hex(&Sha256::digest(&bytes));
+    if app.runtime.plugin(family).is_some_and(|p| p.hash == hash) {
+        return;
+    }
+    let started = Instant::now();
+    match app.runtime.swap(family, component, &bytes, None) {
+        Ok(p) => tracing::info!(
+            family = %family,
+            version = %p.version,
+            millis = started.elapsed().as_millis() as u64,
+            "hot reload: swapped in {}",
+            path.display()
+        ),
+        Err(e) => tracing::warn!(family = %family, "hot reload refused {}: {e:#}", path.display()),
+    }
+}
+
+/// Start watching `app`'s plugins directory on a background thread.
+pub fn spawn(app: Arc<App>) -> std::io::Result<()> {
+    let families = app.config.families();
+    let dir = app.runtime.plugins_dir().to_path_buf();
+    let mut seen: HashMap<String, Option<Stamp>> = families
+        .iter()
+        .map(|f| (f.name.clone(), stamp(&dir.join(&f.component))))
+        .collect();
+    let configured: Vec<PathBuf> = families.iter().map(|f| dir.join(&f.component)).collect();
+    let mut staged: HashMap<PathBuf, Option<Stamp>> = HashMap::new();
+    // Families mounted from the families directory, with their file's stamp.
+    let mut mounted: HashMap<String, Option<Stamp>> = HashMap::new();
+    std::thread::Builder::new()
+        .name("plugin-watch".into())
+        .spawn(move || {
+            loop {
+                // Staged components: precompile new or changed ones.
+                for path in std::fs::read_dir(&dir)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|e| e.path())
+                {
+                    if path.extension().is_none_or(|e| e != "wasm") || configured.contains(&path) {
+                        continue;
+                    }
+                    let now = stamp(&path);
+                    if staged.get(&path) != Some(&now) {
+                        staged.insert(path.clone(), now);
+                        if let Ok(bytes) = std::fs::read(&path)
+                            && app.runtime.precompile(&bytes)
+                        {
+                            tracing::info!(
+                                "staged component ready (precompiled): {}",
+                                path.display()
+                            );
+                        }
+                    }
+                }
+                std::thread::sleep(POLL);
+                for f in &families {
+                    let path = dir.join(&f.component);
+                    let now = stamp(&path);
+                    if now.is_none() || seen.get(&f.name) == Some(&now) {
+                        continue;
+                    }
+                    seen.insert(f.name.clone(), now);
+                    swap_in(&app, &f.name, &f.component, &path);
+                }
+                watch_families_dir(&app, &dir.join(FAMILIES_DIR), &mut mounted);
+            }
+        })?;
+    Ok(())
+}
+
+/// Mount, swap or unmount the families of the families directory.
+fn watch_families_dir(app: &App, dir: &Path, mounted: &mut HashMap<String, Option<Stamp>>) {
+    let mut present = Vec::new();
+    for path in std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+    {
+        if path.extension().is_none_or(|e| e != "wasm") {
+            continue;
+        }
+        let Some(family) = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .map(str::to_string)
+        else {
+            continue;
+        };
+        if !crate::runtime::capabilities::valid_family(&family) {
+            continue;
+        }
+        present.push(family.clone());
+        let now = stamp(&path);
+        if mounted.get(&family) == Some(&now) {
+            continue;
+        }
+        mounted.insert(family.clone(), now);
+        let component = format!("{FAMILIES_DIR}/{family}.wasm");
+        if app.runtime.grants(&family).is_none()
+            && let Some(spec) = app.config.family(&family)
+        {
+            // A family the config grants but that has no slot yet.
+            let Ok(bytes) = std::fs::read(&path) else {
+                continue;
+            };
+            if let Err(e) = app
+                .runtime
+                .swap(&family, &component, &bytes, Some(spec.grants))
+            {
+                tracing::warn!(family = %family, "mount refused {}: {e:#}", path.display());
+            }
+            continue;
+        }
+        swap_in(app, &family, &component, &path);
+    }
+    mounted.retain(|family, _| {
+        if present.contains(family) {
+            return true;
+        }
+        if app
+            .runtime
+            .plugin(family)
+            .is_some_and(|p| p.component.starts_with(FAMILIES_DIR))
+        {
+            match app.runtime.unmount(family) {
+                Ok(()) => {
+                    tracing::info!(family = %family, "component file removed: family unmounted")
+                }
+                Err(e) => tracing::warn!(family = %family, "unmount refused: {e:#}"),
+            }
+        }
+        false
+    });
+}

@@ -1,0 +1,409 @@
+//! The route table: every HTTP endpoint, who serves it, and whether it
+//! writes. It is assembled from the host's own routes and the routes each
+//! loaded component declares (`handler.api`), and rebuilt at every swap,
+//! mount and unmount. Used by the router, in-process dispatch, the admin
+//! view and the OpenAPI document.
+
+use std::sync::Arc;
+
+/// Who serves a route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handler {
+    /// A plugin family.
+    Family(String),
+    /// A native host handler (see [`crate::runtime::native`]).
+    Host(&'static str),
+}
+
+/// One endpoint.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub method: String,
+    /// Path pattern with `{name}` segments.
+    pub pattern: String,
+    pub handler: Handler,
+    /// Whether the call gets a write transaction (and joins a commit batch).
+    pub writes: bool,
+    /// The fee action when the route is paid (documentation).
+    pub paid: Option<String>,
+}
+
+impl Route {
+    /// Whether this route answers `method` (HEAD is served by GET routes).
+    pub fn serves(&self, method: &str) -> bool {
+        self.method == method || (method == "HEAD" && self.method == "GET")
+    }
+
+    /// Who serves it, for logs and errors.
+    pub fn owner(&self) -> &str {
+        match &self.handler {
+            Handler::Family(f) => f,
+            Handler::Host(_) => "host",
+        }
+    }
+}
+
+/// Methods a component may declare (GET also answers HEAD).
+pub const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];
+
+/// Most routes one family may declare.
+pub const MAX_ROUTES: usize = 256;
+
+/// The pattern with its `{name}` segments made anonymous: two routes of one
+/// method and one shape would serve the same requests.
+pub fn shape(pattern: &str) -> String {
+    pattern
+        .split('/')
+        .map(|s| if is_param(s) { "{}" } else { s })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+fn is_param(segment: &str) -> bool {
+    segment.starts_with('{') && segment.ends_with('}')
+}
+
+/// Why a declared route cannot be served, if it cannot.
+pub fn check(method: &str, pattern: &str) -> Result<(), String> {
+    if !METHODS.contains(&method) {
+        return Err(format!(
+            "{method} {pattern}: method must be one of {}",
+            METHODS.join(", ")
+        ));
+    }
+    if !pattern.starts_with('/') || pattern.len() > 512 {
+        return Err(format!(
+            "{method} {pattern}: a pattern starts with / and has at most 512 characters"
+        ));
+    }
+    if pattern.starts_with("/admin") || canonical_path(pattern) != pattern {
+        return Err(format!(
+            "{method} {pattern}: /admin and the /api/v1 alias are the host's"
+        ));
+    }
+    for seg in pattern.split('/').skip(1) {
+        let ok = if is_param(seg) {
+            let name = &seg[1..seg.len() - 1];
+            !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        } else {
+            !seg.contains(['{', '}', '?', '#', '%'])
+        };
+        if !ok || (seg.is_empty() && pattern != "/") {
+            return Err(format!("{method} {pattern}: bad segment {seg:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// Order: at the first segment where two patterns differ in kind, the
+/// literal one comes first, so `/contracts/buy` wins over `/contracts/{id}`.
+fn specificity(pattern: &str) -> Vec<bool> {
+    pattern.split('/').map(is_param).collect()
+}
+
+/// The routes in force, most specific first.
+#[derive(Debug, Clone, Default)]
+pub struct Table {
+    routes: Vec<Arc<Route>>,
+}
+
+/// The result of matching a request against the table.
+#[derive(Debug)]
+pub enum Match {
+    Found {
+        route: Arc<Route>,
+        params: Vec<(String, String)>,
+    },
+    /// The path exists with other methods.
+    MethodNotAllowed(Vec<String>),
+    NotFound,
+}
+
+impl Table {
+    /// A table of `routes`; a second route of one method and shape is a
+    /// conflict naming both owners.
+    pub fn new(routes: Vec<Route>) -> Result<Table, String> {
+        let mut seen: std::collections::HashMap<(String, String), String> = Default::default();
+        for r in &routes {
+            if let Some(other) =
+                seen.insert((r.method.clone(), shape(&r.pattern)), r.owner().to_string())
+            {
+                return Err(format!(
+                    "route conflict: {} {} of {} is already served by {other}",
+                    r.method,
+                    r.pattern,
+                    r.owner()
+                ));
+            }
+        }
+        let mut routes: Vec<Arc<Route>> = routes.into_iter().map(Arc::new).collect();
+        routes.sort_by_cached_key(|r| specificity(&r.pattern));
+        Ok(Table { routes })
+    }
+
+    pub fn routes(&self) -> impl Iterator<Item = &Arc<Route>> {
+        self.routes.iter()
+    }
+
+    /// Whether a call of `method` on the route `pattern` writes (see
+    /// [`Route::writes`]); unknown routes write unless read by method.
+    pub fn writes(&self, method: &str, pattern: &str) -> bool {
+        self.routes
+            .iter()
+            .find(|r| r.pattern == pattern && r.serves(method))
+            .map_or(!is_read(method), |r| r.writes)
+    }
+
+    /// Match a method and canonical path. HEAD matches GET routes.
+    pub fn find(&self, method: &str, path: &str) -> Match {
+        let mut allowed: Vec<String> = Vec::new();
+        for route in &self.routes {
+            if let Some(params) = match_pattern(&route.pattern, path) {
+                if route.serves(method) {
+                    return Match::Found {
+                        route: route.clone(),
+                        params,
+                    };
+                }
+                if !allowed.contains(&route.method) {
+                    allowed.push(route.method.clone());
+                }
+            }
+        }
+        if allowed.is_empty() {
+            Match::NotFound
+        } else {
+            allowed.sort();
+            Match::MethodNotAllowed(allowed)
+        }
+    }
+}
+
+fn is_read(method: &str) -> bool {
+    matches!(method, "GET" | "HEAD")
+}
+
+/// Fold the `/api/v1` compatibility alias onto `/api`.
+pub fn canonical_path(path: &str) -> String {
+    match path.strip_prefix("/api/v1") {
+        Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("/api{rest}"),
+        _ => path.to_string(),
+    }
+}
+
+fn match_pattern(pattern: &str, path: &str) -> Option<Vec<(String, String)>> {
+    let mut params = Vec::new();
+    let mut pat = pattern.split('/');
+    let mut segs = path.split('/');
+    loop {
+        match (pat.next(), segs.next()) {
+            (None, None) => return Some(params),
+            (Some(p), Some(s)) => {
+                if is_param(p) {
+                    if s.is_empty() {
+                        return None;
+                    }
+                    params.push((p[1..p.len() - 1].to_string(), percent_decode(s)));
+                } else if p != s {
+                    return None;
+                }
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// Decode `%XX` escapes (and `+` as space when `plus` is set) leniently:
+/// invalid escapes are kept as written, invalid UTF-8 is replaced.
+pub fn percent_decode_with(s: &str, plus: bool) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = |b: u8| (b as char).to_digit(16);
+                match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                    (Some(h), Some(l)) => {
+                        out.push((h * 16 + l) as u8);
+                        i += 3;
+                        continue;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            b'+' if plus => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Decode a path segment.
+pub fn percent_decode(s: &str) -> String {
+    percent_decode_with(s, false)
+}
+
+/// Parse a query string into ordered, decoded pairs.
+pub fn parse_query(q: &str) -> Vec<(String, String)> {
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (percent_decode_with(k, true), percent_decode_with(v, true))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fam(method: &str, pattern: &str, family: &str) -> Route {
+        Route {
+            method: method.into(),
+            pattern: pattern.into(),
+            handler: Handler::Family(family.into()),
+            writes: !is_read(method),
+            paid: None,
+        }
+    }
+
+    fn table() -> Table {
+        Table::new(vec![
+            fam("GET", "/api/timeline", "timeline"),
+            fam("POST", "/api/timeline", "timeline"),
+            fam("GET", "/api/posts/{post_id}", "timeline"),
+            fam(
+                "GET",
+                "/api/posts/{post_id}/attachments/{index}",
+                "timeline",
+            ),
+            fam("POST", "/api/posts/update", "timeline"),
+            fam("GET", "/api/arbitration/contracts/{id}", "contracts"),
+            fam(
+                "POST",
+                "/api/arbitration/contracts/{id}/accept",
+                "contracts",
+            ),
+            fam("POST", "/api/arbitration/contracts/buy", "contracts"),
+            Route {
+                writes: false,
+                ..fam("POST", "/mcp", "mcp")
+            },
+        ])
+        .unwrap()
+    }
+
+    #[test]
+    fn read_only_posts_are_declared() {
+        let t = table();
+        assert!(t.writes("POST", "/api/timeline"));
+        assert!(!t.writes("GET", "/api/timeline"));
+        assert!(!t.writes("HEAD", "/api/timeline"));
+        assert!(!t.writes("POST", "/mcp"));
+        assert!(t.writes("POST", "/no/such/route"));
+    }
+
+    #[test]
+    fn alias_folds_onto_api() {
+        assert_eq!(canonical_path("/api/v1/health"), "/api/health");
+        assert_eq!(canonical_path("/api/v1"), "/api");
+        assert_eq!(canonical_path("/api/v10/health"), "/api/v10/health");
+        assert_eq!(canonical_path("/api/health"), "/api/health");
+    }
+
+    #[test]
+    fn params_are_extracted_and_decoded() {
+        match table().find("GET", "/api/posts/post_1%20x/attachments/2") {
+            Match::Found { route, params } => {
+                assert_eq!(route.pattern, "/api/posts/{post_id}/attachments/{index}");
+                assert_eq!(
+                    params,
+                    vec![
+                        ("post_id".into(), "post_1 x".into()),
+                        ("index".into(), "2".into())
+                    ]
+                );
+            }
+            m => panic!("{m:?}"),
+        }
+    }
+
+    #[test]
+    fn literal_segments_win_over_params_whatever_the_order() {
+        match table().find("POST", "/api/arbitration/contracts/buy") {
+            Match::Found { route, .. } => {
+                assert_eq!(route.pattern, "/api/arbitration/contracts/buy")
+            }
+            m => panic!("{m:?}"),
+        }
+        // A literal POST route does not hide the GET of the param route.
+        match table().find("GET", "/api/posts/update") {
+            Match::Found { route, params } => {
+                assert_eq!(route.pattern, "/api/posts/{post_id}");
+                assert_eq!(params[0].1, "update");
+            }
+            m => panic!("{m:?}"),
+        }
+        match table().find("POST", "/api/posts/update") {
+            Match::Found { route, .. } => assert_eq!(route.pattern, "/api/posts/update"),
+            m => panic!("{m:?}"),
+        }
+    }
+
+    #[test]
+    fn wrong_method_lists_allowed() {
+        match table().find("DELETE", "/api/timeline") {
+            Match::MethodNotAllowed(m) => assert_eq!(m, vec!["GET", "POST"]),
+            m => panic!("{m:?}"),
+        }
+        assert!(matches!(table().find("GET", "/api/nope"), Match::NotFound));
+        assert!(matches!(
+            table().find("GET", "/api/posts/"),
+            Match::NotFound
+        ));
+    }
+
+    #[test]
+    fn same_method_and_shape_conflict() {
+        let err = Table::new(vec![
+            fam("GET", "/api/posts/{post_id}", "timeline"),
+            fam("GET", "/api/posts/{id}", "rogue"),
+        ])
+        .unwrap_err();
+        assert!(err.contains("conflict") && err.contains("rogue") && err.contains("timeline"));
+        assert!(
+            Table::new(vec![
+                fam("GET", "/api/posts/{post_id}", "timeline"),
+                fam("POST", "/api/posts/{id}", "rogue"),
+            ])
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn declared_routes_are_checked() {
+        assert!(check("GET", "/api/x/{id}").is_ok());
+        assert!(check("HEAD", "/api/x").is_err());
+        assert!(check("GET", "api/x").is_err());
+        assert!(check("GET", "/api/v1/x").is_err());
+        assert!(check("GET", "/admin/plugins").is_err());
+        assert!(check("GET", "/api/{}").is_err());
+        assert!(check("GET", "/api//x").is_err());
+    }
+
+    #[test]
+    fn query_decoding() {
+        assert_eq!(
+            parse_query("term=a+b%21&limit=20&x&bad=%zz%4"),
+            vec![
+                ("term".into(), "a b!".into()),
+                ("limit".into(), "20".into()),
+                ("x".into(), "".into()),
+                ("bad".into(), "%zz%4".into())
+            ]
+        );
+    }
+}

@@ -1,0 +1,226 @@
+//! The routes of the `contracts` family and their OpenAPI.
+
+use marketplace_guest::openapi::{self, Op, nonblank, obj, op, pattern, r, t, with_signature};
+use marketplace_guest::prelude::*;
+
+/// Every operation of the family.
+pub const OPS: &[Op] = &[
+    Op {
+        paid: Some("buy (the contract amount, held in escrow)"),
+        body: Some("Buy"),
+        ok: (201, "Bought"),
+        errors: &[400, 401, 402, 403, 404, 409],
+        ..op(
+            "POST",
+            "/api/arbitration/contracts/buy",
+            "buy",
+            "contracts",
+            "Buy: open a contract",
+            "Signed `buy_contract:{buyer}:{reference_post}:{contract_id}:{witness_proof}`.",
+        )
+    },
+    Op {
+        ok: (200, "Contract"),
+        errors: &[404],
+        ..op(
+            "GET",
+            "/api/arbitration/contracts/{id}",
+            "getContract",
+            "contracts",
+            "One contract",
+            "Never contains a secret.",
+        )
+    },
+    Op {
+        ok: (200, "ContractStatus"),
+        errors: &[404],
+        ..op(
+            "GET",
+            "/api/arbitration/contracts/{id}/status",
+            "getContractStatus",
+            "contracts",
+            "Contract status",
+            "Status and the actions some party could take now.",
+        )
+    },
+    Op {
+        paid: Some("pickup (first settling pickup under pickup-paid)"),
+        body: Some("Action"),
+        ok: (200, "ActionResult"),
+        errors: &[400, 401, 402, 403, 404, 409],
+        ..op(
+            "POST",
+            "/api/arbitration/contracts/{id}/pickup",
+            "pickup",
+            "contracts",
+            "Pickup",
+            "Collect what the contract owes you: certificate (buyer), payout (seller), refund (buyer). Payouts and refunds need a fresh signature.",
+        )
+    },
+    Op {
+        body: Some("Accept"),
+        ok: (200, "ActionResult"),
+        errors: &[400, 401, 403, 404, 409],
+        ..op(
+            "POST",
+            "/api/arbitration/contracts/{id}/accept",
+            "accept",
+            "contracts",
+            "Accept (seller)",
+            "issued -> active; signed `accept:{id}:{seller_fingerprint}`.",
+        )
+    },
+    Op {
+        body: Some("Deliver"),
+        ok: (200, "ActionResult"),
+        errors: &[400, 401, 403, 404, 409],
+        ..op(
+            "POST",
+            "/api/arbitration/contracts/{id}/deliver",
+            "deliver",
+            "contracts",
+            "Deliver (seller)",
+            "active -> delivered; signed `deliver:{id}:{delivered_text}`; needs the witness secret when the contract has one.",
+        )
+    },
+    Op {
+        body: Some("Action"),
+        ok: (200, "ActionResult"),
+        errors: &[400, 401, 403, 404, 409],
+        ..op(
+            "POST",
+            "/api/arbitration/contracts/{id}/refund",
+            "refund",
+            "contracts",
+            "Refund",
+            "Signed `REFUND:{id}`; see the transition table.",
+        )
+    },
+    Op {
+        body: Some("Action"),
+        ok: (200, "ActionResult"),
+        errors: &[400, 401, 403, 404, 409],
+        ..op(
+            "POST",
+            "/api/arbitration/contracts/{id}/release",
+            "release",
+            "contracts",
+            "Release (buyer)",
+            "active or delivered -> settled; signed `release:{id}`.",
+        )
+    },
+    Op {
+        body: Some("WitnessReplace"),
+        ok: (200, "Success"),
+        errors: &[400],
+        ..op(
+            "POST",
+            "/api/witness/replace",
+            "witnessReplace",
+            "contracts",
+            "Replace witness secrets",
+            "Old secrets become spent, new ones live.",
+        )
+    },
+    Op {
+        body: Some("StringList"),
+        ok: (200, "WitnessHealth"),
+        errors: &[400],
+        ..op(
+            "POST",
+            "/api/witness/health_check",
+            "witnessHealthCheck",
+            "contracts",
+            "Witness states",
+            "live, spent, burned or null for each proof.",
+        )
+    },
+];
+
+/// The component schemas the operations reference (besides the host's:
+/// `StringList`, `Success`).
+pub fn schemas() -> Value {
+    let contract = obj(
+        &[
+            ("contract_id", t("string")),
+            (
+                "status",
+                json!({"enum": ["issued", "active", "delivered", "settled", "refunded"]}),
+            ),
+            ("contract_type", t("string")),
+            ("amount", openapi::amount()),
+            ("buyer_fingerprint", t("string")),
+            ("target_seller_fingerprint", t("string")),
+            ("reference_post", t("string")),
+            ("work_spec", json!({})),
+            (
+                "delivery_deadline",
+                json!({"type": "string", "format": "date-time"}),
+            ),
+            ("fee_policy", t("string")),
+            ("created_at", t("string")),
+            ("updated_at", t("string")),
+            (
+                "history",
+                json!({"type": "array", "items": obj(&[("action", t("string")), ("actor", t("string")), ("at", t("string"))], &[])}),
+            ),
+        ],
+        &["contract_id", "status"],
+    );
+    let witness_secret = pattern("^n:CTR_[A-Za-z0-9_-]{1,64}:secret:[0-9a-f]{64}$");
+    json!({
+        "Buy": with_signature(vec![("buyer_fingerprint", t("string")), ("contract_type", json!({"enum": ["service", "product_digital", "product_physical"]})), ("amount", openapi::positive_amount()), ("reference_post", nonblank(128)),
+            ("contract_id", json!({"type": "string", "pattern": "^CTR_[A-Za-z0-9_-]{1,64}$"})), ("work_spec", json!({})), ("delivery_deadline", json!({"type": "string", "format": "date-time", "description": "must be in the future"})), ("witness_proof", pattern("^n:CTR_[A-Za-z0-9_-]{1,64}:public:[0-9a-f]{64}$")), ("encrypted_witness_secret", t("string")), ("accept_terms", json!({"const": true}))],
+            &["buyer_fingerprint", "contract_type", "amount", "reference_post", "accept_terms", "signature"]),
+        "Bought": obj(&[("contract_id", t("string")), ("status", t("string")), ("target_seller_fingerprint", t("string")), ("contract", r("Contract")), ("payment", openapi::payment())], &["contract_id", "status", "contract"]),
+        "Contract": contract,
+        "ContractStatus": obj(&[("contract_id", t("string")), ("status", t("string")), ("allowed_actions", json!({"type": "array", "items": t("string")})), ("updated_at", t("string"))], &["contract_id", "status", "allowed_actions"]),
+        "Action": with_signature(vec![("actor_fingerprint", t("string"))], &["actor_fingerprint", "signature"]),
+        "Accept": with_signature(vec![("seller_fingerprint", t("string"))], &["seller_fingerprint", "signature"]),
+        "Deliver": with_signature(vec![("actor_fingerprint", t("string")), ("delivered_text", nonblank(65536)), ("witness_secret", t("string"))], &["actor_fingerprint", "delivered_text", "signature"]),
+        "ActionResult": obj(&[("contract_id", t("string")), ("status", t("string")), ("allowed_actions", json!({"type": "array", "items": t("string")})), ("certificate_id", t("string")), ("certificate_secret", t("string")), ("certificate_proof", t("string")), ("delivered_text", t("string")), ("payout", t("string")), ("refund", t("string"))], &["contract_id", "status", "allowed_actions"]),
+        "WitnessReplace": obj(&[("secrets", json!({"type": "array", "items": witness_secret, "minItems": 1, "maxItems": 100})), ("new_secrets", json!({"type": "array", "items": witness_secret, "minItems": 1, "maxItems": 100}))], &["secrets", "new_secrets"]),
+        "WitnessHealth": obj(&[("status", t("string")), ("results", t("object"))], &[]),
+    })
+}
+
+/// What the family serves (its `describe-api` export): the operations and
+/// the schemas they reference.
+pub fn api() -> marketplace_guest::types::Api {
+    openapi::api(OPS, schemas())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemas_resolve() {
+        assert_eq!(openapi::check(OPS, &schemas()), Ok(()));
+    }
+
+    #[test]
+    fn routes_are_the_familys() {
+        let routes: Vec<(String, String, bool)> = api()
+            .routes
+            .into_iter()
+            .map(|r| (r.method, r.pattern, r.writes))
+            .collect();
+        let expected = [
+            ("POST", "/api/arbitration/contracts/buy", true),
+            ("GET", "/api/arbitration/contracts/{id}", false),
+            ("GET", "/api/arbitration/contracts/{id}/status", false),
+            ("POST", "/api/arbitration/contracts/{id}/pickup", true),
+            ("POST", "/api/arbitration/contracts/{id}/accept", true),
+            ("POST", "/api/arbitration/contracts/{id}/deliver", true),
+            ("POST", "/api/arbitration/contracts/{id}/refund", true),
+            ("POST", "/api/arbitration/contracts/{id}/release", true),
+            ("POST", "/api/witness/replace", true),
+            ("POST", "/api/witness/health_check", true),
+        ];
+        assert_eq!(
+            routes,
+            expected.map(|(m, p, w)| (m.to_string(), p.to_string(), w))
+        );
+    }
+}

@@ -1,0 +1,646 @@
+//! The routes and OpenAPI of an endpoint family.
+//!
+//! A family describes each route it serves as one [`Op`] (method, path,
+//! operation id, tag, texts, fee, query parameters, body and answers) and
+//! names the component schemas those operations reference. [`api`] turns
+//! the table into the `api` record of the `describe-api` export: per route
+//! its method, pattern, whether it writes, its fee action and its OpenAPI
+//! 3.1 Operation Object; plus the schemas as one JSON object. The host
+//! assembles `/openapi.json` from every loaded family and its own routes.
+//!
+//! The host defines the common schemas [`HOST_SCHEMAS`] (`Error`,
+//! `PaymentRequired`, `Any`, `Raw`, `Success`, `StringList`); a family
+//! references them without defining them. A schema two families both need
+//! (`Post`, `SearchResults`) comes from one function here, so both emit the
+//! same definition: the host refuses a name defined differently by two
+//! families.
+//!
+//! ```ignore
+//! use marketplace_guest::openapi::{Op, op, obj, r, t};
+//! const OPS: &[Op] = &[Op {
+//!     ok: (200, "Hello"),
+//!     ..op("GET", "/api/hello", "hello", "hello", "Say hello", "Answers {\"hello\": \"world\"}.")
+//! }];
+//! fn api() -> marketplace_guest::types::Api {
+//!     marketplace_guest::openapi::api(OPS, json!({"Hello": obj(&[("hello", t("string"))], &["hello"])}))
+//! }
+//! ```
+
+use crate::endpoint::types;
+use serde_json::{Map, Value, json};
+use std::collections::BTreeSet;
+
+/// One query parameter: name, JSON type, required, description. The schema
+/// comes from [`query_schema`] (a few well-known names are narrower).
+pub type Query = (&'static str, &'static str, bool, &'static str);
+
+/// One operation (route) of a family.
+#[derive(Clone, Copy)]
+pub struct Op {
+    /// Upper-case method: GET, POST, PUT, PATCH or DELETE.
+    pub method: &'static str,
+    /// Path pattern with `{name}` segments (each becomes a required path
+    /// parameter).
+    pub path: &'static str,
+    /// The operationId (also the anchor of the docs page).
+    pub id: &'static str,
+    pub tag: &'static str,
+    pub summary: &'static str,
+    pub description: &'static str,
+    /// The fee when the route is paid: the fee action first, then any
+    /// explanation, e.g. "post (comment when parent_id is set)". Adds the
+    /// payment headers, a 402 answer and "Paid: ..." to the description.
+    pub paid: Option<&'static str>,
+    /// Whether a call gets a write transaction; `None` = every method but
+    /// GET. A POST that only reads says `Some(false)`.
+    pub writes: Option<bool>,
+    pub query: &'static [Query],
+    /// Request body schema name in components (a required JSON body).
+    pub body: Option<&'static str>,
+    /// Success status and response schema name.
+    pub ok: (u16, &'static str),
+    /// Media type of the success answer; `None` = `application/json`, or
+    /// `*/*` when the schema is `Raw`.
+    pub media: Option<&'static str>,
+    /// Error statuses this operation documents (besides 402 when paid, 413
+    /// when not a GET, and 500/503).
+    pub errors: &'static [u16],
+    /// A last touch to the rendered Operation Object (an extra answer, a
+    /// narrower parameter).
+    pub patch: Option<fn(&mut Value)>,
+}
+
+/// An operation with defaults: not paid, writes unless GET, no query, no
+/// body, `200` with `Any`, JSON, no documented errors.
+pub const fn op(
+    method: &'static str,
+    path: &'static str,
+    id: &'static str,
+    tag: &'static str,
+    summary: &'static str,
+    description: &'static str,
+) -> Op {
+    Op {
+        method,
+        path,
+        id,
+        tag,
+        summary,
+        description,
+        paid: None,
+        writes: None,
+        query: &[],
+        body: None,
+        ok: (200, "Any"),
+        media: None,
+        errors: &[],
+        patch: None,
+    }
+}
+
+/// The usual page size parameter.
+pub const LIMIT: Query = (
+    "limit",
+    "integer",
+    false,
+    "1 to 100, default 20; anything else is 400",
+);
+
+/// The schemas the host defines for every family (see the module doc).
+pub const HOST_SCHEMAS: &[&str] = &[
+    "Any",
+    "Raw",
+    "Error",
+    "PaymentRequired",
+    "Success",
+    "StringList",
+];
+
+/// An object schema with these properties and required members.
+pub fn obj(props: &[(&str, Value)], required: &[&str]) -> Value {
+    let mut p = Map::new();
+    for (k, v) in props {
+        p.insert(k.to_string(), v.clone());
+    }
+    json!({"type": "object", "properties": p, "required": required})
+}
+
+/// A schema of one JSON type.
+pub fn t(ty: &str) -> Value {
+    json!({"type": ty})
+}
+
+/// A string with at least one non-space character.
+pub fn nonblank(max: usize) -> Value {
+    json!({"type": "string", "minLength": 1, "maxLength": max, "pattern": "\\S"})
+}
+
+/// A string matching a regular expression.
+pub fn pattern(p: &str) -> Value {
+    json!({"type": "string", "pattern": p})
+}
+
+/// A reference to a component schema.
+pub fn r(name: &str) -> Value {
+    json!({"$ref": format!("#/components/schemas/{name}")})
+}
+
+/// An amount of cash: a decimal string.
+pub fn amount() -> Value {
+    json!({"type": "string", "pattern": "^[0-9]+(\\.[0-9]{1,8})?$", "description": "decimal, at most 8 decimals, shortest form"})
+}
+
+/// A positive amount of cash.
+pub fn positive_amount() -> Value {
+    json!({"type": "string", "pattern": "^[0-9]+(\\.[0-9]{1,8})?$", "not": {"pattern": "^0+(\\.0+)?$"}, "description": "positive decimal, at most 8 decimals"})
+}
+
+/// A 64-hex Ed25519 public key.
+pub fn fingerprint() -> Value {
+    pattern("^[0-9a-fA-F]{64}$")
+}
+
+/// The members of a signed body: `signature` and the fresh form's
+/// `timestamp`.
+pub fn signed_fields() -> [(&'static str, Value); 2] {
+    [
+        ("signature", t("string")),
+        (
+            "timestamp",
+            json!({"type": "integer", "minimum": 0, "maximum": 4_102_444_800u64, "description": "unix seconds: fresh form, signs {message}:{timestamp}"}),
+        ),
+    ]
+}
+
+/// An object schema of a signed body: `props` plus [`signed_fields`].
+pub fn with_signature(mut props: Vec<(&str, Value)>, required: &[&str]) -> Value {
+    props.extend(signed_fields());
+    obj(&props, required)
+}
+
+/// The `payment` member of a paid answer (what the charge took).
+pub fn payment() -> Value {
+    obj(
+        &[
+            ("action", t("string")),
+            ("price", amount()),
+            ("paid", amount()),
+            ("change", json!({"type": ["string", "null"]})),
+        ],
+        &[],
+    )
+}
+
+/// The `Post` schema: the public post document (timeline, search, mcp).
+pub fn post() -> Value {
+    obj(
+        &[
+            ("post_id", t("string")),
+            ("parent_id", json!({"type": ["string", "null"]})),
+            ("author_fingerprint", t("string")),
+            ("author_nick", json!({"type": ["string", "null"]})),
+            ("content", t("string")),
+            ("post_type", t("string")),
+            ("keywords", json!({"type": "array", "items": t("string")})),
+            (
+                "attachments",
+                json!({"type": "array", "items": obj(&[("index", t("integer")), ("filename", t("string")), ("attachment_type", t("string")), ("size", t("integer")), ("sha256", t("string"))], &[])}),
+            ),
+            ("activity_metadata", t("object")),
+            (
+                "created_at",
+                json!({"type": "string", "format": "date-time"}),
+            ),
+            ("comment_count", t("integer")),
+            (
+                "rating",
+                obj(&[("up", t("integer")), ("down", t("integer"))], &[]),
+            ),
+            (
+                "listing",
+                obj(
+                    &[
+                        ("terms", t("boolean")),
+                        ("descriptor", json!({"type": ["string", "null"]})),
+                        ("verified", t("boolean")),
+                    ],
+                    &[],
+                ),
+            ),
+        ],
+        &["post_id", "author_fingerprint", "content", "post_type"],
+    )
+}
+
+/// The `SearchResults` schema (GET /api/search, the MCP search tool).
+pub fn search_results() -> Value {
+    obj(
+        &[
+            ("term", t("string")),
+            ("total", t("integer")),
+            (
+                "results",
+                json!({"type": "array", "items": {"allOf": [r("Post"), obj(&[("score", t("number"))], &[])]}}),
+            ),
+        ],
+        &["term", "total", "results"],
+    )
+}
+
+/// The common schemas the host defines ([`HOST_SCHEMAS`]); the host's own
+/// document carries the same definitions.
+pub fn host_schemas() -> Value {
+    json!({
+        "Any": {},
+        "Raw": {"type": "string"},
+        "Error": obj(&[("code", t("string")), ("message", t("string")), ("details", json!({"type": "array", "items": obj(&[("field", t("string")), ("problem", t("string"))], &[])}))], &["code", "message"]),
+        "PaymentRequired": obj(&[("code", json!({"enum": ["payment_required", "payment_invalid", "payment_spent", "payment_insufficient", "payment_rail_unavailable"]})), ("message", t("string")), ("required_amount", amount()),
+            ("payment", obj(&[("action", t("string")), ("price", amount()), ("currency", json!({"const": "webcash"})), ("header", json!({"const": "X-Cash-Secret"})), ("supported_headers", json!({"type": "array", "items": t("string")})), ("format", t("string")), ("allowed_rails", json!({"type": "array", "items": t("string")})), ("fee_schedule_url", t("string"))], &[]))], &["code", "message", "required_amount", "payment"]),
+        "Success": obj(&[("status", json!({"const": "success"}))], &["status"]),
+        "StringList": {"type": "array", "items": t("string"), "maxItems": 100},
+    })
+}
+
+/// The answer documented for an error status.
+pub fn error_response(status: u16) -> Value {
+    let (desc, schema) = match status {
+        400 => (
+            "invalid_request (with details) or invalid_attachment",
+            "Error",
+        ),
+        401 => ("auth_required, auth_invalid or auth_expired", "Error"),
+        402 => (
+            "payment required: the fee is in the body",
+            "PaymentRequired",
+        ),
+        403 => ("forbidden_party or witness_mismatch", "Error"),
+        404 => ("not_found", "Error"),
+        409 => (
+            "invalid_transition (with current_status, allowed_actions) or conflict",
+            "Error",
+        ),
+        413 => ("payload_too_large", "Error"),
+        422 => ("macro_error", "Error"),
+        503 => ("plugin_unavailable", "Error"),
+        _ => ("internal", "Error"),
+    };
+    json!({"description": desc, "content": {"application/json": {"schema": r(schema)}}})
+}
+
+/// The schema of a query parameter: `limit` is 1 to 100, `term` and `q`
+/// are non-blank (at most 1000 characters), `before` is a post id; any
+/// other has its plain type.
+pub fn query_schema(name: &str, ty: &str) -> Value {
+    match name {
+        "limit" => json!({"type": "integer", "minimum": 1, "maximum": 100}),
+        "term" | "q" => nonblank(1000),
+        "before" => json!({"type": "string", "pattern": "^post_[0-9A-Za-z]{1,59}$"}),
+        _ => t(ty),
+    }
+}
+
+/// The names of the `{name}` segments of a path pattern, in order.
+pub fn path_params(path: &str) -> impl Iterator<Item = &str> {
+    path.split('/')
+        .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+}
+
+/// The OpenAPI 3.1 Operation Object of one operation.
+pub fn operation(o: &Op) -> Value {
+    let mut params = Vec::new();
+    for name in path_params(o.path) {
+        params.push(json!({"name": name, "in": "path", "required": true, "schema": t("string")}));
+    }
+    for (name, ty, required, desc) in o.query {
+        params.push(json!({"name": name, "in": "query", "required": required, "description": desc, "schema": query_schema(name, ty)}));
+    }
+    if o.paid.is_some() {
+        params.push(json!({"name": "X-Cash-Secret", "in": "header", "required": false, "description": "bearer cash secret e<amount>:secret:<hex> paying the fee (X-Webcash-Secret is an alias)", "schema": t("string")}));
+        params.push(json!({"name": "X-Bitcoin-Secret", "in": "header", "required": false, "description": "bitcoin rail (disabled unless configured: 402 payment_rail_unavailable)", "schema": t("string")}));
+    }
+    let mut responses = Map::new();
+    let media = match (o.media, o.ok.1) {
+        (Some(m), _) => m,
+        (None, "Raw") => "*/*",
+        (None, _) => "application/json",
+    };
+    responses.insert(
+        o.ok.0.to_string(),
+        json!({"description": "success", "content": {media: {"schema": r(o.ok.1)}}}),
+    );
+    let mut errs: Vec<u16> = o.errors.to_vec();
+    if o.paid.is_some() && !errs.contains(&402) {
+        errs.push(402);
+    }
+    if o.method != "GET" {
+        errs.push(413);
+    }
+    errs.extend([500, 503]);
+    for e in errs {
+        responses
+            .entry(e.to_string())
+            .or_insert_with(|| error_response(e));
+    }
+    let description = match o.paid {
+        Some(a) => format!("{} Paid: {a}.", o.description),
+        None => o.description.to_string(),
+    };
+    let mut operation = json!({
+        "operationId": o.id, "tags": [o.tag], "summary": o.summary,
+        "description": description,
+        "parameters": params, "responses": responses,
+    });
+    if let Some(body) = o.body {
+        operation["requestBody"] =
+            json!({"required": true, "content": {"application/json": {"schema": r(body)}}});
+    }
+    if let Some(patch) = o.patch {
+        patch(&mut operation);
+    }
+    operation
+}
+
+/// Whether a call of the operation gets a write transaction.
+pub fn writes(o: &Op) -> bool {
+    o.writes.unwrap_or(o.method != "GET")
+}
+
+/// The fee action of a paid operation: the first word of [`Op::paid`].
+pub fn fee_action(o: &Op) -> Option<String> {
+    o.paid
+        .and_then(|p| p.split_whitespace().next())
+        .map(str::to_string)
+}
+
+/// One route of the `api` record.
+pub fn route(o: &Op) -> types::Route {
+    types::Route {
+        method: o.method.to_string(),
+        pattern: o.path.to_string(),
+        writes: writes(o),
+        paid: fee_action(o),
+        openapi: operation(o).to_string(),
+    }
+}
+
+/// The `api` record a family exports (`describe-api`): its operations and
+/// the component schemas they reference (a JSON object, name -> schema).
+pub fn api(ops: &[Op], schemas: Value) -> types::Api {
+    types::Api {
+        routes: ops.iter().map(route).collect(),
+        schemas: schemas.to_string(),
+    }
+}
+
+/// Every schema name a value references (`#/components/schemas/NAME`).
+pub fn refs(v: &Value, out: &mut BTreeSet<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                match (k.as_str(), x) {
+                    ("$ref", Value::String(s)) => {
+                        if let Some(name) = s.strip_prefix("#/components/schemas/") {
+                            out.insert(name.to_string());
+                        }
+                    }
+                    _ => refs(x, out),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| refs(x, out)),
+        _ => {}
+    }
+}
+
+/// Check a family's table (for its unit tests): every schema referenced by
+/// an operation or a schema is defined by the family or the host, every
+/// schema the family defines is referenced, no name of
+/// [`HOST_SCHEMAS`] is redefined differently, operation ids are unique and
+/// no route is declared twice.
+pub fn check(ops: &[Op], schemas: &Value) -> Result<(), String> {
+    let defined = schemas
+        .as_object()
+        .ok_or("the schemas are not a JSON object")?;
+    let host = host_schemas();
+    let mut used = BTreeSet::new();
+    let mut ids = BTreeSet::new();
+    let mut routes = BTreeSet::new();
+    for o in ops {
+        if !ids.insert(o.id) {
+            return Err(format!("operationId {} twice", o.id));
+        }
+        let shape: Vec<&str> = o
+            .path
+            .split('/')
+            .map(|s| if s.starts_with('{') { "{}" } else { s })
+            .collect();
+        if !routes.insert((o.method, shape.join("/"))) {
+            return Err(format!("{} {} twice", o.method, o.path));
+        }
+        refs(&operation(o), &mut used);
+    }
+    refs(schemas, &mut used);
+    for name in &used {
+        if !defined.contains_key(name) && !HOST_SCHEMAS.contains(&name.as_str()) {
+            return Err(format!("schema {name} is referenced but not defined"));
+        }
+    }
+    for (name, schema) in defined {
+        if !used.contains(name) {
+            return Err(format!("schema {name} is defined but not referenced"));
+        }
+        if host.get(name).is_some_and(|h| h != schema) {
+            return Err(format!("schema {name} differs from the host's"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OPS: &[Op] = &[
+        Op {
+            query: &[LIMIT, ("author", "string", false, "author fingerprint")],
+            ok: (200, "Things"),
+            errors: &[400, 404],
+            ..op(
+                "GET",
+                "/api/things/{thing_id}/parts/{index}",
+                "getPart",
+                "things",
+                "One part",
+                "A part of a thing.",
+            )
+        },
+        Op {
+            paid: Some("post (comment when parent_id is set)"),
+            body: Some("NewThing"),
+            ok: (201, "Things"),
+            errors: &[400, 402],
+            ..op(
+                "POST",
+                "/api/things",
+                "createThing",
+                "things",
+                "Create",
+                "Makes a thing.",
+            )
+        },
+        Op {
+            writes: Some(false),
+            body: Some("NewThing"),
+            ..op(
+                "POST",
+                "/api/things/search",
+                "searchThings",
+                "things",
+                "Search",
+                "Only reads.",
+            )
+        },
+        Op {
+            ok: (200, "Raw"),
+            ..op("GET", "/api/raw", "raw", "things", "Raw", "")
+        },
+        Op {
+            media: Some("text/html"),
+            ok: (200, "Raw"),
+            patch: Some(|o| o["responses"]["202"] = json!({"description": "accepted"})),
+            ..op("GET", "/page", "page", "things", "A page", "")
+        },
+    ];
+
+    fn schemas() -> Value {
+        json!({
+            "Things": obj(&[("things", json!({"type": "array", "items": r("Post")}))], &[]),
+            "Post": post(),
+            "NewThing": with_signature(vec![("name", nonblank(10))], &["name"]),
+        })
+    }
+
+    #[test]
+    fn path_segments_become_required_path_parameters() {
+        let o = operation(&OPS[0]);
+        let params = o["parameters"].as_array().unwrap();
+        assert_eq!(
+            params[0],
+            json!({"name": "thing_id", "in": "path", "required": true, "schema": {"type": "string"}})
+        );
+        assert_eq!(params[1]["name"], "index");
+        assert_eq!(params[1]["in"], "path");
+        assert_eq!(params[1]["required"], true);
+        assert_eq!(params[2]["name"], "limit");
+        assert_eq!(params[2]["in"], "query");
+        assert_eq!(params[2]["required"], false);
+        assert_eq!(params[2]["schema"]["maximum"], 100);
+        assert_eq!(params[3]["schema"], json!({"type": "string"}));
+        assert_eq!(params.len(), 4);
+        assert_eq!(o["operationId"], "getPart");
+        assert_eq!(o["tags"], json!(["things"]));
+        assert!(o.get("requestBody").is_none());
+    }
+
+    #[test]
+    fn responses_list_success_and_errors() {
+        let o = operation(&OPS[0]);
+        let codes: Vec<&String> = o["responses"].as_object().unwrap().keys().collect();
+        assert_eq!(codes, ["200", "400", "404", "500", "503"]);
+        assert_eq!(
+            o["responses"]["200"]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/Things"
+        );
+        assert_eq!(
+            o["responses"]["404"]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/Error"
+        );
+        let raw = operation(&OPS[3]);
+        assert!(raw["responses"]["200"]["content"]["*/*"].is_object());
+        let page = operation(&OPS[4]);
+        assert!(page["responses"]["200"]["content"]["text/html"].is_object());
+        assert_eq!(page["responses"]["202"]["description"], "accepted");
+    }
+
+    #[test]
+    fn paid_operations_document_payment() {
+        let o = operation(&OPS[1]);
+        assert_eq!(
+            o["description"],
+            "Makes a thing. Paid: post (comment when parent_id is set)."
+        );
+        let headers: Vec<&Value> = o["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["in"] == "header")
+            .map(|p| &p["name"])
+            .collect();
+        assert_eq!(headers, ["X-Cash-Secret", "X-Bitcoin-Secret"]);
+        assert_eq!(
+            o["responses"]["402"]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/PaymentRequired"
+        );
+        assert!(o["responses"]["413"].is_object());
+        assert_eq!(
+            o["requestBody"],
+            json!({"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/NewThing"}}}})
+        );
+    }
+
+    #[test]
+    fn routes_say_whether_they_write_and_what_they_charge() {
+        let api = api(OPS, schemas());
+        let by_path = |p: &str| api.routes.iter().find(|r| r.pattern == p).unwrap();
+        let get = by_path("/api/things/{thing_id}/parts/{index}");
+        assert_eq!(get.method, "GET");
+        assert!(!get.writes);
+        assert_eq!(get.paid, None);
+        let create = by_path("/api/things");
+        assert!(create.writes);
+        assert_eq!(create.paid.as_deref(), Some("post"));
+        let search = by_path("/api/things/search");
+        assert_eq!(search.method, "POST");
+        assert!(!search.writes, "a read-only POST says writes = false");
+        let operation: Value = serde_json::from_str(&create.openapi).unwrap();
+        assert_eq!(operation["operationId"], "createThing");
+        let schemas: Value = serde_json::from_str(&api.schemas).unwrap();
+        assert_eq!(schemas["Post"], post());
+    }
+
+    #[test]
+    fn check_finds_undefined_unused_and_duplicate() {
+        assert_eq!(check(OPS, &schemas()), Ok(()));
+        let mut missing = schemas();
+        missing.as_object_mut().unwrap().remove("Post");
+        assert!(check(OPS, &missing).unwrap_err().contains("Post"));
+        let mut extra = schemas();
+        extra["Unused"] = json!({});
+        assert!(check(OPS, &extra).unwrap_err().contains("Unused"));
+        let mut wrong = schemas();
+        wrong["Error"] = json!({"type": "string"});
+        assert!(check(OPS, &wrong).unwrap_err().contains("Error"));
+        let twice = [OPS[0], OPS[0]];
+        assert!(check(&twice, &schemas()).is_err());
+        let same_shape = [
+            OPS[0],
+            op("GET", "/api/things/{x}/parts/{y}", "other", "t", "", ""),
+        ];
+        assert!(check(&same_shape, &schemas()).is_err());
+    }
+
+    #[test]
+    fn shared_schemas_are_stable_text() {
+        // Two families calling the same function emit the same text.
+        assert_eq!(post().to_string(), post().to_string());
+        assert!(
+            search_results()
+                .to_string()
+                .contains("#/components/schemas/Post")
+        );
+        let host = host_schemas();
+        for name in HOST_SCHEMAS {
+            assert!(host.get(*name).is_some(), "{name}");
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! The routes of the `info` family and their OpenAPI.
+
+use marketplace_guest::openapi::{self, Op, obj, op, t};
+use marketplace_guest::prelude::*;
+
+/// Every operation of the family.
+pub const OPS: &[Op] = &[
+    Op {
+        ok: (200, "Health"),
+        ..op(
+            "GET",
+            "/api/health",
+            "health",
+            "info",
+            "Health check",
+            "Storage status with commit and fsync counters, and every plugin family's version and status.",
+        )
+    },
+    Op {
+        ok: (200, "Info"),
+        ..op(
+            "GET",
+            "/api/info",
+            "info",
+            "info",
+            "Service information",
+            "Name, version, payment rails, fee policy in force and loaded plugins.",
+        )
+    },
+    Op {
+        ok: (200, "Any"),
+        ..op(
+            "GET",
+            "/api/developers",
+            "developers",
+            "info",
+            "Plugin developer guide",
+            "How to build a plugin: WIT package and worlds, the template, build commands and the WIT text.",
+        )
+    },
+];
+
+/// The component schemas the operations reference (besides the host's).
+pub fn schemas() -> Value {
+    json!({
+        "Health": obj(&[("status", t("string")), ("storage", obj(&[("status", t("string")), ("commits", t("integer")), ("syncs", t("integer"))], &[])), ("plugins", t("object"))], &["status", "storage", "plugins"]),
+        "Info": obj(&[("name", t("string")), ("version", t("string")), ("payment_rails", t("array")), ("fee_schedule_url", t("string")), ("fee_policy", t("string")), ("plugins", t("object"))], &["name", "version"]),
+    })
+}
+
+/// What the family serves (its `describe-api` export): the operations and
+/// the schemas they reference.
+pub fn api() -> marketplace_guest::types::Api {
+    openapi::api(OPS, schemas())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemas_resolve() {
+        assert_eq!(openapi::check(OPS, &schemas()), Ok(()));
+    }
+
+    #[test]
+    fn routes_are_the_familys() {
+        let routes: Vec<(String, String, bool)> = api()
+            .routes
+            .into_iter()
+            .map(|r| (r.method, r.pattern, r.writes))
+            .collect();
+        let expected = [
+            ("GET", "/api/health", false),
+            ("GET", "/api/info", false),
+            ("GET", "/api/developers", false),
+        ];
+        assert_eq!(
+            routes,
+            expected.map(|(m, p, w)| (m.to_string(), p.to_string(), w))
+        );
+    }
+}

@@ -1,0 +1,230 @@
+//! The routes of the `mcp` family and their OpenAPI (MCP tools, the JSON-RPC server, manifests and docs).
+
+use marketplace_guest::openapi::{self, Op, nonblank, obj, op, pattern, r, t};
+use marketplace_guest::prelude::*;
+
+/// Every operation of the family.
+pub const OPS: &[Op] = &[
+    Op {
+        ok: (200, "McpDescription"),
+        ..op(
+            "GET",
+            "/api/mcp",
+            "mcpDescription",
+            "mcp",
+            "MCP tool endpoints",
+            "Built-in tools, defined macros and the JSON-RPC endpoint.",
+        )
+    },
+    Op {
+        writes: Some(false),
+        body: Some("McpSearch"),
+        ok: (200, "SearchResults"),
+        errors: &[400],
+        ..op(
+            "POST",
+            "/api/mcp/tools/search",
+            "mcpSearch",
+            "mcp",
+            "MCP search tool",
+            "Same search as GET /api/search.",
+        )
+    },
+    Op {
+        body: Some("MacroDefinition"),
+        ok: (201, "MacroEnvelope"),
+        errors: &[400, 401, 409],
+        ..op(
+            "POST",
+            "/api/mcp/tools/define",
+            "mcpDefine",
+            "mcp",
+            "Define a macro",
+            "Stores a reusable search macro; names are first come; only the signed owner may update. The TypeScript is a function body that receives `args` and returns `{term, post_type?, limit?}`. It is parsed as TypeScript (oxc) and its types erased; syntax and type-syntax errors, and TypeScript with runtime semantics (enum, namespace, parameter properties), are 400 with `details` naming `typescript` and the line and column.",
+        )
+    },
+    Op {
+        // Its endpoint form dispatches writes as requests of their own.
+        writes: Some(false),
+        body: Some("Execute"),
+        ok: (200, "Any"),
+        errors: &[400, 402, 404, 422, 503],
+        ..op(
+            "POST",
+            "/api/mcp/tools/execute",
+            "mcpExecute",
+            "mcp",
+            "Execute a tool or endpoint",
+            "Answers with the target's status and body unchanged; a paid target without payment gives its 402. A macro's arguments are checked against its input_schema (400 with details); then its JavaScript runs in a sandbox (the boa engine: no I/O, no clock but the host's, 500 ms, the plugin's memory cap) and the answer is the search it returns. A throw, a runaway or a bad return value is 422 `macro_error`.",
+        )
+    },
+    Op {
+        writes: Some(false),
+        patch: Some(jsonrpc_answers),
+        body: Some("JsonRpc"),
+        ok: (200, "Any"),
+        errors: &[400],
+        ..op(
+            "POST",
+            "/mcp",
+            "mcpJsonRpc",
+            "mcp",
+            "MCP server (Streamable HTTP)",
+            "JSON-RPC 2.0: initialize, tools/list, tools/call, ping; notifications are answered 202.",
+        )
+    },
+    Op {
+        patch: Some(docs_limit),
+        query: &[
+            ("q", "string", true, "words to find"),
+            ("limit", "integer", false, "1 to 50, default 10"),
+        ],
+        ok: (200, "DocsResults"),
+        errors: &[400],
+        ..op(
+            "GET",
+            "/api/docs/search",
+            "docsSearch",
+            "docs",
+            "Search the documentation",
+            "Matches operations by path, summary and description.",
+        )
+    },
+    Op {
+        ok: (200, "AgentManifest"),
+        ..op(
+            "GET",
+            "/.well-known/agent.json",
+            "agentManifest",
+            "docs",
+            "Agent manifest",
+            "Machine-readable description for agents.",
+        )
+    },
+    Op {
+        ok: (200, "Any"),
+        ..op(
+            "GET",
+            "/.well-known/agent-card.json",
+            "agentCard",
+            "docs",
+            "A2A agent card",
+            "The same service as an A2A agent card.",
+        )
+    },
+    Op {
+        media: Some("application/yaml"),
+        ok: (200, "Any"),
+        ..op(
+            "GET",
+            "/openapi.yaml",
+            "openapiYaml",
+            "docs",
+            "This OpenAPI document (YAML)",
+            "",
+        )
+    },
+    Op {
+        ok: (200, "Any"),
+        ..op(
+            "GET",
+            "/openapi.json",
+            "openapiJson",
+            "docs",
+            "This OpenAPI document (JSON)",
+            "",
+        )
+    },
+    Op {
+        media: Some("text/html"),
+        ok: (200, "Raw"),
+        ..op(
+            "GET",
+            "/docs",
+            "docs",
+            "docs",
+            "HTML reference",
+            "Rendered from this document; works offline.",
+        )
+    },
+];
+
+/// `POST /mcp` also answers 202 (a notification) and a JSON-RPC parse error.
+fn jsonrpc_answers(operation: &mut Value) {
+    let responses = &mut operation["responses"];
+    responses["202"] = json!({"description": "a notification: accepted, no body"});
+    responses["400"] = json!({"description": "JSON-RPC parse error", "content": {"application/json": {"schema": r("JsonRpcError")}}});
+}
+
+/// Docs search pages are at most 50 results.
+fn docs_limit(operation: &mut Value) {
+    for p in operation["parameters"].as_array_mut().into_iter().flatten() {
+        if p["name"] == "limit" {
+            p["schema"] = json!({"type": "integer", "minimum": 1, "maximum": 50});
+        }
+    }
+}
+
+/// The component schemas the operations reference (besides the host's).
+pub fn schemas() -> Value {
+    json!({
+        "McpDescription": obj(&[("name", t("string")), ("version", t("string")), ("tools", t("array")), ("macros", t("array")), ("jsonrpc", t("string"))], &["tools", "macros"]),
+        "McpSearch": obj(&[("term", nonblank(1000)), ("limit", json!({"type": ["integer", "null"], "minimum": 1, "maximum": 100})), ("post_type", json!({"type": ["string", "null"]}))], &["term"]),
+        "SearchResults": openapi::search_results(),
+        "Post": openapi::post(),
+        "MacroDefinition": obj(&[("name", pattern("^[a-z][a-z0-9_-]{0,63}$")), ("description", json!({"type": "string", "maxLength": 1000})), ("kind", json!({"const": "search"})), ("typescript", nonblank(16384)),
+            ("input_schema", obj(&[("type", json!({"const": "object"})), ("properties", json!({"type": "object", "additionalProperties": obj(&[("type", json!({"enum": ["string", "number", "integer", "boolean", "object", "array"]}))], &["type"])}))], &["type", "properties"])),
+            ("timestamp", json!({"type": ["integer", "null"], "minimum": 0})), ("owner_fingerprint", json!({"type": ["string", "null"]})), ("signature", json!({"type": ["string", "null"]}))], &["name", "kind", "typescript", "input_schema"]),
+        "MacroEnvelope": obj(&[("macro", t("object"))], &["macro"]),
+        "Execute": {"anyOf": [
+            obj(&[("tool", nonblank(64)), ("arguments", t("object"))], &["tool"]),
+            obj(&[("endpoint", obj(&[("method", json!({"enum": ["GET", "POST"]})), ("path", pattern("^/api/")), ("query", t("object")), ("body", json!({}))], &["method", "path"]))], &["endpoint"]),
+        ]},
+        "JsonRpcError": obj(&[("jsonrpc", t("string")), ("id", json!({})), ("error", obj(&[("code", t("integer")), ("message", t("string"))], &["code", "message"]))], &["jsonrpc", "error"]),
+        "JsonRpc": obj(&[("jsonrpc", json!({"const": "2.0"})), ("id", json!({})), ("method", t("string")), ("params", t("object"))], &["jsonrpc", "method"]),
+        "DocsResults": obj(&[("results", json!({"type": "array", "items": obj(&[("title", t("string")), ("path", t("string")), ("snippet", t("string"))], &[])}))], &["results"]),
+        "AgentManifest": obj(&[("name", t("string")), ("version", t("string")), ("description", t("string")), ("capabilities", json!({"type": "array", "items": t("string")})), ("openapi", t("string")), ("docs", t("string")), ("mcp", obj(&[("tools_search", t("string")), ("tools_define", t("string")), ("tools_execute", t("string"))], &[]))], &["name", "version", "openapi", "docs", "mcp"]),
+    })
+}
+
+/// What the family serves (its `describe-api` export): the operations and
+/// the schemas they reference.
+pub fn api() -> marketplace_guest::types::Api {
+    openapi::api(OPS, schemas())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemas_resolve() {
+        assert_eq!(openapi::check(OPS, &schemas()), Ok(()));
+    }
+
+    #[test]
+    fn routes_are_the_familys() {
+        let routes: Vec<(String, String, bool)> = api()
+            .routes
+            .into_iter()
+            .map(|r| (r.method, r.pattern, r.writes))
+            .collect();
+        let expected = [
+            ("GET", "/api/mcp", false),
+            ("POST", "/api/mcp/tools/search", false),
+            ("POST", "/api/mcp/tools/define", true),
+            ("POST", "/api/mcp/tools/execute", false),
+            ("POST", "/mcp", false),
+            ("GET", "/api/docs/search", false),
+            ("GET", "/.well-known/agent.json", false),
+            ("GET", "/.well-known/agent-card.json", false),
+            ("GET", "/openapi.yaml", false),
+            ("GET", "/openapi.json", false),
+            ("GET", "/docs", false),
+        ];
+        assert_eq!(
+            routes,
+            expected.map(|(m, p, w)| (m.to_string(), p.to_string(), w))
+        );
+    }
+}

@@ -1,0 +1,61 @@
+//! The routes of the `search` family and their OpenAPI.
+
+use marketplace_guest::openapi::{self, LIMIT, Op, op};
+use marketplace_guest::prelude::*;
+
+/// Every operation of the family.
+pub const OPS: &[Op] = &[Op {
+    query: &[
+        ("term", "string", true, "words to find (case-insensitive)"),
+        LIMIT,
+        ("post_type", "string", false, "filter"),
+    ],
+    ok: (200, "SearchResults"),
+    errors: &[400],
+    ..op(
+        "GET",
+        "/api/search",
+        "search",
+        "search",
+        "Search posts",
+        "BM25 ranking over content, keywords and markdown attachments (case-insensitive words; several words match any). `total` is exact for a one-word query without `post_type`; otherwise it counts the posts found among the best postings read per word.",
+    )
+}];
+
+/// The component schemas the operations reference (besides the host's).
+pub fn schemas() -> Value {
+    json!({
+        "SearchResults": openapi::search_results(),
+        "Post": openapi::post(),
+    })
+}
+
+/// What the family serves (its `describe-api` export): the operations and
+/// the schemas they reference.
+pub fn api() -> marketplace_guest::types::Api {
+    openapi::api(OPS, schemas())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemas_resolve() {
+        assert_eq!(openapi::check(OPS, &schemas()), Ok(()));
+    }
+
+    #[test]
+    fn routes_are_the_familys() {
+        let routes: Vec<(String, String, bool)> = api()
+            .routes
+            .into_iter()
+            .map(|r| (r.method, r.pattern, r.writes))
+            .collect();
+        let expected = [("GET", "/api/search", false)];
+        assert_eq!(
+            routes,
+            expected.map(|(m, p, w)| (m.to_string(), p.to_string(), w))
+        );
+    }
+}

@@ -1,0 +1,160 @@
+//! The routes of the test-only `testing` family (mounted only with
+//! `testing_routes = true`), with minimal OpenAPI.
+
+use marketplace_guest::openapi::{self, Op, Query, op};
+use marketplace_guest::prelude::*;
+
+/// What every misbehaving route accepts first.
+const FAULT: &[Query] = &[
+    (
+        "fault",
+        "integer",
+        false,
+        "answer this status if the call faults",
+    ),
+    ("clear", "string", false, "take the fault answer back"),
+    ("budget_ms", "integer", false, "shorten the deadline"),
+];
+
+/// Every operation of the family.
+pub const OPS: &[Op] = &[
+    op(
+        "GET",
+        "/_testing/ok",
+        "testingOk",
+        "testing",
+        "Trivial answer",
+        "The dispatch benchmark's route.",
+    ),
+    Op {
+        query: FAULT,
+        ..op(
+            "GET",
+            "/_testing/trap",
+            "testingTrap",
+            "testing",
+            "Trap",
+            "Panics.",
+        )
+    },
+    Op {
+        query: FAULT,
+        ..op(
+            "GET",
+            "/_testing/loop",
+            "testingLoop",
+            "testing",
+            "Spin",
+            "Loops until the deadline.",
+        )
+    },
+    Op {
+        query: FAULT,
+        ..op(
+            "GET",
+            "/_testing/alloc",
+            "testingAlloc",
+            "testing",
+            "Allocate",
+            "Allocates until the memory cap.",
+        )
+    },
+    Op {
+        query: &[
+            ("key", "string", false, "default k"),
+            ("value", "string", false, "default v"),
+            ("status", "integer", false, "answer status, default 200"),
+        ],
+        errors: &[400],
+        ..op(
+            "POST",
+            "/_testing/write",
+            "testingWrite",
+            "testing",
+            "Write, then answer a status",
+            "Writes persist only when the status is 2xx.",
+        )
+    },
+    Op {
+        query: &[("key", "string", false, "default k")],
+        ..op(
+            "GET",
+            "/_testing/read",
+            "testingRead",
+            "testing",
+            "Read a key",
+            "",
+        )
+    },
+    Op {
+        paid: Some("post"),
+        query: &[(
+            "fail",
+            "string",
+            false,
+            "trap or status: fail after charging",
+        )],
+        ok: (201, "Any"),
+        errors: &[409],
+        ..op(
+            "POST",
+            "/_testing/paid",
+            "testingPaid",
+            "testing",
+            "Charge, write, then fail as asked",
+            "Nothing may be spent or written unless the answer is 2xx.",
+        )
+    },
+    op(
+        "POST",
+        "/_testing/payout",
+        "testingPayout",
+        "testing",
+        "Escrow payout",
+        "Pays out of a test escrow account.",
+    ),
+    op(
+        "GET",
+        "/_testing/held",
+        "testingHeld",
+        "testing",
+        "Escrow held",
+        "What a test escrow account holds.",
+    ),
+];
+
+/// What the family serves (its `describe-api` export); every schema it
+/// references is the host's.
+pub fn api() -> marketplace_guest::types::Api {
+    openapi::api(OPS, json!({}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_are_the_familys() {
+        assert_eq!(openapi::check(OPS, &json!({})), Ok(()));
+        let routes: Vec<(String, String, bool)> = api()
+            .routes
+            .into_iter()
+            .map(|r| (r.method, r.pattern, r.writes))
+            .collect();
+        let expected = [
+            ("GET", "/_testing/ok", false),
+            ("GET", "/_testing/trap", false),
+            ("GET", "/_testing/loop", false),
+            ("GET", "/_testing/alloc", false),
+            ("POST", "/_testing/write", true),
+            ("GET", "/_testing/read", false),
+            ("POST", "/_testing/paid", true),
+            ("POST", "/_testing/payout", true),
+            ("GET", "/_testing/held", false),
+        ];
+        assert_eq!(
+            routes,
+            expected.map(|(m, p, w)| (m.to_string(), p.to_string(), w))
+        );
+    }
+}

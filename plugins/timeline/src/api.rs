@@ -1,0 +1,132 @@
+//! The routes of the `timeline` family and their OpenAPI.
+
+use marketplace_guest::openapi::{
+    self, LIMIT, Op, nonblank, obj, op, pattern, r, t, with_signature,
+};
+use marketplace_guest::prelude::*;
+
+/// Every operation of the family.
+pub const OPS: &[Op] = &[
+    Op {
+        query: &[
+            LIMIT,
+            (
+                "before",
+                "string",
+                false,
+                "post_id cursor: only older posts",
+            ),
+            ("post_type", "string", false, "filter"),
+            ("author", "string", false, "author fingerprint"),
+        ],
+        ok: (200, "Timeline"),
+        errors: &[400],
+        ..op(
+            "GET",
+            "/api/timeline",
+            "timeline",
+            "posts",
+            "List timeline posts",
+            "Newest first, with a `before` cursor and filters.",
+        )
+    },
+    Op {
+        paid: Some("post (comment when parent_id is set)"),
+        body: Some("NewPost"),
+        ok: (201, "PostCreated"),
+        errors: &[400, 401, 402, 404, 409],
+        ..op(
+            "POST",
+            "/api/timeline",
+            "createPost",
+            "posts",
+            "Create a post or comment",
+            "Signed `post:{content}` by author_fingerprint. Attachments: at most 16, each at most 512 KiB, unique filenames without path separators.",
+        )
+    },
+    Op {
+        ok: (200, "PostEnvelope"),
+        errors: &[404],
+        ..op(
+            "GET",
+            "/api/posts/{post_id}",
+            "getPost",
+            "posts",
+            "One post",
+            "The post with its listing check (`terms.md` plus one descriptor attachment).",
+        )
+    },
+    Op {
+        ok: (200, "Raw"),
+        errors: &[404],
+        ..op(
+            "GET",
+            "/api/posts/{post_id}/attachments/{index}",
+            "getAttachment",
+            "posts",
+            "One attachment",
+            "The raw attachment bytes with their content type and an ETag (If-None-Match gives 304).",
+        )
+    },
+    Op {
+        ok: (200, "Thread"),
+        errors: &[404],
+        ..op(
+            "GET",
+            "/api/thread/{post_id}",
+            "getThread",
+            "posts",
+            "A post's thread",
+            "The root post and all descendants, oldest first.",
+        )
+    },
+];
+
+/// The component schemas the operations reference (besides the host's).
+pub fn schemas() -> Value {
+    json!({
+        "Post": openapi::post(),
+        "PostEnvelope": obj(&[("post", r("Post"))], &["post"]),
+        "PostCreated": obj(&[("post_id", t("string")), ("post", r("Post")), ("payment", openapi::payment())], &["post_id", "post"]),
+        "Timeline": obj(&[("posts", json!({"type": "array", "items": r("Post")})), ("next_before", json!({"type": ["string", "null"]}))], &["posts"]),
+        "Thread": obj(&[("root", r("Post")), ("comments", json!({"type": "array", "items": r("Post")})), ("count", t("integer"))], &["root", "comments", "count"]),
+        "NewPost": with_signature(vec![("author_fingerprint", t("string")), ("content", nonblank(65536)), ("post_type", pattern("^[A-Za-z0-9_-]{1,64}$")), ("parent_id", t("string")), ("keywords", json!({"type": "array", "items": nonblank(64), "maxItems": 32})),
+            ("attachments", json!({"type": "array", "maxItems": 16, "items": obj(&[("filename", t("string")), ("content", t("string")), ("attachment_type", t("string"))], &["filename", "content"])})), ("activity_metadata", t("object"))], &["author_fingerprint", "content", "signature"]),
+    })
+}
+
+/// What the family serves (its `describe-api` export): the operations and
+/// the schemas they reference.
+pub fn api() -> marketplace_guest::types::Api {
+    openapi::api(OPS, schemas())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemas_resolve() {
+        assert_eq!(openapi::check(OPS, &schemas()), Ok(()));
+    }
+
+    #[test]
+    fn routes_are_the_familys() {
+        let routes: Vec<(String, String, bool)> = api()
+            .routes
+            .into_iter()
+            .map(|r| (r.method, r.pattern, r.writes))
+            .collect();
+        let expected = [
+            ("GET", "/api/timeline", false),
+            ("POST", "/api/timeline", true),
+            ("GET", "/api/posts/{post_id}", false),
+            ("GET", "/api/posts/{post_id}/attachments/{index}", false),
+            ("GET", "/api/thread/{post_id}", false),
+        ];
+        assert_eq!(
+            routes,
+            expected.map(|(m, p, w)| (m.to_string(), p.to_string(), w))
+        );
+    }
+}

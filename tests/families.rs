@@ -1,0 +1,914 @@
+//! Black-box tests of endpoint families (PROTOCOL section 9): mounting a new
+//! family through the admin API, the configuration and the watched
+//! `families/` directory; unmounting; the assembled OpenAPI document and the
+//! health view; route conflicts and refused components (the old one keeps
+//! serving); capability grants checked at mount; a rogue family cannot reach
+//! another family's escrow.
+
+mod common;
+
+use common::{ADMIN_TOKEN, Key, Server, now_s};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Every capability an operator can grant.
+const ALL_GRANTS: &[&str] = &[
+    "payments",
+    "signatures",
+    "escrow",
+    "dispatch",
+    "host-info",
+    "limits",
+];
+
+/// The routes of the template component.
+const TEMPLATE_ROUTES: &[&str] = &["GET /api/template/notes", "POST /api/template/notes"];
+
+// ---------------------------------------------------------------- helpers
+
+/// An authenticated admin request with raw bytes as the body.
+fn admin(s: &Server, method: &str, path: &str, body: &[u8]) -> common::Resp {
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    common::request(
+        s.admin,
+        method,
+        path,
+        &[("authorization", &auth)],
+        Some(body),
+    )
+}
+
+/// A built component's bytes.
+fn wasm(file: &str) -> Vec<u8> {
+    std::fs::read(common::plugins_dir().join(file))
+        .unwrap_or_else(|e| panic!("reading {file}: {e}"))
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    common::hex(&Sha256::digest(bytes))
+}
+
+/// `GET /admin/plugins`.
+fn plugins(s: &Server) -> Vec<Value> {
+    let r = admin(s, "GET", "/admin/plugins", b"");
+    assert_eq!(r.status, 200, "GET /admin/plugins: {}", r.text());
+    r.json().as_array().expect("a JSON list").clone()
+}
+
+/// The admin status object of one family, if it is mounted.
+fn plugin(s: &Server, family: &str) -> Option<Value> {
+    plugins(s).into_iter().find(|p| p["family"] == family)
+}
+
+fn openapi(s: &Server) -> Value {
+    let r = s.get("/openapi.json");
+    assert_eq!(r.status, 200, "/openapi.json: {}", r.text());
+    r.json()
+}
+
+fn health(s: &Server) -> Value {
+    let r = s.get("/api/health");
+    assert_eq!(r.status, 200, "/api/health: {}", r.text());
+    r.json()
+}
+
+/// A JSON list of strings as a set.
+fn names(v: &Value) -> BTreeSet<String> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("expected a list of strings, got {v}"))
+        .iter()
+        .map(|x| x.as_str().expect("a string").to_string())
+        .collect()
+}
+
+fn set(items: &[&str]) -> BTreeSet<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+/// The capability names a component imports beyond the base interfaces
+/// every family has, read from its import names.
+fn imported_capabilities(bytes: &[u8]) -> BTreeSet<String> {
+    let text = String::from_utf8_lossy(bytes);
+    let mut out = BTreeSet::new();
+    for (interface, capability) in [
+        ("payments", "payments"),
+        ("auth", "signatures"),
+        ("escrow", "escrow"),
+        ("dispatch", "dispatch"),
+        ("host", "host-info"),
+        ("limits", "limits"),
+    ] {
+        if text.contains(&format!("marketplace:plugin/{interface}@")) {
+            out.insert(capability.to_string());
+        }
+    }
+    out
+}
+
+/// A private plugins directory holding copies of the built components, so
+/// nothing is ever written into the shared build directory.
+fn plugin_copy() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(common::plugins_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "wasm") {
+            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    dir
+}
+
+/// Write a file the way an operator's deploy does: write aside, rename.
+fn install(bytes: &[u8], to: &Path) {
+    let tmp = to.with_extension("part");
+    std::fs::write(&tmp, bytes).unwrap();
+    std::fs::rename(&tmp, to).unwrap();
+}
+
+/// The same component with a custom section appended: a different file
+/// (another hash) that serves exactly the same.
+fn with_custom_section(bytes: &[u8], name: &str, payload: &[u8]) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let mut content = Vec::new();
+    leb(name.len(), &mut content);
+    content.extend_from_slice(name.as_bytes());
+    content.extend_from_slice(payload);
+    let mut out = bytes.to_vec();
+    out.push(0); // custom section id
+    leb(content.len(), &mut out);
+    out.extend_from_slice(&content);
+    out
+}
+
+/// Poll `check` until it holds (behaviour, not timing: the deadline is
+/// generous).
+fn eventually(what: &str, s: &Server, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !check() {
+        if Instant::now() > deadline {
+            panic!("never happened: {what}\n---- log ----\n{}", s.log_text());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn notes(s: &Server) -> common::Resp {
+    s.get("/api/template/notes")
+}
+
+fn write_note(s: &Server, note: &str) -> common::Resp {
+    s.post_json("/api/template/notes", &json!({"note": note}))
+}
+
+/// A server started with a TOML configuration file.
+fn server_with_config(toml: &str, opts: common::Options) -> (Server, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("marketplace.toml");
+    std::fs::write(&config, toml).unwrap();
+    let mut opts = opts;
+    opts.env
+        .push(("MARKETPLACE_CONFIG".into(), config.display().to_string()));
+    (Server::with(opts), dir)
+}
+
+// ------------------------------------------------------- contract helpers
+
+/// A timestamp inside the freshness window that no earlier call returned,
+/// so no two fresh signatures of a test collide.
+fn fresh_ts() -> u64 {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let floor = now_s() - 280;
+    let mut prev = LAST.load(Ordering::Relaxed);
+    loop {
+        let next = (prev + 1).max(floor);
+        match LAST.compare_exchange(prev, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(p) => prev = p,
+        }
+    }
+}
+
+static NICK: AtomicU64 = AtomicU64::new(0);
+
+struct Deal {
+    buyer: Key,
+    seller: Key,
+    post: String,
+}
+
+fn deal(s: &Server) -> Deal {
+    let n = NICK.fetch_add(1, Ordering::Relaxed);
+    let seller = s.identity(&format!("famseller{n}"));
+    let buyer = s.identity(&format!("fambuyer{n}"));
+    let post = s.new_post(
+        &seller,
+        "Logo design, delivered in 3 days",
+        json!({"post_type": "service"}),
+    );
+    Deal {
+        buyer,
+        seller,
+        post,
+    }
+}
+
+/// Buy a contract of `amount` (paid exactly); its id.
+fn buy(s: &Server, d: &Deal, amount: &str) -> String {
+    let ts = fresh_ts();
+    let msg = format!("buy_contract:{}:{}:::{ts}", d.buyer.fp(), d.post);
+    let body = json!({
+        "buyer_fingerprint": d.buyer.fp(), "contract_type": "service", "amount": amount,
+        "reference_post": d.post, "accept_terms": true, "timestamp": ts,
+        "signature": d.buyer.sign(&msg),
+    });
+    let r = s.post_paid("/api/arbitration/contracts/buy", &s.mint(amount), &body);
+    assert_eq!(r.status, 201, "buy: {}", r.text());
+    r.json()["contract_id"].as_str().unwrap().to_string()
+}
+
+/// A contract action with a fresh signature by `key`.
+fn act(s: &Server, key: &Key, id: &str, action: &str) -> common::Resp {
+    let ts = fresh_ts();
+    let (field, message, extra) = match action {
+        "accept" => (
+            "seller_fingerprint",
+            format!("accept:{id}:{}", key.fp()),
+            None,
+        ),
+        "deliver" => (
+            "actor_fingerprint",
+            format!("deliver:{id}:the logo files"),
+            Some("the logo files"),
+        ),
+        "pickup" => ("actor_fingerprint", id.to_string(), None),
+        "refund" => ("actor_fingerprint", format!("REFUND:{id}"), None),
+        _ => unreachable!(),
+    };
+    let mut body = json!({
+        "timestamp": ts,
+        "signature": key.sign(&format!("{message}:{ts}")),
+    });
+    body[field] = json!(key.fp());
+    if let Some(text) = extra {
+        body["delivered_text"] = json!(text);
+    }
+    s.post_json(&format!("/api/arbitration/contracts/{id}/{action}"), &body)
+}
+
+fn act_ok(s: &Server, key: &Key, id: &str, action: &str) -> Value {
+    let r = act(s, key, id, action);
+    assert_eq!(r.status, 200, "{action} {id}: {}", r.text());
+    r.json()
+}
+
+// ------------------------------------------------------------------ tests
+
+#[test]
+fn template_mounts_through_the_admin_api_serves_and_unmounts_keeping_its_data() {
+    let s = Server::start();
+    let template = wasm("template.wasm");
+
+    // Not served before it is mounted.
+    let r = notes(&s);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (404, "not_found"),
+        "{}",
+        r.text()
+    );
+    assert!(openapi(&s)["paths"].get("/api/template/notes").is_none());
+    assert!(plugin(&s, "template").is_none());
+
+    // Mounted as a new family, with no grants at all.
+    let r = admin(&s, "PUT", "/admin/plugins/template", &template);
+    assert_eq!(r.status, 200, "mount template: {}", r.text());
+    let b = r.json();
+    assert_eq!(b["family"], "template", "{b}");
+    assert_eq!(b["mounted"], true, "{b}");
+    assert_eq!(b["status"], "ok", "{b}");
+    assert_eq!(b["hash"], sha256_hex(&template), "{b}");
+    assert_eq!(names(&b["grants"]), set(&[]), "{b}");
+    assert_eq!(names(&b["routes"]), set(TEMPLATE_ROUTES), "{b}");
+
+    // The admin list shows it.
+    let p = plugin(&s, "template").expect("template in GET /admin/plugins");
+    assert_eq!(p["status"], "ok", "{p}");
+    assert_eq!(p["hash"], sha256_hex(&template), "{p}");
+    assert_eq!(names(&p["grants"]), set(&[]), "{p}");
+    assert_eq!(names(&p["reads"]), set(&[]), "{p}");
+    assert_eq!(names(&p["routes"]), set(TEMPLATE_ROUTES), "{p}");
+    for member in ["component", "version", "loaded_at"] {
+        assert!(p[member].is_string(), "{member}: {p}");
+    }
+
+    // It serves its routes, in its own keyspace.
+    let r = notes(&s);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["count"], 0, "{}", r.text());
+    let r = write_note(&s, "first note");
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.json()["count"], 1, "{}", r.text());
+    let r = write_note(&s, "second note");
+    assert_eq!((r.status, r.json()["count"].clone()), (201, json!(2)));
+    let r = notes(&s);
+    assert_eq!(r.status, 200);
+    let b = r.json();
+    assert_eq!(b["count"], 2, "{b}");
+    assert!(b.to_string().contains("first note"), "{b}");
+    // Its validation answers like any family's.
+    let r = s.post_json("/api/template/notes", &json!({"note": ""}));
+    assert_eq!(r.status, 400, "{}", r.text());
+
+    // The OpenAPI document has its operations, marked with the family.
+    let doc = openapi(&s);
+    let path = &doc["paths"]["/api/template/notes"];
+    assert_eq!(path["get"]["x-family"], "template", "{path}");
+    assert_eq!(path["post"]["x-family"], "template", "{path}");
+    assert_eq!(doc["paths"]["/api/health"]["get"]["x-family"], "info");
+
+    // Health shows it with its (empty) grants, and the built-in grants.
+    let h = health(&s);
+    let t = &h["plugins"]["template"];
+    assert_eq!(t["status"], "ok", "{h}");
+    assert_eq!(names(&t["grants"]), set(&[]), "{h}");
+    let c = &h["plugins"]["contracts"];
+    assert_eq!(
+        names(&c["grants"]),
+        set(&["payments", "signatures", "escrow"]),
+        "{h}"
+    );
+    assert_eq!(names(&c["reads"]), set(&["timeline", "identity"]), "{h}");
+    assert_eq!(
+        names(&h["plugins"]["info"]["grants"]),
+        set(&["host-info", "payments"]),
+        "{h}"
+    );
+    assert_eq!(
+        names(&h["plugins"]["mcp"]["grants"]),
+        set(&["dispatch", "host-info", "limits", "signatures"]),
+        "{h}"
+    );
+    assert_eq!(names(&h["plugins"]["search"]["grants"]), set(&[]), "{h}");
+
+    // Uploading it again swaps (not a new mount) and keeps the data.
+    let r = admin(&s, "PUT", "/admin/plugins/template", &template);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["mounted"], false, "{}", r.text());
+    assert_eq!(notes(&s).json()["count"], 2);
+
+    // Unmount: its routes are gone, everywhere.
+    let r = admin(&s, "DELETE", "/admin/plugins/template", b"");
+    assert_eq!(r.status, 200, "unmount: {}", r.text());
+    assert_eq!(r.json(), json!({"family": "template", "unmounted": true}));
+    for r in [notes(&s), write_note(&s, "after unmount")] {
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (404, "not_found"),
+            "{}",
+            r.text()
+        );
+    }
+    assert!(plugin(&s, "template").is_none());
+    let doc = openapi(&s);
+    assert!(
+        doc["paths"].get("/api/template/notes").is_none(),
+        "unmounted routes stay in the OpenAPI document: {}",
+        doc["paths"]["/api/template/notes"]
+    );
+    assert!(doc["paths"]["/api/health"]["get"].is_object());
+    assert!(health(&s)["plugins"].get("template").is_none());
+
+    // Unmounting again, or a family that never was: 404. The fee policy
+    // cannot be unmounted.
+    let r = admin(&s, "DELETE", "/admin/plugins/template", b"");
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (404, "not_found"),
+        "{}",
+        r.text()
+    );
+    let r = admin(&s, "DELETE", "/admin/plugins/nosuchfamily", b"");
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (404, "not_found"),
+        "{}",
+        r.text()
+    );
+    let r = admin(&s, "DELETE", "/admin/plugins/fees", b"");
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(s.get("/api/fees").status, 200);
+
+    // Mounted again, it finds its old data.
+    let r = admin(&s, "PUT", "/admin/plugins/template", &template);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["mounted"], true, "{}", r.text());
+    let r = notes(&s);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json()["count"],
+        2,
+        "the family's data stays: {}",
+        r.text()
+    );
+}
+
+#[test]
+fn a_built_in_family_can_be_unmounted_and_mounted_again() {
+    let s = Server::start();
+    let d = deal(&s);
+    let r = s.get(&format!("/api/posts/{}", d.post));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = admin(&s, "DELETE", "/admin/plugins/timeline", b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = s.get(&format!("/api/posts/{}", d.post));
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (404, "not_found"),
+        "{}",
+        r.text()
+    );
+    assert!(
+        openapi(&s)["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .flat_map(|item| item.as_object().unwrap().values())
+            .all(|op| op["x-family"] != "timeline")
+    );
+    // Mounted again (with its built-in grants given explicitly), the post
+    // is still there.
+    let r = admin(
+        &s,
+        "PUT",
+        "/admin/plugins/timeline?grants=payments,signatures&read=identity",
+        &wasm("timeline.wasm"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["mounted"], true, "{}", r.text());
+    let r = s.get(&format!("/api/posts/{}", d.post));
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+#[test]
+fn a_route_conflict_is_refused_and_the_mounted_family_keeps_serving() {
+    let s = Server::start();
+    let template = wasm("template.wasm");
+    let r = admin(&s, "PUT", "/admin/plugins/template", &template);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(write_note(&s, "kept").status, 201);
+
+    // The same routes under another family name: refused, naming template.
+    let r = admin(&s, "PUT", "/admin/plugins/other", &template);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "invalid_request"),
+        "{}",
+        r.text()
+    );
+    let msg = r.json()["message"].as_str().unwrap_or_default().to_string();
+    assert!(msg.starts_with("component refused: "), "{msg}");
+    assert!(msg.contains("conflict"), "{msg}");
+    assert!(msg.contains("template"), "names the other family: {msg}");
+    assert!(
+        plugin(&s, "other").is_none(),
+        "a refused family is not listed"
+    );
+    assert!(health(&s)["plugins"].get("other").is_none());
+
+    // Routes of a built-in family (granted what it imports): refused,
+    // naming it.
+    let r = admin(
+        &s,
+        "PUT",
+        "/admin/plugins/other?grants=host-info,payments",
+        &wasm("info.wasm"),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    let msg = r.json()["message"].as_str().unwrap_or_default().to_string();
+    assert!(msg.contains("conflict") && msg.contains("info"), "{msg}");
+    assert_eq!(s.get("/api/health").status, 200);
+
+    // Bad bytes: refused, for a new family and for the mounted one.
+    for family in ["junk", "template"] {
+        let r = admin(
+            &s,
+            "PUT",
+            &format!("/admin/plugins/{family}"),
+            b"\0asm not a component",
+        );
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_request"),
+            "{family}: {}",
+            r.text()
+        );
+        assert!(
+            r.json()["message"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("component refused: "),
+            "{}",
+            r.text()
+        );
+    }
+    assert!(plugin(&s, "junk").is_none());
+    // A bad family name.
+    let r = admin(&s, "PUT", "/admin/plugins/Bad%20Name", &template);
+    assert_eq!(r.status, 400, "{}", r.text());
+
+    // The template family keeps serving, with its data, in the document.
+    let r = notes(&s);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["count"], 1);
+    assert_eq!(write_note(&s, "still here").json()["count"], 2);
+    let p = plugin(&s, "template").unwrap();
+    assert_eq!(
+        (p["status"].clone(), p["hash"].clone()),
+        (json!("ok"), json!(sha256_hex(&template)))
+    );
+    assert_eq!(
+        openapi(&s)["paths"]["/api/template/notes"]["get"]["x-family"],
+        "template"
+    );
+
+    // Once template is unmounted, the other name may have the routes.
+    assert_eq!(
+        admin(&s, "DELETE", "/admin/plugins/template", b"").status,
+        200
+    );
+    let r = admin(&s, "PUT", "/admin/plugins/other", &template);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        openapi(&s)["paths"]["/api/template/notes"]["post"]["x-family"],
+        "other"
+    );
+    // Its own keyspace: not template's notes.
+    assert_eq!(notes(&s).json()["count"], 0);
+}
+
+#[test]
+fn capabilities_are_checked_when_a_family_is_mounted() {
+    // No testing routes: the testing component is just some third-party
+    // component here, mounted as the family `rogue`.
+    let s = Server::start();
+    let testing = wasm("testing.wasm");
+    let imported = imported_capabilities(&testing);
+    assert!(
+        imported.contains("escrow") && imported.contains("payments"),
+        "the testing component imports escrow and payments: {imported:?}"
+    );
+    assert_eq!(s.get("/_testing/ok").status, 404);
+
+    // No grants: refused, naming the family and every missing capability.
+    let r = admin(&s, "PUT", "/admin/plugins/rogue", &testing);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "invalid_request"),
+        "{}",
+        r.text()
+    );
+    let msg = r.json()["message"].as_str().unwrap_or_default().to_string();
+    assert!(msg.starts_with("component refused: "), "{msg}");
+    assert!(msg.contains("family rogue"), "{msg}");
+    for cap in &imported {
+        assert!(msg.contains(cap.as_str()), "names {cap}: {msg}");
+    }
+    for cap in ALL_GRANTS.iter().filter(|c| !imported.contains(**c)) {
+        assert!(!msg.contains(cap), "names {cap}, not imported: {msg}");
+    }
+    assert!(plugin(&s, "rogue").is_none());
+    assert_eq!(s.get("/_testing/ok").status, 404);
+
+    // Everything but escrow: refused, naming escrow only.
+    let r = admin(
+        &s,
+        "PUT",
+        "/admin/plugins/rogue?grants=payments,signatures,host-info,limits",
+        &testing,
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "invalid_request"),
+        "{}",
+        r.text()
+    );
+    let msg = r.json()["message"].as_str().unwrap_or_default().to_string();
+    assert!(msg.contains("family rogue"), "{msg}");
+    assert!(msg.contains("escrow"), "{msg}");
+    for cap in ["payments", "signatures", "host-info", "limits", "dispatch"] {
+        assert!(!msg.contains(cap), "names {cap}, which is granted: {msg}");
+    }
+    assert!(plugin(&s, "rogue").is_none());
+
+    // An unknown capability name is refused.
+    let r = admin(&s, "PUT", "/admin/plugins/rogue?grants=money", &testing);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(plugin(&s, "rogue").is_none());
+
+    // Granted everything, it mounts and serves.
+    let r = admin(
+        &s,
+        "PUT",
+        &format!("/admin/plugins/rogue?grants={}", ALL_GRANTS.join(",")),
+        &testing,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let b = r.json();
+    assert_eq!(b["mounted"], true, "{b}");
+    assert_eq!(names(&b["grants"]), set(ALL_GRANTS), "{b}");
+    let r = s.get("/_testing/ok");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), json!({"ok": true}));
+    assert_eq!(
+        openapi(&s)["paths"]["/_testing/ok"]["get"]["x-family"],
+        "rogue"
+    );
+    let h = health(&s);
+    assert_eq!(
+        names(&h["plugins"]["rogue"]["grants"]),
+        set(ALL_GRANTS),
+        "{h}"
+    );
+    assert_eq!(
+        names(&plugin(&s, "rogue").unwrap()["grants"]),
+        set(ALL_GRANTS)
+    );
+
+    // Swapping it with fewer grants than it imports is refused and the
+    // mounted one keeps serving.
+    let r = admin(&s, "PUT", "/admin/plugins/rogue?grants=payments", &testing);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("escrow"), "{}", r.text());
+    assert_eq!(s.get("/_testing/ok").status, 200);
+    assert_eq!(
+        names(&health(&s)["plugins"]["rogue"]["grants"]),
+        set(ALL_GRANTS)
+    );
+}
+
+#[test]
+fn a_rogue_family_cannot_pay_out_of_another_familys_escrow() {
+    let s = Server::start();
+    let d = deal(&s);
+    let id = buy(&s, &d, "1");
+    let refundable = buy(&s, &d, "1");
+    let r = admin(
+        &s,
+        "PUT",
+        &format!("/admin/plugins/rogue?grants={}", ALL_GRANTS.join(",")),
+        &wasm("testing.wasm"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    // The rogue family's own account of that contract id holds nothing.
+    let r = s.get(&format!("/_testing/held?contract={id}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), json!({"held": 0}));
+
+    // Asking for the contract's money (held by the contracts family) is
+    // refused, whatever the kind or amount.
+    for (kind, amount) in [
+        ("payout", 100_000_000u64),
+        ("payout", 97_000_000),
+        ("payout", 1),
+        ("refund", 100_000_000),
+        ("refund", 1),
+    ] {
+        for contract in [&id, &refundable] {
+            let r = s.request(
+                "POST",
+                &format!("/_testing/payout?contract={contract}&kind={kind}&amount={amount}"),
+                &[],
+                Some(b""),
+            );
+            assert_eq!(
+                (r.status, r.code().as_str()),
+                (409, "conflict"),
+                "rogue {kind} of {amount} from {contract}: {}",
+                r.text()
+            );
+            assert!(!r.text().contains(":secret:"), "{}", r.text());
+        }
+    }
+    let r = s.get(&format!("/_testing/held?contract={id}"));
+    assert_eq!(r.json(), json!({"held": 0}));
+
+    // Nothing moved: the contract pays its seller in full (amount - fee),
+    // and the other one refunds the whole amount to its buyer.
+    act_ok(&s, &d.seller, &id, "accept");
+    act_ok(&s, &d.seller, &id, "deliver");
+    let cert = act_ok(&s, &d.buyer, &id, "pickup");
+    assert_eq!(cert["status"], "settled", "{cert}");
+    let payout = act_ok(&s, &d.seller, &id, "pickup")["payout"]
+        .as_str()
+        .expect("a payout")
+        .to_string();
+    assert!(payout.starts_with("e0.97:secret:"), "{payout}");
+    assert_eq!(s.cash_state(&payout), (json!(false), json!("0.97")));
+
+    act_ok(&s, &d.buyer, &refundable, "refund");
+    let refund = act_ok(&s, &d.buyer, &refundable, "pickup")["refund"]
+        .as_str()
+        .expect("a refund")
+        .to_string();
+    assert!(refund.starts_with("e1:secret:"), "{refund}");
+    assert_eq!(s.cash_state(&refund), (json!(false), json!("1")));
+
+    // And after settlement the rogue still gets nothing.
+    let r = s.request(
+        "POST",
+        &format!("/_testing/payout?contract={id}&kind=payout&amount=1"),
+        &[],
+        Some(b""),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "conflict"),
+        "{}",
+        r.text()
+    );
+}
+
+#[test]
+fn a_family_named_in_the_config_is_mounted_at_start() {
+    let config = format!(
+        "[families.notes]\ncomponent = \"template.wasm\"\n\n\
+         [families.rogue]\ncomponent = \"testing.wasm\"\ngrants = [{}]\nread = [\"timeline\"]\n",
+        ALL_GRANTS
+            .iter()
+            .map(|g| format!("\"{g}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let (s, _config_dir) = server_with_config(&config, common::Options::default());
+
+    // `notes` serves the template's routes, with no grants.
+    let r = write_note(&s, "from config");
+    assert_eq!(r.status, 201, "{}", r.text());
+    let r = notes(&s);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["count"], 1);
+    let p = plugin(&s, "notes").expect("notes in GET /admin/plugins");
+    assert_eq!(p["status"], "ok", "{p}");
+    assert_eq!(p["component"], "template.wasm", "{p}");
+    assert_eq!(names(&p["grants"]), set(&[]), "{p}");
+    assert_eq!(names(&p["routes"]), set(TEMPLATE_ROUTES), "{p}");
+    assert_eq!(
+        openapi(&s)["paths"]["/api/template/notes"]["get"]["x-family"],
+        "notes"
+    );
+    let h = health(&s);
+    assert_eq!(h["plugins"]["notes"]["status"], "ok", "{h}");
+    assert_eq!(names(&h["plugins"]["notes"]["grants"]), set(&[]), "{h}");
+
+    // `rogue` got the configured grants and reads.
+    assert_eq!(s.get("/_testing/ok").status, 200);
+    assert_eq!(
+        names(&h["plugins"]["rogue"]["grants"]),
+        set(ALL_GRANTS),
+        "{h}"
+    );
+    assert_eq!(
+        names(&h["plugins"]["rogue"]["reads"]),
+        set(&["timeline"]),
+        "{h}"
+    );
+    let p = plugin(&s, "rogue").expect("rogue in GET /admin/plugins");
+    assert_eq!(names(&p["grants"]), set(ALL_GRANTS), "{p}");
+    assert_eq!(names(&p["reads"]), set(&["timeline"]), "{p}");
+
+    // A config family unmounts like any other.
+    let r = admin(&s, "DELETE", "/admin/plugins/notes", b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(notes(&s).status, 404);
+}
+
+#[test]
+fn the_watched_families_directory_mounts_swaps_and_unmounts() {
+    let plugins_dir = plugin_copy();
+    let s = Server::with(common::Options {
+        plugins_dir: Some(plugins_dir.path().to_path_buf()),
+        ..Default::default()
+    });
+    let families = plugins_dir.path().join("families");
+    std::fs::create_dir_all(&families).unwrap();
+    let file = families.join("jotter.wasm");
+    let template = wasm("template.wasm");
+    assert_eq!(notes(&s).status, 404);
+
+    // Dropping a component in mounts its family.
+    install(&template, &file);
+    eventually("families/jotter.wasm is mounted", &s, || {
+        notes(&s).status == 200
+    });
+    let p = plugin(&s, "jotter").expect("jotter in GET /admin/plugins");
+    assert_eq!(p["status"], "ok", "{p}");
+    assert_eq!(p["hash"], sha256_hex(&template), "{p}");
+    assert_eq!(names(&p["grants"]), set(&[]), "{p}");
+    assert_eq!(names(&p["routes"]), set(TEMPLATE_ROUTES), "{p}");
+    assert_eq!(
+        openapi(&s)["paths"]["/api/template/notes"]["post"]["x-family"],
+        "jotter"
+    );
+    assert_eq!(health(&s)["plugins"]["jotter"]["status"], "ok");
+    let r = write_note(&s, "jotted");
+    assert_eq!(r.status, 201, "{}", r.text());
+
+    // Replacing the file swaps the component; the data stays.
+    let changed = with_custom_section(&template, "families-test", b"v2");
+    assert_ne!(sha256_hex(&changed), sha256_hex(&template));
+    install(&changed, &file);
+    eventually("families/jotter.wasm is swapped", &s, || {
+        plugin(&s, "jotter").is_some_and(|p| p["hash"] == sha256_hex(&changed))
+    });
+    let r = notes(&s);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["count"], 1, "{}", r.text());
+
+    // A broken file is refused and the mounted one keeps serving.
+    install(b"not a component", &file);
+    eventually("the broken file is refused", &s, || {
+        s.log_text()
+            .lines()
+            .any(|l| l.contains("jotter") && l.contains("refused"))
+    });
+    assert_eq!(notes(&s).status, 200);
+    assert_eq!(
+        plugin(&s, "jotter").map(|p| p["hash"].clone()),
+        Some(json!(sha256_hex(&changed)))
+    );
+    install(&changed, &file);
+
+    // Removing the file unmounts the family.
+    std::fs::remove_file(&file).unwrap();
+    eventually("jotter is unmounted", &s, || notes(&s).status == 404);
+    assert_eq!(notes(&s).code(), "not_found");
+    assert!(plugin(&s, "jotter").is_none());
+    assert!(openapi(&s)["paths"].get("/api/template/notes").is_none());
+    assert!(health(&s)["plugins"].get("jotter").is_none());
+
+    // Dropping it in again finds the old data.
+    install(&template, &file);
+    eventually("families/jotter.wasm is mounted again", &s, || {
+        notes(&s).status == 200
+    });
+    assert_eq!(notes(&s).json()["count"], 1);
+
+    // A component that imports capabilities its family was not granted is
+    // not mounted from the directory either.
+    install(&wasm("testing.wasm"), &families.join("rogue.wasm"));
+    eventually("families/rogue.wasm is refused", &s, || {
+        s.log_text()
+            .lines()
+            .any(|l| l.contains("rogue") && l.contains("not granted"))
+    });
+    assert!(plugin(&s, "rogue").is_none());
+    assert_eq!(s.get("/_testing/ok").status, 404);
+}
+
+#[test]
+fn the_watched_directory_uses_the_configured_grants() {
+    let plugins_dir = plugin_copy();
+    let families = plugins_dir.path().join("families");
+    std::fs::create_dir_all(&families).unwrap();
+    // The config names the family with its grants; its component arrives
+    // in the families directory later.
+    let config = format!(
+        "[families.rogue]\ncomponent = \"families/rogue.wasm\"\ngrants = [{}]\n",
+        ALL_GRANTS
+            .iter()
+            .map(|g| format!("\"{g}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let (s, _config_dir) = server_with_config(
+        &config,
+        common::Options {
+            plugins_dir: Some(plugins_dir.path().to_path_buf()),
+            ..Default::default()
+        },
+    );
+    assert_eq!(s.get("/_testing/ok").status, 404);
+    install(&wasm("testing.wasm"), &families.join("rogue.wasm"));
+    eventually("families/rogue.wasm is mounted with its grants", &s, || {
+        s.get("/_testing/ok").status == 200
+    });
+    assert_eq!(
+        names(&health(&s)["plugins"]["rogue"]["grants"]),
+        set(ALL_GRANTS)
+    );
+}
