@@ -7,11 +7,11 @@
 
 mod common;
 
-use common::{ADMIN_TOKEN, Key, Server, now_s};
+use common::Server;
+use common::deal::{act_ok, admin, buy, deal};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Every capability an operator can grant.
@@ -28,18 +28,6 @@ const ALL_GRANTS: &[&str] = &[
 const TEMPLATE_ROUTES: &[&str] = &["GET /api/template/notes", "POST /api/template/notes"];
 
 // ---------------------------------------------------------------- helpers
-
-/// An authenticated admin request with raw bytes as the body.
-fn admin(s: &Server, method: &str, path: &str, body: &[u8]) -> common::Resp {
-    let auth = format!("Bearer {ADMIN_TOKEN}");
-    common::request(
-        s.admin,
-        method,
-        path,
-        &[("authorization", &auth)],
-        Some(body),
-    )
-}
 
 /// A built component's bytes.
 fn wasm(file: &str) -> Vec<u8> {
@@ -186,94 +174,6 @@ fn server_with_config(toml: &str, opts: common::Options) -> (Server, tempfile::T
 }
 
 // ------------------------------------------------------- contract helpers
-
-/// A timestamp inside the freshness window that no earlier call returned,
-/// so no two fresh signatures of a test collide.
-fn fresh_ts() -> u64 {
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let floor = now_s() - 280;
-    let mut prev = LAST.load(Ordering::Relaxed);
-    loop {
-        let next = (prev + 1).max(floor);
-        match LAST.compare_exchange(prev, next, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => return next,
-            Err(p) => prev = p,
-        }
-    }
-}
-
-static NICK: AtomicU64 = AtomicU64::new(0);
-
-struct Deal {
-    buyer: Key,
-    seller: Key,
-    post: String,
-}
-
-fn deal(s: &Server) -> Deal {
-    let n = NICK.fetch_add(1, Ordering::Relaxed);
-    let seller = s.identity(&format!("famseller{n}"));
-    let buyer = s.identity(&format!("fambuyer{n}"));
-    let post = s.new_post(
-        &seller,
-        "Logo design, delivered in 3 days",
-        json!({"post_type": "service"}),
-    );
-    Deal {
-        buyer,
-        seller,
-        post,
-    }
-}
-
-/// Buy a contract of `amount` (paid exactly); its id.
-fn buy(s: &Server, d: &Deal, amount: &str) -> String {
-    let ts = fresh_ts();
-    let msg = format!("buy_contract:{}:{}:::{ts}", d.buyer.fp(), d.post);
-    let body = json!({
-        "buyer_fingerprint": d.buyer.fp(), "contract_type": "service", "amount": amount,
-        "reference_post": d.post, "accept_terms": true, "timestamp": ts,
-        "signature": d.buyer.sign(&msg),
-    });
-    let r = s.post_paid("/api/arbitration/contracts/buy", &s.mint(amount), &body);
-    assert_eq!(r.status, 201, "buy: {}", r.text());
-    r.json()["contract_id"].as_str().unwrap().to_string()
-}
-
-/// A contract action with a fresh signature by `key`.
-fn act(s: &Server, key: &Key, id: &str, action: &str) -> common::Resp {
-    let ts = fresh_ts();
-    let (field, message, extra) = match action {
-        "accept" => (
-            "seller_fingerprint",
-            format!("accept:{id}:{}", key.fp()),
-            None,
-        ),
-        "deliver" => (
-            "actor_fingerprint",
-            format!("deliver:{id}:the logo files"),
-            Some("the logo files"),
-        ),
-        "pickup" => ("actor_fingerprint", id.to_string(), None),
-        "refund" => ("actor_fingerprint", format!("REFUND:{id}"), None),
-        _ => unreachable!(),
-    };
-    let mut body = json!({
-        "timestamp": ts,
-        "signature": key.sign(&format!("{message}:{ts}")),
-    });
-    body[field] = json!(key.fp());
-    if let Some(text) = extra {
-        body["delivered_text"] = json!(text);
-    }
-    s.post_json(&format!("/api/arbitration/contracts/{id}/{action}"), &body)
-}
-
-fn act_ok(s: &Server, key: &Key, id: &str, action: &str) -> Value {
-    let r = act(s, key, id, action);
-    assert_eq!(r.status, 200, "{action} {id}: {}", r.text());
-    r.json()
-}
 
 // ------------------------------------------------------------------ tests
 

@@ -8,6 +8,10 @@ use ed25519_dalek::{Signature, VerifyingKey};
 /// Used signatures: "{actor}:{signature}" -> unix seconds of use (u64 BE).
 const USED: &str = "auth:used";
 
+/// Unix seconds from which a message's trailing number is taken for a
+/// timestamp (2001-09-09): `meet at 10:30` is no timestamp.
+const PLAUSIBLE_TIMESTAMP: u64 = 1_000_000_000;
+
 /// How far a fresh timestamp may be from the host clock.
 pub const FRESH_WINDOW_S: u64 = 300;
 
@@ -75,10 +79,12 @@ pub fn verify(
     if st.timestamp.is_none() {
         // A fresh signature signs "{message}:{timestamp}": the same bytes as
         // a legacy signature of a message ending in ":{timestamp}". Such a
-        // legacy message is refused while its number could be a current
-        // timestamp, and a signature once used fresh never counts as legacy.
+        // legacy message is refused whenever its number could be a fresh
+        // signature's timestamp, now or in the past (a fresh request that
+        // was refused records nothing), and a signature once used fresh
+        // never counts as legacy.
         if let Some(n) = trailing_number(st.message)
-            && n.abs_diff(now_s) <= FRESH_WINDOW_S
+            && (PLAUSIBLE_TIMESTAMP..=now_s + FRESH_WINDOW_S).contains(&n)
         {
             return Err(invalid(
                 "a legacy signature may not sign a message ending in a current timestamp: send the timestamp as `timestamp`",

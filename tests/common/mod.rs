@@ -3,6 +3,8 @@
 //! to it over plain TCP.
 #![allow(dead_code)]
 
+pub mod deal;
+
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -127,7 +127,17 @@ fn watch_families_dir(app: &App, dir: &Path, mounted: &mut HashMap<String, Optio
         else {
             continue;
         };
-        if !crate::runtime::capabilities::valid_family(&family) {
+        // Only families of their own: a built-in or configured family
+        // keeps its configured component.
+        let configured = app
+            .config
+            .family(&family)
+            .is_some_and(|f| !f.component.starts_with(FAMILIES_DIR));
+        let elsewhere = app
+            .runtime
+            .plugin(&family)
+            .is_some_and(|p| !p.component.starts_with(FAMILIES_DIR));
+        if !crate::runtime::capabilities::valid_family(&family) || configured || elsewhere {
             continue;
         }
         present.push(family.clone());

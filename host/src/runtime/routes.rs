@@ -136,6 +136,25 @@ impl Table {
                 ));
             }
         }
+        // A literal segment wins over a parameter only among one owner's
+        // routes: a family may not capture requests meant for another's
+        // parameter route (and the payment headers they carry).
+        for (i, a) in routes.iter().enumerate() {
+            for b in &routes[i + 1..] {
+                if a.method == b.method && a.owner() != b.owner() && overlap(&a.pattern, &b.pattern)
+                {
+                    return Err(format!(
+                        "route conflict: {} {} of {} would take requests of {} {} of {}",
+                        b.method,
+                        b.pattern,
+                        b.owner(),
+                        a.method,
+                        a.pattern,
+                        a.owner()
+                    ));
+                }
+            }
+        }
         let mut routes: Vec<Arc<Route>> = routes.into_iter().map(Arc::new).collect();
         routes.sort_by_cached_key(|r| specificity(&r.pattern));
         Ok(Table { routes })
@@ -177,6 +196,15 @@ impl Table {
             Match::MethodNotAllowed(allowed)
         }
     }
+}
+
+/// Whether some path matches both patterns.
+fn overlap(a: &str, b: &str) -> bool {
+    let (a, b): (Vec<&str>, Vec<&str>) = (a.split('/').collect(), b.split('/').collect());
+    a.len() == b.len()
+        && a.iter()
+            .zip(&b)
+            .all(|(x, y)| x == y || is_param(x) || is_param(y))
 }
 
 fn is_read(method: &str) -> bool {
@@ -381,6 +409,17 @@ mod tests {
             ])
             .is_ok()
         );
+        // Another family's literal may not shadow a parameter route.
+        let err = Table::new(vec![
+            fam(
+                "POST",
+                "/api/arbitration/contracts/{id}/accept",
+                "contracts",
+            ),
+            fam("POST", "/api/arbitration/contracts/CTR_1/accept", "rogue"),
+        ])
+        .unwrap_err();
+        assert!(err.contains("rogue") && err.contains("contracts"), "{err}");
     }
 
     #[test]

@@ -129,17 +129,27 @@ fn status_json(s: &crate::runtime::PluginStatus) -> serde_json::Value {
            "grants": s.grants, "reads": s.reads, "routes": s.routes})
 }
 
-/// Grants from `?grants=a,b&read=x,y`, if either is given.
-fn grants_of(query: &str) -> Result<Option<Grants>, String> {
+/// Grants from `?grants=a,b&read=x,y`, if either is given; the one not
+/// given keeps its `current` value.
+fn grants_of(query: &str, current: Option<Grants>) -> Result<Option<Grants>, String> {
     let pairs = crate::runtime::routes::parse_query(query);
     let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     let (caps, reads) = (get("grants"), get("read"));
     if caps.is_none() && reads.is_none() {
         return Ok(None);
     }
-    let caps = caps.unwrap_or_default();
-    let reads = reads.unwrap_or_default();
-    Grants::parse(caps.split(','), reads.split(',')).map(Some)
+    let current = current.unwrap_or_default();
+    let mut g = Grants::parse(
+        caps.as_deref().unwrap_or_default().split(','),
+        reads.as_deref().unwrap_or_default().split(','),
+    )?;
+    if caps.is_none() {
+        g.capabilities = current.capabilities;
+    }
+    if reads.is_none() {
+        g.reads = current.reads;
+    }
+    Ok(Some(g))
 }
 
 fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> Reply {
@@ -150,7 +160,7 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
             Reply::json(200, &json!(list))
         }
         ("PUT", ["admin", "plugins", family]) => {
-            let grants = match grants_of(query) {
+            let grants = match grants_of(query, app.runtime.grants(family)) {
                 Ok(g) => g,
                 Err(e) => return Reply::error(400, "invalid_request", e),
             };

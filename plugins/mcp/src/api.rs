@@ -181,7 +181,7 @@ pub fn schemas() -> Value {
             obj(&[("endpoint", obj(&[("method", json!({"enum": ["GET", "POST"]})), ("path", pattern("^/api/")), ("query", t("object")), ("body", json!({}))], &["method", "path"]))], &["endpoint"]),
         ]},
         "JsonRpcError": obj(&[("jsonrpc", t("string")), ("id", json!({})), ("error", obj(&[("code", t("integer")), ("message", t("string"))], &["code", "message"]))], &["jsonrpc", "error"]),
-        "JsonRpc": obj(&[("jsonrpc", json!({"const": "2.0"})), ("id", json!({})), ("method", t("string")), ("params", t("object"))], &["jsonrpc", "method"]),
+        "JsonRpc": obj(&[("jsonrpc", json!({"const": "2.0"})), ("id", json!({"type": ["string", "integer", "null"]})), ("method", json!({"type": "string", "minLength": 1})), ("params", t("object"))], &["jsonrpc", "method"]),
         "DocsResults": obj(&[("results", json!({"type": "array", "items": obj(&[("title", t("string")), ("path", t("string")), ("snippet", t("string"))], &[])}))], &["results"]),
         "AgentManifest": obj(&[("name", t("string")), ("version", t("string")), ("description", t("string")), ("capabilities", json!({"type": "array", "items": t("string")})), ("openapi", t("string")), ("docs", t("string")), ("mcp", obj(&[("tools_search", t("string")), ("tools_define", t("string")), ("tools_execute", t("string"))], &[]))], &["name", "version", "openapi", "docs", "mcp"]),
     })

@@ -69,6 +69,12 @@ impl payments::Host for Ctx {
         action: String,
         price: u64,
     ) -> Result<payments::Receipt, types::Refusal> {
+        // A price the component fixed itself: only for the escrow holder,
+        // whose contracts fix their fee at buy.
+        if !self.grants.has(Capability::Escrow) {
+            tracing::error!(family = %self.family, "charge-price needs the escrow grant");
+            return Err(refusal(Reply::error(500, "internal", "internal error")));
+        }
         self.charge_at(action, price)
     }
 
