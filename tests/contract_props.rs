@@ -74,7 +74,6 @@ impl World {
             .table
             .writes(&req.method, &req.route);
         self.app.runtime.handle(
-            &self.app,
             family,
             req,
             PaymentHeaders {

@@ -599,3 +599,55 @@ fn sixteen_simultaneous_accepts_one_wins() {
         1
     );
 }
+
+/// Under pickup-paid, the settling pickup pays the fee fixed when the
+/// contract was bought, whatever the fee component quotes by then (here
+/// the operator raised `arbitration_percent` from 3 to 5 between buy and
+/// pickup).
+#[test]
+fn pickup_paid_charges_the_fee_fixed_at_buy() {
+    use common::deal as flow;
+    let pickup_paid = (
+        "MARKETPLACE_PLUGIN_FEES".to_string(),
+        "fees_pickup_paid.wasm".to_string(),
+    );
+    let mut first = Server::with(common::Options {
+        env: vec![pickup_paid.clone()],
+        ..Default::default()
+    });
+    let d = flow::deal(&first);
+    let id = flow::buy(&first, &d, "1");
+    flow::act_ok(&first, &d.seller, &id, "accept");
+    flow::act_ok(&first, &d.seller, &id, "deliver");
+    first.kill();
+
+    let config = first.data_dir.join("raised-fee.toml");
+    std::fs::write(&config, "[settings.fees]\narbitration_percent = 5\n").unwrap();
+    let s = Server::with(common::Options {
+        env: vec![
+            pickup_paid,
+            ("MARKETPLACE_CONFIG".into(), config.display().to_string()),
+        ],
+        data_dir: Some(first.data_dir.clone()),
+        ..Default::default()
+    });
+    // The component in force now quotes 5 %.
+    let fees = s.get("/api/fees").json();
+    assert_eq!(fees["arbitration"]["rate"], "0.05", "{fees}");
+    // The contract still asks for its 3 %.
+    let unpaid = flow::act(&s, &d.buyer, &id, "pickup");
+    assert_eq!(unpaid.status, 402, "{}", unpaid.text());
+    assert_eq!(unpaid.json()["required_amount"], "0.03");
+    let paid = s.post_paid(
+        &flow::action_path(&id, "pickup"),
+        &s.mint("0.03"),
+        &flow::action_body(&d.buyer, &id, "pickup"),
+    );
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    let doc = paid.json();
+    assert_eq!(doc["status"], "settled");
+    assert_eq!(doc["payment"]["price"], "0.03");
+    // And the seller is paid the whole amount.
+    let payout = flow::act_ok(&s, &d.seller, &id, "pickup");
+    assert_eq!(payout["payout_amount"], "1");
+}

@@ -23,13 +23,7 @@ fn fresh_instance_dispatch_overhead_p50_under_50us_with_pooling() {
     for _ in 0..200 {
         assert_eq!(
             app.runtime
-                .handle(
-                    &app,
-                    "testing",
-                    ok_request(),
-                    PaymentHeaders::default(),
-                    false
-                )
+                .handle("testing", ok_request(), PaymentHeaders::default(), false)
                 .status,
             200
         );
@@ -40,7 +34,7 @@ fn fresh_instance_dispatch_overhead_p50_under_50us_with_pooling() {
             let t = Instant::now();
             let reply = app
                 .runtime
-                .handle(&app, "testing", req, PaymentHeaders::default(), false);
+                .handle("testing", req, PaymentHeaders::default(), false);
             let ns = t.elapsed().as_nanos();
             assert_eq!(reply.status, 200);
             ns

@@ -161,7 +161,7 @@ fn serve(args: &[String]) -> Result<()> {
         let watch = config.watch_plugins;
         let app = tokio::task::spawn_blocking(move || App::start(config)).await??;
         if watch {
-            crate::runtime::reload::spawn(app.clone())?;
+            crate::runtime::reload::spawn(app.runtime.clone())?;
         }
         if let Some((addr, token)) = admin {
             let listener = tokio::net::TcpListener::bind(addr)

@@ -77,7 +77,7 @@ pub struct Config {
 pub struct FamilyConfig {
     /// Component file name, relative to `plugins_dir`.
     pub component: Option<String>,
-    /// Capabilities granted (see `runtime::capabilities`).
+    /// Capabilities granted (see `crate::capabilities`).
     pub grants: Option<Vec<String>>,
     /// Other families' keyspaces it may read.
     pub read: Option<Vec<String>>,
@@ -88,7 +88,7 @@ pub struct FamilyConfig {
 pub struct FamilySpec {
     pub name: String,
     pub component: String,
-    pub grants: crate::runtime::capabilities::Grants,
+    pub grants: crate::capabilities::Grants,
 }
 
 impl Default for Config {
@@ -219,7 +219,7 @@ impl Config {
     }
 
     fn try_families(&self) -> Result<Vec<FamilySpec>> {
-        use crate::runtime::capabilities::{self, Grants};
+        use crate::capabilities::{self, Grants};
         let mut out: Vec<FamilySpec> = DEFAULT_PLUGINS
             .iter()
             .chain(self.testing_routes.then_some(&TESTING_PLUGIN))
@@ -354,7 +354,7 @@ mod tests {
         assert_eq!(c.families().len(), DEFAULT_PLUGINS.len());
         assert_eq!(
             c.family("contracts").unwrap().grants,
-            crate::runtime::capabilities::builtin("contracts")
+            crate::capabilities::builtin("contracts")
         );
     }
 
@@ -387,7 +387,7 @@ mod tests {
 
     #[test]
     fn families_mount_and_grant() {
-        use crate::runtime::capabilities::Capability;
+        use crate::capabilities::Capability;
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("c.toml");
         std::fs::write(

@@ -2,8 +2,8 @@
 //! WebAssembly plugin runtime. The binary (`src/main.rs`) is a thin CLI over
 //! this library; tests and benchmarks drive the library directly too.
 //!
-//! Layers, each importing only the ones below it (plus [`app`], the shared
-//! state every request carries):
+//! Layers, each importing only the ones below it ([`app`] ties the state
+//! and the runtime together for the server):
 //!
 //! - [`server`]: HTTP (hyper), the router and route table, the admin API,
 //!   the host's own routes (fees, cash) and the assembled OpenAPI document.
@@ -13,10 +13,14 @@
 //! - [`money`]: the cash ledger, the 402 payment gate, escrow per contract.
 //! - [`auth`]: Ed25519 signature checks.
 //! - [`store`]: redb storage and group commit.
-//! - [`ids`], [`reply`]: ids, hex, time; the reply type.
+//! - [`state`]: configuration, storage, ledger, ids and clock, shared by
+//!   the layers above (the runtime never sees [`App`]).
+//! - [`capabilities`], [`config`], [`ids`], [`reply`]: grants, settings,
+//!   ids, hex, time; the reply type.
 
 pub mod app;
 pub mod auth;
+pub mod capabilities;
 pub mod cli;
 pub mod config;
 pub mod ids;
@@ -24,6 +28,7 @@ pub mod money;
 pub mod reply;
 pub mod runtime;
 pub mod server;
+pub mod state;
 pub mod store;
 
 pub use app::App;

@@ -22,13 +22,8 @@ fn main() {
 
     // In-process dispatch overhead.
     for _ in 0..500 {
-        app.runtime.handle(
-            &app,
-            "testing",
-            ok_request(),
-            PaymentHeaders::default(),
-            false,
-        );
+        app.runtime
+            .handle("testing", ok_request(), PaymentHeaders::default(), false);
     }
     let mut ns: Vec<u128> = (0..20_000)
         .map(|_| {
@@ -36,7 +31,7 @@ fn main() {
             let t = Instant::now();
             let reply = app
                 .runtime
-                .handle(&app, "testing", r, PaymentHeaders::default(), false);
+                .handle("testing", r, PaymentHeaders::default(), false);
             assert_eq!(reply.status, 200);
             t.elapsed().as_nanos()
         })

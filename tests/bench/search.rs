@@ -142,9 +142,7 @@ fn main() {
             "search"
         };
         let t = Instant::now();
-        let r = app
-            .runtime
-            .handle(&app, family, req, Default::default(), false);
+        let r = app.runtime.handle(family, req, Default::default(), false);
         assert_eq!(r.status, 200);
         t.elapsed().as_nanos() as u64
     };

@@ -246,7 +246,7 @@ pub fn paid_call(
         bitcoin: None,
     };
     let write = app.runtime.served().table.writes(&req.method, &req.route);
-    let reply = app.runtime.handle(app, family, req, pay, write);
+    let reply = app.runtime.handle(family, req, pay, write);
     let change = reply
         .headers
         .iter()

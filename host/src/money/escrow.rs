@@ -12,13 +12,11 @@
 //! payment gate adds a `buy` charge to it, and the request must
 //! [`hold`] that charge in a contract's account before it may commit.
 
-use crate::ids::hex;
-use crate::money::ledger::{Ledger, add_total, public_hash};
+use crate::money::ledger::{Derivation, Ledger, add_total, certificate_public, public_hash};
 use crate::reply::Reply;
 use crate::store::{Kv, WriteTxn};
 use marketplace_common::{amount, secret};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 /// account -> held units (u64 BE).
 pub const ACCOUNTS: &str = "escrow:accounts";
@@ -39,39 +37,6 @@ pub struct Issuance {
     /// Public hash: sha256 of the secret's hex for cash, sha256 of the
     /// certificate's 32 bytes; empty for a fee (no secret).
     pub public: String,
-}
-
-/// A secret issued in this request, and how to make it again: what a
-/// replay record keeps instead of the secret.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Derivation {
-    /// Input of the server-key HMAC.
-    pub purpose: String,
-    /// `Some(units)`: a cash secret `e{amount}:secret:{hex}`; None: the
-    /// bare 64 hex of a certificate.
-    pub amount: Option<u64>,
-    /// The public hash it must have.
-    pub public: String,
-}
-
-impl Derivation {
-    /// The secret, re-derived; None when it no longer has the recorded
-    /// public hash (the server key changed).
-    pub fn derive(&self, ledger: &Ledger) -> Option<String> {
-        let h = ledger.derive(self.purpose.as_bytes());
-        match self.amount {
-            Some(units) => {
-                (public_hash(&h) == self.public).then(|| secret::secret_string(units, &h))
-            }
-            None => (certificate_public(&h) == self.public).then_some(h),
-        }
-    }
-}
-
-/// sha256 of a certificate's 32 bytes (its proof).
-pub fn certificate_public(secret_hex: &str) -> String {
-    let raw = crate::money::ledger::decode_hex(secret_hex).unwrap_or_default();
-    hex(&Sha256::digest(&raw))
 }
 
 fn account(family: &str, contract: &str) -> Result<String, Reply> {

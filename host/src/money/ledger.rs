@@ -16,6 +16,7 @@ use crate::store::{Kv, WriteTxn};
 use anyhow::{Context, Result};
 use hmac::{Hmac, Mac};
 use marketplace_common::{amount, secret};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
@@ -66,6 +67,39 @@ fn decode(b: &[u8]) -> Output {
 /// sha256 hex of the 64-char hex string (webcash public hash).
 pub fn public_hash(secret_hex: &str) -> String {
     hex(&Sha256::digest(secret_hex.as_bytes()))
+}
+
+/// A secret issued in this request, and how to make it again: what a
+/// replay record keeps instead of the secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Derivation {
+    /// Input of the server-key HMAC.
+    pub purpose: String,
+    /// `Some(units)`: a cash secret `e{amount}:secret:{hex}`; None: the
+    /// bare 64 hex of a certificate.
+    pub amount: Option<u64>,
+    /// The public hash it must have.
+    pub public: String,
+}
+
+impl Derivation {
+    /// The secret, re-derived; None when it no longer has the recorded
+    /// public hash (the server key changed).
+    pub fn derive(&self, ledger: &Ledger) -> Option<String> {
+        let h = ledger.derive(self.purpose.as_bytes());
+        match self.amount {
+            Some(units) => {
+                (public_hash(&h) == self.public).then(|| secret::secret_string(units, &h))
+            }
+            None => (certificate_public(&h) == self.public).then_some(h),
+        }
+    }
+}
+
+/// sha256 of a certificate's 32 bytes (its proof).
+pub fn certificate_public(secret_hex: &str) -> String {
+    let raw = decode_hex(secret_hex).unwrap_or_default();
+    hex(&Sha256::digest(&raw))
 }
 
 /// Why a secret was not accepted.
@@ -319,7 +353,7 @@ impl Ledger {
         txn: &WriteTxn,
         key: &[u8; 32],
         reply: &crate::reply::Reply,
-        issued: &[(String, crate::money::escrow::Derivation)],
+        issued: &[(String, Derivation)],
     ) -> Result<()> {
         let mut raw = [0u8; 12];
         crate::ids::fill_random(&mut raw);
@@ -383,14 +417,14 @@ pub fn total(kv: &impl Kv, name: &str) -> Result<u64> {
 struct StoredReply {
     reply: crate::reply::Reply,
     nonce: String,
-    issued: Vec<crate::money::escrow::Derivation>,
+    issued: Vec<Derivation>,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct StoredMeta {
     headers: Vec<(String, String)>,
     nonce: String,
-    issued: Vec<crate::money::escrow::Derivation>,
+    issued: Vec<Derivation>,
 }
 
 fn placeholder(nonce: &str, i: usize) -> String {
@@ -579,7 +613,7 @@ mod tests {
         let (_d, db, l) = setup();
         let txn = db.begin_write().unwrap();
         let (change, _) = l.issue(&txn, "change:abc", 7).unwrap();
-        let d = crate::money::escrow::Derivation {
+        let d = Derivation {
             purpose: "change:abc:7".into(),
             amount: Some(7),
             public: public_hash(&secret::parse(&change).unwrap().hex),

@@ -4,3 +4,4 @@
 pub mod escrow;
 pub mod ledger;
 pub mod payments;
+pub mod upgrade;

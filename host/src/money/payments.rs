@@ -44,7 +44,7 @@ pub struct Charge {
     pub public: String,
     pub change: Option<String>,
     /// How to derive the change secret again (kept instead of it).
-    pub change_derivation: Option<crate::money::escrow::Derivation>,
+    pub change_derivation: Option<crate::money::ledger::Derivation>,
 }
 
 /// A 402 with the protocol's body.
@@ -163,7 +163,7 @@ pub fn charge(
         let hex = marketplace_common::secret::parse(&secret)
             .map_err(|e| internal(anyhow::anyhow!(e)))?
             .hex;
-        let derivation = crate::money::escrow::Derivation {
+        let derivation = crate::money::ledger::Derivation {
             purpose: format!("change:{public}:{units}"),
             amount: Some(units),
             public: crate::money::ledger::public_hash(&hex),

@@ -7,13 +7,13 @@
 //! memory cap, so a plugin that traps, spins or hoards memory costs one 500
 //! or 503 and nothing else.
 
-use crate::app::App;
+use crate::capabilities::{Capability, Grants};
 use crate::money::payments::PaymentHeaders;
 use crate::reply::Reply;
 use crate::runtime::api::{self, Api, Served};
-use crate::runtime::capabilities::{Capability, Grants};
 use crate::runtime::host::{Ctx, FeeCtx, Limiter};
 use crate::runtime::routes::{Match, Route};
+use crate::state::State;
 use anyhow::{Context, Result, anyhow};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -117,6 +117,8 @@ pub struct Limits {
 }
 
 pub struct Runtime {
+    /// Configuration, storage, ledger, ids and clock.
+    pub state: Arc<State>,
     engine: Engine,
     fee_linker: Linker<FeeCtx>,
     limits: Limits,
@@ -127,6 +129,9 @@ pub struct Runtime {
     host_routes: Vec<Route>,
     /// The route table and OpenAPI document in force.
     served: RwLock<Arc<Served>>,
+    /// Swaps, mounts and unmounts one at a time, so a swap's grants and
+    /// route check are those of the slots it replaces.
+    swapping: std::sync::Mutex<()>,
     stop_ticker: Arc<AtomicBool>,
     /// Operator settings of the fee family.
     fee_settings: Arc<BTreeMap<String, String>>,
@@ -191,15 +196,14 @@ fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool) -> Reply {
 }
 
 impl Runtime {
-    pub fn new(
-        limits: Limits,
-        plugins_dir: &Path,
-        cache_dir: &Path,
-        fee_settings: BTreeMap<String, String>,
-        host_routes: Vec<Route>,
-    ) -> Result<Runtime> {
-        let mut config = wasmtime::Config::new();
-        config.epoch_interruption(true);
+    pub fn new(state: Arc<State>, limits: Limits) -> Result<Runtime> {
+        let config = &state.config;
+        let plugins_dir = config.plugins_dir.clone();
+        let cache_dir = &config.cache_path();
+        let fee_settings = config.family_settings(FEES_FAMILY);
+        let host_routes = crate::runtime::native::routes(config.testing_routes);
+        let mut wasm_config = wasmtime::Config::new();
+        wasm_config.epoch_interruption(true);
         let instances = limits.max_instances.saturating_mul(2).saturating_add(16);
         let mut pool = PoolingAllocationConfig::new();
         pool.total_component_instances(instances)
@@ -215,8 +219,8 @@ impl Runtime {
             .linear_memory_keep_resident(4 << 20)
             .table_keep_resident(64 << 10)
             .pagemap_scan(wasmtime::Enabled::Auto);
-        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        let engine = Engine::new(&config).map_err(|e| anyhow!("creating engine: {e}"))?;
+        wasm_config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&wasm_config).map_err(|e| anyhow!("creating engine: {e}"))?;
 
         let mut fee_linker = Linker::<FeeCtx>::new(&engine);
         FeePolicy::add_to_linker::<FeeCtx, wasmtime::component::HasSelf<FeeCtx>>(
@@ -253,12 +257,14 @@ impl Runtime {
             fee_linker,
             host_routes,
             served: RwLock::new(Arc::new(served)),
+            swapping: std::sync::Mutex::new(()),
             limits,
-            plugins_dir: plugins_dir.to_path_buf(),
+            plugins_dir,
             cache_dir: cache_dir.to_path_buf(),
             slots: RwLock::new(BTreeMap::new()),
             stop_ticker,
             fee_settings: Arc::new(fee_settings),
+            state,
         })
     }
 
@@ -321,11 +327,12 @@ impl Runtime {
         bytes: &[u8],
         grants: Option<Grants>,
     ) -> Result<Arc<LoadedPlugin>> {
-        if !crate::runtime::capabilities::valid_family(family) {
+        if !crate::capabilities::valid_family(family) {
             anyhow::bail!(
                 "{family:?} is not a family name (1 to 32 of a-z, 0-9, _ and -, starting with a letter)"
             );
         }
+        let _one_at_a_time = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
         let grants = grants.unwrap_or_else(|| {
             self.slots
                 .read()
@@ -381,6 +388,7 @@ impl Runtime {
         if family == FEES_FAMILY {
             anyhow::bail!("the fee policy cannot be unmounted, only swapped");
         }
+        let _one_at_a_time = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
         let mut slots = self.slots.write().expect("slots lock");
         let Some(slot) = slots.remove(family) else {
             anyhow::bail!("no family {family} is mounted");
@@ -700,8 +708,7 @@ impl Runtime {
     /// [`crate::runtime::routes::Route::writes`]). Writes (and payment spends)
     /// commit only on a 2xx answer.
     pub fn handle(
-        &self,
-        app: &Arc<App>,
+        self: &Arc<Self>,
         family: &str,
         req: wit::Request,
         payment: PaymentHeaders,
@@ -726,17 +733,18 @@ impl Runtime {
             _ => None,
         };
         if let Some(key) = &replay_key
-            && let Some(stored) = app
+            && let Some(stored) = self
+                .state
                 .storage
                 .begin_read()
                 .ok()
-                .and_then(|txn| app.ledger.replay(&txn, key))
+                .and_then(|txn| self.state.ledger.replay(&txn, key))
         {
             tracing::info!(family, "identical paid retry: stored response replayed");
             return stored;
         }
         let ctx = Ctx::new(
-            app.clone(),
+            self.clone(),
             family,
             plugin.grants.clone(),
             write,
@@ -811,6 +819,15 @@ impl Runtime {
     pub fn fee_policy(&self) -> String {
         self.with_fees(|b, s| b.marketplace_plugin_fees().call_policy(s))
             .unwrap_or_else(|_| "unavailable".into())
+    }
+}
+
+/// The runtime reaches storage, the ledger, ids, the clock and the
+/// configuration through its state: `rt.storage`, `rt.now_ms()`.
+impl std::ops::Deref for Runtime {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.state
     }
 }
 

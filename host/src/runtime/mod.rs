@@ -2,7 +2,6 @@
 //! capability, hot reload, and the host side of every WIT interface.
 
 pub mod api;
-pub mod capabilities;
 pub mod engine;
 pub mod host;
 pub mod limiter;

@@ -3,8 +3,8 @@
 //! cash ledger. They sit in the same route table as the families' routes
 //! and are reached the same way, over HTTP or by in-process dispatch.
 
-use crate::app::App;
 use crate::reply::Reply;
+use crate::runtime::Runtime;
 use crate::runtime::routes::{Handler, Route};
 use serde_json::json;
 use std::sync::Arc;
@@ -36,14 +36,14 @@ pub fn routes(testing: bool) -> Vec<Route> {
 }
 
 /// Run the host route `name`.
-pub fn handle(app: &Arc<App>, name: &str, body: &[u8]) -> Reply {
+pub fn handle(rt: &Arc<Runtime>, name: &str, body: &[u8]) -> Reply {
     match name {
-        "fees" => match app.runtime.fee_schedule() {
+        "fees" => match rt.fee_schedule() {
             Ok(doc) => fee_schedule(&doc),
             Err(reply) => reply,
         },
-        "cash_replace" => cash_replace(app, body),
-        "cash_health_check" => cash_health_check(app, body),
+        "cash_replace" => cash_replace(rt, body),
+        "cash_health_check" => cash_health_check(rt, body),
         // The benchmark baseline: the same JSON as the trivial plugin route.
         "native_ok" => Reply::json(200, &json!({"ok": true})),
         _ => Reply::error(404, "not_found", format!("no handler {name}")),
@@ -99,7 +99,7 @@ fn string_list(v: Option<&serde_json::Value>, field: &str) -> Result<Vec<String>
 }
 
 /// `POST /api/cash/replace` (webcash semantics, atomic).
-fn cash_replace(app: &Arc<App>, body: &[u8]) -> Reply {
+fn cash_replace(rt: &Arc<Runtime>, body: &[u8]) -> Reply {
     let doc: serde_json::Value = match serde_json::from_slice(body) {
         Ok(v) => v,
         Err(e) => return bad_request("body", format!("invalid JSON: {e}")),
@@ -112,17 +112,17 @@ fn cash_replace(app: &Arc<App>, body: &[u8]) -> Reply {
         Ok(v) => v,
         Err(r) => return r,
     };
-    let txn = match app.storage.begin_write() {
+    let txn = match rt.storage.begin_write() {
         Ok(t) => t,
         Err(e) => {
             tracing::error!("cash replace: {e}");
             return Reply::error(500, "internal", "internal error");
         }
     };
-    if let Err(problem) = app.ledger.replace(&txn, &inputs, &outputs) {
+    if let Err(problem) = rt.ledger.replace(&txn, &inputs, &outputs) {
         return bad_request("webcashes", problem);
     }
-    match app.storage.commit(txn) {
+    match rt.storage.commit(txn) {
         Ok(()) => Reply::json(200, &json!({"status": "success"})),
         Err(e) => {
             tracing::error!("cash replace commit: {e}");
@@ -132,7 +132,7 @@ fn cash_replace(app: &Arc<App>, body: &[u8]) -> Reply {
 }
 
 /// `POST /api/cash/health_check`: `[public strings]` -> states.
-fn cash_health_check(app: &Arc<App>, body: &[u8]) -> Reply {
+fn cash_health_check(rt: &Arc<Runtime>, body: &[u8]) -> Reply {
     let list: Vec<String> = match serde_json::from_slice::<serde_json::Value>(body) {
         Ok(v) => match string_list(Some(&v), "body") {
             Ok(l) => l,
@@ -140,12 +140,12 @@ fn cash_health_check(app: &Arc<App>, body: &[u8]) -> Reply {
         },
         Err(e) => return bad_request("body", format!("invalid JSON: {e}")),
     };
-    let result = app.storage.begin_read().map_err(|e| {
+    let result = rt.storage.begin_read().map_err(|e| {
         tracing::error!("cash health_check: {e}");
         Reply::error(500, "internal", "internal error")
     });
     match result {
-        Ok(txn) => match app.ledger.health_check(&txn, &list) {
+        Ok(txn) => match rt.ledger.health_check(&txn, &list) {
             Ok(doc) => Reply::json(200, &doc),
             Err(problem) => bad_request("body", problem),
         },

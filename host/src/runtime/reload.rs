@@ -8,7 +8,7 @@
 //! its `families/` subdirectory are families of their own (see
 //! [`FAMILIES_DIR`]).
 
-use crate::app::App;
+use crate::runtime::Runtime;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -32,16 +32,16 @@ fn stamp(path: &std::path::Path) -> Option<Stamp> {
 pub const FAMILIES_DIR: &str = "families";
 
 /// Swap the component at `path` in for `family`, logging the outcome.
-fn swap_in(app: &App, family: &str, component: &str, path: &Path) {
+fn swap_in(rt: &Runtime, family: &str, component: &str, path: &Path) {
     let Ok(bytes) = std::fs::read(path) else {
         return;
     };
     let hash = crate::ids::hex(&Sha256::digest(&bytes));
-    if app.runtime.plugin(family).is_some_and(|p| p.hash == hash) {
+    if rt.plugin(family).is_some_and(|p| p.hash == hash) {
         return;
     }
     let started = Instant::now();
-    match app.runtime.swap(family, component, &bytes, None) {
+    match rt.swap(family, component, &bytes, None) {
         Ok(p) => tracing::info!(
             family = %family,
             version = %p.version,
@@ -53,10 +53,10 @@ fn swap_in(app: &App, family: &str, component: &str, path: &Path) {
     }
 }
 
-/// Start watching `app`'s plugins directory on a background thread.
-pub fn spawn(app: Arc<App>) -> std::io::Result<()> {
-    let families = app.config.families();
-    let dir = app.runtime.plugins_dir().to_path_buf();
+/// Start watching `rt`'s plugins directory on a background thread.
+pub fn spawn(rt: Arc<Runtime>) -> std::io::Result<()> {
+    let families = rt.config.families();
+    let dir = rt.plugins_dir().to_path_buf();
     let mut seen: HashMap<String, Option<Stamp>> = families
         .iter()
         .map(|f| (f.name.clone(), stamp(&dir.join(&f.component))))
@@ -83,7 +83,7 @@ pub fn spawn(app: Arc<App>) -> std::io::Result<()> {
                     if staged.get(&path) != Some(&now) {
                         staged.insert(path.clone(), now);
                         if let Ok(bytes) = std::fs::read(&path)
-                            && app.runtime.precompile(&bytes)
+                            && rt.precompile(&bytes)
                         {
                             tracing::info!(
                                 "staged component ready (precompiled): {}",
@@ -100,16 +100,16 @@ pub fn spawn(app: Arc<App>) -> std::io::Result<()> {
                         continue;
                     }
                     seen.insert(f.name.clone(), now);
-                    swap_in(&app, &f.name, &f.component, &path);
+                    swap_in(&rt, &f.name, &f.component, &path);
                 }
-                watch_families_dir(&app, &dir.join(FAMILIES_DIR), &mut mounted);
+                watch_families_dir(&rt, &dir.join(FAMILIES_DIR), &mut mounted);
             }
         })?;
     Ok(())
 }
 
 /// Mount, swap or unmount the families of the families directory.
-fn watch_families_dir(app: &App, dir: &Path, mounted: &mut HashMap<String, Option<Stamp>>) {
+fn watch_families_dir(rt: &Runtime, dir: &Path, mounted: &mut HashMap<String, Option<Stamp>>) {
     let mut present = Vec::new();
     for path in std::fs::read_dir(dir)
         .into_iter()
@@ -129,15 +129,14 @@ fn watch_families_dir(app: &App, dir: &Path, mounted: &mut HashMap<String, Optio
         };
         // Only families of their own: a built-in or configured family
         // keeps its configured component.
-        let configured = app
+        let configured = rt
             .config
             .family(&family)
             .is_some_and(|f| !f.component.starts_with(FAMILIES_DIR));
-        let elsewhere = app
-            .runtime
+        let elsewhere = rt
             .plugin(&family)
             .is_some_and(|p| !p.component.starts_with(FAMILIES_DIR));
-        if !crate::runtime::capabilities::valid_family(&family) || configured || elsewhere {
+        if !crate::capabilities::valid_family(&family) || configured || elsewhere {
             continue;
         }
         present.push(family.clone());
@@ -147,33 +146,29 @@ fn watch_families_dir(app: &App, dir: &Path, mounted: &mut HashMap<String, Optio
         }
         mounted.insert(family.clone(), now);
         let component = format!("{FAMILIES_DIR}/{family}.wasm");
-        if app.runtime.grants(&family).is_none()
-            && let Some(spec) = app.config.family(&family)
+        if rt.grants(&family).is_none()
+            && let Some(spec) = rt.config.family(&family)
         {
             // A family the config grants but that has no slot yet.
             let Ok(bytes) = std::fs::read(&path) else {
                 continue;
             };
-            if let Err(e) = app
-                .runtime
-                .swap(&family, &component, &bytes, Some(spec.grants))
-            {
+            if let Err(e) = rt.swap(&family, &component, &bytes, Some(spec.grants)) {
                 tracing::warn!(family = %family, "mount refused {}: {e:#}", path.display());
             }
             continue;
         }
-        swap_in(app, &family, &component, &path);
+        swap_in(rt, &family, &component, &path);
     }
     mounted.retain(|family, _| {
         if present.contains(family) {
             return true;
         }
-        if app
-            .runtime
+        if rt
             .plugin(family)
             .is_some_and(|p| p.component.starts_with(FAMILIES_DIR))
         {
-            match app.runtime.unmount(family) {
+            match rt.unmount(family) {
                 Ok(()) => {
                     tracing::info!(family = %family, "component file removed: family unmounted")
                 }

@@ -18,8 +18,8 @@
 //!   the host clock, for deadline and freshness tests.
 
 use crate::app::App;
+use crate::capabilities::Grants;
 use crate::reply::Reply;
-use crate::runtime::capabilities::Grants;
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};

@@ -197,7 +197,7 @@ async fn dispatch(
         Handler::Host(name) => {
             let (app2, name) = (app.clone(), *name);
             match tokio::task::spawn_blocking(move || {
-                crate::runtime::native::handle(&app2, name, &body)
+                crate::runtime::native::handle(&app2.runtime, name, &body)
             })
             .await
             {
@@ -233,8 +233,7 @@ async fn dispatch(
             let family_name = family.clone();
             let writes = route.writes;
             match tokio::task::spawn_blocking(move || {
-                app2.runtime
-                    .handle(&app2, &family_name, request, payment, writes)
+                app2.runtime.handle(&family_name, request, payment, writes)
             })
             .await
             {

@@ -33,6 +33,7 @@ pub const HOST_TABLES: &[&str] = &[
     "auth:used",
     "escrow:accounts",
     "escrow:issued",
+    "host:meta",
 ];
 
 /// Table of one family keyspace.

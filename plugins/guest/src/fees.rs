@@ -52,20 +52,37 @@ pub mod standard {
         amount::parse(text).map_err(|e| format!("price of {action} ({text}) {e}"))
     }
 
+    /// The arbitration fee in percent: the operator's `arbitration_percent`
+    /// setting (0 to 100) or [`ARBITRATION_PERCENT`]. A contract keeps the
+    /// fee quoted when it was bought.
+    pub fn arbitration_percent() -> Result<u64, String> {
+        match crate::fee_bindings::marketplace::plugin::settings::get("arbitration_percent") {
+            None => Ok(ARBITRATION_PERCENT),
+            Some(text) => match text.trim().parse::<u64>() {
+                Ok(p) if p <= 100 => Ok(p),
+                _ => Err(format!(
+                    "arbitration_percent ({text}) must be an integer from 0 to 100"
+                )),
+            },
+        }
+    }
+
     pub fn quote(pickup: Pickup, action: &str, basis: Option<u64>) -> Result<u64, String> {
         let basis_of = |a: &str| basis.ok_or_else(|| format!("{a} needs the contract amount"));
         match action {
             "buy" => basis_of(action),
-            "arbitration" => Ok(amount::percent(basis_of(action)?, ARBITRATION_PERCENT)),
+            "arbitration" => Ok(amount::percent(basis_of(action)?, arbitration_percent()?)),
             "pickup" => match pickup {
                 Pickup::Free => Ok(0),
-                Pickup::FirstPaid => Ok(amount::percent(basis_of(action)?, ARBITRATION_PERCENT)),
+                Pickup::FirstPaid => Ok(amount::percent(basis_of(action)?, arbitration_percent()?)),
             },
             other => fixed_price(other),
         }
     }
 
     pub fn schedule(name: &str, version: &str, policy: &str, pickup: Pickup) -> Value {
+        let percent = arbitration_percent().unwrap_or(ARBITRATION_PERCENT);
+        let rate = amount::format(percent * 1_000_000);
         let mut actions = serde_json::Map::new();
         for (action, _) in FIXED {
             let price = fixed_price(action).map(amount::format).ok();
@@ -81,15 +98,15 @@ pub mod standard {
         actions.insert(
             "pickup".into(),
             match pickup {
-                Pickup::Free => json!({"price": "0", "basis": "free", "note": "the 3% arbitration fee is inside the bid: seller payout = amount - fee"}),
-                Pickup::FirstPaid => json!({"price": null, "basis": "contract_amount", "rate": "0.03", "note": "the first pickup of a contract pays 3% of its amount; later pickups are free; payout = amount"}),
+                Pickup::Free => json!({"price": "0", "basis": "free", "note": format!("the {percent}% arbitration fee is inside the bid: seller payout = amount - fee")}),
+                Pickup::FirstPaid => json!({"price": null, "basis": "contract_amount", "rate": rate, "note": format!("the first pickup of a contract pays {percent}% of its amount (fixed when it was bought); later pickups are free; payout = amount")}),
             },
         );
         json!({
             "currency": "webcash",
             "decimals": 8,
             "actions": actions,
-            "arbitration": {"policy": policy, "rate": "0.03"},
+            "arbitration": {"policy": policy, "rate": rate},
             "plugin": {"name": name, "version": version},
         })
     }

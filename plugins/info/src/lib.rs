@@ -79,7 +79,7 @@ fn developers() -> Response {
     json(
         200,
         &json!({
-            "wit_package": "marketplace:plugin@0.1.0",
+            "wit_package": "marketplace:plugin@0.2.0",
             "wit_path": "wit/marketplace.wit",
             "worlds": [
                 {"name": "endpoint", "export": "handler", "purpose": "an endpoint family: handle(request) -> response, describe(), describe-api() (its routes and their OpenAPI)"},

@@ -27,10 +27,10 @@ impl auth::Host for Ctx {
         legacy_single_use: bool,
     ) -> Result<(), types::Refusal> {
         let checked = self.prechecked.iter().any(|p| same_statement(p, &signed));
-        let (app, txn) = self.write_txn()?;
+        let (rt, txn) = self.write_txn()?;
         crate::auth::verify(
             txn,
-            app.now_ms() / 1000,
+            rt.now_ms() / 1000,
             &statement(&signed),
             require_fresh,
             legacy_single_use,

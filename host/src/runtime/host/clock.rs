@@ -5,8 +5,8 @@ use crate::runtime::bindings::endpoint::marketplace::plugin::clock;
 
 impl clock::Host for Ctx {
     fn now_ms(&mut self) -> u64 {
-        match &self.app {
-            Some(app) => app.now_ms(),
+        match &self.rt {
+            Some(rt) => rt.now_ms(),
             None => 0,
         }
     }

@@ -21,7 +21,7 @@ impl dispatch::Host for Ctx {
 
 impl Ctx {
     fn dispatch(&mut self, mut req: types::Request) -> Reply {
-        let Some(app) = self.app.clone() else {
+        let Some(rt) = self.rt.clone() else {
             return Reply::error(500, "internal", "internal error");
         };
         let path = crate::runtime::routes::canonical_path(&req.path);
@@ -41,7 +41,7 @@ impl Ctx {
         // The target is a request of its own: no batch should wait for this
         // one while it waits for the target.
         self.pending = None;
-        match app.runtime.find(&method, &path) {
+        match rt.find(&method, &path) {
             Match::NotFound => {
                 Reply::error(404, "not_found", format!("no route for {method} {path}"))
             }
@@ -64,10 +64,9 @@ impl Ctx {
                     req.route = route.pattern.clone();
                     req.path = path;
                     req.params = params;
-                    app.runtime
-                        .handle(&app, f, req, self.payment.clone(), route.writes)
+                    rt.handle(f, req, self.payment.clone(), route.writes)
                 }
-                Handler::Host(name) => crate::runtime::native::handle(&app, name, &req.body),
+                Handler::Host(name) => crate::runtime::native::handle(&rt, name, &req.body),
             },
         }
     }

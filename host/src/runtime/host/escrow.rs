@@ -34,9 +34,9 @@ impl wit::Host for Ctx {
         amount: u64,
     ) -> Result<String, types::Refusal> {
         let family = self.family.clone();
-        let (app, txn) = self.write_txn()?;
+        let (rt, txn) = self.write_txn()?;
         let (secret, derivation) =
-            escrow::payout(&app.ledger, txn, &family, &contract, &kind, amount).map_err(refusal)?;
+            escrow::payout(&rt.ledger, txn, &family, &contract, &kind, amount).map_err(refusal)?;
         self.issued.push((secret.clone(), derivation));
         Ok(secret)
     }
@@ -56,9 +56,9 @@ impl wit::Host for Ctx {
 
     fn certificate(&mut self, contract: String) -> Result<String, types::Refusal> {
         let family = self.family.clone();
-        let (app, txn) = self.write_txn()?;
+        let (rt, txn) = self.write_txn()?;
         let (secret, derivation) =
-            escrow::certificate(&app.ledger, txn, &family, &contract).map_err(refusal)?;
+            escrow::certificate(&rt.ledger, txn, &family, &contract).map_err(refusal)?;
         self.issued.push((secret.clone(), derivation));
         Ok(secret)
     }

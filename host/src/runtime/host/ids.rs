@@ -5,8 +5,8 @@ use crate::runtime::bindings::endpoint::marketplace::plugin::ids;
 
 impl ids::Host for Ctx {
     fn ulid(&mut self) -> String {
-        match &self.app {
-            Some(app) => app.ids.ulid_at(app.now_ms()),
+        match &self.rt {
+            Some(rt) => rt.ids.ulid_at(rt.now_ms()),
             None => String::new(),
         }
     }

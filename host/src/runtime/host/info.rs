@@ -1,8 +1,8 @@
 //! `host` (capability `host-info`): facts about the running host.
 
 use super::Ctx;
-use crate::app::{SERVICE_NAME, SERVICE_VERSION};
 use crate::runtime::bindings::endpoint::marketplace::plugin::host;
+use crate::state::{SERVICE_NAME, SERVICE_VERSION};
 
 impl host::Host for Ctx {
     fn service(&mut self) -> (String, String) {
@@ -10,11 +10,11 @@ impl host::Host for Ctx {
     }
 
     fn storage(&mut self) -> host::StorageStats {
-        match &self.app {
-            Some(app) => host::StorageStats {
-                status: if app.storage.healthy() { "ok" } else { "error" }.into(),
-                commits: app.storage.commits(),
-                syncs: app.storage.syncs(),
+        match &self.rt {
+            Some(rt) => host::StorageStats {
+                status: if rt.storage.healthy() { "ok" } else { "error" }.into(),
+                commits: rt.storage.commits(),
+                syncs: rt.storage.syncs(),
             },
             None => host::StorageStats {
                 status: "unknown".into(),
@@ -25,9 +25,8 @@ impl host::Host for Ctx {
     }
 
     fn plugins(&mut self) -> Vec<host::PluginStatus> {
-        let Some(app) = &self.app else { return vec![] };
-        app.runtime
-            .statuses()
+        let Some(rt) = &self.rt else { return vec![] };
+        rt.statuses()
             .into_iter()
             .map(|s| host::PluginStatus {
                 family: s.family,
@@ -52,8 +51,8 @@ impl host::Host for Ctx {
     }
 
     fn openapi(&mut self) -> String {
-        match &self.app {
-            Some(app) => app.runtime.served().openapi.clone(),
+        match &self.rt {
+            Some(rt) => rt.served().openapi.clone(),
             None => "{}".into(),
         }
     }

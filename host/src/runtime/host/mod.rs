@@ -2,7 +2,7 @@
 //! host during one request, one file per interface. Everything acts on
 //! that request's transaction, so it commits or vanishes with the request.
 //! Which interfaces a family's component is linked with is decided by its
-//! grants ([`crate::runtime::capabilities`]).
+//! grants ([`crate::capabilities`]).
 
 mod auth;
 mod clock;
@@ -19,12 +19,12 @@ mod storage;
 
 pub use fees::FeeCtx;
 
-use crate::app::App;
-use crate::money::escrow::Derivation;
+use crate::capabilities::Grants;
+use crate::money::ledger::Derivation;
 use crate::money::payments::{Charge, PaymentHeaders};
 use crate::reply::Reply;
+use crate::runtime::Runtime;
 use crate::runtime::bindings::endpoint::marketplace::plugin::{auth as wit_auth, types};
-use crate::runtime::capabilities::Grants;
 use crate::runtime::limiter::CallLimiter;
 use crate::store::{StorageError, Txn};
 use std::sync::Arc;
@@ -38,7 +38,7 @@ pub trait Limiter: Send + 'static {
 /// Store data of one endpoint-plugin call.
 pub struct Ctx {
     /// None for the inert context of a smoke call.
-    app: Option<Arc<App>>,
+    rt: Option<Arc<Runtime>>,
     family: String,
     /// What the family may do beyond its own keyspace.
     grants: Arc<Grants>,
@@ -79,7 +79,7 @@ impl Limiter for Ctx {
 
 impl Ctx {
     pub fn new(
-        app: Arc<App>,
+        rt: Arc<Runtime>,
         family: &str,
         grants: Arc<Grants>,
         write: bool,
@@ -88,8 +88,8 @@ impl Ctx {
         memory_bytes: usize,
     ) -> Ctx {
         Ctx {
-            pending: write.then(|| app.storage.enter()),
-            app: Some(app),
+            pending: write.then(|| rt.storage.enter()),
+            rt: Some(rt),
             family: family.to_string(),
             grants,
             write,
@@ -108,7 +108,7 @@ impl Ctx {
     /// A context with no storage or payments (smoke calls).
     pub fn inert(memory_bytes: usize) -> Ctx {
         Ctx {
-            app: None,
+            rt: None,
             family: String::new(),
             grants: Arc::new(Grants::default()),
             write: false,
@@ -151,11 +151,11 @@ impl Ctx {
         {
             reply.headers.push(("x-cash-change".into(), change));
         }
-        match (self.txn.take(), &self.app) {
-            (Some(Txn::Write(txn)), Some(app)) if reply.is_success() => {
+        match (self.txn.take(), &self.rt) {
+            (Some(Txn::Write(txn)), Some(rt)) if reply.is_success() => {
                 match self
                     .record_replay(&txn, &reply)
-                    .and_then(|_| app.storage.commit(txn))
+                    .and_then(|_| rt.storage.commit(txn))
                 {
                     Ok(()) => reply,
                     Err(e) => {
@@ -186,7 +186,7 @@ impl Ctx {
     }
 
     /// The request's write transaction (refused in read-only requests).
-    fn write_txn(&mut self) -> Result<(&App, &crate::store::WriteTxn), types::Refusal> {
+    fn write_txn(&mut self) -> Result<(&Runtime, &crate::store::WriteTxn), types::Refusal> {
         let internal = |m: &str| {
             tracing::error!("{m}");
             refusal(Reply::error(500, "internal", "internal error"))
@@ -197,8 +197,8 @@ impl Ctx {
             ));
         }
         self.txn().map_err(|e| internal(&e.to_string()))?;
-        match (&self.app, &self.txn) {
-            (Some(app), Some(Txn::Write(t))) => Ok((app, t)),
+        match (&self.rt, &self.txn) {
+            (Some(rt), Some(Txn::Write(t))) => Ok((rt, t)),
             _ => Err(internal("no write transaction")),
         }
     }
@@ -206,13 +206,13 @@ impl Ctx {
     /// The request's transaction, opened on first use.
     fn txn(&mut self) -> Result<&mut Txn, StorageError> {
         if self.txn.is_none() {
-            let app = self
-                .app
+            let rt = self
+                .rt
                 .as_ref()
                 .ok_or_else(|| StorageError::Internal("no storage in this call".into()))?;
             self.txn = Some(match (self.write, self.pending.take()) {
-                (true, Some(pending)) => Txn::Write(app.storage.begin_write_for(pending)?),
-                (write, _) => app.storage.begin(write)?,
+                (true, Some(pending)) => Txn::Write(rt.storage.begin_write_for(pending)?),
+                (write, _) => rt.storage.begin(write)?,
             });
         }
         Ok(self.txn.as_mut().expect("just opened"))

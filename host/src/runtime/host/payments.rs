@@ -2,10 +2,10 @@
 //! caller from the request's payment headers (HTTP 402 otherwise).
 
 use super::{Ctx, refusal};
+use crate::capabilities::Capability;
 use crate::money::payments::ESCROW_ACTIONS;
 use crate::reply::Reply;
 use crate::runtime::bindings::endpoint::marketplace::plugin::{payments, types};
-use crate::runtime::capabilities::Capability;
 
 impl Ctx {
     fn charge_at(
@@ -23,8 +23,8 @@ impl Ctx {
             return Err(refusal(Reply::error(500, "internal", "internal error")));
         }
         let payment = self.payment.clone();
-        let (app, txn) = self.write_txn()?;
-        let charge = crate::money::payments::charge(&app.ledger, txn, &payment, &action, price)
+        let (rt, txn) = self.write_txn()?;
+        let charge = crate::money::payments::charge(&rt.ledger, txn, &payment, &action, price)
             .map_err(refusal)?;
         let receipt = payments::Receipt {
             action: charge.action.clone(),
@@ -45,14 +45,14 @@ impl Ctx {
 
 impl payments::Host for Ctx {
     fn quote(&mut self, action: String, basis: Option<u64>) -> Result<u64, types::Refusal> {
-        let Some(app) = &self.app else {
+        let Some(rt) = &self.rt else {
             return Err(refusal(Reply::error(
                 503,
                 "plugin_unavailable",
                 "pricing is not available in this call",
             )));
         };
-        app.runtime.fee_quote(&action, basis).map_err(refusal)
+        rt.fee_quote(&action, basis).map_err(refusal)
     }
 
     fn charge(
@@ -79,8 +79,8 @@ impl payments::Host for Ctx {
     }
 
     fn policy(&mut self) -> String {
-        match &self.app {
-            Some(app) => app.runtime.fee_policy(),
+        match &self.rt {
+            Some(rt) => rt.fee_policy(),
             None => String::new(),
         }
     }

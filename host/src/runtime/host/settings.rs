@@ -5,7 +5,7 @@ use crate::runtime::bindings::endpoint::marketplace::plugin::settings;
 
 impl settings::Host for Ctx {
     fn get(&mut self, key: String) -> Option<String> {
-        let app = self.app.as_ref()?;
-        app.config.family_settings(&self.family).remove(&key)
+        let rt = self.rt.as_ref()?;
+        rt.config.family_settings(&self.family).remove(&key)
     }
 }

@@ -203,10 +203,10 @@ mod tests {
     fn imports_beyond_the_grants_are_named() {
         let g = Grants::parse(["payments"], []).unwrap();
         let imports = [
-            "marketplace:plugin/storage@0.1.0",
-            "marketplace:plugin/payments@0.1.0",
-            "marketplace:plugin/escrow@0.1.0",
-            "marketplace:plugin/dispatch@0.1.0",
+            "marketplace:plugin/storage@0.2.0",
+            "marketplace:plugin/payments@0.2.0",
+            "marketplace:plugin/escrow@0.2.0",
+            "marketplace:plugin/dispatch@0.2.0",
             "wasi:random/insecure-seed@0.2.0",
         ];
         let err = g.admit("rogue", imports).unwrap_err();
@@ -220,7 +220,7 @@ mod tests {
         );
         assert!(
             Grants::default()
-                .admit("x", ["marketplace:plugin/log@0.1.0"])
+                .admit("x", ["marketplace:plugin/log@0.2.0"])
                 .is_ok()
         );
         assert!(Grants::parse(["money"], []).is_err());
