@@ -321,29 +321,52 @@ fn bid_inclusive_happy_path_pays_out_amount_less_fee() {
     let again = act(&s, &d.buyer, &id, "pickup").json();
     assert_eq!(again["certificate_id"], cert["certificate_id"]);
     assert_eq!(again["certificate_secret"], cert["certificate_secret"]);
-    // The seller's payout needs a fresh signature.
+    // The seller's payout, the way the original client asks: a legacy
+    // signature over the contract id, honoured once.
     let r = act_with(&s, &d.seller, &id, "pickup", json!({}), None, None);
-    assert_eq!((r.status, r.code().as_str()), (401, "auth_expired"));
-    let r = act(&s, &d.seller, &id, "pickup");
     assert_eq!(r.status, 200, "{}", r.text());
     let payout = r.json()["payout"].as_str().unwrap().to_string();
     assert!(payout.starts_with("e0.97:secret:"), "{payout}");
     assert_eq!(s.cash_state(&payout), (json!(false), json!("0.97")));
+    let again = act_with(&s, &d.seller, &id, "pickup", json!({}), None, None);
     assert_eq!(
-        act(&s, &d.seller, &id, "pickup").json()["payout"],
-        payout.as_str()
+        (again.status, again.code().as_str()),
+        (409, "already_picked_up")
     );
+    assert!(!again.text().contains(&payout[13..]), "{}", again.text());
+    assert_eq!(again.json()["issued"], public_form(&payout));
+    // A fresh signature fetches the same secret at any time.
+    let r = act(&s, &d.seller, &id, "pickup");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["payout"], payout.as_str());
 
-    // Refund path: the buyer gets the whole amount back, only with a fresh signature.
+    // Refund path: the buyer gets the whole amount back, the same way.
     let id = contract_in(&s, &d, "refunded");
     let r = act_with(&s, &d.buyer, &id, "pickup", json!({}), None, None);
-    assert_eq!((r.status, r.code().as_str()), (401, "auth_expired"));
-    let refund = act(&s, &d.buyer, &id, "pickup").json()["refund"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let refund = r.json()["refund"].as_str().unwrap().to_string();
     assert!(refund.starts_with("e1:secret:"));
     assert_eq!(s.cash_state(&refund), (json!(false), json!("1")));
+    let again = act_with(&s, &d.buyer, &id, "pickup", json!({}), None, None);
+    assert_eq!(
+        (again.status, again.code().as_str()),
+        (409, "already_picked_up")
+    );
+    assert_eq!(again.json()["issued"], public_form(&refund));
+    assert_eq!(
+        act(&s, &d.buyer, &id, "pickup").json()["refund"],
+        refund.as_str()
+    );
+}
+
+/// `e{amount}:public:{sha256 of the 64-hex string}`, computed here.
+fn public_form(secret: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let (amount, hex) = secret.split_once(":secret:").unwrap();
+    format!(
+        "{amount}:public:{}",
+        common::hex(&Sha256::digest(hex.as_bytes()))
+    )
 }
 
 fn pickup_paid_server() -> Server {
@@ -532,13 +555,32 @@ fn witness_gates_delivery_and_is_burned_at_settlement() {
             &json!([proof, proof_of(&new_hex)]),
         )
         .json();
-    assert_eq!(states["results"][&proof], "spent");
-    assert_eq!(states["results"][&proof_of(&new_hex)], "live");
+    // The original client's shape (PROTOCOL 10): `spent` is false only
+    // while the proof is live.
+    assert_eq!(
+        states["results"][&proof],
+        json!({"spent": true, "state": "spent", "contract_id": id})
+    );
+    assert_eq!(
+        states["results"][&proof_of(&new_hex)],
+        json!({"spent": false, "state": "live", "contract_id": id})
+    );
+    let unknown = proof_of(&"44".repeat(32));
+    let states_unknown = s
+        .post_json("/api/witness/health_check", &json!([unknown]))
+        .json();
+    assert_eq!(
+        states_unknown["results"][&unknown],
+        json!({"spent": null, "state": null, "contract_id": null})
+    );
     assert_eq!(act(&s, &d.buyer, id, "pickup").status, 200);
     let states = s
         .post_json("/api/witness/health_check", &json!([proof_of(&new_hex)]))
         .json();
-    assert_eq!(states["results"][&proof_of(&new_hex)], "burned");
+    assert_eq!(
+        states["results"][&proof_of(&new_hex)],
+        json!({"spent": true, "state": "burned", "contract_id": id})
+    );
     // A spent secret cannot be replaced again.
     let r = s.post_json(
         "/api/witness/replace",

@@ -61,6 +61,8 @@ fn openapi_paths_match_the_route_table() {
         ("GET", "/api/fees"),
         ("POST", "/api/cash/replace"),
         ("POST", "/api/cash/health_check"),
+        ("POST", "/api/replace"),
+        ("POST", "/api/health_check"),
     ]
     .iter()
     .map(|(m, p)| (m.to_string(), p.to_string()))

@@ -498,3 +498,46 @@ fn acknowledged_paid_writes_survive_kill_9() {
     }
     drop(s);
 }
+
+/// A webcash wallet addresses the service by its base URL and calls
+/// `{base}/api/v1/replace` and `{base}/api/v1/health_check` (PROTOCOL 3 and
+/// 10): they answer exactly as `/api/cash/...` do.
+#[test]
+fn webcash_wallet_paths_serve_the_ledger() {
+    let s = Server::start();
+    let input = s.mint("1");
+    let out_a = format!("e0.4:secret:{}", "ab".repeat(32));
+    let out_b = format!("e0.6:secret:{}", "cd".repeat(32));
+    let r = s.post_json(
+        "/api/v1/replace",
+        &json!({"webcashes": [input], "new_webcashes": [out_a, out_b]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), json!({"status": "success"}));
+    // Spent now, on either path.
+    let again = s.post_json(
+        "/api/replace",
+        &json!({"webcashes": [input], "new_webcashes": [format!("e1:secret:{}", "ef".repeat(32))]}),
+    );
+    assert_eq!(again.status, 400);
+    let states = s
+        .post_json("/api/v1/health_check", &json!([input, out_a]))
+        .json();
+    let cash = s
+        .post_json("/api/cash/health_check", &json!([input, out_a]))
+        .json();
+    assert_eq!(states, cash);
+    assert_eq!(states["status"], "success");
+    let results = states["results"].as_object().unwrap();
+    assert_eq!(results.len(), 2);
+    assert!(
+        results
+            .values()
+            .any(|v| v["spent"] == true && v["amount"] == "1")
+    );
+    assert!(
+        results
+            .values()
+            .any(|v| v["spent"] == false && v["amount"] == "0.4")
+    );
+}

@@ -192,7 +192,7 @@ mod tests {
         assert_eq!(doc["paths"]["/api/a/{x}"]["post"]["x-family"], "b");
         assert!(doc["paths"]["/api/fees"]["get"].is_object());
         assert!(doc["components"]["schemas"]["Error"].is_object());
-        assert_eq!(served.table.routes().count(), 5);
+        assert_eq!(served.table.routes().count(), 7);
     }
 
     #[test]

@@ -14,6 +14,10 @@ const HOST_ROUTES: &[(&str, &str, &str, bool)] = &[
     ("GET", "/api/fees", "fees", false),
     ("POST", "/api/cash/replace", "cash_replace", true),
     ("POST", "/api/cash/health_check", "cash_health_check", true),
+    // Where webcash wallets look: `{base}/api/v1/replace` and
+    // `{base}/api/v1/health_check` (the alias folds `/api/v1` to `/api`).
+    ("POST", "/api/replace", "cash_replace", true),
+    ("POST", "/api/health_check", "cash_health_check", true),
 ];
 
 /// The test-only native route (benchmark baseline).

@@ -54,7 +54,7 @@ pub const OPS: &[Op] = &[
             "pickup",
             "contracts",
             "Pickup",
-            "Collect what the contract owes you: certificate (buyer), payout (seller), refund (buyer). Payouts and refunds need a fresh signature.",
+            "Collect what the contract owes you: certificate (buyer), payout (seller), refund (buyer). A payout or refund comes to a fresh signature ({contract_id}:{timestamp}) at any time, and to a legacy one ({contract_id}) once: a later legacy pickup is 409 already_picked_up with the public form of what was issued.",
         )
     },
     Op {
@@ -180,7 +180,7 @@ pub fn schemas() -> Value {
         "Deliver": with_signature(vec![("actor_fingerprint", t("string")), ("delivered_text", nonblank(65536)), ("witness_secret", t("string"))], &["actor_fingerprint", "delivered_text", "signature"]),
         "ActionResult": obj(&[("contract_id", t("string")), ("status", t("string")), ("allowed_actions", json!({"type": "array", "items": t("string")})), ("certificate_id", t("string")), ("certificate_secret", t("string")), ("certificate_proof", t("string")), ("delivered_text", t("string")), ("payout", t("string")), ("refund", t("string"))], &["contract_id", "status", "allowed_actions"]),
         "WitnessReplace": obj(&[("secrets", json!({"type": "array", "items": witness_secret, "minItems": 1, "maxItems": 100})), ("new_secrets", json!({"type": "array", "items": witness_secret, "minItems": 1, "maxItems": 100}))], &["secrets", "new_secrets"]),
-        "WitnessHealth": obj(&[("status", t("string")), ("results", t("object"))], &[]),
+        "WitnessHealth": obj(&[("status", t("string")), ("results", json!({"type": "object", "additionalProperties": obj(&[("spent", json!({"type": ["boolean", "null"]})), ("state", json!({"type": ["string", "null"]})), ("contract_id", json!({"type": ["string", "null"]}))], &["spent", "state", "contract_id"])}))], &[]),
     })
 }
 

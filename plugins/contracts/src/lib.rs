@@ -68,6 +68,10 @@ struct Contract {
     certificate: Option<Certificate>,
     /// Under pickup-paid: whether the fee-paying first pickup happened.
     fee_paid: bool,
+    /// Kinds ("payout", "refund") already handed out to a legacy
+    /// (untimestamped) signature: once only (PROTOCOL 10).
+    #[serde(default)]
+    legacy_pickups: Vec<String>,
 }
 
 impl Contract {
@@ -339,6 +343,7 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
         delivered_text: None,
         certificate: None,
         fee_paid: false,
+        legacy_pickups: vec![],
     };
     c.record("buy", &buyer);
     escrow::hold(&id)?;
@@ -470,21 +475,20 @@ fn act(req: &Request, action: Action) -> Result<Response, ApiError> {
             }
             Collect::Payout => {
                 pay_first_pickup(&mut c, &mut extra)?;
-                require_fresh(timestamp)?;
                 let out = if c.fee_policy == "bid-inclusive" {
                     c.amount - c.fee
                 } else {
                     c.amount
                 };
-                let secret = escrow::payout(&id, "payout", out)?;
+                let secret = collect(&mut c, "payout", out, timestamp)?;
                 extra.insert("payout".into(), json!(secret));
                 extra.insert("payout_amount".into(), json!(amount::format(out)));
             }
             Collect::RefundSecret => {
-                require_fresh(timestamp)?;
-                let secret = escrow::payout(&id, "refund", c.amount)?;
+                let units = c.amount;
+                let secret = collect(&mut c, "refund", units, timestamp)?;
                 extra.insert("refund".into(), json!(secret));
-                extra.insert("refund_amount".into(), json!(amount::format(c.amount)));
+                extra.insert("refund_amount".into(), json!(amount::format(units)));
             }
         },
     }
@@ -497,16 +501,38 @@ fn act(req: &Request, action: Action) -> Result<Response, ApiError> {
     Ok(json(200, &doc))
 }
 
-/// Payouts and refunds move money: only to a fresh (timestamped) signature.
-fn require_fresh(timestamp: Option<u64>) -> Result<(), ApiError> {
+/// A payout or refund: to a fresh signature (`{contract_id}:{timestamp}`)
+/// at any time; to a legacy one (`{contract_id}`, what the original client
+/// sends) once, a later legacy pickup being 409 `already_picked_up` with
+/// the public form of what was issued (PROTOCOL 10).
+fn collect(
+    c: &mut Contract,
+    kind: &str,
+    units: u64,
+    timestamp: Option<u64>,
+) -> Result<String, ApiError> {
+    let secret = escrow::payout(&c.contract_id, kind, units)?;
     if timestamp.is_none() {
-        return Err(ApiError::new(
-            401,
-            "auth_expired",
-            "collecting money needs a fresh signature: sign \"{contract_id}:{timestamp}\" and send timestamp",
-        ));
+        if c.legacy_pickups.iter().any(|k| k == kind) {
+            let public = marketplace_common::secret::parse(&secret)
+                .map(|p| {
+                    let hash = hex(&Sha256::digest(p.hex.as_bytes()));
+                    marketplace_common::secret::public_string(p.amount, &hash)
+                })
+                .map_err(ApiError::internal)?;
+            return Err(ApiError::new(
+                409,
+                "already_picked_up",
+                format!(
+                    "the {kind} of {} was handed out already; sign \"{{contract_id}}:{{timestamp}}\" and send timestamp to fetch it again",
+                    c.contract_id
+                ),
+            )
+            .with("issued", json!(public)));
+        }
+        c.legacy_pickups.push(kind.to_string());
     }
-    Ok(())
+    Ok(secret)
 }
 
 /// Under pickup-paid, the first settlement-side pickup pays the fee.
@@ -669,10 +695,16 @@ fn witness_health(req: &Request) -> Result<Response, ApiError> {
             ));
         }
     };
+    // PROTOCOL 10: the original client reads `results[proof].spent`.
     let mut results = serde_json::Map::new();
     for p in proofs {
         let state: Option<Value> = kv::get(&format!("w/{p}"))?;
-        results.insert(p, state.map(|s| s["state"].clone()).unwrap_or(Value::Null));
+        let doc = match state {
+            Some(w) => json!({"spent": w["state"] != "live", "state": w["state"],
+                              "contract_id": w["contract_id"]}),
+            None => json!({"spent": null, "state": null, "contract_id": null}),
+        };
+        results.insert(p, doc);
     }
     Ok(json(200, &json!({"status": "success", "results": results})))
 }
