@@ -119,6 +119,7 @@ fn model(state: St, action: &str, party: usize) -> Option<St> {
         (Active, "deliver", 1) => Some(Delivered),
         (Delivered, "pickup", 0) => Some(Settled),
         (Active | Delivered, "release", 0) => Some(Settled),
+        (Active, "release", 1) => Some(Delivered),
         (Issued, "refund", 0) => Some(Refunded),
         (Active | Delivered, "refund", 1) => Some(Refunded),
         (Settled, "pickup", 0 | 1) => Some(Settled),
@@ -244,7 +245,7 @@ fn run_case(
             "refund" => ("actor_fingerprint", format!("REFUND:{id}")),
             _ => ("actor_fingerprint", format!("release:{id}")),
         };
-        let mut body = json!({"timestamp": ts, "signature": party.sign(&format!("{message}:{ts}")), "delivered_text": "done"});
+        let mut body = json!({"timestamp": ts, "signature": party.sign(&format!("{message}:{ts}")), "delivered_text": "done", "tracking_number": "TRK-1"});
         body[field] = json!(party.fp);
         // Pickups always carry a secret: it is spent only when a fee is due.
         let pay = c.amount;

@@ -154,7 +154,9 @@ fn every_action_in_every_state_by_every_party() {
         ("active", "accept", 409, 409, ""),
         ("active", "deliver", 403, 200, "delivered"),
         ("active", "pickup", 409, 409, ""),
-        ("active", "release", 200, 403, "settled"),
+        // The seller may release too (a shipment, PROTOCOL 10), but only
+        // with a tracking number: without one it is a 400.
+        ("active", "release", 200, 400, "settled"),
         ("active", "refund", 403, 200, "refunded"),
         ("delivered", "accept", 409, 409, ""),
         ("delivered", "deliver", 409, 409, ""),
@@ -198,6 +200,10 @@ fn every_action_in_every_state_by_every_party() {
                     assert!(b["allowed_actions"].is_array(), "{ctx}");
                     let want = format!("contract {id} is {state} and cannot be");
                     assert!(b["message"].as_str().unwrap().starts_with(&want), "{ctx}");
+                }
+                400 => {
+                    assert_eq!(b["code"], "invalid_request", "{ctx}");
+                    assert_eq!(status(&s, &id)["status"], state);
                 }
                 _ => unreachable!(),
             }
@@ -518,6 +524,15 @@ fn witness_gates_delivery_and_is_burned_at_settlement() {
         json!({"contract_id": id, "witness_proof": proof, "encrypted_witness_secret": "enc-blob"}),
     );
     assert_eq!(r.status, 201, "{}", r.text());
+    // Before accept, the witness is live (what the client checks before it
+    // inserts the contract).
+    let before = s
+        .post_json("/api/witness/health_check", &json!([proof]))
+        .json();
+    assert_eq!(
+        before["results"][&proof],
+        json!({"spent": false, "state": "live", "contract_id": id})
+    );
     let r = act(&s, &d.seller, id, "accept");
     assert_eq!(r.json()["witness_secret_encrypted_for_seller"], "enc-blob");
     let r = act(&s, &d.seller, id, "deliver");
@@ -692,4 +707,145 @@ fn pickup_paid_charges_the_fee_fixed_at_buy() {
     // And the seller is paid the whole amount.
     let payout = flow::act_ok(&s, &d.seller, &id, "pickup");
     assert_eq!(payout["payout_amount"], "1");
+}
+
+/// The seller's release (PROTOCOL 10): tracking number, carrier and the
+/// contract's current witness secret move it from active to delivered; a
+/// wrong witness secret is 403 forbidden_party.
+#[test]
+fn the_seller_releases_a_shipment_with_the_witness_secret() {
+    let s = Server::start();
+    let d = deal(&s);
+    let id = "CTR_ship_1";
+    let secret_hex = "5a".repeat(32);
+    let proof = {
+        use sha2::{Digest, Sha256};
+        let raw: Vec<u8> = (0..32)
+            .map(|i| u8::from_str_radix(&secret_hex[2 * i..2 * i + 2], 16).unwrap())
+            .collect();
+        format!("n:{id}:public:{}", common::hex(&Sha256::digest(&raw)))
+    };
+    let r = buy(
+        &s,
+        &d,
+        "1",
+        json!({"contract_id": id, "witness_proof": proof}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(act(&s, &d.seller, id, "accept").status, 200);
+    let tracking = |witness: &str| json!({"tracking_number": "1Z999", "tracking_carrier": "UPS", "witness_secret": witness});
+    let wrong = format!("n:{id}:secret:{}", "5b".repeat(32));
+    let r = act_with(
+        &s,
+        &d.seller,
+        id,
+        "release",
+        tracking(&wrong),
+        Some(fresh_ts(0)),
+        None,
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (403, "forbidden_party"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(status(&s, id)["status"], "active");
+    let right = format!("n:{id}:secret:{secret_hex}");
+    // The original client signs the legacy form.
+    let r = act_with(&s, &d.seller, id, "release", tracking(&right), None, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["status"], "delivered");
+    // The buyer's pickup then settles and shows the shipment.
+    let cert = act(&s, &d.buyer, id, "pickup").json();
+    assert_eq!(cert["status"], "settled");
+    assert_eq!(cert["delivered_text"], "UPS: 1Z999");
+}
+
+/// The arbiter signature (PROTOCOL 10): `arbiter_signature` on the buy
+/// answer and the contract verifies under the key `{ arbiterPubkey }`
+/// gives, over the canonical message computed here independently.
+#[test]
+fn the_arbiter_signs_what_it_issues() {
+    use ed25519_dalek::{Signature, VerifyingKey};
+    use sha2::{Digest, Sha256};
+    let s = Server::start();
+    let d = deal(&s);
+    let deadline = "2031-05-01T12:00:00Z";
+    let r = buy(
+        &s,
+        &d,
+        "1.5",
+        json!({"work_spec": "three logo drafts", "delivery_deadline": deadline}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let bought = r.json();
+    let id = bought["contract_id"].as_str().unwrap().to_string();
+    let key_doc = s
+        .post_json("/api/graphql", &json!({"query": "{ arbiterPubkey }"}))
+        .json();
+    let key_hex = key_doc["data"]["arbiterPubkey"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(key_hex.len(), 64);
+    let fields = [
+        id.clone(),
+        d.buyer.fp(),
+        "150000000".to_string(),
+        deadline.to_string(),
+        "service".to_string(),
+        "three logo drafts".to_string(),
+        d.post.clone(),
+        d.buyer.fp(),
+    ];
+    let mut h = Sha256::new();
+    for f in &fields {
+        h.update((f.len() as u64).to_le_bytes());
+        h.update(f.as_bytes());
+    }
+    let message = format!("arbiter_issue:{}", common::hex(&h.finalize()));
+    let unhex = |s: &str| -> Vec<u8> {
+        (0..s.len() / 2)
+            .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
+            .collect()
+    };
+    let key = VerifyingKey::from_bytes(&unhex(&key_hex).try_into().unwrap()).unwrap();
+    let sig_hex = bought["arbiter_signature"].as_str().unwrap();
+    let sig = Signature::from_bytes(&unhex(sig_hex).try_into().unwrap());
+    assert!(key.verify_strict(message.as_bytes(), &sig).is_ok());
+    // The contract document carries the same signature and the signed terms.
+    let doc = s.get(&format!("/api/arbitration/contracts/{id}")).json();
+    assert_eq!(doc["arbiter_signature"], sig_hex);
+    assert_eq!(doc["work_spec"], "three logo drafts");
+    assert_eq!(doc["delivery_deadline"], deadline);
+    // A contract without a work_spec signs the default text.
+    let plain = buy(&s, &d, "1", json!({})).json();
+    assert!(
+        plain["arbiter_signature"]
+            .as_str()
+            .is_some_and(|s| s.len() == 128)
+    );
+    // GraphQL: named queries work; other fields are GraphQL errors, not 404.
+    let named = s
+        .post_json(
+            "/api/graphql",
+            &json!({"query": "query Key { arbiterPubkey }"}),
+        )
+        .json();
+    assert_eq!(named["data"]["arbiterPubkey"], key_hex.as_str());
+    let other = s.post_json("/api/graphql", &json!({"query": "{ contracts { id } }"}));
+    assert_eq!(other.status, 200);
+    assert!(other.json()["errors"][0]["message"].is_string());
+    let malformed = s.post_json("/api/graphql", &json!(["not a query"]));
+    assert_eq!(
+        (malformed.status, malformed.code().as_str()),
+        (400, "invalid_request")
+    );
+    assert!(malformed.json()["errors"][0]["message"].is_string());
+    assert_eq!(
+        s.post_json("/api/v1/graphql", &json!({"query": "{ arbiterPubkey }"}))
+            .status,
+        200
+    );
 }

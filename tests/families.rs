@@ -22,6 +22,7 @@ const ALL_GRANTS: &[&str] = &[
     "dispatch",
     "host-info",
     "limits",
+    "arbiter",
 ];
 
 /// The routes of the template component.
@@ -89,6 +90,7 @@ fn imported_capabilities(bytes: &[u8]) -> BTreeSet<String> {
         ("dispatch", "dispatch"),
         ("host", "host-info"),
         ("limits", "limits"),
+        ("arbiter", "arbiter"),
     ] {
         if text.contains(&format!("marketplace:plugin/{interface}@")) {
             out.insert(capability.to_string());
@@ -248,7 +250,7 @@ fn template_mounts_through_the_admin_api_serves_and_unmounts_keeping_its_data() 
     let c = &h["plugins"]["contracts"];
     assert_eq!(
         names(&c["grants"]),
-        set(&["payments", "signatures", "escrow"]),
+        set(&["payments", "signatures", "escrow", "arbiter"]),
         "{h}"
     );
     assert_eq!(names(&c["reads"]), set(&["timeline", "identity"]), "{h}");

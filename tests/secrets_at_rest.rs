@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Mutex;
 
-const ALL_GRANTS: &str = "payments,signatures,escrow,dispatch,host-info,limits";
+const ALL_GRANTS: &str = "payments,signatures,escrow,dispatch,host-info,limits,arbiter";
 
 // ---------------------------------------------------------------- helpers
 

@@ -146,6 +146,51 @@ fn trailing_number(message: &str) -> Option<u64> {
         .flatten()
 }
 
+/// The service's arbiter key: Ed25519, generated into
+/// `<data_dir>/arbiter.key` (64 hex, mode 0600) on first start, or given by
+/// the operator (`arbiter_key`, 64 hex).
+pub struct Arbiter(ed25519_dalek::SigningKey);
+
+impl Arbiter {
+    pub fn open(data_dir: &std::path::Path, configured: Option<&str>) -> anyhow::Result<Arbiter> {
+        use anyhow::Context;
+        let seed_hex = match configured {
+            Some(hex) => hex.trim().to_string(),
+            None => {
+                let path = data_dir.join("arbiter.key");
+                match std::fs::read_to_string(&path) {
+                    Ok(text) => text.trim().to_string(),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        let mut seed = [0u8; 32];
+                        crate::ids::fill_random(&mut seed);
+                        let hex = crate::ids::hex(&seed);
+                        crate::money::ledger::write_private(&path, &hex)?;
+                        hex
+                    }
+                    Err(e) => {
+                        return Err(e).with_context(|| format!("reading {}", path.display()));
+                    }
+                }
+            }
+        };
+        let seed: [u8; 32] = crate::money::ledger::decode_hex(&seed_hex)
+            .and_then(|b| b.try_into().ok())
+            .context("the arbiter key must be 64 hex characters")?;
+        Ok(Arbiter(ed25519_dalek::SigningKey::from_bytes(&seed)))
+    }
+
+    /// The public key, 64 lower-case hex.
+    pub fn public_hex(&self) -> String {
+        crate::ids::hex(self.0.verifying_key().as_bytes())
+    }
+
+    /// Signature of `message`, 128 lower-case hex.
+    pub fn sign_hex(&self, message: &[u8]) -> String {
+        use ed25519_dalek::Signer;
+        crate::ids::hex(&self.0.sign(message).to_bytes())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,6 +205,30 @@ mod tests {
         let sk = SigningKey::from_bytes(&[7u8; 32]);
         let fp = hex(sk.verifying_key().as_bytes());
         (dir, db, sk, fp)
+    }
+
+    #[test]
+    fn the_arbiter_key_is_private_stable_and_signs() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = Arbiter::open(dir.path(), None).unwrap();
+        let again = Arbiter::open(dir.path(), None).unwrap();
+        assert_eq!(a.public_hex(), again.public_hex());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(dir.path().join("arbiter.key"))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        let sig = crate::money::ledger::decode_hex(&a.sign_hex(b"arbiter_issue:x")).unwrap();
+        let key = key_of(&a.public_hex()).unwrap();
+        let sig = Signature::from_bytes(&sig.try_into().unwrap());
+        assert!(key.verify_strict(b"arbiter_issue:x", &sig).is_ok());
+        let given = Arbiter::open(dir.path(), Some(&"07".repeat(32))).unwrap();
+        assert_ne!(given.public_hex(), a.public_hex());
+        assert!(Arbiter::open(dir.path(), Some("zz")).is_err());
     }
 
     #[test]

@@ -28,6 +28,8 @@ pub enum Capability {
     /// `limits`: choose the answer to one's own fault, shorten one's
     /// deadline (for plugins running user code).
     Limits,
+    /// `arbiter`: sign with the service's arbiter key.
+    Arbiter,
 }
 
 /// Every grantable capability, with its name and the WIT interface it opens.
@@ -38,6 +40,7 @@ pub const ALL: &[(Capability, &str, &str)] = &[
     (Capability::Dispatch, "dispatch", "dispatch"),
     (Capability::HostInfo, "host-info", "host"),
     (Capability::Limits, "limits", "limits"),
+    (Capability::Arbiter, "arbiter", "arbiter"),
 ];
 
 /// Interfaces every family may import.
@@ -175,16 +178,22 @@ pub fn builtin(family: &str) -> Grants {
     use Capability::*;
     let (caps, reads): (&[Capability], &[&str]) = match family {
         "info" => (&[HostInfo, Payments], &[]),
-        "identity" => (&[Payments, Signatures], &["timeline"]),
+        // `contracts`: the wallet recovery scan lists an identity's contracts.
+        "identity" => (&[Payments, Signatures], &["timeline", "contracts"]),
         "timeline" => (&[Payments, Signatures], &["identity"]),
         "search" => (&[], &["timeline", "identity"]),
-        "contracts" => (&[Payments, Signatures, Escrow], &["timeline", "identity"]),
+        "contracts" => (
+            &[Payments, Signatures, Escrow, Arbiter],
+            &["timeline", "identity"],
+        ),
         "mcp" => (
             &[Dispatch, HostInfo, Limits, Signatures],
             &["timeline", "identity"],
         ),
         "testing" => (
-            &[Payments, Signatures, Escrow, Dispatch, HostInfo, Limits],
+            &[
+                Payments, Signatures, Escrow, Dispatch, HostInfo, Limits, Arbiter,
+            ],
             &["timeline", "identity", "contracts"],
         ),
         _ => (&[], &[]),

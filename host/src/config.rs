@@ -37,6 +37,9 @@ pub struct Config {
     pub admin_listen: Option<SocketAddr>,
     /// Admin bearer token; generated into `<data_dir>/admin.token` when unset.
     pub admin_token: Option<String>,
+    /// The arbiter's Ed25519 secret key (64 hex); generated into
+    /// `<data_dir>/arbiter.key` when unset.
+    pub arbiter_key: Option<String>,
     /// Family -> component file name (relative to `plugins_dir`) overrides.
     pub plugins: BTreeMap<String, String>,
     /// Wall-clock deadline of one plugin call, in milliseconds.
@@ -100,6 +103,7 @@ impl Default for Config {
             cache_dir: None,
             admin_listen: None,
             admin_token: None,
+            arbiter_key: None,
             plugins: BTreeMap::new(),
             request_timeout_ms: 1000,
             plugin_memory_mib: 64,

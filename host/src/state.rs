@@ -21,6 +21,8 @@ pub struct State {
     pub config: Config,
     pub storage: Storage,
     pub ledger: Ledger,
+    /// The service's arbiter key.
+    pub arbiter: crate::auth::Arbiter,
     pub ids: IdGen,
     /// Milliseconds added to the wall clock (tests shift time with it).
     clock_offset_ms: AtomicI64,
@@ -34,10 +36,12 @@ impl State {
         private_file(&config.db_path())?;
         let ledger = Ledger::open(&config.data_dir)?;
         crate::money::upgrade::run(&storage, &ledger).context("upgrading the database")?;
+        let arbiter = crate::auth::Arbiter::open(&config.data_dir, config.arbiter_key.as_deref())?;
         Ok(Arc::new(State {
             config,
             storage,
             ledger,
+            arbiter,
             ids: IdGen::default(),
             clock_offset_ms: AtomicI64::new(0),
         }))

@@ -14,6 +14,10 @@ pub const HOST_OPENAPI: &str = include_str!("../../openapi/host.json");
 const MAX_OPERATION: usize = 64 * 1024;
 const MAX_SCHEMAS: usize = 1024 * 1024;
 
+/// A route as the WIT `route` record gives it: method, pattern, writes,
+/// paid action, OpenAPI operation (JSON text), own body limit.
+pub type RouteDecl = (String, String, bool, Option<String>, String, Option<u32>);
+
 /// One route a component declared.
 #[derive(Debug, Clone)]
 pub struct Declared {
@@ -23,6 +27,8 @@ pub struct Declared {
     pub paid: Option<String>,
     /// The OpenAPI operation object.
     pub operation: Value,
+    /// Its own body limit, if it has one.
+    pub max_body: Option<usize>,
 }
 
 /// A component's declared api, checked.
@@ -34,15 +40,19 @@ pub struct Api {
 
 impl Api {
     /// Check what a component declared (the WIT `api` record).
-    pub fn check(
-        routes: Vec<(String, String, bool, Option<String>, String)>,
-        schemas: &str,
-    ) -> Result<Api, String> {
+    pub fn check(routes: Vec<RouteDecl>, schemas: &str) -> Result<Api, String> {
         if routes.len() > routes::MAX_ROUTES {
             return Err(format!("at most {} routes per family", routes::MAX_ROUTES));
         }
         let mut out = Vec::with_capacity(routes.len());
-        for (method, pattern, writes, paid, openapi) in routes {
+        for (method, pattern, writes, paid, openapi, max_body) in routes {
+            let max_body = max_body.map(|n| n as usize);
+            if max_body.is_some_and(|n| n > crate::store::MAX_VALUE_BYTES) {
+                return Err(format!(
+                    "{method} {pattern}: max-body over {} bytes",
+                    crate::store::MAX_VALUE_BYTES
+                ));
+            }
             routes::check(&method, &pattern)?;
             if openapi.len() > MAX_OPERATION {
                 return Err(format!(
@@ -64,6 +74,7 @@ impl Api {
                 pattern,
                 paid,
                 operation,
+                max_body,
             });
         }
         if schemas.len() > MAX_SCHEMAS {
@@ -105,6 +116,7 @@ pub fn assemble(host_routes: Vec<Route>, families: &[(&str, &Api)]) -> Result<Se
                 handler: Handler::Family(family.to_string()),
                 writes: d.writes,
                 paid: d.paid.clone(),
+                max_body: d.max_body,
             });
         }
     }
@@ -170,6 +182,7 @@ mod tests {
                         *m != "GET",
                         None,
                         json!({"summary": p}).to_string(),
+                        None,
                     )
                 })
                 .collect(),
@@ -214,7 +227,11 @@ mod tests {
     #[test]
     fn declarations_are_checked() {
         let bad = |m: &str, p: &str, op: &str, schemas: &str| {
-            Api::check(vec![(m.into(), p.into(), true, None, op.into())], schemas).is_err()
+            Api::check(
+                vec![(m.into(), p.into(), true, None, op.into(), None)],
+                schemas,
+            )
+            .is_err()
         };
         assert!(bad("GET", "/api/x", "[1]", "{}"));
         assert!(bad("GET", "/api/x", "{}", "[]"));
@@ -222,7 +239,7 @@ mod tests {
         assert!(!bad("GET", "/api/x", "", ""));
         // A GET never writes, whatever it declares.
         let api = Api::check(
-            vec![("GET".into(), "/api/x".into(), true, None, "{}".into())],
+            vec![("GET".into(), "/api/x".into(), true, None, "{}".into(), None)],
             "{}",
         )
         .unwrap();

@@ -513,6 +513,7 @@ impl Runtime {
                 Capability::Dispatch => p::dispatch::add_to_linker::<Ctx, D>(&mut l, |c| c),
                 Capability::HostInfo => p::host::add_to_linker::<Ctx, D>(&mut l, |c| c),
                 Capability::Limits => p::limits::add_to_linker::<Ctx, D>(&mut l, |c| c),
+                Capability::Arbiter => p::arbiter::add_to_linker::<Ctx, D>(&mut l, |c| c),
             }
             .map_err(e)?;
         }
@@ -553,7 +554,7 @@ impl Runtime {
         let routes = declared
             .routes
             .into_iter()
-            .map(|r| (r.method, r.pattern, r.writes, r.paid, r.openapi))
+            .map(|r| (r.method, r.pattern, r.writes, r.paid, r.openapi, r.max_body))
             .collect();
         let api = Api::check(routes, &declared.schemas)
             .map_err(|e| anyhow!("the component's api is refused: {e}"))?;

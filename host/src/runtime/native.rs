@@ -35,6 +35,7 @@ pub fn routes(testing: bool) -> Vec<Route> {
             handler: Handler::Host(name),
             writes: *writes,
             paid: None,
+            max_body: None,
         })
         .collect()
 }

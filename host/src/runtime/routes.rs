@@ -26,6 +26,8 @@ pub struct Route {
     pub writes: bool,
     /// The fee action when the route is paid (documentation).
     pub paid: Option<String>,
+    /// Its own body limit (bytes), instead of the host's `max_body_bytes`.
+    pub max_body: Option<usize>,
 }
 
 impl Route {
@@ -295,6 +297,7 @@ mod tests {
             handler: Handler::Family(family.into()),
             writes: !is_read(method),
             paid: None,
+            max_body: None,
         }
     }
 

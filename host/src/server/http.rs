@@ -149,7 +149,7 @@ async fn dispatch(
 
     // 413 is decided from a declared length before the body is read; a
     // chunked body is cut off at the same limit while reading.
-    let max = app.config.max_body_bytes;
+    let max = route.max_body.unwrap_or(app.config.max_body_bytes);
     let declared = req
         .headers()
         .get(hyper::header::CONTENT_LENGTH)

@@ -97,7 +97,7 @@ pub const OPS: &[Op] = &[
         )
     },
     Op {
-        body: Some("Action"),
+        body: Some("Release"),
         ok: (200, "ActionResult"),
         errors: &[400, 401, 403, 404, 409],
         ..op(
@@ -105,8 +105,22 @@ pub const OPS: &[Op] = &[
             "/api/arbitration/contracts/{id}/release",
             "release",
             "contracts",
-            "Release (buyer)",
-            "active or delivered -> settled; signed `release:{id}`.",
+            "Release",
+            "Signed `release:{id}`. By the buyer: active or delivered -> settled. By the seller: records a shipment, active -> delivered, with `tracking_number` (and `tracking_carrier`) becoming `delivered_text`, shown with the contract's current `witness_secret` (a wrong one is 403 forbidden_party).",
+        )
+    },
+    Op {
+        body: Some("GraphQl"),
+        ok: (200, "GraphQlAnswer"),
+        writes: Some(false),
+        errors: &[400],
+        ..op(
+            "POST",
+            "/api/graphql",
+            "graphql",
+            "contracts",
+            "Arbiter key (GraphQL)",
+            "Answers the query `{ arbiterPubkey }` with `{\"data\": {\"arbiterPubkey\": <64 hex>}}`: the key that signs `arbiter_signature` on bought contracts. Any other query gets GraphQL `errors`.",
         )
     },
     Op {
@@ -158,6 +172,10 @@ pub fn schemas() -> Value {
                 json!({"type": "string", "format": "date-time"}),
             ),
             ("fee_policy", t("string")),
+            (
+                "arbiter_signature",
+                json!({"type": ["string", "null"], "description": "hex Ed25519 signature by the arbiter key over arbiter_issue:{sha256 of the length-prefixed terms}"}),
+            ),
             ("created_at", t("string")),
             ("updated_at", t("string")),
             (
@@ -172,7 +190,10 @@ pub fn schemas() -> Value {
         "Buy": with_signature(vec![("buyer_fingerprint", t("string")), ("contract_type", json!({"enum": ["service", "product_digital", "product_physical"]})), ("amount", openapi::positive_amount()), ("reference_post", nonblank(128)),
             ("contract_id", json!({"type": "string", "pattern": "^CTR_[A-Za-z0-9_-]{1,64}$"})), ("work_spec", json!({})), ("delivery_deadline", json!({"type": "string", "format": "date-time", "description": "must be in the future"})), ("witness_proof", pattern("^n:CTR_[A-Za-z0-9_-]{1,64}:public:[0-9a-f]{64}$")), ("encrypted_witness_secret", t("string")), ("accept_terms", json!({"const": true}))],
             &["buyer_fingerprint", "contract_type", "amount", "reference_post", "accept_terms", "signature"]),
-        "Bought": obj(&[("contract_id", t("string")), ("status", t("string")), ("target_seller_fingerprint", t("string")), ("contract", r("Contract")), ("payment", openapi::payment())], &["contract_id", "status", "contract"]),
+        "Bought": obj(&[("contract_id", t("string")), ("status", t("string")), ("target_seller_fingerprint", t("string")), ("arbiter_signature", t("string")), ("contract", r("Contract")), ("payment", openapi::payment())], &["contract_id", "status", "contract"]),
+        "Release": with_signature(vec![("actor_fingerprint", t("string")), ("tracking_number", json!({"type": "string", "maxLength": 200})), ("tracking_carrier", json!({"type": "string", "maxLength": 100})), ("witness_secret", t("string"))], &["actor_fingerprint", "signature"]),
+        "GraphQl": obj(&[("query", json!({"type": "string", "maxLength": 10000})), ("operationName", json!({"type": ["string", "null"]})), ("variables", json!({"type": ["object", "null"]}))], &["query"]),
+        "GraphQlAnswer": obj(&[("data", json!({"type": ["object", "null"]})), ("errors", json!({"type": "array", "items": obj(&[("message", t("string"))], &["message"])}))], &[]),
         "Contract": contract,
         "ContractStatus": obj(&[("contract_id", t("string")), ("status", t("string")), ("allowed_actions", json!({"type": "array", "items": t("string")})), ("updated_at", t("string"))], &["contract_id", "status", "allowed_actions"]),
         "Action": with_signature(vec![("actor_fingerprint", t("string"))], &["actor_fingerprint", "signature"]),
@@ -215,6 +236,7 @@ mod tests {
             ("POST", "/api/arbitration/contracts/{id}/deliver", true),
             ("POST", "/api/arbitration/contracts/{id}/refund", true),
             ("POST", "/api/arbitration/contracts/{id}/release", true),
+            ("POST", "/api/graphql", false),
             ("POST", "/api/witness/replace", true),
             ("POST", "/api/witness/health_check", true),
         ];

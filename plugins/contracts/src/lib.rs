@@ -18,7 +18,7 @@ pub mod machine;
 use machine::{Action, Collect, Role, State, Verdict};
 use marketplace_common::amount;
 use marketplace_guest::prelude::*;
-use marketplace_guest::{clock, escrow, ids, payments};
+use marketplace_guest::{arbiter, clock, escrow, ids, payments};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -68,6 +68,9 @@ struct Contract {
     certificate: Option<Certificate>,
     /// Under pickup-paid: whether the fee-paying first pickup happened.
     fee_paid: bool,
+    /// The arbiter's signature over the terms at issue (PROTOCOL 10).
+    #[serde(default)]
+    arbiter_signature: Option<String>,
     /// Kinds ("payout", "refund") already handed out to a legacy
     /// (untimestamped) signature: once only (PROTOCOL 10).
     #[serde(default)]
@@ -97,6 +100,7 @@ impl Contract {
             "delivery_deadline": marketplace_guest::rfc3339(self.delivery_deadline_ms),
             "fee_policy": self.fee_policy,
             "arbitration_fee": amount::format(self.fee),
+            "arbiter_signature": self.arbiter_signature,
             "witness": self.witness_proof.is_some(),
             "created_at": self.created_at,
             "updated_at": self.updated_at,
@@ -188,6 +192,7 @@ impl Endpoint for Contracts {
             ("POST", "/api/arbitration/contracts/{id}/release") => act(req, Action::Release),
             ("POST", "/api/witness/replace") => witness_replace(req),
             ("POST", "/api/witness/health_check") => witness_health(req),
+            ("POST", "/api/graphql") => graphql(req),
             _ => Err(ApiError::not_found(format!("route {}", req.route()))),
         }
     }
@@ -344,15 +349,95 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
         certificate: None,
         fee_paid: false,
         legacy_pickups: vec![],
+        arbiter_signature: None,
     };
+    c.arbiter_signature = Some(arbiter::sign(&arbiter_message(&c)));
     c.record("buy", &buyer);
     escrow::hold(&id)?;
     c.save()?;
     Ok(json(
         201,
         &json!({"contract_id": id, "status": "issued", "target_seller_fingerprint": seller,
+                "arbiter_signature": c.arbiter_signature,
                 "allowed_actions": c.allowed(), "contract": c.public(), "payment": payment}),
     ))
+}
+
+/// What the arbiter signs at issue (PROTOCOL 10): `arbiter_issue:{hex
+/// sha256}`, the hash over contract_id, buyer_fingerprint, the amount in
+/// units (decimal), delivery_deadline, contract_type, work_spec (text;
+/// "Contract deliverable" when none), reference_post and the buyer's
+/// public key (hex), each preceded by its byte length as a little-endian
+/// u64.
+fn arbiter_message(c: &Contract) -> String {
+    let work_spec = match &c.work_spec {
+        Value::Null => "Contract deliverable".to_string(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let fields = [
+        c.contract_id.clone(),
+        c.buyer_fingerprint.clone(),
+        c.amount.to_string(),
+        marketplace_guest::rfc3339(c.delivery_deadline_ms),
+        c.contract_type.clone(),
+        work_spec,
+        c.reference_post.clone(),
+        c.buyer_fingerprint.clone(),
+    ];
+    let mut h = Sha256::new();
+    for f in &fields {
+        h.update((f.len() as u64).to_le_bytes());
+        h.update(f.as_bytes());
+    }
+    format!("arbiter_issue:{}", hex(&h.finalize()))
+}
+
+/// `POST /api/graphql`: the one query the original client sends,
+/// `{ arbiterPubkey }`; anything else is a GraphQL error (never a 404).
+fn graphql(req: &Request) -> Result<Response, ApiError> {
+    let errors = |message: &str| json(200, &json!({"errors": [{"message": message}]}));
+    let query = match serde_json::from_slice::<Value>(req.body()) {
+        Ok(v) => v.get("query").and_then(Value::as_str).map(str::to_string),
+        Err(_) => None,
+    };
+    let Some(query) = query else {
+        // Both a protocol error and a GraphQL one, for either kind of client.
+        let message = "the body must be JSON with a `query` string";
+        return Ok(json(
+            400,
+            &json!({"code": "invalid_request", "message": message, "errors": [{"message": message}]}),
+        ));
+    };
+    if query.len() > 10_000 {
+        return Ok(errors("the query is too long"));
+    }
+    // Selection of the one root field, with an optional `query [Name]`.
+    let body = query.trim();
+    let body = body
+        .strip_prefix("query")
+        .map(|rest| {
+            rest.trim_start()
+                .trim_start_matches(|c: char| c.is_alphanumeric() || c == '_')
+        })
+        .unwrap_or(body)
+        .trim();
+    let field = body
+        .strip_prefix('{')
+        .and_then(|b| b.strip_suffix('}'))
+        .map(str::trim);
+    match field {
+        Some("arbiterPubkey") => Ok(json(
+            200,
+            &json!({"data": {"arbiterPubkey": arbiter::public_key()}}),
+        )),
+        Some(other) => Ok(errors(&format!(
+            "Cannot query field \"{other}\" on type \"Query\"; this service answers {{ arbiterPubkey }}"
+        ))),
+        None => Ok(errors(
+            "Syntax Error: expected a selection set like { arbiterPubkey }",
+        )),
+    }
 }
 
 /// The actor member and signed message of each action.
@@ -387,6 +472,8 @@ fn act(req: &Request, action: Action) -> Result<Response, ApiError> {
         None
     };
     let witness_secret = body.optional_str("witness_secret", 200);
+    let tracking_number = body.optional_str("tracking_number", 200);
+    let tracking_carrier = body.optional_str("tracking_carrier", 100);
     let timestamp = body.optional_u64("timestamp");
     body.finish()?;
 
@@ -454,6 +541,29 @@ fn act(req: &Request, action: Action) -> Result<Response, ApiError> {
                 Action::Deliver => {
                     check_witness(&c, witness_secret.as_deref())?;
                     c.delivered_text = delivered_text;
+                }
+                // The seller's release (PROTOCOL 10): a shipment, shown with
+                // the contract's current witness secret.
+                Action::Release if role == Role::Seller => {
+                    let Some(number) = tracking_number.filter(|n| !n.trim().is_empty()) else {
+                        return Err(ApiError::invalid(
+                            "tracking_number",
+                            "is required when the seller releases",
+                        ));
+                    };
+                    if check_witness(&c, witness_secret.as_deref()).is_err() {
+                        return Err(ApiError::new(
+                            403,
+                            "forbidden_party",
+                            "releasing needs the contract's current witness secret",
+                        ));
+                    }
+                    c.delivered_text = Some(match tracking_carrier {
+                        Some(carrier) if !carrier.trim().is_empty() => {
+                            format!("{carrier}: {number}")
+                        }
+                        _ => number,
+                    });
                 }
                 _ => {}
             }

@@ -96,13 +96,15 @@ use Condition::*;
 use Role::*;
 use State::*;
 
-/// The transitions of PROTOCOL section 7.
+/// The transitions of PROTOCOL sections 7 and 10.
 pub const TABLE: &[Rule] = &[
     rule(Accept, Issued, Active, Seller, Always),
     rule(Deliver, Active, Delivered, Seller, Always),
     rule(Pickup, Delivered, Settled, Buyer, Always),
     rule(Release, Active, Settled, Buyer, Always),
     rule(Release, Delivered, Settled, Buyer, Always),
+    // The seller's release records a shipment (PROTOCOL 10).
+    rule(Release, Active, Delivered, Seller, Always),
     rule(Refund, Issued, Refunded, Buyer, Always),
     rule(Refund, Active, Refunded, Seller, Always),
     rule(Refund, Active, Refunded, Buyer, AfterDeadline),
@@ -205,6 +207,14 @@ mod tests {
         assert_eq!(decide(Issued, Accept, Buyer, false), Verdict::OtherParty);
         assert_eq!(decide(Delivered, Accept, Seller, false), Verdict::Invalid);
         assert_eq!(decide(Active, Refund, Buyer, false), Verdict::OtherParty);
+        assert_eq!(
+            decide(Active, Release, Seller, false),
+            Verdict::Move(Delivered)
+        );
+        assert_eq!(
+            decide(Delivered, Release, Seller, false),
+            Verdict::OtherParty
+        );
         assert_eq!(decide(Settled, Refund, Seller, false), Verdict::Invalid);
         assert_eq!(decide(Issued, Pickup, Buyer, false), Verdict::Invalid);
         assert_eq!(

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 pub use crate::endpoint_bindings::marketplace::plugin::{
-    auth, clock, dispatch, escrow, host, ids, limits, payments, storage,
+    arbiter, auth, clock, dispatch, escrow, host, ids, limits, payments, storage,
 };
 pub use types::{PluginInfo, Refusal};
 

@@ -68,6 +68,9 @@ pub struct Op {
     /// A last touch to the rendered Operation Object (an extra answer, a
     /// narrower parameter).
     pub patch: Option<fn(&mut Value)>,
+    /// The largest body this route takes when it differs from the host's
+    /// limit (an upload); the host answers 413 above it.
+    pub max_body: Option<u32>,
 }
 
 /// An operation with defaults: not paid, writes unless GET, no query, no
@@ -95,6 +98,7 @@ pub const fn op(
         media: None,
         errors: &[],
         patch: None,
+        max_body: None,
     }
 }
 
@@ -207,6 +211,14 @@ pub fn post() -> Value {
                 json!({"type": "array", "items": obj(&[("index", t("integer")), ("filename", t("string")), ("attachment_type", t("string")), ("size", t("integer")), ("sha256", t("string"))], &[])}),
             ),
             ("activity_metadata", t("object")),
+            (
+                "recipient_fingerprint",
+                json!({"type": "string", "description": "private replies only"}),
+            ),
+            (
+                "encrypted_payload",
+                json!({"type": "string", "description": "private replies only: opaque, as sent"}),
+            ),
             (
                 "created_at",
                 json!({"type": "string", "format": "date-time"}),
@@ -380,6 +392,7 @@ pub fn route(o: &Op) -> types::Route {
         writes: writes(o),
         paid: fee_action(o),
         openapi: operation(o).to_string(),
+        max_body: o.max_body,
     }
 }
 

@@ -49,7 +49,94 @@ pub const OPS: &[Op] = &[
             "Signed `vote:{post_id}:{vote}`; one vote per (actor, post), a later vote replaces it.",
         )
     },
+    Op {
+        body: Some("DeleteIdentity"),
+        ok: (200, "IdentityDeleted"),
+        errors: &[400, 401, 404, 409],
+        ..op(
+            "POST",
+            "/api/identity/delete",
+            "deleteIdentity",
+            "identity",
+            "Delete an identity",
+            "Signed `delete_identity:{fingerprint}` (legacy form, single-use) or `delete_identity:{fingerprint}:{timestamp}` (fresh form). Free. Afterwards the profile answers 404 and the nickname is free again; posts keep their author fingerprint. Unknown identity: 404.",
+        )
+    },
+    Op {
+        body: Some("UpdateProfile"),
+        ok: (200, "ProfileEnvelope"),
+        errors: &[400, 401, 404, 409],
+        ..op(
+            "POST",
+            "/api/profile/update",
+            "updateProfile",
+            "identity",
+            "Update a profile",
+            "Signed `update_profile:{fingerprint}` (or `update_profile:{fingerprint}:{timestamp}`). Free. Sets the members given: `about`, `skills` (at most 50 strings of at most 64 characters), `profile_picture` (the `s3_key` of an upload by the same identity; an empty string clears it). Unknown identity: 404.",
+        )
+    },
+    Op {
+        writes: Some(false),
+        body: Some("RecoveryScan"),
+        ok: (200, "RecoveryScanResult"),
+        errors: &[400, 401],
+        ..op(
+            "POST",
+            "/api/recovery/scan",
+            "recoveryScan",
+            "identity",
+            "Find the identities of derived keys",
+            "The challenge is `recover:{fingerprint}:{RFC 3339 time}`, within 300 s of the server clock (401 auth_expired otherwise). Each probe signs the challenge with one candidate key; only probes whose signature verifies and whose key has a registered identity are answered. At most 100 probes. `contracts` lists the contracts of the answered identities (as buyer or seller, at most `contract_limit`, 1 to 500, default 100) only when the operator granted the identity family `read = [\"contracts\"]`; otherwise it is always empty.",
+        )
+    },
+    Op {
+        body: Some("Presign"),
+        ok: (200, "Presigned"),
+        errors: &[400, 401],
+        ..op(
+            "POST",
+            "/api/storage/presign",
+            "presignUpload",
+            "identity",
+            "Get an upload URL",
+            "Signed `presign:{file_path}` by `fingerprint` (a registered identity). Free. `presigned_url` is a single-use `PUT /api/storage/upload/{token}` on this service, valid `expires_in` seconds (900), taking at most 8 MiB. `s3_key` is `files/{id}` and `public_url` is `/api/storage/files/{id}` (absolute, from the request's Host); `s3_key` is what `profile_picture` refers to.",
+        )
+    },
+    Op {
+        ok: (200, "Uploaded"),
+        errors: &[404],
+        max_body: Some(MAX_UPLOAD),
+        patch: Some(raw_body),
+        ..op(
+            "PUT",
+            "/api/storage/upload/{token}",
+            "uploadFile",
+            "identity",
+            "Upload a file",
+            "The body is the file's bytes (at most 8 MiB; 413 above), stored with the content type given at presign. Single-use: an unknown, expired or used token is 404.",
+        )
+    },
+    Op {
+        ok: (200, "Raw"),
+        errors: &[404],
+        ..op(
+            "GET",
+            "/api/storage/files/{key}",
+            "getFile",
+            "identity",
+            "An uploaded file",
+            "The bytes of upload `files/{key}`, byte for byte, with the content type given at presign.",
+        )
+    },
 ];
+
+/// Largest upload (bytes).
+pub const MAX_UPLOAD: u32 = 8 * 1024 * 1024;
+
+/// The upload takes raw bytes rather than JSON.
+fn raw_body(op: &mut Value) {
+    op["requestBody"] = json!({"required": true, "content": {"*/*": {"schema": r("Raw")}}});
+}
 
 /// The component schemas the operations reference (besides the host's).
 pub fn schemas() -> Value {
@@ -60,6 +147,15 @@ pub fn schemas() -> Value {
             ("about", t("string")),
             ("pub_key", t("string")),
             ("created_at", t("string")),
+            ("skills", r("StringList")),
+            (
+                "profile_picture",
+                json!({"type": ["string", "null"], "description": "s3_key of the picture"}),
+            ),
+            (
+                "profile_picture_url",
+                json!({"type": ["string", "null"], "description": "its public URL"}),
+            ),
             ("post_count", t("integer")),
             (
                 "rating",
@@ -81,6 +177,14 @@ pub fn schemas() -> Value {
         "NewIdentity": with_signature(vec![("nickname", pattern("^[A-Za-z0-9_.-]{1,32}$")), ("pgp_public_key", openapi::fingerprint()), ("about", json!({"type": "string", "maxLength": 2000}))], &["nickname", "pgp_public_key", "signature"]),
         "IdentityCreated": obj(&[("fingerprint", t("string")), ("profile", r("Profile")), ("payment", openapi::payment())], &["fingerprint", "profile"]),
         "Rate": with_signature(vec![("post_id", nonblank(200)), ("actor_fingerprint", t("string")), ("vote", json!({"enum": ["up", "down"]}))], &["post_id", "actor_fingerprint", "vote", "signature"]),
+        "DeleteIdentity": with_signature(vec![("fingerprint", openapi::fingerprint())], &["fingerprint", "signature"]),
+        "IdentityDeleted": obj(&[("fingerprint", t("string")), ("deleted", t("boolean"))], &["fingerprint", "deleted"]),
+        "UpdateProfile": with_signature(vec![("fingerprint", openapi::fingerprint()), ("about", json!({"type": "string", "maxLength": 2000})), ("skills", json!({"type": "array", "maxItems": 50, "items": {"type": "string", "minLength": 1, "maxLength": 64}})), ("profile_picture", json!({"type": "string", "maxLength": 200, "description": "an s3_key from /api/storage/presign, or \"\" to clear"}))], &["fingerprint", "signature"]),
+        "RecoveryScan": obj(&[("challenge", pattern("^recover:[^:]+:.+$")), ("probes", json!({"type": "array", "maxItems": 100, "items": obj(&[("key_index", t("integer")), ("fingerprint", openapi::fingerprint()), ("signature", t("string"))], &["key_index", "fingerprint", "signature"])})), ("include_contracts", t("boolean")), ("contract_limit", json!({"type": "integer", "minimum": 1, "maximum": 500}))], &["challenge", "probes"]),
+        "RecoveryScanResult": obj(&[("challenge", t("string")), ("identities", json!({"type": "array", "items": obj(&[("key_index", t("integer")), ("fingerprint", t("string")), ("nickname", t("string")), ("pub_key", t("string"))], &["key_index", "fingerprint", "nickname", "pub_key"])})), ("contracts", json!({"type": "array", "items": obj(&[("contract_id", t("string")), ("contract_type", t("string")), ("status", t("string")), ("buyer_fingerprint", t("string")), ("seller_fingerprint", t("string")), ("amount", openapi::amount()), ("witness_proof", json!({"type": ["string", "null"]})), ("reference_post", t("string")), ("delivery_deadline", t("string")), ("created_at", t("string")), ("updated_at", t("string"))], &["contract_id", "status"])}))], &["challenge", "identities", "contracts"]),
+        "Presign": with_signature(vec![("fingerprint", openapi::fingerprint()), ("file_path", nonblank(1024)), ("content_type", nonblank(255)), ("is_public", t("boolean"))], &["fingerprint", "file_path", "content_type", "signature"]),
+        "Presigned": obj(&[("presigned_url", t("string")), ("s3_key", t("string")), ("public_url", t("string")), ("expires_in", t("integer"))], &["presigned_url", "s3_key", "public_url", "expires_in"]),
+        "Uploaded": obj(&[("s3_key", t("string")), ("public_url", t("string")), ("size", t("integer")), ("content_type", t("string"))], &["s3_key", "public_url", "size"]),
         "Rated": obj(&[("post_id", t("string")), ("vote", t("string")), ("rating", t("object")), ("payment", openapi::payment())], &["post_id", "vote", "rating"]),
     })
 }
@@ -111,6 +215,12 @@ mod tests {
             ("GET", "/api/profile", false),
             ("POST", "/api/identity", true),
             ("POST", "/api/profiles/rate", true),
+            ("POST", "/api/identity/delete", true),
+            ("POST", "/api/profile/update", true),
+            ("POST", "/api/recovery/scan", false),
+            ("POST", "/api/storage/presign", true),
+            ("PUT", "/api/storage/upload/{token}", true),
+            ("GET", "/api/storage/files/{key}", false),
         ];
         assert_eq!(
             routes,

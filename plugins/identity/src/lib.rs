@@ -1,5 +1,9 @@
 //! The `identity` family: `POST /api/identity` (paid `identity`),
-//! `GET /api/profile`, `POST /api/profiles/rate` (paid `rate`).
+//! `GET /api/profile`, `POST /api/profiles/rate` (paid `rate`), and the
+//! original client's calls (PROTOCOL 10): `POST /api/identity/delete`,
+//! `POST /api/profile/update`, `POST /api/recovery/scan`,
+//! `POST /api/storage/presign` with its upload `PUT
+//! /api/storage/upload/{token}` and `GET /api/storage/files/{key}`.
 //!
 //! Keyspace `identity`:
 //! - `id/{fingerprint}` -> [`Identity`]
@@ -7,11 +11,17 @@
 //! - `rating/{fingerprint}` -> [`Tally`] of votes on the author's posts
 //! - `post_rating/{post_id}` -> [`Tally`] of one post
 //! - `vote/{post_id}/{actor}` -> "up" | "down"
+//! - `upload/{token}` -> [`Upload`]: a presigned, not yet used upload
+//! - `file/{id}` -> the raw bytes of an upload (`s3_key` = `files/{id}`)
+//! - `file_meta/{id}` -> [`FileMeta`]
 //!
 //! Reads (read-only) from `timeline`: `post/{post_id}` (its
-//! `author_fingerprint`) and `author_count/{fingerprint}`.
+//! `author_fingerprint`) and `author_count/{fingerprint}`. The recovery
+//! scan reads `contracts` (`c/{contract_id}`) only when the operator granted
+//! it (identity is granted `read = ["contracts"]` by default); without the grant its `contracts` is empty.
 
 mod api;
+mod extra;
 
 use marketplace_guest::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -29,6 +39,11 @@ struct Identity {
     nickname: String,
     about: String,
     created_at: String,
+    #[serde(default)]
+    skills: Vec<String>,
+    /// The `s3_key` of an upload.
+    #[serde(default)]
+    profile_picture: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Default, Clone, Copy)]
@@ -63,6 +78,12 @@ impl Endpoint for IdentityFamily {
             ("POST", "/api/identity") => register(req),
             ("GET", "/api/profile") => profile(req),
             ("POST", "/api/profiles/rate") => rate(req),
+            ("POST", "/api/identity/delete") => extra::delete_identity(req),
+            ("POST", "/api/profile/update") => extra::update_profile(req),
+            ("POST", "/api/recovery/scan") => extra::recovery_scan(req),
+            ("POST", "/api/storage/presign") => extra::presign(req),
+            ("PUT", "/api/storage/upload/{token}") => extra::upload(req),
+            ("GET", "/api/storage/files/{key}") => extra::file(req),
             _ => Err(ApiError::not_found(format!("route {}", req.route()))),
         }
     }
@@ -77,8 +98,8 @@ fn is_fingerprint(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// The public profile document.
-fn profile_json(id: &Identity) -> Result<Value, ApiError> {
+/// The public profile document (`req` gives the base of the picture's URL).
+fn profile_json(req: &Request, id: &Identity) -> Result<Value, ApiError> {
     let tally: Tally = kv::get(&format!("rating/{}", id.fingerprint))?.unwrap_or_default();
     let posts: u64 = kv::get_in(
         Some("timeline"),
@@ -91,6 +112,9 @@ fn profile_json(id: &Identity) -> Result<Value, ApiError> {
         "about": id.about,
         "pub_key": id.fingerprint,
         "created_at": id.created_at,
+        "skills": id.skills,
+        "profile_picture": id.profile_picture,
+        "profile_picture_url": id.profile_picture.as_deref().map(|k| extra::public_url(req, k)),
         "post_count": posts,
         "rating": tally.json(),
     }))
@@ -160,12 +184,14 @@ fn register(req: &Request) -> Result<Response, ApiError> {
         nickname,
         about,
         created_at: marketplace_guest::now_rfc3339(),
+        skills: Vec::new(),
+        profile_picture: None,
     };
     kv::put(&format!("id/{fingerprint}"), &id)?;
     kv::put(&nick_key, &fingerprint)?;
     Ok(json(
         201,
-        &json!({"fingerprint": fingerprint, "profile": profile_json(&id)?, "payment": payment}),
+        &json!({"fingerprint": fingerprint, "profile": profile_json(req, &id)?, "payment": payment}),
     ))
 }
 
@@ -183,7 +209,7 @@ fn profile(req: &Request) -> Result<Response, ApiError> {
     };
     let id: Identity =
         kv::get(&format!("id/{fingerprint}"))?.ok_or_else(|| ApiError::not_found("profile"))?;
-    Ok(json(200, &json!({"profile": profile_json(&id)?})))
+    Ok(json(200, &json!({"profile": profile_json(req, &id)?})))
 }
 
 fn rate(req: &Request) -> Result<Response, ApiError> {

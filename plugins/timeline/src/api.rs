@@ -1,7 +1,7 @@
 //! The routes of the `timeline` family and their OpenAPI.
 
 use marketplace_guest::openapi::{
-    self, LIMIT, Op, nonblank, obj, op, pattern, r, t, with_signature,
+    self, LIMIT, Op, fingerprint, nonblank, obj, op, pattern, r, t, with_signature,
 };
 use marketplace_guest::prelude::*;
 
@@ -41,7 +41,33 @@ pub const OPS: &[Op] = &[
             "createPost",
             "posts",
             "Create a post or comment",
-            "Signed `post:{content}` by author_fingerprint. Attachments: at most 16, each at most 512 KiB, unique filenames without path separators.",
+            "Signed `post:{content}` by author_fingerprint. Attachments: at most 16, each at most 512 KiB, unique filenames without path separators. A private reply (`post_type` `private_reply`, `content` \"\", `parent_id`, `recipient_fingerprint`, `encrypted_payload` of at most 64 KiB) is signed `post:{encrypted_payload}` and paid as a comment; it is never listed in the timeline or search, but readable by id and in its parent's thread (with its opaque `encrypted_payload` and `recipient_fingerprint`).",
+        )
+    },
+    Op {
+        body: Some("UpdatePost"),
+        ok: (200, "PostEnvelope"),
+        errors: &[400, 401, 403, 404, 409],
+        ..op(
+            "POST",
+            "/api/posts/update",
+            "updatePost",
+            "posts",
+            "Update a post",
+            "Free. The author replaces the members sent (content, keywords, attachments, activity_metadata; attachments are replaced as a whole); search follows. Signed `update_post:{post_id}` by author_fingerprint; another identity is 403 `forbidden_party`. Answers the updated post.",
+        )
+    },
+    Op {
+        body: Some("DeletePost"),
+        ok: (200, "PostDeleted"),
+        errors: &[400, 401, 403, 404, 409],
+        ..op(
+            "POST",
+            "/api/posts/delete",
+            "deletePost",
+            "posts",
+            "Delete a post",
+            "Free. The author removes the post: it answers 404 afterwards and leaves the timeline, its parent's thread and search. Signed `delete_post:{post_id}` by author_fingerprint; another identity is 403 `forbidden_party`.",
         )
     },
     Op {
@@ -90,9 +116,26 @@ pub fn schemas() -> Value {
         "PostCreated": obj(&[("post_id", t("string")), ("post", r("Post")), ("payment", openapi::payment())], &["post_id", "post"]),
         "Timeline": obj(&[("posts", json!({"type": "array", "items": r("Post")})), ("next_before", json!({"type": ["string", "null"]}))], &["posts"]),
         "Thread": obj(&[("root", r("Post")), ("comments", json!({"type": "array", "items": r("Post")})), ("count", t("integer"))], &["root", "comments", "count"]),
-        "NewPost": with_signature(vec![("author_fingerprint", t("string")), ("content", nonblank(65536)), ("post_type", pattern("^[A-Za-z0-9_-]{1,64}$")), ("parent_id", t("string")), ("keywords", json!({"type": "array", "items": nonblank(64), "maxItems": 32})),
-            ("attachments", json!({"type": "array", "maxItems": 16, "items": obj(&[("filename", t("string")), ("content", t("string")), ("attachment_type", t("string"))], &["filename", "content"])})), ("activity_metadata", t("object"))], &["author_fingerprint", "content", "signature"]),
+        "NewPost": with_signature(vec![("author_fingerprint", t("string")),
+            ("content", json!({"type": "string", "maxLength": 65536, "description": "not blank; \"\" for a private_reply"})),
+            ("post_type", pattern("^[A-Za-z0-9_-]{1,64}$")), ("parent_id", t("string")), ("keywords", keywords()),
+            ("attachments", attachments()), ("activity_metadata", t("object")),
+            ("recipient_fingerprint", json!({"type": "string", "pattern": "^[0-9a-fA-F]{64}$", "description": "private_reply only (required there): the addressee"})),
+            ("encrypted_payload", json!({"type": "string", "minLength": 1, "maxLength": 65536, "description": "private_reply only (required there): opaque text, at most 64 KiB; signed as post:{encrypted_payload}"}))],
+            &["author_fingerprint", "content", "signature"]),
+        "UpdatePost": with_signature(vec![("post_id", t("string")), ("author_fingerprint", fingerprint()), ("content", nonblank(65536)), ("keywords", keywords()),
+            ("attachments", attachments()), ("activity_metadata", t("object"))], &["post_id", "author_fingerprint", "signature"]),
+        "DeletePost": with_signature(vec![("post_id", t("string")), ("author_fingerprint", fingerprint())], &["post_id", "author_fingerprint", "signature"]),
+        "PostDeleted": obj(&[("post_id", t("string")), ("deleted", json!({"type": "boolean", "const": true}))], &["post_id", "deleted"]),
     })
+}
+
+fn keywords() -> Value {
+    json!({"type": "array", "items": nonblank(64), "maxItems": 32})
+}
+
+fn attachments() -> Value {
+    json!({"type": "array", "maxItems": 16, "items": obj(&[("filename", t("string")), ("content", t("string")), ("attachment_type", t("string"))], &["filename", "content"])})
 }
 
 /// What the family serves (its `describe-api` export): the operations and
@@ -120,6 +163,8 @@ mod tests {
         let expected = [
             ("GET", "/api/timeline", false),
             ("POST", "/api/timeline", true),
+            ("POST", "/api/posts/update", true),
+            ("POST", "/api/posts/delete", true),
             ("GET", "/api/posts/{post_id}", false),
             ("GET", "/api/posts/{post_id}/attachments/{index}", false),
             ("GET", "/api/thread/{post_id}", false),

@@ -12,6 +12,9 @@
 //!   type, so ranking and the type filter need no other reads.
 //! - `ix/df/{term}` -> number of posts containing the term (exact)
 //! - `ix/stats` -> `{"docs": n, "total_len": n}`
+//! - `ix/doc/{post_id}` -> `{"len": n, "keys": [posting keys]}`: what a
+//!   post added, so an update or a delete can take it out again (posts
+//!   indexed before this record existed are found by their terms instead)
 //!
 //! Field weights (BM25F-style): content 3, keywords 2, markdown attachments 1.
 
@@ -29,8 +32,8 @@ pub fn is_markdown(filename: &str, attachment_type: &str) -> bool {
     filename.to_ascii_lowercase().ends_with(".md") || attachment_type.starts_with("text/markdown")
 }
 
-/// Index a new post; `markdown` holds the text of its markdown attachments.
-pub fn add(post: &Post, markdown: &[&str]) -> Result<(), ApiError> {
+/// The weighted term frequencies of a post and its weighted length.
+fn weigh(post: &Post, markdown: &[&str]) -> (BTreeMap<String, u64>, u64) {
     let mut tf: BTreeMap<String, u64> = BTreeMap::new();
     let mut len = 0u64;
     let mut count = |text: &str, weight: u64| {
@@ -46,24 +49,129 @@ pub fn add(post: &Post, markdown: &[&str]) -> Result<(), ApiError> {
     for m in markdown {
         count(m, ATTACHMENT_WEIGHT);
     }
-    let mut stats: Value =
-        kv::get("ix/stats")?.unwrap_or_else(|| json!({"docs": 0, "total_len": 0}));
+    (tf, len)
+}
+
+/// What a post added to the index (`ix/doc/{post_id}`).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Doc {
+    len: u64,
+    keys: Vec<String>,
+}
+
+fn doc_key(post_id: &str) -> String {
+    format!("ix/doc/{post_id}")
+}
+
+fn load_stats() -> Result<Value, ApiError> {
+    Ok(kv::get("ix/stats")?.unwrap_or_else(|| json!({"docs": 0, "total_len": 0})))
+}
+
+/// Index a new post; `markdown` holds the text of its markdown attachments.
+pub fn add(post: &Post, markdown: &[&str]) -> Result<(), ApiError> {
+    let (tf, len) = weigh(post, markdown);
+    let mut stats = load_stats()?;
     let docs = stats["docs"].as_u64().unwrap_or(0) + 1;
     let total_len = stats["total_len"].as_u64().unwrap_or(0) + len;
     let avgdl = total_len as f64 / docs as f64;
+    let mut keys = Vec::with_capacity(tf.len());
     for (term, f) in &tf {
         let posting = format!("{f} {len} {}", post.post_type);
-        kv::put_raw(
-            &posting_key(term, impact(*f as f64, len as f64, avgdl), &post.post_id),
-            posting.as_bytes(),
-        )?;
+        let key = posting_key(term, impact(*f as f64, len as f64, avgdl), &post.post_id);
+        kv::put_raw(&key, posting.as_bytes())?;
+        keys.push(key);
         let df_key = format!("ix/df/{term}");
         let df: u64 = kv::get(&df_key)?.unwrap_or(0);
         kv::put(&df_key, &(df + 1))?;
     }
+    kv::put(&doc_key(&post.post_id), &Doc { len, keys })?;
     stats["docs"] = json!(docs);
     stats["total_len"] = json!(total_len);
     kv::put("ix/stats", &stats)
+}
+
+/// Take a post out of the index (before an update re-adds it, or on
+/// delete); `markdown` gives the texts as for [`add`], read only for posts
+/// indexed before their `ix/doc` record existed. A post that is not
+/// indexed is left alone.
+pub fn remove(
+    post: &Post,
+    markdown: impl FnOnce() -> Result<Vec<String>, ApiError>,
+) -> Result<(), ApiError> {
+    let key = doc_key(&post.post_id);
+    let (len, keys) = match kv::get::<Doc>(&key)? {
+        Some(doc) => {
+            kv::delete(&key)?;
+            (doc.len, doc.keys)
+        }
+        None => {
+            let texts = markdown()?;
+            let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let (tf, len) = weigh(post, &texts);
+            let mut keys = Vec::new();
+            for term in tf.keys() {
+                if let Some(k) = find_posting(term, &post.post_id)? {
+                    keys.push(k);
+                }
+            }
+            if keys.is_empty() {
+                return Ok(());
+            }
+            (len, keys)
+        }
+    };
+    for k in &keys {
+        if !kv::delete(k)? {
+            continue;
+        }
+        let term = k
+            .strip_prefix("ix/i/")
+            .and_then(|rest| rest.split('\0').next())
+            .unwrap_or_default();
+        let df_key = format!("ix/df/{term}");
+        let df: u64 = kv::get(&df_key)?.unwrap_or(0);
+        if df <= 1 {
+            kv::delete(&df_key)?;
+        } else {
+            kv::put(&df_key, &(df - 1))?;
+        }
+    }
+    let mut stats = load_stats()?;
+    let docs = stats["docs"].as_u64().unwrap_or(0).saturating_sub(1);
+    let total_len = if docs == 0 {
+        0
+    } else {
+        stats["total_len"].as_u64().unwrap_or(0).saturating_sub(len)
+    };
+    stats["docs"] = json!(docs);
+    stats["total_len"] = json!(total_len);
+    kv::put("ix/stats", &stats)
+}
+
+/// The key of a post's posting in a term's list, found by reading the list.
+fn find_posting(term: &str, post_id: &str) -> Result<Option<String>, ApiError> {
+    const PAGE: u32 = 500;
+    let suffix = marketplace_common::order::flip_ulid(post_id);
+    let prefix = format!("ix/i/{term}\0");
+    let end = kv::prefix_end(prefix.as_bytes());
+    let mut start = prefix.clone().into_bytes();
+    loop {
+        let page = kv::scan_packed(None, &start, end.as_deref(), false, PAGE)?;
+        let mut n = 0;
+        let mut last = Vec::new();
+        for (key, _) in page.entries() {
+            n += 1;
+            if key.len() == prefix.len() + 8 + suffix.len() && key.ends_with(suffix.as_bytes()) {
+                return Ok(Some(String::from_utf8_lossy(key).into_owned()));
+            }
+            last = key.to_vec();
+        }
+        if n < PAGE as usize {
+            return Ok(None);
+        }
+        last.push(0);
+        start = last;
+    }
 }
 
 /// The BM25 term-frequency part of a posting (k1 = 1.2, b = 0.75).

@@ -1,4 +1,5 @@
-//! The `timeline` family: posts and comments (paid, signed), single posts,
+//! The `timeline` family: posts and comments (paid, signed), private
+//! replies, the author's update and delete, single posts,
 //! attachments, threads, the timeline, and the search index.
 //!
 //! Keyspace `timeline`:
@@ -9,6 +10,9 @@
 //!   `children/{parent_id}/{post_id}` -> "" (secondary indexes)
 //! - `author_count/{fingerprint}` -> posts by that author (read by identity)
 //! - `ix/...` -> the inverted index (see [`index`])
+//!
+//! Private replies (`post_type` `private_reply`) have a `post/` record and a
+//! `children/` entry only: never in the type, author or search indexes.
 
 mod api;
 mod index;
@@ -22,6 +26,8 @@ use sha2::{Digest, Sha256};
 struct Timeline;
 
 const MAX_CONTENT: usize = 64 * 1024;
+/// A private reply's `encrypted_payload`, in bytes.
+const MAX_PAYLOAD: usize = 64 * 1024;
 const MAX_KEYWORDS: usize = 32;
 const MAX_KEYWORD_CHARS: usize = 64;
 const MAX_ATTACHMENTS: usize = 16;
@@ -38,6 +44,8 @@ impl Endpoint for Timeline {
     fn handle(req: &Request) -> Result<Response, ApiError> {
         match (req.method(), req.route()) {
             ("POST", "/api/timeline") => create(req),
+            ("POST", "/api/posts/update") => update(req),
+            ("POST", "/api/posts/delete") => delete(req),
             ("GET", "/api/timeline") => timeline(req),
             ("GET", "/api/posts/{post_id}") => get_post(req),
             ("GET", "/api/posts/{post_id}/attachments/{index}") => attachment(req),
@@ -143,23 +151,11 @@ fn attachment_problems(body: &Body) -> (Vec<NewAttachment>, Vec<marketplace_gues
     (out, problems)
 }
 
-fn create(req: &Request) -> Result<Response, ApiError> {
-    let mut body = Body::parse(req)?;
-    let content = body.required_str("content", MAX_CONTENT);
-    let post_type = body
-        .optional_str("post_type", 64)
-        .unwrap_or_else(|| "general".into());
-    if post_type.is_empty()
-        || !post_type
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-    {
-        body.problem("post_type", "letters, digits, '_' and '-' only");
-    }
-    let parent_id = body.optional_str("parent_id", 64);
+/// The `keywords` member, validated (None when absent).
+fn keywords_field(body: &mut Body) -> Option<Vec<String>> {
     let mut keywords = Vec::new();
     match body.raw("keywords").cloned() {
-        None => {}
+        None => return None,
         Some(Value::Array(list)) if list.len() <= MAX_KEYWORDS => {
             for k in list {
                 match k.as_str() {
@@ -173,29 +169,144 @@ fn create(req: &Request) -> Result<Response, ApiError> {
             format!("must be a list of at most {MAX_KEYWORDS} strings"),
         ),
     }
-    let activity_metadata = match body.raw("activity_metadata").cloned() {
-        None => json!({}),
-        Some(v @ Value::Object(_)) => v,
+    Some(keywords)
+}
+
+/// The `activity_metadata` member, validated (None when absent).
+fn metadata_field(body: &mut Body) -> Option<Value> {
+    match body.raw("activity_metadata").cloned() {
+        None => None,
+        Some(v @ Value::Object(_)) => Some(v),
         Some(_) => {
             body.problem("activity_metadata", "must be an object");
-            Value::Null
+            Some(Value::Null)
         }
-    };
-    let timestamp = body.optional_u64("timestamp");
-    body.finish()?;
-    let (attachments, problems) = attachment_problems(&body);
+    }
+}
+
+/// The `attachments` member, validated (400 `invalid_attachment`).
+fn attachments_field(body: &Body) -> Result<Vec<NewAttachment>, ApiError> {
+    let (attachments, problems) = attachment_problems(body);
     if !problems.is_empty() {
         let mut e = ApiError::invalid_many(problems);
         e.code = "invalid_attachment".into();
         return Err(e);
     }
+    Ok(attachments)
+}
+
+/// Store a post's attachment bytes; their metadata.
+fn store_attachments(
+    post_id: &str,
+    attachments: &[NewAttachment],
+) -> Result<Vec<Attachment>, ApiError> {
+    let mut meta = Vec::new();
+    for (i, a) in attachments.iter().enumerate() {
+        kv::put_raw(&format!("att/{post_id}/{i:04}"), a.content.as_bytes())?;
+        meta.push(Attachment {
+            index: i,
+            filename: a.filename.clone(),
+            attachment_type: a.attachment_type.clone(),
+            size: a.content.len(),
+            sha256: hex(&Sha256::digest(a.content.as_bytes())),
+        });
+    }
+    Ok(meta)
+}
+
+/// The texts of the indexed (markdown) attachments of a request.
+fn new_markdown(attachments: &[NewAttachment]) -> Vec<&str> {
+    attachments
+        .iter()
+        .filter(|a| index::is_markdown(&a.filename, &a.attachment_type))
+        .map(|a| a.content.as_str())
+        .collect()
+}
+
+/// The texts of the indexed (markdown) attachments of a stored post.
+fn stored_markdown(post: &Post) -> Result<Vec<String>, ApiError> {
+    let mut out = Vec::new();
+    for a in &post.attachments {
+        if index::is_markdown(&a.filename, &a.attachment_type)
+            && let Some(bytes) = kv::get_raw(None, &format!("att/{}/{:04}", post.post_id, a.index))?
+        {
+            out.push(String::from_utf8_lossy(&bytes).into_owned());
+        }
+    }
+    Ok(out)
+}
+
+/// Whether a string is a 64-hex fingerprint.
+fn is_fingerprint(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn create(req: &Request) -> Result<Response, ApiError> {
+    let mut body = Body::parse(req)?;
+    let post_type = body
+        .optional_str("post_type", 64)
+        .unwrap_or_else(|| "general".into());
+    if post_type.is_empty()
+        || !post_type
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        body.problem("post_type", "letters, digits, '_' and '-' only");
+    }
+    let private = post_type == model::PRIVATE_REPLY;
+    // A private reply's text is its opaque payload; its content is "".
+    let content = if private {
+        match body.raw("content") {
+            None => Some(String::new()),
+            Some(Value::String(s)) if s.is_empty() => Some(String::new()),
+            Some(_) => {
+                body.problem(
+                    "content",
+                    "must be empty for a private reply (the text goes in encrypted_payload)",
+                );
+                None
+            }
+        }
+    } else {
+        body.required_str("content", MAX_CONTENT)
+    };
+    let parent_id = body.optional_str("parent_id", 64);
+    let (recipient, payload) = if private {
+        if body.raw("parent_id").is_none() {
+            body.problem("parent_id", "is required for a private reply");
+        }
+        let recipient = body.required_str("recipient_fingerprint", 64);
+        let recipient = match recipient {
+            Some(r) if is_fingerprint(&r) => Some(r.to_ascii_lowercase()),
+            Some(_) => {
+                body.problem("recipient_fingerprint", "must be 64 hex characters");
+                None
+            }
+            None => None,
+        };
+        let payload = body.required_str("encrypted_payload", MAX_PAYLOAD);
+        if payload.as_ref().is_some_and(|p| p.len() > MAX_PAYLOAD) {
+            body.problem(
+                "encrypted_payload",
+                format!("must be at most {MAX_PAYLOAD} bytes"),
+            );
+        }
+        (recipient, payload)
+    } else {
+        (None, None)
+    };
+    let keywords = keywords_field(&mut body).unwrap_or_default();
+    let activity_metadata = metadata_field(&mut body).unwrap_or_else(|| json!({}));
+    let timestamp = body.optional_u64("timestamp");
+    body.finish()?;
+    let attachments = attachments_field(&body)?;
     let content = content.unwrap_or_default();
 
     // The signature check is the costly part: done before payment, which
     // opens the write transaction that concurrent posts take turns on.
     let (author, message, signature) = (
         body.text("author_fingerprint"),
-        format!("post:{content}"),
+        format!("post:{}", payload.as_deref().unwrap_or(&content)),
         body.text("signature"),
     );
     precheck(author.as_deref(), &message, signature.as_deref(), timestamp);
@@ -225,17 +336,7 @@ fn create(req: &Request) -> Result<Response, ApiError> {
     };
 
     let post_id = format!("post_{}", ids::ulid());
-    let mut meta = Vec::new();
-    for (i, a) in attachments.iter().enumerate() {
-        kv::put_raw(&format!("att/{post_id}/{i:04}"), a.content.as_bytes())?;
-        meta.push(Attachment {
-            index: i,
-            filename: a.filename.clone(),
-            attachment_type: a.attachment_type.clone(),
-            size: a.content.len(),
-            sha256: hex(&Sha256::digest(a.content.as_bytes())),
-        });
-    }
+    let meta = store_attachments(&post_id, &attachments)?;
     let post = Post {
         post_id: post_id.clone(),
         parent_id: parent_id.clone(),
@@ -247,31 +348,154 @@ fn create(req: &Request) -> Result<Response, ApiError> {
         activity_metadata,
         created_at: marketplace_guest::now_rfc3339(),
         comment_count: 0,
+        recipient_fingerprint: recipient,
+        encrypted_payload: payload,
         listing: Some(marketplace_guest::posts::listing(
             attachments.iter().map(|a| a.filename.as_str()),
         )),
     };
     kv::put(&format!("post/{post_id}"), &post)?;
-    kv::put_raw(&format!("type/{post_type}/{post_id}"), b"")?;
-    kv::put_raw(&format!("author/{author}/{post_id}"), b"")?;
     if let Some(p) = parent.as_mut() {
         kv::put_raw(&format!("children/{}/{post_id}", p.post_id), b"")?;
         p.comment_count += 1;
         kv::put(&format!("post/{}", p.post_id), p)?;
     }
-    let count_key = format!("author_count/{author}");
-    let count: u64 = kv::get(&count_key)?.unwrap_or(0);
-    kv::put(&count_key, &(count + 1))?;
-    let markdown: Vec<&str> = attachments
-        .iter()
-        .filter(|a| index::is_markdown(&a.filename, &a.attachment_type))
-        .map(|a| a.content.as_str())
-        .collect();
-    index::add(&post, &markdown)?;
+    // A private reply is reachable by id and through its parent only.
+    if !private {
+        kv::put_raw(&format!("type/{post_type}/{post_id}"), b"")?;
+        kv::put_raw(&format!("author/{author}/{post_id}"), b"")?;
+        let count_key = format!("author_count/{author}");
+        let count: u64 = kv::get(&count_key)?.unwrap_or(0);
+        kv::put(&count_key, &(count + 1))?;
+        index::add(&post, &new_markdown(&attachments))?;
+    }
     Ok(json(
         201,
         &json!({"post_id": post_id, "post": post.render()?, "payment": payment}),
     ))
+}
+
+/// The post a signed author request names, checked in the protocol's
+/// order: 400 (body), 401 (signature, identity), 404 (post), 403 (not the
+/// author).
+fn authored_post(
+    body: &Body,
+    post_id: &str,
+    timestamp: Option<u64>,
+    action: &str,
+) -> Result<Post, ApiError> {
+    let author = verify(
+        body.text("author_fingerprint").as_deref(),
+        &format!("{action}:{post_id}"),
+        body.text("signature").as_deref(),
+        timestamp,
+        false,
+        false,
+    )?
+    .to_ascii_lowercase();
+    require_identity(&author)?;
+    let post =
+        model::load(post_id)?.ok_or_else(|| ApiError::not_found(format!("post {post_id}")))?;
+    if post.author_fingerprint != author {
+        return Err(ApiError::new(
+            403,
+            "forbidden_party",
+            "only the post's author may change it",
+        ));
+    }
+    Ok(post)
+}
+
+/// `POST /api/posts/update`: the author replaces members of a post (free).
+fn update(req: &Request) -> Result<Response, ApiError> {
+    let mut body = Body::parse(req)?;
+    let post_id = body.required_str("post_id", 64).unwrap_or_default();
+    let timestamp = body.optional_u64("timestamp");
+    let content = match body.raw("content") {
+        None => None,
+        Some(_) => body.required_str("content", MAX_CONTENT),
+    };
+    let keywords = keywords_field(&mut body);
+    let activity_metadata = metadata_field(&mut body);
+    body.finish()?;
+    let attachments = match body.raw("attachments") {
+        None => None,
+        Some(_) => Some(attachments_field(&body)?),
+    };
+    let mut post = authored_post(&body, &post_id, timestamp, "update_post")?;
+    if post.is_private() && content.is_some() {
+        return Err(ApiError::invalid(
+            "content",
+            "a private reply has no content (its text is the encrypted_payload)",
+        ));
+    }
+    if !post.is_private() {
+        index::remove(&post, || stored_markdown(&post))?;
+    }
+    if let Some(c) = content {
+        post.content = c;
+    }
+    if let Some(k) = keywords {
+        post.keywords = k;
+    }
+    if let Some(m) = activity_metadata {
+        post.activity_metadata = m;
+    }
+    if let Some(list) = &attachments {
+        for a in &post.attachments {
+            kv::delete(&format!("att/{}/{:04}", post.post_id, a.index))?;
+        }
+        post.attachments = store_attachments(&post.post_id, list)?;
+        post.listing = Some(marketplace_guest::posts::listing(
+            list.iter().map(|a| a.filename.as_str()),
+        ));
+    }
+    kv::put(&format!("post/{}", post.post_id), &post)?;
+    if !post.is_private() {
+        match &attachments {
+            Some(list) => index::add(&post, &new_markdown(list))?,
+            None => {
+                let texts = stored_markdown(&post)?;
+                let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+                index::add(&post, &texts)?;
+            }
+        }
+    }
+    Ok(json(200, &json!({"post": post.render()?})))
+}
+
+/// `POST /api/posts/delete`: the author removes a post from everywhere.
+fn delete(req: &Request) -> Result<Response, ApiError> {
+    let mut body = Body::parse(req)?;
+    let post_id = body.required_str("post_id", 64).unwrap_or_default();
+    let timestamp = body.optional_u64("timestamp");
+    body.finish()?;
+    let post = authored_post(&body, &post_id, timestamp, "delete_post")?;
+    let id = &post.post_id;
+    if !post.is_private() {
+        index::remove(&post, || stored_markdown(&post))?;
+        kv::delete(&format!("type/{}/{id}", post.post_type))?;
+        kv::delete(&format!("author/{}/{id}", post.author_fingerprint))?;
+        let count_key = format!("author_count/{}", post.author_fingerprint);
+        let count: u64 = kv::get(&count_key)?.unwrap_or(0);
+        kv::put(&count_key, &count.saturating_sub(1))?;
+    }
+    if let Some(pid) = &post.parent_id {
+        kv::delete(&format!("children/{pid}/{id}"))?;
+        if let Some(mut parent) = model::load(pid)? {
+            parent.comment_count = parent.comment_count.saturating_sub(1);
+            kv::put(&format!("post/{pid}"), &parent)?;
+        }
+    }
+    for a in &post.attachments {
+        kv::delete(&format!("att/{id}/{:04}", a.index))?;
+    }
+    // Its replies stay readable by id; the thread index under it goes.
+    for (key, _) in kv::scan_prefix(None, &format!("children/{id}/"), false, 100_000)? {
+        kv::delete(&key)?;
+    }
+    kv::delete(&format!("post/{id}"))?;
+    Ok(json(200, &json!({"post_id": id, "deleted": true})))
 }
 
 fn timeline(req: &Request) -> Result<Response, ApiError> {
@@ -317,7 +541,7 @@ fn timeline(req: &Request) -> Result<Response, ApiError> {
                     None => continue,
                 }
             };
-            if post_type.is_some_and(|t| t != post.post_type) {
+            if post.is_private() || post_type.is_some_and(|t| t != post.post_type) {
                 continue;
             }
             if posts.len() == limit {
@@ -365,7 +589,8 @@ fn attachment(req: &Request) -> Result<Response, ApiError> {
         ("etag".to_string(), etag.clone()),
         (
             "cache-control".into(),
-            "public, max-age=31536000, immutable".into(),
+            // The author may replace attachments: revalidate by ETag.
+            "public, no-cache".into(),
         ),
     ];
     if req

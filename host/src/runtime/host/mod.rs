@@ -4,6 +4,7 @@
 //! Which interfaces a family's component is linked with is decided by its
 //! grants ([`crate::capabilities`]).
 
+mod arbiter;
 mod auth;
 mod clock;
 mod dispatch;

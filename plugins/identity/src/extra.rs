@@ -1,0 +1,532 @@
+//! The original client's identity calls (PROTOCOL 10): delete an identity,
+//! update a profile, scan derived keys for recovery, and uploads hosted by
+//! the service itself (presign, single-use PUT, public GET).
+
+use crate::{Identity, is_fingerprint};
+use marketplace_common::{amount, time};
+use marketplace_guest::prelude::*;
+use marketplace_guest::{auth, clock, ids, storage};
+use serde::{Deserialize, Serialize};
+
+/// How long a presigned upload URL stays valid (seconds).
+const UPLOAD_TTL_S: u64 = 900;
+/// Most skills on a profile, and the longest skill.
+const MAX_SKILLS: usize = 50;
+const MAX_SKILL: usize = 64;
+/// Most probes in one recovery scan.
+const MAX_PROBES: usize = 100;
+/// How far the challenge's time may be from the host clock (seconds).
+const CHALLENGE_WINDOW_S: u64 = 300;
+/// Contracts a scan lists by default, and at most.
+const DEFAULT_CONTRACTS: u64 = 100;
+const MAX_CONTRACTS: u64 = 500;
+/// Contracts the scan looks through at most (pages of `SCAN_PAGE`).
+const SCAN_PAGE: u32 = 500;
+const SCAN_PAGES: usize = 40;
+
+/// A presigned upload not yet used (`upload/{token}`).
+#[derive(Serialize, Deserialize)]
+pub struct Upload {
+    id: String,
+    owner: String,
+    file_path: String,
+    content_type: String,
+    is_public: bool,
+    expires_ms: u64,
+}
+
+/// What is known of an upload besides its bytes (`file_meta/{id}`).
+#[derive(Serialize, Deserialize)]
+pub struct FileMeta {
+    owner: String,
+    file_path: String,
+    content_type: String,
+    is_public: bool,
+    size: u64,
+    created_at: String,
+}
+
+/// `http(s)://{host}` from the request's Host header (scheme from
+/// `x-forwarded-proto`), or "" (a relative URL) when it is absent or odd.
+fn base_url(req: &Request) -> String {
+    let Some(host) = req.header("host") else {
+        return String::new();
+    };
+    let ok = !host.is_empty()
+        && host.len() <= 255
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b':' | b'-' | b'[' | b']'));
+    if !ok {
+        return String::new();
+    }
+    let scheme = match req.header("x-forwarded-proto") {
+        Some(p) if p.eq_ignore_ascii_case("https") => "https",
+        _ => "http",
+    };
+    format!("{scheme}://{host}")
+}
+
+/// The public URL of an upload's `s3_key` (`files/{id}`).
+pub fn public_url(req: &Request, s3_key: &str) -> String {
+    format!("{}/api/storage/{s3_key}", base_url(req))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The signer of a body's statement `{message}` (legacy or fresh form).
+fn signer(
+    body: &Body,
+    actor_field: &str,
+    message: &str,
+    timestamp: Option<u64>,
+    legacy_single_use: bool,
+) -> Result<String, ApiError> {
+    let actor = body.text(actor_field).map(|a| a.to_ascii_lowercase());
+    let signature = body.text("signature");
+    verify(
+        actor.as_deref(),
+        message,
+        signature.as_deref(),
+        timestamp,
+        false,
+        legacy_single_use,
+    )
+    .map(|a| a.to_ascii_lowercase())
+}
+
+/// `POST /api/identity/delete`: the identity and its nickname go; posts,
+/// ratings and uploads stay.
+pub fn delete_identity(req: &Request) -> Result<Response, ApiError> {
+    let mut body = Body::parse(req)?;
+    let fingerprint = body.required_str("fingerprint", 64);
+    if let Some(fp) = &fingerprint
+        && !is_fingerprint(fp)
+    {
+        body.problem("fingerprint", "must be 64 hex characters");
+    }
+    let timestamp = body.optional_u64("timestamp");
+    body.finish()?;
+    let fingerprint = fingerprint.unwrap_or_default().to_ascii_lowercase();
+    // A legacy delete signature is single-use: replayed after the key
+    // registers again it would delete the new identity.
+    let actor = signer(
+        &body,
+        "fingerprint",
+        &format!("delete_identity:{fingerprint}"),
+        timestamp,
+        true,
+    )?;
+    let id: Identity = kv::get(&format!("id/{actor}"))?
+        .ok_or_else(|| ApiError::not_found(format!("identity {actor}")))?;
+    kv::delete(&format!("id/{actor}"))?;
+    let nick_key = format!("nick/{}", id.nickname.to_ascii_lowercase());
+    if kv::get::<String>(&nick_key)?.as_deref() == Some(actor.as_str()) {
+        kv::delete(&nick_key)?;
+    }
+    Ok(json(200, &json!({"fingerprint": actor, "deleted": true})))
+}
+
+/// `POST /api/profile/update`: sets `about`, `skills`, `profile_picture`.
+pub fn update_profile(req: &Request) -> Result<Response, ApiError> {
+    let mut body = Body::parse(req)?;
+    let fingerprint = body.required_str("fingerprint", 64);
+    if let Some(fp) = &fingerprint
+        && !is_fingerprint(fp)
+    {
+        body.problem("fingerprint", "must be 64 hex characters");
+    }
+    let about = body.optional_str("about", crate::MAX_ABOUT);
+    let skills = match body.raw("skills") {
+        None => None,
+        Some(Value::Array(items)) if items.len() > MAX_SKILLS => {
+            body.problem("skills", format!("at most {MAX_SKILLS} skills"));
+            None
+        }
+        Some(Value::Array(items)) => {
+            let mut skills = Vec::new();
+            let mut bad = None;
+            for (i, item) in items.iter().enumerate() {
+                match item.as_str().map(str::trim) {
+                    Some(s) if !s.is_empty() && s.chars().count() <= MAX_SKILL => {
+                        skills.push(s.to_string())
+                    }
+                    _ => {
+                        bad = Some(i);
+                        break;
+                    }
+                }
+            }
+            if let Some(i) = bad {
+                body.problem(
+                    "skills",
+                    format!(
+                        "item {i} must be a non-empty string of at most {MAX_SKILL} characters"
+                    ),
+                );
+                None
+            } else {
+                Some(skills)
+            }
+        }
+        Some(_) => {
+            body.problem("skills", "must be a list of strings");
+            None
+        }
+    };
+    let picture = body.optional_str("profile_picture", 200);
+    let timestamp = body.optional_u64("timestamp");
+    body.finish()?;
+    let fingerprint = fingerprint.unwrap_or_default().to_ascii_lowercase();
+    let actor = signer(
+        &body,
+        "fingerprint",
+        &format!("update_profile:{fingerprint}"),
+        timestamp,
+        false,
+    )?;
+    let key = format!("id/{actor}");
+    let mut id: Identity =
+        kv::get(&key)?.ok_or_else(|| ApiError::not_found(format!("identity {actor}")))?;
+    if let Some(p) = picture {
+        if p.is_empty() {
+            id.profile_picture = None;
+        } else {
+            let meta: Option<FileMeta> = p
+                .strip_prefix("files/")
+                .map(|fid| kv::get(&format!("file_meta/{fid}")))
+                .transpose()?
+                .flatten();
+            match meta {
+                Some(m) if m.owner == actor => id.profile_picture = Some(p),
+                Some(_) => {
+                    return Err(ApiError::invalid(
+                        "profile_picture",
+                        "the upload belongs to another identity",
+                    ));
+                }
+                None => {
+                    return Err(ApiError::invalid(
+                        "profile_picture",
+                        "must be the s3_key of an upload (files/{id}) or \"\"",
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(a) = about {
+        id.about = a;
+    }
+    if let Some(s) = skills {
+        id.skills = s;
+    }
+    kv::put(&key, &id)?;
+    Ok(json(
+        200,
+        &json!({"profile": crate::profile_json(req, &id)?}),
+    ))
+}
+
+/// `POST /api/recovery/scan`: which probed keys have identities.
+pub fn recovery_scan(req: &Request) -> Result<Response, ApiError> {
+    let mut body = Body::parse(req)?;
+    let challenge = body.required_str("challenge", 300);
+    let challenge_ms = challenge.as_deref().and_then(|c| {
+        let (fp, at) = c.strip_prefix("recover:")?.split_once(':')?;
+        (!fp.is_empty()).then_some(())?;
+        time::parse_rfc3339(at)
+    });
+    if challenge.is_some() && challenge_ms.is_none() {
+        body.problem("challenge", "must be recover:{fingerprint}:{RFC 3339 time}");
+    }
+    let mut probes = Vec::new();
+    match body.raw("probes").cloned() {
+        None => body.problem("probes", "is required"),
+        Some(Value::Array(items)) if items.len() > MAX_PROBES => {
+            body.problem("probes", format!("at most {MAX_PROBES} probes"))
+        }
+        Some(Value::Array(items)) => {
+            for (i, p) in items.iter().enumerate() {
+                let index = p.get("key_index").and_then(Value::as_u64);
+                let fp = p.get("fingerprint").and_then(Value::as_str);
+                let sig = p.get("signature").and_then(Value::as_str);
+                match (index, fp, sig) {
+                    (Some(index), Some(fp), Some(sig)) if sig.len() <= 256 => {
+                        probes.push((index, fp.to_ascii_lowercase(), sig.to_string()))
+                    }
+                    _ => body.problem(
+                        "probes",
+                        format!(
+                            "probe {i} must have key_index (integer), fingerprint and signature (strings)"
+                        ),
+                    ),
+                }
+            }
+        }
+        Some(_) => body.problem("probes", "must be a list"),
+    }
+    let include_contracts = match body.raw("include_contracts") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            body.problem("include_contracts", "must be a boolean");
+            false
+        }
+    };
+    let limit = body.optional_u64("contract_limit");
+    if limit.is_some_and(|l| !(1..=MAX_CONTRACTS).contains(&l)) {
+        body.problem(
+            "contract_limit",
+            format!("must be an integer from 1 to {MAX_CONTRACTS}"),
+        );
+    }
+    body.finish()?;
+    let challenge = challenge.unwrap_or_default();
+    let now = clock::now_ms();
+    let at = challenge_ms.unwrap_or_default();
+    if now.abs_diff(at) > CHALLENGE_WINDOW_S * 1000 {
+        return Err(ApiError::new(
+            401,
+            "auth_expired",
+            format!(
+                "the challenge's time must be within {CHALLENGE_WINDOW_S} s of the server clock"
+            ),
+        ));
+    }
+
+    let mut identities = Vec::new();
+    let mut found = Vec::new();
+    for (index, fp, sig) in probes {
+        if !is_fingerprint(&fp) {
+            continue;
+        }
+        let verifies = auth::precheck(&auth::Signed {
+            actor: fp.clone(),
+            message: challenge.clone(),
+            signature: sig,
+            timestamp: None,
+        });
+        if !verifies {
+            continue;
+        }
+        if let Some(id) = kv::get::<Identity>(&format!("id/{fp}"))? {
+            identities.push(json!({
+                "key_index": index,
+                "fingerprint": id.fingerprint,
+                "nickname": id.nickname,
+                "pub_key": id.fingerprint,
+            }));
+            found.push(fp);
+        }
+    }
+    let contracts = if include_contracts && !found.is_empty() {
+        contracts_of(&found, limit.unwrap_or(DEFAULT_CONTRACTS) as usize)?
+    } else {
+        Vec::new()
+    };
+    Ok(json(
+        200,
+        &json!({"challenge": challenge, "identities": identities, "contracts": contracts}),
+    ))
+}
+
+/// The contracts where one of `parties` is buyer or seller, when the
+/// family may read the `contracts` keyspace; empty otherwise.
+fn contracts_of(parties: &[String], limit: usize) -> Result<Vec<Value>, ApiError> {
+    let mut out = Vec::new();
+    let end = kv::prefix_end(b"c/");
+    let mut start = b"c/".to_vec();
+    for _ in 0..SCAN_PAGES {
+        let page = match storage::scan(Some("contracts"), &start, end.as_deref(), false, SCAN_PAGE)
+        {
+            Ok(page) => page,
+            // Not granted (the default) or no contracts family: nothing.
+            Err(storage::StorageError::Forbidden(_))
+            | Err(storage::StorageError::UnknownKeyspace(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(ApiError::internal(format!("storage: {e:?}"))),
+        };
+        let full = page.len() == SCAN_PAGE as usize;
+        for entry in &page {
+            let Ok(c) = serde_json::from_slice::<Value>(&entry.value) else {
+                continue;
+            };
+            let s = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or_default();
+            let (buyer, seller) = (s("buyer_fingerprint"), s("target_seller_fingerprint"));
+            if !parties.iter().any(|p| p == buyer || p == seller) {
+                continue;
+            }
+            out.push(json!({
+                "contract_id": s("contract_id"),
+                "contract_type": s("contract_type"),
+                "status": c.get("status").cloned().unwrap_or(Value::Null),
+                "buyer_fingerprint": buyer,
+                "seller_fingerprint": seller,
+                "amount": amount::format(c.get("amount").and_then(Value::as_u64).unwrap_or(0)),
+                "witness_proof": c.get("witness_proof").cloned().unwrap_or(Value::Null),
+                "reference_post": s("reference_post"),
+                "delivery_deadline": time::rfc3339(c.get("delivery_deadline_ms").and_then(Value::as_u64).unwrap_or(0)),
+                "created_at": s("created_at"),
+                "updated_at": s("updated_at"),
+            }));
+            if out.len() >= limit {
+                return Ok(out);
+            }
+        }
+        match page.last() {
+            Some(last) if full => {
+                start = last.key.clone();
+                start.push(0);
+            }
+            _ => break,
+        }
+    }
+    Ok(out)
+}
+
+/// `POST /api/storage/presign`: a single-use upload URL on this service.
+/// Most uploads (files and open tokens) one identity may ever presign.
+pub const MAX_UPLOADS_PER_IDENTITY: u64 = 64;
+
+pub fn presign(req: &Request) -> Result<Response, ApiError> {
+    let mut body = Body::parse(req)?;
+    let fingerprint = body.required_str("fingerprint", 64);
+    if let Some(fp) = &fingerprint
+        && !is_fingerprint(fp)
+    {
+        body.problem("fingerprint", "must be 64 hex characters");
+    }
+    let file_path = body.required_str("file_path", 1024);
+    let content_type = body.required_str("content_type", 255);
+    if let Some(ct) = &content_type
+        && !ct.bytes().all(|b| (0x20..0x7f).contains(&b))
+    {
+        body.problem("content_type", "must be printable ASCII");
+    }
+    let is_public = match body.raw("is_public") {
+        None => true,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            body.problem("is_public", "must be a boolean");
+            true
+        }
+    };
+    let timestamp = body.optional_u64("timestamp");
+    body.finish()?;
+    let file_path = file_path.unwrap_or_default();
+    let actor = signer(
+        &body,
+        "fingerprint",
+        &format!("presign:{file_path}"),
+        timestamp,
+        false,
+    )?;
+    if fingerprint.unwrap_or_default().to_ascii_lowercase() != actor {
+        return Err(ApiError::new(401, "auth_invalid", "signer mismatch"));
+    }
+    require_identity(&actor)?;
+    // The id is unguessable (a ULID and 128 random bits), so a private
+    // upload is served only to those given its key.
+    let id = format!(
+        "{}{}",
+        ids::ulid().to_ascii_lowercase(),
+        hex(&ids::random_bytes(16))
+    );
+    // Presigning is free: bound what one identity may hold (uploaded files
+    // and open tokens together), so nobody fills the disk for nothing.
+    let quota_key = format!("upload_quota/{actor}");
+    let used: u64 = kv::get(&quota_key)?.unwrap_or(0);
+    if used >= MAX_UPLOADS_PER_IDENTITY {
+        return Err(ApiError::new(
+            409,
+            "conflict",
+            format!("an identity may presign at most {MAX_UPLOADS_PER_IDENTITY} uploads"),
+        ));
+    }
+    kv::put(&quota_key, &(used + 1))?;
+    let token = hex(&ids::random_bytes(32));
+    let upload = Upload {
+        id: id.clone(),
+        owner: actor,
+        file_path,
+        content_type: content_type.unwrap_or_default(),
+        is_public,
+        expires_ms: clock::now_ms() + UPLOAD_TTL_S * 1000,
+    };
+    kv::put(&format!("upload/{token}"), &upload)?;
+    let s3_key = format!("files/{id}");
+    Ok(json(
+        200,
+        &json!({
+            "presigned_url": format!("{}/api/storage/upload/{token}", base_url(req)),
+            "s3_key": s3_key,
+            "public_url": public_url(req, &s3_key),
+            "expires_in": UPLOAD_TTL_S,
+            "method": "PUT",
+            "max_bytes": crate::api::MAX_UPLOAD,
+        }),
+    ))
+}
+
+/// `PUT /api/storage/upload/{token}`: store the body under the presigned
+/// key; the token is used up.
+pub fn upload(req: &Request) -> Result<Response, ApiError> {
+    let token = req.param("token");
+    let key = format!("upload/{token}");
+    let gone = || ApiError::not_found("upload URL (unknown, expired or already used)");
+    if token.is_empty() || token.len() > 128 {
+        return Err(gone());
+    }
+    let up: Upload = kv::get(&key)?.ok_or_else(gone)?;
+    if clock::now_ms() > up.expires_ms {
+        return Err(gone());
+    }
+    kv::delete(&key)?;
+    let size = req.body().len() as u64;
+    kv::put_raw(&format!("file/{}", up.id), req.body())?;
+    let meta = FileMeta {
+        owner: up.owner,
+        file_path: up.file_path,
+        content_type: up.content_type.clone(),
+        is_public: up.is_public,
+        size,
+        created_at: marketplace_guest::now_rfc3339(),
+    };
+    kv::put(&format!("file_meta/{}", up.id), &meta)?;
+    let s3_key = format!("files/{}", up.id);
+    Ok(json(
+        200,
+        &json!({
+            "s3_key": s3_key,
+            "public_url": public_url(req, &s3_key),
+            "size": size,
+            "content_type": up.content_type,
+        }),
+    ))
+}
+
+/// `GET /api/storage/files/{key}`: the bytes, with their content type.
+pub fn file(req: &Request) -> Result<Response, ApiError> {
+    let id = req.param("key");
+    let missing = || ApiError::not_found(format!("file {id}"));
+    if id.is_empty() || id.len() > 128 || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(missing());
+    }
+    let meta: FileMeta = kv::get(&format!("file_meta/{id}"))?.ok_or_else(missing)?;
+    let bytes = kv::get_raw(None, &format!("file/{id}"))?.ok_or_else(missing)?;
+    Ok(Response {
+        status: 200,
+        headers: vec![
+            ("content-type".into(), meta.content_type),
+            ("x-content-type-options".into(), "nosniff".into()),
+            // Uploaded HTML must not run as this service's pages.
+            ("content-security-policy".into(), "sandbox".into()),
+            (
+                "cache-control".into(),
+                "public, max-age=31536000, immutable".into(),
+            ),
+        ],
+        body: bytes,
+    })
+}

@@ -1,0 +1,355 @@
+//! Black-box tests of the original client's identity calls (PROTOCOL 10):
+//! identity delete, profile update, recovery scan, and uploads hosted by
+//! the service (presign, single-use PUT of at most 8 MiB, public GET).
+
+mod common;
+
+use common::{Key, Server, now_s};
+use marketplace_common::time::rfc3339;
+use serde_json::{Value, json};
+
+/// The path (and query) of an absolute URL or of a path.
+fn path_of(url: &str) -> String {
+    match url.split_once("://") {
+        Some((_, rest)) => rest.find('/').map(|i| rest[i..].to_string()).unwrap(),
+        None => url.to_string(),
+    }
+}
+
+fn profile(s: &Server, key: &Key) -> common::Resp {
+    s.get(&format!("/api/profile?fingerprint={}", key.fp()))
+}
+
+fn presign(s: &Server, key: &Key, file_path: &str, content_type: &str) -> Value {
+    let r = s.post_json(
+        "/api/storage/presign",
+        &json!({
+            "fingerprint": key.fp(), "file_path": file_path, "content_type": content_type,
+            "is_public": true, "signature": key.sign(&format!("presign:{file_path}")),
+        }),
+    );
+    assert_eq!(r.status, 200, "presign: {}", r.text());
+    r.json()
+}
+
+fn put(s: &Server, url: &str, body: &[u8]) -> common::Resp {
+    s.request(
+        "PUT",
+        &path_of(url),
+        &[("content-type", "application/octet-stream")],
+        Some(body),
+    )
+}
+
+#[test]
+fn delete_identity_then_profile_is_404_and_nickname_free() {
+    let s = Server::start();
+    let alice = s.identity("alice_del");
+    let post_id = s.new_post(&alice, "kept after delete", json!({}));
+    let fp = alice.fp();
+
+    // A bad signature: 401, nothing deleted.
+    let bad = s.post_json(
+        "/api/identity/delete",
+        &json!({"fingerprint": fp, "signature": alice.sign("delete_identity:someone")}),
+    );
+    assert_eq!(bad.status, 401, "{}", bad.text());
+    assert_eq!(profile(&s, &alice).status, 200);
+
+    // Unknown identity (valid signature of an unregistered key): 404.
+    let stranger = Key::random();
+    let r = s.post_json(
+        "/api/identity/delete",
+        &json!({"fingerprint": stranger.fp(),
+                "signature": stranger.sign(&format!("delete_identity:{}", stranger.fp()))}),
+    );
+    assert_eq!(r.status, 404, "{}", r.text());
+
+    // Legacy form, as the original client sends it.
+    let sig = alice.sign(&format!("delete_identity:{fp}"));
+    let r = s.post_json(
+        "/api/identity/delete",
+        &json!({"fingerprint": fp, "signature": sig}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), json!({"fingerprint": fp, "deleted": true}));
+    assert_eq!(profile(&s, &alice).status, 404);
+    assert_eq!(s.get("/api/profile?nickname=alice_del").status, 404);
+
+    // The post keeps its author fingerprint.
+    let post = s.get(&format!("/api/posts/{post_id}"));
+    assert_eq!(post.status, 200, "{}", post.text());
+    assert!(post.text().contains(&fp), "{}", post.text());
+
+    // The nickname is free again.
+    let bob = s.identity("alice_del");
+    assert_eq!(
+        s.get("/api/profile?nickname=alice_del").json()["profile"]["fingerprint"],
+        bob.fp()
+    );
+
+    // Fresh form works too.
+    let ts = now_s();
+    let r = s.post_json(
+        "/api/identity/delete",
+        &json!({"fingerprint": bob.fp(), "timestamp": ts,
+                "signature": bob.sign(&format!("delete_identity:{}:{ts}", bob.fp()))}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(profile(&s, &bob).status, 404);
+}
+
+#[test]
+fn profile_update_shows_about_and_skills() {
+    let s = Server::start();
+    let carol = s.identity("carol_upd");
+    let fp = carol.fp();
+    let sig = carol.sign(&format!("update_profile:{fp}"));
+    let r = s.post_json(
+        "/api/profile/update",
+        &json!({"fingerprint": fp, "signature": sig, "about": "Rust and wasm",
+                "skills": ["rust", "wasm"]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let p = profile(&s, &carol).json()["profile"].clone();
+    assert_eq!(p["about"], "Rust and wasm");
+    assert_eq!(p["skills"], json!(["rust", "wasm"]));
+    assert_eq!(p["nickname"], "carol_upd");
+
+    // Only the members given change.
+    let r = s.post_json(
+        "/api/profile/update",
+        &json!({"fingerprint": fp, "signature": sig, "about": "only about"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let p = profile(&s, &carol).json()["profile"].clone();
+    assert_eq!(p["about"], "only about");
+    assert_eq!(p["skills"], json!(["rust", "wasm"]));
+
+    // Sizes are validated: 400 with details.
+    let too_many: Vec<String> = (0..51).map(|i| format!("s{i}")).collect();
+    for bad in [
+        json!({"skills": too_many}),
+        json!({"skills": ["x".repeat(65)]}),
+        json!({"skills": "rust"}),
+        json!({"about": "a".repeat(2001)}),
+        json!({"profile_picture": "files/nothing"}),
+    ] {
+        let mut body = json!({"fingerprint": fp, "signature": sig});
+        for (k, v) in bad.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let r = s.post_json("/api/profile/update", &body);
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+        assert_eq!(r.code(), "invalid_request");
+        assert!(
+            r.json()["details"]
+                .as_array()
+                .is_some_and(|d| !d.is_empty())
+        );
+    }
+
+    // Bad signature: 401.
+    let r = s.post_json(
+        "/api/profile/update",
+        &json!({"fingerprint": fp, "signature": carol.sign("update_profile:x"), "about": "no"}),
+    );
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(profile(&s, &carol).json()["profile"]["about"], "only about");
+}
+
+#[test]
+fn recovery_scan_answers_only_verified_probes() {
+    let s = Server::start();
+    let good = s.identity("rec_good");
+    let bad = s.identity("rec_bad");
+    let unknown = Key::random();
+    let root = Key::random();
+    let challenge = format!("recover:{}:{}", root.fp(), rfc3339(now_s() * 1000));
+    let body = json!({
+        "challenge": challenge,
+        "probes": [
+            {"key_index": 0, "fingerprint": good.fp(), "signature": good.sign(&challenge)},
+            {"key_index": 1, "fingerprint": bad.fp(), "signature": bad.sign("recover:other")},
+            {"key_index": 2, "fingerprint": unknown.fp(), "signature": unknown.sign(&challenge)},
+        ],
+        "include_contracts": true,
+        "contract_limit": 10,
+    });
+    let r = s.post_json("/api/recovery/scan", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["challenge"], challenge);
+    assert_eq!(
+        v["identities"],
+        json!([{"key_index": 0, "fingerprint": good.fp(), "nickname": "rec_good", "pub_key": good.fp()}])
+    );
+    // The identity family is not granted the contracts keyspace by default.
+    assert_eq!(v["contracts"], json!([]));
+
+    // A stale challenge: 401 auth_expired.
+    let stale = format!("recover:{}:{}", root.fp(), rfc3339((now_s() - 600) * 1000));
+    let r = s.post_json(
+        "/api/recovery/scan",
+        &json!({"challenge": stale, "probes": [
+            {"key_index": 0, "fingerprint": good.fp(), "signature": good.sign(&stale)}]}),
+    );
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(r.code(), "auth_expired");
+
+    // Malformed challenge and too many probes: 400.
+    let r = s.post_json(
+        "/api/recovery/scan",
+        &json!({"challenge": "recover:nonsense", "probes": []}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    let probes: Vec<Value> = (0..101)
+        .map(|i| json!({"key_index": i, "fingerprint": good.fp(), "signature": "00"}))
+        .collect();
+    let r = s.post_json(
+        "/api/recovery/scan",
+        &json!({"challenge": challenge, "probes": probes}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+}
+
+#[test]
+fn presigned_upload_is_single_use_bounded_and_served_back() {
+    let s = Server::start();
+    let dave = s.identity("dave_up");
+
+    // Exactly 8 MiB is accepted and served back byte for byte.
+    let p = presign(&s, &dave, "avatars/dave.png", "image/png");
+    assert_eq!(p["expires_in"], 900);
+    let s3_key = p["s3_key"].as_str().unwrap().to_string();
+    let public_url = p["public_url"].as_str().unwrap().to_string();
+    assert!(path_of(&public_url).ends_with(&s3_key), "{p}");
+    let body: Vec<u8> = (0..8 * 1024 * 1024u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let presigned = p["presigned_url"].as_str().unwrap().to_string();
+    let r = put(&s, &presigned, &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let got = s.get(&path_of(&public_url));
+    assert_eq!(got.status, 200);
+    assert_eq!(got.header("content-type"), Some("image/png"));
+    assert!(got.body == body, "the bytes come back unchanged");
+
+    // The same token again: refused.
+    let r = put(&s, &presigned, b"again");
+    assert!(matches!(r.status, 404 | 409), "{} {}", r.status, r.text());
+    assert!(s.get(&path_of(&public_url)).body == body);
+
+    // 8 MiB + 1 byte: 413 before the plugin runs; the token stays usable.
+    let p2 = presign(&s, &dave, "big.bin", "application/octet-stream");
+    let url2 = p2["presigned_url"].as_str().unwrap();
+    let mut big = body.clone();
+    big.push(0);
+    let r = put(&s, url2, &big);
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(
+        s.get(&path_of(p2["public_url"].as_str().unwrap())).status,
+        404
+    );
+
+    // A bad signature: 401.
+    let r = s.post_json(
+        "/api/storage/presign",
+        &json!({"fingerprint": dave.fp(), "file_path": "x", "content_type": "text/plain",
+                "is_public": true, "signature": dave.sign("presign:y")}),
+    );
+    assert_eq!(r.status, 401, "{}", r.text());
+
+    // The picture on the profile.
+    let fp = dave.fp();
+    let r = s.post_json(
+        "/api/profile/update",
+        &json!({"fingerprint": fp, "signature": dave.sign(&format!("update_profile:{fp}")),
+                "profile_picture": s3_key}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let prof = profile(&s, &dave).json()["profile"].clone();
+    assert_eq!(prof["profile_picture"], s3_key);
+    assert_eq!(
+        path_of(prof["profile_picture_url"].as_str().unwrap()),
+        path_of(&public_url)
+    );
+
+    // Someone else cannot use dave's upload as their picture.
+    let eve = s.identity("eve_up");
+    let efp = eve.fp();
+    let r = s.post_json(
+        "/api/profile/update",
+        &json!({"fingerprint": efp, "signature": eve.sign(&format!("update_profile:{efp}")),
+                "profile_picture": s3_key}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+}
+
+#[test]
+fn recovery_scan_lists_contracts_when_the_operator_grants_the_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("marketplace.toml");
+    std::fs::write(
+        &config,
+        "[families.identity]\ncomponent = \"identity.wasm\"\n\
+         grants = [\"payments\", \"signatures\"]\nread = [\"timeline\", \"contracts\"]\n",
+    )
+    .unwrap();
+    let s = Server::with(common::Options {
+        env: vec![("MARKETPLACE_CONFIG".into(), config.display().to_string())],
+        ..Default::default()
+    });
+    let d = common::deal::deal(&s);
+    let id = common::deal::buy(&s, &d, "1");
+    let challenge = format!("recover:{}:{}", d.buyer.fp(), rfc3339(now_s() * 1000));
+    let scan = |limit: u64| {
+        let r = s.post_json(
+            "/api/recovery/scan",
+            &json!({"challenge": challenge, "include_contracts": true, "contract_limit": limit,
+                    "probes": [{"key_index": 3, "fingerprint": d.buyer.fp(),
+                                "signature": d.buyer.sign(&challenge)}]}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    };
+    let v = scan(10);
+    assert_eq!(v["identities"][0]["key_index"], 3);
+    let c = &v["contracts"][0];
+    assert_eq!(c["contract_id"], id, "{v}");
+    assert_eq!(c["buyer_fingerprint"], d.buyer.fp());
+    assert_eq!(c["amount"], "1");
+    assert_eq!(v["contracts"].as_array().unwrap().len(), 1);
+    // Without include_contracts: none.
+    let r = s.post_json(
+        "/api/recovery/scan",
+        &json!({"challenge": challenge, "probes": [{"key_index": 3, "fingerprint": d.buyer.fp(),
+                "signature": d.buyer.sign(&challenge)}]}),
+    );
+    assert_eq!(r.json()["contracts"], json!([]));
+}
+
+/// Presigning is free, so one identity may hold at most 64 uploads: the
+/// 65th presign is refused and nothing more can be stored for it.
+#[test]
+fn presigned_uploads_are_bounded_per_identity() {
+    let s = Server::start();
+    let key = s.identity("quota");
+    for i in 0..64 {
+        presign(&s, &key, &format!("pic{i}.png"), "image/png");
+    }
+    let r = s.post_json(
+        "/api/storage/presign",
+        &json!({"fingerprint": key.fp(), "file_path": "one-more.png", "content_type": "image/png",
+                "is_public": true, "signature": key.sign("presign:one-more.png")}),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "conflict"),
+        "{}",
+        r.text()
+    );
+    // Another identity is not affected.
+    let other = s.identity("quota2");
+    presign(&s, &other, "pic.png", "image/png");
+}

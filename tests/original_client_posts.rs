@@ -1,0 +1,309 @@
+//! Black-box tests of the original client's post calls (PROTOCOL section
+//! 10): the author's update and delete of a post, and private replies.
+
+mod common;
+
+use common::{Key, Server, now_s};
+use serde_json::{Value, json};
+
+/// `POST /api/posts/update` signed with the legacy message.
+fn update(s: &Server, key: &Key, post_id: &str, extra: Value) -> common::Resp {
+    let mut body = json!({
+        "post_id": post_id,
+        "author_fingerprint": key.fp(),
+        "signature": key.sign(&format!("update_post:{post_id}")),
+    });
+    if let Value::Object(extra) = extra {
+        for (k, v) in extra {
+            body[k] = v;
+        }
+    }
+    s.post_json("/api/posts/update", &body)
+}
+
+/// `POST /api/posts/delete` signed with the legacy message.
+fn delete(s: &Server, key: &Key, post_id: &str) -> common::Resp {
+    s.post_json(
+        "/api/posts/delete",
+        &json!({
+            "post_id": post_id,
+            "author_fingerprint": key.fp(),
+            "signature": key.sign(&format!("delete_post:{post_id}")),
+        }),
+    )
+}
+
+fn search_ids(s: &Server, term: &str) -> Vec<String> {
+    let r = s.get(&format!("/api/search?term={term}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["post_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn timeline_ids(s: &Server, query: &str) -> Vec<String> {
+    let r = s.get(&format!("/api/timeline?limit=100{query}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["posts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["post_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn thread_ids(s: &Server, root: &str) -> Vec<String> {
+    let r = s.get(&format!("/api/thread/{root}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["comments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["post_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn update_changes_the_post_and_what_search_finds() {
+    let s = Server::start();
+    let author = s.identity("author");
+    let other = s.identity("other");
+    let id = s.new_post(
+        &author,
+        "Selling vintage typewriters",
+        json!({"keywords": ["antique"]}),
+    );
+    assert_eq!(search_ids(&s, "typewriters"), std::slice::from_ref(&id));
+    assert_eq!(search_ids(&s, "antique"), std::slice::from_ref(&id));
+
+    // Another registered identity may not touch it; a bad signature is 401.
+    let r = s.post_json(
+        "/api/posts/update",
+        &json!({"post_id": id, "author_fingerprint": other.fp(), "content": "hijacked",
+                "signature": other.sign(&format!("update_post:{id}"))}),
+    );
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!(r.code(), "forbidden_party");
+    let r = s.post_json(
+        "/api/posts/update",
+        &json!({"post_id": id, "author_fingerprint": author.fp(), "content": "x",
+                "signature": author.sign("update_post:post_other")}),
+    );
+    assert_eq!(r.status, 401, "{}", r.text());
+    // Unknown post: 404; invalid members: 400 with details.
+    let r = update(
+        &s,
+        &author,
+        "post_01ARZ3NDEKTSV4RRFFQ69G5FAV",
+        json!({"content": "x"}),
+    );
+    assert_eq!(r.status, 404, "{}", r.text());
+    let r = update(
+        &s,
+        &author,
+        &id,
+        json!({"content": "  ", "keywords": "nope"}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    let details = r.json();
+    let fields: Vec<&str> = details["details"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["field"].as_str().unwrap())
+        .collect();
+    assert!(
+        fields.contains(&"content") && fields.contains(&"keywords"),
+        "{fields:?}"
+    );
+    let r = update(
+        &s,
+        &author,
+        &id,
+        json!({"attachments": [{"filename": "../x.md", "content": "x"}]}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.code(), "invalid_attachment");
+    assert_eq!(
+        s.get(&format!("/api/posts/{id}")).json()["post"]["content"],
+        "Selling vintage typewriters"
+    );
+
+    // The author's update (free, no payment header).
+    let r = update(
+        &s,
+        &author,
+        &id,
+        json!({"content": "Selling mechanical keyboards", "keywords": ["clicky"],
+               "activity_metadata": {"state": "restocked"},
+               "attachments": [{"filename": "terms.md", "content": "# Terms\nShipping worldwide."},
+                               {"filename": "product.md", "content": "Cherry switches"}]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let p = r.json()["post"].clone();
+    assert_eq!(p["post_id"], id.as_str());
+    assert_eq!(p["content"], "Selling mechanical keyboards");
+    assert_eq!(p["keywords"], json!(["clicky"]));
+    assert_eq!(p["activity_metadata"], json!({"state": "restocked"}));
+    assert_eq!(p["listing"]["verified"], true);
+    assert_eq!(p["author_nick"], "author");
+    assert_eq!(s.get(&format!("/api/posts/{id}")).json()["post"], p);
+    assert_eq!(
+        s.get(&format!("/api/posts/{id}/attachments/1")).text(),
+        "Cherry switches"
+    );
+
+    // Search follows: old terms gone, new ones found.
+    assert!(search_ids(&s, "typewriters").is_empty());
+    assert!(search_ids(&s, "antique").is_empty());
+    assert_eq!(search_ids(&s, "keyboards"), std::slice::from_ref(&id));
+    assert_eq!(search_ids(&s, "clicky"), std::slice::from_ref(&id));
+    assert_eq!(search_ids(&s, "shipping"), std::slice::from_ref(&id));
+    let r = s.get("/api/search?term=typewriters");
+    assert_eq!(r.json()["total"], 0);
+
+    // A fresh signature works as well; members not sent stay.
+    let ts = now_s();
+    let r = s.post_json(
+        "/api/posts/update",
+        &json!({"post_id": id, "author_fingerprint": author.fp(), "content": "Selling typewriters again",
+                "timestamp": ts, "signature": author.sign(&format!("update_post:{id}:{ts}"))}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["post"]["keywords"], json!(["clicky"]));
+    assert_eq!(search_ids(&s, "typewriters"), std::slice::from_ref(&id));
+    assert!(search_ids(&s, "keyboards").is_empty());
+    assert_eq!(search_ids(&s, "clicky"), [id]);
+}
+
+#[test]
+fn delete_removes_the_post_everywhere() {
+    let s = Server::start();
+    let author = s.identity("author");
+    let other = s.identity("other");
+    let root = s.new_post(&other, "Looking for a bicycle", json!({}));
+    let id = s.new_post(
+        &author,
+        "Refurbished bicycle for sale",
+        json!({"parent_id": root}),
+    );
+    let keep = s.new_post(&author, "Another refurbished listing", json!({}));
+    assert_eq!(thread_ids(&s, &root), std::slice::from_ref(&id));
+    assert!(timeline_ids(&s, "").contains(&id));
+    assert_eq!(search_ids(&s, "refurbished").len(), 2);
+    assert_eq!(search_ids(&s, "sale"), std::slice::from_ref(&id));
+
+    // Only the author.
+    let r = s.post_json(
+        "/api/posts/delete",
+        &json!({"post_id": id, "author_fingerprint": other.fp(),
+                "signature": other.sign(&format!("delete_post:{id}"))}),
+    );
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!(r.code(), "forbidden_party");
+    assert_eq!(s.get(&format!("/api/posts/{id}")).status, 200);
+
+    let r = delete(&s, &author, &id);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), json!({"post_id": id, "deleted": true}));
+
+    assert_eq!(s.get(&format!("/api/posts/{id}")).status, 404);
+    assert_eq!(s.get(&format!("/api/thread/{id}")).status, 404);
+    assert!(!timeline_ids(&s, "").contains(&id));
+    assert!(!timeline_ids(&s, &format!("&author={}", author.fp())).contains(&id));
+    assert!(!timeline_ids(&s, "&post_type=general").contains(&id));
+    assert!(thread_ids(&s, &root).is_empty());
+    assert_eq!(
+        s.get(&format!("/api/posts/{root}")).json()["post"]["comment_count"],
+        0
+    );
+    assert!(search_ids(&s, "sale").is_empty());
+    assert_eq!(search_ids(&s, "refurbished"), std::slice::from_ref(&keep));
+    assert_eq!(s.get("/api/search?term=refurbished").json()["total"], 1);
+    assert_eq!(search_ids(&s, "bicycle"), std::slice::from_ref(&root));
+    // A second delete finds nothing.
+    assert_eq!(delete(&s, &author, &id).status, 404);
+    assert_eq!(s.get(&format!("/api/posts/{keep}")).status, 200);
+}
+
+#[test]
+fn private_replies_are_paid_hidden_and_readable_by_id_and_thread() {
+    let s = Server::start();
+    let seller = s.identity("seller");
+    let buyer = s.identity("buyer");
+    let root = s.new_post(&seller, "Rare stamps collection", json!({}));
+    let payload = "-----BEGIN AGE-----\nb3BhcXVlIHN0YW1wcw==\n-----END AGE-----";
+    let body = json!({
+        "author_fingerprint": buyer.fp(),
+        "content": "",
+        "post_type": "private_reply",
+        "parent_id": root,
+        "recipient_fingerprint": seller.fp(),
+        "encrypted_payload": payload,
+        "signature": buyer.sign(&format!("post:{payload}")),
+    });
+
+    // Unpaid: 402 quoting the comment price.
+    let r = s.post_json("/api/timeline", &body);
+    assert_eq!(r.status, 402, "{}", r.text());
+    assert_eq!(r.json()["payment"]["action"], "comment");
+    assert_eq!(r.json()["payment"]["price"], "0.01");
+
+    // Invalid shapes: 400 (content must be empty, payload and recipient
+    // required, payload at most 64 KiB); other post types keep refusing "".
+    let mut bad = body.clone();
+    bad["content"] = json!("plaintext");
+    bad["encrypted_payload"] = Value::Null;
+    bad["recipient_fingerprint"] = json!("xyz");
+    let r = s.post_paid("/api/timeline", &s.mint("0.01"), &bad);
+    assert_eq!(r.status, 400, "{}", r.text());
+    let mut big = body.clone();
+    big["encrypted_payload"] = json!("a".repeat(64 * 1024 + 1));
+    let r = s.post_paid("/api/timeline", &s.mint("0.01"), &big);
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = s.post(&buyer, "", json!({"parent_id": root}), &s.mint("0.01"));
+    assert_eq!(r.status, 400, "{}", r.text());
+
+    // Paid at the comment price: 201.
+    let r = s.post_paid("/api/timeline", &s.mint("0.01"), &body);
+    assert_eq!(r.status, 201, "{}", r.text());
+    let id = r.json()["post_id"].as_str().unwrap().to_string();
+    assert_eq!(r.json()["payment"]["action"], "comment");
+    assert_eq!(r.json()["post"]["encrypted_payload"], payload);
+
+    // Readable by id, opaque payload intact.
+    let p = s.get(&format!("/api/posts/{id}"));
+    assert_eq!(p.status, 200, "{}", p.text());
+    let p = p.json()["post"].clone();
+    assert_eq!(p["post_type"], "private_reply");
+    assert_eq!(p["content"], "");
+    assert_eq!(p["parent_id"], root.as_str());
+    assert_eq!(p["encrypted_payload"], payload);
+    assert_eq!(p["recipient_fingerprint"], seller.fp());
+    assert_eq!(p["author_fingerprint"], buyer.fp());
+
+    // In the parent's thread.
+    let t = s.get(&format!("/api/thread/{root}")).json();
+    assert_eq!(t["count"], 1);
+    assert_eq!(t["comments"][0]["post_id"], id.as_str());
+    assert_eq!(t["comments"][0]["encrypted_payload"], payload);
+
+    // Never in the timeline (any filter) or search.
+    assert!(!timeline_ids(&s, "").contains(&id));
+    assert!(!timeline_ids(&s, "&post_type=private_reply").contains(&id));
+    assert!(!timeline_ids(&s, &format!("&author={}", buyer.fp())).contains(&id));
+    assert!(search_ids(&s, "b3BhcXVlIHN0YW1wcw").is_empty());
+    assert!(search_ids(&s, "AGE").is_empty());
+
+    // The legacy signature is single-use, as for any post.
+    let r = s.post_paid("/api/timeline", &s.mint("0.01"), &body);
+    assert_eq!(r.status, 409, "{}", r.text());
+
+    // The author may delete it: it leaves the thread.
+    assert_eq!(delete(&s, &buyer, &id).status, 200);
+    assert_eq!(s.get(&format!("/api/posts/{id}")).status, 404);
+    assert_eq!(s.get(&format!("/api/thread/{root}")).json()["count"], 0);
+}
