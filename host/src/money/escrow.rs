@@ -39,7 +39,25 @@ pub struct Issuance {
     pub public: String,
 }
 
-fn account(family: &str, contract: &str) -> Result<String, Reply> {
+impl Issuance {
+    pub fn new(family: &str, contract: &str, kind: &str, amount: u64, public: String) -> Self {
+        Issuance {
+            family: family.into(),
+            contract: contract.into(),
+            kind: kind.into(),
+            amount,
+            public,
+        }
+    }
+
+    /// A fee (no secret).
+    pub fn fee(family: &str, contract: &str, amount: u64) -> Self {
+        Issuance::new(family, contract, "fee", amount, String::new())
+    }
+}
+
+/// The account of `contract` held by `family`: `{family}/{contract}`.
+pub(crate) fn account(family: &str, contract: &str) -> Result<String, Reply> {
     if contract.is_empty()
         || contract.len() > 128
         || !contract
@@ -75,7 +93,8 @@ pub fn held(kv: &impl Kv, family: &str, contract: &str) -> Result<u64, Reply> {
     )
 }
 
-fn set_held(txn: &WriteTxn, key: &str, units: u64) -> Result<(), Reply> {
+/// Set what the account `key` (`{family}/{contract}`) holds.
+pub(crate) fn set_held(txn: &WriteTxn, key: &str, units: u64) -> Result<(), Reply> {
     txn.put_in(ACCOUNTS, key.as_bytes(), &units.to_be_bytes())
         .map_err(internal)
 }
@@ -94,7 +113,9 @@ pub fn issuance(
     }
 }
 
-fn record(txn: &WriteTxn, i: &Issuance) -> Result<(), Reply> {
+/// Record an issuance (once per contract and kind; a later record of the
+/// same kind replaces it).
+pub(crate) fn record(txn: &WriteTxn, i: &Issuance) -> Result<(), Reply> {
     let key = format!("{}/{}/{}", i.family, i.contract, i.kind);
     let value = serde_json::to_vec(i).map_err(internal)?;
     txn.put_in(ISSUED, key.as_bytes(), &value).map_err(internal)
@@ -196,13 +217,7 @@ pub fn payout(
     let public = public_hash(&parsed.hex);
     record(
         txn,
-        &Issuance {
-            family: family.into(),
-            contract: contract.into(),
-            kind: kind.into(),
-            amount: units,
-            public: public.clone(),
-        },
+        &Issuance::new(family, contract, kind, units, public.clone()),
     )?;
     Ok((
         secret_str,
@@ -231,16 +246,7 @@ pub fn earn(txn: &WriteTxn, family: &str, contract: &str, units: u64) -> Result<
     add_total(txn, "escrow", -(units as i128))
         .and_then(|_| add_total(txn, "fees", units as i128))
         .map_err(internal)?;
-    record(
-        txn,
-        &Issuance {
-            family: family.into(),
-            contract: contract.into(),
-            kind: "fee".into(),
-            amount: units,
-            public: String::new(),
-        },
-    )
+    record(txn, &Issuance::fee(family, contract, units))
 }
 
 /// Record a fee charged from the caller (not from escrow) as the fee of
@@ -250,16 +256,7 @@ pub fn note_fee(txn: &WriteTxn, family: &str, contract: &str, units: u64) -> Res
     if issuance(txn, family, contract, "fee")?.is_some() {
         return Ok(());
     }
-    record(
-        txn,
-        &Issuance {
-            family: family.into(),
-            contract: contract.into(),
-            kind: "fee".into(),
-            amount: units,
-            public: String::new(),
-        },
-    )
+    record(txn, &Issuance::fee(family, contract, units))
 }
 
 /// The certificate secret of `contract`: made and recorded on first call,
@@ -291,13 +288,7 @@ pub fn certificate(
             let public = certificate_public(&secret_hex);
             record(
                 txn,
-                &Issuance {
-                    family: family.into(),
-                    contract: contract.into(),
-                    kind: "certificate".into(),
-                    amount: 0,
-                    public: public.clone(),
-                },
+                &Issuance::new(family, contract, "certificate", 0, public.clone()),
             )?;
             Ok((
                 secret_hex,

@@ -20,7 +20,7 @@
 //! It reads the contracts family's record layout: it is the one place the
 //! host knows it, and only for data written before this version.
 
-use crate::money::escrow::{ACCOUNTS, ISSUED, Issuance};
+use crate::money::escrow::{self, Issuance};
 use crate::money::ledger::{Ledger, public_hash};
 use crate::store::{Kv, Storage, WriteTxn};
 use anyhow::{Context, Result};
@@ -57,6 +57,11 @@ fn err(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow::anyhow!("{e}")
 }
 
+/// An escrow refusal as an error (the upgrade stops on any).
+fn reply(r: crate::reply::Reply) -> anyhow::Error {
+    anyhow::anyhow!("{}", String::from_utf8_lossy(&r.body))
+}
+
 fn upgrade(txn: &WriteTxn, ledger: &Ledger) -> Result<usize> {
     let table = format!("kv:{FAMILY}");
     let rows = txn
@@ -79,19 +84,7 @@ fn upgrade(txn: &WriteTxn, ledger: &Ledger) -> Result<usize> {
                 .map(|_| public)
         };
         let record = |kind: &str, units: u64, public: String| -> Result<()> {
-            let i = Issuance {
-                family: FAMILY.into(),
-                contract: id.clone(),
-                kind: kind.into(),
-                amount: units,
-                public,
-            };
-            txn.put_in(
-                ISSUED,
-                format!("{FAMILY}/{id}/{kind}").as_bytes(),
-                &serde_json::to_vec(&i)?,
-            )
-            .map_err(err)
+            escrow::record(txn, &Issuance::new(FAMILY, &id, kind, units, public)).map_err(reply)
         };
         let owed = match c["status"].as_str().unwrap_or_default() {
             "settled" => {
@@ -121,12 +114,8 @@ fn upgrade(txn: &WriteTxn, ledger: &Ledger) -> Result<usize> {
             _ => amount,
         };
         held_total += owed;
-        txn.put_in(
-            ACCOUNTS,
-            format!("{FAMILY}/{id}").as_bytes(),
-            &owed.to_be_bytes(),
-        )
-        .map_err(err)?;
+        let account = escrow::account(FAMILY, &id).map_err(reply)?;
+        escrow::set_held(txn, &account, owed).map_err(reply)?;
         if let Some(cert) = c.get_mut("certificate").and_then(Value::as_object_mut)
             && cert.remove("certificate_secret").is_some()
         {

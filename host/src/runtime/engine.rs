@@ -652,6 +652,11 @@ impl Runtime {
             .clone()
     }
 
+    /// Status of one family, if it has a slot.
+    pub fn status(&self, family: &str) -> Option<PluginStatus> {
+        self.statuses().into_iter().find(|s| s.family == family)
+    }
+
     /// Status of every configured family.
     pub fn statuses(&self) -> Vec<PluginStatus> {
         self.slots

@@ -160,31 +160,25 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
             Reply::json(200, &json!(list))
         }
         ("PUT", ["admin", "plugins", family]) => {
+            let current = app.runtime.status(family);
+            let known = current.is_some();
             let grants = match grants_of(query, app.runtime.grants(family)) {
                 Ok(g) => g,
                 Err(e) => return Reply::error(400, "invalid_request", e),
             };
-            let known = app.runtime.grants(family).is_some();
             let spec = app.config.family(family);
-            let component = app
-                .runtime
-                .statuses()
-                .into_iter()
-                .find(|s| s.family == *family)
+            let component = current
                 .map(|s| s.component)
                 .or_else(|| spec.as_ref().map(|s| s.component.clone()))
                 .unwrap_or_else(|| format!("{family}.wasm"));
             let grants = grants.or_else(|| (!known).then(|| spec.map(|s| s.grants)).flatten());
             match app.runtime.swap(family, &component, body, grants) {
                 Ok(_) => {
-                    let status = app
+                    let mut doc = app
                         .runtime
-                        .statuses()
-                        .into_iter()
-                        .find(|s| s.family == *family)
+                        .status(family)
                         .map(|s| status_json(&s))
                         .unwrap_or_default();
-                    let mut doc = status;
                     doc["mounted"] = json!(!known);
                     Reply::json(200, &doc)
                 }

@@ -5,7 +5,7 @@ use crate::app::App;
 use crate::money::payments::PaymentHeaders;
 use crate::reply::Reply;
 use crate::runtime::bindings::endpoint::marketplace::plugin::types as wit;
-use crate::runtime::routes::{self, Handler, Match};
+use crate::runtime::routes::{self, Handler, Match, Route};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -69,7 +69,8 @@ async fn handle(
     let start = Instant::now();
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
-    let (reply, family) = dispatch(&app, &gate, req).await;
+    let (reply, route) = dispatch(&app, &gate, req).await;
+    let family = route.as_deref().map_or("-", Route::owner);
     tracing::info!(
         target: "request",
         method = %method,
@@ -116,7 +117,7 @@ async fn dispatch(
     app: &Arc<App>,
     gate: &Arc<Semaphore>,
     req: Request<Incoming>,
-) -> (Reply, String) {
+) -> (Reply, Option<Arc<Route>>) {
     let method = req.method().as_str().to_ascii_uppercase();
     let path = routes::canonical_path(req.uri().path());
     let (route, params) = match app.runtime.find(&method, &path) {
@@ -128,7 +129,7 @@ async fn dispatch(
                     "not_found",
                     format!("no route for {method} {}", req.uri().path()),
                 ),
-                "-".into(),
+                None,
             );
         }
         Match::MethodNotAllowed(allowed) => {
@@ -142,10 +143,10 @@ async fn dispatch(
                 }),
             );
             reply.headers.push(("allow".into(), allow));
-            return (reply, "-".into());
+            return (reply, None);
         }
     };
-    let served_by = route.owner().to_string();
+    let served_by = Some(route.clone());
 
     // 413 is decided from a declared length before the body is read; a
     // chunked body is cut off at the same limit while reading.

@@ -405,6 +405,15 @@ pub fn api(ops: &[Op], schemas: Value) -> types::Api {
     }
 }
 
+/// `(method, pattern, writes)` of each route of `api`, in order: what a
+/// family's tests compare with the routes it means to serve.
+pub fn routes_of(api: &types::Api) -> Vec<(&str, &str, bool)> {
+    api.routes
+        .iter()
+        .map(|r| (r.method.as_str(), r.pattern.as_str(), r.writes))
+        .collect()
+}
+
 /// Every schema name a value references (`#/components/schemas/NAME`).
 pub fn refs(v: &Value, out: &mut BTreeSet<String>) {
     match v {

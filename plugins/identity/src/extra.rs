@@ -97,16 +97,23 @@ fn signer(
     .map(|a| a.to_ascii_lowercase())
 }
 
-/// `POST /api/identity/delete`: the identity and its nickname go; posts,
-/// ratings and uploads stay.
-pub fn delete_identity(req: &Request) -> Result<Response, ApiError> {
-    let mut body = Body::parse(req)?;
+/// The required `fingerprint` member: 64 hex characters (a 400 detail
+/// otherwise).
+fn fingerprint_field(body: &mut Body) -> Option<String> {
     let fingerprint = body.required_str("fingerprint", 64);
     if let Some(fp) = &fingerprint
         && !is_fingerprint(fp)
     {
         body.problem("fingerprint", "must be 64 hex characters");
     }
+    fingerprint
+}
+
+/// `POST /api/identity/delete`: the identity and its nickname go; posts,
+/// ratings and uploads stay.
+pub fn delete_identity(req: &Request) -> Result<Response, ApiError> {
+    let mut body = Body::parse(req)?;
+    let fingerprint = fingerprint_field(&mut body);
     let timestamp = body.optional_u64("timestamp");
     body.finish()?;
     let fingerprint = fingerprint.unwrap_or_default().to_ascii_lowercase();
@@ -132,12 +139,7 @@ pub fn delete_identity(req: &Request) -> Result<Response, ApiError> {
 /// `POST /api/profile/update`: sets `about`, `skills`, `profile_picture`.
 pub fn update_profile(req: &Request) -> Result<Response, ApiError> {
     let mut body = Body::parse(req)?;
-    let fingerprint = body.required_str("fingerprint", 64);
-    if let Some(fp) = &fingerprint
-        && !is_fingerprint(fp)
-    {
-        body.problem("fingerprint", "must be 64 hex characters");
-    }
+    let fingerprint = fingerprint_field(&mut body);
     let about = body.optional_str("about", crate::MAX_ABOUT);
     let skills = match body.raw("skills") {
         None => None,
@@ -391,12 +393,7 @@ pub const MAX_UPLOADS_PER_IDENTITY: u64 = 64;
 
 pub fn presign(req: &Request) -> Result<Response, ApiError> {
     let mut body = Body::parse(req)?;
-    let fingerprint = body.required_str("fingerprint", 64);
-    if let Some(fp) = &fingerprint
-        && !is_fingerprint(fp)
-    {
-        body.problem("fingerprint", "must be 64 hex characters");
-    }
+    let fingerprint = fingerprint_field(&mut body);
     let file_path = body.required_str("file_path", 1024);
     let content_type = body.required_str("content_type", 255);
     if let Some(ct) = &content_type

@@ -60,14 +60,8 @@ mod tests {
     #[test]
     fn routes_and_schemas_agree() {
         assert_eq!(openapi::check(OPS, &schemas()), Ok(()));
-        let api = api();
-        let routes: Vec<_> = api
-            .routes
-            .iter()
-            .map(|r| (r.method.as_str(), r.pattern.as_str(), r.writes))
-            .collect();
         assert_eq!(
-            routes,
+            openapi::routes_of(&api()),
             [
                 ("GET", "/api/template/notes", false),
                 ("POST", "/api/template/notes", true)
