@@ -79,6 +79,7 @@ impl World {
             PaymentHeaders {
                 cash: secret,
                 bitcoin: None,
+                ..Default::default()
             },
             write,
         )

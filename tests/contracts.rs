@@ -533,6 +533,15 @@ fn witness_gates_delivery_and_is_burned_at_settlement() {
         before["results"][&proof],
         json!({"spent": false, "state": "live", "contract_id": id})
     );
+    // A health check only reads: it runs on a snapshot and commits nothing.
+    let commits = || s.get("/api/health").json()["storage"]["commits"].as_u64();
+    let at_start = commits();
+    assert!(at_start.is_some());
+    for _ in 0..3 {
+        let r = s.post_json("/api/witness/health_check", &json!([proof]));
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert_eq!(commits(), at_start, "a witness health check committed");
     let r = act(&s, &d.seller, id, "accept");
     assert_eq!(r.json()["witness_secret_encrypted_for_seller"], "enc-blob");
     let r = act(&s, &d.seller, id, "deliver");

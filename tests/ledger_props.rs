@@ -117,7 +117,7 @@ proptest! {
                 Op::Pay { idx, price, buy, commit } => {
                     if wallet.is_empty() { continue }
                     let i = idx % wallet.len();
-                    let headers = PaymentHeaders { cash: Some(wallet[i].secret.clone()), bitcoin: None };
+                    let headers = PaymentHeaders { cash: Some(wallet[i].secret.clone()), bitcoin: None, ..Default::default() };
                     let action = if buy { "buy" } else { "post" };
                     let result = payments::charge(&ledger, &txn, &headers, action, price);
                     let should_pass = price == 0 || (!wallet[i].spent && wallet[i].amount >= price);
@@ -137,7 +137,7 @@ proptest! {
                 }
                 Op::Respend { idx } => {
                     let Some(e) = wallet.iter().filter(|e| e.spent).nth(idx % wallet.len().max(1)) else { continue };
-                    let headers = PaymentHeaders { cash: Some(e.secret.clone()), bitcoin: None };
+                    let headers = PaymentHeaders { cash: Some(e.secret.clone()), bitcoin: None, ..Default::default() };
                     let r = payments::charge(&ledger, &txn, &headers, "post", 1);
                     prop_assert!(r.is_err());
                     prop_assert_eq!(r.unwrap_err().status, 402);

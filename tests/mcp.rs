@@ -63,6 +63,8 @@ fn openapi_paths_match_the_route_table() {
         ("POST", "/api/cash/health_check"),
         ("POST", "/api/replace"),
         ("POST", "/api/health_check"),
+        ("GET", "/terms"),
+        ("GET", "/terms/text"),
     ]
     .iter()
     .map(|(m, p)| (m.to_string(), p.to_string()))
@@ -628,4 +630,426 @@ fn runaway_macros_are_422_within_a_second_and_the_server_stays_healthy() {
     let health = s.get("/api/health").json();
     assert_eq!(health["status"], "ok");
     assert_eq!(health["plugins"]["mcp"]["status"], "ok");
+}
+
+/// A raw HTTP/1.1 POST with exactly these headers (`host` among them),
+/// since the test client always sends the address it connects to as Host.
+fn raw_post(s: &Server, path: &str, headers: &[(&str, &str)], body: &Value) -> common::Resp {
+    use std::io::Write;
+    let body = body.to_string();
+    let mut req = format!(
+        "POST {path} HTTP/1.1\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(&body);
+    let mut stream = std::net::TcpStream::connect(s.addr).unwrap();
+    stream.write_all(req.as_bytes()).unwrap();
+    common::read_response(&mut stream)
+}
+
+fn ping() -> Value {
+    json!({"jsonrpc": "2.0", "id": 7, "method": "ping"})
+}
+
+/// A 403 for a refused Origin: a JSON-RPC error without an id.
+fn assert_refused(r: &common::Resp, what: &str) {
+    assert_eq!(r.status, 403, "{what}: {}", r.text());
+    let body = r.json();
+    assert_eq!(body["jsonrpc"], "2.0", "{what}");
+    assert!(body["error"]["code"].is_i64(), "{what}: {body}");
+    assert!(body.get("id").is_none(), "{what}: {body}");
+}
+
+#[test]
+fn mcp_origin_rule_against_dns_rebinding() {
+    let s = Server::start();
+    let own = s.addr.to_string();
+    let port = s.addr.port();
+    // No Origin: not a browser.
+    let r = raw_post(&s, "/mcp", &[("host", &own)], &ping());
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["result"], json!({}));
+    // The request's own host, an IP address or localhost.
+    for (host, origin) in [
+        (own.clone(), format!("http://{own}")),
+        (own.clone(), format!("https://{own}")),
+        (
+            format!("localhost:{port}"),
+            format!("http://localhost:{port}"),
+        ),
+    ] {
+        let r = raw_post(&s, "/mcp", &[("host", &host), ("origin", &origin)], &ping());
+        assert_eq!(r.status, 200, "{origin}: {}", r.text());
+    }
+    // DNS rebinding: the attacker's name as both Host and Origin.
+    let r = raw_post(
+        &s,
+        "/mcp",
+        &[
+            ("host", "evil.example.com"),
+            ("origin", "http://evil.example.com"),
+        ],
+        &ping(),
+    );
+    assert_refused(&r, "rebound name");
+    // Any other origin, notifications included.
+    for origin in [
+        "https://evil.example",
+        "null",
+        &format!("http://127.0.0.1:{}", port + 1),
+    ] {
+        let r = raw_post(&s, "/mcp", &[("host", &own), ("origin", origin)], &ping());
+        assert_refused(&r, origin);
+    }
+    let r = raw_post(
+        &s,
+        "/mcp",
+        &[("host", &own), ("origin", "https://evil.example")],
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert_refused(&r, "notification");
+}
+
+#[test]
+fn mcp_allowed_origins_and_public_url_from_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("marketplace.toml");
+    std::fs::write(
+        &config,
+        "[settings.mcp]\nallowed_origins = \"https://a.example, https://b.example\"\npublic_url = \"https://market.example/\"\n",
+    )
+    .unwrap();
+    let s = Server::with(common::Options {
+        env: vec![("MARKETPLACE_CONFIG".into(), config.display().to_string())],
+        ..Default::default()
+    });
+    let own = s.addr.to_string();
+    for origin in [
+        "https://a.example",
+        "https://b.example",
+        "https://market.example",
+    ] {
+        let r = raw_post(&s, "/mcp", &[("host", &own), ("origin", origin)], &ping());
+        assert_eq!(r.status, 200, "{origin}: {}", r.text());
+    }
+    for origin in [
+        "https://c.example",
+        "http://a.example",
+        "https://a.example.evil",
+    ] {
+        let r = raw_post(&s, "/mcp", &[("host", &own), ("origin", origin)], &ping());
+        assert_refused(&r, origin);
+    }
+    // The card's URLs come from public_url.
+    let card = s.get("/.well-known/agent-card.json").json();
+    assert_eq!(
+        card["supportedInterfaces"][0]["url"],
+        "https://market.example/a2a"
+    );
+    assert_eq!(card["documentationUrl"], "https://market.example/docs");
+}
+
+fn initialize(s: &Server, version: Option<&str>) -> Value {
+    let mut params = json!({"capabilities": {}, "clientInfo": {"name": "t", "version": "1"}});
+    if let Some(v) = version {
+        params["protocolVersion"] = json!(v);
+    }
+    let r = rpc(
+        s,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+#[test]
+fn mcp_version_negotiation() {
+    let s = Server::start();
+    // The client's revision when this server speaks it ...
+    for v in ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"] {
+        assert_eq!(initialize(&s, Some(v))["result"]["protocolVersion"], v);
+    }
+    // ... else the latest.
+    for v in [Some("2099-01-01"), Some("1.0"), None] {
+        assert_eq!(
+            initialize(&s, v)["result"]["protocolVersion"],
+            "2025-11-25",
+            "{v:?}"
+        );
+    }
+    // After initialize, the MCP-Protocol-Version header must be one of them.
+    let with_header = |v: &str, body: Value| {
+        s.request(
+            "POST",
+            "/mcp",
+            &[
+                ("content-type", "application/json"),
+                ("accept", "application/json, text/event-stream"),
+                ("mcp-protocol-version", v),
+            ],
+            Some(body.to_string().as_bytes()),
+        )
+    };
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    for v in ["2025-11-25", "2025-06-18", "2025-03-26"] {
+        assert_eq!(with_header(v, list.clone()).status, 200, "{v}");
+    }
+    let r = with_header("2031-01-01", list);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], -32600);
+    // initialize itself negotiates in its body.
+    let r = with_header(
+        "2031-01-01",
+        json!({"jsonrpc": "2.0", "id": 3, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+fn call_tool(s: &Server, name: &str, arguments: Value) -> Value {
+    let r = rpc(
+        s,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+#[test]
+fn mcp_tool_input_errors_are_tool_results() {
+    let s = Server::start();
+    let tools = rpc(
+        &s,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    )
+    .json();
+    let tools = tools["result"]["tools"].as_array().unwrap().clone();
+    for t in &tools {
+        assert_eq!(t["inputSchema"]["type"], "object", "{t}");
+        assert!(
+            t["description"].as_str().is_some_and(|d| !d.is_empty()),
+            "{t}"
+        );
+        assert_eq!(t["annotations"]["readOnlyHint"], true, "{t}");
+    }
+    let fees = tools.iter().find(|t| t["name"] == "get_fees").unwrap();
+    assert_eq!(
+        fees["inputSchema"],
+        json!({"type": "object", "additionalProperties": false})
+    );
+    // Input that does not fit the tool's inputSchema: isError, with the reason.
+    for (name, args, expect) in [
+        ("search", json!({"term": "x", "limit": 500}), "limit"),
+        ("search", json!({"limit": 5}), "term"),
+        ("get_post", json!({}), "post_id"),
+        (
+            "get_attachment",
+            json!({"post_id": "post_x", "index": "first"}),
+            "index",
+        ),
+        ("get_timeline", json!({"limit": 0}), "limit"),
+        ("get_fees", json!({"extra": 1}), "extra"),
+    ] {
+        let r = call_tool(&s, name, args.clone());
+        assert_eq!(r["result"]["isError"], true, "{name} {args}: {r}");
+        let text = r["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains(expect), "{name} {args}: {text}");
+    }
+    assert_eq!(
+        call_tool(&s, "get_fees", json!({}))["result"]["isError"],
+        false
+    );
+    // Requests that are not a CallToolRequest are protocol errors.
+    assert_eq!(
+        call_tool(&s, "search", json!("walnut"))["error"]["code"],
+        -32602
+    );
+    assert_eq!(
+        call_tool(&s, "no_such_tool", json!({}))["error"]["code"],
+        -32602
+    );
+}
+
+fn a2a(s: &Server, body: Value) -> Value {
+    let r = s.post_json("/a2a", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+fn send_message(s: &Server, parts: Value) -> Value {
+    a2a(
+        s,
+        json!({"jsonrpc": "2.0", "id": "s", "method": "SendMessage",
+               "params": {"message": {"messageId": "m-1", "role": "ROLE_USER", "parts": parts}}}),
+    )
+}
+
+/// The text and data parts of a completed task's artifact.
+fn answer_of(task: &Value) -> (String, Value) {
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
+    let parts = task["artifacts"][0]["parts"].as_array().unwrap();
+    let text = parts.iter().find_map(|p| p["text"].as_str()).unwrap();
+    let data = parts.iter().find(|p| p.get("data").is_some()).unwrap();
+    (text.to_string(), data["data"].clone())
+}
+
+#[test]
+fn a2a_card_send_message_and_get_task() {
+    let s = Server::start();
+    let base = format!("http://{}", s.addr);
+    let card = s.get("/.well-known/agent-card.json").json();
+    assert_eq!(
+        card["supportedInterfaces"],
+        json!([{"url": format!("{base}/a2a"), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}])
+    );
+    assert_eq!(card["documentationUrl"], format!("{base}/docs"));
+    assert_eq!(card["capabilities"]["streaming"], false);
+    let skills: Vec<&str> = card["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(skills, ["search", "contract_status"]);
+
+    // Search: the text is the term.
+    let k = s.identity("a2aseller");
+    let id = s.new_post(&k, "Hand-planed cherry bookshelf", json!({}));
+    let r = send_message(&s, json!([{"text": "cherry bookshelf"}]));
+    assert_eq!(r["id"], "s");
+    let task = r["result"]["task"].clone();
+    let (text, data) = answer_of(&task);
+    assert!(text.contains("1 listing"), "{text}");
+    assert_eq!(data["total"], 1);
+    assert_eq!(data["results"][0]["post_id"], id.as_str());
+    assert_eq!(data["results"][0]["url"], format!("{base}/api/posts/{id}"));
+    assert_eq!(task["history"][0]["role"], "ROLE_USER");
+    assert_eq!(task["history"][0]["messageId"], "m-1");
+    assert_eq!(task["history"][0]["taskId"], task["id"]);
+    assert_eq!(task["history"][1]["role"], "ROLE_AGENT");
+    // GetTask answers the same task.
+    let got = a2a(
+        &s,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task["id"]}}),
+    );
+    assert_eq!(got["result"], task);
+    let got = a2a(
+        &s,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task["id"], "historyLength": 0}}),
+    );
+    assert_eq!(got["result"]["history"], json!([]));
+    // A data part {term, limit}.
+    let r = send_message(&s, json!([{"data": {"term": "bookshelf", "limit": 5}}]));
+    assert_eq!(
+        answer_of(&r["result"]["task"]).1["results"][0]["post_id"],
+        id.as_str()
+    );
+
+    // Contracts: a data part {contract_id} or a text naming it.
+    let d = common::deal::deal(&s);
+    let cid = common::deal::buy(&s, &d, "1");
+    for parts in [
+        json!([{"data": {"contract_id": cid}}]),
+        json!([{"text": format!("what about contract {cid}?")}]),
+    ] {
+        let r = send_message(&s, parts);
+        let (text, data) = answer_of(&r["result"]["task"]);
+        assert_eq!(data["contract_id"], cid.as_str());
+        assert_eq!(data["status"], "issued");
+        assert!(text.contains(&cid) && text.contains("issued"), "{text}");
+    }
+    let r = send_message(&s, json!([{"text": "contract CTR_NO_SUCH_ONE"}]));
+    assert_eq!(r["result"]["task"]["status"]["state"], "TASK_STATE_FAILED");
+}
+
+#[test]
+fn a2a_jsonrpc_errors() {
+    let s = Server::start();
+    let code = |body: Value| a2a(&s, body)["error"]["code"].as_i64().unwrap();
+    let req = |method: &str, params: Value| json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let task = send_message(&s, json!([{"text": "anything"}]))["result"]["task"].clone();
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED");
+
+    assert_eq!(
+        code(req(
+            "GetTask",
+            json!({"id": "task_00000000000000000000000000"})
+        )),
+        -32001
+    );
+    assert_eq!(code(req("GetTask", json!({"id": "../../macro/x"}))), -32001);
+    assert_eq!(code(req("GetTask", json!({}))), -32602);
+    assert_eq!(code(req("CancelTask", json!({"id": task["id"]}))), -32002);
+    assert_eq!(code(req("SendStreamingMessage", json!({}))), -32004);
+    assert_eq!(code(req("ListTasks", json!({}))), -32004);
+    assert_eq!(
+        code(req("CreateTaskPushNotificationConfig", json!({}))),
+        -32003
+    );
+    assert_eq!(code(req("GetExtendedAgentCard", json!({}))), -32007);
+    // A2A 0.3 method names are not this binding's.
+    assert_eq!(code(req("message/send", json!({}))), -32601);
+    assert_eq!(
+        code(json!({"jsonrpc": "1.0", "id": 1, "method": "GetTask"})),
+        -32600
+    );
+    assert_eq!(code(req("SendMessage", json!({}))), -32602);
+    assert_eq!(
+        code(req("SendMessage", json!({"message": {"parts": []}}))),
+        -32602
+    );
+    assert_eq!(
+        code(req(
+            "SendMessage",
+            json!({"message": {"role": "ROLE_AGENT", "parts": [{"text": "x"}]}})
+        )),
+        -32602
+    );
+    assert_eq!(
+        code(req(
+            "SendMessage",
+            json!({"message": {"parts": [{"url": "https://x.example/a.png"}]}})
+        )),
+        -32005
+    );
+    assert_eq!(
+        code(req(
+            "SendMessage",
+            json!({"message": {"taskId": task["id"], "parts": [{"text": "more"}]}})
+        )),
+        -32004
+    );
+    assert_eq!(
+        code(req(
+            "SendMessage",
+            json!({"message": {"parts": [{"text": "x".repeat(20_000)}]}})
+        )),
+        -32602
+    );
+    // Another major version of A2A.
+    let r = s.request(
+        "POST",
+        "/a2a",
+        &[("content-type", "application/json"), ("a2a-version", "0.3")],
+        Some(
+            req("GetTask", json!({"id": task["id"]}))
+                .to_string()
+                .as_bytes(),
+        ),
+    );
+    assert_eq!(r.json()["error"]["code"], -32009);
+    // Parse errors are JSON-RPC errors too.
+    let r = s.request(
+        "POST",
+        "/a2a",
+        &[("content-type", "application/json")],
+        Some(b"{nope"),
+    );
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].as_i64()),
+        (200, Some(-32700))
+    );
 }

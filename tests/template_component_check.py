@@ -30,7 +30,7 @@ def get(url):
         return e.code, json.loads(e.read())
 
 
-with running(admin_token="ci-token") as (base, admin):
+with running(admin_token="ci-token-0123456789abcdef0123456789") as (base, admin):
     opts = ["--admin", admin, "--token", "ci-token"]
     loaded = cli("load", "template", str(COMPONENT), *opts)
     if not loaded.get("mounted"):

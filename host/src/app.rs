@@ -9,11 +9,17 @@ use std::time::Duration;
 
 pub use crate::state::{SERVICE_NAME, SERVICE_VERSION};
 
+/// How often expired used-signature and replay records are swept.
+const SWEEP_EVERY: Duration = Duration::from_secs(600);
+
 /// Everything a request may need: the state (through `Deref`: `app.storage`,
 /// `app.ledger`, `app.config`, `app.now_ms()`) and the runtime.
 pub struct App {
     pub state: Arc<State>,
     pub runtime: Arc<Runtime>,
+    /// Sweeps expired used-signature and replay records; stopped by
+    /// [`App::stop_background`] (or when the app is dropped).
+    sweeper: std::sync::Mutex<Option<crate::retention::Sweeper>>,
 }
 
 impl std::ops::Deref for App {
@@ -35,6 +41,27 @@ impl App {
         let state = State::open(config)?;
         let runtime = Arc::new(Runtime::new(state.clone(), limits)?);
         runtime.load_configured(&families);
-        Ok(Arc::new(App { state, runtime }))
+        let retention = crate::retention::Retention {
+            replays: Duration::from_secs(state.config.replay_retention_s),
+            ..Default::default()
+        };
+        let sweeper = crate::retention::spawn_with(state.clone(), SWEEP_EVERY, retention);
+        Ok(Arc::new(App {
+            state,
+            runtime,
+            sweeper: std::sync::Mutex::new(Some(sweeper)),
+        }))
+    }
+
+    /// Stop the background work (the retention sweeper) at shutdown.
+    pub fn stop_background(&self) {
+        let sweeper = self
+            .sweeper
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(s) = sweeper {
+            s.stop();
+        }
     }
 }

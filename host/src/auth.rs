@@ -5,8 +5,21 @@ use crate::reply::Reply;
 use crate::store::{Kv, WriteTxn};
 use ed25519_dalek::{Signature, VerifyingKey};
 
-/// Used signatures: "{actor}:{signature}" -> unix seconds of use (u64 BE).
-const USED: &str = "auth:used";
+/// Used signatures: "{actor}:{signature}" -> unix seconds of use (u64 BE),
+/// then 1 for a fresh (timestamped) use or 0 for a legacy one. Records
+/// written before that flag existed hold the seconds only.
+pub const USED: &str = "auth:used";
+
+/// The used-signature records retention may remove, by time: u64 BE
+/// milliseconds of use, then the `auth:used` key -> empty. Only fresh uses
+/// are listed (see [`prunable_from_ms`]).
+pub const USED_BY_TIME: &str = "auth:used-by-time";
+
+/// The shortest time a fresh use must be kept. Its timestamp was within
+/// [`FRESH_WINDOW_S`] of the use, so from `2 * FRESH_WINDOW_S` after the use
+/// on the timestamp is outside the window and the signature is refused as
+/// `auth_expired` whether or not its record exists; a minute of margin.
+pub const MIN_USED_RETENTION_S: u64 = 2 * FRESH_WINDOW_S + 60;
 
 /// Unix seconds from which a message's trailing number is taken for a
 /// timestamp (2001-09-09): `meet at 10:30` is no timestamp.
@@ -34,6 +47,31 @@ pub fn key_of(fingerprint: &str) -> Option<VerifyingKey> {
     }
     let bytes = crate::money::ledger::decode_hex(fingerprint)?;
     VerifyingKey::from_bytes(&bytes.try_into().ok()?).ok()
+}
+
+/// When a used-signature record starts to count for retention (ms of use),
+/// or None when it must be kept for good:
+///
+/// - a fresh use: its signature stops verifying (`auth_expired`) once its
+///   timestamp leaves the window, and the same signature presented in
+///   legacy form signs a message ending in that timestamp, which the legacy
+///   rule refuses for good. That rule only covers numbers from
+///   [`PLAUSIBLE_TIMESTAMP`], so a use before
+///   `PLAUSIBLE_TIMESTAMP + FRESH_WINDOW_S` (a clock set near 1970: tests)
+///   is kept;
+/// - a legacy single use (`legacy_single_use`: a post, an identity
+///   deletion): the signature has no time and would verify again, so its
+///   record is what refuses the replay: kept for good (these are paid or
+///   rare, so they grow with paid posts, not with traffic);
+/// - a record of an older version (seconds only, fresh or legacy unknown):
+///   kept.
+pub fn prunable_from_ms(record: &[u8]) -> Option<u64> {
+    let (secs, flag) = record.split_first_chunk::<8>()?;
+    if flag != [1] {
+        return None;
+    }
+    let used_s = u64::from_be_bytes(*secs);
+    (used_s >= PLAUSIBLE_TIMESTAMP + FRESH_WINDOW_S).then(|| used_s.saturating_mul(1000))
 }
 
 /// Verify a statement; record single-use signatures in `txn`.
@@ -134,6 +172,11 @@ pub fn verify(
         record.push(u8::from(st.timestamp.is_some()));
         txn.put_in(USED, k.as_bytes(), &record)
             .map_err(|e| internal(&e))?;
+        if let Some(ms) = prunable_from_ms(&record) {
+            let by_time = crate::store::time_key(ms, k.as_bytes());
+            txn.put_in(USED_BY_TIME, &by_time, b"")
+                .map_err(|e| internal(&e))?;
+        }
     }
     Ok(())
 }

@@ -1,37 +1,153 @@
-//! The `marketplace` command line.
+//! The `marketplace` command line (clap): `serve`, and the operator
+//! commands `cash mint`, `plugins list|load|unmount`, `backup`, `restore`.
 
-use crate::app::App;
 use crate::config::Config;
-use anyhow::{Context, Result, bail};
-use std::io::Write;
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "\
-marketplace: the marketplace service host
+/// The marketplace service host.
+///
+/// Every setting can also come from a TOML file (--config or
+/// MARKETPLACE_CONFIG) and from MARKETPLACE_<SETTING> environment variables;
+/// flags win over the environment, which wins over the file. See README.md
+/// for all settings.
+#[derive(Parser, Debug)]
+#[command(name = "marketplace", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-USAGE:
-    marketplace serve [--config FILE] [--listen ADDR] [--data-dir DIR]
-                      [--plugins DIR] [--admin-listen ADDR] [--testing-routes]
-    marketplace cash mint <AMOUNT> [--data-dir DIR | --admin URL [--token T]]
-    marketplace plugins list --admin URL [--token T]
-    marketplace plugins load <FAMILY> <FILE.wasm> [--grants CAP,..] [--read FAMILY,..] --admin URL [--token T]
-    marketplace plugins unmount <FAMILY> --admin URL [--token T]
-    marketplace --version | --help
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve the HTTP API (and the admin and metrics listeners when set).
+    Serve {
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Cash operations.
+    Cash {
+        #[command(subcommand)]
+        command: CashCommand,
+    },
+    /// Plugin families of a running server (through its admin listener).
+    Plugins {
+        #[command(subcommand)]
+        command: PluginsCommand,
+        #[command(flatten)]
+        client: Client,
+    },
+    /// Write one consistent snapshot of the database plus the server and
+    /// arbiter keys into FILE (0600). Online through the admin listener
+    /// (--admin), or offline on the data dir (server stopped).
+    Backup {
+        /// Where to write the backup (replaced atomically).
+        #[arg(long, value_name = "FILE")]
+        to: PathBuf,
+        #[command(flatten)]
+        client: Client,
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Restore a backup into a new (missing or empty) data dir.
+    Restore {
+        /// A file written by `marketplace backup`.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// The data dir to create.
+        #[arg(long, value_name = "DIR")]
+        data_dir: PathBuf,
+    },
+}
 
-`cash mint` without --admin opens the data dir directly (the server must be
-stopped); with --admin it asks the running server's admin listener. The token
-defaults to MARKETPLACE_ADMIN_TOKEN, else <data-dir>/admin.token.
+#[derive(Subcommand, Debug)]
+enum CashCommand {
+    /// Mint a new secret worth AMOUNT. Without --admin it opens the data dir
+    /// directly (the server must be stopped).
+    Mint {
+        /// Decimal amount, e.g. 1.5
+        amount: String,
+        #[command(flatten)]
+        client: Client,
+        #[command(flatten)]
+        settings: Settings,
+    },
+}
 
-Every setting can also come from a TOML file (--config or MARKETPLACE_CONFIG)
-and from MARKETPLACE_<SETTING> environment variables; flags win over the
-environment, which wins over the file. See README.md for all settings.
-";
+#[derive(Subcommand, Debug)]
+enum PluginsCommand {
+    /// List families, their components, grants and routes.
+    List,
+    /// Swap in (or mount) a component for FAMILY.
+    Load {
+        family: String,
+        /// The component (.wasm).
+        file: PathBuf,
+        /// Capabilities to grant, comma separated (replaces the family's).
+        #[arg(long, value_name = "CAP,..")]
+        grants: Option<String>,
+        /// Other families' keyspaces it may read, comma separated.
+        #[arg(long, value_name = "FAMILY,..")]
+        read: Option<String>,
+    },
+    /// Unmount FAMILY: its routes answer 404; its data stays.
+    Unmount { family: String },
+}
+
+/// Settings flags (each also a config file key and a MARKETPLACE_ variable).
+#[derive(Args, Debug, Default, Clone)]
+struct Settings {
+    /// TOML configuration file.
+    #[arg(long, value_name = "FILE", env = "MARKETPLACE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Public HTTP listener, e.g. 127.0.0.1:8080
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// Data directory (database, keys, admin token, compile cache).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Directory of the plugin components.
+    #[arg(long = "plugins", value_name = "DIR")]
+    plugins_dir: Option<PathBuf>,
+    /// Admin listener (loopback), e.g. 127.0.0.1:9090
+    #[arg(long, value_name = "ADDR")]
+    admin_listen: Option<String>,
+    /// Prometheus metrics listener, e.g. 127.0.0.1:9100
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<String>,
+    /// Log format: text or json.
+    #[arg(long, value_name = "FORMAT")]
+    log_format: Option<String>,
+    /// Mount the test-only routes and plugin.
+    #[arg(long)]
+    testing_routes: bool,
+}
+
+/// Client options of the commands that talk to a running server.
+#[derive(Args, Debug, Clone)]
+struct Client {
+    /// The admin listener's URL, e.g. http://127.0.0.1:9090
+    #[arg(long, value_name = "URL", global = true)]
+    admin: Option<String>,
+    /// Admin token (default: MARKETPLACE_ADMIN_TOKEN, else
+    /// <data-dir>/admin.token).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "MARKETPLACE_ADMIN_TOKEN",
+        hide_env_values = true,
+        global = true
+    )]
+    token: Option<String>,
+}
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match run(&args) {
+    let cli = Cli::parse();
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -40,206 +156,103 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn run(args: &[String]) -> Result<()> {
-    match args.first().map(String::as_str) {
-        Some("serve") => serve(&args[1..]),
-        Some("cash") => match args.get(1).map(String::as_str) {
-            Some("mint") => cash_mint(&args[2..]),
-            _ => bail!("usage: marketplace cash mint <AMOUNT> [--data-dir DIR | --admin URL]"),
-        },
-        Some("plugins") => plugins(&args[1..]),
-        Some("--version") | Some("-V") => {
-            println!("marketplace {}", crate::app::SERVICE_VERSION);
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Serve { settings } => serve(load_config(&settings)?),
+        Command::Cash {
+            command:
+                CashCommand::Mint {
+                    amount,
+                    client,
+                    settings,
+                },
+        } => cash_mint(&amount, &client, &settings),
+        Command::Plugins { command, client } => plugins(command, &client),
+        Command::Backup {
+            to,
+            client,
+            settings,
+        } => backup(&to, &client, &settings),
+        Command::Restore { file, data_dir } => {
+            crate::backup::restore(&file, &data_dir)?;
+            println!("restored into {}", data_dir.display());
             Ok(())
         }
-        Some("--help") | Some("-h") | Some("help") | None => {
-            print!("{USAGE}");
-            Ok(())
-        }
-        Some(other) => bail!("unknown command {other:?}\n\n{USAGE}"),
     }
 }
 
-/// Flags that take a value, and the setting each sets.
-const VALUE_FLAGS: &[(&str, &str)] = &[
-    ("--listen", "listen"),
-    ("--data-dir", "data_dir"),
-    ("--plugins", "plugins_dir"),
-    ("--admin-listen", "admin_listen"),
-];
-
-/// Setting overrides: (setting name, value).
-type Overrides = Vec<(String, String)>;
-
-/// Parse `--config FILE` and setting flags into (file, overrides).
-fn parse_settings(args: &[String], positional_ok: bool) -> Result<(Option<PathBuf>, Overrides)> {
-    let mut file = None;
-    let mut flags = Vec::new();
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let (name, inline) = match arg.split_once('=') {
-            Some((n, v)) => (n, Some(v.to_string())),
-            None => (arg.as_str(), None),
-        };
-        if name == "--admin" || name == "--token" {
-            // Client options of the admin commands, handled by `client_options`.
-            if inline.is_none() {
-                it.next();
-            }
-            continue;
-        }
-        if name == "--testing-routes" {
-            flags.push(("testing_routes".into(), "true".into()));
-            continue;
-        }
-        let mut value = || -> Result<String> {
-            match &inline {
-                Some(v) => Ok(v.clone()),
-                None => it
-                    .next()
-                    .cloned()
-                    .with_context(|| format!("{name} needs a value")),
-            }
-        };
-        if name == "--config" {
-            file = Some(PathBuf::from(value()?));
-        } else if let Some((_, key)) = VALUE_FLAGS.iter().find(|(f, _)| *f == name) {
-            flags.push((key.to_string(), value()?));
-        } else if positional_ok && !arg.starts_with("--") {
-            continue;
-        } else {
-            bail!("unknown option {arg:?}\n\n{USAGE}");
-        }
+impl Settings {
+    /// The flags given, as (setting, value) overrides.
+    fn overrides(&self) -> Vec<(String, String)> {
+        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        [
+            ("listen", self.listen.clone()),
+            ("data_dir", path(&self.data_dir)),
+            ("plugins_dir", path(&self.plugins_dir)),
+            ("admin_listen", self.admin_listen.clone()),
+            ("metrics_listen", self.metrics_listen.clone()),
+            ("log_format", self.log_format.clone()),
+            (
+                "testing_routes",
+                self.testing_routes.then(|| "true".to_string()),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+        .collect()
     }
-    Ok((file, flags))
 }
 
-/// Configuration from settings flags; `positional_ok` lets client commands
-/// keep their own positional arguments in `args`.
-fn load_config_with(args: &[String], positional_ok: bool) -> Result<Config> {
-    let (file, flags) = parse_settings(args, positional_ok)?;
+fn load_config(settings: &Settings) -> Result<Config> {
     let env: Vec<(String, String)> = std::env::vars()
         .filter(|(k, _)| k.starts_with("MARKETPLACE_"))
         .collect();
-    Config::load(file.as_deref(), &env, &flags)
+    Config::load(settings.config.as_deref(), &env, &settings.overrides())
 }
 
-fn load_config(args: &[String]) -> Result<Config> {
-    load_config_with(args, false)
+/// Logs on stderr: text (colours only on a terminal) or JSON lines.
+fn init_logging(config: &Config) {
+    use tracing_subscriber::EnvFilter;
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| config.log.clone());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::new(filter))
+        .with_writer(std::io::stderr);
+    let _ = if config.log_format == crate::config::LogFormat::Json {
+        builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init()
+    } else {
+        builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init()
+    };
 }
 
-fn init_logging(filter: &str) {
-    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| filter.to_string());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
-fn serve(args: &[String]) -> Result<()> {
-    let config = load_config(args)?;
-    init_logging(&config.log);
+fn serve(config: Config) -> Result<()> {
+    init_logging(&config);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(config.max_instances as usize + 16)
         .build()?;
-    rt.block_on(async move {
-        tracing::info!(
-            data_dir = %config.data_dir.display(),
-            plugins_dir = %config.plugins_dir.display(),
-            "starting marketplace {}",
-            crate::app::SERVICE_VERSION
-        );
-        let listen = config.listen;
-        let admin = match config.admin_listen {
-            Some(addr) => Some((
-                addr,
-                crate::server::admin::token(config.admin_token.as_deref(), &config.data_dir)?,
-            )),
-            None => None,
-        };
-        let watch = config.watch_plugins;
-        let app = tokio::task::spawn_blocking(move || App::start(config)).await??;
-        if watch {
-            crate::runtime::reload::spawn(app.runtime.clone())?;
-        }
-        if let Some((addr, token)) = admin {
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding admin listener {addr}"))?;
-            let admin_addr = listener.local_addr()?;
-            println!("marketplace admin listening on http://{admin_addr}");
-            tracing::info!("admin listener on http://{admin_addr}");
-            tokio::spawn(crate::server::admin::serve(app.clone(), listener, token));
-        }
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .with_context(|| format!("binding {listen}"))?;
-        let addr = listener.local_addr()?;
-        // One machine-readable line on stdout: tests and scripts wait for it.
-        println!("marketplace listening on http://{addr}");
-        std::io::stdout().flush()?;
-        tracing::info!("listening on http://{addr}");
-        crate::server::http::serve(app, listener, shutdown_signal()).await;
-        tracing::info!("stopped");
-        Ok(())
-    })
+    let code = rt.block_on(crate::server::run(config))?;
+    // Blocking tasks still running after the drain timeout are abandoned:
+    // their requests were not answered, and their writes never commit.
+    rt.shutdown_timeout(std::time::Duration::from_millis(100));
+    if code != 0 {
+        std::process::exit(code);
+    }
+    Ok(())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {},
-            _ = term.recv() => {},
-        }
+/// The admin token to present: --token / MARKETPLACE_ADMIN_TOKEN, else
+/// the data dir's `admin.token`.
+fn admin_token(client: &Client, settings: &Settings) -> Result<String> {
+    if let Some(t) = &client.token {
+        return Ok(t.clone());
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-}
-
-/// `--admin URL` and `--token T` of the admin client commands, and the
-/// remaining positional arguments.
-fn client_options(args: &[String]) -> (Option<String>, Option<String>, Vec<String>) {
-    let (mut admin, mut token, mut rest) = (None, None, Vec::new());
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.split_once('=') {
-            Some(("--admin", v)) => admin = Some(v.to_string()),
-            Some(("--token", v)) => token = Some(v.to_string()),
-            _ if a == "--admin" => admin = it.next().cloned(),
-            _ if a == "--token" => token = it.next().cloned(),
-            // Grants of `plugins load`: kept with their value.
-            _ if a == "--grants" || a == "--read" => {
-                rest.push(a.clone());
-                rest.extend(it.next().cloned());
-            }
-            _ if a.starts_with("--") => {
-                // A setting flag (e.g. --data-dir DIR): skip it and its value.
-                if !a.contains('=') && a != "--testing-routes" {
-                    it.next();
-                }
-            }
-            _ => rest.push(a.clone()),
-        }
-    }
-    (admin, token, rest)
-}
-
-fn admin_token(token: Option<String>, args: &[String]) -> Result<String> {
-    if let Some(t) = token.or_else(|| std::env::var("MARKETPLACE_ADMIN_TOKEN").ok()) {
-        return Ok(t);
-    }
-    let config = load_config_with(args, true)?;
+    let config = load_config(settings)?;
     let path = config.data_dir.join("admin.token");
     Ok(std::fs::read_to_string(&path)
         .with_context(|| format!("no --token given and {} is unreadable", path.display()))?
@@ -247,25 +260,20 @@ fn admin_token(token: Option<String>, args: &[String]) -> Result<String> {
         .to_string())
 }
 
-fn cash_mint(args: &[String]) -> Result<()> {
-    let (admin, token, rest) = client_options(args);
-    let [amount] = rest.as_slice() else {
-        bail!("usage: marketplace cash mint <AMOUNT> [--data-dir DIR | --admin URL]");
-    };
+fn cash_mint(amount: &str, client: &Client, settings: &Settings) -> Result<()> {
     let units =
         marketplace_common::amount::parse(amount).map_err(|e| anyhow::anyhow!("amount {e}"))?;
     anyhow::ensure!(units > 0, "amount must be positive");
-    if let Some(url) = admin {
-        let token = admin_token(token, args)?;
+    if let Some(url) = &client.admin {
+        let token = admin_token(client, settings)?;
         let body = serde_json::json!({"amount": amount}).to_string();
-        let (status, text) =
-            admin_request(&url, "POST", "/admin/cash/mint", &token, body.as_bytes())?;
+        let (status, text) = admin_request(url, "POST", "/admin/cash/mint", &token, body.into())?;
         anyhow::ensure!(status == 200, "admin answered {status}: {text}");
         let v: serde_json::Value = serde_json::from_str(&text)?;
         println!("{}", v["secret"].as_str().unwrap_or_default());
         return Ok(());
     }
-    let config = load_config_with(args, true)?;
+    let config = load_config(settings)?;
     let storage = crate::store::Storage::open(&config.db_path(), config.commit_settings())
         .context("opening the database (is the server running? then use --admin URL)")?;
     let ledger = crate::money::ledger::Ledger::open(&config.data_dir)?;
@@ -276,81 +284,152 @@ fn cash_mint(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-fn plugins(args: &[String]) -> Result<()> {
-    let (admin, token, rest) = client_options(args);
-    let url = admin.context("plugins commands talk to a running server: pass --admin URL")?;
-    let token = admin_token(token, args)?;
-    let (status, text) = match rest
-        .iter()
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        ["list"] => admin_request(&url, "GET", "/admin/plugins", &token, b"")?,
-        ["load", family, file, grants @ ..] => {
-            let bytes = std::fs::read(file).with_context(|| format!("reading {file}"))?;
-            // `--grants a,b` and `--read x,y` become the query of the PUT.
-            let mut query = Vec::new();
-            for pair in grants.chunks(2) {
-                match pair {
-                    ["--grants", v] => query.push(format!("grants={v}")),
-                    ["--read", v] => query.push(format!("read={v}")),
-                    _ => bail!("load takes --grants CAP,CAP and --read FAMILY,FAMILY"),
-                }
-            }
+fn plugins(command: PluginsCommand, client: &Client) -> Result<()> {
+    let url = client
+        .admin
+        .as_deref()
+        .context("plugins commands talk to a running server: pass --admin URL")?;
+    let token = admin_token(client, &Settings::default())?;
+    let (status, text) = match command {
+        PluginsCommand::List => admin_request(url, "GET", "/admin/plugins", &token, Vec::new())?,
+        PluginsCommand::Load {
+            family,
+            file,
+            grants,
+            read,
+        } => {
+            let bytes =
+                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            let query: Vec<String> = [("grants", grants), ("read", read)]
+                .into_iter()
+                .filter_map(|(k, v)| v.map(|v| format!("{k}={v}")))
+                .collect();
             let mut path = format!("/admin/plugins/{family}");
             if !query.is_empty() {
                 path = format!("{path}?{}", query.join("&"));
             }
-            admin_request(&url, "PUT", &path, &token, &bytes)?
+            admin_request(url, "PUT", &path, &token, bytes)?
         }
-        ["unmount", family] => admin_request(
-            &url,
+        PluginsCommand::Unmount { family } => admin_request(
+            url,
             "DELETE",
             &format!("/admin/plugins/{family}"),
             &token,
-            b"",
+            Vec::new(),
         )?,
-        _ => bail!(
-            "usage: marketplace plugins list | load <FAMILY> <FILE.wasm> [--grants CAP,..] [--read FAMILY,..] | unmount <FAMILY>  (all with --admin URL)"
-        ),
     };
     println!("{text}");
     anyhow::ensure!(status == 200, "admin answered {status}");
     Ok(())
 }
 
-/// A minimal HTTP/1.1 client for the admin listener (http://host:port).
+fn backup(to: &std::path::Path, client: &Client, settings: &Settings) -> Result<()> {
+    let written = match &client.admin {
+        Some(url) => {
+            let token = admin_token(client, settings)?;
+            crate::backup::write_atomically(to, |file| {
+                let mut resp = admin_call(url, "GET", "/admin/backup", &token, Vec::new())?;
+                let status = resp.status().as_u16();
+                if status != 200 {
+                    let text = resp.body_mut().read_to_string().unwrap_or_default();
+                    anyhow::bail!("admin answered {status}: {text}");
+                }
+                let mut reader = resp.into_body().into_reader();
+                Ok(std::io::copy(&mut reader, file)?)
+            })?
+        }
+        None => {
+            let config = load_config(settings)?;
+            crate::backup::offline(&config, to)?
+        }
+    };
+    println!("backup written to {} ({written} bytes)", to.display());
+    Ok(())
+}
+
+/// One request to the admin listener (http://host:port); the raw answer.
+fn admin_call(
+    url: &str,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: Vec<u8>,
+) -> Result<ureq::http::Response<ureq::Body>> {
+    anyhow::ensure!(
+        url.starts_with("http://"),
+        "admin URL must start with http://"
+    );
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let request = ureq::http::Request::builder()
+        .method(method)
+        .uri(format!("{}{path}", url.trim_end_matches('/')))
+        .header("authorization", format!("Bearer {token}"))
+        .body(body)?;
+    agent
+        .run(request)
+        .with_context(|| format!("asking the admin listener at {url}"))
+}
+
+/// One request to the admin listener; (status, body text).
 fn admin_request(
     url: &str,
     method: &str,
     path: &str,
     token: &str,
-    body: &[u8],
+    body: Vec<u8>,
 ) -> Result<(u16, String)> {
-    use std::io::Read;
-    let authority = url
-        .strip_prefix("http://")
-        .context("admin URL must start with http://")?
-        .trim_end_matches('/');
-    let mut stream = std::net::TcpStream::connect(authority)
-        .with_context(|| format!("connecting to {authority}"))?;
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nhost: {authority}\r\nauthorization: Bearer {token}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    )?;
-    stream.write_all(body)?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .context("malformed admin response")?;
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .context("malformed admin status line")?;
-    Ok((status, body.to_string()))
+    let mut resp = admin_call(url, method, path, token, body)?;
+    let status = resp.status().as_u16();
+    let text = resp
+        .body_mut()
+        .read_to_string()
+        .context("reading the admin answer")?;
+    Ok((status, text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn flags_become_settings() {
+        let cli = Cli::try_parse_from([
+            "marketplace",
+            "serve",
+            "--listen",
+            "127.0.0.1:1",
+            "--data-dir",
+            "d",
+            "--testing-routes",
+        ])
+        .unwrap();
+        let Command::Serve { settings } = cli.command else {
+            panic!("serve")
+        };
+        let o = settings.overrides();
+        assert!(o.contains(&("listen".into(), "127.0.0.1:1".into())));
+        assert!(o.contains(&("data_dir".into(), "d".into())));
+        assert!(o.contains(&("testing_routes".into(), "true".into())));
+        assert!(Cli::try_parse_from(["marketplace", "serve", "--nonsense"]).is_err());
+        assert!(Cli::try_parse_from(["marketplace", "restore", "f"]).is_err());
+        // Client options may come before or after the plugins subcommand.
+        for args in [
+            &["marketplace", "plugins", "list", "--admin", "http://a"][..],
+            &["marketplace", "plugins", "--admin", "http://a", "list"][..],
+        ] {
+            let Command::Plugins { client, .. } = Cli::try_parse_from(args).unwrap().command else {
+                panic!("plugins")
+            };
+            assert_eq!(client.admin.as_deref(), Some("http://a"));
+        }
+    }
 }

@@ -56,6 +56,26 @@ pub struct Config {
     pub watch_plugins: bool,
     /// Log filter (tracing-subscriber EnvFilter syntax), e.g. "info".
     pub log: String,
+    /// `text` (colours only on a terminal) or `json` (one object per line).
+    pub log_format: LogFormat,
+    /// Prometheus metrics listener (no token; `/metrics` is also on the
+    /// admin listener, with it); off when unset.
+    pub metrics_listen: Option<SocketAddr>,
+    /// On SIGTERM/SIGINT, how long requests in flight may take to finish.
+    pub drain_timeout_ms: u64,
+    /// Most client connections open at once; more wait in the backlog.
+    pub max_connections: u32,
+    /// A client must send a request's headers within this time.
+    pub header_timeout_ms: u64,
+    /// A client must send a request's whole body within this time (408).
+    pub body_timeout_ms: u64,
+    /// Most bytes one storage call of a plugin may return (a scan or
+    /// get-many over it is refused with `too-large`).
+    pub max_call_bytes: usize,
+    /// Most bytes of writes one request may hold before it commits.
+    pub max_request_write_bytes: usize,
+    /// How long a paid answer is kept for identical retries, in seconds.
+    pub replay_retention_s: u64,
     /// Let concurrent mutating requests share one durable commit.
     pub group_commit: bool,
     /// Longest a committed request waits, in microseconds, for a batch-mate
@@ -84,6 +104,17 @@ pub struct FamilyConfig {
     pub grants: Option<Vec<String>>,
     /// Other families' keyspaces it may read.
     pub read: Option<Vec<String>>,
+    /// Most requests of this family running at once (more wait).
+    pub max_concurrent: Option<u32>,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 /// A family the host serves, as configured.
@@ -92,6 +123,8 @@ pub struct FamilySpec {
     pub name: String,
     pub component: String,
     pub grants: crate::capabilities::Grants,
+    /// Most requests running at once (None: only the global pool bounds it).
+    pub max_concurrent: Option<u32>,
 }
 
 impl Default for Config {
@@ -112,6 +145,15 @@ impl Default for Config {
             testing_routes: false,
             watch_plugins: true,
             log: "info".into(),
+            log_format: LogFormat::Text,
+            metrics_listen: None,
+            drain_timeout_ms: 10_000,
+            max_connections: 1024,
+            header_timeout_ms: 10_000,
+            body_timeout_ms: 10_000,
+            max_call_bytes: 32 << 20,
+            max_request_write_bytes: 64 << 20,
+            replay_retention_s: 24 * 3600,
             group_commit: true,
             commit_window_us: 2000,
             commit_max_batch: 32,
@@ -166,7 +208,13 @@ impl Config {
                 continue;
             };
             let name = name.to_ascii_lowercase();
-            if name == "config" || name == "log_json" {
+            if name == "config" {
+                continue;
+            }
+            if name == "log_json" {
+                if matches!(value.as_str(), "1" | "true" | "yes") {
+                    table.insert("log_format".into(), toml::Value::String("json".into()));
+                }
                 continue;
             }
             if let Some(family) = name.strip_prefix("plugin_") {
@@ -174,14 +222,23 @@ impl Config {
                     .insert(family.to_string(), toml::Value::String(value.clone()));
                 continue;
             }
-            table.insert(name, scalar(value));
+            let value = scalar(&name, value);
+            table.insert(name, value);
         }
         for (key, value) in flags {
-            table.insert(key.replace('-', "_"), scalar(value));
+            let key = key.replace('-', "_");
+            let value = scalar(&key, value);
+            table.insert(key, value);
         }
-        let config: Config = toml::Value::Table(table)
-            .try_into()
-            .context("invalid configuration")?;
+        let config: Config =
+            toml::Value::Table(table)
+                .try_into()
+                .map_err(|e: toml::de::Error| {
+                    anyhow::anyhow!(
+                        "invalid configuration: {}",
+                        e.to_string().trim().replace('\n', " ")
+                    )
+                })?;
         config.validate()?;
         Ok(config)
     }
@@ -192,22 +249,57 @@ impl Config {
         {
             bail!("admin_listen must be a loopback address, got {addr}");
         }
-        if self.request_timeout_ms == 0 || self.request_timeout_ms > 60_000 {
-            bail!("request_timeout_ms must be 1..=60000");
+        let ranges: [(&str, u64, u64, u64); 13] = [
+            ("request_timeout_ms", self.request_timeout_ms, 1, 60_000),
+            ("plugin_memory_mib", self.plugin_memory_mib, 1, 4096),
+            ("max_instances", self.max_instances.into(), 1, 10_000),
+            ("commit_window_us", self.commit_window_us, 1, 1_000_000),
+            ("commit_max_batch", self.commit_max_batch, 1, 100_000),
+            ("max_body_bytes", self.max_body_bytes as u64, 1, 1 << 30),
+            ("drain_timeout_ms", self.drain_timeout_ms, 0, 600_000),
+            ("max_connections", self.max_connections.into(), 1, 1_000_000),
+            ("header_timeout_ms", self.header_timeout_ms, 100, 600_000),
+            ("body_timeout_ms", self.body_timeout_ms, 100, 3_600_000),
+            (
+                "max_call_bytes",
+                self.max_call_bytes as u64,
+                1 << 20,
+                1 << 32,
+            ),
+            (
+                "max_request_write_bytes",
+                self.max_request_write_bytes as u64,
+                1 << 20,
+                1 << 34,
+            ),
+            (
+                "replay_retention_s",
+                self.replay_retention_s,
+                60,
+                365 * 24 * 3600,
+            ),
+        ];
+        for (name, value, min, max) in ranges {
+            if !(min..=max).contains(&value) {
+                bail!("{name} must be {min}..={max}, got {value}");
+            }
         }
-        if self.plugin_memory_mib < 1 || self.plugin_memory_mib > 4096 {
-            bail!("plugin_memory_mib must be 1..=4096");
-        }
-        if self.max_instances == 0 || self.max_instances > 10_000 {
-            bail!("max_instances must be 1..=10000");
-        }
-        if self.commit_window_us == 0 || self.commit_window_us > 1_000_000 {
-            bail!("commit_window_us must be 1..=1000000");
-        }
-        if self.commit_max_batch == 0 || self.commit_max_batch > 100_000 {
-            bail!("commit_max_batch must be 1..=100000");
+        if let Some(token) = &self.admin_token
+            && token.len() < 32
+        {
+            bail!(
+                "admin_token must be at least 32 bytes (got {}); leave it unset to have one generated into <data_dir>/admin.token",
+                token.len()
+            );
         }
         let families = self.try_families()?;
+        for f in &families {
+            confined(&f.component)
+                .map_err(|e| anyhow::anyhow!("the component of family {}: {e}", f.name))?;
+            if f.max_concurrent == Some(0) {
+                bail!("[families.{}] max_concurrent must be at least 1", f.name);
+            }
+        }
         for family in self.plugins.keys() {
             if !families.iter().any(|f| &f.name == family) {
                 bail!("unknown plugin family {family:?} in [plugins]");
@@ -231,6 +323,7 @@ impl Config {
                 name: f.to_string(),
                 component: c.to_string(),
                 grants: capabilities::builtin(f),
+                max_concurrent: None,
             })
             .collect();
         for (name, fc) in &self.families {
@@ -249,12 +342,16 @@ impl Config {
                         name: name.clone(),
                         component: component.clone(),
                         grants: Grants::default(),
+                        max_concurrent: None,
                     });
                     out.len() - 1
                 }
             };
             if let Some(c) = &fc.component {
                 out[i].component = c.clone();
+            }
+            if fc.max_concurrent.is_some() {
+                out[i].max_concurrent = fc.max_concurrent;
             }
             if fc.grants.is_some() || fc.read.is_some() {
                 let caps = fc.grants.iter().flatten().map(String::as_str);
@@ -328,8 +425,44 @@ fn plugins_entry(table: &mut toml::Table) -> Result<&mut toml::Table> {
         .context("`plugins` must be a table")
 }
 
-/// An env/flag value: a TOML scalar when it parses as one, else a string.
-fn scalar(raw: &str) -> toml::Value {
+/// Settings that are strings whatever they look like (an all-digit token
+/// stays a string).
+const STRING_SETTINGS: &[&str] = &[
+    "listen",
+    "data_dir",
+    "plugins_dir",
+    "cache_dir",
+    "admin_listen",
+    "admin_token",
+    "arbiter_key",
+    "log",
+    "log_format",
+    "metrics_listen",
+];
+
+/// A component file name must stay inside the plugins directory: relative,
+/// no `..`, no empty or absolute parts.
+pub fn confined(component: &str) -> Result<()> {
+    let path = Path::new(component);
+    let ok = !component.is_empty()
+        && !component.contains('\\')
+        && path
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+    if !ok {
+        bail!(
+            "{component:?} must be a file name relative to plugins_dir (no absolute path, no `..`)"
+        );
+    }
+    Ok(())
+}
+
+/// An env/flag value: a string for [`STRING_SETTINGS`]; else a TOML scalar
+/// when it parses as one, else a string.
+fn scalar(name: &str, raw: &str) -> toml::Value {
+    if STRING_SETTINGS.contains(&name) {
+        return toml::Value::String(raw.to_string());
+    }
     if let Ok(v) = raw.parse::<i64>() {
         return toml::Value::Integer(v);
     }
@@ -387,6 +520,33 @@ mod tests {
         assert!(Config::load(None, &[], &s(&[("admin_listen", "0.0.0.0:9")])).is_err());
         assert!(Config::load(None, &[], &s(&[("nonsense", "1")])).is_err());
         assert!(Config::load(None, &s(&[("MARKETPLACE_PLUGIN_NOPE", "x.wasm")]), &[]).is_err());
+        let err =
+            |env: &[(&str, &str)]| format!("{:#}", Config::load(None, &s(env), &[]).unwrap_err());
+        assert!(err(&[("MARKETPLACE_MAX_BODY_BYTES", "0")]).contains("max_body_bytes"));
+        assert!(err(&[("MARKETPLACE_ADMIN_TOKEN", "short")]).contains("admin_token"));
+        assert!(err(&[("MARKETPLACE_PLUGIN_FEES", "../x.wasm")]).contains("fees"));
+        assert!(err(&[("MARKETPLACE_PLUGIN_FEES", "/etc/x.wasm")]).contains("fees"));
+        assert!(err(&[("MARKETPLACE_LOG_FORMAT", "xml")]).contains("log_format"));
+        assert!(err(&[("MARKETPLACE_MAX_CONNECTIONS", "many")]).contains("max_connections"));
+    }
+
+    #[test]
+    fn tokens_are_strings_and_json_logs_are_a_switch() {
+        let digits = "1".repeat(40);
+        let c = Config::load(
+            None,
+            &s(&[
+                ("MARKETPLACE_ADMIN_TOKEN", &digits),
+                ("MARKETPLACE_LOG_JSON", "1"),
+            ]),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.admin_token.as_deref(), Some(digits.as_str()));
+        assert_eq!(c.log_format, LogFormat::Json);
+        let c = Config::load(None, &[], &s(&[("plugins_dir", "123")])).unwrap();
+        assert_eq!(c.plugins_dir, PathBuf::from("123"));
+        confined("families/notes.wasm").unwrap();
     }
 
     #[test]

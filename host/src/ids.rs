@@ -48,7 +48,14 @@ pub fn rfc3339(t: SystemTime) -> String {
     )
 }
 
-/// Lower-case hex.
+/// Seconds since the Unix epoch, now.
+pub fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     bytes

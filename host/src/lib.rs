@@ -17,15 +17,22 @@
 //!   the layers above (the runtime never sees [`App`]).
 //! - [`capabilities`], [`config`], [`ids`], [`reply`]: grants, settings,
 //!   ids, hex, time; the reply type.
+//! - [`metrics`]: the process's Prometheus metrics (every layer counts);
+//!   [`backup`]: snapshots of a data dir and their restore; [`retention`]:
+//!   the sweeper of used-signature and replay records.
+//! - [`cli`]: the command line, over [`server::run`].
 
 pub mod app;
 pub mod auth;
+pub mod backup;
 pub mod capabilities;
 pub mod cli;
 pub mod config;
 pub mod ids;
+pub mod metrics;
 pub mod money;
 pub mod reply;
+pub mod retention;
 pub mod runtime;
 pub mod server;
 pub mod state;

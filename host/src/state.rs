@@ -32,7 +32,8 @@ impl State {
     /// Make the data dir private, open the database and the ledger key.
     pub fn open(config: Config) -> Result<Arc<State>> {
         private_dir(&config.data_dir)?;
-        let storage = Storage::open(&config.db_path(), config.commit_settings())?;
+        let mut storage = Storage::open(&config.db_path(), config.commit_settings())?;
+        storage.set_write_budget(config.max_request_write_bytes);
         private_file(&config.db_path())?;
         let ledger = Ledger::open(&config.data_dir)?;
         crate::money::upgrade::run(&storage, &ledger).context("upgrading the database")?;

@@ -178,10 +178,14 @@ pub fn start_app_with(
 pub async fn serve(app: Arc<App>) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    // Never stopped: the sender lives as long as the process.
+    let (stop, never) = tokio::sync::watch::channel(false);
+    std::mem::forget(stop);
     tokio::spawn(marketplace::server::http::serve(
         app,
         listener,
-        std::future::pending(),
+        never,
+        std::time::Duration::from_secs(1),
     ));
     addr
 }
@@ -244,6 +248,7 @@ pub fn paid_call(
     let pay = marketplace::money::payments::PaymentHeaders {
         cash: Some(secret.to_string()),
         bitcoin: None,
+        ..Default::default()
     };
     let write = app.runtime.served().table.writes(&req.method, &req.route);
     let reply = app.runtime.handle(family, req, pay, write);

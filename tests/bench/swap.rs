@@ -38,7 +38,7 @@ fn main() {
     }
     let data = tempfile::tempdir().unwrap();
     let app = support::start_app(data.path(), plugins.path(), false);
-    marketplace::runtime::reload::spawn(app.runtime.clone()).unwrap();
+    marketplace::runtime::reload::spawn(app.runtime.clone(), Default::default()).unwrap();
     let target = plugins.path().join("fees_bid_inclusive.wasm");
     let versions = [
         built.join("fees_pickup_paid.wasm"),
@@ -79,7 +79,7 @@ fn main() {
         let mut times = swapper.await.unwrap();
         times.sort();
         println!(
-            "{swaps} swaps of the fee component through the watched directory (poll {:?})",
+            "{swaps} swaps of the fee component through the watched directory (notifications; fallback poll {:?})",
             marketplace::runtime::reload::POLL
         );
         println!(

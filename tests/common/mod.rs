@@ -1,16 +1,17 @@
 //! Black-box test harness: starts the real `marketplace` binary with the real
 //! built plugins on a free port and a temporary data dir, and talks HTTP/1.1
-//! to it over plain TCP.
+//! to it with `ureq` (and, for the tests that write raw bytes, over plain
+//! TCP).
 #![allow(dead_code)]
 
 pub mod deal;
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{LazyLock, mpsc};
 use std::time::Duration;
 
 /// Directory of the built plugin components (`cargo xtask build-plugins`).
@@ -31,7 +32,7 @@ pub fn plugins_dir() -> PathBuf {
 }
 
 /// Admin token every test server gets.
-pub const ADMIN_TOKEN: &str = "test-admin-token";
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef";
 
 /// Unix seconds now.
 pub fn now_s() -> u64 {
@@ -72,6 +73,8 @@ pub fn hex(b: &[u8]) -> String {
 pub struct Server {
     pub addr: SocketAddr,
     pub admin: SocketAddr,
+    /// The `metrics_listen` listener, when the server was given one.
+    pub metrics: Option<SocketAddr>,
     child: Child,
     pub data_dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
@@ -149,21 +152,25 @@ impl Server {
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
-            let mut admin = None;
+            let (mut admin, mut metrics) = (None, None);
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 if let Some(addr) = line.strip_prefix("marketplace admin listening on http://") {
                     admin = Some(addr.parse::<SocketAddr>().unwrap());
                 }
+                if let Some(addr) = line.strip_prefix("marketplace metrics listening on http://") {
+                    metrics = Some(addr.parse::<SocketAddr>().unwrap());
+                }
                 if let Some(addr) = line.strip_prefix("marketplace listening on http://") {
                     let _ = tx.send((
                         addr.parse::<SocketAddr>().unwrap(),
                         admin.expect("admin line first"),
+                        metrics,
                     ));
                 }
             }
         });
-        let (addr, admin) = match rx.recv_timeout(Duration::from_secs(120)) {
+        let (addr, admin, metrics) = match rx.recv_timeout(Duration::from_secs(120)) {
             Ok(a) => a,
             Err(_) => {
                 let _ = child.kill();
@@ -176,6 +183,7 @@ impl Server {
         Server {
             addr,
             admin,
+            metrics,
             child,
             data_dir,
             _tmp: tmp,
@@ -307,6 +315,36 @@ impl Server {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Send a signal by name (`TERM`, `INT`, `KILL`) with kill(1).
+    pub fn signal(&self, name: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill")
+            .success();
+        assert!(ok, "kill -{name} failed");
+    }
+
+    /// Wait up to `timeout` for the process to exit; its status, if it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let until = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return Some(status);
+            }
+            if std::time::Instant::now() >= until {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 impl Drop for Server {
@@ -361,6 +399,28 @@ pub fn request(
         .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
 }
 
+/// The tests' HTTP client: any status is a response (not an error), no
+/// redirect is followed, any method may carry a body, and every request
+/// has a connection of its own.
+static CLIENT: LazyLock<ureq::Agent> = LazyLock::new(|| {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .allow_non_standard_methods(true)
+        .max_idle_connections(0)
+        .max_idle_connections_per_host(0)
+        .timeout_connect(Some(Duration::from_secs(30)))
+        .timeout_recv_response(Some(Duration::from_secs(30)))
+        .timeout_recv_body(Some(Duration::from_secs(30)))
+        .build()
+        .new_agent()
+});
+
+/// A body at least this large is sent with `expect: 100-continue` (as curl
+/// does), so a response the server gives before reading it (413) arrives
+/// instead of a broken pipe.
+const EXPECT_CONTINUE_FROM: usize = 1 << 20;
+
 /// One HTTP/1.1 request; an error when the connection fails or closes
 /// before a whole response (as when the server is killed).
 pub fn try_request(
@@ -370,29 +430,51 @@ pub fn try_request(
     headers: &[(&str, &str)],
     body: Option<&[u8]>,
 ) -> std::io::Result<Resp> {
-    let mut stream = TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let mut head = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
+    use std::io::Error;
+    let mut req = ureq::http::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"));
     for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
+        req = req.header(*k, *v);
     }
-    if let Some(b) = body
-        && !headers
-            .iter()
-            .any(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-    {
-        head.push_str(&format!("content-length: {}\r\n", b.len()));
+    if body.is_some_and(|b| b.len() >= EXPECT_CONTINUE_FROM) {
+        req = req.header("expect", "100-continue");
     }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes())?;
-    if let Some(b) = body {
-        // The server may answer (413) and close before reading it all.
-        let _ = stream.write_all(b);
-    }
-    try_read_response(&mut stream)
+    let sent = match body {
+        Some(b) => req.body(b).map(|r| CLIENT.run(r)),
+        None => req.body(()).map(|r| CLIENT.run(r)),
+    };
+    let mut response = sent.map_err(Error::other)?.map_err(|e| match e {
+        ureq::Error::Io(e) => e,
+        e => Error::other(e),
+    })?;
+    let status = response.status().as_u16();
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            let v = String::from_utf8_lossy(v.as_bytes()).trim().to_string();
+            (k.as_str().to_string(), v)
+        })
+        .collect();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(u64::MAX)
+        .read_to_vec()
+        .map_err(|e| match e {
+            ureq::Error::Io(e) => e,
+            e => Error::other(e),
+        })?;
+    Ok(Resp {
+        status,
+        headers,
+        body,
+    })
 }
 
-/// Read one response (connection: close, or content-length framed).
+/// Read one response (connection: close, or content-length framed) from a
+/// stream the test wrote a raw request to.
 pub fn read_response(stream: &mut TcpStream) -> Resp {
     try_read_response(stream).unwrap_or_else(|e| panic!("reading a response: {e}"))
 }

@@ -26,11 +26,18 @@ use std::path::Path;
 const OUTPUTS: &str = "cash:outputs";
 /// total name -> u64 BE.
 const TOTALS: &str = "cash:totals";
-/// replay key -> stored reply.
-const REPLAYS: &str = "cash:replays";
+/// replay key -> stored reply (with the milliseconds it was recorded at,
+/// except in records of older versions).
+pub const REPLAYS: &str = "cash:replays";
+/// The same records by time, for retention (`crate::retention`): u64 BE
+/// milliseconds of recording, then the replay key -> empty.
+pub const REPLAYS_BY_TIME: &str = "cash:replays-by-time";
 
 /// Most inputs or outputs of one replace.
 pub const MAX_REPLACE: usize = 100;
+/// Most entries of one health check (webcash wallets recover by checking
+/// their secrets in batches).
+pub const MAX_HEALTH_CHECK: usize = 10_000;
 
 /// Totals for the conservation invariant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -292,12 +299,19 @@ impl Ledger {
         Ok(())
     }
 
-    /// Webcash `health_check`: state of each public string.
-    pub fn health_check(&self, kv: &impl Kv, publics: &[String]) -> Result<Value, String> {
-        if publics.len() > MAX_REPLACE {
-            return Err(format!("at most {MAX_REPLACE} entries"));
+    /// Webcash `health_check`: state of each public string, in the order
+    /// of the request (a repeated entry at its first place): wallets
+    /// recover their key depth from the last entries.
+    pub fn health_check(
+        &self,
+        kv: &impl Kv,
+        publics: &[String],
+    ) -> Result<Vec<(String, Value)>, String> {
+        if publics.len() > MAX_HEALTH_CHECK {
+            return Err(format!("at most {MAX_HEALTH_CHECK} entries"));
         }
-        let mut results = serde_json::Map::new();
+        let mut results: Vec<(String, Value)> = Vec::with_capacity(publics.len());
+        let mut seen = HashSet::new();
         for p in publics {
             let parsed = secret::parse(p).map_err(|m| format!("{p:.24}: {m}"))?;
             let public = match parsed.kind {
@@ -309,15 +323,18 @@ impl Ledger {
                 .map_err(|e| e.to_string())?
                 .map(|v| decode(&v));
             let key = secret::public_string(parsed.amount, &public);
-            results.insert(
+            if !seen.insert(key.clone()) {
+                continue;
+            }
+            results.push((
                 key,
                 match state {
                     Some(o) => json!({"spent": o.spent, "amount": amount::format(o.amount)}),
                     None => json!({"spent": null, "amount": null}),
                 },
-            );
+            ));
         }
-        Ok(json!({"status": "success", "results": results}))
+        Ok(results)
     }
 
     /// The stored response of an identical earlier paid request, its
@@ -348,12 +365,15 @@ impl Ledger {
 
     /// Record the response of a paid request for identical retries: each
     /// secret in `issued` (as `(secret, derivation)`) is replaced by a mark
-    /// and kept only as its derivation.
-    pub fn record_replay(
+    /// and kept only as its derivation. Recorded at `now_ms` (host clock):
+    /// the record carries its time and is listed in `cash:replays-by-time`,
+    /// so retention finds it once it is older than the retry horizon.
+    pub fn record_replay_at(
         txn: &WriteTxn,
         key: &[u8; 32],
         reply: &crate::reply::Reply,
         issued: &[(String, Derivation)],
+        now_ms: u64,
     ) -> Result<()> {
         let mut raw = [0u8; 12];
         crate::ids::fill_random(&mut raw);
@@ -370,8 +390,10 @@ impl Ledger {
             reply: kept,
             nonce,
             issued: issued.iter().map(|(_, d)| d.clone()).collect(),
+            at_ms: Some(now_ms),
         };
         txn.put_in(REPLAYS, key, &encode_reply(&stored))?;
+        txn.put_in(REPLAYS_BY_TIME, &crate::store::time_key(now_ms, key), b"")?;
         Ok(())
     }
 
@@ -418,6 +440,8 @@ struct StoredReply {
     reply: crate::reply::Reply,
     nonce: String,
     issued: Vec<Derivation>,
+    /// When it was recorded (host clock, ms); None in older records.
+    at_ms: Option<u64>,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -425,6 +449,24 @@ struct StoredMeta {
     headers: Vec<(String, String)>,
     nonce: String,
     issued: Vec<Derivation>,
+    /// Absent in records written before retention existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    at_ms: Option<u64>,
+}
+
+/// When a stored replay record was recorded (ms), from its metadata alone;
+/// None for a record of an older version (no time) or one that does not
+/// decode.
+pub fn replay_recorded_ms(record: &[u8]) -> Option<u64> {
+    #[derive(serde::Deserialize)]
+    struct Time {
+        #[serde(default)]
+        at_ms: Option<u64>,
+    }
+    let mlen = u32::from_be_bytes(record.get(2..6)?.try_into().ok()?) as usize;
+    serde_json::from_slice::<Time>(record.get(6..6usize.checked_add(mlen)?)?)
+        .ok()?
+        .at_ms
 }
 
 fn placeholder(nonce: &str, i: usize) -> String {
@@ -454,6 +496,7 @@ fn encode_reply(r: &StoredReply) -> Vec<u8> {
         headers: r.reply.headers.clone(),
         nonce: r.nonce.clone(),
         issued: r.issued.clone(),
+        at_ms: r.at_ms,
     })
     .unwrap_or_default();
     let mut out = Vec::with_capacity(6 + meta.len() + r.reply.body.len());
@@ -476,6 +519,7 @@ fn decode_reply(b: &[u8]) -> Option<StoredReply> {
         },
         nonce: meta.nonce,
         issued: meta.issued,
+        at_ms: meta.at_ms,
     })
 }
 
@@ -624,7 +668,7 @@ mod tests {
             body: format!("{{\"payment\":{{\"change\":\"{change}\"}}}}").into_bytes(),
         };
         let key = [9u8; 32];
-        Ledger::record_replay(&txn, &key, &r, &[(change.clone(), d)]).unwrap();
+        Ledger::record_replay_at(&txn, &key, &r, &[(change.clone(), d)], 1_000).unwrap();
         let raw = txn.get_in(REPLAYS, &key).unwrap().unwrap();
         let hexpart = &change[change.len() - 64..];
         assert!(!String::from_utf8_lossy(&raw).contains(hexpart));

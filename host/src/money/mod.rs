@@ -5,3 +5,4 @@ pub mod escrow;
 pub mod ledger;
 pub mod payments;
 pub mod upgrade;
+pub mod x402;

@@ -32,6 +32,9 @@ pub struct PaymentHeaders {
     pub cash: Option<String>,
     /// `X-Bitcoin-Secret`.
     pub bitcoin: Option<String>,
+    /// What an x402 `PAYMENT-SIGNATURE` header said (its secret is in
+    /// `cash`): a refusal, the payment identifier.
+    pub x402: crate::money::x402::Signature,
 }
 
 /// What a successful charge took.
@@ -49,6 +52,10 @@ pub struct Charge {
 
 /// A 402 with the protocol's body.
 pub fn refusal(code: &str, message: impl Into<String>, action: &str, price: u64) -> Reply {
+    crate::metrics::metrics()
+        .payments_refused
+        .get_or_create(&crate::metrics::CodeLabels { code: code.into() })
+        .inc();
     let price = amount::format(price);
     Reply::json(
         402,
@@ -61,7 +68,7 @@ pub fn refusal(code: &str, message: impl Into<String>, action: &str, price: u64)
                 "price": price,
                 "currency": "webcash",
                 "header": CASH_HEADERS[0],
-                "supported_headers": [CASH_HEADERS[0], CASH_HEADERS[1], BITCOIN_HEADER],
+                "supported_headers": [CASH_HEADERS[0], CASH_HEADERS[1], BITCOIN_HEADER, "PAYMENT-SIGNATURE"],
                 "format": "e<amount>:secret:<hex>",
                 "allowed_rails": ["webcash"],
                 "fee_schedule_url": "/api/fees",
@@ -89,6 +96,14 @@ pub fn charge(
         });
     }
     let shown = amount::format(price);
+    if let Some(why) = &headers.x402.invalid {
+        return Err(refusal(
+            "payment_invalid",
+            format!("the PAYMENT-SIGNATURE header {why}"),
+            action,
+            price,
+        ));
+    }
     let Some(secret) = &headers.cash else {
         if headers.bitcoin.is_some() {
             return Err(refusal(
@@ -102,7 +117,9 @@ pub fn charge(
         }
         return Err(refusal(
             "payment_required",
-            format!("{action} costs {shown} webcash: retry with the X-Cash-Secret header"),
+            format!(
+                "{action} costs {shown} webcash: retry with the X-Cash-Secret header (or x402's PAYMENT-SIGNATURE)"
+            ),
             action,
             price,
         ));

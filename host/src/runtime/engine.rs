@@ -21,7 +21,7 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{
     Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap, UpdateDeadline,
@@ -173,8 +173,20 @@ fn prune_cache(dir: &Path, now: SystemTime) -> usize {
     removed
 }
 
+/// The kind of a plugin fault, as metrics count it.
+fn fault_kind(err: &wasmtime::Error, memory_hit: bool) -> &'static str {
+    if matches!(err.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
+        "timeout"
+    } else if memory_hit {
+        "memory"
+    } else {
+        "trap"
+    }
+}
+
 /// What went wrong in a plugin call, mapped to the protocol's answers.
 fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool) -> Reply {
+    crate::metrics::metrics().fault(family, fault_kind(err, memory_hit));
     if matches!(err.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
         tracing::warn!(family, "plugin exceeded its time limit");
         Reply::error(
@@ -282,8 +294,33 @@ impl Runtime {
     }
 
     /// Register the configured families and load each one that is present.
+    /// Components not in the compile cache are compiled in parallel first;
+    /// each family's load time is logged.
     pub fn load_configured(&self, families: &[crate::config::FamilySpec]) {
-        for spec in families {
+        let started = Instant::now();
+        let components: Vec<_> = families
+            .iter()
+            .map(|spec| {
+                let path = self.plugins_dir.join(&spec.component);
+                (
+                    spec,
+                    std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display())),
+                )
+            })
+            .collect();
+        std::thread::scope(|scope| {
+            for (spec, bytes) in &components {
+                if let Ok(bytes) = bytes {
+                    scope.spawn(move || {
+                        let t = Instant::now();
+                        if self.precompile(bytes) {
+                            tracing::debug!(family = %spec.name, millis = t.elapsed().as_millis() as u64, "compiled (or found in the cache)");
+                        }
+                    });
+                }
+            }
+        });
+        for (spec, bytes) in components {
             self.slots.write().expect("slots lock").insert(
                 spec.name.clone(),
                 Slot {
@@ -293,15 +330,19 @@ impl Runtime {
                     error: None,
                 },
             );
-            let path = self.plugins_dir.join(&spec.component);
-            match std::fs::read(&path) {
+            match bytes {
                 Ok(bytes) => {
-                    if let Err(e) = self.swap(&spec.name, &spec.component, &bytes, None) {
-                        tracing::error!(family = %spec.name, component = %spec.component, "plugin refused: {e:#}");
+                    let t = Instant::now();
+                    match self.swap(&spec.name, &spec.component, &bytes, None) {
+                        Ok(_) => {
+                            tracing::info!(family = %spec.name, millis = t.elapsed().as_millis() as u64, "family ready")
+                        }
+                        Err(e) => {
+                            tracing::error!(family = %spec.name, component = %spec.component, "plugin refused: {e:#}")
+                        }
                     }
                 }
-                Err(e) => {
-                    let msg = format!("{}: {e}", path.display());
+                Err(msg) => {
                     tracing::warn!(family = %spec.name, "plugin not loaded: {msg}");
                     if let Some(slot) = self.slots.write().expect("slots lock").get_mut(&spec.name)
                     {
@@ -310,6 +351,11 @@ impl Runtime {
                 }
             }
         }
+        tracing::info!(
+            families = families.len(),
+            millis = started.elapsed().as_millis() as u64,
+            "families loaded"
+        );
     }
 
     /// Validate a component for `family` (compile, check its imports
@@ -717,7 +763,7 @@ impl Runtime {
         self: &Arc<Self>,
         family: &str,
         req: wit::Request,
-        payment: PaymentHeaders,
+        mut payment: PaymentHeaders,
         write: bool,
     ) -> Reply {
         let Some(plugin) = self.plugin(family) else {
@@ -730,6 +776,22 @@ impl Runtime {
         let Kind::Endpoint(pre) = &plugin.kind else {
             return Reply::error(500, "internal", "internal error");
         };
+        // A payment identifier (x402) seen before: the stored answer of the
+        // same request, or 409 idempotency_conflict for another one.
+        if write
+            && let Some(kept) = self.state.storage.begin_read().ok().and_then(|txn| {
+                crate::money::x402::lookup(
+                    &self.state.ledger,
+                    &txn,
+                    &mut payment,
+                    &req.method,
+                    &req.path,
+                    &req.body,
+                )
+            })
+        {
+            return kept;
+        }
         // An identical retry of a paid request gets the stored answer.
         let replay_key = match (&payment.cash, write) {
             (Some(secret), true) => marketplace_common::secret::parse(secret).ok().map(|s| {
@@ -747,7 +809,7 @@ impl Runtime {
                 .and_then(|txn| self.state.ledger.replay(&txn, key))
         {
             tracing::info!(family, "identical paid retry: stored response replayed");
-            return stored;
+            return crate::money::x402::sent(stored);
         }
         let ctx = Ctx::new(
             self.clone(),
@@ -759,14 +821,22 @@ impl Runtime {
             self.limits.memory_bytes,
         );
         let mut store = self.store(ctx);
-        let result = pre
-            .instantiate(&mut store)
-            .and_then(|b| b.marketplace_plugin_handler().call_handle(&mut store, &req));
+        let started = Instant::now();
+        let instance = pre.instantiate(&mut store);
+        let instantiated = Instant::now();
+        let result =
+            instance.and_then(|b| b.marketplace_plugin_handler().call_handle(&mut store, &req));
+        crate::metrics::metrics().plugin_call(
+            family,
+            instantiated - started,
+            instantiated.elapsed(),
+        );
         let mut ctx = store.into_data();
-        match result {
+        let mut reply = match result {
             Ok(resp) => ctx.finish(resp),
             Err(e) => match ctx.take_on_fault() {
                 Some(chosen) => {
+                    crate::metrics::metrics().fault(family, fault_kind(&e, ctx.memory_hit()));
                     let cause = if ctx.memory_hit() {
                         "memory cap"
                     } else {
@@ -781,7 +851,10 @@ impl Runtime {
                 }
                 None => fault_reply(family, &e, ctx.memory_hit()),
             },
-        }
+        };
+        // Every 402 also speaks x402 (`PAYMENT-REQUIRED`).
+        crate::money::x402::add_required(&mut reply, &req.path, &req.headers);
+        reply
     }
 
     /// Call the active fee policy: `f` gets the instance bindings.

@@ -1,7 +1,8 @@
 //! The routes the host serves itself: the fee schedule (from the active
-//! fee-policy component plus the host's rails) and the webcash-compatible
-//! cash ledger. They sit in the same route table as the families' routes
-//! and are reached the same way, over HTTP or by in-process dispatch.
+//! fee-policy component plus the host's rails), the webcash-compatible
+//! cash ledger and its terms of service. They sit in the same route table
+//! as the families' routes and are reached the same way, over HTTP or by
+//! in-process dispatch.
 
 use crate::reply::Reply;
 use crate::runtime::Runtime;
@@ -18,7 +19,27 @@ const HOST_ROUTES: &[(&str, &str, &str, bool)] = &[
     // `{base}/api/v1/health_check` (the alias folds `/api/v1` to `/api`).
     ("POST", "/api/replace", "cash_replace", true),
     ("POST", "/api/health_check", "cash_health_check", true),
+    // The terms a wallet's `legalese.terms` accepts, as the public webcash
+    // server serves them.
+    ("GET", "/terms", "terms", false),
+    ("GET", "/terms/text", "terms", false),
 ];
+
+/// The terms served when the operator sets none (`[settings.cash] terms`).
+pub const DEFAULT_TERMS: &str = "Terms of service of this marketplace's cash ledger
+
+1. Cash on this service is webcash-compatible bearer cash: whoever holds a
+   secret (e<amount>:secret:<hex>) can spend it. Keep secrets private; a
+   lost or leaked secret cannot be recovered, frozen or reversed.
+2. Amounts are accounted by this service's own ledger. They are redeemable
+   only as this service's operator states.
+3. Paid actions are priced by the fee schedule (/api/fees); a payment worth
+   more than the price is spent whole and the change is returned as a new
+   secret. Payments are final once the action succeeds.
+4. The service is provided as is, without warranty of any kind.
+
+Sending `legalese: {\"terms\": true}` to /api/v1/replace accepts these terms.
+";
 
 /// The test-only native route (benchmark baseline).
 const TESTING_ROUTES: &[(&str, &str, &str, bool)] =
@@ -49,6 +70,7 @@ pub fn handle(rt: &Arc<Runtime>, name: &str, body: &[u8]) -> Reply {
         },
         "cash_replace" => cash_replace(rt, body),
         "cash_health_check" => cash_health_check(rt, body),
+        "terms" => terms(rt),
         // The benchmark baseline: the same JSON as the trivial plugin route.
         "native_ok" => Reply::json(200, &json!({"ok": true})),
         _ => Reply::error(404, "not_found", format!("no handler {name}")),
@@ -103,12 +125,38 @@ fn string_list(v: Option<&serde_json::Value>, field: &str) -> Result<Vec<String>
     }
 }
 
-/// `POST /api/cash/replace` (webcash semantics, atomic).
+/// `GET /terms`, `GET /terms/text`: the operator's terms
+/// (`[settings.cash] terms`), as text.
+fn terms(rt: &Arc<Runtime>) -> Reply {
+    let text = rt
+        .config
+        .family_settings("cash")
+        .remove("terms")
+        .filter(|t| !t.trim().is_empty())
+        .unwrap_or_else(|| DEFAULT_TERMS.to_string());
+    Reply {
+        status: 200,
+        headers: vec![("content-type".into(), "text/plain; charset=utf-8".into())],
+        body: text.into_bytes(),
+    }
+}
+
+/// `POST /api/cash/replace` (webcash semantics, atomic). As the public
+/// webcash server: `legalese`, when sent, must accept the terms; a replace
+/// of nothing for nothing succeeds.
 fn cash_replace(rt: &Arc<Runtime>, body: &[u8]) -> Reply {
     let doc: serde_json::Value = match serde_json::from_slice(body) {
         Ok(v) => v,
         Err(e) => return bad_request("body", format!("invalid JSON: {e}")),
     };
+    if let Some(legalese) = doc.get("legalese")
+        && legalese.get("terms") != Some(&serde_json::Value::Bool(true))
+    {
+        return bad_request(
+            "legalese",
+            "terms must be true: accept the terms of service (GET /terms)",
+        );
+    }
     let inputs = match string_list(doc.get("webcashes"), "webcashes") {
         Ok(v) => v,
         Err(r) => return r,
@@ -117,6 +165,9 @@ fn cash_replace(rt: &Arc<Runtime>, body: &[u8]) -> Reply {
         Ok(v) => v,
         Err(r) => return r,
     };
+    if inputs.is_empty() && outputs.is_empty() {
+        return Reply::json(200, &json!({"status": "success"}));
+    }
     let txn = match rt.storage.begin_write() {
         Ok(t) => t,
         Err(e) => {
@@ -136,7 +187,9 @@ fn cash_replace(rt: &Arc<Runtime>, body: &[u8]) -> Reply {
     }
 }
 
-/// `POST /api/cash/health_check`: `[public strings]` -> states.
+/// `POST /api/cash/health_check`: `[public strings]` -> states, the
+/// `results` members in the order of the request (written out by hand:
+/// serde_json's maps are sorted).
 fn cash_health_check(rt: &Arc<Runtime>, body: &[u8]) -> Reply {
     let list: Vec<String> = match serde_json::from_slice::<serde_json::Value>(body) {
         Ok(v) => match string_list(Some(&v), "body") {
@@ -151,7 +204,23 @@ fn cash_health_check(rt: &Arc<Runtime>, body: &[u8]) -> Reply {
     });
     match result {
         Ok(txn) => match rt.ledger.health_check(&txn, &list) {
-            Ok(doc) => Reply::json(200, &doc),
+            Ok(results) => {
+                let mut text = String::from(r#"{"results":{"#);
+                for (i, (public, state)) in results.iter().enumerate() {
+                    if i > 0 {
+                        text.push(',');
+                    }
+                    text.push_str(&serde_json::Value::from(public.as_str()).to_string());
+                    text.push(':');
+                    text.push_str(&state.to_string());
+                }
+                text.push_str(r#"},"status":"success"}"#);
+                Reply {
+                    status: 200,
+                    headers: vec![],
+                    body: text.into_bytes(),
+                }
+            }
             Err(problem) => bad_request("body", problem),
         },
         Err(r) => r,

@@ -1,4 +1,5 @@
-//! Hot reload: the plugins directory is polled; a changed component file of
+//! Hot reload: the plugins directory is watched (filesystem notifications,
+//! and a slow poll as a fallback); a changed component file of
 //! a configured family is validated and swapped in (the same path as the
 //! admin upload: compile, link, type-check the world, smoke-call, then
 //! swap). Requests in flight finish on the instance they started with; a
@@ -13,10 +14,11 @@ use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-/// How often the directory is looked at.
-pub const POLL: Duration = Duration::from_millis(100);
+/// How often the directory is looked at when no notification came.
+pub const POLL: Duration = Duration::from_secs(1);
 
 type Stamp = (Option<SystemTime>, u64);
 
@@ -41,7 +43,9 @@ fn swap_in(rt: &Runtime, family: &str, component: &str, path: &Path) {
         return;
     }
     let started = Instant::now();
-    match rt.swap(family, component, &bytes, None) {
+    let result = rt.swap(family, component, &bytes, None);
+    crate::metrics::metrics().swap(family, if result.is_ok() { "ok" } else { "refused" });
+    match result {
         Ok(p) => tracing::info!(
             family = %family,
             version = %p.version,
@@ -53,8 +57,11 @@ fn swap_in(rt: &Runtime, family: &str, component: &str, path: &Path) {
     }
 }
 
-/// Start watching `rt`'s plugins directory on a background thread.
-pub fn spawn(rt: Arc<Runtime>) -> std::io::Result<()> {
+/// Start watching `rt`'s plugins directory on a background thread, until
+/// `stop` is set: filesystem notifications (inotify through `notify`) wake
+/// it at once; it also looks every [`POLL`] in case a notification is lost
+/// (network filesystems send none).
+pub fn spawn(rt: Arc<Runtime>, stop: Arc<AtomicBool>) -> std::io::Result<()> {
     let families = rt.config.families();
     let dir = rt.plugins_dir().to_path_buf();
     let mut seen: HashMap<String, Option<Stamp>> = families
@@ -65,10 +72,24 @@ pub fn spawn(rt: Arc<Runtime>) -> std::io::Result<()> {
     let mut staged: HashMap<PathBuf, Option<Stamp>> = HashMap::new();
     // Families mounted from the families directory, with their file's stamp.
     let mut mounted: HashMap<String, Option<Stamp>> = HashMap::new();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let families_dir = dir.join(FAMILIES_DIR);
+    let mut watcher = notifier(&dir, &families_dir, tx);
     std::thread::Builder::new()
         .name("plugin-watch".into())
         .spawn(move || {
-            loop {
+            while !stop.load(Ordering::Relaxed) {
+                // Swaps first: they are what an operator waits for.
+                for f in &families {
+                    let path = dir.join(&f.component);
+                    let now = stamp(&path);
+                    if now.is_none() || seen.get(&f.name) == Some(&now) {
+                        continue;
+                    }
+                    seen.insert(f.name.clone(), now);
+                    swap_in(&rt, &f.name, &f.component, &path);
+                }
+                watch_families_dir(&rt, &families_dir, &mut mounted);
                 // Staged components: precompile new or changed ones.
                 for path in std::fs::read_dir(&dir)
                     .into_iter()
@@ -92,20 +113,48 @@ pub fn spawn(rt: Arc<Runtime>) -> std::io::Result<()> {
                         }
                     }
                 }
-                std::thread::sleep(POLL);
-                for f in &families {
-                    let path = dir.join(&f.component);
-                    let now = stamp(&path);
-                    if now.is_none() || seen.get(&f.name) == Some(&now) {
-                        continue;
-                    }
-                    seen.insert(f.name.clone(), now);
-                    swap_in(&rt, &f.name, &f.component, &path);
+                // Sleep until a notification (then drain the burst) or POLL.
+                if rx.recv_timeout(POLL).is_ok() {
+                    while rx.try_recv().is_ok() {}
                 }
-                watch_families_dir(&rt, &dir.join(FAMILIES_DIR), &mut mounted);
+                // The families directory may have appeared since.
+                if let Some(w) = watcher.as_mut() {
+                    use notify::Watcher;
+                    let _ = w.watch(&families_dir, notify::RecursiveMode::NonRecursive);
+                }
             }
+            drop(watcher);
         })?;
     Ok(())
+}
+
+/// A watcher of the plugins directory and its families directory that
+/// sends on `tx` at each change; None (polling only) if the platform
+/// refuses.
+fn notifier(
+    dir: &Path,
+    families_dir: &Path,
+    tx: std::sync::mpsc::Sender<()>,
+) -> Option<notify::RecommendedWatcher> {
+    use notify::{RecursiveMode, Watcher};
+    let handler = move |event: notify::Result<notify::Event>| {
+        if event.is_ok_and(|e| !e.kind.is_access()) {
+            let _ = tx.send(());
+        }
+    };
+    let mut watcher = match notify::recommended_watcher(handler) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!("no filesystem notifications ({e}); polling the plugins directory");
+            return None;
+        }
+    };
+    if let Err(e) = watcher.watch(dir, RecursiveMode::NonRecursive) {
+        tracing::warn!("cannot watch {} ({e}); polling it", dir.display());
+    }
+    // Missing until the operator makes it; watched again after each wakeup.
+    let _ = watcher.watch(families_dir, RecursiveMode::NonRecursive);
+    Some(watcher)
 }
 
 /// Mount, swap or unmount the families of the families directory.

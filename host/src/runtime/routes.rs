@@ -246,43 +246,26 @@ fn match_pattern(pattern: &str, path: &str) -> Option<Vec<(String, String)>> {
 /// Decode `%XX` escapes (and `+` as space when `plus` is set) leniently:
 /// invalid escapes are kept as written, invalid UTF-8 is replaced.
 pub fn percent_decode_with(s: &str, plus: bool) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                let hex = |b: u8| (b as char).to_digit(16);
-                match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                    (Some(h), Some(l)) => {
-                        out.push((h * 16 + l) as u8);
-                        i += 3;
-                        continue;
-                    }
-                    _ => out.push(b'%'),
-                }
-            }
-            b'+' if plus => out.push(b' '),
-            b => out.push(b),
-        }
-        i += 1;
+    if plus && s.contains('+') {
+        // An escaped plus (`%2B`) is still escaped here, so it stays a plus.
+        percent_decode(&s.replace('+', " "))
+    } else {
+        percent_decode(s)
     }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Decode a path segment.
+/// Decode a path segment (`+` is a plus).
 pub fn percent_decode(s: &str) -> String {
-    percent_decode_with(s, false)
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
-/// Parse a query string into ordered, decoded pairs.
+/// Parse an `application/x-www-form-urlencoded` query string into ordered,
+/// decoded pairs (`+` is a space, empty pairs are skipped).
 pub fn parse_query(q: &str) -> Vec<(String, String)> {
-    q.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|pair| {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            (percent_decode_with(k, true), percent_decode_with(v, true))
-        })
+    form_urlencoded::parse(q.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
         .collect()
 }
 
@@ -447,5 +430,36 @@ mod tests {
                 ("bad".into(), "%zz%4".into())
             ]
         );
+        // `+` is a space and `%2B` a plus; `%2F` is a slash; only the first
+        // `=` splits; invalid UTF-8 is replaced.
+        assert_eq!(
+            parse_query("q=1%2B1+%3D+2&path=a%2Fb&eq=x=y&u=%FF%C3%A9&&"),
+            vec![
+                ("q".into(), "1+1 = 2".into()),
+                ("path".into(), "a/b".into()),
+                ("eq".into(), "x=y".into()),
+                ("u".into(), "\u{FFFD}\u{e9}".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn path_decoding() {
+        // In a path segment `+` stays a plus; `%2F` decodes to a slash
+        // inside the one parameter instead of splitting the path.
+        assert_eq!(percent_decode("a+b%20c"), "a+b c");
+        assert_eq!(percent_decode_with("a+b%2B", true), "a b+");
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+        assert_eq!(percent_decode("%FFok"), "\u{FFFD}ok");
+        match table().find("GET", "/api/posts/a%2Fb+c/attachments/1") {
+            Match::Found { params, .. } => assert_eq!(
+                params,
+                vec![
+                    ("post_id".into(), "a/b+c".into()),
+                    ("index".into(), "1".into())
+                ]
+            ),
+            m => panic!("{m:?}"),
+        }
     }
 }

@@ -16,12 +16,16 @@
 //! - `POST /admin/cash/mint {"amount": "1.5"}` -> `{"secret"}`
 //! - `POST /admin/clock {"shift_ms": n}` (only with `testing_routes`): shift
 //!   the host clock, for deadline and freshness tests.
+//! - `GET /admin/backup`: a consistent backup (tar, see `crate::backup`),
+//!   streamed as it is written, never held whole in memory; a failure
+//!   before the first byte is a 500, a later one cuts the body short.
 
 use crate::app::App;
 use crate::capabilities::Grants;
 use crate::reply::Reply;
 use anyhow::{Context, Result};
 use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -33,9 +37,18 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 /// Largest component upload.
 pub const MAX_UPLOAD: usize = 64 * 1024 * 1024;
+
+/// The body of every admin and metrics answer: whole, or streamed (backup).
+pub type AdminBody = BoxBody<Bytes, std::io::Error>;
+
+/// A whole answer as an [`AdminBody`] one.
+fn boxed(resp: Response<Full<Bytes>>) -> Response<AdminBody> {
+    resp.map(|b| b.map_err(|never| match never {}).boxed())
+}
 
 /// The admin token: configured, or read from / generated into the data dir.
 pub fn token(configured: Option<&str>, data_dir: &Path) -> Result<String> {
@@ -56,21 +69,29 @@ pub fn token(configured: Option<&str>, data_dir: &Path) -> Result<String> {
     }
 }
 
-/// Serve the admin API on `listener` until the process ends.
-pub async fn serve(app: Arc<App>, listener: TcpListener, token: String) {
-    let token = Arc::new(token);
+/// Accept connections on `listener` until `stop`, serving each with
+/// `handle`.
+async fn accept_loop<F, Fut>(listener: TcpListener, stop: watch::Receiver<bool>, handle: F)
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Response<AdminBody>> + Send + 'static,
+{
+    let stopping = super::stopped(stop);
+    tokio::pin!(stopping);
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = &mut stopping => return,
+        };
+        let Ok((stream, _)) = accepted else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let app = app.clone();
-        let token = token.clone();
+        let handle = handle.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| {
-                let app = app.clone();
-                let token = token.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(app, &token, req).await) }
+                let fut = handle(req);
+                async move { Ok::<_, std::convert::Infallible>(fut.await) }
             });
             let _ = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -81,12 +102,66 @@ pub async fn serve(app: Arc<App>, listener: TcpListener, token: String) {
     }
 }
 
-/// Compare in constant time.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Serve the admin API on `listener` until `stop`.
+pub async fn serve(
+    app: Arc<App>,
+    listener: TcpListener,
+    token: String,
+    stop: watch::Receiver<bool>,
+) {
+    let token = Arc::new(token);
+    accept_loop(listener, stop, move |req| {
+        handle(app.clone(), token.clone(), req)
+    })
+    .await
 }
 
-async fn handle(app: Arc<App>, token: &str, req: Request<Incoming>) -> Response<Full<Bytes>> {
+/// Serve `GET /metrics` (no token) on `listener` until `stop`.
+pub async fn serve_metrics(app: Arc<App>, listener: TcpListener, stop: watch::Receiver<bool>) {
+    accept_loop(listener, stop, move |req| {
+        let app = app.clone();
+        async move {
+            let reply = match (req.method().as_str(), req.uri().path()) {
+                ("GET", "/metrics") => metrics_reply(&app).await,
+                _ => Reply::error(404, "not_found", "only GET /metrics is served here"),
+            };
+            boxed(crate::server::http::to_hyper(reply, false))
+        }
+    })
+    .await
+}
+
+/// The metrics in the Prometheus text format, ledger totals read now.
+async fn metrics_reply(app: &Arc<App>) -> Reply {
+    let app = app.clone();
+    tokio::task::spawn_blocking(move || {
+        let m = crate::metrics::metrics();
+        if let Ok(txn) = app.storage.begin_read() {
+            let t = |name| crate::money::ledger::total(&txn, name).unwrap_or(0);
+            m.ledger(t("minted"), t("fees"), t("escrow"));
+        }
+        Reply {
+            status: 200,
+            headers: vec![(
+                "content-type".into(),
+                "application/openmetrics-text; version=1.0.0; charset=utf-8".into(),
+            )],
+            body: m.render().into_bytes(),
+        }
+    })
+    .await
+    .unwrap_or_else(|_| Reply::error(500, "internal", "internal error"))
+}
+
+/// Compare in constant time, whatever the lengths (both are hashed first,
+/// so a length mismatch takes as long as any other).
+fn same(a: &[u8], b: &[u8]) -> bool {
+    use sha2::{Digest, Sha256};
+    use subtle::ConstantTimeEq;
+    Sha256::digest(a).ct_eq(&Sha256::digest(b)).into()
+}
+
+async fn handle(app: Arc<App>, token: Arc<String>, req: Request<Incoming>) -> Response<AdminBody> {
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or_default().to_string();
@@ -95,6 +170,12 @@ async fn handle(app: Arc<App>, token: &str, req: Request<Incoming>) -> Response<
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
+    let authorized = presented.is_some_and(|t| same(t.trim().as_bytes(), token.as_bytes()));
+    if authorized && method == "GET" && path == "/admin/backup" {
+        let resp = backup(app).await;
+        tracing::info!(target: "admin", method = %method, path = %path, status = resp.status().as_u16());
+        return resp;
+    }
     let reply = match presented {
         None => Reply::error(
             401,
@@ -104,6 +185,7 @@ async fn handle(app: Arc<App>, token: &str, req: Request<Incoming>) -> Response<
         Some(t) if !same(t.trim().as_bytes(), token.as_bytes()) => {
             Reply::error(401, "auth_invalid", "admin token does not match")
         }
+        Some(_) if method == "GET" && path == "/metrics" => metrics_reply(&app).await,
         Some(_) => match Limited::new(req.into_body(), MAX_UPLOAD).collect().await {
             Err(_) => Reply::error(
                 413,
@@ -120,7 +202,98 @@ async fn handle(app: Arc<App>, token: &str, req: Request<Incoming>) -> Response<
         },
     };
     tracing::info!(target: "admin", method = %method, path = %path, status = reply.status);
-    crate::server::http::to_hyper(reply, false)
+    boxed(crate::server::http::to_hyper(reply, false))
+}
+
+/// `GET /admin/backup`: `crate::backup::snapshot` runs on a blocking thread
+/// writing 64 KiB chunks into a small channel that the response body
+/// drains, so at most a few chunks are in memory at once.
+async fn backup(app: Arc<App>) -> Response<AdminBody> {
+    use std::io::Write;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
+    tokio::task::spawn_blocking(move || {
+        let mut out = std::io::BufWriter::with_capacity(64 << 10, Chunks(tx.clone()));
+        let written = crate::backup::snapshot(&app.storage, &app.config.data_dir, &mut out)
+            .and_then(|n| Ok(out.flush().map(|()| n)?));
+        // Never flush what an error left in the buffer after the error.
+        let _ = out.into_parts();
+        match written {
+            Ok(n) => tracing::info!(target: "admin", bytes = n, "backup streamed"),
+            Err(e) => {
+                tracing::error!(target: "admin", "backup failed: {e:#}");
+                let _ = tx.blocking_send(Err(std::io::Error::other(format!("{e:#}"))));
+            }
+        }
+    });
+    match rx.recv().await {
+        Some(Ok(first)) => {
+            let body = ChannelBody {
+                first: Some(first),
+                rx,
+            };
+            let mut resp = Response::new(body.boxed());
+            let h = resp.headers_mut();
+            h.insert(
+                "content-type",
+                hyper::header::HeaderValue::from_static("application/x-tar"),
+            );
+            h.insert(
+                "content-disposition",
+                hyper::header::HeaderValue::from_static(
+                    "attachment; filename=\"marketplace-backup.tar\"",
+                ),
+            );
+            h.insert(
+                "cache-control",
+                hyper::header::HeaderValue::from_static("no-store"),
+            );
+            resp
+        }
+        _ => boxed(crate::server::http::to_hyper(
+            Reply::error(500, "internal", "the backup failed (see the server log)"),
+            false,
+        )),
+    }
+}
+
+/// A writer sending what it is given, as one chunk per write, into a channel.
+struct Chunks(tokio::sync::mpsc::Sender<std::io::Result<Bytes>>);
+
+impl std::io::Write for Chunks {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .blocking_send(Ok(Bytes::copy_from_slice(buf)))
+            .map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away")
+            })?;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A response body read from a channel (after a first chunk already taken).
+struct ChannelBody {
+    first: Option<Bytes>,
+    rx: tokio::sync::mpsc::Receiver<std::io::Result<Bytes>>,
+}
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
+        if let Some(first) = self.first.take() {
+            return std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(first))));
+        }
+        self.rx
+            .poll_recv(cx)
+            .map(|next| next.map(|chunk| chunk.map(hyper::body::Frame::data)))
+    }
 }
 
 fn status_json(s: &crate::runtime::PluginStatus) -> serde_json::Value {
@@ -172,8 +345,16 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                 .or_else(|| spec.as_ref().map(|s| s.component.clone()))
                 .unwrap_or_else(|| format!("{family}.wasm"));
             let grants = grants.or_else(|| (!known).then(|| spec.map(|s| s.grants)).flatten());
-            match app.runtime.swap(family, &component, body, grants) {
+            let result = app.runtime.swap(family, &component, body, grants);
+            crate::metrics::metrics().swap(family, if result.is_ok() { "ok" } else { "refused" });
+            match result {
                 Ok(_) => {
+                    if let Err(e) = super::uploads::record(app, family, body) {
+                        tracing::error!(
+                            family,
+                            "the upload serves now but was not kept for restarts: {e:#}"
+                        );
+                    }
                     let mut doc = app
                         .runtime
                         .status(family)
@@ -193,7 +374,13 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                 return Reply::error(404, "not_found", format!("no plugin family {family}"));
             }
             match app.runtime.unmount(family) {
-                Ok(()) => Reply::json(200, &json!({"family": family, "unmounted": true})),
+                Ok(()) => {
+                    crate::metrics::metrics().swap(family, "unmounted");
+                    if let Err(e) = super::uploads::record_unmount(app, family) {
+                        tracing::error!(family, "the unmount was not kept for restarts: {e:#}");
+                    }
+                    Reply::json(200, &json!({"family": family, "unmounted": true}))
+                }
                 Err(e) => Reply::error(400, "invalid_request", format!("{e:#}")),
             }
         }

@@ -1,7 +1,10 @@
 //! HTTP: hyper server, routing to families or native handlers, request
-//! limits, JSON errors and one log line per request.
+//! limits (connections, header and body timeouts, body size, concurrency
+//! per family), request ids, metrics, JSON errors and one log line per
+//! request.
 
 use crate::app::App;
+use crate::metrics::{RequestLabels, RouteLabels, metrics};
 use crate::money::payments::PaymentHeaders;
 use crate::reply::Reply;
 use crate::runtime::bindings::endpoint::marketplace::plugin::types as wit;
@@ -14,25 +17,120 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::json;
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
+use tracing::Instrument;
 
 /// Request headers that carry payment secrets: read by the host, never
 /// passed to plugins and never logged.
-const PAYMENT_HEADERS: &[&str] = &["x-cash-secret", "x-webcash-secret", "x-bitcoin-secret"];
+const PAYMENT_HEADERS: &[&str] = &[
+    "x-cash-secret",
+    "x-webcash-secret",
+    "x-bitcoin-secret",
+    crate::money::x402::PAYMENT_SIGNATURE,
+];
 
-/// Serve HTTP on `listener` until `shutdown` resolves.
+/// Concurrency gates: the instance pool shared by every family; a gate
+/// for read (non-writing) routes that leaves part of the pool to writes, so
+/// free work (searches, macros that may run for 500 ms) can never hold every
+/// slot while paid writes wait; and a gate per family that has a
+/// `max_concurrent`.
+struct Gates {
+    pool: Arc<Semaphore>,
+    reads: Arc<Semaphore>,
+    families: std::sync::Mutex<HashMap<String, Option<Arc<Semaphore>>>>,
+}
+
+/// Pool slots only writes may take: a quarter of the pool, at least one
+/// (none with a pool of one).
+pub fn write_reserve(max_instances: u32) -> u32 {
+    if max_instances < 2 {
+        0
+    } else {
+        (max_instances / 4).max(1)
+    }
+}
+
+/// The permits a request holds while it runs.
+struct Admitted {
+    _pool: OwnedPermit,
+    _read: Option<OwnedPermit>,
+    _family: Option<OwnedPermit>,
+}
+
+impl Gates {
+    fn new(app: &App) -> Gates {
+        let pool = app.config.max_instances;
+        Gates {
+            pool: Arc::new(Semaphore::new(pool as usize)),
+            reads: Arc::new(Semaphore::new((pool - write_reserve(pool)) as usize)),
+            families: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Wait for a slot of `family`, then (for a read) of the reads' share,
+    /// then of the pool.
+    async fn enter(&self, app: &App, family: &str, writes: bool) -> Option<Admitted> {
+        let gate = {
+            let mut families = self.families.lock().unwrap_or_else(|e| e.into_inner());
+            match families.get(family) {
+                Some(g) => g.clone(),
+                None => {
+                    let limit = app.config.family(family).and_then(|f| f.max_concurrent);
+                    let g = limit.map(|n| Arc::new(Semaphore::new(n as usize)));
+                    families.insert(family.to_string(), g.clone());
+                    g
+                }
+            }
+        };
+        let own = match gate {
+            Some(g) => Some(g.acquire_owned().await.ok()?),
+            None => None,
+        };
+        let read = match writes {
+            true => None,
+            false => Some(self.reads.clone().acquire_owned().await.ok()?),
+        };
+        let pool = self.pool.clone().acquire_owned().await.ok()?;
+        Some(Admitted {
+            _pool: pool,
+            _read: read,
+            _family: own,
+        })
+    }
+}
+
+type OwnedPermit = tokio::sync::OwnedSemaphorePermit;
+
+/// Serve HTTP on `listener` until `stop` turns true; then stop accepting,
+/// let every connection finish the request it is serving (idle keep-alive
+/// connections close) and return true, or false if `drain` ran out first.
 pub async fn serve(
     app: Arc<App>,
     listener: TcpListener,
-    shutdown: impl std::future::Future<Output = ()>,
-) {
-    let gate = Arc::new(Semaphore::new(app.config.max_instances as usize));
-    tokio::pin!(shutdown);
+    stop: watch::Receiver<bool>,
+    drain: Duration,
+) -> bool {
+    let gates = Arc::new(Gates::new(&app));
+    let connections = Arc::new(Semaphore::new(app.config.max_connections as usize));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let header_timeout = Duration::from_millis(app.config.header_timeout_ms);
+    let stopping = super::stopped(stop);
+    tokio::pin!(stopping);
     loop {
+        // At the connection cap, new clients wait in the listen backlog.
+        let permit = tokio::select! {
+            p = connections.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            _ = &mut stopping => break,
+        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(conn) => conn,
@@ -42,43 +140,102 @@ pub async fn serve(
                     continue;
                 }
             },
-            _ = &mut shutdown => break,
+            _ = &mut stopping => break,
         };
         let _ = stream.set_nodelay(true);
         let app = app.clone();
-        let gate = gate.clone();
+        let gates = gates.clone();
+        let service = service_fn(move |req| handle(app.clone(), gates.clone(), req));
+        let conn = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_timeout)
+            .max_buf_size(64 * 1024)
+            .serve_connection(TokioIo::new(stream), service);
+        let conn = graceful.watch(conn);
         tokio::spawn(async move {
-            let service = service_fn(move |req| handle(app.clone(), gate.clone(), req));
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(30))
-                .max_buf_size(64 * 1024)
-                .serve_connection(TokioIo::new(stream), service);
+            let m = metrics();
+            m.connections.inc();
             if let Err(e) = conn.await {
                 tracing::debug!(%peer, "connection ended: {e}");
             }
+            m.connections.dec();
+            drop(permit);
         });
+    }
+    drop(listener);
+    tokio::select! {
+        _ = graceful.shutdown() => true,
+        _ = tokio::time::sleep(drain) => false,
+    }
+}
+
+/// A request id: the client's `X-Request-Id` when sane (1 to 128 of
+/// `A-Za-z0-9._:-`), else a new one (unique within the process, random
+/// across restarts).
+fn request_id(req: &Request<Incoming>) -> String {
+    static PREFIX: LazyLock<String> = LazyLock::new(|| {
+        let mut b = [0u8; 4];
+        crate::ids::fill_random(&mut b);
+        crate::ids::hex(&b)
+    });
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let given = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| {
+            (1..=128).contains(&v.len())
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b))
+        });
+    match given {
+        Some(id) => id.to_string(),
+        None => format!("{}-{:08x}", *PREFIX, SEQ.fetch_add(1, Ordering::Relaxed)),
     }
 }
 
 async fn handle(
     app: Arc<App>,
-    gate: Arc<Semaphore>,
+    gates: Arc<Gates>,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let start = Instant::now();
+    let id = request_id(&req);
+    let span = tracing::info_span!("request", id = %id);
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
-    let (reply, route) = dispatch(&app, &gate, req).await;
-    let family = route.as_deref().map_or("-", Route::owner);
-    tracing::info!(
-        target: "request",
-        method = %method,
-        path = %path,
-        family = %family,
-        status = reply.status,
-        micros = start.elapsed().as_micros() as u64,
-    );
+    let m = metrics();
+    m.in_flight.inc();
+    let (mut reply, route) = dispatch(&app, &gates, req).instrument(span.clone()).await;
+    m.in_flight.dec();
+    let (family, pattern) = route
+        .as_deref()
+        .map_or(("-", "-"), |r| (r.owner(), r.pattern.as_str()));
+    let elapsed = start.elapsed();
+    m.requests
+        .get_or_create(&RequestLabels {
+            family: family.to_string(),
+            route: pattern.to_string(),
+            status: reply.status,
+        })
+        .inc();
+    m.request_seconds
+        .get_or_create(&RouteLabels {
+            family: family.to_string(),
+            route: pattern.to_string(),
+        })
+        .observe(elapsed.as_secs_f64());
+    span.in_scope(|| {
+        tracing::info!(
+            target: "request",
+            method = %method,
+            path = %path,
+            family = %family,
+            status = reply.status,
+            micros = elapsed.as_micros() as u64,
+        )
+    });
+    reply.headers.push(("x-request-id".into(), id));
     Ok(to_hyper(reply, method == "HEAD"))
 }
 
@@ -115,7 +272,7 @@ pub(crate) fn to_hyper(reply: Reply, head: bool) -> Response<Full<Bytes>> {
 /// Route one request; returns the reply and the family (or host handler) that served it.
 async fn dispatch(
     app: &Arc<App>,
-    gate: &Arc<Semaphore>,
+    gates: &Gates,
     req: Request<Incoming>,
 ) -> (Reply, Option<Arc<Route>>) {
     let method = req.method().as_str().to_ascii_uppercase();
@@ -175,13 +332,34 @@ async fn dispatch(
                 payment.cash.get_or_insert_with(|| value.trim().to_string());
             }
             "x-bitcoin-secret" => payment.bitcoin = Some(value.trim().to_string()),
+            // x402: base64 JSON whose `payload.secret` pays as X-Cash-Secret.
+            crate::money::x402::PAYMENT_SIGNATURE => {
+                crate::money::x402::read_signature(&mut payment, value)
+            }
             _ if PAYMENT_HEADERS.contains(&name) => {}
             _ => headers.push((name.to_string(), value.to_string())),
         }
     }
-    let body = match Limited::new(req.into_body(), max).collect().await {
-        Ok(collected) => collected.to_bytes().to_vec(),
-        Err(e) => {
+    // A family's request is admitted (a slot of its family and of the
+    // pool) before its body is read, so requests waiting for a slot hold
+    // no body in memory; a slow sender is cut off by the body timeout.
+    let permits = match &route.handler {
+        Handler::Family(family) => match gates.enter(app, family, route.writes).await {
+            Some(p) => Some(p),
+            None => {
+                return (
+                    Reply::error(503, "plugin_unavailable", "shutting down"),
+                    served_by,
+                );
+            }
+        },
+        Handler::Host(_) => None,
+    };
+    let body_timeout = Duration::from_millis(app.config.body_timeout_ms);
+    let read = tokio::time::timeout(body_timeout, Limited::new(req.into_body(), max).collect());
+    let body = match read.await {
+        Ok(Ok(collected)) => collected.to_bytes().to_vec(),
+        Ok(Err(e)) => {
             if e.downcast_ref::<http_body_util::LengthLimitError>()
                 .is_some()
             {
@@ -192,13 +370,26 @@ async fn dispatch(
                 served_by,
             );
         }
+        Err(_) => {
+            let mut reply = Reply::error(
+                408,
+                "request_timeout",
+                format!(
+                    "the request body did not arrive within {} ms",
+                    body_timeout.as_millis()
+                ),
+            );
+            reply.headers.push(("connection".into(), "close".into()));
+            return (reply, served_by);
+        }
     };
 
+    let span = tracing::Span::current();
     let reply = match &route.handler {
         Handler::Host(name) => {
             let (app2, name) = (app.clone(), *name);
             match tokio::task::spawn_blocking(move || {
-                crate::runtime::native::handle(&app2.runtime, name, &body)
+                span.in_scope(|| crate::runtime::native::handle(&app2.runtime, name, &body))
             })
             .await
             {
@@ -223,21 +414,15 @@ async fn dispatch(
                 headers,
                 body,
             };
-            // Queue for a pool slot rather than failing when all are busy.
-            let Ok(_permit) = gate.clone().acquire_owned().await else {
-                return (
-                    Reply::error(503, "plugin_unavailable", "shutting down"),
-                    served_by,
-                );
-            };
             let app2 = app.clone();
             let family_name = family.clone();
             let writes = route.writes;
-            match tokio::task::spawn_blocking(move || {
-                app2.runtime.handle(&family_name, request, payment, writes)
+            let result = tokio::task::spawn_blocking(move || {
+                span.in_scope(|| app2.runtime.handle(&family_name, request, payment, writes))
             })
-            .await
-            {
+            .await;
+            drop(permits);
+            match result {
                 Ok(reply) => reply,
                 Err(e) => {
                     tracing::error!(family = %family, "plugin task failed: {e}");

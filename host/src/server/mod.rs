@@ -1,4 +1,139 @@
-//! The server layer: HTTP and the admin API.
+//! The server layer: HTTP, the admin API, the metrics listener, and the
+//! life of a serving process ([`run`]): start, serve, drain on a signal.
 
 pub mod admin;
 pub mod http;
+pub mod uploads;
+
+use crate::app::App;
+use crate::config::Config;
+use anyhow::{Context, Result};
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Start the service on `config` and serve until SIGTERM or SIGINT; then
+/// stop accepting, let the requests in flight finish (at most
+/// `drain_timeout_ms`), stop the admin and metrics listeners and the
+/// plugin watcher. Returns the exit code: 0 after a drain. A second signal
+/// exits at once (code 130).
+pub async fn run(config: Config) -> Result<i32> {
+    tracing::info!(
+        data_dir = %config.data_dir.display(),
+        plugins_dir = %config.plugins_dir.display(),
+        "starting marketplace {}",
+        crate::app::SERVICE_VERSION
+    );
+    let (listen, admin_listen, metrics_listen) =
+        (config.listen, config.admin_listen, config.metrics_listen);
+    let drain = Duration::from_millis(config.drain_timeout_ms);
+    let watch_plugins = config.watch_plugins;
+    // App::start creates the data dir (0700) before anything is written in it.
+    let app = tokio::task::spawn_blocking(move || App::start(config)).await??;
+    {
+        let app = app.clone();
+        tokio::task::spawn_blocking(move || uploads::restore(&app)).await?;
+    }
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stop_watcher = Arc::new(AtomicBool::new(false));
+    if watch_plugins {
+        crate::runtime::reload::spawn(app.runtime.clone(), stop_watcher.clone())?;
+    }
+    let mut listeners = Vec::new();
+    if let Some(addr) = admin_listen {
+        let token = admin::token(app.config.admin_token.as_deref(), &app.config.data_dir)?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding admin listener {addr}"))?;
+        let admin_addr = listener.local_addr()?;
+        println!("marketplace admin listening on http://{admin_addr}");
+        tracing::info!("admin listener on http://{admin_addr}");
+        listeners.push(tokio::spawn(admin::serve(
+            app.clone(),
+            listener,
+            token,
+            stop_rx.clone(),
+        )));
+    }
+    if let Some(addr) = metrics_listen {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding metrics listener {addr}"))?;
+        let metrics_addr = listener.local_addr()?;
+        println!("marketplace metrics listening on http://{metrics_addr}");
+        tracing::info!("metrics listener on http://{metrics_addr}/metrics");
+        listeners.push(tokio::spawn(admin::serve_metrics(
+            app.clone(),
+            listener,
+            stop_rx.clone(),
+        )));
+    }
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let addr = listener.local_addr()?;
+    // One machine-readable line on stdout: tests and scripts wait for it.
+    println!("marketplace listening on http://{addr}");
+    std::io::stdout().flush()?;
+    tracing::info!("listening on http://{addr}");
+
+    tokio::spawn(async move {
+        signal().await;
+        tracing::info!(
+            drain_ms = drain.as_millis() as u64,
+            "signal received: draining (a second signal exits at once)"
+        );
+        let _ = stop_tx.send(true);
+        signal().await;
+        tracing::warn!("second signal: exiting now");
+        std::process::exit(130);
+    });
+    let drained = http::serve(app.clone(), listener, stop_rx, drain).await;
+    stop_watcher.store(true, Ordering::Relaxed);
+    app.stop_background();
+    for l in listeners {
+        let _ = tokio::time::timeout(Duration::from_secs(1), l).await;
+    }
+    if drained {
+        tracing::info!(commits = app.storage.commits(), "stopped");
+    } else {
+        tracing::warn!("drain timeout: requests still running were not answered");
+    }
+    Ok(0)
+}
+
+/// SIGTERM or SIGINT.
+async fn signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = int.recv() => {},
+                }
+            }
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// Resolves once `stop` turns true.
+pub(crate) async fn stopped(mut stop: watch::Receiver<bool>) {
+    while !*stop.borrow_and_update() {
+        if stop.changed().await.is_err() {
+            // The sender is gone: never stop on its account.
+            std::future::pending::<()>().await;
+        }
+    }
+}

@@ -296,6 +296,10 @@ impl GroupCommit {
             Ok(()) => {
                 s.commits += members;
                 s.syncs += 1;
+                let m = crate::metrics::metrics();
+                m.commits.inc_by(members);
+                m.fsyncs.inc();
+                m.commit_batch.observe(members as f64);
             }
             Err(e) => {
                 tracing::error!(batch = lease.batch, members, "{e}");

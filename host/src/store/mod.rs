@@ -11,7 +11,7 @@ pub mod group_commit;
 
 use self::group_commit::{GroupCommit, Lease, Pending};
 use anyhow::{Context, Result};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError, TableHandle};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -30,11 +30,22 @@ pub const HOST_TABLES: &[&str] = &[
     "cash:outputs",
     "cash:totals",
     "cash:replays",
+    "cash:replays-by-time",
     "auth:used",
+    "auth:used-by-time",
     "escrow:accounts",
     "escrow:issued",
     "host:meta",
 ];
+
+/// Key of a by-time index entry: the time (u64 BE ms), then the record's
+/// key, so a range scan up to a time finds every record older than it.
+pub fn time_key(ms: u64, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + key.len());
+    k.extend_from_slice(&ms.to_be_bytes());
+    k.extend_from_slice(key);
+    k
+}
 
 /// Table of one family keyspace.
 fn keyspace_table(family: &str) -> String {
@@ -49,7 +60,12 @@ fn def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
 pub struct Storage {
     db: Arc<Database>,
     gc: Arc<GroupCommit>,
+    /// Most bytes of writes one write transaction may hold.
+    write_budget: usize,
 }
+
+/// Default of [`Storage::set_write_budget`].
+pub const DEFAULT_WRITE_BUDGET: usize = 64 << 20;
 
 /// Key/value pairs returned by a scan.
 pub type Rows = Vec<(Vec<u8>, Vec<u8>)>;
@@ -94,14 +110,42 @@ fn internal(e: impl std::fmt::Display) -> StorageError {
 /// request's view (its overlay over the batch).
 pub trait Kv {
     fn get_in(&self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError>;
+    /// Several keys of one table, in order; refused (`TooLarge`) as soon as
+    /// the values read pass `max_bytes`.
+    fn get_many_within(
+        &self,
+        table: &str,
+        keys: &[Vec<u8>],
+        max_bytes: usize,
+    ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        let mut budget = Budget::new(max_bytes);
+        keys.iter()
+            .map(|k| {
+                let v = self.get_in(table, k)?;
+                budget.take(v.as_ref().map_or(0, Vec::len))?;
+                Ok(v)
+            })
+            .collect()
+    }
     /// Several keys of one table, in order.
     fn get_many_in(
         &self,
         table: &str,
         keys: &[Vec<u8>],
     ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
-        keys.iter().map(|k| self.get_in(table, k)).collect()
+        self.get_many_within(table, keys, usize::MAX)
     }
+    /// Ordered scan of [start, end), reversed when asked, at most `limit`
+    /// rows; refused (`TooLarge`) as soon as the rows pass `max_bytes`.
+    fn scan_within(
+        &self,
+        table: &str,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<Rows, StorageError>;
     /// Ordered scan of [start, end), reversed when asked, at most `limit`.
     fn scan_in(
         &self,
@@ -110,7 +154,33 @@ pub trait Kv {
         end: Option<&[u8]>,
         reverse: bool,
         limit: usize,
-    ) -> Result<Rows, StorageError>;
+    ) -> Result<Rows, StorageError> {
+        self.scan_within(table, start, end, reverse, limit, usize::MAX)
+    }
+}
+
+/// Bytes a storage call may still return.
+struct Budget {
+    max: usize,
+    used: usize,
+}
+
+impl Budget {
+    fn new(max: usize) -> Budget {
+        Budget { max, used: 0 }
+    }
+
+    /// Count `n` more bytes; refused once over the budget.
+    fn take(&mut self, n: usize) -> Result<(), StorageError> {
+        self.used = self.used.saturating_add(n);
+        if self.used > self.max {
+            return Err(StorageError::TooLarge(format!(
+                "the answer would pass {} bytes; ask for fewer rows or keys",
+                self.max
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl Storage {
@@ -131,7 +201,14 @@ impl Storage {
         Ok(Storage {
             gc: GroupCommit::new(db.clone(), commit),
             db,
+            write_budget: DEFAULT_WRITE_BUDGET,
         })
+    }
+
+    /// Most bytes (keys plus values) of writes one transaction may hold
+    /// before it commits; a write past it is refused with `TooLarge`.
+    pub fn set_write_budget(&mut self, bytes: usize) {
+        self.write_budget = bytes;
     }
 
     /// Begin a request transaction.
@@ -166,6 +243,8 @@ impl Storage {
         Ok(WriteTxn {
             lease: Some(lease),
             overlay: RefCell::new(BTreeMap::new()),
+            held: std::cell::Cell::new(0),
+            budget: self.write_budget,
             gc: self.gc.clone(),
         })
     }
@@ -190,6 +269,28 @@ impl Storage {
     /// Durable commits (fsyncs) since start.
     pub fn syncs(&self) -> u64 {
         self.gc.counters().1
+    }
+
+    /// Copy every table, as of one read transaction (one instant of
+    /// committed state), into a new database at `path`; returns how many
+    /// tables were copied. Writers are not held up.
+    pub fn snapshot_into(&self, path: &Path) -> Result<usize> {
+        let read = self.db.begin_read()?;
+        let out = Database::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let w = out.begin_write()?;
+        let mut tables = 0;
+        for handle in read.list_tables()? {
+            let name = handle.name().to_string();
+            let src = read.open_table(def(&name))?;
+            let mut dst = w.open_table(def(&name))?;
+            for row in src.iter()? {
+                let (k, v) = row?;
+                dst.insert(k.value(), v.value())?;
+            }
+            tables += 1;
+        }
+        w.commit()?;
+        Ok(tables)
     }
 
     /// Whether a read transaction can be opened.
@@ -224,6 +325,10 @@ fn apply(lease: &Lease, overlay: Overlay) -> Result<(), StorageError> {
 pub struct WriteTxn {
     lease: Option<Lease>,
     overlay: RefCell<Overlay>,
+    /// Bytes of keys and values the overlay holds.
+    held: std::cell::Cell<usize>,
+    /// Most bytes the overlay may hold.
+    budget: usize,
     gc: Arc<GroupCommit>,
 }
 
@@ -256,6 +361,7 @@ impl WriteTxn {
                 "value over {MAX_VALUE_BYTES} bytes"
             )));
         }
+        self.hold(table, key, key.len() + value.len())?;
         self.overlay
             .borrow_mut()
             .entry(table.to_string())
@@ -264,9 +370,30 @@ impl WriteTxn {
         Ok(())
     }
 
+    /// Account for writing `size` bytes at `key` of `table` (replacing what
+    /// the overlay held there), refusing to pass the budget.
+    fn hold(&self, table: &str, key: &[u8], size: usize) -> Result<(), StorageError> {
+        let replaced = self
+            .overlay
+            .borrow()
+            .get(table)
+            .and_then(|t| t.get(key))
+            .map_or(0, |v| key.len() + v.as_ref().map_or(0, Vec::len));
+        let next = self.held.get() - replaced + size;
+        if next > self.budget {
+            return Err(StorageError::TooLarge(format!(
+                "this request's writes would pass {} bytes",
+                self.budget
+            )));
+        }
+        self.held.set(next);
+        Ok(())
+    }
+
     /// Delete `key` of `table`; true when it existed.
     pub fn delete_in(&self, table: &str, key: &[u8]) -> Result<bool, StorageError> {
         let existed = self.get_in(table, key)?.is_some();
+        self.hold(table, key, key.len())?;
         self.overlay
             .borrow_mut()
             .entry(table.to_string())
@@ -289,13 +416,14 @@ impl Kv for WriteTxn {
         Ok(t.get(key).map_err(internal)?.map(|v| v.value().to_vec()))
     }
 
-    fn scan_in(
+    fn scan_within(
         &self,
         table: &str,
         start: &[u8],
         end: Option<&[u8]>,
         reverse: bool,
         limit: usize,
+        max_bytes: usize,
     ) -> Result<Rows, StorageError> {
         if end.is_some_and(|e| e <= start) {
             return Ok(vec![]);
@@ -320,7 +448,7 @@ impl Kv for WriteTxn {
         } else {
             Box::new(iter)
         };
-        merge(base, mine, reverse, limit)
+        merge(base, mine, reverse, limit, max_bytes)
     }
 }
 
@@ -341,6 +469,7 @@ fn merge<'a, I>(
     mine: Vec<(&Vec<u8>, &Option<Vec<u8>>)>,
     reverse: bool,
     limit: usize,
+    max_bytes: usize,
 ) -> Result<Rows, StorageError>
 where
     I: Iterator<
@@ -354,6 +483,7 @@ where
     >,
 {
     let before = |a: &[u8], b: &[u8]| if reverse { a > b } else { a < b };
+    let mut budget = Budget::new(max_bytes);
     let mut out = Vec::new();
     let mut base = base.peekable();
     let mut mine = mine.into_iter().peekable();
@@ -379,10 +509,12 @@ where
         if take_mine {
             let (k, v) = mine.next().expect("peeked");
             if let Some(v) = v {
+                budget.take(k.len() + v.len())?;
                 out.push((k.clone(), v.clone()));
             }
         } else {
             let (k, v) = base.next().expect("peeked").map_err(internal)?;
+            budget.take(k.value().len() + v.value().len())?;
             out.push((k.value().to_vec(), v.value().to_vec()));
         }
     }
@@ -399,32 +531,36 @@ impl Kv for redb::ReadTransaction {
     }
 
     /// One table open for all the keys.
-    fn get_many_in(
+    fn get_many_within(
         &self,
         table: &str,
         keys: &[Vec<u8>],
+        max_bytes: usize,
     ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
         let t = match self.open_table(def(table)) {
             Ok(t) => t,
             Err(TableError::TableDoesNotExist(_)) => return Ok(vec![None; keys.len()]),
             Err(e) => return Err(internal(e)),
         };
+        let mut budget = Budget::new(max_bytes);
         keys.iter()
             .map(|k| {
-                Ok(t.get(k.as_slice())
-                    .map_err(internal)?
-                    .map(|v| v.value().to_vec()))
+                let v = t.get(k.as_slice()).map_err(internal)?;
+                // Counted before the copy: an over-budget value is never copied.
+                budget.take(v.as_ref().map_or(0, |v| v.value().len()))?;
+                Ok(v.map(|v| v.value().to_vec()))
             })
             .collect()
     }
 
-    fn scan_in(
+    fn scan_within(
         &self,
         table: &str,
         start: &[u8],
         end: Option<&[u8]>,
         reverse: bool,
         limit: usize,
+        max_bytes: usize,
     ) -> Result<Rows, StorageError> {
         if end.is_some_and(|e| e <= start) {
             return Ok(vec![]);
@@ -441,7 +577,7 @@ impl Kv for redb::ReadTransaction {
             Box::new(iter)
         };
         // A snapshot has no writes of its own to merge in.
-        merge(rows, Vec::new(), reverse, limit)
+        merge(rows, Vec::new(), reverse, limit, max_bytes)
     }
 }
 
@@ -453,28 +589,30 @@ impl Kv for Txn {
         }
     }
 
-    fn get_many_in(
+    fn get_many_within(
         &self,
         table: &str,
         keys: &[Vec<u8>],
+        max_bytes: usize,
     ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
         match self {
-            Txn::Read(t) => t.get_many_in(table, keys),
-            Txn::Write(t) => t.get_many_in(table, keys),
+            Txn::Read(t) => t.get_many_within(table, keys, max_bytes),
+            Txn::Write(t) => t.get_many_within(table, keys, max_bytes),
         }
     }
 
-    fn scan_in(
+    fn scan_within(
         &self,
         table: &str,
         start: &[u8],
         end: Option<&[u8]>,
         reverse: bool,
         limit: usize,
+        max_bytes: usize,
     ) -> Result<Rows, StorageError> {
         match self {
-            Txn::Read(t) => t.scan_in(table, start, end, reverse, limit),
-            Txn::Write(t) => t.scan_in(table, start, end, reverse, limit),
+            Txn::Read(t) => t.scan_within(table, start, end, reverse, limit, max_bytes),
+            Txn::Write(t) => t.scan_within(table, start, end, reverse, limit, max_bytes),
         }
     }
 }
@@ -485,13 +623,14 @@ impl Txn {
         self.get_in(&keyspace_table(family), key)
     }
 
-    /// Read several keys of a keyspace.
+    /// Read several keys of a keyspace, at most `max_bytes` of values.
     pub fn get_many(
         &self,
         family: &str,
         keys: &[Vec<u8>],
+        max_bytes: usize,
     ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
-        self.get_many_in(&keyspace_table(family), keys)
+        self.get_many_within(&keyspace_table(family), keys, max_bytes)
     }
 
     /// Write a key of a keyspace.
@@ -520,6 +659,26 @@ impl Txn {
         limit: usize,
     ) -> Result<Rows, StorageError> {
         self.scan_in(&keyspace_table(family), start, end, reverse, limit)
+    }
+
+    /// Ordered scan of a keyspace, at most `max_bytes` of keys and values.
+    pub fn scan_bounded(
+        &self,
+        family: &str,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<Rows, StorageError> {
+        self.scan_within(
+            &keyspace_table(family),
+            start,
+            end,
+            reverse,
+            limit,
+            max_bytes,
+        )
     }
 }
 
@@ -611,6 +770,44 @@ mod tests {
         let big = vec![0u8; MAX_VALUE_BYTES + 1];
         assert!(matches!(
             w.put("a", b"k", &big),
+            Err(StorageError::TooLarge(_))
+        ));
+    }
+
+    #[test]
+    fn calls_and_pending_writes_stay_within_their_byte_budgets() {
+        let (_d, mut s) = open();
+        s.set_write_budget(10_000);
+        let mut w = s.begin(true).unwrap();
+        let value = vec![7u8; 4_000];
+        w.put("a", b"k1", &value).unwrap();
+        // Rewriting a key replaces its bytes rather than adding to them.
+        for _ in 0..10 {
+            w.put("a", b"k2", &value).unwrap();
+        }
+        assert!(matches!(
+            w.put("a", b"k3", &value),
+            Err(StorageError::TooLarge(_))
+        ));
+        w.delete("a", b"k2").unwrap();
+        w.put("a", b"k3", &value).unwrap();
+        let Txn::Write(t) = w else { unreachable!() };
+        s.commit(t).unwrap();
+        let r = s.begin(false).unwrap();
+        let keys = vec![b"k1".to_vec(); 10];
+        assert_eq!(r.get_many("a", &keys, 40_000).unwrap().len(), 10);
+        assert!(matches!(
+            r.get_many("a", &keys, 39_999),
+            Err(StorageError::TooLarge(_))
+        ));
+        assert_eq!(
+            r.scan_bounded("a", b"", None, false, 10, 8_004)
+                .unwrap()
+                .len(),
+            2
+        );
+        assert!(matches!(
+            r.scan_bounded("a", b"", None, false, 10, 8_003),
             Err(StorageError::TooLarge(_))
         ));
     }

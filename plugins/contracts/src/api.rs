@@ -139,6 +139,8 @@ pub const OPS: &[Op] = &[
     Op {
         body: Some("StringList"),
         ok: (200, "WitnessHealth"),
+        // Only reads: a snapshot, no durable commit per (anonymous) call.
+        writes: Some(false),
         errors: &[400],
         ..op(
             "POST",
@@ -233,7 +235,7 @@ mod tests {
             ("POST", "/api/arbitration/contracts/{id}/release", true),
             ("POST", "/api/graphql", false),
             ("POST", "/api/witness/replace", true),
-            ("POST", "/api/witness/health_check", true),
+            ("POST", "/api/witness/health_check", false),
         ];
         assert_eq!(openapi::routes_of(&api()), expected);
     }

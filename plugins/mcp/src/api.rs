@@ -70,7 +70,21 @@ pub const OPS: &[Op] = &[
             "mcpJsonRpc",
             "mcp",
             "MCP server (Streamable HTTP)",
-            "JSON-RPC 2.0: initialize, tools/list, tools/call, ping; notifications are answered 202.",
+            "JSON-RPC 2.0: initialize, tools/list, tools/call, ping; notifications are answered 202. Protocol revisions 2025-11-25 (the latest), 2025-06-18, 2025-03-26 and 2024-11-05: the client's revision when it is one of these, else the latest. A browser's `Origin` must be allowed (`[settings.mcp] allowed_origins`, the origin of `public_url`, or the request's own `Host` when that is an IP address or localhost), else 403; a request without `Origin` is not a browser's and passes. An `MCP-Protocol-Version` header naming another revision is 400. Tool input that does not fit a tool's inputSchema is a tool result with `isError: true`.",
+        )
+    },
+    Op {
+        writes: Some(true),
+        patch: Some(a2a_answers),
+        body: Some("JsonRpc"),
+        ok: (200, "A2aJsonRpcResponse"),
+        ..op(
+            "POST",
+            "/a2a",
+            "a2aJsonRpc",
+            "mcp",
+            "A2A agent (JSON-RPC binding, A2A 1.0)",
+            "The agent of `/.well-known/agent-card.json`. Methods `SendMessage` and `GetTask` (`CancelTask` answers that a task is final; streaming, push notifications, `ListTasks` and the extended card are not offered). A text part is a search term, or names a contract (`contract CTR_...`); a data part is `{term, limit?, post_type?}` or `{contract_id}`. `SendMessage` answers `{task}`: a completed task whose artifact holds a short text and a data part (the search results, or the contract's status and allowed actions); an unknown contract gives a failed task. The task is stored and `GetTask {id}` answers it again (the newest 1000 are kept). Errors are JSON-RPC errors with HTTP 200 (an internal error: 500): -32700 parse, -32600 invalid request, -32601 unknown method, -32602 invalid params, -32001 task not found, -32002 not cancelable, -32003 push notifications, -32004 unsupported operation, -32005 content type, -32007 no extended card, -32009 an `A2A-Version` header other than 1.x.",
         )
     },
     Op {
@@ -102,14 +116,14 @@ pub const OPS: &[Op] = &[
         )
     },
     Op {
-        ok: (200, "Any"),
+        ok: (200, "AgentCard"),
         ..op(
             "GET",
             "/.well-known/agent-card.json",
             "agentCard",
             "docs",
             "A2A agent card",
-            "The same service as an A2A agent card.",
+            "The A2A 1.0 card of the agent at `POST /a2a` (JSON-RPC binding) and its skills, search and contract_status. URLs are absolute: from `[settings.mcp] public_url`, else from the request's `Host`.",
         )
     },
     Op {
@@ -149,11 +163,20 @@ pub const OPS: &[Op] = &[
     },
 ];
 
-/// `POST /mcp` also answers 202 (a notification) and a JSON-RPC parse error.
+/// `POST /mcp` also answers 202 (a notification), 400 (a JSON-RPC parse
+/// error, an invalid request) and 403 (an Origin not allowed).
 fn jsonrpc_answers(operation: &mut Value) {
     let responses = &mut operation["responses"];
     responses["202"] = json!({"description": "a notification: accepted, no body"});
-    responses["400"] = json!({"description": "JSON-RPC parse error", "content": {"application/json": {"schema": r("JsonRpcError")}}});
+    responses["400"] = json!({"description": "JSON-RPC parse error, invalid request, or an unsupported MCP-Protocol-Version header", "content": {"application/json": {"schema": r("JsonRpcError")}}});
+    responses["403"] = json!({"description": "the Origin is not allowed (a JSON-RPC error without id)", "content": {"application/json": {"schema": r("JsonRpcError")}}});
+}
+
+/// `POST /a2a` answers JSON-RPC errors with HTTP 200 as well.
+fn a2a_answers(operation: &mut Value) {
+    operation["responses"]["200"]["description"] = json!(
+        "a JSON-RPC response: `result` (SendMessage: `{task}`; GetTask: the task) or `error`"
+    );
 }
 
 /// Docs search pages are at most 50 results.
@@ -183,7 +206,15 @@ pub fn schemas() -> Value {
         "JsonRpcError": obj(&[("jsonrpc", t("string")), ("id", json!({})), ("error", obj(&[("code", t("integer")), ("message", t("string"))], &["code", "message"]))], &["jsonrpc", "error"]),
         "JsonRpc": obj(&[("jsonrpc", json!({"const": "2.0"})), ("id", json!({"type": ["string", "integer", "null"]})), ("method", json!({"type": "string", "minLength": 1})), ("params", t("object"))], &["jsonrpc", "method"]),
         "DocsResults": obj(&[("results", json!({"type": "array", "items": obj(&[("title", t("string")), ("path", t("string")), ("snippet", t("string"))], &[])}))], &["results"]),
-        "AgentManifest": obj(&[("name", t("string")), ("version", t("string")), ("description", t("string")), ("capabilities", json!({"type": "array", "items": t("string")})), ("openapi", t("string")), ("docs", t("string")), ("mcp", obj(&[("tools_search", t("string")), ("tools_define", t("string")), ("tools_execute", t("string"))], &[]))], &["name", "version", "openapi", "docs", "mcp"]),
+        "AgentCard": obj(&[("name", t("string")), ("description", t("string")), ("version", t("string")), ("documentationUrl", t("string")),
+            ("supportedInterfaces", json!({"type": "array", "minItems": 1, "items": obj(&[("url", t("string")), ("protocolBinding", t("string")), ("protocolVersion", t("string"))], &["url", "protocolBinding", "protocolVersion"])})),
+            ("capabilities", obj(&[("streaming", t("boolean")), ("pushNotifications", t("boolean")), ("extendedAgentCard", t("boolean"))], &[])),
+            ("defaultInputModes", json!({"type": "array", "items": t("string")})), ("defaultOutputModes", json!({"type": "array", "items": t("string")})),
+            ("skills", json!({"type": "array", "items": obj(&[("id", t("string")), ("name", t("string")), ("description", t("string")), ("tags", json!({"type": "array", "items": t("string")})), ("examples", json!({"type": "array", "items": t("string")}))], &["id", "name", "description", "tags"])}))],
+            &["name", "description", "version", "supportedInterfaces", "capabilities", "defaultInputModes", "defaultOutputModes", "skills"]),
+        "A2aJsonRpcResponse": obj(&[("jsonrpc", json!({"const": "2.0"})), ("id", json!({"type": ["string", "integer", "null"]})), ("result", t("object")),
+            ("error", obj(&[("code", t("integer")), ("message", t("string"))], &["code", "message"]))], &["jsonrpc", "id"]),
+        "AgentManifest": obj(&[("name", t("string")), ("version", t("string")), ("description", t("string")), ("capabilities", json!({"type": "array", "items": t("string")})), ("openapi", t("string")), ("docs", t("string")), ("mcp", obj(&[("tools_search", t("string")), ("tools_define", t("string")), ("tools_execute", t("string"))], &[])), ("a2a", obj(&[("card", t("string")), ("jsonrpc", t("string"))], &[]))], &["name", "version", "openapi", "docs", "mcp"]),
     })
 }
 
@@ -210,6 +241,7 @@ mod tests {
             ("POST", "/api/mcp/tools/define", true),
             ("POST", "/api/mcp/tools/execute", false),
             ("POST", "/mcp", false),
+            ("POST", "/a2a", true),
             ("GET", "/api/docs/search", false),
             ("GET", "/.well-known/agent.json", false),
             ("GET", "/.well-known/agent-card.json", false),

@@ -1,8 +1,9 @@
 //! The `mcp` family: MCP tool endpoints and macros, the JSON-RPC MCP server
-//! at `/mcp`, the agent manifest and A2A card, the OpenAPI document, the
-//! HTML reference and docs search.
+//! at `/mcp`, the A2A agent at `/a2a` with its card, the agent manifest, the
+//! OpenAPI document, the HTML reference and docs search.
 //!
-//! Keyspace `mcp`: `macro/{name}` -> macro definition, `macro_count`.
+//! Keyspace `mcp`: `macro/{name}` -> macro definition, `macro_count`;
+//! `a2a/task/{id}` -> an A2A task, `a2a/task_count`.
 //!
 //! Built-in tools run through the host's in-process dispatch, so they answer
 //! exactly what the HTTP endpoint would (a paid target without payment gives
@@ -11,8 +12,10 @@
 // The OpenAPI schemas are large `json!` literals.
 #![recursion_limit = "512"]
 
+mod a2a;
 mod api;
 mod openapi;
+mod origin;
 
 use marketplace_guest::prelude::*;
 use marketplace_guest::{Body, clear_on_fault, clock, dispatch, host, limit_time, on_fault, types};
@@ -26,7 +29,7 @@ const MAX_TYPESCRIPT: usize = 16 * 1024;
 /// answered within 2 s); a runaway is answered 422 well inside a second.
 const MACRO_BUDGET_MS: u32 = 500;
 /// MCP protocol revisions this server speaks (newest first).
-const PROTOCOL_VERSIONS: &[&str] = &["2025-06-18", "2025-03-26", "2024-11-05"];
+const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
 /// A built-in tool: name, description, HTTP method and path template,
 /// input schema.
@@ -39,7 +42,19 @@ struct Tool {
 }
 
 fn search_schema() -> Value {
-    json!({"type": "object", "properties": {"term": {"type": "string"}, "limit": {"type": "number"}, "post_type": {"type": "string"}}, "required": ["term"]})
+    json!({"type": "object", "properties": {
+        "term": {"type": "string", "minLength": 1, "maxLength": 1000, "description": "words to find"},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 100, "description": "most results, default 20"},
+        "post_type": {"type": "string", "description": "only posts of this type, e.g. general or service_request"}},
+        "required": ["term"]})
+}
+
+fn post_id_schema() -> Value {
+    json!({"type": "object", "properties": {"post_id": {"type": "string", "minLength": 1, "description": "post_<ULID>"}}, "required": ["post_id"]})
+}
+
+fn contract_id_schema() -> Value {
+    json!({"type": "object", "properties": {"contract_id": {"type": "string", "minLength": 5, "maxLength": 68, "description": "CTR_ and 1 to 64 letters, digits, '_' or '-'"}}, "required": ["contract_id"]})
 }
 
 const TOOLS: &[Tool] = &[
@@ -69,28 +84,34 @@ const TOOLS: &[Tool] = &[
         description: "One post with its listing check.",
         method: "GET",
         path: "/api/posts/{post_id}",
-        schema: || json!({"type": "object", "properties": {"post_id": {"type": "string"}}, "required": ["post_id"]}),
+        schema: post_id_schema,
     },
     Tool {
         name: "get_thread",
         description: "A post and all its comments.",
         method: "GET",
         path: "/api/thread/{post_id}",
-        schema: || json!({"type": "object", "properties": {"post_id": {"type": "string"}}, "required": ["post_id"]}),
+        schema: post_id_schema,
     },
     Tool {
         name: "get_attachment",
         description: "One attachment of a post (raw).",
         method: "GET",
         path: "/api/posts/{post_id}/attachments/{index}",
-        schema: || json!({"type": "object", "properties": {"post_id": {"type": "string"}, "index": {"type": "number"}}, "required": ["post_id", "index"]}),
+        schema: || json!({"type": "object", "properties": {"post_id": {"type": "string", "minLength": 1}, "index": {"type": "integer", "minimum": 0}}, "required": ["post_id", "index"]}),
     },
     Tool {
         name: "get_timeline",
         description: "Newest posts, with filters.",
         method: "GET",
         path: "/api/timeline",
-        schema: || json!({"type": "object", "properties": {"limit": {"type": "number"}, "before": {"type": "string"}, "post_type": {"type": "string"}, "author": {"type": "string"}}}),
+        schema: || {
+            json!({"type": "object", "properties": {
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100, "description": "default 20"},
+            "before": {"type": "string", "description": "next_before of the previous page"},
+            "post_type": {"type": "string"},
+            "author": {"type": "string", "description": "author fingerprint"}}})
+        },
     },
     Tool {
         name: "get_profile",
@@ -104,21 +125,22 @@ const TOOLS: &[Tool] = &[
         description: "One arbitration contract.",
         method: "GET",
         path: "/api/arbitration/contracts/{contract_id}",
-        schema: || json!({"type": "object", "properties": {"contract_id": {"type": "string"}}, "required": ["contract_id"]}),
+        schema: contract_id_schema,
     },
     Tool {
         name: "get_contract_status",
         description: "A contract's status and allowed actions.",
         method: "GET",
         path: "/api/arbitration/contracts/{contract_id}/status",
-        schema: || json!({"type": "object", "properties": {"contract_id": {"type": "string"}}, "required": ["contract_id"]}),
+        schema: contract_id_schema,
     },
     Tool {
         name: "get_fees",
         description: "The fee schedule.",
         method: "GET",
         path: "/api/fees",
-        schema: || json!({"type": "object", "properties": {}}),
+        // No parameters: only an empty object (MCP 2025-11-25's advice).
+        schema: || json!({"type": "object", "additionalProperties": false}),
     },
 ];
 
@@ -140,6 +162,7 @@ impl Endpoint for Mcp {
             ("POST", "/api/mcp/tools/define") => define(req),
             ("POST", "/api/mcp/tools/execute") => execute(req),
             ("POST", "/mcp") => jsonrpc(req, &version),
+            ("POST", "/a2a") => a2a::handle(req),
             ("GET", "/api/docs/search") => {
                 let q = req
                     .query("q")
@@ -153,7 +176,9 @@ impl Endpoint for Mcp {
                 Ok(json(200, &openapi::search(&openapi::document()?, q, limit)))
             }
             ("GET", "/.well-known/agent.json") => Ok(json(200, &manifest(&version))),
-            ("GET", "/.well-known/agent-card.json") => Ok(json(200, &agent_card(&version))),
+            ("GET", "/.well-known/agent-card.json") => {
+                Ok(json(200, &a2a::card(&origin::base(req), &version)))
+            }
             ("GET", "/openapi.json") => Ok(json(200, &openapi::document()?)),
             ("GET", "/openapi.yaml") => Ok(raw(
                 openapi::to_yaml(&openapi::document()?),
@@ -184,6 +209,7 @@ fn manifest(version: &str) -> Value {
         "capabilities": [
             "posts", "comments", "attachments", "search", "identities", "profiles", "ratings",
             "arbitration-contracts", "escrow", "witnesses", "mcp-tools", "mcp-macros", "mcp-jsonrpc",
+            "a2a-jsonrpc",
             "auth:ed25519-signature", "payment:http-402", "payment:webcash (X-Cash-Secret)",
         ],
         "openapi": "/openapi.yaml",
@@ -195,26 +221,8 @@ fn manifest(version: &str) -> Value {
             "description": "/api/mcp",
             "jsonrpc": "/mcp",
         },
+        "a2a": {"card": "/.well-known/agent-card.json", "jsonrpc": "/a2a"},
         "fees": "/api/fees",
-    })
-}
-
-fn agent_card(version: &str) -> Value {
-    json!({
-        "protocolVersion": "0.3.0",
-        "name": "marketplace",
-        "description": "Marketplace of listings and escrow contracts for people and agents; paid mutations use HTTP 402 with bearer cash.",
-        "url": "/mcp",
-        "preferredTransport": "JSONRPC",
-        "version": version,
-        "documentationUrl": "/docs",
-        "capabilities": {"streaming": false, "pushNotifications": false},
-        "defaultInputModes": ["application/json"],
-        "defaultOutputModes": ["application/json"],
-        "skills": [
-            {"id": "search", "name": "Search listings", "description": "Find posts and listings by words, ranked by relevance.", "tags": ["search", "marketplace"]},
-            {"id": "contracts", "name": "Escrow contracts", "description": "Read arbitration contracts and their allowed actions.", "tags": ["escrow", "contracts"]},
-        ],
     })
 }
 
@@ -324,6 +332,7 @@ fn run_tool(tool: &Tool, args: &Value) -> Result<Response, ApiError> {
             format!("{} is called at {} directly", tool.name, tool.path),
         ));
     }
+    check_arguments(&(tool.schema)(), args)?;
     let mut path = tool.path.to_string();
     let mut query = Vec::new();
     if let Some(map) = args.as_object() {
@@ -471,28 +480,63 @@ fn define(req: &Request) -> Result<Response, ApiError> {
     Ok(json(status, &json!({"macro": m})))
 }
 
-/// Validate arguments against a macro's input schema (400 with details).
+/// Validate arguments against a tool's input schema (400 with details):
+/// each property's `type`, `minimum`/`maximum`, `minLength`/`maxLength`,
+/// then `required` and `additionalProperties: false`.
 fn check_arguments(schema: &Value, args: &Value) -> Result<(), ApiError> {
     let mut problems = Vec::new();
     let Some(map) = args.as_object() else {
         return Err(ApiError::invalid("arguments", "must be an object"));
     };
-    for (name, prop) in schema["properties"].as_object().into_iter().flatten() {
-        let Some(v) = map.get(name) else { continue };
+    let mut problem = |field: &str, text: String| {
+        problems.push(marketplace_guest::Detail {
+            field: format!("arguments.{field}"),
+            problem: text,
+        })
+    };
+    let properties = schema["properties"].as_object();
+    for (name, v) in map {
+        let Some(prop) = properties.and_then(|p| p.get(name)) else {
+            if schema["additionalProperties"] == false {
+                problem(name, "is not a parameter of this tool".into());
+            }
+            continue;
+        };
         let ok = match prop["type"].as_str().unwrap_or("") {
             "string" => v.is_string(),
             "number" => v.is_number(),
-            "integer" => v.is_i64() || v.is_u64(),
+            "integer" => v.as_f64().is_some_and(|f| f.fract() == 0.0),
             "boolean" => v.is_boolean(),
             "object" => v.is_object(),
             "array" => v.is_array(),
             _ => true,
         };
         if !ok {
-            problems.push(marketplace_guest::Detail {
-                field: format!("arguments.{name}"),
-                problem: format!("must be of type {}", prop["type"]),
-            });
+            problem(name, format!("must be of type {}", prop["type"]));
+            continue;
+        }
+        if let Some(n) = v.as_f64() {
+            if prop["minimum"].as_f64().is_some_and(|m| n < m) {
+                problem(name, format!("must be at least {}", prop["minimum"]));
+            }
+            if prop["maximum"].as_f64().is_some_and(|m| n > m) {
+                problem(name, format!("must be at most {}", prop["maximum"]));
+            }
+        }
+        if let Some(text) = v.as_str() {
+            let chars = text.chars().count() as u64;
+            if prop["minLength"].as_u64().is_some_and(|m| chars < m) {
+                problem(
+                    name,
+                    format!("must be at least {} characters", prop["minLength"]),
+                );
+            }
+            if prop["maxLength"].as_u64().is_some_and(|m| chars > m) {
+                problem(
+                    name,
+                    format!("must be at most {} characters", prop["maxLength"]),
+                );
+            }
         }
     }
     for req in schema["required"]
@@ -502,10 +546,7 @@ fn check_arguments(schema: &Value, args: &Value) -> Result<(), ApiError> {
         .filter_map(|r| r.as_str())
     {
         if !map.contains_key(req) {
-            problems.push(marketplace_guest::Detail {
-                field: format!("arguments.{req}"),
-                problem: "is required".into(),
-            });
+            problem(req, "is required".into());
         }
     }
     if problems.is_empty() {
@@ -637,6 +678,16 @@ fn execute(req: &Request) -> Result<Response, ApiError> {
 
 /// `POST /mcp`: the Model Context Protocol over Streamable HTTP (JSON answers).
 fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
+    // Against DNS rebinding: a browser's Origin must be one this service
+    // answers to (MCP 2025-11-25: 403, a JSON-RPC error without an id).
+    if let Err(refused) = origin::check(req) {
+        return Ok(json(
+            403,
+            &json!({"jsonrpc": "2.0", "error": {"code": -32000, "message": format!(
+                "origin {refused:?} is not allowed: set [settings.mcp] allowed_origins (or public_url) to admit it"
+            )}}),
+        ));
+    }
     let msg: Value = match serde_json::from_slice(req.body()) {
         Ok(v) => v,
         Err(e) => {
@@ -680,6 +731,19 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
             ));
         }
     };
+    // After initialize a client names the negotiated revision in a header;
+    // one this server does not speak is a 400 (absent: 2025-03-26).
+    if method != "initialize"
+        && let Some(asked) = req.header("mcp-protocol-version").map(str::trim)
+        && !PROTOCOL_VERSIONS.contains(&asked)
+    {
+        return Ok(json(
+            400,
+            &json!({"jsonrpc": "2.0", "error": {"code": -32600, "message": format!(
+                "unsupported MCP-Protocol-Version {asked:?}; supported: {}", PROTOCOL_VERSIONS.join(", ")
+            )}}),
+        ));
+    }
     let Some(id) = id.filter(|_| !method.is_empty()) else {
         // Notifications (and responses) get no answer body.
         return Ok(Response {
@@ -705,10 +769,20 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
             let mut tools: Vec<Value> = TOOLS
                 .iter()
                 .filter(|t| t.name != "define" && t.name != "execute")
-                .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": (t.schema)()}))
+                .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": (t.schema)(),
+                                "annotations": {"readOnlyHint": true, "openWorldHint": false}}))
                 .collect();
+            // A macro answers with a search: it only reads too.
             for m in macros()? {
-                tools.push(json!({"name": m["name"], "description": m["description"], "inputSchema": m["input_schema"]}));
+                let description = match m["description"].as_str() {
+                    Some(d) if !d.trim().is_empty() => d.to_string(),
+                    _ => format!(
+                        "Search macro {} (defined by a user).",
+                        m["name"].as_str().unwrap_or("")
+                    ),
+                };
+                tools.push(json!({"name": m["name"], "description": description, "inputSchema": m["input_schema"],
+                                  "annotations": {"readOnlyHint": true, "openWorldHint": false}}));
             }
             json!({"tools": tools})
         }
@@ -716,10 +790,19 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
             let Some(name) = params["name"].as_str() else {
                 return Ok(json(200, &rpc_error(id, -32602, "params.name is required")));
             };
-            let args = params
-                .get("arguments")
-                .cloned()
-                .unwrap_or_else(|| json!({}));
+            // Arguments that are not an object fail the CallToolRequest
+            // schema (a protocol error); arguments that do not fit the
+            // tool's inputSchema are the tool's error (isError: true).
+            let args = match params.get("arguments") {
+                None | Some(Value::Null) => json!({}),
+                Some(a @ Value::Object(_)) => a.clone(),
+                Some(_) => {
+                    return Ok(json(
+                        200,
+                        &rpc_error(id, -32602, "params.arguments must be an object"),
+                    ));
+                }
+            };
             let wrap = |r: Response| json(200, &rpc_result(&id, tool_result(&r)));
             let resp = match run_named(name, &args, &wrap) {
                 Ok(r) => r,

@@ -64,57 +64,93 @@ fn operations(doc: &Value) -> Vec<Operation<'_>> {
     out
 }
 
-/// Emit a JSON value as block-style YAML (strings always quoted).
+/// Emit a JSON value as block-style YAML with libyaml's emitter: every
+/// string (keys too) double-quoted, so no YAML 1.1 or 1.2 reader takes one
+/// for a number, boolean, null or date; numbers, booleans and null plain.
 pub fn to_yaml(v: &Value) -> String {
-    fn scalar(v: &Value) -> String {
+    let mut out = Vec::new();
+    match emit_yaml(v, &mut out).map(|()| String::from_utf8(out)) {
+        Ok(Ok(text)) => text,
+        // Not reached (the events are well formed and the output is a
+        // buffer); JSON is YAML too.
+        _ => serde_json::to_string_pretty(v).unwrap_or_default(),
+    }
+}
+
+fn emit_yaml(v: &Value, out: &mut Vec<u8>) -> Result<(), libyaml_safer::Error> {
+    use libyaml_safer::{Emitter, Encoding, Event, MappingStyle, ScalarStyle, SequenceStyle};
+
+    fn scalar(text: &str, style: ScalarStyle) -> Event {
+        Event::scalar(None, None, text, true, true, style)
+    }
+    fn node(e: &mut Emitter, v: &Value) -> Result<(), libyaml_safer::Error> {
         match v {
-            Value::String(s) => serde_json::to_string(s).unwrap_or_default(),
-            other => other.to_string(),
+            Value::Null => e.emit(scalar("null", ScalarStyle::Plain)),
+            Value::Bool(b) => e.emit(scalar(
+                if *b { "true" } else { "false" },
+                ScalarStyle::Plain,
+            )),
+            Value::Number(n) => e.emit(scalar(&number(n), ScalarStyle::Plain)),
+            Value::String(s) => e.emit(scalar(s, ScalarStyle::DoubleQuoted)),
+            Value::Array(items) => {
+                e.emit(Event::sequence_start(
+                    None,
+                    None,
+                    true,
+                    SequenceStyle::Block,
+                ))?;
+                for item in items {
+                    node(e, item)?;
+                }
+                e.emit(Event::sequence_end())
+            }
+            Value::Object(members) => {
+                e.emit(Event::mapping_start(None, None, true, MappingStyle::Block))?;
+                for (k, val) in members {
+                    e.emit(scalar(k, ScalarStyle::DoubleQuoted))?;
+                    node(e, val)?;
+                }
+                e.emit(Event::mapping_end())
+            }
         }
     }
-    fn emit(v: &Value, indent: usize, out: &mut String) {
-        let pad = " ".repeat(indent);
-        match v {
-            Value::Object(m) if !m.is_empty() => {
-                for (k, val) in m {
-                    let key = serde_json::to_string(k).unwrap_or_default();
-                    match val {
-                        Value::Object(x) if !x.is_empty() => {
-                            out.push_str(&format!("{pad}{key}:\n"));
-                            emit(val, indent + 2, out);
-                        }
-                        Value::Array(x) if !x.is_empty() => {
-                            out.push_str(&format!("{pad}{key}:\n"));
-                            emit(val, indent, out);
-                        }
-                        _ => out.push_str(&format!("{pad}{key}: {}\n", scalar(val))),
-                    }
-                }
-            }
-            Value::Array(a) if !a.is_empty() => {
-                for item in a {
-                    match item {
-                        Value::Object(x) if !x.is_empty() => {
-                            let mut inner = String::new();
-                            emit(item, indent + 2, &mut inner);
-                            let trimmed = inner.trim_start_matches(' ');
-                            out.push_str(&format!("{pad}- {trimmed}"));
-                        }
-                        Value::Array(x) if !x.is_empty() => {
-                            out.push_str(&format!("{pad}-\n"));
-                            emit(item, indent + 2, out);
-                        }
-                        _ => out.push_str(&format!("{pad}- {}\n", scalar(item))),
-                    }
-                }
-            }
-            Value::Object(_) => out.push_str(&format!("{pad}{{}}\n")),
-            Value::Array(_) => out.push_str(&format!("{pad}[]\n")),
-            other => out.push_str(&format!("{pad}{}\n", scalar(other))),
-        }
+
+    let mut e = Emitter::new();
+    e.set_output_string(out);
+    e.set_unicode(true);
+    // No folding of long strings.
+    e.set_width(-1);
+    e.emit(Event::stream_start(Encoding::Utf8))?;
+    e.emit(Event::document_start(None, &[], true))?;
+    node(&mut e, v)?;
+    e.emit(Event::document_end(true))?;
+    e.emit(Event::stream_end())?;
+    e.flush()
+}
+
+/// A JSON number as a YAML scalar both YAML 1.1 and 1.2 readers resolve
+/// to the same number: a float keeps a `.` and a signed exponent (`1e20`
+/// is a string to YAML 1.1).
+fn number(n: &serde_json::Number) -> String {
+    let text = n.to_string();
+    if !n.is_f64() {
+        return text;
     }
-    let mut out = String::new();
-    emit(v, 0, &mut out);
+    let (mantissa, exponent) = match text.split_once(['e', 'E']) {
+        Some((m, x)) => (m, Some(x)),
+        None => (text.as_str(), None),
+    };
+    let mut out = mantissa.to_string();
+    if !out.contains('.') {
+        out.push_str(".0");
+    }
+    if let Some(x) = exponent {
+        out.push('e');
+        if !x.starts_with(['+', '-']) {
+            out.push('+');
+        }
+        out.push_str(x);
+    }
     out
 }
 
@@ -249,6 +285,95 @@ mod tests {
                             "responses": {"200": {"description": "success"}}}}),
         );
         json!({"openapi": "3.1.0", "info": {"version": "1.2.3", "description": "About <it>."}, "paths": paths})
+    }
+
+    #[test]
+    fn yaml_quotes_every_string_and_keeps_the_structure() {
+        let v = json!({"openapi": "3.1.0", "paths": {"/a/{id}": {"get": {"tags": ["x", "y"],
+            "responses": {"200": {"description": "ok"}}}}}, "n": [1, -2.5, true, null], "e": {}, "l": []});
+        assert_eq!(
+            to_yaml(&v),
+            "\"e\": {}\n\"l\": []\n\"n\":\n- 1\n- -2.5\n- true\n- null\n\"openapi\": \"3.1.0\"\n\
+             \"paths\":\n  \"/a/{id}\":\n    \"get\":\n      \"responses\":\n        \"200\":\n          \
+             \"description\": \"ok\"\n      \"tags\":\n      - \"x\"\n      - \"y\"\n"
+        );
+    }
+
+    /// Read the emitted YAML back with libyaml's parser, resolving plain
+    /// scalars as the JSON schema does.
+    fn load_yaml(text: &str) -> Value {
+        use libyaml_safer::{EventData, Parser, ScalarStyle};
+        type Events = std::iter::Peekable<std::vec::IntoIter<EventData>>;
+        fn node(events: &mut Events) -> Value {
+            match events.next().unwrap() {
+                EventData::Scalar { value, style, .. } if style != ScalarStyle::Plain => {
+                    Value::String(value)
+                }
+                EventData::Scalar { value, .. } => serde_json::from_str(&value)
+                    .unwrap_or_else(|e| panic!("plain scalar {value:?}: {e}")),
+                EventData::SequenceStart { .. } => {
+                    let mut items = Vec::new();
+                    while events.next_if_eq(&EventData::SequenceEnd).is_none() {
+                        items.push(node(events));
+                    }
+                    Value::Array(items)
+                }
+                EventData::MappingStart { .. } => {
+                    let mut members = serde_json::Map::new();
+                    while events.next_if_eq(&EventData::MappingEnd).is_none() {
+                        let Value::String(k) = node(events) else {
+                            panic!("a key that is not a string")
+                        };
+                        members.insert(k, node(events));
+                    }
+                    Value::Object(members)
+                }
+                e => panic!("unexpected {e:?}"),
+            }
+        }
+        let mut input = text.as_bytes();
+        let mut parser = Parser::new();
+        parser.set_input_string(&mut input);
+        let mut events = Vec::new();
+        loop {
+            let e = parser.parse().unwrap().data;
+            let end = e == EventData::StreamEnd;
+            events.push(e);
+            if end {
+                break;
+            }
+        }
+        let mut events = events.into_iter().peekable();
+        assert!(matches!(events.next(), Some(EventData::StreamStart { .. })));
+        assert!(matches!(
+            events.next(),
+            Some(EventData::DocumentStart { .. })
+        ));
+        let v = node(&mut events);
+        assert!(matches!(events.next(), Some(EventData::DocumentEnd { .. })));
+        assert_eq!(events.next(), Some(EventData::StreamEnd));
+        v
+    }
+
+    #[test]
+    fn yaml_reads_back_as_the_same_data() {
+        let long = "word ".repeat(100);
+        let v = json!({
+            "tricky": ["yes", "no", "on", "~", "null", "true", "2026-01-01", "1e3", "0x1F", "1_000",
+                       "", " lead", "trail ", "tab\there", "line\nbreak\n", "quote\"back\\slash",
+                       "unicode é ✓ 😀", "\u{7f}\u{85}\u{a0}\u{feff}\u{2028}\u{0}", "- dash", "# hash",
+                       "key: value", "{x}", "[y]", "*ref", "&anchor", "!tag", "%x", "@x", "`x`", "---", "...",
+                       "? q", "| bar", "> gt", "'single'", long],
+            "numbers": [0, -5, u64::MAX, i64::MIN, 1.5, 1e20, -2.5e-7, 100.0],
+            "nested": [[1, [2, []]], [{}], [{"a": {"b": [{"c": null}]}}]],
+            long.clone(): {"": "empty key", "multi\nline key": 1},
+        });
+        assert_eq!(load_yaml(&to_yaml(&v)), v);
+        assert_eq!(load_yaml(&to_yaml(&doc())), doc());
+        // YAML 1.1 readers take `1e20` for a string: floats keep a point
+        // and a signed exponent.
+        assert!(to_yaml(&v).contains("- 1.0e+20\n"));
+        assert!(to_yaml(&v).contains("- -2.5e-7\n"));
     }
 
     #[test]

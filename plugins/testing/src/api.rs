@@ -121,6 +121,35 @@ pub const OPS: &[Op] = &[
         "Escrow held",
         "What a test escrow account holds.",
     ),
+    Op {
+        query: &[("msg", "string", false, "the line to log")],
+        ..op(
+            "GET",
+            "/_testing/log",
+            "testingLog",
+            "testing",
+            "Log a line",
+            "Writes `msg` into the host log at info level.",
+        )
+    },
+    Op {
+        query: &[
+            ("mode", "string", true, "seed, writes, get_many or scan"),
+            ("n", "integer", false, "how many values (default 1)"),
+            ("key", "string", false, "seed / get_many key, default big"),
+            ("prefix", "string", false, "scan prefix, default big"),
+            ("packed", "string", false, "1: the packed storage calls"),
+        ],
+        errors: &[400, 413],
+        ..op(
+            "POST",
+            "/_testing/hog",
+            "testingHog",
+            "testing",
+            "Ask the host for a lot of memory",
+            "Writes or reads many 8 MiB values in one request; the host's byte budgets must refuse it.",
+        )
+    },
 ];
 
 /// What the family serves (its `describe-api` export); every schema it
@@ -146,6 +175,8 @@ mod tests {
             ("POST", "/_testing/paid", true),
             ("POST", "/_testing/payout", true),
             ("GET", "/_testing/held", false),
+            ("GET", "/_testing/log", false),
+            ("POST", "/_testing/hog", true),
         ];
         assert_eq!(openapi::routes_of(&api()), expected);
     }

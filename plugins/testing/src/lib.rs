@@ -82,6 +82,13 @@ impl Endpoint for Testing {
                     &json!({"held": marketplace_guest::escrow::held(contract)}),
                 ))
             }
+            // Logs `msg` at info level through the host (request-id tests).
+            "/_testing/log" => {
+                let msg = req.query("msg").unwrap_or("");
+                marketplace_guest::log_info(msg);
+                Ok(json(200, &json!({"logged": msg})))
+            }
+            "/_testing/hog" => hog(req),
             "/_testing/read" => {
                 let key = req.query("key").unwrap_or("k");
                 let value: Option<String> = kv::get(key)?;
@@ -90,6 +97,78 @@ impl Endpoint for Testing {
             _ => Err(ApiError::not_found("route")),
         }
     }
+}
+
+/// Size of one value the hog route writes or seeds.
+const BIG: usize = 8 << 20;
+
+/// `POST /_testing/hog?mode=...`: asks the host for far more memory than a
+/// request should get, to prove the host's byte budgets hold.
+///
+/// - `seed&key=K`: put one 8 MiB value at `K` (default `big`).
+/// - `writes&n=N`: put N values of 8 MiB under `hog/w/{i}` in this request.
+/// - `get_many&n=N[&key=K][&packed=1]`: get-many of N copies of `K`.
+/// - `scan&n=N[&prefix=P][&packed=1]`: scan at most N entries under `P`
+///   (default `big`).
+///
+/// Answers 200 with the byte count it got; a storage refusal is the guest
+/// library's answer to it (`too-large`: 413 `payload_too_large`).
+fn hog(req: &Request) -> Result<Response, ApiError> {
+    let n = req.query_int("n", 0, 100_000)?.unwrap_or(1);
+    let packed = req.query("packed").is_some_and(|v| v == "1");
+    let mode = req.query("mode").unwrap_or("");
+    let bytes: u64 = match mode {
+        "seed" => {
+            let key = req.query("key").unwrap_or("big");
+            kv::put_raw(key, &vec![b'h'; BIG])?;
+            BIG as u64
+        }
+        "writes" => {
+            let buf = vec![b'w'; BIG];
+            for i in 0..n {
+                kv::put_raw(&format!("hog/w/{i}"), &buf)?;
+            }
+            BIG as u64 * n
+        }
+        "get_many" => {
+            let key = req.query("key").unwrap_or("big");
+            let keys = vec![key.to_string(); n as usize];
+            if packed {
+                kv::get_many_packed(None, &keys)?
+                    .values()
+                    .map(|v| v.map_or(0, |v| v.len() as u64))
+                    .sum()
+            } else {
+                kv::get_many_raw(None, &keys)?
+                    .iter()
+                    .map(|v| v.as_ref().map_or(0, |v| v.len() as u64))
+                    .sum()
+            }
+        }
+        "scan" => {
+            let prefix = req.query("prefix").unwrap_or("big");
+            let limit = u32::try_from(n).unwrap_or(u32::MAX);
+            if packed {
+                let end = kv::prefix_end(prefix.as_bytes());
+                kv::scan_packed(None, prefix.as_bytes(), end.as_deref(), false, limit)?
+                    .entries()
+                    .map(|(_, v)| v.len() as u64)
+                    .sum()
+            } else {
+                kv::scan_prefix(None, prefix, false, limit)?
+                    .iter()
+                    .map(|(_, v)| v.len() as u64)
+                    .sum()
+            }
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                "mode",
+                "must be seed, writes, get_many or scan",
+            ));
+        }
+    };
+    Ok(json(200, &json!({"mode": mode, "n": n, "bytes": bytes})))
 }
 
 marketplace_guest::endpoint_plugin!(Testing);

@@ -152,13 +152,29 @@ impl Ctx {
         {
             reply.headers.push(("x-cash-change".into(), change));
         }
+        if reply.is_success()
+            && let Some(charge) = &self.charged
+        {
+            // x402 `PAYMENT-RESPONSE`: kept as JSON text, base64 once sent.
+            crate::money::x402::add_response(&mut reply, charge);
+        }
         match (self.txn.take(), &self.rt) {
             (Some(Txn::Write(txn)), Some(rt)) if reply.is_success() => {
+                // A request with the same x402 payment identifier committed
+                // meanwhile: its answer, and this request's charge is dropped.
+                if let Some(kept) = crate::money::x402::answered_meanwhile(
+                    &rt.ledger,
+                    &txn,
+                    &self.payment,
+                    self.charged.as_ref(),
+                ) {
+                    return kept;
+                }
                 match self
                     .record_replay(&txn, &reply)
                     .and_then(|_| rt.storage.commit(txn))
                 {
-                    Ok(()) => reply,
+                    Ok(()) => crate::money::x402::sent(reply),
                     Err(e) => {
                         tracing::error!(family = %self.family, "commit failed: {e}");
                         Reply::error(500, "internal", "internal error")
@@ -179,8 +195,19 @@ impl Ctx {
     ) -> Result<(), StorageError> {
         match (&self.charged, &self.replay_key) {
             (Some(c), Some(key)) if !c.public.is_empty() => {
-                crate::money::ledger::Ledger::record_replay(txn, key, reply, &self.issued)
-                    .map_err(|e| StorageError::Internal(e.to_string()))
+                let now_ms = self.rt.as_ref().map_or(0, |rt| rt.now_ms());
+                crate::money::ledger::Ledger::record_replay_at(
+                    txn,
+                    key,
+                    reply,
+                    &self.issued,
+                    now_ms,
+                )
+                .and_then(|_| {
+                    // Also under its x402 payment identifier, if it has one.
+                    crate::money::x402::record(txn, &self.payment, reply, &self.issued, now_ms)
+                })
+                .map_err(|e| StorageError::Internal(e.to_string()))
             }
             _ => Ok(()),
         }

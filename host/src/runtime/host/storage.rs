@@ -39,6 +39,13 @@ impl Ctx {
     }
 }
 
+impl Ctx {
+    /// Most bytes one storage call may return (`max_call_bytes`).
+    fn call_budget(&self) -> usize {
+        self.rt.as_ref().map_or(0, |rt| rt.config.max_call_bytes)
+    }
+}
+
 impl storage::Host for Ctx {
     fn get(
         &mut self,
@@ -61,8 +68,9 @@ impl storage::Host for Ctx {
             )));
         }
         let ks = self.keyspace(keyspace)?;
+        let budget = self.call_budget();
         self.txn()
-            .and_then(|t| t.get_many(&ks, &keys))
+            .and_then(|t| t.get_many(&ks, &keys, budget))
             .map_err(to_wit)
     }
 
@@ -88,9 +96,10 @@ impl storage::Host for Ctx {
     ) -> Result<Vec<storage::Entry>, storage::StorageError> {
         let ks = self.keyspace(keyspace)?;
         let limit = limit.min(100_000) as usize;
+        let budget = self.call_budget();
         let rows = self
             .txn()
-            .and_then(|t| t.scan(&ks, &start, end.as_deref(), reverse, limit))
+            .and_then(|t| t.scan_bounded(&ks, &start, end.as_deref(), reverse, limit, budget))
             .map_err(to_wit)?;
         Ok(rows
             .into_iter()

@@ -1,0 +1,288 @@
+//! Backup and restore of a data dir.
+//!
+//! A backup is one tar file holding:
+//! - `marketplace.redb`: a consistent snapshot of the database, copied table
+//!   by table inside one read transaction (so it is exactly the committed
+//!   state at one instant, taken while the server keeps serving);
+//! - `server.key`: the key every change, payout and refund secret is
+//!   derived from. The database keeps only public hashes and derivations,
+//!   so a database restored without its key cannot pay out what it owes
+//!   (its kept answers answer 409): the two must be kept together;
+//! - `arbiter.key` when the arbiter key was generated into the data dir;
+//! - `uploads/`: components uploaded through the admin API;
+//! - `backup.json`: when, which version, and the ledger totals.
+//!
+//! The admin token and the compile cache are not kept: a restored server
+//! generates a new token (or takes the configured one) and recompiles.
+//! Restore refuses a data dir that is not empty, and unpacks into a temp
+//! dir first, so a failed restore leaves nothing behind.
+
+use crate::config::Config;
+use crate::store::Storage;
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+
+const DB: &str = "marketplace.redb";
+const KEYS: &[&str] = &["server.key", "arbiter.key"];
+const UPLOADS: &str = "uploads";
+const MANIFEST: &str = "backup.json";
+
+/// Write a backup of the live `storage` (data dir `data_dir`) to `out`;
+/// returns the bytes written.
+pub fn snapshot(storage: &Storage, data_dir: &Path, out: &mut dyn Write) -> Result<u64> {
+    let tmp = tempfile::Builder::new()
+        .prefix(".backup-")
+        .tempdir_in(data_dir)
+        .context("making a temp dir for the snapshot")?;
+    let db = tmp.path().join(DB);
+    let tables = storage.snapshot_into(&db).context("copying the database")?;
+    let totals = {
+        let copy = Storage::open(&db, Default::default())?;
+        let txn = copy.begin_read().map_err(|e| anyhow::anyhow!("{e}"))?;
+        let t = |name| crate::money::ledger::total(&txn, name).unwrap_or(0);
+        json!({"minted": t("minted"), "fees": t("fees"), "escrow": t("escrow")})
+    };
+    let manifest = json!({
+        "format": 1,
+        "service": crate::state::SERVICE_NAME,
+        "version": crate::state::SERVICE_VERSION,
+        "created_at": crate::ids::rfc3339(std::time::SystemTime::now()),
+        "tables": tables,
+        "totals": totals,
+    });
+    let mut counter = Counting { inner: out, n: 0 };
+    {
+        let mut tar = tar::Builder::new(&mut counter);
+        let mut add_bytes = |name: &str, bytes: &[u8]| -> Result<()> {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(bytes.len() as u64);
+            header.set_mode(0o600);
+            header.set_mtime(crate::ids::unix_seconds());
+            header.set_cksum();
+            tar.append_data(&mut header, name, bytes)
+                .with_context(|| format!("writing {name} into the backup"))
+        };
+        add_bytes(MANIFEST, &serde_json::to_vec_pretty(&manifest)?)?;
+        for key in KEYS {
+            match std::fs::read(data_dir.join(key)) {
+                Ok(bytes) => add_bytes(key, &bytes)?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && *key != "server.key" => {}
+                Err(e) => return Err(e).with_context(|| format!("reading {key}")),
+            }
+        }
+        if let Ok(entries) = std::fs::read_dir(data_dir.join(UPLOADS)) {
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.ends_with(".wasm") || name.ends_with(".json") {
+                    add_bytes(&format!("{UPLOADS}/{name}"), &std::fs::read(entry.path())?)?;
+                }
+            }
+        }
+        let mut f = File::open(&db)?;
+        tar.append_file(DB, &mut f)
+            .context("writing the database into the backup")?;
+        tar.finish()?;
+    }
+    counter.flush()?;
+    Ok(counter.n)
+}
+
+/// Back up a stopped server's data dir into `to`.
+pub fn offline(config: &Config, to: &Path) -> Result<u64> {
+    anyhow::ensure!(
+        config.db_path().is_file(),
+        "no database at {}",
+        config.db_path().display()
+    );
+    let storage = Storage::open(&config.db_path(), config.commit_settings())
+        .context("opening the database (is the server running? then use --admin URL)")?;
+    write_atomically(to, |f| snapshot(&storage, &config.data_dir, f))
+}
+
+/// Write `to` through `f` into a temp file beside it (0600), fsync, then
+/// rename: a failed backup never leaves a partial file under that name.
+pub fn write_atomically(to: &Path, f: impl FnOnce(&mut File) -> Result<u64>) -> Result<u64> {
+    let dir = match to.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".marketplace-backup-")
+        .tempfile_in(dir)
+        .with_context(|| format!("creating a temp file in {}", dir.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    let n = f(tmp.as_file_mut())?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(to)
+        .with_context(|| format!("writing {}", to.display()))?;
+    Ok(n)
+}
+
+/// Restore the backup `file` into `data_dir`, which must be missing or
+/// empty. Everything is unpacked and checked in a temp dir beside it and
+/// renamed into place only then: a failed restore leaves nothing behind.
+pub fn restore(file: &Path, data_dir: &Path) -> Result<()> {
+    let empty = match std::fs::read_dir(data_dir) {
+        Ok(mut entries) => entries.next().is_none(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+        Err(e) => return Err(e).with_context(|| format!("reading {}", data_dir.display())),
+    };
+    if !empty {
+        bail!(
+            "{} is not empty: restore into a new (or empty) data dir",
+            data_dir.display()
+        );
+    }
+    let input = File::open(file).with_context(|| format!("opening {}", file.display()))?;
+    let parent = match data_dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
+    let staging = tempfile::Builder::new()
+        .prefix(".marketplace-restore-")
+        .tempdir_in(&parent)
+        .with_context(|| format!("creating a temp dir in {}", parent.display()))?;
+    unpack(input, staging.path())?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(staging.path(), std::fs::Permissions::from_mode(0o700))?;
+    }
+    // rename(2) replaces an empty directory.
+    let staged = staging.keep();
+    if let Err(e) = std::fs::rename(&staged, data_dir) {
+        let _ = std::fs::remove_dir_all(&staged);
+        return Err(e)
+            .with_context(|| format!("moving the restored files to {}", data_dir.display()));
+    }
+    Ok(())
+}
+
+/// Unpack a backup into the empty dir `dir` and check it: the database and
+/// `server.key` are there, the database opens and its ledger adds up.
+fn unpack(input: File, dir: &Path) -> Result<()> {
+    let mut archive = tar::Archive::new(input);
+    let (mut seen_db, mut seen_key) = (false, false);
+    for entry in archive.entries().context("reading the backup")? {
+        let mut entry = entry.context("reading the backup")?;
+        let name = entry.path()?.to_string_lossy().into_owned();
+        let allowed = name == DB
+            || name == MANIFEST
+            || KEYS.contains(&name.as_str())
+            || name
+                .strip_prefix("uploads/")
+                .is_some_and(|n| !n.is_empty() && !n.contains('/') && !n.starts_with('.'));
+        if !allowed {
+            bail!("unexpected entry {name:?} in the backup");
+        }
+        seen_db |= name == DB;
+        seen_key |= name == "server.key";
+        let target = dir.join(&name);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let mut options = File::options();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut out = options
+            .open(&target)
+            .with_context(|| format!("creating {}", target.display()))?;
+        std::io::copy(&mut entry, &mut out).context("reading the backup")?;
+        out.sync_all()?;
+    }
+    anyhow::ensure!(
+        seen_db && seen_key,
+        "the backup lacks the database or server.key"
+    );
+    let storage = Storage::open(&dir.join(DB), Default::default())
+        .context("the restored database does not open")?;
+    let txn = storage.begin_read().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let t = crate::money::ledger::Ledger::totals(&txn)?;
+    anyhow::ensure!(
+        t.minted == t.unspent + t.fees + t.escrow,
+        "the restored ledger does not add up: {t:?}"
+    );
+    Ok(())
+}
+
+/// A writer that counts what passes.
+struct Counting<'a> {
+    inner: &'a mut dyn Write,
+    n: u64,
+}
+
+impl Write for Counting<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.n += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backup_restores_into_a_new_dir_with_its_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        let storage = Storage::open(&data.join(DB), Default::default()).unwrap();
+        let ledger = crate::money::ledger::Ledger::open(&data).unwrap();
+        let txn = storage.begin_write().unwrap();
+        ledger.mint(&txn, 500).unwrap();
+        txn.put_in("kv:notes", b"k", b"v").unwrap();
+        storage.commit(txn).unwrap();
+        let file = dir.path().join("b.tar");
+        write_atomically(&file, |f| snapshot(&storage, &data, f)).unwrap();
+        let restored = dir.path().join("restored");
+        restore(&file, &restored).unwrap();
+        assert_eq!(
+            std::fs::read(restored.join("server.key")).unwrap(),
+            std::fs::read(data.join("server.key")).unwrap()
+        );
+        let copy = Storage::open(&restored.join(DB), Default::default()).unwrap();
+        let r = copy.begin_read().unwrap();
+        use crate::store::Kv;
+        assert_eq!(
+            r.get_in("kv:notes", b"k").unwrap().as_deref(),
+            Some(&b"v"[..])
+        );
+        assert_eq!(crate::money::ledger::total(&r, "minted").unwrap(), 500);
+        // Never over an existing database; a cut backup leaves nothing.
+        assert!(restore(&file, &restored).is_err());
+        let bytes = std::fs::read(&file).unwrap();
+        let cut = dir.path().join("cut.tar");
+        std::fs::write(&cut, &bytes[..bytes.len() * 3 / 4]).unwrap();
+        let target = dir.path().join("again");
+        assert!(restore(&cut, &target).is_err());
+        assert!(!target.exists());
+        assert_eq!(
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .filter(|e| e
+                    .as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with('.'))
+                .count(),
+            0
+        );
+        restore(&file, &target).unwrap();
+    }
+}

@@ -1,0 +1,266 @@
+//! Process metrics in the Prometheus text format (`prometheus-client`).
+//!
+//! One registry per process ([`metrics()`]); every layer counts into it, and
+//! the server renders it on `GET /metrics` of the admin listener and of the
+//! optional `metrics_listen` listener. Values read from storage (ledger
+//! totals) are set by the server just before rendering ([`Metrics::ledger`]).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub family: String,
+    pub route: String,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    pub family: String,
+    pub route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FamilyLabels {
+    pub family: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FaultLabels {
+    pub family: String,
+    /// `trap`, `timeout` or `memory`.
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SwapLabels {
+    pub family: String,
+    /// `ok`, `refused` or `unmounted`.
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabels {
+    pub code: String,
+}
+
+/// Every metric of the process.
+pub struct Metrics {
+    registry: Registry,
+    pub requests: Family<RequestLabels, Counter>,
+    pub request_seconds: Family<RouteLabels, Histogram>,
+    pub instantiate_seconds: Family<FamilyLabels, Histogram>,
+    pub call_seconds: Family<FamilyLabels, Histogram>,
+    pub faults: Family<FaultLabels, Counter>,
+    pub swaps: Family<SwapLabels, Counter>,
+    pub payments_refused: Family<CodeLabels, Counter>,
+    pub commits: Counter,
+    pub fsyncs: Counter,
+    pub commit_batch: Histogram,
+    pub connections: Gauge,
+    pub in_flight: Gauge,
+    pub refused_connections: Counter,
+    pub ledger_minted: Gauge,
+    pub ledger_unspent: Gauge,
+    pub ledger_fees: Gauge,
+    pub ledger_escrow: Gauge,
+}
+
+fn seconds_histogram() -> Histogram {
+    // 50 us .. ~1.6 s
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("marketplace");
+        let m = Metrics {
+            requests: Family::default(),
+            request_seconds: Family::new_with_constructor(seconds_histogram),
+            instantiate_seconds: Family::new_with_constructor(seconds_histogram),
+            call_seconds: Family::new_with_constructor(seconds_histogram),
+            faults: Family::default(),
+            swaps: Family::default(),
+            payments_refused: Family::default(),
+            commits: Counter::default(),
+            fsyncs: Counter::default(),
+            commit_batch: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
+            connections: Gauge::default(),
+            in_flight: Gauge::default(),
+            refused_connections: Counter::default(),
+            ledger_minted: Gauge::default(),
+            ledger_unspent: Gauge::default(),
+            ledger_fees: Gauge::default(),
+            ledger_escrow: Gauge::default(),
+            registry: Registry::default(),
+        };
+        let r = &mut registry;
+        r.register(
+            "requests",
+            "Requests answered, by family (or host), route pattern and status",
+            m.requests.clone(),
+        );
+        r.register(
+            "request_duration_seconds",
+            "Time from routing to the answer, by family and route",
+            m.request_seconds.clone(),
+        );
+        r.register(
+            "plugin_instantiate_seconds",
+            "Time to instantiate a plugin for one call",
+            m.instantiate_seconds.clone(),
+        );
+        r.register(
+            "plugin_call_seconds",
+            "Time a plugin's handler ran (with its host calls)",
+            m.call_seconds.clone(),
+        );
+        r.register(
+            "plugin_faults",
+            "Plugin calls that trapped, ran out of time or hit the memory cap",
+            m.faults.clone(),
+        );
+        r.register(
+            "plugin_swaps",
+            "Component swaps, mounts and unmounts, by result",
+            m.swaps.clone(),
+        );
+        r.register(
+            "payments_refused",
+            "Payments refused (402), by error code",
+            m.payments_refused.clone(),
+        );
+        r.register("commits", "Write transactions committed", m.commits.clone());
+        r.register(
+            "fsyncs",
+            "Durable commits (one per batch)",
+            m.fsyncs.clone(),
+        );
+        r.register(
+            "commit_batch_size",
+            "Requests per durable commit",
+            m.commit_batch.clone(),
+        );
+        r.register(
+            "connections_open",
+            "Client connections open",
+            m.connections.clone(),
+        );
+        r.register(
+            "requests_in_flight",
+            "Requests being served",
+            m.in_flight.clone(),
+        );
+        r.register(
+            "ledger_minted_units",
+            "Cash minted by the operator (1e-8 units)",
+            m.ledger_minted.clone(),
+        );
+        r.register(
+            "ledger_unspent_units",
+            "Cash in unspent outputs (minted - fees - escrow)",
+            m.ledger_unspent.clone(),
+        );
+        r.register("ledger_fees_units", "Fees earned", m.ledger_fees.clone());
+        r.register(
+            "ledger_escrow_units",
+            "Cash held in contracts' escrow",
+            m.ledger_escrow.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// The whole registry in the Prometheus text format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::error!("encoding metrics: {e}");
+        }
+        out
+    }
+
+    /// Set the ledger gauges (units).
+    pub fn ledger(&self, minted: u64, fees: u64, escrow: u64) {
+        let g = |v: u64| v.min(i64::MAX as u64) as i64;
+        self.ledger_minted.set(g(minted));
+        self.ledger_fees.set(g(fees));
+        self.ledger_escrow.set(g(escrow));
+        self.ledger_unspent
+            .set(g(minted.saturating_sub(fees).saturating_sub(escrow)));
+    }
+
+    /// Count a fault of a plugin call.
+    pub fn fault(&self, family: &str, kind: &str) {
+        self.faults
+            .get_or_create(&FaultLabels {
+                family: family.into(),
+                kind: kind.into(),
+            })
+            .inc();
+    }
+
+    /// Count a swap, mount or unmount.
+    pub fn swap(&self, family: &str, result: &str) {
+        self.swaps
+            .get_or_create(&SwapLabels {
+                family: family.into(),
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    /// Time spent instantiating and running one plugin call.
+    pub fn plugin_call(&self, family: &str, instantiate: Duration, call: Duration) {
+        let labels = FamilyLabels {
+            family: family.into(),
+        };
+        self.instantiate_seconds
+            .get_or_create(&labels)
+            .observe(instantiate.as_secs_f64());
+        self.call_seconds
+            .get_or_create(&labels)
+            .observe(call.as_secs_f64());
+    }
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// The process's metrics.
+pub fn metrics() -> &'static Metrics {
+    &METRICS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_render_in_the_text_format() {
+        let m = Metrics::new();
+        m.requests
+            .get_or_create(&RequestLabels {
+                family: "timeline".into(),
+                route: "/api/timeline".into(),
+                status: 201,
+            })
+            .inc();
+        m.fault("search", "timeout");
+        m.ledger(100, 10, 20);
+        let text = m.render();
+        assert!(text.contains(
+            r#"marketplace_requests_total{family="timeline",route="/api/timeline",status="201"} 1"#
+        ), "{text}");
+        assert!(
+            text.contains(r#"marketplace_plugin_faults_total{family="search",kind="timeout"} 1"#)
+        );
+        assert!(text.contains("marketplace_ledger_unspent_units 70"));
+        assert!(text.ends_with("# EOF\n"));
+    }
+}

@@ -1,0 +1,508 @@
+//! x402 v2 beside the native payment headers (PROTOCOL 3).
+//!
+//! The headers carry base64 (standard alphabet, padded, as the x402 SDKs
+//! encode them) of JSON:
+//! - every 402 also carries `PAYMENT-REQUIRED`: `{x402Version: 2, error,
+//!   resource, accepts: [the webcash rail], extensions}`, built from the 402
+//!   body the payment gate wrote;
+//! - a request may pay with `PAYMENT-SIGNATURE`: `{x402Version: 2, accepted,
+//!   payload: {secret}}`; its secret is used exactly as `X-Cash-Secret`, and
+//!   a malformed header is `402 payment_invalid`;
+//! - a paid answer carries `PAYMENT-RESPONSE`: `{success, transaction,
+//!   network, payer, amount, extra: {change}}`.
+//!
+//! The `payment-identifier` extension (`extensions["payment-identifier"]
+//! .info.id`) is an idempotency key. A paid answer is kept (through the
+//! ledger's kept answers, so with its secrets replaced by their derivations
+//! and pruned by retention like them) under the id and the request
+//! (method, path, SHA-256 of the body), and a `409 idempotency_conflict`
+//! is kept under the id alone: the same id and request get the stored
+//! answer, the same id with another request gets the 409.
+//!
+//! `PAYMENT-RESPONSE` holds the change secret, which a kept answer must not
+//! hold in plain text: the header is built as JSON text (which the ledger's
+//! kept answers take secrets out of, like the body) and turned into base64
+//! only on the way out ([`sent`]), both for a live answer and a replayed one.
+
+use crate::money::ledger::{Derivation, Ledger};
+use crate::money::payments::{CASH_HEADERS, Charge, PaymentHeaders};
+use crate::reply::Reply;
+use crate::store::{Kv, WriteTxn};
+use marketplace_common::{amount, secret};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+/// The x402 version spoken.
+pub const VERSION: u64 = 2;
+/// Header names (lower case on the wire, as hyper writes them).
+pub const PAYMENT_REQUIRED: &str = "payment-required";
+pub const PAYMENT_SIGNATURE: &str = "payment-signature";
+pub const PAYMENT_RESPONSE: &str = "payment-response";
+/// The webcash rail's `accepts` entry.
+pub const SCHEME: &str = "exact";
+pub const NETWORK: &str = "webcash:mainnet";
+pub const ASSET: &str = "webcash";
+pub const MAX_TIMEOUT_SECONDS: u64 = 300;
+/// The idempotency extension and its id's length bounds.
+pub const PAYMENT_IDENTIFIER: &str = "payment-identifier";
+pub const ID_MIN: usize = 16;
+pub const ID_MAX: usize = 128;
+/// Largest `PAYMENT-SIGNATURE` value read (base64 characters).
+const MAX_SIGNATURE: usize = 16 * 1024;
+
+/// What a request's `PAYMENT-SIGNATURE` header said (its secret goes into
+/// [`PaymentHeaders::cash`]).
+#[derive(Debug, Clone, Default)]
+pub struct Signature {
+    /// Why the header was refused: the request is `402 payment_invalid`
+    /// wherever it has to pay.
+    pub invalid: Option<String>,
+    /// The `payment-identifier` id, when one was given.
+    pub id: Option<String>,
+    /// Keys of the idempotency records, set once the lookup found none.
+    pub keys: Option<IdempotencyKeys>,
+}
+
+/// Where the answer of a request with a payment identifier is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdempotencyKeys {
+    /// The id and the request: the stored answer.
+    pub request: [u8; 32],
+    /// The id alone: the `409 idempotency_conflict` for any other request.
+    pub id: [u8; 32],
+}
+
+/// Read a `PAYMENT-SIGNATURE` header into `payment`. The canonical
+/// `X-Cash-Secret` wins when both are given.
+pub fn read_signature(payment: &mut PaymentHeaders, value: &str) {
+    match parse_signature(value) {
+        Ok((secret, id)) => {
+            payment.cash.get_or_insert(secret);
+            payment.x402.id = id;
+        }
+        Err(why) => payment.x402.invalid = Some(why),
+    }
+}
+
+/// The secret and payment identifier of a `PAYMENT-SIGNATURE` value.
+pub fn parse_signature(value: &str) -> Result<(String, Option<String>), String> {
+    let value = value.trim();
+    if value.len() > MAX_SIGNATURE {
+        return Err(format!("is over {MAX_SIGNATURE} characters"));
+    }
+    let raw = base64_decode(value).ok_or("is not base64")?;
+    let doc: Value =
+        serde_json::from_slice(&raw).map_err(|_| "is not base64 of a JSON object".to_string())?;
+    let Value::Object(doc) = doc else {
+        return Err("is not base64 of a JSON object".into());
+    };
+    if doc.get("x402Version").and_then(Value::as_u64) != Some(VERSION) {
+        return Err(format!("must have x402Version {VERSION}"));
+    }
+    let accepted = doc
+        .get("accepted")
+        .and_then(Value::as_object)
+        .ok_or("must have `accepted`: one entry of the 402's `accepts`")?;
+    let field = |name: &str| accepted.get(name).and_then(Value::as_str);
+    if field("scheme") != Some(SCHEME) || field("network") != Some(NETWORK) {
+        return Err(format!(
+            "`accepted` must be the {SCHEME} {NETWORK} entry of the 402's `accepts`"
+        ));
+    }
+    if accepted.get("asset").is_some_and(|a| a != ASSET) {
+        return Err(format!("`accepted.asset` must be {ASSET}"));
+    }
+    let secret = doc
+        .get("payload")
+        .and_then(|p| p.get("secret"))
+        .and_then(Value::as_str)
+        .ok_or("must have `payload.secret`: e<amount>:secret:<hex>")?;
+    let id = match doc
+        .get("extensions")
+        .and_then(|e| e.get(PAYMENT_IDENTIFIER))
+        .and_then(|e| e.get("info"))
+        .and_then(|i| i.get("id"))
+    {
+        None | Some(Value::Null) => None,
+        Some(Value::String(id)) if valid_id(id) => Some(id.clone()),
+        Some(_) => {
+            return Err(format!(
+                "payment-identifier id must be {ID_MIN} to {ID_MAX} of A-Z a-z 0-9 _ -"
+            ));
+        }
+    };
+    Ok((secret.trim().to_string(), id))
+}
+
+fn valid_id(id: &str) -> bool {
+    (ID_MIN..=ID_MAX).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// The `accepts` entry of the webcash rail for a price in units.
+pub fn webcash_requirements(price: u64) -> Value {
+    json!({
+        "scheme": SCHEME,
+        "network": NETWORK,
+        "asset": ASSET,
+        "amount": price.to_string(),
+        "payTo": crate::state::SERVICE_NAME,
+        "maxTimeoutSeconds": MAX_TIMEOUT_SECONDS,
+        "extra": {"header": CASH_HEADERS[0], "price": amount::format(price)},
+    })
+}
+
+/// The declaration of the `payment-identifier` extension (optional), as
+/// the x402 SDKs' `declare_payment_identifier_extension()` writes it: a
+/// client's SDK adds its id only to a 402 that declares it.
+fn identifier_declaration() -> Value {
+    json!({
+        "info": {"required": false},
+        "schema": {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "properties": {
+                "required": {"type": "boolean"},
+                "id": {
+                    "type": "string",
+                    "minLength": ID_MIN,
+                    "maxLength": ID_MAX,
+                    "pattern": "^[a-zA-Z0-9_-]+$",
+                },
+            },
+            "required": ["required"],
+        },
+    })
+}
+
+/// The `PAYMENT-REQUIRED` document of a 402 body of the payment gate
+/// (`required_amount`, `message`, `payment.action`), for the resource at
+/// `url`.
+pub fn payment_required(body: &Value, url: &str) -> Value {
+    let price = body
+        .get("required_amount")
+        .or_else(|| body.pointer("/payment/price"))
+        .and_then(Value::as_str)
+        .and_then(|p| amount::parse(p).ok());
+    let action = body
+        .pointer("/payment/action")
+        .and_then(Value::as_str)
+        .unwrap_or("request");
+    let error = body
+        .get("message")
+        .or_else(|| body.get("code"))
+        .and_then(Value::as_str)
+        .unwrap_or("payment required");
+    let description = match price {
+        Some(p) => format!(
+            "{} action `{action}`: {} webcash",
+            crate::state::SERVICE_NAME,
+            amount::format(p)
+        ),
+        None => format!("{} action `{action}`", crate::state::SERVICE_NAME),
+    };
+    json!({
+        "x402Version": VERSION,
+        "error": error,
+        "resource": {"url": url, "description": description, "mimeType": "application/json"},
+        "accepts": price.map(webcash_requirements).into_iter().collect::<Vec<_>>(),
+        "extensions": {PAYMENT_IDENTIFIER: identifier_declaration()},
+    })
+}
+
+/// Add `PAYMENT-REQUIRED` to a 402 answered to a request for `path` with
+/// these (non-payment) headers.
+pub fn add_required(reply: &mut Reply, path: &str, headers: &[(String, String)]) {
+    if reply.status != 402
+        || reply
+            .headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case(PAYMENT_REQUIRED))
+    {
+        return;
+    }
+    let body = serde_json::from_slice::<Value>(&reply.body).unwrap_or(Value::Null);
+    let url = format!("{}{path}", base_url(headers));
+    let doc = payment_required(&body, &url);
+    reply.headers.push((
+        PAYMENT_REQUIRED.into(),
+        base64_encode(doc.to_string().as_bytes()),
+    ));
+}
+
+/// `http(s)://{host}` from the request's `Host` (scheme from
+/// `x-forwarded-proto`), or "" (a relative URL) when it is absent or odd.
+fn base_url(headers: &[(String, String)]) -> String {
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    };
+    let Some(host) = header("host") else {
+        return String::new();
+    };
+    let ok = !host.is_empty()
+        && host.len() <= 255
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b':' | b'-' | b'[' | b']'));
+    if !ok {
+        return String::new();
+    }
+    let scheme = match header("x-forwarded-proto") {
+        Some(p) if p.eq_ignore_ascii_case("https") => "https",
+        _ => "http",
+    };
+    format!("{scheme}://{host}")
+}
+
+/// The settlement document of a charge.
+pub fn settlement(charge: &Charge) -> Value {
+    json!({
+        "success": true,
+        "transaction": secret::public_string(charge.paid, &charge.public),
+        "network": NETWORK,
+        "payer": "",
+        "amount": charge.price.to_string(),
+        "extra": {"change": charge.change},
+    })
+}
+
+/// Add `PAYMENT-RESPONSE` to the answer of a paid request, as JSON text
+/// until [`sent`] encodes it (so a kept answer holds no change secret).
+pub fn add_response(reply: &mut Reply, charge: &Charge) {
+    if charge.public.is_empty() {
+        return;
+    }
+    reply
+        .headers
+        .push((PAYMENT_RESPONSE.into(), settlement(charge).to_string()));
+}
+
+/// An answer on its way out: its `PAYMENT-RESPONSE` in base64.
+pub fn sent(mut reply: Reply) -> Reply {
+    for (name, value) in reply.headers.iter_mut() {
+        if name.eq_ignore_ascii_case(PAYMENT_RESPONSE) && value.starts_with('{') {
+            *value = base64_encode(value.as_bytes());
+        }
+    }
+    reply
+}
+
+/// The keys of the idempotency records of a request with payment
+/// identifier `id`.
+pub fn keys(id: &str, method: &str, path: &str, body: &[u8]) -> IdempotencyKeys {
+    let base = || {
+        let mut h = Sha256::new();
+        h.update(b"x402:payment-identifier\0");
+        h.update(id.as_bytes());
+        h
+    };
+    let mut request = base();
+    request.update([0]);
+    request.update(method.as_bytes());
+    request.update([0]);
+    request.update(path.as_bytes());
+    request.update([0]);
+    request.update(Sha256::digest(body));
+    IdempotencyKeys {
+        request: request.finalize().into(),
+        id: base().finalize().into(),
+    }
+}
+
+/// The answer kept for a request with a payment identifier: the stored
+/// answer of the same request, or the 409 of another one; None when the
+/// id is new (its record keys are then noted in `payment`).
+pub fn lookup(
+    ledger: &Ledger,
+    kv: &impl Kv,
+    payment: &mut PaymentHeaders,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> Option<Reply> {
+    let id = payment.x402.id.as_deref()?;
+    let keys = keys(id, method, path, body);
+    if let Some(kept) = kept(ledger, kv, &keys) {
+        return Some(kept);
+    }
+    payment.x402.keys = Some(keys);
+    None
+}
+
+fn kept(ledger: &Ledger, kv: &impl Kv, keys: &IdempotencyKeys) -> Option<Reply> {
+    if let Some(stored) = ledger.replay(kv, &keys.request) {
+        tracing::info!("payment identifier seen before: stored response replayed");
+        return Some(sent(stored));
+    }
+    ledger.replay(kv, &keys.id)
+}
+
+/// In a paid request's transaction, just before it commits: the answer
+/// another request with the same payment identifier committed meanwhile,
+/// if one did (this request's charge is then not kept). None for a request
+/// that was not charged (nothing is kept under its id).
+pub fn answered_meanwhile(
+    ledger: &Ledger,
+    txn: &WriteTxn,
+    payment: &PaymentHeaders,
+    charged: Option<&Charge>,
+) -> Option<Reply> {
+    if charged.is_none_or(|c| c.public.is_empty()) {
+        return None;
+    }
+    kept(ledger, txn, payment.x402.keys.as_ref()?)
+}
+
+/// Keep a paid answer under its payment identifier (same transaction as
+/// the charge), its secrets replaced by their derivations.
+pub fn record(
+    txn: &WriteTxn,
+    payment: &PaymentHeaders,
+    reply: &Reply,
+    issued: &[(String, Derivation)],
+    now_ms: u64,
+) -> anyhow::Result<()> {
+    let (Some(keys), Some(id)) = (&payment.x402.keys, &payment.x402.id) else {
+        return Ok(());
+    };
+    Ledger::record_replay_at(txn, &keys.request, reply, issued, now_ms)?;
+    let conflict = Reply::json(
+        409,
+        &json!({
+            "code": "idempotency_conflict",
+            "message": format!(
+                "payment identifier {id} was used for another request (method, path or body differ)"
+            ),
+            "payment_identifier": id,
+        }),
+    );
+    Ledger::record_replay_at(txn, &keys.id, &conflict, &[], now_ms)
+}
+
+/// Standard base64 with padding (Python's `base64.b64encode`).
+pub fn base64_encode(data: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+/// Base64, standard or URL-safe alphabet, padded or not.
+pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    use base64::Engine;
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    const LENIENT: GeneralPurposeConfig = GeneralPurposeConfig::new()
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent)
+        .with_decode_allow_trailing_bits(true);
+    const STANDARD: GeneralPurpose = GeneralPurpose::new(&base64::alphabet::STANDARD, LENIENT);
+    const URL_SAFE: GeneralPurpose = GeneralPurpose::new(&base64::alphabet::URL_SAFE, LENIENT);
+    let text = text.trim();
+    STANDARD
+        .decode(text)
+        .or_else(|_| URL_SAFE.decode(text))
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b64(v: &Value) -> String {
+        base64_encode(v.to_string().as_bytes())
+    }
+
+    #[test]
+    fn base64_round_trips_like_python() {
+        assert_eq!(base64_encode(b""), "");
+        assert_eq!(base64_encode(b"f"), "Zg==");
+        assert_eq!(base64_encode(b"fo"), "Zm8=");
+        assert_eq!(base64_encode(b"foo"), "Zm9v");
+        assert_eq!(base64_encode(&[0xfb, 0xff]), "+/8=");
+        for s in ["", "f", "fo", "foo", "foob", "fooba", "foobar"] {
+            assert_eq!(
+                base64_decode(&base64_encode(s.as_bytes())).unwrap(),
+                s.as_bytes()
+            );
+        }
+        assert_eq!(base64_decode("-_8").unwrap(), vec![0xfb, 0xff]);
+        assert!(base64_decode("Zm9v!").is_none());
+        assert!(base64_decode("Z").is_none());
+    }
+
+    #[test]
+    fn signatures_are_read_or_refused() {
+        let secret = format!("e1:secret:{}", "ab".repeat(32));
+        let ok = json!({
+            "x402Version": 2,
+            "accepted": webcash_requirements(30_000_000),
+            "payload": {"secret": secret},
+            "extensions": {"payment-identifier": {"info": {"required": false, "id": "pay_0123456789abcdef"}}},
+        });
+        assert_eq!(
+            parse_signature(&b64(&ok)).unwrap(),
+            (secret.clone(), Some("pay_0123456789abcdef".to_string()))
+        );
+        let mut p = PaymentHeaders {
+            cash: Some("canonical".into()),
+            ..Default::default()
+        };
+        read_signature(&mut p, &b64(&ok));
+        assert_eq!(p.cash.as_deref(), Some("canonical"));
+        for bad in [
+            json!({"x402Version": 1, "accepted": webcash_requirements(1), "payload": {"secret": secret}}),
+            json!({"x402Version": 2, "payload": {"secret": secret}}),
+            json!({"x402Version": 2, "accepted": {"scheme": "exact", "network": "eip155:8453"}, "payload": {"secret": secret}}),
+            json!({"x402Version": 2, "accepted": webcash_requirements(1), "payload": {}}),
+            json!({"x402Version": 2, "accepted": webcash_requirements(1), "payload": {"secret": secret},
+                   "extensions": {"payment-identifier": {"info": {"id": "short"}}}}),
+            json!([1, 2]),
+        ] {
+            assert!(parse_signature(&b64(&bad)).is_err(), "{bad}");
+        }
+        assert!(parse_signature("not base64!").is_err());
+        let mut p = PaymentHeaders::default();
+        read_signature(&mut p, "bm90IGpzb24=");
+        assert!(p.cash.is_none() && p.x402.invalid.is_some());
+    }
+
+    #[test]
+    fn a_402_body_becomes_payment_required() {
+        let body = json!({"code": "payment_required", "message": "post costs 0.3 webcash",
+            "required_amount": "0.3", "payment": {"action": "post", "price": "0.3"}});
+        let mut reply = Reply::json(402, &body);
+        add_required(
+            &mut reply,
+            "/api/timeline",
+            &[("host".into(), "example.org:8080".into())],
+        );
+        let (_, v) = reply
+            .headers
+            .iter()
+            .find(|(n, _)| n == PAYMENT_REQUIRED)
+            .unwrap();
+        let doc: Value = serde_json::from_slice(&base64_decode(v).unwrap()).unwrap();
+        assert_eq!(doc["x402Version"], 2);
+        assert_eq!(doc["error"], "post costs 0.3 webcash");
+        assert_eq!(
+            doc["resource"]["url"],
+            "http://example.org:8080/api/timeline"
+        );
+        assert_eq!(doc["resource"]["mimeType"], "application/json");
+        assert_eq!(doc["accepts"], json!([webcash_requirements(30_000_000)]));
+        assert_eq!(doc["accepts"][0]["amount"], "30000000");
+        assert_eq!(doc["accepts"][0]["extra"]["price"], "0.3");
+        assert_eq!(doc["accepts"][0]["payTo"], "marketplace");
+    }
+
+    #[test]
+    fn idempotency_keys_separate_requests() {
+        let a = keys("pay_0123456789abcdef", "POST", "/api/identity", b"{}");
+        let b = keys("pay_0123456789abcdef", "POST", "/api/identity", b"{ }");
+        assert_eq!(a.id, b.id);
+        assert_ne!(a.request, b.request);
+        assert_ne!(a.request, a.id);
+    }
+}

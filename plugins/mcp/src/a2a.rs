@@ -1,0 +1,793 @@
+//! `POST /a2a`: an A2A 1.0 agent over the JSON-RPC binding, and its card
+//! (`GET /.well-known/agent-card.json`).
+//!
+//! Two skills, answered at once as completed tasks:
+//! - `search`: a text part is the search term (or a data part `{term,
+//!   limit?, post_type?}`); the answer is a short text and a data part with
+//!   the results;
+//! - `contract_status`: a data part `{contract_id}`, or a text naming the
+//!   contract (`contract CTR_...`); the answer is its status and allowed
+//!   actions.
+//!
+//! Both run through the host's in-process dispatch (the same routes as
+//! `GET /api/search` and `GET /api/arbitration/contracts/{id}/status`).
+//! A task is a snapshot of what was answered, so `SendMessage` stores it
+//! (keyspace `mcp`: `a2a/task/{id}`, the newest [`MAX_TASKS`] kept) and
+//! `GetTask` answers it again by id: the route is a write.
+//!
+//! Method names and JSON shapes are the ones of the binding as the official
+//! `a2a-sdk` 1.x client sends and reads them (`SendMessage`, `GetTask`;
+//! ProtoJSON: camelCase members, `TASK_STATE_COMPLETED`, `ROLE_USER`).
+
+use crate::{call, origin};
+use marketplace_guest::prelude::*;
+use marketplace_guest::{clock, ids, rfc3339};
+
+/// The A2A protocol version this endpoint speaks.
+pub const VERSION: &str = "1.0";
+/// The binding, as named in `supportedInterfaces`.
+pub const BINDING: &str = "JSONRPC";
+/// Tasks kept for `GetTask`; the oldest is dropped past this.
+pub const MAX_TASKS: u64 = 1000;
+/// The largest message (serialized) `SendMessage` takes.
+const MAX_MESSAGE_BYTES: usize = 16 * 1024;
+/// Search results in an answer: default and most.
+const SEARCH_LIMIT: u64 = 10;
+const SEARCH_LIMIT_MAX: u64 = 20;
+/// Characters of a post's content in a search answer.
+const CONTENT_CHARS: usize = 500;
+
+// JSON-RPC and A2A error codes.
+const INVALID_REQUEST: i64 = -32600;
+const METHOD_NOT_FOUND: i64 = -32601;
+const INVALID_PARAMS: i64 = -32602;
+const INTERNAL: i64 = -32603;
+const PARSE_ERROR: i64 = -32700;
+const TASK_NOT_FOUND: i64 = -32001;
+const TASK_NOT_CANCELABLE: i64 = -32002;
+const PUSH_NOT_SUPPORTED: i64 = -32003;
+const UNSUPPORTED_OPERATION: i64 = -32004;
+const CONTENT_TYPE_NOT_SUPPORTED: i64 = -32005;
+const EXTENDED_CARD_NOT_CONFIGURED: i64 = -32007;
+const VERSION_NOT_SUPPORTED: i64 = -32009;
+
+/// The agent card: absolute URLs from the public base URL.
+pub fn card(base: &str, version: &str) -> Value {
+    json!({
+        "name": "marketplace",
+        "description": "Marketplace of listings and escrow contracts for people and agents. This agent searches the listings and reads arbitration contracts; posting, buying and the other paid actions use the HTTP API (see documentationUrl), paid in bearer cash (HTTP 402).",
+        "supportedInterfaces": [
+            {"url": format!("{base}/a2a"), "protocolBinding": BINDING, "protocolVersion": VERSION},
+        ],
+        "version": version,
+        "documentationUrl": format!("{base}/docs"),
+        "capabilities": {"streaming": false, "pushNotifications": false, "extendedAgentCard": false},
+        "defaultInputModes": ["text/plain", "application/json"],
+        "defaultOutputModes": ["text/plain", "application/json"],
+        "skills": [
+            {
+                "id": "search",
+                "name": "Search listings",
+                "description": format!("Find marketplace posts and listings by words, ranked by relevance (BM25). Send the words as a text part, or a data part {{\"term\", \"limit\" (1 to {SEARCH_LIMIT_MAX}, default {SEARCH_LIMIT}), \"post_type\"}}. The answer is a completed task whose artifact holds a short text and a data part {{term, total, results: [{{post_id, url, author_nick, post_type, content, score, ...}}]}}."),
+                "tags": ["search", "listings", "marketplace"],
+                "examples": ["walnut desk", "{\"term\": \"violin repair\", \"limit\": 5}"],
+                "inputModes": ["text/plain", "application/json"],
+                "outputModes": ["text/plain", "application/json"],
+            },
+            {
+                "id": "contract_status",
+                "name": "Read a contract",
+                "description": "The status and allowed actions of an arbitration (escrow) contract. Send a data part {\"contract_id\": \"CTR_...\"}, or a text naming it (\"contract CTR_...\"). The answer is a completed task whose artifact holds a short text and a data part {contract_id, status, allowed_actions, updated_at, url}; an unknown contract gives a failed task.",
+                "tags": ["contracts", "escrow"],
+                "examples": ["contract CTR_2026_000123", "{\"contract_id\": \"CTR_2026_000123\"}"],
+                "inputModes": ["text/plain", "application/json"],
+                "outputModes": ["text/plain", "application/json"],
+            },
+        ],
+    })
+}
+
+/// A JSON-RPC failure: code and message.
+struct RpcError(i64, String);
+
+fn err(code: i64, message: impl Into<String>) -> RpcError {
+    RpcError(code, message.into())
+}
+
+/// `POST /a2a`. Every answer is a JSON-RPC body with HTTP 200, as the
+/// binding has it, but for an internal error (500).
+pub fn handle(req: &Request) -> Result<Response, ApiError> {
+    let msg: Value = match serde_json::from_slice(req.body()) {
+        Ok(v) => v,
+        Err(e) => {
+            return Ok(answer(
+                &Value::Null,
+                Err(err(PARSE_ERROR, format!("parse error: {e}"))),
+            ));
+        }
+    };
+    let id = match msg.get("id") {
+        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => id.clone(),
+        None => Value::Null,
+        Some(_) => {
+            return Ok(answer(
+                &Value::Null,
+                Err(err(
+                    INVALID_REQUEST,
+                    "invalid request: id must be a string, a number or null",
+                )),
+            ));
+        }
+    };
+    let method = match (&msg["jsonrpc"], &msg["method"], msg.get("params")) {
+        (Value::String(v), Value::String(m), None | Some(Value::Object(_)))
+            if v == "2.0" && !m.is_empty() =>
+        {
+            m.as_str()
+        }
+        _ => {
+            return Ok(answer(
+                &id,
+                Err(err(
+                    INVALID_REQUEST,
+                    "invalid request: a JSON-RPC 2.0 request needs \"jsonrpc\": \"2.0\", a method and object params",
+                )),
+            ));
+        }
+    };
+    if let Some(v) = req
+        .header("a2a-version")
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        && v.split('.').next() != Some("1")
+    {
+        return Ok(answer(
+            &id,
+            Err(err(
+                VERSION_NOT_SUPPORTED,
+                format!("A2A version {v} is not supported; this agent speaks {VERSION}"),
+            )),
+        ));
+    }
+    let empty = json!({});
+    let params = msg.get("params").unwrap_or(&empty);
+    let result = match method {
+        "SendMessage" => send_message(req, params),
+        "GetTask" => get_task(params),
+        "CancelTask" => cancel_task(params),
+        "SendStreamingMessage" | "SubscribeToTask" => Err(err(
+            UNSUPPORTED_OPERATION,
+            "streaming is not supported (capabilities.streaming is false); use SendMessage",
+        )),
+        "ListTasks" => Err(err(
+            UNSUPPORTED_OPERATION,
+            "tasks are not listed; read one by its id with GetTask",
+        )),
+        "CreateTaskPushNotificationConfig"
+        | "GetTaskPushNotificationConfig"
+        | "ListTaskPushNotificationConfigs"
+        | "DeleteTaskPushNotificationConfig" => Err(err(
+            PUSH_NOT_SUPPORTED,
+            "push notifications are not supported (capabilities.pushNotifications is false)",
+        )),
+        "GetExtendedAgentCard" => Err(err(
+            EXTENDED_CARD_NOT_CONFIGURED,
+            "there is no extended agent card; the public card is all there is",
+        )),
+        _ => Err(err(METHOD_NOT_FOUND, format!("method not found: {method}"))),
+    };
+    Ok(answer(&id, result))
+}
+
+fn answer(id: &Value, result: Result<Value, RpcError>) -> Response {
+    match result {
+        Ok(result) => json(200, &json!({"jsonrpc": "2.0", "id": id, "result": result})),
+        Err(RpcError(code, message)) => json(
+            // An internal error is also an HTTP 500, so the host drops
+            // whatever this request wrote.
+            if code == INTERNAL { 500 } else { 200 },
+            &json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}),
+        ),
+    }
+}
+
+/// An id of ours (`task_`, `ctx_`, `msg_` + a ULID).
+fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", ids::ulid())
+}
+
+fn task_key(id: &str) -> String {
+    format!("a2a/task/{id}")
+}
+
+/// A task id as this agent makes them (anything else is unknown).
+fn valid_task_id(id: &str) -> bool {
+    id.strip_prefix("task_").is_some_and(|u| {
+        u.len() == 26
+            && u.bytes()
+                .all(|b| b.is_ascii_digit() || b.is_ascii_uppercase())
+    })
+}
+
+fn load_task(id: &str) -> Result<Option<Value>, RpcError> {
+    if !valid_task_id(id) {
+        return Ok(None);
+    }
+    kv::get::<Value>(&task_key(id)).map_err(|e| err(INTERNAL, e.message))
+}
+
+fn task_not_found(id: &str) -> RpcError {
+    err(
+        TASK_NOT_FOUND,
+        format!("task {id} not found (the newest {MAX_TASKS} tasks are kept)"),
+    )
+}
+
+/// `historyLength`: absent = all of the history, else at most that many of
+/// the newest messages.
+fn history_length(params: &Value) -> Result<Option<usize>, RpcError> {
+    match params.get("historyLength") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => whole(v).map(|n| Some(n as usize)).ok_or_else(|| {
+            err(
+                INVALID_PARAMS,
+                "historyLength must be a non-negative integer",
+            )
+        }),
+    }
+}
+
+/// A non-negative whole number, also when written as a float (`5.0`: a
+/// data part's numbers are protobuf doubles).
+fn whole(v: &Value) -> Option<u64> {
+    v.as_u64().or_else(|| {
+        v.as_f64()
+            .filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f < 9.0e15)
+            .map(|f| f as u64)
+    })
+}
+
+fn with_history(mut task: Value, keep: Option<usize>) -> Value {
+    if let (Some(keep), Some(history)) = (keep, task["history"].as_array_mut()) {
+        let drop = history.len().saturating_sub(keep);
+        history.drain(..drop);
+    }
+    task
+}
+
+fn get_task(params: &Value) -> Result<Value, RpcError> {
+    let Some(id) = params["id"].as_str() else {
+        return Err(err(INVALID_PARAMS, "id (the task id) is required"));
+    };
+    let keep = history_length(params)?;
+    match load_task(id)? {
+        Some(task) => Ok(with_history(task, keep)),
+        None => Err(task_not_found(id)),
+    }
+}
+
+fn cancel_task(params: &Value) -> Result<Value, RpcError> {
+    let Some(id) = params["id"].as_str() else {
+        return Err(err(INVALID_PARAMS, "id (the task id) is required"));
+    };
+    match load_task(id)? {
+        Some(task) => Err(err(
+            TASK_NOT_CANCELABLE,
+            format!(
+                "task {id} is {} (final): nothing is left to cancel",
+                task["status"]["state"].as_str().unwrap_or("finished")
+            ),
+        )),
+        None => Err(task_not_found(id)),
+    }
+}
+
+/// What a message asks for.
+#[derive(Debug, PartialEq)]
+enum Ask {
+    Search {
+        term: String,
+        limit: u64,
+        post_type: Option<String>,
+    },
+    Contract(String),
+}
+
+fn is_contract_id(s: &str) -> bool {
+    s.strip_prefix("CTR_").is_some_and(|rest| {
+        (1..=64).contains(&rest.len())
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    })
+}
+
+/// A contract id named in a text (`contract CTR_...`), if any.
+fn contract_in_text(text: &str) -> Option<String> {
+    text.split_whitespace()
+        .map(|w| w.trim_matches(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-')))
+        .find(|w| w.starts_with("CTR_"))
+        .map(str::to_string)
+}
+
+/// Read what the message's parts ask: the first text or data part this
+/// agent understands decides.
+fn ask_of(parts: &[Value]) -> Result<Ask, RpcError> {
+    let mut only_other = true;
+    for part in parts {
+        if let Some(text) = part.get("text").and_then(Value::as_str) {
+            only_other = false;
+            let text = text.trim();
+            if text.is_empty() {
+                continue;
+            }
+            if let Some(id) = contract_in_text(text) {
+                return contract_ask(&id);
+            }
+            return search_ask(text, None, None);
+        }
+        if let Some(data) = part.get("data") {
+            only_other = false;
+            if let Some(id) = data.get("contract_id") {
+                let id = id.as_str().unwrap_or_default();
+                return contract_ask(id);
+            }
+            if let Some(term) = data.get("term") {
+                let Some(term) = term.as_str() else {
+                    return Err(err(INVALID_PARAMS, "data part: term must be a string"));
+                };
+                let limit = match data.get("limit") {
+                    None | Some(Value::Null) => None,
+                    Some(l) => Some(
+                        whole(l)
+                            .filter(|l| (1..=SEARCH_LIMIT_MAX).contains(l))
+                            .ok_or_else(|| {
+                                err(
+                                    INVALID_PARAMS,
+                                    format!(
+                                        "data part: limit must be an integer from 1 to {SEARCH_LIMIT_MAX}"
+                                    ),
+                                )
+                            })?,
+                    ),
+                };
+                let post_type = match data.get("post_type") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(t)) => Some(t.clone()).filter(|t| !t.is_empty()),
+                    Some(_) => {
+                        return Err(err(INVALID_PARAMS, "data part: post_type must be a string"));
+                    }
+                };
+                return search_ask(term, limit, post_type);
+            }
+        }
+    }
+    if only_other && !parts.is_empty() {
+        return Err(err(
+            CONTENT_TYPE_NOT_SUPPORTED,
+            "this agent reads text and data parts only (no files or URLs)",
+        ));
+    }
+    Err(err(
+        INVALID_PARAMS,
+        "no part this agent understands: send the search words as text (or a data part {term}), or name a contract (\"contract CTR_...\" or a data part {contract_id})",
+    ))
+}
+
+fn contract_ask(id: &str) -> Result<Ask, RpcError> {
+    if is_contract_id(id) {
+        Ok(Ask::Contract(id.to_string()))
+    } else {
+        Err(err(
+            INVALID_PARAMS,
+            format!("{id:?} is not a contract id (CTR_ and 1 to 64 letters, digits, '_' or '-')"),
+        ))
+    }
+}
+
+fn search_ask(term: &str, limit: Option<u64>, post_type: Option<String>) -> Result<Ask, RpcError> {
+    let term = term.trim();
+    if term.is_empty() {
+        return Err(err(INVALID_PARAMS, "the search term is empty"));
+    }
+    if term.chars().count() > 1000 {
+        return Err(err(
+            INVALID_PARAMS,
+            "the search term must be at most 1000 characters",
+        ));
+    }
+    Ok(Ask::Search {
+        term: term.to_string(),
+        limit: limit.unwrap_or(SEARCH_LIMIT),
+        post_type,
+    })
+}
+
+/// Which parts the client takes (`configuration.acceptedOutputModes`):
+/// (text, data).
+fn output_modes(params: &Value) -> Result<(bool, bool), RpcError> {
+    let modes: Vec<&str> = params["configuration"]["acceptedOutputModes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    if modes.is_empty() {
+        return Ok((true, true));
+    }
+    let takes = |m: &str| {
+        modes.iter().any(|a| {
+            let a = a.trim().to_ascii_lowercase();
+            a == m || a == "*/*" || a == format!("{}/*", m.split('/').next().unwrap_or(""))
+        })
+    };
+    let (text, data) = (takes("text/plain"), takes("application/json"));
+    if !text && !data {
+        return Err(err(
+            CONTENT_TYPE_NOT_SUPPORTED,
+            "this agent answers text/plain and application/json only",
+        ));
+    }
+    Ok((text, data))
+}
+
+/// The outcome of a skill: final state, short text, data.
+struct Outcome {
+    state: &'static str,
+    skill: &'static str,
+    text: String,
+    data: Option<Value>,
+}
+
+fn send_message(req: &Request, params: &Value) -> Result<Value, RpcError> {
+    let Some(message) = params.get("message").filter(|m| m.is_object()) else {
+        return Err(err(INVALID_PARAMS, "message (an object) is required"));
+    };
+    if serde_json::to_vec(message).map_or(0, |b| b.len()) > MAX_MESSAGE_BYTES {
+        return Err(err(
+            INVALID_PARAMS,
+            format!("the message must be at most {MAX_MESSAGE_BYTES} bytes"),
+        ));
+    }
+    match message.get("role") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(r)) if r == "ROLE_USER" => {}
+        Some(_) => return Err(err(INVALID_PARAMS, "message.role must be ROLE_USER")),
+    }
+    let text_id = |field: &str| -> Result<Option<String>, RpcError> {
+        match message.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if s.is_empty() => Ok(None),
+            Some(Value::String(s)) if s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic()) => {
+                Ok(Some(s.clone()))
+            }
+            Some(_) => Err(err(
+                INVALID_PARAMS,
+                format!("message.{field} must be at most 128 visible ASCII characters"),
+            )),
+        }
+    };
+    let message_id = text_id("messageId")?.unwrap_or_else(|| new_id("msg"));
+    let context_id = text_id("contextId")?.unwrap_or_else(|| new_id("ctx"));
+    if let Some(task_id) = text_id("taskId")? {
+        // Every task this agent makes is already final.
+        return match load_task(&task_id)? {
+            Some(task) => Err(err(
+                UNSUPPORTED_OPERATION,
+                format!(
+                    "task {task_id} is {} (final); send a new message without taskId",
+                    task["status"]["state"].as_str().unwrap_or("finished")
+                ),
+            )),
+            None => Err(task_not_found(&task_id)),
+        };
+    }
+    let parts = message["parts"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    if parts.is_empty() {
+        return Err(err(
+            INVALID_PARAMS,
+            "message.parts must be a non-empty array",
+        ));
+    }
+    let (want_text, want_data) = output_modes(params)?;
+    let keep = history_length(params.get("configuration").unwrap_or(&Value::Null))?;
+    let base = origin::base(req);
+    let outcome = match ask_of(parts)? {
+        Ask::Search {
+            term,
+            limit,
+            post_type,
+        } => search(&base, &term, limit, post_type)?,
+        Ask::Contract(id) => contract(&base, &id)?,
+    };
+
+    let task_id = new_id("task");
+    let mut user = message.clone();
+    user["messageId"] = json!(message_id);
+    user["contextId"] = json!(context_id);
+    user["taskId"] = json!(task_id);
+    user["role"] = json!("ROLE_USER");
+    let reply = json!({
+        "messageId": new_id("msg"), "contextId": context_id, "taskId": task_id,
+        "role": "ROLE_AGENT", "parts": [{"text": outcome.text}],
+    });
+    let mut answer_parts = Vec::new();
+    if want_text {
+        answer_parts.push(json!({"text": outcome.text}));
+    }
+    if let Some(data) = outcome.data.filter(|_| want_data) {
+        answer_parts.push(json!({"data": data, "mediaType": "application/json"}));
+    }
+    let artifacts = if outcome.state == "TASK_STATE_COMPLETED" {
+        vec![
+            json!({"artifactId": format!("{task_id}-result"), "name": outcome.skill, "parts": answer_parts}),
+        ]
+    } else {
+        vec![]
+    };
+    let task = json!({
+        "id": task_id,
+        "contextId": context_id,
+        "status": {"state": outcome.state, "message": reply, "timestamp": rfc3339(clock::now_ms())},
+        "artifacts": artifacts,
+        "history": [user, reply],
+        "metadata": {"skill": outcome.skill},
+    });
+    store(&task_id, &task).map_err(|e| err(INTERNAL, e.message))?;
+    Ok(json!({"task": with_history(task, keep)}))
+}
+
+/// Keep the task; past [`MAX_TASKS`] the oldest goes (ids sort by time).
+fn store(task_id: &str, task: &Value) -> Result<(), ApiError> {
+    let count: u64 = kv::get("a2a/task_count")?.unwrap_or(0);
+    if count >= MAX_TASKS {
+        if let Some((oldest, _)) = kv::scan_prefix(None, "a2a/task/", false, 1)?.pop() {
+            kv::delete(&oldest)?;
+        }
+    } else {
+        kv::put("a2a/task_count", &(count + 1))?;
+    }
+    kv::put(&task_key(task_id), task)
+}
+
+fn truncate(s: &str, max: usize) -> (String, bool) {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => (s[..i].to_string(), true),
+        None => (s.to_string(), false),
+    }
+}
+
+/// The search skill: `GET /api/search`, each result summed up with a link.
+fn search(
+    base: &str,
+    term: &str,
+    limit: u64,
+    post_type: Option<String>,
+) -> Result<Outcome, RpcError> {
+    let mut query = vec![
+        ("term".to_string(), term.to_string()),
+        ("limit".to_string(), limit.to_string()),
+    ];
+    if let Some(t) = &post_type {
+        query.push(("post_type".into(), t.clone()));
+    }
+    let resp = call("GET", "/api/search", query, None);
+    let body: Value = serde_json::from_slice(&resp.body).unwrap_or(Value::Null);
+    match resp.status {
+        200 => {}
+        400 => {
+            return Err(err(
+                INVALID_PARAMS,
+                format!(
+                    "invalid search: {}",
+                    body["message"].as_str().unwrap_or("refused")
+                ),
+            ));
+        }
+        s => return Err(err(INTERNAL, format!("search answered {s}"))),
+    }
+    let results: Vec<Value> = body["results"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let id = p["post_id"].as_str().unwrap_or_default();
+            let (content, truncated) =
+                truncate(p["content"].as_str().unwrap_or_default(), CONTENT_CHARS);
+            json!({
+                "post_id": id,
+                "url": format!("{base}/api/posts/{id}"),
+                "author_fingerprint": p["author_fingerprint"],
+                "author_nick": p["author_nick"],
+                "post_type": p["post_type"],
+                "content": content,
+                "content_truncated": truncated,
+                "keywords": p["keywords"],
+                "created_at": p["created_at"],
+                "verified": p["listing"]["verified"],
+                "score": p["score"],
+            })
+        })
+        .collect();
+    let total = body["total"].as_u64().unwrap_or(results.len() as u64);
+    let text = match (total, results.len()) {
+        (0, _) => format!("No listing matches \"{term}\"."),
+        (1, _) => format!("Found 1 listing for \"{term}\"."),
+        (t, n) if n as u64 >= t => format!("Found {t} listings for \"{term}\"."),
+        (t, n) => format!("Found {t} listings for \"{term}\"; here are the {n} best."),
+    };
+    Ok(Outcome {
+        state: "TASK_STATE_COMPLETED",
+        skill: "search",
+        text,
+        data: Some(
+            json!({"term": term, "post_type": post_type, "total": total, "results": results}),
+        ),
+    })
+}
+
+/// The contract skill: `GET /api/arbitration/contracts/{id}/status`.
+fn contract(base: &str, id: &str) -> Result<Outcome, RpcError> {
+    let resp = call(
+        "GET",
+        &format!("/api/arbitration/contracts/{id}/status"),
+        vec![],
+        None,
+    );
+    let body: Value = serde_json::from_slice(&resp.body).unwrap_or(Value::Null);
+    match resp.status {
+        200 => {
+            let actions: Vec<&str> = body["allowed_actions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let status = body["status"].as_str().unwrap_or("unknown");
+            let text = if actions.is_empty() {
+                format!("Contract {id} is {status}; no action is open.")
+            } else {
+                format!(
+                    "Contract {id} is {status}; allowed actions: {}.",
+                    actions.join(", ")
+                )
+            };
+            let mut data = body.clone();
+            data["url"] = json!(format!("{base}/api/arbitration/contracts/{id}"));
+            Ok(Outcome {
+                state: "TASK_STATE_COMPLETED",
+                skill: "contract_status",
+                text,
+                data: Some(data),
+            })
+        }
+        404 => Ok(Outcome {
+            state: "TASK_STATE_FAILED",
+            skill: "contract_status",
+            text: format!("There is no contract {id}."),
+            data: None,
+        }),
+        s => Err(err(INTERNAL, format!("the contract read answered {s}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn search_of(term: &str) -> Ask {
+        Ask::Search {
+            term: term.into(),
+            limit: SEARCH_LIMIT,
+            post_type: None,
+        }
+    }
+
+    #[test]
+    fn parts_map_to_skills() {
+        let ask = |parts: Value| ask_of(parts.as_array().unwrap()).map_err(|e| e.0);
+        assert_eq!(
+            ask(json!([{"text": " walnut desk "}])),
+            Ok(search_of("walnut desk"))
+        );
+        assert_eq!(
+            ask(json!([{"text": "contract CTR_2026_000123?"}])),
+            Ok(Ask::Contract("CTR_2026_000123".into()))
+        );
+        assert_eq!(
+            ask(json!([{"data": {"contract_id": "CTR_x-1"}}])),
+            Ok(Ask::Contract("CTR_x-1".into()))
+        );
+        assert_eq!(
+            ask(json!([{"data": {"term": "violin", "limit": 3, "post_type": "general"}}])),
+            Ok(Ask::Search {
+                term: "violin".into(),
+                limit: 3,
+                post_type: Some("general".into())
+            })
+        );
+        // The first part the agent understands decides; blank text is skipped.
+        assert_eq!(
+            ask(json!([{"text": "  "}, {"data": {"other": 1}}, {"text": "oak"}])),
+            Ok(search_of("oak"))
+        );
+        assert_eq!(
+            ask(json!([{"data": {"contract_id": "nope"}}])),
+            Err(INVALID_PARAMS)
+        );
+        assert_eq!(ask(json!([{"text": "contract CTR_"}])), Err(INVALID_PARAMS));
+        assert_eq!(
+            ask(json!([{"data": {"term": "x", "limit": 500}}])),
+            Err(INVALID_PARAMS)
+        );
+        assert_eq!(ask(json!([{"data": {"term": 5}}])), Err(INVALID_PARAMS));
+        assert_eq!(
+            ask(json!([{"data": {"term": "oak", "limit": 5.0}}])),
+            Ok(Ask::Search {
+                term: "oak".into(),
+                limit: 5,
+                post_type: None
+            })
+        );
+        assert_eq!(
+            ask(json!([{"data": {"term": "oak", "limit": 2.5}}])),
+            Err(INVALID_PARAMS)
+        );
+        assert_eq!(
+            ask(json!([{"text": "x".repeat(1001)}])),
+            Err(INVALID_PARAMS)
+        );
+        assert_eq!(
+            ask(json!([{"url": "https://x.example/a.png"}])),
+            Err(CONTENT_TYPE_NOT_SUPPORTED)
+        );
+        assert_eq!(ask(json!([{"data": {}}])), Err(INVALID_PARAMS));
+    }
+
+    #[test]
+    fn ids_and_modes() {
+        assert!(valid_task_id("task_01JD0000000000000000000000"));
+        assert!(!valid_task_id("task_01jd0000000000000000000000"));
+        assert!(!valid_task_id("../task"));
+        assert!(is_contract_id("CTR_2026_000123"));
+        assert!(!is_contract_id("CTR_a b"));
+        let modes = |m: Value| {
+            output_modes(&json!({"configuration": {"acceptedOutputModes": m}})).map_err(|e| e.0)
+        };
+        assert_eq!(modes(json!([])), Ok((true, true)));
+        assert_eq!(modes(json!(["text/plain"])), Ok((true, false)));
+        assert_eq!(modes(json!(["application/json"])), Ok((false, true)));
+        assert_eq!(modes(json!(["*/*"])), Ok((true, true)));
+        assert_eq!(modes(json!(["image/png"])), Err(CONTENT_TYPE_NOT_SUPPORTED));
+    }
+
+    #[test]
+    fn history_is_cut_to_the_newest() {
+        let task = json!({"history": [1, 2, 3]});
+        assert_eq!(
+            with_history(task.clone(), None)["history"],
+            json!([1, 2, 3])
+        );
+        assert_eq!(with_history(task.clone(), Some(1))["history"], json!([3]));
+        assert_eq!(with_history(task, Some(0))["history"], json!([]));
+    }
+
+    #[test]
+    fn card_is_absolute_and_names_the_binding() {
+        let c = card("https://m.example", "1.2.3");
+        assert_eq!(c["supportedInterfaces"][0]["url"], "https://m.example/a2a");
+        assert_eq!(c["supportedInterfaces"][0]["protocolBinding"], "JSONRPC");
+        assert_eq!(c["supportedInterfaces"][0]["protocolVersion"], "1.0");
+        assert_eq!(c["documentationUrl"], "https://m.example/docs");
+        let skills: Vec<&str> = c["skills"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(skills, ["search", "contract_status"]);
+    }
+}

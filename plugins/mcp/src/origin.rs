@@ -1,0 +1,261 @@
+//! Where the service is reached from: its public base URL (absolute links in
+//! the A2A card and answers) and the `Origin` rule of `POST /mcp`.
+//!
+//! Operator settings (`[settings.mcp]`):
+//! - `public_url`: the base URL clients use, e.g. `https://market.example`
+//!   (else `http://` + the request's `Host`);
+//! - `allowed_origins`: comma-separated browser origins allowed to call
+//!   `POST /mcp`, e.g. `https://a.example,https://b.example`.
+
+use marketplace_guest::endpoint_bindings::marketplace::plugin::settings;
+use marketplace_guest::prelude::*;
+
+/// An operator setting of this family, trimmed; `None` when unset or blank.
+pub fn setting(key: &str) -> Option<String> {
+    settings::get(key)
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// The configured `public_url` without a trailing slash, when it is an
+/// http(s) URL.
+pub fn public_url() -> Option<String> {
+    setting("public_url").and_then(|u| normalize_base(&u))
+}
+
+fn normalize_base(url: &str) -> Option<String> {
+    let lower = url.to_ascii_lowercase();
+    let rest = lower
+        .strip_prefix("http://")
+        .or_else(|| lower.strip_prefix("https://"))?;
+    if rest.is_empty() || rest.starts_with('/') || url.chars().any(char::is_whitespace) {
+        return None;
+    }
+    Some(url.trim_end_matches('/').to_string())
+}
+
+/// The request's `Host`, when it looks like `host[:port]`.
+pub fn host(req: &Request) -> Option<&str> {
+    req.header("host")
+        .map(str::trim)
+        .filter(|h| plausible_host(h))
+}
+
+fn plausible_host(h: &str) -> bool {
+    !h.is_empty()
+        && h.len() <= 255
+        && h.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b))
+}
+
+/// The base of absolute URLs in answers: `public_url`, else `http://` + the
+/// request's `Host` (`http://localhost` without one).
+pub fn base(req: &Request) -> String {
+    base_of(public_url().as_deref(), host(req))
+}
+
+fn base_of(public_url: Option<&str>, host: Option<&str>) -> String {
+    match (public_url, host) {
+        (Some(u), _) => u.to_string(),
+        (None, Some(h)) => format!("http://{h}"),
+        (None, None) => "http://localhost".into(),
+    }
+}
+
+/// The origin (`scheme://host[:port]`, lower case) of an absolute URL.
+fn origin_of(url: &str) -> String {
+    let lower = url.trim().to_ascii_lowercase();
+    let (scheme, rest) = lower.split_once("://").unwrap_or(("", lower.as_str()));
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    format!("{scheme}://{authority}")
+}
+
+/// Whether a host (`name[:port]`) can only be this server's own name as the
+/// browser sees it: an IP literal or `localhost`. A DNS rebinding attack
+/// makes a browser send an attacker's DNS name as both `Host` and `Origin`,
+/// so a DNS name equal to the Origin proves nothing by itself.
+fn is_literal_or_localhost(host: &str) -> bool {
+    let host = host.to_ascii_lowercase();
+    if host.starts_with('[') {
+        // An IPv6 literal, with or without a port.
+        return host
+            .split(']')
+            .next()
+            .and_then(|h| h.strip_prefix('['))
+            .is_some_and(|h| h.parse::<std::net::Ipv6Addr>().is_ok());
+    }
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host.as_str(),
+    };
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name.parse::<std::net::Ipv4Addr>().is_ok()
+}
+
+/// The `Origin` rule of `POST /mcp`. Allowed: no `Origin` (a non-browser
+/// client); an origin listed in `allowed_origins`; the origin of
+/// `public_url`; and `http://HOST` or `https://HOST` where HOST is the
+/// request's `Host`, when HOST is an IP literal or `localhost` (a DNS name
+/// must be configured, so a rebound name is refused).
+pub fn allowed(
+    origin: Option<&str>,
+    host: Option<&str>,
+    allowed_origins: &[String],
+    public_url: Option<&str>,
+) -> bool {
+    let Some(origin) = origin else { return true };
+    let origin = origin.trim().trim_end_matches('/').to_ascii_lowercase();
+    if allowed_origins.iter().any(|a| origin_of(a) == origin) {
+        return true;
+    }
+    if public_url.is_some_and(|u| origin_of(u) == origin) {
+        return true;
+    }
+    match host {
+        Some(h) if is_literal_or_localhost(h) => {
+            let h = h.to_ascii_lowercase();
+            origin == format!("http://{h}") || origin == format!("https://{h}")
+        }
+        _ => false,
+    }
+}
+
+/// `allowed_origins` as a list.
+pub fn allowed_origins() -> Vec<String> {
+    setting("allowed_origins")
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|o| !o.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The `Origin` check of a request: `Err(origin)` when it is refused.
+pub fn check(req: &Request) -> Result<(), String> {
+    let origin = req.header("origin");
+    if allowed(
+        origin,
+        host(req),
+        &allowed_origins(),
+        public_url().as_deref(),
+    ) {
+        Ok(())
+    } else {
+        Err(origin.unwrap_or_default().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn origin_rule() {
+        let none: &[String] = &[];
+        // No Origin: a non-browser client.
+        assert!(allowed(None, Some("evil.example"), none, None));
+        // The request's own host, when it cannot be a rebound name.
+        for host in [
+            "127.0.0.1:8080",
+            "localhost:8080",
+            "localhost",
+            "[::1]:9000",
+            "10.0.0.5",
+        ] {
+            assert!(
+                allowed(Some(&format!("http://{host}")), Some(host), none, None),
+                "{host}"
+            );
+            assert!(
+                allowed(Some(&format!("https://{host}")), Some(host), none, None),
+                "{host}"
+            );
+        }
+        assert!(allowed(
+            Some("HTTP://LOCALHOST:8080/"),
+            Some("localhost:8080"),
+            none,
+            None
+        ));
+        // DNS rebinding: the attacker's name as both Host and Origin.
+        assert!(!allowed(
+            Some("http://evil.example.com"),
+            Some("evil.example.com"),
+            none,
+            None
+        ));
+        assert!(!allowed(
+            Some("http://evil.example.com:8080"),
+            Some("evil.example.com:8080"),
+            none,
+            None
+        ));
+        // Another port or host is another origin.
+        assert!(!allowed(
+            Some("http://127.0.0.1:3000"),
+            Some("127.0.0.1:8080"),
+            none,
+            None
+        ));
+        assert!(!allowed(
+            Some("http://evil.example"),
+            Some("127.0.0.1:8080"),
+            none,
+            None
+        ));
+        assert!(!allowed(Some("null"), Some("127.0.0.1:8080"), none, None));
+        assert!(!allowed(Some("http://127.0.0.1:8080"), None, none, None));
+        // Configured origins and the public URL's origin.
+        let conf = list(&["https://a.example", " https://b.example/ "]);
+        assert!(allowed(Some("https://a.example"), Some("x"), &conf, None));
+        assert!(allowed(Some("https://b.example"), Some("x"), &conf, None));
+        assert!(!allowed(Some("https://c.example"), Some("x"), &conf, None));
+        assert!(!allowed(Some("http://a.example"), Some("x"), &conf, None));
+        assert!(allowed(
+            Some("https://market.example"),
+            Some("market.example"),
+            none,
+            Some("https://market.example/base")
+        ));
+        assert!(!allowed(
+            Some("http://market.example"),
+            Some("market.example"),
+            none,
+            Some("https://market.example")
+        ));
+    }
+
+    #[test]
+    fn base_urls() {
+        assert_eq!(
+            normalize_base("https://m.example/"),
+            Some("https://m.example".into())
+        );
+        assert_eq!(
+            normalize_base("http://m.example:8080/x/"),
+            Some("http://m.example:8080/x".into())
+        );
+        assert_eq!(normalize_base("ftp://m.example"), None);
+        assert_eq!(normalize_base("https://"), None);
+        assert_eq!(
+            base_of(Some("https://m.example"), Some("h:1")),
+            "https://m.example"
+        );
+        assert_eq!(
+            base_of(None, Some("127.0.0.1:8080")),
+            "http://127.0.0.1:8080"
+        );
+        assert_eq!(base_of(None, None), "http://localhost");
+        assert!(plausible_host("[::1]:8080"));
+        assert!(!plausible_host("a b"));
+        assert!(!plausible_host("a/b"));
+    }
+}

@@ -1,0 +1,146 @@
+"""The official A2A client (`a2a-sdk` 1.x, JSON-RPC binding) against POST /a2a.
+
+Starts the built host on a free port with an admin listener, mints cash
+through the admin API, registers an identity and posts a listing (signed
+with Ed25519), then with the SDK: resolves the agent card from
+/.well-known/agent-card.json, creates a client from it, sends a message
+(the search skill) and reads the completed task's results, reads the task
+again with GetTask, asks for an unknown contract (a failed task), and checks
+that an unknown task id is the SDK's TaskNotFoundError. Run by .ci/run after
+the tests (`pip install "a2a-sdk>=1,<2"`).
+"""
+import asyncio
+import json
+import sys
+import time
+import urllib.request
+
+import httpx
+from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.types.a2a_pb2 import (
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    TaskState,
+)
+from a2a.utils.errors import TaskNotFoundError
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from google.protobuf.json_format import MessageToDict
+from service import running
+
+# The host refuses an admin token shorter than 32 bytes.
+TOKEN = "a2a-check-admin-token-0123456789abcdef"
+
+
+def post(url, body, headers=None):
+    req = urllib.request.Request(
+        url, json.dumps(body).encode(), {"content-type": "application/json", **(headers or {})}
+    )
+    return json.loads(urllib.request.urlopen(req).read())
+
+
+def mint(admin, amount):
+    return post(admin + "/admin/cash/mint", {"amount": amount}, {"authorization": f"Bearer {TOKEN}"})["secret"]
+
+
+class Identity:
+    def __init__(self):
+        self.key = Ed25519PrivateKey.generate()
+        self.fp = self.key.public_key().public_bytes_raw().hex()
+
+    def sign(self, message):
+        return self.key.sign(message.encode()).hex()
+
+
+def create_listing(base, admin, content):
+    """A registered identity's post (both paid with minted cash); its id."""
+    me = Identity()
+    ts = int(time.time())
+    post(base + "/api/identity", {
+        "nickname": "a2aseller", "pgp_public_key": me.fp,
+        "signature": me.sign(f"register:a2aseller:{ts}"), "timestamp": ts,
+    }, {"x-cash-secret": mint(admin, "0.6")})
+    ts = int(time.time())
+    created = post(base + "/api/timeline", {
+        "author_fingerprint": me.fp, "content": content,
+        "signature": me.sign(f"post:{content}:{ts}"), "timestamp": ts,
+    }, {"x-cash-secret": mint(admin, "0.3")})
+    return created["post_id"]
+
+
+def user_message(text=None, data=None):
+    part = Part(text=text) if text is not None else Part()
+    if data is not None:
+        part.data.struct_value.update(data)
+    return SendMessageRequest(message=Message(message_id=f"m-{time.time_ns()}", role=Role.ROLE_USER, parts=[part]))
+
+
+async def send(client, request):
+    """SendMessage through the SDK: the one answer (a task here)."""
+    answers = [a async for a in client.send_message(request)]
+    assert len(answers) == 1, answers
+    assert answers[0].HasField("task"), answers[0]
+    return answers[0].task
+
+
+def artifact_data(task):
+    parts = [p for a in task.artifacts for p in a.parts]
+    texts = [p.text for p in parts if p.HasField("text")]
+    data = [MessageToDict(p.data) for p in parts if p.HasField("data")]
+    assert texts and len(data) == 1, task
+    return texts[0], data[0]
+
+
+async def check(base, admin):
+    post_id = create_listing(base, admin, "Hand-carved walnut chess boards, made to order")
+    async with httpx.AsyncClient(timeout=30) as http:
+        card = await A2ACardResolver(http, base).get_agent_card()
+        assert card.name == "marketplace", card
+        [iface] = card.supported_interfaces
+        assert (iface.url, iface.protocol_binding, iface.protocol_version) == (base + "/a2a", "JSONRPC", "1.0"), iface
+        assert card.documentation_url == base + "/docs", card.documentation_url
+        assert {s.id for s in card.skills} == {"search", "contract_status"}, card.skills
+        assert not card.capabilities.streaming
+
+        client = ClientFactory(ClientConfig(httpx_client=http)).create(card)
+
+        # The search skill: the text is the term.
+        task = await send(client, user_message("walnut chess"))
+        assert task.status.state == TaskState.TASK_STATE_COMPLETED, task.status
+        text, found = artifact_data(task)
+        assert found["term"] == "walnut chess" and found["total"] == 1, found
+        assert found["results"][0]["post_id"] == post_id, found
+        assert found["results"][0]["url"] == f"{base}/api/posts/{post_id}", found
+        assert "1 listing" in text, text
+        assert task.history[0].role == Role.ROLE_USER and task.history[0].parts[0].text == "walnut chess"
+
+        # GetTask answers the same task again.
+        again = await client.get_task(GetTaskRequest(id=task.id))
+        assert again == task, (again, task)
+        short = await client.get_task(GetTaskRequest(id=task.id, history_length=1))
+        assert len(short.history) == 1 and short.history[0].role == Role.ROLE_AGENT, short.history
+
+        # A data part {term, limit} works the same way.
+        by_data = await send(client, user_message(data={"term": "chess", "limit": 5}))
+        assert artifact_data(by_data)[1]["results"][0]["post_id"] == post_id
+
+        # The contract skill: an unknown contract is a failed task.
+        missing = await send(client, user_message("what is the status of contract CTR_A2A_NONE?"))
+        assert missing.status.state == TaskState.TASK_STATE_FAILED, missing.status
+        assert "CTR_A2A_NONE" in missing.status.message.parts[0].text, missing.status
+
+        # An unknown task id is the SDK's TaskNotFoundError (-32001).
+        try:
+            await client.get_task(GetTaskRequest(id="task_00000000000000000000000000"))
+        except TaskNotFoundError:
+            pass
+        else:
+            sys.exit("GetTask of an unknown id did not raise TaskNotFoundError")
+        await client.close()
+    print(f"a2a client: card, SendMessage (search by text and data, contract), GetTask ok ({task.id})")
+
+
+with running(admin_token=TOKEN) as (base, admin):
+    asyncio.run(check(base, admin))

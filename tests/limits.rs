@@ -1,0 +1,1022 @@
+//! Black-box tests of the server's bounds and its observability: idle and
+//! slow clients, per-call byte budgets (with the process's memory watched),
+//! per-family concurrency, request ids in the logs, and the Prometheus
+//! metrics on the admin and metrics listeners.
+
+mod common;
+
+use common::{ADMIN_TOKEN, Resp, Server};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn server_with(testing: bool, pairs: &[(&str, &str)]) -> Server {
+    Server::with(common::Options {
+        testing_routes: testing,
+        env: env(pairs),
+        ..common::Options::default()
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Metrics: scraping and a small parser of the text format.
+
+/// One sample of the text format.
+#[derive(Debug, Clone)]
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+fn bad_line(line: &str) -> ! {
+    panic!("metrics line does not parse: {line:?}")
+}
+
+/// Parse every sample line (comments skipped); panics on a line that does
+/// not parse, naming it.
+fn parse_metrics(text: &str) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let name_end = line.find(['{', ' ']).unwrap_or_else(|| bad_line(line));
+        let name = &line[..name_end];
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+        {
+            bad_line(line);
+        }
+        let mut labels = BTreeMap::new();
+        let mut rest = &line[name_end..];
+        if let Some(body) = rest.strip_prefix('{') {
+            let mut chars = body.char_indices().peekable();
+            let mut key = String::new();
+            let close;
+            loop {
+                let Some((i, c)) = chars.next() else {
+                    bad_line(line)
+                };
+                match c {
+                    '}' if key.is_empty() => {
+                        close = i;
+                        break;
+                    }
+                    ',' if key.is_empty() => {}
+                    '=' => {
+                        if chars.next().map(|(_, c)| c) != Some('"') {
+                            bad_line(line);
+                        }
+                        let mut value = String::new();
+                        loop {
+                            match chars.next() {
+                                Some((_, '\\')) => match chars.next() {
+                                    Some((_, 'n')) => value.push('\n'),
+                                    Some((_, c @ ('\\' | '"'))) => value.push(c),
+                                    _ => bad_line(line),
+                                },
+                                Some((_, '"')) => break,
+                                Some((_, c)) => value.push(c),
+                                None => bad_line(line),
+                            }
+                        }
+                        labels.insert(std::mem::take(&mut key), value);
+                    }
+                    c if c.is_ascii_alphanumeric() || c == '_' => key.push(c),
+                    _ => bad_line(line),
+                }
+            }
+            rest = &body[close + 1..];
+        }
+        let mut fields = rest.split_whitespace();
+        let value: f64 = fields
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| bad_line(line));
+        out.push(Sample {
+            name: name.to_string(),
+            labels,
+            value,
+        });
+    }
+    out
+}
+
+/// Label pairs a sample must carry.
+type Labels<'a> = &'a [(&'a str, &'a str)];
+
+/// Scraped metrics.
+struct Metrics {
+    text: String,
+    samples: Vec<Sample>,
+}
+
+impl Metrics {
+    fn from_text(text: String) -> Metrics {
+        assert!(
+            text.ends_with("# EOF\n"),
+            "the exposition does not end with # EOF: {text}"
+        );
+        let samples = parse_metrics(&text);
+        Metrics { text, samples }
+    }
+
+    /// Sum of the samples called `name` whose labels include `labels`.
+    fn get(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.samples
+            .iter()
+            .filter(|s| s.name == name)
+            .filter(|s| {
+                labels
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).is_some_and(|x| x == v))
+            })
+            .map(|s| s.value)
+            .sum()
+    }
+
+    fn has_family(&self, name: &str) -> bool {
+        self.text.lines().any(|l| {
+            l.strip_prefix("# TYPE ")
+                .is_some_and(|r| r.split(' ').next() == Some(name))
+        })
+    }
+}
+
+fn bearer() -> String {
+    format!("Bearer {ADMIN_TOKEN}")
+}
+
+fn scrape_admin(s: &Server) -> Metrics {
+    let r = common::request(
+        s.admin,
+        "GET",
+        "/metrics",
+        &[("authorization", &bearer())],
+        None,
+    );
+    assert_eq!(r.status, 200, "admin /metrics: {}", r.text());
+    Metrics::from_text(r.text())
+}
+
+fn scrape_listener(addr: SocketAddr) -> Metrics {
+    let r = common::request(addr, "GET", "/metrics", &[], None);
+    assert_eq!(r.status, 200, "metrics listener: {}", r.text());
+    Metrics::from_text(r.text())
+}
+
+// ---------------------------------------------------------------------------
+// 1. Idle connections.
+
+#[test]
+fn idle_connections_do_not_stop_new_clients() {
+    let s = Server::start();
+    let idle: Vec<TcpStream> = (0..512)
+        .map(|i| TcpStream::connect(s.addr).unwrap_or_else(|e| panic!("connection {i}: {e}")))
+        .collect();
+    // The server has accepted them all (they are open connections, not
+    // clients waiting in the backlog).
+    let until = Instant::now() + Duration::from_secs(5);
+    let mut open = 0.0;
+    while Instant::now() < until {
+        open = scrape_admin(&s).get("marketplace_connections_open", &[]);
+        if open >= 512.0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        open >= 512.0,
+        "connections_open is {open} with 512 idle clients"
+    );
+
+    let started = Instant::now();
+    let r = s.get("/api/health");
+    let took = started.elapsed();
+    eprintln!("GET /api/health beside 512 idle connections: {took:?}");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        took < Duration::from_secs(2),
+        "a new client waited {took:?}"
+    );
+
+    // Closed by the clients: the gauge comes back down.
+    drop(idle);
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let open = scrape_admin(&s).get("marketplace_connections_open", &[]);
+        if open <= 1.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "connections_open is still {open} after the idle clients left"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Read from a connection the server should close: true when it was closed
+/// (EOF or reset, possibly after an error answer), false when the read
+/// timed out with the connection still open.
+fn closed_by_server(stream: &mut TcpStream, within: Duration) -> bool {
+    stream.set_read_timeout(Some(within)).unwrap();
+    let mut buf = [0u8; 1024];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false;
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+#[test]
+fn header_timeout_frees_the_slots_of_silent_and_dribbling_clients() {
+    // At most 16 connections; headers must arrive within a second.
+    let s = Server::with(common::Options {
+        env: env(&[
+            ("MARKETPLACE_MAX_CONNECTIONS", "16"),
+            ("MARKETPLACE_HEADER_TIMEOUT_MS", "1000"),
+        ]),
+        ..common::Options::default()
+    });
+    let mut idle: Vec<TcpStream> = (0..15)
+        .map(|_| TcpStream::connect(s.addr).unwrap())
+        .collect();
+    // The 16th dribbles its request line, a byte every 100 ms.
+    let dribbler = TcpStream::connect(s.addr).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let drip = {
+        let mut w = dribbler.try_clone().unwrap();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            for b in b"GET /api/health HTTP/1.1\r\nx-padding: "
+                .iter()
+                .chain(std::iter::repeat(&b'a'))
+            {
+                if stop.load(Ordering::Relaxed) || w.write_all(&[*b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    // Every slot is taken: a new client is served only once the server
+    // has cut the silent ones off.
+    let r = common::try_request(s.addr, "GET", "/api/health", &[], None).unwrap_or_else(|e| {
+        panic!(
+            "a new client was not served while 16 silent or dribbling clients held every slot: {e}"
+        )
+    });
+    assert_eq!(r.status, 200, "{}", r.text());
+    for (i, c) in idle.iter_mut().enumerate() {
+        assert!(
+            closed_by_server(c, Duration::from_secs(10)),
+            "silent connection {i} is still open 10 s after a 1 s header timeout"
+        );
+    }
+    let mut d = dribbler;
+    let cut = closed_by_server(&mut d, Duration::from_secs(10));
+    stop.store(true, Ordering::Relaxed);
+    drip.join().unwrap();
+    assert!(
+        cut,
+        "a client dribbling its headers is still connected 10 s after a 1 s header timeout"
+    );
+    assert_eq!(s.get("/api/health").status, 200);
+}
+
+// ---------------------------------------------------------------------------
+// 2. Slow bodies.
+
+#[test]
+fn a_slow_drip_body_is_cut_off_with_408_and_others_are_served() {
+    let s = server_with(false, &[("MARKETPLACE_BODY_TIMEOUT_MS", "1000")]);
+    let mut stream = TcpStream::connect(s.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    write!(
+        stream,
+        "POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n"
+    )
+    .unwrap();
+    let started = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let drip = {
+        let mut w = stream.try_clone().unwrap();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut sent = 0;
+            while sent < 1000 && !stop.load(Ordering::Relaxed) {
+                if w.write_all(b" ").is_err() {
+                    break;
+                }
+                sent += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            sent
+        })
+    };
+    // While it drips, others are served.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(s.get("/api/health").status, 200);
+    assert_eq!(s.get("/api/timeline").status, 200);
+
+    let r = common::read_response(&mut stream);
+    let took = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let sent = drip.join().unwrap();
+    eprintln!(
+        "slow body answered {} after {took:?} ({sent} bytes sent)",
+        r.status
+    );
+    assert_eq!(r.status, 408, "{}", r.text());
+    assert_eq!(r.code(), "request_timeout");
+    assert!(
+        took >= Duration::from_millis(900),
+        "cut off after {took:?}, before the 1000 ms body timeout"
+    );
+    assert!(took < Duration::from_secs(5), "cut off only after {took:?}");
+    assert!(
+        closed_by_server(&mut stream, Duration::from_secs(5)),
+        "the connection stays open after the 408"
+    );
+    // The server is fine afterwards.
+    assert_eq!(s.get("/api/health").status, 200);
+}
+
+// ---------------------------------------------------------------------------
+// 3. Byte budgets of plugin calls, with the process's memory watched.
+
+/// VmRSS and VmHWM (peak) of a process, in bytes.
+fn rss(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
+            * 1024
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+fn hog(s: &Server, query: &str) -> Resp {
+    let path = format!("/_testing/hog?{query}");
+    common::try_request(s.addr, "POST", &path, &[], None).unwrap_or_else(|e| {
+        panic!(
+            "POST {path}: {e} (the server may have died); log tail:\n{}",
+            tail(&s.log_text())
+        )
+    })
+}
+
+fn tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+/// A request over the host's byte budgets: the process's peak RSS stays
+/// under 1 GiB, and the answer is the guest's mapping of the storage error
+/// `too-large` (413 `payload_too_large`).
+fn hog_refused(s: &Server, query: &str) {
+    let r = hog(s, query);
+    let (rss, peak) = rss(s.pid());
+    eprintln!(
+        "{query}: {} after it, RSS {} MiB, peak {} MiB",
+        r.status,
+        rss / MIB,
+        peak / MIB
+    );
+    assert!(peak < GIB, "peak RSS {} MiB after {query}", peak / MIB);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (413, "payload_too_large"),
+        "{query}: {}",
+        String::from_utf8_lossy(&r.body[..r.body.len().min(400)])
+    );
+}
+
+#[test]
+fn plugin_calls_over_their_byte_budget_are_refused_and_memory_stays_bounded() {
+    let s = Server::testing();
+    let pid = s.pid();
+    let (rss0, hwm0) = rss(pid);
+    eprintln!("at start: RSS {} MiB, peak {} MiB", rss0 / MIB, hwm0 / MIB);
+
+    // Within the budgets everything works.
+    let r = hog(&s, "mode=writes&n=2");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["bytes"], 16 * MIB);
+    let r = hog(&s, "mode=seed");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = hog(&s, "mode=get_many&n=2");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["bytes"], 16 * MIB);
+
+    // 200 writes of 8 MiB (1.6 GB) in one request.
+    hog_refused(&s, "mode=writes&n=200");
+    // Nothing of the refused request was kept.
+    let r = s.get("/_testing/read?key=hog/w/5");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        r.json()["value"].is_null(),
+        "a refused request's write persisted"
+    );
+
+    // get-many of 500 copies of one 8 MiB value (4 GB), both forms.
+    hog_refused(&s, "mode=get_many&n=500");
+    hog_refused(&s, "mode=get_many&n=500&packed=1");
+
+    // A scan over 9 values of 8 MiB (72 MiB, over the 32 MiB call budget).
+    for i in 0..8 {
+        let r = hog(&s, &format!("mode=seed&key=big{i}"));
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let r = hog(&s, "mode=scan&prefix=big0&n=10");
+    assert_eq!(
+        r.status,
+        200,
+        "one value is within the budget: {}",
+        r.text()
+    );
+    assert_eq!(r.json()["bytes"], 8 * MIB);
+    hog_refused(&s, "mode=scan&n=100");
+    hog_refused(&s, "mode=scan&n=100&packed=1");
+
+    let health = s.get("/api/health");
+    assert_eq!(health.status, 200);
+    assert_eq!(health.json()["plugins"]["testing"]["status"], "ok");
+}
+
+// ---------------------------------------------------------------------------
+// 4. Per-family concurrency: spinning macros do not hold up paid posts.
+
+fn timed_posts(s: &Server, key: &common::Key, secrets: &[String], tag: &str) -> Vec<Duration> {
+    secrets
+        .iter()
+        .enumerate()
+        .map(|(i, secret)| {
+            let started = Instant::now();
+            let r = s.post(key, &format!("{tag} post number {i}"), json!({}), secret);
+            let took = started.elapsed();
+            assert_eq!(r.status, 201, "{tag} post {i}: {}", r.text());
+            took
+        })
+        .collect()
+}
+
+fn summary(mut samples: Vec<Duration>) -> (Duration, Duration) {
+    samples.sort();
+    (samples[samples.len() / 2], *samples.last().unwrap())
+}
+
+#[test]
+fn spinning_macros_do_not_delay_paid_posts() {
+    // Two instances in all: without a limit per family, two macros would
+    // hold both.
+    let s = server_with(false, &[("MARKETPLACE_MAX_INSTANCES", "2")]);
+    let key = s.identity("latencyseller");
+    let r = s.post_json(
+        "/api/mcp/tools/define",
+        &json!({"name": "spin_forever", "description": "spins", "kind": "search",
+                "typescript": "while (true) {}", "input_schema": {"type": "object", "properties": {}}}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let secrets: Vec<String> = (0..60).map(|_| s.mint("0.3")).collect();
+
+    let baseline = timed_posts(&s, &key, &secrets[..30], "baseline");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let addr = s.addr;
+    let spinners: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let body = json!({"tool": "spin_forever", "arguments": {}}).to_string();
+                let mut statuses = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let r = common::request(
+                        addr,
+                        "POST",
+                        "/api/mcp/tools/execute",
+                        &[("content-type", "application/json")],
+                        Some(body.as_bytes()),
+                    );
+                    statuses.push((r.status, r.code()));
+                }
+                statuses
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let loaded = timed_posts(&s, &key, &secrets[30..], "loaded");
+    stop.store(true, Ordering::Relaxed);
+    for t in spinners {
+        let statuses = t.join().unwrap();
+        assert!(!statuses.is_empty());
+        for st in statuses {
+            assert_eq!(st, (422, "macro_error".to_string()));
+        }
+    }
+    let (b50, bmax) = summary(baseline);
+    let (l50, lmax) = summary(loaded);
+    eprintln!("30 paid posts alone: p50 {b50:?}, max {bmax:?}");
+    eprintln!("30 paid posts beside two spinning macros: p50 {l50:?}, max {lmax:?}");
+    assert!(
+        lmax < Duration::from_millis(300),
+        "a paid post took {lmax:?} while macros spun (alone: max {bmax:?})"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 5. Request ids and log formats.
+
+fn unique(tag: &str) -> String {
+    let mut b = [0u8; 6];
+    getrandom::fill(&mut b).unwrap();
+    format!("{tag}-{}", common::hex(&b))
+}
+
+fn sane_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b))
+}
+
+/// Every line of a JSON log, parsed (panics on a line that is not JSON).
+fn json_lines(log: &str) -> Vec<Value> {
+    log.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            serde_json::from_str::<Value>(l)
+                .unwrap_or_else(|e| panic!("a log line is not JSON ({e}): {l:?}"))
+        })
+        .collect()
+}
+
+/// Poll the log until `pred` holds for a line (the server writes the
+/// request line after answering).
+fn wait_json_line(s: &Server, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(l) = json_lines(&s.log_text()).into_iter().find(|l| pred(l)) {
+            return l;
+        }
+        assert!(
+            Instant::now() < until,
+            "no log line {what}; log:\n{}",
+            tail(&s.log_text())
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn is_request_line(l: &Value, path: &str) -> bool {
+    l["target"] == "request" && l["fields"]["path"] == path
+}
+
+#[test]
+fn request_ids_reach_every_json_log_line_of_their_request() {
+    let s = server_with(true, &[("MARKETPLACE_LOG_FORMAT", "json")]);
+    let rid = unique("rid");
+    let msg = unique("hello");
+    let r = s.request(
+        "GET",
+        &format!("/_testing/log?msg={msg}"),
+        &[("x-request-id", &rid)],
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-request-id"), Some(rid.as_str()));
+
+    let plugin_line = wait_json_line(&s, "with the plugin's message", |l| {
+        l["fields"]["message"] == msg.as_str()
+    });
+    assert_eq!(plugin_line["span"]["id"], rid.as_str(), "{plugin_line}");
+    assert_eq!(plugin_line["level"], "INFO", "{plugin_line}");
+    let request_line = wait_json_line(&s, "for the request", |l| {
+        is_request_line(l, "/_testing/log") && l["span"]["id"] == rid.as_str()
+    });
+    assert_eq!(request_line["fields"]["status"], 200, "{request_line}");
+
+    // Ids that are not sane are replaced by generated ones.
+    let long = "a".repeat(300);
+    let mut seen = Vec::new();
+    for bad in [long.as_str(), "has spaces in it", "semi;colon", ""] {
+        let r = s.request("GET", "/_testing/ok", &[("x-request-id", bad)], None);
+        assert_eq!(r.status, 200);
+        let id = r
+            .header("x-request-id")
+            .expect("an x-request-id")
+            .to_string();
+        assert_ne!(id, bad);
+        assert!(sane_id(&id), "generated id {id:?}");
+        wait_json_line(&s, &format!("with the generated id {id}"), |l| {
+            is_request_line(l, "/_testing/ok") && l["span"]["id"] == id.as_str()
+        });
+        seen.push(id);
+    }
+    // Without the header too; every generated id differs.
+    let id = s
+        .get("/api/health")
+        .header("x-request-id")
+        .unwrap()
+        .to_string();
+    assert!(sane_id(&id), "{id:?}");
+    seen.push(id);
+    let mut distinct = seen.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), seen.len(), "{seen:?}");
+
+    // Every line of the log is one JSON object.
+    for l in json_lines(&s.log_text()) {
+        assert!(l.is_object(), "{l}");
+    }
+
+    // MARKETPLACE_LOG_JSON=1 is the same switch.
+    let s = server_with(false, &[("MARKETPLACE_LOG_JSON", "1")]);
+    let rid = unique("rid");
+    let r = s.request("GET", "/api/health", &[("x-request-id", &rid)], None);
+    assert_eq!(r.header("x-request-id"), Some(rid.as_str()));
+    wait_json_line(&s, "for the health request", |l| {
+        is_request_line(l, "/api/health") && l["span"]["id"] == rid.as_str()
+    });
+}
+
+#[test]
+fn text_logs_carry_ids_and_no_colour_codes_when_not_a_terminal() {
+    let s = Server::testing();
+    let rid = unique("rid");
+    let msg = unique("hello-text");
+    let r = s.request(
+        "GET",
+        &format!("/_testing/log?msg={msg}"),
+        &[("x-request-id", &rid)],
+        None,
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-request-id"), Some(rid.as_str()));
+    let until = Instant::now() + Duration::from_secs(5);
+    let log = loop {
+        let log = s.log_text();
+        if log.lines().any(|l| l.contains(&msg)) || Instant::now() > until {
+            break log;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        !log.contains("\x1b["),
+        "ANSI escapes in a log that is not a terminal:\n{}",
+        tail(&log)
+    );
+    let line = log
+        .lines()
+        .find(|l| l.contains(&msg))
+        .unwrap_or_else(|| panic!("no line with the plugin's message:\n{}", tail(&log)));
+    assert!(
+        line.contains(&rid),
+        "the plugin's line lacks the request id: {line}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 6. Metrics.
+
+const FAMILIES: &[&str] = &[
+    "marketplace_requests",
+    "marketplace_request_duration_seconds",
+    "marketplace_plugin_instantiate_seconds",
+    "marketplace_plugin_call_seconds",
+    "marketplace_plugin_faults",
+    "marketplace_plugin_swaps",
+    "marketplace_payments_refused",
+    "marketplace_commits",
+    "marketplace_fsyncs",
+    "marketplace_commit_batch_size",
+    "marketplace_connections_open",
+    "marketplace_requests_in_flight",
+    "marketplace_ledger_minted_units",
+    "marketplace_ledger_unspent_units",
+    "marketplace_ledger_fees_units",
+    "marketplace_ledger_escrow_units",
+];
+
+#[test]
+fn metrics_are_served_to_the_operator_and_count_what_happened() {
+    let s = server_with(true, &[("MARKETPLACE_METRICS_LISTEN", "127.0.0.1:0")]);
+    let metrics_addr = s
+        .metrics
+        .expect("the server printed its metrics listener address");
+
+    // The admin listener wants its token; the metrics listener does not,
+    // and serves nothing else.
+    let r = common::request(s.admin, "GET", "/metrics", &[], None);
+    assert_eq!(r.status, 401, "{}", r.text());
+    let r = common::request(
+        s.admin,
+        "GET",
+        "/metrics",
+        &[("authorization", "Bearer not-the-token-0123456789abcdef0123")],
+        None,
+    );
+    assert_eq!(r.status, 401, "{}", r.text());
+    let r = common::request(
+        s.admin,
+        "GET",
+        "/metrics",
+        &[("authorization", &bearer())],
+        None,
+    );
+    assert_eq!(r.status, 200);
+    assert!(
+        r.header("content-type")
+            .is_some_and(|t| t.starts_with("application/openmetrics-text")),
+        "{:?}",
+        r.header("content-type")
+    );
+    assert_eq!(
+        common::request(metrics_addr, "GET", "/admin/plugins", &[], None).status,
+        404
+    );
+    // Nothing is served on the public listener.
+    assert_eq!(s.get("/metrics").status, 404);
+
+    // Money for later, minted before the baseline.
+    let identity_secret = s.mint("0.6");
+    let post_secret = s.mint("0.5");
+    let key = common::Key::random();
+
+    let m0 = scrape_admin(&s);
+    let l0 = scrape_listener(metrics_addr);
+    assert_eq!(
+        m0.get("marketplace_requests_total", &[]),
+        l0.get("marketplace_requests_total", &[]),
+        "both listeners render the same registry"
+    );
+
+    assert_eq!(s.get("/api/health").status, 200);
+    assert_eq!(s.get("/api/v1/health").status, 200);
+    assert_eq!(s.get("/api/no-such-route").status, 404);
+    // A paid route without payment (the body is valid, so 402 comes first).
+    let ts = common::now_s();
+    let unpaid = json!({"author_fingerprint": key.fp(), "content": "unpaid",
+                        "signature": key.sign(&format!("post:unpaid:{ts}")), "timestamp": ts});
+    let r = s.post_json("/api/timeline", &unpaid);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (402, "payment_required"),
+        "{}",
+        r.text()
+    );
+    let r = s.post_paid("/api/timeline", "e0.3:secret:nothex", &unpaid);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (402, "payment_invalid"),
+        "{}",
+        r.text()
+    );
+    // Faults of each kind.
+    assert_eq!(s.get("/_testing/trap").status, 500);
+    assert_eq!(s.get("/_testing/loop?budget_ms=100").status, 503);
+    assert_eq!(s.get("/_testing/alloc").status, 503);
+    // A refused component swap.
+    let r = common::request(
+        s.admin,
+        "PUT",
+        "/admin/plugins/testing",
+        &[("authorization", &bearer())],
+        Some(b"not a component"),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+
+    let m1 = scrape_admin(&s);
+    let d = |name: &str, labels: &[(&str, &str)]| m1.get(name, labels) - m0.get(name, labels);
+    let req = "marketplace_requests_total";
+    let checks: &[(&str, Labels, f64)] = &[
+        (
+            req,
+            &[
+                ("family", "info"),
+                ("route", "/api/health"),
+                ("status", "200"),
+            ],
+            2.0,
+        ),
+        (
+            req,
+            &[("family", "-"), ("route", "-"), ("status", "404")],
+            1.0,
+        ),
+        (
+            req,
+            &[
+                ("family", "timeline"),
+                ("route", "/api/timeline"),
+                ("status", "402"),
+            ],
+            2.0,
+        ),
+        (
+            req,
+            &[
+                ("family", "testing"),
+                ("route", "/_testing/trap"),
+                ("status", "500"),
+            ],
+            1.0,
+        ),
+        (
+            req,
+            &[
+                ("family", "testing"),
+                ("route", "/_testing/loop"),
+                ("status", "503"),
+            ],
+            1.0,
+        ),
+        (
+            req,
+            &[
+                ("family", "testing"),
+                ("route", "/_testing/alloc"),
+                ("status", "503"),
+            ],
+            1.0,
+        ),
+        (req, &[], 8.0),
+        (
+            "marketplace_request_duration_seconds_count",
+            &[("family", "info"), ("route", "/api/health")],
+            2.0,
+        ),
+        ("marketplace_request_duration_seconds_count", &[], 8.0),
+        (
+            "marketplace_payments_refused_total",
+            &[("code", "payment_required")],
+            1.0,
+        ),
+        (
+            "marketplace_payments_refused_total",
+            &[("code", "payment_invalid")],
+            1.0,
+        ),
+        (
+            "marketplace_plugin_faults_total",
+            &[("family", "testing"), ("kind", "trap")],
+            1.0,
+        ),
+        (
+            "marketplace_plugin_faults_total",
+            &[("family", "testing"), ("kind", "timeout")],
+            1.0,
+        ),
+        (
+            "marketplace_plugin_faults_total",
+            &[("family", "testing"), ("kind", "memory")],
+            1.0,
+        ),
+        ("marketplace_plugin_faults_total", &[], 3.0),
+        (
+            "marketplace_plugin_instantiate_seconds_count",
+            &[("family", "testing")],
+            3.0,
+        ),
+        (
+            "marketplace_plugin_call_seconds_count",
+            &[("family", "testing")],
+            3.0,
+        ),
+        (
+            "marketplace_plugin_swaps_total",
+            &[("family", "testing"), ("result", "refused")],
+            1.0,
+        ),
+        ("marketplace_plugin_swaps_total", &[("result", "ok")], 0.0),
+        ("marketplace_commits_total", &[], 0.0),
+        ("marketplace_fsyncs_total", &[], 0.0),
+    ];
+    let mut wrong = Vec::new();
+    for (name, labels, want) in checks {
+        let got = d(name, labels);
+        if got != *want {
+            wrong.push(format!("{name}{labels:?}: moved by {got}, expected {want}"));
+        }
+    }
+    assert!(
+        d(
+            "marketplace_plugin_instantiate_seconds_count",
+            &[("family", "info")]
+        ) >= 2.0,
+        "info instantiations did not move"
+    );
+    assert_eq!(m1.get("marketplace_requests_in_flight", &[]), 0.0);
+    assert!(
+        wrong.is_empty(),
+        "metrics moved wrongly:\n{}\n\n{}",
+        wrong.join("\n"),
+        m1.text
+    );
+
+    // Paid writes: commits and fsyncs move, and the ledger gauges follow
+    // the money.
+    let h0 = s.get("/api/health").json()["storage"].clone();
+    let m2 = scrape_admin(&s);
+    let r = s.register(&key, "metricsuser", &identity_secret);
+    assert_eq!(r.status, 201, "{}", r.text());
+    let r = s.post(&key, "counted post", json!({}), &post_secret);
+    assert_eq!(r.status, 201, "{}", r.text());
+    let change = r.json()["payment"]["change"].as_str().unwrap().to_string();
+    let m3 = scrape_admin(&s);
+    let h1 = s.get("/api/health").json()["storage"].clone();
+    let d = |name: &str, labels: &[(&str, &str)]| m3.get(name, labels) - m2.get(name, labels);
+    for (labels, want) in [
+        (
+            &[
+                ("family", "identity"),
+                ("route", "/api/identity"),
+                ("status", "201"),
+            ][..],
+            1.0,
+        ),
+        (
+            &[
+                ("family", "timeline"),
+                ("route", "/api/timeline"),
+                ("status", "201"),
+            ][..],
+            1.0,
+        ),
+    ] {
+        assert_eq!(d(req, labels), want, "{labels:?}");
+    }
+    let commits = d("marketplace_commits_total", &[]);
+    let fsyncs = d("marketplace_fsyncs_total", &[]);
+    eprintln!("two paid requests: {commits} commits, {fsyncs} fsyncs");
+    assert_eq!(commits, 2.0, "commits_total moved by {commits}");
+    assert!(
+        (1.0..=2.0).contains(&fsyncs),
+        "fsyncs_total moved by {fsyncs}"
+    );
+    // One batch-size observation per durable commit, summing to the
+    // requests committed.
+    assert_eq!(d("marketplace_commit_batch_size_count", &[]), fsyncs);
+    assert_eq!(d("marketplace_commit_batch_size_sum", &[]), commits);
+    // The health document counts the same.
+    let hd = |k: &str| h1[k].as_f64().unwrap() - h0[k].as_f64().unwrap();
+    assert_eq!(hd("commits"), commits, "health {h0} -> {h1}");
+    assert_eq!(hd("syncs"), fsyncs, "health {h0} -> {h1}");
+
+    // Minted: 0.6 + 0.5; fees: identity 0.6 + post 0.3; unspent: the 0.2
+    // change; nothing in escrow.
+    let units = |s: &str| (s.parse::<f64>().unwrap() * 1e8).round();
+    assert_eq!(m3.get("marketplace_ledger_minted_units", &[]), units("1.1"));
+    assert_eq!(m3.get("marketplace_ledger_fees_units", &[]), units("0.9"));
+    assert_eq!(
+        m3.get("marketplace_ledger_unspent_units", &[]),
+        units("0.2")
+    );
+    assert_eq!(m3.get("marketplace_ledger_escrow_units", &[]), 0.0);
+    let (spent, amount) = s.cash_state(&change);
+    assert_eq!((spent, amount), (json!(false), json!("0.2")));
+    // Every family has samples by now, all named marketplace_*.
+    for family in FAMILIES {
+        assert!(m3.has_family(family), "no {family} in:\n{}", m3.text);
+    }
+    for sample in &m3.samples {
+        assert!(sample.name.starts_with("marketplace_"), "{sample:?}");
+    }
+    // The metrics listener sees the same ledger.
+    let l3 = scrape_listener(metrics_addr);
+    assert_eq!(l3.get("marketplace_ledger_minted_units", &[]), units("1.1"));
+}

@@ -1,0 +1,517 @@
+//! Black-box tests of x402 v2 beside the native payment headers and of the
+//! webcash wallet paths (PROTOCOL section 3): `PAYMENT-REQUIRED` on every
+//! 402, paying with `PAYMENT-SIGNATURE`, `PAYMENT-RESPONSE` on the paid
+//! answer, the `payment-identifier` idempotency key; `legalese`, the empty
+//! replace, health checks answered in request order and `/terms`.
+
+mod common;
+
+use common::{Key, Resp, Server, now_s};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+// ---------------------------------------------------------------- helpers
+
+/// Standard base64 with padding, written here independently of the host.
+fn b64(data: &[u8]) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in data.chunks(3) {
+        let n = (c[0] as u32) << 16
+            | (*c.get(1).unwrap_or(&0) as u32) << 8
+            | *c.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            out.push(if i <= c.len() {
+                A[((n >> (18 - 6 * i)) & 63) as usize] as char
+            } else {
+                '='
+            });
+        }
+    }
+    out
+}
+
+/// Decode standard padded base64 strictly (what the x402 SDKs send).
+fn unb64(text: &str) -> Vec<u8> {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    assert!(text.len().is_multiple_of(4), "unpadded base64: {text}");
+    let body = text.trim_end_matches('=');
+    let (mut acc, mut bits, mut out) = (0u32, 0, Vec::new());
+    for ch in body.bytes() {
+        let v = A
+            .iter()
+            .position(|&x| x == ch)
+            .unwrap_or_else(|| panic!("not standard base64: {text}"));
+        acc = (acc << 6) | v as u32;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    out
+}
+
+/// A header's base64 JSON.
+fn decoded(r: &Resp, name: &str) -> Value {
+    let v = r
+        .header(name)
+        .unwrap_or_else(|| panic!("no {name} header: {} {}", r.status, r.text()));
+    serde_json::from_slice(&unb64(v)).expect("base64 of JSON")
+}
+
+fn public_form(secret: &str) -> String {
+    let (amount, hex) = secret.split_once(":secret:").unwrap();
+    let h: String = Sha256::digest(hex.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{amount}:public:{h}")
+}
+
+fn register_body(key: &Key, nickname: &str) -> Value {
+    let ts = now_s();
+    json!({
+        "nickname": nickname,
+        "pgp_public_key": key.fp(),
+        "signature": key.sign(&format!("register:{nickname}:{ts}")),
+        "timestamp": ts,
+    })
+}
+
+/// The `PAYMENT-SIGNATURE` value paying with `secret` for `accepted`.
+fn signature(accepted: &Value, secret: &str, id: Option<&str>) -> String {
+    let mut doc = json!({
+        "x402Version": 2,
+        "accepted": accepted,
+        "payload": {"secret": secret},
+    });
+    if let Some(id) = id {
+        doc["extensions"] = json!({"payment-identifier": {"info": {"required": false, "id": id}}});
+    }
+    b64(doc.to_string().as_bytes())
+}
+
+/// The webcash `accepts` entry of a fresh 402 for identity.
+fn identity_requirements(s: &Server) -> Value {
+    let r = s.post_json("/api/identity", &register_body(&Key::random(), "probe"));
+    assert_eq!(r.status, 402, "{}", r.text());
+    decoded(&r, "payment-required")["accepts"][0].clone()
+}
+
+// ------------------------------------------------------------------ x402
+
+#[test]
+fn every_402_carries_payment_required() {
+    let s = Server::start();
+    let r = s.post_json("/api/identity", &register_body(&Key::random(), "alice"));
+    assert_eq!(r.status, 402);
+    // The JSON body keeps its PROTOCOL shape.
+    let body = r.json();
+    assert_eq!(body["code"], "payment_required");
+    assert_eq!(body["required_amount"], "0.6");
+    assert_eq!(body["payment"]["header"], "X-Cash-Secret");
+    let doc = decoded(&r, "PAYMENT-REQUIRED");
+    assert_eq!(doc["x402Version"], 2);
+    assert!(
+        doc["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{doc}"
+    );
+    let url = doc["resource"]["url"].as_str().unwrap();
+    assert!(
+        url.starts_with("http://") && url.ends_with("/api/identity"),
+        "{url}"
+    );
+    assert!(doc["resource"]["description"].is_string());
+    assert_eq!(doc["resource"]["mimeType"], "application/json");
+    assert_eq!(
+        doc["accepts"],
+        json!([{
+            "scheme": "exact",
+            "network": "webcash:mainnet",
+            "asset": "webcash",
+            "amount": "60000000",
+            "payTo": "marketplace",
+            "maxTimeoutSeconds": 300,
+            "extra": {"header": "X-Cash-Secret", "price": "0.6"},
+        }])
+    );
+    // The payment-identifier extension is declared (optional).
+    assert_eq!(
+        doc["extensions"]["payment-identifier"]["info"]["required"],
+        false
+    );
+
+    // Other 402 codes carry it too: a spent secret, too little.
+    let small = s.mint("0.1");
+    let r = s.post_paid(
+        "/api/identity",
+        &small,
+        &register_body(&Key::random(), "bob"),
+    );
+    assert_eq!((r.status, r.code().as_str()), (402, "payment_insufficient"));
+    let doc = decoded(&r, "payment-required");
+    assert_eq!(doc["accepts"][0]["amount"], "60000000");
+    assert!(
+        doc["error"].as_str().unwrap().contains("less than"),
+        "{doc}"
+    );
+    // A post's price through the /api/v1 alias.
+    let key = s.identity("carol");
+    let ts = now_s();
+    let r = s.post_json(
+        "/api/v1/timeline",
+        &json!({"author_fingerprint": key.fp(), "content": "hello", "timestamp": ts,
+                "signature": key.sign(&format!("post:hello:{ts}"))}),
+    );
+    assert_eq!(r.status, 402, "{}", r.text());
+    let doc = decoded(&r, "payment-required");
+    assert_eq!(doc["accepts"][0]["amount"], "30000000");
+    assert_eq!(doc["accepts"][0]["extra"]["price"], "0.3");
+    // Not on other answers.
+    assert!(s.get("/api/health").header("payment-required").is_none());
+}
+
+#[test]
+fn payment_signature_pays_like_x_cash_secret() {
+    let s = Server::start();
+    let accepted = identity_requirements(&s);
+    let secret = s.mint("1");
+    let key = Key::random();
+    let body = register_body(&key, "alice");
+    let header = signature(&accepted, &secret, None);
+    let r = s.post_with("/api/identity", &[("PAYMENT-SIGNATURE", &header)], &body);
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.json()["fingerprint"], key.fp());
+    assert_eq!(s.cash_state(&secret), (json!(true), json!("1")));
+    // The native change beside the x402 settlement.
+    let change = r.header("x-cash-change").unwrap().to_string();
+    assert!(change.starts_with("e0.4:secret:"), "{change}");
+    assert_eq!(r.json()["payment"]["change"], change.as_str());
+    let settle = decoded(&r, "PAYMENT-RESPONSE");
+    assert_eq!(
+        settle,
+        json!({
+            "success": true,
+            "transaction": public_form(&secret),
+            "network": "webcash:mainnet",
+            "payer": "",
+            "amount": "60000000",
+            "extra": {"change": change},
+        })
+    );
+    // A paid answer through X-Cash-Secret carries it too; no change: null.
+    let exact = s.mint("0.6");
+    let plain = s.post_paid(
+        "/api/identity",
+        &exact,
+        &register_body(&Key::random(), "bob"),
+    );
+    assert_eq!(plain.status, 201, "{}", plain.text());
+    let settle = decoded(&plain, "payment-response");
+    assert_eq!(settle["transaction"], public_form(&exact));
+    assert_eq!(settle["extra"]["change"], Value::Null);
+    // The identical retry replays the answer, PAYMENT-RESPONSE included.
+    let again = s.post_with("/api/identity", &[("PAYMENT-SIGNATURE", &header)], &body);
+    assert_eq!(again.status, 201, "{}", again.text());
+    assert_eq!(again.json(), r.json());
+    assert_eq!(
+        again.header("payment-response"),
+        r.header("payment-response")
+    );
+    // Any other use of the spent secret: 402 payment_spent, PAYMENT-REQUIRED.
+    let other = s.post_with(
+        "/api/identity",
+        &[("PAYMENT-SIGNATURE", &header)],
+        &register_body(&Key::random(), "eve"),
+    );
+    assert_eq!(
+        (other.status, other.code().as_str()),
+        (402, "payment_spent")
+    );
+    assert!(other.header("payment-required").is_some());
+    // A secret the ledger does not know, sent as PAYMENT-SIGNATURE.
+    let unknown = format!("e1:secret:{}", "ab".repeat(32));
+    let r = s.post_with(
+        "/api/identity",
+        &[("payment-signature", &signature(&accepted, &unknown, None))],
+        &register_body(&Key::random(), "dave"),
+    );
+    assert_eq!((r.status, r.code().as_str()), (402, "payment_invalid"));
+}
+
+#[test]
+fn a_malformed_payment_signature_is_payment_invalid() {
+    let s = Server::start();
+    let accepted = identity_requirements(&s);
+    let secret = s.mint("1");
+    let mut wrong_network = accepted.clone();
+    wrong_network["network"] = json!("eip155:8453");
+    let cases: Vec<(&str, String)> = vec![
+        ("not base64", "%%% not base64 %%%".to_string()),
+        ("not JSON", b64(b"not json")),
+        ("a JSON array", b64(b"[1,2]")),
+        (
+            "version 1",
+            b64(
+                json!({"x402Version": 1, "accepted": accepted, "payload": {"secret": secret}})
+                    .to_string()
+                    .as_bytes(),
+            ),
+        ),
+        (
+            "no accepted",
+            b64(json!({"x402Version": 2, "payload": {"secret": secret}})
+                .to_string()
+                .as_bytes()),
+        ),
+        ("another network", signature(&wrong_network, &secret, None)),
+        (
+            "no secret",
+            b64(
+                json!({"x402Version": 2, "accepted": accepted, "payload": {}})
+                    .to_string()
+                    .as_bytes(),
+            ),
+        ),
+        (
+            "a public hash",
+            signature(&accepted, &public_form(&secret), None),
+        ),
+        ("a short id", signature(&accepted, &secret, Some("short"))),
+    ];
+    for (what, header) in &cases {
+        let r = s.post_with(
+            "/api/identity",
+            &[("payment-signature", header)],
+            &register_body(&Key::random(), "alice"),
+        );
+        assert_eq!(r.status, 402, "{what}: {}", r.text());
+        assert_eq!(r.code(), "payment_invalid", "{what}: {}", r.text());
+        assert_eq!(r.json()["required_amount"], "0.6", "{what}");
+        assert!(r.header("payment-required").is_some(), "{what}");
+    }
+    // A malformed PAYMENT-SIGNATURE refuses even beside a good X-Cash-Secret,
+    // and nothing is spent.
+    let r = s.post_with(
+        "/api/identity",
+        &[("x-cash-secret", &secret), ("payment-signature", "!!")],
+        &register_body(&Key::random(), "alice"),
+    );
+    assert_eq!((r.status, r.code().as_str()), (402, "payment_invalid"));
+    assert_eq!(s.cash_state(&secret), (json!(false), json!("1")));
+    // The secret still pays.
+    let r = s.post_with(
+        "/api/identity",
+        &[("payment-signature", &signature(&accepted, &secret, None))],
+        &register_body(&Key::random(), "alice"),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+}
+
+#[test]
+fn a_payment_identifier_is_an_idempotency_key() {
+    let mut s = Server::start();
+    let accepted = identity_requirements(&s);
+    let id = "pay_01HZX402IDEMPOTENT";
+    let key = Key::random();
+    let body = register_body(&key, "alice");
+    let first_secret = s.mint("1");
+    let first = s.post_with(
+        "/api/identity",
+        &[(
+            "PAYMENT-SIGNATURE",
+            &signature(&accepted, &first_secret, Some(id)),
+        )],
+        &body,
+    );
+    assert_eq!(first.status, 201, "{}", first.text());
+    let change = first.header("x-cash-change").unwrap().to_string();
+
+    // Same id, same request, another secret: the stored answer, and the
+    // new secret is not charged.
+    let second_secret = s.mint("1");
+    let second = s.post_with(
+        "/api/identity",
+        &[(
+            "PAYMENT-SIGNATURE",
+            &signature(&accepted, &second_secret, Some(id)),
+        )],
+        &body,
+    );
+    assert_eq!(second.status, 201, "{}", second.text());
+    assert_eq!(second.json(), first.json());
+    assert_eq!(second.header("x-cash-change"), Some(change.as_str()));
+    assert_eq!(
+        decoded(&second, "payment-response"),
+        decoded(&first, "payment-response")
+    );
+    assert_eq!(s.cash_state(&second_secret), (json!(false), json!("1")));
+    assert_eq!(s.cash_state(&change), (json!(false), json!("0.4")));
+
+    // Same id, another request: 409 idempotency_conflict, nothing charged.
+    let third_secret = s.mint("1");
+    let other = register_body(&Key::random(), "bob");
+    let r = s.post_with(
+        "/api/identity",
+        &[(
+            "PAYMENT-SIGNATURE",
+            &signature(&accepted, &third_secret, Some(id)),
+        )],
+        &other,
+    );
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert_eq!(r.code(), "idempotency_conflict");
+    assert_eq!(s.cash_state(&third_secret), (json!(false), json!("1")));
+    // Another path is another request too.
+    let r = s.post_with(
+        "/api/profiles/rate",
+        &[(
+            "PAYMENT-SIGNATURE",
+            &signature(&accepted, &third_secret, Some(id)),
+        )],
+        &json!({}),
+    );
+    assert_eq!((r.status, r.code().as_str()), (409, "idempotency_conflict"));
+
+    // Another id pays again as usual.
+    let r = s.post_with(
+        "/api/identity",
+        &[(
+            "PAYMENT-SIGNATURE",
+            &signature(&accepted, &third_secret, Some("pay_01HZX402OTHER000")),
+        )],
+        &other,
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(s.cash_state(&third_secret), (json!(true), json!("1")));
+
+    // The kept answers hold no live secret: not the change, and not the
+    // PAYMENT-RESPONSE that carries it.
+    let response = first.header("payment-response").unwrap().to_string();
+    s.kill();
+    let mut stored = Vec::new();
+    for entry in std::fs::read_dir(&s.data_dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            stored.extend(std::fs::read(&path).unwrap());
+        }
+    }
+    let hex = &change[change.len() - 64..];
+    let find = |needle: &[u8]| stored.windows(needle.len()).any(|w| w == needle);
+    assert!(!find(hex.as_bytes()), "the change secret is at rest");
+    assert!(
+        !find(response.as_bytes()),
+        "the PAYMENT-RESPONSE is at rest"
+    );
+}
+
+// -------------------------------------------------------- webcash wallets
+
+#[test]
+fn replace_enforces_legalese_and_accepts_the_empty_replace() {
+    let s = Server::start();
+    for path in ["/api/v1/replace", "/api/cash/replace"] {
+        let empty = s.post_json(
+            path,
+            &json!({"webcashes": [], "new_webcashes": [], "legalese": {"terms": true}}),
+        );
+        assert_eq!(empty.status, 200, "{path}: {}", empty.text());
+        assert_eq!(empty.json(), json!({"status": "success"}));
+        let input = s.mint("1");
+        let out = format!("e1:secret:{}", common::hex(&rand32()));
+        for legalese in [json!({"terms": false}), json!({}), json!(null)] {
+            let r = s.post_json(
+                path,
+                &json!({"webcashes": [input], "new_webcashes": [out], "legalese": legalese}),
+            );
+            assert_eq!(r.status, 400, "{path} {legalese}: {}", r.text());
+            assert_eq!(r.code(), "invalid_request");
+        }
+        assert_eq!(s.cash_state(&input), (json!(false), json!("1")));
+        let r = s.post_json(
+            path,
+            &json!({"webcashes": [input], "new_webcashes": [out], "legalese": {"terms": true}}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(s.cash_state(&out), (json!(false), json!("1")));
+    }
+}
+
+fn rand32() -> [u8; 32] {
+    let mut b = [0u8; 32];
+    getrandom::fill(&mut b).unwrap();
+    b
+}
+
+#[test]
+fn health_check_answers_in_request_order_and_takes_a_thousand() {
+    let s = Server::start();
+    let known = s.mint("0.5");
+    // 1,000 entries, unknown ones around the known one, in an order that
+    // is neither sorted nor reverse sorted.
+    let mut list: Vec<String> = (0..999)
+        .map(|_| format!("e1:public:{}", common::hex(&rand32())))
+        .collect();
+    list.insert(500, public_form(&known));
+    let r = s.post_json("/api/v1/health_check", &json!(list));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let text = r.text();
+    // The members' order in the text is the request's.
+    let mut at = 0;
+    for p in &list {
+        let i = text[at..]
+            .find(&format!("\"{p}\""))
+            .unwrap_or_else(|| panic!("{p} missing or out of order"));
+        at += i + p.len();
+    }
+    let v = r.json();
+    assert_eq!(v["status"], "success");
+    assert_eq!(v["results"].as_object().unwrap().len(), 1000);
+    assert_eq!(
+        v["results"][public_form(&known)],
+        json!({"spent": false, "amount": "0.5"})
+    );
+    assert_eq!(
+        v["results"][&list[0]],
+        json!({"spent": null, "amount": null})
+    );
+    // Same answer on the /api/cash path.
+    assert_eq!(
+        s.post_json("/api/cash/health_check", &json!(list)).json(),
+        v
+    );
+}
+
+#[test]
+fn terms_are_served_as_text() {
+    let s = Server::start();
+    for path in ["/terms", "/terms/text"] {
+        let r = s.get(path);
+        assert_eq!(r.status, 200);
+        assert!(
+            r.header("content-type").unwrap().starts_with("text/plain"),
+            "{:?}",
+            r.header("content-type")
+        );
+        assert!(r.text().contains("terms"), "{}", r.text());
+    }
+    // The operator's own terms.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("marketplace.toml");
+    std::fs::write(
+        &config,
+        "[settings.cash]\nterms = \"Operator terms: be kind.\"\n",
+    )
+    .unwrap();
+    let s = Server::with(common::Options {
+        env: vec![(
+            "MARKETPLACE_CONFIG".into(),
+            config.to_string_lossy().into_owned(),
+        )],
+        ..Default::default()
+    });
+    assert_eq!(s.get("/terms").text(), "Operator terms: be kind.");
+    assert_eq!(s.get("/terms/text").text(), "Operator terms: be kind.");
+}
