@@ -31,7 +31,7 @@ def get(url):
 
 
 with running(admin_token="ci-token-0123456789abcdef0123456789") as (base, admin):
-    opts = ["--admin", admin, "--token", "ci-token"]
+    opts = ["--admin", admin, "--token", "ci-token-0123456789abcdef0123456789"]
     loaded = cli("load", "template", str(COMPONENT), *opts)
     if not loaded.get("mounted"):
         sys.exit(f"template was not mounted as a new family: {loaded}")

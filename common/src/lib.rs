@@ -6,3 +6,4 @@ pub mod order;
 pub mod secret;
 pub mod text;
 pub mod time;
+pub mod url;

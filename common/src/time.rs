@@ -8,17 +8,15 @@ use time::{OffsetDateTime, UtcOffset};
 /// milliseconds are dropped). Instants past 9999-12-31T23:59:59Z, which
 /// RFC 3339 cannot write, are clamped to it.
 pub fn rfc3339(ms: u64) -> String {
-    let at = i64::try_from(ms / 1000)
+    // 9999-12-31T23:59:59Z: clamped here rather than left to the `time`
+    // crate, whose range depends on its `large-dates` feature, which
+    // another crate of a build may turn on.
+    const LAST: i64 = 253_402_300_799;
+    let secs = i64::try_from(ms / 1000).unwrap_or(LAST).min(LAST);
+    OffsetDateTime::from_unix_timestamp(secs)
         .ok()
-        .and_then(|secs| OffsetDateTime::from_unix_timestamp(secs).ok())
-        .unwrap_or_else(|| {
-            time::PrimitiveDateTime::MAX
-                .assume_utc()
-                .replace_nanosecond(0)
-                .expect("zero nanoseconds are valid")
-        });
-    at.format(&Rfc3339)
-        .expect("a UTC instant of years 1970..=9999 formats as RFC 3339")
+        .and_then(|at| at.format(&Rfc3339).ok())
+        .unwrap_or_else(|| "9999-12-31T23:59:59Z".to_string())
 }
 
 /// Parse `2026-12-01T00:00:00Z` (optional fraction, `Z` or `+hh:mm`,

@@ -363,11 +363,16 @@ fn admin_call(
         .http_status_as_error(false)
         .build()
         .into();
-    let request = ureq::http::Request::builder()
+    let mut request = ureq::http::Request::builder()
         .method(method)
         .uri(format!("{}{path}", url.trim_end_matches('/')))
-        .header("authorization", format!("Bearer {token}"))
-        .body(body)?;
+        .header("authorization", format!("Bearer {token}"));
+    if !body.is_empty() {
+        // A refusal (a wrong token) then comes back before the upload is
+        // sent, rather than as a broken pipe halfway through it.
+        request = request.header("expect", "100-continue");
+    }
+    let request = request.body(body)?;
     agent
         .run(request)
         .with_context(|| format!("asking the admin listener at {url}"))

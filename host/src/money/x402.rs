@@ -232,8 +232,7 @@ pub fn add_required(reply: &mut Reply, path: &str, headers: &[(String, String)])
     ));
 }
 
-/// `http(s)://{host}` from the request's `Host` (scheme from
-/// `x-forwarded-proto`), or "" (a relative URL) when it is absent or odd.
+/// `http(s)://{host}` of the request, or "" (a relative URL).
 fn base_url(headers: &[(String, String)]) -> String {
     let header = |name: &str| {
         headers
@@ -241,22 +240,7 @@ fn base_url(headers: &[(String, String)]) -> String {
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
     };
-    let Some(host) = header("host") else {
-        return String::new();
-    };
-    let ok = !host.is_empty()
-        && host.len() <= 255
-        && host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b':' | b'-' | b'[' | b']'));
-    if !ok {
-        return String::new();
-    }
-    let scheme = match header("x-forwarded-proto") {
-        Some(p) if p.eq_ignore_ascii_case("https") => "https",
-        _ => "http",
-    };
-    format!("{scheme}://{host}")
+    marketplace_common::url::base_url(header("host"), header("x-forwarded-proto"))
 }
 
 /// The settlement document of a charge.

@@ -46,25 +46,9 @@ pub struct FileMeta {
     created_at: String,
 }
 
-/// `http(s)://{host}` from the request's Host header (scheme from
-/// `x-forwarded-proto`), or "" (a relative URL) when it is absent or odd.
+/// `http(s)://{host}` of the request, or "" (a relative URL).
 fn base_url(req: &Request) -> String {
-    let Some(host) = req.header("host") else {
-        return String::new();
-    };
-    let ok = !host.is_empty()
-        && host.len() <= 255
-        && host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b':' | b'-' | b'[' | b']'));
-    if !ok {
-        return String::new();
-    }
-    let scheme = match req.header("x-forwarded-proto") {
-        Some(p) if p.eq_ignore_ascii_case("https") => "https",
-        _ => "http",
-    };
-    format!("{scheme}://{host}")
+    marketplace_common::url::base_url(req.header("host"), req.header("x-forwarded-proto"))
 }
 
 /// The public URL of an upload's `s3_key` (`files/{id}`).

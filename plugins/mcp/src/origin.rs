@@ -38,14 +38,7 @@ fn normalize_base(url: &str) -> Option<String> {
 pub fn host(req: &Request) -> Option<&str> {
     req.header("host")
         .map(str::trim)
-        .filter(|h| plausible_host(h))
-}
-
-fn plausible_host(h: &str) -> bool {
-    !h.is_empty()
-        && h.len() <= 255
-        && h.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b))
+        .filter(|h| marketplace_common::url::plausible_host(h))
 }
 
 /// The base of absolute URLs in answers: `public_url`, else `http://` + the
@@ -254,8 +247,8 @@ mod tests {
             "http://127.0.0.1:8080"
         );
         assert_eq!(base_of(None, None), "http://localhost");
-        assert!(plausible_host("[::1]:8080"));
-        assert!(!plausible_host("a b"));
-        assert!(!plausible_host("a/b"));
+        assert!(marketplace_common::url::plausible_host("[::1]:8080"));
+        assert!(!marketplace_common::url::plausible_host("a b"));
+        assert!(!marketplace_common::url::plausible_host("a/b"));
     }
 }
