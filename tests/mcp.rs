@@ -63,6 +63,7 @@ fn openapi_paths_match_the_route_table() {
         ("POST", "/api/cash/health_check"),
         ("POST", "/api/replace"),
         ("POST", "/api/health_check"),
+        ("POST", "/api/cash/refund"),
         ("GET", "/terms"),
         ("GET", "/terms/text"),
     ]

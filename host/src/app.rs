@@ -46,6 +46,8 @@ impl App {
             ..Default::default()
         };
         let sweeper = crate::retention::spawn_with(state.clone(), SWEEP_EVERY, retention);
+        // Upstream mode: resolve payments a previous run left unsettled.
+        crate::money::upstream::spawn_sweeper(&state);
         Ok(Arc::new(App {
             state,
             runtime,

@@ -83,6 +83,12 @@ pub struct Config {
     pub commit_window_us: u64,
     /// Most requests whose commits share one fsync.
     pub commit_max_batch: u64,
+    /// Upstream webcash mode: the base URL (`http://host:port`) of a
+    /// webcash server at which payment secrets are validated and spent
+    /// instead of the embedded ledger (see `money::upstream`).
+    pub cash_upstream: Option<String>,
+    /// Longest wait for one call to the upstream webcash server.
+    pub cash_upstream_timeout_ms: u64,
     /// Families and their grants: `[families.NAME] component = "x.wasm",
     /// grants = ["payments"], read = ["timeline"]`. A built-in family
     /// named here keeps its component unless one is given, and takes these
@@ -157,6 +163,8 @@ impl Default for Config {
             group_commit: true,
             commit_window_us: 2000,
             commit_max_batch: 32,
+            cash_upstream: None,
+            cash_upstream_timeout_ms: 5000,
             settings: BTreeMap::new(),
             families: BTreeMap::new(),
         }
@@ -249,7 +257,7 @@ impl Config {
         {
             bail!("admin_listen must be a loopback address, got {addr}");
         }
-        let ranges: [(&str, u64, u64, u64); 13] = [
+        let ranges: [(&str, u64, u64, u64); 14] = [
             ("request_timeout_ms", self.request_timeout_ms, 1, 60_000),
             ("plugin_memory_mib", self.plugin_memory_mib, 1, 4096),
             ("max_instances", self.max_instances.into(), 1, 10_000),
@@ -278,11 +286,20 @@ impl Config {
                 60,
                 365 * 24 * 3600,
             ),
+            (
+                "cash_upstream_timeout_ms",
+                self.cash_upstream_timeout_ms,
+                100,
+                60_000,
+            ),
         ];
         for (name, value, min, max) in ranges {
             if !(min..=max).contains(&value) {
                 bail!("{name} must be {min}..={max}, got {value}");
             }
+        }
+        if let Some(url) = &self.cash_upstream {
+            upstream_url(url).map_err(|e| anyhow::anyhow!("cash_upstream {url:?}: {e}"))?;
         }
         if let Some(token) = &self.admin_token
             && token.len() < 32
@@ -438,7 +455,31 @@ const STRING_SETTINGS: &[&str] = &[
     "log",
     "log_format",
     "metrics_listen",
+    "cash_upstream",
 ];
+
+/// The upstream webcash server's base URL: `http://host[:port][/prefix]`,
+/// no query or fragment. `https` needs a TLS-enabled build (ureq's
+/// `rustls` feature, off here): put a local TLS proxy in front instead.
+pub fn upstream_url(url: &str) -> Result<()> {
+    let uri: ureq::http::Uri = url
+        .parse()
+        .map_err(|e| anyhow::anyhow!("not a URL ({e})"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => bail!(
+            "https is not supported by this build (ureq without TLS): use an http:// URL, e.g. a local TLS proxy in front of the upstream"
+        ),
+        _ => bail!("must start with http://"),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        bail!("has no host");
+    }
+    if uri.query().is_some() || url.contains('#') {
+        bail!("must be a base URL, without query or fragment");
+    }
+    Ok(())
+}
 
 /// A component file name must stay inside the plugins directory: relative,
 /// no `..`, no empty or absolute parts.
@@ -528,6 +569,30 @@ mod tests {
         assert!(err(&[("MARKETPLACE_PLUGIN_FEES", "/etc/x.wasm")]).contains("fees"));
         assert!(err(&[("MARKETPLACE_LOG_FORMAT", "xml")]).contains("log_format"));
         assert!(err(&[("MARKETPLACE_MAX_CONNECTIONS", "many")]).contains("max_connections"));
+        for bad in [
+            "ftp://x",
+            "https://mint.example",
+            "http://",
+            "not a url",
+            "http://h/?q=1",
+        ] {
+            assert!(
+                err(&[("MARKETPLACE_CASH_UPSTREAM", bad)]).contains("cash_upstream"),
+                "{bad}"
+            );
+        }
+        assert!(
+            err(&[("MARKETPLACE_CASH_UPSTREAM_TIMEOUT_MS", "0")])
+                .contains("cash_upstream_timeout_ms")
+        );
+        let c = Config::load(
+            None,
+            &s(&[("MARKETPLACE_CASH_UPSTREAM", "http://127.0.0.1:9/")]),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.cash_upstream.as_deref(), Some("http://127.0.0.1:9/"));
+        assert_eq!(c.cash_upstream_timeout_ms, 5000);
     }
 
     #[test]

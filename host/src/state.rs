@@ -21,6 +21,9 @@ pub struct State {
     pub config: Config,
     pub storage: Storage,
     pub ledger: Ledger,
+    /// Upstream webcash mode (`cash_upstream`): payments are taken at that
+    /// server instead of the embedded ledger.
+    pub upstream: Option<Arc<crate::money::upstream::Upstream>>,
     /// The service's arbiter key.
     pub arbiter: crate::auth::Arbiter,
     pub ids: IdGen,
@@ -38,10 +41,12 @@ impl State {
         let ledger = Ledger::open(&config.data_dir)?;
         crate::money::upgrade::run(&storage, &ledger).context("upgrading the database")?;
         let arbiter = crate::auth::Arbiter::open(&config.data_dir, config.arbiter_key.as_deref())?;
+        let upstream = crate::money::upstream::Upstream::from_config(&config);
         Ok(Arc::new(State {
             config,
             storage,
             ledger,
+            upstream,
             arbiter,
             ids: IdGen::default(),
             clock_offset_ms: AtomicI64::new(0),

@@ -77,24 +77,13 @@ pub fn refusal(code: &str, message: impl Into<String>, action: &str, price: u64)
     )
 }
 
-/// Charge `price` for `action` from the request's payment headers.
-pub fn charge(
-    ledger: &Ledger,
-    txn: &WriteTxn,
-    headers: &PaymentHeaders,
+/// The cash secret a request presents to pay `price` for `action`, or its
+/// 402 (a refused x402 header, no secret, only the disabled bitcoin rail).
+pub fn presented<'a>(
+    headers: &'a PaymentHeaders,
     action: &str,
     price: u64,
-) -> Result<Charge, Reply> {
-    if price == 0 {
-        return Ok(Charge {
-            action: action.into(),
-            price: 0,
-            paid: 0,
-            public: String::new(),
-            change: None,
-            change_derivation: None,
-        });
-    }
+) -> Result<&'a str, Reply> {
     let shown = amount::format(price);
     if let Some(why) = &headers.x402.invalid {
         return Err(refusal(
@@ -124,6 +113,29 @@ pub fn charge(
             price,
         ));
     };
+    Ok(secret)
+}
+
+/// Charge `price` for `action` from the request's payment headers.
+pub fn charge(
+    ledger: &Ledger,
+    txn: &WriteTxn,
+    headers: &PaymentHeaders,
+    action: &str,
+    price: u64,
+) -> Result<Charge, Reply> {
+    if price == 0 {
+        return Ok(Charge {
+            action: action.into(),
+            price: 0,
+            paid: 0,
+            public: String::new(),
+            change: None,
+            change_derivation: None,
+        });
+    }
+    let secret = presented(headers, action, price)?;
+    let shown = amount::format(price);
     let (public, paid) = ledger.check(txn, secret).map_err(|e| match e {
         SecretError::Malformed(m) => refusal(
             "payment_invalid",

@@ -834,26 +834,31 @@ impl Runtime {
         let mut ctx = store.into_data();
         let mut reply = match result {
             Ok(resp) => ctx.finish(resp),
-            Err(e) => match ctx.take_on_fault() {
-                Some(chosen) => {
-                    crate::metrics::metrics().fault(family, fault_kind(&e, ctx.memory_hit()));
-                    let cause = if ctx.memory_hit() {
-                        "memory cap"
-                    } else {
-                        "trap or deadline"
-                    };
-                    tracing::info!(
-                        family,
-                        status = chosen.status,
-                        "{cause}, answered as the plugin asked: {e:#}"
-                    );
-                    chosen
-                }
-                None => fault_reply(family, &e, ctx.memory_hit()),
-            },
+            Err(e) => {
+                let answer = match ctx.take_on_fault() {
+                    Some(chosen) => {
+                        crate::metrics::metrics().fault(family, fault_kind(&e, ctx.memory_hit()));
+                        let cause = if ctx.memory_hit() {
+                            "memory cap"
+                        } else {
+                            "trap or deadline"
+                        };
+                        tracing::info!(
+                            family,
+                            status = chosen.status,
+                            "{cause}, answered as the plugin asked: {e:#}"
+                        );
+                        chosen
+                    }
+                    None => fault_reply(family, &e, ctx.memory_hit()),
+                };
+                // A payment taken at an upstream webcash server comes back.
+                ctx.refund_upstream(answer)
+            }
         };
         // Every 402 also speaks x402 (`PAYMENT-REQUIRED`).
         crate::money::x402::add_required(&mut reply, &req.path, &req.headers);
+        crate::money::upstream::add_retry_after(&self.state, &mut reply);
         reply
     }
 

@@ -19,6 +19,8 @@ const HOST_ROUTES: &[(&str, &str, &str, bool)] = &[
     // `{base}/api/v1/health_check` (the alias folds `/api/v1` to `/api`).
     ("POST", "/api/replace", "cash_replace", true),
     ("POST", "/api/health_check", "cash_health_check", true),
+    // Upstream webcash mode: the value of a payment whose request failed.
+    ("POST", "/api/cash/refund", "cash_refund", true),
     // The terms a wallet's `legalese.terms` accepts, as the public webcash
     // server serves them.
     ("GET", "/terms", "terms", false),
@@ -68,8 +70,14 @@ pub fn handle(rt: &Arc<Runtime>, name: &str, body: &[u8]) -> Reply {
             Ok(doc) => fee_schedule(&doc),
             Err(reply) => reply,
         },
+        // In upstream mode the payer's wallet lives at the upstream.
+        "cash_replace" | "cash_health_check" if rt.upstream.is_some() => {
+            crate::money::upstream::ledger_route(&rt.state)
+                .unwrap_or_else(|| Reply::error(500, "internal", "internal error"))
+        }
         "cash_replace" => cash_replace(rt, body),
         "cash_health_check" => cash_health_check(rt, body),
+        "cash_refund" => crate::money::upstream::claim(&rt.state, body),
         "terms" => terms(rt),
         // The benchmark baseline: the same JSON as the trivial plugin route.
         "native_ok" => Reply::json(200, &json!({"ok": true})),

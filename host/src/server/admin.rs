@@ -13,7 +13,10 @@
 //!   is 400 and the old one keeps serving.
 //! - `DELETE /admin/plugins/{family}`: unmount; its routes answer 404 again,
 //!   its data stays. 404 for an unknown family.
-//! - `POST /admin/cash/mint {"amount": "1.5"}` -> `{"secret"}`
+//! - `POST /admin/cash/mint {"amount": "1.5"}` -> `{"secret"}` (409 in
+//!   upstream mode: mint at the upstream)
+//! - `GET /admin/cash/upstream-fees` (upstream mode): the fees earned that
+//!   are unspent at the upstream, as secrets to insert into a wallet
 //! - `POST /admin/clock {"shift_ms": n}` (only with `testing_routes`): shift
 //!   the host clock, for deadline and freshness tests.
 //! - `GET /admin/backup`: a consistent backup (tar, see `crate::backup`),
@@ -384,6 +387,12 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                 Err(e) => Reply::error(400, "invalid_request", format!("{e:#}")),
             }
         }
+        // Upstream mode: cash is minted at the upstream, not here.
+        ("POST", ["admin", "cash", "mint"]) if app.upstream.is_some() => {
+            crate::money::upstream::ledger_route(&app.state)
+                .unwrap_or_else(|| Reply::error(500, "internal", "internal error"))
+        }
+        ("GET", ["admin", "cash", "upstream-fees"]) => crate::money::upstream::fees(&app.state),
         ("POST", ["admin", "cash", "mint"]) => {
             let amount = serde_json::from_slice::<serde_json::Value>(body)
                 .ok()

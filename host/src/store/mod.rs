@@ -36,6 +36,8 @@ pub const HOST_TABLES: &[&str] = &[
     "escrow:accounts",
     "escrow:issued",
     "host:meta",
+    "cash:upstream-journal",
+    "cash:upstream-fees",
 ];
 
 /// Key of a by-time index entry: the time (u64 BE ms), then the record's

@@ -17,6 +17,7 @@ mod log;
 mod payments;
 mod settings;
 mod storage;
+mod upstream;
 
 pub use fees::FeeCtx;
 
@@ -66,6 +67,9 @@ pub struct Ctx {
     prechecked: Vec<wit_auth::Signed>,
     /// The answer the plugin asked for should it fault (`limits.on-fault`).
     on_fault: Option<Reply>,
+    /// In upstream mode, the payment taken at the upstream webcash server:
+    /// split when the request commits, refunded in the answer otherwise.
+    upstream: Option<crate::money::upstream::Held>,
     limiter: CallLimiter,
 }
 
@@ -102,6 +106,7 @@ impl Ctx {
             issued: Vec::new(),
             prechecked: Vec::new(),
             on_fault: None,
+            upstream: None,
             limiter: CallLimiter::new(memory_bytes),
         }
     }
@@ -122,6 +127,7 @@ impl Ctx {
             issued: Vec::new(),
             prechecked: Vec::new(),
             on_fault: None,
+            upstream: None,
             limiter: CallLimiter::new(memory_bytes),
         }
     }
@@ -141,7 +147,7 @@ impl Ctx {
         };
         if !(100..=599).contains(&reply.status) {
             tracing::error!(family = %self.family, status = reply.status, "plugin answered an invalid status");
-            return Reply::error(500, "internal", "internal error");
+            return self.refund_upstream(Reply::error(500, "internal", "internal error"));
         }
         if reply.is_success() && self.unheld > 0 {
             tracing::error!(family = %self.family, units = self.unheld, "escrow charge not held in a contract's account: nothing is kept");
@@ -158,7 +164,7 @@ impl Ctx {
             // x402 `PAYMENT-RESPONSE`: kept as JSON text, base64 once sent.
             crate::money::x402::add_response(&mut reply, charge);
         }
-        match (self.txn.take(), &self.rt) {
+        match (self.txn.take(), self.rt.clone()) {
             (Some(Txn::Write(txn)), Some(rt)) if reply.is_success() => {
                 // A request with the same x402 payment identifier committed
                 // meanwhile: its answer, and this request's charge is dropped.
@@ -170,6 +176,12 @@ impl Ctx {
                 ) {
                     return kept;
                 }
+                // Upstream mode: fee and change are made at the upstream
+                // before the commit that settles them.
+                if let Err(failed) = self.settle_upstream(&txn) {
+                    drop(txn);
+                    return self.refund_upstream(failed);
+                }
                 match self
                     .record_replay(&txn, &reply)
                     .and_then(|_| rt.storage.commit(txn))
@@ -177,12 +189,16 @@ impl Ctx {
                     Ok(()) => crate::money::x402::sent(reply),
                     Err(e) => {
                         tracing::error!(family = %self.family, "commit failed: {e}");
-                        Reply::error(500, "internal", "internal error")
+                        self.refund_upstream(Reply::error(500, "internal", "internal error"))
                     }
                 }
             }
-            // Read transactions end here; failed writes (and spends) are discarded.
-            _ => reply,
+            // Read transactions end here; failed writes (and spends) are
+            // discarded (and a payment taken upstream is refunded).
+            (txn, _) => {
+                drop(txn);
+                self.refund_upstream(reply)
+            }
         }
     }
 

@@ -22,6 +22,11 @@ impl Ctx {
             tracing::error!(family = %self.family, action, "an escrow action needs the escrow grant");
             return Err(refusal(Reply::error(500, "internal", "internal error")));
         }
+        if price > 0
+            && let Some(up) = self.upstream_mode()
+        {
+            return self.charge_upstream(up, action, price, escrowed);
+        }
         let payment = self.payment.clone();
         let (rt, txn) = self.write_txn()?;
         let charge = crate::money::payments::charge(&rt.ledger, txn, &payment, &action, price)
