@@ -705,6 +705,13 @@ impl Runtime {
 
     /// Status of every configured family.
     pub fn statuses(&self) -> Vec<PluginStatus> {
+        self.statuses_with(true)
+    }
+
+    /// Status of every configured family; `routes` false leaves each
+    /// status's routes empty (health and info need none, and listing them
+    /// formats a string per route).
+    pub fn statuses_with(&self, routes: bool) -> Vec<PluginStatus> {
         self.slots
             .read()
             .expect("slots lock")
@@ -722,12 +729,15 @@ impl Runtime {
                         loaded_at: p.loaded_at.clone(),
                         grants,
                         reads,
-                        routes: p
-                            .api
-                            .routes
-                            .iter()
-                            .map(|r| format!("{} {}", r.method, r.pattern))
-                            .collect(),
+                        routes: if routes {
+                            p.api
+                                .routes
+                                .iter()
+                                .map(|r| format!("{} {}", r.method, r.pattern))
+                                .collect()
+                        } else {
+                            Vec::new()
+                        },
                     },
                     None => PluginStatus {
                         family: family.clone(),

@@ -47,6 +47,14 @@ Sending `legalese: {\"terms\": true}` to /api/v1/replace accepts these terms.
 const TESTING_ROUTES: &[(&str, &str, &str, bool)] =
     &[("GET", "/_testing/native", "native_ok", false)];
 
+/// Whether host route `name` answers from memory alone (no storage, no
+/// plugin call), so the server may run it on its async worker instead of
+/// handing it to a blocking thread (that hand-off costs more than these
+/// handlers do).
+pub fn runs_inline(name: &str) -> bool {
+    matches!(name, "native_ok" | "terms")
+}
+
 /// The host's routes for the route table.
 pub fn routes(testing: bool) -> Vec<Route> {
     HOST_ROUTES

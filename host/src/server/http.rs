@@ -386,6 +386,10 @@ async fn dispatch(
 
     let span = tracing::Span::current();
     let reply = match &route.handler {
+        // Answered from memory: no hand-off to a blocking thread.
+        Handler::Host(name) if crate::runtime::native::runs_inline(name) => {
+            crate::runtime::native::handle(&app.runtime, name, &body)
+        }
         Handler::Host(name) => {
             let (app2, name) = (app.clone(), *name);
             match tokio::task::spawn_blocking(move || {

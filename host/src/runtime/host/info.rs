@@ -26,7 +26,7 @@ impl host::Host for Ctx {
 
     fn plugins(&mut self) -> Vec<host::PluginStatus> {
         let Some(rt) = &self.rt else { return vec![] };
-        rt.statuses()
+        rt.statuses_with(false)
             .into_iter()
             .map(|s| host::PluginStatus {
                 family: s.family,

@@ -1,0 +1,590 @@
+//! Benchmark: cost per request measured from outside the process.
+//!
+//! Starts two servers as child processes: a plain hyper 1 "hello" server
+//! (`host/examples/hello.rs`, the baseline) and the real `marketplace serve
+//! --testing-routes` on a fresh data dir, and loads each route with an
+//! external load generator, its own process: `wrk` when installed, else
+//! `host/examples/load.rs` (a closed-loop client, one thread per keep-alive
+//! connection). The main figure is the server process's own CPU time
+//! (utime + stime of `/proc/<pid>/stat`, all threads) per answered request,
+//! and its ratio to the hello server's, measured in the same run.
+//!
+//! Routes: hello `GET /`; `GET /_testing/native` (host handler);
+//! `GET /_testing/ok` (trivial plugin); `GET /api/health`; each round loads
+//! hello first and the marketplace routes after it. Then, unless
+//! BENCH_PAID=0, durable paid posts: a third server on a fresh data dir with
+//! secrets minted before it starts (as `marketplace cash mint --data-dir`
+//! does), one identity registered over HTTP, and `POST /api/timeline` at
+//! BENCH_PAID_CONNECTIONS connections, each post signed (fresh timestamp)
+//! and paid with its own secret.
+//!
+//! Builds nothing itself: `cargo bench` builds `target/release/marketplace`;
+//! build the examples and the plugins first:
+//!
+//! ```sh
+//! cargo xtask build-plugins
+//! cargo build --release -p marketplace --example hello --example load
+//! cargo bench -p marketplace --bench external
+//! ```
+//!
+//! Settings: BENCH_SECONDS (default 10 per route), BENCH_CONNECTIONS (32),
+//! BENCH_ROUNDS (2), BENCH_ROUTES (comma list of paths, default all four),
+//! BENCH_PAID (1), BENCH_PAID_CONNECTIONS (64), BENCH_GENERATOR (`wrk` or
+//! `load`; default wrk when on PATH), BENCH_WRK_THREADS (2), BENCH_LOG (the
+//! server's log filter, default `info` as in production; the log goes to a
+//! file), BENCH_DIR (where the data dirs go; default: the current directory),
+//! BENCH_BIN (another `marketplace` binary to measure, e.g. a copy of an
+//! earlier build; default the one cargo built).
+
+use ed25519_dalek::{Signer, SigningKey};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+const ADMIN_TOKEN: &str = "bench-admin-token-0123456789abcdef0123";
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// `target/release`, where cargo put the marketplace binary.
+fn release_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_marketplace"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn need(path: &Path) -> PathBuf {
+    if !path.is_file() {
+        eprintln!(
+            "{} is missing: run `cargo xtask build-plugins` and \
+             `cargo build --release -p marketplace --example hello --example load` first",
+            path.display()
+        );
+        std::process::exit(1);
+    }
+    path.to_path_buf()
+}
+
+/// A server child process; killed when dropped.
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    /// Spawn `cmd` and wait for its `... listening on http://ADDR` lines.
+    fn start(mut cmd: Command, main_prefix: &str) -> Server {
+        let mut child = cmd.stdout(Stdio::piped()).spawn().expect("spawn server");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let addr = loop {
+            let line = lines
+                .next()
+                .expect("server exited before listening")
+                .unwrap();
+            if let Some(a) = line.strip_prefix(main_prefix) {
+                break a.to_string();
+            }
+        };
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Server { child, addr }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn hello() -> Server {
+    let exe = need(&release_dir().join("examples/hello"));
+    let mut cmd = Command::new(exe);
+    cmd.arg("127.0.0.1:0");
+    Server::start(cmd, "hello listening on http://")
+}
+
+fn marketplace(data_dir: &Path, testing: bool) -> Server {
+    let plugins = release_dir().join("../wasm32-wasip2/release");
+    need(&plugins.join("info.wasm"));
+    std::fs::create_dir_all(data_dir).unwrap();
+    let log = std::fs::File::create(data_dir.join("server.log")).unwrap();
+    let exe = std::env::var_os("BENCH_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_marketplace")),
+        PathBuf::from,
+    );
+    let mut cmd = Command::new(exe);
+    cmd.arg("serve")
+        .args(["--listen", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .arg("--plugins")
+        .arg(&plugins)
+        .env("MARKETPLACE_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env_remove("MARKETPLACE_CONFIG")
+        .env_remove("RUST_LOG")
+        .env(
+            "MARKETPLACE_LOG",
+            std::env::var("BENCH_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .stderr(log);
+    if testing {
+        cmd.arg("--testing-routes");
+    }
+    Server::start(cmd, "marketplace listening on http://")
+}
+
+/// CPU time (user + system, every thread) of process `pid`, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/pid/stat");
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    // utime and stime are fields 14 and 15 of the line (11 and 12 after the name).
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+fn clock_ticks_per_s() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// One HTTP/1.1 request on a fresh connection: (status, body).
+fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: bench\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let status = resp.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = resp.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, body.to_string())
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Generator {
+    Wrk,
+    Load,
+}
+
+/// What the generator reports.
+struct Load {
+    requests: u64,
+    errors: u64,
+    secs: f64,
+    p50_us: f64,
+    p99_us: f64,
+}
+
+/// wrk's Lua: print one machine-readable line at the end; with a
+/// requests file (argument), send each thread's own list of paid POSTs.
+const WRK_LUA: &str = r#"
+local counter = 0
+function setup(thread)
+  thread:set("tid", counter)
+  counter = counter + 1
+end
+local reqs, n = {}, 0
+function init(args)
+  if args[1] == nil then return end
+  local f = assert(io.open(args[1] .. "." .. tid, "r"))
+  for line in f:lines() do
+    local s, b = line:match("^([^\t]*)\t(.*)$")
+    reqs[#reqs + 1] = wrk.format("POST", nil,
+      {["content-type"] = "application/json", ["x-cash-secret"] = s}, b)
+  end
+  f:close()
+end
+function request()
+  if #reqs == 0 then return wrk.request() end
+  n = n + 1
+  return reqs[((n - 1) % #reqs) + 1]
+end
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("RESULT %d %d %d %d %d\n", summary.requests,
+    e.status + e.connect + e.read + e.write + e.timeout, summary.duration,
+    latency:percentile(50), latency:percentile(99)))
+end
+"#;
+
+/// Run the generator against `addr``path` for `secs` seconds.
+fn generate(
+    generator: Generator,
+    work: &Path,
+    addr: &str,
+    path: &str,
+    conns: u64,
+    secs: u64,
+    posts: Option<&Path>,
+) -> Load {
+    let output = match generator {
+        Generator::Wrk => {
+            let script = work.join("bench.lua");
+            std::fs::write(&script, WRK_LUA).unwrap();
+            let threads = env_or("BENCH_WRK_THREADS", 2).min(conns);
+            let mut cmd = Command::new("wrk");
+            cmd.arg(format!("-t{threads}"))
+                .arg(format!("-c{conns}"))
+                .arg(format!("-d{secs}s"))
+                .arg("--timeout")
+                .arg("10s")
+                .arg("-s")
+                .arg(&script)
+                .arg(format!("http://{addr}{path}"));
+            if let Some(p) = posts {
+                cmd.arg("--").arg(p);
+            }
+            cmd.output().expect("run wrk")
+        }
+        Generator::Load => {
+            let mut cmd = Command::new(need(&release_dir().join("examples/load")));
+            cmd.args([addr, path, &conns.to_string(), &secs.to_string()]);
+            if let Some(p) = posts {
+                cmd.arg(p);
+            }
+            cmd.output().expect("run the load generator")
+        }
+    };
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "load generator failed: {text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let nums = |line: &str| -> Vec<f64> {
+        line.split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect()
+    };
+    match generator {
+        Generator::Wrk => {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("RESULT "))
+                .unwrap_or_else(|| panic!("no RESULT line from wrk: {text}"));
+            let v = nums(line);
+            Load {
+                requests: v[0] as u64,
+                errors: v[1] as u64,
+                secs: v[2] / 1e6,
+                p50_us: v[3],
+                p99_us: v[4],
+            }
+        }
+        Generator::Load => {
+            let line = text.lines().find(|l| l.starts_with("requests ")).unwrap();
+            let v = nums(line);
+            Load {
+                requests: v[0] as u64,
+                errors: v[1] as u64,
+                secs: v[2],
+                p50_us: v[3],
+                p99_us: v[4],
+            }
+        }
+    }
+}
+
+/// One measured row.
+struct Row {
+    label: String,
+    rps: f64,
+    cpu_us: f64,
+    cores: f64,
+    p50_us: f64,
+    p99_us: f64,
+    errors: u64,
+}
+
+struct Bench {
+    generator: Generator,
+    work: PathBuf,
+    tick_us: f64,
+}
+
+impl Bench {
+    fn measure(
+        &self,
+        label: &str,
+        server: &Server,
+        path: &str,
+        conns: u64,
+        secs: u64,
+        posts: Option<&Path>,
+    ) -> Row {
+        let before = cpu_ticks(server.pid());
+        let load = generate(
+            self.generator,
+            &self.work,
+            &server.addr,
+            path,
+            conns,
+            secs,
+            posts,
+        );
+        let ticks = cpu_ticks(server.pid()) - before;
+        let cpu_s = ticks as f64 * self.tick_us / 1e6;
+        let row = Row {
+            label: label.to_string(),
+            rps: load.requests as f64 / load.secs,
+            cpu_us: ticks as f64 * self.tick_us / load.requests.max(1) as f64,
+            cores: cpu_s / load.secs,
+            p50_us: load.p50_us,
+            p99_us: load.p99_us,
+            errors: load.errors,
+        };
+        println!(
+            "  {:<28} {:>9.0} req/s  {:>6.1} us CPU/req  {:.2} cores  p50 {:>7.0} us  p99 {:>7.0} us{}",
+            row.label,
+            row.rps,
+            row.cpu_us,
+            row.cores,
+            row.p50_us,
+            row.p99_us,
+            if row.errors > 0 {
+                format!("  ({} errors)", row.errors)
+            } else {
+                String::new()
+            }
+        );
+        row
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Fresh data dir with one funding secret and `n` secrets of 1.0 minted
+/// offline, before the server starts (the database takes one process).
+fn mint_offline(data_dir: &Path, n: usize) -> (String, Vec<String>) {
+    std::fs::create_dir_all(data_dir).unwrap();
+    let flags = [("data_dir".to_string(), data_dir.display().to_string())];
+    let config = marketplace::Config::load(None, &[], &flags).unwrap();
+    let storage =
+        marketplace::store::Storage::open(&config.db_path(), config.commit_settings()).unwrap();
+    let ledger = marketplace::money::ledger::Ledger::open(&config.data_dir).unwrap();
+    let txn = storage.begin_write().unwrap();
+    let funding = ledger.mint(&txn, 100 * 100_000_000).unwrap();
+    let secrets = (0..n)
+        .map(|_| ledger.mint(&txn, 100_000_000).unwrap())
+        .collect();
+    storage.commit(txn).unwrap();
+    (funding, secrets)
+}
+
+/// Durable paid posts at `conns` connections.
+fn paid_posts(bench: &Bench, base: &Path, conns: u64, secs: u64) -> Row {
+    let tmp = tempfile::tempdir_in(base).unwrap();
+    let data = tmp.path().join("data");
+    let budget = 10_000 * secs as usize;
+    let t = Instant::now();
+    let (funding, secrets) = mint_offline(&data, budget);
+    let server = marketplace(&data, false);
+    let key = SigningKey::from_bytes(&[42u8; 32]);
+    let fp = hex(key.verifying_key().as_bytes());
+    let body = serde_json::json!({
+        "nickname": "bench",
+        "pgp_public_key": fp,
+        "signature": hex(&key.sign(b"register:bench").to_bytes()),
+    })
+    .to_string();
+    let (status, text) = http(
+        &server.addr,
+        "POST",
+        "/api/identity",
+        &[
+            ("content-type", "application/json"),
+            ("x-cash-secret", &funding),
+        ],
+        &body,
+    );
+    assert_eq!(status, 201, "registering the bench identity: {text}");
+    // One file per wrk thread (`posts.<i>`), or one for the load client.
+    let files = match bench.generator {
+        Generator::Wrk => env_or("BENCH_WRK_THREADS", 2).min(conns) as usize,
+        Generator::Load => 1,
+    };
+    let stem = tmp.path().join("posts");
+    let mut out: Vec<_> = (0..files)
+        .map(|i| {
+            let name = match bench.generator {
+                Generator::Wrk => format!("posts.{i}"),
+                Generator::Load => "posts".into(),
+            };
+            std::io::BufWriter::new(std::fs::File::create(tmp.path().join(name)).unwrap())
+        })
+        .collect();
+    let ts = now_s();
+    for (n, secret) in secrets.iter().enumerate() {
+        let content = format!("bench post {n}: durable paid writes over HTTP");
+        let sig = hex(&key
+            .sign(format!("post:{content}:{ts}").as_bytes())
+            .to_bytes());
+        let body = serde_json::json!({"author_fingerprint": fp, "content": content,
+            "keywords": [], "post_type": "general", "signature": sig, "timestamp": ts});
+        writeln!(out[n % files], "{secret}\t{body}").unwrap();
+    }
+    drop(out);
+    println!(
+        "  (paid posts: {budget} secrets minted and signed in {:.1} s)",
+        t.elapsed().as_secs_f64()
+    );
+    bench.measure(
+        &format!("POST /api/timeline c={conns}"),
+        &server,
+        "/api/timeline",
+        conns,
+        secs,
+        Some(&stem),
+    )
+}
+
+fn main() {
+    let secs = env_or("BENCH_SECONDS", 10);
+    let conns = env_or("BENCH_CONNECTIONS", 32);
+    let rounds = env_or("BENCH_ROUNDS", 2).max(1);
+    let have_wrk = Command::new("wrk")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| !o.stdout.is_empty() || !o.stderr.is_empty());
+    let generator = match std::env::var("BENCH_GENERATOR").as_deref() {
+        Ok("load") => Generator::Load,
+        Ok("wrk") => Generator::Wrk,
+        _ if have_wrk => Generator::Wrk,
+        _ => Generator::Load,
+    };
+    let base = PathBuf::from(std::env::var("BENCH_DIR").unwrap_or_else(|_| ".".into()));
+    let work = tempfile::tempdir_in(&base).unwrap();
+    let bench = Bench {
+        generator,
+        work: work.path().to_path_buf(),
+        tick_us: 1e6 / clock_ticks_per_s(),
+    };
+    let routes: Vec<String> = std::env::var("BENCH_ROUTES")
+        .unwrap_or_else(|_| "/_testing/native,/_testing/ok,/api/health".into())
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+
+    let hello = hello();
+    let host = marketplace(&work.path().join("data"), true);
+    println!(
+        "external load: {} ({conns} keep-alive connections), {secs} s per route, {rounds} rounds; \
+         server CPU from /proc/<pid>/stat; {} cores",
+        match generator {
+            Generator::Wrk => "wrk",
+            Generator::Load => "host/examples/load",
+        },
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    // Warm up every route (compile cache, pools, page faults).
+    for path in &routes {
+        generate(generator, &bench.work, &host.addr, path, 4, 1, None);
+    }
+    generate(generator, &bench.work, &hello.addr, "/", 4, 1, None);
+
+    let mut rows: Vec<Vec<Row>> = Vec::new();
+    for round in 1..=rounds {
+        println!("round {round}:");
+        let mut r =
+            vec![bench.measure("hello (plain hyper) GET /", &hello, "/", conns, secs, None)];
+        for path in &routes {
+            r.push(bench.measure(&format!("GET {path}"), &host, path, conns, secs, None));
+        }
+        rows.push(r);
+    }
+    // Medians over the rounds; ratios to hello's median CPU per request.
+    println!(
+        "\n| route | requests/s | server CPU µs/request | ratio to hello | server cores busy | p50 µs | p99 µs |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let hello_cpu = median(rows.iter().map(|r| r[0].cpu_us).collect());
+    let print_row = |label: &str, sel: &dyn Fn(&Vec<Row>) -> &Row| {
+        let m = |f: &dyn Fn(&Row) -> f64| median(rows.iter().map(|r| f(sel(r))).collect());
+        let cpu = m(&|r| r.cpu_us);
+        println!(
+            "| {label} | {:.0} | {cpu:.1} | {:.2}x | {:.2} | {:.0} | {:.0} |",
+            m(&|r| r.rps),
+            cpu / hello_cpu,
+            m(&|r| r.cores),
+            m(&|r| r.p50_us),
+            m(&|r| r.p99_us),
+        );
+    };
+    print_row("hello `GET /`", &|r| &r[0]);
+    for (i, path) in routes.iter().enumerate() {
+        print_row(&format!("`GET {path}`"), &|r| &r[i + 1]);
+    }
+    drop(host);
+
+    if env_or("BENCH_PAID", 1) == 1 {
+        let paid_conns = env_or("BENCH_PAID_CONNECTIONS", 64);
+        println!("\ndurable paid posts (group commit, default settings):");
+        let row = paid_posts(&bench, &base, paid_conns, secs);
+        println!(
+            "| `POST /api/timeline` (paid, durable), {paid_conns} connections | {:.0} | {:.1} | {:.2}x | {:.2} | {:.0} | {:.0} |",
+            row.rps,
+            row.cpu_us,
+            row.cpu_us / hello_cpu,
+            row.cores,
+            row.p50_us,
+            row.p99_us
+        );
+        assert_eq!(row.errors, 0, "paid posts answered errors");
+    }
+    drop(hello);
+}
