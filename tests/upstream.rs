@@ -370,3 +370,43 @@ fn an_upstream_answering_garbage_is_a_502() {
         assert!(r.json()["payment"].get("refund").is_none());
     }
 }
+
+#[test]
+fn an_exact_payment_pays_once_and_its_refund_cannot_pay_again() {
+    let u = Server::start();
+    let m = mirror(&url(&u), 5000);
+    // `/_testing/paid` charges the `post` price, 0.3: an exact payment's
+    // hold stays whole at M as its fee.
+    let secret = u.mint("0.3");
+    let pay = [("x-cash-secret", secret.as_str())];
+    let r = m.request("POST", "/_testing/paid", &pay, Some(b"{}"));
+    assert_eq!(r.status, 201, "{}", r.text());
+    // The spent secret pays for nothing else, even though M's fee (the
+    // hold it was swapped into) is still unspent at U.
+    // (Another body: the same one would be an identical retry, answered
+    // from the kept answer.)
+    let r = m.request("POST", "/_testing/paid", &pay, Some(b"{\"again\": 1}"));
+    assert_eq!(
+        (r.status, r.code()),
+        (402, "payment_spent".into()),
+        "{}",
+        r.text()
+    );
+
+    // A failed exact payment shows its hold as the refund; an identical
+    // retry must not run on that hold while the payer keeps it.
+    let secret = u.mint("0.3");
+    let pay = [("x-cash-secret", secret.as_str())];
+    let r = m.request("POST", "/_testing/paid?fail=status", &pay, Some(b"{}"));
+    assert_eq!(r.status, 409, "{}", r.text());
+    let refund = refund_of(&r);
+    assert_eq!(at(&u, &refund), unspent("0.3"));
+    let r = m.request("POST", "/_testing/paid?fail=status", &pay, Some(b"{}"));
+    assert_eq!(
+        (r.status, r.code()),
+        (402, "payment_spent".into()),
+        "{}",
+        r.text()
+    );
+    assert_eq!(at(&u, &refund), unspent("0.3"), "the refund is the payer's");
+}

@@ -329,9 +329,29 @@ fn a_payment_identifier_is_an_idempotency_key() {
     assert_eq!(first.status, 201, "{}", first.text());
     let change = first.header("x-cash-change").unwrap().to_string();
 
-    // Same id, same request, another secret: the stored answer, and the
-    // new secret is not charged.
-    let second_secret = s.mint("1");
+    // Same id and request but another secret: someone who learnt the
+    // identifier must not get the first answer (it carries the change).
+    // 409, and the other secret is not charged.
+    let other_secret = s.mint("1");
+    let r = s.post_with(
+        "/api/identity",
+        &[(
+            "PAYMENT-SIGNATURE",
+            &signature(&accepted, &other_secret, Some(id)),
+        )],
+        &body,
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "idempotency_conflict"),
+        "{}",
+        r.text()
+    );
+    assert!(!r.text().contains("secret:"), "{}", r.text());
+    assert_eq!(s.cash_state(&other_secret), (json!(false), json!("1")));
+
+    // Same id, same request, same payment: the stored answer.
+    let second_secret = first_secret.clone();
     let second = s.post_with(
         "/api/identity",
         &[(
@@ -347,7 +367,7 @@ fn a_payment_identifier_is_an_idempotency_key() {
         decoded(&second, "payment-response"),
         decoded(&first, "payment-response")
     );
-    assert_eq!(s.cash_state(&second_secret), (json!(false), json!("1")));
+    assert_eq!(s.cash_state(&second_secret), (json!(true), json!("1")));
     assert_eq!(s.cash_state(&change), (json!(false), json!("0.4")));
 
     // Same id, another request: 409 idempotency_conflict, nothing charged.

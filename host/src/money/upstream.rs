@@ -508,6 +508,17 @@ fn derived(ledger: &Ledger, purpose: String, units: u64) -> (String, Derivation)
     (secret::secret_string(units, &hex), d)
 }
 
+/// Whether the server-held secret `public` is recorded as an earned fee
+/// (a settled payment's hold, kept whole when the price was the amount).
+fn fee_taken(state: &State, public: &str) -> bool {
+    state
+        .storage
+        .begin_read()
+        .ok()
+        .and_then(|txn| txn.get_in(FEES, public.as_bytes()).ok().flatten())
+        .is_some()
+}
+
 /// The hold of an input worth `amount`.
 fn hold_for(ledger: &Ledger, input: &str, amount: u64) -> Derivation {
     derived(ledger, format!("upstream:hold:{input}:{amount}"), amount).1
@@ -669,7 +680,16 @@ pub fn charge(
             })?;
             match verdict(&e, &facts) {
                 Verdict::NotSwapped => (hold_for(ledger, &input, paid), true),
-                Verdict::Owed if !e.replay.is_empty() && e.replay == replay && e.amount == paid => {
+                // Once its hold was shown as a refund, only when the retry
+                // splits the hold at the upstream (so a refund the payer
+                // kept cannot also pay): an exact payment's hold would stay
+                // whole as the fee while the payer still holds it.
+                Verdict::Owed
+                    if (e.state != EntryState::Refund || e.amount > e.price)
+                        && !e.replay.is_empty()
+                        && e.replay == replay
+                        && e.amount == paid =>
+                {
                     // An identical retry: it runs again holding the value
                     // the earlier attempt swapped.
                     (e.hold.clone(), false)
@@ -685,6 +705,11 @@ pub fn charge(
             }
         }
     };
+    if swap && fee_taken(state, &hold.public) {
+        // The hold of a settled exact payment stays the server's fee: the
+        // input paid for it and is spent.
+        return Err(spent_elsewhere("payment secret was already spent"));
+    }
     let entry = plan(ledger, hold, paid, price, replay, state.now_ms());
     write(&state.storage, &input, Some(&entry))?;
     if swap {

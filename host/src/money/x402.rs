@@ -66,8 +66,12 @@ pub struct Signature {
 /// Where the answer of a request with a payment identifier is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdempotencyKeys {
-    /// The id and the request: the stored answer.
+    /// The id, the paying secret and the request: the stored answer.
     pub request: [u8; 32],
+    /// The id and the request, whoever pays: the stored answer when it
+    /// carries no secret (a retry may pay with a new payload, as x402
+    /// clients do; an answer with change is only for its own payer).
+    pub any_payer: [u8; 32],
     /// The id alone: the `409 idempotency_conflict` for any other request.
     pub id: [u8; 32],
 }
@@ -278,22 +282,34 @@ pub fn sent(mut reply: Reply) -> Reply {
 
 /// The keys of the idempotency records of a request with payment
 /// identifier `id`.
-pub fn keys(id: &str, method: &str, path: &str, body: &[u8]) -> IdempotencyKeys {
+/// `payer` is the public hash of the secret that pays (empty without one):
+/// an answer that carries that payment's change is only for the same
+/// payment; anyone else who knows the identifier gets the 409.
+pub fn keys(id: &str, payer: &str, method: &str, path: &str, body: &[u8]) -> IdempotencyKeys {
     let base = || {
         let mut h = Sha256::new();
         h.update(b"x402:payment-identifier\0");
         h.update(id.as_bytes());
         h
     };
-    let mut request = base();
-    request.update([0]);
-    request.update(method.as_bytes());
-    request.update([0]);
-    request.update(path.as_bytes());
-    request.update([0]);
-    request.update(Sha256::digest(body));
+    let request = |payer: Option<&str>| {
+        let mut h = base();
+        h.update([0]);
+        match payer {
+            Some(p) => h.update(p.as_bytes()),
+            None => h.update(b"any payer"),
+        }
+        h.update([0]);
+        h.update(method.as_bytes());
+        h.update([0]);
+        h.update(path.as_bytes());
+        h.update([0]);
+        h.update(Sha256::digest(body));
+        h.finalize().into()
+    };
     IdempotencyKeys {
-        request: request.finalize().into(),
+        request: request(Some(payer)),
+        any_payer: request(None),
         id: base().finalize().into(),
     }
 }
@@ -310,7 +326,13 @@ pub fn lookup(
     body: &[u8],
 ) -> Option<Reply> {
     let id = payment.x402.id.as_deref()?;
-    let keys = keys(id, method, path, body);
+    let payer = payment
+        .cash
+        .as_deref()
+        .and_then(|s| marketplace_common::secret::parse(s).ok())
+        .map(|s| crate::money::ledger::public_hash(&s.hex))
+        .unwrap_or_default();
+    let keys = keys(id, &payer, method, path, body);
     if let Some(kept) = kept(ledger, kv, &keys) {
         return Some(kept);
     }
@@ -319,7 +341,10 @@ pub fn lookup(
 }
 
 fn kept(ledger: &Ledger, kv: &impl Kv, keys: &IdempotencyKeys) -> Option<Reply> {
-    if let Some(stored) = ledger.replay(kv, &keys.request) {
+    if let Some(stored) = ledger
+        .replay(kv, &keys.request)
+        .or_else(|| ledger.replay(kv, &keys.any_payer))
+    {
         tracing::info!("payment identifier seen before: stored response replayed");
         return Some(sent(stored));
     }
@@ -355,6 +380,9 @@ pub fn record(
         return Ok(());
     };
     Ledger::record_replay_at(txn, &keys.request, reply, issued, now_ms)?;
+    if issued.is_empty() {
+        Ledger::record_replay_at(txn, &keys.any_payer, reply, issued, now_ms)?;
+    }
     let conflict = Reply::json(
         409,
         &json!({
@@ -483,10 +511,18 @@ mod tests {
 
     #[test]
     fn idempotency_keys_separate_requests() {
-        let a = keys("pay_0123456789abcdef", "POST", "/api/identity", b"{}");
-        let b = keys("pay_0123456789abcdef", "POST", "/api/identity", b"{ }");
+        let id = "pay_0123456789abcdef";
+        let a = keys(id, "p1", "POST", "/api/identity", b"{}");
+        let b = keys(id, "p1", "POST", "/api/identity", b"{ }");
         assert_eq!(a.id, b.id);
         assert_ne!(a.request, b.request);
         assert_ne!(a.request, a.id);
+        // Another payment with the same identifier and request is another
+        // request: it never gets the first one's answer (and its change).
+        let c = keys(id, "p2", "POST", "/api/identity", b"{}");
+        assert_eq!(a.id, c.id);
+        assert_ne!(a.request, c.request);
+        assert_eq!(a.any_payer, c.any_payer);
+        assert_ne!(a.any_payer, b.any_payer);
     }
 }

@@ -174,7 +174,11 @@ impl Ctx {
                     &self.payment,
                     self.charged.as_ref(),
                 ) {
-                    return kept;
+                    // Upstream mode: this request's payment was swapped;
+                    // its hold goes back to its payer as a refund (after
+                    // the transaction, and its lease, are gone).
+                    drop(txn);
+                    return self.refund_upstream(kept);
                 }
                 // Upstream mode: fee and change are made at the upstream
                 // before the commit that settles them.
