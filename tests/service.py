@@ -1,9 +1,14 @@
-"""Start the built host for the Python checks (OpenAPI validator, MCP SDK)."""
+"""Start the built host for the Python checks, and the small HTTP helpers
+they share."""
 import contextlib
+import hashlib
+import json
 import os
 import pathlib
 import subprocess
 import tempfile
+import urllib.error
+import urllib.request
 
 TARGET = pathlib.Path(__file__).resolve().parent.parent / "target"
 BINARY = TARGET / "release" / "marketplace"
@@ -36,3 +41,32 @@ def running(admin_token=None):
         finally:
             proc.kill()
             proc.wait()
+
+
+def http(method, url, body=None, headers=None):
+    """One request, a JSON body if given: (status, headers, body bytes),
+    error statuses included."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    if data is not None:
+        req.add_header("content-type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+def mint(admin, token, amount):
+    """A new secret worth `amount`, through the admin listener."""
+    status, _, body = http("POST", admin + "/admin/cash/mint", {"amount": amount},
+                           {"authorization": f"Bearer {token}"})
+    if status != 200:
+        raise RuntimeError(f"mint {amount}: {status} {body!r}")
+    return json.loads(body)["secret"]
+
+
+def public(secret):
+    """The public form of a cash secret (sha256 of its hex string)."""
+    amount, _, hex_ = secret.split(":")
+    return f"{amount}:public:{hashlib.sha256(hex_.encode()).hexdigest()}"

@@ -16,7 +16,6 @@ wallet takes its key depth from the last entries of each answer) and
 `insert` again into the recovered wallet (which reuses no spent secret only
 if the depths were recovered). Run by .ci/run after the Rust tests.
 """
-import hashlib
 import json
 import os
 import re
@@ -24,11 +23,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from service import running
+from service import http, mint, public, running
 
 TOKEN = "webcash-wallet-check-admin-token-0123456789abcdef"
 
@@ -46,31 +43,6 @@ sys.exit(wallet.main())
 
 def fail(message):
     sys.exit(f"webcash wallet: {message}")
-
-
-def http(method, url, body=None, headers=None):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
-    if data is not None:
-        req.add_header("content-type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
-
-
-def mint(admin, amount):
-    status, _, body = http("POST", admin + "/admin/cash/mint", {"amount": amount},
-                           {"authorization": f"Bearer {TOKEN}"})
-    if status != 200:
-        fail(f"mint {amount}: {status} {body!r}")
-    return json.loads(body)["secret"]
-
-
-def public(secret):
-    amount, _, hex_ = secret.split(":")
-    return f"{amount}:public:{hashlib.sha256(hex_.encode()).hexdigest()}"
 
 
 def states(base, secrets):
@@ -128,7 +100,7 @@ with running(admin_token=TOKEN) as (base, admin), tempfile.TemporaryDirectory() 
     master = load(home)["master_secret"]
 
     # insert: the minted secret is replaced by one of the wallet's own.
-    minted = mint(admin, "1")
+    minted = mint(admin, TOKEN, "1")
     out = wallet(base, home, "insert", minted, "from", "the", "operator")
     if "Saved e1 in the wallet" not in out:
         fail(f"insert:\n{out}")
@@ -184,7 +156,7 @@ with running(admin_token=TOKEN) as (base, admin), tempfile.TemporaryDirectory() 
         fail(f"recovered depths {got}, the wallet had {depths}")
 
     # insert again, into the recovered wallet: a fresh RECEIVE secret.
-    more = mint(admin, "0.5")
+    more = mint(admin, TOKEN, "0.5")
     out = wallet(base, restored, "insert", more)
     if "Saved e0.5 in the wallet" not in out or balance(base, restored) != "0.9":
         fail(f"insert after recover:\n{out}")

@@ -13,12 +13,9 @@ Starts the built host, then:
 - a malformed `PAYMENT-SIGNATURE` is 402 payment_invalid.
 Run by .ci/run after the Rust tests.
 """
-import hashlib
 import json
 import sys
 import time
-import urllib.error
-import urllib.request
 from decimal import Decimal
 
 import requests
@@ -39,7 +36,7 @@ from x402.http import (
 from x402.http.clients.requests import x402_http_adapter
 from x402.schemas import PaymentPayload, PaymentRequired, SettleResponse
 
-from service import running
+from service import http, mint, public, running
 
 TOKEN = "x402-check-admin-token-0123456789abcdef0123"
 NETWORK = "webcash:mainnet"
@@ -49,36 +46,10 @@ def fail(message):
     sys.exit(f"x402 check: {message}")
 
 
-def http(method, url, body=None, headers=None):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
-    if data is not None:
-        req.add_header("content-type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, r.headers, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.headers, e.read()
-
-
-def mint(admin, amount):
-    status, _, body = http("POST", admin + "/admin/cash/mint", {"amount": amount},
-                           {"authorization": f"Bearer {TOKEN}"})
-    if status != 200:
-        fail(f"mint: {status} {body!r}")
-    return json.loads(body)["secret"]
-
-
 def spent(base, secret):
-    amount, _, hex_ = secret.split(":")
-    pub = f"{amount}:public:{hashlib.sha256(hex_.encode()).hexdigest()}"
+    pub = public(secret)
     status, _, body = http("POST", base + "/api/cash/health_check", [pub])
     return json.loads(body)["results"][pub]["spent"]
-
-
-def public_form(secret):
-    amount, _, hex_ = secret.split(":")
-    return f"{amount}:public:{hashlib.sha256(hex_.encode()).hexdigest()}"
 
 
 def registration(nickname):
@@ -134,7 +105,7 @@ with running(admin_token=TOKEN) as (base, admin):
         fail("the payment-identifier extension is not declared")
 
     # 2. The SDK's client pays end to end through its requests adapter.
-    wallet = [mint(admin, "1")]
+    wallet = [mint(admin, TOKEN, "1")]
     scheme = WebcashExact(wallet)
     client = x402ClientSync()
     client.register(NETWORK, scheme)
@@ -154,7 +125,7 @@ with running(admin_token=TOKEN) as (base, admin):
     if not isinstance(settle, SettleResponse) or not settle.success:
         fail(f"settlement: {settle!r}")
     change = r.headers.get("X-Cash-Change")
-    if (settle.transaction != public_form(scheme.paid[0]) or settle.network != NETWORK
+    if (settle.transaction != public(scheme.paid[0]) or settle.network != NETWORK
             or settle.amount != "60000000" or settle.payer != ""
             or settle.extra != {"change": change} or not change.startswith("e0.4:secret:")):
         fail(f"settlement: {settle!r}, change {change}")
@@ -171,14 +142,14 @@ with running(admin_token=TOKEN) as (base, admin):
                            resource=required.resource, extensions=extensions)
         return p, http("POST", url, body, {PAYMENT_SIGNATURE_HEADER: encode_payment_signature_header(p)})
 
-    first_secret = mint(admin, "0.6")
+    first_secret = mint(admin, TOKEN, "0.6")
     p, (s1, h1, b1) = pay(first_secret, body)
     pid = extract_payment_identifier(p)
     if not pid or s1 != 201:
         fail(f"first paid request: {s1} {b1!r} (id {pid})")
     if decode_payment_response_header(h1[PAYMENT_RESPONSE_HEADER]).extra != {"change": None}:
         fail("an exact payment has no change")
-    second_secret = mint(admin, "0.6")
+    second_secret = mint(admin, TOKEN, "0.6")
     _, (s2, h2, b2) = pay(second_secret, body)
     if (s2, json.loads(b2)) != (201, json.loads(b1)) or h2[PAYMENT_RESPONSE_HEADER] != h1[PAYMENT_RESPONSE_HEADER]:
         fail(f"the same id and request did not get the stored answer: {s2} {b2!r}")

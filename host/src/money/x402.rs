@@ -292,24 +292,19 @@ pub fn keys(id: &str, payer: &str, method: &str, path: &str, body: &[u8]) -> Ide
         h.update(id.as_bytes());
         h
     };
-    let request = |payer: Option<&str>| {
+    // The request as the native replay key names it, with the payer (a
+    // public hash: hex, so never the marker of "any payer").
+    let request = |payer: &str| {
         let mut h = base();
         h.update([0]);
-        match payer {
-            Some(p) => h.update(p.as_bytes()),
-            None => h.update(b"any payer"),
-        }
-        h.update([0]);
-        h.update(method.as_bytes());
-        h.update([0]);
-        h.update(path.as_bytes());
-        h.update([0]);
-        h.update(Sha256::digest(body));
+        h.update(crate::money::payments::replay_key(
+            payer, method, path, body,
+        ));
         h.finalize().into()
     };
     IdempotencyKeys {
-        request: request(Some(payer)),
-        any_payer: request(None),
+        request: request(payer),
+        any_payer: request("any payer"),
         id: base().finalize().into(),
     }
 }

@@ -611,6 +611,11 @@ impl Runtime {
     /// later swap to it is fast. Invalid bytes are only logged.
     pub fn precompile(&self, bytes: &[u8]) -> bool {
         let hash = crate::ids::hex(&Sha256::digest(bytes));
+        if self.cache_path(&hash).is_file() {
+            // Already compiled: loading it here would only be done again
+            // by the swap that uses it.
+            return true;
+        }
         match self.compile(bytes, &hash) {
             Ok(_) => true,
             Err(e) => {
@@ -621,12 +626,17 @@ impl Runtime {
     }
 
     /// Compile, or load the natively compiled form from the cache.
-    fn compile(&self, bytes: &[u8], hash: &str) -> Result<Component> {
+    /// Where the compiled form of the component with sha256 `hash` is
+    /// cached for this engine configuration.
+    fn cache_path(&self, hash: &str) -> PathBuf {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         self.engine.precompile_compatibility_hash().hash(&mut h);
-        let path = self
-            .cache_dir
-            .join(format!("{hash}-{:016x}.cwasm", h.finish()));
+        self.cache_dir
+            .join(format!("{hash}-{:016x}.cwasm", h.finish()))
+    }
+
+    fn compile(&self, bytes: &[u8], hash: &str) -> Result<Component> {
+        let path = self.cache_path(hash);
         if path.is_file() {
             // An entry's time is its last use: pruning keeps what is used.
             let _ = std::fs::File::options()
