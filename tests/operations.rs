@@ -122,9 +122,7 @@ fn posts_of(s: &Server, author: &str) -> HashMap<String, String> {
 
 /// The ledger's totals, read from the database of a stopped server.
 fn totals(data_dir: &Path) -> marketplace::money::ledger::Totals {
-    let db =
-        marketplace::store::Storage::open(&data_dir.join("marketplace.redb"), Default::default())
-            .expect("opening the stopped server's database");
+    let db = common::open_store(data_dir);
     let read = db.begin_read().expect("a read transaction");
     marketplace::money::ledger::Ledger::totals(&read).expect("ledger totals")
 }
@@ -769,6 +767,12 @@ fn restore(file: &Path, into: &Path) -> Output {
 
 #[test]
 fn backup_during_paid_writes_restores_a_consistent_copy() {
+    if common::skip_on_postgres(
+        "backup_during_paid_writes_restores_a_consistent_copy",
+        "a host backs up only a redb data dir",
+    ) {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let mut s = server_on(&data, &[]);
@@ -996,6 +1000,12 @@ fn backup_during_paid_writes_restores_a_consistent_copy() {
 
 #[test]
 fn a_failed_restore_leaves_the_data_dir_restorable() {
+    if common::skip_on_postgres(
+        "a_failed_restore_leaves_the_data_dir_restorable",
+        "a host backs up only a redb data dir",
+    ) {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let mut s = server_on(&data, &[]);
@@ -1031,6 +1041,12 @@ fn a_failed_restore_leaves_the_data_dir_restorable() {
 
 #[test]
 fn uploads_survive_a_restart() {
+    if common::skip_on_postgres(
+        "uploads_survive_a_restart",
+        "it checks the uploads kept in the data dir",
+    ) {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let read = |f: &str| std::fs::read(common::plugins_dir().join(f)).unwrap();

@@ -20,6 +20,8 @@ pub struct App {
     /// Sweeps expired used-signature and replay records; stopped by
     /// [`App::stop_background`] (or when the app is dropped).
     sweeper: std::sync::Mutex<Option<crate::retention::Sweeper>>,
+    /// Shared store: the admin uploads of the fleet this host serves.
+    pub uploads_applied: Applied,
 }
 
 impl std::ops::Deref for App {
@@ -52,6 +54,7 @@ impl App {
             state,
             runtime,
             sweeper: std::sync::Mutex::new(Some(sweeper)),
+            uploads_applied: Default::default(),
         }))
     }
 
@@ -65,5 +68,27 @@ impl App {
         if let Some(s) = sweeper {
             s.stop();
         }
+    }
+}
+
+/// The admin uploads of a fleet (rows of the shared store's `host:uploads`,
+/// family -> row) this host serves; see `server::uploads`.
+#[derive(Default)]
+pub struct Applied(std::sync::Mutex<std::collections::BTreeMap<String, Vec<u8>>>);
+
+impl Applied {
+    pub fn is(&self, family: &str, row: &[u8]) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(family)
+            .is_some_and(|r| r == row)
+    }
+
+    pub fn set(&self, family: &str, row: Vec<u8>) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(family.to_string(), row);
     }
 }

@@ -274,6 +274,10 @@ fn cash_mint(amount: &str, client: &Client, settings: &Settings) -> Result<()> {
         return Ok(());
     }
     let config = load_config(settings)?;
+    anyhow::ensure!(
+        !config.shared_store(),
+        "with a shared store, mint through a running host: --admin URL"
+    );
     let storage = crate::store::Storage::open(&config.db_path(), config.commit_settings())
         .context("opening the database (is the server running? then use --admin URL)")?;
     let ledger = crate::money::ledger::Ledger::open(&config.data_dir)?;

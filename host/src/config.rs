@@ -89,6 +89,17 @@ pub struct Config {
     pub cash_upstream: Option<String>,
     /// Longest wait for one call to the upstream webcash server.
     pub cash_upstream_timeout_ms: u64,
+    /// Where the data lives: `redb` (the embedded file in `data_dir`), or a
+    /// `postgres://` URL of a PostgreSQL-protocol database shared by many
+    /// hosts (see `store::pg`).
+    pub store: String,
+    /// The schema of the shared store holding this service's data.
+    pub store_schema: String,
+    /// Most connections to the shared store.
+    pub store_connections: u64,
+    /// The server key (64 hex): HMAC key of server-made secrets. Unset:
+    /// `<data_dir>/server.key` (redb), or the shared store's (postgres).
+    pub server_key: Option<String>,
     /// Families and their grants: `[families.NAME] component = "x.wasm",
     /// grants = ["payments"], read = ["timeline"]`. A built-in family
     /// named here keeps its component unless one is given, and takes these
@@ -165,6 +176,10 @@ impl Default for Config {
             commit_max_batch: 32,
             cash_upstream: None,
             cash_upstream_timeout_ms: 5000,
+            store: "redb".into(),
+            store_schema: "marketplace".into(),
+            store_connections: 64,
+            server_key: None,
             settings: BTreeMap::new(),
             families: BTreeMap::new(),
         }
@@ -257,7 +272,8 @@ impl Config {
         {
             bail!("admin_listen must be a loopback address, got {addr}");
         }
-        let ranges: [(&str, u64, u64, u64); 14] = [
+        let ranges: [(&str, u64, u64, u64); 15] = [
+            ("store_connections", self.store_connections, 2, 10_000),
             ("request_timeout_ms", self.request_timeout_ms, 1, 60_000),
             ("plugin_memory_mib", self.plugin_memory_mib, 1, 4096),
             ("max_instances", self.max_instances.into(), 1, 10_000),
@@ -300,6 +316,37 @@ impl Config {
         }
         if let Some(url) = &self.cash_upstream {
             upstream_url(url).map_err(|e| anyhow::anyhow!("cash_upstream {url:?}: {e}"))?;
+        }
+        if self.store != "redb"
+            && !self.store.starts_with("postgres://")
+            && !self.store.starts_with("postgresql://")
+        {
+            bail!(
+                "store must be \"redb\" or a postgres://user@host:port/database URL, got {:?}",
+                self.store
+            );
+        }
+        if self.shared_store() && self.cash_upstream.is_some() {
+            bail!(
+                "cash_upstream is not supported with a shared store: a request that runs again after a conflict would swap its payment at the upstream twice"
+            );
+        }
+        if self.store_schema.is_empty()
+            || self.store_schema.len() > 63
+            || !self
+                .store_schema
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        {
+            bail!(
+                "store_schema must be 1..=63 of a-z, 0-9 and _, got {:?}",
+                self.store_schema
+            );
+        }
+        if let Some(key) = &self.server_key
+            && (key.trim().len() != 64 || !key.trim().bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            bail!("server_key must be 64 hex characters");
         }
         if let Some(token) = &self.admin_token
             && token.len() < 32
@@ -420,6 +467,11 @@ impl Config {
     }
 
     /// Path of the redb file.
+    /// Whether the data lives in a shared (PostgreSQL-protocol) store.
+    pub fn shared_store(&self) -> bool {
+        self.store != "redb"
+    }
+
     pub fn db_path(&self) -> PathBuf {
         self.data_dir.join("marketplace.redb")
     }
@@ -456,6 +508,9 @@ const STRING_SETTINGS: &[&str] = &[
     "log_format",
     "metrics_listen",
     "cash_upstream",
+    "store",
+    "store_schema",
+    "server_key",
 ];
 
 /// The upstream webcash server's base URL: `http://host[:port][/prefix]`,

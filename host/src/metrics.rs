@@ -62,6 +62,9 @@ pub struct Metrics {
     pub swaps: Family<SwapLabels, Counter>,
     pub payments_refused: Family<CodeLabels, Counter>,
     pub commits: Counter,
+    /// Runs again of requests (and host writes) that lost a race on the
+    /// shared store.
+    pub conflict_retries: Counter,
     pub fsyncs: Counter,
     pub commit_batch: Histogram,
     pub connections: Gauge,
@@ -90,6 +93,7 @@ impl Metrics {
             swaps: Family::default(),
             payments_refused: Family::default(),
             commits: Counter::default(),
+            conflict_retries: Counter::default(),
             fsyncs: Counter::default(),
             commit_batch: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             connections: Gauge::default(),
@@ -138,6 +142,11 @@ impl Metrics {
             m.payments_refused.clone(),
         );
         r.register("commits", "Write transactions committed", m.commits.clone());
+        r.register(
+            "store_conflict_retries",
+            "Requests run again after losing a race on the shared store",
+            m.conflict_retries.clone(),
+        );
         r.register(
             "fsyncs",
             "Durable commits (one per batch)",

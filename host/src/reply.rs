@@ -25,7 +25,28 @@ impl Reply {
         Reply::json(status, &json!({"code": code, "message": message.into()}))
     }
 
+    /// 503 `storage_conflict`: a request kept losing races with other
+    /// hosts' on the shared store; nothing of it was kept.
+    pub fn conflict() -> Reply {
+        let mut reply = Reply::error(
+            503,
+            "storage_conflict",
+            "the request kept conflicting with concurrent ones on the shared store; nothing was kept, try again",
+        );
+        reply.headers.push(("retry-after".into(), "1".into()));
+        reply
+    }
+
     pub fn is_success(&self) -> bool {
         (200..300).contains(&self.status)
+    }
+}
+
+/// The answer to a storage failure of the host's own: 503
+/// `storage_conflict` for a lost race, else a 500 (logged by the caller).
+pub fn storage_failure(e: &crate::store::StorageError) -> Reply {
+    match e {
+        crate::store::StorageError::Conflict => Reply::conflict(),
+        _ => Reply::error(500, "internal", "internal error"),
     }
 }

@@ -35,12 +35,43 @@ impl State {
     /// Make the data dir private, open the database and the ledger key.
     pub fn open(config: Config) -> Result<Arc<State>> {
         private_dir(&config.data_dir)?;
-        let mut storage = Storage::open(&config.db_path(), config.commit_settings())?;
+        let mut storage = if config.shared_store() {
+            let storage = Storage::open_pg(
+                &config.store,
+                &config.store_schema,
+                config.store_connections as usize,
+                config.commit_settings(),
+            )
+            .with_context(|| {
+                format!("opening the shared store (schema {})", config.store_schema)
+            })?;
+            tracing::info!(schema = %config.store_schema, "shared store (postgres)");
+            storage
+        } else {
+            let storage = Storage::open(&config.db_path(), config.commit_settings())?;
+            private_file(&config.db_path())?;
+            storage
+        };
         storage.set_write_budget(config.max_request_write_bytes);
-        private_file(&config.db_path())?;
-        let ledger = Ledger::open(&config.data_dir)?;
+        let (ledger, arbiter) = if config.shared_store() {
+            // Every host of the fleet derives the same secrets: the keys
+            // come from the config, or from the store (made once).
+            let server_key = shared_key(&storage, "server-key", config.server_key.as_deref())?;
+            let arbiter_key = shared_key(&storage, "arbiter-key", config.arbiter_key.as_deref())?;
+            (
+                Ledger::from_hex(&server_key)?,
+                crate::auth::Arbiter::open(&config.data_dir, Some(&arbiter_key))?,
+            )
+        } else {
+            let ledger = match &config.server_key {
+                Some(hex) => Ledger::from_hex(hex)?,
+                None => Ledger::open(&config.data_dir)?,
+            };
+            let arbiter =
+                crate::auth::Arbiter::open(&config.data_dir, config.arbiter_key.as_deref())?;
+            (ledger, arbiter)
+        };
         crate::money::upgrade::run(&storage, &ledger).context("upgrading the database")?;
-        let arbiter = crate::auth::Arbiter::open(&config.data_dir, config.arbiter_key.as_deref())?;
         let upstream = crate::money::upstream::Upstream::from_config(&config);
         Ok(Arc::new(State {
             config,
@@ -79,6 +110,59 @@ fn private_dir(dir: &std::path::Path) -> Result<()> {
             .with_context(|| format!("making {} private (0700)", dir.display()))?;
     }
     Ok(())
+}
+
+/// A 32-byte key (64 hex) every host of a fleet must share (`name`:
+/// `server-key`, `arbiter-key`). Configured: checked against the digest
+/// the first host recorded in the shared store's `host:meta` (the key
+/// itself stays out of the database); a host with another key refuses to
+/// start, it would derive other secrets. Not configured: the key kept in
+/// the store, made by the first host.
+fn shared_key(storage: &Storage, name: &str, configured: Option<&str>) -> Result<String> {
+    use crate::store::{Kv, StorageError};
+    use sha2::{Digest, Sha256};
+    const META: &str = "host:meta";
+    let check_of =
+        |hex: &str| crate::ids::hex(&Sha256::digest(format!("marketplace fleet {name}:{hex}")));
+    let check_key = format!("{name}-check");
+    let configured = configured.map(|k| k.trim().to_ascii_lowercase());
+    let found = storage
+        .write(|txn| {
+            let text = |v: Vec<u8>| {
+                String::from_utf8(v).map_err(|_| StorageError::Internal("not text".into()))
+            };
+            let check = txn.get_in(META, check_key.as_bytes())?.map(text).transpose()?;
+            let kept = txn.get_in(META, name.as_bytes())?.map(text).transpose()?;
+            let key = match (&configured, kept) {
+                (Some(mine), _) => mine.clone(),
+                (None, Some(kept)) => kept,
+                (None, None) if check.is_some() => {
+                    return Ok(Err(format!(
+                        "the fleet uses a configured {name}: give this host the same one"
+                    )));
+                }
+                (None, None) => {
+                    let mut key = [0u8; 32];
+                    crate::ids::fill_random(&mut key);
+                    let hex = crate::ids::hex(&key);
+                    txn.put_in(META, name.as_bytes(), hex.as_bytes())?;
+                    hex
+                }
+            };
+            match check {
+                Some(c) if c != check_of(&key) => Ok(Err(format!(
+                    "the {name} of this host differs from the fleet's (recorded in the shared store by its first host): every host must derive the same secrets"
+                ))),
+                Some(_) => Ok(Ok(key)),
+                None => {
+                    txn.put_in(META, check_key.as_bytes(), check_of(&key).as_bytes())?;
+                    Ok(Ok(key))
+                }
+            }
+        })
+        .and_then(|r| r)
+        .map_err(|e| anyhow::anyhow!("the {name} of the shared store: {e}"))?;
+    found.map_err(|e| anyhow::anyhow!(e))
 }
 
 /// Make a file readable and writable by the owner only (0600).

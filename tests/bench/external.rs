@@ -35,6 +35,14 @@
 //! file), BENCH_DIR (where the data dirs go; default: the current directory),
 //! BENCH_BIN (another `marketplace` binary to measure, e.g. a copy of an
 //! earlier build; default the one cargo built).
+//!
+//! Scale-out mode (`BENCH_PG=postgres://...`, a PostgreSQL server the bench
+//! may create schemas in): durable paid posts at BENCH_PAID_CONNECTIONS and
+//! then searches at BENCH_CONNECTIONS over the posts written, on one host on
+//! redb, one host on the shared store and BENCH_HOSTS (3) hosts on it, in
+//! one run; the connections are split over the hosts, one generator process
+//! per host. CPU is the hosts' (the database server's is not counted).
+//! BENCH_KEEP=1 keeps each run's data dirs and server logs.
 
 use ed25519_dalek::{Signer, SigningKey};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -128,6 +136,10 @@ fn hello() -> Server {
 }
 
 fn marketplace(data_dir: &Path, testing: bool) -> Server {
+    marketplace_with(data_dir, testing, &[])
+}
+
+fn marketplace_with(data_dir: &Path, testing: bool, env: &[(String, String)]) -> Server {
     let plugins = release_dir().join("../wasm32-wasip2/release");
     need(&plugins.join("info.wasm"));
     std::fs::create_dir_all(data_dir).unwrap();
@@ -154,6 +166,7 @@ fn marketplace(data_dir: &Path, testing: bool) -> Server {
     if testing {
         cmd.arg("--testing-routes");
     }
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
     Server::start(cmd, "marketplace listening on http://")
 }
 
@@ -346,9 +359,75 @@ struct Bench {
     generator: Generator,
     work: PathBuf,
     tick_us: f64,
+    /// The row of the last paid-post run.
+    last: std::sync::Mutex<Option<Row>>,
 }
 
 impl Bench {
+    /// Load every host of a fleet at once, `conns` split over them (one
+    /// generator process each; with `posts`, host i sends the requests of
+    /// `posts[i]`): requests/s summed, CPU summed over the hosts, the
+    /// highest p50 and p99.
+    fn measure_fleet(
+        &self,
+        label: &str,
+        servers: &[Server],
+        path: &str,
+        conns: u64,
+        secs: u64,
+        posts: Option<&[PathBuf]>,
+    ) -> Row {
+        if servers.len() == 1 {
+            return self.measure(
+                label,
+                &servers[0],
+                path,
+                conns,
+                secs,
+                posts.map(|p| p[0].as_path()),
+            );
+        }
+        let per_host = conns.div_ceil(servers.len() as u64);
+        let before: u64 = servers.iter().map(|s| cpu_ticks(s.pid())).sum();
+        let loads: Vec<Load> = std::thread::scope(|scope| {
+            let handles: Vec<_> = servers
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    let posts = posts.map(|p| p[i].clone());
+                    let (generator, work) = (self.generator, &self.work);
+                    scope.spawn(move || {
+                        generate(
+                            generator,
+                            work,
+                            &s.addr,
+                            path,
+                            per_host,
+                            secs,
+                            posts.as_deref(),
+                        )
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let ticks = servers.iter().map(|s| cpu_ticks(s.pid())).sum::<u64>() - before;
+        let requests: u64 = loads.iter().map(|l| l.requests).sum();
+        let wall = loads.iter().map(|l| l.secs).fold(0.0, f64::max);
+        let cpu_s = ticks as f64 * self.tick_us / 1e6;
+        let row = Row {
+            label: label.to_string(),
+            rps: loads.iter().map(|l| l.requests as f64 / l.secs).sum(),
+            cpu_us: ticks as f64 * self.tick_us / requests.max(1) as f64,
+            cores: cpu_s / wall,
+            p50_us: loads.iter().map(|l| l.p50_us).fold(0.0, f64::max),
+            p99_us: loads.iter().map(|l| l.p99_us).fold(0.0, f64::max),
+            errors: loads.iter().map(|l| l.errors).sum(),
+        };
+        row.print();
+        row
+    }
+
     fn measure(
         &self,
         label: &str,
@@ -379,21 +458,95 @@ impl Bench {
             p99_us: load.p99_us,
             errors: load.errors,
         };
+        row.print();
+        row
+    }
+}
+
+impl Row {
+    fn print(&self) {
         println!(
             "  {:<28} {:>9.0} req/s  {:>6.1} us CPU/req  {:.2} cores  p50 {:>7.0} us  p99 {:>7.0} us{}",
-            row.label,
-            row.rps,
-            row.cpu_us,
-            row.cores,
-            row.p50_us,
-            row.p99_us,
-            if row.errors > 0 {
-                format!("  ({} errors)", row.errors)
+            self.label,
+            self.rps,
+            self.cpu_us,
+            self.cores,
+            self.p50_us,
+            self.p99_us,
+            if self.errors > 0 {
+                format!("  ({} errors)", self.errors)
             } else {
                 String::new()
             }
         );
-        row
+    }
+}
+
+/// Scale-out mode: paid posts, then searches over them, on one host on
+/// redb, one host on the shared store, and `hosts` hosts on it.
+fn scaleout(bench: &Bench, base: &Path, url: &str, secs: u64) {
+    let paid_conns = env_or("BENCH_PAID_CONNECTIONS", 64);
+    let search_conns = env_or("BENCH_CONNECTIONS", 32);
+    let hosts = env_or("BENCH_HOSTS", 3) as usize;
+    println!(
+        "scale-out: durable paid posts at {paid_conns} connections, then `GET /api/search` at {search_conns}, {secs} s each; {} cores; CPU is the hosts' (not the database server's)",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let stores = [
+        ("redb, 1 host", Store::Redb),
+        (
+            "postgres, 1 host",
+            Store::Pg {
+                url: url.into(),
+                hosts: 1,
+            },
+        ),
+        (
+            "postgres, hosts",
+            Store::Pg {
+                url: url.into(),
+                hosts,
+            },
+        ),
+    ];
+    let mut table = vec![];
+    for (name, store) in &stores {
+        let name = name.replace("hosts", &format!("{hosts} hosts"));
+        println!("{name}:");
+        let tmp = tempfile::tempdir_in(base).unwrap();
+        let (servers, term) = paid_posts_on(bench, tmp.path(), store, paid_conns, secs);
+        let paid = bench.last.lock().unwrap().take().unwrap();
+        let path = format!("/api/search?term={term}&limit=20");
+        let search = bench.measure_fleet(
+            &format!("GET /api/search {name}"),
+            &servers,
+            &path,
+            search_conns,
+            secs,
+            None,
+        );
+        drop(servers);
+        if std::env::var_os("BENCH_KEEP").is_some() {
+            println!("  (data and logs kept in {})", tmp.keep().display());
+        }
+        table.push((name, paid, search));
+    }
+    println!(
+        "\n| store | paid posts/s | p50 ms | p99 ms | host CPU µs/post | errors | searches/s | search p99 ms | host CPU µs/search |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (name, p, s) in &table {
+        println!(
+            "| {name} | {:.0} | {:.1} | {:.1} | {:.0} | {} | {:.0} | {:.1} | {:.0} |",
+            p.rps,
+            p.p50_us / 1000.0,
+            p.p99_us / 1000.0,
+            p.cpu_us,
+            p.errors + s.errors,
+            s.rps,
+            s.p99_us / 1000.0,
+            s.cpu_us
+        );
     }
 }
 
@@ -407,15 +560,40 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// Where the hosts of a paid-post run keep their data.
+enum Store {
+    /// One host, the embedded redb file.
+    Redb,
+    /// `hosts` hosts on one schema of a PostgreSQL server (URL).
+    Pg { url: String, hosts: usize },
+}
+
 /// Fresh data dir with one funding secret and `n` secrets of 1.0 minted
-/// offline, before the server starts (the database takes one process).
-fn mint_offline(data_dir: &Path, n: usize) -> (String, Vec<String>) {
+/// offline, before the server starts (the database takes one process);
+/// on a shared store, into the schema the hosts will use (the settings
+/// `env` give them), under the server key they are given.
+fn mint_offline(data_dir: &Path, n: usize, env: &[(String, String)]) -> (String, Vec<String>) {
     std::fs::create_dir_all(data_dir).unwrap();
     let flags = [("data_dir".to_string(), data_dir.display().to_string())];
-    let config = marketplace::Config::load(None, &[], &flags).unwrap();
-    let storage =
-        marketplace::store::Storage::open(&config.db_path(), config.commit_settings()).unwrap();
-    let ledger = marketplace::money::ledger::Ledger::open(&config.data_dir).unwrap();
+    let config = marketplace::Config::load(None, env, &flags).unwrap();
+    let (storage, ledger) = if config.shared_store() {
+        (
+            marketplace::store::Storage::open_pg(
+                &config.store,
+                &config.store_schema,
+                4,
+                config.commit_settings(),
+            )
+            .unwrap(),
+            marketplace::money::ledger::Ledger::from_hex(config.server_key.as_deref().unwrap())
+                .unwrap(),
+        )
+    } else {
+        (
+            marketplace::store::Storage::open(&config.db_path(), config.commit_settings()).unwrap(),
+            marketplace::money::ledger::Ledger::open(&config.data_dir).unwrap(),
+        )
+    };
     let txn = storage.begin_write().unwrap();
     let funding = ledger.mint(&txn, 100 * 100_000_000).unwrap();
     let secrets = (0..n)
@@ -428,11 +606,48 @@ fn mint_offline(data_dir: &Path, n: usize) -> (String, Vec<String>) {
 /// Durable paid posts at `conns` connections.
 fn paid_posts(bench: &Bench, base: &Path, conns: u64, secs: u64) -> Row {
     let tmp = tempfile::tempdir_in(base).unwrap();
-    let data = tmp.path().join("data");
+    let (hosts, _) = paid_posts_on(bench, tmp.path(), &Store::Redb, conns, secs);
+    drop(hosts);
+    bench.last.lock().unwrap().take().unwrap()
+}
+
+/// Start the hosts of `store` on a fresh data dir under `dir`, mint, sign
+/// and load them with durable paid posts at `conns` connections split over
+/// the hosts (one generator process per host); the hosts stay up (for a
+/// search run over what they wrote) and the row is in `bench.last`.
+fn paid_posts_on(
+    bench: &Bench,
+    dir: &Path,
+    store: &Store,
+    conns: u64,
+    secs: u64,
+) -> (Vec<Server>, String) {
+    let data = dir.join("data");
     let budget = 10_000 * secs as usize;
     let t = Instant::now();
-    let (funding, secrets) = mint_offline(&data, budget);
-    let server = marketplace(&data, false);
+    let mut env = vec![];
+    let n_hosts = match store {
+        Store::Redb => 1,
+        Store::Pg { url, hosts } => {
+            let mut raw = [0u8; 32];
+            getrandom::fill(&mut raw).unwrap();
+            env.push(("MARKETPLACE_STORE".to_string(), url.clone()));
+            env.push((
+                "MARKETPLACE_STORE_SCHEMA".to_string(),
+                format!("bench_{}", &hex(&raw)[..12]),
+            ));
+            env.push(("MARKETPLACE_SERVER_KEY".to_string(), hex(&raw)));
+            *hosts
+        }
+    };
+    let (funding, secrets) = mint_offline(&data, budget, &env);
+    let servers: Vec<Server> = (0..n_hosts)
+        .map(|i| match store {
+            Store::Redb => marketplace_with(&data, false, &env),
+            Store::Pg { .. } => marketplace_with(&data.join(format!("host{i}")), false, &env),
+        })
+        .collect();
+    let server = &servers[0];
     let key = SigningKey::from_bytes(&[42u8; 32]);
     let fp = hex(key.verifying_key().as_bytes());
     let body = serde_json::json!({
@@ -452,19 +667,23 @@ fn paid_posts(bench: &Bench, base: &Path, conns: u64, secs: u64) -> Row {
         &body,
     );
     assert_eq!(status, 201, "registering the bench identity: {text}");
-    // One file per wrk thread (`posts.<i>`), or one for the load client.
-    let files = match bench.generator {
-        Generator::Wrk => env_or("BENCH_WRK_THREADS", 2).min(conns) as usize,
+    // Per host, one file per wrk thread (`posts-<host>.<i>`), or one for
+    // the load client.
+    let per_host = conns.div_ceil(n_hosts as u64);
+    let threads = match bench.generator {
+        Generator::Wrk => env_or("BENCH_WRK_THREADS", 2).min(per_host) as usize,
         Generator::Load => 1,
     };
-    let stem = tmp.path().join("posts");
+    let files = threads * n_hosts;
+    let stem = |h: usize| dir.join(format!("posts-{h}"));
     let mut out: Vec<_> = (0..files)
-        .map(|i| {
+        .map(|f| {
+            let (h, i) = (f / threads, f % threads);
             let name = match bench.generator {
-                Generator::Wrk => format!("posts.{i}"),
-                Generator::Load => "posts".into(),
+                Generator::Wrk => format!("posts-{h}.{i}"),
+                Generator::Load => format!("posts-{h}"),
             };
-            std::io::BufWriter::new(std::fs::File::create(tmp.path().join(name)).unwrap())
+            std::io::BufWriter::new(std::fs::File::create(dir.join(name)).unwrap())
         })
         .collect();
     let ts = now_s();
@@ -482,14 +701,14 @@ fn paid_posts(bench: &Bench, base: &Path, conns: u64, secs: u64) -> Row {
         "  (paid posts: {budget} secrets minted and signed in {:.1} s)",
         t.elapsed().as_secs_f64()
     );
-    bench.measure(
-        &format!("POST /api/timeline c={conns}"),
-        &server,
-        "/api/timeline",
-        conns,
-        secs,
-        Some(&stem),
-    )
+    let stems: Vec<PathBuf> = (0..n_hosts).map(stem).collect();
+    let label = match store {
+        Store::Redb => format!("POST /api/timeline c={conns}"),
+        Store::Pg { hosts, .. } => format!("POST /api/timeline pg x{hosts} c={conns}"),
+    };
+    let row = bench.measure_fleet(&label, &servers, "/api/timeline", conns, secs, Some(&stems));
+    *bench.last.lock().unwrap() = Some(row);
+    (servers, "durable".into())
 }
 
 fn main() {
@@ -512,7 +731,12 @@ fn main() {
         generator,
         work: work.path().to_path_buf(),
         tick_us: 1e6 / clock_ticks_per_s(),
+        last: std::sync::Mutex::new(None),
     };
+    if let Ok(url) = std::env::var("BENCH_PG") {
+        scaleout(&bench, &base, &url, secs);
+        return;
+    }
     let routes: Vec<String> = std::env::var("BENCH_ROUTES")
         .unwrap_or_else(|_| "/_testing/native,/_testing/ok,/api/health".into())
         .split(',')

@@ -31,6 +31,111 @@ pub fn plugins_dir() -> PathBuf {
     dir
 }
 
+/// The PostgreSQL server the tests may use (`MARKETPLACE_TEST_PG`, a
+/// `postgres://` URL; `cargo xtask test` starts a throwaway cluster and
+/// sets it when PostgreSQL is installed).
+pub fn pg_url() -> Option<String> {
+    std::env::var("MARKETPLACE_TEST_PG")
+        .ok()
+        .filter(|u| !u.is_empty())
+}
+
+/// Whether the black-box suite runs on the PostgreSQL backend
+/// (`MARKETPLACE_TEST_BACKEND=postgres`): every `Server::with` then stores
+/// in `pg_url()`, in a schema of its data dir. Tests about the redb file
+/// itself skip themselves then.
+pub fn backend_is_postgres() -> bool {
+    std::env::var("MARKETPLACE_TEST_BACKEND").is_ok_and(|b| b == "postgres")
+}
+
+/// Under the PostgreSQL backend, print that `test` is skipped and return
+/// true: for tests inherently about the redb file (`if
+/// common::skip_on_postgres("...", "why") { return; }`).
+pub fn skip_on_postgres(test: &str, why: &str) -> bool {
+    let skip = backend_is_postgres();
+    if skip {
+        eprintln!("{test}: skipped on the PostgreSQL backend: {why}");
+    }
+    skip
+}
+
+/// The schema a server on `data_dir` uses under the PostgreSQL backend:
+/// one per data dir, so a restart on the same dir sees the same data.
+pub fn schema_of(data_dir: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    let path = std::path::absolute(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+    let digest = Sha256::digest(path.as_os_str().as_encoded_bytes());
+    format!("t_{}", &hex(&digest)[..24])
+}
+
+/// The storage of the (stopped) server on `data_dir`: its redb file, or
+/// under the PostgreSQL backend its schema of the shared store.
+pub fn open_store(data_dir: &Path) -> marketplace::store::Storage {
+    if backend_is_postgres() {
+        let url = pg_url().expect("MARKETPLACE_TEST_PG");
+        marketplace::store::Storage::open_pg(&url, &schema_of(data_dir), 2, Default::default())
+            .expect("opening the server's schema")
+    } else {
+        marketplace::store::Storage::open(&data_dir.join("marketplace.redb"), Default::default())
+            .expect("opening the stopped server's database")
+    }
+}
+
+/// Every byte the server on `data_dir` stored: its redb file, or under the
+/// PostgreSQL backend every keyspace, key and value of its schema (as a
+/// dump of the database would hold them).
+pub fn stored_bytes(data_dir: &Path) -> Vec<u8> {
+    if !backend_is_postgres() {
+        return std::fs::read(data_dir.join("marketplace.redb")).expect("the database file");
+    }
+    let url = pg_url().expect("MARKETPLACE_TEST_PG");
+    let sql = format!("SELECT ks, k, v FROM \"{}\".kv", schema_of(data_dir));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .expect("connecting to the test cluster");
+        tokio::spawn(conn);
+        let mut out = Vec::new();
+        for row in client.query(sql.as_str(), &[]).await.expect("reading the schema") {
+            let (ks, k, v): (String, Vec<u8>, Vec<u8>) = (row.get(0), row.get(1), row.get(2));
+            out.extend_from_slice(ks.as_bytes());
+            out.extend_from_slice(&k);
+            out.extend_from_slice(&v);
+        }
+        out
+    })
+}
+
+/// A fresh random schema name (for tests that share one among hosts).
+pub fn random_schema(prefix: &str) -> String {
+    let mut raw = [0u8; 10];
+    getrandom::fill(&mut raw).unwrap();
+    format!("{prefix}_{}", hex(&raw))
+}
+
+/// The PostgreSQL URL for a test that needs one; `None` (after saying the
+/// test is skipped) when `MARKETPLACE_TEST_PG` is unset, unless
+/// `MARKETPLACE_REQUIRE_PG=1`, then a panic.
+pub fn pg_or_skip(test: &str) -> Option<String> {
+    let url = pg_url();
+    if url.is_none() {
+        assert!(
+            std::env::var("MARKETPLACE_REQUIRE_PG").as_deref() != Ok("1"),
+            "{test}: MARKETPLACE_REQUIRE_PG=1 but MARKETPLACE_TEST_PG is not set \
+             (run `cargo xtask test`, which starts a PostgreSQL cluster)"
+        );
+        eprintln!(
+            "{test}: skipped: MARKETPLACE_TEST_PG is not set (no PostgreSQL; \
+             `cargo xtask test` starts one when PostgreSQL is installed)"
+        );
+    }
+    url
+}
+
 /// Admin token every test server gets.
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef";
 
@@ -132,6 +237,11 @@ impl Server {
             .arg("127.0.0.1:0")
             .env("MARKETPLACE_ADMIN_TOKEN", ADMIN_TOKEN)
             .env_remove("MARKETPLACE_CONFIG")
+            // The test harness's own settings, not the server's.
+            .env_remove("MARKETPLACE_TEST_PG")
+            .env_remove("MARKETPLACE_TEST_BACKEND")
+            .env_remove("MARKETPLACE_TEST_PG_SUITE")
+            .env_remove("MARKETPLACE_REQUIRE_PG")
             .env("MARKETPLACE_LOG", "info")
             // One compile cache for every server of this build: compiling the
             // mcp component (a JavaScript engine) per test would dominate.
@@ -144,6 +254,13 @@ impl Server {
             .stderr(Stdio::from(log_file));
         if opts.testing_routes {
             cmd.arg("--testing-routes");
+        }
+        if backend_is_postgres() && !opts.env.iter().any(|(k, _)| k == "MARKETPLACE_STORE") {
+            let url = pg_url().expect(
+                "MARKETPLACE_TEST_BACKEND=postgres needs MARKETPLACE_TEST_PG (`cargo xtask test` sets it)",
+            );
+            cmd.env("MARKETPLACE_STORE", url)
+                .env("MARKETPLACE_STORE_SCHEMA", schema_of(&data_dir));
         }
         for (k, v) in &opts.env {
             cmd.env(k, v);

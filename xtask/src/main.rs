@@ -4,12 +4,19 @@
 //!   every plugin crate (each `plugins/*` crate with a `cdylib`) into
 //!   `target/wasm32-wasip2/release/`.
 //! - `serve [ARGS]`: build the plugins, then run the host on its defaults.
-//! - `test [ARGS]`: build the plugins, then run every test of the workspace.
+//! - `test [ARGS]`: build the plugins, then run every test of the workspace;
+//!   when PostgreSQL's server binaries are installed, against a throwaway
+//!   cluster too (the multi-host tests, then the black-box suite once more
+//!   with `MARKETPLACE_TEST_BACKEND=postgres`; see `test`).
+//! - `pg`: start a throwaway PostgreSQL cluster, print its
+//!   `MARKETPLACE_TEST_PG=...` URL, and stop and remove it when standard
+//!   input ends or a line is read (for running PostgreSQL tests by hand).
 //! - `bench`: build the plugins, then run the benchmarks (see README).
 //! - `ci`: format check, clippy with warnings denied, then `test`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -25,6 +32,7 @@ fn main() -> ExitCode {
             cargo(&a)
         }),
         "test" => build_plugins().and_then(|_| test(rest)),
+        "pg" => pg_shell(),
         "bench" => build_plugins().and_then(|_| {
             let mut a = vec!["bench", "-p", "marketplace"];
             a.extend(rest.iter().map(String::as_str));
@@ -46,7 +54,7 @@ fn main() -> ExitCode {
             .and_then(|_| test(&[])),
         _ => {
             eprintln!(
-                "usage: cargo xtask <build-plugins | serve [ARGS] | test [ARGS] | bench [ARGS] | ci>"
+                "usage: cargo xtask <build-plugins | serve [ARGS] | test [ARGS] | pg | bench [ARGS] | ci>"
             );
             return if cmd == "help" {
                 ExitCode::SUCCESS
@@ -136,20 +144,434 @@ fn ensure_wasm_target() -> Result<(), String> {
 
 /// Every test: the host's unit and black-box tests, then the plugins' unit
 /// tests natively (`--lib`: a plugin's cdylib only links for wasm32-wasip2).
+///
+/// PostgreSQL (issue 18): unless `MARKETPLACE_TEST_PG` already names a
+/// server, a throwaway cluster is started under `target/` when PostgreSQL's
+/// server binaries are installed, and its URL is handed to the tests as
+/// `MARKETPLACE_TEST_PG` (the multi-host tests in `tests/scaleout.rs` use
+/// it). Then the host's black-box test binaries run a second time with
+/// `MARKETPLACE_TEST_BACKEND=postgres` (skip that with
+/// `MARKETPLACE_TEST_PG_SUITE=0`). Without the binaries the PostgreSQL tests
+/// are skipped, unless `MARKETPLACE_REQUIRE_PG=1`, then that is an error.
+/// The cluster is stopped and removed at the end, whatever the outcome.
 fn test(extra: &[String]) -> Result<(), String> {
     let plugins = plugin_crates()?;
-    let mut host = vec!["test", "--release", "--workspace"];
+    let require = std::env::var("MARKETPLACE_REQUIRE_PG").is_ok_and(|v| v == "1");
+    let mut cluster = None;
+    let pg_url = match std::env::var("MARKETPLACE_TEST_PG") {
+        Ok(url) if !url.is_empty() => {
+            eprintln!("xtask: PostgreSQL tests against MARKETPLACE_TEST_PG={url}");
+            Some(url)
+        }
+        _ => match pg_bindir() {
+            Some(bin) => {
+                let c = PgCluster::start(&bin)?;
+                let url = c.url();
+                eprintln!("xtask: PostgreSQL tests against a throwaway cluster: {url}");
+                cluster = Some(c);
+                Some(url)
+            }
+            None if require => {
+                return Err(
+                    "MARKETPLACE_REQUIRE_PG=1 but no PostgreSQL server binaries \
+                     (initdb, pg_ctl) were found: install the `postgresql` package"
+                        .into(),
+                );
+            }
+            None => {
+                eprintln!(
+                    "xtask: PostgreSQL server binaries not found: the PostgreSQL tests are \
+                     skipped (install the `postgresql` package to run them)"
+                );
+                None
+            }
+        },
+    };
+    let env: Vec<(&str, String)> = match &pg_url {
+        Some(url) => vec![("MARKETPLACE_TEST_PG", url.clone())],
+        None => vec![],
+    };
+
+    let mut failed = Vec::new();
+    // The same selection for both runs of the host's tests, so they share
+    // one build (features are unified over the selected packages); every
+    // test binary runs even when one fails.
+    let mut selection = vec!["test", "--release", "--workspace"];
     for p in &plugins {
-        host.extend(["--exclude", p.as_str()]);
+        selection.extend(["--exclude", p.as_str()]);
     }
+    if !extra.iter().any(|a| a == "--no-fail-fast") {
+        selection.push("--no-fail-fast");
+    }
+    let mut host = selection.clone();
     host.extend(extra.iter().map(String::as_str));
-    cargo(&host)?;
+    if let Err(e) = cargo_env(&host, &env) {
+        failed.push(e);
+    }
     let mut guests = vec!["test", "--release", "--lib"];
     for p in &plugins {
         guests.extend(["-p", p.as_str()]);
     }
     guests.extend(extra.iter().map(String::as_str));
-    cargo(&guests)
+    if let Err(e) = cargo(&guests) {
+        failed.push(e);
+    }
+
+    let suite = std::env::var("MARKETPLACE_TEST_PG_SUITE").map_or(true, |v| v != "0");
+    match (&pg_url, suite) {
+        (Some(_), true) => {
+            let binaries = black_box_tests()?;
+            let mut again = selection.clone();
+            for t in &binaries {
+                again.extend(["--test", t.as_str()]);
+            }
+            again.extend(extra.iter().map(String::as_str));
+            let mut env = env.clone();
+            env.push(("MARKETPLACE_TEST_BACKEND", "postgres".into()));
+            eprintln!(
+                "xtask: the black-box suite again on the PostgreSQL backend \
+                 (MARKETPLACE_TEST_PG_SUITE=0 skips this)"
+            );
+            let started = Instant::now();
+            if let Err(e) = cargo_env(&again, &env) {
+                failed.push(e);
+            }
+            eprintln!(
+                "xtask: the suite on PostgreSQL took {:.0?}",
+                started.elapsed()
+            );
+        }
+        (Some(_), false) => {
+            eprintln!("xtask: MARKETPLACE_TEST_PG_SUITE=0: the suite on PostgreSQL is skipped")
+        }
+        (None, _) => {}
+    }
+    if let Some(c) = cluster.take() {
+        c.stop();
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join("\n"))
+    }
+}
+
+/// `cargo xtask pg`: a cluster for running PostgreSQL tests by hand.
+fn pg_shell() -> Result<(), String> {
+    let bin = pg_bindir().ok_or("no PostgreSQL server binaries (initdb, pg_ctl) found")?;
+    let c = PgCluster::start(&bin)?;
+    println!("MARKETPLACE_TEST_PG={}", c.url());
+    eprintln!("xtask: the cluster runs until standard input ends or a line is read");
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    c.stop();
+    Ok(())
+}
+
+/// The host's black-box test binaries: the `[[test]]` targets of
+/// `host/Cargo.toml` that start `marketplace` processes (`Server::`), but
+/// not `scaleout`, which is about PostgreSQL already.
+fn black_box_tests() -> Result<Vec<String>, String> {
+    let manifest = root().join("host").join("Cargo.toml");
+    let text =
+        std::fs::read_to_string(&manifest).map_err(|e| format!("{}: {e}", manifest.display()))?;
+    let mut out = Vec::new();
+    for section in text.split("[[").skip(1) {
+        if !section.starts_with("test]]") {
+            continue;
+        }
+        let field = |key: &str| {
+            section.lines().find_map(|l| {
+                let (k, v) = l.split_once('=')?;
+                (k.trim() == key).then(|| v.trim().trim_matches('"').to_string())
+            })
+        };
+        let (Some(name), Some(path)) = (field("name"), field("path")) else {
+            continue;
+        };
+        let source = std::fs::read_to_string(root().join("host").join(&path)).unwrap_or_default();
+        if name != "scaleout" && source.contains("Server::") {
+            out.push(name);
+        }
+    }
+    Ok(out)
+}
+
+fn cargo_env(args: &[&str], env: &[(&str, String)]) -> Result<(), String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(args).current_dir(root());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    run(&mut cmd)
+}
+
+/// The directory of PostgreSQL's server binaries (`initdb`, `pg_ctl`):
+/// the newest `/usr/lib/postgresql/*/bin` (Debian, Ubuntu), else the one
+/// `pg_config --bindir` names, else `initdb` on PATH.
+fn pg_bindir() -> Option<PathBuf> {
+    let usable = |d: &Path| d.join("initdb").is_file() && d.join("pg_ctl").is_file();
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let v = e.file_name().to_str()?.parse::<u32>().ok()?;
+            Some((v, e.path().join("bin")))
+        })
+        .filter(|(_, d)| usable(d))
+        .collect();
+    versions.sort();
+    if let Some((_, d)) = versions.pop() {
+        return Some(d);
+    }
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
+        let d = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if out.status.success() && usable(&d) {
+            return Some(d);
+        }
+    }
+    std::env::var_os("PATH").and_then(|paths| std::env::split_paths(&paths).find(|d| usable(d)))
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// A throwaway PostgreSQL cluster in `target/pg-test-<pid>` (trust auth,
+/// user `marketplace`, database `marketplace`, TCP on 127.0.0.1 only).
+/// Run as the `postgres` user when xtask runs as root (the server refuses
+/// root). Stopped and removed by `stop` or on drop.
+struct PgCluster {
+    bin: PathBuf,
+    dir: PathBuf,
+    port: u16,
+    as_postgres: bool,
+    stopped: bool,
+}
+
+impl PgCluster {
+    fn start(bin: &Path) -> Result<PgCluster, String> {
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root().join("target"));
+        let target = if target.is_absolute() {
+            target
+        } else {
+            root().join(target)
+        };
+        remove_stale_clusters(bin, &target);
+        let mut dir = target.join(format!("pg-test-{}", std::process::id()));
+        // The unix socket's path must fit in 107 bytes.
+        if dir.as_os_str().len() > 80 {
+            dir = std::env::temp_dir().join(format!("pg-test-{}", std::process::id()));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let mut c = PgCluster {
+            bin: bin.to_path_buf(),
+            dir,
+            port: 0,
+            as_postgres: is_root(),
+            stopped: false,
+        };
+        if c.as_postgres && !postgres_can_reach(&c.dir) {
+            // A checkout under a private home (/root): the postgres user
+            // cannot reach target/, so the cluster lives in the temp dir.
+            let _ = std::fs::remove_dir_all(&c.dir);
+            c.dir = std::env::temp_dir().join(format!("pg-test-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&c.dir);
+            std::fs::create_dir_all(&c.dir).map_err(|e| format!("{}: {e}", c.dir.display()))?;
+        }
+        if c.as_postgres {
+            run(Command::new("chown")
+                .arg("-R")
+                .arg("postgres:")
+                .arg(&c.dir))
+            .map_err(|e| format!("{e} (running as root, the cluster needs the `postgres` user that the Debian package creates)"))?;
+        }
+        let data = c.dir.join("data");
+        c.run_as("initdb", |cmd| {
+            cmd.arg("-D")
+                .arg(&data)
+                .args([
+                    "-U",
+                    "marketplace",
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                ])
+                .args(["--no-sync", "--no-instructions"]);
+        })?;
+        // A free port: bind port 0, let it go, start on it; another process
+        // may take it in between, so try a few.
+        let mut last = String::new();
+        for _ in 0..5 {
+            c.port = free_port()?;
+            let opts = format!(
+                "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=on -c max_connections=300",
+                c.port,
+                c.dir.display()
+            );
+            let log = c.dir.join("server.log");
+            match c.run_as("pg_ctl", |cmd| {
+                cmd.arg("-D")
+                    .arg(&data)
+                    .arg("-l")
+                    .arg(&log)
+                    .args(["-w", "-t", "120", "-o", &opts, "start"]);
+            }) {
+                Ok(()) => {
+                    last.clear();
+                    break;
+                }
+                Err(e) => {
+                    last = format!("{e}\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+                    // Make sure nothing half-started keeps the data dir.
+                    let _ = c.run_as("pg_ctl", |cmd| {
+                        cmd.arg("-D").arg(&data).args(["-m", "immediate", "stop"]);
+                    });
+                }
+            }
+        }
+        if !last.is_empty() {
+            return Err(format!("the PostgreSQL test cluster did not start: {last}"));
+        }
+        let port = c.port.to_string();
+        c.run_as("createdb", |cmd| {
+            cmd.args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                "marketplace",
+                "marketplace",
+            ]);
+        })?;
+        Ok(c)
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://marketplace@127.0.0.1:{}/marketplace", self.port)
+    }
+
+    /// Run one of the cluster's binaries, as `postgres` when root.
+    fn run_as(&self, program: &str, args: impl FnOnce(&mut Command)) -> Result<(), String> {
+        let exe = self.bin.join(program);
+        let mut cmd = if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(exe);
+            c
+        } else {
+            Command::new(exe)
+        };
+        // Nothing of the caller's libpq settings applies here.
+        for var in [
+            "PGHOST",
+            "PGPORT",
+            "PGUSER",
+            "PGDATABASE",
+            "PGPASSWORD",
+            "PGDATA",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.current_dir(&self.dir);
+        args(&mut cmd);
+        run(&mut cmd)
+    }
+
+    fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if self.stopped {
+            return;
+        }
+        self.stopped = true;
+        let data = self.dir.join("data");
+        if self.port != 0
+            && let Err(e) = self.run_as("pg_ctl", |cmd| {
+                cmd.arg("-D")
+                    .arg(&data)
+                    .args(["-w", "-t", "60", "-m", "fast", "stop"]);
+            })
+        {
+            eprintln!("xtask: stopping the PostgreSQL test cluster: {e}");
+        }
+        match std::fs::remove_dir_all(&self.dir) {
+            Ok(()) => eprintln!("xtask: PostgreSQL test cluster stopped and removed"),
+            Err(e) => eprintln!("xtask: removing {}: {e}", self.dir.display()),
+        }
+    }
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Clusters left by an xtask that was killed (its pid is gone): stopped
+/// and removed.
+fn remove_stale_clusters(bin: &Path, target: &Path) {
+    let Ok(entries) = std::fs::read_dir(target) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("pg-test-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let stale = PgCluster {
+            bin: bin.to_path_buf(),
+            dir: entry.path(),
+            port: u16::from(entry.path().join("data").join("postmaster.pid").exists()),
+            as_postgres: is_root(),
+            stopped: false,
+        };
+        eprintln!(
+            "xtask: removing a stale test cluster {}",
+            stale.dir.display()
+        );
+        stale.stop();
+    }
+}
+
+/// Whether the `postgres` user can enter every directory above `dir`.
+fn postgres_can_reach(dir: &Path) -> bool {
+    let Some(parent) = dir.parent() else {
+        return false;
+    };
+    Command::new("runuser")
+        .args(["-u", "postgres", "--", "test", "-x"])
+        .arg(parent)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn free_port() -> Result<u16, String> {
+    let l =
+        std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("binding a port: {e}"))?;
+    let port = l.local_addr().map_err(|e| e.to_string())?.port();
+    drop(l);
+    // Let the kernel forget the socket before the server binds it.
+    std::thread::sleep(Duration::from_millis(10));
+    Ok(port)
 }
 
 fn build_plugins() -> Result<(), String> {

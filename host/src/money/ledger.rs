@@ -146,6 +146,15 @@ impl Ledger {
         Ok(Ledger { key })
     }
 
+    /// A ledger under a given server key (64 hex): `server_key` in the
+    /// config, or the shared store's.
+    pub fn from_hex(hex: &str) -> Result<Ledger> {
+        let bytes = decode_hex(hex.trim()).context("the server key is not 64 hex characters")?;
+        let key = <[u8; 32]>::try_from(bytes.as_slice())
+            .map_err(|_| anyhow::anyhow!("the server key must hold 32 bytes"))?;
+        Ok(Ledger { key })
+    }
+
     /// The secret hex derived from `purpose`.
     pub fn derive(&self, purpose: &[u8]) -> String {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");

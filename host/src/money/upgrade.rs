@@ -42,11 +42,23 @@ pub fn run(storage: &Storage, ledger: &Ledger) -> Result<usize> {
     {
         return Ok(0);
     }
-    let txn = storage.begin_write().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let n = upgrade(&txn, ledger)?;
-    txn.put_in(META, MARK, b"1")
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    storage.commit(txn).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // Hosts sharing a store may start together: one of them upgrades,
+    // the others (running again after the conflict) find the mark.
+    let n = storage
+        .write(|txn| {
+            if txn
+                .get_in(META, MARK)
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+                .is_some()
+            {
+                return Ok(0);
+            }
+            let n = upgrade(txn, ledger)?;
+            txn.put_in(META, MARK, b"1")
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            Ok::<_, anyhow::Error>(n)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}"))??;
     if n > 0 {
         tracing::info!(contracts = n, "upgraded: escrow is now held per contract");
     }

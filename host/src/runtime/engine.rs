@@ -14,6 +14,7 @@ use crate::runtime::api::{self, Api, Served};
 use crate::runtime::host::{Ctx, FeeCtx, Limiter};
 use crate::runtime::routes::{Match, Route};
 use crate::state::State;
+use crate::store::{CONFLICT_RETRIES, RunAgain, conflict_backoff};
 use anyhow::{Context, Result, anyhow};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -779,22 +780,50 @@ impl Runtime {
     /// a write transaction when `write` (the matched route's
     /// [`crate::runtime::routes::Route::writes`]). Writes (and payment spends)
     /// commit only on a 2xx answer.
+    ///
+    /// On a shared store, a request whose transaction lost a race with
+    /// another host's runs again from the start (a fresh instance, a fresh
+    /// transaction), a few times, then answers 503 `storage_conflict`.
     pub fn handle(
         self: &Arc<Self>,
         family: &str,
         req: wit::Request,
-        mut payment: PaymentHeaders,
+        payment: PaymentHeaders,
         write: bool,
     ) -> Reply {
+        let mut attempt = 0;
+        loop {
+            match self.handle_once(family, &req, payment.clone(), write) {
+                Ok(reply) => return reply,
+                Err(RunAgain) if attempt < CONFLICT_RETRIES => {
+                    attempt += 1;
+                    crate::metrics::metrics().conflict_retries.inc();
+                    std::thread::sleep(conflict_backoff(attempt));
+                }
+                Err(RunAgain) => {
+                    tracing::warn!(family, attempts = attempt + 1, "still conflicting: 503");
+                    return Reply::conflict();
+                }
+            }
+        }
+    }
+
+    fn handle_once(
+        self: &Arc<Self>,
+        family: &str,
+        req: &wit::Request,
+        mut payment: PaymentHeaders,
+        write: bool,
+    ) -> Result<Reply, RunAgain> {
         let Some(plugin) = self.plugin(family) else {
-            return Reply::error(
+            return Ok(Reply::error(
                 503,
                 "plugin_unavailable",
                 format!("no component is loaded for the {family} family"),
-            );
+            ));
         };
         let Kind::Endpoint(pre) = &plugin.kind else {
-            return Reply::error(500, "internal", "internal error");
+            return Ok(Reply::error(500, "internal", "internal error"));
         };
         // A payment identifier (x402) seen before: the stored answer of the
         // same request, or 409 idempotency_conflict for another one.
@@ -810,7 +839,7 @@ impl Runtime {
                 )
             })
         {
-            return kept;
+            return Ok(kept);
         }
         // An identical retry of a paid request gets the stored answer.
         let replay_key = match (&payment.cash, write) {
@@ -829,7 +858,7 @@ impl Runtime {
                 .and_then(|txn| self.state.ledger.replay(&txn, key))
         {
             tracing::info!(family, "identical paid retry: stored response replayed");
-            return crate::money::x402::sent(stored);
+            return Ok(crate::money::x402::sent(stored));
         }
         let ctx = Ctx::new(
             self.clone(),
@@ -845,15 +874,20 @@ impl Runtime {
         let instance = pre.instantiate(&mut store);
         let instantiated = Instant::now();
         let result =
-            instance.and_then(|b| b.marketplace_plugin_handler().call_handle(&mut store, &req));
+            instance.and_then(|b| b.marketplace_plugin_handler().call_handle(&mut store, req));
         crate::metrics::metrics().plugin_call(
             family,
             instantiated - started,
             instantiated.elapsed(),
         );
         let mut ctx = store.into_data();
+        if ctx.conflicted() {
+            // Whatever the plugin made of it, its reads were not a state
+            // that can be kept: run it again.
+            return Err(RunAgain);
+        }
         let mut reply = match result {
-            Ok(resp) => ctx.finish(resp),
+            Ok(resp) => ctx.finish(resp)?,
             Err(e) => {
                 let answer = match ctx.take_on_fault() {
                     Some(chosen) => {
@@ -879,7 +913,7 @@ impl Runtime {
         // Every 402 also speaks x402 (`PAYMENT-REQUIRED`).
         crate::money::x402::add_required(&mut reply, &req.path, &req.headers);
         crate::money::upstream::add_retry_after(&self.state, &mut reply);
-        reply
+        Ok(reply)
     }
 
     /// Call the active fee policy: `f` gets the instance bindings.

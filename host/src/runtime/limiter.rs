@@ -11,7 +11,13 @@ pub struct CallLimiter {
     pub(crate) hit: bool,
     /// When the call must end; the store's epoch callback checks it.
     deadline: Instant,
+    /// How much [`CallLimiter::extend`] gave the call so far.
+    extended: Duration,
 }
+
+/// Most a call's deadline is extended by host time in all: a plugin that
+/// keeps the host busy for it (store round trips in a loop) still ends.
+pub const MAX_EXTENSION: Duration = Duration::from_secs(30);
 
 impl CallLimiter {
     pub fn new(max_bytes: usize) -> Self {
@@ -19,6 +25,7 @@ impl CallLimiter {
             max_bytes,
             hit: false,
             deadline: Instant::now() + Duration::from_secs(3600),
+            extended: Duration::ZERO,
         }
     }
 
@@ -33,8 +40,12 @@ impl CallLimiter {
     }
 
     /// Give the call `by` more: the wall time of a host call that must not
-    /// count against the plugin (a call to the upstream webcash server).
+    /// count against the plugin (a call to the upstream webcash server, the
+    /// wait for the commit batch, a shared store's round trips), up to
+    /// [`MAX_EXTENSION`] in all.
     pub fn extend(&mut self, by: Duration) {
+        let by = by.min(MAX_EXTENSION.saturating_sub(self.extended));
+        self.extended += by;
         self.deadline += by;
     }
 

@@ -184,21 +184,15 @@ fn cash_replace(rt: &Arc<Runtime>, body: &[u8]) -> Reply {
     if inputs.is_empty() && outputs.is_empty() {
         return Reply::json(200, &json!({"status": "success"}));
     }
-    let txn = match rt.storage.begin_write() {
-        Ok(t) => t,
+    match rt
+        .storage
+        .write(|txn| rt.ledger.replace(txn, &inputs, &outputs))
+    {
+        Ok(Ok(())) => Reply::json(200, &json!({"status": "success"})),
+        Ok(Err(problem)) => bad_request("webcashes", problem),
         Err(e) => {
             tracing::error!("cash replace: {e}");
-            return Reply::error(500, "internal", "internal error");
-        }
-    };
-    if let Err(problem) = rt.ledger.replace(&txn, &inputs, &outputs) {
-        return bad_request("webcashes", problem);
-    }
-    match rt.storage.commit(txn) {
-        Ok(()) => Reply::json(200, &json!({"status": "success"})),
-        Err(e) => {
-            tracing::error!("cash replace commit: {e}");
-            Reply::error(500, "internal", "internal error")
+            crate::reply::storage_failure(&e)
         }
     }
 }

@@ -357,6 +357,16 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                             family,
                             "the upload serves now but was not kept for restarts: {e:#}"
                         );
+                        if app.storage.is_shared() {
+                            // The fleet would not follow: say so.
+                            return Reply::error(
+                                503,
+                                "store_unavailable",
+                                format!(
+                                    "the component serves on this host only: it could not be recorded for the fleet ({e:#}); upload it again"
+                                ),
+                            );
+                        }
                     }
                     let mut doc = app
                         .runtime
@@ -381,6 +391,15 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                     crate::metrics::metrics().swap(family, "unmounted");
                     if let Err(e) = super::uploads::record_unmount(app, family) {
                         tracing::error!(family, "the unmount was not kept for restarts: {e:#}");
+                        if app.storage.is_shared() {
+                            return Reply::error(
+                                503,
+                                "store_unavailable",
+                                format!(
+                                    "unmounted on this host only: it could not be recorded for the fleet ({e:#}); unmount again"
+                                ),
+                            );
+                        }
                     }
                     Reply::json(200, &json!({"family": family, "unmounted": true}))
                 }
@@ -438,14 +457,10 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
 
 /// Mint a secret worth `units` in its own transaction.
 pub fn mint(app: &App, units: u64) -> Result<String> {
-    let txn = app
+    let secret = app
         .storage
-        .begin_write()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let secret = app.ledger.mint(&txn, units)?;
-    app.storage
-        .commit(txn)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .write(|txn| app.ledger.mint(txn, units))
+        .map_err(|e| anyhow::anyhow!("{e}"))??;
     tracing::info!(target: "admin", amount = %marketplace_common::amount::format(units), "minted");
     Ok(secret)
 }

@@ -41,6 +41,9 @@ pub async fn run(config: Config) -> Result<i32> {
     if watch_plugins {
         crate::runtime::reload::spawn(app.runtime.clone(), stop_watcher.clone())?;
     }
+    if app.storage.is_shared() {
+        uploads::spawn_fleet_sync(app.clone(), stop_watcher.clone())?;
+    }
     let mut listeners = Vec::new();
     if let Some(addr) = admin_listen {
         let token = admin::token(app.config.admin_token.as_deref(), &app.config.data_dir)?;

@@ -3,12 +3,27 @@
 //! name and grants; an unmount leaves only `NAME.json` saying so), and
 //! replayed at start after the configured families are loaded, so a
 //! restart serves the same versions the operator last uploaded.
+//!
+//! With a shared store they are kept in the store instead (`host:uploads`:
+//! family -> the same JSON; `host:upload-blobs`: family -> the component),
+//! and every host of the fleet polls them ([`spawn_fleet_sync`]): a swap,
+//! mount or unmount made through any host's admin API is served by all of
+//! them within [`FLEET_POLL`] plus a compile.
 
 use crate::app::App;
 use crate::capabilities::Grants;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Shared store tables of the kept uploads.
+pub const ROWS: &str = "host:uploads";
+pub const BLOBS: &str = "host:upload-blobs";
+/// How often a host of a fleet looks for uploads made through another.
+pub const FLEET_POLL: Duration = Duration::from_millis(100);
 
 #[derive(Serialize, Deserialize)]
 struct Kept {
@@ -17,6 +32,31 @@ struct Kept {
     reads: Vec<String>,
     #[serde(default)]
     unmounted: bool,
+    /// Shared store: when and by which upload (so that the same bytes
+    /// uploaded again are applied again).
+    #[serde(default)]
+    upload: String,
+}
+
+/// Keep `kept` (and the component, when given) in the shared store.
+fn record_shared(app: &App, family: &str, kept: &mut Kept, bytes: Option<&[u8]>) -> Result<()> {
+    kept.upload = app.ids.ulid_at(app.now_ms());
+    let row = serde_json::to_vec(kept)?;
+    app.storage
+        .write(|txn| {
+            txn.put_in(ROWS, family.as_bytes(), &row)?;
+            match bytes {
+                Some(b) => txn.put_in(BLOBS, family.as_bytes(), b)?,
+                None => {
+                    txn.delete_in(BLOBS, family.as_bytes())?;
+                }
+            }
+            Ok::<_, crate::store::StorageError>(())
+        })
+        .and_then(|r| r)
+        .map_err(|e| anyhow::anyhow!("keeping the upload in the shared store: {e}"))?;
+    app.uploads_applied.set(family, row);
+    Ok(())
 }
 
 fn dir(app: &App) -> PathBuf {
@@ -46,15 +86,19 @@ pub fn record(app: &App, family: &str, bytes: &[u8]) -> Result<()> {
         .runtime
         .status(family)
         .context("the family has no slot")?;
-    let dir = dir(app);
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    write_file(&dir.join(format!("{family}.wasm")), bytes)?;
-    let kept = Kept {
+    let mut kept = Kept {
         component: status.component,
         grants: status.grants,
         reads: status.reads,
         unmounted: false,
+        upload: String::new(),
     };
+    if app.storage.is_shared() {
+        return record_shared(app, family, &mut kept, Some(bytes));
+    }
+    let dir = dir(app);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    write_file(&dir.join(format!("{family}.wasm")), bytes)?;
     write_file(
         &dir.join(format!("{family}.json")),
         &serde_json::to_vec_pretty(&kept)?,
@@ -63,14 +107,18 @@ pub fn record(app: &App, family: &str, bytes: &[u8]) -> Result<()> {
 
 /// Keep that `family` was unmounted.
 pub fn record_unmount(app: &App, family: &str) -> Result<()> {
-    let dir = dir(app);
-    std::fs::create_dir_all(&dir)?;
-    let kept = Kept {
+    let mut kept = Kept {
         component: String::new(),
         grants: vec![],
         reads: vec![],
         unmounted: true,
+        upload: String::new(),
     };
+    if app.storage.is_shared() {
+        return record_shared(app, family, &mut kept, None);
+    }
+    let dir = dir(app);
+    std::fs::create_dir_all(&dir)?;
     write_file(
         &dir.join(format!("{family}.json")),
         &serde_json::to_vec_pretty(&kept)?,
@@ -81,6 +129,12 @@ pub fn record_unmount(app: &App, family: &str) -> Result<()> {
 
 /// Replay the kept uploads and unmounts (at start).
 pub fn restore(app: &App) {
+    if app.storage.is_shared() {
+        if let Err(e) = sync(app) {
+            tracing::error!("uploads of the shared store not applied: {e:#}");
+        }
+        return;
+    }
     let Ok(entries) = std::fs::read_dir(dir(app)) else {
         return;
     };
@@ -104,34 +158,88 @@ pub fn restore(app: &App) {
                 continue;
             }
         };
-        if kept.unmounted {
-            if app.runtime.grants(&family).is_some() {
-                match app.runtime.unmount(&family) {
-                    Ok(()) => tracing::info!(family, "unmounted, as through the admin API"),
-                    Err(e) => tracing::warn!(family, "kept unmount not applied: {e:#}"),
-                }
+        let wasm = path.with_extension("wasm");
+        apply(app, &family, &kept, || {
+            std::fs::read(&wasm).with_context(|| format!("reading {}", wasm.display()))
+        });
+    }
+}
+
+/// Serve what `kept` says of `family`: its component (`bytes`), or nothing.
+fn apply(app: &App, family: &str, kept: &Kept, bytes: impl FnOnce() -> Result<Vec<u8>>) {
+    if kept.unmounted {
+        if app.runtime.grants(family).is_some() {
+            match app.runtime.unmount(family) {
+                Ok(()) => tracing::info!(family, "unmounted, as through the admin API"),
+                Err(e) => tracing::warn!(family, "kept unmount not applied: {e:#}"),
             }
+        }
+        return;
+    }
+    let result = bytes().and_then(|bytes| {
+        let grants = Grants::parse(
+            kept.grants.iter().map(String::as_str),
+            kept.reads.iter().map(String::as_str),
+        )
+        .map_err(|e| anyhow::anyhow!(e))?;
+        app.runtime
+            .swap(family, &kept.component, &bytes, Some(grants))
+    });
+    match result {
+        Ok(p) => tracing::info!(
+            family,
+            version = %p.version,
+            "serving the component uploaded through the admin API"
+        ),
+        Err(e) => tracing::error!(family, "kept upload refused: {e:#}"),
+    }
+}
+
+/// Apply the shared store's uploads this host does not serve yet.
+fn sync(app: &App) -> Result<usize> {
+    use crate::store::Kv;
+    let err = |e: crate::store::StorageError| anyhow::anyhow!("{e}");
+    // One snapshot for the records and their components.
+    let snapshot = app.storage.begin_read().map_err(err)?;
+    let rows = snapshot
+        .scan_in(ROWS, b"", None, false, 10_000)
+        .map_err(err)?;
+    let mut applied = 0;
+    for (family, row) in rows {
+        let family = String::from_utf8_lossy(&family).into_owned();
+        if app.uploads_applied.is(&family, &row) {
             continue;
         }
-        let wasm = path.with_extension("wasm");
-        let result = std::fs::read(&wasm)
-            .with_context(|| format!("reading {}", wasm.display()))
-            .and_then(|bytes| {
-                let grants = Grants::parse(
-                    kept.grants.iter().map(String::as_str),
-                    kept.reads.iter().map(String::as_str),
-                )
-                .map_err(|e| anyhow::anyhow!(e))?;
-                app.runtime
-                    .swap(&family, &kept.component, &bytes, Some(grants))
-            });
-        match result {
-            Ok(p) => tracing::info!(
-                family,
-                version = %p.version,
-                "serving the component uploaded through the admin API"
-            ),
-            Err(e) => tracing::error!(family, "kept upload refused: {e:#}"),
+        match serde_json::from_slice::<Kept>(&row) {
+            Ok(kept) => {
+                tracing::info!(family, upload = %kept.upload, "applying an upload of the fleet");
+                apply(app, &family, &kept, || {
+                    snapshot
+                        .get_in(BLOBS, family.as_bytes())
+                        .map_err(err)?
+                        .context("the component of the upload is missing")
+                });
+            }
+            Err(e) => tracing::error!(family, "unreadable upload record: {e}"),
         }
+        // Applied or refused: not tried again until it changes.
+        app.uploads_applied.set(&family, row);
+        applied += 1;
     }
+    Ok(applied)
+}
+
+/// Shared store: poll for uploads made through other hosts, until `stop`.
+pub fn spawn_fleet_sync(app: Arc<App>, stop: Arc<AtomicBool>) -> Result<()> {
+    std::thread::Builder::new()
+        .name("fleet-sync".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(FLEET_POLL);
+                if let Err(e) = sync(&app) {
+                    tracing::warn!("looking for uploads of the fleet: {e:#}");
+                }
+            }
+        })?;
+    Ok(())
 }

@@ -21,7 +21,8 @@
 //! Readers see a batch only once it is committed, so nothing that is not
 //! durable is ever shown.
 
-use redb::{Database, WriteTransaction};
+use super::{Backend, StorageError, pg};
+use redb::WriteTransaction;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -53,7 +54,7 @@ impl Default for Settings {
 #[derive(Default)]
 struct Slot {
     /// The open batch transaction, when no request holds it.
-    txn: Option<WriteTransaction>,
+    txn: Option<BatchTxn>,
     /// Id of the newest batch (open, leased or committing).
     batch: u64,
     /// Successful requests applied to the newest batch.
@@ -65,10 +66,8 @@ struct Slot {
     /// Mutating requests under way that have not handed on (or never took)
     /// the lease: while there are any, a batch stays open for them.
     pending: u64,
-    /// Every batch up to this id has ended (committed or failed).
-    ended: u64,
-    /// Ended batches whose commit failed (rare; kept short).
-    failed: Vec<u64>,
+    /// How the newest batch ended, once it has.
+    outcome: Arc<Outcome>,
     /// Successful mutating requests and durable commits since start.
     commits: u64,
     syncs: u64,
@@ -77,7 +76,7 @@ struct Slot {
 /// The coordinator of one database's writers.
 pub struct GroupCommit {
     settings: Settings,
-    db: Arc<Database>,
+    backend: Backend,
     slot: Mutex<Slot>,
     /// Signalled when a batch ends.
     ended: Condvar,
@@ -104,33 +103,133 @@ impl Drop for Pending {
     }
 }
 
+/// The transaction of a batch.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per batch, moved only when the lease is handed on"
+)]
+pub enum BatchTxn {
+    Redb(WriteTransaction),
+    Pg(pg::Lent),
+}
+
+impl BatchTxn {
+    fn begin(backend: &Backend) -> Result<BatchTxn, CommitError> {
+        match backend {
+            Backend::Redb(db) => db
+                .begin_write()
+                .map(BatchTxn::Redb)
+                .map_err(|e| CommitError::fatal(e.to_string())),
+            Backend::Pg(store) => store
+                .begin_batch()
+                .map(BatchTxn::Pg)
+                .map_err(CommitError::from),
+        }
+    }
+
+    /// A shared store's transaction that a failed statement aborted:
+    /// nothing of it can be kept.
+    pub fn is_aborted(&self) -> bool {
+        matches!(self, BatchTxn::Pg(lent) if lent.is_aborted())
+    }
+
+    fn commit(self) -> Result<(), CommitError> {
+        match self {
+            BatchTxn::Redb(txn) => txn.commit().map_err(|e| CommitError::fatal(e.to_string())),
+            BatchTxn::Pg(lent) => lent.commit().map_err(CommitError::from),
+        }
+    }
+}
+
+/// How one batch ended: its members read it when they wake.
+#[derive(Default)]
+struct Outcome(std::sync::atomic::AtomicU8);
+
+impl Outcome {
+    const COMMITTED: u8 = 1;
+    const FAILED: u8 = 2;
+    /// Failed having kept nothing (a shared store's lost race): its
+    /// requests may run again.
+    const LOST_RACE: u8 = 3;
+
+    fn set(&self, v: u8) {
+        self.0.store(v, Ordering::Release);
+    }
+
+    fn failure(retry: bool) -> u8 {
+        if retry {
+            Outcome::LOST_RACE
+        } else {
+            Outcome::FAILED
+        }
+    }
+
+    /// The answer of a member, once its batch has ended. (On a shared
+    /// store a later batch may commit before an earlier one's commit
+    /// returns: only the batch's own outcome tells.)
+    fn result(&self) -> Option<Result<(), CommitError>> {
+        match self.0.load(Ordering::Acquire) {
+            0 => None,
+            Outcome::COMMITTED => Some(Ok(())),
+            v => Some(Err(CommitError {
+                message: "the batch could not be committed".into(),
+                retry: v == Outcome::LOST_RACE,
+            })),
+        }
+    }
+}
+
 /// A request's hold on the batch transaction.
 pub struct Lease {
-    txn: WriteTransaction,
+    txn: BatchTxn,
     batch: u64,
+    outcome: Arc<Outcome>,
 }
 
 impl Lease {
-    pub fn txn(&self) -> &WriteTransaction {
+    pub fn txn(&self) -> &BatchTxn {
         &self.txn
     }
 }
 
 /// Why a request's writes did not become durable.
 #[derive(Debug)]
-pub struct CommitError(pub String);
+pub struct CommitError {
+    pub message: String,
+    /// Lost a race on a shared store: nothing was kept, the request may
+    /// run again.
+    pub retry: bool,
+}
+
+impl CommitError {
+    fn fatal(message: String) -> CommitError {
+        CommitError {
+            message,
+            retry: false,
+        }
+    }
+}
+
+impl From<StorageError> for CommitError {
+    fn from(e: StorageError) -> CommitError {
+        CommitError {
+            retry: matches!(e, StorageError::Conflict),
+            message: e.to_string(),
+        }
+    }
+}
 
 impl std::fmt::Display for CommitError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "commit failed: {}", self.0)
+        write!(f, "commit failed: {}", self.message)
     }
 }
 
 impl GroupCommit {
-    pub fn new(db: Arc<Database>, settings: Settings) -> Arc<GroupCommit> {
+    pub fn new(backend: Backend, settings: Settings) -> Arc<GroupCommit> {
         Arc::new(GroupCommit {
             settings,
-            db,
+            backend,
             slot: Mutex::new(Slot::default()),
             ended: Condvar::new(),
         })
@@ -164,9 +263,17 @@ impl GroupCommit {
         if s.pending == 0 && s.members > 0 && !s.leased && s.txn.is_some() {
             let txn = s.txn.take().expect("checked");
             s.leased = true;
-            let batch = s.batch;
+            let (batch, outcome) = (s.batch, s.outcome.clone());
             // The members report a failure themselves.
-            let _ = self.commit_batch(s, Lease { txn, batch }, false);
+            let _ = self.commit_batch(
+                s,
+                Lease {
+                    txn,
+                    batch,
+                    outcome,
+                },
+                false,
+            );
         }
     }
 
@@ -193,21 +300,26 @@ impl GroupCommit {
             return Ok(Lease {
                 txn,
                 batch: s.batch,
+                outcome: s.outcome.clone(),
             });
         }
         s.batch += 1;
         s.members = 0;
-        let batch = s.batch;
+        s.outcome = Arc::new(Outcome::default());
+        let (batch, outcome) = (s.batch, s.outcome.clone());
         drop(s);
         // Outside the lock: this waits while the previous batch commits.
-        match self.db.begin_write() {
-            Ok(txn) => Ok(Lease { txn, batch }),
+        match BatchTxn::begin(&self.backend) {
+            Ok(txn) => Ok(Lease {
+                txn,
+                batch,
+                outcome,
+            }),
             Err(e) => {
                 let mut s = self.lock();
                 s.pending -= 1;
-                s.ended = s.ended.max(batch);
                 Self::hand_on(&mut s);
-                Err(CommitError(e.to_string()))
+                Err(e)
             }
         }
     }
@@ -227,25 +339,20 @@ impl GroupCommit {
         }
         if s.members == 0 && s.pending == 0 {
             // Nothing to keep and nobody to hand it to: abort it.
-            s.ended = s.ended.max(lease.batch);
             Self::hand_on(&mut s);
             drop(s);
             drop(lease.txn);
             return Ok(());
         }
-        let batch = lease.batch;
+        let (batch, outcome) = (lease.batch, lease.outcome);
         s.txn = Some(lease.txn);
         Self::hand_on(&mut s);
         if !applied {
             return Ok(());
         }
         loop {
-            if s.ended >= batch {
-                return if s.failed.contains(&batch) {
-                    Err(CommitError("the batch could not be committed".into()))
-                } else {
-                    Ok(())
-                };
+            if let Some(result) = outcome.result() {
+                return result;
             }
             let (next, timeout) = self
                 .ended
@@ -261,7 +368,15 @@ impl GroupCommit {
                 // Nobody took the batch on: commit it here.
                 let txn = s.txn.take().expect("checked");
                 s.leased = true;
-                return self.commit_batch(s, Lease { txn, batch }, true);
+                return self.commit_batch(
+                    s,
+                    Lease {
+                        txn,
+                        batch,
+                        outcome,
+                    },
+                    true,
+                );
             }
         }
     }
@@ -290,10 +405,16 @@ impl GroupCommit {
         // commit inside redb.
         Self::hand_on(&mut s);
         drop(s);
-        let result = lease.txn.commit().map_err(|e| CommitError(e.to_string()));
+        let Lease {
+            txn,
+            batch,
+            outcome,
+        } = lease;
+        let result = txn.commit();
         let mut s = self.lock();
         match &result {
             Ok(()) => {
+                outcome.set(Outcome::COMMITTED);
                 s.commits += members;
                 s.syncs += 1;
                 let m = crate::metrics::metrics();
@@ -302,50 +423,66 @@ impl GroupCommit {
                 m.commit_batch.observe(members as f64);
             }
             Err(e) => {
-                tracing::error!(batch = lease.batch, members, "{e}");
-                s.failed.push(lease.batch);
-                let keep = s.failed.len().saturating_sub(64);
-                s.failed.drain(..keep);
+                if e.retry {
+                    tracing::info!(batch, members, "{e}; its requests run again");
+                } else {
+                    tracing::error!(batch, members, "{e}");
+                }
+                outcome.set(Outcome::failure(e.retry));
             }
         }
-        s.ended = s.ended.max(lease.batch);
         self.ended.notify_all();
         if mine { result } else { Ok(()) }
     }
 
     /// Abandon the batch `lease` holds (its writes are in an unknown state):
-    /// every member of it fails.
-    pub fn poison(&self, lease: Lease) {
+    /// every member of it fails; with `retry` (a lost race on a shared
+    /// store, nothing kept) they run again.
+    pub fn poison(&self, lease: Lease, retry: bool) {
         let mut s = self.lock();
-        tracing::error!(
-            batch = lease.batch,
-            members = s.members,
-            "batch abandoned after a storage error"
-        );
-        drop(lease.txn);
-        s.failed.push(lease.batch);
-        s.ended = s.ended.max(lease.batch);
+        if retry {
+            tracing::info!(
+                batch = lease.batch,
+                members = s.members,
+                "batch lost a race with another host; its requests run again"
+            );
+        } else {
+            tracing::error!(
+                batch = lease.batch,
+                members = s.members,
+                "batch abandoned after a storage error"
+            );
+        }
+        // Counted as handed on: the request holding it is done with it.
+        s.pending -= 1;
+        lease.outcome.set(Outcome::failure(retry));
         Self::hand_on(&mut s);
         self.ended.notify_all();
+        drop(s);
+        // Its rollback (a round trip on a shared store) outside the lock.
+        drop(lease.txn);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use redb::{ReadableDatabase, ReadableTableMetadata, TableDefinition};
+    use redb::{Database, ReadableDatabase, ReadableTableMetadata, TableDefinition};
 
     const T: TableDefinition<u64, u64> = TableDefinition::new("t");
 
     fn open(settings: Settings) -> (tempfile::TempDir, Arc<Database>, Arc<GroupCommit>) {
         let dir = tempfile::tempdir().unwrap();
         let db = Arc::new(Database::create(dir.path().join("db")).unwrap());
-        let gc = GroupCommit::new(db.clone(), settings);
+        let gc = GroupCommit::new(Backend::Redb(db.clone()), settings);
         (dir, db, gc)
     }
 
     fn put(l: &Lease, k: u64) {
-        l.txn().open_table(T).unwrap().insert(k, k).unwrap();
+        let BatchTxn::Redb(txn) = l.txn() else {
+            unreachable!("redb here")
+        };
+        txn.open_table(T).unwrap().insert(k, k).unwrap();
     }
 
     fn count(db: &Database) -> u64 {

@@ -8,8 +8,9 @@
 //! request succeeded, so a failed request leaves nothing behind.
 
 pub mod group_commit;
+pub mod pg;
 
-use self::group_commit::{GroupCommit, Lease, Pending};
+use self::group_commit::{BatchTxn, GroupCommit, Lease, Pending};
 use anyhow::{Context, Result};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError, TableHandle};
 use std::cell::RefCell;
@@ -20,6 +21,9 @@ use std::sync::Arc;
 
 /// Largest key a plugin may write.
 pub const MAX_KEY_BYTES: usize = 4 * 1024;
+/// Largest key on a shared store: a PostgreSQL btree entry (keyspace and
+/// key) must stay under 2704 bytes.
+pub const MAX_SHARED_KEY_BYTES: usize = 2 * 1024;
 /// Most keys of one `get-many` call.
 pub const MAX_GET_MANY: usize = 1000;
 /// Largest value a plugin may write (a post with 16 attachments of 512 KiB fits).
@@ -38,6 +42,8 @@ pub const HOST_TABLES: &[&str] = &[
     "host:meta",
     "cash:upstream-journal",
     "cash:upstream-fees",
+    "host:uploads",
+    "host:upload-blobs",
 ];
 
 /// Key of a by-time index entry: the time (u64 BE ms), then the record's
@@ -58,12 +64,38 @@ fn def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
     TableDefinition::new(name)
 }
 
+/// Where the data lives: the embedded redb file (one host) or a shared
+/// PostgreSQL-protocol database (many hosts).
+#[derive(Clone)]
+pub enum Backend {
+    Redb(Arc<Database>),
+    Pg(Arc<pg::PgStore>),
+}
+
 /// The database plus its commit coordinator.
 pub struct Storage {
-    db: Arc<Database>,
+    backend: Backend,
     gc: Arc<GroupCommit>,
     /// Most bytes of writes one write transaction may hold.
     write_budget: usize,
+}
+
+/// A request lost a race with another host's on the shared store: nothing
+/// of it was kept, and it may run again from the start.
+#[derive(Debug)]
+pub struct RunAgain;
+
+/// How many times a request that lost a race runs again before the host
+/// answers 503 `storage_conflict`.
+pub const CONFLICT_RETRIES: u32 = 8;
+
+/// The pause before run `attempt` (1-based) of a request that lost a race:
+/// growing, with jitter, so that the racers do not meet again.
+pub fn conflict_backoff(attempt: u32) -> std::time::Duration {
+    let mut r = [0u8; 2];
+    crate::ids::fill_random(&mut r);
+    let cap_us = 500u64 << attempt.min(6);
+    std::time::Duration::from_micros(cap_us / 2 + u64::from(u16::from_le_bytes(r)) % cap_us)
 }
 
 /// Default of [`Storage::set_write_budget`].
@@ -78,8 +110,14 @@ pub type Rows = Vec<(Vec<u8>, Vec<u8>)>;
     reason = "one per request, never moved in a hot loop"
 )]
 pub enum Txn {
-    Read(redb::ReadTransaction),
+    Read(ReadTxn),
     Write(WriteTxn),
+}
+
+/// A snapshot of committed data.
+pub enum ReadTxn {
+    Redb(redb::ReadTransaction),
+    Pg(pg::PgRead),
 }
 
 /// Why a storage operation failed.
@@ -88,6 +126,9 @@ pub enum StorageError {
     ReadOnly,
     UnknownKeyspace(String),
     TooLarge(String),
+    /// The transaction lost a race with another one (a shared store's
+    /// serialization failure): the whole request runs again.
+    Conflict,
     Internal(String),
 }
 
@@ -97,6 +138,7 @@ impl std::fmt::Display for StorageError {
             StorageError::ReadOnly => write!(f, "read-only transaction"),
             StorageError::UnknownKeyspace(k) => write!(f, "unknown keyspace {k}"),
             StorageError::TooLarge(m) => write!(f, "too large: {m}"),
+            StorageError::Conflict => write!(f, "conflict with a concurrent transaction"),
             StorageError::Internal(m) => write!(f, "storage: {m}"),
         }
     }
@@ -199,12 +241,40 @@ impl Storage {
             })?;
         }
         txn.commit()?;
-        let db = Arc::new(db);
-        Ok(Storage {
-            gc: GroupCommit::new(db.clone(), commit),
-            db,
+        Ok(Self::on(Backend::Redb(Arc::new(db)), commit))
+    }
+
+    /// Open a shared PostgreSQL-protocol store (`url`), its data in
+    /// `schema`, with at most `connections` connections.
+    pub fn open_pg(
+        url: &str,
+        schema: &str,
+        connections: usize,
+        commit: group_commit::Settings,
+    ) -> Result<Storage> {
+        let store = pg::PgStore::open(url, schema, connections)?;
+        Ok(Self::on(Backend::Pg(store), commit))
+    }
+
+    fn on(backend: Backend, commit: group_commit::Settings) -> Storage {
+        Storage {
+            gc: GroupCommit::new(backend.clone(), commit),
+            backend,
             write_budget: DEFAULT_WRITE_BUDGET,
-        })
+        }
+    }
+
+    /// `redb` or `postgres`.
+    pub fn backend_name(&self) -> &'static str {
+        match self.backend {
+            Backend::Redb(_) => "redb",
+            Backend::Pg(_) => "postgres",
+        }
+    }
+
+    /// Whether many hosts may share this store.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.backend, Backend::Pg(_))
     }
 
     /// Most bytes (keys plus values) of writes one transaction may hold
@@ -223,8 +293,11 @@ impl Storage {
     }
 
     /// A snapshot of committed data.
-    pub fn begin_read(&self) -> Result<redb::ReadTransaction, StorageError> {
-        self.db.begin_read().map_err(internal)
+    pub fn begin_read(&self) -> Result<ReadTxn, StorageError> {
+        match &self.backend {
+            Backend::Redb(db) => db.begin_read().map(ReadTxn::Redb).map_err(internal),
+            Backend::Pg(store) => Ok(ReadTxn::Pg(store.begin_read())),
+        }
     }
 
     /// Count a mutating request as under way from its start, so that open
@@ -248,19 +321,71 @@ impl Storage {
             held: std::cell::Cell::new(0),
             budget: self.write_budget,
             gc: self.gc.clone(),
+            conflict: std::cell::Cell::new(false),
         })
     }
 
     /// Commit a write transaction; returns once its writes are durable.
     pub fn commit(&self, mut w: WriteTxn) -> Result<(), StorageError> {
         let lease = w.lease.take().expect("live until committed or dropped");
+        if w.conflict.get() {
+            self.gc.poison(lease, true);
+            return Err(StorageError::Conflict);
+        }
+        if lease.txn().is_aborted() {
+            // A statement of this request failed (and it answered 2xx all
+            // the same): nothing of the batch can be kept; its other
+            // members run again.
+            self.gc.poison(lease, true);
+            return Err(StorageError::Internal(
+                "a storage call of this request failed".into(),
+            ));
+        }
         let overlay = std::mem::take(&mut *w.overlay.borrow_mut());
         if let Err(e) = apply(&lease, overlay) {
             // The batch may hold part of this request: abandon all of it.
-            self.gc.poison(lease);
+            self.gc.poison(lease, matches!(e, StorageError::Conflict));
             return Err(e);
         }
-        self.gc.release(lease, true).map_err(internal)
+        self.gc.release(lease, true).map_err(|e| {
+            if e.retry {
+                StorageError::Conflict
+            } else {
+                internal(e)
+            }
+        })
+    }
+
+    /// Run `f` in a write transaction of the host's own, and commit it when
+    /// `f` answers `Ok`; when the transaction lost a race on a shared store,
+    /// run `f` again on a new one (a few times). `Err` of `f` leaves
+    /// nothing. The outer error is the store's.
+    pub fn write<T, E>(
+        &self,
+        mut f: impl FnMut(&WriteTxn) -> Result<T, E>,
+    ) -> Result<Result<T, E>, StorageError> {
+        let mut attempt = 0;
+        loop {
+            let txn = self.begin_write()?;
+            let result = f(&txn);
+            let outcome = if txn.conflicted() {
+                drop(txn);
+                Err(StorageError::Conflict)
+            } else {
+                match result {
+                    Ok(v) => self.commit(txn).map(|()| Ok(v)),
+                    Err(e) => return Ok(Err(e)),
+                }
+            };
+            match outcome {
+                Err(StorageError::Conflict) if attempt < CONFLICT_RETRIES => {
+                    attempt += 1;
+                    crate::metrics::metrics().conflict_retries.inc();
+                    std::thread::sleep(conflict_backoff(attempt));
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Successful write transactions since start.
@@ -277,7 +402,13 @@ impl Storage {
     /// committed state), into a new database at `path`; returns how many
     /// tables were copied. Writers are not held up.
     pub fn snapshot_into(&self, path: &Path) -> Result<usize> {
-        let read = self.db.begin_read()?;
+        let db = match &self.backend {
+            Backend::Redb(db) => db,
+            Backend::Pg(_) => anyhow::bail!(
+                "a shared store is backed up by its database (pg_dump, or the cluster's own backups), not by a host"
+            ),
+        };
+        let read = db.begin_read()?;
         let out = Database::create(path).with_context(|| format!("creating {}", path.display()))?;
         let w = out.begin_write()?;
         let mut tables = 0;
@@ -297,7 +428,10 @@ impl Storage {
 
     /// Whether a read transaction can be opened.
     pub fn healthy(&self) -> bool {
-        self.db.begin_read().is_ok()
+        match &self.backend {
+            Backend::Redb(db) => db.begin_read().is_ok(),
+            Backend::Pg(store) => store.healthy(),
+        }
     }
 }
 
@@ -305,8 +439,12 @@ impl Storage {
 type Overlay = BTreeMap<String, BTreeMap<Vec<u8>, Option<Vec<u8>>>>;
 
 fn apply(lease: &Lease, overlay: Overlay) -> Result<(), StorageError> {
+    let txn = match lease.txn() {
+        BatchTxn::Redb(txn) => txn,
+        BatchTxn::Pg(batch) => return batch.apply(overlay),
+    };
     for (table, writes) in overlay {
-        let mut t = lease.txn().open_table(def(&table)).map_err(internal)?;
+        let mut t = txn.open_table(def(&table)).map_err(internal)?;
         for (key, value) in writes {
             match value {
                 Some(v) => {
@@ -332,13 +470,20 @@ pub struct WriteTxn {
     /// Most bytes the overlay may hold.
     budget: usize,
     gc: Arc<GroupCommit>,
+    /// A read or write lost a race (shared store): the batch is lost and
+    /// this request must run again.
+    conflict: std::cell::Cell<bool>,
 }
 
 impl Drop for WriteTxn {
     fn drop(&mut self) {
-        if let Some(lease) = self.lease.take()
-            && let Err(e) = self.gc.release(lease, false)
-        {
+        let Some(lease) = self.lease.take() else {
+            return;
+        };
+        if self.conflict.get() || lease.txn().is_aborted() {
+            // The shared transaction is aborted: every member runs again.
+            self.gc.poison(lease, true);
+        } else if let Err(e) = self.gc.release(lease, false) {
             tracing::error!("handing on the batch: {e}");
         }
     }
@@ -351,12 +496,27 @@ impl WriteTxn {
             .expect("live until committed or dropped")
     }
 
+    /// Whether this request lost a race and must run again.
+    pub fn conflicted(&self) -> bool {
+        self.conflict.get()
+    }
+
+    /// Note a conflict on the way out.
+    fn noted<T>(&self, r: Result<T, StorageError>) -> Result<T, StorageError> {
+        if let Err(StorageError::Conflict) = &r {
+            self.conflict.set(true);
+        }
+        r
+    }
+
     /// Write `key` of `table`.
     pub fn put_in(&self, table: &str, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
-        if key.len() > MAX_KEY_BYTES {
-            return Err(StorageError::TooLarge(format!(
-                "key over {MAX_KEY_BYTES} bytes"
-            )));
+        let max_key = match self.lease().txn() {
+            BatchTxn::Redb(_) => MAX_KEY_BYTES,
+            BatchTxn::Pg(_) => MAX_SHARED_KEY_BYTES,
+        };
+        if key.len() > max_key {
+            return Err(StorageError::TooLarge(format!("key over {max_key} bytes")));
         }
         if value.len() > MAX_VALUE_BYTES {
             return Err(StorageError::TooLarge(format!(
@@ -406,16 +566,59 @@ impl WriteTxn {
 }
 
 impl Kv for WriteTxn {
+    /// On a shared store, the keys this request did not write are read in
+    /// one round trip.
+    fn get_many_within(
+        &self,
+        table: &str,
+        keys: &[Vec<u8>],
+        max_bytes: usize,
+    ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        let BatchTxn::Pg(batch) = self.lease().txn() else {
+            let mut budget = Budget::new(max_bytes);
+            return keys
+                .iter()
+                .map(|k| {
+                    let v = self.get_in(table, k)?;
+                    budget.take(v.as_ref().map_or(0, Vec::len))?;
+                    Ok(v)
+                })
+                .collect();
+        };
+        let overlay = self.overlay.borrow();
+        let mine = overlay.get(table);
+        let missing: Vec<Vec<u8>> = keys
+            .iter()
+            .filter(|k| mine.is_none_or(|m| !m.contains_key(k.as_slice())))
+            .cloned()
+            .collect();
+        let mut stored = self
+            .noted(batch.get_many_within(table, &missing, max_bytes))?
+            .into_iter();
+        let mut budget = Budget::new(max_bytes);
+        keys.iter()
+            .map(|k| {
+                let v = match mine.and_then(|m| m.get(k.as_slice())) {
+                    Some(v) => v.clone(),
+                    None => stored.next().flatten(),
+                };
+                budget.take(v.as_ref().map_or(0, Vec::len))?;
+                Ok(v)
+            })
+            .collect()
+    }
+
     fn get_in(&self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
         if let Some(v) = self.overlay.borrow().get(table).and_then(|t| t.get(key)) {
             return Ok(v.clone());
         }
-        let t = self
-            .lease()
-            .txn()
-            .open_table(def(table))
-            .map_err(internal)?;
-        Ok(t.get(key).map_err(internal)?.map(|v| v.value().to_vec()))
+        match self.lease().txn() {
+            BatchTxn::Redb(txn) => {
+                let t = txn.open_table(def(table)).map_err(internal)?;
+                Ok(t.get(key).map_err(internal)?.map(|v| v.value().to_vec()))
+            }
+            BatchTxn::Pg(batch) => self.noted(batch.get(table, key)),
+        }
     }
 
     fn scan_within(
@@ -439,12 +642,21 @@ impl Kv for WriteTxn {
         if reverse {
             mine.reverse();
         }
-        let t = self
-            .lease()
-            .txn()
-            .open_table(def(table))
-            .map_err(internal)?;
-        let iter = t.range::<&[u8]>(range).map_err(internal)?;
+        let txn = match self.lease().txn() {
+            BatchTxn::Redb(txn) => txn,
+            BatchTxn::Pg(batch) => {
+                // Each of this request's writes may hide one stored row;
+                // the budget counts only the rows answered.
+                let want = limit.saturating_add(mine.len());
+                let rows = self.noted(batch.scan_rows(table, start, end, reverse, want))?;
+                return self.noted(merge(rows, mine, reverse, limit, max_bytes));
+            }
+        };
+        let t = txn.open_table(def(table)).map_err(internal)?;
+        let iter = t
+            .range::<&[u8]>(range)
+            .map_err(internal)?
+            .map(|r| r.map_err(internal));
         let base: Box<dyn Iterator<Item = _>> = if reverse {
             Box::new(iter.rev())
         } else {
@@ -464,9 +676,26 @@ fn bounds<'a>(start: &'a [u8], end: Option<&'a [u8]>) -> (Bound<&'a [u8]>, Bound
     )
 }
 
+/// A stored key or value, borrowed from the database or copied out.
+trait Stored {
+    fn bytes(&self) -> &[u8];
+}
+
+impl Stored for redb::AccessGuard<'_, &'static [u8]> {
+    fn bytes(&self) -> &[u8] {
+        self.value()
+    }
+}
+
+impl Stored for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
 /// Merge committed rows with a request's own writes (which win, and whose
 /// deletes hide rows), both in scan order, up to `limit`.
-fn merge<'a, I>(
+fn merge<I, B>(
     base: I,
     mine: Vec<(&Vec<u8>, &Option<Vec<u8>>)>,
     reverse: bool,
@@ -474,15 +703,8 @@ fn merge<'a, I>(
     max_bytes: usize,
 ) -> Result<Rows, StorageError>
 where
-    I: Iterator<
-        Item = Result<
-            (
-                redb::AccessGuard<'a, &'static [u8]>,
-                redb::AccessGuard<'a, &'static [u8]>,
-            ),
-            redb::StorageError,
-        >,
-    >,
+    I: Iterator<Item = Result<(B, B), StorageError>>,
+    B: Stored,
 {
     let before = |a: &[u8], b: &[u8]| if reverse { a > b } else { a < b };
     let mut budget = Budget::new(max_bytes);
@@ -491,8 +713,8 @@ where
     let mut mine = mine.into_iter().peekable();
     while out.len() < limit {
         let next_base = match base.peek() {
-            Some(Ok((k, _))) => Some(k.value().to_vec()),
-            Some(Err(_)) => return Err(internal(base.next().expect("peeked").err().expect("err"))),
+            Some(Ok((k, _))) => Some(k.bytes().to_vec()),
+            Some(Err(_)) => return Err(base.next().expect("peeked").err().expect("err")),
             None => None,
         };
         let take_mine = match (&next_base, mine.peek()) {
@@ -515,9 +737,9 @@ where
                 out.push((k.clone(), v.clone()));
             }
         } else {
-            let (k, v) = base.next().expect("peeked").map_err(internal)?;
-            budget.take(k.value().len() + v.value().len())?;
-            out.push((k.value().to_vec(), v.value().to_vec()));
+            let (k, v) = base.next().expect("peeked")?;
+            budget.take(k.bytes().len() + v.bytes().len())?;
+            out.push((k.bytes().to_vec(), v.bytes().to_vec()));
         }
     }
     Ok(out)
@@ -572,7 +794,10 @@ impl Kv for redb::ReadTransaction {
             Err(TableError::TableDoesNotExist(_)) => return Ok(vec![]),
             Err(e) => return Err(internal(e)),
         };
-        let iter = t.range::<&[u8]>(bounds(start, end)).map_err(internal)?;
+        let iter = t
+            .range::<&[u8]>(bounds(start, end))
+            .map_err(internal)?
+            .map(|r| r.map_err(internal));
         let rows: Box<dyn Iterator<Item = _>> = if reverse {
             Box::new(iter.rev())
         } else {
@@ -580,6 +805,42 @@ impl Kv for redb::ReadTransaction {
         };
         // A snapshot has no writes of its own to merge in.
         merge(rows, Vec::new(), reverse, limit, max_bytes)
+    }
+}
+
+impl Kv for ReadTxn {
+    fn get_in(&self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        match self {
+            ReadTxn::Redb(t) => t.get_in(table, key),
+            ReadTxn::Pg(t) => t.get_in(table, key),
+        }
+    }
+
+    fn get_many_within(
+        &self,
+        table: &str,
+        keys: &[Vec<u8>],
+        max_bytes: usize,
+    ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        match self {
+            ReadTxn::Redb(t) => t.get_many_within(table, keys, max_bytes),
+            ReadTxn::Pg(t) => t.get_many_within(table, keys, max_bytes),
+        }
+    }
+
+    fn scan_within(
+        &self,
+        table: &str,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<Rows, StorageError> {
+        match self {
+            ReadTxn::Redb(t) => t.scan_within(table, start, end, reverse, limit, max_bytes),
+            ReadTxn::Pg(t) => t.scan_within(table, start, end, reverse, limit, max_bytes),
+        }
     }
 }
 

@@ -293,7 +293,10 @@ pub fn error_response(status: u16) -> Value {
         ),
         413 => ("payload_too_large", "Error"),
         422 => ("macro_error", "Error"),
-        503 => ("plugin_unavailable", "Error"),
+        503 => (
+            "plugin_unavailable, upstream_unavailable, or storage_conflict (a shared store: the request kept losing races with other hosts' and nothing of it was kept; retry after Retry-After)",
+            "Error",
+        ),
         _ => ("internal", "Error"),
     };
     json!({"description": desc, "content": {"application/json": {"schema": r(schema)}}})

@@ -43,7 +43,7 @@ pub const OPS: &[Op] = &[
 /// The component schemas the operations reference (besides the host's).
 pub fn schemas() -> Value {
     json!({
-        "Health": obj(&[("status", t("string")), ("storage", obj(&[("status", t("string")), ("commits", t("integer")), ("syncs", t("integer"))], &[])), ("plugins", t("object"))], &["status", "storage", "plugins"]),
+        "Health": obj(&[("status", t("string")), ("storage", obj(&[("status", t("string")), ("backend", t("string")), ("commits", t("integer")), ("syncs", t("integer"))], &[])), ("plugins", t("object"))], &["status", "storage", "plugins"]),
         "Info": obj(&[("name", t("string")), ("version", t("string")), ("payment_rails", t("array")), ("fee_schedule_url", t("string")), ("fee_policy", t("string")), ("plugins", t("object"))], &["name", "version"]),
     })
 }

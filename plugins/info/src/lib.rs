@@ -43,7 +43,12 @@ fn health() -> Response {
         if ok { 200 } else { 503 },
         &json!({
             "status": if ok { "ok" } else { "degraded" },
-            "storage": {"status": storage.status, "commits": storage.commits, "syncs": storage.syncs},
+            "storage": {
+                "status": storage.status,
+                "backend": host::storage_backend(),
+                "commits": storage.commits,
+                "syncs": storage.syncs,
+            },
             "plugins": plugins_by_family(),
         }),
     )

@@ -24,6 +24,13 @@ impl host::Host for Ctx {
         }
     }
 
+    fn storage_backend(&mut self) -> String {
+        self.rt
+            .as_ref()
+            .map_or("unknown", |rt| rt.storage.backend_name())
+            .into()
+    }
+
     fn plugins(&mut self) -> Vec<host::PluginStatus> {
         let Some(rt) = &self.rt else { return vec![] };
         rt.statuses_with(false)

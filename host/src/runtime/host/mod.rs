@@ -28,7 +28,7 @@ use crate::reply::Reply;
 use crate::runtime::Runtime;
 use crate::runtime::bindings::endpoint::marketplace::plugin::{auth as wit_auth, types};
 use crate::runtime::limiter::CallLimiter;
-use crate::store::{StorageError, Txn};
+use crate::store::{RunAgain, StorageError, Txn};
 use std::sync::Arc;
 
 /// Store data that carries a call limiter.
@@ -137,9 +137,16 @@ impl Ctx {
         self.on_fault.take()
     }
 
+    /// Whether the request's transaction lost a race on the shared store
+    /// (then nothing of it can be kept, and it runs again).
+    pub fn conflicted(&self) -> bool {
+        matches!(&self.txn, Some(Txn::Write(t)) if t.conflicted())
+    }
+
     /// Turn the plugin's answer into the reply, committing the transaction
-    /// when (and only when) the answer is a 2xx of a mutating request.
-    pub fn finish(mut self, resp: types::Response) -> Reply {
+    /// when (and only when) the answer is a 2xx of a mutating request;
+    /// `RunAgain` when the commit lost a race on the shared store.
+    pub fn finish(mut self, resp: types::Response) -> Result<Reply, RunAgain> {
         let mut reply = Reply {
             status: resp.status,
             headers: resp.headers,
@@ -147,11 +154,11 @@ impl Ctx {
         };
         if !(100..=599).contains(&reply.status) {
             tracing::error!(family = %self.family, status = reply.status, "plugin answered an invalid status");
-            return self.refund_upstream(Reply::error(500, "internal", "internal error"));
+            return Ok(self.refund_upstream(Reply::error(500, "internal", "internal error")));
         }
         if reply.is_success() && self.unheld > 0 {
             tracing::error!(family = %self.family, units = self.unheld, "escrow charge not held in a contract's account: nothing is kept");
-            return Reply::error(500, "internal", "internal error");
+            return Ok(Reply::error(500, "internal", "internal error"));
         }
         if reply.is_success()
             && let Some(change) = self.charged.as_ref().and_then(|c| c.change.clone())
@@ -178,22 +185,24 @@ impl Ctx {
                     // its hold goes back to its payer as a refund (after
                     // the transaction, and its lease, are gone).
                     drop(txn);
-                    return self.refund_upstream(kept);
+                    return Ok(self.refund_upstream(kept));
                 }
                 // Upstream mode: fee and change are made at the upstream
                 // before the commit that settles them.
                 if let Err(failed) = self.settle_upstream(&txn) {
                     drop(txn);
-                    return self.refund_upstream(failed);
+                    return Ok(self.refund_upstream(failed));
                 }
                 match self
                     .record_replay(&txn, &reply)
                     .and_then(|_| rt.storage.commit(txn))
                 {
-                    Ok(()) => crate::money::x402::sent(reply),
+                    Ok(()) => Ok(crate::money::x402::sent(reply)),
+                    // Nothing was kept (shared store; no upstream there).
+                    Err(StorageError::Conflict) => Err(RunAgain),
                     Err(e) => {
                         tracing::error!(family = %self.family, "commit failed: {e}");
-                        self.refund_upstream(Reply::error(500, "internal", "internal error"))
+                        Ok(self.refund_upstream(Reply::error(500, "internal", "internal error")))
                     }
                 }
             }
@@ -201,7 +210,7 @@ impl Ctx {
             // discarded (and a payment taken upstream is refunded).
             (txn, _) => {
                 drop(txn);
-                self.refund_upstream(reply)
+                Ok(self.refund_upstream(reply))
             }
         }
     }
@@ -251,19 +260,39 @@ impl Ctx {
         }
     }
 
-    /// The request's transaction, opened on first use.
+    /// The request's transaction, opened on first use. The wait for it
+    /// (the commit batch of the writers before) does not count against the
+    /// plugin's deadline.
     fn txn(&mut self) -> Result<&mut Txn, StorageError> {
         if self.txn.is_none() {
             let rt = self
                 .rt
                 .as_ref()
                 .ok_or_else(|| StorageError::Internal("no storage in this call".into()))?;
+            let started = std::time::Instant::now();
             self.txn = Some(match (self.write, self.pending.take()) {
                 (true, Some(pending)) => Txn::Write(rt.storage.begin_write_for(pending)?),
                 (write, _) => rt.storage.begin(write)?,
             });
+            self.limiter.extend(started.elapsed());
         }
         Ok(self.txn.as_mut().expect("just opened"))
+    }
+
+    /// A storage call on the request's transaction. On a shared store its
+    /// round trips are the host's time, not the plugin's: they extend the
+    /// deadline (see [`CallLimiter::extend`]).
+    fn on_txn<R>(
+        &mut self,
+        f: impl FnOnce(&mut Txn) -> Result<R, StorageError>,
+    ) -> Result<R, StorageError> {
+        let txn = self.txn()?;
+        let started = std::time::Instant::now();
+        let result = f(txn);
+        if self.rt.as_ref().is_some_and(|rt| rt.storage.is_shared()) {
+            self.limiter.extend(started.elapsed());
+        }
+        result
     }
 }
 

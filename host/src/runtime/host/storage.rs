@@ -11,6 +11,10 @@ fn to_wit(e: StorageError) -> storage::StorageError {
         StorageError::UnknownKeyspace(k) => storage::StorageError::UnknownKeyspace(k),
         StorageError::TooLarge(m) => storage::StorageError::TooLarge(m),
         StorageError::Internal(m) => storage::StorageError::Internal(m),
+        // The host runs the whole request again, whatever the plugin does.
+        StorageError::Conflict => {
+            storage::StorageError::Internal("conflict with a concurrent request".into())
+        }
     }
 }
 
@@ -53,7 +57,7 @@ impl storage::Host for Ctx {
         key: Vec<u8>,
     ) -> Result<Option<Vec<u8>>, storage::StorageError> {
         let ks = self.keyspace(keyspace)?;
-        self.txn().and_then(|t| t.get(&ks, &key)).map_err(to_wit)
+        self.on_txn(|t| t.get(&ks, &key)).map_err(to_wit)
     }
 
     fn get_many(
@@ -69,8 +73,7 @@ impl storage::Host for Ctx {
         }
         let ks = self.keyspace(keyspace)?;
         let budget = self.call_budget();
-        self.txn()
-            .and_then(|t| t.get_many(&ks, &keys, budget))
+        self.on_txn(|t| t.get_many(&ks, &keys, budget))
             .map_err(to_wit)
     }
 
@@ -83,7 +86,7 @@ impl storage::Host for Ctx {
 
     fn delete(&mut self, key: Vec<u8>) -> Result<bool, storage::StorageError> {
         let ks = self.family.clone();
-        self.txn().and_then(|t| t.delete(&ks, &key)).map_err(to_wit)
+        self.on_txn(|t| t.delete(&ks, &key)).map_err(to_wit)
     }
 
     fn scan(
@@ -98,8 +101,7 @@ impl storage::Host for Ctx {
         let limit = limit.min(100_000) as usize;
         let budget = self.call_budget();
         let rows = self
-            .txn()
-            .and_then(|t| t.scan_bounded(&ks, &start, end.as_deref(), reverse, limit, budget))
+            .on_txn(|t| t.scan_bounded(&ks, &start, end.as_deref(), reverse, limit, budget))
             .map_err(to_wit)?;
         Ok(rows
             .into_iter()
