@@ -100,7 +100,11 @@ pub fn stored_bytes(data_dir: &Path) -> Vec<u8> {
             .expect("connecting to the test cluster");
         tokio::spawn(conn);
         let mut out = Vec::new();
-        for row in client.query(sql.as_str(), &[]).await.expect("reading the schema") {
+        for row in client
+            .query(sql.as_str(), &[])
+            .await
+            .expect("reading the schema")
+        {
             let (ks, k, v): (String, Vec<u8>, Vec<u8>) = (row.get(0), row.get(1), row.get(2));
             out.extend_from_slice(ks.as_bytes());
             out.extend_from_slice(&k);
