@@ -14,7 +14,7 @@ use crate::runtime::api::{self, Api, Served};
 use crate::runtime::host::{Ctx, FeeCtx, Limiter};
 use crate::runtime::routes::{Match, Route};
 use crate::state::State;
-use crate::store::{CONFLICT_RETRIES, RunAgain, conflict_backoff};
+use crate::store::{RunAgain, run_again_on_conflict};
 use anyhow::{Context, Result, anyhow};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -791,21 +791,11 @@ impl Runtime {
         payment: PaymentHeaders,
         write: bool,
     ) -> Reply {
-        let mut attempt = 0;
-        loop {
-            match self.handle_once(family, &req, payment.clone(), write) {
-                Ok(reply) => return reply,
-                Err(RunAgain) if attempt < CONFLICT_RETRIES => {
-                    attempt += 1;
-                    crate::metrics::metrics().conflict_retries.inc();
-                    std::thread::sleep(conflict_backoff(attempt));
-                }
-                Err(RunAgain) => {
-                    tracing::warn!(family, attempts = attempt + 1, "still conflicting: 503");
-                    return Reply::conflict();
-                }
-            }
-        }
+        run_again_on_conflict(|| self.handle_once(family, &req, payment.clone(), write))
+            .unwrap_or_else(|RunAgain| {
+                tracing::warn!(family, "still losing races after every run again: 503");
+                Reply::conflict()
+            })
     }
 
     fn handle_once(

@@ -91,11 +91,30 @@ pub const CONFLICT_RETRIES: u32 = 8;
 
 /// The pause before run `attempt` (1-based) of a request that lost a race:
 /// growing, with jitter, so that the racers do not meet again.
-pub fn conflict_backoff(attempt: u32) -> std::time::Duration {
+fn conflict_backoff(attempt: u32) -> std::time::Duration {
     let mut r = [0u8; 2];
     crate::ids::fill_random(&mut r);
     let cap_us = 500u64 << attempt.min(6);
     std::time::Duration::from_micros(cap_us / 2 + u64::from(u16::from_le_bytes(r)) % cap_us)
+}
+
+/// Run `once` until it does not lose a race (`RunAgain`), at most
+/// [`CONFLICT_RETRIES`] times more, pausing between runs; `RunAgain` when
+/// it lost every time.
+pub fn run_again_on_conflict<T>(
+    mut once: impl FnMut() -> Result<T, RunAgain>,
+) -> Result<T, RunAgain> {
+    let mut attempt = 0;
+    loop {
+        match once() {
+            Err(RunAgain) if attempt < CONFLICT_RETRIES => {
+                attempt += 1;
+                crate::metrics::metrics().conflict_retries.inc();
+                std::thread::sleep(conflict_backoff(attempt));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Default of [`Storage::set_write_budget`].
@@ -364,28 +383,26 @@ impl Storage {
         &self,
         mut f: impl FnMut(&WriteTxn) -> Result<T, E>,
     ) -> Result<Result<T, E>, StorageError> {
-        let mut attempt = 0;
-        loop {
-            let txn = self.begin_write()?;
-            let result = f(&txn);
-            let outcome = if txn.conflicted() {
-                drop(txn);
-                Err(StorageError::Conflict)
-            } else {
-                match result {
-                    Ok(v) => self.commit(txn).map(|()| Ok(v)),
-                    Err(e) => return Ok(Err(e)),
-                }
+        // The store's own errors other than a lost race end it at once.
+        let once = || -> Result<Result<Result<T, E>, StorageError>, RunAgain> {
+            let txn = match self.begin_write() {
+                Ok(t) => t,
+                Err(e) => return Ok(Err(e)),
             };
-            match outcome {
-                Err(StorageError::Conflict) if attempt < CONFLICT_RETRIES => {
-                    attempt += 1;
-                    crate::metrics::metrics().conflict_retries.inc();
-                    std::thread::sleep(conflict_backoff(attempt));
-                }
-                other => return other,
+            let result = f(&txn);
+            if txn.conflicted() {
+                return Err(RunAgain);
             }
-        }
+            match result {
+                Ok(v) => match self.commit(txn) {
+                    Ok(()) => Ok(Ok(Ok(v))),
+                    Err(StorageError::Conflict) => Err(RunAgain),
+                    Err(e) => Ok(Err(e)),
+                },
+                Err(e) => Ok(Ok(Err(e))),
+            }
+        };
+        run_again_on_conflict(once).unwrap_or(Err(StorageError::Conflict))
     }
 
     /// Successful write transactions since start.
