@@ -23,7 +23,10 @@ def running(admin_token=None):
     (and, with `admin_token`, also the admin URL: yields (base, admin))."""
     with tempfile.TemporaryDirectory() as data:
         args = [str(BINARY), "serve", "--listen", "127.0.0.1:0", "--data-dir", data]
-        env = dict(os.environ, MARKETPLACE_CACHE_DIR=str(CACHE))
+        # The test harness's own variables are not server settings.
+        harness = ("MARKETPLACE_TEST_", "MARKETPLACE_REQUIRE_PG")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(harness)}
+        env["MARKETPLACE_CACHE_DIR"] = str(CACHE)
         if admin_token:
             args += ["--admin-listen", "127.0.0.1:0"]
             env["MARKETPLACE_ADMIN_TOKEN"] = admin_token
