@@ -68,6 +68,10 @@ struct Slot {
     pending: u64,
     /// How the newest batch ended, once it has.
     outcome: Arc<Outcome>,
+    /// A batch's commit is under way: the next batch begins after it (as
+    /// redb makes it; on a shared store a batch begun earlier would read
+    /// around the committing one and lose the race to it).
+    committing: bool,
     /// Successful mutating requests and durable commits since start.
     commits: u64,
     syncs: u64,
@@ -303,6 +307,9 @@ impl GroupCommit {
                 outcome: s.outcome.clone(),
             });
         }
+        while s.committing {
+            s = self.ended.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
         s.batch += 1;
         s.members = 0;
         s.outcome = Arc::new(Outcome::default());
@@ -401,9 +408,9 @@ impl GroupCommit {
         mine: bool,
     ) -> Result<(), CommitError> {
         let members = s.members;
-        // The next request opens a new batch; its begin_write waits for this
-        // commit inside redb.
+        // The next request opens a new batch once this commit is done.
         Self::hand_on(&mut s);
+        s.committing = true;
         drop(s);
         let Lease {
             txn,
@@ -412,6 +419,7 @@ impl GroupCommit {
         } = lease;
         let result = txn.commit();
         let mut s = self.lock();
+        s.committing = false;
         match &result {
             Ok(()) => {
                 outcome.set(Outcome::COMMITTED);
