@@ -57,12 +57,6 @@ fn new_secret(units: u64) -> String {
     format!("e{}:secret:{}", amount(units), common::hex(&raw))
 }
 
-/// The public form of a secret.
-fn public_of(secret: &str) -> String {
-    let (amt, hex) = secret.split_once(":secret:").expect("a secret");
-    format!("{amt}:public:{}", sha256_hex(hex.as_bytes()))
-}
-
 /// `n` secrets worth one post each: a few minted through the admin API,
 /// each split into up to 100 with `POST /api/cash/replace`.
 fn post_secrets(s: &Server, n: usize) -> Vec<String> {
@@ -79,45 +73,6 @@ fn post_secrets(s: &Server, n: usize) -> Vec<String> {
         out.extend(outputs);
     }
     out
-}
-
-/// Spent state of each secret (by public form) through health_check.
-fn spent_states(s: &Server, secrets: &[String]) -> HashMap<String, Value> {
-    let mut out = HashMap::new();
-    // 100 at a time: the host refuses more (PROTOCOL asks for 1,000).
-    for chunk in secrets.chunks(100) {
-        let publics: Vec<String> = chunk.iter().map(|s| public_of(s)).collect();
-        let r = s.post_json("/api/cash/health_check", &json!(publics));
-        assert_eq!(r.status, 200, "health_check: {}", r.text());
-        let results = r.json()["results"].clone();
-        for (secret, public) in chunk.iter().zip(&publics) {
-            out.insert(secret.clone(), results[public]["spent"].clone());
-        }
-    }
-    out
-}
-
-/// Every post of `author` (content -> post id), paging the timeline.
-fn posts_of(s: &Server, author: &str) -> HashMap<String, String> {
-    let mut present = HashMap::new();
-    let mut before = String::new();
-    loop {
-        let r = s.get(&format!("/api/timeline?author={author}&limit=100{before}"));
-        assert_eq!(r.status, 200, "timeline: {}", r.text());
-        let page = r.json();
-        for p in page["posts"].as_array().unwrap() {
-            let old = present.insert(
-                p["content"].as_str().unwrap().to_string(),
-                p["post_id"].as_str().unwrap().to_string(),
-            );
-            assert!(old.is_none(), "a post listed twice: {p}");
-        }
-        match page["next_before"].as_str() {
-            Some(next) => before = format!("&before={next}"),
-            None => break,
-        }
-    }
-    present
 }
 
 /// The ledger's totals, read from the database of a stopped server.
@@ -559,7 +514,7 @@ fn sigterm_during_paid_load_answers_every_accepted_request() {
         let r = s2.get(&format!("/api/posts/{id}"));
         assert_eq!(r.status, 200, "acknowledged post {id}: {}", r.text());
     }
-    let present = posts_of(&s2, &key.fp());
+    let present = common::posts_of(&s2, &key.fp());
     assert_eq!(
         present.len(),
         created.len(),
@@ -570,7 +525,7 @@ fn sigterm_during_paid_load_answers_every_accepted_request() {
         "the stored posts are the acknowledged ones"
     );
     // Each payment is spent exactly when its post was acknowledged.
-    let spent = spent_states(&s2, &everything);
+    let spent = common::spent_states(&s2, &everything);
     let sent_by_secret: HashMap<&str, &Sent> = log.iter().map(|s| (s.secret.as_str(), s)).collect();
     for secret in &everything {
         let acknowledged = sent_by_secret
@@ -888,8 +843,8 @@ fn backup_during_paid_writes_restores_a_consistent_copy() {
             got.text()
         );
     }
-    let present = posts_of(&r, &key.fp());
-    let spent = spent_states(&r, &everything);
+    let present = common::posts_of(&r, &key.fp());
+    let spent = common::spent_states(&r, &everything);
     let by_content: HashMap<&str, &Sent> = log.iter().map(|s| (s.content.as_str(), s)).collect();
     for (content, id) in &present {
         let sent = by_content
@@ -979,7 +934,7 @@ fn backup_during_paid_writes_restores_a_consistent_copy() {
     let out = restore(&offline, &restored2);
     assert!(out.status.success(), "restore: {}", text(&out.stderr));
     let mut r2 = server_on(&restored2, &[]);
-    assert_eq!(posts_of(&r2, &key.fp()), all_created);
+    assert_eq!(common::posts_of(&r2, &key.fp()), all_created);
     // Change and payouts still derive from the restored server key: a
     // replace with change works on the restored copy.
     let big = r2.mint("1");

@@ -108,16 +108,6 @@ fn new_secret(units: u64) -> String {
     format!("e{}:secret:{}", amount(units), common::hex(&raw))
 }
 
-/// The public form of a secret.
-fn public_of(secret: &str) -> String {
-    use sha2::{Digest, Sha256};
-    let (amt, hex) = secret.split_once(":secret:").expect("a secret");
-    format!(
-        "{amt}:public:{}",
-        common::hex(&Sha256::digest(hex.as_bytes()))
-    )
-}
-
 /// `n` secrets worth one post each, made on `s`: minted through the admin
 /// API (100 posts' worth at a time) and split with `POST /api/cash/replace`.
 /// Also returns the units minted.
@@ -136,44 +126,6 @@ fn post_secrets(s: &Server, n: usize) -> (Vec<String>, u64) {
         out.extend(outputs);
     }
     (out, minted)
-}
-
-/// Spent state of each secret (`true`, `false`, or null when unknown).
-fn spent_states(s: &Server, secrets: &[String]) -> HashMap<String, Value> {
-    let mut out = HashMap::new();
-    for chunk in secrets.chunks(100) {
-        let publics: Vec<String> = chunk.iter().map(|s| public_of(s)).collect();
-        let r = s.post_json("/api/cash/health_check", &json!(publics));
-        assert_eq!(r.status, 200, "health_check: {}", r.text());
-        let results = r.json()["results"].clone();
-        for (secret, public) in chunk.iter().zip(&publics) {
-            out.insert(secret.clone(), results[public]["spent"].clone());
-        }
-    }
-    out
-}
-
-/// Every post of `author` (content -> post id), paging the timeline.
-fn posts_of(s: &Server, author: &str) -> HashMap<String, String> {
-    let mut present = HashMap::new();
-    let mut before = String::new();
-    loop {
-        let r = s.get(&format!("/api/timeline?author={author}&limit=100{before}"));
-        assert_eq!(r.status, 200, "timeline: {}", r.text());
-        let page = r.json();
-        for p in page["posts"].as_array().unwrap() {
-            let old = present.insert(
-                p["content"].as_str().unwrap().to_string(),
-                p["post_id"].as_str().unwrap().to_string(),
-            );
-            assert!(old.is_none(), "a post listed twice: {p}");
-        }
-        match page["next_before"].as_str() {
-            Some(next) => before = format!("&before={next}"),
-            None => break,
-        }
-    }
-    present
 }
 
 /// The body of a post by `key`, freshly signed.
@@ -391,7 +343,7 @@ fn thirty_two_spends_of_one_secret_across_hosts_succeed_once() {
     let id = wins[0].json()["post_id"].as_str().unwrap().to_string();
     for s in &f.hosts {
         assert_eq!(s.cash_state(&secret).0, json!(true));
-        let posts = posts_of(s, &key.fp());
+        let posts = common::posts_of(s, &key.fp());
         assert_eq!(posts.len(), 1, "{posts:?}");
         assert_eq!(posts.values().next(), Some(&id));
     }
@@ -695,7 +647,7 @@ fn kill_9_of_one_host_during_paid_writes_loses_nothing_acknowledged() {
     let fresh = f.add();
     for h in [0, 2, fresh] {
         let s = &f.hosts[h];
-        let present = posts_of(s, &author.fp());
+        let present = common::posts_of(s, &author.fp());
         for (content, id) in &created {
             assert_eq!(
                 present.get(*content).map(String::as_str),
@@ -713,7 +665,7 @@ fn kill_9_of_one_host_during_paid_writes_loses_nothing_acknowledged() {
         // Each payment is spent exactly when its post exists; a request
         // answered with a refusal left nothing; an unanswered one (on the
         // killed host) either took effect whole or not at all.
-        let spent = spent_states(s, &all);
+        let spent = common::spent_states(s, &all);
         for sent in &log {
             let exists = present.contains_key(&sent.content);
             assert_eq!(

@@ -658,3 +658,49 @@ fn try_read_response(stream: &mut TcpStream) -> std::io::Result<Resp> {
         body,
     })
 }
+
+/// The public form (`e<amount>:public:<sha256 hex>`) of a secret.
+pub fn public_of(secret: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let (amt, hex_part) = secret.split_once(":secret:").expect("a secret");
+    format!("{amt}:public:{}", hex(&Sha256::digest(hex_part.as_bytes())))
+}
+
+/// Spent state of each secret (by public form) through health_check.
+pub fn spent_states(s: &Server, secrets: &[String]) -> std::collections::HashMap<String, Value> {
+    let mut out = std::collections::HashMap::new();
+    // 100 at a time: the host refuses more (PROTOCOL asks for 1,000).
+    for chunk in secrets.chunks(100) {
+        let publics: Vec<String> = chunk.iter().map(|s| public_of(s)).collect();
+        let r = s.post_json("/api/cash/health_check", &serde_json::json!(publics));
+        assert_eq!(r.status, 200, "health_check: {}", r.text());
+        let results = r.json()["results"].clone();
+        for (secret, public) in chunk.iter().zip(&publics) {
+            out.insert(secret.clone(), results[public]["spent"].clone());
+        }
+    }
+    out
+}
+
+/// Every post of `author` (content -> post id), paging the timeline.
+pub fn posts_of(s: &Server, author: &str) -> std::collections::HashMap<String, String> {
+    let mut present = std::collections::HashMap::new();
+    let mut before = String::new();
+    loop {
+        let r = s.get(&format!("/api/timeline?author={author}&limit=100{before}"));
+        assert_eq!(r.status, 200, "timeline: {}", r.text());
+        let page = r.json();
+        for p in page["posts"].as_array().unwrap() {
+            let old = present.insert(
+                p["content"].as_str().unwrap().to_string(),
+                p["post_id"].as_str().unwrap().to_string(),
+            );
+            assert!(old.is_none(), "a post listed twice: {p}");
+        }
+        match page["next_before"].as_str() {
+            Some(next) => before = format!("&before={next}"),
+            None => break,
+        }
+    }
+    present
+}
