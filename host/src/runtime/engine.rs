@@ -35,6 +35,13 @@ pub mod bindings {
         wasmtime::component::bindgen!({
             path: "../wit",
             world: "endpoint",
+            // A request's call can run on an async worker and yield there
+            // on epoch ticks ([`super::super::Runtime::handle_inline`]);
+            // off the workers, [`super::super::run_to_end`] finishes it.
+            // Of the imports only `dispatch.call` is async: it may wait for
+            // another request run on a blocking thread.
+            exports: { default: async },
+            imports: { "marketplace:plugin/dispatch.call": async },
         });
     }
     /// The `fee-policy` world (sharing the `types` and `log` interfaces).
@@ -220,6 +227,8 @@ impl Runtime {
         let instances = limits.max_instances.saturating_mul(2).saturating_add(16);
         let mut pool = PoolingAllocationConfig::new();
         pool.total_component_instances(instances)
+            // One fiber stack per call in flight (calls run as futures).
+            .total_stacks(instances)
             .max_core_instances_per_component(32)
             .total_core_instances(instances.saturating_mul(8))
             .max_memories_per_component(8)
@@ -588,15 +597,12 @@ impl Runtime {
         // `describe` and `api` must not touch storage or payments; give
         // them an inert context.
         let mut store = self.store(Ctx::inert(self.limits.memory_bytes));
-        let bindings = pre
-            .instantiate(&mut store)
+        let bindings = run_to_end(pre.instantiate_async(&mut store))
             .map_err(|e| anyhow!("instantiating failed: {e}"))?;
         let handler = bindings.marketplace_plugin_handler();
-        let info = handler
-            .call_describe(&mut store)
+        let info = run_to_end(handler.call_describe(&mut store))
             .map_err(|e| anyhow!("smoke call describe() failed: {e}"))?;
-        let declared = handler
-            .call_describe_api(&mut store)
+        let declared = run_to_end(handler.call_describe_api(&mut store))
             .map_err(|e| anyhow!("smoke call api() failed: {e}"))?;
         let routes = declared
             .routes
@@ -683,8 +689,12 @@ impl Runtime {
         store.data_mut().limiter().start(self.limits.deadline);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|mut cx| {
-            Ok(if cx.data_mut().limiter().expired() {
+            let limiter = cx.data_mut().limiter();
+            Ok(if limiter.expired() {
                 UpdateDeadline::Interrupt
+            } else if limiter.yields {
+                // On an async worker: let the worker's other tasks run.
+                UpdateDeadline::Yield(1)
             } else {
                 UpdateDeadline::Continue(1)
             })
@@ -779,7 +789,7 @@ impl Runtime {
     /// Run one request through an endpoint family in its own transaction,
     /// a write transaction when `write` (the matched route's
     /// [`crate::runtime::routes::Route::writes`]). Writes (and payment spends)
-    /// commit only on a 2xx answer.
+    /// commit only on a 2xx answer. Blocks: call it off the async workers.
     ///
     /// On a shared store, a request whose transaction lost a race with
     /// another host's runs again from the start (a fresh instance, a fresh
@@ -791,19 +801,51 @@ impl Runtime {
         payment: PaymentHeaders,
         write: bool,
     ) -> Reply {
-        run_again_on_conflict(|| self.handle_once(family, &req, payment.clone(), write))
-            .unwrap_or_else(|RunAgain| {
-                tracing::warn!(family, "still losing races after every run again: 503");
-                Reply::conflict()
-            })
+        run_again_on_conflict(|| {
+            run_to_end(self.handle_once(family, &req, payment.clone(), write, false))
+        })
+        .unwrap_or_else(|RunAgain| {
+            tracing::warn!(family, "still losing races after every run again: 503");
+            Reply::conflict()
+        })
     }
 
-    fn handle_once(
+    /// Whether a request of `family` may run on an async worker
+    /// ([`Runtime::handle_inline`]) rather than be handed to a blocking
+    /// thread: it only reads (no commit batch to wait for) and the store
+    /// is the embedded one (reads come from memory-mapped pages, no
+    /// network round trips). Such a call blocks nowhere but in its own
+    /// code, which yields to the worker's other tasks on every epoch tick;
+    /// a request it dispatches that could block runs on a blocking thread.
+    pub fn runs_inline(&self, write: bool) -> bool {
+        !write && !self.state.storage.is_shared()
+    }
+
+    /// [`Runtime::handle`] of a read on an async worker (see
+    /// [`Runtime::runs_inline`]).
+    pub async fn handle_inline(
+        self: &Arc<Self>,
+        family: &str,
+        req: wit::Request,
+        payment: PaymentHeaders,
+    ) -> Reply {
+        // Only a shared store makes a request run again, and reads on one
+        // are never inline.
+        self.handle_once(family, &req, payment, false, true)
+            .await
+            .unwrap_or_else(|RunAgain| Reply::conflict())
+    }
+
+    /// One run of a request. `inline`: the call runs on an async worker
+    /// and yields on epoch ticks; otherwise it never yields, and
+    /// [`run_to_end`] finishes it on the calling thread.
+    async fn handle_once(
         self: &Arc<Self>,
         family: &str,
         req: &wit::Request,
         mut payment: PaymentHeaders,
         write: bool,
+        inline: bool,
     ) -> Result<Reply, RunAgain> {
         let Some(plugin) = self.plugin(family) else {
             return Ok(Reply::error(
@@ -860,11 +902,18 @@ impl Runtime {
             self.limits.memory_bytes,
         );
         let mut store = self.store(ctx);
+        store.data_mut().limiter().yields = inline;
         let started = Instant::now();
-        let instance = pre.instantiate(&mut store);
+        let instance = pre.instantiate_async(&mut store).await;
         let instantiated = Instant::now();
-        let result =
-            instance.and_then(|b| b.marketplace_plugin_handler().call_handle(&mut store, req));
+        let result = match instance {
+            Ok(b) => {
+                b.marketplace_plugin_handler()
+                    .call_handle(&mut store, req)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
         crate::metrics::metrics().plugin_call(
             family,
             instantiated - started,
@@ -962,6 +1011,21 @@ impl std::ops::Deref for Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         self.stop_ticker.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Run a plugin call's future to its end on this thread. Off the async
+/// workers a call never yields (its limiter's `yields` is false, and its
+/// `dispatch` runs the target on this thread), so the first poll finishes
+/// it; the loop only guards that.
+pub(crate) fn run_to_end<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::yield_now();
     }
 }
 

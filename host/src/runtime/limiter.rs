@@ -13,6 +13,9 @@ pub struct CallLimiter {
     deadline: Instant,
     /// How much [`CallLimiter::extend`] gave the call so far.
     extended: Duration,
+    /// The call runs on an async worker: it yields to the worker's other
+    /// tasks on every epoch tick instead of running on.
+    pub(crate) yields: bool,
 }
 
 /// Most a call's deadline is extended by host time in all: a plugin that
@@ -26,6 +29,7 @@ impl CallLimiter {
             hit: false,
             deadline: Instant::now() + Duration::from_secs(3600),
             extended: Duration::ZERO,
+            yields: false,
         }
     }
 

@@ -418,13 +418,24 @@ async fn dispatch(
                 headers,
                 body,
             };
-            let app2 = app.clone();
-            let family_name = family.clone();
             let writes = route.writes;
-            let result = tokio::task::spawn_blocking(move || {
-                span.in_scope(|| app2.runtime.handle(&family_name, request, payment, writes))
-            })
-            .await;
+            let result = if app.runtime.runs_inline(writes) {
+                // On this worker: no hand-off to a blocking thread. A
+                // panic is caught as the blocking pool would catch it.
+                use futures_util::FutureExt;
+                std::panic::AssertUnwindSafe(app.runtime.handle_inline(family, request, payment))
+                    .catch_unwind()
+                    .await
+                    .map_err(|_| "panicked".to_string())
+            } else {
+                let app2 = app.clone();
+                let family_name = family.clone();
+                tokio::task::spawn_blocking(move || {
+                    span.in_scope(|| app2.runtime.handle(&family_name, request, payment, writes))
+                })
+                .await
+                .map_err(|e| e.to_string())
+            };
             drop(permits);
             match result {
                 Ok(reply) => reply,

@@ -4,13 +4,39 @@
 
 use super::Ctx;
 use crate::reply::Reply;
+use crate::runtime::Runtime;
 use crate::runtime::bindings::endpoint::marketplace::plugin::{dispatch, types};
 use crate::runtime::routes::{Handler, Match};
 use crate::store::Txn;
+use std::sync::Arc;
 
 impl dispatch::Host for Ctx {
-    fn call(&mut self, req: types::Request) -> types::Response {
-        let reply = self.dispatch(req);
+    async fn call(&mut self, req: types::Request) -> types::Response {
+        let reply = match self.target(req) {
+            Err(reply) => reply,
+            Ok(Target::Host(rt, name, body)) => crate::runtime::native::handle(&rt, name, &body),
+            Ok(Target::Family(rt, family, req, writes)) => {
+                let payment = self.payment.clone();
+                if !self.limiter.yields {
+                    // Off the async workers: run the target here.
+                    rt.handle(&family, req, payment, writes)
+                } else if rt.runs_inline(writes) {
+                    Box::pin(rt.handle_inline(&family, req, payment)).await
+                } else {
+                    // On an async worker: the target may wait (for the
+                    // commit batch); it waits on a blocking thread.
+                    let (f, span) = (family.clone(), tracing::Span::current());
+                    tokio::task::spawn_blocking(move || {
+                        span.in_scope(|| rt.handle(&f, req, payment, writes))
+                    })
+                    .await
+                    .unwrap_or_else(|e| {
+                        tracing::error!(family, "dispatched request failed: {e}");
+                        Reply::error(500, "internal", "internal error")
+                    })
+                }
+            }
+        };
         types::Response {
             status: reply.status,
             headers: reply.headers,
@@ -19,54 +45,65 @@ impl dispatch::Host for Ctx {
     }
 }
 
+/// What a dispatched request runs.
+enum Target {
+    /// A host handler, its request body.
+    Host(Arc<Runtime>, &'static str, Vec<u8>),
+    /// A family's route: the family, the routed request, whether it writes.
+    Family(Arc<Runtime>, String, types::Request, bool),
+}
+
 impl Ctx {
-    fn dispatch(&mut self, mut req: types::Request) -> Reply {
+    /// Route a dispatched request, or the answer refusing it.
+    fn target(&mut self, mut req: types::Request) -> Result<Target, Reply> {
         let Some(rt) = self.rt.clone() else {
-            return Reply::error(500, "internal", "internal error");
+            return Err(Reply::error(500, "internal", "internal error"));
         };
         let path = crate::runtime::routes::canonical_path(&req.path);
         if !path.starts_with("/api/") {
-            return Reply::error(
+            return Err(Reply::error(
                 404,
                 "not_found",
                 format!("only /api/ routes can be executed, not {path}"),
-            );
+            ));
         }
         let method = req.method.to_ascii_uppercase();
         let writes = !matches!(method.as_str(), "GET" | "HEAD");
         if writes && matches!(self.txn, Some(Txn::Write(_))) {
             tracing::error!(family = %self.family, "dispatch of a mutation from a request that already writes");
-            return Reply::error(500, "internal", "internal error");
+            return Err(Reply::error(500, "internal", "internal error"));
         }
         // The target is a request of its own: no batch should wait for this
         // one while it waits for the target.
         self.pending = None;
         match rt.find(&method, &path) {
-            Match::NotFound => {
-                Reply::error(404, "not_found", format!("no route for {method} {path}"))
-            }
-            Match::MethodNotAllowed(allowed) => Reply::error(
+            Match::NotFound => Err(Reply::error(
+                404,
+                "not_found",
+                format!("no route for {method} {path}"),
+            )),
+            Match::MethodNotAllowed(allowed) => Err(Reply::error(
                 405,
                 "method_not_allowed",
                 format!(
                     "{method} is not allowed on {path}; allowed: {}",
                     allowed.join(", ")
                 ),
-            ),
+            )),
             Match::Found { route, params } => match &route.handler {
-                Handler::Family(f) if *f == self.family => Reply::error(
+                Handler::Family(f) if *f == self.family => Err(Reply::error(
                     404,
                     "not_found",
                     format!("{path} cannot be executed from itself"),
-                ),
+                )),
                 Handler::Family(f) => {
                     req.method = method;
                     req.route = route.pattern.clone();
                     req.path = path;
                     req.params = params;
-                    rt.handle(f, req, self.payment.clone(), route.writes)
+                    Ok(Target::Family(rt, f.clone(), req, route.writes))
                 }
-                Handler::Host(name) => crate::runtime::native::handle(&rt, name, &req.body),
+                Handler::Host(name) => Ok(Target::Host(rt, name, req.body)),
             },
         }
     }
