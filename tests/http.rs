@@ -195,7 +195,7 @@ fn a_trapping_plugin_answers_500_and_the_host_keeps_serving() {
     assert_eq!(s.get("/_testing/ok").status, 200);
     assert_eq!(s.get("/api/health").status, 200);
     // The panic message reached the operator's log.
-    assert!(s.log_text().contains("deliberate trap"));
+    s.wait_log("the trap's message", |log| log.contains("deliberate trap"));
 }
 
 #[test]

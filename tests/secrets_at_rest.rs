@@ -566,8 +566,9 @@ fn no_secret_at_rest(pickup_paid: bool) {
         );
     }
 
-    // Stopped, nothing of it is at rest or in the log.
-    s.kill();
+    // Stopped (every log line written), nothing of it is at rest or in
+    // the log.
+    s.stop();
     // The redb file, or every row of the shared store's schema.
     let db = common::stored_bytes(&data);
     let log = s.log_text();

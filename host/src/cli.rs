@@ -4,7 +4,6 @@
 use crate::config::Config;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -210,30 +209,14 @@ fn load_config(settings: &Settings) -> Result<Config> {
     Config::load(settings.config.as_deref(), &env, &settings.overrides())
 }
 
-/// Logs on stderr: text (colours only on a terminal) or JSON lines.
-fn init_logging(config: &Config) {
-    use tracing_subscriber::EnvFilter;
-    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| config.log.clone());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::new(filter))
-        .with_writer(std::io::stderr);
-    let _ = if config.log_format == crate::config::LogFormat::Json {
-        builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(false)
-            .try_init()
-    } else {
-        builder
-            .with_ansi(std::io::stderr().is_terminal())
-            .try_init()
-    };
-}
-
 fn serve(config: Config) -> Result<()> {
-    init_logging(&config);
+    crate::logging::init(&config);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        // A busy worker gathers its log lines and writes them when idle.
+        .on_thread_unpark(crate::logging::gather)
+        .on_thread_park(crate::logging::flush)
+        .on_thread_stop(crate::logging::flush)
         .max_blocking_threads(config.max_instances as usize + 16)
         .build()?;
     let code = rt.block_on(crate::server::run(config))?;

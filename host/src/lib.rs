@@ -20,7 +20,8 @@
 //! - [`metrics`]: the process's Prometheus metrics (every layer counts);
 //!   [`backup`]: snapshots of a data dir and their restore; [`retention`]:
 //!   the sweeper of used-signature and replay records.
-//! - [`cli`]: the command line, over [`server::run`].
+//! - [`cli`]: the command line, over [`server::run`]; [`logging`]: the log
+//!   writer (a busy async worker writes its lines in batches).
 
 pub mod app;
 pub mod auth;
@@ -29,6 +30,7 @@ pub mod capabilities;
 pub mod cli;
 pub mod config;
 pub mod ids;
+pub mod logging;
 pub mod metrics;
 pub mod money;
 pub mod reply;

@@ -16,7 +16,8 @@
 //! secrets minted before it starts (as `marketplace cash mint --data-dir`
 //! does), one identity registered over HTTP, and `POST /api/timeline` at
 //! BENCH_PAID_CONNECTIONS connections, each post signed (fresh timestamp)
-//! and paid with its own secret.
+//! and paid with its own secret; then `GET /api/search` (one term every
+//! post has, limit 20) at BENCH_CONNECTIONS over the posts it wrote.
 //!
 //! Builds nothing itself: `cargo bench` builds `target/release/marketplace`;
 //! build the examples and the plugins first:
@@ -42,7 +43,8 @@
 //! redb, one host on the shared store and BENCH_HOSTS (3) hosts on it, in
 //! one run; the connections are split over the hosts, one generator process
 //! per host. CPU is the hosts' (the database server's is not counted).
-//! BENCH_KEEP=1 keeps each run's data dirs and server logs.
+//! BENCH_KEEP=1 keeps each run's data dirs and server logs (in both modes,
+//! the paid posts' data dir).
 
 use ed25519_dalek::{Signer, SigningKey};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -636,13 +638,6 @@ fn mint_offline(data_dir: &Path, n: usize, env: &[(String, String)]) -> (String,
 }
 
 /// Durable paid posts at `conns` connections.
-fn paid_posts(bench: &Bench, base: &Path, conns: u64, secs: u64) -> Row {
-    let tmp = tempfile::tempdir_in(base).unwrap();
-    let (hosts, _) = paid_posts_on(bench, tmp.path(), &Store::Redb, conns, secs);
-    drop(hosts);
-    bench.last.lock().unwrap().take().unwrap()
-}
-
 /// Start the hosts of `store` on a fresh data dir under `dir`, mint, sign
 /// and load them with durable paid posts at `conns` connections split over
 /// the hosts (one generator process per host); the hosts stay up (for a
@@ -833,8 +828,24 @@ fn main() {
 
     if env_or("BENCH_PAID", 1) == 1 {
         let paid_conns = env_or("BENCH_PAID_CONNECTIONS", 64);
-        println!("\ndurable paid posts (group commit, default settings):");
-        let row = paid_posts(&bench, &base, paid_conns, secs);
+        println!("\ndurable paid posts (group commit, default settings), then searches over them:");
+        let tmp = tempfile::tempdir_in(&base).unwrap();
+        let (servers, term) = paid_posts_on(&bench, tmp.path(), &Store::Redb, paid_conns, secs);
+        let row = bench.last.lock().unwrap().take().unwrap();
+        let posts = (row.rps * secs as f64).round();
+        // Twice: right after the writes, then the figure of the table.
+        let path = format!("/api/search?term={term}&limit=20");
+        let search = (0..2)
+            .map(|round| {
+                let label = format!("GET /api/search ({})", ["first", "second"][round]);
+                bench.measure_fleet(&label, &servers, &path, conns, secs, None)
+            })
+            .last()
+            .unwrap();
+        drop(servers);
+        if std::env::var_os("BENCH_KEEP").is_some() {
+            println!("  (data and log kept in {})", tmp.keep().display());
+        }
         println!(
             "| `POST /api/timeline` (paid, durable), {paid_conns} connections | {:.0} | {:.1} | {:.2}x | {:.2} | {:.0} | {:.0} |",
             row.rps,
@@ -844,7 +855,17 @@ fn main() {
             row.p50_us,
             row.p99_us
         );
+        println!(
+            "| `GET /api/search?term={term}&limit=20` over about {posts} posts, {conns} connections | {:.0} | {:.1} | {:.2}x | {:.2} | {:.0} | {:.0} |",
+            search.rps,
+            search.cpu_us,
+            search.cpu_us / hello_cpu,
+            search.cores,
+            search.p50_us,
+            search.p99_us
+        );
         assert_eq!(row.errors, 0, "paid posts answered errors");
+        assert_eq!(search.errors, 0, "searches answered errors");
     }
     drop(hello);
 }

@@ -437,6 +437,29 @@ impl Server {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Wait up to 5 s for the log to satisfy `pred`: a busy worker writes
+    /// its lines when it runs out of work, so a line may follow the answer.
+    pub fn wait_log(&self, what: &str, pred: impl Fn(&str) -> bool) {
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while !pred(&self.log_text()) {
+            assert!(
+                std::time::Instant::now() < until,
+                "never in the log: {what}\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stop the server as an operator would (SIGTERM, so every log line is
+    /// written), or kill it if it has not exited within 10 s.
+    pub fn stop(&mut self) {
+        self.signal("TERM");
+        if self.wait_exit(Duration::from_secs(10)).is_none() {
+            self.kill();
+        }
+    }
+
     /// The server's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

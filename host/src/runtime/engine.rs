@@ -694,7 +694,9 @@ impl Runtime {
                 UpdateDeadline::Interrupt
             } else if limiter.yields {
                 // On an async worker: let the worker's other tasks run.
-                UpdateDeadline::Yield(1)
+                // tokio's yield (not a plain wake) also has the worker poll
+                // for I/O first, so a new request is seen within a tick.
+                UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now()))
             } else {
                 UpdateDeadline::Continue(1)
             })
