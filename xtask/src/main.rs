@@ -34,6 +34,19 @@ fn main() -> ExitCode {
         "test" => build_plugins().and_then(|_| test(rest)),
         "pg" => pg_shell(),
         "bench" => build_plugins().and_then(|_| {
+            // The whole-process bench runs these as processes of their own.
+            if rest.iter().any(|a| a == "external") {
+                cargo(&[
+                    "build",
+                    "--release",
+                    "-p",
+                    "marketplace",
+                    "--example",
+                    "hello",
+                    "--example",
+                    "load",
+                ])?;
+            }
             let mut a = vec!["bench", "-p", "marketplace"];
             a.extend(rest.iter().map(String::as_str));
             cargo(&a)
