@@ -81,8 +81,13 @@ fn an_inline_call_that_spins_lets_the_workers_other_tasks_run_and_still_ends() {
             done.store(true, Ordering::SeqCst);
             reply
         });
+        // A timer fires only when the worker is let go: the plugin call
+        // must have yielded (whichever task the scheduler polls first).
         let done = spin_done.clone();
-        let other = tokio::spawn(async move { !done.load(Ordering::SeqCst) });
+        let other = tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            !done.load(Ordering::SeqCst)
+        });
         (spinning.await.unwrap(), other.await.unwrap())
     });
     assert_eq!(spin.status, 503, "{}", String::from_utf8_lossy(&spin.body));

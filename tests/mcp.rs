@@ -206,6 +206,28 @@ fn search_tool_matches_get_search_and_execute_passes_through() {
     let r = s.post_json("/api/mcp/tools/execute", &json!({"endpoint": {"method": "GET", "path": "/api/v1/search", "query": {"term": "walnut"}}}));
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["total"], 1);
+    // A host route that writes (it waits for the commit batch), from a
+    // tool call that only reads (run on an async worker): it runs, and
+    // commits, on a blocking thread.
+    let old = s.mint("0.2");
+    let new = format!("e0.2:secret:{}", "d".repeat(64));
+    let r = s.post_json(
+        "/api/mcp/tools/execute",
+        &json!({"endpoint": {"method": "POST", "path": "/api/cash/replace",
+                             "body": {"webcashes": [old], "new_webcashes": [new]}}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), json!({"status": "success"}));
+    assert_eq!(s.cash_state(&old).0, json!(true));
+    assert_eq!(s.cash_state(&new), (json!(false), json!("0.2")));
+    // ... and a fee quote from such a call (the fee component, on a
+    // blocking thread too).
+    let r = s.post_json(
+        "/api/mcp/tools/execute",
+        &json!({"endpoint": {"method": "GET", "path": "/api/fees"}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), s.get("/api/fees").json());
 }
 
 fn macro_def(name: &str) -> Value {

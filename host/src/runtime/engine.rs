@@ -38,10 +38,15 @@ pub mod bindings {
             // A request's call can run on an async worker and yield there
             // on epoch ticks ([`super::super::Runtime::handle_inline`]);
             // off the workers, [`super::super::run_to_end`] finishes it.
-            // Of the imports only `dispatch.call` is async: it may wait for
-            // another request run on a blocking thread.
+            // The imports that may wait for work on a blocking thread are
+            // async: `dispatch.call` (another request) and the fee
+            // component's `payments.quote` and `payments.policy`.
             exports: { default: async },
-            imports: { "marketplace:plugin/dispatch.call": async },
+            imports: {
+                "marketplace:plugin/dispatch.call": async,
+                "marketplace:plugin/payments.quote": async,
+                "marketplace:plugin/payments.policy": async,
+            },
         });
     }
     /// The `fee-policy` world (sharing the `types` and `log` interfaces).
@@ -1018,16 +1023,16 @@ impl Drop for Runtime {
 
 /// Run a plugin call's future to its end on this thread. Off the async
 /// workers a call never yields (its limiter's `yields` is false, and its
-/// `dispatch` runs the target on this thread), so the first poll finishes
-/// it; the loop only guards that.
+/// `dispatch` and fee calls run on this thread), so the first poll
+/// finishes it.
 pub(crate) fn run_to_end<F: std::future::Future>(future: F) -> F::Output {
     let mut future = std::pin::pin!(future);
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    loop {
-        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return out;
-        }
-        std::thread::yield_now();
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(out) => out,
+        // Nothing would wake it again: a bug, answered 500 by the caller's
+        // thread (a blocking task) rather than a thread spinning for ever.
+        std::task::Poll::Pending => panic!("a plugin call off the async workers did not finish"),
     }
 }
 

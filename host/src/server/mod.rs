@@ -91,6 +91,7 @@ pub async fn run(config: Config) -> Result<i32> {
         let _ = stop_tx.send(true);
         signal().await;
         tracing::warn!("second signal: exiting now");
+        crate::logging::flush();
         std::process::exit(130);
     });
     let drained = http::serve(app.clone(), listener, stop_rx, drain).await;

@@ -12,28 +12,33 @@ use std::sync::Arc;
 
 impl dispatch::Host for Ctx {
     async fn call(&mut self, req: types::Request) -> types::Response {
+        // Off the async workers a target runs here; on one (an inline
+        // call), only a target that cannot wait does, and any other waits
+        // on a blocking thread (for the commit batch, an upstream server
+        // or the fee component).
+        let inline = self.limiter.yields;
         let reply = match self.target(req) {
             Err(reply) => reply,
-            Ok(Target::Host(rt, name, body)) => crate::runtime::native::handle(&rt, name, &body),
+            Ok(Target::Host(rt, name, body))
+                if !inline || crate::runtime::native::runs_inline(name) =>
+            {
+                crate::runtime::native::handle(&rt, name, &body)
+            }
+            Ok(Target::Host(rt, name, body)) => {
+                off_the_worker(name, move || {
+                    crate::runtime::native::handle(&rt, name, &body)
+                })
+                .await
+            }
             Ok(Target::Family(rt, family, req, writes)) => {
                 let payment = self.payment.clone();
-                if !self.limiter.yields {
-                    // Off the async workers: run the target here.
+                if !inline {
                     rt.handle(&family, req, payment, writes)
                 } else if rt.runs_inline(writes) {
                     Box::pin(rt.handle_inline(&family, req, payment)).await
                 } else {
-                    // On an async worker: the target may wait (for the
-                    // commit batch); it waits on a blocking thread.
-                    let (f, span) = (family.clone(), tracing::Span::current());
-                    tokio::task::spawn_blocking(move || {
-                        span.in_scope(|| rt.handle(&f, req, payment, writes))
-                    })
-                    .await
-                    .unwrap_or_else(|e| {
-                        tracing::error!(family, "dispatched request failed: {e}");
-                        Reply::error(500, "internal", "internal error")
-                    })
+                    let f = family.clone();
+                    off_the_worker(&family, move || rt.handle(&f, req, payment, writes)).await
                 }
             }
         };
@@ -43,6 +48,17 @@ impl dispatch::Host for Ctx {
             body: reply.body,
         }
     }
+}
+
+/// Run `f` on a blocking thread, in this request's span.
+async fn off_the_worker(what: &str, f: impl FnOnce() -> Reply + Send + 'static) -> Reply {
+    let span = tracing::Span::current();
+    tokio::task::spawn_blocking(move || span.in_scope(f))
+        .await
+        .unwrap_or_else(|e| {
+            tracing::error!(target_route = what, "dispatched request failed: {e}");
+            Reply::error(500, "internal", "internal error")
+        })
 }
 
 /// What a dispatched request runs.

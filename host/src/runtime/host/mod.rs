@@ -248,16 +248,22 @@ impl Ctx {
             tracing::error!("{m}");
             refusal(Reply::error(500, "internal", "internal error"))
         };
-        if !self.write {
-            return Err(internal(
-                "payments, signatures and escrow need a mutating request",
-            ));
-        }
+        self.must_write()?;
         self.txn().map_err(|e| internal(&e.to_string()))?;
         match (&self.rt, &self.txn) {
             (Some(rt), Some(Txn::Write(t))) => Ok((rt, t)),
             _ => Err(internal("no write transaction")),
         }
+    }
+
+    /// Refuse (500, logged) a money or signature call in a request that
+    /// only reads.
+    fn must_write(&self) -> Result<(), types::Refusal> {
+        if self.write {
+            return Ok(());
+        }
+        tracing::error!(family = %self.family, "payments, signatures and escrow need a mutating request");
+        Err(refusal(Reply::error(500, "internal", "internal error")))
     }
 
     /// The request's transaction, opened on first use. The wait for it

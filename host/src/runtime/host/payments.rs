@@ -5,7 +5,9 @@ use super::{Ctx, refusal};
 use crate::capabilities::Capability;
 use crate::money::payments::ESCROW_ACTIONS;
 use crate::reply::Reply;
+use crate::runtime::Runtime;
 use crate::runtime::bindings::endpoint::marketplace::plugin::{payments, types};
+use std::sync::Arc;
 
 impl Ctx {
     fn charge_at(
@@ -48,8 +50,9 @@ impl Ctx {
     }
 }
 
-impl payments::Host for Ctx {
-    fn quote(&mut self, action: String, basis: Option<u64>) -> Result<u64, types::Refusal> {
+impl Ctx {
+    /// The fee component's price of `action`, on this thread.
+    fn quote_here(&self, action: &str, basis: Option<u64>) -> Result<u64, types::Refusal> {
         let Some(rt) = &self.rt else {
             return Err(refusal(Reply::error(
                 503,
@@ -57,7 +60,47 @@ impl payments::Host for Ctx {
                 "pricing is not available in this call",
             )));
         };
-        rt.fee_quote(&action, basis).map_err(refusal)
+        rt.fee_quote(action, basis).map_err(refusal)
+    }
+}
+
+/// Run a fee-component call `f`: here off the async workers; from an
+/// inline call (`inline`: which must not hold its worker for another
+/// component's deadline), on a blocking thread.
+async fn with_fee_component<R: Send + 'static>(
+    rt: Option<Arc<Runtime>>,
+    inline: bool,
+    f: impl FnOnce(&Runtime) -> R + Send + 'static,
+    unavailable: R,
+) -> R {
+    let Some(rt) = rt else {
+        return unavailable;
+    };
+    if !inline {
+        return f(&rt);
+    }
+    let span = tracing::Span::current();
+    match tokio::task::spawn_blocking(move || span.in_scope(|| f(&rt))).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!("fee component call failed: {e}");
+            unavailable
+        }
+    }
+}
+
+impl payments::Host for Ctx {
+    async fn quote(&mut self, action: String, basis: Option<u64>) -> Result<u64, types::Refusal> {
+        if self.rt.is_none() {
+            return self.quote_here(&action, basis);
+        }
+        with_fee_component(
+            self.rt.clone(),
+            self.limiter.yields,
+            move |rt| rt.fee_quote(&action, basis).map_err(refusal),
+            Err(refusal(Reply::error(500, "internal", "internal error"))),
+        )
+        .await
     }
 
     fn charge(
@@ -65,7 +108,9 @@ impl payments::Host for Ctx {
         action: String,
         basis: Option<u64>,
     ) -> Result<payments::Receipt, types::Refusal> {
-        let price = self.quote(action.clone(), basis)?;
+        // A read is refused before the fee component is asked.
+        self.must_write()?;
+        let price = self.quote_here(&action, basis)?;
         self.charge_at(action, price)
     }
 
@@ -83,10 +128,13 @@ impl payments::Host for Ctx {
         self.charge_at(action, price)
     }
 
-    fn policy(&mut self) -> String {
-        match &self.rt {
-            Some(rt) => rt.fee_policy(),
-            None => String::new(),
-        }
+    async fn policy(&mut self) -> String {
+        with_fee_component(
+            self.rt.clone(),
+            self.limiter.yields,
+            |rt| rt.fee_policy(),
+            String::new(),
+        )
+        .await
     }
 }
