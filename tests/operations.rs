@@ -1369,3 +1369,125 @@ fn cli_help_and_config_errors() {
         text(&out.stderr)
     );
 }
+
+/// A first start (empty compile cache): each family serves as soon as its
+/// own component is ready. Health answers while the large `mcp` component
+/// (a JavaScript engine) still compiles, a path no loaded family serves is
+/// 503 with Retry-After until every family is loaded (it may be one of the
+/// loading ones'), and the stdout line scripts wait for comes once all are.
+#[test]
+fn a_first_start_serves_each_family_as_soon_as_it_is_ready() {
+    if common::skip_on_postgres(
+        "a_first_start_serves_each_family_as_soon_as_it_is_ready",
+        "the start order does not depend on the store",
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let addr: SocketAddr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let log = tmp.path().join("server.log");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--listen", &addr.to_string(), "--data-dir"])
+        .arg(tmp.path().join("data"))
+        .arg("--plugins")
+        .arg(common::plugins_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("MARKETPLACE_") {
+            cmd.env_remove(k);
+        }
+    }
+    // A compile cache of its own, empty.
+    cmd.env("MARKETPLACE_CACHE_DIR", tmp.path().join("cache"));
+    let mut child = cmd.spawn().expect("spawn marketplace");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
+        let _ = tx.send(line);
+    });
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _child = Kill(child);
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+
+    let until = Instant::now() + Duration::from_secs(120);
+    let first = loop {
+        if let Ok(r) = common::try_request(addr, "GET", "/api/health", &[], None)
+            && r.status == 200
+        {
+            break r;
+        }
+        assert!(
+            Instant::now() < until,
+            "health never answered\n{}",
+            log_text()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let plugins = &first.json()["plugins"];
+    assert_eq!(plugins["info"]["status"], "ok", "{plugins}");
+    assert_eq!(
+        plugins["mcp"]["status"],
+        "loading",
+        "health answered only once mcp was loaded: {plugins}\n{}",
+        log_text()
+    );
+    assert!(
+        rx.try_recv().is_err(),
+        "the ready line came before every family was loaded"
+    );
+    let r = common::request(
+        addr,
+        "POST",
+        "/mcp",
+        &[("content-type", "application/json")],
+        Some(b"{}"),
+    );
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.code(), "plugin_unavailable");
+    assert_eq!(r.header("retry-after"), Some("1"));
+
+    let line = rx
+        .recv_timeout(Duration::from_secs(120))
+        .unwrap_or_else(|_| panic!("no ready line\n{}", log_text()));
+    assert_eq!(
+        line.trim(),
+        format!("marketplace listening on http://{addr}")
+    );
+    let health = common::request(addr, "GET", "/api/health", &[], None).json();
+    for (family, p) in health["plugins"].as_object().unwrap() {
+        assert_eq!(p["status"], "ok", "{family}: {health}");
+    }
+    assert_eq!(
+        common::request(addr, "GET", "/no/such/route", &[], None).status,
+        404
+    );
+    let log = log_text();
+    for family in [
+        "info",
+        "identity",
+        "timeline",
+        "search",
+        "contracts",
+        "mcp",
+        "fees",
+    ] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains("family ready") && l.contains(&format!("family={family} "))),
+            "no load time logged for {family}\n{log}"
+        );
+    }
+}

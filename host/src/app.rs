@@ -34,6 +34,21 @@ impl std::ops::Deref for App {
 impl App {
     /// Open storage, start the runtime and load the configured plugins.
     pub fn start(config: Config) -> Result<Arc<App>> {
+        let app = App::open(config)?;
+        app.load_families();
+        Ok(app)
+    }
+
+    /// Load the configured families (registered by [`App::open`]), each
+    /// serving as soon as it is ready.
+    pub fn load_families(&self) {
+        self.runtime.load_registered(&self.state.config.families());
+        self.runtime.loaded();
+    }
+
+    /// Open storage and start the runtime with the configured families
+    /// registered but not loaded yet ([`App::load_families`]).
+    pub fn open(config: Config) -> Result<Arc<App>> {
         let families = config.families();
         let limits = Limits {
             deadline: Duration::from_millis(config.request_timeout_ms),
@@ -42,7 +57,7 @@ impl App {
         };
         let state = State::open(config)?;
         let runtime = Arc::new(Runtime::new(state.clone(), limits)?);
-        runtime.load_configured(&families);
+        runtime.register(&families);
         let retention = crate::retention::Retention {
             replays: Duration::from_secs(state.config.replay_retention_s),
             ..Default::default()

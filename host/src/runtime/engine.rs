@@ -146,6 +146,9 @@ pub struct Runtime {
     /// route check are those of the slots it replaces.
     swapping: std::sync::Mutex<()>,
     stop_ticker: Arc<AtomicBool>,
+    /// The configured families are still loading (see
+    /// [`Runtime::register`]).
+    loading: AtomicBool,
     /// Operator settings of the fee family.
     fee_settings: Arc<BTreeMap<String, String>>,
 }
@@ -290,6 +293,7 @@ impl Runtime {
             cache_dir: cache_dir.to_path_buf(),
             slots: RwLock::new(BTreeMap::new()),
             stop_ticker,
+            loading: AtomicBool::new(false),
             fee_settings: Arc::new(fee_settings),
             state,
         })
@@ -308,35 +312,15 @@ impl Runtime {
         self.engine.get_pooling_config().is_some()
     }
 
-    /// Register the configured families and load each one that is present.
-    /// Components not in the compile cache are compiled in parallel first;
-    /// each family's load time is logged.
-    pub fn load_configured(&self, families: &[crate::config::FamilySpec]) {
-        let started = Instant::now();
-        let components: Vec<_> = families
-            .iter()
-            .map(|spec| {
-                let path = self.plugins_dir.join(&spec.component);
-                (
-                    spec,
-                    std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display())),
-                )
-            })
-            .collect();
-        std::thread::scope(|scope| {
-            for (spec, bytes) in &components {
-                if let Ok(bytes) = bytes {
-                    scope.spawn(move || {
-                        let t = Instant::now();
-                        if self.precompile(bytes) {
-                            tracing::debug!(family = %spec.name, millis = t.elapsed().as_millis() as u64, "compiled (or found in the cache)");
-                        }
-                    });
-                }
-            }
-        });
-        for (spec, bytes) in components {
-            self.slots.write().expect("slots lock").insert(
+    /// Register the configured families, none loaded yet: until
+    /// [`Runtime::load_registered`] ends they report `loading` and an
+    /// unmatched path is answered 503 (its family may be one of them),
+    /// until [`Runtime::loaded`].
+    pub fn register(&self, families: &[crate::config::FamilySpec]) {
+        self.loading.store(true, Ordering::Release);
+        let mut slots = self.slots.write().expect("slots lock");
+        for spec in families {
+            slots.insert(
                 spec.name.clone(),
                 Slot {
                     component: spec.component.clone(),
@@ -345,24 +329,43 @@ impl Runtime {
                     error: None,
                 },
             );
-            match bytes {
-                Ok(bytes) => {
-                    let t = Instant::now();
-                    match self.swap(&spec.name, &spec.component, &bytes, None) {
-                        Ok(_) => {
-                            tracing::info!(family = %spec.name, millis = t.elapsed().as_millis() as u64, "family ready")
-                        }
-                        Err(e) => {
-                            tracing::error!(family = %spec.name, component = %spec.component, "plugin refused: {e:#}")
-                        }
-                    }
-                }
+        }
+    }
+
+    /// Load the registered `families`, smallest component first, each
+    /// serving as soon as it is ready: a family waits only for the
+    /// (smaller) ones before it, not for the largest to compile (the
+    /// compiler already uses every core for one component). Each family's
+    /// load time is logged.
+    pub fn load_registered(&self, families: &[crate::config::FamilySpec]) {
+        let started = Instant::now();
+        let mut components: Vec<_> = families
+            .iter()
+            .map(|spec| {
+                let path = self.plugins_dir.join(&spec.component);
+                let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()));
+                (spec, bytes)
+            })
+            .collect();
+        components.sort_by_key(|(_, b)| b.as_ref().map_or(0, Vec::len));
+        for (spec, bytes) in components {
+            let bytes = match bytes {
+                Ok(b) => b,
                 Err(msg) => {
                     tracing::warn!(family = %spec.name, "plugin not loaded: {msg}");
                     if let Some(slot) = self.slots.write().expect("slots lock").get_mut(&spec.name)
                     {
                         slot.error = Some(msg);
                     }
+                    continue;
+                }
+            };
+            match self.swap(&spec.name, &spec.component, &bytes, None) {
+                Ok(_) => {
+                    tracing::info!(family = %spec.name, millis = started.elapsed().as_millis() as u64, "family ready")
+                }
+                Err(e) => {
+                    tracing::error!(family = %spec.name, component = %spec.component, "plugin refused: {e:#}")
                 }
             }
         }
@@ -371,6 +374,17 @@ impl Runtime {
             millis = started.elapsed().as_millis() as u64,
             "families loaded"
         );
+    }
+
+    /// Every family of the start is loaded (or refused): unmatched paths
+    /// are 404 from now on.
+    pub fn loaded(&self) {
+        self.loading.store(false, Ordering::Release);
+    }
+
+    /// Whether the configured families are still loading.
+    pub fn loading(&self) -> bool {
+        self.loading.load(Ordering::Acquire)
     }
 
     /// Validate a component for `family` (compile, check its imports
@@ -771,7 +785,11 @@ impl Runtime {
                         family: family.clone(),
                         component: slot.component.clone(),
                         version: String::new(),
-                        status: "unavailable".into(),
+                        status: if slot.error.is_none() && self.loading() {
+                            "loading".into()
+                        } else {
+                            "unavailable".into()
+                        },
                         hash: String::new(),
                         loaded_at: String::new(),
                         grants,

@@ -279,6 +279,16 @@ async fn dispatch(
     let path = routes::canonical_path(req.uri().path());
     let (route, params) = match app.runtime.find(&method, &path) {
         Match::Found { route, params } => (route, params),
+        // While the families load, the path may be one of theirs.
+        Match::NotFound if app.runtime.loading() => {
+            let mut reply = Reply::error(
+                503,
+                "plugin_unavailable",
+                "the service is starting: its components are still loading",
+            );
+            reply.headers.push(("retry-after".into(), "1".into()));
+            return (reply, None);
+        }
         Match::NotFound => {
             return (
                 Reply::error(

@@ -30,20 +30,11 @@ pub async fn run(config: Config) -> Result<i32> {
         (config.listen, config.admin_listen, config.metrics_listen);
     let drain = Duration::from_millis(config.drain_timeout_ms);
     let watch_plugins = config.watch_plugins;
-    // App::start creates the data dir (0700) before anything is written in it.
-    let app = tokio::task::spawn_blocking(move || App::start(config)).await??;
-    {
-        let app = app.clone();
-        tokio::task::spawn_blocking(move || uploads::restore(&app)).await?;
-    }
+    // App::open creates the data dir (0700) before anything is written in
+    // it; the families load once the listeners are up.
+    let app = tokio::task::spawn_blocking(move || App::open(config)).await??;
     let (stop_tx, stop_rx) = watch::channel(false);
     let stop_watcher = Arc::new(AtomicBool::new(false));
-    if watch_plugins {
-        crate::runtime::reload::spawn(app.runtime.clone(), stop_watcher.clone())?;
-    }
-    if app.storage.is_shared() {
-        uploads::spawn_fleet_sync(app.clone(), stop_watcher.clone())?;
-    }
     let mut listeners = Vec::new();
     if let Some(addr) = admin_listen {
         let token = admin::token(app.config.admin_token.as_deref(), &app.config.data_dir)?;
@@ -77,10 +68,41 @@ pub async fn run(config: Config) -> Result<i32> {
         .await
         .with_context(|| format!("binding {listen}"))?;
     let addr = listener.local_addr()?;
-    // One machine-readable line on stdout: tests and scripts wait for it.
-    println!("marketplace listening on http://{addr}");
-    std::io::stdout().flush()?;
-    tracing::info!("listening on http://{addr}");
+    tracing::info!("listening on http://{addr} (families loading)");
+    // Requests are served from now on, each family's as soon as it is
+    // ready (until all are, an unmatched path is 503 with Retry-After).
+    // Then the uploads of the data dir are mounted, the watchers start,
+    // and one machine-readable line on stdout says the host is ready:
+    // tests and scripts wait for it.
+    {
+        let (app, stop_watcher) = (app.clone(), stop_watcher.clone());
+        tokio::spawn(async move {
+            let loading = app.clone();
+            let loaded = tokio::task::spawn_blocking(move || {
+                loading.runtime.load_registered(&loading.config.families());
+                uploads::restore(&loading);
+                loading.runtime.loaded();
+            })
+            .await;
+            if let Err(e) = loaded {
+                tracing::error!("loading the families failed: {e}");
+            }
+            if watch_plugins
+                && let Err(e) =
+                    crate::runtime::reload::spawn(app.runtime.clone(), stop_watcher.clone())
+            {
+                tracing::error!("cannot watch the plugins directory: {e:#}");
+            }
+            if app.storage.is_shared()
+                && let Err(e) = uploads::spawn_fleet_sync(app.clone(), stop_watcher)
+            {
+                tracing::error!("cannot follow the fleet's uploads: {e:#}");
+            }
+            println!("marketplace listening on http://{addr}");
+            let _ = std::io::stdout().flush();
+            tracing::info!("ready: every family loaded, serving on http://{addr}");
+        });
+    }
 
     tokio::spawn(async move {
         signal().await;
