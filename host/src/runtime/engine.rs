@@ -313,9 +313,8 @@ impl Runtime {
     }
 
     /// Register the configured families, none loaded yet: until
-    /// [`Runtime::load_registered`] ends they report `loading` and an
-    /// unmatched path is answered 503 (its family may be one of them),
-    /// until [`Runtime::loaded`].
+    /// [`Runtime::loaded`] those not loaded report `loading`, and an
+    /// unmatched path is answered 503 (its family may be one of them).
     pub fn register(&self, families: &[crate::config::FamilySpec]) {
         self.loading.store(true, Ordering::Release);
         let mut slots = self.slots.write().expect("slots lock");
@@ -835,9 +834,9 @@ impl Runtime {
         })
     }
 
-    /// Whether a request of `family` may run on an async worker
-    /// ([`Runtime::handle_inline`]) rather than be handed to a blocking
-    /// thread: it only reads (no commit batch to wait for) and the store
+    /// Whether a request (`write`: of a route that writes) may run on an
+    /// async worker ([`Runtime::handle_inline`]) rather than be handed to a
+    /// blocking thread: it only reads (no commit batch to wait for) and the store
     /// is the embedded one (reads come from memory-mapped pages, no
     /// network round trips). Such a call blocks nowhere but in its own
     /// code, which yields to the worker's other tasks on every epoch tick;
