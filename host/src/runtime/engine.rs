@@ -39,13 +39,12 @@ pub mod bindings {
             // on epoch ticks ([`super::super::Runtime::handle_inline`]);
             // off the workers, [`super::super::run_to_end`] finishes it.
             // The imports that may wait for work on a blocking thread are
-            // async: `dispatch.call` (another request) and the fee
-            // component's `payments.quote` and `payments.policy`.
+            // async: `dispatch.call` (another request) and
+            // `payments.quote` (a fee component call).
             exports: { default: async },
             imports: {
                 "marketplace:plugin/dispatch.call": async,
                 "marketplace:plugin/payments.quote": async,
-                "marketplace:plugin/payments.policy": async,
             },
         });
     }
@@ -92,7 +91,11 @@ pub struct LoadedPlugin {
 
 enum Kind {
     Endpoint(EndpointPre<Ctx>),
-    Fees(FeePolicyPre<FeeCtx>),
+    /// A fee component and the name of its policy.
+    Fees {
+        pre: FeePolicyPre<FeeCtx>,
+        policy: String,
+    },
 }
 
 /// One configured family and what is loaded for it.
@@ -532,11 +535,18 @@ impl Runtime {
             let pre = FeePolicyPre::new(self.link(&self.fee_linker, &component)?)
                 .map_err(|e| anyhow!("not a fee-policy component: {e}"))?;
             let mut store = self.fee_store();
-            let info = pre
+            let bindings = pre
                 .instantiate(&mut store)
-                .and_then(|b| b.marketplace_plugin_fees().call_describe(&mut store))
+                .map_err(|e| anyhow!("instantiating failed: {e}"))?;
+            let fees = bindings.marketplace_plugin_fees();
+            let info = fees
+                .call_describe(&mut store)
                 .map_err(|e| anyhow!("smoke call describe() failed: {e}"))?;
-            (Kind::Fees(pre), info, Api::default())
+            // Its name does not change while it is loaded: asked once.
+            let policy = fees
+                .call_policy(&mut store)
+                .map_err(|e| anyhow!("smoke call policy() failed: {e}"))?;
+            (Kind::Fees { pre, policy }, info, Api::default())
         } else {
             let imports: Vec<String> = component
                 .component_type()
@@ -991,7 +1001,7 @@ impl Runtime {
                 "no fee-policy component is loaded",
             ));
         };
-        let Kind::Fees(pre) = &plugin.kind else {
+        let Kind::Fees { pre, .. } = &plugin.kind else {
             return Err(Reply::error(500, "internal", "internal error"));
         };
         let mut store = self.fee_store();
@@ -1016,10 +1026,13 @@ impl Runtime {
         }
     }
 
-    /// Name of the fee policy in force ("unavailable" when none is loaded).
+    /// Name of the fee policy in force ("unavailable" when none is
+    /// loaded), as the component gave it at load.
     pub fn fee_policy(&self) -> String {
-        self.with_fees(|b, s| b.marketplace_plugin_fees().call_policy(s))
-            .unwrap_or_else(|_| "unavailable".into())
+        match self.plugin(FEES_FAMILY).as_deref().map(|p| &p.kind) {
+            Some(Kind::Fees { policy, .. }) => policy.clone(),
+            _ => "unavailable".into(),
+        }
     }
 }
 
