@@ -22,15 +22,7 @@ fn health_reports_storage_and_plugins() {
     assert_eq!(h["plugins"]["info"]["status"], "ok");
     assert_eq!(h["plugins"]["info"]["version"], "0.1.0");
     // Every family is listed, loaded or not.
-    for family in [
-        "info",
-        "identity",
-        "timeline",
-        "search",
-        "contracts",
-        "mcp",
-        "fees",
-    ] {
+    for family in common::BUILTIN_FAMILIES {
         assert!(
             h["plugins"][family].is_object(),
             "family {family} missing: {h}"

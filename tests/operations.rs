@@ -119,14 +119,10 @@ fn server_on(data_dir: &Path, env: &[(&str, &str)]) -> Server {
     })
 }
 
-/// Run the binary with `args` (no inherited MARKETPLACE_ settings); killed
-/// and reported if it runs longer than `limit`.
-fn run(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Output {
+/// The binary, with no inherited MARKETPLACE_ setting but the shared
+/// compile cache (compiling the mcp component per test would dominate).
+fn bare_command() -> Command {
     let mut cmd = Command::new(BIN);
-    cmd.args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
     for (k, _) in std::env::vars() {
         if k.starts_with("MARKETPLACE_") {
             cmd.env_remove(k);
@@ -136,6 +132,27 @@ fn run(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Output {
         "MARKETPLACE_CACHE_DIR",
         Path::new(env!("CARGO_TARGET_TMPDIR")).join("compile-cache"),
     );
+    cmd
+}
+
+/// A server process killed when dropped.
+struct Kill(std::process::Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Run the binary with `args` (no inherited MARKETPLACE_ settings); killed
+/// and reported if it runs longer than `limit`.
+fn run(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Output {
+    let mut cmd = bare_command();
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -1158,7 +1175,7 @@ fn serve_creates_a_missing_data_dir() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("new").join("deeper");
     let plugins = common::plugins_dir();
-    let mut cmd = Command::new(BIN);
+    let mut cmd = bare_command();
     cmd.args([
         "serve",
         "--listen",
@@ -1173,23 +1190,7 @@ fn serve_creates_a_missing_data_dir() {
     .stdin(Stdio::null())
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("MARKETPLACE_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env(
-        "MARKETPLACE_CACHE_DIR",
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join("compile-cache"),
-    );
     let mut child = cmd.spawn().unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let stdout = child.stdout.take().unwrap();
     let mut stderr = child.stderr.take().unwrap();
     let mut child = Kill(child);
@@ -1389,21 +1390,16 @@ fn a_first_start_serves_each_family_as_soon_as_it_is_ready() {
         l.local_addr().unwrap()
     };
     let log = tmp.path().join("server.log");
-    let mut cmd = Command::new(BIN);
+    let mut cmd = bare_command();
     cmd.args(["serve", "--listen", &addr.to_string(), "--data-dir"])
         .arg(tmp.path().join("data"))
         .arg("--plugins")
         .arg(common::plugins_dir())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).unwrap());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("MARKETPLACE_") {
-            cmd.env_remove(k);
-        }
-    }
-    // A compile cache of its own, empty.
-    cmd.env("MARKETPLACE_CACHE_DIR", tmp.path().join("cache"));
+        .stderr(std::fs::File::create(&log).unwrap())
+        // A compile cache of its own, empty.
+        .env("MARKETPLACE_CACHE_DIR", tmp.path().join("cache"));
     let mut child = cmd.spawn().expect("spawn marketplace");
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -1412,13 +1408,6 @@ fn a_first_start_serves_each_family_as_soon_as_it_is_ready() {
         let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
         let _ = tx.send(line);
     });
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let _child = Kill(child);
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
 
@@ -1475,15 +1464,7 @@ fn a_first_start_serves_each_family_as_soon_as_it_is_ready() {
         404
     );
     let log = log_text();
-    for family in [
-        "info",
-        "identity",
-        "timeline",
-        "search",
-        "contracts",
-        "mcp",
-        "fees",
-    ] {
+    for family in common::BUILTIN_FAMILIES {
         assert!(
             log.lines()
                 .any(|l| l.contains("family ready") && l.contains(&format!("family={family} "))),

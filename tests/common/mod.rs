@@ -14,6 +14,17 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{LazyLock, mpsc};
 use std::time::Duration;
 
+/// The families a default configuration serves.
+pub const BUILTIN_FAMILIES: [&str; 7] = [
+    "info",
+    "identity",
+    "timeline",
+    "search",
+    "contracts",
+    "mcp",
+    "fees",
+];
+
 /// Directory of the built plugin components (`cargo xtask build-plugins`).
 pub fn plugins_dir() -> PathBuf {
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_marketplace"));

@@ -2,7 +2,7 @@
 //! in-process, as if it came over HTTP with the caller's payment headers.
 //! The target runs in its own instance and transaction.
 
-use super::Ctx;
+use super::{Ctx, off_the_worker};
 use crate::reply::Reply;
 use crate::runtime::Runtime;
 use crate::runtime::bindings::endpoint::marketplace::plugin::{dispatch, types};
@@ -24,12 +24,11 @@ impl dispatch::Host for Ctx {
             {
                 crate::runtime::native::handle(&rt, name, &body)
             }
-            Ok(Target::Host(rt, name, body)) => {
-                off_the_worker(name, move || {
-                    crate::runtime::native::handle(&rt, name, &body)
-                })
-                .await
-            }
+            Ok(Target::Host(rt, name, body)) => off_the_worker(name, move || {
+                crate::runtime::native::handle(&rt, name, &body)
+            })
+            .await
+            .unwrap_or_else(|failed| failed),
             Ok(Target::Family(rt, family, req, writes)) => {
                 let payment = self.payment.clone();
                 if !inline {
@@ -38,7 +37,9 @@ impl dispatch::Host for Ctx {
                     Box::pin(rt.handle_inline(&family, req, payment)).await
                 } else {
                     let f = family.clone();
-                    off_the_worker(&family, move || rt.handle(&f, req, payment, writes)).await
+                    off_the_worker(&family, move || rt.handle(&f, req, payment, writes))
+                        .await
+                        .unwrap_or_else(|failed| failed)
                 }
             }
         };
@@ -48,17 +49,6 @@ impl dispatch::Host for Ctx {
             body: reply.body,
         }
     }
-}
-
-/// Run `f` on a blocking thread, in this request's span.
-async fn off_the_worker(what: &str, f: impl FnOnce() -> Reply + Send + 'static) -> Reply {
-    let span = tracing::Span::current();
-    tokio::task::spawn_blocking(move || span.in_scope(f))
-        .await
-        .unwrap_or_else(|e| {
-            tracing::error!(target_route = what, "dispatched request failed: {e}");
-            Reply::error(500, "internal", "internal error")
-        })
 }
 
 /// What a dispatched request runs.

@@ -31,6 +31,22 @@ use crate::runtime::limiter::CallLimiter;
 use crate::store::{RunAgain, StorageError, Txn};
 use std::sync::Arc;
 
+/// Run `f` on a blocking thread, in this request's span: the part of an
+/// inline call (on an async worker) that may wait. `Err` is the 500 for a
+/// task that failed (panicked), logged with `what`.
+async fn off_the_worker<R: Send + 'static>(
+    what: &str,
+    f: impl FnOnce() -> R + Send + 'static,
+) -> Result<R, Reply> {
+    let span = tracing::Span::current();
+    tokio::task::spawn_blocking(move || span.in_scope(f))
+        .await
+        .map_err(|e| {
+            tracing::error!(what, "work handed to a blocking thread failed: {e}");
+            Reply::error(500, "internal", "internal error")
+        })
+}
+
 /// Store data that carries a call limiter.
 pub trait Limiter: Send + 'static {
     fn limiter(&mut self) -> &mut CallLimiter;

@@ -1,13 +1,11 @@
 //! `payments` (capability `payments`): quote an action and charge the
 //! caller from the request's payment headers (HTTP 402 otherwise).
 
-use super::{Ctx, refusal};
+use super::{Ctx, off_the_worker, refusal};
 use crate::capabilities::Capability;
 use crate::money::payments::ESCROW_ACTIONS;
 use crate::reply::Reply;
-use crate::runtime::Runtime;
 use crate::runtime::bindings::endpoint::marketplace::plugin::{payments, types};
-use std::sync::Arc;
 
 impl Ctx {
     fn charge_at(
@@ -64,43 +62,18 @@ impl Ctx {
     }
 }
 
-/// Run a fee-component call `f`: here off the async workers; from an
-/// inline call (`inline`: which must not hold its worker for another
-/// component's deadline), on a blocking thread.
-async fn with_fee_component<R: Send + 'static>(
-    rt: Option<Arc<Runtime>>,
-    inline: bool,
-    f: impl FnOnce(&Runtime) -> R + Send + 'static,
-    unavailable: R,
-) -> R {
-    let Some(rt) = rt else {
-        return unavailable;
-    };
-    if !inline {
-        return f(&rt);
-    }
-    let span = tracing::Span::current();
-    match tokio::task::spawn_blocking(move || span.in_scope(|| f(&rt))).await {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::error!("fee component call failed: {e}");
-            unavailable
-        }
-    }
-}
-
 impl payments::Host for Ctx {
     async fn quote(&mut self, action: String, basis: Option<u64>) -> Result<u64, types::Refusal> {
-        if self.rt.is_none() {
-            return self.quote_here(&action, basis);
+        // From an inline call, the fee component runs on a blocking
+        // thread: it must not hold the worker for its own deadline.
+        match self.rt.clone() {
+            Some(rt) if self.limiter.yields => off_the_worker("fee quote", move || {
+                rt.fee_quote(&action, basis).map_err(refusal)
+            })
+            .await
+            .unwrap_or_else(|failed| Err(refusal(failed))),
+            _ => self.quote_here(&action, basis),
         }
-        with_fee_component(
-            self.rt.clone(),
-            self.limiter.yields,
-            move |rt| rt.fee_quote(&action, basis).map_err(refusal),
-            Err(refusal(Reply::error(500, "internal", "internal error"))),
-        )
-        .await
     }
 
     fn charge(
