@@ -240,7 +240,13 @@ fn template_mounts_through_the_admin_api_serves_and_unmounts_keeping_its_data() 
     let path = &doc["paths"]["/api/template/notes"];
     assert_eq!(path["get"]["x-family"], "template", "{path}");
     assert_eq!(path["post"]["x-family"], "template", "{path}");
-    assert_eq!(doc["paths"]["/api/health"]["get"]["x-family"], "info");
+    assert_eq!(doc["paths"]["/api/info"]["get"]["x-family"], "info");
+    // Health is the host's own route: no family.
+    let health_op = &doc["paths"]["/api/health"]["get"];
+    assert!(
+        health_op.is_object() && health_op.get("x-family").is_none(),
+        "{health_op}"
+    );
 
     // Health shows it with its (empty) grants, and the built-in grants.
     let h = health(&s);

@@ -58,6 +58,7 @@ fn openapi_paths_match_the_route_table() {
     // The route table in force: every loaded family's declared routes (as
     // the admin API lists them) plus the host's own.
     let mut routed: BTreeSet<(String, String)> = [
+        ("GET", "/api/health"),
         ("GET", "/api/fees"),
         ("POST", "/api/cash/replace"),
         ("POST", "/api/cash/health_check"),

@@ -1,6 +1,6 @@
 //! The reply type every layer returns.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// An HTTP answer produced by the host or a plugin.
 #[derive(Debug, Clone, PartialEq)]
@@ -11,8 +11,9 @@ pub struct Reply {
 }
 
 impl Reply {
-    /// A JSON answer.
-    pub fn json(status: u16, value: &Value) -> Reply {
+    /// A JSON answer (a `Value`, or anything serializable straight to
+    /// bytes, without building a `Value` first).
+    pub fn json(status: u16, value: &(impl serde::Serialize + ?Sized)) -> Reply {
         Reply {
             status,
             headers: vec![],

@@ -124,6 +124,18 @@ pub struct PluginStatus {
     pub routes: Vec<String>,
 }
 
+/// A family's status, borrowed from where the runtime keeps it
+/// ([`Runtime::with_statuses`]).
+pub struct StatusView<'a> {
+    pub family: &'a str,
+    pub component: &'a str,
+    pub version: &'a str,
+    /// `ok`, `loading` or `unavailable`.
+    pub status: &'static str,
+    pub grants: &'a Grants,
+    pub loaded: Option<&'a LoadedPlugin>,
+}
+
 /// Limits applied to every instance.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -760,54 +772,64 @@ impl Runtime {
     }
 
     /// Status of every configured family; `routes` false leaves each
-    /// status's routes empty (health and info need none, and listing them
-    /// formats a string per route).
+    /// status's routes empty (info needs none, and listing them formats a
+    /// string per route).
     pub fn statuses_with(&self, routes: bool) -> Vec<PluginStatus> {
-        self.slots
-            .read()
-            .expect("slots lock")
-            .iter()
-            .map(|(family, slot)| {
-                let grants = slot.grants.names();
-                let reads = slot.grants.reads.iter().cloned().collect();
-                match &slot.loaded {
-                    Some(p) => PluginStatus {
-                        family: family.clone(),
-                        component: p.component.clone(),
-                        version: p.version.clone(),
-                        status: "ok".into(),
-                        hash: p.hash.clone(),
-                        loaded_at: p.loaded_at.clone(),
-                        grants,
-                        reads,
-                        routes: if routes {
-                            p.api
-                                .routes
-                                .iter()
-                                .map(|r| format!("{} {}", r.method, r.pattern))
-                                .collect()
-                        } else {
-                            Vec::new()
-                        },
+        self.with_statuses(|statuses| {
+            statuses
+                .map(|v| PluginStatus {
+                    family: v.family.to_string(),
+                    component: v.component.to_string(),
+                    version: v.version.to_string(),
+                    status: v.status.into(),
+                    hash: v.loaded.map(|p| p.hash.clone()).unwrap_or_default(),
+                    loaded_at: v.loaded.map(|p| p.loaded_at.clone()).unwrap_or_default(),
+                    grants: v.grants.names(),
+                    reads: v.grants.reads.iter().cloned().collect(),
+                    routes: match v.loaded {
+                        Some(p) if routes => p
+                            .api
+                            .routes
+                            .iter()
+                            .map(|r| format!("{} {}", r.method, r.pattern))
+                            .collect(),
+                        _ => Vec::new(),
                     },
-                    None => PluginStatus {
-                        family: family.clone(),
-                        component: slot.component.clone(),
-                        version: String::new(),
-                        status: if slot.error.is_none() && self.loading() {
-                            "loading".into()
-                        } else {
-                            "unavailable".into()
-                        },
-                        hash: String::new(),
-                        loaded_at: String::new(),
-                        grants,
-                        reads,
-                        routes: vec![],
-                    },
-                }
-            })
-            .collect()
+                })
+                .collect()
+        })
+    }
+
+    /// Look at every configured family's status where it is kept, without
+    /// copying it out (health renders them straight to JSON).
+    pub fn with_statuses<R>(
+        &self,
+        f: impl FnOnce(&mut dyn Iterator<Item = StatusView<'_>>) -> R,
+    ) -> R {
+        let slots = self.slots.read().expect("slots lock");
+        let loading = self.loading();
+        f(&mut slots.iter().map(|(family, slot)| match &slot.loaded {
+            Some(p) => StatusView {
+                family,
+                component: &p.component,
+                version: &p.version,
+                status: "ok",
+                grants: &slot.grants,
+                loaded: Some(p),
+            },
+            None => StatusView {
+                family,
+                component: &slot.component,
+                version: "",
+                status: if slot.error.is_none() && loading {
+                    "loading"
+                } else {
+                    "unavailable"
+                },
+                grants: &slot.grants,
+                loaded: None,
+            },
+        }))
     }
 
     /// Why a family is unavailable, if it is.

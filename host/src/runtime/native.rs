@@ -12,6 +12,9 @@ use std::sync::Arc;
 
 /// The host's own routes: (method, pattern, handler name, writes).
 const HOST_ROUTES: &[(&str, &str, &str, bool)] = &[
+    // Health is the host's own: it answers while components load or when
+    // one fails to, and a load balancer's probe costs no plugin call.
+    ("GET", "/api/health", "health", false),
     ("GET", "/api/fees", "fees", false),
     ("POST", "/api/cash/replace", "cash_replace", true),
     ("POST", "/api/cash/health_check", "cash_health_check", true),
@@ -47,12 +50,18 @@ Sending `legalese: {\"terms\": true}` to /api/v1/replace accepts these terms.
 const TESTING_ROUTES: &[(&str, &str, &str, bool)] =
     &[("GET", "/_testing/native", "native_ok", false)];
 
-/// Whether host route `name` answers from memory alone (no storage, no
-/// plugin call), so the server may run it on its async worker instead of
-/// handing it to a blocking thread (that hand-off costs more than these
-/// handlers do).
-pub fn runs_inline(name: &str) -> bool {
-    matches!(name, "native_ok" | "terms")
+/// Whether host route `name` answers from memory alone (no storage call
+/// that could wait, no plugin call), so the server may run it on its async
+/// worker instead of handing it to a blocking thread (that hand-off costs
+/// more than these handlers do). Health asks the embedded store whether a
+/// read transaction opens (memory only); on a shared store it asks the
+/// database server, so it is handed off there.
+pub fn runs_inline(rt: &Runtime, name: &str) -> bool {
+    match name {
+        "native_ok" | "terms" => true,
+        "health" => !rt.storage.is_shared(),
+        _ => false,
+    }
 }
 
 /// The host's routes for the route table.
@@ -74,6 +83,7 @@ pub fn routes(testing: bool) -> Vec<Route> {
 /// Run the host route `name`.
 pub fn handle(rt: &Arc<Runtime>, name: &str, body: &[u8]) -> Reply {
     match name {
+        "health" => health(rt),
         "fees" => match rt.fee_schedule() {
             Ok(doc) => fee_schedule(&doc),
             Err(reply) => reply,
@@ -91,6 +101,77 @@ pub fn handle(rt: &Arc<Runtime>, name: &str, body: &[u8]) -> Reply {
         "native_ok" => Reply::json(200, &json!({"ok": true})),
         _ => Reply::error(404, "not_found", format!("no handler {name}")),
     }
+}
+
+/// `GET /api/health`: the store's status and counters, and every family's
+/// version and status; 503 `degraded` when the store does not answer.
+/// Serialized straight from borrowed fields (load balancers call it often;
+/// building a `Value` tree first cost more than the rest of the request).
+fn health(rt: &Runtime) -> Reply {
+    use crate::runtime::engine::StatusView;
+    use serde::ser::{Serialize, SerializeMap, SerializeStruct, Serializer};
+    use std::cell::RefCell;
+
+    // Fields in alphabetical order, as `json!` objects render.
+    #[derive(serde::Serialize)]
+    struct Health<'a, 'b> {
+        plugins: Plugins<'a, 'b>,
+        status: &'a str,
+        storage: Store<'a>,
+    }
+    #[derive(serde::Serialize)]
+    struct Store<'a> {
+        backend: &'a str,
+        commits: u64,
+        status: &'a str,
+        syncs: u64,
+    }
+    /// The statuses, serialized as they are walked (once).
+    struct Plugins<'a, 'b>(RefCell<&'a mut dyn Iterator<Item = StatusView<'b>>>);
+    struct Plugin<'a>(StatusView<'a>);
+    struct Names<I>(RefCell<Option<I>>);
+    impl<I: Iterator<Item = &'static str>> Serialize for Names<I> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.collect_seq(self.0.borrow_mut().take().into_iter().flatten())
+        }
+    }
+    impl Serialize for Plugin<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let v = &self.0;
+            let mut st = s.serialize_struct("Plugin", 5)?;
+            st.serialize_field("component", v.component)?;
+            let names = v.grants.capabilities.iter().map(|c| c.name());
+            st.serialize_field("grants", &Names(RefCell::new(Some(names))))?;
+            st.serialize_field("reads", &v.grants.reads)?;
+            st.serialize_field("status", v.status)?;
+            st.serialize_field("version", v.version)?;
+            st.end()
+        }
+    }
+    impl Serialize for Plugins<'_, '_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut map = s.serialize_map(None)?;
+            for v in &mut **self.0.borrow_mut() {
+                map.serialize_entry(v.family, &Plugin(v))?;
+            }
+            map.end()
+        }
+    }
+
+    let ok = rt.storage.healthy();
+    rt.with_statuses(|statuses| {
+        let health = Health {
+            plugins: Plugins(RefCell::new(statuses)),
+            status: if ok { "ok" } else { "degraded" },
+            storage: Store {
+                backend: rt.storage.backend_name(),
+                commits: rt.storage.commits(),
+                status: if ok { "ok" } else { "error" },
+                syncs: rt.storage.syncs(),
+            },
+        };
+        Reply::json(if ok { 200 } else { 503 }, &health)
+    })
 }
 
 /// The fee plugin's schedule plus the host's payment rails.

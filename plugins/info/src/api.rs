@@ -6,17 +6,6 @@ use marketplace_guest::prelude::*;
 /// Every operation of the family.
 pub const OPS: &[Op] = &[
     Op {
-        ok: (200, "Health"),
-        ..op(
-            "GET",
-            "/api/health",
-            "health",
-            "info",
-            "Health check",
-            "Storage status with commit and fsync counters, and every plugin family's version and status.",
-        )
-    },
-    Op {
         ok: (200, "Info"),
         ..op(
             "GET",
@@ -43,7 +32,6 @@ pub const OPS: &[Op] = &[
 /// The component schemas the operations reference (besides the host's).
 pub fn schemas() -> Value {
     json!({
-        "Health": obj(&[("status", t("string")), ("storage", obj(&[("status", t("string")), ("backend", t("string")), ("commits", t("integer")), ("syncs", t("integer"))], &[])), ("plugins", t("object"))], &["status", "storage", "plugins"]),
         "Info": obj(&[("name", t("string")), ("version", t("string")), ("payment_rails", t("array")), ("fee_schedule_url", t("string")), ("fee_policy", t("string")), ("plugins", t("object"))], &["name", "version"]),
     })
 }
@@ -66,7 +54,6 @@ mod tests {
     #[test]
     fn routes_are_the_familys() {
         let expected = [
-            ("GET", "/api/health", false),
             ("GET", "/api/info", false),
             ("GET", "/api/developers", false),
         ];

@@ -1,4 +1,5 @@
-//! The `info` family: `GET /api/health`, `GET /api/info`, `GET /api/developers`.
+//! The `info` family: `GET /api/info`, `GET /api/developers`. (`GET
+//! /api/health` is the host's own, so it answers while components load.)
 
 mod api;
 
@@ -16,7 +17,6 @@ impl Endpoint for Info {
 
     fn handle(req: &Request) -> Result<Response, ApiError> {
         match (req.method(), req.route()) {
-            ("GET", "/api/health") => Ok(health()),
             ("GET", "/api/info") => Ok(info()),
             ("GET", "/api/developers") => Ok(developers()),
             _ => Err(ApiError::not_found(format!("route {}", req.route()))),
@@ -34,24 +34,6 @@ fn plugins_by_family() -> Value {
         );
     }
     Value::Object(map)
-}
-
-fn health() -> Response {
-    let storage = host::storage();
-    let ok = storage.status == "ok";
-    json(
-        if ok { 200 } else { 503 },
-        &json!({
-            "status": if ok { "ok" } else { "degraded" },
-            "storage": {
-                "status": storage.status,
-                "backend": host::storage_backend(),
-                "commits": storage.commits,
-                "syncs": storage.syncs,
-            },
-            "plugins": plugins_by_family(),
-        }),
-    )
 }
 
 fn info() -> Response {

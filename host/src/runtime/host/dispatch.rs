@@ -20,7 +20,7 @@ impl dispatch::Host for Ctx {
         let reply = match self.target(req) {
             Err(reply) => reply,
             Ok(Target::Host(rt, name, body))
-                if !inline || crate::runtime::native::runs_inline(name) =>
+                if !inline || crate::runtime::native::runs_inline(&rt, name) =>
             {
                 crate::runtime::native::handle(&rt, name, &body)
             }
