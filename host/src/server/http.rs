@@ -366,9 +366,17 @@ async fn dispatch(
         Handler::Host(_) => None,
     };
     let body_timeout = Duration::from_millis(app.config.body_timeout_ms);
-    let read = tokio::time::timeout(body_timeout, Limited::new(req.into_body(), max).collect());
-    let body = match read.await {
-        Ok(Ok(collected)) => collected.to_bytes().to_vec(),
+    // Most reads carry no body at all: no timer, no collect, no copy.
+    let body = if hyper::body::Body::is_end_stream(req.body()) {
+        Ok(Ok(Vec::new()))
+    } else {
+        let read = Limited::new(req.into_body(), max).collect();
+        tokio::time::timeout(body_timeout, read)
+            .await
+            .map(|r| r.map(|collected| collected.to_bytes().to_vec()))
+    };
+    let body = match body {
+        Ok(Ok(body)) => body,
         Ok(Err(e)) => {
             if e.downcast_ref::<http_body_util::LengthLimitError>()
                 .is_some()
@@ -397,7 +405,7 @@ async fn dispatch(
     let span = tracing::Span::current();
     let reply = match &route.handler {
         // Answered from memory: no hand-off to a blocking thread.
-        Handler::Host(name) if crate::runtime::native::runs_inline(name) => {
+        Handler::Host(name) if crate::runtime::native::runs_inline(&app.runtime, name) => {
             crate::runtime::native::handle(&app.runtime, name, &body)
         }
         Handler::Host(name) => {

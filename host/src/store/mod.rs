@@ -591,16 +591,34 @@ impl Kv for WriteTxn {
         keys: &[Vec<u8>],
         max_bytes: usize,
     ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
-        let BatchTxn::Pg(batch) = self.lease().txn() else {
-            let mut budget = Budget::new(max_bytes);
-            return keys
-                .iter()
-                .map(|k| {
-                    let v = self.get_in(table, k)?;
-                    budget.take(v.as_ref().map_or(0, Vec::len))?;
-                    Ok(v)
-                })
-                .collect();
+        let batch = match self.lease().txn() {
+            BatchTxn::Pg(batch) => batch,
+            // One table open for all the keys this request did not write.
+            BatchTxn::Redb(txn) => {
+                let overlay = self.overlay.borrow();
+                let mine = overlay.get(table);
+                let mut stored = None;
+                let mut budget = Budget::new(max_bytes);
+                return keys
+                    .iter()
+                    .map(|k| {
+                        let v = match mine.and_then(|m| m.get(k.as_slice())) {
+                            Some(v) => v.clone(),
+                            None => {
+                                if stored.is_none() {
+                                    stored = Some(txn.open_table(def(table)).map_err(internal)?);
+                                }
+                                let t = stored.as_ref().expect("opened above");
+                                t.get(k.as_slice())
+                                    .map_err(internal)?
+                                    .map(|v| v.value().to_vec())
+                            }
+                        };
+                        budget.take(v.as_ref().map_or(0, Vec::len))?;
+                        Ok(v)
+                    })
+                    .collect();
+            }
         };
         let overlay = self.overlay.borrow();
         let mine = overlay.get(table);

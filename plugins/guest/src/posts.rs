@@ -86,7 +86,8 @@ fn quick_head(record: &str) -> Option<Head<'_>> {
     // The last member must be the listing check, alone in its object.
     let at = record.rfind(r#","listing":{"#)?;
     let check = record[at + 11..].strip_suffix('}')?;
-    if check.matches('{').count() != 1 || check.matches('}').count() != 1 {
+    let count = |b: u8| check.bytes().filter(|&c| c == b).count();
+    if count(b'{') != 1 || count(b'}') != 1 {
         return None;
     }
     serde_json::from_str::<serde::de::IgnoredAny>(check).ok()?;
@@ -125,9 +126,15 @@ fn render_each(records: &[&str], mut emit: impl FnMut(usize, &str, &str)) -> Res
         })
         .collect::<Result<_, _>>()?;
     // One key per post for its rating, one per distinct author.
+    let key = |prefix: &str, id: &str| {
+        let mut k = String::with_capacity(prefix.len() + id.len());
+        k.push_str(prefix);
+        k.push_str(id);
+        k
+    };
     let mut keys: Vec<String> = heads
         .iter()
-        .map(|h| format!("post_rating/{}", h.post_id))
+        .map(|h| key("post_rating/", &h.post_id))
         .collect();
     let mut authors: Vec<&str> = heads
         .iter()
@@ -135,7 +142,7 @@ fn render_each(records: &[&str], mut emit: impl FnMut(usize, &str, &str)) -> Res
         .collect();
     authors.sort_unstable();
     authors.dedup();
-    keys.extend(authors.iter().map(|a| format!("id/{a}")));
+    keys.extend(authors.iter().map(|a| key("id/", a)));
     let packed = kv::get_many_packed(Some("identity"), &keys)?;
     let values: Vec<Option<&[u8]>> = packed.values().collect();
     let nicks: Vec<Option<String>> = values[heads.len()..]
@@ -163,14 +170,19 @@ fn render_each(records: &[&str], mut emit: impl FnMut(usize, &str, &str)) -> Res
                 listing(head.attachments.iter().map(|a| a.filename.as_ref()))
             ),
         };
-        let nick = match nick {
-            Some(n) => serde_json::to_string(&n).unwrap_or_else(|_| "null".into()),
-            None => "null".into(),
-        };
-        let extra = format!(
-            r#""author_nick":{nick},"rating":{{"up":{},"down":{}}}{listing}"#,
-            rating.up, rating.down,
-        );
+        // Written piece by piece: `format!` was a tenth of a search's time.
+        let mut extra = String::with_capacity(96 + listing.len());
+        extra.push_str(r#""author_nick":"#);
+        match nick.map(|n| serde_json::to_string(&n)) {
+            Some(Ok(n)) => extra.push_str(&n),
+            _ => extra.push_str("null"),
+        }
+        extra.push_str(r#","rating":{"up":"#);
+        extra.push_str(&rating.up.to_string());
+        extra.push_str(r#","down":"#);
+        extra.push_str(&rating.down.to_string());
+        extra.push('}');
+        extra.push_str(&listing);
         emit(i, record, &extra);
     }
     Ok(())

@@ -122,7 +122,8 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
     };
 
     let want = (limit * 2).max(40);
-    let mut scores: HashMap<String, f64, BuildHasherDefault<Fnv>> = HashMap::default();
+    let mut scores: HashMap<String, f64, BuildHasherDefault<Fnv>> =
+        HashMap::with_capacity_and_hasher(want * query.len(), Default::default());
     let mut exhausted = true;
     for (t, &df) in query.iter().zip(&dfs) {
         if df == 0 {
@@ -161,11 +162,17 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
                     continue;
                 }
                 matched += 1;
-                // Key: prefix, 8 hex digits of rank, the flipped post id
-                // (kept flipped until the final page: it sorts newest first).
-                let id = String::from_utf8_lossy(&key[prefix.len() + 8..]).into_owned();
                 let s = idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / avgdl));
-                *scores.entry(id).or_default() += s;
+                // Key: prefix, 8 hex digits of rank, the flipped post id
+                // (kept flipped until the final page: it sorts newest first);
+                // allocated only for an id no earlier term listed.
+                let id = String::from_utf8_lossy(&key[prefix.len() + 8..]);
+                match scores.get_mut(id.as_ref()) {
+                    Some(score) => *score += s,
+                    None => {
+                        scores.insert(id.into_owned(), s);
+                    }
+                }
             }
             let last_page = entries < page as usize;
             read += entries;
@@ -189,7 +196,8 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
     };
     let mut ranked: Vec<(String, f64)> = scores.into_iter().collect();
     // Best score first; newer post (smaller flipped id) first among equals.
-    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    // (Ids are unique, so an unstable sort gives the same order.)
+    ranked.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     ranked.truncate(limit);
     let ids: Vec<String> = ranked.iter().map(|(id, _)| flip_ulid(id)).collect();
     // The page is written as text: each stored post extended in place with
@@ -202,7 +210,9 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
         &ids,
         |i| {
             let score = (ranked[i].1 * 10_000.0).round() / 10_000.0;
-            format!(r#""score":{}"#, json!(score))
+            let mut member = String::from(r#""score":"#);
+            member.push_str(&serde_json::to_string(&score).unwrap_or_else(|_| "null".into()));
+            member
         },
         &mut out,
     )?;
