@@ -20,14 +20,33 @@
 //!
 //! Readers see a batch only once it is committed, so nothing that is not
 //! durable is ever shown.
+//!
+//! On the embedded store a batch is written to disk by a committer thread
+//! of its own, while the next batch already runs: a batch's writes are
+//! kept in memory ([`RedbBatch`]) over a snapshot of what is committed,
+//! and each batch reads through the batches closed before it that are not
+//! yet on disk. The committer takes closed batches from that same ordered
+//! list (there is no queue between them that could reorder them) and
+//! commits them one at a time, oldest first, each in one redb write
+//! transaction with one fsync; a batch that read one whose commit failed
+//! fails too (nothing of it is written). So the
+//! requests of the next batch do not wait for the previous batch's fsync,
+//! and applying a request's writes is a copy in memory rather than B-tree
+//! work under the lease. A shared store's batch stays one transaction,
+//! committed by the member that closes it.
 
-use super::{Backend, StorageError, pg};
-use redb::WriteTransaction;
+use super::{Backend, Overlay, StorageError, pg};
+use redb::{Database, ReadTransaction, ReadableDatabase};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::Thread;
 use std::time::Duration;
+
+/// Most closed batches waiting for the committer: the member closing one
+/// more waits, still holding the lease, until the committer catches up
+/// (bounds the memory held by batches not yet on disk).
+const MAX_SEALED: usize = 4;
 
 /// How commits are grouped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,10 +87,17 @@ struct Slot {
     pending: u64,
     /// How the newest batch ended, once it has.
     outcome: Arc<Outcome>,
-    /// A batch's commit is under way: the next batch begins after it (as
-    /// redb makes it; on a shared store a batch begun earlier would read
-    /// around the committing one and lose the race to it).
+    /// A shared store's batch commit is under way: the next batch begins
+    /// after it (a batch begun earlier would read around the committing
+    /// one and lose the race to it).
     committing: bool,
+    /// Embedded store: closed batches not yet on disk, oldest first. The
+    /// committer writes the first and removes it once it is durable (or
+    /// failed).
+    sealed: VecDeque<Arc<Sealed>>,
+    /// The store is being dropped: the committer writes what is left in
+    /// `sealed`, then ends.
+    stopping: bool,
     /// Successful mutating requests and durable commits since start.
     commits: u64,
     syncs: u64,
@@ -81,9 +107,76 @@ struct Slot {
 pub struct GroupCommit {
     settings: Settings,
     backend: Backend,
+    shared: Arc<Shared>,
+    /// Embedded store: the thread that writes closed batches to disk.
+    committer: Option<std::thread::JoinHandle<()>>,
+}
+
+/// What the committer thread shares with the requests.
+struct Shared {
     slot: Mutex<Slot>,
     /// Signalled when a batch ends.
     ended: Condvar,
+    /// Signalled when a batch is closed (or the store is dropped): wakes
+    /// the committer.
+    sealed: Condvar,
+    /// Tests: the committer fails the next batch it writes.
+    #[cfg(test)]
+    fail_next: AtomicBool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    #[cfg(test)]
+    fn fails_next(&self) -> bool {
+        self.fail_next.swap(false, Ordering::AcqRel)
+    }
+
+    #[cfg(not(test))]
+    fn fails_next(&self) -> bool {
+        false
+    }
+}
+
+/// The open batch of the embedded store: the writes of its members so far,
+/// over a snapshot of what was committed when it opened and the closed
+/// batches that were not yet.
+pub struct RedbBatch {
+    pub(super) snapshot: ReadTransaction,
+    /// Closed batches not on disk when this one opened, oldest first.
+    pub(super) below: Vec<Arc<Sealed>>,
+    pub(super) writes: Overlay,
+}
+
+impl RedbBatch {
+    /// The newest write of `key` in this batch or the closed ones below:
+    /// `Some(None)` for a delete, `None` when none of them wrote it.
+    pub(super) fn written(&self, table: &str, key: &[u8]) -> Option<&Option<Vec<u8>>> {
+        std::iter::once(&self.writes)
+            .chain(self.below.iter().rev().map(|b| &b.writes))
+            .find_map(|w| w.get(table).and_then(|t| t.get(key)))
+    }
+
+    /// Every layer of writes, oldest first (the closed batches, then this).
+    pub(super) fn layers(&self) -> impl Iterator<Item = &Overlay> {
+        self.below
+            .iter()
+            .map(|b| &b.writes)
+            .chain(std::iter::once(&self.writes))
+    }
+}
+
+/// A closed batch of the embedded store, on its way to disk.
+pub(super) struct Sealed {
+    pub(super) writes: Overlay,
+    batch: u64,
+    members: u64,
+    outcome: Arc<Outcome>,
+    /// How the batches it read through ended: when one failed, so does it.
+    below: Vec<Arc<Outcome>>,
 }
 
 /// A request parked until the lease is handed to it.
@@ -113,36 +206,36 @@ impl Drop for Pending {
     reason = "one per batch, moved only when the lease is handed on"
 )]
 pub enum BatchTxn {
-    Redb(WriteTransaction),
+    Redb(RedbBatch),
     Pg(pg::Lent),
 }
 
 impl BatchTxn {
-    fn begin(backend: &Backend) -> Result<BatchTxn, CommitError> {
-        match backend {
-            Backend::Redb(db) => db
-                .begin_write()
-                .map(BatchTxn::Redb)
-                .map_err(|e| CommitError::fatal(e.to_string())),
-            Backend::Pg(store) => store
-                .begin_batch()
-                .map(BatchTxn::Pg)
-                .map_err(CommitError::from),
-        }
-    }
-
     /// A shared store's transaction that a failed statement aborted:
     /// nothing of it can be kept.
     pub fn is_aborted(&self) -> bool {
         matches!(self, BatchTxn::Pg(lent) if lent.is_aborted())
     }
+}
 
-    fn commit(self) -> Result<(), CommitError> {
-        match self {
-            BatchTxn::Redb(txn) => txn.commit().map_err(|e| CommitError::fatal(e.to_string())),
-            BatchTxn::Pg(lent) => lent.commit().map_err(CommitError::from),
+/// Write a closed batch in one durable redb transaction.
+fn write_sealed(db: &Database, shared: &Shared, writes: &Overlay) -> Result<(), CommitError> {
+    let fatal = |e: &dyn std::fmt::Display| CommitError::fatal(e.to_string());
+    let txn = db.begin_write().map_err(|e| fatal(&e))?;
+    if shared.fails_next() {
+        return Err(fatal(&"failed by the test"));
+    }
+    for (table, rows) in writes {
+        let mut t = txn.open_table(super::def(table)).map_err(|e| fatal(&e))?;
+        for (key, value) in rows {
+            match value {
+                Some(v) => t.insert(key.as_slice(), v.as_slice()).map(drop),
+                None => t.remove(key.as_slice()).map(drop),
+            }
+            .map_err(|e| fatal(&e))?;
         }
     }
+    txn.commit().map_err(|e| fatal(&e))
 }
 
 /// How one batch ended: its members read it when they wake.
@@ -158,6 +251,10 @@ impl Outcome {
 
     fn set(&self, v: u8) {
         self.0.store(v, Ordering::Release);
+    }
+
+    fn committed(&self) -> bool {
+        self.0.load(Ordering::Acquire) == Outcome::COMMITTED
     }
 
     fn failure(retry: bool) -> u8 {
@@ -194,6 +291,10 @@ impl Lease {
     pub fn txn(&self) -> &BatchTxn {
         &self.txn
     }
+
+    pub fn txn_mut(&mut self) -> &mut BatchTxn {
+        &mut self.txn
+    }
 }
 
 /// Why a request's writes did not become durable.
@@ -229,18 +330,81 @@ impl std::fmt::Display for CommitError {
     }
 }
 
+impl Drop for GroupCommit {
+    fn drop(&mut self) {
+        // The committer writes what is closed, then lets the database go
+        // (it may be opened again right after); an idle open batch's
+        // snapshot goes first.
+        if let Some(thread) = self.committer.take() {
+            let idle = {
+                let mut s = self.lock();
+                s.stopping = true;
+                s.txn.take()
+            };
+            drop(idle);
+            self.shared.sealed.notify_all();
+            let _ = thread.join();
+        }
+    }
+}
+
 impl GroupCommit {
     pub fn new(backend: Backend, settings: Settings) -> Arc<GroupCommit> {
+        let shared = Arc::new(Shared {
+            slot: Mutex::new(Slot::default()),
+            ended: Condvar::new(),
+            sealed: Condvar::new(),
+            #[cfg(test)]
+            fail_next: AtomicBool::new(false),
+        });
+        let committer = match &backend {
+            Backend::Redb(db) => {
+                let (db, shared) = (db.clone(), shared.clone());
+                let thread = std::thread::Builder::new()
+                    .name("committer".into())
+                    .spawn(move || committer(&db, &shared))
+                    .expect("spawning the committer thread");
+                Some(thread)
+            }
+            Backend::Pg(_) => None,
+        };
         Arc::new(GroupCommit {
             settings,
             backend,
-            slot: Mutex::new(Slot::default()),
-            ended: Condvar::new(),
+            shared,
+            committer,
         })
     }
 
     fn lock(&self) -> MutexGuard<'_, Slot> {
-        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+        self.shared.lock()
+    }
+
+    /// Open a new batch over the closed ones in `sealed` (the embedded
+    /// store's, read with the slot locked), with the lease held.
+    fn begin(&self, sealed: &VecDeque<Arc<Sealed>>) -> Result<BatchTxn, CommitError> {
+        match &self.backend {
+            // Under the slot lock, so that the snapshot and the closed
+            // batches it reads through agree (the committer drops a closed
+            // batch from the list under the lock once it is visible).
+            Backend::Redb(db) => Ok(BatchTxn::Redb(RedbBatch {
+                snapshot: db
+                    .begin_read()
+                    .map_err(|e| CommitError::fatal(e.to_string()))?,
+                below: sealed.iter().cloned().collect(),
+                writes: Overlay::new(),
+            })),
+            Backend::Pg(store) => store
+                .begin_batch()
+                .map(BatchTxn::Pg)
+                .map_err(CommitError::from),
+        }
+    }
+
+    /// Closed batches not yet on disk (tests).
+    #[cfg(test)]
+    pub(super) fn sealed_len(&self) -> usize {
+        self.lock().sealed.len()
     }
 
     /// (successful mutating requests, durable commits) since start.
@@ -278,6 +442,12 @@ impl GroupCommit {
                 },
                 false,
             );
+        } else if s.pending == 0 && s.members == 0 && !s.leased && s.txn.is_some() {
+            // An open batch nobody will use: let its snapshot go (a redb
+            // read transaction keeps freed pages from being reused).
+            let idle = s.txn.take();
+            drop(s);
+            drop(idle);
         }
     }
 
@@ -308,15 +478,19 @@ impl GroupCommit {
             });
         }
         while s.committing {
-            s = self.ended.wait(s).unwrap_or_else(|p| p.into_inner());
+            s = self.shared.ended.wait(s).unwrap_or_else(|p| p.into_inner());
         }
         s.batch += 1;
         s.members = 0;
         s.outcome = Arc::new(Outcome::default());
         let (batch, outcome) = (s.batch, s.outcome.clone());
+        let begun = match self.backend {
+            Backend::Redb(_) => Some(self.begin(&s.sealed)),
+            Backend::Pg(_) => None,
+        };
         drop(s);
-        // Outside the lock: this waits while the previous batch commits.
-        match BatchTxn::begin(&self.backend) {
+        // A shared store's outside the lock (a round trip).
+        match begun.unwrap_or_else(|| self.begin(&VecDeque::new())) {
             Ok(txn) => Ok(Lease {
                 txn,
                 batch,
@@ -362,6 +536,7 @@ impl GroupCommit {
                 return result;
             }
             let (next, timeout) = self
+                .shared
                 .ended
                 .wait_timeout(s, self.settings.window)
                 .unwrap_or_else(|p| p.into_inner());
@@ -408,6 +583,9 @@ impl GroupCommit {
         mine: bool,
     ) -> Result<(), CommitError> {
         let members = s.members;
+        if let BatchTxn::Redb(_) = &lease.txn {
+            return self.seal(s, lease, members, mine);
+        }
         // The next request opens a new batch once this commit is done.
         Self::hand_on(&mut s);
         s.committing = true;
@@ -417,30 +595,68 @@ impl GroupCommit {
             batch,
             outcome,
         } = lease;
-        let result = txn.commit();
+        let result = match txn {
+            BatchTxn::Pg(lent) => lent.commit().map_err(CommitError::from),
+            BatchTxn::Redb(_) => unreachable!("the embedded store's batches are sealed"),
+        };
         let mut s = self.lock();
         s.committing = false;
-        match &result {
-            Ok(()) => {
-                outcome.set(Outcome::COMMITTED);
-                s.commits += members;
-                s.syncs += 1;
-                let m = crate::metrics::metrics();
-                m.commits.inc_by(members);
-                m.fsyncs.inc();
-                m.commit_batch.observe(members as f64);
-            }
-            Err(e) => {
-                if e.retry {
-                    tracing::info!(batch, members, "{e}; its requests run again");
-                } else {
-                    tracing::error!(batch, members, "{e}");
-                }
-                outcome.set(Outcome::failure(e.retry));
-            }
-        }
-        self.ended.notify_all();
+        ended(&mut s, batch, members, &outcome, &result);
+        self.shared.ended.notify_all();
         if mine { result } else { Ok(()) }
+    }
+
+    /// Close the embedded store's batch: it joins the ordered list the
+    /// committer writes from, and the lease goes to the next request (which
+    /// opens a new batch over this one at once); `mine` waits for the
+    /// commit. The lease stays here while the committer is more than
+    /// `MAX_SEALED` batches behind, and, with group commit off, until this
+    /// batch is durable (one commit per request, nothing read through).
+    fn seal(
+        &self,
+        mut s: MutexGuard<'_, Slot>,
+        lease: Lease,
+        members: u64,
+        mine: bool,
+    ) -> Result<(), CommitError> {
+        let Lease {
+            txn,
+            batch,
+            outcome,
+        } = lease;
+        let BatchTxn::Redb(open) = txn else {
+            unreachable!("checked by the caller")
+        };
+        let RedbBatch {
+            snapshot,
+            below,
+            writes,
+        } = open;
+        s.sealed.push_back(Arc::new(Sealed {
+            writes,
+            batch,
+            members,
+            outcome: outcome.clone(),
+            below: below.iter().map(|b| b.outcome.clone()).collect(),
+        }));
+        self.shared.sealed.notify_one();
+        while s.sealed.len() > MAX_SEALED || (!self.settings.enabled && outcome.result().is_none())
+        {
+            s = self.shared.ended.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+        Self::hand_on(&mut s);
+        drop(s);
+        drop((snapshot, below));
+        if !mine {
+            return Ok(());
+        }
+        let mut s = self.lock();
+        loop {
+            if let Some(result) = outcome.result() {
+                return result;
+            }
+            s = self.shared.ended.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
     }
 
     /// Abandon the batch `lease` holds (its writes are in an unknown state):
@@ -465,10 +681,77 @@ impl GroupCommit {
         s.pending -= 1;
         lease.outcome.set(Outcome::failure(retry));
         Self::hand_on(&mut s);
-        self.ended.notify_all();
+        self.shared.ended.notify_all();
         drop(s);
         // Its rollback (a round trip on a shared store) outside the lock.
         drop(lease.txn);
+    }
+}
+
+/// Record how a batch ended (the slot locked): counters, metrics, log,
+/// and the outcome its members read.
+fn ended(
+    s: &mut Slot,
+    batch: u64,
+    members: u64,
+    outcome: &Outcome,
+    result: &Result<(), CommitError>,
+) {
+    match result {
+        Ok(()) => {
+            outcome.set(Outcome::COMMITTED);
+            s.commits += members;
+            s.syncs += 1;
+            let m = crate::metrics::metrics();
+            m.commits.inc_by(members);
+            m.fsyncs.inc();
+            m.commit_batch.observe(members as f64);
+        }
+        Err(e) => {
+            if e.retry {
+                tracing::info!(batch, members, "{e}; its requests run again");
+            } else {
+                tracing::error!(batch, members, "{e}");
+            }
+            outcome.set(Outcome::failure(e.retry));
+        }
+    }
+}
+
+/// The committer thread: writes the closed batches durably, oldest first,
+/// each unless a batch it read failed; then drops it from the list new
+/// batches read through and wakes its members. Ends once the store is
+/// dropped and nothing closed is left.
+fn committer(db: &Database, shared: &Shared) {
+    loop {
+        let next = {
+            let mut s = shared.lock();
+            loop {
+                if let Some(first) = s.sealed.front() {
+                    break first.clone();
+                }
+                if s.stopping {
+                    return;
+                }
+                s = shared.sealed.wait(s).unwrap_or_else(|p| p.into_inner());
+            }
+        };
+        // Every batch it read through came before it, so has ended.
+        let result = if next.below.iter().any(|o| !o.committed()) {
+            Err(CommitError::fatal(
+                "an earlier batch it read could not be committed".into(),
+            ))
+        } else {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                write_sealed(db, shared, &next.writes)
+            }))
+            .unwrap_or_else(|_| Err(CommitError::fatal("writing the batch panicked".into())))
+        };
+        let mut s = shared.lock();
+        let first = s.sealed.pop_front();
+        debug_assert!(first.is_some_and(|b| b.batch == next.batch));
+        ended(&mut s, next.batch, next.members, &next.outcome, &result);
+        shared.ended.notify_all();
     }
 }
 
@@ -477,7 +760,7 @@ mod tests {
     use super::*;
     use redb::{Database, ReadableDatabase, ReadableTableMetadata, TableDefinition};
 
-    const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    const T: TableDefinition<&[u8], &[u8]> = TableDefinition::new("t");
 
     fn open(settings: Settings) -> (tempfile::TempDir, Arc<Database>, Arc<GroupCommit>) {
         let dir = tempfile::tempdir().unwrap();
@@ -486,11 +769,16 @@ mod tests {
         (dir, db, gc)
     }
 
-    fn put(l: &Lease, k: u64) {
-        let BatchTxn::Redb(txn) = l.txn() else {
+    fn put(l: &mut Lease, k: u64) {
+        let BatchTxn::Redb(batch) = l.txn_mut() else {
             unreachable!("redb here")
         };
-        txn.open_table(T).unwrap().insert(k, k).unwrap();
+        let k = k.to_be_bytes().to_vec();
+        batch
+            .writes
+            .entry("t".into())
+            .or_default()
+            .insert(k.clone(), Some(k));
     }
 
     fn count(db: &Database) -> u64 {
@@ -502,8 +790,8 @@ mod tests {
     fn a_lone_writer_commits_at_once() {
         let (_d, db, gc) = open(Settings::default());
         for k in 0..3 {
-            let l = gc.acquire(gc.enter()).unwrap();
-            put(&l, k);
+            let mut l = gc.acquire(gc.enter()).unwrap();
+            put(&mut l, k);
             gc.release(l, true).unwrap();
             assert_eq!(count(&db), k + 1, "visible (and durable) on return");
         }
@@ -518,8 +806,8 @@ mod tests {
                 let gc = gc.clone();
                 std::thread::spawn(move || {
                     for i in 0..50 {
-                        let l = gc.acquire(gc.enter()).unwrap();
-                        put(&l, t * 1000 + i);
+                        let mut l = gc.acquire(gc.enter()).unwrap();
+                        put(&mut l, t * 1000 + i);
                         std::thread::sleep(Duration::from_micros(50));
                         gc.release(l, true).unwrap();
                     }
@@ -543,8 +831,8 @@ mod tests {
             window: Duration::from_secs(30),
             ..Settings::default()
         });
-        let a = gc.acquire(gc.enter()).unwrap();
-        put(&a, 1);
+        let mut a = gc.acquire(gc.enter()).unwrap();
+        put(&mut a, 1);
         let gc2 = gc.clone();
         let b = std::thread::spawn(move || {
             let b = gc2.acquire(gc2.enter()).unwrap();
@@ -571,8 +859,8 @@ mod tests {
             window: Duration::from_millis(20),
             ..Settings::default()
         });
-        let a = gc.acquire(gc.enter()).unwrap();
-        put(&a, 1);
+        let mut a = gc.acquire(gc.enter()).unwrap();
+        put(&mut a, 1);
         // Another request is under way but never takes the lease.
         let stuck = gc.enter();
         gc.release(a, true).unwrap();
@@ -587,8 +875,8 @@ mod tests {
             window: Duration::from_secs(30),
             ..Settings::default()
         });
-        let a = gc.acquire(gc.enter()).unwrap();
-        put(&a, 1);
+        let mut a = gc.acquire(gc.enter()).unwrap();
+        put(&mut a, 1);
         let reader = gc.enter(); // under way; ends without storage
         let gc2 = gc.clone();
         let member = std::thread::spawn(move || gc2.release(a, true));
@@ -606,6 +894,125 @@ mod tests {
         assert_eq!(count(&db), 1);
     }
 
+    /// Hold redb's single write transaction: the committer waits for it,
+    /// like a disk that stalls.
+    fn stall(db: &Database) -> redb::WriteTransaction {
+        db.begin_write().unwrap()
+    }
+
+    fn sealed(gc: &GroupCommit) -> usize {
+        gc.lock().sealed.len()
+    }
+
+    fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+        let started = std::time::Instant::now();
+        while !f() {
+            assert!(started.elapsed() < Duration::from_secs(20), "{what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_failed_batch_fails_every_batch_that_read_through_it() {
+        let (_d, db, gc) = open(Settings::default());
+        let disk = stall(&db);
+        let spawn_put = |k: u64| {
+            let gc = gc.clone();
+            std::thread::spawn(move || {
+                let mut l = gc.acquire(gc.enter()).unwrap();
+                put(&mut l, k);
+                gc.release(l, true)
+            })
+        };
+        let a = spawn_put(1);
+        wait_for("batch 1 closed", || sealed(&gc) == 1);
+        // Opened over batch 1, which is not on disk yet.
+        let b = spawn_put(2);
+        wait_for("batch 2 closed", || sealed(&gc) == 2);
+        gc.shared.fail_next.store(true, Ordering::Release);
+        drop(disk);
+        assert!(a.join().unwrap().is_err(), "its own commit failed");
+        assert!(b.join().unwrap().is_err(), "it read a batch that failed");
+        assert_eq!(count(&db), 0, "nothing of either is written");
+        assert_eq!(sealed(&gc), 0);
+        // A batch opened after them starts from what is on disk.
+        let mut l = gc.acquire(gc.enter()).unwrap();
+        put(&mut l, 3);
+        gc.release(l, true).unwrap();
+        assert_eq!(count(&db), 1);
+        assert_eq!(gc.counters(), (1, 1));
+    }
+
+    #[test]
+    fn a_stalled_disk_holds_writers_back_and_reorders_nothing() {
+        // Every request adds one to a counter it reads: a batch committed
+        // out of order, or a write lost, leaves the counter short.
+        let (_d, db, gc) = open(Settings::default());
+        const KEY: &[u8] = b"n";
+        fn bump(l: &mut Lease) {
+            let key = KEY.to_vec();
+            let BatchTxn::Redb(batch) = l.txn_mut() else {
+                unreachable!("redb here")
+            };
+            let n = match batch.written("t", &key) {
+                Some(v) => u64::from_be_bytes(v.clone().unwrap().try_into().unwrap()),
+                None => batch
+                    .snapshot
+                    .open_table(T)
+                    .ok()
+                    .and_then(|t| t.get(key.as_slice()).unwrap())
+                    .map_or(0, |v| u64::from_be_bytes(v.value().try_into().unwrap())),
+            };
+            batch
+                .writes
+                .entry("t".into())
+                .or_default()
+                .insert(key, Some((n + 1).to_be_bytes().to_vec()));
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let staller = {
+            let (db, stop) = (db.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Acquire) {
+                    let disk = stall(&db);
+                    std::thread::sleep(Duration::from_millis(3));
+                    drop(disk);
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            })
+        };
+        let most = Arc::new(Mutex::new(0usize));
+        let threads: Vec<_> = (0..12)
+            .map(|_| {
+                let (gc, most) = (gc.clone(), most.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..40 {
+                        let mut l = gc.acquire(gc.enter()).unwrap();
+                        bump(&mut l);
+                        let mut m = most.lock().unwrap();
+                        *m = (*m).max(sealed(&gc));
+                        drop(m);
+                        gc.release(l, true).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        stop.store(true, Ordering::Release);
+        staller.join().unwrap();
+        let r = db.begin_read().unwrap();
+        let n = r.open_table(T).unwrap().get(KEY).unwrap().unwrap();
+        assert_eq!(u64::from_be_bytes(n.value().try_into().unwrap()), 480);
+        assert_eq!(gc.counters().0, 480);
+        assert!(
+            *most.lock().unwrap() <= MAX_SEALED,
+            "closed batches bounded"
+        );
+        assert_eq!(sealed(&gc), 0);
+    }
+
     #[test]
     fn disabled_means_one_commit_each() {
         let (_d, _db, gc) = open(Settings {
@@ -617,8 +1024,8 @@ mod tests {
                 let gc = gc.clone();
                 std::thread::spawn(move || {
                     for i in 0..10 {
-                        let l = gc.acquire(gc.enter()).unwrap();
-                        put(&l, t * 100 + i);
+                        let mut l = gc.acquire(gc.enter()).unwrap();
+                        put(&mut l, t * 100 + i);
                         gc.release(l, true).unwrap();
                     }
                 })
