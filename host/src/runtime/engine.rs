@@ -975,7 +975,12 @@ impl Runtime {
             instantiated - started,
             instantiated.elapsed(),
         );
-        let mut ctx = store.into_data();
+        // The context leaves the store before the instance is torn down:
+        // a write's commit (and its hold on the commit batch, which the
+        // next writer waits for) does not wait for the teardown.
+        let memory_bytes = self.limits.memory_bytes;
+        let mut ctx = std::mem::replace(store.data_mut(), Ctx::inert(memory_bytes));
+        let _torn_down_last = store;
         if ctx.conflicted() {
             // Whatever the plugin made of it, its reads were not a state
             // that can be kept: run it again.
