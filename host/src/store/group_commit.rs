@@ -238,9 +238,16 @@ fn write_sealed(db: &Database, shared: &Shared, writes: &Overlay) -> Result<(), 
     txn.commit().map_err(|e| fatal(&e))
 }
 
-/// How one batch ended: its members read it when they wake.
+/// How one batch ended: its members read it when they wake. Its members
+/// wait on its own condition variable (always with the slot lock), so a
+/// batch that ends wakes its own members and no others.
 #[derive(Default)]
-struct Outcome(std::sync::atomic::AtomicU8);
+struct Outcome {
+    state: std::sync::atomic::AtomicU8,
+    /// Signalled when the batch ends, and when it is left open with nobody
+    /// on it (its members then time out after `window` and commit it).
+    done: Condvar,
+}
 
 impl Outcome {
     const COMMITTED: u8 = 1;
@@ -249,12 +256,19 @@ impl Outcome {
     /// requests may run again.
     const LOST_RACE: u8 = 3;
 
+    /// Record how the batch ended (the slot locked) and wake its members.
     fn set(&self, v: u8) {
-        self.0.store(v, Ordering::Release);
+        self.state.store(v, Ordering::Release);
+        self.done.notify_all();
     }
 
     fn committed(&self) -> bool {
-        self.0.load(Ordering::Acquire) == Outcome::COMMITTED
+        self.state.load(Ordering::Acquire) == Outcome::COMMITTED
+    }
+
+    /// Wait (the slot locked) until woken.
+    fn wait<'a>(&self, s: MutexGuard<'a, Slot>) -> MutexGuard<'a, Slot> {
+        self.done.wait(s).unwrap_or_else(|p| p.into_inner())
     }
 
     fn failure(retry: bool) -> u8 {
@@ -269,7 +283,7 @@ impl Outcome {
     /// store a later batch may commit before an earlier one's commit
     /// returns: only the batch's own outcome tells.)
     fn result(&self) -> Option<Result<(), CommitError>> {
-        match self.0.load(Ordering::Acquire) {
+        match self.state.load(Ordering::Acquire) {
             0 => None,
             Outcome::COMMITTED => Some(Ok(())),
             v => Some(Err(CommitError {
@@ -535,9 +549,15 @@ impl GroupCommit {
             if let Some(result) = outcome.result() {
                 return result;
             }
-            let (next, timeout) = self
-                .shared
-                .ended
+            // Only while the batch is open with nobody on it does a member
+            // time out (and commit it); else it sleeps until its batch
+            // ends or is left idle (see `hand_on`).
+            if !(s.batch == batch && s.txn.is_some() && !s.leased) {
+                s = outcome.wait(s);
+                continue;
+            }
+            let (next, timeout) = outcome
+                .done
                 .wait_timeout(s, self.settings.window)
                 .unwrap_or_else(|p| p.into_inner());
             s = next;
@@ -563,7 +583,9 @@ impl GroupCommit {
         }
     }
 
-    /// Give the lease to the longest waiting request, or free it.
+    /// Give the lease to the longest waiting request, or free it. A batch
+    /// left open with nobody on it wakes its members: one of them commits
+    /// it should nobody take it on within `window`.
     fn hand_on(s: &mut Slot) {
         match s.queue.pop_front() {
             Some(next) => {
@@ -571,7 +593,12 @@ impl GroupCommit {
                 next.granted.store(true, Ordering::Release);
                 next.thread.unpark();
             }
-            None => s.leased = false,
+            None => {
+                s.leased = false;
+                if s.txn.is_some() {
+                    s.outcome.done.notify_all();
+                }
+            }
         }
     }
 
@@ -655,7 +682,7 @@ impl GroupCommit {
             if let Some(result) = outcome.result() {
                 return result;
             }
-            s = self.shared.ended.wait(s).unwrap_or_else(|p| p.into_inner());
+            s = outcome.wait(s);
         }
     }
 
