@@ -218,21 +218,26 @@ impl BatchTxn {
     }
 }
 
-/// Write a closed batch in one durable redb transaction.
-fn write_sealed(db: &Database, shared: &Shared, writes: &Overlay) -> Result<(), CommitError> {
+/// Write closed batches, oldest first, in one durable redb transaction
+/// (each table opened once; a later batch's write of a key wins).
+fn write_sealed(db: &Database, shared: &Shared, group: &[Arc<Sealed>]) -> Result<(), CommitError> {
     let fatal = |e: &dyn std::fmt::Display| CommitError::fatal(e.to_string());
     let txn = db.begin_write().map_err(|e| fatal(&e))?;
     if shared.fails_next() {
         return Err(fatal(&"failed by the test"));
     }
-    for (table, rows) in writes {
+    let tables: std::collections::BTreeSet<&String> =
+        group.iter().flat_map(|b| b.writes.keys()).collect();
+    for table in tables {
         let mut t = txn.open_table(super::def(table)).map_err(|e| fatal(&e))?;
-        for (key, value) in rows {
-            match value {
-                Some(v) => t.insert(key.as_slice(), v.as_slice()).map(drop),
-                None => t.remove(key.as_slice()).map(drop),
+        for rows in group.iter().filter_map(|b| b.writes.get(table)) {
+            for (key, value) in rows {
+                match value {
+                    Some(v) => t.insert(key.as_slice(), v.as_slice()).map(drop),
+                    None => t.remove(key.as_slice()).map(drop),
+                }
+                .map_err(|e| fatal(&e))?;
             }
-            .map_err(|e| fatal(&e))?;
         }
     }
     txn.commit().map_err(|e| fatal(&e))
@@ -628,6 +633,9 @@ impl GroupCommit {
         };
         let mut s = self.lock();
         s.committing = false;
+        if result.is_ok() {
+            synced(&mut s, members);
+        }
         ended(&mut s, batch, members, &outcome, &result);
         self.shared.ended.notify_all();
         if mine { result } else { Ok(()) }
@@ -715,6 +723,14 @@ impl GroupCommit {
     }
 }
 
+/// Count one durable commit of `members` requests (the slot locked).
+fn synced(s: &mut Slot, members: u64) {
+    s.syncs += 1;
+    let m = crate::metrics::metrics();
+    m.fsyncs.inc();
+    m.commit_batch.observe(members as f64);
+}
+
 /// Record how a batch ended (the slot locked): counters, metrics, log,
 /// and the outcome its members read.
 fn ended(
@@ -728,11 +744,7 @@ fn ended(
         Ok(()) => {
             outcome.set(Outcome::COMMITTED);
             s.commits += members;
-            s.syncs += 1;
-            let m = crate::metrics::metrics();
-            m.commits.inc_by(members);
-            m.fsyncs.inc();
-            m.commit_batch.observe(members as f64);
+            crate::metrics::metrics().commits.inc_by(members);
         }
         Err(e) => {
             if e.retry {
@@ -745,17 +757,22 @@ fn ended(
     }
 }
 
-/// The committer thread: writes the closed batches durably, oldest first,
-/// each unless a batch it read failed; then drops it from the list new
-/// batches read through and wakes its members. Ends once the store is
-/// dropped and nothing closed is left.
+/// The committer thread: writes every closed batch waiting, oldest first,
+/// in one durable redb transaction (under load, batches that closed while
+/// the previous commit ran share its fsync and the pages they both dirty);
+/// then drops them from the list new batches read through and wakes their
+/// members. Ends once the store is dropped and nothing closed is left.
+///
+/// The batches of one write share one fate: the first read only through
+/// batches that have ended, and every later one read through the first.
+/// So when one the first read through failed, none is written.
 fn committer(db: &Database, shared: &Shared) {
     loop {
-        let next = {
+        let group: Vec<Arc<Sealed>> = {
             let mut s = shared.lock();
             loop {
-                if let Some(first) = s.sealed.front() {
-                    break first.clone();
+                if !s.sealed.is_empty() {
+                    break s.sealed.iter().cloned().collect();
                 }
                 if s.stopping {
                     return;
@@ -763,21 +780,25 @@ fn committer(db: &Database, shared: &Shared) {
                 s = shared.sealed.wait(s).unwrap_or_else(|p| p.into_inner());
             }
         };
-        // Every batch it read through came before it, so has ended.
-        let result = if next.below.iter().any(|o| !o.committed()) {
+        let result = if group[0].below.iter().any(|o| !o.committed()) {
             Err(CommitError::fatal(
                 "an earlier batch it read could not be committed".into(),
             ))
         } else {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                write_sealed(db, shared, &next.writes)
+                write_sealed(db, shared, &group)
             }))
             .unwrap_or_else(|_| Err(CommitError::fatal("writing the batch panicked".into())))
         };
         let mut s = shared.lock();
-        let first = s.sealed.pop_front();
-        debug_assert!(first.is_some_and(|b| b.batch == next.batch));
-        ended(&mut s, next.batch, next.members, &next.outcome, &result);
+        if result.is_ok() {
+            synced(&mut s, group.iter().map(|b| b.members).sum());
+        }
+        for b in &group {
+            let first = s.sealed.pop_front();
+            debug_assert!(first.is_some_and(|f| f.batch == b.batch));
+            ended(&mut s, b.batch, b.members, &b.outcome, &result);
+        }
         shared.ended.notify_all();
     }
 }
