@@ -31,7 +31,21 @@ fn every_call_gets_a_fresh_pooled_instance_on_either_path() {
         "instances must come from the pooling allocator"
     );
     assert!(app.runtime.runs_inline(false), "reads on redb run inline");
-    assert!(!app.runtime.runs_inline(true), "writes are handed off");
+    assert!(
+        app.runtime.runs_inline(true),
+        "writes on redb run inline too (they wait for the batch as tasks)"
+    );
+    let one_by_one = support::start_app_with(
+        &tmp.path().join("data2"),
+        &common::plugins_dir(),
+        true,
+        &[("group_commit", "false")],
+    );
+    assert!(
+        !one_by_one.runtime.runs_inline(true),
+        "without group commit each commit's fsync holds the batch: writes are handed off"
+    );
+    drop(one_by_one);
     // Far more calls than the pool has slots: every instance goes back.
     let slots = app.config.max_instances as usize * 2 + 16;
     let rt = support::runtime();
@@ -50,6 +64,7 @@ fn every_call_gets_a_fresh_pooled_instance_on_either_path() {
             "testing",
             get(route),
             PaymentHeaders::default(),
+            false,
         ));
         assert_eq!(inline.status, want, "inline call {i}");
     }
@@ -76,7 +91,12 @@ fn an_inline_call_that_spins_lets_the_workers_other_tasks_run_and_still_ends() {
         let spinning = tokio::spawn(async move {
             let reply = app2
                 .runtime
-                .handle_inline("testing", get("/_testing/loop"), PaymentHeaders::default())
+                .handle_inline(
+                    "testing",
+                    get("/_testing/loop"),
+                    PaymentHeaders::default(),
+                    false,
+                )
                 .await;
             done.store(true, Ordering::SeqCst);
             reply

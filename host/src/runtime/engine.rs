@@ -38,13 +38,21 @@ pub mod bindings {
             // A request's call can run on an async worker and yield there
             // on epoch ticks ([`super::super::Runtime::handle_inline`]);
             // off the workers, [`super::super::run_to_end`] finishes it.
-            // The imports that may wait for work on a blocking thread are
-            // async: `dispatch.call` (another request) and
-            // `payments.quote` (a fee component call).
+            // The imports that may wait are async: `dispatch.call`
+            // (another request), `payments.quote` and `payments.charge` (a
+            // fee component call on a blocking thread), and every import
+            // that may open a write request's transaction, which waits for
+            // the commit batch (storage, charges, signature checks that
+            // record the signature, escrow).
             exports: { default: async },
             imports: {
                 "marketplace:plugin/dispatch.call": async,
                 "marketplace:plugin/payments.quote": async,
+                "marketplace:plugin/payments.charge": async,
+                "marketplace:plugin/payments.charge-price": async,
+                "marketplace:plugin/auth.verify": async,
+                "marketplace:plugin/storage": async,
+                "marketplace:plugin/escrow": async,
             },
         });
     }
@@ -868,26 +876,35 @@ impl Runtime {
 
     /// Whether a request (`write`: of a route that writes) may run on an
     /// async worker ([`Runtime::handle_inline`]) rather than be handed to a
-    /// blocking thread: it only reads (no commit batch to wait for) and the store
-    /// is the embedded one (reads come from memory-mapped pages, no
-    /// network round trips). Such a call blocks nowhere but in its own
-    /// code, which yields to the worker's other tasks on every epoch tick;
-    /// a request it dispatches that could block runs on a blocking thread.
+    /// blocking thread: the store is the embedded one (reads come from
+    /// memory-mapped pages, no network round trips), and a write waits for
+    /// the commit batch and its durability as a task, not a thread
+    /// ([`Ctx::ready`](crate::runtime::host::Ctx), `Storage::commit_async`),
+    /// unless group commit is off (each commit then waits for its fsync
+    /// holding the batch) or payments go to an upstream webcash server (its
+    /// calls block). Such a call blocks nowhere but in its own code, which
+    /// yields to the worker's other tasks on every epoch tick; what it asks
+    /// that could block (a fee component, a request it dispatches that
+    /// cannot run inline) runs on a blocking thread.
     pub fn runs_inline(&self, write: bool) -> bool {
-        !write && !self.state.storage.is_shared()
+        let config = &self.state.config;
+        !self.state.storage.is_shared()
+            && (!write || (config.group_commit && config.cash_upstream.is_none()))
     }
 
-    /// [`Runtime::handle`] of a read on an async worker (see
-    /// [`Runtime::runs_inline`]).
+    /// [`Runtime::handle`] on an async worker (see [`Runtime::runs_inline`]).
+    /// Run a write as a task of its own (`tokio::spawn`), so that a client
+    /// that goes away does not cancel it halfway.
     pub async fn handle_inline(
         self: &Arc<Self>,
         family: &str,
         req: wit::Request,
         payment: PaymentHeaders,
+        write: bool,
     ) -> Reply {
-        // Only a shared store makes a request run again, and reads on one
-        // are never inline.
-        self.handle_once(family, &req, payment, false, true)
+        // Only a shared store makes a request run again, and it never runs
+        // inline.
+        self.handle_once(family, &req, payment, write, true)
             .await
             .unwrap_or_else(|RunAgain| Reply::conflict())
     }
@@ -987,7 +1004,7 @@ impl Runtime {
             return Err(RunAgain);
         }
         let mut reply = match result {
-            Ok(resp) => ctx.finish(resp)?,
+            Ok(resp) => ctx.finish(resp).await?,
             Err(e) => {
                 let answer = match ctx.take_on_fault() {
                     Some(chosen) => {

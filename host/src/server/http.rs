@@ -437,14 +437,27 @@ async fn dispatch(
                 body,
             };
             let writes = route.writes;
-            let result = if app.runtime.runs_inline(writes) {
+            let result = if app.runtime.runs_inline(writes) && writes {
+                // A task of its own on the workers: a client that goes away
+                // does not cancel a write halfway (its commit, its charge).
+                use tracing::Instrument;
+                let (rt, family) = (app.runtime.clone(), family.clone());
+                tokio::spawn(
+                    async move { rt.handle_inline(&family, request, payment, true).await }
+                        .instrument(span),
+                )
+                .await
+                .map_err(|e| e.to_string())
+            } else if app.runtime.runs_inline(writes) {
                 // On this worker: no hand-off to a blocking thread. A
                 // panic is caught as the blocking pool would catch it.
                 use futures_util::FutureExt;
-                std::panic::AssertUnwindSafe(app.runtime.handle_inline(family, request, payment))
-                    .catch_unwind()
-                    .await
-                    .map_err(|_| "panicked".to_string())
+                std::panic::AssertUnwindSafe(
+                    app.runtime.handle_inline(family, request, payment, false),
+                )
+                .catch_unwind()
+                .await
+                .map_err(|_| "panicked".to_string())
             } else {
                 let app2 = app.clone();
                 let family_name = family.clone();

@@ -40,6 +40,7 @@ use redb::{Database, ReadTransaction, ReadableDatabase};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::task::{Poll, Waker};
 use std::thread::Thread;
 use std::time::Duration;
 
@@ -179,10 +180,68 @@ pub(super) struct Sealed {
     below: Vec<Arc<Outcome>>,
 }
 
-/// A request parked until the lease is handed to it.
+/// A request waiting until the lease is handed to it: a parked thread,
+/// or a task on the async workers.
 struct Waiter {
     granted: AtomicBool,
-    thread: Thread,
+    thread: Option<Thread>,
+    task: Mutex<Option<Waker>>,
+}
+
+impl Waiter {
+    fn new(thread: Option<Thread>) -> Arc<Waiter> {
+        Arc::new(Waiter {
+            granted: AtomicBool::new(false),
+            thread,
+            task: Mutex::new(None),
+        })
+    }
+
+    /// Hand it the lease and wake it.
+    fn grant(&self) {
+        self.granted.store(true, Ordering::Release);
+        match &self.thread {
+            Some(thread) => thread.unpark(),
+            None => {
+                let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if let Some(waker) = task {
+                    waker.wake();
+                }
+            }
+        }
+    }
+
+    fn granted(&self) -> bool {
+        self.granted.load(Ordering::Acquire)
+    }
+}
+
+/// A task's place in the lease queue: dropped before it got the lease
+/// (its request was cancelled), it leaves the queue, or hands the lease
+/// on when it was granted meanwhile, so nobody waits for it.
+struct Queued<'a> {
+    gc: &'a GroupCommit,
+    me: Option<Arc<Waiter>>,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        let Some(me) = self.me.take() else { return };
+        let mut s = self.gc.lock();
+        if me.granted() {
+            GroupCommit::hand_on(&mut s);
+        } else {
+            s.queue.retain(|w| !Arc::ptr_eq(w, &me));
+        }
+    }
+}
+
+/// How handing the lease on left a request.
+enum Released {
+    /// Nothing more to wait for.
+    Done(Result<(), CommitError>),
+    /// Its writes are in batch `batch`: it answers once that batch ends.
+    Member { batch: u64, outcome: Arc<Outcome> },
 }
 
 /// A mutating request under way, counted until it hands the lease on or
@@ -252,6 +311,8 @@ struct Outcome {
     /// Signalled when the batch ends, and when it is left open with nobody
     /// on it (its members then time out after `window` and commit it).
     done: Condvar,
+    /// Members waiting on the async workers, woken at the same moments.
+    tasks: Mutex<Vec<Waker>>,
 }
 
 impl Outcome {
@@ -264,7 +325,16 @@ impl Outcome {
     /// Record how the batch ended (the slot locked) and wake its members.
     fn set(&self, v: u8) {
         self.state.store(v, Ordering::Release);
+        self.wake();
+    }
+
+    /// Wake every member waiting (the slot locked).
+    fn wake(&self) {
         self.done.notify_all();
+        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+        for task in tasks {
+            task.wake();
+        }
     }
 
     fn committed(&self) -> bool {
@@ -451,15 +521,13 @@ impl GroupCommit {
             let txn = s.txn.take().expect("checked");
             s.leased = true;
             let (batch, outcome) = (s.batch, s.outcome.clone());
-            // The members report a failure themselves.
-            let _ = self.commit_batch(
+            self.commit_batch(
                 s,
                 Lease {
                     txn,
                     batch,
                     outcome,
                 },
-                false,
             );
         } else if s.pending == 0 && s.members == 0 && !s.leased && s.txn.is_some() {
             // An open batch nobody will use: let its snapshot go (a redb
@@ -475,19 +543,59 @@ impl GroupCommit {
     pub fn acquire(&self, mut pending: Pending) -> Result<Lease, CommitError> {
         // From here the lease's release (or a failed begin) uncounts it.
         pending.counted = false;
-        let mut s = self.lock();
-        if s.leased || !s.queue.is_empty() {
-            let me = Arc::new(Waiter {
-                granted: AtomicBool::new(false),
-                thread: std::thread::current(),
-            });
-            s.queue.push_back(me.clone());
-            drop(s);
-            while !me.granted.load(Ordering::Acquire) {
+        if let Some(me) = self.queue_up(Some(std::thread::current())) {
+            while !me.granted() {
                 std::thread::park();
             }
-            s = self.lock();
         }
+        self.take_lease()
+    }
+
+    /// [`GroupCommit::acquire`] for a task on the async workers: waits
+    /// without holding its thread. Cancelled while queued, it leaves the
+    /// queue (or hands on a lease granted meanwhile).
+    pub async fn acquire_async(&self, mut pending: Pending) -> Result<Lease, CommitError> {
+        // Still counted while queued: cancelled there, it leaves the count
+        // as a request that never took the lease does (after `Queued`).
+        if let Some(me) = self.queue_up(None) {
+            let mut queued = Queued {
+                gc: self,
+                me: Some(me.clone()),
+            };
+            std::future::poll_fn(|cx| {
+                if me.granted() {
+                    return Poll::Ready(());
+                }
+                *me.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(cx.waker().clone());
+                if me.granted() {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await;
+            queued.me = None;
+        }
+        pending.counted = false;
+        self.take_lease()
+    }
+
+    /// Join the queue when the lease is held or others wait for it (the
+    /// waiter to wait on), else take the lease at once (`None`).
+    fn queue_up(&self, thread: Option<Thread>) -> Option<Arc<Waiter>> {
+        let mut s = self.lock();
+        if s.leased || !s.queue.is_empty() {
+            let me = Waiter::new(thread);
+            s.queue.push_back(me.clone());
+            return Some(me);
+        }
+        s.leased = true;
+        None
+    }
+
+    /// With the lease held: the open batch, or a new one.
+    fn take_lease(&self) -> Result<Lease, CommitError> {
+        let mut s = self.lock();
         s.leased = true;
         if let Some(txn) = s.txn.take() {
             return Ok(Lease {
@@ -527,29 +635,11 @@ impl GroupCommit {
     /// Hand the lease on. `applied`: the request succeeded and its writes
     /// are in the batch; then this returns once the batch is durable.
     pub fn release(&self, lease: Lease, applied: bool) -> Result<(), CommitError> {
+        let (batch, outcome) = match self.hand_over(lease, applied) {
+            Released::Done(result) => return result,
+            Released::Member { batch, outcome } => (batch, outcome),
+        };
         let mut s = self.lock();
-        s.pending -= 1;
-        if applied {
-            s.members += 1;
-        }
-        let commit_now = s.members > 0
-            && (!self.settings.enabled || s.pending == 0 || s.members >= self.settings.max_batch);
-        if commit_now {
-            return self.commit_batch(s, lease, applied);
-        }
-        if s.members == 0 && s.pending == 0 {
-            // Nothing to keep and nobody to hand it to: abort it.
-            Self::hand_on(&mut s);
-            drop(s);
-            drop(lease.txn);
-            return Ok(());
-        }
-        let (batch, outcome) = (lease.batch, lease.outcome);
-        s.txn = Some(lease.txn);
-        Self::hand_on(&mut s);
-        if !applied {
-            return Ok(());
-        }
         loop {
             if let Some(result) = outcome.result() {
                 return result;
@@ -557,7 +647,7 @@ impl GroupCommit {
             // Only while the batch is open with nobody on it does a member
             // time out (and commit it); else it sleeps until its batch
             // ends or is left idle (see `hand_on`).
-            if !(s.batch == batch && s.txn.is_some() && !s.leased) {
+            if !Self::idle(&s, batch) {
                 s = outcome.wait(s);
                 continue;
             }
@@ -566,26 +656,119 @@ impl GroupCommit {
                 .wait_timeout(s, self.settings.window)
                 .unwrap_or_else(|p| p.into_inner());
             s = next;
-            if timeout.timed_out()
-                && !s.leased
-                && s.queue.is_empty()
-                && s.batch == batch
-                && s.txn.is_some()
-            {
-                // Nobody took the batch on: commit it here.
-                let txn = s.txn.take().expect("checked");
-                s.leased = true;
-                return self.commit_batch(
-                    s,
-                    Lease {
-                        txn,
-                        batch,
-                        outcome,
-                    },
-                    true,
-                );
+            if timeout.timed_out() {
+                s = self.commit_if_idle(s, batch);
             }
         }
+    }
+
+    /// [`GroupCommit::release`] for a task on the async workers: the wait
+    /// for the batch to be durable holds no thread.
+    pub async fn release_async(&self, lease: Lease, applied: bool) -> Result<(), CommitError> {
+        let (batch, outcome) = match self.hand_over(lease, applied) {
+            Released::Done(result) => return result,
+            Released::Member { batch, outcome } => (batch, outcome),
+        };
+        loop {
+            let idle = {
+                let s = self.lock();
+                if let Some(result) = outcome.result() {
+                    return result;
+                }
+                Self::idle(&s, batch)
+            };
+            // Woken when the batch ends or its idleness changes.
+            let mut registered = false;
+            let woken = std::future::poll_fn(|cx| {
+                if registered {
+                    return Poll::Ready(());
+                }
+                let s = self.lock();
+                if outcome.result().is_some() || Self::idle(&s, batch) != idle {
+                    return Poll::Ready(());
+                }
+                outcome
+                    .tasks
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(cx.waker().clone());
+                registered = true;
+                Poll::Pending
+            });
+            if !idle {
+                woken.await;
+            } else if tokio::time::timeout(self.settings.window, woken)
+                .await
+                .is_err()
+            {
+                drop(self.commit_if_idle(self.lock(), batch));
+            }
+        }
+    }
+
+    /// The request's part of handing the lease on: apply its membership,
+    /// close the batch when it is complete, hand the lease to the next.
+    fn hand_over(&self, lease: Lease, applied: bool) -> Released {
+        let mut s = self.lock();
+        s.pending -= 1;
+        if applied {
+            s.members += 1;
+        }
+        let (batch, outcome) = (lease.batch, lease.outcome.clone());
+        let member = Released::Member { batch, outcome };
+        let commit_now = s.members > 0
+            && (!self.settings.enabled || s.pending == 0 || s.members >= self.settings.max_batch);
+        if commit_now {
+            self.commit_batch(s, lease);
+            return if applied {
+                member
+            } else {
+                Released::Done(Ok(()))
+            };
+        }
+        if s.members == 0 && s.pending == 0 {
+            // Nothing to keep and nobody to hand it to: abort it.
+            Self::hand_on(&mut s);
+            drop(s);
+            drop(lease.txn);
+            return Released::Done(Ok(()));
+        }
+        s.txn = Some(lease.txn);
+        Self::hand_on(&mut s);
+        if applied {
+            member
+        } else {
+            Released::Done(Ok(()))
+        }
+    }
+
+    /// Whether batch `batch` is open with nobody on it.
+    fn idle(s: &Slot, batch: u64) -> bool {
+        s.batch == batch && s.txn.is_some() && !s.leased
+    }
+
+    /// A member's `window` ran out: when its batch is still open with
+    /// nobody on it or waiting for it, commit it here.
+    fn commit_if_idle<'a>(
+        &'a self,
+        mut s: MutexGuard<'a, Slot>,
+        batch: u64,
+    ) -> MutexGuard<'a, Slot> {
+        if Self::idle(&s, batch) && s.queue.is_empty() {
+            let txn = s.txn.take().expect("checked");
+            s.leased = true;
+            let outcome = s.outcome.clone();
+            self.commit_batch(
+                s,
+                Lease {
+                    txn,
+                    batch,
+                    outcome,
+                },
+            );
+            return self.lock();
+        }
+        s
     }
 
     /// Give the lease to the longest waiting request, or free it. A batch
@@ -593,30 +776,24 @@ impl GroupCommit {
     /// it should nobody take it on within `window`.
     fn hand_on(s: &mut Slot) {
         match s.queue.pop_front() {
-            Some(next) => {
-                // Stays leased: it passes straight to `next`.
-                next.granted.store(true, Ordering::Release);
-                next.thread.unpark();
-            }
+            // Stays leased: it passes straight to `next`.
+            Some(next) => next.grant(),
             None => {
                 s.leased = false;
                 if s.txn.is_some() {
-                    s.outcome.done.notify_all();
+                    s.outcome.wake();
                 }
             }
         }
     }
 
-    /// Commit the batch `lease` holds, durably, and wake its members.
-    fn commit_batch(
-        &self,
-        mut s: MutexGuard<'_, Slot>,
-        lease: Lease,
-        mine: bool,
-    ) -> Result<(), CommitError> {
+    /// Commit the batch `lease` holds, durably, and wake its members (who
+    /// read how it ended from its outcome). On the embedded store, close it
+    /// for the committer instead.
+    fn commit_batch(&self, mut s: MutexGuard<'_, Slot>, lease: Lease) {
         let members = s.members;
         if let BatchTxn::Redb(_) = &lease.txn {
-            return self.seal(s, lease, members, mine);
+            return self.seal(s, lease, members);
         }
         // The next request opens a new batch once this commit is done.
         Self::hand_on(&mut s);
@@ -638,22 +815,15 @@ impl GroupCommit {
         }
         ended(&mut s, batch, members, &outcome, &result);
         self.shared.ended.notify_all();
-        if mine { result } else { Ok(()) }
     }
 
     /// Close the embedded store's batch: it joins the ordered list the
     /// committer writes from, and the lease goes to the next request (which
-    /// opens a new batch over this one at once); `mine` waits for the
-    /// commit. The lease stays here while the committer is more than
-    /// `MAX_SEALED` batches behind, and, with group commit off, until this
-    /// batch is durable (one commit per request, nothing read through).
-    fn seal(
-        &self,
-        mut s: MutexGuard<'_, Slot>,
-        lease: Lease,
-        members: u64,
-        mine: bool,
-    ) -> Result<(), CommitError> {
+    /// opens a new batch over this one at once). The lease stays here while
+    /// the committer is more than `MAX_SEALED` batches behind, and, with
+    /// group commit off, until this batch is durable (one commit per
+    /// request, nothing read through).
+    fn seal(&self, mut s: MutexGuard<'_, Slot>, lease: Lease, members: u64) {
         let Lease {
             txn,
             batch,
@@ -682,16 +852,6 @@ impl GroupCommit {
         Self::hand_on(&mut s);
         drop(s);
         drop((snapshot, below));
-        if !mine {
-            return Ok(());
-        }
-        let mut s = self.lock();
-        loop {
-            if let Some(result) = outcome.result() {
-                return result;
-            }
-            s = outcome.wait(s);
-        }
     }
 
     /// Abandon the batch `lease` holds (its writes are in an unknown state):
@@ -996,27 +1156,6 @@ mod tests {
         // Every request adds one to a counter it reads: a batch committed
         // out of order, or a write lost, leaves the counter short.
         let (_d, db, gc) = open(Settings::default());
-        const KEY: &[u8] = b"n";
-        fn bump(l: &mut Lease) {
-            let key = KEY.to_vec();
-            let BatchTxn::Redb(batch) = l.txn_mut() else {
-                unreachable!("redb here")
-            };
-            let n = match batch.written("t", &key) {
-                Some(v) => u64::from_be_bytes(v.clone().unwrap().try_into().unwrap()),
-                None => batch
-                    .snapshot
-                    .open_table(T)
-                    .ok()
-                    .and_then(|t| t.get(key.as_slice()).unwrap())
-                    .map_or(0, |v| u64::from_be_bytes(v.value().try_into().unwrap())),
-            };
-            batch
-                .writes
-                .entry("t".into())
-                .or_default()
-                .insert(key, Some((n + 1).to_be_bytes().to_vec()));
-        }
         let stop = Arc::new(AtomicBool::new(false));
         let staller = {
             let (db, stop) = (db.clone(), stop.clone());
@@ -1050,15 +1189,124 @@ mod tests {
         }
         stop.store(true, Ordering::Release);
         staller.join().unwrap();
-        let r = db.begin_read().unwrap();
-        let n = r.open_table(T).unwrap().get(KEY).unwrap().unwrap();
-        assert_eq!(u64::from_be_bytes(n.value().try_into().unwrap()), 480);
+        assert_eq!(counter(&db), 480);
         assert_eq!(gc.counters().0, 480);
         assert!(
             *most.lock().unwrap() <= MAX_SEALED,
             "closed batches bounded"
         );
         assert_eq!(sealed(&gc), 0);
+    }
+
+    /// Add one to the counter (`n` in table `t`) in the lease's batch.
+    fn bump(l: &mut Lease) {
+        let key = b"n".to_vec();
+        let BatchTxn::Redb(batch) = l.txn_mut() else {
+            unreachable!("redb here")
+        };
+        let n = match batch.written("t", &key) {
+            Some(v) => u64::from_be_bytes(v.clone().unwrap().try_into().unwrap()),
+            None => batch
+                .snapshot
+                .open_table(T)
+                .ok()
+                .and_then(|t| t.get(key.as_slice()).unwrap())
+                .map_or(0, |v| u64::from_be_bytes(v.value().try_into().unwrap())),
+        };
+        batch
+            .writes
+            .entry("t".into())
+            .or_default()
+            .insert(key, Some((n + 1).to_be_bytes().to_vec()));
+    }
+
+    fn counter(db: &Database) -> u64 {
+        let r = db.begin_read().unwrap();
+        let t = r.open_table(T).unwrap();
+        let v = t.get(&b"n"[..]).unwrap().unwrap();
+        u64::from_be_bytes(v.value().try_into().unwrap())
+    }
+
+    #[test]
+    fn tasks_and_threads_take_turns_and_lose_no_update() {
+        let (_d, db, gc) = open(Settings::default());
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let tasks: Vec<_> = (0..24)
+            .map(|_| {
+                let gc = gc.clone();
+                rt.spawn(async move {
+                    for _ in 0..20 {
+                        let mut l = gc.acquire_async(gc.enter()).await.unwrap();
+                        bump(&mut l);
+                        tokio::task::yield_now().await;
+                        gc.release_async(l, true).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let gc = gc.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..20 {
+                        let mut l = gc.acquire(gc.enter()).unwrap();
+                        bump(&mut l);
+                        gc.release(l, true).unwrap();
+                    }
+                })
+            })
+            .collect();
+        rt.block_on(async {
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(counter(&db), 560);
+        let (commits, syncs) = gc.counters();
+        assert_eq!(commits, 560);
+        assert!(syncs < commits, "no batching: {syncs} syncs");
+        let s = gc.lock();
+        assert_eq!((s.leased, s.pending, s.queue.len()), (false, 0, 0));
+    }
+
+    #[test]
+    fn a_task_cancelled_in_the_queue_holds_nobody_up() {
+        use std::future::Future;
+        let (_d, db, gc) = open(Settings {
+            window: Duration::from_secs(30),
+            ..Settings::default()
+        });
+        let mut cx = std::task::Context::from_waker(Waker::noop());
+        for granted in [false, true] {
+            let holder = gc.acquire(gc.enter()).unwrap();
+            let mut queued = Box::pin(gc.acquire_async(gc.enter()));
+            assert!(queued.as_mut().poll(&mut cx).is_pending());
+            if granted {
+                // The lease passes to the queued task, which never runs.
+                gc.release(holder, false).unwrap();
+                drop(queued);
+            } else {
+                drop(queued);
+                gc.release(holder, false).unwrap();
+            }
+            {
+                let s = gc.lock();
+                assert_eq!((s.leased, s.pending, s.queue.len()), (false, 0, 0));
+            }
+            // The next writer gets the lease, and its batch commits at once
+            // (nobody is counted as under way any more).
+            let mut l = gc.acquire(gc.enter()).unwrap();
+            bump(&mut l);
+            gc.release(l, true).unwrap();
+        }
+        assert_eq!(counter(&db), 2);
     }
 
     #[test]

@@ -334,18 +334,46 @@ impl Storage {
     /// Begin the write transaction of a request counted by `pending`.
     pub fn begin_write_for(&self, pending: Pending) -> Result<WriteTxn, StorageError> {
         let lease = self.gc.acquire(pending).map_err(internal)?;
-        Ok(WriteTxn {
+        Ok(self.write_txn(lease))
+    }
+
+    /// [`Storage::begin_write_for`] for a task on the async workers (the
+    /// embedded store only): waits for the batch without holding a thread.
+    pub async fn begin_write_async(&self, pending: Pending) -> Result<WriteTxn, StorageError> {
+        let lease = self.gc.acquire_async(pending).await.map_err(internal)?;
+        Ok(self.write_txn(lease))
+    }
+
+    fn write_txn(&self, lease: Lease) -> WriteTxn {
+        WriteTxn {
             lease: Some(lease),
             overlay: RefCell::new(BTreeMap::new()),
             held: std::cell::Cell::new(0),
             budget: self.write_budget,
             gc: self.gc.clone(),
             conflict: std::cell::Cell::new(false),
-        })
+        }
     }
 
     /// Commit a write transaction; returns once its writes are durable.
-    pub fn commit(&self, mut w: WriteTxn) -> Result<(), StorageError> {
+    pub fn commit(&self, w: WriteTxn) -> Result<(), StorageError> {
+        let lease = self.apply_to_batch(w)?;
+        self.gc.release(lease, true).map_err(commit_error)
+    }
+
+    /// [`Storage::commit`] for a task on the async workers: the wait for
+    /// the batch to be durable holds no thread.
+    pub async fn commit_async(&self, w: WriteTxn) -> Result<(), StorageError> {
+        let lease = self.apply_to_batch(w)?;
+        self.gc
+            .release_async(lease, true)
+            .await
+            .map_err(commit_error)
+    }
+
+    /// Put a write transaction's writes into its batch; its lease, to hand
+    /// on.
+    fn apply_to_batch(&self, mut w: WriteTxn) -> Result<Lease, StorageError> {
         let lease = w.lease.take().expect("live until committed or dropped");
         if w.conflict.get() {
             self.gc.poison(lease, true);
@@ -367,13 +395,7 @@ impl Storage {
             self.gc.poison(lease, matches!(e, StorageError::Conflict));
             return Err(e);
         }
-        self.gc.release(lease, true).map_err(|e| {
-            if e.retry {
-                StorageError::Conflict
-            } else {
-                internal(e)
-            }
-        })
+        Ok(lease)
     }
 
     /// Run `f` in a write transaction of the host's own, and commit it when
@@ -450,6 +472,14 @@ impl Storage {
             Backend::Redb(db) => db.begin_read().is_ok(),
             Backend::Pg(store) => store.healthy(),
         }
+    }
+}
+
+fn commit_error(e: group_commit::CommitError) -> StorageError {
+    if e.retry {
+        StorageError::Conflict
+    } else {
+        internal(e)
     }
 }
 

@@ -20,13 +20,14 @@ fn same_statement(a: &auth::Signed, b: &auth::Signed) -> bool {
 }
 
 impl auth::Host for Ctx {
-    fn verify(
+    async fn verify(
         &mut self,
         signed: auth::Signed,
         require_fresh: bool,
         legacy_single_use: bool,
     ) -> Result<(), types::Refusal> {
         let checked = self.prechecked.iter().any(|p| same_statement(p, &signed));
+        self.ready().await;
         let (rt, txn) = self.write_txn()?;
         crate::auth::verify(
             txn,

@@ -34,7 +34,7 @@ impl dispatch::Host for Ctx {
                 if !inline {
                     rt.handle(&family, req, payment, writes)
                 } else if rt.runs_inline(writes) {
-                    Box::pin(rt.handle_inline(&family, req, payment)).await
+                    Box::pin(rt.handle_inline(&family, req, payment, writes)).await
                 } else {
                     let f = family.clone();
                     off_the_worker(&family, move || rt.handle(&f, req, payment, writes))

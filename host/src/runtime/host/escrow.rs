@@ -7,8 +7,9 @@ use crate::money::escrow;
 use crate::runtime::bindings::endpoint::marketplace::plugin::{escrow as wit, types};
 
 impl wit::Host for Ctx {
-    fn hold(&mut self, contract: String) -> Result<u64, types::Refusal> {
+    async fn hold(&mut self, contract: String) -> Result<u64, types::Refusal> {
         let family = self.family.clone();
+        self.ready().await;
         let units = self.unheld;
         let (_, txn) = self.write_txn()?;
         let now = escrow::hold(txn, &family, &contract, units).map_err(refusal)?;
@@ -16,8 +17,9 @@ impl wit::Host for Ctx {
         Ok(now)
     }
 
-    fn held(&mut self, contract: String) -> u64 {
+    async fn held(&mut self, contract: String) -> u64 {
         let family = self.family.clone();
+        self.ready().await;
         match self.txn() {
             Ok(txn) => escrow::held(txn, &family, &contract).unwrap_or(0),
             Err(e) => {
@@ -27,13 +29,14 @@ impl wit::Host for Ctx {
         }
     }
 
-    fn payout(
+    async fn payout(
         &mut self,
         contract: String,
         kind: String,
         amount: u64,
     ) -> Result<String, types::Refusal> {
         let family = self.family.clone();
+        self.ready().await;
         let (rt, txn) = self.write_txn()?;
         let (secret, derivation) =
             escrow::payout(&rt.ledger, txn, &family, &contract, &kind, amount).map_err(refusal)?;
@@ -41,21 +44,24 @@ impl wit::Host for Ctx {
         Ok(secret)
     }
 
-    fn earn(&mut self, contract: String, amount: u64) -> Result<(), types::Refusal> {
+    async fn earn(&mut self, contract: String, amount: u64) -> Result<(), types::Refusal> {
         let family = self.family.clone();
+        self.ready().await;
         let (_, txn) = self.write_txn()?;
         escrow::earn(txn, &family, &contract, amount).map_err(refusal)
     }
 
-    fn note_fee(&mut self, contract: String) -> Result<(), types::Refusal> {
+    async fn note_fee(&mut self, contract: String) -> Result<(), types::Refusal> {
         let family = self.family.clone();
+        self.ready().await;
         let price = self.charged.as_ref().map_or(0, |c| c.price);
         let (_, txn) = self.write_txn()?;
         escrow::note_fee(txn, &family, &contract, price).map_err(refusal)
     }
 
-    fn certificate(&mut self, contract: String) -> Result<String, types::Refusal> {
+    async fn certificate(&mut self, contract: String) -> Result<String, types::Refusal> {
         let family = self.family.clone();
+        self.ready().await;
         let (rt, txn) = self.write_txn()?;
         let (secret, derivation) =
             escrow::certificate(&rt.ledger, txn, &family, &contract).map_err(refusal)?;

@@ -65,6 +65,8 @@ pub struct Ctx {
     /// Opened on first storage use, so routes that never touch storage
     /// never open (or commit) a transaction.
     txn: Option<Txn>,
+    /// Why an inline write's transaction could not be opened.
+    open_failed: Option<String>,
     /// A mutating request is counted from its start, so that a batch of
     /// writes waits for it (group commit).
     pending: Option<crate::store::group_commit::Pending>,
@@ -115,6 +117,7 @@ impl Ctx {
             grants,
             write,
             txn: None,
+            open_failed: None,
             payment,
             replay_key,
             charged: None,
@@ -135,6 +138,7 @@ impl Ctx {
             grants: Arc::new(Grants::default()),
             write: false,
             txn: None,
+            open_failed: None,
             pending: None,
             payment: PaymentHeaders::default(),
             replay_key: None,
@@ -162,7 +166,7 @@ impl Ctx {
     /// Turn the plugin's answer into the reply, committing the transaction
     /// when (and only when) the answer is a 2xx of a mutating request;
     /// `RunAgain` when the commit lost a race on the shared store.
-    pub fn finish(mut self, resp: types::Response) -> Result<Reply, RunAgain> {
+    pub async fn finish(mut self, resp: types::Response) -> Result<Reply, RunAgain> {
         let mut reply = Reply {
             status: resp.status,
             headers: resp.headers,
@@ -209,10 +213,14 @@ impl Ctx {
                     drop(txn);
                     return Ok(self.refund_upstream(failed));
                 }
-                match self
-                    .record_replay(&txn, &reply)
-                    .and_then(|_| rt.storage.commit(txn))
-                {
+                // Inline, the wait for the batch to be durable is the
+                // task's, not the worker's.
+                let committed = match self.record_replay(&txn, &reply) {
+                    Err(e) => Err(e),
+                    Ok(()) if self.limiter.yields => rt.storage.commit_async(txn).await,
+                    Ok(()) => rt.storage.commit(txn),
+                };
+                match committed {
                     Ok(()) => Ok(crate::money::x402::sent(reply)),
                     // Nothing was kept (shared store; no upstream there).
                     Err(StorageError::Conflict) => Err(RunAgain),
@@ -282,10 +290,44 @@ impl Ctx {
         Err(refusal(Reply::error(500, "internal", "internal error")))
     }
 
+    /// Open an inline write's transaction (see [`Runtime::runs_inline`])
+    /// without holding its worker: the wait for the commit batch is the
+    /// task's. Every import that may open a write transaction calls this
+    /// first; elsewhere (a blocking thread, or a read) [`Ctx::txn`] opens
+    /// it on first use. The wait does not count against the deadline.
+    async fn ready(&mut self) {
+        if self.txn.is_some() || !self.write || !self.limiter.yields || self.open_failed.is_some() {
+            return;
+        }
+        let Some(rt) = self.rt.clone() else { return };
+        // A request that dispatched another is no longer counted.
+        let pending = self.pending.take().unwrap_or_else(|| rt.storage.enter());
+        let started = std::time::Instant::now();
+        match rt.storage.begin_write_async(pending).await {
+            Ok(txn) => self.txn = Some(Txn::Write(txn)),
+            Err(e) => self.open_failed = Some(e.to_string()),
+        }
+        self.limiter.extend(started.elapsed());
+    }
+
     /// The request's transaction, opened on first use. The wait for it
     /// (the commit batch of the writers before) does not count against the
     /// plugin's deadline.
     fn txn(&mut self) -> Result<&mut Txn, StorageError> {
+        if let Some(failed) = &self.open_failed {
+            return Err(StorageError::Internal(failed.clone()));
+        }
+        if self.txn.is_none() && self.write && self.limiter.yields {
+            // An import that opens it without `ready` would wait for the
+            // commit batch holding an async worker: refused, not risked.
+            debug_assert!(
+                false,
+                "an inline write's transaction opened without `ready`"
+            );
+            return Err(StorageError::Internal(
+                "an inline write's transaction opened without waiting for it".into(),
+            ));
+        }
         if self.txn.is_none() {
             let rt = self
                 .rt

@@ -5,7 +5,9 @@ use super::{Ctx, off_the_worker, refusal};
 use crate::capabilities::Capability;
 use crate::money::payments::ESCROW_ACTIONS;
 use crate::reply::Reply;
+use crate::runtime::Runtime;
 use crate::runtime::bindings::endpoint::marketplace::plugin::{payments, types};
+use std::sync::Arc;
 
 impl Ctx {
     fn charge_at(
@@ -48,46 +50,51 @@ impl Ctx {
     }
 }
 
-impl Ctx {
-    /// The fee component's price of `action`, on this thread.
-    fn quote_here(&self, action: &str, basis: Option<u64>) -> Result<u64, types::Refusal> {
-        let Some(rt) = &self.rt else {
-            return Err(refusal(Reply::error(
-                503,
-                "plugin_unavailable",
-                "pricing is not available in this call",
-            )));
-        };
-        rt.fee_quote(action, basis).map_err(refusal)
+/// The fee component's price of `action`. From an inline call (`inline`),
+/// the fee component runs on a blocking thread: it must not hold the
+/// worker for its own deadline. (Takes no `Ctx`: its future crosses an
+/// await, and a `&Ctx` is not `Send`.)
+async fn quote_of(
+    rt: Option<Arc<Runtime>>,
+    inline: bool,
+    action: String,
+    basis: Option<u64>,
+) -> Result<u64, types::Refusal> {
+    let Some(rt) = rt else {
+        return Err(refusal(Reply::error(
+            503,
+            "plugin_unavailable",
+            "pricing is not available in this call",
+        )));
+    };
+    if !inline {
+        return rt.fee_quote(&action, basis).map_err(refusal);
     }
+    off_the_worker("fee quote", move || {
+        rt.fee_quote(&action, basis).map_err(refusal)
+    })
+    .await
+    .unwrap_or_else(|failed| Err(refusal(failed)))
 }
 
 impl payments::Host for Ctx {
     async fn quote(&mut self, action: String, basis: Option<u64>) -> Result<u64, types::Refusal> {
-        // From an inline call, the fee component runs on a blocking
-        // thread: it must not hold the worker for its own deadline.
-        match self.rt.clone() {
-            Some(rt) if self.limiter.yields => off_the_worker("fee quote", move || {
-                rt.fee_quote(&action, basis).map_err(refusal)
-            })
-            .await
-            .unwrap_or_else(|failed| Err(refusal(failed))),
-            _ => self.quote_here(&action, basis),
-        }
+        quote_of(self.rt.clone(), self.limiter.yields, action, basis).await
     }
 
-    fn charge(
+    async fn charge(
         &mut self,
         action: String,
         basis: Option<u64>,
     ) -> Result<payments::Receipt, types::Refusal> {
         // A read is refused before the fee component is asked.
         self.must_write()?;
-        let price = self.quote_here(&action, basis)?;
+        let price = quote_of(self.rt.clone(), self.limiter.yields, action.clone(), basis).await?;
+        self.ready().await;
         self.charge_at(action, price)
     }
 
-    fn charge_price(
+    async fn charge_price(
         &mut self,
         action: String,
         price: u64,
@@ -98,6 +105,7 @@ impl payments::Host for Ctx {
             tracing::error!(family = %self.family, "charge-price needs the escrow grant");
             return Err(refusal(Reply::error(500, "internal", "internal error")));
         }
+        self.ready().await;
         self.charge_at(action, price)
     }
 

@@ -51,16 +51,17 @@ impl Ctx {
 }
 
 impl storage::Host for Ctx {
-    fn get(
+    async fn get(
         &mut self,
         keyspace: Option<String>,
         key: Vec<u8>,
     ) -> Result<Option<Vec<u8>>, storage::StorageError> {
         let ks = self.keyspace(keyspace)?;
+        self.ready().await;
         self.on_txn(|t| t.get(&ks, &key)).map_err(to_wit)
     }
 
-    fn get_many(
+    async fn get_many(
         &mut self,
         keyspace: Option<String>,
         keys: Vec<Vec<u8>>,
@@ -72,24 +73,27 @@ impl storage::Host for Ctx {
             )));
         }
         let ks = self.keyspace(keyspace)?;
+        self.ready().await;
         let budget = self.call_budget();
         self.on_txn(|t| t.get_many(&ks, &keys, budget))
             .map_err(to_wit)
     }
 
-    fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> Result<(), storage::StorageError> {
+    async fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> Result<(), storage::StorageError> {
         let ks = self.family.clone();
+        self.ready().await;
         self.txn()
             .and_then(|t| t.put(&ks, &key, &value))
             .map_err(to_wit)
     }
 
-    fn delete(&mut self, key: Vec<u8>) -> Result<bool, storage::StorageError> {
+    async fn delete(&mut self, key: Vec<u8>) -> Result<bool, storage::StorageError> {
         let ks = self.family.clone();
+        self.ready().await;
         self.on_txn(|t| t.delete(&ks, &key)).map_err(to_wit)
     }
 
-    fn scan(
+    async fn scan(
         &mut self,
         keyspace: Option<String>,
         start: Vec<u8>,
@@ -99,6 +103,7 @@ impl storage::Host for Ctx {
     ) -> Result<Vec<storage::Entry>, storage::StorageError> {
         let ks = self.keyspace(keyspace)?;
         let limit = limit.min(100_000) as usize;
+        self.ready().await;
         let budget = self.call_budget();
         let rows = self
             .on_txn(|t| t.scan_bounded(&ks, &start, end.as_deref(), reverse, limit, budget))
@@ -109,7 +114,7 @@ impl storage::Host for Ctx {
             .collect())
     }
 
-    fn scan_packed(
+    async fn scan_packed(
         &mut self,
         keyspace: Option<String>,
         start: Vec<u8>,
@@ -117,7 +122,7 @@ impl storage::Host for Ctx {
         reverse: bool,
         limit: u32,
     ) -> Result<Vec<u8>, storage::StorageError> {
-        let rows = self.scan(keyspace, start, end, reverse, limit)?;
+        let rows = self.scan(keyspace, start, end, reverse, limit).await?;
         let size = rows.iter().map(|e| 8 + e.key.len() + e.value.len()).sum();
         let mut buf = Vec::with_capacity(size);
         for e in &rows {
@@ -127,12 +132,12 @@ impl storage::Host for Ctx {
         Ok(buf)
     }
 
-    fn get_many_packed(
+    async fn get_many_packed(
         &mut self,
         keyspace: Option<String>,
         keys: Vec<Vec<u8>>,
     ) -> Result<Vec<u8>, storage::StorageError> {
-        let values = self.get_many(keyspace, keys)?;
+        let values = self.get_many(keyspace, keys).await?;
         let size = values
             .iter()
             .map(|v| 4 + v.as_ref().map_or(0, Vec::len))
