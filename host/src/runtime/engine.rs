@@ -18,10 +18,11 @@ use crate::store::{RunAgain, run_again_on_conflict};
 use anyhow::{Context, Result, anyhow};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{
@@ -99,12 +100,17 @@ pub struct LoadedPlugin {
 
 enum Kind {
     Endpoint(EndpointPre<Ctx>),
-    /// A fee component and the name of its policy.
+    /// A fee component, the name of its policy, and the prices it gave
+    /// (see [`Runtime::fee_quote`]).
     Fees {
         pre: FeePolicyPre<FeeCtx>,
         policy: String,
+        quotes: Mutex<HashMap<(String, Option<u64>), u64>>,
     },
 }
+
+/// Most prices kept per fee component (then the cache starts over).
+const MAX_QUOTES: usize = 4096;
 
 /// One configured family and what is loaded for it.
 struct Slot {
@@ -566,7 +572,15 @@ impl Runtime {
             let policy = fees
                 .call_policy(&mut store)
                 .map_err(|e| anyhow!("smoke call policy() failed: {e}"))?;
-            (Kind::Fees { pre, policy }, info, Api::default())
+            (
+                Kind::Fees {
+                    pre,
+                    policy,
+                    quotes: Mutex::default(),
+                },
+                info,
+                Api::default(),
+            )
         } else {
             let imports: Vec<String> = component
                 .component_type()
@@ -740,7 +754,7 @@ impl Runtime {
             let limiter = cx.data_mut().limiter();
             Ok(if limiter.expired() {
                 UpdateDeadline::Interrupt
-            } else if limiter.yields {
+            } else if limiter.yields && !limiter.holds_batch {
                 // On an async worker: let the worker's other tasks run.
                 // tokio's yield (not a plain wake) also has the worker poll
                 // for I/O first, so a new request is seen within a tick.
@@ -1001,6 +1015,7 @@ impl Runtime {
         if ctx.conflicted() {
             // Whatever the plugin made of it, its reads were not a state
             // that can be kept: run it again.
+            drop(ctx);
             return Err(RunAgain);
         }
         let mut reply = match result {
@@ -1024,7 +1039,10 @@ impl Runtime {
                     None => fault_reply(family, &e, ctx.memory_hit()),
                 };
                 // A payment taken at an upstream webcash server comes back.
-                ctx.refund_upstream(answer)
+                let answer = ctx.refund_upstream(answer);
+                // Its transaction (and any hold on the batch) goes first.
+                drop(ctx);
+                answer
             }
         };
         // Every 402 also speaks x402 (`PAYMENT-REQUIRED`).
@@ -1059,10 +1077,49 @@ impl Runtime {
         self.with_fees(|b, s| b.marketplace_plugin_fees().call_schedule(s))
     }
 
-    /// Price of an action in units.
+    /// A price the loaded fee component gave before for the same action
+    /// and basis: a fee policy is a published schedule, a function of the
+    /// action, the basis and its settings (see the WIT `fees.quote`), so
+    /// its answers are kept for as long as that component is loaded.
+    pub fn cached_quote(&self, action: &str, basis: Option<u64>) -> Option<u64> {
+        let plugin = self.plugin(FEES_FAMILY)?;
+        let Kind::Fees { quotes, .. } = &plugin.kind else {
+            return None;
+        };
+        let quotes = quotes.lock().unwrap_or_else(|p| p.into_inner());
+        quotes.get(&(action.to_string(), basis)).copied()
+    }
+
+    /// Price of an action in units (kept, see [`Runtime::cached_quote`]).
     pub fn fee_quote(&self, action: &str, basis: Option<u64>) -> Result<u64, Reply> {
-        match self.with_fees(|b, s| b.marketplace_plugin_fees().call_quote(s, action, basis))? {
-            Ok(price) => Ok(price),
+        if let Some(price) = self.cached_quote(action, basis) {
+            return Ok(price);
+        }
+        let Some(plugin) = self.plugin(FEES_FAMILY) else {
+            return Err(Reply::error(
+                503,
+                "plugin_unavailable",
+                "no fee-policy component is loaded",
+            ));
+        };
+        let Kind::Fees { pre, quotes, .. } = &plugin.kind else {
+            return Err(Reply::error(500, "internal", "internal error"));
+        };
+        let mut store = self.fee_store();
+        let result = pre.instantiate(&mut store).and_then(|b| {
+            b.marketplace_plugin_fees()
+                .call_quote(&mut store, action, basis)
+        });
+        let memory_hit = store.data().memory_hit();
+        match result.map_err(|e| fault_reply(FEES_FAMILY, &e, memory_hit))? {
+            Ok(price) => {
+                let mut quotes = quotes.lock().unwrap_or_else(|p| p.into_inner());
+                if quotes.len() >= MAX_QUOTES {
+                    quotes.clear();
+                }
+                quotes.insert((action.to_string(), basis), price);
+                Ok(price)
+            }
             Err(e) => {
                 tracing::error!("fee policy cannot price {action}: {e}");
                 Err(Reply::error(500, "internal", "internal error"))

@@ -16,6 +16,10 @@ pub struct CallLimiter {
     /// The call runs on an async worker: it yields to the worker's other
     /// tasks on every epoch tick instead of running on.
     pub(crate) yields: bool,
+    /// The call holds the commit batch (an inline write past its first
+    /// storage use): it runs on through epoch ticks rather than yield,
+    /// since every other writer waits for it (its deadline still holds).
+    pub(crate) holds_batch: bool,
 }
 
 /// Most a call's deadline is extended by host time in all: a plugin that
@@ -30,6 +34,7 @@ impl CallLimiter {
             deadline: Instant::now() + Duration::from_secs(3600),
             extended: Duration::ZERO,
             yields: false,
+            holds_batch: false,
         }
     }
 

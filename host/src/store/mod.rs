@@ -536,6 +536,13 @@ impl WriteTxn {
             .expect("live until committed or dropped")
     }
 
+    /// Drop every write made so far (committing what is left then only
+    /// waits for the batch: a durability barrier for what it read).
+    pub fn discard_writes(&self) {
+        self.overlay.borrow_mut().clear();
+        self.held.set(0);
+    }
+
     /// Whether this request lost a race and must run again.
     pub fn conflicted(&self) -> bool {
         self.conflict.get()

@@ -17,10 +17,13 @@ impl dispatch::Host for Ctx {
         // on a blocking thread (for the commit batch, an upstream server
         // or the fee component).
         let inline = self.limiter.yields;
+        // A call holding the commit batch runs a host target in place: the
+        // blocking threads may all be waiting for that batch.
+        let in_place = !inline || self.holds_batch();
         let reply = match self.target(req) {
             Err(reply) => reply,
             Ok(Target::Host(rt, name, body))
-                if !inline || crate::runtime::native::runs_inline(&rt, name) =>
+                if in_place || crate::runtime::native::runs_inline(&rt, name) =>
             {
                 crate::runtime::native::handle(&rt, name, &body)
             }

@@ -201,11 +201,32 @@ impl Ctx {
                     &self.payment,
                     self.charged.as_ref(),
                 ) {
-                    // Upstream mode: this request's payment was swapped;
-                    // its hold goes back to its payer as a refund (after
-                    // the transaction, and its lease, are gone).
-                    drop(txn);
-                    return Ok(self.refund_upstream(kept));
+                    // The kept answer may come from a batch not yet on
+                    // disk: it is given once that batch is durable. This
+                    // request's writes go; committing the rest waits for
+                    // its own batch, which comes after every batch it
+                    // read. Upstream mode: this request's payment was
+                    // swapped; its hold goes back to its payer as a
+                    // refund (after the transaction, and its lease, are
+                    // gone).
+                    txn.discard_writes();
+                    let durable = if self.limiter.yields {
+                        rt.storage.commit_async(txn).await
+                    } else {
+                        rt.storage.commit(txn)
+                    };
+                    return match durable {
+                        Ok(()) => Ok(self.refund_upstream(kept)),
+                        Err(StorageError::Conflict) => Err(RunAgain),
+                        Err(e) => {
+                            tracing::error!(family = %self.family, "commit failed: {e}");
+                            Ok(self.refund_upstream(Reply::error(
+                                500,
+                                "internal",
+                                "internal error",
+                            )))
+                        }
+                    };
                 }
                 // Upstream mode: fee and change are made at the upstream
                 // before the commit that settles them.
@@ -304,10 +325,19 @@ impl Ctx {
         let pending = self.pending.take().unwrap_or_else(|| rt.storage.enter());
         let started = std::time::Instant::now();
         match rt.storage.begin_write_async(pending).await {
-            Ok(txn) => self.txn = Some(Txn::Write(txn)),
+            Ok(txn) => {
+                self.txn = Some(Txn::Write(txn));
+                self.limiter.holds_batch = true;
+            }
             Err(e) => self.open_failed = Some(e.to_string()),
         }
         self.limiter.extend(started.elapsed());
+    }
+
+    /// Whether this call holds the commit batch: then it must not wait for
+    /// a blocking thread (they may all be waiting for the batch).
+    fn holds_batch(&self) -> bool {
+        matches!(self.txn, Some(Txn::Write(_)))
     }
 
     /// The request's transaction, opened on first use. The wait for it

@@ -50,13 +50,15 @@ impl Ctx {
     }
 }
 
-/// The fee component's price of `action`. From an inline call (`inline`),
-/// the fee component runs on a blocking thread: it must not hold the
-/// worker for its own deadline. (Takes no `Ctx`: its future crosses an
-/// await, and a `&Ctx` is not `Send`.)
+/// The fee component's price of `action`: a price it gave before, or a
+/// call. With `elsewhere` (an inline call that does not hold the commit
+/// batch), the call runs on a blocking thread: it must not hold the worker
+/// for its own deadline. A call holding the batch runs it in place: the
+/// blocking threads may all be waiting for that batch. (Takes no `Ctx`:
+/// its future crosses an await, and a `&Ctx` is not `Send`.)
 async fn quote_of(
     rt: Option<Arc<Runtime>>,
-    inline: bool,
+    elsewhere: bool,
     action: String,
     basis: Option<u64>,
 ) -> Result<u64, types::Refusal> {
@@ -67,8 +69,11 @@ async fn quote_of(
             "pricing is not available in this call",
         )));
     };
-    if !inline {
+    if !elsewhere {
         return rt.fee_quote(&action, basis).map_err(refusal);
+    }
+    if let Some(price) = rt.cached_quote(&action, basis) {
+        return Ok(price);
     }
     off_the_worker("fee quote", move || {
         rt.fee_quote(&action, basis).map_err(refusal)
@@ -79,7 +84,8 @@ async fn quote_of(
 
 impl payments::Host for Ctx {
     async fn quote(&mut self, action: String, basis: Option<u64>) -> Result<u64, types::Refusal> {
-        quote_of(self.rt.clone(), self.limiter.yields, action, basis).await
+        let elsewhere = self.limiter.yields && !self.holds_batch();
+        quote_of(self.rt.clone(), elsewhere, action, basis).await
     }
 
     async fn charge(
@@ -89,7 +95,8 @@ impl payments::Host for Ctx {
     ) -> Result<payments::Receipt, types::Refusal> {
         // A read is refused before the fee component is asked.
         self.must_write()?;
-        let price = quote_of(self.rt.clone(), self.limiter.yields, action.clone(), basis).await?;
+        let elsewhere = self.limiter.yields && !self.holds_batch();
+        let price = quote_of(self.rt.clone(), elsewhere, action.clone(), basis).await?;
         self.ready().await;
         self.charge_at(action, price)
     }
