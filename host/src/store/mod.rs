@@ -758,11 +758,14 @@ impl Kv for WriteTxn {
     }
 }
 
+/// A read-only table of byte keys and values.
+type BytesTable = redb::ReadOnlyTable<&'static [u8], &'static [u8]>;
+
 /// A table of a batch's snapshot; `None` when it did not exist yet.
 fn snapshot_table(
     snapshot: &redb::ReadTransaction,
     table: &str,
-) -> Result<Option<redb::ReadOnlyTable<&'static [u8], &'static [u8]>>, StorageError> {
+) -> Result<Option<BytesTable>, StorageError> {
     match snapshot.open_table(def(table)) {
         Ok(t) => Ok(Some(t)),
         Err(TableError::TableDoesNotExist(_)) => Ok(None),
@@ -1221,6 +1224,40 @@ mod tests {
         ]
     }
 
+    /// `w` reads (get, get-many, scans both ways over [lo, hi) with
+    /// `limit`) exactly like the model `view`.
+    fn reads_like(
+        w: &Txn,
+        view: &BTreeMap<Vec<u8>, Vec<u8>>,
+        lo: u8,
+        hi: u8,
+        limit: usize,
+    ) -> Result<(), TestCaseError> {
+        let keys: Vec<Vec<u8>> = (0u8..24).map(|k| vec![k]).collect();
+        for k in &keys {
+            prop_assert_eq!(w.get("a", k).unwrap(), view.get(k).cloned());
+        }
+        let many = w.get_many("a", &keys, usize::MAX).unwrap();
+        let want: Vec<_> = keys.iter().map(|k| view.get(k).cloned()).collect();
+        prop_assert_eq!(many, want);
+        let (start, end) = (vec![lo], vec![hi]);
+        for rev in [false, true] {
+            let expect: Vec<(Vec<u8>, Vec<u8>)> = if hi <= lo {
+                vec![]
+            } else {
+                let r = view.range(start.clone()..end.clone());
+                let r = r.map(|(k, v)| (k.clone(), v.clone()));
+                if rev {
+                    r.rev().take(limit).collect()
+                } else {
+                    r.take(limit).collect()
+                }
+            };
+            prop_assert_eq!(w.scan("a", &start, Some(&end), rev, limit).unwrap(), expect);
+        }
+        Ok(())
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
         /// A write transaction reads and scans (both directions, any bounds
@@ -1259,20 +1296,7 @@ mod tests {
                         w = s.begin(true).unwrap();
                     }
                 }
-                for k in 0u8..24 {
-                    prop_assert_eq!(w.get("a", &[k]).unwrap(), view.get(&vec![k]).cloned());
-                }
-                let (start, end) = (vec![lo], vec![hi]);
-                let expect = |rev: bool| -> Vec<(Vec<u8>, Vec<u8>)> {
-                    if hi <= lo {
-                        return vec![];
-                    }
-                    let r = view.range(start.clone()..end.clone()).map(|(k, v)| (k.clone(), v.clone()));
-                    if rev { r.rev().take(limit).collect() } else { r.take(limit).collect() }
-                };
-                for rev in [false, true] {
-                    prop_assert_eq!(w.scan("a", &start, Some(&end), rev, limit).unwrap(), expect(rev));
-                }
+                reads_like(&w, &view, lo, hi, limit)?;
             }
             drop(w);
             let r = s.begin(false).unwrap();
@@ -1336,24 +1360,7 @@ mod tests {
                             w = s.begin(true).unwrap();
                         }
                     }
-                    for k in 0u8..24 {
-                        prop_assert_eq!(w.get("a", &[k]).unwrap(), view.get(&vec![k]).cloned());
-                    }
-                    let keys: Vec<Vec<u8>> = (0u8..24).map(|k| vec![k]).collect();
-                    let many = w.get_many("a", &keys, usize::MAX).unwrap();
-                    let want: Vec<_> = keys.iter().map(|k| view.get(k).cloned()).collect();
-                    prop_assert_eq!(many, want);
-                    let (start, end) = (vec![lo], vec![hi]);
-                    let expect = |rev: bool| -> Vec<(Vec<u8>, Vec<u8>)> {
-                        if hi <= lo {
-                            return vec![];
-                        }
-                        let r = view.range(start.clone()..end.clone()).map(|(k, v)| (k.clone(), v.clone()));
-                        if rev { r.rev().take(limit).collect() } else { r.take(limit).collect() }
-                    };
-                    for rev in [false, true] {
-                        prop_assert_eq!(w.scan("a", &start, Some(&end), rev, limit).unwrap(), expect(rev));
-                    }
+                    reads_like(&w, &view, lo, hi, limit)?;
                     let r = s.begin(false).unwrap();
                     let shown: BTreeMap<_, _> = r.scan("a", b"", None, false, 1000).unwrap().into_iter().collect();
                     prop_assert_eq!(&shown, &disk, "readers see only what is on disk");
