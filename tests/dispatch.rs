@@ -65,6 +65,7 @@ fn every_call_gets_a_fresh_pooled_instance_on_either_path() {
             get(route),
             PaymentHeaders::default(),
             false,
+            false,
         ));
         assert_eq!(inline.status, want, "inline call {i}");
     }
@@ -95,6 +96,7 @@ fn an_inline_call_that_spins_lets_the_workers_other_tasks_run_and_still_ends() {
                     "testing",
                     get("/_testing/loop"),
                     PaymentHeaders::default(),
+                    false,
                     false,
                 )
                 .await;

@@ -880,7 +880,7 @@ impl Runtime {
         write: bool,
     ) -> Reply {
         run_again_on_conflict(|| {
-            run_to_end(self.handle_once(family, &req, payment.clone(), write, false))
+            run_to_end(self.handle_once(family, &req, payment.clone(), write, false, false))
         })
         .unwrap_or_else(|RunAgain| {
             tracing::warn!(family, "still losing races after every run again: 503");
@@ -898,8 +898,10 @@ impl Runtime {
     /// holding the batch) or payments go to an upstream webcash server (its
     /// calls block). Such a call blocks nowhere but in its own code, which
     /// yields to the worker's other tasks on every epoch tick; what it asks
-    /// that could block (a fee component, a request it dispatches that
-    /// cannot run inline) runs on a blocking thread.
+    /// that could block (a fee component not answered from the kept
+    /// prices, a request it dispatches that cannot run inline) runs on a
+    /// blocking thread, unless the call holds the commit batch (then in
+    /// place: those threads may all be waiting for the batch).
     pub fn runs_inline(&self, write: bool) -> bool {
         let config = &self.state.config;
         !self.state.storage.is_shared()
@@ -908,17 +910,21 @@ impl Runtime {
 
     /// [`Runtime::handle`] on an async worker (see [`Runtime::runs_inline`]).
     /// Run a write as a task of its own (`tokio::spawn`), so that a client
-    /// that goes away does not cancel it halfway.
+    /// that goes away does not cancel it halfway. `under_batch`: dispatched
+    /// by a call that holds the commit batch, so this one is treated as
+    /// holding it too (it may not write, wait for a blocking thread, or
+    /// yield).
     pub async fn handle_inline(
         self: &Arc<Self>,
         family: &str,
         req: wit::Request,
         payment: PaymentHeaders,
         write: bool,
+        under_batch: bool,
     ) -> Reply {
         // Only a shared store makes a request run again, and it never runs
         // inline.
-        self.handle_once(family, &req, payment, write, true)
+        self.handle_once(family, &req, payment, write, true, under_batch)
             .await
             .unwrap_or_else(|RunAgain| Reply::conflict())
     }
@@ -933,6 +939,7 @@ impl Runtime {
         mut payment: PaymentHeaders,
         write: bool,
         inline: bool,
+        under_batch: bool,
     ) -> Result<Reply, RunAgain> {
         let Some(plugin) = self.plugin(family) else {
             return Ok(Reply::error(
@@ -990,6 +997,9 @@ impl Runtime {
         );
         let mut store = self.store(ctx);
         store.data_mut().limiter().yields = inline;
+        if under_batch {
+            store.data_mut().under_batch();
+        }
         let started = Instant::now();
         let instance = pre.instantiate_async(&mut store).await;
         let instantiated = Instant::now();

@@ -443,8 +443,11 @@ async fn dispatch(
                 use tracing::Instrument;
                 let (rt, family) = (app.runtime.clone(), family.clone());
                 tokio::spawn(
-                    async move { rt.handle_inline(&family, request, payment, true).await }
-                        .instrument(span),
+                    async move {
+                        rt.handle_inline(&family, request, payment, true, false)
+                            .await
+                    }
+                    .instrument(span),
                 )
                 .await
                 .map_err(|e| e.to_string())
@@ -453,7 +456,8 @@ async fn dispatch(
                 // panic is caught as the blocking pool would catch it.
                 use futures_util::FutureExt;
                 std::panic::AssertUnwindSafe(
-                    app.runtime.handle_inline(family, request, payment, false),
+                    app.runtime
+                        .handle_inline(family, request, payment, false, false),
                 )
                 .catch_unwind()
                 .await

@@ -7,7 +7,6 @@ use crate::reply::Reply;
 use crate::runtime::Runtime;
 use crate::runtime::bindings::endpoint::marketplace::plugin::{dispatch, types};
 use crate::runtime::routes::{Handler, Match};
-use crate::store::Txn;
 use std::sync::Arc;
 
 impl dispatch::Host for Ctx {
@@ -15,7 +14,7 @@ impl dispatch::Host for Ctx {
         // Off the async workers a target runs here; on one (an inline
         // call), only a target that cannot wait does, and any other waits
         // on a blocking thread (for the commit batch, an upstream server
-        // or the fee component).
+        // or the fee component), unless this call holds the batch.
         let inline = self.limiter.yields;
         // A call holding the commit batch runs a host target in place: the
         // blocking threads may all be waiting for that batch.
@@ -37,7 +36,8 @@ impl dispatch::Host for Ctx {
                 if !inline {
                     rt.handle(&family, req, payment, writes)
                 } else if rt.runs_inline(writes) {
-                    Box::pin(rt.handle_inline(&family, req, payment, writes)).await
+                    let under_batch = self.holds_batch();
+                    Box::pin(rt.handle_inline(&family, req, payment, writes, under_batch)).await
                 } else {
                     let f = family.clone();
                     off_the_worker(&family, move || rt.handle(&f, req, payment, writes))
@@ -78,8 +78,8 @@ impl Ctx {
         }
         let method = req.method.to_ascii_uppercase();
         let writes = !matches!(method.as_str(), "GET" | "HEAD");
-        if writes && matches!(self.txn, Some(Txn::Write(_))) {
-            tracing::error!(family = %self.family, "dispatch of a mutation from a request that already writes");
+        if writes && self.holds_batch() {
+            tracing::error!(family = %self.family, "dispatch of a mutation from a request that holds the commit batch");
             return Err(Reply::error(500, "internal", "internal error"));
         }
         // The target is a request of its own: no batch should wait for this

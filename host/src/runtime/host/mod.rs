@@ -67,6 +67,9 @@ pub struct Ctx {
     txn: Option<Txn>,
     /// Why an inline write's transaction could not be opened.
     open_failed: Option<String>,
+    /// Dispatched by a call that holds the commit batch: treated as
+    /// holding it (see [`Ctx::holds_batch`]).
+    under_batch: bool,
     /// A mutating request is counted from its start, so that a batch of
     /// writes waits for it (group commit).
     pending: Option<crate::store::group_commit::Pending>,
@@ -118,6 +121,7 @@ impl Ctx {
             write,
             txn: None,
             open_failed: None,
+            under_batch: false,
             payment,
             replay_key,
             charged: None,
@@ -139,6 +143,7 @@ impl Ctx {
             write: false,
             txn: None,
             open_failed: None,
+            under_batch: false,
             pending: None,
             payment: PaymentHeaders::default(),
             replay_key: None,
@@ -334,10 +339,18 @@ impl Ctx {
         self.limiter.extend(started.elapsed());
     }
 
-    /// Whether this call holds the commit batch: then it must not wait for
-    /// a blocking thread (they may all be waiting for the batch).
+    /// Whether this call holds the commit batch, itself or through the
+    /// call that dispatched it: then it must not wait for a blocking thread
+    /// (they may all be waiting for the batch), nor dispatch a write (that
+    /// would wait for the batch its own caller holds).
     fn holds_batch(&self) -> bool {
-        matches!(self.txn, Some(Txn::Write(_)))
+        self.under_batch || matches!(self.txn, Some(Txn::Write(_)))
+    }
+
+    /// Mark a call dispatched by one that holds the commit batch.
+    pub fn under_batch(&mut self) {
+        self.under_batch = true;
+        self.limiter.holds_batch = true;
     }
 
     /// The request's transaction, opened on first use. The wait for it
