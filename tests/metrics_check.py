@@ -103,7 +103,7 @@ with running(admin_token=TOKEN) as (base, admin):
         if types.get(name) != typ:
             sys.exit(f"{name} is {types.get(name)!r}, expected {typ}\n{text}")
 
-    health = dict(family="info", route="/api/health", status="200")
+    health = dict(family="host", route="/api/health", status="200")
     moved = value(after, "marketplace_requests_total", **health) - value(
         before, "marketplace_requests_total", **health)
     if moved != 3:
@@ -113,7 +113,7 @@ with running(admin_token=TOKEN) as (base, admin):
         before, "marketplace_requests_total", **missing)
     if moved != 1:
         sys.exit(f"requests_total{missing} moved by {moved}, expected 1\n{text}")
-    count = dict(family="info", route="/api/health")
+    count = dict(family="host", route="/api/health")
     moved = value(after, "marketplace_request_duration_seconds_count", **count) - value(
         before, "marketplace_request_duration_seconds_count", **count)
     if moved != 3:
