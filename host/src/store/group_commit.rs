@@ -18,8 +18,11 @@
 //! idle (the requests under way are slow to reach storage) commits the
 //! batch itself.
 //!
-//! Readers see a batch only once it is committed, so nothing that is not
-//! durable is ever shown.
+//! Readers see a batch only once it is committed, so no read shows what is
+//! not durable, and a 2xx waits for its batch. A mutating request that
+//! fails (a 4xx such as a secret already spent in a batch still on its way
+//! to disk) answers at once: should that batch then fail, the refusal
+//! named a state that was not kept, and the client may try again.
 //!
 //! On the embedded store a batch is written to disk by a committer thread
 //! of its own, while the next batch already runs: a batch's writes are
