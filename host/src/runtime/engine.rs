@@ -1061,18 +1061,26 @@ impl Runtime {
         Ok(reply)
     }
 
-    /// Call the active fee policy: `f` gets the instance bindings.
-    fn with_fees<R>(
-        &self,
-        f: impl FnOnce(&FeePolicy, &mut Store<FeeCtx>) -> wasmtime::Result<R>,
-    ) -> Result<R, Reply> {
-        let Some(plugin) = self.plugin(FEES_FAMILY) else {
-            return Err(Reply::error(
+    /// The loaded fee component (503 when none is).
+    fn fee_plugin(&self) -> Result<Arc<LoadedPlugin>, Reply> {
+        match self.plugin(FEES_FAMILY) {
+            Some(plugin) if matches!(plugin.kind, Kind::Fees { .. }) => Ok(plugin),
+            Some(_) => Err(Reply::error(500, "internal", "internal error")),
+            None => Err(Reply::error(
                 503,
                 "plugin_unavailable",
                 "no fee-policy component is loaded",
-            ));
-        };
+            )),
+        }
+    }
+
+    /// Call the fee component `plugin` (from [`Runtime::fee_plugin`]):
+    /// `f` gets the instance bindings.
+    fn call_fees<R>(
+        &self,
+        plugin: &LoadedPlugin,
+        f: impl FnOnce(&FeePolicy, &mut Store<FeeCtx>) -> wasmtime::Result<R>,
+    ) -> Result<R, Reply> {
         let Kind::Fees { pre, .. } = &plugin.kind else {
             return Err(Reply::error(500, "internal", "internal error"));
         };
@@ -1084,7 +1092,8 @@ impl Runtime {
 
     /// The fee schedule document (JSON text).
     pub fn fee_schedule(&self) -> Result<String, Reply> {
-        self.with_fees(|b, s| b.marketplace_plugin_fees().call_schedule(s))
+        let plugin = self.fee_plugin()?;
+        self.call_fees(&plugin, |b, s| b.marketplace_plugin_fees().call_schedule(s))
     }
 
     /// A price the loaded fee component gave before for the same action
@@ -1092,42 +1101,26 @@ impl Runtime {
     /// action, the basis and its settings (see the WIT `fees.quote`), so
     /// its answers are kept for as long as that component is loaded.
     pub fn cached_quote(&self, action: &str, basis: Option<u64>) -> Option<u64> {
-        let plugin = self.plugin(FEES_FAMILY)?;
-        let Kind::Fees { quotes, .. } = &plugin.kind else {
-            return None;
-        };
-        let quotes = quotes.lock().unwrap_or_else(|p| p.into_inner());
-        quotes.get(&(action.to_string(), basis)).copied()
+        kept_quote(&*self.fee_plugin().ok()?, action, basis)
     }
 
     /// Price of an action in units (kept, see [`Runtime::cached_quote`]).
     pub fn fee_quote(&self, action: &str, basis: Option<u64>) -> Result<u64, Reply> {
-        if let Some(price) = self.cached_quote(action, basis) {
+        let plugin = self.fee_plugin()?;
+        if let Some(price) = kept_quote(&plugin, action, basis) {
             return Ok(price);
         }
-        let Some(plugin) = self.plugin(FEES_FAMILY) else {
-            return Err(Reply::error(
-                503,
-                "plugin_unavailable",
-                "no fee-policy component is loaded",
-            ));
-        };
-        let Kind::Fees { pre, quotes, .. } = &plugin.kind else {
-            return Err(Reply::error(500, "internal", "internal error"));
-        };
-        let mut store = self.fee_store();
-        let result = pre.instantiate(&mut store).and_then(|b| {
-            b.marketplace_plugin_fees()
-                .call_quote(&mut store, action, basis)
-        });
-        let memory_hit = store.data().memory_hit();
-        match result.map_err(|e| fault_reply(FEES_FAMILY, &e, memory_hit))? {
+        match self.call_fees(&plugin, |b, s| {
+            b.marketplace_plugin_fees().call_quote(s, action, basis)
+        })? {
             Ok(price) => {
-                let mut quotes = quotes.lock().unwrap_or_else(|p| p.into_inner());
-                if quotes.len() >= MAX_QUOTES {
-                    quotes.clear();
+                if let Kind::Fees { quotes, .. } = &plugin.kind {
+                    let mut quotes = quotes.lock().unwrap_or_else(|p| p.into_inner());
+                    if quotes.len() >= MAX_QUOTES {
+                        quotes.clear();
+                    }
+                    quotes.insert((action.to_string(), basis), price);
                 }
-                quotes.insert((action.to_string(), basis), price);
                 Ok(price)
             }
             Err(e) => {
@@ -1145,6 +1138,15 @@ impl Runtime {
             _ => "unavailable".into(),
         }
     }
+}
+
+/// A price fee component `plugin` gave before for `action` and `basis`.
+fn kept_quote(plugin: &LoadedPlugin, action: &str, basis: Option<u64>) -> Option<u64> {
+    let Kind::Fees { quotes, .. } = &plugin.kind else {
+        return None;
+    };
+    let quotes = quotes.lock().unwrap_or_else(|p| p.into_inner());
+    quotes.get(&(action.to_string(), basis)).copied()
 }
 
 /// The runtime reaches storage, the ledger, ids, the clock and the

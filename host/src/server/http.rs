@@ -437,7 +437,8 @@ async fn dispatch(
                 body,
             };
             let writes = route.writes;
-            let result = if app.runtime.runs_inline(writes) && writes {
+            let inline = app.runtime.runs_inline(writes);
+            let result = if inline && writes {
                 // A task of its own on the workers: a client that goes away
                 // does not cancel a write halfway (its commit, its charge).
                 use tracing::Instrument;
@@ -451,7 +452,7 @@ async fn dispatch(
                 )
                 .await
                 .map_err(|e| e.to_string())
-            } else if app.runtime.runs_inline(writes) {
+            } else if inline {
                 // On this worker: no hand-off to a blocking thread. A
                 // panic is caught as the blocking pool would catch it.
                 use futures_util::FutureExt;

@@ -371,6 +371,16 @@ impl Storage {
             .map_err(commit_error)
     }
 
+    /// [`Storage::commit`], or with `task` (a call on the async workers)
+    /// [`Storage::commit_async`].
+    pub async fn commit_as(&self, w: WriteTxn, task: bool) -> Result<(), StorageError> {
+        if task {
+            self.commit_async(w).await
+        } else {
+            self.commit(w)
+        }
+    }
+
     /// Put a write transaction's writes into its batch; its lease, to hand
     /// on.
     fn apply_to_batch(&self, mut w: WriteTxn) -> Result<Lease, StorageError> {
@@ -1224,6 +1234,26 @@ mod tests {
         ]
     }
 
+    /// Apply a put or a delete to `w` and to the model `view`.
+    fn put_or_delete(
+        w: &mut Txn,
+        view: &mut BTreeMap<Vec<u8>, Vec<u8>>,
+        op: &Op,
+    ) -> Result<(), TestCaseError> {
+        match *op {
+            Op::Put(k, v) => {
+                w.put("a", &[k], &[v]).unwrap();
+                view.insert(vec![k], vec![v]);
+            }
+            Op::Delete(k) => {
+                let existed = w.delete("a", &[k]).unwrap();
+                prop_assert_eq!(existed, view.remove(&vec![k]).is_some());
+            }
+            Op::Commit | Op::Abort => unreachable!("not a write"),
+        }
+        Ok(())
+    }
+
     /// `w` reads (get, get-many, scans both ways over [lo, hi) with
     /// `limit`) exactly like the model `view`.
     fn reads_like(
@@ -1274,14 +1304,7 @@ mod tests {
             let mut w = s.begin(true).unwrap();
             for op in ops {
                 match op {
-                    Op::Put(k, v) => {
-                        w.put("a", &[k], &[v]).unwrap();
-                        view.insert(vec![k], vec![v]);
-                    }
-                    Op::Delete(k) => {
-                        let existed = w.delete("a", &[k]).unwrap();
-                        prop_assert_eq!(existed, view.remove(&vec![k]).is_some());
-                    }
+                    Op::Put(..) | Op::Delete(..) => put_or_delete(&mut w, &mut view, &op)?,
                     Op::Commit | Op::Abort => {
                         let Txn::Write(t) = std::mem::replace(&mut w, s.begin(false).unwrap()) else {
                             unreachable!()
@@ -1332,14 +1355,7 @@ mod tests {
                 let mut w = s.begin(true).unwrap();
                 for op in ops {
                     match op {
-                        Op::Put(k, v) => {
-                            w.put("a", &[k], &[v]).unwrap();
-                            view.insert(vec![k], vec![v]);
-                        }
-                        Op::Delete(k) => {
-                            let existed = w.delete("a", &[k]).unwrap();
-                            prop_assert_eq!(existed, view.remove(&vec![k]).is_some());
-                        }
+                        Op::Put(..) | Op::Delete(..) => put_or_delete(&mut w, &mut view, &op)?,
                         Op::Commit | Op::Abort => {
                             let Txn::Write(t) = std::mem::replace(&mut w, s.begin(false).unwrap()) else {
                                 unreachable!()

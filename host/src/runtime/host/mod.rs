@@ -215,12 +215,7 @@ impl Ctx {
                     // refund (after the transaction, and its lease, are
                     // gone).
                     txn.discard_writes();
-                    let durable = if self.limiter.yields {
-                        rt.storage.commit_async(txn).await
-                    } else {
-                        rt.storage.commit(txn)
-                    };
-                    return match durable {
+                    return match rt.storage.commit_as(txn, self.limiter.yields).await {
                         Ok(()) => Ok(self.refund_upstream(kept)),
                         Err(StorageError::Conflict) => Err(RunAgain),
                         Err(e) => {
@@ -243,8 +238,7 @@ impl Ctx {
                 // task's, not the worker's.
                 let committed = match self.record_replay(&txn, &reply) {
                     Err(e) => Err(e),
-                    Ok(()) if self.limiter.yields => rt.storage.commit_async(txn).await,
-                    Ok(()) => rt.storage.commit(txn),
+                    Ok(()) => rt.storage.commit_as(txn, self.limiter.yields).await,
                 };
                 match committed {
                     Ok(()) => Ok(crate::money::x402::sent(reply)),

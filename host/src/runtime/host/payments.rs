@@ -82,10 +82,21 @@ async fn quote_of(
     .unwrap_or_else(|failed| Err(refusal(failed)))
 }
 
+impl Ctx {
+    /// This call's price of `action` (see [`quote_of`]).
+    fn price(
+        &self,
+        action: String,
+        basis: Option<u64>,
+    ) -> impl Future<Output = Result<u64, types::Refusal>> + Send + 'static {
+        let elsewhere = self.limiter.yields && !self.holds_batch();
+        quote_of(self.rt.clone(), elsewhere, action, basis)
+    }
+}
+
 impl payments::Host for Ctx {
     async fn quote(&mut self, action: String, basis: Option<u64>) -> Result<u64, types::Refusal> {
-        let elsewhere = self.limiter.yields && !self.holds_batch();
-        quote_of(self.rt.clone(), elsewhere, action, basis).await
+        self.price(action, basis).await
     }
 
     async fn charge(
@@ -95,8 +106,7 @@ impl payments::Host for Ctx {
     ) -> Result<payments::Receipt, types::Refusal> {
         // A read is refused before the fee component is asked.
         self.must_write()?;
-        let elsewhere = self.limiter.yields && !self.holds_batch();
-        let price = quote_of(self.rt.clone(), elsewhere, action.clone(), basis).await?;
+        let price = self.price(action.clone(), basis).await?;
         self.ready().await;
         self.charge_at(action, price)
     }
