@@ -122,6 +122,10 @@ pub async fn run(config: Config) -> Result<i32> {
     for l in listeners {
         let _ = tokio::time::timeout(Duration::from_secs(1), l).await;
     }
+    // Into the database file itself: the write-ahead log is empty after a
+    // clean stop.
+    let flushing = app.clone();
+    let _ = tokio::task::spawn_blocking(move || flushing.storage.flush()).await;
     if drained {
         tracing::info!(commits = app.storage.commits(), "stopped");
     } else {

@@ -18,28 +18,36 @@
 //! idle (the requests under way are slow to reach storage) commits the
 //! batch itself.
 //!
-//! Readers see a batch only once it is committed, so no read shows what is
-//! not durable, and a 2xx waits for its batch. A mutating request that
-//! fails (a 4xx such as a secret already spent in a batch still on its way
-//! to disk) answers at once: should that batch then fail, the refusal
-//! named a state that was not kept, and the client may try again.
+//! Readers see a batch only once it is committed (durable), so no read
+//! shows what is not durable, and a 2xx waits for its batch. A mutating
+//! request that fails (a 4xx such as a secret already spent in a batch
+//! still on its way to disk) answers at once: should that batch then fail,
+//! the refusal named a state that was not kept, and the client may try
+//! again.
 //!
-//! On the embedded store a batch is written to disk by a committer thread
-//! of its own, while the next batch already runs: a batch's writes are
-//! kept in memory ([`RedbBatch`]) over a snapshot of what is committed,
-//! and each batch reads through the batches closed before it that are not
-//! yet on disk. The committer takes closed batches from that same ordered
-//! list (there is no queue between them that could reorder them) and
-//! commits them one at a time, oldest first, each in one redb write
-//! transaction with one fsync; a batch that read one whose commit failed
-//! fails too (nothing of it is written). So the
-//! requests of the next batch do not wait for the previous batch's fsync,
-//! and applying a request's writes is a copy in memory rather than B-tree
-//! work under the lease. A shared store's batch stays one transaction,
-//! committed by the member that closes it.
+//! On the embedded store a batch is made durable by a committer thread of
+//! its own, while the next batch already runs: a batch's writes are kept
+//! in memory ([`RedbBatch`]) over a snapshot of the database, and each
+//! batch reads through the batches closed before it that are not in the
+//! database yet. The committer takes closed batches from that same ordered
+//! list (there is no queue between them that could reorder them), appends
+//! all those waiting to the write-ahead log as one record with one sync
+//! (see [`super::wal`]), answers their members, then applies them to redb
+//! in one non-durable commit and only then drops them from the list; a
+//! batch that read one that failed fails too (nothing of it is logged).
+//! Readers read through the batches logged but not applied yet, so a
+//! read after an answer sees it. While a checkpoint makes the database
+//! durable (a thread of its own), batches go on being logged and answered
+//! and wait in the list to be applied. So the requests of the next batch
+//! do not wait for the previous batch's sync, a batch's durability costs
+//! one sequential write of its own bytes, and applying a request's writes
+//! is a copy in memory rather than B-tree work under the lease. A shared
+//! store's batch stays one transaction, committed by the member that
+//! closes it.
 
+use super::wal::{self, Wal};
 use super::{Backend, Overlay, StorageError, pg};
-use redb::{Database, ReadTransaction, ReadableDatabase};
+use redb::{Database, Durability, ReadTransaction, ReadableDatabase};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -47,10 +55,12 @@ use std::task::{Poll, Waker};
 use std::thread::Thread;
 use std::time::Duration;
 
-/// Most closed batches waiting for the committer: the member closing one
-/// more waits, still holding the lease, until the committer catches up
-/// (bounds the memory held by batches not yet on disk).
+/// Most closed batches waiting for the write-ahead log: the member closing
+/// one more waits, still holding the lease, until the committer catches up.
 const MAX_SEALED: usize = 4;
+/// Most closed batches not yet in the database (made durable while a
+/// checkpoint runs): bounds the memory they hold the same way.
+const MAX_HELD: usize = 256;
 
 /// How commits are grouped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,10 +105,34 @@ struct Slot {
     /// after it (a batch begun earlier would read around the committing
     /// one and lose the race to it).
     committing: bool,
-    /// Embedded store: closed batches not yet on disk, oldest first. The
-    /// committer writes the first and removes it once it is durable (or
-    /// failed).
+    /// Embedded store: closed batches not yet in the database, oldest
+    /// first. The first `logged` of them have ended (made durable in the
+    /// write-ahead log, or failed); the committer removes them once it has
+    /// applied them to the database.
     sealed: VecDeque<Arc<Sealed>>,
+    logged: usize,
+    /// Batches removed from `sealed` since start (applied, or failed).
+    applied: u64,
+    /// A checkpoint is under way: batches wait in `sealed` meanwhile.
+    checkpointing: bool,
+    /// Why batches can no longer be applied to the database, once that
+    /// failed (every later batch fails; a restart applies the log).
+    broken: Option<String>,
+    /// Tests: batches are not applied to the database (as while a
+    /// checkpoint runs).
+    #[cfg(test)]
+    hold_apply: bool,
+    /// `flush` waits for a checkpoint that begins after its call.
+    flush_wanted: bool,
+    /// Checkpoints begun, and the number of the last one ended (or, with
+    /// nothing to checkpoint, skipped).
+    checkpoints_begun: u64,
+    checkpoints_done: u64,
+    /// The committer has ended.
+    committer_gone: bool,
+    /// The checkpointer's last checkpoint failed (the committer tries
+    /// again when the next is due).
+    checkpoint_failed: bool,
     /// The store is being dropped: the committer writes what is left in
     /// `sealed`, then ends.
     stopping: bool,
@@ -127,6 +161,9 @@ struct Shared {
     /// Tests: the committer fails the next batch it writes.
     #[cfg(test)]
     fail_next: AtomicBool,
+    /// Tests: held, the write-ahead log stalls like a slow disk.
+    #[cfg(test)]
+    log_gate: Mutex<()>,
 }
 
 impl Shared {
@@ -280,29 +317,52 @@ impl BatchTxn {
     }
 }
 
-/// Write closed batches, oldest first, in one durable redb transaction
-/// (each table opened once; a later batch's write of a key wins).
-fn write_sealed(db: &Database, shared: &Shared, group: &[Arc<Sealed>]) -> Result<(), CommitError> {
-    let fatal = |e: &dyn std::fmt::Display| CommitError::fatal(e.to_string());
-    let txn = db.begin_write().map_err(|e| fatal(&e))?;
-    if shared.fails_next() {
-        return Err(fatal(&"failed by the test"));
-    }
+/// Apply batches made durable in the write-ahead log to the database,
+/// oldest first, in one non-durable redb transaction (each table opened
+/// once; a later batch's write of a key wins), with the sequence number of
+/// the last record they are in (see [`super::wal`]).
+fn apply(db: &Database, group: &[Arc<Sealed>], wal: &Wal) -> anyhow::Result<()> {
+    let mut txn = db.begin_write()?;
     let tables: std::collections::BTreeSet<&String> =
         group.iter().flat_map(|b| b.writes.keys()).collect();
     for table in tables {
-        let mut t = txn.open_table(super::def(table)).map_err(|e| fatal(&e))?;
+        let mut t = txn.open_table(super::def(table))?;
         for rows in group.iter().filter_map(|b| b.writes.get(table)) {
             for (key, value) in rows {
                 match value {
-                    Some(v) => t.insert(key.as_slice(), v.as_slice()).map(drop),
-                    None => t.remove(key.as_slice()).map(drop),
+                    Some(v) => drop(t.insert(key.as_slice(), v.as_slice())?),
+                    None => drop(t.remove(key.as_slice())?),
                 }
-                .map_err(|e| fatal(&e))?;
             }
         }
     }
-    txn.commit().map_err(|e| fatal(&e))
+    txn.open_table(super::def(wal::META_TABLE))?.insert(
+        wal::META_KEY,
+        wal::encode_meta(wal.id(), wal.next_seq() - 1).as_slice(),
+    )?;
+    txn.set_durability(Durability::None)?;
+    txn.commit()?;
+    Ok(())
+}
+
+/// Make what the database holds durable (one durable commit, which writes
+/// the pages the non-durable ones left in memory), then remove the log's
+/// segments before `next`. Quick repair is on for it: after a crash,
+/// redb reopens from this commit without walking the whole database.
+fn checkpoint(db: &Database, base: &std::path::Path, next: u64) -> anyhow::Result<()> {
+    let mut txn = db.begin_write()?;
+    txn.set_quick_repair(true);
+    txn.commit()?;
+    wal::remove_before(base, next)
+}
+
+/// The closed batches a new batch reads through: all but those that failed.
+fn live(sealed: &VecDeque<Arc<Sealed>>) -> Vec<Arc<Sealed>> {
+    sealed
+        .iter()
+        .filter(|b| !b.outcome.failed())
+        .cloned()
+        .collect()
 }
 
 /// How one batch ended: its members read it when they wake. Its members
@@ -342,6 +402,10 @@ impl Outcome {
 
     fn committed(&self) -> bool {
         self.state.load(Ordering::Acquire) == Outcome::COMMITTED
+    }
+
+    fn failed(&self) -> bool {
+        !matches!(self.state.load(Ordering::Acquire), 0 | Outcome::COMMITTED)
     }
 
     /// Wait (the slot locked) until woken.
@@ -441,20 +505,25 @@ impl Drop for GroupCommit {
 }
 
 impl GroupCommit {
-    pub fn new(backend: Backend, settings: Settings) -> Arc<GroupCommit> {
+    /// `wal`: the embedded store's write-ahead log (it has one; a shared
+    /// store has none).
+    pub fn new(backend: Backend, settings: Settings, wal: Option<Wal>) -> Arc<GroupCommit> {
         let shared = Arc::new(Shared {
             slot: Mutex::new(Slot::default()),
             ended: Condvar::new(),
             sealed: Condvar::new(),
             #[cfg(test)]
             fail_next: AtomicBool::new(false),
+            #[cfg(test)]
+            log_gate: Mutex::new(()),
         });
         let committer = match &backend {
             Backend::Redb(db) => {
                 let (db, shared) = (db.clone(), shared.clone());
+                let wal = wal.expect("the embedded store has a write-ahead log");
                 let thread = std::thread::Builder::new()
                     .name("committer".into())
-                    .spawn(move || committer(&db, &shared))
+                    .spawn(move || committer(&db, &shared, wal))
                     .expect("spawning the committer thread");
                 Some(thread)
             }
@@ -483,7 +552,7 @@ impl GroupCommit {
                 snapshot: db
                     .begin_read()
                     .map_err(|e| CommitError::fatal(e.to_string()))?,
-                below: sealed.iter().cloned().collect(),
+                below: live(sealed),
                 writes: Overlay::new(),
             })),
             Backend::Pg(store) => store
@@ -491,6 +560,63 @@ impl GroupCommit {
                 .map(BatchTxn::Pg)
                 .map_err(CommitError::from),
         }
+    }
+
+    /// A reader's view of the embedded store: what is in the database, and
+    /// the batches made durable in the write-ahead log but not applied to
+    /// it yet (so a read sees every batch whose members were answered).
+    pub(super) fn view(&self, db: &Database) -> Result<RedbBatch, StorageError> {
+        let s = self.lock();
+        Ok(RedbBatch {
+            snapshot: db.begin_read().map_err(super::internal)?,
+            below: s
+                .sealed
+                .range(..s.logged)
+                .filter(|b| b.outcome.committed())
+                .cloned()
+                .collect(),
+            writes: Overlay::new(),
+        })
+    }
+
+    /// Wait until every batch answered so far is in the database (not only
+    /// in the write-ahead log).
+    pub(super) fn wait_applied(&self) {
+        let mut s = self.lock();
+        let target = s.applied + s.logged as u64;
+        while s.applied < target && s.broken.is_none() {
+            s = self.shared.ended.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Make every batch answered so far durable in the database itself (a
+    /// checkpoint), as before a clean stop: the write-ahead log is then
+    /// empty.
+    pub(super) fn flush(&self) {
+        let mut s = self.lock();
+        let target = s.checkpoints_begun + 1;
+        s.flush_wanted = true;
+        self.shared.sealed.notify_all();
+        while s.checkpoints_done < target && s.broken.is_none() && !s.committer_gone {
+            s = self.shared.ended.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Hold batches out of the database, as while a checkpoint runs, or
+    /// let them in (tests).
+    #[cfg(test)]
+    pub(super) fn hold_apply(&self, on: bool) {
+        self.lock().hold_apply = on;
+        self.shared.sealed.notify_all();
+    }
+
+    /// Stall the write-ahead log while the guard is held (tests).
+    #[cfg(test)]
+    pub(super) fn stall_log(&self) -> MutexGuard<'_, ()> {
+        self.shared
+            .log_gate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// Closed batches not yet on disk (tests).
@@ -848,7 +974,10 @@ impl GroupCommit {
             below: below.iter().map(|b| b.outcome.clone()).collect(),
         }));
         self.shared.sealed.notify_one();
-        while s.sealed.len() > MAX_SEALED || (!self.settings.enabled && outcome.result().is_none())
+        while (s.sealed.len() - s.logged > MAX_SEALED
+            || (s.sealed.len() > MAX_HELD && s.broken.is_none())
+            || (!self.settings.enabled && outcome.result().is_none()))
+            && !s.committer_gone
         {
             s = self.shared.ended.wait(s).unwrap_or_else(|p| p.into_inner());
         }
@@ -920,63 +1049,233 @@ fn ended(
     }
 }
 
-/// The committer thread: writes every closed batch waiting, oldest first,
-/// in one durable redb transaction (under load, batches that closed while
-/// the previous commit ran share its fsync and the pages they both dirty);
-/// then drops them from the list new batches read through and wakes their
-/// members. Ends once the store is dropped and nothing closed is left.
+/// The committer thread. Each round: every closed batch waiting goes to
+/// the write-ahead log as one record with one sync, and its members are
+/// answered (under load, batches that closed while the previous sync ran
+/// share the next); then the batches logged are applied to the database
+/// in one non-durable commit and leave the list new batches and readers
+/// read through. When a checkpoint is due, the log goes on in a new
+/// segment and the checkpointer thread makes the database durable while
+/// batches go on being logged and answered (they are applied once it is
+/// done). Ends once the store is dropped and everything is checkpointed.
 ///
-/// The batches of one write share one fate: the first read only through
+/// The batches of one record share one fate: the first read only through
 /// batches that have ended, and every later one read through the first.
-/// So when one the first read through failed, none is written.
-fn committer(db: &Database, shared: &Shared) {
-    loop {
-        let group: Vec<Arc<Sealed>> = {
+/// So when one the first read through failed, none is logged.
+fn committer(db: &Arc<Database>, shared: &Arc<Shared>, mut wal: Wal) {
+    let (jobs, checkpointer) = {
+        let (tx, rx) = std::sync::mpsc::channel::<u64>();
+        let (db, shared, base) = (db.clone(), shared.clone(), wal.base().to_path_buf());
+        let thread = std::thread::Builder::new()
+            .name("checkpointer".into())
+            .spawn(move || {
+                for next in rx {
+                    let started = std::time::Instant::now();
+                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        checkpoint(&db, &base, next)
+                    }))
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("the checkpoint panicked")));
+                    match &result {
+                        Ok(()) => tracing::debug!(
+                            took_ms = started.elapsed().as_millis() as u64,
+                            "checkpoint done"
+                        ),
+                        Err(e) => tracing::error!(
+                            "checkpoint failed (the write-ahead log keeps every batch; the next one tries again): {e:#}"
+                        ),
+                    }
+                    let mut s = shared.lock();
+                    s.checkpointing = false;
+                    s.checkpoint_failed = result.is_err();
+                    s.checkpoints_done = s.checkpoints_begun;
+                    shared.sealed.notify_all();
+                    shared.ended.notify_all();
+                }
+            })
+            .expect("spawning the checkpointer thread");
+        (tx, thread)
+    };
+    'run: loop {
+        let (group, logged) = {
             let mut s = shared.lock();
             loop {
-                if !s.sealed.is_empty() {
-                    break s.sealed.iter().cloned().collect();
+                if std::mem::take(&mut s.checkpoint_failed) {
+                    if s.stopping {
+                        // The log keeps what the database may lack.
+                        break 'run;
+                    }
+                    wal.retry_later();
                 }
-                if s.stopping {
-                    return;
+                let unlogged = s.sealed.len() > s.logged;
+                if s.flush_wanted
+                    && !unlogged
+                    && !s.checkpointing
+                    && s.logged == 0
+                    && !wal.pending()
+                {
+                    // Nothing to checkpoint: the database holds it all.
+                    s.flush_wanted = false;
+                    s.checkpoints_begun += 1;
+                    s.checkpoints_done = s.checkpoints_begun;
+                    shared.ended.notify_all();
                 }
-                s = shared.sealed.wait(s).unwrap_or_else(|p| p.into_inner());
+                if unlogged || can_apply(&s) || can_checkpoint(&s, &wal) {
+                    break;
+                }
+                if s.stopping && !s.checkpointing {
+                    // Everything is in the database and checkpointed (or
+                    // can no longer be applied: the log keeps it).
+                    break 'run;
+                }
+                s = if wal.pending() && !s.checkpointing {
+                    // Idle with records not checkpointed: wake when due.
+                    shared
+                        .sealed
+                        .wait_timeout(s, wal::CHECKPOINT_AFTER / 4)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                } else {
+                    shared.sealed.wait(s).unwrap_or_else(|p| p.into_inner())
+                };
             }
+            (
+                s.sealed.range(s.logged..).cloned().collect::<Vec<_>>(),
+                s.logged,
+            )
         };
-        let result = if group[0].below.iter().any(|o| !o.committed()) {
-            Err(CommitError::fatal(
-                "an earlier batch it read could not be committed".into(),
-            ))
-        } else {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                write_sealed(db, shared, &group)
-            }))
-            .unwrap_or_else(|_| Err(CommitError::fatal("writing the batch panicked".into())))
-        };
+        if !group.is_empty() {
+            log_batches(shared, &group, &mut wal, logged);
+        }
         let mut s = shared.lock();
-        if result.is_ok() {
-            synced(&mut s, group.iter().map(|b| b.members).sum());
+        if can_apply(&s) {
+            let done: Vec<Arc<Sealed>> = s.sealed.range(..s.logged).cloned().collect();
+            drop(s);
+            let kept: Vec<Arc<Sealed>> = done
+                .iter()
+                .filter(|b| b.outcome.committed())
+                .cloned()
+                .collect();
+            let applied = if kept.is_empty() {
+                Ok(())
+            } else {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| apply(db, &kept, &wal)))
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("applying the batches panicked")))
+            };
+            s = shared.lock();
+            match applied {
+                Ok(()) => {
+                    for _ in &done {
+                        s.sealed.pop_front();
+                    }
+                    s.logged -= done.len();
+                    s.applied += done.len() as u64;
+                }
+                Err(e) => {
+                    // The batches are durable in the log, and readers read
+                    // them from the list: a restart applies them.
+                    tracing::error!(
+                        "batches in the write-ahead log could not be applied to the database ({e:#}); no more writes are accepted until a restart"
+                    );
+                    s.broken = Some(format!(
+                        "the database could not take committed batches: {e:#}"
+                    ));
+                }
+            }
+            shared.ended.notify_all();
         }
-        for b in &group {
-            let first = s.sealed.pop_front();
-            debug_assert!(first.is_some_and(|f| f.batch == b.batch));
-            ended(&mut s, b.batch, b.members, &b.outcome, &result);
+        if can_checkpoint(&s, &wal) {
+            match wal.rotate() {
+                Ok(next) => {
+                    s.checkpointing = true;
+                    s.flush_wanted = false;
+                    s.checkpoints_begun += 1;
+                    if jobs.send(next).is_err() {
+                        s.checkpointing = false;
+                    }
+                }
+                Err(e) => {
+                    tracing::error!("the write-ahead log could not start a new segment: {e:#}");
+                    if s.stopping {
+                        // The log keeps what the database may lack.
+                        break 'run;
+                    }
+                    wal.retry_later();
+                }
+            }
         }
-        shared.ended.notify_all();
     }
+    drop(jobs);
+    let _ = checkpointer.join();
+    shared.lock().committer_gone = true;
+    shared.ended.notify_all();
+}
+
+/// Whether batches wait to be applied to the database (the slot locked).
+fn can_apply(s: &Slot) -> bool {
+    #[cfg(test)]
+    if s.hold_apply {
+        return false;
+    }
+    s.logged > 0 && !s.checkpointing && s.broken.is_none()
+}
+
+/// Whether a checkpoint is to begin: due (or the store is stopping), and
+/// everything logged is in the database.
+fn can_checkpoint(s: &Slot, wal: &Wal) -> bool {
+    !s.checkpointing
+        && s.logged == 0
+        && (wal.due() || ((s.stopping || s.flush_wanted) && wal.pending()))
+}
+
+/// Append `group` (the closed batches after the first `logged`) to the
+/// write-ahead log as one record, then record how each ended.
+fn log_batches(shared: &Shared, group: &[Arc<Sealed>], wal: &mut Wal, logged: usize) {
+    #[cfg(test)]
+    let _gate = shared.log_gate.lock().unwrap_or_else(|p| p.into_inner());
+    let broken = shared.lock().broken.clone();
+    let result = if let Some(why) = broken {
+        Err(CommitError::fatal(why))
+    } else if group[0].below.iter().any(|o| !o.committed()) {
+        Err(CommitError::fatal(
+            "an earlier batch it read could not be committed".into(),
+        ))
+    } else if shared.fails_next() {
+        Err(CommitError::fatal("failed by the test".into()))
+    } else {
+        wal.append(group.iter().map(|b| &b.writes))
+            .map_err(|e| CommitError::fatal(format!("{e:#}")))
+    };
+    let mut s = shared.lock();
+    debug_assert_eq!(s.logged, logged);
+    if result.is_ok() {
+        synced(&mut s, group.iter().map(|b| b.members).sum());
+    }
+    for b in group {
+        ended(&mut s, b.batch, b.members, &b.outcome, &result);
+    }
+    if result.is_err() && s.broken.is_some() {
+        // Never to be applied, nor read: they go now (a broken store
+        // would otherwise hold every later batch).
+        s.sealed.drain(logged..logged + group.len());
+        s.applied += group.len() as u64;
+    } else {
+        s.logged += group.len();
+    }
+    shared.ended.notify_all();
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use redb::{Database, ReadableDatabase, ReadableTableMetadata, TableDefinition};
+    use redb::{Database, TableDefinition};
 
     const T: TableDefinition<&[u8], &[u8]> = TableDefinition::new("t");
 
     fn open(settings: Settings) -> (tempfile::TempDir, Arc<Database>, Arc<GroupCommit>) {
         let dir = tempfile::tempdir().unwrap();
         let db = Arc::new(Database::create(dir.path().join("db")).unwrap());
-        let gc = GroupCommit::new(Backend::Redb(db.clone()), settings);
+        let wal = Wal::create(&dir.path().join("db-wal"), 1, 0).unwrap();
+        let gc = GroupCommit::new(Backend::Redb(db.clone()), settings, Some(wal));
         (dir, db, gc)
     }
 
@@ -992,9 +1291,12 @@ mod tests {
             .insert(k.clone(), Some(k));
     }
 
-    fn count(db: &Database) -> u64 {
-        let r = db.begin_read().unwrap();
-        r.open_table(T).map(|t| t.len().unwrap()).unwrap_or(0)
+    /// Rows of `t` a reader sees (durable, in the database or the log).
+    fn count(gc: &GroupCommit, db: &Database) -> u64 {
+        let view = gc.view(db).unwrap();
+        view.scan_layered(None, "t", &[], None, false, usize::MAX, usize::MAX)
+            .unwrap()
+            .len() as u64
     }
 
     #[test]
@@ -1004,7 +1306,7 @@ mod tests {
             let mut l = gc.acquire(gc.enter()).unwrap();
             put(&mut l, k);
             gc.release(l, true).unwrap();
-            assert_eq!(count(&db), k + 1, "visible (and durable) on return");
+            assert_eq!(count(&gc, &db), k + 1, "visible (and durable) on return");
         }
         assert_eq!(gc.counters(), (3, 3));
     }
@@ -1031,7 +1333,7 @@ mod tests {
         let (commits, syncs) = gc.counters();
         assert_eq!(commits, 800);
         assert!(syncs < commits / 2, "little batching: {syncs} syncs");
-        assert_eq!(count(&db), 800);
+        assert_eq!(count(&gc, &db), 800);
         let s = gc.lock();
         assert_eq!((s.leased, s.pending, s.txn.is_none()), (false, 0, true));
     }
@@ -1061,7 +1363,7 @@ mod tests {
             "waited the window"
         );
         assert_eq!(gc.counters(), (1, 1));
-        assert_eq!(count(&db), 1);
+        assert_eq!(count(&gc, &db), 1);
     }
 
     #[test]
@@ -1076,7 +1378,7 @@ mod tests {
         let stuck = gc.enter();
         gc.release(a, true).unwrap();
         drop(stuck);
-        assert_eq!(count(&db), 1);
+        assert_eq!(count(&gc, &db), 1);
         assert_eq!(gc.counters(), (1, 1));
     }
 
@@ -1094,7 +1396,11 @@ mod tests {
         while gc.lock().members == 0 {
             std::thread::yield_now();
         }
-        assert_eq!(count(&db), 0, "the batch waits for the pending request");
+        assert_eq!(
+            count(&gc, &db),
+            0,
+            "the batch waits for the pending request"
+        );
         let started = std::time::Instant::now();
         drop(reader);
         member.join().unwrap().unwrap();
@@ -1102,17 +1408,13 @@ mod tests {
             started.elapsed() < Duration::from_secs(5),
             "waited the window"
         );
-        assert_eq!(count(&db), 1);
+        assert_eq!(count(&gc, &db), 1);
     }
 
-    /// Hold redb's single write transaction: the committer waits for it,
-    /// like a disk that stalls.
-    fn stall(db: &Database) -> redb::WriteTransaction {
-        db.begin_write().unwrap()
-    }
-
+    /// Closed batches not yet in the log.
     fn sealed(gc: &GroupCommit) -> usize {
-        gc.lock().sealed.len()
+        let s = gc.lock();
+        s.sealed.len() - s.logged
     }
 
     fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
@@ -1126,7 +1428,7 @@ mod tests {
     #[test]
     fn a_failed_batch_fails_every_batch_that_read_through_it() {
         let (_d, db, gc) = open(Settings::default());
-        let disk = stall(&db);
+        let disk = gc.stall_log();
         let spawn_put = |k: u64| {
             let gc = gc.clone();
             std::thread::spawn(move || {
@@ -1144,13 +1446,13 @@ mod tests {
         drop(disk);
         assert!(a.join().unwrap().is_err(), "its own commit failed");
         assert!(b.join().unwrap().is_err(), "it read a batch that failed");
-        assert_eq!(count(&db), 0, "nothing of either is written");
-        assert_eq!(sealed(&gc), 0);
+        assert_eq!(count(&gc, &db), 0, "nothing of either is written");
+        wait_for("both gone", || gc.lock().sealed.is_empty());
         // A batch opened after them starts from what is on disk.
         let mut l = gc.acquire(gc.enter()).unwrap();
         put(&mut l, 3);
         gc.release(l, true).unwrap();
-        assert_eq!(count(&db), 1);
+        assert_eq!(count(&gc, &db), 1);
         assert_eq!(gc.counters(), (1, 1));
     }
 
@@ -1161,12 +1463,17 @@ mod tests {
         let (_d, db, gc) = open(Settings::default());
         let stop = Arc::new(AtomicBool::new(false));
         let staller = {
-            let (db, stop) = (db.clone(), stop.clone());
+            let (gc, stop) = (gc.clone(), stop.clone());
             std::thread::spawn(move || {
+                // The database (as while a checkpoint runs) and the log
+                // stall in turn.
                 while !stop.load(Ordering::Acquire) {
-                    let disk = stall(&db);
+                    gc.hold_apply(true);
                     std::thread::sleep(Duration::from_millis(3));
-                    drop(disk);
+                    gc.hold_apply(false);
+                    let log = gc.stall_log();
+                    std::thread::sleep(Duration::from_millis(3));
+                    drop(log);
                     std::thread::sleep(Duration::from_micros(200));
                 }
             })
@@ -1192,7 +1499,7 @@ mod tests {
         }
         stop.store(true, Ordering::Release);
         staller.join().unwrap();
-        assert_eq!(counter(&db), 480);
+        assert_eq!(counter(&gc, &db), 480);
         assert_eq!(gc.counters().0, 480);
         assert!(
             *most.lock().unwrap() <= MAX_SEALED,
@@ -1223,11 +1530,14 @@ mod tests {
             .insert(key, Some((n + 1).to_be_bytes().to_vec()));
     }
 
-    fn counter(db: &Database) -> u64 {
-        let r = db.begin_read().unwrap();
-        let t = r.open_table(T).unwrap();
-        let v = t.get(&b"n"[..]).unwrap().unwrap();
-        u64::from_be_bytes(v.value().try_into().unwrap())
+    fn counter(gc: &GroupCommit, db: &Database) -> u64 {
+        let v = gc
+            .view(db)
+            .unwrap()
+            .get_layered("t", b"n")
+            .unwrap()
+            .unwrap();
+        u64::from_be_bytes(v.try_into().unwrap())
     }
 
     #[test]
@@ -1271,7 +1581,7 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        assert_eq!(counter(&db), 560);
+        assert_eq!(counter(&gc, &db), 560);
         let (commits, syncs) = gc.counters();
         assert_eq!(commits, 560);
         assert!(syncs < commits, "no batching: {syncs} syncs");
@@ -1309,7 +1619,7 @@ mod tests {
             bump(&mut l);
             gc.release(l, true).unwrap();
         }
-        assert_eq!(counter(&db), 2);
+        assert_eq!(counter(&gc, &db), 2);
     }
 
     #[test]

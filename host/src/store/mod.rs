@@ -9,8 +9,9 @@
 
 pub mod group_commit;
 pub mod pg;
+pub mod wal;
 
-use self::group_commit::{BatchTxn, GroupCommit, Lease, Pending};
+use self::group_commit::{BatchTxn, GroupCommit, Lease, Pending, RedbBatch};
 use anyhow::{Context, Result};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError, TableHandle};
 use std::cell::RefCell;
@@ -135,7 +136,9 @@ pub enum Txn {
 
 /// A snapshot of committed data.
 pub enum ReadTxn {
-    Redb(redb::ReadTransaction),
+    /// What is in the database and what is durable in its write-ahead log
+    /// but not applied to it yet.
+    Redb(RedbBatch),
     Pg(pg::PgRead),
 }
 
@@ -247,20 +250,56 @@ impl Budget {
 }
 
 impl Storage {
-    /// Open (or create) the database and make sure every table exists.
+    /// Open (or create) the database and make sure every table exists;
+    /// apply what its write-ahead log holds beyond it (batches made durable
+    /// there before a crash), then start the log again.
     pub fn open(path: &Path, commit: group_commit::Settings) -> Result<Storage> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
         let db = Database::create(path).with_context(|| format!("opening {}", path.display()))?;
-        let txn = db.begin_write()?;
+        let mut txn = db.begin_write()?;
         for table in HOST_TABLES {
             txn.open_table(def(table)).with_context(|| {
                 format!("opening table {table} (a database of an older version?)")
             })?;
         }
+        let wal_path = wal::path_for(path);
+        let (id, mut applied) = {
+            let meta = txn.open_table(def(wal::META_TABLE))?;
+            let got = meta.get(wal::META_KEY)?;
+            got.and_then(|v| wal::decode_meta(v.value()))
+                .unwrap_or_else(|| {
+                    let mut id = [0; 8];
+                    crate::ids::fill_random(&mut id);
+                    (u64::from_le_bytes(id), 0)
+                })
+        };
+        let records = wal::recover(&wal_path, id, applied)?;
+        let replayed = records.len();
+        for (seq, writes) in records {
+            for (table, key, value) in writes {
+                let mut t = txn.open_table(def(&table))?;
+                match value {
+                    Some(v) => drop(t.insert(key.as_slice(), v.as_slice())?),
+                    None => drop(t.remove(key.as_slice())?),
+                }
+            }
+            applied = seq;
+        }
+        txn.open_table(def(wal::META_TABLE))?
+            .insert(wal::META_KEY, wal::encode_meta(id, applied).as_slice())?;
+        txn.set_quick_repair(true);
         txn.commit()?;
-        Ok(Self::on(Backend::Redb(Arc::new(db)), commit))
+        if replayed > 0 {
+            tracing::info!(
+                records = replayed,
+                log = %wal_path.display(),
+                "applied the write-ahead log's batches that were not in the database yet"
+            );
+        }
+        let wal = wal::Wal::create(&wal_path, id, applied)?;
+        Ok(Self::on(Backend::Redb(Arc::new(db)), commit, Some(wal)))
     }
 
     /// Open a shared PostgreSQL-protocol store (`url`), its data in
@@ -272,12 +311,12 @@ impl Storage {
         commit: group_commit::Settings,
     ) -> Result<Storage> {
         let store = pg::PgStore::open(url, schema, connections)?;
-        Ok(Self::on(Backend::Pg(store), commit))
+        Ok(Self::on(Backend::Pg(store), commit, None))
     }
 
-    fn on(backend: Backend, commit: group_commit::Settings) -> Storage {
+    fn on(backend: Backend, commit: group_commit::Settings, wal: Option<wal::Wal>) -> Storage {
         Storage {
-            gc: GroupCommit::new(backend.clone(), commit),
+            gc: GroupCommit::new(backend.clone(), commit, wal),
             backend,
             write_budget: DEFAULT_WRITE_BUDGET,
         }
@@ -314,7 +353,7 @@ impl Storage {
     /// A snapshot of committed data.
     pub fn begin_read(&self) -> Result<ReadTxn, StorageError> {
         match &self.backend {
-            Backend::Redb(db) => db.begin_read().map(ReadTxn::Redb).map_err(internal),
+            Backend::Redb(db) => self.gc.view(db).map(ReadTxn::Redb),
             Backend::Pg(store) => Ok(ReadTxn::Pg(store.begin_read())),
         }
     }
@@ -458,6 +497,8 @@ impl Storage {
                 "a shared store is backed up by its database (pg_dump, or the cluster's own backups), not by a host"
             ),
         };
+        // Every batch answered before now, in the database.
+        self.gc.wait_applied();
         let read = db.begin_read()?;
         let out = Database::create(path).with_context(|| format!("creating {}", path.display()))?;
         let w = out.begin_write()?;
@@ -468,12 +509,24 @@ impl Storage {
             let mut dst = w.open_table(def(&name))?;
             for row in src.iter()? {
                 let (k, v) = row?;
+                // The copy is a database of its own: not this one's log.
+                if name == wal::META_TABLE && k.value() == wal::META_KEY {
+                    continue;
+                }
                 dst.insert(k.value(), v.value())?;
             }
             tables += 1;
         }
         w.commit()?;
         Ok(tables)
+    }
+
+    /// Make everything answered so far durable in the database file itself
+    /// (the embedded store's checkpoint; see [`wal`]): done at a clean stop.
+    pub fn flush(&self) {
+        if let Backend::Redb(_) = self.backend {
+            self.gc.flush();
+        }
     }
 
     /// Whether a read transaction can be opened.
@@ -633,38 +686,9 @@ impl Kv for WriteTxn {
     ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
         let batch = match self.lease().txn() {
             BatchTxn::Pg(batch) => batch,
-            // One table open for all the keys neither this request nor
-            // the batches under way wrote.
             BatchTxn::Redb(batch) => {
                 let overlay = self.overlay.borrow();
-                let mine = overlay.get(table);
-                let mut stored = None;
-                let mut budget = Budget::new(max_bytes);
-                return keys
-                    .iter()
-                    .map(|k| {
-                        let written = mine
-                            .and_then(|m| m.get(k.as_slice()))
-                            .or_else(|| batch.written(table, k));
-                        let v = match written {
-                            Some(v) => v.clone(),
-                            None => {
-                                if stored.is_none() {
-                                    stored = Some(snapshot_table(&batch.snapshot, table)?);
-                                }
-                                match stored.as_ref().expect("opened above") {
-                                    Some(t) => t
-                                        .get(k.as_slice())
-                                        .map_err(internal)?
-                                        .map(|v| v.value().to_vec()),
-                                    None => None,
-                                }
-                            }
-                        };
-                        budget.take(v.as_ref().map_or(0, Vec::len))?;
-                        Ok(v)
-                    })
-                    .collect();
+                return batch.get_many_layered(overlay.get(table), table, keys, max_bytes);
             }
         };
         let overlay = self.overlay.borrow();
@@ -695,10 +719,7 @@ impl Kv for WriteTxn {
             return Ok(v.clone());
         }
         match self.lease().txn() {
-            BatchTxn::Redb(batch) => match batch.written(table, key) {
-                Some(v) => Ok(v.clone()),
-                None => batch.snapshot.get_in(table, key),
-            },
+            BatchTxn::Redb(batch) => batch.get_layered(table, key),
             BatchTxn::Pg(batch) => self.noted(batch.get(table, key)),
         }
     }
@@ -734,10 +755,76 @@ impl Kv for WriteTxn {
                 return self.noted(merge(rows, mine, reverse, limit, max_bytes));
             }
         };
+        batch.scan_layered(Some(&overlay), table, start, end, reverse, limit, max_bytes)
+    }
+}
+
+/// Reads of the embedded store through the writes not in the database
+/// yet: `mine` (a request's own, newest), then the batch's and the closed
+/// batches' (newest first), then the snapshot.
+impl RedbBatch {
+    fn get_layered(&self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        match self.written(table, key) {
+            Some(v) => Ok(v.clone()),
+            None => self.snapshot.get_in(table, key),
+        }
+    }
+
+    /// One table open for all the keys none of the layers wrote.
+    fn get_many_layered(
+        &self,
+        mine: Option<&BTreeMap<Vec<u8>, Option<Vec<u8>>>>,
+        table: &str,
+        keys: &[Vec<u8>],
+        max_bytes: usize,
+    ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        let mut stored = None;
+        let mut budget = Budget::new(max_bytes);
+        keys.iter()
+            .map(|k| {
+                let written = mine
+                    .and_then(|m| m.get(k.as_slice()))
+                    .or_else(|| self.written(table, k));
+                let v = match written {
+                    Some(v) => v.clone(),
+                    None => {
+                        if stored.is_none() {
+                            stored = Some(snapshot_table(&self.snapshot, table)?);
+                        }
+                        match stored.as_ref().expect("opened above") {
+                            Some(t) => t
+                                .get(k.as_slice())
+                                .map_err(internal)?
+                                .map(|v| v.value().to_vec()),
+                            None => None,
+                        }
+                    }
+                };
+                budget.take(v.as_ref().map_or(0, Vec::len))?;
+                Ok(v)
+            })
+            .collect()
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn scan_layered(
+        &self,
+        mine: Option<&Overlay>,
+        table: &str,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<Rows, StorageError> {
+        if end.is_some_and(|e| e <= start) {
+            return Ok(vec![]);
+        }
+        let range = bounds(start, end);
         // The writes not yet on disk in the range, newest over oldest: the
         // closed batches', this batch's, this request's.
         let mut written: BTreeMap<&Vec<u8>, &Option<Vec<u8>>> = BTreeMap::new();
-        for layer in batch.layers().chain(std::iter::once(&*overlay)) {
+        for layer in self.layers().chain(mine) {
             if let Some(t) = layer.get(table) {
                 written.extend(t.range::<[u8], _>(range));
             }
@@ -746,7 +833,7 @@ impl Kv for WriteTxn {
         if reverse {
             mine.reverse();
         }
-        let Some(t) = snapshot_table(&batch.snapshot, table)? else {
+        let Some(t) = snapshot_table(&self.snapshot, table)? else {
             return merge(
                 std::iter::empty::<Result<(Vec<u8>, Vec<u8>), _>>(),
                 mine,
@@ -928,7 +1015,7 @@ impl Kv for redb::ReadTransaction {
 impl Kv for ReadTxn {
     fn get_in(&self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
         match self {
-            ReadTxn::Redb(t) => t.get_in(table, key),
+            ReadTxn::Redb(t) => t.get_layered(table, key),
             ReadTxn::Pg(t) => t.get_in(table, key),
         }
     }
@@ -940,7 +1027,7 @@ impl Kv for ReadTxn {
         max_bytes: usize,
     ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
         match self {
-            ReadTxn::Redb(t) => t.get_many_within(table, keys, max_bytes),
+            ReadTxn::Redb(t) => t.get_many_layered(None, table, keys, max_bytes),
             ReadTxn::Pg(t) => t.get_many_within(table, keys, max_bytes),
         }
     }
@@ -955,7 +1042,7 @@ impl Kv for ReadTxn {
         max_bytes: usize,
     ) -> Result<Rows, StorageError> {
         match self {
-            ReadTxn::Redb(t) => t.scan_within(table, start, end, reverse, limit, max_bytes),
+            ReadTxn::Redb(t) => t.scan_layered(None, table, start, end, reverse, limit, max_bytes),
             ReadTxn::Pg(t) => t.scan_within(table, start, end, reverse, limit, max_bytes),
         }
     }
@@ -1080,6 +1167,67 @@ mod tests {
 
     fn open() -> (tempfile::TempDir, Storage) {
         temp_storage()
+    }
+
+    fn put(s: &Storage, key: &[u8], value: &[u8]) {
+        let mut w = s.begin(true).unwrap();
+        w.put("a", key, value).unwrap();
+        let Txn::Write(w) = w else { unreachable!() };
+        s.commit(w).unwrap();
+    }
+
+    fn read(s: &Storage, key: &[u8]) -> Option<Vec<u8>> {
+        s.begin(false).unwrap().get("a", key).unwrap()
+    }
+
+    #[test]
+    fn batches_in_the_log_are_read_and_survive_a_crash() {
+        let (dir, s) = open();
+        put(&s, b"k1", b"applied");
+        // The database takes no batch now (as while a checkpoint runs):
+        // what commits is durable in the write-ahead log only.
+        s.gc.hold_apply(true);
+        put(&s, b"k2", b"logged");
+        put(&s, b"k1", b"overwritten");
+        assert_eq!(read(&s, b"k2").as_deref(), Some(&b"logged"[..]));
+        assert_eq!(read(&s, b"k1").as_deref(), Some(&b"overwritten"[..]));
+        // A crash now: copy what is on disk (the database as of its last
+        // durable commit, and the log), and open the copy.
+        let crashed = tempfile::tempdir().unwrap();
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let path = entry.unwrap().path();
+            std::fs::copy(&path, crashed.path().join(path.file_name().unwrap())).unwrap();
+        }
+        let copy = Storage::open(&crashed.path().join("db.redb"), Default::default()).unwrap();
+        assert_eq!(read(&copy, b"k2").as_deref(), Some(&b"logged"[..]));
+        assert_eq!(read(&copy, b"k1").as_deref(), Some(&b"overwritten"[..]));
+        // Recovered, the copy goes on writing and reopens with everything.
+        put(&copy, b"k3", b"after");
+        drop(copy);
+        let copy = Storage::open(&crashed.path().join("db.redb"), Default::default()).unwrap();
+        assert_eq!(read(&copy, b"k3").as_deref(), Some(&b"after"[..]));
+        assert_eq!(read(&copy, b"k2").as_deref(), Some(&b"logged"[..]));
+        s.gc.hold_apply(false);
+        // A flush (as at a clean stop) puts it all in the database file:
+        // a copy of that file alone holds it.
+        s.flush();
+        let alone = tempfile::tempdir().unwrap();
+        std::fs::copy(dir.path().join("db.redb"), alone.path().join("db.redb")).unwrap();
+        let copy = Storage::open(&alone.path().join("db.redb"), Default::default()).unwrap();
+        assert_eq!(read(&copy, b"k1").as_deref(), Some(&b"overwritten"[..]));
+        assert_eq!(read(&copy, b"k2").as_deref(), Some(&b"logged"[..]));
+        drop(copy);
+        drop(s);
+        // A clean stop checkpoints: the original reopens with everything
+        // in the database and an empty log.
+        let s = Storage::open(&dir.path().join("db.redb"), Default::default()).unwrap();
+        assert_eq!(read(&s, b"k1").as_deref(), Some(&b"overwritten"[..]));
+        assert_eq!(
+            wal::recover(&wal::path_for(&dir.path().join("db.redb")), 0, 0)
+                .unwrap()
+                .len(),
+            0
+        );
     }
 
     #[test]
@@ -1346,8 +1494,7 @@ mod tests {
             }
             let Txn::Write(first) = first else { unreachable!() };
             s.commit(first).unwrap();
-            let Backend::Redb(db) = &s.backend else { unreachable!("redb here") };
-            let stalled = db.begin_write().unwrap();
+            let stalled = s.gc.stall_log();
             let mut committed = disk.clone();
             let mut view = committed.clone();
             std::thread::scope(|scope| -> Result<(), TestCaseError> {
@@ -1362,6 +1509,9 @@ mod tests {
                             };
                             // At most three closed batches wait for the disk.
                             if matches!(op, Op::Commit) && members.len() < 3 {
+                                // (The batch before the stall may still be on its
+                                // way from the log to the database.)
+                                s.gc.wait_applied();
                                 let before = s.gc.sealed_len();
                                 let s = &s;
                                 members.push(scope.spawn(move || s.commit(t)));
@@ -1379,7 +1529,7 @@ mod tests {
                     reads_like(&w, &view, lo, hi, limit)?;
                     let r = s.begin(false).unwrap();
                     let shown: BTreeMap<_, _> = r.scan("a", b"", None, false, 1000).unwrap().into_iter().collect();
-                    prop_assert_eq!(&shown, &disk, "readers see only what is on disk");
+                    prop_assert_eq!(&shown, &disk, "readers see only what is durable");
                 }
                 drop(w);
                 drop(stalled);

@@ -1,0 +1,481 @@
+//! The write-ahead log of the embedded store.
+//!
+//! A closed batch is made durable by appending its writes to this log and
+//! syncing it (one sequential write and one `fdatasync`), then applied to
+//! redb by a non-durable commit, which keeps the pages it dirtied in
+//! memory. Every [`CHECKPOINT_AFTER`] (or [`CHECKPOINT_BYTES`] of log)
+//! the log goes on in a new segment and one durable redb commit (on the
+//! checkpointer thread) writes those pages out; then the segments before
+//! are removed. So a page that many batches touch (a total, a term's
+//! list, the newest posts) is written once per checkpoint instead of once
+//! per batch, and a batch's durability costs what its own bytes cost.
+//!
+//! Segments are `{database}-wal.{first sequence number, 16 hex digits}`.
+//! Each record names the log (`id`, kept in the database's `host:meta`
+//! under `wal`, with the sequence number of the last record the database
+//! holds) and carries a sequence number and a CRC-32. On open, the records
+//! after the database's last one are applied in order, as long as they are
+//! whole, belong to this database and follow one another without a gap: a
+//! torn tail (a crash in the middle of an append), and a segment a crash
+//! kept from being removed, are ignored. A record holds final values (puts
+//! and deletes), so applying one twice is harmless. A backup (a copy of
+//! the tables) does not take the log's id: the copy starts a log of its
+//! own.
+//!
+//! Record: `MKW1`, payload length (u32 LE), CRC-32 of what follows it,
+//! log id (u64 LE), sequence number (u64 LE), then the payload: for each
+//! write, 1 (put) or 0 (delete), the table name (u16 LE length), the key
+//! (u32 LE length) and, for a put, the value (u32 LE length).
+
+use super::Overlay;
+use anyhow::{Context, Result};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const MAGIC: &[u8; 4] = b"MKW1";
+const HEADER: usize = 4 + 4 + 4 + 8 + 8;
+/// The table of [`META_KEY`].
+pub const META_TABLE: &str = "host:meta";
+/// The `host:meta` key of the log's id and the last record applied.
+pub const META_KEY: &[u8] = b"wal";
+/// A checkpoint once the oldest record not checkpointed is this old (a
+/// shorter interval writes more pages in all, a longer one writes them in
+/// bursts that hold up the log's syncs on the same disk)...
+pub const CHECKPOINT_AFTER: Duration = Duration::from_millis(250);
+/// ...or the log is this long.
+pub const CHECKPOINT_BYTES: u64 = 64 << 20;
+
+/// The log's id and the last sequence number the database holds, as kept
+/// under [`META_KEY`].
+pub fn encode_meta(id: u64, seq: u64) -> [u8; 16] {
+    let mut m = [0; 16];
+    m[..8].copy_from_slice(&id.to_be_bytes());
+    m[8..].copy_from_slice(&seq.to_be_bytes());
+    m
+}
+
+pub fn decode_meta(bytes: &[u8]) -> Option<(u64, u64)> {
+    let m: &[u8; 16] = bytes.try_into().ok()?;
+    Some((
+        u64::from_be_bytes(m[..8].try_into().ok()?),
+        u64::from_be_bytes(m[8..].try_into().ok()?),
+    ))
+}
+
+/// The base path of the log of the database at `db`; its segments are
+/// `{base}.{first sequence number, 16 hex digits}`.
+pub fn path_for(db: &Path) -> PathBuf {
+    let mut name = db.file_name().unwrap_or_default().to_os_string();
+    name.push("-wal");
+    db.with_file_name(name)
+}
+
+/// The segments of the log at `base`, oldest first, with their first
+/// sequence numbers.
+fn segments(base: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let dir = base.parent().unwrap_or(Path::new("."));
+    let prefix = format!(
+        "{}.",
+        base.file_name().unwrap_or_default().to_string_lossy()
+    );
+    let mut out = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e).with_context(|| format!("listing {}", dir.display())),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(first) = name
+            .strip_prefix(&prefix)
+            .filter(|hex| hex.len() == 16)
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        {
+            out.push((first, entry.path()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn segment_path(base: &Path, first: u64) -> PathBuf {
+    let mut name = base.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{first:016x}"));
+    base.with_file_name(name)
+}
+
+/// Remove the segments of the log at `base` that hold only records before
+/// `seq` (the database holds them durably).
+pub fn remove_before(base: &Path, seq: u64) -> Result<()> {
+    let all = segments(base)?;
+    for (i, (_, path)) in all.iter().enumerate() {
+        // A segment ends where the next one begins.
+        if all.get(i + 1).is_some_and(|(next, _)| *next <= seq) {
+            std::fs::remove_file(path).with_context(|| format!("removing {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// One write of a record: table, key, and the value (None: a delete).
+pub type Write = (String, Vec<u8>, Option<Vec<u8>>);
+
+/// The records of the log at `base` to apply over a database holding up
+/// to `applied` of log `id`: each one's writes, in order.
+pub fn recover(base: &Path, id: u64, applied: u64) -> Result<Vec<(u64, Vec<Write>)>> {
+    let mut chain = Vec::new();
+    for (_, path) in segments(base)? {
+        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        chain.extend(decode_all(&bytes, id));
+    }
+    Ok(records_after(chain, applied))
+}
+
+/// The whole records of log `id` at the start of `bytes`.
+fn decode_all(bytes: &[u8], id: u64) -> Vec<(u64, Vec<Write>)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some((seq, writes, len)) = decode(&bytes[at..], id) {
+        at += len;
+        out.push((seq, writes));
+    }
+    out
+}
+
+/// Of `chain` (records in the order the segments hold them), those after
+/// `applied` that follow one another without a gap.
+fn records_after(chain: Vec<(u64, Vec<Write>)>, applied: u64) -> Vec<(u64, Vec<Write>)> {
+    let mut out = Vec::new();
+    let mut expect = applied + 1;
+    for (seq, writes) in chain {
+        if seq < expect && out.is_empty() {
+            // Already in the database (its segment was not removed yet).
+            continue;
+        }
+        if seq != expect {
+            break;
+        }
+        out.push((seq, writes));
+        expect += 1;
+    }
+    out
+}
+
+/// The record at the start of `bytes`: its sequence number, its writes and
+/// its length; None when it is not a whole record of log `id`.
+fn decode(bytes: &[u8], id: u64) -> Option<(u64, Vec<Write>, usize)> {
+    let header = bytes.get(..HEADER)?;
+    if &header[..4] != MAGIC {
+        return None;
+    }
+    let len = u32::from_le_bytes(header[4..8].try_into().ok()?) as usize;
+    let crc = u32::from_le_bytes(header[8..12].try_into().ok()?);
+    let body = bytes.get(12..HEADER + len)?;
+    if crc32fast::hash(body) != crc {
+        return None;
+    }
+    if u64::from_le_bytes(body[..8].try_into().ok()?) != id {
+        return None;
+    }
+    let seq = u64::from_le_bytes(body[8..16].try_into().ok()?);
+    let mut p = &body[16..];
+    let mut writes = Vec::new();
+    fn take<'a>(p: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = p.split_at_checked(n)?;
+        *p = rest;
+        Some(head)
+    }
+    fn len_of(p: &mut &[u8], width: usize) -> Option<usize> {
+        let b = take(p, width)?;
+        Some(match width {
+            2 => u16::from_le_bytes(b.try_into().ok()?) as usize,
+            _ => u32::from_le_bytes(b.try_into().ok()?) as usize,
+        })
+    }
+    while !p.is_empty() {
+        let put = match take(&mut p, 1)?[0] {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
+        let n = len_of(&mut p, 2)?;
+        let table = String::from_utf8(take(&mut p, n)?.to_vec()).ok()?;
+        let n = len_of(&mut p, 4)?;
+        let key = take(&mut p, n)?.to_vec();
+        let value = if put {
+            let n = len_of(&mut p, 4)?;
+            Some(take(&mut p, n)?.to_vec())
+        } else {
+            None
+        };
+        writes.push((table, key, value));
+    }
+    Some((seq, writes, HEADER + len))
+}
+
+/// The log, appended to by the committer thread only.
+pub struct Wal {
+    file: File,
+    base: PathBuf,
+    id: u64,
+    /// Sequence number of the next record.
+    next: u64,
+    /// Bytes in the current segment (where the next record goes).
+    len: u64,
+    /// When the oldest record not checkpointed was appended.
+    since: Option<Instant>,
+    buf: Vec<u8>,
+}
+
+impl Wal {
+    /// Start the log at `base` afresh (every segment removed) for a
+    /// database that holds every record up to `applied` of log `id`.
+    pub fn create(base: &Path, id: u64, applied: u64) -> Result<Wal> {
+        for (_, path) in segments(base)? {
+            std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+        }
+        let next = applied + 1;
+        Ok(Wal {
+            file: Self::segment(base, next)?,
+            base: base.to_path_buf(),
+            id,
+            next,
+            len: 0,
+            since: None,
+            buf: Vec::new(),
+        })
+    }
+
+    fn segment(base: &Path, first: u64) -> Result<File> {
+        let path = segment_path(base, first);
+        let mut options = File::options();
+        options.read(true).write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let file = options
+            .open(&path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        // The new name must last, or a crash could lose the records
+        // synced into it.
+        if let Some(dir) = path.parent() {
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .with_context(|| format!("syncing {}", dir.display()))?;
+        }
+        Ok(file)
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn base(&self) -> &Path {
+        &self.base
+    }
+
+    /// Sequence number of the next record.
+    pub fn next_seq(&self) -> u64 {
+        self.next
+    }
+
+    /// Append the writes of `layers` (oldest first; a later write of a key
+    /// wins) as the next record and sync it. On failure the log is left as
+    /// it was (or, if that fails too, refuses every later append).
+    pub fn append<'a>(&mut self, layers: impl Iterator<Item = &'a Overlay>) -> Result<()> {
+        self.buf.clear();
+        self.buf.extend_from_slice(MAGIC);
+        self.buf.extend_from_slice(&[0; 8]);
+        self.buf.extend_from_slice(&self.id.to_le_bytes());
+        self.buf.extend_from_slice(&self.next.to_le_bytes());
+        for overlay in layers {
+            for (table, rows) in overlay {
+                for (key, value) in rows {
+                    self.buf.push(value.is_some() as u8);
+                    self.buf
+                        .extend_from_slice(&(table.len() as u16).to_le_bytes());
+                    self.buf.extend_from_slice(table.as_bytes());
+                    self.buf
+                        .extend_from_slice(&(key.len() as u32).to_le_bytes());
+                    self.buf.extend_from_slice(key);
+                    if let Some(v) = value {
+                        self.buf.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                        self.buf.extend_from_slice(v);
+                    }
+                }
+            }
+        }
+        let payload = (self.buf.len() - HEADER) as u32;
+        self.buf[4..8].copy_from_slice(&payload.to_le_bytes());
+        let crc = crc32fast::hash(&self.buf[12..]);
+        self.buf[8..12].copy_from_slice(&crc.to_le_bytes());
+        let written = self
+            .file
+            .write_all_at(&self.buf, self.len)
+            .and_then(|()| self.file.sync_data());
+        if let Err(e) = written {
+            // Cut back what may have reached the file, so that the record
+            // is never applied.
+            if let Err(cut) = self
+                .file
+                .set_len(self.len)
+                .and_then(|()| self.file.sync_all())
+            {
+                // The record may be whole on disk, to be applied at the
+                // next start, while its requests would be told it failed:
+                // stop before anyone is told anything.
+                tracing::error!(
+                    log = %self.base.display(),
+                    "the write-ahead log could not be cut back after a failed write ({cut}); stopping: the next start applies what it holds"
+                );
+                crate::logging::flush();
+                std::process::abort();
+            }
+            return Err(e).with_context(|| format!("writing {}", self.base.display()));
+        }
+        self.len += self.buf.len() as u64;
+        self.next += 1;
+        self.since.get_or_insert_with(Instant::now);
+        Ok(())
+    }
+
+    /// Whether a checkpoint is due.
+    pub fn due(&self) -> bool {
+        self.len >= CHECKPOINT_BYTES || self.since.is_some_and(|t| t.elapsed() >= CHECKPOINT_AFTER)
+    }
+
+    /// Whether records wait for a checkpoint.
+    pub fn pending(&self) -> bool {
+        self.since.is_some()
+    }
+
+    /// Go on in a new segment; returns its first sequence number (the
+    /// segments before it can go once the database holds every record
+    /// before that durably).
+    pub fn rotate(&mut self) -> Result<u64> {
+        self.file = Self::segment(&self.base, self.next)?;
+        self.len = 0;
+        self.since = None;
+        Ok(self.next)
+    }
+
+    /// A checkpoint failed: its records wait for the next one.
+    pub fn retry_later(&mut self) {
+        self.since.get_or_insert_with(Instant::now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn overlay(rows: &[(&str, &str, Option<&str>)]) -> Overlay {
+        let mut o = Overlay::new();
+        for (t, k, v) in rows {
+            o.entry(t.to_string())
+                .or_default()
+                .insert(k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec()));
+        }
+        o
+    }
+
+    fn put(wal: &mut Wal, value: &str) {
+        wal.append([&overlay(&[("t", "k", Some(value))])].into_iter())
+            .unwrap();
+    }
+
+    fn values(records: &[(u64, Vec<Write>)]) -> Vec<String> {
+        records
+            .iter()
+            .map(|(_, w)| String::from_utf8(w[0].2.clone().unwrap()).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn records_read_back_in_order_with_puts_and_deletes() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("db-wal");
+        let mut wal = Wal::create(&base, 7, 0).unwrap();
+        let a = overlay(&[("t", "a", Some("1")), ("u", "b", None)]);
+        let b = overlay(&[("t", "a", Some("2"))]);
+        wal.append([&a].into_iter()).unwrap();
+        wal.append([&b, &a].into_iter()).unwrap();
+        let records = recover(&base, 7, 0).unwrap();
+        let seqs: Vec<u64> = records.iter().map(|r| r.0).collect();
+        assert_eq!(seqs, [1, 2]);
+        assert_eq!(
+            records[0].1,
+            vec![
+                ("t".into(), b"a".to_vec(), Some(b"1".to_vec())),
+                ("u".into(), b"b".to_vec(), None),
+            ]
+        );
+        assert_eq!(records[1].1.len(), 3);
+        // What the database holds already is not applied again; another
+        // log's records never are.
+        assert_eq!(recover(&base, 7, 1).unwrap().len(), 1);
+        assert!(recover(&base, 7, 2).unwrap().is_empty());
+        assert!(recover(&base, 8, 0).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_torn_or_corrupt_tail_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("db-wal");
+        let mut wal = Wal::create(&base, 1, 0).unwrap();
+        for i in 0..3 {
+            put(&mut wal, &format!("v{i}"));
+        }
+        let segment = segment_path(&base, 1);
+        let bytes = std::fs::read(&segment).unwrap();
+        for cut in 0..bytes.len() {
+            std::fs::write(&segment, &bytes[..cut]).unwrap();
+            let records = recover(&base, 1, 0).unwrap();
+            // Whole records only, in order, and all of them at the end.
+            let seqs: Vec<u64> = records.iter().map(|r| r.0).collect();
+            assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+            assert!(seqs.len() < 3);
+        }
+        let mut flipped = bytes.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 1;
+        std::fs::write(&segment, &flipped).unwrap();
+        assert_eq!(values(&recover(&base, 1, 0).unwrap()), ["v0", "v1"]);
+    }
+
+    #[test]
+    fn segments_go_once_checkpointed_and_a_leftover_one_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("db-wal");
+        let mut wal = Wal::create(&base, 1, 0).unwrap();
+        for i in 0..4 {
+            put(&mut wal, &format!("old{i}"));
+        }
+        let first = segment_path(&base, 1);
+        let kept = std::fs::read(&first).unwrap();
+        let next = wal.rotate().unwrap();
+        assert_eq!(next, 5);
+        put(&mut wal, "new");
+        assert_eq!(segments(&base).unwrap().len(), 2);
+        // The database holds records 1-4 durably: their segment goes, the
+        // current one stays.
+        remove_before(&base, next).unwrap();
+        let left: Vec<u64> = segments(&base).unwrap().iter().map(|s| s.0).collect();
+        assert_eq!(left, [5]);
+        assert_eq!(values(&recover(&base, 1, 4).unwrap()), ["new"]);
+        // A crash before the removal reached the disk: the old segment is
+        // back, and nothing of it is applied again.
+        std::fs::write(&first, &kept).unwrap();
+        assert_eq!(values(&recover(&base, 1, 4).unwrap()), ["new"]);
+        // Nor is a record after a gap (a lost segment).
+        std::fs::remove_file(&first).unwrap();
+        assert!(recover(&base, 1, 2).unwrap().is_empty());
+        // Starting afresh removes every segment.
+        let wal = Wal::create(&base, 1, 5).unwrap();
+        assert_eq!(wal.next_seq(), 6);
+        let left: Vec<u64> = segments(&base).unwrap().iter().map(|s| s.0).collect();
+        assert_eq!(left, [6]);
+    }
+}
