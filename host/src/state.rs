@@ -121,7 +121,7 @@ fn private_dir(dir: &std::path::Path) -> Result<()> {
 fn shared_key(storage: &Storage, name: &str, configured: Option<&str>) -> Result<String> {
     use crate::store::{Kv, StorageError};
     use sha2::{Digest, Sha256};
-    const META: &str = "host:meta";
+    const META: &str = crate::store::META_TABLE;
     let check_of =
         |hex: &str| crate::ids::hex(&Sha256::digest(format!("marketplace fleet {name}:{hex}")));
     let check_key = format!("{name}-check");

@@ -27,7 +27,7 @@ use anyhow::{Context, Result};
 use serde_json::Value;
 
 /// Host bookkeeping: upgrade markers.
-pub const META: &str = "host:meta";
+pub const META: &str = crate::store::META_TABLE;
 const MARK: &[u8] = b"upgrade:escrow-per-contract";
 const FAMILY: &str = "contracts";
 

@@ -336,10 +336,7 @@ fn apply(db: &Database, group: &[Arc<Sealed>], wal: &Wal) -> anyhow::Result<()> 
             }
         }
     }
-    txn.open_table(super::def(wal::META_TABLE))?.insert(
-        wal::META_KEY,
-        wal::encode_meta(wal.id(), wal.next_seq() - 1).as_slice(),
-    )?;
+    wal::record_applied(&txn, wal.id(), wal.next_seq() - 1)?;
     txn.set_durability(Durability::None)?;
     txn.commit()?;
     Ok(())

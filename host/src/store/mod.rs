@@ -30,6 +30,10 @@ pub const MAX_GET_MANY: usize = 1000;
 /// Largest value a plugin may write (a post with 16 attachments of 512 KiB fits).
 pub const MAX_VALUE_BYTES: usize = 16 * 1024 * 1024;
 
+/// The host's table of its own settings and marks (upgrades done, the
+/// write-ahead log's position, the shared store's keys).
+pub const META_TABLE: &str = "host:meta";
+
 /// The host's own tables (ledger, signatures), created at open.
 pub const HOST_TABLES: &[&str] = &[
     "cash:outputs",
@@ -40,7 +44,7 @@ pub const HOST_TABLES: &[&str] = &[
     "auth:used-by-time",
     "escrow:accounts",
     "escrow:issued",
-    "host:meta",
+    META_TABLE,
     "cash:upstream-journal",
     "cash:upstream-fees",
     "host:uploads",
@@ -266,7 +270,7 @@ impl Storage {
         }
         let wal_path = wal::path_for(path);
         let (id, mut applied) = {
-            let meta = txn.open_table(def(wal::META_TABLE))?;
+            let meta = txn.open_table(def(META_TABLE))?;
             let got = meta.get(wal::META_KEY)?;
             got.and_then(|v| wal::decode_meta(v.value()))
                 .unwrap_or_else(|| {
@@ -287,8 +291,7 @@ impl Storage {
             }
             applied = seq;
         }
-        txn.open_table(def(wal::META_TABLE))?
-            .insert(wal::META_KEY, wal::encode_meta(id, applied).as_slice())?;
+        wal::record_applied(&txn, id, applied)?;
         txn.set_quick_repair(true);
         txn.commit()?;
         if replayed > 0 {
@@ -510,7 +513,7 @@ impl Storage {
             for row in src.iter()? {
                 let (k, v) = row?;
                 // The copy is a database of its own: not this one's log.
-                if name == wal::META_TABLE && k.value() == wal::META_KEY {
+                if name == META_TABLE && k.value() == wal::META_KEY {
                     continue;
                 }
                 dst.insert(k.value(), v.value())?;
@@ -1191,6 +1194,19 @@ mod tests {
         put(&s, b"k1", b"overwritten");
         assert_eq!(read(&s, b"k2").as_deref(), Some(&b"logged"[..]));
         assert_eq!(read(&s, b"k1").as_deref(), Some(&b"overwritten"[..]));
+        let (id, _) = s
+            .begin(false)
+            .unwrap()
+            .get_in(META_TABLE, wal::META_KEY)
+            .unwrap()
+            .as_deref()
+            .and_then(wal::decode_meta)
+            .expect("the log's position");
+        let base = wal::path_for(&dir.path().join("db.redb"));
+        assert!(
+            wal::recover(&base, id, 0).unwrap().len() >= 2,
+            "both in the log"
+        );
         // A crash now: copy what is on disk (the database as of its last
         // durable commit, and the log), and open the copy.
         let crashed = tempfile::tempdir().unwrap();
@@ -1211,6 +1227,7 @@ mod tests {
         // A flush (as at a clean stop) puts it all in the database file:
         // a copy of that file alone holds it.
         s.flush();
+        assert!(wal::recover(&base, id, 0).unwrap().is_empty(), "flushed");
         let alone = tempfile::tempdir().unwrap();
         std::fs::copy(dir.path().join("db.redb"), alone.path().join("db.redb")).unwrap();
         let copy = Storage::open(&alone.path().join("db.redb"), Default::default()).unwrap();
@@ -1218,16 +1235,11 @@ mod tests {
         assert_eq!(read(&copy, b"k2").as_deref(), Some(&b"logged"[..]));
         drop(copy);
         drop(s);
-        // A clean stop checkpoints: the original reopens with everything
-        // in the database and an empty log.
+        // A clean stop checkpoints: the log holds nothing, and the original
+        // reopens with everything in the database.
+        assert!(wal::recover(&base, id, 0).unwrap().is_empty(), "log empty");
         let s = Storage::open(&dir.path().join("db.redb"), Default::default()).unwrap();
         assert_eq!(read(&s, b"k1").as_deref(), Some(&b"overwritten"[..]));
-        assert_eq!(
-            wal::recover(&wal::path_for(&dir.path().join("db.redb")), 0, 0)
-                .unwrap()
-                .len(),
-            0
-        );
     }
 
     #[test]

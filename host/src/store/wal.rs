@@ -27,7 +27,7 @@
 //! write, 1 (put) or 0 (delete), the table name (u16 LE length), the key
 //! (u32 LE length) and, for a put, the value (u32 LE length).
 
-use super::Overlay;
+use super::{META_TABLE, Overlay};
 use anyhow::{Context, Result};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -36,8 +36,6 @@ use std::time::{Duration, Instant};
 
 const MAGIC: &[u8; 4] = b"MKW1";
 const HEADER: usize = 4 + 4 + 4 + 8 + 8;
-/// The table of [`META_KEY`].
-pub const META_TABLE: &str = "host:meta";
 /// The `host:meta` key of the log's id and the last record applied.
 pub const META_KEY: &[u8] = b"wal";
 /// A checkpoint once the oldest record not checkpointed is this old (a
@@ -54,6 +52,13 @@ pub fn encode_meta(id: u64, seq: u64) -> [u8; 16] {
     m[..8].copy_from_slice(&id.to_be_bytes());
     m[8..].copy_from_slice(&seq.to_be_bytes());
     m
+}
+
+/// Record in `txn` that the database holds log `id` up to record `seq`.
+pub fn record_applied(txn: &redb::WriteTransaction, id: u64, seq: u64) -> Result<()> {
+    txn.open_table(super::def(META_TABLE))?
+        .insert(META_KEY, encode_meta(id, seq).as_slice())?;
+    Ok(())
 }
 
 pub fn decode_meta(bytes: &[u8]) -> Option<(u64, u64)> {
@@ -282,8 +287,9 @@ impl Wal {
     }
 
     /// Append the writes of `layers` (oldest first; a later write of a key
-    /// wins) as the next record and sync it. On failure the log is left as
-    /// it was (or, if that fails too, refuses every later append).
+    /// wins) as the next record and sync it. On failure the log is cut
+    /// back to what it was (and if even that fails, the process stops: the
+    /// record's fate would be unknown).
     pub fn append<'a>(&mut self, layers: impl Iterator<Item = &'a Overlay>) -> Result<()> {
         self.buf.clear();
         self.buf.extend_from_slice(MAGIC);
