@@ -11,7 +11,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -74,6 +74,74 @@ pub struct Metrics {
     pub ledger_unspent: Gauge,
     pub ledger_fees: Gauge,
     pub ledger_escrow: Gauge,
+}
+
+/// One route's request metrics, looked up once (by its labels) and kept
+/// with the route: an answered request then costs no label allocation or
+/// hash lookup.
+#[derive(Debug, Clone, Default)]
+pub struct RouteMetrics {
+    seconds: OnceLock<Histogram>,
+    /// The counters of the first statuses the route answered.
+    answered: [OnceLock<(u16, Counter)>; 6],
+}
+
+impl RouteMetrics {
+    /// Count a request of the route `pattern` of `family` answered with
+    /// `status` after `seconds`.
+    pub fn answered(&self, family: &str, pattern: &str, status: u16, seconds: f64) {
+        let m = metrics();
+        let labels = || RequestLabels {
+            family: family.to_string(),
+            route: pattern.to_string(),
+            status,
+        };
+        self.seconds
+            .get_or_init(|| {
+                m.request_seconds
+                    .get_or_create(&RouteLabels {
+                        family: family.to_string(),
+                        route: pattern.to_string(),
+                    })
+                    .clone()
+            })
+            .observe(seconds);
+        for slot in &self.answered {
+            let (s, counter) =
+                slot.get_or_init(|| (status, m.requests.get_or_create(&labels()).clone()));
+            if *s == status {
+                counter.inc();
+                return;
+            }
+        }
+        m.requests.get_or_create(&labels()).inc();
+    }
+}
+
+/// A loaded component's call histograms (instantiation, call), looked up
+/// on its first call and kept with it.
+#[derive(Debug, Default)]
+pub struct PluginMetrics {
+    seconds: OnceLock<(Histogram, Histogram)>,
+}
+
+impl PluginMetrics {
+    /// Count a call of `family`'s component: `instantiate` to make its
+    /// instance, `call` to run it.
+    pub fn call(&self, family: &str, instantiate: Duration, call: Duration) {
+        let (i, c) = self.seconds.get_or_init(|| {
+            let m = metrics();
+            let labels = FamilyLabels {
+                family: family.into(),
+            };
+            (
+                m.instantiate_seconds.get_or_create(&labels).clone(),
+                m.call_seconds.get_or_create(&labels).clone(),
+            )
+        });
+        i.observe(instantiate.as_secs_f64());
+        c.observe(call.as_secs_f64());
+    }
 }
 
 fn seconds_histogram() -> Histogram {
@@ -224,19 +292,6 @@ impl Metrics {
             })
             .inc();
     }
-
-    /// Time spent instantiating and running one plugin call.
-    pub fn plugin_call(&self, family: &str, instantiate: Duration, call: Duration) {
-        let labels = FamilyLabels {
-            family: family.into(),
-        };
-        self.instantiate_seconds
-            .get_or_create(&labels)
-            .observe(instantiate.as_secs_f64());
-        self.call_seconds
-            .get_or_create(&labels)
-            .observe(call.as_secs_f64());
-    }
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -271,5 +326,25 @@ mod tests {
         );
         assert!(text.contains("marketplace_ledger_unspent_units 70"));
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn a_routes_kept_metrics_count_into_the_registry() {
+        let r = RouteMetrics::default();
+        let statuses = [200, 200, 404, 201, 400, 402, 409, 422, 500, 503, 200, 503];
+        for status in statuses {
+            r.answered("kept-test", "/api/kept/{id}", status, 0.001);
+        }
+        // A second route value (a table rebuilt at a swap) adds to the same.
+        RouteMetrics::default().answered("kept-test", "/api/kept/{id}", 200, 0.001);
+        let text = metrics().render();
+        for (status, n) in [(200, 4), (404, 1), (201, 1), (409, 1), (500, 1), (503, 2)] {
+            let line = format!(
+                r#"marketplace_requests_total{{family="kept-test",route="/api/kept/{{id}}",status="{status}"}} {n}"#
+            );
+            assert!(text.contains(&line), "{line} in {text}");
+        }
+        let count = r#"marketplace_request_duration_seconds_count{family="kept-test",route="/api/kept/{id}"} 13"#;
+        assert!(text.contains(count), "{text}");
     }
 }

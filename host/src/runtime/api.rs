@@ -117,6 +117,7 @@ pub fn assemble(host_routes: Vec<Route>, families: &[(&str, &Api)]) -> Result<Se
                 writes: d.writes,
                 paid: d.paid.clone(),
                 max_body: d.max_body,
+                metrics: Default::default(),
             });
         }
     }

@@ -96,6 +96,7 @@ pub struct LoadedPlugin {
     /// The routes and OpenAPI it declared.
     pub api: Api,
     kind: Kind,
+    metrics: crate::metrics::PluginMetrics,
 }
 
 enum Kind {
@@ -606,6 +607,7 @@ impl Runtime {
             grants: Arc::new(grants.clone()),
             api,
             kind,
+            metrics: Default::default(),
         })
     }
 
@@ -1011,11 +1013,9 @@ impl Runtime {
             }
             Err(e) => Err(e),
         };
-        crate::metrics::metrics().plugin_call(
-            family,
-            instantiated - started,
-            instantiated.elapsed(),
-        );
+        plugin
+            .metrics
+            .call(family, instantiated - started, instantiated.elapsed());
         // The context leaves the store before the instance is torn down:
         // a write's commit (and its hold on the commit batch, which the
         // next writer waits for) does not wait for the teardown.

@@ -76,6 +76,7 @@ pub fn routes(testing: bool) -> Vec<Route> {
             writes: *writes,
             paid: None,
             max_body: None,
+            metrics: Default::default(),
         })
         .collect()
 }

@@ -28,6 +28,8 @@ pub struct Route {
     pub paid: Option<String>,
     /// Its own body limit (bytes), instead of the host's `max_body_bytes`.
     pub max_body: Option<usize>,
+    /// Its request counters and latency histogram, found on first use.
+    pub metrics: crate::metrics::RouteMetrics,
 }
 
 impl Route {
@@ -107,6 +109,15 @@ fn specificity(pattern: &str) -> Vec<bool> {
 #[derive(Debug, Clone, Default)]
 pub struct Table {
     routes: Vec<Arc<Route>>,
+    /// Per route, what a matching path must have: its number of `/` and
+    /// the pattern's bytes before its first parameter (checked before the
+    /// segments are matched).
+    keys: Vec<(usize, usize)>,
+}
+
+/// The `/`s of a path or pattern.
+fn slashes(path: &str) -> usize {
+    path.bytes().filter(|&b| b == b'/').count()
 }
 
 /// The result of matching a request against the table.
@@ -159,7 +170,14 @@ impl Table {
         }
         let mut routes: Vec<Arc<Route>> = routes.into_iter().map(Arc::new).collect();
         routes.sort_by_cached_key(|r| specificity(&r.pattern));
-        Ok(Table { routes })
+        let keys = routes
+            .iter()
+            .map(|r| {
+                let literal = r.pattern.find('{').unwrap_or(r.pattern.len());
+                (slashes(&r.pattern), literal)
+            })
+            .collect();
+        Ok(Table { routes, keys })
     }
 
     pub fn routes(&self) -> impl Iterator<Item = &Arc<Route>> {
@@ -178,7 +196,11 @@ impl Table {
     /// Match a method and canonical path. HEAD matches GET routes.
     pub fn find(&self, method: &str, path: &str) -> Match {
         let mut allowed: Vec<String> = Vec::new();
-        for route in &self.routes {
+        let n = slashes(path);
+        for (route, &(route_slashes, literal)) in self.routes.iter().zip(&self.keys) {
+            if route_slashes != n || !path.starts_with(&route.pattern[..literal]) {
+                continue;
+            }
             if let Some(params) = match_pattern(&route.pattern, path) {
                 if route.serves(method) {
                     return Match::Found {
@@ -281,6 +303,7 @@ mod tests {
             writes: !is_read(method),
             paid: None,
             max_body: None,
+            metrics: Default::default(),
         }
     }
 
@@ -364,6 +387,53 @@ mod tests {
         match table().find("POST", "/api/posts/update") {
             Match::Found { route, .. } => assert_eq!(route.pattern, "/api/posts/update"),
             m => panic!("{m:?}"),
+        }
+    }
+
+    /// The table's find against matching every route in order.
+    #[test]
+    fn find_agrees_with_matching_every_route() {
+        let t = table();
+        let naive = |method: &str, path: &str| {
+            let mut allowed: Vec<String> = Vec::new();
+            for r in t.routes() {
+                if let Some(params) = match_pattern(&r.pattern, path) {
+                    if r.serves(method) {
+                        return format!("found {} {params:?}", r.pattern);
+                    }
+                    allowed.push(r.method.clone());
+                }
+            }
+            allowed.sort();
+            allowed.dedup();
+            format!("other {allowed:?}")
+        };
+        let said = |m: Match| match m {
+            Match::Found { route, params } => format!("found {} {params:?}", route.pattern),
+            Match::MethodNotAllowed(allowed) => format!("other {allowed:?}"),
+            Match::NotFound => "other []".to_string(),
+        };
+        let mut paths = vec!["/".to_string(), "".into(), "//".into(), "/api".into()];
+        for r in t.routes() {
+            for value in ["x", "buy", "update", "a%2Fb", ""] {
+                let p = r.pattern.replace("{post_id}", value).replace("{id}", value);
+                let p = p.replace("{index}", "7");
+                paths.extend([
+                    p.clone(),
+                    format!("{p}/"),
+                    format!("{p}/more"),
+                    p[..p.len() - 1].to_string(),
+                ]);
+            }
+        }
+        for path in &paths {
+            for method in ["GET", "HEAD", "POST", "DELETE"] {
+                assert_eq!(
+                    said(t.find(method, path)),
+                    naive(method, path),
+                    "{method} {path}"
+                );
+            }
         }
     }
 

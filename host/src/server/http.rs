@@ -190,8 +190,23 @@ fn request_id(req: &Request<Incoming>) -> String {
         });
     match given {
         Some(id) => id.to_string(),
-        None => format!("{}-{:08x}", *PREFIX, SEQ.fetch_add(1, Ordering::Relaxed)),
+        None => sequence_id(&PREFIX, SEQ.fetch_add(1, Ordering::Relaxed)),
     }
+}
+
+/// `{prefix}-{seq:08x}`, without the formatting machinery (it is made for
+/// most requests).
+fn sequence_id(prefix: &str, seq: u64) -> String {
+    let digits = (16 - seq.leading_zeros() as usize / 4).max(8);
+    let mut id = String::with_capacity(prefix.len() + 1 + digits);
+    id.push_str(prefix);
+    id.push('-');
+    for i in (0..digits).rev() {
+        id.push(char::from(
+            b"0123456789abcdef"[(seq >> (4 * i)) as usize & 0xf],
+        ));
+    }
+    id
 }
 
 async fn handle(
@@ -201,79 +216,97 @@ async fn handle(
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let start = Instant::now();
     let id = request_id(&req);
-    let span = tracing::info_span!("request", id = %id);
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     let m = metrics();
     m.in_flight.inc();
-    let (mut reply, route) = dispatch(&app, &gates, req).instrument(span.clone()).await;
+    let (mut reply, route) = dispatch(&app, &gates, req, &id).await;
     m.in_flight.dec();
-    let (family, pattern) = route
-        .as_deref()
-        .map_or(("-", "-"), |r| (r.owner(), r.pattern.as_str()));
     let elapsed = start.elapsed();
-    m.requests
-        .get_or_create(&RequestLabels {
-            family: family.to_string(),
-            route: pattern.to_string(),
+    let family = match route.as_deref() {
+        Some(r) => {
+            r.metrics
+                .answered(r.owner(), &r.pattern, reply.status, elapsed.as_secs_f64());
+            r.owner()
+        }
+        None => {
+            m.requests
+                .get_or_create(&RequestLabels {
+                    family: "-".into(),
+                    route: "-".into(),
+                    status: reply.status,
+                })
+                .inc();
+            m.request_seconds
+                .get_or_create(&RouteLabels {
+                    family: "-".into(),
+                    route: "-".into(),
+                })
+                .observe(elapsed.as_secs_f64());
+            "-"
+        }
+    };
+    crate::logging::access(
+        &id,
+        &crate::logging::Access {
+            method: &method,
+            path: &path,
+            family,
             status: reply.status,
-        })
-        .inc();
-    m.request_seconds
-        .get_or_create(&RouteLabels {
-            family: family.to_string(),
-            route: pattern.to_string(),
-        })
-        .observe(elapsed.as_secs_f64());
-    span.in_scope(|| {
-        tracing::info!(
-            target: "request",
-            method = %method,
-            path = %path,
-            family = %family,
-            status = reply.status,
-            micros = elapsed.as_micros() as u64,
-        )
-    });
+            micros: elapsed.as_micros() as u64,
+        },
+    );
     reply.headers.push(("x-request-id".into(), id));
     Ok(to_hyper(reply, method == "HEAD"))
 }
 
 pub(crate) fn to_hyper(reply: Reply, head: bool) -> Response<Full<Bytes>> {
-    let mut builder = Response::builder()
-        .status(StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR));
-    let mut has_type = false;
-    for (name, value) in &reply.headers {
-        has_type |= name.eq_ignore_ascii_case("content-type");
-        builder = builder.header(name.as_str(), value.as_str());
-    }
-    if !has_type {
-        builder = builder.header("content-type", "application/json");
-    }
+    use hyper::header::{CONTENT_TYPE, HeaderName, HeaderValue};
     let body = if head {
         Bytes::new()
     } else {
         Bytes::from(reply.body)
     };
-    builder.body(Full::new(body)).unwrap_or_else(|e| {
-        tracing::error!("invalid response from handler: {e}");
-        let mut resp = Response::new(Full::new(Bytes::from_static(
-            br#"{"code":"internal","message":"internal error"}"#,
-        )));
-        *resp.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-        resp.headers_mut().insert(
-            "content-type",
-            hyper::header::HeaderValue::from_static("application/json"),
-        );
-        resp
-    })
+    let mut resp = Response::new(Full::new(body));
+    *resp.status_mut() =
+        StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let headers = resp.headers_mut();
+    headers.reserve(reply.headers.len() + 1);
+    for (name, value) in reply.headers {
+        match (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_maybe_shared(Bytes::from(value)),
+        ) {
+            (Ok(name), Ok(value)) => {
+                headers.append(name, value);
+            }
+            _ => {
+                tracing::error!("invalid response from handler: header {name:?} or its value");
+                let mut resp = Response::new(Full::new(Bytes::from_static(
+                    br#"{"code":"internal","message":"internal error"}"#,
+                )));
+                *resp.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+                resp.headers_mut()
+                    .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                return resp;
+            }
+        }
+    }
+    if !headers.contains_key(CONTENT_TYPE) {
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
+    resp
 }
 
-/// Route one request; returns the reply and the family (or host handler) that served it.
+/// Route one request; returns the reply and the family (or host handler)
+/// that served it. A found route is served in the request's span (lines
+/// logged while serving it carry its id), except a host route answered
+/// from memory, which logs nothing of its own.
 async fn dispatch(
     app: &Arc<App>,
     gates: &Gates,
     req: Request<Incoming>,
+    id: &str,
 ) -> (Reply, Option<Arc<Route>>) {
     let method = req.method().as_str().to_ascii_uppercase();
     let path = routes::canonical_path(req.uri().path());
@@ -313,8 +346,40 @@ async fn dispatch(
             return (reply, None);
         }
     };
+    let span = match &route.handler {
+        Handler::Host(name) if crate::runtime::native::runs_inline(&app.runtime, name) => {
+            tracing::Span::none()
+        }
+        _ => crate::logging::request_span(id),
+    };
     let served_by = Some(route.clone());
+    let found = Found {
+        route,
+        params,
+        method,
+        path,
+    };
+    let reply = serve_route(app, gates, req, found).instrument(span).await;
+    (reply, served_by)
+}
 
+/// A request's route, its parameters, its method (upper case) and its
+/// canonical path.
+struct Found {
+    route: Arc<Route>,
+    params: Vec<(String, String)>,
+    method: String,
+    path: String,
+}
+
+/// Serve a request on the route found for it.
+async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, found: Found) -> Reply {
+    let Found {
+        route,
+        params,
+        method,
+        path,
+    } = found;
     // 413 is decided from a declared length before the body is read; a
     // chunked body is cut off at the same limit while reading.
     let max = route.max_body.unwrap_or(app.config.max_body_bytes);
@@ -324,7 +389,7 @@ async fn dispatch(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max as u64) {
-        return (too_large(max), served_by);
+        return too_large(max);
     }
     let query = req
         .uri()
@@ -357,10 +422,7 @@ async fn dispatch(
         Handler::Family(family) => match gates.enter(app, family, route.writes).await {
             Some(p) => Some(p),
             None => {
-                return (
-                    Reply::error(503, "plugin_unavailable", "shutting down"),
-                    served_by,
-                );
+                return Reply::error(503, "plugin_unavailable", "shutting down");
             }
         },
         Handler::Host(_) => None,
@@ -381,12 +443,9 @@ async fn dispatch(
             if e.downcast_ref::<http_body_util::LengthLimitError>()
                 .is_some()
             {
-                return (too_large(max), served_by);
+                return too_large(max);
             }
-            return (
-                Reply::error(400, "invalid_request", format!("could not read body: {e}")),
-                served_by,
-            );
+            return Reply::error(400, "invalid_request", format!("could not read body: {e}"));
         }
         Err(_) => {
             let mut reply = Reply::error(
@@ -398,12 +457,12 @@ async fn dispatch(
                 ),
             );
             reply.headers.push(("connection".into(), "close".into()));
-            return (reply, served_by);
+            return reply;
         }
     };
 
     let span = tracing::Span::current();
-    let reply = match &route.handler {
+    match &route.handler {
         // Answered from memory: no hand-off to a blocking thread.
         Handler::Host(name) if crate::runtime::native::runs_inline(&app.runtime, name) => {
             crate::runtime::native::handle(&app.runtime, name, &body)
@@ -481,8 +540,7 @@ async fn dispatch(
                 }
             }
         }
-    };
-    (reply, served_by)
+    }
 }
 
 fn too_large(max: usize) -> Reply {
@@ -494,4 +552,61 @@ fn too_large(max: usize) -> Reply {
             "max_bytes": max,
         }),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(headers: &[(&str, &str)]) -> Reply {
+        Reply {
+            status: 201,
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+            body: b"<p>hi</p>".to_vec(),
+        }
+    }
+
+    #[test]
+    fn replies_become_responses_with_their_headers_and_a_default_type() {
+        let r = to_hyper(
+            reply(&[
+                ("X-Request-Id", "a-1"),
+                ("set-cookie", "a"),
+                ("set-cookie", "b"),
+            ]),
+            false,
+        );
+        assert_eq!(r.status(), 201);
+        assert_eq!(r.headers()["x-request-id"], "a-1");
+        assert_eq!(r.headers().get_all("set-cookie").iter().count(), 2);
+        assert_eq!(r.headers()["content-type"], "application/json");
+        let r = to_hyper(reply(&[("Content-Type", "text/html")]), true);
+        assert_eq!(r.headers()["content-type"], "text/html");
+        assert_eq!(r.headers().get_all("content-type").iter().count(), 1);
+        assert!(hyper::body::Body::is_end_stream(r.body()), "HEAD: no body");
+        for bad in [("bad name", "x"), ("x-ok", "line\nbreak")] {
+            let r = to_hyper(reply(&[("x-first", "1"), bad]), false);
+            assert_eq!(r.status(), 500, "{bad:?}");
+            assert!(r.headers().get("x-first").is_none());
+            assert_eq!(r.headers()["content-type"], "application/json");
+        }
+    }
+
+    #[test]
+    fn sequence_ids_are_the_prefix_and_at_least_eight_hex_digits() {
+        for seq in [
+            0,
+            1,
+            0xabc,
+            0xffff_ffff,
+            0x1_0000_0000,
+            0x1234_5678_9abc,
+            u64::MAX,
+        ] {
+            assert_eq!(sequence_id("8beb27e6", seq), format!("8beb27e6-{seq:08x}"));
+        }
+    }
 }
