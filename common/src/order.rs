@@ -31,9 +31,57 @@ pub fn flip_ulid(id: &str) -> String {
     String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
+/// The byte order of `a` and `b` (as `a.cmp(b)`), compared eight bytes at
+/// a time. In a WebAssembly plugin `cmp` on slices is libc's `memcmp`,
+/// which goes byte by byte: sorting and deduplicating the 64-character
+/// fingerprints of a page of posts by one author spent about 11 us there
+/// per search.
+pub fn cmp_bytes(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    let mut at = 0;
+    while let (Some(x), Some(y)) = (a.get(at..at + 8), b.get(at..at + 8)) {
+        let x = u64::from_be_bytes(x.try_into().expect("eight bytes"));
+        let y = u64::from_be_bytes(y.try_into().expect("eight bytes"));
+        if x != y {
+            return x.cmp(&y);
+        }
+        at += 8;
+    }
+    a[at..].cmp(&b[at..])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cmp_bytes_is_the_byte_order() {
+        let words: Vec<&[u8]> = vec![
+            b"",
+            b"a",
+            b"ab",
+            b"abcdefg",
+            b"abcdefgh",
+            b"abcdefgh\0",
+            b"abcdefgi",
+            b"abcdefghijklmnop",
+            b"abcdefghijklmnoq",
+            b"abcdefghijklmnopq",
+            b"\xffabcdefgh",
+            b"bbcdefgh",
+            b"abcdefgg\xff",
+            b"zzzzzzzzzzzzzzzzzzzzzzzzz",
+        ];
+        for a in &words {
+            for b in &words {
+                assert_eq!(cmp_bytes(a, b), a.cmp(b), "{a:?} {b:?}");
+            }
+        }
+        let fingerprint = "197f6b23e16c8532c6abc838facd5ea789be0c76b2920334039bfa8b3d368d61";
+        assert_eq!(
+            cmp_bytes(fingerprint.as_bytes(), fingerprint.as_bytes()),
+            std::cmp::Ordering::Equal
+        );
+    }
 
     #[test]
     fn flipped_ids_sort_newest_first_and_flip_back() {

@@ -3,6 +3,7 @@
 
 use crate::endpoint::kv;
 use crate::error::ApiError;
+use marketplace_common::order::cmp_bytes;
 use serde_json::{Value, json};
 use std::borrow::Cow;
 
@@ -84,7 +85,13 @@ fn quick_head(record: &str) -> Option<Head<'_>> {
     let rest = rest.strip_prefix(r#","author_fingerprint":""#)?;
     let (author, _) = rest.split_once('"')?;
     // The last member must be the listing check, alone in its object.
-    let at = record.rfind(r#","listing":{"#)?;
+    // Searched from the end by hand: `rfind` builds a two-way searcher
+    // for every record, and the check is a few bytes from the end.
+    let needle = br#","listing":{"#;
+    let at = record
+        .as_bytes()
+        .windows(needle.len())
+        .rposition(|w| w[0] == b',' && w == needle)?;
     let check = record[at + 11..].strip_suffix('}')?;
     let count = |b: u8| check.bytes().filter(|&c| c == b).count();
     if count(b'{') != 1 || count(b'}') != 1 {
@@ -136,12 +143,14 @@ fn render_each(records: &[&str], mut emit: impl FnMut(usize, &str, &str)) -> Res
         .iter()
         .map(|h| key("post_rating/", &h.post_id))
         .collect();
+    // Compared a word at a time: a page is often one author's posts.
+    let by_bytes = |a: &&str, b: &&str| cmp_bytes(a.as_bytes(), b.as_bytes());
     let mut authors: Vec<&str> = heads
         .iter()
         .map(|h| h.author_fingerprint.as_ref())
         .collect();
-    authors.sort_unstable();
-    authors.dedup();
+    authors.sort_unstable_by(by_bytes);
+    authors.dedup_by(|a, b| by_bytes(a, b).is_eq());
     keys.extend(authors.iter().map(|a| key("id/", a)));
     let packed = kv::get_many_packed(Some("identity"), &keys)?;
     let values: Vec<Option<&[u8]>> = packed.values().collect();
@@ -154,7 +163,7 @@ fn render_each(records: &[&str], mut emit: impl FnMut(usize, &str, &str)) -> Res
         .collect();
     for (i, (record, head)) in records.iter().zip(&heads).enumerate() {
         let nick = authors
-            .binary_search(&head.author_fingerprint.as_ref())
+            .binary_search_by(|a| by_bytes(a, &head.author_fingerprint.as_ref()))
             .ok()
             .and_then(|a| nicks[a].clone());
         let rating: Rating = values[i]

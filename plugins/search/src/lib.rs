@@ -19,7 +19,7 @@
 
 mod api;
 
-use marketplace_common::order::flip_ulid;
+use marketplace_common::order::{cmp_bytes, flip_ulid};
 use marketplace_common::text::tokens;
 use marketplace_guest::prelude::*;
 use std::collections::HashMap;
@@ -197,7 +197,10 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
     let mut ranked: Vec<(String, f64)> = scores.into_iter().collect();
     // Best score first; newer post (smaller flipped id) first among equals.
     // (Ids are unique, so an unstable sort gives the same order.)
-    ranked.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    ranked.sort_unstable_by(|a, b| {
+        b.1.total_cmp(&a.1)
+            .then_with(|| cmp_bytes(a.0.as_bytes(), b.0.as_bytes()))
+    });
     ranked.truncate(limit);
     let ids: Vec<String> = ranked.iter().map(|(id, _)| flip_ulid(id)).collect();
     // The page is written as text: each stored post extended in place with
