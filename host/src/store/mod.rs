@@ -918,24 +918,39 @@ where
     let mut out = Vec::new();
     let mut base = base.peekable();
     let mut mine = mine.into_iter().peekable();
+    /// Which row comes next.
+    enum Next {
+        Mine,
+        /// This request's write of the base row's key (which it hides).
+        MineOverBase,
+        Base,
+        Failed,
+    }
     while out.len() < limit {
-        let next_base = match base.peek() {
-            Some(Ok((k, _))) => Some(k.bytes().to_vec()),
-            Some(Err(_)) => return Err(base.next().expect("peeked").err().expect("err")),
-            None => None,
-        };
-        let take_mine = match (&next_base, mine.peek()) {
+        // Decided on the peeked rows in place (no copy of the base key).
+        let next = match (base.peek(), mine.peek()) {
+            (Some(Err(_)), _) => Next::Failed,
             (None, None) => break,
-            (None, Some(_)) => true,
-            (Some(_), None) => false,
-            (Some(b), Some((m, _))) => {
-                if b.as_slice() == m.as_slice() {
-                    base.next(); // shadowed by this request's write
-                    true
+            (None, Some(_)) => Next::Mine,
+            (Some(Ok(_)), None) => Next::Base,
+            (Some(Ok((b, _))), Some((m, _))) => {
+                if b.bytes() == m.as_slice() {
+                    Next::MineOverBase
+                } else if before(m, b.bytes()) {
+                    Next::Mine
                 } else {
-                    before(m, b)
+                    Next::Base
                 }
             }
+        };
+        let take_mine = match next {
+            Next::Failed => return Err(base.next().expect("peeked").err().expect("err")),
+            Next::MineOverBase => {
+                base.next(); // shadowed by this request's write
+                true
+            }
+            Next::Mine => true,
+            Next::Base => false,
         };
         if take_mine {
             let (k, v) = mine.next().expect("peeked");

@@ -211,11 +211,13 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
     out.push_str(&format!(r#","total":{total},"results":["#));
     marketplace_guest::posts::render_many_into(
         &ids,
-        |i| {
+        |i, members| {
             let score = (ranked[i].1 * 10_000.0).round() / 10_000.0;
-            let mut member = String::from(r#""score":"#);
-            member.push_str(&serde_json::to_string(&score).unwrap_or_else(|_| "null".into()));
-            member
+            members.push_str(r#""score":"#);
+            match serde_json::to_string(&score) {
+                Ok(text) => members.push_str(&text),
+                Err(_) => members.push_str("null"),
+            }
         },
         &mut out,
     )?;
