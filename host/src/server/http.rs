@@ -4,7 +4,7 @@
 //! request.
 
 use crate::app::App;
-use crate::metrics::{RequestLabels, RouteLabels, metrics};
+use crate::metrics::{RouteMetrics, metrics};
 use crate::money::payments::PaymentHeaders;
 use crate::reply::Reply;
 use crate::runtime::bindings::endpoint::marketplace::plugin::types as wit;
@@ -223,29 +223,13 @@ async fn handle(
     let (mut reply, route) = dispatch(&app, &gates, req, &id).await;
     m.in_flight.dec();
     let elapsed = start.elapsed();
-    let family = match route.as_deref() {
-        Some(r) => {
-            r.metrics
-                .answered(r.owner(), &r.pattern, reply.status, elapsed.as_secs_f64());
-            r.owner()
-        }
-        None => {
-            m.requests
-                .get_or_create(&RequestLabels {
-                    family: "-".into(),
-                    route: "-".into(),
-                    status: reply.status,
-                })
-                .inc();
-            m.request_seconds
-                .get_or_create(&RouteLabels {
-                    family: "-".into(),
-                    route: "-".into(),
-                })
-                .observe(elapsed.as_secs_f64());
-            "-"
-        }
+    // Requests no route took (404, 405, 503 while loading) count as `-`.
+    static NO_ROUTE: LazyLock<RouteMetrics> = LazyLock::new(RouteMetrics::default);
+    let (family, pattern, counted) = match route.as_deref() {
+        Some(r) => (r.owner(), r.pattern.as_str(), &r.metrics),
+        None => ("-", "-", &*NO_ROUTE),
     };
+    counted.answered(family, pattern, reply.status, elapsed.as_secs_f64());
     crate::logging::access(
         &id,
         &crate::logging::Access {
