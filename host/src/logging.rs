@@ -112,16 +112,7 @@ pub fn access(id: &str, a: &Access) {
         .copied()
         .unwrap_or(AccessFormat::Subscriber);
     if format == AccessFormat::Subscriber {
-        request_span(id).in_scope(|| {
-            tracing::info!(
-                target: "request",
-                method = %a.method,
-                path = %a.path,
-                family = %a.family,
-                status = a.status,
-                micros = a.micros,
-            )
-        });
+        access_event(id, a);
         return;
     }
     LINE.with(|line| {
@@ -129,6 +120,20 @@ pub fn access(id: &str, a: &Access) {
         line.clear();
         access_line(&mut line, format == AccessFormat::Json, id, a);
         let _ = Stderr { gather: true }.write_all(line.as_bytes());
+    });
+}
+
+/// [`access`]'s line as an event of the subscriber's.
+fn access_event(id: &str, a: &Access) {
+    request_span(id).in_scope(|| {
+        tracing::info!(
+            target: "request",
+            method = %a.method,
+            path = %a.path,
+            family = %a.family,
+            status = a.status,
+            micros = a.micros,
+        )
     });
 }
 
@@ -390,18 +395,7 @@ mod tests {
         } else {
             builder.finish().into()
         };
-        tracing::dispatcher::with_default(&dispatch, || {
-            request_span(id).in_scope(|| {
-                tracing::info!(
-                    target: "request",
-                    method = %a.method,
-                    path = %a.path,
-                    family = %a.family,
-                    status = a.status,
-                    micros = a.micros,
-                )
-            })
-        });
+        tracing::dispatcher::with_default(&dispatch, || access_event(id, a));
         String::from_utf8(capture.0.lock().unwrap().clone()).unwrap()
     }
 
