@@ -329,10 +329,7 @@ fn apply(db: &Database, group: &[Arc<Sealed>], wal: &Wal) -> anyhow::Result<()> 
         let mut t = txn.open_table(super::def(table))?;
         for rows in group.iter().filter_map(|b| b.writes.get(table)) {
             for (key, value) in rows {
-                match value {
-                    Some(v) => drop(t.insert(key.as_slice(), v.as_slice())?),
-                    None => drop(t.remove(key.as_slice())?),
-                }
+                super::put_row(&mut t, key, value.as_deref())?;
             }
         }
     }

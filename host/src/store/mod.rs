@@ -69,6 +69,21 @@ fn def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
     TableDefinition::new(name)
 }
 
+/// Write one row of a batch into a table of the embedded store: its new
+/// value, or `None` to remove the key (a batch applied by the committer or
+/// replayed from the write-ahead log at open).
+fn put_row(
+    table: &mut redb::Table<'_, &'static [u8], &'static [u8]>,
+    key: &[u8],
+    value: Option<&[u8]>,
+) -> Result<(), redb::StorageError> {
+    match value {
+        Some(v) => drop(table.insert(key, v)?),
+        None => drop(table.remove(key)?),
+    }
+    Ok(())
+}
+
 /// Where the data lives: the embedded redb file (one host) or a shared
 /// PostgreSQL-protocol database (many hosts).
 #[derive(Clone)]
@@ -283,11 +298,7 @@ impl Storage {
         let replayed = records.len();
         for (seq, writes) in records {
             for (table, key, value) in writes {
-                let mut t = txn.open_table(def(&table))?;
-                match value {
-                    Some(v) => drop(t.insert(key.as_slice(), v.as_slice())?),
-                    None => drop(t.remove(key.as_slice())?),
-                }
+                put_row(&mut txn.open_table(def(&table))?, &key, value.as_deref())?;
             }
             applied = seq;
         }
