@@ -330,11 +330,12 @@ async fn dispatch(
             return (reply, None);
         }
     };
-    let span = match &route.handler {
-        Handler::Host(name) if crate::runtime::native::runs_inline(&app.runtime, name) => {
-            tracing::Span::none()
-        }
-        _ => crate::logging::request_span(id),
+    let from_memory = matches!(&route.handler,
+        Handler::Host(name) if crate::runtime::native::runs_inline(&app.runtime, name));
+    let span = if from_memory {
+        tracing::Span::none()
+    } else {
+        crate::logging::request_span(id)
     };
     let served_by = Some(route.clone());
     let found = Found {
@@ -342,6 +343,7 @@ async fn dispatch(
         params,
         method,
         path,
+        from_memory,
     };
     let reply = serve_route(app, gates, req, found).instrument(span).await;
     (reply, served_by)
@@ -354,6 +356,8 @@ struct Found {
     params: Vec<(String, String)>,
     method: String,
     path: String,
+    /// A host route answered from memory, on this worker.
+    from_memory: bool,
 }
 
 /// Serve a request on the route found for it.
@@ -363,6 +367,7 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
         params,
         method,
         path,
+        from_memory,
     } = found;
     // 413 is decided from a declared length before the body is read; a
     // chunked body is cut off at the same limit while reading.
@@ -448,7 +453,7 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
     let span = tracing::Span::current();
     match &route.handler {
         // Answered from memory: no hand-off to a blocking thread.
-        Handler::Host(name) if crate::runtime::native::runs_inline(&app.runtime, name) => {
+        Handler::Host(name) if from_memory => {
             crate::runtime::native::handle(&app.runtime, name, &body)
         }
         Handler::Host(name) => {
