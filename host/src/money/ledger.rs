@@ -482,21 +482,20 @@ fn placeholder(nonce: &str, i: usize) -> String {
     format!("@@secret:{nonce}:{i}@@")
 }
 
+/// `hay` with every occurrence of `from` (non-overlapping, left to right)
+/// replaced by `to`.
 fn replace_bytes(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
     if from.is_empty() {
         return hay.to_vec();
     }
     let mut out = Vec::with_capacity(hay.len());
-    let mut i = 0;
-    while i < hay.len() {
-        if hay[i..].starts_with(from) {
-            out.extend_from_slice(to);
-            i += from.len();
-        } else {
-            out.push(hay[i]);
-            i += 1;
-        }
+    let mut done = 0;
+    for at in memchr::memmem::find_iter(hay, from) {
+        out.extend_from_slice(&hay[done..at]);
+        out.extend_from_slice(to);
+        done = at + from.len();
     }
+    out.extend_from_slice(&hay[done..]);
     out
 }
 
@@ -648,6 +647,15 @@ mod tests {
         db.commit(txn).unwrap();
         let t = Ledger::totals(&db.begin_read().unwrap()).unwrap();
         assert_eq!((t.minted, t.unspent), (100, 100));
+    }
+
+    #[test]
+    fn replace_bytes_replaces_every_occurrence() {
+        assert_eq!(replace_bytes(b"a-xx-b-xx", b"xx", b"Y"), b"a-Y-b-Y");
+        assert_eq!(replace_bytes(b"xxx", b"xx", b"Y"), b"Yx");
+        assert_eq!(replace_bytes(b"abc", b"", b"Y"), b"abc");
+        assert_eq!(replace_bytes(b"abc", b"zz", b"Y"), b"abc");
+        assert_eq!(replace_bytes(b"", b"zz", b"Y"), b"");
     }
 
     #[test]

@@ -109,6 +109,36 @@ pub fn json<T: Serialize + ?Sized>(status: u16, value: &T) -> Response {
     }
 }
 
+/// A JSON object response whose member values are already JSON text:
+/// `members` as (name, value), written in the order given. Names are
+/// written as they are (plain ASCII names, nothing to escape).
+pub fn json_members(status: u16, members: &[(&str, &str)]) -> Response {
+    let len: usize = members.iter().map(|(k, v)| k.len() + v.len() + 4).sum();
+    let mut body = Vec::with_capacity(len + 2);
+    body.push(b'{');
+    for (i, (name, value)) in members.iter().enumerate() {
+        debug_assert!(!name.contains(['"', '\\']), "member name {name:?}");
+        if i > 0 {
+            body.push(b',');
+        }
+        body.push(b'"');
+        body.extend_from_slice(name.as_bytes());
+        body.extend_from_slice(b"\":");
+        body.extend_from_slice(value.as_bytes());
+    }
+    body.push(b'}');
+    Response {
+        status,
+        headers: vec![],
+        body,
+    }
+}
+
+/// JSON text of a value (`null` should it not serialize).
+pub fn json_text<T: Serialize + ?Sized>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "null".into())
+}
+
 impl From<ApiError> for Response {
     fn from(e: ApiError) -> Response {
         json(e.status, &e.body())

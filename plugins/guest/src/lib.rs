@@ -80,8 +80,8 @@ pub mod fee_bindings {
 pub mod prelude {
     #[cfg(feature = "endpoint")]
     pub use crate::endpoint::{
-        Body, Endpoint, Request, Response, charge, charge_price, json, kv, precheck,
-        require_identity, verify,
+        Body, Endpoint, Request, Response, charge, charge_price, json, json_members, json_text, kv,
+        precheck, require_identity, verify,
     };
     pub use crate::error::{ApiError, Detail};
     #[cfg(feature = "fee-policy")]

@@ -354,7 +354,7 @@ fn create(req: &Request) -> Result<Response, ApiError> {
             attachments.iter().map(|a| a.filename.as_str()),
         )),
     };
-    kv::put(&format!("post/{post_id}"), &post)?;
+    let record = post.save()?;
     if let Some(p) = parent.as_mut() {
         kv::put_raw(&format!("children/{}/{post_id}", p.post_id), b"")?;
         p.comment_count += 1;
@@ -369,9 +369,14 @@ fn create(req: &Request) -> Result<Response, ApiError> {
         kv::put(&count_key, &(count + 1))?;
         index::add(&post, &new_markdown(&attachments))?;
     }
-    Ok(json(
+    // Members in name order, as the answer has always listed them.
+    Ok(json_members(
         201,
-        &json!({"post_id": post_id, "post": post.render()?, "payment": payment}),
+        &[
+            ("payment", &json_text(&payment)),
+            ("post", &model::render_one(&record)?),
+            ("post_id", &json_text(&post_id)),
+        ],
     ))
 }
 
@@ -450,7 +455,7 @@ fn update(req: &Request) -> Result<Response, ApiError> {
             list.iter().map(|a| a.filename.as_str()),
         ));
     }
-    kv::put(&format!("post/{}", post.post_id), &post)?;
+    let record = post.save()?;
     if !post.is_private() {
         match &attachments {
             Some(list) => index::add(&post, &new_markdown(list))?,
@@ -461,7 +466,7 @@ fn update(req: &Request) -> Result<Response, ApiError> {
             }
         }
     }
-    Ok(json(200, &json!({"post": post.render()?})))
+    Ok(json_members(200, &[("post", &model::render_one(&record)?)]))
 }
 
 /// `POST /api/posts/delete`: the author removes a post from everywhere.
@@ -521,58 +526,61 @@ fn timeline(req: &Request) -> Result<Response, ApiError> {
         Some(b) => format!("{prefix}{b}").into_bytes(),
         None => kv::prefix_end(prefix.as_bytes()).unwrap_or_default(),
     };
-    let mut posts = Vec::new();
+    // The stored records, rendered as they are (no parse into a `Post`
+    // and back): only their id and type are read.
+    let mut records: Vec<String> = Vec::new();
+    let mut last_id = None;
     let mut cursor_end = end;
     let mut more = false;
     'scan: loop {
         let batch = storage::scan(None, prefix.as_bytes(), Some(&cursor_end), true, 200)
             .map_err(|e| ApiError::internal(format!("{e:?}")))?;
         let exhausted = batch.len() < 200;
-        for entry in &batch {
-            cursor_end = entry.key.clone();
-            let post: Post = if holds_posts {
-                serde_json::from_slice(&entry.value)
-                    .map_err(|e| ApiError::internal(e.to_string()))?
+        for entry in batch {
+            let raw = if holds_posts {
+                Some(entry.value)
             } else {
                 let key = String::from_utf8_lossy(&entry.key);
                 let id = key.rsplit('/').next().unwrap_or_default();
-                match model::load(id)? {
-                    Some(p) => p,
-                    None => continue,
-                }
+                kv::get_raw(None, &format!("post/{id}"))?
             };
-            if post.is_private() || post_type.is_some_and(|t| t != post.post_type) {
+            cursor_end = entry.key;
+            let Some(raw) = raw else { continue };
+            let record = String::from_utf8(raw).map_err(|e| ApiError::internal(e.to_string()))?;
+            let listed: model::Listed<'_> =
+                serde_json::from_str(&record).map_err(|e| ApiError::internal(e.to_string()))?;
+            if listed.post_type == model::PRIVATE_REPLY
+                || post_type.is_some_and(|t| t != listed.post_type)
+            {
                 continue;
             }
-            if posts.len() == limit {
+            if records.len() == limit {
                 more = true;
                 break 'scan;
             }
-            posts.push(post);
+            last_id = Some(listed.post_id.into_owned());
+            records.push(record);
         }
         if exhausted {
             break;
         }
     }
-    let next_before = if more {
-        posts.last().map(|p| p.post_id.clone())
-    } else {
-        None
-    };
-    let rendered = posts
-        .iter()
-        .map(Post::render)
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(json(
+    let next_before = if more { last_id } else { None };
+    Ok(json_members(
         200,
-        &json!({"posts": rendered, "next_before": next_before}),
+        &[
+            ("next_before", &json_text(&next_before)),
+            ("posts", &model::array(&model::render(&records)?)),
+        ],
     ))
 }
 
 fn get_post(req: &Request) -> Result<Response, ApiError> {
     let id = req.param("post_id");
-    let post = model::load(id)?.ok_or_else(|| ApiError::not_found(format!("post {id}")))?;
-    Ok(json(200, &json!({"post": post.render()?})))
+    let raw = kv::get_raw(None, &format!("post/{id}"))?
+        .ok_or_else(|| ApiError::not_found(format!("post {id}")))?;
+    let record = String::from_utf8(raw).map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(json_members(200, &[("post", &model::render_one(&record)?)]))
 }
 
 fn attachment(req: &Request) -> Result<Response, ApiError> {
@@ -648,13 +656,17 @@ fn thread(req: &Request) -> Result<Response, ApiError> {
     }
     // Post ids are ULIDs: id order is creation order.
     comments.sort_by(|a, b| a.post_id.cmp(&b.post_id));
-    let rendered = comments
+    let records = comments
         .iter()
-        .map(Post::render)
+        .map(Post::record)
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(json(
+    Ok(json_members(
         200,
-        &json!({"root": root.render()?, "comments": rendered, "count": comments.len()}),
+        &[
+            ("comments", &model::array(&model::render(&records)?)),
+            ("count", &comments.len().to_string()),
+            ("root", &model::render_one(&root.record()?)?),
+        ],
     ))
 }
 

@@ -7,6 +7,15 @@ use serde::{Deserialize, Serialize};
 /// readable by id and in its parent's thread.
 pub const PRIVATE_REPLY: &str = "private_reply";
 
+/// What a listing reads of a stored record (borrowed from it).
+#[derive(Deserialize)]
+pub struct Listed<'a> {
+    #[serde(borrow)]
+    pub post_id: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    pub post_type: std::borrow::Cow<'a, str>,
+}
+
 /// Metadata of one attachment; its bytes live at `att/{post_id}/{index}`.
 #[derive(Serialize, Deserialize, Clone)]
 pub struct Attachment {
@@ -49,11 +58,45 @@ impl Post {
         self.post_type == PRIVATE_REPLY
     }
 
-    /// The public document (see `marketplace_guest::posts::render`).
-    pub fn render(&self) -> Result<Value, ApiError> {
-        let stored = serde_json::to_value(self).map_err(|e| ApiError::internal(e.to_string()))?;
-        marketplace_guest::posts::render(stored)
+    /// The stored record (JSON text, in field order).
+    pub fn record(&self) -> Result<String, ApiError> {
+        serde_json::to_string(self).map_err(|e| ApiError::internal(e.to_string()))
     }
+
+    /// Write the post at `post/{post_id}`; the record written is returned,
+    /// to be rendered without serializing the post again.
+    pub fn save(&self) -> Result<String, ApiError> {
+        let record = self.record()?;
+        kv::put_raw(&format!("post/{}", self.post_id), record.as_bytes())?;
+        Ok(record)
+    }
+}
+
+/// The public documents of stored records (JSON text, see
+/// `marketplace_guest::posts::render_records`): every author and rating
+/// read in one host call.
+pub fn render(records: &[String]) -> Result<Vec<String>, ApiError> {
+    let records: Vec<&str> = records.iter().map(String::as_str).collect();
+    marketplace_guest::posts::render_records(&records)
+}
+
+/// The public document of one stored record (JSON text).
+pub fn render_one(record: &str) -> Result<String, ApiError> {
+    Ok(marketplace_guest::posts::render_records(&[record])?.remove(0))
+}
+
+/// JSON text of a list of JSON texts.
+pub fn array(items: &[String]) -> String {
+    let mut out = String::with_capacity(items.iter().map(|i| i.len() + 1).sum::<usize>() + 2);
+    out.push('[');
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(item);
+    }
+    out.push(']');
+    out
 }
 
 /// Load a post (None when absent).
