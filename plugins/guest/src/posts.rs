@@ -23,15 +23,6 @@ pub fn listing<'a>(filenames: impl IntoIterator<Item = &'a str>) -> Value {
     json!({"terms": terms, "descriptor": descriptor, "verified": terms && descriptor.is_some()})
 }
 
-/// Render a stored post record (`timeline` keyspace `post/{id}`): adds the
-/// author's current nickname and the post's rating (identity family) and
-/// the listing check.
-pub fn render(post: Value) -> Result<Value, ApiError> {
-    let record = serde_json::to_string(&post).map_err(|e| ApiError::internal(e.to_string()))?;
-    let rendered = render_records(&[record.as_str()])?.remove(0);
-    serde_json::from_str(&rendered).map_err(|e| ApiError::internal(e.to_string()))
-}
-
 /// What rendering needs from a stored post record (borrowed from it).
 #[derive(serde::Deserialize)]
 struct Head<'a> {
@@ -264,14 +255,6 @@ pub fn author_of(post_id: &str) -> Result<String, ApiError> {
         .as_str()
         .unwrap_or_default()
         .to_string())
-}
-
-/// Load and render a post by id (None when absent).
-pub fn load_rendered(post_id: &str) -> Result<Option<Value>, ApiError> {
-    match kv::get_in::<Value>(Some("timeline"), &format!("post/{post_id}"))? {
-        Some(p) => render(p).map(Some),
-        None => Ok(None),
-    }
 }
 
 #[cfg(test)]
