@@ -101,19 +101,35 @@ fn quick_head(record: &str) -> Option<Head<'_>> {
 /// The listing check of a post without attachments.
 const NO_LISTING: &str = r#"{"descriptor":null,"terms":false,"verified":false}"#;
 
-/// Render stored post records (JSON objects) into public documents (JSON
-/// text), reading every author and rating in one host call. The records
-/// are extended in place, not rebuilt, so a page of results costs little
-/// more than its bytes.
-pub fn render_records(records: &[&str]) -> Result<Vec<String>, ApiError> {
-    let mut out = Vec::with_capacity(records.len());
-    render_each(records, |_, record, members| {
-        out.push(extend_object(record, members))
-    })?;
-    Ok(out)
+/// Render stored post records (JSON objects) into their public documents
+/// (JSON text), written onto `out` comma-separated, in order, reading every
+/// author and rating in one host call. The records are extended in place,
+/// not rebuilt, so a page of results costs little more than its bytes.
+pub fn render_records_into(records: &[&str], out: &mut String) -> Result<(), ApiError> {
+    render_into(records, |_, _| {}, out)
 }
 
-/// The work of [`render_records`]: `emit(i, record, members)` gets each
+/// [`render_records_into`], with `extra(i, members)` writing members
+/// (`"k":v,...`) to add to the i-th document onto an empty `members`.
+fn render_into(
+    records: &[&str],
+    extra: impl Fn(usize, &mut String),
+    out: &mut String,
+) -> Result<(), ApiError> {
+    let mut first = true;
+    let mut more = String::with_capacity(64);
+    render_each(records, |i, record, members| {
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        more.clear();
+        extra(i, &mut more);
+        push_extended(out, record, &[members, &more]);
+    })
+}
+
+/// The work of [`render_into`]: `emit(i, record, members)` gets each
 /// record with the members its public document adds.
 fn render_each(records: &[&str], mut emit: impl FnMut(usize, &str, &str)) -> Result<(), ApiError> {
     let heads: Vec<Head<'_>> = records
@@ -194,13 +210,6 @@ fn render_each(records: &[&str], mut emit: impl FnMut(usize, &str, &str)) -> Res
     Ok(())
 }
 
-/// Append members (`"k":v,...`) to a JSON object's text.
-pub fn extend_object(object: &str, members: &str) -> String {
-    let mut out = String::with_capacity(object.len() + members.len() + 1);
-    push_extended(&mut out, object, &[members]);
-    out
-}
-
 /// Write `object` with `members` (each `"k":v,...`, empty ones skipped)
 /// appended to it onto `out`.
 fn push_extended(out: &mut String, object: &str, members: &[&str]) {
@@ -234,17 +243,7 @@ pub fn render_many_into(
         .enumerate()
         .filter_map(|(i, v)| v.map(|b| (i, std::str::from_utf8(b).unwrap_or("{}"))))
         .unzip();
-    let mut first = true;
-    let mut more = String::with_capacity(64);
-    render_each(&records, |n, record, members| {
-        if !first {
-            out.push(',');
-        }
-        first = false;
-        more.clear();
-        extra(index[n], &mut more);
-        push_extended(out, record, &[members, &more]);
-    })
+    render_into(&records, |n, members| extra(index[n], members), out)
 }
 
 /// The author fingerprint of a post (404 `not_found` when it does not exist).
@@ -300,7 +299,13 @@ mod tests {
 
     #[test]
     fn objects_are_extended_in_place() {
-        assert_eq!(extend_object(r#"{"a":1}"#, r#""b":2"#), r#"{"a":1,"b":2}"#);
-        assert_eq!(extend_object("{}", r#""b":2"#), r#"{"b":2}"#);
+        let extended = |object: &str, members: &[&str]| {
+            let mut out = String::new();
+            push_extended(&mut out, object, members);
+            out
+        };
+        assert_eq!(extended(r#"{"a":1}"#, &[r#""b":2"#]), r#"{"a":1,"b":2}"#);
+        assert_eq!(extended("{}", &[r#""b":2"#]), r#"{"b":2}"#);
+        assert_eq!(extended("{}", &["", r#""b":2"#]), r#"{"b":2}"#);
     }
 }

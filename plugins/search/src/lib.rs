@@ -214,10 +214,7 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
         |i, members| {
             let score = (ranked[i].1 * 10_000.0).round() / 10_000.0;
             members.push_str(r#""score":"#);
-            match serde_json::to_string(&score) {
-                Ok(text) => members.push_str(&text),
-                Err(_) => members.push_str("null"),
-            }
+            members.push_str(&json_text(&score));
         },
         &mut out,
     )?;

@@ -570,7 +570,7 @@ fn timeline(req: &Request) -> Result<Response, ApiError> {
         200,
         &[
             ("next_before", &json_text(&next_before)),
-            ("posts", &model::array(&model::render(&records)?)),
+            ("posts", &model::render(&records)?),
         ],
     ))
 }
@@ -663,7 +663,7 @@ fn thread(req: &Request) -> Result<Response, ApiError> {
     Ok(json_members(
         200,
         &[
-            ("comments", &model::array(&model::render(&records)?)),
+            ("comments", &model::render(&records)?),
             ("count", &comments.len().to_string()),
             ("root", &model::render_one(&root.record()?)?),
         ],

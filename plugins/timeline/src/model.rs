@@ -72,31 +72,23 @@ impl Post {
     }
 }
 
-/// The public documents of stored records (JSON text, see
-/// `marketplace_guest::posts::render_records`): every author and rating
-/// read in one host call.
-pub fn render(records: &[String]) -> Result<Vec<String>, ApiError> {
+/// The public documents of stored records as a JSON array (see
+/// `marketplace_guest::posts::render_records_into`): every author and
+/// rating read in one host call.
+pub fn render(records: &[String]) -> Result<String, ApiError> {
     let records: Vec<&str> = records.iter().map(String::as_str).collect();
-    marketplace_guest::posts::render_records(&records)
+    let mut out = String::with_capacity(records.iter().map(|r| r.len() + 128).sum::<usize>() + 2);
+    out.push('[');
+    marketplace_guest::posts::render_records_into(&records, &mut out)?;
+    out.push(']');
+    Ok(out)
 }
 
 /// The public document of one stored record (JSON text).
 pub fn render_one(record: &str) -> Result<String, ApiError> {
-    Ok(marketplace_guest::posts::render_records(&[record])?.remove(0))
-}
-
-/// JSON text of a list of JSON texts.
-pub fn array(items: &[String]) -> String {
-    let mut out = String::with_capacity(items.iter().map(|i| i.len() + 1).sum::<usize>() + 2);
-    out.push('[');
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(item);
-    }
-    out.push(']');
-    out
+    let mut out = String::with_capacity(record.len() + 128);
+    marketplace_guest::posts::render_records_into(&[record], &mut out)?;
+    Ok(out)
 }
 
 /// Load a post (None when absent).
