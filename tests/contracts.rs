@@ -611,6 +611,23 @@ fn witness_gates_delivery_and_is_burned_at_settlement() {
         &json!({"secrets": [format!("n:{id}:secret:{secret_hex}")], "new_secrets": [format!("n:{id}:secret:{}", "33".repeat(32))]}),
     );
     assert_eq!(r.status, 400);
+    // 64 bytes that are not 64 hex digits (a sign, a character of three
+    // bytes across a digit pair) are refused as input, not a 500.
+    for bad in [
+        format!("+f{}", "0".repeat(62)),
+        format!("a€{}", "0".repeat(60)),
+    ] {
+        let r = s.post_json(
+            "/api/witness/replace",
+            &json!({"secrets": [format!("n:{id}:secret:{bad}")], "new_secrets": [format!("n:{id}:secret:{}", "55".repeat(32))]}),
+        );
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_request"),
+            "{bad}: {}",
+            r.text()
+        );
+    }
 }
 
 #[test]

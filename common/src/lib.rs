@@ -2,6 +2,7 @@
 //! for both the native host and wasm32-wasip2).
 
 pub mod amount;
+pub mod hex;
 pub mod order;
 pub mod secret;
 pub mod text;

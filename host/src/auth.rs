@@ -45,7 +45,7 @@ pub fn key_of(fingerprint: &str) -> Option<VerifyingKey> {
     if fingerprint.len() != 64 || !fingerprint.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    let bytes: [u8; 32] = crate::money::ledger::decode_hex(fingerprint)?
+    let bytes: [u8; 32] = marketplace_common::hex::decode(fingerprint)?
         .try_into()
         .ok()?;
     KEYS.get(&bytes)
@@ -113,7 +113,7 @@ pub fn prunable_from_ms(record: &[u8]) -> Option<u64> {
 pub fn check_signature(st: &Statement) -> Result<(), Reply> {
     let key = key_of(st.actor)
         .ok_or_else(|| invalid("actor fingerprint must be a 64-hex Ed25519 public key"))?;
-    let sig_bytes = crate::money::ledger::decode_hex(st.signature)
+    let sig_bytes = marketplace_common::hex::decode(st.signature)
         .filter(|b| b.len() == 64)
         .ok_or_else(|| invalid("signature must be 128 hex characters"))?;
     let sig = Signature::from_bytes(&sig_bytes.try_into().expect("64 bytes"));
@@ -239,7 +239,7 @@ impl Arbiter {
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                         let mut seed = [0u8; 32];
                         crate::ids::fill_random(&mut seed);
-                        let hex = crate::ids::hex(&seed);
+                        let hex = marketplace_common::hex::encode(&seed);
                         crate::money::ledger::write_private(&path, &hex)?;
                         hex
                     }
@@ -249,7 +249,7 @@ impl Arbiter {
                 }
             }
         };
-        let seed: [u8; 32] = crate::money::ledger::decode_hex(&seed_hex)
+        let seed: [u8; 32] = marketplace_common::hex::decode(&seed_hex)
             .and_then(|b| b.try_into().ok())
             .context("the arbiter key must be 64 hex characters")?;
         Ok(Arbiter(ed25519_dalek::SigningKey::from_bytes(&seed)))
@@ -257,13 +257,13 @@ impl Arbiter {
 
     /// The public key, 64 lower-case hex.
     pub fn public_hex(&self) -> String {
-        crate::ids::hex(self.0.verifying_key().as_bytes())
+        marketplace_common::hex::encode(self.0.verifying_key().as_bytes())
     }
 
     /// Signature of `message`, 128 lower-case hex.
     pub fn sign_hex(&self, message: &[u8]) -> String {
         use ed25519_dalek::Signer;
-        crate::ids::hex(&self.0.sign(message).to_bytes())
+        marketplace_common::hex::encode(&self.0.sign(message).to_bytes())
     }
 }
 
@@ -273,7 +273,7 @@ mod tests {
     use ed25519_dalek::{Signer, SigningKey};
 
     fn hex(b: &[u8]) -> String {
-        crate::ids::hex(b)
+        marketplace_common::hex::encode(b)
     }
 
     fn setup() -> (tempfile::TempDir, crate::store::Storage, SigningKey, String) {
@@ -298,7 +298,7 @@ mod tests {
                 .mode();
             assert_eq!(mode & 0o777, 0o600);
         }
-        let sig = crate::money::ledger::decode_hex(&a.sign_hex(b"arbiter_issue:x")).unwrap();
+        let sig = marketplace_common::hex::decode(&a.sign_hex(b"arbiter_issue:x")).unwrap();
         let key = key_of(&a.public_hex()).unwrap();
         let sig = Signature::from_bytes(&sig.try_into().unwrap());
         assert!(key.verify_strict(b"arbiter_issue:x", &sig).is_ok());

@@ -55,17 +55,6 @@ pub fn unix_seconds() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Lower-case hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -396,7 +396,7 @@ mod tests {
     const NOW_S: u64 = 1_800_000_000;
 
     fn hex(b: &[u8]) -> String {
-        crate::ids::hex(b)
+        marketplace_common::hex::encode(b)
     }
 
     fn count(storage: &Storage, table: &str) -> usize {
@@ -664,7 +664,9 @@ mod tests {
         let n = MAX_DELETIONS_PER_TXN + 7;
         let txn = db.begin_write().unwrap();
         for i in 0..n as u64 {
-            let key = crate::ids::hex(&i.to_be_bytes()).repeat(4).into_bytes();
+            let key = marketplace_common::hex::encode(&i.to_be_bytes())
+                .repeat(4)
+                .into_bytes();
             let mut rec = (NOW_S - 86_400 + i).to_be_bytes().to_vec();
             rec.push(1);
             txn.put_in(crate::auth::USED, &key, &rec).unwrap();

@@ -122,8 +122,9 @@ fn shared_key(storage: &Storage, name: &str, configured: Option<&str>) -> Result
     use crate::store::{Kv, StorageError};
     use sha2::{Digest, Sha256};
     const META: &str = crate::store::META_TABLE;
-    let check_of =
-        |hex: &str| crate::ids::hex(&Sha256::digest(format!("marketplace fleet {name}:{hex}")));
+    let check_of = |hex: &str| {
+        marketplace_common::hex::encode(&Sha256::digest(format!("marketplace fleet {name}:{hex}")))
+    };
     let check_key = format!("{name}-check");
     let configured = configured.map(|k| k.trim().to_ascii_lowercase());
     let found = storage
@@ -144,7 +145,7 @@ fn shared_key(storage: &Storage, name: &str, configured: Option<&str>) -> Result
                 (None, None) => {
                     let mut key = [0u8; 32];
                     crate::ids::fill_random(&mut key);
-                    let hex = crate::ids::hex(&key);
+                    let hex = marketplace_common::hex::encode(&key);
                     txn.put_in(META, name.as_bytes(), hex.as_bytes())?;
                     hex
                 }

@@ -11,10 +11,10 @@
 //! `fees` (earned), `escrow` (held for contracts). Invariant:
 //! `minted = sum(unspent outputs) + fees + escrow`.
 
-use crate::ids::hex;
 use crate::store::{Kv, WriteTxn};
 use anyhow::{Context, Result};
 use hmac::{Hmac, Mac};
+use marketplace_common::hex::{decode as decode_hex, encode as hex};
 use marketplace_common::{amount, secret};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -529,17 +529,6 @@ fn decode_reply(b: &[u8]) -> Option<StoredReply> {
         issued: meta.issued,
         at_ms: meta.at_ms,
     })
-}
-
-/// Decode lower- or upper-case hex.
-pub fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// Write a file readable by the owner only.

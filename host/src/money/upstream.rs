@@ -666,7 +666,9 @@ pub fn charge(
         )
     })?;
     let ledger = &state.ledger;
-    let replay = replay.map(|k| crate::ids::hex(k)).unwrap_or_default();
+    let replay = replay
+        .map(|k| marketplace_common::hex::encode(k))
+        .unwrap_or_default();
     let spent_elsewhere = |m: &str| refusal("payment_spent", m.to_string(), action, price);
     // An entry of an earlier attempt: where is its value now?
     let (hold, swap) = match read(&state.storage, &input)? {
@@ -1280,7 +1282,7 @@ mod tests {
         fn mint(&self, units: u64) -> String {
             let mut raw = [0u8; 32];
             crate::ids::fill_random(&mut raw);
-            let hex = crate::ids::hex(&raw);
+            let hex = marketplace_common::hex::encode(&raw);
             self.outs
                 .lock()
                 .unwrap()
@@ -1481,7 +1483,7 @@ mod tests {
     fn fresh(units: u64) -> String {
         let mut raw = [0u8; 32];
         crate::ids::fill_random(&mut raw);
-        secret::secret_string(units, &crate::ids::hex(&raw))
+        secret::secret_string(units, &marketplace_common::hex::encode(&raw))
     }
 
     fn hex_of(s: &str) -> String {

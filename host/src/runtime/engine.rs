@@ -556,7 +556,7 @@ impl Runtime {
         bytes: &[u8],
         grants: &Grants,
     ) -> Result<LoadedPlugin> {
-        let hash = crate::ids::hex(&Sha256::digest(bytes));
+        let hash = marketplace_common::hex::encode(&Sha256::digest(bytes));
         let component = self.compile(bytes, &hash)?;
         let (kind, info, api) = if family == FEES_FAMILY {
             let pre = FeePolicyPre::new(self.link(&self.fee_linker, &component)?)
@@ -681,7 +681,7 @@ impl Runtime {
     /// Compile a component into the on-disk cache without loading it, so a
     /// later swap to it is fast. Invalid bytes are only logged.
     pub fn precompile(&self, bytes: &[u8]) -> bool {
-        let hash = crate::ids::hex(&Sha256::digest(bytes));
+        let hash = marketplace_common::hex::encode(&Sha256::digest(bytes));
         if self.cache_path(&hash).is_file() {
             // Already compiled: loading it here would only be done again
             // by the swap that uses it.

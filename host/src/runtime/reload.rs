@@ -38,7 +38,7 @@ fn swap_in(rt: &Runtime, family: &str, component: &str, path: &Path) {
     let Ok(bytes) = std::fs::read(path) else {
         return;
     };
-    let hash = crate::ids::hex(&Sha256::digest(&bytes));
+    let hash = marketplace_common::hex::encode(&Sha256::digest(&bytes));
     if rt.plugin(family).is_some_and(|p| p.hash == hash) {
         return;
     }

@@ -64,7 +64,7 @@ pub fn token(configured: Option<&str>, data_dir: &Path) -> Result<String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let mut raw = [0u8; 32];
             crate::ids::fill_random(&mut raw);
-            let t = crate::ids::hex(&raw);
+            let t = marketplace_common::hex::encode(&raw);
             crate::money::ledger::write_private(&path, &t)?;
             Ok(t)
         }

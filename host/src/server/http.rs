@@ -176,7 +176,7 @@ fn request_id(req: &Request<Incoming>) -> String {
     static PREFIX: LazyLock<String> = LazyLock::new(|| {
         let mut b = [0u8; 4];
         crate::ids::fill_random(&mut b);
-        crate::ids::hex(&b)
+        marketplace_common::hex::encode(&b)
     });
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let given = req

@@ -604,7 +604,7 @@ mod tests {
     fn schema() -> String {
         let mut b = [0u8; 6];
         crate::ids::fill_random(&mut b);
-        format!("unit_{}", crate::ids::hex(&b))
+        format!("unit_{}", marketplace_common::hex::encode(&b))
     }
 
     fn open(url: &str, schema: &str) -> Storage {

@@ -16,7 +16,7 @@ mod api;
 pub mod machine;
 
 use machine::{Action, Collect, Role, State, Verdict};
-use marketplace_common::amount;
+use marketplace_common::{amount, hex};
 use marketplace_guest::prelude::*;
 use marketplace_guest::{arbiter, clock, escrow, ids, payments};
 use serde::{Deserialize, Serialize};
@@ -127,10 +127,6 @@ fn load(id: &str) -> Result<Contract, ApiError> {
     kv::get(&format!("c/{id}"))?.ok_or_else(|| ApiError::not_found(format!("contract {id}")))
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 fn valid_contract_id(id: &str) -> bool {
     id.len() > 4
         && id.len() <= 68
@@ -148,10 +144,11 @@ fn witness_proof_of(secret: &str) -> Option<String> {
     if !valid_contract_id(id) || hexpart.len() != 64 {
         return None;
     }
-    let raw: Vec<u8> = (0..32)
-        .map(|i| u8::from_str_radix(&hexpart[2 * i..2 * i + 2], 16).ok())
-        .collect::<Option<_>>()?;
-    Some(format!("n:{id}:public:{}", hex(&Sha256::digest(&raw))))
+    let raw = hex::decode(hexpart)?;
+    Some(format!(
+        "n:{id}:public:{}",
+        hex::encode(&Sha256::digest(&raw))
+    ))
 }
 
 fn valid_witness_proof(proof: &str, contract_id: &str) -> bool {
@@ -390,7 +387,7 @@ fn arbiter_message(c: &Contract) -> String {
         h.update((f.len() as u64).to_le_bytes());
         h.update(f.as_bytes());
     }
-    format!("arbiter_issue:{}", hex(&h.finalize()))
+    format!("arbiter_issue:{}", hex::encode(&h.finalize()))
 }
 
 /// `POST /api/graphql`: the one query the original client sends,
@@ -626,7 +623,7 @@ fn collect(
         if c.legacy_pickups.iter().any(|k| k == kind) {
             let public = marketplace_common::secret::parse(&secret)
                 .map(|p| {
-                    let hash = hex(&Sha256::digest(p.hex.as_bytes()));
+                    let hash = hex::encode(&Sha256::digest(p.hex.as_bytes()));
                     marketplace_common::secret::public_string(p.amount, &hash)
                 })
                 .map_err(ApiError::internal)?;
@@ -665,12 +662,11 @@ fn pay_first_pickup(
 /// Settlement: the certificate, the witness burned, the fee earned (bid-inclusive).
 fn settle(c: &mut Contract) -> Result<(), ApiError> {
     let secret = escrow::certificate(&c.contract_id)?;
-    let raw: Vec<u8> = (0..secret.len() / 2)
-        .filter_map(|i| u8::from_str_radix(secret.get(2 * i..2 * i + 2)?, 16).ok())
-        .collect();
+    let raw = hex::decode(&secret)
+        .ok_or_else(|| ApiError::internal("the escrow certificate is not hex"))?;
     c.certificate = Some(Certificate {
         certificate_id: format!("CRT_{}", ids::ulid()),
-        certificate_proof: hex(&Sha256::digest(&raw)),
+        certificate_proof: hex::encode(&Sha256::digest(&raw)),
     });
     if c.fee_policy == "bid-inclusive" && c.fee > 0 {
         escrow::earn(&c.contract_id, c.fee)?;

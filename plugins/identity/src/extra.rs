@@ -3,7 +3,7 @@
 //! the service itself (presign, single-use PUT, public GET).
 
 use crate::{Identity, is_fingerprint};
-use marketplace_common::{amount, time};
+use marketplace_common::{amount, hex, time};
 use marketplace_guest::prelude::*;
 use marketplace_guest::{auth, clock, ids, storage};
 use serde::{Deserialize, Serialize};
@@ -54,10 +54,6 @@ fn base_url(req: &Request) -> String {
 /// The public URL of an upload's `s3_key` (`files/{id}`).
 pub fn public_url(req: &Request, s3_key: &str) -> String {
     format!("{}/api/storage/{s3_key}", base_url(req))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The signer of a body's statement `{message}` (legacy or fresh form).
@@ -412,7 +408,7 @@ pub fn presign(req: &Request) -> Result<Response, ApiError> {
     let id = format!(
         "{}{}",
         ids::ulid().to_ascii_lowercase(),
-        hex(&ids::random_bytes(16))
+        hex::encode(&ids::random_bytes(16))
     );
     // Presigning is free: bound what one identity may hold (uploaded files
     // and open tokens together), so nobody fills the disk for nothing.
@@ -426,7 +422,7 @@ pub fn presign(req: &Request) -> Result<Response, ApiError> {
         ));
     }
     kv::put(&quota_key, &(used + 1))?;
-    let token = hex(&ids::random_bytes(32));
+    let token = hex::encode(&ids::random_bytes(32));
     let upload = Upload {
         id: id.clone(),
         owner: actor,

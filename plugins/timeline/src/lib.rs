@@ -18,6 +18,7 @@ mod api;
 mod index;
 mod model;
 
+use marketplace_common::hex;
 use marketplace_guest::prelude::*;
 use marketplace_guest::{Body, ids, storage};
 use model::{Attachment, Post};
@@ -53,10 +54,6 @@ impl Endpoint for Timeline {
             _ => Err(ApiError::not_found(format!("route {}", req.route()))),
         }
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A validated attachment from the request.
@@ -208,7 +205,7 @@ fn store_attachments(
             filename: a.filename.clone(),
             attachment_type: a.attachment_type.clone(),
             size: a.content.len(),
-            sha256: hex(&Sha256::digest(a.content.as_bytes())),
+            sha256: hex::encode(&Sha256::digest(a.content.as_bytes())),
         });
     }
     Ok(meta)
