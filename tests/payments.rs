@@ -214,6 +214,32 @@ fn payment_header_refusals() {
     let unknown = format!("e1:secret:{}", "a".repeat(64));
     let r = s.post_paid("/api/identity", &unknown, &body);
     assert_eq!((r.status, r.code().as_str()), (402, "payment_invalid"));
+    // A secret with bytes outside ASCII (sent raw: HTTP clients refuse to)
+    // is a malformed payment, not a missing one.
+    for header in ["x-cash-secret", "x-webcash-secret"] {
+        use std::io::Write;
+        let mut stream = std::net::TcpStream::connect(s.addr).unwrap();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let text = body.to_string();
+        let mut raw = format!(
+            "POST /api/identity HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{header}: e1:secret:",
+            text.len()
+        )
+        .into_bytes();
+        raw.extend_from_slice("é".repeat(32).as_bytes());
+        raw.extend_from_slice(b"\r\n\r\n");
+        raw.extend_from_slice(text.as_bytes());
+        stream.write_all(&raw).unwrap();
+        let r = common::read_response(&mut stream);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (402, "payment_invalid"),
+            "{header}: {}",
+            r.text()
+        );
+    }
     let small = s.mint("0.5");
     let r = s.post_paid("/api/identity", &small, &body);
     assert_eq!((r.status, r.code().as_str()), (402, "payment_insufficient"));

@@ -136,10 +136,14 @@ fn attachment_bytes_round_trip_with_type_and_etag() {
         s.get(&format!("/api/posts/{id}/attachments/1")).code(),
         "not_found"
     );
-    assert_eq!(
-        s.get(&format!("/api/posts/{id}/attachments/x")).code(),
-        "not_found"
-    );
+    for index in ["x", "+0", "-0", "%200"] {
+        assert_eq!(
+            s.get(&format!("/api/posts/{id}/attachments/{index}"))
+                .code(),
+            "not_found",
+            "{index}"
+        );
+    }
     assert_eq!(
         s.get("/api/posts/post_NOPE/attachments/0").code(),
         "not_found"
@@ -151,7 +155,17 @@ fn attachment_bytes_round_trip_with_type_and_etag() {
 #[test]
 fn bad_limits_and_bad_attachments_are_400() {
     let s = Server::start();
-    for q in ["limit=0", "limit=101", "limit=abc", "limit=-1", "limit=2.5"] {
+    // Digits only: `+5` and ` 5` are what `str::parse` and a trim would take.
+    for q in [
+        "limit=0",
+        "limit=101",
+        "limit=abc",
+        "limit=-1",
+        "limit=2.5",
+        "limit=+5",
+        "limit=%205",
+        "limit=5%20",
+    ] {
         let r = s.get(&format!("/api/timeline?{q}"));
         assert_eq!(
             (r.status, r.code().as_str()),

@@ -389,7 +389,17 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
     let mut payment = PaymentHeaders::default();
     for (name, value) in req.headers() {
         let name = name.as_str();
-        let Ok(value) = value.to_str() else { continue };
+        let value = match value.to_str() {
+            Ok(v) => std::borrow::Cow::Borrowed(v),
+            // A payment header with bytes outside visible ASCII is still a
+            // payment attempt: kept (lossily) so that it is refused as
+            // malformed (402 `payment_invalid`), not taken as missing.
+            Err(_) if PAYMENT_HEADERS.contains(&name) => String::from_utf8_lossy(value.as_bytes())
+                .into_owned()
+                .into(),
+            Err(_) => continue,
+        };
+        let value = value.as_ref();
         match name {
             "x-cash-secret" => payment.cash = Some(value.trim().to_string()),
             "x-webcash-secret" => {
@@ -532,15 +542,20 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
     }
 }
 
+/// 413 `payload_too_large`. The body is left unread, so the connection
+/// cannot carry another request: the answer says so (`Connection: close`)
+/// rather than leave a keep-alive client to find a closed socket.
 fn too_large(max: usize) -> Reply {
-    Reply::json(
+    let mut reply = Reply::json(
         413,
         &json!({
             "code": "payload_too_large",
             "message": format!("request body exceeds {max} bytes"),
             "max_bytes": max,
         }),
-    )
+    );
+    reply.headers.push(("connection".into(), "close".into()));
+    reply
 }
 
 #[cfg(test)]
