@@ -248,6 +248,11 @@ fn a_malformed_payment_signature_is_payment_invalid() {
     let secret = s.mint("1");
     let mut wrong_network = accepted.clone();
     wrong_network["network"] = json!("eip155:8453");
+    let amount = |a: Value| {
+        let mut entry = accepted.clone();
+        entry["amount"] = a;
+        signature(&entry, &secret, None)
+    };
     let cases: Vec<(&str, String)> = vec![
         ("not base64", "%%% not base64 %%%".to_string()),
         ("not JSON", b64(b"not json")),
@@ -267,6 +272,9 @@ fn a_malformed_payment_signature_is_payment_invalid() {
                 .as_bytes()),
         ),
         ("another network", signature(&wrong_network, &secret, None)),
+        ("an amount in exponent form", amount(json!("1e400"))),
+        ("an amount as a number", amount(json!(60000000))),
+        ("a negative amount", amount(json!("-60000000"))),
         (
             "no secret",
             b64(

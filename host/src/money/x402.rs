@@ -116,6 +116,18 @@ pub fn parse_signature(value: &str) -> Result<(String, Option<String>), String> 
     if accepted.get("asset").is_some_and(|a| a != ASSET) {
         return Err(format!("`accepted.asset` must be {ASSET}"));
     }
+    // The price as the 402 gave it: units of 1e-8 as a string of digits.
+    // The secret's own amount is what pays; a price that changed since the
+    // 402 is not an error, a malformed one is.
+    if accepted.get("amount").is_some_and(|a| {
+        !a.as_str().is_some_and(|t| {
+            !t.is_empty() && t.len() <= 20 && t.bytes().all(|b| b.is_ascii_digit())
+        })
+    }) {
+        return Err(
+            "`accepted.amount` must be the 402's amount: units as a string of digits".into(),
+        );
+    }
     let secret = doc
         .get("payload")
         .and_then(|p| p.get("secret"))
