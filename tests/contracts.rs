@@ -627,6 +627,13 @@ fn witness_gates_delivery_and_is_burned_at_settlement() {
             "{bad}: {}",
             r.text()
         );
+        // Refused for its form: the sign was once decoded as a digit, and
+        // then only the (not live) proof made it a 400.
+        assert!(
+            r.text().contains("witness secrets look like"),
+            "{bad}: {}",
+            r.text()
+        );
     }
 }
 

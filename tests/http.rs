@@ -87,6 +87,17 @@ fn unknown_path_is_404_json_and_wrong_method_is_405() {
     assert_eq!(r.header("allow"), Some("GET, POST"));
 }
 
+/// Whether the server closed `stream` (end of stream or reset) rather than
+/// keep it open for another request.
+fn closed(stream: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 64];
+    match stream.read(&mut buf) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    }
+}
+
 #[test]
 fn oversized_body_is_413_before_it_is_read() {
     let s = Server::start();
@@ -106,6 +117,22 @@ fn oversized_body_is_413_before_it_is_read() {
     assert_eq!(r.status, 413);
     assert_eq!(r.code(), "payload_too_large");
     assert_eq!(r.header("connection"), Some("close"));
+    assert!(closed(&mut stream), "the connection ends after the 413");
+
+    // So does a request with a body that no route takes (the body unread).
+    let mut stream = TcpStream::connect(s.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "POST /api/no-such-route HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{{}}"
+    )
+    .unwrap();
+    let r = common::read_response(&mut stream);
+    assert_eq!((r.status, r.code().as_str()), (404, "not_found"));
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(closed(&mut stream), "the connection ends after the 404");
 
     // Chunked (no declared length): cut off at the limit while reading.
     let mut stream = TcpStream::connect(s.addr).unwrap();

@@ -215,8 +215,17 @@ fn payment_header_refusals() {
     let r = s.post_paid("/api/identity", &unknown, &body);
     assert_eq!((r.status, r.code().as_str()), (402, "payment_invalid"));
     // A secret with bytes outside ASCII (sent raw: HTTP clients refuse to)
-    // is a malformed payment, not a missing one.
-    for header in ["x-cash-secret", "x-webcash-secret"] {
+    // is a malformed payment, not a missing one; so is a good secret with
+    // a no-break space (UTF-8 C2 A0) after it, which is not spent.
+    let good = s.mint("1");
+    let not_ascii = [
+        format!("e1:secret:{}", "é".repeat(32)).into_bytes(),
+        [good.as_bytes(), "\u{a0}".as_bytes()].concat(),
+    ];
+    for (header, value) in ["x-cash-secret", "x-webcash-secret"]
+        .into_iter()
+        .flat_map(|h| not_ascii.iter().map(move |v| (h, v)))
+    {
         use std::io::Write;
         let mut stream = std::net::TcpStream::connect(s.addr).unwrap();
         stream
@@ -224,11 +233,11 @@ fn payment_header_refusals() {
             .unwrap();
         let text = body.to_string();
         let mut raw = format!(
-            "POST /api/identity HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{header}: e1:secret:",
+            "POST /api/identity HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{header}: ",
             text.len()
         )
         .into_bytes();
-        raw.extend_from_slice("é".repeat(32).as_bytes());
+        raw.extend_from_slice(value);
         raw.extend_from_slice(b"\r\n\r\n");
         raw.extend_from_slice(text.as_bytes());
         stream.write_all(&raw).unwrap();
@@ -240,6 +249,9 @@ fn payment_header_refusals() {
             r.text()
         );
     }
+    let k3 = Key::random();
+    let gwen = json!({"nickname": "gwen", "pgp_public_key": k3.fp(), "signature": k3.sign("register:gwen")});
+    assert_eq!(s.post_paid("/api/identity", &good, &gwen).status, 201);
     let small = s.mint("0.5");
     let r = s.post_paid("/api/identity", &small, &body);
     assert_eq!((r.status, r.code().as_str()), (402, "payment_insufficient"));

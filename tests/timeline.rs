@@ -155,13 +155,15 @@ fn attachment_bytes_round_trip_with_type_and_etag() {
 #[test]
 fn bad_limits_and_bad_attachments_are_400() {
     let s = Server::start();
-    // Digits only: `+5` and ` 5` are what `str::parse` and a trim would take.
+    // Digits only: a sign (`%2B5`; a bare `+` is a space in a query) is
+    // what `str::parse` would take, ` 5` what a trim would.
     for q in [
         "limit=0",
         "limit=101",
         "limit=abc",
         "limit=-1",
         "limit=2.5",
+        "limit=%2B5",
         "limit=+5",
         "limit=%205",
         "limit=5%20",

@@ -7,4 +7,5 @@ pub mod order;
 pub mod secret;
 pub mod text;
 pub mod time;
+pub mod uint;
 pub mod url;

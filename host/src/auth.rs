@@ -214,12 +214,10 @@ pub fn verify(
     Ok(())
 }
 
-/// The number after a message's last `:`, when all of it is 1 to 20 digits.
+/// The number after a message's last `:`, when all of it is digits (and
+/// fits a u64).
 fn trailing_number(message: &str) -> Option<u64> {
-    let (_, tail) = message.rsplit_once(':')?;
-    (!tail.is_empty() && tail.len() <= 20 && tail.bytes().all(|b| b.is_ascii_digit()))
-        .then(|| tail.parse().ok())
-        .flatten()
+    marketplace_common::uint::parse(message.rsplit_once(':')?.1)
 }
 
 /// The service's arbiter key: Ed25519, generated into

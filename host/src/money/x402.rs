@@ -120,9 +120,9 @@ pub fn parse_signature(value: &str) -> Result<(String, Option<String>), String> 
     // The secret's own amount is what pays; a price that changed since the
     // 402 is not an error, a malformed one is.
     if accepted.get("amount").is_some_and(|a| {
-        !a.as_str().is_some_and(|t| {
-            !t.is_empty() && t.len() <= 20 && t.bytes().all(|b| b.is_ascii_digit())
-        })
+        a.as_str()
+            .and_then(marketplace_common::uint::parse)
+            .is_none()
     }) {
         return Err(
             "`accepted.amount` must be the 402's amount: units as a string of digits".into(),

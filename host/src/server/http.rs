@@ -26,6 +26,9 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tracing::Instrument;
 
+/// What a payment header with bytes outside visible ASCII reads as.
+const NOT_ASCII: &str = "(not visible ASCII)";
+
 /// Request headers that carry payment secrets: read by the host, never
 /// passed to plugins and never logged.
 const PAYMENT_HEADERS: &[&str] = &[
@@ -220,8 +223,15 @@ async fn handle(
     let path = req.uri().path().to_string();
     let m = metrics();
     m.in_flight.inc();
+    let has_body = !hyper::body::Body::is_end_stream(req.body());
     let (mut reply, route) = dispatch(&app, &gates, req, &id).await;
     m.in_flight.dec();
+    // A request no route took (404, 405, 503 while loading) leaves its
+    // body unread, which ends the connection: the answer says so, so that
+    // a keep-alive client does not send into a closed socket.
+    if has_body && route.is_none() {
+        reply.headers.push(("connection".into(), "close".into()));
+    }
     let elapsed = start.elapsed();
     // Requests no route took (404, 405, 503 while loading) count as `-`.
     static NO_ROUTE: LazyLock<RouteMetrics> = LazyLock::new(RouteMetrics::default);
@@ -390,16 +400,14 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
     for (name, value) in req.headers() {
         let name = name.as_str();
         let value = match value.to_str() {
-            Ok(v) => std::borrow::Cow::Borrowed(v),
+            Ok(v) => v,
             // A payment header with bytes outside visible ASCII is still a
-            // payment attempt: kept (lossily) so that it is refused as
-            // malformed (402 `payment_invalid`), not taken as missing.
-            Err(_) if PAYMENT_HEADERS.contains(&name) => String::from_utf8_lossy(value.as_bytes())
-                .into_owned()
-                .into(),
+            // payment attempt: it stands as a value no rail accepts, so it
+            // is refused as malformed (402 `payment_invalid`), not taken
+            // as missing (and its bytes go nowhere).
+            Err(_) if PAYMENT_HEADERS.contains(&name) => NOT_ASCII,
             Err(_) => continue,
         };
-        let value = value.as_ref();
         match name {
             "x-cash-secret" => payment.cash = Some(value.trim().to_string()),
             "x-webcash-secret" => {
@@ -421,7 +429,9 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
         Handler::Family(family) => match gates.enter(app, family, route.writes).await {
             Some(p) => Some(p),
             None => {
-                return Reply::error(503, "plugin_unavailable", "shutting down");
+                let mut reply = Reply::error(503, "plugin_unavailable", "shutting down");
+                reply.headers.push(("connection".into(), "close".into()));
+                return reply;
             }
         },
         Handler::Host(_) => None,

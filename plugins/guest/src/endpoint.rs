@@ -67,7 +67,7 @@ impl Request {
     pub fn query_int(&self, name: &str, min: u64, max: u64) -> Result<Option<u64>, ApiError> {
         match self.query(name) {
             None => Ok(None),
-            Some(raw) => match plain_uint(raw) {
+            Some(raw) => match marketplace_common::uint::parse(raw) {
                 Some(v) if (min..=max).contains(&v) => Ok(Some(v)),
                 _ => Err(ApiError::invalid(
                     name,
@@ -91,15 +91,6 @@ impl Request {
         let value = Value::Object(self.json_object()?);
         serde_json::from_value(value).map_err(|e| ApiError::invalid("body", e.to_string()))
     }
-}
-
-/// A non-negative integer written in ASCII digits only: no sign, no
-/// spaces (`str::parse` would take `+5`), at most `u64::MAX`.
-pub fn plain_uint(text: &str) -> Option<u64> {
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    text.parse().ok()
 }
 
 fn find<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
@@ -489,7 +480,9 @@ impl Body {
             {
                 n.as_f64().map(|f| f as u64)
             }
-            Some(Value::String(s)) if plain_uint(s).is_some() => plain_uint(s),
+            Some(Value::String(s)) if marketplace_common::uint::parse(s).is_some() => {
+                marketplace_common::uint::parse(s)
+            }
             Some(_) => {
                 self.problem(field, "must be a non-negative integer");
                 None
@@ -616,30 +609,4 @@ pub fn clear_on_fault() {
 /// deadline is never lengthened). With [`on_fault`], a budget for user code.
 pub fn limit_time(ms: u32) {
     limits::limit_time(ms);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::plain_uint;
-
-    #[test]
-    fn plain_uints_are_digits_only() {
-        assert_eq!(plain_uint("0"), Some(0));
-        assert_eq!(plain_uint("20"), Some(20));
-        assert_eq!(plain_uint("007"), Some(7));
-        assert_eq!(plain_uint("18446744073709551615"), Some(u64::MAX));
-        for bad in [
-            "",
-            "+5",
-            "-1",
-            " 5",
-            "5 ",
-            "1e3",
-            "0x10",
-            "١",
-            "18446744073709551616",
-        ] {
-            assert_eq!(plain_uint(bad), None, "{bad:?}");
-        }
-    }
 }

@@ -429,10 +429,7 @@ fn define(req: &Request) -> Result<Response, ApiError> {
 
     let owner = match body.text("owner_fingerprint") {
         Some(_) => {
-            let digest: String = Sha256::digest(typescript.as_bytes())
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
+            let digest = marketplace_common::hex::encode(&Sha256::digest(typescript.as_bytes()));
             Some(
                 verify(
                     body.text("owner_fingerprint").as_deref(),

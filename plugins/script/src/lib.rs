@@ -32,7 +32,9 @@ pub struct Problem {
 
 impl Problem {
     fn at(source: &str, offset: u32, line_offset: u32, message: String) -> Problem {
-        let before = &source[..(offset as usize).min(source.len())];
+        // The parser's offsets fall on character boundaries; should one
+        // not, the line and column are those of the character it is in.
+        let before = &source[..source.floor_char_boundary(offset as usize)];
         let line = before.matches('\n').count() as u32 + 1;
         let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) as u32 + 1;
         Problem {

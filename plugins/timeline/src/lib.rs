@@ -584,7 +584,7 @@ fn attachment(req: &Request) -> Result<Response, ApiError> {
     let id = req.param("post_id");
     let post = model::load(id)?.ok_or_else(|| ApiError::not_found(format!("post {id}")))?;
     let raw_index = req.param("index");
-    let meta = marketplace_guest::plain_uint(raw_index)
+    let meta = marketplace_common::uint::parse(raw_index)
         .and_then(|i| post.attachments.get(usize::try_from(i).ok()?))
         .ok_or_else(|| ApiError::not_found(format!("attachment {raw_index} of post {id}")))?;
     let etag = format!("\"{}\"", meta.sha256);
