@@ -103,10 +103,7 @@ fn oversized_body_is_413_before_it_is_read() {
     let s = Server::start();
     // Declared too large: answered without sending the body at all. The
     // unread body ends the connection, and a keep-alive client is told so.
-    let mut stream = TcpStream::connect(s.addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+    let mut stream = common::connect(s.addr);
     write!(
         stream,
         "POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
@@ -120,10 +117,7 @@ fn oversized_body_is_413_before_it_is_read() {
     assert!(closed(&mut stream), "the connection ends after the 413");
 
     // So does a request with a body that no route takes (the body unread).
-    let mut stream = TcpStream::connect(s.addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+    let mut stream = common::connect(s.addr);
     write!(
         stream,
         "POST /api/no-such-route HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{{}}"
@@ -135,10 +129,7 @@ fn oversized_body_is_413_before_it_is_read() {
     assert!(closed(&mut stream), "the connection ends after the 404");
 
     // Chunked (no declared length): cut off at the limit while reading.
-    let mut stream = TcpStream::connect(s.addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+    let mut stream = common::connect(s.addr);
     write!(
         stream,
         "POST /api/identity HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"

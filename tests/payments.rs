@@ -227,10 +227,7 @@ fn payment_header_refusals() {
         .flat_map(|h| not_ascii.iter().map(move |v| (h, v)))
     {
         use std::io::Write;
-        let mut stream = std::net::TcpStream::connect(s.addr).unwrap();
-        stream
-            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
-            .unwrap();
+        let mut stream = common::connect(s.addr);
         let text = body.to_string();
         let mut raw = format!(
             "POST /api/identity HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{header}: ",

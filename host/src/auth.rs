@@ -42,7 +42,7 @@ fn invalid(message: &str) -> Reply {
 
 /// Parse a 64-hex fingerprint into a key.
 pub fn key_of(fingerprint: &str) -> Option<VerifyingKey> {
-    if fingerprint.len() != 64 || !fingerprint.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if fingerprint.len() != 64 {
         return None;
     }
     let bytes: [u8; 32] = marketplace_common::hex::decode(fingerprint)?

@@ -628,6 +628,16 @@ pub fn try_request(
     })
 }
 
+/// A connection for a raw request: reads give up after 10 s, so a server
+/// that never answers fails the test instead of hanging it.
+pub fn connect(addr: SocketAddr) -> TcpStream {
+    let stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+}
+
 /// Read one response (connection: close, or content-length framed) from a
 /// stream the test wrote a raw request to.
 pub fn read_response(stream: &mut TcpStream) -> Resp {

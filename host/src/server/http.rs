@@ -227,10 +227,9 @@ async fn handle(
     let (mut reply, route) = dispatch(&app, &gates, req, &id).await;
     m.in_flight.dec();
     // A request no route took (404, 405, 503 while loading) leaves its
-    // body unread, which ends the connection: the answer says so, so that
-    // a keep-alive client does not send into a closed socket.
+    // body unread.
     if has_body && route.is_none() {
-        reply.headers.push(("connection".into(), "close".into()));
+        reply = closing(reply);
     }
     let elapsed = start.elapsed();
     // Requests no route took (404, 405, 503 while loading) count as `-`.
@@ -429,9 +428,7 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
         Handler::Family(family) => match gates.enter(app, family, route.writes).await {
             Some(p) => Some(p),
             None => {
-                let mut reply = Reply::error(503, "plugin_unavailable", "shutting down");
-                reply.headers.push(("connection".into(), "close".into()));
-                return reply;
+                return closing(Reply::error(503, "plugin_unavailable", "shutting down"));
             }
         },
         Handler::Host(_) => None,
@@ -552,20 +549,24 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
     }
 }
 
-/// 413 `payload_too_large`. The body is left unread, so the connection
-/// cannot carry another request: the answer says so (`Connection: close`)
-/// rather than leave a keep-alive client to find a closed socket.
+/// `reply`, saying `Connection: close`: an answer that leaves the request
+/// body unread ends the connection, and says so rather than leave a
+/// keep-alive client to find a closed socket.
+fn closing(mut reply: Reply) -> Reply {
+    reply.headers.push(("connection".into(), "close".into()));
+    reply
+}
+
+/// 413 `payload_too_large`, answered before the body is read.
 fn too_large(max: usize) -> Reply {
-    let mut reply = Reply::json(
+    closing(Reply::json(
         413,
         &json!({
             "code": "payload_too_large",
             "message": format!("request body exceeds {max} bytes"),
             "max_bytes": max,
         }),
-    );
-    reply.headers.push(("connection".into(), "close".into()));
-    reply
+    ))
 }
 
 #[cfg(test)]

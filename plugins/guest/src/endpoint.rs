@@ -469,25 +469,20 @@ impl Body {
 
     /// An optional non-negative integer (a JSON number or a decimal string).
     pub fn optional_u64(&mut self, field: &str) -> Option<u64> {
-        match self.raw(field) {
-            None => None,
-            Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64(),
-            // 37632671.0 is an integer written as a float.
-            Some(Value::Number(n))
-                if n.as_f64().is_some_and(|f| {
-                    f >= 0.0 && f.fract() == 0.0 && f < 9.007_199_254_740_992e15
-                }) =>
-            {
-                n.as_f64().map(|f| f as u64)
-            }
-            Some(Value::String(s)) if marketplace_common::uint::parse(s).is_some() => {
-                marketplace_common::uint::parse(s)
-            }
-            Some(_) => {
-                self.problem(field, "must be a non-negative integer");
-                None
-            }
+        let parsed = match self.raw(field)? {
+            Value::Number(n) => n.as_u64().or_else(|| {
+                // 37632671.0 is an integer written as a float.
+                n.as_f64()
+                    .filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f < 9.007_199_254_740_992e15)
+                    .map(|f| f as u64)
+            }),
+            Value::String(s) => marketplace_common::uint::parse(s),
+            _ => None,
+        };
+        if parsed.is_none() {
+            self.problem(field, "must be a non-negative integer");
         }
+        parsed
     }
 
     /// 400 with every recorded problem, if any.

@@ -534,16 +534,15 @@ fn timeline(req: &Request) -> Result<Response, ApiError> {
             .map_err(|e| ApiError::internal(format!("{e:?}")))?;
         let exhausted = batch.len() < 200;
         for entry in batch {
-            let raw = if holds_posts {
-                Some(entry.value)
+            let record = if holds_posts {
+                Some(model::record_text(entry.value)?)
             } else {
                 let key = String::from_utf8_lossy(&entry.key);
                 let id = key.rsplit('/').next().unwrap_or_default();
-                kv::get_raw(None, &format!("post/{id}"))?
+                model::load_record(id)?
             };
             cursor_end = entry.key;
-            let Some(raw) = raw else { continue };
-            let record = String::from_utf8(raw).map_err(|e| ApiError::internal(e.to_string()))?;
+            let Some(record) = record else { continue };
             let listed: model::Listed<'_> =
                 serde_json::from_str(&record).map_err(|e| ApiError::internal(e.to_string()))?;
             if listed.post_type == model::PRIVATE_REPLY
@@ -574,9 +573,8 @@ fn timeline(req: &Request) -> Result<Response, ApiError> {
 
 fn get_post(req: &Request) -> Result<Response, ApiError> {
     let id = req.param("post_id");
-    let raw = kv::get_raw(None, &format!("post/{id}"))?
-        .ok_or_else(|| ApiError::not_found(format!("post {id}")))?;
-    let record = String::from_utf8(raw).map_err(|e| ApiError::internal(e.to_string()))?;
+    let record =
+        model::load_record(id)?.ok_or_else(|| ApiError::not_found(format!("post {id}")))?;
     Ok(json_members(200, &[("post", &model::render_one(&record)?)]))
 }
 

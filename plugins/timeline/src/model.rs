@@ -91,6 +91,18 @@ pub fn render_one(record: &str) -> Result<String, ApiError> {
     Ok(out)
 }
 
+/// A stored record's bytes as the text they are.
+pub fn record_text(raw: Vec<u8>) -> Result<String, ApiError> {
+    String::from_utf8(raw).map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// The stored record of a post (None when absent), as JSON text.
+pub fn load_record(post_id: &str) -> Result<Option<String>, ApiError> {
+    kv::get_raw(None, &format!("post/{post_id}"))?
+        .map(record_text)
+        .transpose()
+}
+
 /// Load a post (None when absent).
 pub fn load(post_id: &str) -> Result<Option<Post>, ApiError> {
     kv::get(&format!("post/{post_id}"))
