@@ -1288,9 +1288,19 @@ mod tests {
     /// Rows of `t` a reader sees (durable, in the database or the log).
     fn count(gc: &GroupCommit, db: &Database) -> u64 {
         let view = gc.view(db).unwrap();
-        view.scan_layered(None, "t", &[], None, false, usize::MAX, usize::MAX)
-            .unwrap()
-            .len() as u64
+        let mut rows = crate::store::Rows::new();
+        view.scan_layered(
+            None,
+            "t",
+            &[],
+            None,
+            false,
+            usize::MAX,
+            usize::MAX,
+            &mut rows,
+        )
+        .unwrap();
+        rows.len() as u64
     }
 
     #[test]

@@ -195,22 +195,34 @@ fn internal(e: impl std::fmt::Display) -> StorageError {
 /// request's view (its overlay over the batch).
 pub trait Kv {
     fn get_in(&self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError>;
-    /// Several keys of one table, in order; refused (`TooLarge`) as soon as
-    /// the values read pass `max_bytes`.
+    /// Several keys of one table, in order, into `out`; refused
+    /// (`TooLarge`) as soon as the values read pass `max_bytes` (what `out`
+    /// holds then is to be dropped).
+    fn get_many_into(
+        &self,
+        table: &str,
+        keys: &[Vec<u8>],
+        max_bytes: usize,
+        out: &mut dyn ValueSink,
+    ) -> Result<(), StorageError> {
+        let mut budget = Budget::new(max_bytes);
+        for k in keys {
+            let v = self.get_in(table, k)?;
+            budget.take(v.as_ref().map_or(0, Vec::len))?;
+            out.value(v.as_deref());
+        }
+        Ok(())
+    }
+    /// [`Kv::get_many_into`], copied out.
     fn get_many_within(
         &self,
         table: &str,
         keys: &[Vec<u8>],
         max_bytes: usize,
     ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
-        let mut budget = Budget::new(max_bytes);
-        keys.iter()
-            .map(|k| {
-                let v = self.get_in(table, k)?;
-                budget.take(v.as_ref().map_or(0, Vec::len))?;
-                Ok(v)
-            })
-            .collect()
+        let mut values = Vec::with_capacity(keys.len());
+        self.get_many_into(table, keys, max_bytes, &mut values)?;
+        Ok(values)
     }
     /// Several keys of one table, in order.
     fn get_many_in(
@@ -220,8 +232,21 @@ pub trait Kv {
     ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
         self.get_many_within(table, keys, usize::MAX)
     }
-    /// Ordered scan of [start, end), reversed when asked, at most `limit`
-    /// rows; refused (`TooLarge`) as soon as the rows pass `max_bytes`.
+    /// Ordered scan of [start, end) into `out`, reversed when asked, at
+    /// most `limit` rows; refused (`TooLarge`) as soon as the rows pass
+    /// `max_bytes` (what `out` holds then is to be dropped).
+    #[allow(clippy::too_many_arguments)]
+    fn scan_into(
+        &self,
+        table: &str,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        limit: usize,
+        max_bytes: usize,
+        out: &mut dyn RowSink,
+    ) -> Result<(), StorageError>;
+    /// [`Kv::scan_into`], copied out.
     fn scan_within(
         &self,
         table: &str,
@@ -230,7 +255,11 @@ pub trait Kv {
         reverse: bool,
         limit: usize,
         max_bytes: usize,
-    ) -> Result<Rows, StorageError>;
+    ) -> Result<Rows, StorageError> {
+        let mut rows = Rows::new();
+        self.scan_into(table, start, end, reverse, limit, max_bytes, &mut rows)?;
+        Ok(rows)
+    }
     /// Ordered scan of [start, end), reversed when asked, at most `limit`.
     fn scan_in(
         &self,
@@ -241,6 +270,65 @@ pub trait Kv {
         limit: usize,
     ) -> Result<Rows, StorageError> {
         self.scan_within(table, start, end, reverse, limit, usize::MAX)
+    }
+}
+
+/// Where a scan's rows go: owned copies ([`Rows`]), or [`Packed`].
+pub trait RowSink {
+    fn row(&mut self, key: &[u8], value: &[u8]);
+}
+
+/// Where the values of several keys go: owned copies, or [`Packed`].
+pub trait ValueSink {
+    fn value(&mut self, value: Option<&[u8]>);
+}
+
+impl RowSink for Rows {
+    fn row(&mut self, key: &[u8], value: &[u8]) {
+        self.push((key.to_vec(), value.to_vec()));
+    }
+}
+
+impl ValueSink for Vec<Option<Vec<u8>>> {
+    fn value(&mut self, value: Option<&[u8]>) {
+        self.push(value.map(<[u8]>::to_vec));
+    }
+}
+
+/// Rows or values in the packed form a plugin reads as one buffer (the
+/// `*-packed` storage calls): each key and value as its little-endian u32
+/// length and its bytes, a missing value as the length `u32::MAX`. Read
+/// rows go straight from the database into it, with no copy of each.
+pub struct Packed(pub Vec<u8>);
+
+impl Default for Packed {
+    /// Room for a typical answer (a page of records) without regrowing.
+    fn default() -> Self {
+        Packed(Vec::with_capacity(16 << 10))
+    }
+}
+
+impl Packed {
+    fn put(&mut self, bytes: &[u8]) {
+        self.0
+            .extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        self.0.extend_from_slice(bytes);
+    }
+}
+
+impl RowSink for Packed {
+    fn row(&mut self, key: &[u8], value: &[u8]) {
+        self.put(key);
+        self.put(value);
+    }
+}
+
+impl ValueSink for Packed {
+    fn value(&mut self, value: Option<&[u8]>) {
+        match value {
+            Some(v) => self.put(v),
+            None => self.0.extend_from_slice(&u32::MAX.to_le_bytes()),
+        }
     }
 }
 
@@ -692,17 +780,18 @@ impl WriteTxn {
 impl Kv for WriteTxn {
     /// On a shared store, the keys this request did not write are read in
     /// one round trip.
-    fn get_many_within(
+    fn get_many_into(
         &self,
         table: &str,
         keys: &[Vec<u8>],
         max_bytes: usize,
-    ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        out: &mut dyn ValueSink,
+    ) -> Result<(), StorageError> {
         let batch = match self.lease().txn() {
             BatchTxn::Pg(batch) => batch,
             BatchTxn::Redb(batch) => {
                 let overlay = self.overlay.borrow();
-                return batch.get_many_layered(overlay.get(table), table, keys, max_bytes);
+                return batch.get_many_layered(overlay.get(table), table, keys, max_bytes, out);
             }
         };
         let overlay = self.overlay.borrow();
@@ -716,16 +805,19 @@ impl Kv for WriteTxn {
             .noted(batch.get_many_within(table, &missing, max_bytes))?
             .into_iter();
         let mut budget = Budget::new(max_bytes);
-        keys.iter()
-            .map(|k| {
-                let v = match mine.and_then(|m| m.get(k.as_slice())) {
-                    Some(v) => v.clone(),
-                    None => stored.next().flatten(),
-                };
-                budget.take(v.as_ref().map_or(0, Vec::len))?;
-                Ok(v)
-            })
-            .collect()
+        for k in keys {
+            let from_stored;
+            let v = match mine.and_then(|m| m.get(k.as_slice())) {
+                Some(v) => v.as_deref(),
+                None => {
+                    from_stored = stored.next().flatten();
+                    from_stored.as_deref()
+                }
+            };
+            budget.take(v.map_or(0, <[u8]>::len))?;
+            out.value(v);
+        }
+        Ok(())
     }
 
     fn get_in(&self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
@@ -738,7 +830,7 @@ impl Kv for WriteTxn {
         }
     }
 
-    fn scan_within(
+    fn scan_into(
         &self,
         table: &str,
         start: &[u8],
@@ -746,9 +838,10 @@ impl Kv for WriteTxn {
         reverse: bool,
         limit: usize,
         max_bytes: usize,
-    ) -> Result<Rows, StorageError> {
+        out: &mut dyn RowSink,
+    ) -> Result<(), StorageError> {
         if end.is_some_and(|e| e <= start) {
-            return Ok(vec![]);
+            return Ok(());
         }
         let range = bounds(start, end);
         let overlay = self.overlay.borrow();
@@ -766,10 +859,19 @@ impl Kv for WriteTxn {
                 // the budget counts only the rows answered.
                 let want = limit.saturating_add(mine.len());
                 let rows = self.noted(batch.scan_rows(table, start, end, reverse, want))?;
-                return self.noted(merge(rows, mine, reverse, limit, max_bytes));
+                return self.noted(merge(rows, mine, reverse, limit, max_bytes, out));
             }
         };
-        batch.scan_layered(Some(&overlay), table, start, end, reverse, limit, max_bytes)
+        batch.scan_layered(
+            Some(&overlay),
+            table,
+            start,
+            end,
+            reverse,
+            limit,
+            max_bytes,
+            out,
+        )
     }
 }
 
@@ -791,33 +893,31 @@ impl RedbBatch {
         table: &str,
         keys: &[Vec<u8>],
         max_bytes: usize,
-    ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        out: &mut dyn ValueSink,
+    ) -> Result<(), StorageError> {
         let mut stored = None;
         let mut budget = Budget::new(max_bytes);
-        keys.iter()
-            .map(|k| {
-                let written = mine
-                    .and_then(|m| m.get(k.as_slice()))
-                    .or_else(|| self.written(table, k));
-                let v = match written {
-                    Some(v) => v.clone(),
-                    None => {
-                        if stored.is_none() {
-                            stored = Some(snapshot_table(&self.snapshot, table)?);
-                        }
-                        match stored.as_ref().expect("opened above") {
-                            Some(t) => t
-                                .get(k.as_slice())
-                                .map_err(internal)?
-                                .map(|v| v.value().to_vec()),
-                            None => None,
-                        }
-                    }
-                };
+        for k in keys {
+            let written = mine
+                .and_then(|m| m.get(k.as_slice()))
+                .or_else(|| self.written(table, k));
+            if let Some(v) = written {
                 budget.take(v.as_ref().map_or(0, Vec::len))?;
-                Ok(v)
-            })
-            .collect()
+                out.value(v.as_deref());
+                continue;
+            }
+            if stored.is_none() {
+                stored = Some(snapshot_table(&self.snapshot, table)?);
+            }
+            let guard = match stored.as_ref().expect("opened above") {
+                Some(t) => t.get(k.as_slice()).map_err(internal)?,
+                None => None,
+            };
+            // Counted before the copy: an over-budget value is never copied.
+            budget.take(guard.as_ref().map_or(0, |v| v.value().len()))?;
+            out.value(guard.as_ref().map(|v| v.value()));
+        }
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -830,9 +930,10 @@ impl RedbBatch {
         reverse: bool,
         limit: usize,
         max_bytes: usize,
-    ) -> Result<Rows, StorageError> {
+        out: &mut dyn RowSink,
+    ) -> Result<(), StorageError> {
         if end.is_some_and(|e| e <= start) {
-            return Ok(vec![]);
+            return Ok(());
         }
         let range = bounds(start, end);
         // The writes not yet on disk in the range, newest over oldest: the
@@ -854,6 +955,7 @@ impl RedbBatch {
                 reverse,
                 limit,
                 max_bytes,
+                out,
             );
         };
         let iter = t
@@ -865,7 +967,7 @@ impl RedbBatch {
         } else {
             Box::new(iter)
         };
-        merge(base, mine, reverse, limit, max_bytes)
+        merge(base, mine, reverse, limit, max_bytes, out)
     }
 }
 
@@ -912,21 +1014,22 @@ impl Stored for Vec<u8> {
 }
 
 /// Merge committed rows with a request's own writes (which win, and whose
-/// deletes hide rows), both in scan order, up to `limit`.
+/// deletes hide rows), both in scan order, up to `limit`, into `out`.
 fn merge<I, B>(
     base: I,
     mine: Vec<(&Vec<u8>, &Option<Vec<u8>>)>,
     reverse: bool,
     limit: usize,
     max_bytes: usize,
-) -> Result<Rows, StorageError>
+    out: &mut dyn RowSink,
+) -> Result<(), StorageError>
 where
     I: Iterator<Item = Result<(B, B), StorageError>>,
     B: Stored,
 {
     let before = |a: &[u8], b: &[u8]| if reverse { a > b } else { a < b };
     let mut budget = Budget::new(max_bytes);
-    let mut out = Vec::new();
+    let mut taken = 0;
     let mut base = base.peekable();
     let mut mine = mine.into_iter().peekable();
     /// Which row comes next.
@@ -937,7 +1040,7 @@ where
         Base,
         Failed,
     }
-    while out.len() < limit {
+    while taken < limit {
         // Decided on the peeked rows in place (no copy of the base key).
         let next = match (base.peek(), mine.peek()) {
             (Some(Err(_)), _) => Next::Failed,
@@ -967,15 +1070,17 @@ where
             let (k, v) = mine.next().expect("peeked");
             if let Some(v) = v {
                 budget.take(k.len() + v.len())?;
-                out.push((k.clone(), v.clone()));
+                out.row(k, v);
+                taken += 1;
             }
         } else {
             let (k, v) = base.next().expect("peeked")?;
             budget.take(k.bytes().len() + v.bytes().len())?;
-            out.push((k.bytes().to_vec(), v.bytes().to_vec()));
+            out.row(k.bytes(), v.bytes());
+            taken += 1;
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 impl Kv for redb::ReadTransaction {
@@ -988,29 +1093,28 @@ impl Kv for redb::ReadTransaction {
     }
 
     /// One table open for all the keys.
-    fn get_many_within(
+    fn get_many_into(
         &self,
         table: &str,
         keys: &[Vec<u8>],
         max_bytes: usize,
-    ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
-        let t = match self.open_table(def(table)) {
-            Ok(t) => t,
-            Err(TableError::TableDoesNotExist(_)) => return Ok(vec![None; keys.len()]),
-            Err(e) => return Err(internal(e)),
+        out: &mut dyn ValueSink,
+    ) -> Result<(), StorageError> {
+        let Some(t) = snapshot_table(self, table)? else {
+            keys.iter().for_each(|_| out.value(None));
+            return Ok(());
         };
         let mut budget = Budget::new(max_bytes);
-        keys.iter()
-            .map(|k| {
-                let v = t.get(k.as_slice()).map_err(internal)?;
-                // Counted before the copy: an over-budget value is never copied.
-                budget.take(v.as_ref().map_or(0, |v| v.value().len()))?;
-                Ok(v.map(|v| v.value().to_vec()))
-            })
-            .collect()
+        for k in keys {
+            let v = t.get(k.as_slice()).map_err(internal)?;
+            // Counted before the copy: an over-budget value is never copied.
+            budget.take(v.as_ref().map_or(0, |v| v.value().len()))?;
+            out.value(v.as_ref().map(|v| v.value()));
+        }
+        Ok(())
     }
 
-    fn scan_within(
+    fn scan_into(
         &self,
         table: &str,
         start: &[u8],
@@ -1018,14 +1122,13 @@ impl Kv for redb::ReadTransaction {
         reverse: bool,
         limit: usize,
         max_bytes: usize,
-    ) -> Result<Rows, StorageError> {
+        out: &mut dyn RowSink,
+    ) -> Result<(), StorageError> {
         if end.is_some_and(|e| e <= start) {
-            return Ok(vec![]);
+            return Ok(());
         }
-        let t = match self.open_table(def(table)) {
-            Ok(t) => t,
-            Err(TableError::TableDoesNotExist(_)) => return Ok(vec![]),
-            Err(e) => return Err(internal(e)),
+        let Some(t) = snapshot_table(self, table)? else {
+            return Ok(());
         };
         let iter = t
             .range::<&[u8]>(bounds(start, end))
@@ -1037,7 +1140,7 @@ impl Kv for redb::ReadTransaction {
             Box::new(iter)
         };
         // A snapshot has no writes of its own to merge in.
-        merge(rows, Vec::new(), reverse, limit, max_bytes)
+        merge(rows, Vec::new(), reverse, limit, max_bytes, out)
     }
 }
 
@@ -1049,19 +1152,20 @@ impl Kv for ReadTxn {
         }
     }
 
-    fn get_many_within(
+    fn get_many_into(
         &self,
         table: &str,
         keys: &[Vec<u8>],
         max_bytes: usize,
-    ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        out: &mut dyn ValueSink,
+    ) -> Result<(), StorageError> {
         match self {
-            ReadTxn::Redb(t) => t.get_many_layered(None, table, keys, max_bytes),
-            ReadTxn::Pg(t) => t.get_many_within(table, keys, max_bytes),
+            ReadTxn::Redb(t) => t.get_many_layered(None, table, keys, max_bytes, out),
+            ReadTxn::Pg(t) => t.get_many_into(table, keys, max_bytes, out),
         }
     }
 
-    fn scan_within(
+    fn scan_into(
         &self,
         table: &str,
         start: &[u8],
@@ -1069,10 +1173,13 @@ impl Kv for ReadTxn {
         reverse: bool,
         limit: usize,
         max_bytes: usize,
-    ) -> Result<Rows, StorageError> {
+        out: &mut dyn RowSink,
+    ) -> Result<(), StorageError> {
         match self {
-            ReadTxn::Redb(t) => t.scan_layered(None, table, start, end, reverse, limit, max_bytes),
-            ReadTxn::Pg(t) => t.scan_within(table, start, end, reverse, limit, max_bytes),
+            ReadTxn::Redb(t) => {
+                t.scan_layered(None, table, start, end, reverse, limit, max_bytes, out)
+            }
+            ReadTxn::Pg(t) => t.scan_into(table, start, end, reverse, limit, max_bytes, out),
         }
     }
 }
@@ -1085,19 +1192,20 @@ impl Kv for Txn {
         }
     }
 
-    fn get_many_within(
+    fn get_many_into(
         &self,
         table: &str,
         keys: &[Vec<u8>],
         max_bytes: usize,
-    ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        out: &mut dyn ValueSink,
+    ) -> Result<(), StorageError> {
         match self {
-            Txn::Read(t) => t.get_many_within(table, keys, max_bytes),
-            Txn::Write(t) => t.get_many_within(table, keys, max_bytes),
+            Txn::Read(t) => t.get_many_into(table, keys, max_bytes, out),
+            Txn::Write(t) => t.get_many_into(table, keys, max_bytes, out),
         }
     }
 
-    fn scan_within(
+    fn scan_into(
         &self,
         table: &str,
         start: &[u8],
@@ -1105,10 +1213,11 @@ impl Kv for Txn {
         reverse: bool,
         limit: usize,
         max_bytes: usize,
-    ) -> Result<Rows, StorageError> {
+        out: &mut dyn RowSink,
+    ) -> Result<(), StorageError> {
         match self {
-            Txn::Read(t) => t.scan_within(table, start, end, reverse, limit, max_bytes),
-            Txn::Write(t) => t.scan_within(table, start, end, reverse, limit, max_bytes),
+            Txn::Read(t) => t.scan_into(table, start, end, reverse, limit, max_bytes, out),
+            Txn::Write(t) => t.scan_into(table, start, end, reverse, limit, max_bytes, out),
         }
     }
 }
@@ -1127,6 +1236,18 @@ impl Txn {
         max_bytes: usize,
     ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
         self.get_many_within(&keyspace_table(family), keys, max_bytes)
+    }
+
+    /// [`Txn::get_many`] in the packed form a plugin reads ([`Packed`]).
+    pub fn get_many_packed(
+        &self,
+        family: &str,
+        keys: &[Vec<u8>],
+        max_bytes: usize,
+    ) -> Result<Vec<u8>, StorageError> {
+        let mut out = Packed::default();
+        self.get_many_into(&keyspace_table(family), keys, max_bytes, &mut out)?;
+        Ok(out.0)
     }
 
     /// Write a key of a keyspace.
@@ -1175,6 +1296,22 @@ impl Txn {
             limit,
             max_bytes,
         )
+    }
+
+    /// [`Txn::scan_bounded`] in the packed form a plugin reads ([`Packed`]).
+    pub fn scan_packed(
+        &self,
+        family: &str,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<u8>, StorageError> {
+        let mut out = Packed::default();
+        let table = keyspace_table(family);
+        self.scan_into(&table, start, end, reverse, limit, max_bytes, &mut out)?;
+        Ok(out.0)
     }
 }
 
@@ -1376,6 +1513,33 @@ mod tests {
             r.scan_bounded("a", b"", None, false, 10, 8_003),
             Err(StorageError::TooLarge(_))
         ));
+        // The packed forms keep the same budgets.
+        assert!(r.get_many_packed("a", &keys, 40_000).is_ok());
+        assert!(matches!(
+            r.get_many_packed("a", &keys, 39_999),
+            Err(StorageError::TooLarge(_))
+        ));
+        assert!(r.scan_packed("a", b"", None, false, 10, 8_004).is_ok());
+        assert!(matches!(
+            r.scan_packed("a", b"", None, false, 10, 8_003),
+            Err(StorageError::TooLarge(_))
+        ));
+    }
+
+    /// The packed form, spelled out: a little-endian u32 length, then the
+    /// bytes; `None` is the length `u32::MAX` alone.
+    fn packed<'a>(items: impl IntoIterator<Item = Option<&'a [u8]>>) -> Vec<u8> {
+        let mut out = vec![];
+        for item in items {
+            match item {
+                Some(b) => {
+                    out.extend((b.len() as u32).to_le_bytes());
+                    out.extend(b);
+                }
+                None => out.extend([0xff; 4]),
+            }
+        }
+        out
     }
 
     #[test]
@@ -1456,6 +1620,8 @@ mod tests {
         let many = w.get_many("a", &keys, usize::MAX).unwrap();
         let want: Vec<_> = keys.iter().map(|k| view.get(k).cloned()).collect();
         prop_assert_eq!(many, want);
+        let want = packed(keys.iter().map(|k| view.get(k).map(Vec::as_slice)));
+        prop_assert_eq!(w.get_many_packed("a", &keys, usize::MAX).unwrap(), want);
         let (start, end) = (vec![lo], vec![hi]);
         for rev in [false, true] {
             let expect: Vec<(Vec<u8>, Vec<u8>)> = if hi <= lo {
@@ -1469,7 +1635,14 @@ mod tests {
                     r.take(limit).collect()
                 }
             };
+            let want = packed(
+                expect
+                    .iter()
+                    .flat_map(|(k, v)| [Some(&k[..]), Some(&v[..])]),
+            );
             prop_assert_eq!(w.scan("a", &start, Some(&end), rev, limit).unwrap(), expect);
+            let got = w.scan_packed("a", &start, Some(&end), rev, limit, usize::MAX);
+            prop_assert_eq!(got.unwrap(), want);
         }
         Ok(())
     }

@@ -17,7 +17,7 @@
 //! calling thread (a plugin's thread, or any other) waits for its answer by
 //! parking, so the store works the same from any thread.
 
-use super::{Budget, Overlay, Rows, StorageError};
+use super::{Budget, Overlay, StorageError};
 use futures_util::FutureExt;
 use std::collections::HashMap;
 use std::future::Future;
@@ -546,16 +546,19 @@ impl super::Kv for PgRead {
         self.with(|l| l.get(table, key))
     }
 
-    fn get_many_within(
+    fn get_many_into(
         &self,
         table: &str,
         keys: &[Vec<u8>],
         max_bytes: usize,
-    ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
-        self.with(|l| l.get_many_within(table, keys, max_bytes))
+        out: &mut dyn super::ValueSink,
+    ) -> Result<(), StorageError> {
+        let values = self.with(|l| l.get_many_within(table, keys, max_bytes))?;
+        values.iter().for_each(|v| out.value(v.as_deref()));
+        Ok(())
     }
 
-    fn scan_within(
+    fn scan_into(
         &self,
         table: &str,
         start: &[u8],
@@ -563,9 +566,10 @@ impl super::Kv for PgRead {
         reverse: bool,
         limit: usize,
         max_bytes: usize,
-    ) -> Result<Rows, StorageError> {
+        out: &mut dyn super::RowSink,
+    ) -> Result<(), StorageError> {
         if end.is_some_and(|e| e <= start) {
-            return Ok(vec![]);
+            return Ok(());
         }
         self.with(|l| {
             super::merge(
@@ -574,6 +578,7 @@ impl super::Kv for PgRead {
                 reverse,
                 limit,
                 max_bytes,
+                out,
             )
         })
     }

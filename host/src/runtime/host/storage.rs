@@ -18,12 +18,6 @@ fn to_wit(e: StorageError) -> storage::StorageError {
     }
 }
 
-/// Append `bytes` with its little-endian u32 length (the packed form).
-fn pack(buf: &mut Vec<u8>, bytes: &[u8]) {
-    buf.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-    buf.extend_from_slice(bytes);
-}
-
 impl Ctx {
     /// The keyspace a read names: the own one, or a granted one.
     fn keyspace(&self, requested: Option<String>) -> Result<String, storage::StorageError> {
@@ -50,6 +44,22 @@ impl Ctx {
     }
 }
 
+/// A get-many names at most [`crate::store::MAX_GET_MANY`] keys.
+fn count_keys(keys: &[Vec<u8>]) -> Result<(), storage::StorageError> {
+    if keys.len() > crate::store::MAX_GET_MANY {
+        return Err(storage::StorageError::TooLarge(format!(
+            "at most {} keys per get-many",
+            crate::store::MAX_GET_MANY
+        )));
+    }
+    Ok(())
+}
+
+/// Most rows one scan reads.
+fn scan_limit(limit: u32) -> usize {
+    limit.min(100_000) as usize
+}
+
 impl storage::Host for Ctx {
     async fn get(
         &mut self,
@@ -66,12 +76,7 @@ impl storage::Host for Ctx {
         keyspace: Option<String>,
         keys: Vec<Vec<u8>>,
     ) -> Result<Vec<Option<Vec<u8>>>, storage::StorageError> {
-        if keys.len() > crate::store::MAX_GET_MANY {
-            return Err(storage::StorageError::TooLarge(format!(
-                "at most {} keys per get-many",
-                crate::store::MAX_GET_MANY
-            )));
-        }
+        count_keys(&keys)?;
         let ks = self.keyspace(keyspace)?;
         self.ready().await;
         let budget = self.call_budget();
@@ -102,7 +107,7 @@ impl storage::Host for Ctx {
         limit: u32,
     ) -> Result<Vec<storage::Entry>, storage::StorageError> {
         let ks = self.keyspace(keyspace)?;
-        let limit = limit.min(100_000) as usize;
+        let limit = scan_limit(limit);
         self.ready().await;
         let budget = self.call_budget();
         let rows = self
@@ -114,6 +119,7 @@ impl storage::Host for Ctx {
             .collect())
     }
 
+    /// Rows go from the database straight into the packed buffer.
     async fn scan_packed(
         &mut self,
         keyspace: Option<String>,
@@ -122,33 +128,25 @@ impl storage::Host for Ctx {
         reverse: bool,
         limit: u32,
     ) -> Result<Vec<u8>, storage::StorageError> {
-        let rows = self.scan(keyspace, start, end, reverse, limit).await?;
-        let size = rows.iter().map(|e| 8 + e.key.len() + e.value.len()).sum();
-        let mut buf = Vec::with_capacity(size);
-        for e in &rows {
-            pack(&mut buf, &e.key);
-            pack(&mut buf, &e.value);
-        }
-        Ok(buf)
+        let ks = self.keyspace(keyspace)?;
+        let limit = scan_limit(limit);
+        self.ready().await;
+        let budget = self.call_budget();
+        self.on_txn(|t| t.scan_packed(&ks, &start, end.as_deref(), reverse, limit, budget))
+            .map_err(to_wit)
     }
 
+    /// Values go from the database straight into the packed buffer.
     async fn get_many_packed(
         &mut self,
         keyspace: Option<String>,
         keys: Vec<Vec<u8>>,
     ) -> Result<Vec<u8>, storage::StorageError> {
-        let values = self.get_many(keyspace, keys).await?;
-        let size = values
-            .iter()
-            .map(|v| 4 + v.as_ref().map_or(0, Vec::len))
-            .sum();
-        let mut buf = Vec::with_capacity(size);
-        for v in &values {
-            match v {
-                Some(v) => pack(&mut buf, v),
-                None => buf.extend_from_slice(&u32::MAX.to_le_bytes()),
-            }
-        }
-        Ok(buf)
+        count_keys(&keys)?;
+        let ks = self.keyspace(keyspace)?;
+        self.ready().await;
+        let budget = self.call_budget();
+        self.on_txn(|t| t.get_many_packed(&ks, &keys, budget))
+            .map_err(to_wit)
     }
 }
