@@ -953,22 +953,6 @@ impl Runtime {
         let Kind::Endpoint(pre) = &plugin.kind else {
             return Ok(Reply::error(500, "internal", "internal error"));
         };
-        // A payment identifier (x402) seen before: the stored answer of the
-        // same request, or 409 idempotency_conflict for another one.
-        if write
-            && let Some(kept) = self.state.storage.begin_read().ok().and_then(|txn| {
-                crate::money::x402::lookup(
-                    &self.state.ledger,
-                    &txn,
-                    &mut payment,
-                    &req.method,
-                    &req.path,
-                    &req.body,
-                )
-            })
-        {
-            return Ok(kept);
-        }
         // An identical retry of a paid request gets the stored answer.
         let replay_key = match (&payment.cash, write) {
             (Some(secret), true) => marketplace_common::secret::parse(secret).ok().map(|s| {
@@ -977,16 +961,31 @@ impl Runtime {
             }),
             _ => None,
         };
-        if let Some(key) = &replay_key
-            && let Some(stored) = self
-                .state
-                .storage
-                .begin_read()
-                .ok()
-                .and_then(|txn| self.state.ledger.replay(&txn, key))
+        // Both looked up in one view, and none taken when there is nothing
+        // to look up.
+        if write
+            && (payment.x402.id.is_some() || replay_key.is_some())
+            && let Ok(view) = self.state.storage.begin_read()
         {
-            tracing::info!(family, "identical paid retry: stored response replayed");
-            return Ok(crate::money::x402::sent(stored));
+            // A payment identifier (x402) seen before: the stored answer of
+            // the same request, or 409 idempotency_conflict for another one.
+            if let Some(kept) = crate::money::x402::lookup(
+                &self.state.ledger,
+                &view,
+                &mut payment,
+                &req.method,
+                &req.path,
+                &req.body,
+            ) {
+                return Ok(kept);
+            }
+            if let Some(stored) = replay_key
+                .as_ref()
+                .and_then(|key| self.state.ledger.replay(&view, key))
+            {
+                tracing::info!(family, "identical paid retry: stored response replayed");
+                return Ok(crate::money::x402::sent(stored));
+            }
         }
         let ctx = Ctx::new(
             self.clone(),
