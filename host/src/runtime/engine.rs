@@ -953,7 +953,7 @@ impl Runtime {
         let Kind::Endpoint(pre) = &plugin.kind else {
             return Ok(Reply::error(500, "internal", "internal error"));
         };
-        // An identical retry of a paid request gets the stored answer.
+        // The key of this paid request's stored answer.
         let replay_key = match (&payment.cash, write) {
             (Some(secret), true) => marketplace_common::secret::parse(secret).ok().map(|s| {
                 let public = crate::money::ledger::public_hash(&s.hex);
@@ -979,6 +979,7 @@ impl Runtime {
             ) {
                 return Ok(kept);
             }
+            // An identical retry of a paid request gets the stored answer.
             if let Some(stored) = replay_key
                 .as_ref()
                 .and_then(|key| self.state.ledger.replay(&view, key))

@@ -204,15 +204,7 @@ pub trait Kv {
         keys: &[Vec<u8>],
         max_bytes: usize,
         out: &mut dyn ValueSink,
-    ) -> Result<(), StorageError> {
-        let mut budget = Budget::new(max_bytes);
-        for k in keys {
-            let v = self.get_in(table, k)?;
-            budget.take(v.as_ref().map_or(0, Vec::len))?;
-            out.value(v.as_deref());
-        }
-        Ok(())
-    }
+    ) -> Result<(), StorageError>;
     /// [`Kv::get_many_into`], copied out.
     fn get_many_within(
         &self,
@@ -281,6 +273,10 @@ pub trait RowSink {
 /// Where the values of several keys go: owned copies, or [`Packed`].
 pub trait ValueSink {
     fn value(&mut self, value: Option<&[u8]>);
+    /// A value the reader already owns (the shared store's answers).
+    fn owned(&mut self, value: Option<Vec<u8>>) {
+        self.value(value.as_deref());
+    }
 }
 
 impl RowSink for Rows {
@@ -293,16 +289,20 @@ impl ValueSink for Vec<Option<Vec<u8>>> {
     fn value(&mut self, value: Option<&[u8]>) {
         self.push(value.map(<[u8]>::to_vec));
     }
+    fn owned(&mut self, value: Option<Vec<u8>>) {
+        self.push(value);
+    }
 }
 
 /// Rows or values in the packed form a plugin reads as one buffer (the
 /// `*-packed` storage calls): each key and value as its little-endian u32
-/// length and its bytes, a missing value as the length `u32::MAX`. Read
-/// rows go straight from the database into it, with no copy of each.
-pub struct Packed(pub Vec<u8>);
+/// length and its bytes, a missing value as the length `u32::MAX`. On the
+/// embedded store a row is copied from the database page into it, with no
+/// owned copy of each row in between.
+struct Packed(Vec<u8>);
 
 impl Default for Packed {
-    /// Room for a typical answer (a page of records) without regrowing.
+    /// Room for a typical answer (a search's 20 records) in one allocation.
     fn default() -> Self {
         Packed(Vec::with_capacity(16 << 10))
     }
@@ -806,16 +806,17 @@ impl Kv for WriteTxn {
             .into_iter();
         let mut budget = Budget::new(max_bytes);
         for k in keys {
-            let from_stored;
-            let v = match mine.and_then(|m| m.get(k.as_slice())) {
-                Some(v) => v.as_deref(),
-                None => {
-                    from_stored = stored.next().flatten();
-                    from_stored.as_deref()
+            match mine.and_then(|m| m.get(k.as_slice())) {
+                Some(v) => {
+                    budget.take(v.as_ref().map_or(0, Vec::len))?;
+                    out.value(v.as_deref());
                 }
-            };
-            budget.take(v.map_or(0, <[u8]>::len))?;
-            out.value(v);
+                None => {
+                    let v = stored.next().flatten();
+                    budget.take(v.as_ref().map_or(0, Vec::len))?;
+                    out.owned(v);
+                }
+            }
         }
         Ok(())
     }
@@ -1592,8 +1593,11 @@ mod tests {
     ) -> Result<(), TestCaseError> {
         match *op {
             Op::Put(k, v) => {
-                w.put("a", &[k], &[v]).unwrap();
-                view.insert(vec![k], vec![v]);
+                // Values of 1 to 4 bytes: a packed form that mixed up the
+                // lengths of keys and values would show.
+                let value = vec![v; 1 + usize::from(v % 4)];
+                w.put("a", &[k], &value).unwrap();
+                view.insert(vec![k], value);
             }
             Op::Delete(k) => {
                 let existed = w.delete("a", &[k]).unwrap();
@@ -1741,6 +1745,9 @@ mod tests {
                     let r = s.begin(false).unwrap();
                     let shown: BTreeMap<_, _> = r.scan("a", b"", None, false, 1000).unwrap().into_iter().collect();
                     prop_assert_eq!(&shown, &disk, "readers see only what is durable");
+                    let rows = disk.iter().flat_map(|(k, v)| [Some(&k[..]), Some(&v[..])]);
+                    let got = r.scan_packed("a", b"", None, false, 1000, usize::MAX).unwrap();
+                    prop_assert_eq!(got, packed(rows), "a reader's packed scan");
                 }
                 drop(w);
                 drop(stalled);

@@ -554,7 +554,7 @@ impl super::Kv for PgRead {
         out: &mut dyn super::ValueSink,
     ) -> Result<(), StorageError> {
         let values = self.with(|l| l.get_many_within(table, keys, max_bytes))?;
-        values.iter().for_each(|v| out.value(v.as_deref()));
+        values.into_iter().for_each(|v| out.owned(v));
         Ok(())
     }
 
@@ -587,7 +587,7 @@ impl super::Kv for PgRead {
 #[cfg(test)]
 mod tests {
     use crate::store::group_commit::Settings;
-    use crate::store::{Kv, Storage, StorageError};
+    use crate::store::{Kv, Packed, Storage, StorageError};
     use std::sync::Arc;
 
     /// The throwaway cluster of `cargo xtask test`, or None (skipped, unless
@@ -656,8 +656,21 @@ mod tests {
                     .map(|v| (vec![], v.unwrap_or_default()))
                     .collect(),
             );
+            // The packed forms a plugin reads, through the overlay.
+            let keys = [b"a1".to_vec(), b"zz".to_vec(), b"a3".to_vec()];
+            let mut packed = Packed::default();
+            w.scan_into("kv:t", b"a", Some(b"b"), true, 3, usize::MAX, &mut packed)
+                .unwrap();
+            w.get_many_into("kv:t", &keys, usize::MAX, &mut packed)
+                .unwrap();
             s.commit(w).unwrap();
             let r = s.begin_read().unwrap();
+            // ...and from committed data.
+            r.scan_into("kv:t", b"", None, false, 100, usize::MAX, &mut packed)
+                .unwrap();
+            r.get_many_into("kv:t", &keys, usize::MAX, &mut packed)
+                .unwrap();
+            seen.push(vec![(packed.0, vec![])]);
             seen.push(r.scan_in("kv:t", b"", None, true, 100).unwrap());
             assert!(matches!(
                 r.scan_within("kv:t", b"", None, false, 100, 10),

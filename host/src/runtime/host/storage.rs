@@ -119,7 +119,7 @@ impl storage::Host for Ctx {
             .collect())
     }
 
-    /// Rows go from the database straight into the packed buffer.
+    /// Rows are copied from the database into the packed buffer as read.
     async fn scan_packed(
         &mut self,
         keyspace: Option<String>,
@@ -136,7 +136,7 @@ impl storage::Host for Ctx {
             .map_err(to_wit)
     }
 
-    /// Values go from the database straight into the packed buffer.
+    /// Values are copied from the database into the packed buffer as read.
     async fn get_many_packed(
         &mut self,
         keyspace: Option<String>,
