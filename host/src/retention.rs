@@ -4,8 +4,10 @@
 //!
 //! Each prunable record is listed in an index table by time (`auth:used-by-time`,
 //! `cash:replays-by-time`: u64 BE milliseconds, then the record's key ->
-//! empty), written in the same transaction as the record, so a sweep finds
-//! the old ones with a range scan instead of reading whole tables.
+//! empty, or for a kept answer the answer itself, its record naming that
+//! time), written in the same transaction as the record, so a sweep finds
+//! the old ones with a range scan instead of reading whole tables, and
+//! deleting an entry deletes the answer it holds.
 //!
 //! - A fresh signature's use is removed [`Retention::signatures`] after the
 //!   use (at least [`crate::auth::MIN_USED_RETENTION_S`]): by then its
@@ -279,14 +281,19 @@ fn prune(
         if entries.is_empty() {
             break; // dropped: nothing written
         }
-        for (entry, _) in &entries {
+        for (entry, held) in &entries {
             txn.delete_in(kind.index(), entry).map_err(err)?;
-            let Some(key) = entry.get(8..) else { continue };
-            let Some(record) = txn.get_in(kind.table(), key).map_err(err)? else {
-                continue;
-            };
-            if kind.may_remove(&record, cutoff_ms) {
+            // An entry that holds a kept answer: the answer goes with it
+            // (its record, if it has one, names this time).
+            let mut removed = !held.is_empty();
+            if let Some(key) = entry.get(8..)
+                && let Some(record) = txn.get_in(kind.table(), key).map_err(err)?
+                && kind.may_remove(&record, cutoff_ms)
+            {
                 txn.delete_in(kind.table(), key).map_err(err)?;
+                removed = true;
+            }
+            if removed {
                 match kind {
                     Kind::Signatures => stats.signatures += 1,
                     Kind::Replays => stats.replays += 1,
@@ -578,8 +585,12 @@ mod tests {
         let reply = crate::reply::Reply::json(201, &serde_json::json!({"id": "p1"}));
         let key = [3u8; 32];
         Ledger::record_replay_at(&txn, &key, &reply, &[], 0).unwrap();
-        // Make it an old-format record: no time, not listed.
-        let raw = txn.get_in(REPLAYS, &key).unwrap().unwrap();
+        // Make it an old-format record: the reply under its key, no time,
+        // not listed.
+        let raw = txn
+            .get_in(REPLAYS_BY_TIME, &index_key(0, &key))
+            .unwrap()
+            .unwrap();
         let mlen = u32::from_be_bytes(raw[2..6].try_into().unwrap()) as usize;
         let mut meta: serde_json::Value = serde_json::from_slice(&raw[6..6 + mlen]).unwrap();
         meta.as_object_mut().unwrap().remove("at_ms");
@@ -655,6 +666,43 @@ mod tests {
             "whole, secrets derived"
         );
         assert_eq!(ledger.replay(&snap, &old), None);
+        assert_eq!(count(&db, REPLAYS_BY_TIME), 1);
+    }
+
+    #[test]
+    fn answers_kept_with_their_output_go_after_the_horizon() {
+        let (dir, db) = crate::store::temp_storage();
+        let ledger = Ledger::open(dir.path()).unwrap();
+        let r = Retention::default();
+        let horizon = r.replays.as_millis() as u64;
+        let now_ms = NOW_S * 1000;
+        let reply = crate::reply::Reply::json(201, &serde_json::json!({"id": "p1"}));
+        let txn = db.begin_write().unwrap();
+        let mut keys = Vec::new();
+        for (i, at) in [now_ms - 1000, now_ms - horizon - 1]
+            .into_iter()
+            .enumerate()
+        {
+            let paid = ledger.mint(&txn, 5).unwrap();
+            let public = crate::money::ledger::public_hash(
+                &marketplace_common::secret::parse(&paid).unwrap().hex,
+            );
+            let key = crate::money::payments::replay_key(&public, "POST", "/p", &[i as u8]);
+            ledger.spend(&txn, &public).unwrap();
+            Ledger::record_paid_replay_at(&txn, &public, &key, &reply, &[], at).unwrap();
+            keys.push((public, key));
+        }
+        db.commit(txn).unwrap();
+        assert_eq!(count(&db, REPLAYS), 0);
+
+        let s = sweep(&db, now_ms, &r).unwrap();
+        assert_eq!((s.replays, s.signatures, s.indexed), (1, 0, 0));
+        let snap = db.begin_read().unwrap();
+        let [(young_pub, young), (old_pub, old)] = &keys[..] else {
+            unreachable!()
+        };
+        assert_eq!(ledger.replay_paid(&snap, young_pub, young), Some(reply));
+        assert_eq!(ledger.replay_paid(&snap, old_pub, old), None);
         assert_eq!(count(&db, REPLAYS_BY_TIME), 1);
     }
 

@@ -22,16 +22,47 @@ use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::path::Path;
 
-/// public hash (hex) -> amount (u64 BE) and spent flag.
+/// public hash (hex) -> amount (u64 BE) and spent flag; a spent output
+/// whose request's answer is kept adds the u64 BE milliseconds it was kept
+/// at (see [`Ledger::record_paid_replay_at`]).
 const OUTPUTS: &str = "cash:outputs";
 /// total name -> u64 BE.
 const TOTALS: &str = "cash:totals";
-/// replay key -> stored reply (with the milliseconds it was recorded at,
-/// except in records of older versions).
+/// replay key -> where its kept answer is: [`encode_pointer`], the
+/// milliseconds it was recorded at. Records of older versions hold the
+/// stored reply itself (with that time, or none in the oldest). An answer
+/// paid from this ledger has no record here: its spent output names the
+/// time instead.
 pub const REPLAYS: &str = "cash:replays";
 /// The same records by time, for retention (`crate::retention`): u64 BE
-/// milliseconds of recording, then the replay key -> empty.
+/// milliseconds of recording, then the replay key -> the stored reply
+/// (empty for a record of an older version, which holds its reply itself).
+///
+/// The reply (about 1.3 KB for a created post) lives here rather than
+/// under its random replay key: here each new one goes at the end of the
+/// table, so a batch of paid requests writes a few pages of answers
+/// instead of one B-tree leaf (often split) per answer. And an answer paid
+/// from this ledger is found through the output its secret spent, a row
+/// the payment writes anyway, so keeping it adds no row at a random place.
 pub const REPLAYS_BY_TIME: &str = "cash:replays-by-time";
+
+/// First two bytes of a pointer record in [`REPLAYS`]: no HTTP status is
+/// 0xFFFF, so it never begins a stored reply.
+const POINTER: [u8; 2] = [0xff, 0xff];
+
+/// The [`REPLAYS`] record of an answer kept at `at_ms`.
+fn encode_pointer(at_ms: u64) -> [u8; 10] {
+    let mut p = [0; 10];
+    p[..2].copy_from_slice(&POINTER);
+    p[2..].copy_from_slice(&at_ms.to_be_bytes());
+    p
+}
+
+/// The time a pointer record names; None for a record of an older version.
+fn decode_pointer(record: &[u8]) -> Option<u64> {
+    let ms: [u8; 8] = record.strip_prefix(&POINTER)?.try_into().ok()?;
+    Some(u64::from_be_bytes(ms))
+}
 
 /// Most inputs or outputs of one replace.
 pub const MAX_REPLACE: usize = 100;
@@ -60,6 +91,20 @@ fn encode(o: Output) -> [u8; 9] {
     b[..8].copy_from_slice(&o.amount.to_be_bytes());
     b[8] = o.spent as u8;
     b
+}
+
+/// A spent output whose request's answer was kept at `at_ms`.
+fn encode_kept(o: Output, at_ms: u64) -> [u8; 17] {
+    let mut b = [0u8; 17];
+    b[..9].copy_from_slice(&encode(o));
+    b[9..].copy_from_slice(&at_ms.to_be_bytes());
+    b
+}
+
+/// When the answer of the request that spent this output was kept, if it
+/// was (see [`encode_kept`]).
+fn kept_at(b: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(b.get(9..17)?.try_into().ok()?))
 }
 
 fn decode(b: &[u8]) -> Output {
@@ -350,18 +395,49 @@ impl Ledger {
     /// secrets derived again. An answer whose secrets can no longer be
     /// derived (the server key changed) is a 409 rather than a new secret.
     pub fn replay(&self, kv: &impl Kv, key: &[u8; 32]) -> Option<crate::reply::Reply> {
-        let stored = decode_reply(&kv.get_in(REPLAYS, key).ok()??)?;
+        let record = kv.get_in(REPLAYS, key).ok()??;
+        let stored = match decode_pointer(&record) {
+            Some(at_ms) => kept_answer(kv, at_ms, key)?,
+            None => decode_reply(&record)?,
+        };
+        Some(self.restore(stored))
+    }
+
+    /// [`Ledger::replay`] for a request that presented the secret with
+    /// public hash `public` (`key` is made from it): an answer kept with
+    /// that secret's output first (see [`Ledger::record_paid_replay_at`]).
+    pub fn replay_paid(
+        &self,
+        kv: &impl Kv,
+        public: &str,
+        key: &[u8; 32],
+    ) -> Option<crate::reply::Reply> {
+        let kept = kv
+            .get_in(OUTPUTS, public.as_bytes())
+            .ok()
+            .flatten()
+            .and_then(|o| kept_at(&o))
+            .and_then(|at_ms| kept_answer(kv, at_ms, key));
+        match kept {
+            Some(stored) => Some(self.restore(stored)),
+            None => self.replay(kv, key),
+        }
+    }
+
+    /// A stored answer with its secrets derived again; an answer whose
+    /// secrets can no longer be derived is a 409.
+    fn restore(&self, stored: StoredReply) -> crate::reply::Reply {
         let mut reply = stored.reply;
         for (i, d) in stored.issued.iter().enumerate() {
             let Some(secret) = d.derive(self) else {
                 tracing::error!(
                     "a stored answer's secret cannot be derived again: the server key changed"
                 );
-                return Some(crate::reply::Reply::error(
+                return crate::reply::Reply::error(
                     409,
                     "conflict",
                     "this paid request was answered before, and its answer can no longer be shown",
-                ));
+                );
             };
             let mark = placeholder(&stored.nonce, i);
             reply.body = replace_bytes(&reply.body, mark.as_bytes(), secret.as_bytes());
@@ -369,14 +445,15 @@ impl Ledger {
                 *v = v.replace(&mark, &secret);
             }
         }
-        Some(reply)
+        reply
     }
 
     /// Record the response of a paid request for identical retries: each
     /// secret in `issued` (as `(secret, derivation)`) is replaced by a mark
     /// and kept only as its derivation. Recorded at `now_ms` (host clock):
-    /// the record carries its time and is listed in `cash:replays-by-time`,
-    /// so retention finds it once it is older than the retry horizon.
+    /// the answer goes in `cash:replays-by-time` under that time, so
+    /// retention finds it once it is older than the retry horizon, and the
+    /// replay key points at it.
     pub fn record_replay_at(
         txn: &WriteTxn,
         key: &[u8; 32],
@@ -384,26 +461,30 @@ impl Ledger {
         issued: &[(String, Derivation)],
         now_ms: u64,
     ) -> Result<()> {
-        let mut raw = [0u8; 12];
-        crate::ids::fill_random(&mut raw);
-        let nonce = hex(&raw);
-        let mut kept = reply.clone();
-        for (i, (secret, _)) in issued.iter().enumerate() {
-            let mark = placeholder(&nonce, i);
-            kept.body = replace_bytes(&kept.body, secret.as_bytes(), mark.as_bytes());
-            for (_, v) in kept.headers.iter_mut() {
-                *v = v.replace(secret.as_str(), &mark);
+        txn.put_in(REPLAYS, key, &encode_pointer(now_ms))?;
+        keep_answer(txn, key, reply, issued, now_ms)
+    }
+
+    /// [`Ledger::record_replay_at`] for a request paid with the secret of
+    /// public hash `public` (`key` is made from it): when that secret was
+    /// spent from this ledger (in this transaction), its output records the
+    /// time instead of a `cash:replays` record.
+    pub fn record_paid_replay_at(
+        txn: &WriteTxn,
+        public: &str,
+        key: &[u8; 32],
+        reply: &crate::reply::Reply,
+        issued: &[(String, Derivation)],
+        now_ms: u64,
+    ) -> Result<()> {
+        match txn.get_in(OUTPUTS, public.as_bytes())?.map(|v| decode(&v)) {
+            Some(out) if out.spent => {
+                txn.put_in(OUTPUTS, public.as_bytes(), &encode_kept(out, now_ms))?;
+                keep_answer(txn, key, reply, issued, now_ms)
             }
+            // Paid at an upstream server: not an output of this ledger.
+            _ => Self::record_replay_at(txn, key, reply, issued, now_ms),
         }
-        let stored = StoredReply {
-            reply: kept,
-            nonce,
-            issued: issued.iter().map(|(_, d)| d.clone()).collect(),
-            at_ms: Some(now_ms),
-        };
-        txn.put_in(REPLAYS, key, &encode_reply(&stored))?;
-        txn.put_in(REPLAYS_BY_TIME, &crate::store::time_key(now_ms, key), b"")?;
-        Ok(())
     }
 
     /// Totals for the conservation invariant (scans every output).
@@ -463,10 +544,13 @@ struct StoredMeta {
     at_ms: Option<u64>,
 }
 
-/// When a stored replay record was recorded (ms), from its metadata alone;
-/// None for a record of an older version (no time) or one that does not
-/// decode.
+/// When a [`REPLAYS`] record was recorded (ms): a pointer's time, or an
+/// older version's stored reply's, from its metadata alone; None for a
+/// record of the oldest versions (no time) or one that does not decode.
 pub fn replay_recorded_ms(record: &[u8]) -> Option<u64> {
+    if let Some(at_ms) = decode_pointer(record) {
+        return Some(at_ms);
+    }
     #[derive(serde::Deserialize)]
     struct Time {
         #[serde(default)]
@@ -497,6 +581,49 @@ fn replace_bytes(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
     }
     out.extend_from_slice(&hay[done..]);
     out
+}
+
+/// Keep `reply` under `cash:replays-by-time` at `now_ms`: each secret in
+/// `issued` (as `(secret, derivation)`) replaced by a mark, kept only as
+/// its derivation.
+fn keep_answer(
+    txn: &WriteTxn,
+    key: &[u8; 32],
+    reply: &crate::reply::Reply,
+    issued: &[(String, Derivation)],
+    now_ms: u64,
+) -> Result<()> {
+    let mut raw = [0u8; 12];
+    crate::ids::fill_random(&mut raw);
+    let nonce = hex(&raw);
+    let mut kept = reply.clone();
+    for (i, (secret, _)) in issued.iter().enumerate() {
+        let mark = placeholder(&nonce, i);
+        kept.body = replace_bytes(&kept.body, secret.as_bytes(), mark.as_bytes());
+        for (_, v) in kept.headers.iter_mut() {
+            *v = v.replace(secret.as_str(), &mark);
+        }
+    }
+    let stored = StoredReply {
+        reply: kept,
+        nonce,
+        issued: issued.iter().map(|(_, d)| d.clone()).collect(),
+        at_ms: Some(now_ms),
+    };
+    txn.put_in(
+        REPLAYS_BY_TIME,
+        &crate::store::time_key(now_ms, key),
+        &encode_reply(&stored),
+    )?;
+    Ok(())
+}
+
+/// The answer kept for `key` at `at_ms`, if it is still there.
+fn kept_answer(kv: &impl Kv, at_ms: u64, key: &[u8; 32]) -> Option<StoredReply> {
+    decode_reply(
+        &kv.get_in(REPLAYS_BY_TIME, &crate::store::time_key(at_ms, key))
+            .ok()??,
+    )
 }
 
 fn encode_reply(r: &StoredReply) -> Vec<u8> {
@@ -675,9 +802,93 @@ mod tests {
         };
         let key = [9u8; 32];
         Ledger::record_replay_at(&txn, &key, &r, &[(change.clone(), d)], 1_000).unwrap();
-        let raw = txn.get_in(REPLAYS, &key).unwrap().unwrap();
+        let pointer = txn.get_in(REPLAYS, &key).unwrap().unwrap();
+        assert_eq!(replay_recorded_ms(&pointer), Some(1_000));
+        let raw = txn
+            .get_in(REPLAYS_BY_TIME, &crate::store::time_key(1_000, &key))
+            .unwrap()
+            .unwrap();
         let hexpart = &change[change.len() - 64..];
         assert!(!String::from_utf8_lossy(&raw).contains(hexpart));
+        assert_eq!(l.replay(&txn, &key), Some(r.clone()));
+        // A record of the previous layout (the reply under its key, an
+        // empty index entry) still answers.
+        txn.put_in(REPLAYS, &key, &raw).unwrap();
+        txn.put_in(REPLAYS_BY_TIME, &crate::store::time_key(1_000, &key), b"")
+            .unwrap();
+        assert_eq!(replay_recorded_ms(&raw), Some(1_000));
+        assert_eq!(l.replay(&txn, &key), Some(r));
+        // A pointer whose answer is gone answers nothing.
+        txn.put_in(REPLAYS, &key, &encode_pointer(2_000)).unwrap();
+        assert_eq!(l.replay(&txn, &key), None);
+    }
+
+    #[test]
+    fn a_paid_answer_rides_on_the_spent_output() {
+        let (_d, db, l) = setup();
+        let txn = db.begin_write().unwrap();
+        let paid = l.mint(&txn, 10).unwrap();
+        let public = public_hash(&secret::parse(&paid).unwrap().hex);
+        let (change, _) = l.issue(&txn, &format!("change:{public}"), 3).unwrap();
+        let d = Derivation {
+            purpose: format!("change:{public}:3"),
+            amount: Some(3),
+            public: public_hash(&secret::parse(&change).unwrap().hex),
+        };
+        let r = crate::reply::Reply {
+            status: 201,
+            headers: vec![],
+            body: format!("{{\"change\":\"{change}\"}}").into_bytes(),
+        };
+        let key = crate::money::payments::replay_key(&public, "POST", "/api/x", b"{}");
+        let other = crate::money::payments::replay_key(&public, "POST", "/api/x", b"{ }");
+        l.spend(&txn, &public).unwrap();
+        Ledger::record_paid_replay_at(&txn, &public, &key, &r, &[(change.clone(), d)], 5_000)
+            .unwrap();
+        // No row under the retry's key; the output says when.
+        assert_eq!(txn.get_in(REPLAYS, &key).unwrap(), None);
+        let out = txn.get_in(OUTPUTS, public.as_bytes()).unwrap().unwrap();
+        assert_eq!(kept_at(&out), Some(5_000));
+        assert_eq!(
+            decode(&out),
+            Output {
+                amount: 10,
+                spent: true
+            }
+        );
+        db.commit(txn).unwrap();
+
+        let view = db.begin_read().unwrap();
+        assert_eq!(l.replay_paid(&view, &public, &key), Some(r));
+        // Another request with the same secret has no answer kept; nor does
+        // a lookup by key alone.
+        assert_eq!(l.replay_paid(&view, &public, &other), None);
+        assert_eq!(l.replay(&view, &key), None);
+        // Still spent; the ledger's sums read the longer record.
+        assert!(matches!(l.check(&view, &paid), Err(SecretError::Spent)));
+        let t = Ledger::totals(&view).unwrap();
+        assert_eq!((t.minted, t.unspent), (10, 3));
+        // The raw rows hold no secret.
+        let answer = view
+            .get_in(REPLAYS_BY_TIME, &crate::store::time_key(5_000, &key))
+            .unwrap()
+            .unwrap();
+        assert!(!String::from_utf8_lossy(&answer).contains(&change[change.len() - 64..]));
+    }
+
+    #[test]
+    fn a_secret_not_of_this_ledger_keeps_its_answer_under_its_key() {
+        let (_d, db, l) = setup();
+        let txn = db.begin_write().unwrap();
+        let public = "ab".repeat(32);
+        let key = crate::money::payments::replay_key(&public, "POST", "/api/x", b"");
+        let r = crate::reply::Reply::json(201, &serde_json::json!({"id": "p1"}));
+        Ledger::record_paid_replay_at(&txn, &public, &key, &r, &[], 7_000).unwrap();
+        assert_eq!(
+            replay_recorded_ms(&txn.get_in(REPLAYS, &key).unwrap().unwrap()),
+            Some(7_000)
+        );
+        assert_eq!(l.replay_paid(&txn, &public, &key), Some(r.clone()));
         assert_eq!(l.replay(&txn, &key), Some(r));
     }
 }

@@ -211,6 +211,25 @@ pub fn charge(
     })
 }
 
+/// Where a paid request's answer is kept for identical retries: the
+/// public hash of the secret it presented, and its [`replay_key`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryKey {
+    pub public: String,
+    pub key: [u8; 32],
+}
+
+impl RetryKey {
+    /// The key of a request presenting `secret` (None when it does not
+    /// parse: such a request is refused before anything is kept).
+    pub fn new(secret: &str, method: &str, path: &str, body: &[u8]) -> Option<RetryKey> {
+        let s = marketplace_common::secret::parse(secret).ok()?;
+        let public = crate::money::ledger::public_hash(&s.hex);
+        let key = replay_key(&public, method, path, body);
+        Some(RetryKey { public, key })
+    }
+}
+
 /// Key of the replay record: same input, method, path and body bytes.
 pub fn replay_key(public: &str, method: &str, path: &str, body: &[u8]) -> [u8; 32] {
     let mut h = Sha256::new();

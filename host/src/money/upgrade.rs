@@ -149,11 +149,13 @@ fn upgrade(txn: &WriteTxn, ledger: &Ledger) -> Result<usize> {
             "upgrade: the contracts' accounts do not add up to the escrow total"
         );
     }
-    for (key, _) in txn
-        .scan_in("cash:replays", b"", None, false, usize::MAX)
-        .map_err(err)?
-    {
-        txn.delete_in("cash:replays", &key).map_err(err)?;
+    for table in ["cash:replays", "cash:replays-by-time"] {
+        for (key, _) in txn
+            .scan_in(table, b"", None, false, usize::MAX)
+            .map_err(err)?
+        {
+            txn.delete_in(table, &key).map_err(err)?;
+        }
     }
     Ok(rows.len())
 }

@@ -955,10 +955,9 @@ impl Runtime {
         };
         // The key of this paid request's stored answer.
         let replay_key = match (&payment.cash, write) {
-            (Some(secret), true) => marketplace_common::secret::parse(secret).ok().map(|s| {
-                let public = crate::money::ledger::public_hash(&s.hex);
-                crate::money::payments::replay_key(&public, &req.method, &req.path, &req.body)
-            }),
+            (Some(secret), true) => {
+                crate::money::payments::RetryKey::new(secret, &req.method, &req.path, &req.body)
+            }
             _ => None,
         };
         // Both looked up in one view, and none taken when there is nothing
@@ -982,7 +981,7 @@ impl Runtime {
             // An identical retry of a paid request gets the stored answer.
             if let Some(stored) = replay_key
                 .as_ref()
-                .and_then(|key| self.state.ledger.replay(&view, key))
+                .and_then(|r| self.state.ledger.replay_paid(&view, &r.public, &r.key))
             {
                 tracing::info!(family, "identical paid retry: stored response replayed");
                 return Ok(crate::money::x402::sent(stored));

@@ -23,7 +23,7 @@ pub use fees::FeeCtx;
 
 use crate::capabilities::Grants;
 use crate::money::ledger::Derivation;
-use crate::money::payments::{Charge, PaymentHeaders};
+use crate::money::payments::{Charge, PaymentHeaders, RetryKey};
 use crate::reply::Reply;
 use crate::runtime::Runtime;
 use crate::runtime::bindings::endpoint::marketplace::plugin::{auth as wit_auth, types};
@@ -75,7 +75,7 @@ pub struct Ctx {
     pending: Option<crate::store::group_commit::Pending>,
     payment: PaymentHeaders,
     /// Key under which a paid request's answer is kept for identical retries.
-    replay_key: Option<[u8; 32]>,
+    replay_key: Option<RetryKey>,
     /// The charge taken in this request, if any.
     charged: Option<Charge>,
     /// Units charged for an escrow action and not yet held in a contract's
@@ -110,7 +110,7 @@ impl Ctx {
         grants: Arc<Grants>,
         write: bool,
         payment: PaymentHeaders,
-        replay_key: Option<[u8; 32]>,
+        replay_key: Option<RetryKey>,
         memory_bytes: usize,
     ) -> Ctx {
         Ctx {
@@ -266,16 +266,24 @@ impl Ctx {
         txn: &crate::store::WriteTxn,
         reply: &Reply,
     ) -> Result<(), StorageError> {
+        use crate::money::ledger::Ledger;
         match (&self.charged, &self.replay_key) {
-            (Some(c), Some(key)) if !c.public.is_empty() => {
+            (Some(c), Some(retry)) if !c.public.is_empty() => {
                 let now_ms = self.rt.as_ref().map_or(0, |rt| rt.now_ms());
-                crate::money::ledger::Ledger::record_replay_at(
-                    txn,
-                    key,
-                    reply,
-                    &self.issued,
-                    now_ms,
-                )
+                // With the output the secret spent, when the charge spent
+                // the secret the retry will present.
+                if c.public == retry.public {
+                    Ledger::record_paid_replay_at(
+                        txn,
+                        &retry.public,
+                        &retry.key,
+                        reply,
+                        &self.issued,
+                        now_ms,
+                    )
+                } else {
+                    Ledger::record_replay_at(txn, &retry.key, reply, &self.issued, now_ms)
+                }
                 .and_then(|_| {
                     // Also under its x402 payment identifier, if it has one.
                     crate::money::x402::record(txn, &self.payment, reply, &self.issued, now_ms)

@@ -63,7 +63,7 @@ impl Ctx {
             &self.payment,
             &action,
             price,
-            self.replay_key.as_ref(),
+            self.replay_key.as_ref().map(|r| &r.key),
         );
         // The upstream's time does not count against the plugin's deadline.
         self.limiter.extend(started.elapsed());
