@@ -15,6 +15,26 @@ pub const USED: &str = "auth:used";
 /// are listed (see [`prunable_from_ms`]).
 pub const USED_BY_TIME: &str = "auth:used-by-time";
 
+/// Fresh (timestamped) uses, as recorded since 2026-11-26: the signed
+/// timestamp (u64 BE seconds), then "{actor}:{signature}" -> unix seconds
+/// of use (u64 BE). A fresh signature only verifies with its own
+/// timestamp, so the lookup knows the whole key; in timestamp order, a new
+/// use is written near the end of the table, not at a random place as in
+/// [`USED`] (where earlier versions recorded fresh uses, with a
+/// [`USED_BY_TIME`] entry each), and retention removes a range of it.
+pub const FRESH_USED: &str = "auth:fresh-used";
+
+/// The [`FRESH_USED`] key of a use of `key` ("{actor}:{signature}") signed
+/// with timestamp `ts`.
+pub fn fresh_key(ts: u64, key: &str) -> Vec<u8> {
+    crate::store::time_key(ts, key.as_bytes())
+}
+
+/// The oldest signed timestamp retention may remove from [`FRESH_USED`]
+/// (see [`prunable_from_ms`]: the legacy rule covers numbers from
+/// [`PLAUSIBLE_TIMESTAMP`] only).
+pub const FRESH_PRUNABLE_FROM_S: u64 = PLAUSIBLE_TIMESTAMP + FRESH_WINDOW_S;
+
 /// The shortest time a fresh use must be kept. Its timestamp was within
 /// [`FRESH_WINDOW_S`] of the use, so from `2 * FRESH_WINDOW_S` after the use
 /// on the timestamp is outside the window and the signature is refused as
@@ -161,9 +181,19 @@ pub fn verify(
                 "a legacy signature may not sign a message ending in a current timestamp: send the timestamp as `timestamp`",
             ));
         }
-        if let Some(used) = txn.get_in(USED, k.as_bytes()).map_err(|e| internal(&e))?
-            && used.get(8) == Some(&1)
-        {
+        // Used fresh: by an earlier version (flagged in `auth:used`), or
+        // since, with the message's trailing number for its timestamp.
+        let used_fresh = match txn.get_in(USED, k.as_bytes()).map_err(|e| internal(&e))? {
+            Some(used) => used.get(8) == Some(&1),
+            None => match trailing_number(st.message) {
+                Some(n) => txn
+                    .get_in(FRESH_USED, &fresh_key(n, &k))
+                    .map_err(|e| internal(&e))?
+                    .is_some(),
+                None => false,
+            },
+        };
+        if used_fresh {
             return Err(invalid(
                 "this signature was made for a timestamped message and cannot be used without its timestamp",
             ));
@@ -189,26 +219,35 @@ pub fn verify(
         _ => {}
     }
     if st.timestamp.is_some() || legacy_single_use {
+        let conflict = || Reply::error(409, "conflict", "this signature was already used");
+        // A legacy use, or a fresh one an earlier version recorded.
         if txn
             .get_in(USED, k.as_bytes())
             .map_err(|e| internal(&e))?
             .is_some()
         {
-            return Err(Reply::error(
-                409,
-                "conflict",
-                "this signature was already used",
-            ));
+            return Err(conflict());
         }
-        // Seconds of use, then 1 for a fresh (timestamped) use.
-        let mut record = now_s.to_be_bytes().to_vec();
-        record.push(u8::from(st.timestamp.is_some()));
-        txn.put_in(USED, k.as_bytes(), &record)
-            .map_err(|e| internal(&e))?;
-        if let Some(ms) = prunable_from_ms(&record) {
-            let by_time = crate::store::time_key(ms, k.as_bytes());
-            txn.put_in(USED_BY_TIME, &by_time, b"")
-                .map_err(|e| internal(&e))?;
+        match st.timestamp {
+            Some(ts) => {
+                let key = fresh_key(ts, &k);
+                if txn
+                    .get_in(FRESH_USED, &key)
+                    .map_err(|e| internal(&e))?
+                    .is_some()
+                {
+                    return Err(conflict());
+                }
+                txn.put_in(FRESH_USED, &key, &now_s.to_be_bytes())
+                    .map_err(|e| internal(&e))?;
+            }
+            None => {
+                // Seconds of use, then 0: a legacy use, kept for good.
+                let mut record = now_s.to_be_bytes().to_vec();
+                record.push(0);
+                txn.put_in(USED, k.as_bytes(), &record)
+                    .map_err(|e| internal(&e))?;
+            }
         }
     }
     Ok(())
@@ -414,6 +453,115 @@ mod tests {
         assert_eq!(trailing_number("a:b:123"), Some(123));
         assert_eq!(trailing_number("a:b:"), None);
         assert_eq!(trailing_number("a:12x"), None);
+    }
+
+    #[test]
+    fn fresh_uses_go_in_timestamp_order_and_older_records_still_refuse() {
+        let (_d, db, sk, fp) = setup();
+        let now = 1_800_000_000u64;
+        let fresh_of = |message: &'static str, ts: u64| {
+            let sig = hex(&sk.sign(format!("{message}:{ts}").as_bytes()).to_bytes());
+            (sig, message, ts)
+        };
+        let txn = db.begin_write().unwrap();
+        // A new fresh use: one row under its timestamp, none in `auth:used`.
+        let (sig, message, ts) = fresh_of("post:a", now - 7);
+        let st = Statement {
+            actor: &fp,
+            message,
+            signature: &sig,
+            timestamp: Some(ts),
+        };
+        verify(&txn, now, &st, false, false, false).unwrap();
+        let k = format!("{fp}:{sig}");
+        assert_eq!(
+            txn.get_in(FRESH_USED, &fresh_key(ts, &k)).unwrap(),
+            Some(now.to_be_bytes().to_vec())
+        );
+        assert_eq!(txn.get_in(USED, k.as_bytes()).unwrap(), None);
+        assert_eq!(
+            verify(&txn, now, &st, false, false, false)
+                .unwrap_err()
+                .status,
+            409
+        );
+        // A fresh use as the previous version recorded it still refuses
+        // the signature, fresh (409) and as legacy (401), even with a
+        // trailing number the legacy rule would let through.
+        let (sig, message, ts) = fresh_of("post:b", 999);
+        let k = format!("{fp}:{sig}");
+        let mut flagged = now.to_be_bytes().to_vec();
+        flagged.push(1);
+        txn.put_in(USED, k.as_bytes(), &flagged).unwrap();
+        let st = Statement {
+            actor: &fp,
+            message,
+            signature: &sig,
+            timestamp: Some(ts),
+        };
+        assert_eq!(
+            verify(&txn, 1_000, &st, false, false, false)
+                .unwrap_err()
+                .status,
+            409
+        );
+        let as_legacy = format!("{message}:{ts}");
+        let legacy = Statement {
+            actor: &fp,
+            message: &as_legacy,
+            signature: &sig,
+            timestamp: None,
+        };
+        assert_eq!(
+            verify(&txn, 1_000, &legacy, false, false, false)
+                .unwrap_err()
+                .status,
+            401
+        );
+        // The same with a new record: a timestamp below the legacy rule's
+        // range (a clock near 1970) is found through the trailing number.
+        let (sig, message, ts) = fresh_of("post:c", 990);
+        let st = Statement {
+            actor: &fp,
+            message,
+            signature: &sig,
+            timestamp: Some(ts),
+        };
+        verify(&txn, 1_000, &st, false, false, false).unwrap();
+        let as_legacy = format!("{message}:{ts}");
+        let legacy = Statement {
+            actor: &fp,
+            message: &as_legacy,
+            signature: &sig,
+            timestamp: None,
+        };
+        assert_eq!(
+            verify(&txn, 1_000, &legacy, false, false, false)
+                .unwrap_err()
+                .status,
+            401
+        );
+        // A legacy single use refuses the same bytes presented fresh.
+        let sig = hex(&sk.sign(b"post:d:12").to_bytes());
+        let legacy = Statement {
+            actor: &fp,
+            message: "post:d:12",
+            signature: &sig,
+            timestamp: None,
+        };
+        verify(&txn, 1_000, &legacy, false, true, false).unwrap();
+        let st = Statement {
+            actor: &fp,
+            message: "post:d",
+            signature: &sig,
+            timestamp: Some(12),
+        };
+        assert_eq!(
+            verify(&txn, 12, &st, false, false, false)
+                .unwrap_err()
+                .status,
+            409
+        );
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Retention of the records that only need to outlive a time window:
-//! used signatures (`auth:used`) and the kept answers of paid requests
-//! (`cash:replays`).
+//! used signatures (`auth:fresh-used`, and in databases of earlier
+//! versions `auth:used`) and the kept answers of paid requests
+//! (`cash:replays`). `auth:fresh-used` is in the order of its records'
+//! signed timestamps, so a sweep removes a range of it directly.
 //!
 //! Each prunable record is listed in an index table by time (`auth:used-by-time`,
 //! `cash:replays-by-time`: u64 BE milliseconds, then the record's key ->
@@ -176,7 +178,57 @@ fn sweep_until(
             &mut stats,
         )?;
     }
+    let cutoff_s = Kind::Signatures.cutoff_ms(now_ms, retention) / 1000;
+    prune_fresh(storage, cutoff_s, stop, &mut stats)?;
     Ok(stats)
+}
+
+/// Remove the fresh uses (`auth:fresh-used`) signed before `cutoff_s`,
+/// in chunks. The key begins with the signed timestamp, within
+/// [`crate::auth::FRESH_WINDOW_S`] of the use, and the retention is at
+/// least [`crate::auth::MIN_USED_RETENTION_S`], so whatever goes is
+/// refused as `auth_expired` without its record. Timestamps before
+/// [`crate::auth::FRESH_PRUNABLE_FROM_S`] stay (see
+/// [`crate::auth::prunable_from_ms`]).
+fn prune_fresh(
+    storage: &Storage,
+    cutoff_s: u64,
+    stop: &AtomicBool,
+    stats: &mut SweepStats,
+) -> Result<()> {
+    let table = crate::auth::FRESH_USED;
+    let start = crate::auth::FRESH_PRUNABLE_FROM_S.to_be_bytes();
+    if cutoff_s <= crate::auth::FRESH_PRUNABLE_FROM_S {
+        return Ok(());
+    }
+    let end = cutoff_s.to_be_bytes();
+    if storage
+        .begin_read()
+        .map_err(err)?
+        .scan_in(table, &start, Some(&end), false, 1)
+        .map_err(err)?
+        .is_empty()
+    {
+        return Ok(());
+    }
+    while !stop.load(Ordering::Relaxed) {
+        let txn = storage.begin_write().map_err(err)?;
+        let rows = txn
+            .scan_in(table, &start, Some(&end), false, MAX_DELETIONS_PER_TXN)
+            .map_err(err)?;
+        if rows.is_empty() {
+            break;
+        }
+        for (key, _) in &rows {
+            txn.delete_in(table, key).map_err(err)?;
+        }
+        stats.signatures += rows.len() as u64;
+        commit(storage, txn, stats)?;
+        if rows.len() < MAX_DELETIONS_PER_TXN {
+            break;
+        }
+    }
+    Ok(())
 }
 
 fn done_key(kind: Kind) -> Vec<u8> {
@@ -453,10 +505,26 @@ mod tests {
         let r = Retention::default();
         let horizon_s = r.signatures.as_secs();
         // Three old fresh uses, one young one, one legacy single use.
-        for n in 0..3 {
-            use_fresh(&db, &who, n, NOW_S - horizon_s - 10 - n);
-        }
+        let old_sigs: Vec<String> = (0..3)
+            .map(|n| use_fresh(&db, &who, n, NOW_S - horizon_s - 10 - n))
+            .collect();
         use_fresh(&db, &who, 9, NOW_S - 5);
+        // And an old fresh use as the previous version recorded it: in
+        // `auth:used`, flagged, listed by time.
+        let txn = db.begin_write().unwrap();
+        let before_s = NOW_S - horizon_s - 100;
+        let mut flagged = before_s.to_be_bytes().to_vec();
+        flagged.push(1);
+        let key = format!("{}:cc", who.fp);
+        txn.put_in(crate::auth::USED, key.as_bytes(), &flagged)
+            .unwrap();
+        txn.put_in(
+            crate::auth::USED_BY_TIME,
+            &index_key(before_s * 1000, key.as_bytes()),
+            b"",
+        )
+        .unwrap();
+        db.commit(txn).unwrap();
         let legacy = who.sign("post:legacy");
         let st = Statement {
             actor: &who.fp,
@@ -467,13 +535,46 @@ mod tests {
         let txn = db.begin_write().unwrap();
         verify(&txn, NOW_S - 10 * horizon_s, &st, false, true, false).unwrap();
         db.commit(txn).unwrap();
-        assert_eq!(count(&db, crate::auth::USED), 5);
-        assert_eq!(count(&db, crate::auth::USED_BY_TIME), 4);
-
-        let stats = sweep(&db, NOW_S * 1000, &r).unwrap();
-        assert_eq!((stats.signatures, stats.replays), (3, 0));
+        assert_eq!(count(&db, crate::auth::FRESH_USED), 4);
         assert_eq!(count(&db, crate::auth::USED), 2);
         assert_eq!(count(&db, crate::auth::USED_BY_TIME), 1);
+
+        let stats = sweep(&db, NOW_S * 1000, &r).unwrap();
+        assert_eq!((stats.signatures, stats.replays), (4, 0));
+        assert_eq!(count(&db, crate::auth::FRESH_USED), 1);
+        assert_eq!(count(&db, crate::auth::USED), 1, "the legacy use");
+        assert_eq!(count(&db, crate::auth::USED_BY_TIME), 0);
+        // What went is refused all the same: expired, and as legacy.
+        let txn = db.begin_write().unwrap();
+        for (n, sig) in old_sigs.iter().enumerate() {
+            let ts = NOW_S - horizon_s - 10 - n as u64;
+            let fresh = Statement {
+                actor: &who.fp,
+                message: &format!("post:{n}"),
+                signature: sig,
+                timestamp: Some(ts),
+            };
+            assert_eq!(
+                verify(&txn, NOW_S, &fresh, false, false, false)
+                    .unwrap_err()
+                    .status,
+                401
+            );
+            let as_legacy = format!("post:{n}:{ts}");
+            let legacy = Statement {
+                actor: &who.fp,
+                message: &as_legacy,
+                signature: sig,
+                timestamp: None,
+            };
+            assert_eq!(
+                verify(&txn, NOW_S, &legacy, false, true, false)
+                    .unwrap_err()
+                    .status,
+                401
+            );
+        }
+        drop(txn);
         // The legacy single use is still refused, years later.
         let txn = db.begin_write().unwrap();
         let later = NOW_S + 10 * 365 * 86_400;
@@ -533,9 +634,12 @@ mod tests {
         );
         drop(txn);
 
-        let now_s = used_s + crate::auth::MIN_USED_RETENTION_S + 1;
+        // Kept until its timestamp is the safe minimum old.
+        let now_s = ts + crate::auth::MIN_USED_RETENTION_S;
+        assert_eq!(sweep(&db, now_s * 1000, &r).unwrap().signatures, 0);
+        let now_s = now_s + 1;
         assert_eq!(sweep(&db, now_s * 1000, &r).unwrap().signatures, 1);
-        assert_eq!(count(&db, crate::auth::USED), 0);
+        assert_eq!(count(&db, crate::auth::FRESH_USED), 0);
         let txn = db.begin_write().unwrap();
         // The fresh form: its timestamp is outside the window now.
         let e = verify(&txn, now_s, &fresh, false, false, false).unwrap_err();

@@ -42,6 +42,7 @@ pub const HOST_TABLES: &[&str] = &[
     "cash:replays-by-time",
     "auth:used",
     "auth:used-by-time",
+    "auth:fresh-used",
     "escrow:accounts",
     "escrow:issued",
     META_TABLE,
