@@ -12,7 +12,8 @@ pub const USED: &str = "auth:used";
 
 /// The used-signature records retention may remove, by time: u64 BE
 /// milliseconds of use, then the `auth:used` key -> empty. Only fresh uses
-/// are listed (see [`prunable_from_ms`]).
+/// are listed (see [`prunable_from_ms`]), and only earlier versions
+/// recorded fresh uses there (now [`FRESH_USED`]).
 pub const USED_BY_TIME: &str = "auth:used-by-time";
 
 /// Fresh (timestamped) uses, as recorded since 2026-11-26: the signed
@@ -30,9 +31,10 @@ pub fn fresh_key(ts: u64, key: &str) -> Vec<u8> {
     crate::store::time_key(ts, key.as_bytes())
 }
 
-/// The oldest signed timestamp retention may remove from [`FRESH_USED`]
-/// (see [`prunable_from_ms`]: the legacy rule covers numbers from
-/// [`PLAUSIBLE_TIMESTAMP`] only).
+/// The oldest signed timestamp retention may remove from [`FRESH_USED`]:
+/// the legacy rule covers numbers from [`PLAUSIBLE_TIMESTAMP`] only, so a
+/// record below that is what refuses its signature in legacy form (a clock
+/// near 1970: tests) and stays; the same bound as [`prunable_from_ms`].
 pub const FRESH_PRUNABLE_FROM_S: u64 = PLAUSIBLE_TIMESTAMP + FRESH_WINDOW_S;
 
 /// The shortest time a fresh use must be kept. Its timestamp was within
@@ -174,7 +176,8 @@ pub fn verify(
         // signature's timestamp, now or in the past (a fresh request that
         // was refused records nothing), and a signature once used fresh
         // never counts as legacy.
-        if let Some(n) = trailing_number(st.message)
+        let trailing = trailing_number(st.message);
+        if let Some(n) = trailing
             && (PLAUSIBLE_TIMESTAMP..=now_s + FRESH_WINDOW_S).contains(&n)
         {
             return Err(invalid(
@@ -185,7 +188,7 @@ pub fn verify(
         // since, with the message's trailing number for its timestamp.
         let used_fresh = match txn.get_in(USED, k.as_bytes()).map_err(|e| internal(&e))? {
             Some(used) => used.get(8) == Some(&1),
-            None => match trailing_number(st.message) {
+            None => match trailing {
                 Some(n) => txn
                     .get_in(FRESH_USED, &fresh_key(n, &k))
                     .map_err(|e| internal(&e))?

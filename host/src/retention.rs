@@ -1,23 +1,26 @@
 //! Retention of the records that only need to outlive a time window:
-//! used signatures (`auth:fresh-used`, and in databases of earlier
+//! used fresh signatures (`auth:fresh-used`, and in databases of earlier
 //! versions `auth:used`) and the kept answers of paid requests
-//! (`cash:replays`). `auth:fresh-used` is in the order of its records'
-//! signed timestamps, so a sweep removes a range of it directly.
+//! (`cash:replays-by-time`, and in databases of earlier versions
+//! `cash:replays`).
 //!
-//! Each prunable record is listed in an index table by time (`auth:used-by-time`,
-//! `cash:replays-by-time`: u64 BE milliseconds, then the record's key ->
-//! empty, or for a kept answer the answer itself, its record naming that
-//! time), written in the same transaction as the record, so a sweep finds
-//! the old ones with a range scan instead of reading whole tables, and
-//! deleting an entry deletes the answer it holds.
+//! `auth:fresh-used` is in the order of its records' signed timestamps, so
+//! a sweep removes a range of it directly. The other records are listed in
+//! an index table by time (`auth:used-by-time`, `cash:replays-by-time`: u64
+//! BE milliseconds, then the record's key), written in the same transaction
+//! as the record, so a sweep finds the old ones with a range scan instead
+//! of reading whole tables. A kept answer is the value of its entry (its
+//! `cash:replays` record, if it has one, only names the time), so deleting
+//! the entry deletes the answer; entries of earlier versions are empty.
 //!
-//! - A fresh signature's use is removed [`Retention::signatures`] after the
-//!   use (at least [`crate::auth::MIN_USED_RETENTION_S`]): by then its
-//!   timestamp is outside the freshness window, so it is refused as
-//!   `auth_expired` with or without its record, and in legacy form the
-//!   trailing-timestamp rule refuses it. Legacy single-use records and
-//!   records of older versions (no fresh/legacy flag) are never listed and
-//!   stay for good: nothing refused today is accepted after a sweep (see
+//! - A fresh signature's use is removed [`Retention::signatures`] after its
+//!   signed timestamp (at least [`crate::auth::MIN_USED_RETENTION_S`]), or
+//!   as recorded by earlier versions after the use: by then the timestamp
+//!   is outside the freshness window, so it is refused as `auth_expired`
+//!   with or without its record, and in legacy form the trailing-timestamp
+//!   rule refuses it. Legacy single-use records and records of older
+//!   versions (no fresh/legacy flag) are never listed and stay for good:
+//!   nothing refused today is accepted after a sweep (see
 //!   [`crate::auth::prunable_from_ms`]).
 //! - A kept answer is removed [`Retention::replays`] after it was recorded
 //!   (the retry horizon); an identical retry after that is `402
@@ -59,7 +62,8 @@ pub const BACKFILL_ROWS: usize = 100;
 pub struct Retention {
     /// Kept answers of paid requests: the retry horizon.
     pub replays: Duration,
-    /// Used fresh signatures, from their use; raised to
+    /// Used fresh signatures, from their signed timestamp (from their use
+    /// in records of earlier versions); raised to
     /// [`crate::auth::MIN_USED_RETENTION_S`] when shorter.
     pub signatures: Duration,
 }
@@ -196,39 +200,28 @@ fn prune_fresh(
     stop: &AtomicBool,
     stats: &mut SweepStats,
 ) -> Result<()> {
-    let table = crate::auth::FRESH_USED;
-    let start = crate::auth::FRESH_PRUNABLE_FROM_S.to_be_bytes();
     if cutoff_s <= crate::auth::FRESH_PRUNABLE_FROM_S {
         return Ok(());
     }
+    let start = crate::auth::FRESH_PRUNABLE_FROM_S.to_be_bytes();
     let end = cutoff_s.to_be_bytes();
-    if storage
-        .begin_read()
-        .map_err(err)?
-        .scan_in(table, &start, Some(&end), false, 1)
-        .map_err(err)?
-        .is_empty()
-    {
-        return Ok(());
-    }
-    while !stop.load(Ordering::Relaxed) {
-        let txn = storage.begin_write().map_err(err)?;
-        let rows = txn
-            .scan_in(table, &start, Some(&end), false, MAX_DELETIONS_PER_TXN)
-            .map_err(err)?;
-        if rows.is_empty() {
-            break;
-        }
-        for (key, _) in &rows {
-            txn.delete_in(table, key).map_err(err)?;
-        }
-        stats.signatures += rows.len() as u64;
-        commit(storage, txn, stats)?;
-        if rows.len() < MAX_DELETIONS_PER_TXN {
-            break;
-        }
-    }
-    Ok(())
+    let table = crate::auth::FRESH_USED;
+    in_chunks(
+        storage,
+        table,
+        &start,
+        &end,
+        MAX_DELETIONS_PER_TXN,
+        stop,
+        stats,
+        |txn, rows, stats| {
+            for (key, _) in rows {
+                txn.delete_in(table, key).map_err(err)?;
+            }
+            stats.signatures += rows.len() as u64;
+            Ok(())
+        },
+    )
 }
 
 fn done_key(kind: Kind) -> Vec<u8> {
@@ -315,11 +308,58 @@ fn prune(
     let end = cutoff_ms.to_be_bytes();
     // Each entry deletes itself and at most its record.
     let chunk = MAX_DELETIONS_PER_TXN / 2;
-    // Look at a snapshot first: an idle sweep takes no write transaction.
+    in_chunks(
+        storage,
+        kind.index(),
+        b"",
+        &end,
+        chunk,
+        stop,
+        stats,
+        |txn, entries, stats| {
+            for (entry, held) in entries {
+                txn.delete_in(kind.index(), entry).map_err(err)?;
+                // An entry that holds a kept answer: the answer goes with it
+                // (and its record, unless a newer record took its key).
+                let mut removed = !held.is_empty();
+                if let Some(key) = entry.get(8..)
+                    && let Some(record) = txn.get_in(kind.table(), key).map_err(err)?
+                    && kind.may_remove(&record, cutoff_ms)
+                {
+                    txn.delete_in(kind.table(), key).map_err(err)?;
+                    removed = true;
+                }
+                if removed {
+                    match kind {
+                        Kind::Signatures => stats.signatures += 1,
+                        Kind::Replays => stats.replays += 1,
+                    }
+                }
+            }
+            Ok(())
+        },
+    )
+}
+
+/// Run `each` on the rows of `table` from `start` up to `end`, at most
+/// `chunk` of them per write transaction, committing each, until none are
+/// left (or `stop`). `each` removes the rows it is given. A snapshot is
+/// read first: an idle sweep takes no write transaction.
+#[allow(clippy::too_many_arguments)]
+fn in_chunks(
+    storage: &Storage,
+    table: &str,
+    start: &[u8],
+    end: &[u8],
+    chunk: usize,
+    stop: &AtomicBool,
+    stats: &mut SweepStats,
+    mut each: impl FnMut(&WriteTxn, &[(Vec<u8>, Vec<u8>)], &mut SweepStats) -> Result<()>,
+) -> Result<()> {
     if storage
         .begin_read()
         .map_err(err)?
-        .scan_in(kind.index(), b"", Some(&end), false, 1)
+        .scan_in(table, start, Some(end), false, 1)
         .map_err(err)?
         .is_empty()
     {
@@ -327,33 +367,15 @@ fn prune(
     }
     while !stop.load(Ordering::Relaxed) {
         let txn = storage.begin_write().map_err(err)?;
-        let entries = txn
-            .scan_in(kind.index(), b"", Some(&end), false, chunk)
+        let rows = txn
+            .scan_in(table, start, Some(end), false, chunk)
             .map_err(err)?;
-        if entries.is_empty() {
+        if rows.is_empty() {
             break; // dropped: nothing written
         }
-        for (entry, held) in &entries {
-            txn.delete_in(kind.index(), entry).map_err(err)?;
-            // An entry that holds a kept answer: the answer goes with it
-            // (its record, if it has one, names this time).
-            let mut removed = !held.is_empty();
-            if let Some(key) = entry.get(8..)
-                && let Some(record) = txn.get_in(kind.table(), key).map_err(err)?
-                && kind.may_remove(&record, cutoff_ms)
-            {
-                txn.delete_in(kind.table(), key).map_err(err)?;
-                removed = true;
-            }
-            if removed {
-                match kind {
-                    Kind::Signatures => stats.signatures += 1,
-                    Kind::Replays => stats.replays += 1,
-                }
-            }
-        }
+        each(&txn, &rows, stats)?;
         commit(storage, txn, stats)?;
-        if entries.len() < chunk {
+        if rows.len() < chunk {
             break;
         }
     }

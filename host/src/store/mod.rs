@@ -52,7 +52,8 @@ pub const HOST_TABLES: &[&str] = &[
     "host:upload-blobs",
 ];
 
-/// Key of a by-time index entry: the time (u64 BE ms), then the record's
+/// Key of a by-time index entry: the time (u64 BE, in milliseconds for the
+/// by-time indexes, in seconds for `auth:fresh-used`), then the record's
 /// key, so a range scan up to a time finds every record older than it.
 pub fn time_key(ms: u64, key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(8 + key.len());

@@ -270,20 +270,16 @@ impl Ctx {
         match (&self.charged, &self.replay_key) {
             (Some(c), Some(retry)) if !c.public.is_empty() => {
                 let now_ms = self.rt.as_ref().map_or(0, |rt| rt.now_ms());
-                // With the output the secret spent, when the charge spent
-                // the secret the retry will present.
-                if c.public == retry.public {
-                    Ledger::record_paid_replay_at(
-                        txn,
-                        &retry.public,
-                        &retry.key,
-                        reply,
-                        &self.issued,
-                        now_ms,
-                    )
-                } else {
-                    Ledger::record_replay_at(txn, &retry.key, reply, &self.issued, now_ms)
-                }
+                // With the output the presented secret spent (the charge's:
+                // both come from the same header).
+                Ledger::record_paid_replay_at(
+                    txn,
+                    &retry.public,
+                    &retry.key,
+                    reply,
+                    &self.issued,
+                    now_ms,
+                )
                 .and_then(|_| {
                     // Also under its x402 payment identifier, if it has one.
                     crate::money::x402::record(txn, &self.payment, reply, &self.issued, now_ms)
