@@ -467,6 +467,12 @@ mod tests {
             (sig, message, ts)
         };
         let txn = db.begin_write().unwrap();
+        // The status a statement is refused with, at `now`.
+        let refused = |now: u64, st: &Statement| {
+            verify(&txn, now, st, false, false, false)
+                .unwrap_err()
+                .status
+        };
         // A new fresh use: one row under its timestamp, none in `auth:used`.
         let (sig, message, ts) = fresh_of("post:a", now - 7);
         let st = Statement {
@@ -482,12 +488,7 @@ mod tests {
             Some(now.to_be_bytes().to_vec())
         );
         assert_eq!(txn.get_in(USED, k.as_bytes()).unwrap(), None);
-        assert_eq!(
-            verify(&txn, now, &st, false, false, false)
-                .unwrap_err()
-                .status,
-            409
-        );
+        assert_eq!(refused(now, &st), 409);
         // A fresh use as the previous version recorded it still refuses
         // the signature, fresh (409) and as legacy (401), even with a
         // trailing number the legacy rule would let through.
@@ -502,12 +503,7 @@ mod tests {
             signature: &sig,
             timestamp: Some(ts),
         };
-        assert_eq!(
-            verify(&txn, 1_000, &st, false, false, false)
-                .unwrap_err()
-                .status,
-            409
-        );
+        assert_eq!(refused(1_000, &st), 409);
         let as_legacy = format!("{message}:{ts}");
         let legacy = Statement {
             actor: &fp,
@@ -515,12 +511,7 @@ mod tests {
             signature: &sig,
             timestamp: None,
         };
-        assert_eq!(
-            verify(&txn, 1_000, &legacy, false, false, false)
-                .unwrap_err()
-                .status,
-            401
-        );
+        assert_eq!(refused(1_000, &legacy), 401);
         // The same with a new record: a timestamp below the legacy rule's
         // range (a clock near 1970) is found through the trailing number.
         let (sig, message, ts) = fresh_of("post:c", 990);
@@ -538,12 +529,7 @@ mod tests {
             signature: &sig,
             timestamp: None,
         };
-        assert_eq!(
-            verify(&txn, 1_000, &legacy, false, false, false)
-                .unwrap_err()
-                .status,
-            401
-        );
+        assert_eq!(refused(1_000, &legacy), 401);
         // A legacy single use refuses the same bytes presented fresh.
         let sig = hex(&sk.sign(b"post:d:12").to_bytes());
         let legacy = Statement {
@@ -559,12 +545,7 @@ mod tests {
             signature: &sig,
             timestamp: Some(12),
         };
-        assert_eq!(
-            verify(&txn, 12, &st, false, false, false)
-                .unwrap_err()
-                .status,
-            409
-        );
+        assert_eq!(refused(12, &st), 409);
     }
 
     #[test]

@@ -323,23 +323,20 @@ pub fn keys(id: &str, payer: &str, method: &str, path: &str, body: &[u8]) -> Ide
 
 /// The answer kept for a request with a payment identifier: the stored
 /// answer of the same request, or the 409 of another one; None when the
-/// id is new (its record keys are then noted in `payment`).
+/// id is new (its record keys are then noted in `payment`). `payer`: the
+/// public hash of the secret the request presents (its
+/// [`crate::money::payments::RetryKey`]'s), empty without one.
 pub fn lookup(
     ledger: &Ledger,
     kv: &impl Kv,
     payment: &mut PaymentHeaders,
+    payer: &str,
     method: &str,
     path: &str,
     body: &[u8],
 ) -> Option<Reply> {
     let id = payment.x402.id.as_deref()?;
-    let payer = payment
-        .cash
-        .as_deref()
-        .and_then(|s| marketplace_common::secret::parse(s).ok())
-        .map(|s| crate::money::ledger::public_hash(&s.hex))
-        .unwrap_or_default();
-    let keys = keys(id, &payer, method, path, body);
+    let keys = keys(id, payer, method, path, body);
     if let Some(kept) = kept(ledger, kv, &keys) {
         return Some(kept);
     }

@@ -972,6 +972,7 @@ impl Runtime {
                 &self.state.ledger,
                 &view,
                 &mut payment,
+                replay_key.as_ref().map_or("", |r| r.public.as_str()),
                 &req.method,
                 &req.path,
                 &req.body,
