@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
-use wasmtime::component::{Component, Linker};
+use wasmtime::component::{Component, ComponentExportIndex, Linker, TypedFunc};
 use wasmtime::{
     Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap, UpdateDeadline,
 };
@@ -100,7 +100,14 @@ pub struct LoadedPlugin {
 }
 
 enum Kind {
-    Endpoint(EndpointPre<Ctx>),
+    /// An endpoint component and the export index of its `handle`
+    /// function, whose type was checked at load (see
+    /// [`Runtime::smoke_describe`]): a request looks up and checks none of
+    /// the component's exports again.
+    Endpoint {
+        pre: EndpointPre<Ctx>,
+        handle: ComponentExportIndex,
+    },
     /// A fee component, the name of its policy, and the prices it gave
     /// (see [`Runtime::fee_quote`]).
     Fees {
@@ -228,6 +235,12 @@ fn fault_kind(err: &wasmtime::Error, memory_hit: bool) -> &'static str {
     } else {
         "trap"
     }
+}
+
+/// The `handle` function of an endpoint component's `handler` export.
+fn handle_export(component: &Component) -> Option<ComponentExportIndex> {
+    let handler = component.get_export_index(None, "marketplace:plugin/handler@0.2.0")?;
+    component.get_export_index(Some(&handler), "handle")
 }
 
 /// What went wrong in a plugin call, mapped to the protocol's answers.
@@ -594,8 +607,8 @@ impl Runtime {
             let linker = self.endpoint_linker(grants)?;
             let pre = EndpointPre::new(self.link(&linker, &component)?)
                 .map_err(|e| anyhow!("not an endpoint component: {e}"))?;
-            let (info, api) = self.smoke_describe(&pre)?;
-            (Kind::Endpoint(pre), info, api)
+            let (info, api, handle) = self.smoke_describe(&pre)?;
+            (Kind::Endpoint { pre, handle }, info, api)
         };
         Ok(LoadedPlugin {
             family: family.to_string(),
@@ -657,12 +670,25 @@ impl Runtime {
             .map_err(|e| anyhow!("linking: {e}"))
     }
 
-    fn smoke_describe(&self, pre: &EndpointPre<Ctx>) -> Result<(wit::PluginInfo, Api)> {
+    /// Instantiate a loaded component once and ask it what it is and
+    /// serves; also checks the type of its `handle` export and returns that
+    /// export's index (see [`Kind::Endpoint`]).
+    fn smoke_describe(
+        &self,
+        pre: &EndpointPre<Ctx>,
+    ) -> Result<(wit::PluginInfo, Api, ComponentExportIndex)> {
         // `describe` and `api` must not touch storage or payments; give
         // them an inert context.
         let mut store = self.store(Ctx::inert(self.limits.memory_bytes));
-        let bindings = run_to_end(pre.instantiate_async(&mut store))
+        let instance = run_to_end(pre.instance_pre().instantiate_async(&mut store))
             .map_err(|e| anyhow!("instantiating failed: {e}"))?;
+        let bindings = bindings::endpoint::Endpoint::new(&mut store, &instance)
+            .map_err(|e| anyhow!("not an endpoint component: {e}"))?;
+        let handle = handle_export(pre.instance_pre().component())
+            .ok_or_else(|| anyhow!("not an endpoint component: no handle export"))?;
+        instance
+            .get_typed_func::<(&wit::Request,), (wit::Response,)>(&mut store, &handle)
+            .map_err(|e| anyhow!("not an endpoint component: handle: {e}"))?;
         let handler = bindings.marketplace_plugin_handler();
         let info = run_to_end(handler.call_describe(&mut store))
             .map_err(|e| anyhow!("smoke call describe() failed: {e}"))?;
@@ -675,7 +701,7 @@ impl Runtime {
             .collect();
         let api = Api::check(routes, &declared.schemas)
             .map_err(|e| anyhow!("the component's api is refused: {e}"))?;
-        Ok((info, api))
+        Ok((info, api, handle))
     }
 
     /// Compile a component into the on-disk cache without loading it, so a
@@ -950,7 +976,7 @@ impl Runtime {
                 format!("no component is loaded for the {family} family"),
             ));
         };
-        let Kind::Endpoint(pre) = &plugin.kind else {
+        let Kind::Endpoint { pre, handle } = &plugin.kind else {
             return Ok(Reply::error(500, "internal", "internal error"));
         };
         // The key of this paid request's stored answer.
@@ -1003,14 +1029,24 @@ impl Runtime {
             store.data_mut().under_batch();
         }
         let started = Instant::now();
-        let instance = pre.instantiate_async(&mut store).await;
+        let instance = pre.instance_pre().instantiate_async(&mut store).await;
         let instantiated = Instant::now();
         let result = match instance {
-            Ok(b) => {
-                b.marketplace_plugin_handler()
-                    .call_handle(&mut store, req)
-                    .await
-            }
+            Ok(instance) => match instance.get_func(&mut store, handle) {
+                // SAFETY: the export's type was checked against these
+                // parameters and results when the component was loaded
+                // (`smoke_describe`); an instance of the same component has
+                // the same export types.
+                Some(func) => {
+                    unsafe { TypedFunc::<(&wit::Request,), (wit::Response,)>::new_unchecked(func) }
+                        .call_async(&mut store, (req,))
+                        .await
+                        .map(|(resp,)| resp)
+                }
+                None => Err(wasmtime::format_err!(
+                    "the component lost its handle export"
+                )),
+            },
             Err(e) => Err(e),
         };
         plugin
