@@ -60,42 +60,63 @@ struct Rating {
 /// [`Head`] read straight off a record the timeline wrote, without parsing
 /// its content: records are serialized in field order (`post_id`,
 /// `parent_id`, `author_fingerprint` first, `listing` last), ids and
-/// fingerprints never need escapes, and a listing check only ever holds the
-/// fixed members. Anything else (an older record, a surprise) is `None` and
-/// gets the full parse.
+/// fingerprints never need escapes, and a listing check is written by
+/// [`listing`] (its members in name order). Anything else (an older record,
+/// a surprise) is `None` and gets the full parse.
 fn quick_head(record: &str) -> Option<Head<'_>> {
-    fn plain(s: &str) -> Option<&str> {
-        (!s.contains('\\')).then_some(s)
-    }
     let rest = record.strip_prefix(r#"{"post_id":""#)?;
-    let (post_id, rest) = rest.split_once('"')?;
+    let (post_id, rest) = plain_string(rest)?;
     let rest = rest.strip_prefix(r#","parent_id":"#)?;
     let rest = match rest.strip_prefix("null") {
         Some(rest) => rest,
-        None => plain(rest.strip_prefix('"')?.split_once('"')?.0).map(|p| &rest[p.len() + 2..])?,
+        None => plain_string(rest.strip_prefix('"')?)?.1,
     };
     let rest = rest.strip_prefix(r#","author_fingerprint":""#)?;
-    let (author, _) = rest.split_once('"')?;
-    // The last member must be the listing check, alone in its object.
-    // Searched from the end by hand: `rfind` builds a two-way searcher
-    // for every record, and the check is a few bytes from the end.
+    let (author, _) = plain_string(rest)?;
+    // The last member must be the listing check. Searched from the end by
+    // hand: `rfind` builds a two-way searcher for every record, and the
+    // check is a few bytes from the end.
     let needle = br#","listing":{"#;
     let at = record
         .as_bytes()
         .windows(needle.len())
         .rposition(|w| w[0] == b',' && w == needle)?;
-    let check = record[at + 11..].strip_suffix('}')?;
-    let count = |b: u8| check.bytes().filter(|&c| c == b).count();
-    if count(b'{') != 1 || count(b'}') != 1 {
-        return None;
-    }
-    serde_json::from_str::<serde::de::IgnoredAny>(check).ok()?;
-    Some(Head {
-        post_id: Cow::Borrowed(plain(post_id)?),
-        author_fingerprint: Cow::Borrowed(plain(author)?),
+    written_listing(record[at + 11..].strip_suffix('}')?).then_some(Head {
+        post_id: Cow::Borrowed(post_id),
+        author_fingerprint: Cow::Borrowed(author),
         attachments: Vec::new(),
         listing: Some(serde::de::IgnoredAny),
     })
+}
+
+/// The text of a JSON string up to its closing quote (`s` starts just
+/// after the opening one) and what follows that quote; `None` when an
+/// escape comes first. One pass, no searcher set up: a page of posts
+/// reads three of these per post.
+fn plain_string(s: &str) -> Option<(&str, &str)> {
+    let end = s.bytes().position(|b| b == b'"' || b == b'\\')?;
+    (s.as_bytes()[end] == b'"').then(|| (&s[..end], &s[end + 1..]))
+}
+
+/// Whether `check` is a listing check as [`listing`] writes it:
+/// `{"descriptor":null|"<one of DESCRIPTORS>","terms":<bool>,"verified":<bool>}`.
+fn written_listing(check: &str) -> bool {
+    fn boolean(s: &str) -> Option<&str> {
+        s.strip_prefix("true").or_else(|| s.strip_prefix("false"))
+    }
+    let parsed = || -> Option<&str> {
+        let rest = check.strip_prefix(r#"{"descriptor":"#)?;
+        let rest = match rest.strip_prefix("null") {
+            Some(rest) => rest,
+            None => {
+                let (name, rest) = plain_string(rest.strip_prefix('"')?)?;
+                DESCRIPTORS.contains(&name).then_some(rest)?
+            }
+        };
+        let rest = boolean(rest.strip_prefix(r#","terms":"#)?)?;
+        boolean(rest.strip_prefix(r#","verified":"#)?)
+    };
+    parsed() == Some("}")
 }
 
 /// The listing check of a post without attachments.
@@ -236,7 +257,15 @@ pub fn render_many_into(
     extra: impl Fn(usize, &mut String),
     out: &mut String,
 ) -> Result<(), ApiError> {
-    let keys: Vec<String> = post_ids.iter().map(|id| format!("post/{id}")).collect();
+    let keys: Vec<String> = post_ids
+        .iter()
+        .map(|id| {
+            let mut key = String::with_capacity(5 + id.len());
+            key.push_str("post/");
+            key.push_str(id);
+            key
+        })
+        .collect();
     let packed = kv::get_many_packed(Some("timeline"), &keys)?;
     let (index, records): (Vec<usize>, Vec<&str>) = packed
         .values()
@@ -295,6 +324,42 @@ mod tests {
         ] {
             assert!(quick_head(r).is_none(), "{r}");
         }
+    }
+
+    #[test]
+    fn listing_checks_as_written_are_recognised_and_nothing_else() {
+        let names: Vec<Vec<&str>> = vec![
+            vec![],
+            vec!["terms.md"],
+            vec!["notes.txt"],
+            vec!["terms.md", "service.md"],
+            vec!["product.md"],
+            vec!["TERMS.md", "Skill.md"],
+            vec!["description.md", "terms.md"],
+        ];
+        for n in names {
+            let written = listing(n.iter().copied()).to_string();
+            assert!(written_listing(&written), "{written}");
+        }
+        for other in [
+            r#"{"descriptor":null,"terms":false}"#,
+            r#"{"descriptor":"other.md","terms":true,"verified":true}"#,
+            r#"{"descriptor":null,"terms":false,"verified":false,"x":1}"#,
+            r#"{"descriptor":null,"terms":0,"verified":false}"#,
+            r#"{"terms":false,"descriptor":null,"verified":false}"#,
+            r#"{"descriptor":"serv\u0069ce.md","terms":true,"verified":true}"#,
+            "",
+        ] {
+            assert!(!written_listing(other), "{other}");
+        }
+    }
+
+    #[test]
+    fn plain_strings_end_at_their_quote_unless_escaped() {
+        assert_eq!(plain_string(r#"ab","c""#), Some(("ab", r#","c""#)));
+        assert_eq!(plain_string(r#"""#), Some(("", "")));
+        assert_eq!(plain_string(r#"a\"b""#), None);
+        assert_eq!(plain_string("abc"), None);
     }
 
     #[test]

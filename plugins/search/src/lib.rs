@@ -22,29 +22,13 @@ mod api;
 use marketplace_common::order::{cmp_bytes, flip_ulid};
 use marketplace_common::text::tokens;
 use marketplace_guest::prelude::*;
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
-/// FNV-1a: post ids are short and not attacker-chosen (the server makes
-/// them), so a fast hash beats SipHash here.
-#[derive(Default)]
-struct Fnv(u64);
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
-        for b in bytes {
-            h = (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = h;
-    }
+/// A posting read: where its post id is in the buffer of ids, and its part
+/// of the post's score.
+struct Scored {
+    at: usize,
+    len: usize,
+    score: f64,
 }
 
 struct Search;
@@ -122,13 +106,18 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
     };
 
     let want = (limit * 2).max(40);
-    let mut scores: HashMap<String, f64, BuildHasherDefault<Fnv>> =
-        HashMap::with_capacity_and_hasher(want * query.len(), Default::default());
+    // Every posting read: its flipped post id (kept flipped until the final
+    // page: it sorts newest first), as a range of `id_bytes`, one buffer
+    // for all, and its part of the score.
+    let mut id_bytes: Vec<u8> = Vec::with_capacity(want * query.len() * 32);
+    let mut found: Vec<Scored> = Vec::with_capacity(want * query.len());
+    let mut lists = 0;
     let mut exhausted = true;
     for (t, &df) in query.iter().zip(&dfs) {
         if df == 0 {
             continue;
         }
+        lists += 1;
         let idf = (1.0 + (docs - df as f64 + 0.5) / (df as f64 + 0.5)).ln();
         let prefix = format!("ix/i/{t}\0");
         let end = kv::prefix_end(prefix.as_bytes());
@@ -163,16 +152,14 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
                 }
                 matched += 1;
                 let s = idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / avgdl));
-                // Key: prefix, 8 hex digits of rank, the flipped post id
-                // (kept flipped until the final page: it sorts newest first);
-                // allocated only for an id no earlier term listed.
-                let id = String::from_utf8_lossy(&key[prefix.len() + 8..]);
-                match scores.get_mut(id.as_ref()) {
-                    Some(score) => *score += s,
-                    None => {
-                        scores.insert(id.into_owned(), s);
-                    }
-                }
+                // Key: prefix, 8 hex digits of rank, the flipped post id.
+                let id = key.get(prefix.len() + 8..).unwrap_or_default();
+                found.push(Scored {
+                    at: id_bytes.len(),
+                    len: id.len(),
+                    score: s,
+                });
+                id_bytes.extend_from_slice(id);
             }
             let last_page = entries < page as usize;
             read += entries;
@@ -188,21 +175,38 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
             start.push(0);
         }
     }
+    let id = |s: &Scored| &id_bytes[s.at..s.at + s.len];
+    // A post in several terms' lists: one entry, its parts summed in term
+    // order (a stable sort keeps them in it). One list names a post once.
+    if lists > 1 {
+        found.sort_by(|a, b| cmp_bytes(id(a), id(b)));
+        found.dedup_by(|later, first| {
+            let same = id(later) == id(first);
+            if same {
+                first.score += later.score;
+            }
+            same
+        });
+    }
     let total = match (query.len(), post_type) {
         (1, None) => dfs[0],
-        _ if exhausted => scores.len() as u64,
-        (_, None) => (scores.len() as u64).max(dfs.iter().copied().max().unwrap_or(0)),
-        _ => scores.len() as u64,
+        _ if exhausted => found.len() as u64,
+        (_, None) => (found.len() as u64).max(dfs.iter().copied().max().unwrap_or(0)),
+        _ => found.len() as u64,
     };
-    let mut ranked: Vec<(String, f64)> = scores.into_iter().collect();
+    let mut ranked = found;
     // Best score first; newer post (smaller flipped id) first among equals.
     // (Ids are unique, so an unstable sort gives the same order.)
     ranked.sort_unstable_by(|a, b| {
-        b.1.total_cmp(&a.1)
-            .then_with(|| cmp_bytes(a.0.as_bytes(), b.0.as_bytes()))
+        b.score
+            .total_cmp(&a.score)
+            .then_with(|| cmp_bytes(id(a), id(b)))
     });
     ranked.truncate(limit);
-    let ids: Vec<String> = ranked.iter().map(|(id, _)| flip_ulid(id)).collect();
+    let ids: Vec<String> = ranked
+        .iter()
+        .map(|s| flip_ulid(&String::from_utf8_lossy(id(s))))
+        .collect();
     // The page is written as text: each stored post extended in place with
     // its rendered members and its score.
     let mut out = String::with_capacity(1024 * (ids.len() + 1));
@@ -212,7 +216,7 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
     marketplace_guest::posts::render_many_into(
         &ids,
         |i, members| {
-            let score = (ranked[i].1 * 10_000.0).round() / 10_000.0;
+            let score = (ranked[i].score * 10_000.0).round() / 10_000.0;
             members.push_str(r#""score":"#);
             members.push_str(&json_text(&score));
         },
