@@ -57,6 +57,10 @@ fn main() {
         .status
         == 503
     {
+        if let Some(error) = app.runtime.load_error(family) {
+            eprintln!("the {family} family did not load: {error}");
+            std::process::exit(1);
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
     let mut micros = Vec::with_capacity(count);

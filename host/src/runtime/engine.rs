@@ -1035,8 +1035,11 @@ impl Runtime {
             Ok(instance) => match instance.get_func(&mut store, handle) {
                 // SAFETY: the export's type was checked against these
                 // parameters and results when the component was loaded
-                // (`smoke_describe`); an instance of the same component has
-                // the same export types.
+                // (`smoke_describe`); every instance comes from that
+                // component's `pre`, and `request` and `response` hold no
+                // resource (whose types would be per instance), so the
+                // types are the same for each. An index of another
+                // component finds no function here (`None` below).
                 Some(func) => {
                     unsafe { TypedFunc::<(&wit::Request,), (wit::Response,)>::new_unchecked(func) }
                         .call_async(&mut store, (req,))

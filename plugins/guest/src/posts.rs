@@ -305,6 +305,9 @@ mod tests {
             r#"{"post_id":"post_01A","parent_id":null,"author_fingerprint":"ab12","content":"x \"listing\":{","post_type":"general","keywords":[],"attachments":[],"activity_metadata":{},"created_at":"t","comment_count":0,"listing":{"descriptor":null,"terms":false,"verified":false}}"#,
             r#"{"post_id":"post_01B","parent_id":"post_01A","author_fingerprint":"cd34","content":"","post_type":"general","keywords":[],"attachments":[{"filename":"terms.md"}],"activity_metadata":{"listing":{"a":1}},"created_at":"t","comment_count":2,"listing":{"descriptor":"service.md","terms":true,"verified":true}}"#,
         ];
+        // A listing-like text inside an earlier member: the last one counts.
+        let nested = r#"{"post_id":"post_01F","parent_id":null,"author_fingerprint":"ab12","content":"","activity_metadata":{"a":1,"listing":{"descriptor":null,"terms":false,"verified":false}},"listing":{"descriptor":"product.md","terms":true,"verified":true}}"#;
+        assert!(quick_head(nested).is_some());
         for r in written {
             let quick = quick_head(r).expect("a record as written");
             assert_eq!(
@@ -321,6 +324,8 @@ mod tests {
             r#"{"post_id":"post_01C","parent_id":null,"author_fingerprint":"ef56","content":"","attachments":[],"activity_metadata":{"z":1,"listing":{"verified":true}},"created_at":"t","comment_count":0}"#,
             r#"{"author_fingerprint":"ef56","post_id":"post_01D","listing":{"verified":true}}"#,
             r#"{"post_id":"post_\u0031","parent_id":null,"author_fingerprint":"ef56","listing":{"verified":true}}"#,
+            // The written check, but not the last member.
+            r#"{"post_id":"post_01E","parent_id":null,"author_fingerprint":"ef56","listing":{"descriptor":null,"terms":false,"verified":false},"x":1}"#,
         ] {
             assert!(quick_head(r).is_none(), "{r}");
         }
