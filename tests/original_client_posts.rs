@@ -306,4 +306,27 @@ fn private_replies_are_paid_hidden_and_readable_by_id_and_thread() {
     assert_eq!(delete(&s, &buyer, &id).status, 200);
     assert_eq!(s.get(&format!("/api/posts/{id}")).status, 404);
     assert_eq!(s.get(&format!("/api/thread/{root}")).json()["count"], 0);
+
+    // Private replies newer than the root, more of them than the first
+    // page of an answer reads: the timeline still finds the root behind
+    // them, and knows that nothing follows it.
+    for n in 0..3 {
+        let payload = format!("-----BEGIN AGE-----\nbW9yZSB{n}\n-----END AGE-----");
+        let mut more = body.clone();
+        more["encrypted_payload"] = json!(payload);
+        more["signature"] = json!(buyer.sign(&format!("post:{payload}")));
+        let r = s.post_paid("/api/timeline", &s.mint("0.01"), &more);
+        assert_eq!(r.status, 201, "{}", r.text());
+    }
+    for limit in [1, 2] {
+        let page = s.get(&format!("/api/timeline?limit={limit}")).json();
+        let ids: Vec<&str> = page["posts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["post_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, [root.as_str()], "limit {limit}: {page}");
+        assert!(page["next_before"].is_null(), "limit {limit}: {page}");
+    }
 }

@@ -20,7 +20,7 @@ mod model;
 
 use marketplace_common::hex;
 use marketplace_guest::prelude::*;
-use marketplace_guest::{Body, ids, storage};
+use marketplace_guest::{Body, ids};
 use model::{Attachment, Post};
 use sha2::{Digest, Sha256};
 
@@ -524,27 +524,39 @@ fn timeline(req: &Request) -> Result<Response, ApiError> {
         None => kv::prefix_end(prefix.as_bytes()).unwrap_or_default(),
     };
     // The stored records, rendered as they are (no parse into a `Post`
-    // and back): only their id and type are read.
+    // and back): only their id and type are read, and only the records
+    // kept are copied out of the packed scan.
     let mut records: Vec<String> = Vec::new();
     let mut last_id = None;
     let mut cursor_end = end;
     let mut more = false;
+    // The first page reads one more entry than the answer holds (to know
+    // whether more follow); skipped posts (private replies, another type)
+    // make later, bigger pages.
+    let mut page = limit as u32 + 1;
     'scan: loop {
-        let batch = storage::scan(None, prefix.as_bytes(), Some(&cursor_end), true, 200)
-            .map_err(|e| ApiError::internal(format!("{e:?}")))?;
-        let exhausted = batch.len() < 200;
-        for entry in batch {
-            let record = if holds_posts {
-                Some(model::record_text(entry.value)?)
+        let batch = kv::scan_packed(None, prefix.as_bytes(), Some(&cursor_end), true, page)?;
+        let mut entries = 0;
+        for (key, value) in batch.entries() {
+            entries += 1;
+            cursor_end.clear();
+            cursor_end.extend_from_slice(key);
+            let loaded;
+            let record: &str = if holds_posts {
+                std::str::from_utf8(value).map_err(|e| ApiError::internal(e.to_string()))?
             } else {
-                let key = String::from_utf8_lossy(&entry.key);
+                let key = String::from_utf8_lossy(key);
                 let id = key.rsplit('/').next().unwrap_or_default();
-                model::load_record(id)?
+                match model::load_record(id)? {
+                    Some(record) => {
+                        loaded = record;
+                        &loaded
+                    }
+                    None => continue,
+                }
             };
-            cursor_end = entry.key;
-            let Some(record) = record else { continue };
             let listed: model::Listed<'_> =
-                serde_json::from_str(&record).map_err(|e| ApiError::internal(e.to_string()))?;
+                serde_json::from_str(record).map_err(|e| ApiError::internal(e.to_string()))?;
             if listed.post_type == model::PRIVATE_REPLY
                 || post_type.is_some_and(|t| t != listed.post_type)
             {
@@ -555,11 +567,12 @@ fn timeline(req: &Request) -> Result<Response, ApiError> {
                 break 'scan;
             }
             last_id = Some(listed.post_id.into_owned());
-            records.push(record);
+            records.push(record.to_string());
         }
-        if exhausted {
+        if entries < page as usize {
             break;
         }
+        page = 200;
     }
     let next_before = if more { last_id } else { None };
     Ok(json_members(
