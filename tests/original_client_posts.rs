@@ -307,9 +307,11 @@ fn private_replies_are_paid_hidden_and_readable_by_id_and_thread() {
     assert_eq!(s.get(&format!("/api/posts/{id}")).status, 404);
     assert_eq!(s.get(&format!("/api/thread/{root}")).json()["count"], 0);
 
-    // Private replies newer than the root, more of them than the first
-    // page of an answer reads: the timeline still finds the root behind
-    // them, and knows that nothing follows it.
+    // Private replies newer than the public posts, more of them than the
+    // first page of an answer reads: the timeline (and an author's, read
+    // through the author index) still finds the posts behind them, and
+    // knows what follows.
+    let older = s.new_post(&buyer, "Older public post", json!({}));
     for n in 0..3 {
         let payload = format!("-----BEGIN AGE-----\nbW9yZSB{n}\n-----END AGE-----");
         let mut more = body.clone();
@@ -318,15 +320,20 @@ fn private_replies_are_paid_hidden_and_readable_by_id_and_thread() {
         let r = s.post_paid("/api/timeline", &s.mint("0.01"), &more);
         assert_eq!(r.status, 201, "{}", r.text());
     }
-    for limit in [1, 2] {
-        let page = s.get(&format!("/api/timeline?limit={limit}")).json();
-        let ids: Vec<&str> = page["posts"]
+    let page = |query: &str| {
+        let page = s.get(&format!("/api/timeline?{query}")).json();
+        let ids: Vec<String> = page["posts"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|p| p["post_id"].as_str().unwrap())
+            .map(|p| p["post_id"].as_str().unwrap().to_string())
             .collect();
-        assert_eq!(ids, [root.as_str()], "limit {limit}: {page}");
-        assert!(page["next_before"].is_null(), "limit {limit}: {page}");
+        (ids, page["next_before"].as_str().map(str::to_string))
+    };
+    assert_eq!(page("limit=1"), (vec![older.clone()], Some(older.clone())));
+    assert_eq!(page("limit=2"), (vec![older.clone(), root.clone()], None));
+    for limit in [1, 2] {
+        let by_buyer = page(&format!("limit={limit}&author={}", buyer.fp()));
+        assert_eq!(by_buyer, (vec![older.clone()], None), "limit {limit}");
     }
 }

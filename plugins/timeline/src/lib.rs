@@ -536,40 +536,56 @@ fn timeline(req: &Request) -> Result<Response, ApiError> {
     let mut page = limit as u32 + 1;
     'scan: loop {
         let batch = kv::scan_packed(None, prefix.as_bytes(), Some(&cursor_end), true, page)?;
-        let mut entries = 0;
-        for (key, value) in batch.entries() {
-            entries += 1;
-            cursor_end.clear();
-            cursor_end.extend_from_slice(key);
-            let loaded;
-            let record: &str = if holds_posts {
-                std::str::from_utf8(value).map_err(|e| ApiError::internal(e.to_string()))?
+        let entries: Vec<(&[u8], &[u8])> = batch.entries().collect();
+        // An index names its posts: their records are read a chunk of the
+        // answer's size at a time, each chunk in one call.
+        for chunk in entries.chunks(limit + 1) {
+            let loaded = if holds_posts {
+                None
             } else {
-                let key = String::from_utf8_lossy(key);
-                let id = key.rsplit('/').next().unwrap_or_default();
-                match model::load_record(id)? {
-                    Some(record) => {
-                        loaded = record;
-                        &loaded
-                    }
-                    None => continue,
-                }
+                let keys: Vec<String> = chunk
+                    .iter()
+                    .map(|(key, _)| {
+                        let key = String::from_utf8_lossy(key);
+                        let id = key.rsplit('/').next().unwrap_or_default();
+                        let mut post = String::with_capacity(5 + id.len());
+                        post.push_str("post/");
+                        post.push_str(id);
+                        post
+                    })
+                    .collect();
+                Some(kv::get_many_packed(None, &keys)?)
             };
-            let listed: model::Listed<'_> =
-                serde_json::from_str(record).map_err(|e| ApiError::internal(e.to_string()))?;
-            if listed.post_type == model::PRIVATE_REPLY
-                || post_type.is_some_and(|t| t != listed.post_type)
-            {
-                continue;
+            let mut records_of = loaded.as_ref().map(|l| l.values());
+            for &(key, value) in chunk {
+                cursor_end.clear();
+                cursor_end.extend_from_slice(key);
+                let raw = match records_of.as_mut() {
+                    None => value,
+                    // A post gone from under its index entry is skipped.
+                    Some(values) => match values.next().flatten() {
+                        Some(raw) => raw,
+                        None => continue,
+                    },
+                };
+                let record =
+                    std::str::from_utf8(raw).map_err(|e| ApiError::internal(e.to_string()))?;
+                let listed: model::Listed<'_> =
+                    serde_json::from_str(record).map_err(|e| ApiError::internal(e.to_string()))?;
+                if listed.post_type == model::PRIVATE_REPLY
+                    || post_type.is_some_and(|t| t != listed.post_type)
+                {
+                    continue;
+                }
+                if records.len() == limit {
+                    more = true;
+                    break 'scan;
+                }
+                last_id = Some(listed.post_id.into_owned());
+                records.push(record.to_string());
             }
-            if records.len() == limit {
-                more = true;
-                break 'scan;
-            }
-            last_id = Some(listed.post_id.into_owned());
-            records.push(record.to_string());
         }
-        if entries < page as usize {
+        if entries.len() < page as usize {
             break;
         }
         page = 200;
