@@ -34,6 +34,8 @@ const MAX_KEYWORD_CHARS: usize = 64;
 const MAX_ATTACHMENTS: usize = 16;
 const MAX_ATTACHMENT_BYTES: usize = 512 * 1024;
 const MAX_THREAD: usize = 10_000;
+/// A thread reads the records of a parent's children this many at a time.
+const THREAD_CHUNK: usize = 100;
 
 impl Endpoint for Timeline {
     const NAME: &'static str = "timeline";
@@ -656,38 +658,53 @@ fn attachment(req: &Request) -> Result<Response, ApiError> {
 
 fn thread(req: &Request) -> Result<Response, ApiError> {
     let id = req.param("post_id");
-    let root = model::load(id)?.ok_or_else(|| ApiError::not_found(format!("post {id}")))?;
-    let mut queue = vec![root.post_id.clone()];
-    let mut comments = Vec::new();
-    while let Some(parent) = queue.pop() {
-        for (key, _) in kv::scan_prefix(
+    let root = model::load_record(id)?.ok_or_else(|| ApiError::not_found(format!("post {id}")))?;
+    // Every descendant, found through the `children/` index a parent at a
+    // time; the records of a parent's children are read in one call (a
+    // chunk at a time) and shown as stored, like a timeline page's.
+    let mut queue = vec![id.to_string()];
+    let mut comments: Vec<(String, String)> = Vec::new();
+    'walk: while let Some(parent) = queue.pop() {
+        let prefix = format!("children/{parent}/");
+        let end = kv::prefix_end(prefix.as_bytes());
+        let children = kv::scan_packed(
             None,
-            &format!("children/{parent}/"),
+            prefix.as_bytes(),
+            end.as_deref(),
             false,
             MAX_THREAD as u32,
-        )? {
-            let child = key.rsplit('/').next().unwrap_or_default().to_string();
-            if let Some(p) = model::load(&child)? {
-                queue.push(p.post_id.clone());
-                comments.push(p);
-            }
-            if comments.len() >= MAX_THREAD {
-                break;
+        )?;
+        let ids: Vec<String> = children
+            .entries()
+            .map(|(key, _)| {
+                String::from_utf8_lossy(key.get(prefix.len()..).unwrap_or_default()).into_owned()
+            })
+            .collect();
+        for chunk in ids.chunks(THREAD_CHUNK) {
+            let keys: Vec<String> = chunk.iter().map(|c| format!("post/{c}")).collect();
+            let records = kv::get_many_packed(None, &keys)?;
+            // A child gone from under its index entry is skipped.
+            for (child, raw) in chunk.iter().zip(records.values()) {
+                let Some(raw) = raw else { continue };
+                let record =
+                    std::str::from_utf8(raw).map_err(|e| ApiError::internal(e.to_string()))?;
+                queue.push(child.clone());
+                comments.push((child.clone(), record.to_string()));
+                if comments.len() >= MAX_THREAD {
+                    break 'walk;
+                }
             }
         }
     }
     // Post ids are ULIDs: id order is creation order.
-    comments.sort_by(|a, b| a.post_id.cmp(&b.post_id));
-    let records = comments
-        .iter()
-        .map(Post::record)
-        .collect::<Result<Vec<_>, _>>()?;
+    comments.sort_by(|a, b| a.0.cmp(&b.0));
+    let records: Vec<String> = comments.into_iter().map(|(_, record)| record).collect();
     Ok(json_members(
         200,
         &[
             ("comments", &model::render(&records)?),
-            ("count", &comments.len().to_string()),
-            ("root", &model::render_one(&root.record()?)?),
+            ("count", &records.len().to_string()),
+            ("root", &model::render_one(&root)?),
         ],
     ))
 }
