@@ -179,7 +179,11 @@ impl Endpoint for Mcp {
             ("GET", "/.well-known/agent-card.json") => {
                 Ok(json(200, &a2a::card(&origin::base(req), &version)))
             }
-            ("GET", "/openapi.json") => Ok(json(200, &openapi::document()?)),
+            ("GET", "/openapi.json") => Ok(Response {
+                status: 200,
+                headers: vec![],
+                body: openapi::document_text()?.into_bytes(),
+            }),
             ("GET", "/openapi.yaml") => Ok(raw(
                 openapi::to_yaml(&openapi::document()?),
                 "application/yaml; charset=utf-8",
