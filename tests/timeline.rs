@@ -314,6 +314,69 @@ fn timeline_is_newest_first_with_cursor_and_filters() {
 }
 
 #[test]
+fn an_author_and_type_filter_pages_past_other_types() {
+    // One author's index holds newer posts of another type than a first
+    // page reads: the filter still finds the older ones, in order, with the
+    // right cursor.
+    let s = Server::start();
+    let a = s.identity("alpha");
+    let offers: Vec<String> = (0..2)
+        .map(|i| s.new_post(&a, &format!("offer {i}"), json!({"post_type": "offer"})))
+        .collect();
+    for i in 0..3 {
+        s.new_post(&a, &format!("general {i}"), json!({}));
+    }
+    let page = |limit: u32| {
+        let page = s
+            .get(&format!(
+                "/api/timeline?author={}&post_type=offer&limit={limit}",
+                a.fp()
+            ))
+            .json();
+        let ids: Vec<String> = page["posts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["post_id"].as_str().unwrap().to_string())
+            .collect();
+        (ids, page["next_before"].as_str().map(str::to_string))
+    };
+    assert_eq!(page(1), (vec![offers[1].clone()], Some(offers[1].clone())));
+    assert_eq!(page(2), (vec![offers[1].clone(), offers[0].clone()], None));
+    assert_eq!(page(3), (vec![offers[1].clone(), offers[0].clone()], None));
+}
+
+#[test]
+fn a_thread_of_a_thousand_comments_is_shown_whole() {
+    // Its rendering reads a rating per comment and every author: more keys
+    // than one storage call may name.
+    let s = Server::start();
+    let a = s.identity("alpha");
+    let b = s.identity("beta");
+    let root = s.new_post(&a, "A busy thread", json!({}));
+    for i in 0..999 {
+        let key = if i % 2 == 0 { &a } else { &b };
+        let r = s.post(
+            key,
+            &format!("comment {i}"),
+            json!({"parent_id": root}),
+            &s.mint("0.01"),
+        );
+        assert_eq!(r.status, 201, "{}", r.text());
+    }
+    let t = s.get(&format!("/api/thread/{root}"));
+    assert_eq!(t.status, 200, "{}", t.text());
+    let t = t.json();
+    assert_eq!(t["count"], 999);
+    let comments = t["comments"].as_array().unwrap();
+    assert_eq!(comments.len(), 999);
+    assert_eq!(comments[0]["content"], "comment 0");
+    assert_eq!(comments[998]["content"], "comment 998");
+    assert_eq!(comments[1]["author_nick"], "beta");
+    assert_eq!(t["root"]["comment_count"], 999);
+}
+
+#[test]
 fn post_signature_identity_and_parent_rules() {
     let s = Server::start();
     let stranger = Key::random();

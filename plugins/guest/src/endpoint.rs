@@ -217,6 +217,9 @@ pub mod kv {
         storage::get_many(keyspace, &keys).map_err(map_err)
     }
 
+    /// Most keys one get-many names (the host refuses more).
+    pub const MAX_GET_MANY: usize = 1000;
+
     /// Several keys' raw values in one buffer (`get-many-packed`): read
     /// them in place with [`Packed::values`].
     pub fn get_many_packed(keyspace: Option<&str>, keys: &[String]) -> Result<Packed, ApiError> {
