@@ -308,9 +308,10 @@ fn private_replies_are_paid_hidden_and_readable_by_id_and_thread() {
     assert_eq!(s.get(&format!("/api/thread/{root}")).json()["count"], 0);
 
     // Private replies newer than the public posts, more of them than the
-    // first page of an answer reads: the timeline (and an author's, read
-    // through the author index) still finds the posts behind them, and
-    // knows what follows.
+    // first page of an answer reads: the timeline still finds the posts
+    // behind them, and knows what follows. (Private replies are not in the
+    // author index: the author's timeline holds the public post alone;
+    // paging an index past skipped posts is tested in tests/timeline.rs.)
     let older = s.new_post(&buyer, "Older public post", json!({}));
     for n in 0..3 {
         let payload = format!("-----BEGIN AGE-----\nbW9yZSB{n}\n-----END AGE-----");

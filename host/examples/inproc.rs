@@ -8,13 +8,16 @@
 //! '/api/search?term=durable&limit=20' 5000`. The path is routed as the
 //! server routes it. Plugins come from the workspace's built ones or
 //! `PLUGINS_DIR`. Prints p10, p50 and mean over all but the first tenth of
-//! the requests. Only reads: the data dir is opened, not changed.
+//! the requests. The requests only read, but opening a data dir writes
+//! (storage opens it as the server does, and the compile cache lives in
+//! it unless `MARKETPLACE_CACHE_DIR` says otherwise): compare builds on
+//! copies of one data dir.
 
 use marketplace::money::payments::PaymentHeaders;
 use marketplace::runtime::bindings::endpoint::marketplace::plugin::types::Request;
-use marketplace::runtime::routes::{Handler, Match, parse_query};
+use marketplace::runtime::routes::{Handler, Match, canonical_path, parse_query};
 use marketplace::{App, Config};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -39,16 +42,11 @@ fn main() {
     .map(|(k, v)| (k.to_string(), v.to_string()));
     let app = App::start(Config::load(None, &[], &flags).unwrap()).unwrap();
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    // The families load in the background: route once they have.
-    let (route, params) = loop {
-        match app.runtime.find("GET", path) {
-            Match::Found { route, params } => break (route, params),
-            _ if app.runtime.loading() => std::thread::sleep(Duration::from_millis(100)),
-            _ => {
-                eprintln!("no plugin route for GET {path}");
-                std::process::exit(1);
-            }
-        }
+    let path = canonical_path(path);
+    // `App::start` has loaded the families (or logged why one did not).
+    let Match::Found { route, params } = app.runtime.find("GET", &path) else {
+        eprintln!("no route for GET {path} (a family that did not load is named in the log)");
+        std::process::exit(1);
     };
     let Handler::Family(family) = &route.handler else {
         eprintln!("GET {path} is a host route");
@@ -57,7 +55,7 @@ fn main() {
     let request = || Request {
         method: "GET".into(),
         route: route.pattern.clone(),
-        path: path.into(),
+        path: path.clone(),
         params: params.clone(),
         query: parse_query(query),
         headers: vec![],
@@ -68,7 +66,7 @@ fn main() {
         let started = Instant::now();
         let reply = app
             .runtime
-            .handle(family, request(), PaymentHeaders::default(), false);
+            .handle(family, request(), PaymentHeaders::default(), route.writes);
         if reply.status >= 300 {
             eprintln!("{}: {}", reply.status, String::from_utf8_lossy(&reply.body));
             std::process::exit(1);
@@ -86,6 +84,6 @@ fn main() {
         at(10),
         at(50)
     );
-    // No clean stop needed: nothing was written.
+    // Left as a crash would leave it: the next open recovers.
     std::process::exit(0);
 }
