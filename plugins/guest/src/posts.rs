@@ -252,6 +252,14 @@ fn push_extended(out: &mut String, object: &str, members: &[&str]) {
     out.push('}');
 }
 
+/// The key of a post's stored record in the timeline family's keyspace.
+pub fn record_key(post_id: &str) -> String {
+    let mut key = String::with_capacity(5 + post_id.len());
+    key.push_str("post/");
+    key.push_str(post_id);
+    key
+}
+
 /// Load and render posts by id onto `out`, comma-separated, in order,
 /// skipping absent ones; `extra(i, members)` writes members (`"k":v,...`)
 /// to add to the i-th post's document (e.g. a search score) onto an empty
@@ -261,15 +269,7 @@ pub fn render_many_into(
     extra: impl Fn(usize, &mut String),
     out: &mut String,
 ) -> Result<(), ApiError> {
-    let keys: Vec<String> = post_ids
-        .iter()
-        .map(|id| {
-            let mut key = String::with_capacity(5 + id.len());
-            key.push_str("post/");
-            key.push_str(id);
-            key
-        })
-        .collect();
+    let keys: Vec<String> = post_ids.iter().map(|id| record_key(id)).collect();
     let packed = kv::get_many_packed(Some("timeline"), &keys)?;
     let (index, records): (Vec<usize>, Vec<&str>) = packed
         .values()
@@ -281,7 +281,7 @@ pub fn render_many_into(
 
 /// The author fingerprint of a post (404 `not_found` when it does not exist).
 pub fn author_of(post_id: &str) -> Result<String, ApiError> {
-    let post: Value = kv::get_in(Some("timeline"), &format!("post/{post_id}"))?
+    let post: Value = kv::get_in(Some("timeline"), &record_key(post_id))?
         .ok_or_else(|| ApiError::not_found(format!("post {post_id}")))?;
     Ok(post["author_fingerprint"]
         .as_str()

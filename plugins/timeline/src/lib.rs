@@ -19,6 +19,7 @@ mod index;
 mod model;
 
 use marketplace_common::hex;
+use marketplace_guest::posts::record_key;
 use marketplace_guest::prelude::*;
 use marketplace_guest::{Body, ids};
 use model::{Attachment, Post};
@@ -357,7 +358,7 @@ fn create(req: &Request) -> Result<Response, ApiError> {
     if let Some(p) = parent.as_mut() {
         kv::put_raw(&format!("children/{}/{post_id}", p.post_id), b"")?;
         p.comment_count += 1;
-        kv::put(&format!("post/{}", p.post_id), p)?;
+        kv::put(&record_key(&p.post_id), p)?;
     }
     // A private reply is reachable by id and through its parent only.
     if !private {
@@ -488,7 +489,7 @@ fn delete(req: &Request) -> Result<Response, ApiError> {
         kv::delete(&format!("children/{pid}/{id}"))?;
         if let Some(mut parent) = model::load(pid)? {
             parent.comment_count = parent.comment_count.saturating_sub(1);
-            kv::put(&format!("post/{pid}"), &parent)?;
+            kv::put(&record_key(pid), &parent)?;
         }
     }
     for a in &post.attachments {
@@ -498,7 +499,7 @@ fn delete(req: &Request) -> Result<Response, ApiError> {
     for (key, _) in kv::scan_prefix(None, &format!("children/{id}/"), false, 100_000)? {
         kv::delete(&key)?;
     }
-    kv::delete(&format!("post/{id}"))?;
+    kv::delete(&record_key(id))?;
     Ok(json(200, &json!({"post_id": id, "deleted": true})))
 }
 
@@ -549,11 +550,7 @@ fn timeline(req: &Request) -> Result<Response, ApiError> {
                     .iter()
                     .map(|(key, _)| {
                         let key = String::from_utf8_lossy(key);
-                        let id = key.rsplit('/').next().unwrap_or_default();
-                        let mut post = String::with_capacity(5 + id.len());
-                        post.push_str("post/");
-                        post.push_str(id);
-                        post
+                        record_key(key.rsplit('/').next().unwrap_or_default())
                     })
                     .collect();
                 Some(kv::get_many_packed(None, &keys)?)
@@ -681,7 +678,7 @@ fn thread(req: &Request) -> Result<Response, ApiError> {
             })
             .collect();
         for chunk in ids.chunks(THREAD_CHUNK) {
-            let keys: Vec<String> = chunk.iter().map(|c| format!("post/{c}")).collect();
+            let keys: Vec<String> = chunk.iter().map(|c| record_key(c)).collect();
             let records = kv::get_many_packed(None, &keys)?;
             // A child gone from under its index entry is skipped.
             for (child, raw) in chunk.iter().zip(records.values()) {

@@ -1,5 +1,6 @@
 //! The stored post and its public rendering.
 
+use marketplace_guest::posts::record_key;
 use marketplace_guest::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -67,7 +68,7 @@ impl Post {
     /// to be rendered without serializing the post again.
     pub fn save(&self) -> Result<String, ApiError> {
         let record = self.record()?;
-        kv::put_raw(&format!("post/{}", self.post_id), record.as_bytes())?;
+        kv::put_raw(&record_key(&self.post_id), record.as_bytes())?;
         Ok(record)
     }
 }
@@ -98,12 +99,12 @@ pub fn record_text(raw: Vec<u8>) -> Result<String, ApiError> {
 
 /// The stored record of a post (None when absent), as JSON text.
 pub fn load_record(post_id: &str) -> Result<Option<String>, ApiError> {
-    kv::get_raw(None, &format!("post/{post_id}"))?
+    kv::get_raw(None, &record_key(post_id))?
         .map(record_text)
         .transpose()
 }
 
 /// Load a post (None when absent).
 pub fn load(post_id: &str) -> Result<Option<Post>, ApiError> {
-    kv::get(&format!("post/{post_id}"))
+    kv::get(&record_key(post_id))
 }
