@@ -45,14 +45,7 @@ fn search_ids(s: &Server, term: &str) -> Vec<String> {
 }
 
 fn timeline_ids(s: &Server, query: &str) -> Vec<String> {
-    let r = s.get(&format!("/api/timeline?limit=100{query}"));
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.json()["posts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["post_id"].as_str().unwrap().to_string())
-        .collect()
+    s.timeline_page(&format!("limit=100{query}")).0
 }
 
 fn thread_ids(s: &Server, root: &str) -> Vec<String> {
@@ -321,20 +314,16 @@ fn private_replies_are_paid_hidden_and_readable_by_id_and_thread() {
         let r = s.post_paid("/api/timeline", &s.mint("0.01"), &more);
         assert_eq!(r.status, 201, "{}", r.text());
     }
-    let page = |query: &str| {
-        let page = s.get(&format!("/api/timeline?{query}")).json();
-        let ids: Vec<String> = page["posts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["post_id"].as_str().unwrap().to_string())
-            .collect();
-        (ids, page["next_before"].as_str().map(str::to_string))
-    };
-    assert_eq!(page("limit=1"), (vec![older.clone()], Some(older.clone())));
-    assert_eq!(page("limit=2"), (vec![older.clone(), root.clone()], None));
+    assert_eq!(
+        s.timeline_page("limit=1"),
+        (vec![older.clone()], Some(older.clone()))
+    );
+    assert_eq!(
+        s.timeline_page("limit=2"),
+        (vec![older.clone(), root.clone()], None)
+    );
     for limit in [1, 2] {
-        let by_buyer = page(&format!("limit={limit}&author={}", buyer.fp()));
+        let by_buyer = s.timeline_page(&format!("limit={limit}&author={}", buyer.fp()));
         assert_eq!(by_buyer, (vec![older.clone()], None), "limit {limit}");
     }
 }

@@ -326,21 +326,8 @@ fn an_author_and_type_filter_pages_past_other_types() {
     for i in 0..3 {
         s.new_post(&a, &format!("general {i}"), json!({}));
     }
-    let page = |limit: u32| {
-        let page = s
-            .get(&format!(
-                "/api/timeline?author={}&post_type=offer&limit={limit}",
-                a.fp()
-            ))
-            .json();
-        let ids: Vec<String> = page["posts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["post_id"].as_str().unwrap().to_string())
-            .collect();
-        (ids, page["next_before"].as_str().map(str::to_string))
-    };
+    let page =
+        |limit: u32| s.timeline_page(&format!("author={}&post_type=offer&limit={limit}", a.fp()));
     assert_eq!(page(1), (vec![offers[1].clone()], Some(offers[1].clone())));
     assert_eq!(page(2), (vec![offers[1].clone(), offers[0].clone()], None));
     assert_eq!(page(3), (vec![offers[1].clone(), offers[0].clone()], None));

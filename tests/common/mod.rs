@@ -431,6 +431,21 @@ impl Server {
         self.post_paid("/api/timeline", secret, &body)
     }
 
+    /// `GET /api/timeline?{query}` (answered 200): its post ids in order,
+    /// and its `next_before`.
+    pub fn timeline_page(&self, query: &str) -> (Vec<String>, Option<String>) {
+        let r = self.get(&format!("/api/timeline?{query}"));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let page = r.json();
+        let ids = page["posts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["post_id"].as_str().unwrap().to_string())
+            .collect();
+        (ids, page["next_before"].as_str().map(str::to_string))
+    }
+
     /// Create a post paid with a fresh secret; returns its post_id.
     pub fn new_post(&self, key: &Key, content: &str, extra: Value) -> String {
         let r = self.post(key, content, extra, &self.mint("0.3"));
