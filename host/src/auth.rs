@@ -316,6 +316,22 @@ mod tests {
         marketplace_common::hex::encode(b)
     }
 
+    /// What `actor` says: `message` signed `signature`, fresh at
+    /// `timestamp` or legacy without one.
+    fn statement<'a>(
+        actor: &'a str,
+        message: &'a str,
+        signature: &'a str,
+        timestamp: Option<u64>,
+    ) -> Statement<'a> {
+        Statement {
+            actor,
+            message,
+            signature,
+            timestamp,
+        }
+    }
+
     fn setup() -> (tempfile::TempDir, crate::store::Storage, SigningKey, String) {
         let (dir, db) = crate::store::temp_storage();
         let sk = SigningKey::from_bytes(&[7u8; 32]);
@@ -393,12 +409,7 @@ mod tests {
     fn fresh_signature_verifies_once() {
         let (_d, db, sk, fp) = setup();
         let sig = hex(&sk.sign(b"post:hi:1000").to_bytes());
-        let st = Statement {
-            actor: &fp,
-            message: "post:hi",
-            signature: &sig,
-            timestamp: Some(1000),
-        };
+        let st = statement(&fp, "post:hi", &sig, Some(1000));
         let txn = db.begin_write().unwrap();
         assert!(verify(&txn, 1100, &st, false, false, false).is_ok());
         assert_eq!(
@@ -415,19 +426,9 @@ mod tests {
         let txn = db.begin_write().unwrap();
         let now = 1_800_000_000u64;
         let sig = hex(&sk.sign(format!("post:hi:{now}").as_bytes()).to_bytes());
-        let fresh = Statement {
-            actor: &fp,
-            message: "post:hi",
-            signature: &sig,
-            timestamp: Some(now),
-        };
+        let fresh = statement(&fp, "post:hi", &sig, Some(now));
         let as_legacy_message = format!("post:hi:{now}");
-        let legacy = Statement {
-            actor: &fp,
-            message: &as_legacy_message,
-            signature: &sig,
-            timestamp: None,
-        };
+        let legacy = statement(&fp, &as_legacy_message, &sig, None);
         // While the number could be a current timestamp: refused.
         assert_eq!(
             verify(&txn, now, &legacy, false, false, false)
@@ -446,12 +447,7 @@ mod tests {
         // A legacy message ending in a number that is no current timestamp
         // (a time of day, a price) still verifies.
         let sig = hex(&sk.sign(b"post:meet at 10:30").to_bytes());
-        let st = Statement {
-            actor: &fp,
-            message: "post:meet at 10:30",
-            signature: &sig,
-            timestamp: None,
-        };
+        let st = statement(&fp, "post:meet at 10:30", &sig, None);
         assert!(verify(&txn, now, &st, false, false, false).is_ok());
         assert_eq!(trailing_number("a:b:123"), Some(123));
         assert_eq!(trailing_number("a:b:"), None);
@@ -475,12 +471,7 @@ mod tests {
         };
         // A new fresh use: one row under its timestamp, none in `auth:used`.
         let (sig, message, ts) = fresh_of("post:a", now - 7);
-        let st = Statement {
-            actor: &fp,
-            message,
-            signature: &sig,
-            timestamp: Some(ts),
-        };
+        let st = statement(&fp, message, &sig, Some(ts));
         verify(&txn, now, &st, false, false, false).unwrap();
         let k = format!("{fp}:{sig}");
         assert_eq!(
@@ -497,54 +488,24 @@ mod tests {
         let mut flagged = now.to_be_bytes().to_vec();
         flagged.push(1);
         txn.put_in(USED, k.as_bytes(), &flagged).unwrap();
-        let st = Statement {
-            actor: &fp,
-            message,
-            signature: &sig,
-            timestamp: Some(ts),
-        };
+        let st = statement(&fp, message, &sig, Some(ts));
         assert_eq!(refused(1_000, &st), 409);
         let as_legacy = format!("{message}:{ts}");
-        let legacy = Statement {
-            actor: &fp,
-            message: &as_legacy,
-            signature: &sig,
-            timestamp: None,
-        };
+        let legacy = statement(&fp, &as_legacy, &sig, None);
         assert_eq!(refused(1_000, &legacy), 401);
         // The same with a new record: a timestamp below the legacy rule's
         // range (a clock near 1970) is found through the trailing number.
         let (sig, message, ts) = fresh_of("post:c", 990);
-        let st = Statement {
-            actor: &fp,
-            message,
-            signature: &sig,
-            timestamp: Some(ts),
-        };
+        let st = statement(&fp, message, &sig, Some(ts));
         verify(&txn, 1_000, &st, false, false, false).unwrap();
         let as_legacy = format!("{message}:{ts}");
-        let legacy = Statement {
-            actor: &fp,
-            message: &as_legacy,
-            signature: &sig,
-            timestamp: None,
-        };
+        let legacy = statement(&fp, &as_legacy, &sig, None);
         assert_eq!(refused(1_000, &legacy), 401);
         // A legacy single use refuses the same bytes presented fresh.
         let sig = hex(&sk.sign(b"post:d:12").to_bytes());
-        let legacy = Statement {
-            actor: &fp,
-            message: "post:d:12",
-            signature: &sig,
-            timestamp: None,
-        };
+        let legacy = statement(&fp, "post:d:12", &sig, None);
         verify(&txn, 1_000, &legacy, false, true, false).unwrap();
-        let st = Statement {
-            actor: &fp,
-            message: "post:d",
-            signature: &sig,
-            timestamp: Some(12),
-        };
+        let st = statement(&fp, "post:d", &sig, Some(12));
         assert_eq!(refused(12, &st), 409);
     }
 
@@ -553,12 +514,7 @@ mod tests {
         let (_d, db, sk, fp) = setup();
         let txn = db.begin_write().unwrap();
         let sig = hex(&sk.sign(b"post:hi:1000").to_bytes());
-        let st = Statement {
-            actor: &fp,
-            message: "post:hi",
-            signature: &sig,
-            timestamp: Some(1000),
-        };
+        let st = statement(&fp, "post:hi", &sig, Some(1000));
         let r = verify(&txn, 1000 + FRESH_WINDOW_S + 1, &st, false, false, false).unwrap_err();
         assert_eq!(
             (r.status, r.body.windows(12).any(|w| w == b"auth_expired")),
@@ -566,12 +522,7 @@ mod tests {
         );
 
         let legacy = hex(&sk.sign(b"post:hi").to_bytes());
-        let st = Statement {
-            actor: &fp,
-            message: "post:hi",
-            signature: &legacy,
-            timestamp: None,
-        };
+        let st = statement(&fp, "post:hi", &legacy, None);
         assert!(verify(&txn, 5, &st, false, false, false).is_ok());
         assert!(
             verify(&txn, 5, &st, false, false, false).is_ok(),
@@ -587,24 +538,14 @@ mod tests {
             409
         );
 
-        let st = Statement {
-            actor: &fp,
-            message: "post:other",
-            signature: &legacy,
-            timestamp: None,
-        };
+        let st = statement(&fp, "post:other", &legacy, None);
         assert_eq!(
             verify(&txn, 5, &st, false, false, false)
                 .unwrap_err()
                 .status,
             401
         );
-        let st = Statement {
-            actor: "zz",
-            message: "post:hi",
-            signature: &legacy,
-            timestamp: None,
-        };
+        let st = statement("zz", "post:hi", &legacy, None);
         assert_eq!(
             verify(&txn, 5, &st, false, false, false)
                 .unwrap_err()
