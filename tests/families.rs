@@ -179,6 +179,55 @@ fn server_with_config(toml: &str, opts: common::Options) -> (Server, tempfile::T
 
 // ------------------------------------------------------------------ tests
 
+/// `GET path`: its 200 body, with the content type checked.
+fn page(s: &Server, path: &str, content_type: &str) -> Vec<u8> {
+    let r = s.get(path);
+    assert_eq!(r.status, 200, "{path}: {}", r.text());
+    let ct = r.header("content-type").unwrap_or_default();
+    assert!(ct.starts_with(content_type), "{path}: {ct}");
+    r.body
+}
+
+#[test]
+fn the_yaml_document_docs_page_and_docs_search_follow_every_mount_and_unmount() {
+    // The MCP family derives all three from the document once per load of
+    // components (its memo): each must still show the routes served now.
+    let s = Server::start();
+    let yaml = || page(&s, "/openapi.yaml", "application/yaml");
+    let docs = || page(&s, "/docs", "text/html");
+    let has_notes = |b: &[u8]| String::from_utf8_lossy(b).contains("/api/template/notes");
+    let found = || {
+        has_notes(&page(
+            &s,
+            "/api/docs/search?q=template+notes",
+            "application/json",
+        ))
+    };
+    let (yaml_before, docs_before) = (yaml(), docs());
+    assert!(!has_notes(&yaml_before) && !has_notes(&docs_before) && !found());
+    // Kept and rendered give the same bytes.
+    assert_eq!(yaml(), yaml_before);
+    assert_eq!(docs(), docs_before);
+
+    let r = admin(&s, "PUT", "/admin/plugins/template", &wasm("template.wasm"));
+    assert_eq!(r.status, 200, "mount template: {}", r.text());
+    let (yaml_mounted, docs_mounted) = (yaml(), docs());
+    assert!(
+        has_notes(&yaml_mounted),
+        "the YAML shows the mounted family's routes"
+    );
+    assert!(has_notes(&docs_mounted), "the docs page shows them");
+    assert!(found(), "docs search finds them");
+    assert_eq!(yaml(), yaml_mounted);
+    assert_eq!(docs(), docs_mounted);
+
+    let r = admin(&s, "DELETE", "/admin/plugins/template", b"");
+    assert_eq!(r.status, 200, "unmount template: {}", r.text());
+    assert_eq!(yaml(), yaml_before, "back to the document before the mount");
+    assert_eq!(docs(), docs_before);
+    assert!(!found());
+}
+
 #[test]
 fn template_mounts_through_the_admin_api_serves_and_unmounts_keeping_its_data() {
     let s = Server::start();

@@ -1,7 +1,7 @@
 //! Capabilities: which host interfaces a family may import.
 //!
-//! Every family gets its own keyspace (`storage`), `clock`, `ids`, `log`
-//! and `settings`. Everything else is granted by the operator, per family
+//! Every family gets its own keyspace (`storage`), `clock`, `ids`, `log`,
+//! `settings` and `memo`. Everything else is granted by the operator, per family
 //! (`[families.NAME] grants = [...]`, `read = [...]`). A component that
 //! imports an interface its family was not granted is refused at load, with
 //! a message naming the capability and the family; the interfaces it was
@@ -44,7 +44,9 @@ pub const ALL: &[(Capability, &str, &str)] = &[
 ];
 
 /// Interfaces every family may import.
-pub const BASE: &[&str] = &["types", "storage", "clock", "ids", "log", "settings"];
+pub const BASE: &[&str] = &[
+    "types", "storage", "clock", "ids", "log", "settings", "memo",
+];
 
 impl Capability {
     pub fn name(self) -> &'static str {

@@ -97,6 +97,10 @@ impl Api {
 pub struct Served {
     pub table: Table,
     pub openapi: String,
+    /// Counts the loads of components: each assembly gets a higher one
+    /// (what the families' memos are kept for, see
+    /// [`crate::runtime::memo`]).
+    pub generation: u64,
 }
 
 /// Assemble the table and document from the host's routes and the loaded
@@ -164,6 +168,7 @@ pub fn assemble(host_routes: Vec<Route>, families: &[(&str, &Api)]) -> Result<Se
     Ok(Served {
         table,
         openapi: doc.to_string(),
+        generation: 0,
     })
 }
 

@@ -97,6 +97,8 @@ pub struct LoadedPlugin {
     pub api: Api,
     kind: Kind,
     metrics: crate::metrics::PluginMetrics,
+    /// What its instances keep between requests (the WIT `memo`).
+    memo: Arc<crate::runtime::memo::Memo>,
 }
 
 enum Kind {
@@ -179,6 +181,8 @@ pub struct Runtime {
     host_routes: Vec<Route>,
     /// The route table and OpenAPI document in force.
     served: RwLock<Arc<Served>>,
+    /// The generation of the last assembly ([`Served::generation`]).
+    generation: AtomicU64,
     /// Swaps, mounts and unmounts one at a time, so a swap's grants and
     /// route check are those of the slots it replaces.
     swapping: std::sync::Mutex<()>,
@@ -330,6 +334,7 @@ impl Runtime {
             fee_linker,
             host_routes,
             served: RwLock::new(Arc::new(served)),
+            generation: AtomicU64::new(0),
             swapping: std::sync::Mutex::new(()),
             limits,
             plugins_dir,
@@ -537,7 +542,10 @@ impl Runtime {
         if let Some((f, p)) = with {
             families.push((f, &p.api));
         }
-        api::assemble(self.host_routes.clone(), &families).map_err(|e| anyhow!(e))
+        let mut served =
+            api::assemble(self.host_routes.clone(), &families).map_err(|e| anyhow!(e))?;
+        served.generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        Ok(served)
     }
 
     /// The route table and OpenAPI document in force.
@@ -621,6 +629,7 @@ impl Runtime {
             api,
             kind,
             metrics: Default::default(),
+            memo: Default::default(),
         })
     }
 
@@ -638,6 +647,7 @@ impl Runtime {
         p::ids::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
         p::log::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
         p::settings::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
+        p::memo::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
         for c in &grants.capabilities {
             match c {
                 Capability::Payments => p::payments::add_to_linker::<Ctx, D>(&mut l, |c| c),
@@ -1024,6 +1034,9 @@ impl Runtime {
             self.limits.memory_bytes,
         );
         let mut store = self.store(ctx);
+        store
+            .data_mut()
+            .with_memo(plugin.memo.clone(), self.served().generation);
         store.data_mut().limiter().yields = inline;
         if under_batch {
             store.data_mut().under_batch();

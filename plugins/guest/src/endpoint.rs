@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 pub use crate::endpoint_bindings::marketplace::plugin::{
-    arbiter, auth, clock, dispatch, escrow, host, ids, limits, payments, storage,
+    arbiter, auth, clock, dispatch, escrow, host, ids, limits, memo, payments, storage,
 };
 pub use types::{PluginInfo, Refusal};
 
@@ -607,4 +607,21 @@ pub fn clear_on_fault() {
 /// deadline is never lengthened). With [`on_fault`], a budget for user code.
 pub fn limit_time(ms: u32) {
     limits::limit_time(ms);
+}
+
+/// Text kept in the family's memo under `key` (see the WIT `memo`), or
+/// `render`'s, kept there for the next request. For text derived only from
+/// what stays the same until the next load of components: the host empties
+/// the memo at each load, so a request never reads text derived from an
+/// OpenAPI document or a component that is no longer served.
+pub fn memoized(
+    key: &str,
+    render: impl FnOnce() -> Result<String, ApiError>,
+) -> Result<String, ApiError> {
+    if let Some(text) = memo::get(key).and_then(|b| String::from_utf8(b).ok()) {
+        return Ok(text);
+    }
+    let text = render()?;
+    memo::put(key, text.as_bytes());
+    Ok(text)
 }

@@ -18,7 +18,9 @@ mod openapi;
 mod origin;
 
 use marketplace_guest::prelude::*;
-use marketplace_guest::{Body, clear_on_fault, clock, dispatch, host, limit_time, on_fault, types};
+use marketplace_guest::{
+    Body, clear_on_fault, clock, dispatch, host, limit_time, memoized, on_fault, types,
+};
 use sha2::{Digest, Sha256};
 
 struct Mcp;
@@ -173,7 +175,14 @@ impl Endpoint for Mcp {
                     return Err(ApiError::invalid("q", "must be at most 1000 characters"));
                 }
                 let limit = req.query_int("limit", 1, 50)?.unwrap_or(10) as usize;
-                Ok(json(200, &openapi::search(&openapi::document()?, q, limit)))
+                // Derived from the host's document alone: built once per
+                // load of components.
+                let index = memoized("docs-search.json", || {
+                    Ok(openapi::search_index(&openapi::document()?).to_string())
+                })?;
+                let index: Value = serde_json::from_str(&index)
+                    .map_err(|e| ApiError::internal(format!("the docs search index: {e}")))?;
+                Ok(json(200, &openapi::search(&index, q, limit)))
             }
             ("GET", "/.well-known/agent.json") => Ok(json(200, &manifest(&version))),
             ("GET", "/.well-known/agent-card.json") => {
@@ -184,12 +193,16 @@ impl Endpoint for Mcp {
                 headers: vec![],
                 body: openapi::document_text()?.into_bytes(),
             }),
+            // Both are derived from the host's document alone, which only
+            // a load of components changes: rendered once per load.
             ("GET", "/openapi.yaml") => Ok(raw(
-                openapi::to_yaml(&openapi::document()?),
+                memoized("openapi.yaml", || {
+                    Ok(openapi::to_yaml(&openapi::document()?))
+                })?,
                 "application/yaml; charset=utf-8",
             )),
             ("GET", "/docs") => Ok(raw(
-                openapi::html(&openapi::document()?),
+                memoized("docs.html", || Ok(openapi::html(&openapi::document()?)))?,
                 "text/html; charset=utf-8",
             )),
             _ => Err(ApiError::not_found(format!("route {}", req.route()))),

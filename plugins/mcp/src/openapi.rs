@@ -233,33 +233,63 @@ nav ul{{list-style:none;padding:0}}nav li{{margin:.2em 0}}main{{padding:1em 2em;
     )
 }
 
-/// Docs search: the document's operations ranked by query words found, a
-/// word in the path or summary counting three times one in the
-/// description, tags or fee.
-pub fn search(doc: &Value, q: &str, limit: usize) -> Value {
-    use marketplace_common::text::tokens;
-    let words = tokens(q);
-    let mut hits: Vec<(usize, Operation)> = operations(doc)
+/// What docs search reads of each operation, in the document's order:
+/// `[title, link, snippet, words of the path and summary, words of the
+/// description, tags and fee]`. Kept in the family's memo as JSON, so a
+/// search does not parse the whole document.
+pub fn search_index(doc: &Value) -> Value {
+    // Each word once: a search asks only whether a word is there.
+    let words = |text: String| {
+        let mut words = marketplace_common::text::tokens(&text);
+        words.sort_unstable();
+        words.dedup();
+        words
+    };
+    operations(doc)
         .into_iter()
         .map(|o| {
-            let title = tokens(&format!("{} {}", o.path, o.text("summary")));
             let tags: Vec<&str> = o.op["tags"]
                 .as_array()
                 .into_iter()
                 .flatten()
                 .filter_map(Value::as_str)
                 .collect();
-            let rest = tokens(&format!(
-                "{} {} {}",
+            json!([
+                format!("{} {} - {}", o.method, o.path, o.text("summary")),
+                format!("/docs#{}", o.id()),
                 o.text("description"),
-                tags.join(" "),
-                o.text("x-paid")
-            ));
+                words(format!("{} {}", o.path, o.text("summary"))),
+                words(format!(
+                    "{} {} {}",
+                    o.text("description"),
+                    tags.join(" "),
+                    o.text("x-paid")
+                )),
+            ])
+        })
+        .collect()
+}
+
+/// Docs search over a [`search_index`]: the operations ranked by query
+/// words found, a word in the path or summary counting three times one in
+/// the description, tags or fee.
+pub fn search(index: &Value, q: &str, limit: usize) -> Value {
+    let words = marketplace_common::text::tokens(q);
+    let mut hits: Vec<(usize, &Value)> = index
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|entry| {
+            let has = |at: usize, word: &String| {
+                entry[at]
+                    .as_array()
+                    .is_some_and(|words| words.iter().any(|w| w == word.as_str()))
+            };
             let score = words
                 .iter()
-                .map(|w| 3 * usize::from(title.contains(w)) + usize::from(rest.contains(w)))
+                .map(|w| 3 * usize::from(has(3, w)) + usize::from(has(4, w)))
                 .sum();
-            (score, o)
+            (score, entry)
         })
         .filter(|(n, _)| *n > 0)
         .collect();
@@ -267,7 +297,7 @@ pub fn search(doc: &Value, q: &str, limit: usize) -> Value {
     let results: Vec<Value> = hits
         .into_iter()
         .take(limit)
-        .map(|(_, o)| json!({"title": format!("{} {} - {}", o.method, o.path, o.text("summary")), "path": format!("/docs#{}", o.id()), "snippet": o.text("description")}))
+        .map(|(_, e)| json!({"title": e[0], "path": e[1], "snippet": e[2]}))
         .collect();
     json!({"results": results})
 }
@@ -406,7 +436,7 @@ mod tests {
     #[test]
     fn search_ranks_path_and_summary_words_first() {
         let doc = doc();
-        let r = search(&doc, "macro", 5);
+        let r = search(&search_index(&doc), "macro", 5);
         let results = r["results"].as_array().unwrap();
         assert!(results.len() >= 2);
         assert_eq!(
@@ -416,15 +446,18 @@ mod tests {
         assert_eq!(results[0]["path"], "/docs#mcpDefine");
         assert!(results[0]["snippet"].as_str().unwrap().contains("macro"));
         // Words of the tags and the fee count too.
-        let r = search(&doc, "things", 5);
+        let r = search(&search_index(&doc), "things", 5);
         assert_eq!(r["results"][0]["path"], "/docs#refundThing");
         assert_eq!(
-            search(&doc, "money", 5)["results"][0]["path"],
+            search(&search_index(&doc), "money", 5)["results"][0]["path"],
             "/docs#refundThing"
         );
-        assert_eq!(search(&doc, "zzzz", 5)["results"], json!([]));
+        assert_eq!(search(&search_index(&doc), "zzzz", 5)["results"], json!([]));
         assert_eq!(
-            search(&doc, "docs", 1)["results"].as_array().unwrap().len(),
+            search(&search_index(&doc), "docs", 1)["results"]
+                .as_array()
+                .unwrap()
+                .len(),
             1
         );
     }

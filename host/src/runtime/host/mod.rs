@@ -14,6 +14,7 @@ mod ids;
 mod info;
 mod limits;
 mod log;
+mod memo;
 mod payments;
 mod settings;
 mod storage;
@@ -92,6 +93,9 @@ pub struct Ctx {
     /// split when the request commits, refunded in the answer otherwise.
     upstream: Option<crate::money::upstream::Held>,
     limiter: CallLimiter,
+    /// The component's memo and the generation this request began under
+    /// (none for a smoke call: its memo calls find and keep nothing).
+    memo: Option<(Arc<crate::runtime::memo::Memo>, u64)>,
 }
 
 impl Limiter for Ctx {
@@ -131,6 +135,7 @@ impl Ctx {
             on_fault: None,
             upstream: None,
             limiter: CallLimiter::new(memory_bytes),
+            memo: None,
         }
     }
 
@@ -154,7 +159,14 @@ impl Ctx {
             on_fault: None,
             upstream: None,
             limiter: CallLimiter::new(memory_bytes),
+            memo: None,
         }
+    }
+
+    /// Give the call its component's memo, for the generation of the
+    /// served table it began under.
+    pub fn with_memo(&mut self, memo: Arc<crate::runtime::memo::Memo>, generation: u64) {
+        self.memo = Some((memo, generation));
     }
 
     /// The answer the plugin chose for its own fault, if it did.
