@@ -97,9 +97,8 @@ impl Api {
 pub struct Served {
     pub table: Table,
     pub openapi: String,
-    /// Counts the loads of components: each assembly gets a higher one
-    /// (what the families' memos are kept for, see
-    /// [`crate::runtime::memo`]).
+    /// One more at each table put in force (a mount, swap or unmount): what
+    /// the components' memos are kept for (see [`crate::runtime::memo`]).
     pub generation: u64,
 }
 

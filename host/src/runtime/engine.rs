@@ -181,8 +181,6 @@ pub struct Runtime {
     host_routes: Vec<Route>,
     /// The route table and OpenAPI document in force.
     served: RwLock<Arc<Served>>,
-    /// The generation of the last assembly ([`Served::generation`]).
-    generation: AtomicU64,
     /// Swaps, mounts and unmounts one at a time, so a swap's grants and
     /// route check are those of the slots it replaces.
     swapping: std::sync::Mutex<()>,
@@ -334,7 +332,6 @@ impl Runtime {
             fee_linker,
             host_routes,
             served: RwLock::new(Arc::new(served)),
-            generation: AtomicU64::new(0),
             swapping: std::sync::Mutex::new(()),
             limits,
             plugins_dir,
@@ -528,7 +525,8 @@ impl Runtime {
         }
     }
 
-    /// The route table and document of `slots`, with `with` in its family's place.
+    /// The route table and document of `slots`, with `with` in its family's
+    /// place, one generation after the one in force. Callers hold `swapping`.
     fn assemble(
         &self,
         slots: &BTreeMap<String, Slot>,
@@ -544,7 +542,8 @@ impl Runtime {
         }
         let mut served =
             api::assemble(self.host_routes.clone(), &families).map_err(|e| anyhow!(e))?;
-        served.generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        // The callers hold `swapping`: the table in force is the newest.
+        served.generation = self.served().generation + 1;
         Ok(served)
     }
 

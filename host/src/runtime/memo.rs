@@ -6,18 +6,22 @@
 //! One memo per loaded component, so a swap starts the family with an
 //! empty one. Entries belong to one generation of the served route table
 //! and document ([`crate::runtime::api::Served::generation`]): a request
-//! reads and writes the generation it began under, so a request that began
-//! before another family's load can neither read nor keep a value derived
-//! from the document as it was. Bounded in bytes: a value that does not fit
-//! empties the memo first.
+//! reads and writes under the generation it began under, and the first
+//! call under a newer generation empties the memo. So a request that
+//! began after a load never reads what was kept before it. (One that began
+//! before it may still read and keep text of its own generation until a
+//! later request calls.) Bounded in bytes and entries: an entry that does
+//! not fit empties the memo first.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Longest key.
 pub const MAX_KEY: usize = 256;
 /// Most bytes one memo holds (keys and values, plus [`ENTRY_OVERHEAD`] per entry).
 pub const MAX_BYTES: usize = 8 << 20;
+/// Most entries one memo holds.
+pub const MAX_ENTRIES: usize = 1024;
 /// What each entry counts beyond its key and value.
 const ENTRY_OVERHEAD: usize = 64;
 
@@ -29,7 +33,7 @@ pub struct Memo {
 #[derive(Default)]
 struct Inner {
     generation: u64,
-    entries: HashMap<String, Vec<u8>>,
+    entries: HashMap<String, Arc<[u8]>>,
     bytes: usize,
 }
 
@@ -38,25 +42,13 @@ fn cost(key: &str, value: &[u8]) -> usize {
 }
 
 impl Memo {
-    /// The value under `key` kept in `generation`.
-    pub fn get(&self, generation: u64, key: &str) -> Option<Vec<u8>> {
-        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if inner.generation != generation {
-            return None;
-        }
-        inner.entries.get(key).cloned()
-    }
-
-    /// Keep `value` under `key` for `generation`. A newer generation empties
-    /// the memo; an older one keeps nothing. False when nothing was kept.
-    pub fn put(&self, generation: u64, key: String, value: Vec<u8>) -> bool {
-        let size = cost(&key, &value);
-        if key.len() > MAX_KEY || size > MAX_BYTES {
-            return false;
-        }
+    /// The memo as `generation` sees it: emptied (its allocations freed)
+    /// when `generation` is newer than what it holds; `None` when it is
+    /// older.
+    fn at(&self, generation: u64) -> Option<MutexGuard<'_, Inner>> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if generation < inner.generation {
-            return false;
+            return None;
         }
         if generation > inner.generation {
             *inner = Inner {
@@ -64,22 +56,45 @@ impl Memo {
                 ..Inner::default()
             };
         }
+        Some(inner)
+    }
+
+    /// The value under `key` kept in `generation`.
+    pub fn get(&self, generation: u64, key: &str) -> Option<Vec<u8>> {
+        let value = self.at(generation)?.entries.get(key).cloned()?;
+        // Copied once the lock is released.
+        Some(value.to_vec())
+    }
+
+    /// Keep `value` under `key` for `generation`. False when nothing was
+    /// kept (a key or value over the bounds, or an older generation).
+    pub fn put(&self, generation: u64, key: String, value: Vec<u8>) -> bool {
+        let size = cost(&key, &value);
+        if key.len() > MAX_KEY || size > MAX_BYTES {
+            return false;
+        }
+        let Some(mut inner) = self.at(generation) else {
+            return false;
+        };
         if let Some(old) = inner.entries.remove(&key) {
             inner.bytes -= cost(&key, &old);
         }
-        if inner.bytes + size > MAX_BYTES {
-            inner.entries.clear();
-            inner.bytes = 0;
+        if inner.bytes + size > MAX_BYTES || inner.entries.len() >= MAX_ENTRIES {
+            *inner = Inner {
+                generation,
+                ..Inner::default()
+            };
         }
         inner.bytes += size;
-        inner.entries.insert(key, value);
+        inner.entries.insert(key, value.into());
         true
     }
 
-    /// Bytes held (keys, values and per-entry overhead).
+    /// Bytes and entries held.
     #[cfg(test)]
-    fn bytes(&self) -> usize {
-        self.inner.lock().unwrap().bytes
+    fn held(&self) -> (usize, usize) {
+        let inner = self.inner.lock().unwrap();
+        (inner.bytes, inner.entries.len())
     }
 }
 
@@ -101,12 +116,16 @@ mod tests {
     fn a_newer_generation_empties_it_and_an_older_one_keeps_nothing() {
         let m = Memo::default();
         assert!(m.put(1, "a".into(), b"1".to_vec()));
+        assert_eq!(m.get(2, "a"), None, "a newer generation does not read it");
+        assert_eq!(m.held(), (0, 0), "and emptied it");
+        assert!(
+            !m.put(1, "a".into(), b"late".to_vec()),
+            "an older one keeps nothing"
+        );
         assert!(m.put(2, "b".into(), b"2".to_vec()));
-        assert_eq!(m.get(2, "a"), None, "the older generation's entry is gone");
-        assert!(!m.put(1, "a".into(), b"late".to_vec()));
         assert_eq!(m.get(1, "a"), None);
         assert_eq!(m.get(2, "b").as_deref(), Some(&b"2"[..]));
-        assert_eq!(m.bytes(), cost("b", b"2"));
+        assert_eq!(m.held().0, cost("b", b"2"));
     }
 
     #[test]
@@ -114,7 +133,7 @@ mod tests {
         let m = Memo::default();
         assert!(m.put(0, "k".into(), vec![0; 1000]));
         assert!(m.put(0, "k".into(), vec![1; 10]));
-        assert_eq!(m.bytes(), cost("k", &[0; 10]));
+        assert_eq!(m.held().0, cost("k", &[0; 10]));
         assert_eq!(m.get(0, "k"), Some(vec![1; 10]));
     }
 
@@ -124,11 +143,22 @@ mod tests {
         let big = MAX_BYTES / 3;
         for i in 0..10 {
             assert!(m.put(0, format!("k{i}"), vec![0; big]));
-            assert!(m.bytes() <= MAX_BYTES, "{} bytes after {i}", m.bytes());
+            assert!(m.held().0 <= MAX_BYTES, "{} bytes after {i}", m.held().0);
             assert!(m.get(0, &format!("k{i}")).is_some(), "the newest is kept");
         }
         assert!(!m.put(0, "huge".into(), vec![0; MAX_BYTES]));
+        assert!(m.held().1 > 0, "a value refused alone empties nothing");
         assert!(!m.put(0, "k".repeat(MAX_KEY + 1), vec![]));
         assert!(m.put(0, "k".repeat(MAX_KEY), vec![]));
+    }
+
+    #[test]
+    fn it_holds_at_most_max_entries() {
+        let m = Memo::default();
+        for i in 0..MAX_ENTRIES * 3 {
+            assert!(m.put(7, i.to_string(), vec![]));
+            assert!(m.held().1 <= MAX_ENTRIES);
+        }
+        assert!(m.get(7, &(MAX_ENTRIES * 3 - 1).to_string()).is_some());
     }
 }

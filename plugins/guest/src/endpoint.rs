@@ -611,9 +611,8 @@ pub fn limit_time(ms: u32) {
 
 /// Text kept in the family's memo under `key` (see the WIT `memo`), or
 /// `render`'s, kept there for the next request. For text derived only from
-/// what stays the same until the next load of components: the host empties
-/// the memo at each load, so a request never reads text derived from an
-/// OpenAPI document or a component that is no longer served.
+/// what stays the same until the next load of components: a request that
+/// began after a load never reads what was kept before it.
 pub fn memoized(
     key: &str,
     render: impl FnOnce() -> Result<String, ApiError>,

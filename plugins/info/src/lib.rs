@@ -77,8 +77,8 @@ fn developers() -> Response {
             "guest_helper_crate": "plugins/guest (marketplace-guest)",
             "script_crate": "plugins/script (marketplace-script): a TypeScript/JavaScript sandbox for plugins that run user code",
             "capabilities": {
-                "always": ["storage (own keyspace)", "clock", "ids", "log", "settings"],
-                "granted": ["payments", "signatures", "escrow", "dispatch", "host-info", "limits"],
+                "always": ["storage (own keyspace)", "clock", "ids", "log", "settings", "memo"],
+                "granted": ["payments", "signatures", "escrow", "dispatch", "host-info", "limits", "arbiter"],
                 "read": "other families' keyspaces, one by one",
                 "grant": "[families.NAME] grants = [...], read = [...] in the config, or PUT /admin/plugins/NAME?grants=...&read=...",
                 "refusal": "a component importing a capability its family was not granted is refused at load, naming both",

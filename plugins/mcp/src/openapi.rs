@@ -238,7 +238,7 @@ nav ul{{list-style:none;padding:0}}nav li{{margin:.2em 0}}main{{padding:1em 2em;
 /// description, tags and fee]`. Kept in the family's memo as JSON, so a
 /// search does not parse the whole document.
 pub fn search_index(doc: &Value) -> Value {
-    // Each word once: a search asks only whether a word is there.
+    // Each word once, sorted: a search asks only whether a word is there.
     let words = |text: String| {
         let mut words = marketplace_common::text::tokens(&text);
         words.sort_unstable();
@@ -280,10 +280,13 @@ pub fn search(index: &Value, q: &str, limit: usize) -> Value {
         .into_iter()
         .flatten()
         .map(|entry| {
+            // The index's words are sorted.
             let has = |at: usize, word: &String| {
-                entry[at]
-                    .as_array()
-                    .is_some_and(|words| words.iter().any(|w| w == word.as_str()))
+                entry[at].as_array().is_some_and(|words| {
+                    words
+                        .binary_search_by(|w| w.as_str().unwrap_or("").cmp(word.as_str()))
+                        .is_ok()
+                })
             };
             let score = words
                 .iter()
