@@ -37,6 +37,17 @@ struct Inner {
     bytes: usize,
 }
 
+impl Inner {
+    /// Nothing kept, for `generation`; the allocations freed (`clear`
+    /// would keep the table's).
+    fn empty(&mut self, generation: u64) {
+        *self = Inner {
+            generation,
+            ..Inner::default()
+        };
+    }
+}
+
 fn cost(key: &str, value: &[u8]) -> usize {
     key.len() + value.len() + ENTRY_OVERHEAD
 }
@@ -51,10 +62,7 @@ impl Memo {
             return None;
         }
         if generation > inner.generation {
-            *inner = Inner {
-                generation,
-                ..Inner::default()
-            };
+            inner.empty(generation);
         }
         Some(inner)
     }
@@ -80,10 +88,7 @@ impl Memo {
             inner.bytes -= cost(&key, &old);
         }
         if inner.bytes + size > MAX_BYTES || inner.entries.len() >= MAX_ENTRIES {
-            *inner = Inner {
-                generation,
-                ..Inner::default()
-            };
+            inner.empty(generation);
         }
         inner.bytes += size;
         inner.entries.insert(key, value.into());
