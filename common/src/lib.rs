@@ -9,3 +9,7 @@ pub mod text;
 pub mod time;
 pub mod uint;
 pub mod url;
+
+/// Most keys one storage `get-many` call may name (the WIT `storage`): the
+/// host refuses more, and plugins reading more ask in chunks of this size.
+pub const MAX_GET_MANY: usize = 1000;

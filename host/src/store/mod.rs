@@ -26,7 +26,7 @@ pub const MAX_KEY_BYTES: usize = 4 * 1024;
 /// key) must stay under 2704 bytes.
 pub const MAX_SHARED_KEY_BYTES: usize = 2 * 1024;
 /// Most keys of one `get-many` call.
-pub const MAX_GET_MANY: usize = 1000;
+pub use marketplace_common::MAX_GET_MANY;
 /// Largest value a plugin may write (a post with 16 attachments of 512 KiB fits).
 pub const MAX_VALUE_BYTES: usize = 16 * 1024 * 1024;
 

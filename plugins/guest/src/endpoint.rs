@@ -218,7 +218,7 @@ pub mod kv {
     }
 
     /// Most keys one get-many names (the host refuses more).
-    pub const MAX_GET_MANY: usize = 1000;
+    pub use marketplace_common::MAX_GET_MANY;
 
     /// Several keys' raw values in one buffer (`get-many-packed`): read
     /// them in place with [`Packed::values`].
