@@ -229,6 +229,54 @@ fn the_yaml_document_docs_page_and_docs_search_follow_every_mount_and_unmount() 
 }
 
 #[test]
+fn a_familys_memo_keeps_text_for_its_later_requests_until_the_next_load() {
+    let s = Server::testing();
+    // `GET /_testing/memo?key=K[&put=V]`: whether V was kept, then what the
+    // testing family's memo holds under K.
+    let memo = |query: &str| {
+        let r = s.get(&format!("/_testing/memo?{query}"));
+        assert_eq!(r.status, 200, "{query}: {}", r.text());
+        let b = r.json();
+        (b["stored"].clone(), b["value"].clone())
+    };
+    assert_eq!(memo("key=a"), (Value::Null, Value::Null), "empty at start");
+    assert_eq!(memo("key=a&put=one"), (json!(true), json!("one")));
+    assert_eq!(memo("key=b&put=two"), (json!(true), json!("two")));
+    // Later requests (each a fresh instance) read what earlier ones kept.
+    assert_eq!(memo("key=a"), (Value::Null, json!("one")));
+    assert_eq!(memo("key=b"), (Value::Null, json!("two")));
+    assert_eq!(memo("key=a&put=three"), (json!(true), json!("three")));
+    assert_eq!(memo("key=a"), (Value::Null, json!("three")));
+
+    // A key over 256 bytes is not kept.
+    let long = "k".repeat(257);
+    assert_eq!(
+        memo(&format!("key={long}&put=x")),
+        (json!(false), Value::Null)
+    );
+
+    // Each family has a memo of its own: the mcp family keeps its YAML
+    // under this key, which the testing family does not see.
+    page(&s, "/openapi.yaml", "application/yaml");
+    assert_eq!(memo("key=openapi.yaml"), (Value::Null, Value::Null));
+
+    // Another family mounted: the route table changed, so what was derived
+    // from the one before is gone.
+    let r = admin(&s, "PUT", "/admin/plugins/template", &wasm("template.wasm"));
+    assert_eq!(r.status, 200, "mount template: {}", r.text());
+    assert_eq!(memo("key=a"), (Value::Null, Value::Null));
+    assert_eq!(memo("key=b"), (Value::Null, Value::Null));
+
+    // The family's own component loaded again (same bytes): it starts with
+    // an empty memo.
+    assert_eq!(memo("key=a&put=four"), (json!(true), json!("four")));
+    assert_eq!(memo("key=a"), (Value::Null, json!("four")));
+    let r = admin(&s, "PUT", "/admin/plugins/testing", &wasm("testing.wasm"));
+    assert_eq!(r.status, 200, "load testing again: {}", r.text());
+    assert_eq!(memo("key=a"), (Value::Null, Value::Null));
+}
+
+#[test]
 fn template_mounts_through_the_admin_api_serves_and_unmounts_keeping_its_data() {
     let s = Server::start();
     let template = wasm("template.wasm");

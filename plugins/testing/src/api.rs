@@ -134,6 +134,20 @@ pub const OPS: &[Op] = &[
     },
     Op {
         query: &[
+            ("key", "string", false, "default k"),
+            ("put", "string", false, "keep this text under the key first"),
+        ],
+        ..op(
+            "GET",
+            "/_testing/memo",
+            "testingMemo",
+            "testing",
+            "Keep and read the family's memo",
+            "Answers whether `put` was kept and what the memo holds under `key`.",
+        )
+    },
+    Op {
+        query: &[
             ("mode", "string", true, "seed, writes, get_many or scan"),
             ("n", "integer", false, "how many values (default 1)"),
             ("key", "string", false, "seed / get_many key, default big"),
@@ -176,6 +190,7 @@ mod tests {
             ("POST", "/_testing/payout", true),
             ("GET", "/_testing/held", false),
             ("GET", "/_testing/log", false),
+            ("GET", "/_testing/memo", false),
             ("POST", "/_testing/hog", true),
         ];
         assert_eq!(openapi::routes_of(&api()), expected);

@@ -4,6 +4,7 @@
 
 mod api;
 
+use marketplace_guest::memo;
 use marketplace_guest::prelude::*;
 
 struct Testing;
@@ -89,6 +90,18 @@ impl Endpoint for Testing {
                 Ok(json(200, &json!({"logged": msg})))
             }
             "/_testing/hog" => hog(req),
+            // Keeps `put` in the family's memo under `key` when given, then
+            // answers what the memo holds there: what a request kept must
+            // reach later requests of this family only, until the next load.
+            "/_testing/memo" => {
+                let key = req.query("key").unwrap_or("k");
+                let stored = req.query("put").map(|v| memo::put(key, v.as_bytes()));
+                let value = memo::get(key).map(|b| String::from_utf8_lossy(&b).into_owned());
+                Ok(json(
+                    200,
+                    &json!({"key": key, "stored": stored, "value": value}),
+                ))
+            }
             "/_testing/read" => {
                 let key = req.query("key").unwrap_or("k");
                 let value: Option<String> = kv::get(key)?;
