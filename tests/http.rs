@@ -153,6 +153,29 @@ fn oversized_body_is_413_before_it_is_read() {
     let body = vec![b' '; 2 * 1024 * 1024];
     let r = s.request("POST", "/api/identity", &[], Some(&body));
     assert_ne!(r.status, 413);
+
+    // A GET declaring too large a body gets the same answer, on host and
+    // component routes alike, and every operation documents it.
+    let doc = s.get("/openapi.json").json();
+    for path in ["/api/health", "/api/fees", "/api/timeline", "/api/search"] {
+        let mut stream = common::connect(s.addr);
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
+            3 * 1024 * 1024
+        )
+        .unwrap();
+        let r = common::read_response(&mut stream);
+        assert_eq!((r.status, r.code().as_str()), (413, "payload_too_large"));
+    }
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            assert!(
+                op["responses"]["413"].is_object(),
+                "{method} {path} does not document 413"
+            );
+        }
+    }
 }
 
 #[test]

@@ -62,8 +62,8 @@ pub struct Op {
     /// Media type of the success answer; `None` = `application/json`, or
     /// `*/*` when the schema is `Raw`.
     pub media: Option<&'static str>,
-    /// Error statuses this operation documents (besides 402 when paid, 413
-    /// when not a GET, and 500/503).
+    /// Error statuses this operation documents (besides 402 when paid, and
+    /// 413, 500 and 503, which every operation may answer).
     pub errors: &'static [u16],
     /// A last touch to the rendered Operation Object (an extra answer, a
     /// narrower parameter).
@@ -347,10 +347,10 @@ pub fn operation(o: &Op) -> Value {
     if o.paid.is_some() && !errs.contains(&402) {
         errs.push(402);
     }
-    if o.method != "GET" {
-        errs.push(413);
-    }
-    errs.extend([500, 503]);
+    // 413: a body over the route's limit (the host decides it before
+    // reading, whatever the method), or a read of more stored data than one
+    // call may return (`max_call_bytes`).
+    errs.extend([413, 500, 503]);
     for e in errs {
         responses
             .entry(e.to_string())
@@ -571,7 +571,7 @@ mod tests {
     fn responses_list_success_and_errors() {
         let o = operation(&OPS[0]);
         let codes: Vec<&String> = o["responses"].as_object().unwrap().keys().collect();
-        assert_eq!(codes, ["200", "400", "404", "500", "503"]);
+        assert_eq!(codes, ["200", "400", "404", "413", "500", "503"]);
         assert_eq!(
             o["responses"]["200"]["content"]["application/json"]["schema"]["$ref"],
             "#/components/schemas/Things"
