@@ -6,7 +6,9 @@
 //!
 //! `cargo build --release -p marketplace --example hello`, then
 //! `target/release/examples/hello [ADDR]` (default `127.0.0.1:0`); it prints
-//! `hello listening on http://ADDR` once it accepts connections.
+//! `hello listening on http://ADDR` once it accepts connections. With
+//! `HELLO_BODY=<file>` it answers that file's bytes instead (what an answer
+//! of that size costs to send, e.g. a saved search page).
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -18,8 +20,8 @@ use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
 use std::io::Write;
 
-async fn hello(_: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
-    let mut resp = Response::new(Full::new(Bytes::from_static(br#"{"ok":true}"#)));
+async fn hello(body: Bytes) -> Result<Response<Full<Bytes>>, Infallible> {
+    let mut resp = Response::new(Full::new(body));
     resp.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static("application/json"),
@@ -31,6 +33,10 @@ fn main() -> std::io::Result<()> {
     let addr = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:0".into());
+    let body = match std::env::var_os("HELLO_BODY") {
+        Some(path) => Bytes::from(std::fs::read(path)?),
+        None => Bytes::from_static(br#"{"ok":true}"#),
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -41,9 +47,11 @@ fn main() -> std::io::Result<()> {
         loop {
             let (stream, _) = listener.accept().await?;
             let _ = stream.set_nodelay(true);
+            let body = body.clone();
             tokio::spawn(async move {
+                let service = service_fn(move |_: Request<Incoming>| hello(body.clone()));
                 let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service_fn(hello))
+                    .serve_connection(TokioIo::new(stream), service)
                     .await;
             });
         }

@@ -757,6 +757,8 @@ fn main() {
         _ => Generator::Load,
     };
     let base = PathBuf::from(std::env::var("BENCH_DIR").unwrap_or_else(|_| ".".into()));
+    std::fs::create_dir_all(&base)
+        .unwrap_or_else(|e| panic!("creating BENCH_DIR {}: {e}", base.display()));
     let work = tempfile::tempdir_in(&base).unwrap();
     let bench = Bench {
         generator,
