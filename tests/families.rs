@@ -256,7 +256,8 @@ fn a_familys_memo_keeps_text_for_its_later_requests_until_the_next_load() {
     );
 
     // Each family has a memo of its own: the mcp family keeps its YAML
-    // under this key, which the testing family does not see.
+    // under this key (`memoized("openapi.yaml", ..)` in
+    // plugins/mcp/src/lib.rs), which the testing family does not see.
     page(&s, "/openapi.yaml", "application/yaml");
     assert_eq!(memo("key=openapi.yaml"), (Value::Null, Value::Null));
 

@@ -166,7 +166,11 @@ fn oversized_body_is_413_before_it_is_read() {
         )
         .unwrap();
         let r = common::read_response(&mut stream);
-        assert_eq!((r.status, r.code().as_str()), (413, "payload_too_large"));
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (413, "payload_too_large"),
+            "GET {path}"
+        );
     }
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, op) in item.as_object().unwrap() {

@@ -34,7 +34,9 @@ fn main() -> std::io::Result<()> {
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:0".into());
     let body = match std::env::var_os("HELLO_BODY") {
-        Some(path) => Bytes::from(std::fs::read(path)?),
+        Some(path) => Bytes::from(std::fs::read(&path).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("HELLO_BODY {}: {e}", path.display()))
+        })?),
         None => Bytes::from_static(br#"{"ok":true}"#),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -121,7 +121,7 @@ fn row(group: bool, conns: u64, secs: u64, base: &std::path::Path) -> support::R
 
 fn main() {
     let secs = env_or("BENCH_SECONDS", 5);
-    let base = std::path::PathBuf::from(std::env::var("BENCH_DIR").unwrap_or_else(|_| ".".into()));
+    let base = support::bench_dir();
     // A child run measures one row (fresh process, fresh database).
     if let Ok(row_name) = std::env::var("BENCH_ROW") {
         let (mode, conns) = row_name.split_once(':').expect("BENCH_ROW=mode:conns");

@@ -53,6 +53,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+mod support;
+
 const ADMIN_TOKEN: &str = "bench-admin-token-0123456789abcdef0123";
 
 fn env_or(name: &str, default: u64) -> u64 {
@@ -152,7 +154,8 @@ impl Drop for Server {
 fn hello() -> Server {
     let exe = need(&release_dir().join("examples/hello"));
     let mut cmd = Command::new(exe);
-    cmd.arg("127.0.0.1:0");
+    // The baseline answers its own 11 bytes, whatever the shell exports.
+    cmd.arg("127.0.0.1:0").env_remove("HELLO_BODY");
     Server::start(cmd, "hello listening on http://")
 }
 
@@ -756,9 +759,7 @@ fn main() {
         _ if have_wrk => Generator::Wrk,
         _ => Generator::Load,
     };
-    let base = PathBuf::from(std::env::var("BENCH_DIR").unwrap_or_else(|_| ".".into()));
-    std::fs::create_dir_all(&base)
-        .unwrap_or_else(|e| panic!("creating BENCH_DIR {}: {e}", base.display()));
+    let base = support::bench_dir();
     let work = tempfile::tempdir_in(&base).unwrap();
     let bench = Bench {
         generator,

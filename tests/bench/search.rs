@@ -51,8 +51,7 @@ fn main() {
     let secs = env_or("BENCH_SECONDS", 5);
     let conns = env_or("BENCH_CONNECTIONS", 32);
     let vocabulary = 20_000;
-    let tmp =
-        tempfile::tempdir_in(std::env::var("BENCH_DIR").unwrap_or_else(|_| ".".into())).unwrap();
+    let tmp = tempfile::tempdir_in(support::bench_dir()).unwrap();
     let app = support::start_app(&tmp.path().join("data"), &support::built_plugins(), false);
 
     // One registered author.

@@ -146,6 +146,15 @@ pub fn env_or(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// `BENCH_DIR` (default: the current directory), where a bench's data dirs
+/// go, created when missing.
+pub fn bench_dir() -> PathBuf {
+    let dir = PathBuf::from(std::env::var("BENCH_DIR").unwrap_or_else(|_| ".".into()));
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|e| panic!("creating BENCH_DIR {}: {e}", dir.display()));
+    dir
+}
+
 /// Where `cargo xtask build-plugins` puts the components.
 pub fn built_plugins() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/wasm32-wasip2/release")

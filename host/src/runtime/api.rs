@@ -4,7 +4,7 @@
 //! the host's own routes and every loaded family's `api`.
 
 use crate::runtime::routes::{self, Handler, Route, Table};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 /// The host's part of the OpenAPI document: info, its own routes and the
 /// schemas every family may reference (`Error`, `PaymentRequired`, ...).
@@ -154,6 +154,14 @@ pub fn assemble(host_routes: Vec<Route>, families: &[(&str, &Api)]) -> Result<Se
             let mut op = d.operation.clone();
             if let Value::Object(m) = &mut op {
                 m.insert("x-family".into(), Value::String(family.to_string()));
+                // Every route answers 413 to a body declared over its limit,
+                // whatever the method and whatever its component documents.
+                if let Value::Object(responses) = m.entry("responses").or_insert_with(|| json!({}))
+                {
+                    responses.entry("413").or_insert_with(|| {
+                        json!({"description": "payload_too_large", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
+                    });
+                }
                 if let Some(paid) = &d.paid {
                     m.entry("x-paid").or_insert(Value::String(paid.clone()));
                 }
@@ -206,6 +214,9 @@ mod tests {
         let doc: Value = serde_json::from_str(&served.openapi).unwrap();
         assert_eq!(doc["paths"]["/api/a/{id}"]["get"]["x-family"], "a");
         assert_eq!(doc["paths"]["/api/a/{x}"]["post"]["x-family"], "b");
+        // 413 is documented even where a component's operation leaves it out.
+        let too_large = &doc["paths"]["/api/a/{id}"]["get"]["responses"]["413"];
+        assert_eq!(too_large["description"], "payload_too_large");
         assert!(doc["paths"]["/api/fees"]["get"].is_object());
         assert!(doc["components"]["schemas"]["Error"].is_object());
         assert_eq!(served.table.routes().count(), host_routes + 2);

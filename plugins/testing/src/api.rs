@@ -154,7 +154,7 @@ pub const OPS: &[Op] = &[
             ("prefix", "string", false, "scan prefix, default big"),
             ("packed", "string", false, "1: the packed storage calls"),
         ],
-        errors: &[400, 413],
+        errors: &[400],
         ..op(
             "POST",
             "/_testing/hog",
