@@ -348,8 +348,8 @@ pub fn operation(o: &Op) -> Value {
         errs.push(402);
     }
     // 413: a body over the route's limit (the host decides it before
-    // reading, whatever the method), or a read of more stored data than one
-    // call may return (`max_call_bytes`).
+    // reading, whatever the method), or a storage budget passed (a read
+    // over `max_call_bytes`, writes over `max_request_write_bytes`).
     errs.extend([413, 500, 503]);
     for e in errs {
         responses
