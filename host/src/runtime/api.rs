@@ -154,14 +154,6 @@ pub fn assemble(host_routes: Vec<Route>, families: &[(&str, &Api)]) -> Result<Se
             let mut op = d.operation.clone();
             if let Value::Object(m) = &mut op {
                 m.insert("x-family".into(), Value::String(family.to_string()));
-                // Every route answers 413 to a body declared over its limit,
-                // whatever the method and whatever its component documents.
-                if let Value::Object(responses) = m.entry("responses").or_insert_with(|| json!({}))
-                {
-                    responses.entry("413").or_insert_with(|| {
-                        json!({"description": "payload_too_large", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
-                    });
-                }
                 if let Some(paid) = &d.paid {
                     m.entry("x-paid").or_insert(Value::String(paid.clone()));
                 }
@@ -170,6 +162,22 @@ pub fn assemble(host_routes: Vec<Route>, families: &[(&str, &Api)]) -> Result<Se
                 .entry(d.pattern.clone())
                 .or_insert_with(|| Value::Object(Map::new()));
             item[d.method.to_ascii_lowercase()] = op;
+        }
+    }
+    // Every route answers 413 to a body declared over its limit, whatever
+    // the method and whatever its component (or the host's file) documents.
+    let operations = doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|paths| paths.values_mut())
+        .filter_map(Value::as_object_mut)
+        .flat_map(|item| item.values_mut())
+        .filter_map(Value::as_object_mut);
+    for op in operations {
+        if let Value::Object(responses) = op.entry("responses").or_insert_with(|| json!({})) {
+            responses.entry("413").or_insert_with(|| {
+                json!({"description": "payload_too_large", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
+            });
         }
     }
     Ok(Served {
@@ -214,9 +222,12 @@ mod tests {
         let doc: Value = serde_json::from_str(&served.openapi).unwrap();
         assert_eq!(doc["paths"]["/api/a/{id}"]["get"]["x-family"], "a");
         assert_eq!(doc["paths"]["/api/a/{x}"]["post"]["x-family"], "b");
-        // 413 is documented even where a component's operation leaves it out.
-        let too_large = &doc["paths"]["/api/a/{id}"]["get"]["responses"]["413"];
-        assert_eq!(too_large["description"], "payload_too_large");
+        // 413 is documented even where a component's operation, or the
+        // host's file, leaves it out.
+        for (path, method) in [("/api/a/{id}", "get"), ("/api/fees", "get")] {
+            let too_large = &doc["paths"][path][method]["responses"]["413"];
+            assert_eq!(too_large["description"], "payload_too_large", "{path}");
+        }
         assert!(doc["paths"]["/api/fees"]["get"].is_object());
         assert!(doc["components"]["schemas"]["Error"].is_object());
         assert_eq!(served.table.routes().count(), host_routes + 2);
