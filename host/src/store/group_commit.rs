@@ -32,12 +32,14 @@
 //! database yet. The committer takes closed batches from that same ordered
 //! list (there is no queue between them that could reorder them), appends
 //! all those waiting to the write-ahead log as one record with one sync
-//! (see [`super::wal`]), answers their members, then applies them to redb
-//! in one non-durable commit and only then drops them from the list; a
-//! batch that read one that failed fails too (nothing of it is logged).
+//! (see [`super::wal`]) and answers their members; a batch that read one
+//! that failed fails too (nothing of it is logged). An applier thread
+//! applies the batches logged to redb, all those waiting in one
+//! non-durable commit, and only then drops them from the list, so a sync
+//! never waits for B-tree work and B-tree work never for a sync.
 //! Readers read through the batches logged but not applied yet, so a
 //! read after an answer sees it. While a checkpoint makes the database
-//! durable (a thread of its own), batches go on being logged and answered
+//! durable (on the applier), batches go on being logged and answered
 //! and wait in the list to be applied. So the requests of the next batch
 //! do not wait for the previous batch's sync, a batch's durability costs
 //! one sequential write of its own bytes, and applying a request's writes
@@ -113,7 +115,9 @@ struct Slot {
     logged: usize,
     /// Batches removed from `sealed` since start (applied, or failed).
     applied: u64,
-    /// A checkpoint is under way: batches wait in `sealed` meanwhile.
+    /// A checkpoint was asked for and has not ended: the applier first
+    /// applies the records before its segment, then makes the database
+    /// durable (batches wait in `sealed` meanwhile).
     checkpointing: bool,
     /// Why batches can no longer be applied to the database, once that
     /// failed (every later batch fails; a restart applies the log).
@@ -130,9 +134,15 @@ struct Slot {
     checkpoints_done: u64,
     /// The committer has ended.
     committer_gone: bool,
-    /// The checkpointer's last checkpoint failed (the committer tries
-    /// again when the next is due).
+    /// The applier's last checkpoint failed (the committer tries again
+    /// when the next is due).
     checkpoint_failed: bool,
+    /// The first sequence number of the log segment the checkpoint asked
+    /// for keeps: the applier runs it once every record before is in the
+    /// database.
+    checkpoint_at: Option<u64>,
+    /// The committer logs no more: the applier ends once nothing is left.
+    logging_done: bool,
     /// The store is being dropped: the committer writes what is left in
     /// `sealed`, then ends.
     stopping: bool,
@@ -155,9 +165,12 @@ struct Shared {
     slot: Mutex<Slot>,
     /// Signalled when a batch ends.
     ended: Condvar,
-    /// Signalled when a batch is closed (or the store is dropped): wakes
-    /// the committer.
+    /// Signalled when a batch is closed (or the store is dropped, or a
+    /// checkpoint ends): wakes the committer.
     sealed: Condvar,
+    /// Signalled when batches are logged or a checkpoint is asked for:
+    /// wakes the applier.
+    logged: Condvar,
     /// Tests: the committer fails the next batch it writes.
     #[cfg(test)]
     fail_next: AtomicBool,
@@ -218,6 +231,15 @@ pub(super) struct Sealed {
     outcome: Arc<Outcome>,
     /// How the batches it read through ended: when one failed, so does it.
     below: Vec<Arc<Outcome>>,
+    /// The sequence number of the write-ahead log record it is in, once
+    /// logged (0 before).
+    seq: std::sync::atomic::AtomicU64,
+}
+
+impl Sealed {
+    fn seq(&self) -> u64 {
+        self.seq.load(Ordering::Acquire)
+    }
 }
 
 /// A request waiting until the lease is handed to it: a parked thread,
@@ -321,7 +343,7 @@ impl BatchTxn {
 /// oldest first, in one non-durable redb transaction (each table opened
 /// once; a later batch's write of a key wins), with the sequence number of
 /// the last record they are in (see [`super::wal`]).
-fn apply(db: &Database, group: &[Arc<Sealed>], wal: &Wal) -> anyhow::Result<()> {
+fn apply(db: &Database, group: &[Arc<Sealed>], log_id: u64) -> anyhow::Result<()> {
     let mut txn = db.begin_write()?;
     let tables: std::collections::BTreeSet<&String> =
         group.iter().flat_map(|b| b.writes.keys()).collect();
@@ -333,7 +355,8 @@ fn apply(db: &Database, group: &[Arc<Sealed>], wal: &Wal) -> anyhow::Result<()> 
             }
         }
     }
-    wal::record_applied(&txn, wal.id(), wal.next_seq() - 1)?;
+    let last = group.iter().map(|b| b.seq()).max().unwrap_or(0);
+    wal::record_applied(&txn, log_id, last)?;
     txn.set_durability(Durability::None)?;
     txn.commit()?;
     Ok(())
@@ -506,6 +529,7 @@ impl GroupCommit {
             slot: Mutex::new(Slot::default()),
             ended: Condvar::new(),
             sealed: Condvar::new(),
+            logged: Condvar::new(),
             #[cfg(test)]
             fail_next: AtomicBool::new(false),
             #[cfg(test)]
@@ -601,7 +625,7 @@ impl GroupCommit {
     #[cfg(test)]
     pub(super) fn hold_apply(&self, on: bool) {
         self.lock().hold_apply = on;
-        self.shared.sealed.notify_all();
+        self.shared.logged.notify_all();
     }
 
     /// Stall the write-ahead log while the guard is held (tests).
@@ -966,6 +990,7 @@ impl GroupCommit {
             members,
             outcome: outcome.clone(),
             below: below.iter().map(|b| b.outcome.clone()).collect(),
+            seq: Default::default(),
         }));
         self.shared.sealed.notify_one();
         while (s.sealed.len() - s.logged > MAX_SEALED
@@ -1046,51 +1071,27 @@ fn ended(
 /// The committer thread. Each round: every closed batch waiting goes to
 /// the write-ahead log as one record with one sync, and its members are
 /// answered (under load, batches that closed while the previous sync ran
-/// share the next); then the batches logged are applied to the database
-/// in one non-durable commit and leave the list new batches and readers
-/// read through. When a checkpoint is due, the log goes on in a new
-/// segment and the checkpointer thread makes the database durable while
-/// batches go on being logged and answered (they are applied once it is
-/// done). Ends once the store is dropped and everything is checkpointed.
+/// share the next). The applier thread ([`applier`]) then puts the batches
+/// logged into the database, so a sync never waits for a B-tree update.
+/// When a checkpoint is due, the log goes on in a new segment and the
+/// applier makes the database durable once it holds every record before
+/// that segment, while batches go on being logged and answered. Ends once
+/// the store is dropped and everything is checkpointed.
 ///
 /// The batches of one record share one fate: the first read only through
 /// batches that have ended, and every later one read through the first.
 /// So when one the first read through failed, none is logged.
 fn committer(db: &Arc<Database>, shared: &Arc<Shared>, mut wal: Wal) {
-    let (jobs, checkpointer) = {
-        let (tx, rx) = std::sync::mpsc::channel::<u64>();
-        let (db, shared, base) = (db.clone(), shared.clone(), wal.base().to_path_buf());
-        let thread = std::thread::Builder::new()
-            .name("checkpointer".into())
-            .spawn(move || {
-                for next in rx {
-                    let started = std::time::Instant::now();
-                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        checkpoint(&db, &base, next)
-                    }))
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("the checkpoint panicked")));
-                    match &result {
-                        Ok(()) => tracing::debug!(
-                            took_ms = started.elapsed().as_millis() as u64,
-                            "checkpoint done"
-                        ),
-                        Err(e) => tracing::error!(
-                            "checkpoint failed (the write-ahead log keeps every batch; the next one tries again): {e:#}"
-                        ),
-                    }
-                    let mut s = shared.lock();
-                    s.checkpointing = false;
-                    s.checkpoint_failed = result.is_err();
-                    s.checkpoints_done = s.checkpoints_begun;
-                    shared.sealed.notify_all();
-                    shared.ended.notify_all();
-                }
-            })
-            .expect("spawning the checkpointer thread");
-        (tx, thread)
+    let applier = {
+        let (db, shared) = (db.clone(), shared.clone());
+        let (base, id) = (wal.base().to_path_buf(), wal.id());
+        std::thread::Builder::new()
+            .name("applier".into())
+            .spawn(move || applier(&db, &shared, &base, id))
+            .expect("spawning the applier thread")
     };
     'run: loop {
-        let (group, logged) = {
+        let group = {
             let mut s = shared.lock();
             loop {
                 if std::mem::take(&mut s.checkpoint_failed) {
@@ -1113,7 +1114,7 @@ fn committer(db: &Arc<Database>, shared: &Arc<Shared>, mut wal: Wal) {
                     s.checkpoints_done = s.checkpoints_begun;
                     shared.ended.notify_all();
                 }
-                if unlogged || can_apply(&s) || can_checkpoint(&s, &wal) {
+                if unlogged || can_checkpoint(&s, &wal) {
                     break;
                 }
                 if s.stopping && !s.checkpointing {
@@ -1132,15 +1133,55 @@ fn committer(db: &Arc<Database>, shared: &Arc<Shared>, mut wal: Wal) {
                     shared.sealed.wait(s).unwrap_or_else(|p| p.into_inner())
                 };
             }
-            (
-                s.sealed.range(s.logged..).cloned().collect::<Vec<_>>(),
-                s.logged,
-            )
+            s.sealed.range(s.logged..).cloned().collect::<Vec<_>>()
         };
         if !group.is_empty() {
-            log_batches(shared, &group, &mut wal, logged);
+            log_batches(shared, &group, &mut wal);
         }
         let mut s = shared.lock();
+        if can_checkpoint(&s, &wal) {
+            match wal.rotate() {
+                Ok(next) => {
+                    s.checkpointing = true;
+                    s.checkpoint_at = Some(next);
+                    s.flush_wanted = false;
+                    s.checkpoints_begun += 1;
+                    shared.logged.notify_all();
+                }
+                Err(e) => {
+                    tracing::error!("the write-ahead log could not start a new segment: {e:#}");
+                    if s.stopping {
+                        // The log keeps what the database may lack.
+                        break 'run;
+                    }
+                    wal.retry_later();
+                }
+            }
+        }
+    }
+    shared.lock().logging_done = true;
+    shared.logged.notify_all();
+    let _ = applier.join();
+    shared.lock().committer_gone = true;
+    shared.ended.notify_all();
+}
+
+/// The applier thread: puts the batches logged into the database, oldest
+/// first, all those waiting in one non-durable commit, and then drops them
+/// from the list new batches and readers read through; and runs the
+/// checkpoints the committer asks for (both need redb's one write
+/// transaction), each once every record before its segment is in the
+/// database. While a checkpoint runs, batches wait in the list. Ends once
+/// the committer has ended and no checkpoint is left.
+fn applier(db: &Database, shared: &Shared, base: &std::path::Path, log_id: u64) {
+    loop {
+        let mut s = shared.lock();
+        while !can_apply(&s) && !checkpoint_ready(&s) {
+            if s.logging_done && s.checkpoint_at.is_none() {
+                return;
+            }
+            s = shared.logged.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
         if can_apply(&s) {
             let done: Vec<Arc<Sealed>> = s.sealed.range(..s.logged).cloned().collect();
             drop(s);
@@ -1149,18 +1190,24 @@ fn committer(db: &Arc<Database>, shared: &Arc<Shared>, mut wal: Wal) {
                 .filter(|b| b.outcome.committed())
                 .cloned()
                 .collect();
+            let started = std::time::Instant::now();
             let applied = if kept.is_empty() {
                 Ok(())
             } else {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| apply(db, &kept, &wal)))
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| apply(db, &kept, log_id)))
                     .unwrap_or_else(|_| Err(anyhow::anyhow!("applying the batches panicked")))
             };
+            tracing::debug!(
+                took_us = started.elapsed().as_micros() as u64,
+                batches = kept.len(),
+                "batches applied"
+            );
             s = shared.lock();
             match applied {
                 Ok(()) => {
-                    for _ in &done {
-                        s.sealed.pop_front();
-                    }
+                    // Only this thread removes logged batches, from the
+                    // front: these are still the first `done.len()`.
+                    s.sealed.drain(..done.len());
                     s.logged -= done.len();
                     s.applied += done.len() as u64;
                 }
@@ -1176,32 +1223,58 @@ fn committer(db: &Arc<Database>, shared: &Arc<Shared>, mut wal: Wal) {
                 }
             }
             shared.ended.notify_all();
-        }
-        if can_checkpoint(&s, &wal) {
-            match wal.rotate() {
-                Ok(next) => {
-                    s.checkpointing = true;
-                    s.flush_wanted = false;
-                    s.checkpoints_begun += 1;
-                    if jobs.send(next).is_err() {
-                        s.checkpointing = false;
-                    }
-                }
-                Err(e) => {
-                    tracing::error!("the write-ahead log could not start a new segment: {e:#}");
-                    if s.stopping {
-                        // The log keeps what the database may lack.
-                        break 'run;
-                    }
-                    wal.retry_later();
-                }
+            if s.flush_wanted {
+                // The committer decides whether a flush has anything left
+                // to checkpoint once nothing logged waits.
+                shared.sealed.notify_all();
             }
         }
+        if !checkpoint_ready(&s) {
+            continue;
+        }
+        let Some(next) = s.checkpoint_at else {
+            continue;
+        };
+        if s.broken.is_some() {
+            // What the database lacks stays in the log.
+            s.checkpoint_at = None;
+            s.checkpointing = false;
+            s.checkpoint_failed = true;
+            shared.sealed.notify_all();
+            shared.ended.notify_all();
+            continue;
+        }
+        drop(s);
+        let started = std::time::Instant::now();
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| checkpoint(db, base, next)))
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("the checkpoint panicked")));
+        match &result {
+            Ok(()) => tracing::debug!(
+                took_ms = started.elapsed().as_millis() as u64,
+                "checkpoint done"
+            ),
+            Err(e) => tracing::error!(
+                "checkpoint failed (the write-ahead log keeps every batch; the next one tries again): {e:#}"
+            ),
+        }
+        let mut s = shared.lock();
+        s.checkpointing = false;
+        s.checkpoint_at = None;
+        s.checkpoint_failed = result.is_err();
+        s.checkpoints_done = s.checkpoints_begun;
+        shared.sealed.notify_all();
+        shared.ended.notify_all();
     }
-    drop(jobs);
-    let _ = checkpointer.join();
-    shared.lock().committer_gone = true;
-    shared.ended.notify_all();
+}
+
+/// Whether the checkpoint asked for can run (or, the store broken, be
+/// given up): every record before its segment is in the database (the
+/// slot locked).
+fn checkpoint_ready(s: &Slot) -> bool {
+    s.checkpoint_at.is_some_and(|next| {
+        s.broken.is_some() || !s.sealed.range(..s.logged).any(|b| b.seq() < next)
+    })
 }
 
 /// Whether batches wait to be applied to the database (the slot locked).
@@ -1210,23 +1283,25 @@ fn can_apply(s: &Slot) -> bool {
     if s.hold_apply {
         return false;
     }
-    s.logged > 0 && !s.checkpointing && s.broken.is_none()
+    s.logged > 0 && s.broken.is_none()
 }
 
-/// Whether a checkpoint is to begin: due (or the store is stopping), and
-/// everything logged is in the database.
+/// Whether a checkpoint is to begin: due (or the store is stopping, or a
+/// flush wants one), none under way, and batches can still reach the
+/// database.
 fn can_checkpoint(s: &Slot, wal: &Wal) -> bool {
     !s.checkpointing
-        && s.logged == 0
+        && s.broken.is_none()
         && (wal.due() || ((s.stopping || s.flush_wanted) && wal.pending()))
 }
 
-/// Append `group` (the closed batches after the first `logged`) to the
-/// write-ahead log as one record, then record how each ended.
-fn log_batches(shared: &Shared, group: &[Arc<Sealed>], wal: &mut Wal, logged: usize) {
+/// Append `group` (the closed batches not logged yet, oldest first) to
+/// the write-ahead log as one record, then record how each ended.
+fn log_batches(shared: &Shared, group: &[Arc<Sealed>], wal: &mut Wal) {
     #[cfg(test)]
     let _gate = shared.log_gate.lock().unwrap_or_else(|p| p.into_inner());
     let broken = shared.lock().broken.clone();
+    let seq = wal.next_seq();
     let result = if let Some(why) = broken {
         Err(CommitError::fatal(why))
     } else if group[0].below.iter().any(|o| !o.committed()) {
@@ -1236,13 +1311,27 @@ fn log_batches(shared: &Shared, group: &[Arc<Sealed>], wal: &mut Wal, logged: us
     } else if shared.fails_next() {
         Err(CommitError::fatal("failed by the test".into()))
     } else {
-        wal.append(group.iter().map(|b| &b.writes))
-            .map_err(|e| CommitError::fatal(format!("{e:#}")))
+        let started = std::time::Instant::now();
+        let appended = wal
+            .append(group.iter().map(|b| &b.writes))
+            .map_err(|e| CommitError::fatal(format!("{e:#}")));
+        tracing::debug!(
+            took_us = started.elapsed().as_micros() as u64,
+            batches = group.len(),
+            "batches logged"
+        );
+        appended
     };
     let mut s = shared.lock();
-    debug_assert_eq!(s.logged, logged);
+    // The applier may have removed batches from the front meanwhile, but
+    // only logged ones: the group still follows the first `logged`.
+    let logged = s.logged;
+    debug_assert!(Arc::ptr_eq(&s.sealed[logged], &group[0]));
     if result.is_ok() {
         synced(&mut s, group.iter().map(|b| b.members).sum());
+        for b in group {
+            b.seq.store(seq, Ordering::Release);
+        }
     }
     for b in group {
         ended(&mut s, b.batch, b.members, &b.outcome, &result);
@@ -1254,6 +1343,7 @@ fn log_batches(shared: &Shared, group: &[Arc<Sealed>], wal: &mut Wal, logged: us
         s.applied += group.len() as u64;
     } else {
         s.logged += group.len();
+        shared.logged.notify_one();
     }
     shared.ended.notify_all();
 }

@@ -1409,6 +1409,41 @@ mod tests {
     }
 
     #[test]
+    fn a_checkpoint_waits_for_the_batches_logged_before_it_and_writes_go_on() {
+        let (dir, s) = open();
+        // The applier takes no batch: a checkpoint asked for now must not
+        // make the database durable (and drop the log) without them.
+        s.gc.hold_apply(true);
+        put(&s, b"k1", b"logged");
+        std::thread::scope(|scope| {
+            let flushing = scope.spawn(|| s.flush());
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            // Writes are logged and answered meanwhile.
+            put(&s, b"k2", b"while the checkpoint waits");
+            assert_eq!(read(&s, b"k1").as_deref(), Some(&b"logged"[..]));
+            assert!(
+                !flushing.is_finished(),
+                "checkpointed without the batches logged before it"
+            );
+            s.gc.hold_apply(false);
+            flushing.join().unwrap();
+        });
+        // The database file alone holds what was logged before the flush.
+        let alone = tempfile::tempdir().unwrap();
+        std::fs::copy(dir.path().join("db.redb"), alone.path().join("db.redb")).unwrap();
+        let copy = Storage::open(&alone.path().join("db.redb"), Default::default()).unwrap();
+        assert_eq!(read(&copy, b"k1").as_deref(), Some(&b"logged"[..]));
+        drop(copy);
+        // And nothing is lost on a clean stop.
+        drop(s);
+        let s = Storage::open(&dir.path().join("db.redb"), Default::default()).unwrap();
+        assert_eq!(
+            read(&s, b"k2").as_deref(),
+            Some(&b"while the checkpoint waits"[..])
+        );
+    }
+
+    #[test]
     fn writes_are_visible_only_after_commit() {
         let (_d, s) = open();
         let mut w = s.begin(true).unwrap();

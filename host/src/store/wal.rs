@@ -4,9 +4,9 @@
 //! syncing it (one sequential write and one `fdatasync`), then applied to
 //! redb by a non-durable commit, which keeps the pages it dirtied in
 //! memory. Every [`CHECKPOINT_AFTER`] (or [`CHECKPOINT_BYTES`] of log)
-//! the log goes on in a new segment and one durable redb commit (on the
-//! checkpointer thread) writes those pages out; then the segments before
-//! are removed. So a page that many batches touch (a total, a term's
+//! the log goes on in a new segment and, once every record before it is
+//! in the database, one durable redb commit (on the applier thread)
+//! writes those pages out; then the segments before are removed. So a page that many batches touch (a total, a term's
 //! list, the newest posts) is written once per checkpoint instead of once
 //! per batch, and a batch's durability costs what its own bytes cost.
 //!
