@@ -109,7 +109,7 @@ struct Slot {
     committing: bool,
     /// Embedded store: closed batches not yet in the database, oldest
     /// first. The first `logged` of them have ended (made durable in the
-    /// write-ahead log, or failed); the committer removes them once it has
+    /// write-ahead log, or failed); the applier removes them once it has
     /// applied them to the database.
     sealed: VecDeque<Arc<Sealed>>,
     logged: usize,
@@ -117,7 +117,7 @@ struct Slot {
     applied: u64,
     /// A checkpoint was asked for and has not ended: the applier first
     /// applies the records before its segment, then makes the database
-    /// durable (batches wait in `sealed` meanwhile).
+    /// durable (batches wait in `sealed` while it does).
     checkpointing: bool,
     /// Why batches can no longer be applied to the database, once that
     /// failed (every later batch fails; a restart applies the log).
@@ -160,7 +160,7 @@ pub struct GroupCommit {
     committer: Option<std::thread::JoinHandle<()>>,
 }
 
-/// What the committer thread shares with the requests.
+/// What the committer and applier threads share with the requests.
 struct Shared {
     slot: Mutex<Slot>,
     /// Signalled when a batch ends.
@@ -564,7 +564,7 @@ impl GroupCommit {
     fn begin(&self, sealed: &VecDeque<Arc<Sealed>>) -> Result<BatchTxn, CommitError> {
         match &self.backend {
             // Under the slot lock, so that the snapshot and the closed
-            // batches it reads through agree (the committer drops a closed
+            // batches it reads through agree (the applier drops a closed
             // batch from the list under the lock once it is visible).
             Backend::Redb(db) => Ok(BatchTxn::Redb(RedbBatch {
                 snapshot: db
@@ -626,6 +626,12 @@ impl GroupCommit {
     pub(super) fn hold_apply(&self, on: bool) {
         self.lock().hold_apply = on;
         self.shared.logged.notify_all();
+    }
+
+    /// A checkpoint was asked for and has not ended (tests).
+    #[cfg(test)]
+    pub(super) fn checkpoint_pending(&self) -> bool {
+        self.lock().checkpointing
     }
 
     /// Stall the write-ahead log while the guard is held (tests).
@@ -1240,6 +1246,7 @@ fn applier(db: &Database, shared: &Shared, base: &std::path::Path, log_id: u64) 
             s.checkpoint_at = None;
             s.checkpointing = false;
             s.checkpoint_failed = true;
+            s.checkpoints_done = s.checkpoints_begun;
             shared.sealed.notify_all();
             shared.ended.notify_all();
             continue;

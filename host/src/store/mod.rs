@@ -72,8 +72,8 @@ fn def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
 }
 
 /// Write one row of a batch into a table of the embedded store: its new
-/// value, or `None` to remove the key (a batch applied by the committer or
-/// replayed from the write-ahead log at open).
+/// value, or `None` to remove the key (a batch applied by the applier
+/// thread or replayed from the write-ahead log at open).
 fn put_row(
     table: &mut redb::Table<'_, &'static [u8], &'static [u8]>,
     key: &[u8],
@@ -1415,19 +1415,46 @@ mod tests {
         // make the database durable (and drop the log) without them.
         s.gc.hold_apply(true);
         put(&s, b"k1", b"logged");
+        let (id, _) = s
+            .begin(false)
+            .unwrap()
+            .get_in(META_TABLE, wal::META_KEY)
+            .unwrap()
+            .as_deref()
+            .and_then(wal::decode_meta)
+            .expect("the log's position");
+        let base = wal::path_for(&dir.path().join("db.redb"));
+        let logged = |key: &[u8]| {
+            wal::recover(&base, id, 0)
+                .unwrap()
+                .iter()
+                .any(|(_, writes)| writes.iter().any(|(_, k, _)| k == key))
+        };
         std::thread::scope(|scope| {
             let flushing = scope.spawn(|| s.flush());
-            std::thread::sleep(std::time::Duration::from_millis(300));
-            // Writes are logged and answered meanwhile.
+            let asked = std::time::Instant::now();
+            while !s.gc.checkpoint_pending() {
+                assert!(
+                    asked.elapsed() < std::time::Duration::from_secs(20),
+                    "the flush asked for no checkpoint"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            // Writes are logged and answered meanwhile (into the segment
+            // after the checkpoint's).
             put(&s, b"k2", b"while the checkpoint waits");
             assert_eq!(read(&s, b"k1").as_deref(), Some(&b"logged"[..]));
+            std::thread::sleep(std::time::Duration::from_millis(200));
             assert!(
-                !flushing.is_finished(),
+                !flushing.is_finished() && s.gc.checkpoint_pending(),
                 "checkpointed without the batches logged before it"
             );
+            assert!(logged(b"k1"), "the log dropped a batch not in the database");
+            assert!(logged(b"k2"));
             s.gc.hold_apply(false);
             flushing.join().unwrap();
         });
+        assert!(!logged(b"k1"), "checkpointed, its segment goes");
         // The database file alone holds what was logged before the flush.
         let alone = tempfile::tempdir().unwrap();
         std::fs::copy(dir.path().join("db.redb"), alone.path().join("db.redb")).unwrap();

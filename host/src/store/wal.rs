@@ -6,9 +6,10 @@
 //! memory. Every [`CHECKPOINT_AFTER`] (or [`CHECKPOINT_BYTES`] of log)
 //! the log goes on in a new segment and, once every record before it is
 //! in the database, one durable redb commit (on the applier thread)
-//! writes those pages out; then the segments before are removed. So a page that many batches touch (a total, a term's
-//! list, the newest posts) is written once per checkpoint instead of once
-//! per batch, and a batch's durability costs what its own bytes cost.
+//! writes those pages out; then the segments before are removed. So a
+//! page that many batches touch (a total, a term's list, the newest
+//! posts) is written once per checkpoint instead of once per batch, and a
+//! batch's durability costs what its own bytes cost.
 //!
 //! Segments are `{database}-wal.{first sequence number, 16 hex digits}`.
 //! Each record names the log (`id`, kept in the database's `host:meta`
