@@ -137,9 +137,9 @@ struct Slot {
     /// The applier's last checkpoint failed (the committer tries again
     /// when the next is due).
     checkpoint_failed: bool,
-    /// The first sequence number of the log segment the checkpoint asked
-    /// for keeps: the applier runs it once every record before is in the
-    /// database.
+    /// The checkpoint asked for, as the first sequence number of the log
+    /// segment it keeps (the older ones go once it is done): the applier
+    /// runs it once every record before that is in the database.
     checkpoint_at: Option<u64>,
     /// The committer logs no more: the applier ends once nothing is left.
     logging_done: bool,
