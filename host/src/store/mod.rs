@@ -1349,6 +1349,20 @@ mod tests {
         s.begin(false).unwrap().get("a", key).unwrap()
     }
 
+    /// The write-ahead log of the store `s` opened in `dir`: its id and
+    /// base path (for [`wal::recover`]).
+    fn log_of(s: &Storage, dir: &std::path::Path) -> (u64, std::path::PathBuf) {
+        let (id, _) = s
+            .begin(false)
+            .unwrap()
+            .get_in(META_TABLE, wal::META_KEY)
+            .unwrap()
+            .as_deref()
+            .and_then(wal::decode_meta)
+            .expect("the log's position");
+        (id, wal::path_for(&dir.join("db.redb")))
+    }
+
     #[test]
     fn batches_in_the_log_are_read_and_survive_a_crash() {
         let (dir, s) = open();
@@ -1360,15 +1374,7 @@ mod tests {
         put(&s, b"k1", b"overwritten");
         assert_eq!(read(&s, b"k2").as_deref(), Some(&b"logged"[..]));
         assert_eq!(read(&s, b"k1").as_deref(), Some(&b"overwritten"[..]));
-        let (id, _) = s
-            .begin(false)
-            .unwrap()
-            .get_in(META_TABLE, wal::META_KEY)
-            .unwrap()
-            .as_deref()
-            .and_then(wal::decode_meta)
-            .expect("the log's position");
-        let base = wal::path_for(&dir.path().join("db.redb"));
+        let (id, base) = log_of(&s, dir.path());
         assert!(
             wal::recover(&base, id, 0).unwrap().len() >= 2,
             "both in the log"
@@ -1415,15 +1421,7 @@ mod tests {
         // make the database durable (and drop the log) without them.
         s.gc.hold_apply(true);
         put(&s, b"k1", b"logged");
-        let (id, _) = s
-            .begin(false)
-            .unwrap()
-            .get_in(META_TABLE, wal::META_KEY)
-            .unwrap()
-            .as_deref()
-            .and_then(wal::decode_meta)
-            .expect("the log's position");
-        let base = wal::path_for(&dir.path().join("db.redb"));
+        let (id, base) = log_of(&s, dir.path());
         let logged = |key: &[u8]| {
             wal::recover(&base, id, 0)
                 .unwrap()
