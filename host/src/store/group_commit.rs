@@ -126,6 +126,9 @@ struct Slot {
     /// checkpoint runs).
     #[cfg(test)]
     hold_apply: bool,
+    /// Tests: new log segments that could not be started.
+    #[cfg(test)]
+    rotations_failed: u64,
     /// `flush` waits for a checkpoint that begins after its call.
     flush_wanted: bool,
     /// Checkpoints begun, and the number of the last one ended (or, with
@@ -643,6 +646,12 @@ impl GroupCommit {
             .unwrap_or_else(|p| p.into_inner())
     }
 
+    /// New log segments that could not be started (tests).
+    #[cfg(test)]
+    pub(super) fn rotations_failed(&self) -> u64 {
+        self.lock().rotations_failed
+    }
+
     /// Closed batches not yet on disk (tests).
     #[cfg(test)]
     pub(super) fn sealed_len(&self) -> usize {
@@ -1155,12 +1164,25 @@ fn committer(db: &Arc<Database>, shared: &Arc<Shared>, mut wal: Wal) {
                     shared.logged.notify_all();
                 }
                 Err(e) => {
-                    tracing::error!("the write-ahead log could not start a new segment: {e:#}");
+                    tracing::error!(
+                        "the write-ahead log could not start a new segment (it goes on in the current one; tried again in {:?}): {e:#}",
+                        wal::ROTATE_RETRY
+                    );
+                    #[cfg(test)]
+                    {
+                        s.rotations_failed += 1;
+                    }
                     if s.stopping {
                         // The log keeps what the database may lack.
                         break 'run;
                     }
-                    wal.retry_later();
+                    if std::mem::take(&mut s.flush_wanted) {
+                        // A flush waiting ends, given up, as when its
+                        // checkpoint fails: the log keeps everything.
+                        s.checkpoints_begun += 1;
+                        s.checkpoints_done = s.checkpoints_begun;
+                        shared.ended.notify_all();
+                    }
                 }
             }
         }
@@ -1294,11 +1316,12 @@ fn can_apply(s: &Slot) -> bool {
 }
 
 /// Whether a checkpoint is to begin: due (or the store is stopping, or a
-/// flush wants one), none under way, and batches can still reach the
-/// database.
+/// flush wants one), none under way, batches can still reach the
+/// database, and no new log segment failed to start lately.
 fn can_checkpoint(s: &Slot, wal: &Wal) -> bool {
     !s.checkpointing
         && s.broken.is_none()
+        && wal.may_rotate()
         && (wal.due() || ((s.stopping || s.flush_wanted) && wal.pending()))
 }
 

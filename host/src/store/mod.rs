@@ -1469,6 +1469,73 @@ mod tests {
     }
 
     #[test]
+    fn a_new_log_segment_that_cannot_start_is_retried_later_and_a_flush_ends() {
+        let (dir, s) = open();
+        // Batches stay out of the database: only the log holds them.
+        s.gc.hold_apply(true);
+        put(&s, b"k1", b"logged");
+        let (id, base) = log_of(&s, dir.path());
+        let next = wal::recover(&base, id, 0)
+            .unwrap()
+            .last()
+            .expect("a record")
+            .0
+            + 1;
+        // Directories where the next segments go (a segment is named by
+        // its first record): starting one fails, as on a full disk,
+        // whoever runs the test.
+        let blockers: Vec<_> = (next..next + 16)
+            .map(|seq| wal::segment_path(&base, seq))
+            .collect();
+        for b in &blockers {
+            std::fs::create_dir(b).unwrap();
+        }
+        // A flush whose checkpoint cannot begin ends, given up.
+        s.flush();
+        assert_eq!(s.gc.rotations_failed(), 1);
+        // The committer does not try again at once, in a loop, and writes
+        // go on in the current segment.
+        put(&s, b"k2", b"after the failure");
+        // (A checkpoint is due again after `CHECKPOINT_AFTER`; the retry
+        // waits `ROTATE_RETRY`, and one late retry is allowed for.)
+        std::thread::sleep(wal::CHECKPOINT_AFTER * 3);
+        assert!(s.gc.rotations_failed() <= 2, "retried at once");
+        assert_eq!(read(&s, b"k1").as_deref(), Some(&b"logged"[..]));
+        // A crash now: the log still holds both (the blockers are no files
+        // of the store's).
+        let crashed = tempfile::tempdir().unwrap();
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file() {
+                std::fs::copy(&path, crashed.path().join(path.file_name().unwrap())).unwrap();
+            }
+        }
+        let copy = Storage::open(&crashed.path().join("db.redb"), Default::default()).unwrap();
+        assert_eq!(read(&copy, b"k1").as_deref(), Some(&b"logged"[..]));
+        assert_eq!(
+            read(&copy, b"k2").as_deref(),
+            Some(&b"after the failure"[..])
+        );
+        drop(copy);
+        // Once the segment can start, a flush checkpoints: the log empties
+        // and the database file alone holds both.
+        for b in &blockers {
+            std::fs::remove_dir(b).unwrap();
+        }
+        s.gc.hold_apply(false);
+        s.flush();
+        assert!(wal::recover(&base, id, 0).unwrap().is_empty(), "flushed");
+        let alone = tempfile::tempdir().unwrap();
+        std::fs::copy(dir.path().join("db.redb"), alone.path().join("db.redb")).unwrap();
+        let copy = Storage::open(&alone.path().join("db.redb"), Default::default()).unwrap();
+        assert_eq!(read(&copy, b"k1").as_deref(), Some(&b"logged"[..]));
+        assert_eq!(
+            read(&copy, b"k2").as_deref(),
+            Some(&b"after the failure"[..])
+        );
+    }
+
+    #[test]
     fn writes_are_visible_only_after_commit() {
         let (_d, s) = open();
         let mut w = s.begin(true).unwrap();

@@ -46,6 +46,10 @@ pub const CHECKPOINT_AFTER: Duration = Duration::from_millis(250);
 /// ...or the log is this long.
 pub const CHECKPOINT_BYTES: u64 = 64 << 20;
 
+/// After a new segment could not be started (a full disk, say), none is
+/// tried again for this long: the log goes on in the current segment.
+pub const ROTATE_RETRY: Duration = Duration::from_secs(1);
+
 /// The log's id and the last sequence number the database holds, as kept
 /// under [`META_KEY`].
 pub fn encode_meta(id: u64, seq: u64) -> [u8; 16] {
@@ -107,7 +111,7 @@ fn segments(base: &Path) -> Result<Vec<(u64, PathBuf)>> {
     Ok(out)
 }
 
-fn segment_path(base: &Path, first: u64) -> PathBuf {
+pub(super) fn segment_path(base: &Path, first: u64) -> PathBuf {
     let mut name = base.file_name().unwrap_or_default().to_os_string();
     name.push(format!(".{first:016x}"));
     base.with_file_name(name)
@@ -233,6 +237,8 @@ pub struct Wal {
     len: u64,
     /// When the oldest record not checkpointed was appended.
     since: Option<Instant>,
+    /// After a failed rotation: no new one is tried before this.
+    retry_at: Option<Instant>,
     buf: Vec<u8>,
 }
 
@@ -251,6 +257,7 @@ impl Wal {
             next,
             len: 0,
             since: None,
+            retry_at: None,
             buf: Vec::new(),
         })
     }
@@ -353,6 +360,12 @@ impl Wal {
         self.len >= CHECKPOINT_BYTES || self.since.is_some_and(|t| t.elapsed() >= CHECKPOINT_AFTER)
     }
 
+    /// Whether a new segment may be tried: none failed in the last
+    /// [`ROTATE_RETRY`].
+    pub fn may_rotate(&self) -> bool {
+        self.retry_at.is_none_or(|at| Instant::now() >= at)
+    }
+
     /// Whether records wait for a checkpoint.
     pub fn pending(&self) -> bool {
         self.since.is_some()
@@ -361,8 +374,14 @@ impl Wal {
     /// Go on in a new segment; returns its first sequence number (the
     /// segments before it can go once the database holds every record
     /// before that durably).
+    /// On failure the log goes on in the current segment, and
+    /// [`Wal::may_rotate`] says no for [`ROTATE_RETRY`].
     pub fn rotate(&mut self) -> Result<u64> {
-        self.file = Self::segment(&self.base, self.next)?;
+        let file = Self::segment(&self.base, self.next).inspect_err(|_| {
+            self.retry_at = Some(Instant::now() + ROTATE_RETRY);
+        })?;
+        self.file = file;
+        self.retry_at = None;
         self.len = 0;
         self.since = None;
         Ok(self.next)
