@@ -123,7 +123,8 @@ pub async fn run(config: Config) -> Result<i32> {
         let _ = tokio::time::timeout(Duration::from_secs(1), l).await;
     }
     // Into the database file itself: the write-ahead log is empty after a
-    // clean stop.
+    // clean stop (unless a checkpoint cannot be made, say on a full disk:
+    // then the log keeps it, and the next start applies it).
     let flushing = app.clone();
     let _ = tokio::task::spawn_blocking(move || flushing.storage.flush()).await;
     if drained {

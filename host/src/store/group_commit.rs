@@ -1179,6 +1179,9 @@ fn committer(db: &Arc<Database>, shared: &Arc<Shared>, mut wal: Wal) {
                     if std::mem::take(&mut s.flush_wanted) {
                         // A flush waiting ends, given up, as when its
                         // checkpoint fails: the log keeps everything.
+                        tracing::warn!(
+                            "a flush ends without a checkpoint: the write-ahead log keeps what the database file lacks (applied at the next start)"
+                        );
                         s.checkpoints_begun += 1;
                         s.checkpoints_done = s.checkpoints_begun;
                         shared.ended.notify_all();
