@@ -1124,10 +1124,7 @@ fn committer(db: &Arc<Database>, shared: &Arc<Shared>, mut wal: Wal) {
                     && !wal.pending()
                 {
                     // Nothing to checkpoint: the database holds it all.
-                    s.flush_wanted = false;
-                    s.checkpoints_begun += 1;
-                    s.checkpoints_done = s.checkpoints_begun;
-                    shared.ended.notify_all();
+                    end_flush_without_checkpoint(&mut s, shared);
                 }
                 if unlogged || can_checkpoint(&s, &wal) {
                     break;
@@ -1176,15 +1173,13 @@ fn committer(db: &Arc<Database>, shared: &Arc<Shared>, mut wal: Wal) {
                         // The log keeps what the database may lack.
                         break 'run;
                     }
-                    if std::mem::take(&mut s.flush_wanted) {
+                    if s.flush_wanted {
                         // A flush waiting ends, given up, as when its
                         // checkpoint fails: the log keeps everything.
                         tracing::warn!(
                             "a flush ends without a checkpoint: the write-ahead log keeps what the database file lacks (applied at the next start)"
                         );
-                        s.checkpoints_begun += 1;
-                        s.checkpoints_done = s.checkpoints_begun;
-                        shared.ended.notify_all();
+                        end_flush_without_checkpoint(&mut s, shared);
                     }
                 }
             }
@@ -1298,6 +1293,16 @@ fn applier(db: &Database, shared: &Shared, base: &std::path::Path, log_id: u64) 
         shared.sealed.notify_all();
         shared.ended.notify_all();
     }
+}
+
+/// End the wait of a flush without running a checkpoint (nothing to
+/// checkpoint, or one could not begin), counted as one begun and ended
+/// (the slot locked).
+fn end_flush_without_checkpoint(s: &mut Slot, shared: &Shared) {
+    s.flush_wanted = false;
+    s.checkpoints_begun += 1;
+    s.checkpoints_done = s.checkpoints_begun;
+    shared.ended.notify_all();
 }
 
 /// Whether the checkpoint asked for can run (or, the store broken, be

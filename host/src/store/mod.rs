@@ -1349,22 +1349,9 @@ mod tests {
         s.begin(false).unwrap().get("a", key).unwrap()
     }
 
-    /// The write-ahead log of the store `s` opened in `dir`: its id and
-    /// base path (for [`wal::recover`]).
-    fn log_of(s: &Storage, dir: &std::path::Path) -> (u64, std::path::PathBuf) {
-        let (id, _) = s
-            .begin(false)
-            .unwrap()
-            .get_in(META_TABLE, wal::META_KEY)
-            .unwrap()
-            .as_deref()
-            .and_then(wal::decode_meta)
-            .expect("the log's position");
-        (id, wal::path_for(&dir.join("db.redb")))
-    }
-
-    /// The last record of the log the database holds.
-    fn applied_of(s: &Storage) -> u64 {
+    /// The log's position the database keeps: the log's id and the last
+    /// record of it the database holds.
+    fn log_position(s: &Storage) -> (u64, u64) {
         s.begin(false)
             .unwrap()
             .get_in(META_TABLE, wal::META_KEY)
@@ -1372,7 +1359,35 @@ mod tests {
             .as_deref()
             .and_then(wal::decode_meta)
             .expect("the log's position")
-            .1
+    }
+
+    /// The write-ahead log of the store `s` opened in `dir`: its id and
+    /// base path (for [`wal::recover`]).
+    fn log_of(s: &Storage, dir: &std::path::Path) -> (u64, std::path::PathBuf) {
+        (log_position(s).0, wal::path_for(&dir.join("db.redb")))
+    }
+
+    /// A copy of the data dir `dir` as a crash now would leave it (the
+    /// database as of its last durable commit, and the log's segments;
+    /// nothing but files), opened: the log is applied.
+    fn crash_copy(dir: &std::path::Path) -> (tempfile::TempDir, Storage) {
+        let crashed = tempfile::tempdir().unwrap();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file() {
+                std::fs::copy(&path, crashed.path().join(path.file_name().unwrap())).unwrap();
+            }
+        }
+        let copy = Storage::open(&crashed.path().join("db.redb"), Default::default()).unwrap();
+        (crashed, copy)
+    }
+
+    /// A copy of the database file of `dir` alone (no log), opened.
+    fn file_alone(dir: &std::path::Path) -> (tempfile::TempDir, Storage) {
+        let alone = tempfile::tempdir().unwrap();
+        std::fs::copy(dir.join("db.redb"), alone.path().join("db.redb")).unwrap();
+        let copy = Storage::open(&alone.path().join("db.redb"), Default::default()).unwrap();
+        (alone, copy)
     }
 
     /// Flush; if that takes over 20 s, stop the test binary (a scope
@@ -1409,12 +1424,7 @@ mod tests {
         );
         // A crash now: copy what is on disk (the database as of its last
         // durable commit, and the log), and open the copy.
-        let crashed = tempfile::tempdir().unwrap();
-        for entry in std::fs::read_dir(dir.path()).unwrap() {
-            let path = entry.unwrap().path();
-            std::fs::copy(&path, crashed.path().join(path.file_name().unwrap())).unwrap();
-        }
-        let copy = Storage::open(&crashed.path().join("db.redb"), Default::default()).unwrap();
+        let (crashed, copy) = crash_copy(dir.path());
         assert_eq!(read(&copy, b"k2").as_deref(), Some(&b"logged"[..]));
         assert_eq!(read(&copy, b"k1").as_deref(), Some(&b"overwritten"[..]));
         // Recovered, the copy goes on writing and reopens with everything.
@@ -1428,9 +1438,7 @@ mod tests {
         // a copy of that file alone holds it.
         s.flush();
         assert!(wal::recover(&base, id, 0).unwrap().is_empty(), "flushed");
-        let alone = tempfile::tempdir().unwrap();
-        std::fs::copy(dir.path().join("db.redb"), alone.path().join("db.redb")).unwrap();
-        let copy = Storage::open(&alone.path().join("db.redb"), Default::default()).unwrap();
+        let (_alone, copy) = file_alone(dir.path());
         assert_eq!(read(&copy, b"k1").as_deref(), Some(&b"overwritten"[..]));
         assert_eq!(read(&copy, b"k2").as_deref(), Some(&b"logged"[..]));
         drop(copy);
@@ -1482,9 +1490,7 @@ mod tests {
         });
         assert!(!logged(b"k1"), "checkpointed, its segment goes");
         // The database file alone holds what was logged before the flush.
-        let alone = tempfile::tempdir().unwrap();
-        std::fs::copy(dir.path().join("db.redb"), alone.path().join("db.redb")).unwrap();
-        let copy = Storage::open(&alone.path().join("db.redb"), Default::default()).unwrap();
+        let (_alone, copy) = file_alone(dir.path());
         assert_eq!(read(&copy, b"k1").as_deref(), Some(&b"logged"[..]));
         drop(copy);
         // And nothing is lost on a clean stop.
@@ -1505,7 +1511,7 @@ mod tests {
         // record (the one after those the database holds), and every
         // segment to come starts after it.
         let (id, base) = log_of(&s, dir.path());
-        let next = applied_of(&s) + 1;
+        let next = log_position(&s).1 + 1;
         // Directories where those segments go (a segment is named by its
         // first record): starting one fails, as on a full disk, whoever
         // runs the test.
@@ -1534,14 +1540,7 @@ mod tests {
         assert_eq!(read(&s, b"k1").as_deref(), Some(&b"logged"[..]));
         // A crash now: the log still holds both (the blockers are no files
         // of the store's).
-        let crashed = tempfile::tempdir().unwrap();
-        for entry in std::fs::read_dir(dir.path()).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_file() {
-                std::fs::copy(&path, crashed.path().join(path.file_name().unwrap())).unwrap();
-            }
-        }
-        let copy = Storage::open(&crashed.path().join("db.redb"), Default::default()).unwrap();
+        let (_crashed, copy) = crash_copy(dir.path());
         assert_eq!(read(&copy, b"k1").as_deref(), Some(&b"logged"[..]));
         assert_eq!(
             read(&copy, b"k2").as_deref(),
@@ -1556,9 +1555,7 @@ mod tests {
         s.gc.hold_apply(false);
         flush_within(&s, "the flush after the disk came back did not end");
         assert!(wal::recover(&base, id, 0).unwrap().is_empty(), "flushed");
-        let alone = tempfile::tempdir().unwrap();
-        std::fs::copy(dir.path().join("db.redb"), alone.path().join("db.redb")).unwrap();
-        let copy = Storage::open(&alone.path().join("db.redb"), Default::default()).unwrap();
+        let (_alone, copy) = file_alone(dir.path());
         assert_eq!(read(&copy, b"k1").as_deref(), Some(&b"logged"[..]));
         assert_eq!(
             read(&copy, b"k2").as_deref(),
