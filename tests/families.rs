@@ -566,6 +566,47 @@ fn a_route_conflict_is_refused_and_the_mounted_family_keeps_serving() {
     assert_eq!(notes(&s).json()["count"], 0);
 }
 
+/// Whether a component names any WASI interface (its imports are stored
+/// as strings, so a component importing none has no `wasi:` in it).
+fn names_wasi(bytes: &[u8]) -> bool {
+    bytes.windows(5).any(|w| w == b"wasi:")
+}
+
+#[test]
+fn the_lean_plugins_import_only_marketplace_interfaces() {
+    // Crates that ask for the lean build (`.cargo/config.toml`) have no C
+    // library: their components import no WASI at all, so each request's
+    // instance links only the marketplace functions they use.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins");
+    let mut lean = Vec::new();
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let dir = entry.unwrap().path();
+        let Ok(manifest) = std::fs::read_to_string(dir.join("Cargo.toml")) else {
+            continue;
+        };
+        if manifest.contains("cdylib") && manifest.contains("target = \"wasm32-unknown-unknown\"") {
+            let name = dir.file_name().unwrap().to_str().unwrap().replace('-', "_");
+            lean.push(format!("{name}.wasm"));
+        }
+    }
+    lean.sort();
+    for family_component in ["info.wasm", "search.wasm", "timeline.wasm", "testing.wasm"] {
+        assert!(
+            lean.iter().any(|c| c == family_component),
+            "{family_component} is built lean: {lean:?}"
+        );
+    }
+    for component in &lean {
+        assert!(
+            !names_wasi(&wasm(component)),
+            "{component} imports WASI: is it built for wasm32-unknown-unknown into the plugins dir?"
+        );
+    }
+    // A std build for wasm32-wasip2 (the template, mcp) does import WASI.
+    assert!(names_wasi(&wasm("template.wasm")));
+    assert!(names_wasi(&wasm("mcp.wasm")));
+}
+
 #[test]
 fn capabilities_are_checked_when_a_family_is_mounted() {
     // No testing routes: the testing component is just some third-party

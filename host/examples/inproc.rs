@@ -26,13 +26,8 @@ fn main() {
         std::process::exit(2);
     };
     let count: usize = count.parse().expect("a number of requests");
-    let plugins = std::env::var("PLUGINS_DIR").unwrap_or_else(|_| {
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../target/wasm32-wasip2/release"
-        )
-        .into()
-    });
+    let plugins = std::env::var("PLUGINS_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target/plugins").into());
     let flags = [
         ("data_dir", data.as_str()),
         ("plugins_dir", plugins.as_str()),

@@ -157,7 +157,7 @@ pub fn bench_dir() -> PathBuf {
 
 /// Where `cargo xtask build-plugins` puts the components.
 pub fn built_plugins() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/wasm32-wasip2/release")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/plugins")
 }
 
 /// Start a host in-process on `data_dir` and `plugins_dir`.

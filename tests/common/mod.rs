@@ -32,8 +32,7 @@ pub fn plugins_dir() -> PathBuf {
         .parent()
         .and_then(|p| p.parent())
         .expect("binary inside a target dir")
-        .join("wasm32-wasip2")
-        .join("release");
+        .join("plugins");
     assert!(
         dir.join("info.wasm").is_file(),
         "plugins are not built in {}: run `cargo xtask test` (or `cargo xtask build-plugins` first)",

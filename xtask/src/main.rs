@@ -1,8 +1,9 @@
 //! Developer commands, run as `cargo xtask <command>`:
 //!
-//! - `build-plugins`: install the wasm32-wasip2 target if missing and build
-//!   every plugin crate (each `plugins/*` crate with a `cdylib`) into
-//!   `target/wasm32-wasip2/release/`.
+//! - `build-plugins`: install the wasm targets if missing, build every
+//!   plugin crate (each `plugins/*` crate with a `cdylib`) for its target
+//!   (`wasm32-wasip2`, or what its `[package.metadata.marketplace]` says)
+//!   and copy the components into `target/plugins/`.
 //! - `serve [ARGS]`: build the plugins, then run the host on its defaults.
 //! - `test [ARGS]`: build the plugins, then run every test of the workspace;
 //!   when PostgreSQL's server binaries are installed, against a throwaway
@@ -109,8 +110,54 @@ fn run(cmd: &mut Command) -> Result<(), String> {
     }
 }
 
-/// Plugin crates: directories under `plugins/` whose manifest builds a cdylib.
-fn plugin_crates() -> Result<Vec<String>, String> {
+/// The target a plugin crate is built for unless its manifest names
+/// another: std and WASI (wasi-libc) work as on any wasm32-wasip2 program.
+const DEFAULT_TARGET: &str = "wasm32-wasip2";
+
+/// Where `build-plugins` puts every component (what `plugins_dir`
+/// defaults to in a checkout): `target/plugins/<crate>.wasm`.
+const PLUGINS_OUT: &str = "plugins";
+
+/// A plugin crate: a directory under `plugins/` whose manifest builds a
+/// cdylib.
+struct Plugin {
+    name: String,
+    /// `[package.metadata.marketplace] target = "..."`, else
+    /// [`DEFAULT_TARGET`]. The repository's own plugins (except `mcp`,
+    /// whose script engine reads the clock, and the template authors start
+    /// from) say `wasm32-unknown-unknown`: no C library, so the component
+    /// imports no WASI (see `.cargo/config.toml`).
+    target: String,
+}
+
+impl Plugin {
+    /// The file cargo writes: `<target dir>/<target>/release/<lib>.wasm`.
+    fn built(&self) -> PathBuf {
+        target_dir()
+            .join(&self.target)
+            .join("release")
+            .join(format!("{}.wasm", self.name.replace('-', "_")))
+    }
+}
+
+/// The value of `key = "..."` in `table` of a Cargo manifest (a plain
+/// reading: tables and `key = "string"` lines, enough for our manifests).
+fn manifest_value(text: &str, table: &str, key: &str) -> Option<String> {
+    let mut current = "";
+    for line in text.lines().map(str::trim) {
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            current = name.trim();
+        } else if current == table
+            && let Some((k, v)) = line.split_once('=')
+            && k.trim() == key
+        {
+            return Some(v.trim().trim_matches('"').to_string());
+        }
+    }
+    None
+}
+
+fn plugin_crates() -> Result<Vec<Plugin>, String> {
     let dir = root().join("plugins");
     let mut crates = Vec::new();
     for entry in std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))? {
@@ -121,42 +168,48 @@ fn plugin_crates() -> Result<Vec<String>, String> {
         if !text.contains("cdylib") {
             continue;
         }
-        let name = text
-            .lines()
-            .find_map(|l| {
-                l.trim()
-                    .strip_prefix("name = ")
-                    .map(|v| v.trim_matches('"').to_string())
-            })
+        let name = manifest_value(&text, "package", "name")
             .ok_or_else(|| format!("{}: no package name", manifest.display()))?;
-        crates.push(name);
+        let target = manifest_value(&text, "package.metadata.marketplace", "target")
+            .unwrap_or_else(|| DEFAULT_TARGET.to_string());
+        crates.push(Plugin { name, target });
     }
-    crates.sort();
+    crates.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(crates)
 }
 
-fn ensure_wasm_target() -> Result<(), String> {
-    let installed = Command::new("rustup")
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+}
+
+fn ensure_wasm_targets(targets: &[&str]) -> Result<(), String> {
+    let installed = match Command::new("rustup")
         .args(["target", "list", "--installed"])
-        .output();
-    match installed {
-        Ok(out)
-            if String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .any(|l| l.trim() == "wasm32-wasip2") =>
-        {
-            Ok(())
-        }
-        Ok(_) => run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"])),
+        .output()
+    {
+        Ok(out) => String::from_utf8_lossy(&out.stdout).into_owned(),
         Err(e) => {
-            eprintln!("xtask: rustup not found ({e}); assuming wasm32-wasip2 is installed");
-            Ok(())
+            eprintln!("xtask: rustup not found ({e}); assuming {targets:?} are installed");
+            return Ok(());
         }
+    };
+    let missing: Vec<&str> = targets
+        .iter()
+        .copied()
+        .filter(|t| !installed.lines().any(|l| l.trim() == *t))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
     }
+    run(Command::new("rustup")
+        .args(["target", "add"])
+        .args(&missing))
 }
 
 /// Every test: the host's unit and black-box tests, then the plugins' unit
-/// tests natively (`--lib`: a plugin's cdylib only links for wasm32-wasip2).
+/// tests natively (`--lib`: a plugin's cdylib only links for wasm).
 ///
 /// PostgreSQL (issue 18): unless `MARKETPLACE_TEST_PG` already names a
 /// server, a throwaway cluster is started under `target/` when PostgreSQL's
@@ -211,7 +264,7 @@ fn test(extra: &[String]) -> Result<(), String> {
     // test binary runs even when one fails.
     let mut selection = vec!["test", "--release", "--workspace"];
     for p in &plugins {
-        selection.extend(["--exclude", p.as_str()]);
+        selection.extend(["--exclude", p.name.as_str()]);
     }
     if !extra.iter().any(|a| a == "--no-fail-fast") {
         selection.push("--no-fail-fast");
@@ -223,7 +276,7 @@ fn test(extra: &[String]) -> Result<(), String> {
     }
     let mut guests = vec!["test", "--release", "--lib"];
     for p in &plugins {
-        guests.extend(["-p", p.as_str()]);
+        guests.extend(["-p", p.name.as_str()]);
     }
     guests.extend(extra.iter().map(String::as_str));
     if let Err(e) = cargo(&guests) {
@@ -587,13 +640,36 @@ fn free_port() -> Result<u16, String> {
     Ok(port)
 }
 
+/// Build every plugin crate for its target, then copy each component into
+/// `target/plugins/` (through a `.part` file and a rename, so a server
+/// watching that directory never loads half a file; unchanged files are
+/// left alone, so it reloads only what changed).
 fn build_plugins() -> Result<(), String> {
-    ensure_wasm_target()?;
     let crates = plugin_crates()?;
-    let mut args = vec!["build", "--release", "--target", "wasm32-wasip2"];
-    for c in &crates {
-        args.push("-p");
-        args.push(c);
+    let mut targets: Vec<&str> = crates.iter().map(|p| p.target.as_str()).collect();
+    targets.sort();
+    targets.dedup();
+    ensure_wasm_targets(&targets)?;
+    for target in &targets {
+        let mut args = vec!["build", "--release", "--target", target];
+        for c in crates.iter().filter(|c| c.target == *target) {
+            args.extend(["-p", c.name.as_str()]);
+        }
+        cargo(&args)?;
     }
-    cargo(&args)
+    let out = target_dir().join(PLUGINS_OUT);
+    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    for c in &crates {
+        let built = c.built();
+        let bytes = std::fs::read(&built).map_err(|e| format!("{}: {e}", built.display()))?;
+        let file = out.join(built.file_name().expect("a file name"));
+        if std::fs::read(&file).is_ok_and(|old| old == bytes) {
+            continue;
+        }
+        let part = file.with_extension("wasm.part");
+        std::fs::write(&part, &bytes)
+            .and_then(|()| std::fs::rename(&part, &file))
+            .map_err(|e| format!("{}: {e}", file.display()))?;
+    }
+    Ok(())
 }

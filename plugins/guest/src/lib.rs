@@ -32,6 +32,9 @@ pub use wit_bindgen;
 mod error;
 pub use error::{ApiError, Detail};
 
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+mod heap;
+
 #[cfg(feature = "endpoint")]
 mod endpoint;
 #[cfg(feature = "endpoint")]

@@ -87,9 +87,10 @@ fn developers() -> Response {
                 "rustup target add wasm32-wasip2",
                 "cargo build --release --target wasm32-wasip2 -p <crate>",
                 "cargo component build --release -p <crate>",
-                "cargo xtask build-plugins (every crate under plugins/)",
+                "cargo xtask build-plugins (every crate under plugins/, into target/plugins/)",
+                "without WASI (a leaner instance per request): cargo build --release --target wasm32-unknown-unknown -p <crate> with linker = \"wasm-component-ld\" for that target (see .cargo/config.toml); marketplace-guest brings the allocator; std's clock, files and environment are unavailable",
             ],
-            "output": "target/wasm32-wasip2/release/<crate>.wasm",
+            "output": "target/<target>/release/<crate>.wasm",
             "load": [
                 "a new family: copy the .wasm to <plugins_dir>/families/<family>.wasm (mounted by the watcher), or",
                 "marketplace plugins load <family> <file.wasm> --admin http://127.0.0.1:<admin-port> (PUT /admin/plugins/<family>; mounts an unknown family)",
