@@ -118,10 +118,11 @@ const DEFAULT_TARGET: &str = "wasm32-wasip2";
 /// defaults to in a checkout): `target/plugins/<crate>.wasm`.
 const PLUGINS_OUT: &str = "plugins";
 
-/// A plugin crate: a directory under `plugins/` whose manifest builds a
-/// cdylib.
+/// A plugin crate: a package under `plugins/` that builds a cdylib.
 struct Plugin {
     name: String,
+    /// Its cdylib's name: the component is `<lib>.wasm`.
+    lib: String,
     /// `[package.metadata.marketplace] target = "..."`, else
     /// [`DEFAULT_TARGET`]. The repository's own plugins (except `mcp`,
     /// whose script engine reads the clock, and the template authors start
@@ -136,43 +137,53 @@ impl Plugin {
         target_dir()
             .join(&self.target)
             .join("release")
-            .join(format!("{}.wasm", self.name.replace('-', "_")))
+            .join(format!("{}.wasm", self.lib))
     }
 }
 
-/// The value of `key = "..."` in `table` of a Cargo manifest (a plain
-/// reading: tables and `key = "string"` lines, enough for our manifests).
-fn manifest_value(text: &str, table: &str, key: &str) -> Option<String> {
-    let mut current = "";
-    for line in text.lines().map(str::trim) {
-        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            current = name.trim();
-        } else if current == table
-            && let Some((k, v)) = line.split_once('=')
-            && k.trim() == key
-        {
-            return Some(v.trim().trim_matches('"').to_string());
-        }
-    }
-    None
-}
-
+/// The workspace's plugin crates, from `cargo metadata`.
 fn plugin_crates() -> Result<Vec<Plugin>, String> {
-    let dir = root().join("plugins");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .current_dir(root())
+        .output()
+        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let meta: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("reading cargo metadata: {e}"))?;
+    let plugins_dir = root().join("plugins");
     let mut crates = Vec::new();
-    for entry in std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))? {
-        let manifest = entry.map_err(|e| e.to_string())?.path().join("Cargo.toml");
-        let Ok(text) = std::fs::read_to_string(&manifest) else {
+    for package in meta["packages"].as_array().into_iter().flatten() {
+        let under_plugins = package["manifest_path"]
+            .as_str()
+            .is_some_and(|m| Path::new(m).starts_with(&plugins_dir));
+        let cdylib = package["targets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|t| {
+                t["crate_types"]
+                    .as_array()
+                    .is_some_and(|k| k.iter().any(|k| k == "cdylib"))
+            });
+        let (true, Some(cdylib), Some(name)) = (under_plugins, cdylib, package["name"].as_str())
+        else {
             continue;
         };
-        if !text.contains("cdylib") {
-            continue;
-        }
-        let name = manifest_value(&text, "package", "name")
-            .ok_or_else(|| format!("{}: no package name", manifest.display()))?;
-        let target = manifest_value(&text, "package.metadata.marketplace", "target")
-            .unwrap_or_else(|| DEFAULT_TARGET.to_string());
-        crates.push(Plugin { name, target });
+        crates.push(Plugin {
+            name: name.to_string(),
+            lib: cdylib["name"].as_str().unwrap_or(name).replace('-', "_"),
+            target: package["metadata"]["marketplace"]["target"]
+                .as_str()
+                .unwrap_or(DEFAULT_TARGET)
+                .to_string(),
+        });
     }
     crates.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(crates)
