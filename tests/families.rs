@@ -566,45 +566,55 @@ fn a_route_conflict_is_refused_and_the_mounted_family_keeps_serving() {
     assert_eq!(notes(&s).json()["count"], 0);
 }
 
-/// Whether a component names any WASI interface (its imports are stored
-/// as strings, so a component importing none has no `wasi:` in it).
-fn names_wasi(bytes: &[u8]) -> bool {
-    bytes.windows(5).any(|w| w == b"wasi:")
-}
-
 #[test]
-fn the_lean_plugins_import_only_marketplace_interfaces() {
-    // Crates that ask for the lean build (`.cargo/config.toml`) have no C
-    // library: their components import no WASI at all, so each request's
-    // instance links only the marketplace functions they use.
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins");
-    let mut lean = Vec::new();
-    for entry in std::fs::read_dir(&root).unwrap() {
-        let dir = entry.unwrap().path();
-        let Ok(manifest) = std::fs::read_to_string(dir.join("Cargo.toml")) else {
-            continue;
-        };
-        if manifest.contains("cdylib") && manifest.contains("target = \"wasm32-unknown-unknown\"") {
-            let name = dir.file_name().unwrap().to_str().unwrap().replace('-', "_");
-            lean.push(format!("{name}.wasm"));
-        }
-    }
-    lean.sort();
-    for family_component in ["info.wasm", "search.wasm", "timeline.wasm", "testing.wasm"] {
+fn the_admin_view_lists_imports_and_the_lean_plugins_import_no_wasi() {
+    // The repository's plugins are built for wasm32-unknown-unknown (the
+    // lean build, `.cargo/config.toml`): no C library, so their components
+    // import only marketplace interfaces and each request's instance links
+    // nothing else. mcp is a std build for wasm32-wasip2 and imports WASI.
+    let s = Server::start();
+    let imports = |family: &str| -> BTreeSet<String> {
+        let p = plugin(&s, family).unwrap_or_else(|| panic!("{family} is mounted"));
+        assert_eq!(p["status"], "ok", "{p}");
+        names(&p["imports"])
+    };
+    for family in [
+        "info",
+        "identity",
+        "timeline",
+        "search",
+        "contracts",
+        "fees",
+    ] {
+        let imports = imports(family);
         assert!(
-            lean.iter().any(|c| c == family_component),
-            "{family_component} is built lean: {lean:?}"
+            imports
+                .iter()
+                .any(|i| i.starts_with("marketplace:plugin/types@")),
+            "{family}: {imports:?}"
+        );
+        let foreign: Vec<&String> = imports
+            .iter()
+            .filter(|i| !i.starts_with("marketplace:plugin/"))
+            .collect();
+        assert!(
+            foreign.is_empty(),
+            "{family} imports {foreign:?}: is it built for wasm32-unknown-unknown?"
         );
     }
-    for component in &lean {
+    let timeline = imports("timeline");
+    for granted in ["payments", "auth"] {
         assert!(
-            !names_wasi(&wasm(component)),
-            "{component} imports WASI: is it built for wasm32-unknown-unknown into the plugins dir?"
+            timeline
+                .iter()
+                .any(|i| i.starts_with(&format!("marketplace:plugin/{granted}@"))),
+            "{timeline:?}"
         );
     }
-    // A std build for wasm32-wasip2 (the template, mcp) does import WASI.
-    assert!(names_wasi(&wasm("template.wasm")));
-    assert!(names_wasi(&wasm("mcp.wasm")));
+    assert!(
+        imports("mcp").iter().any(|i| i.starts_with("wasi:")),
+        "mcp is a wasm32-wasip2 build"
+    );
 }
 
 #[test]

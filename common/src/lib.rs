@@ -1,5 +1,5 @@
 //! Pure logic shared by the host and the plugins (no dependencies, builds
-//! for both the native host and wasm32-wasip2).
+//! for both the native host and the plugins' wasm targets).
 
 pub mod amount;
 pub mod hex;

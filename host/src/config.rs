@@ -187,18 +187,18 @@ impl Default for Config {
 }
 
 /// Where `cargo xtask build-plugins` puts the components
-/// (`target/plugins`): beside the host binary's target directory when run
-/// from a checkout, else `./plugins`.
+/// (`target/plugins`, once it holds `info.wasm`): beside the host binary's
+/// target directory when run from a checkout, else `./plugins`.
 fn default_plugins_dir() -> PathBuf {
     let built = std::env::current_exe().ok().and_then(|exe| {
         // <target>/<profile>/marketplace -> <target>/plugins
         let target = exe.parent()?.parent()?;
         let dir = target.join("plugins");
-        dir.is_dir().then_some(dir)
+        dir.join("info.wasm").is_file().then_some(dir)
     });
     built.unwrap_or_else(|| {
         let cwd_built = Path::new("target/plugins");
-        if cwd_built.is_dir() {
+        if cwd_built.join("info.wasm").is_file() {
             cwd_built.to_path_buf()
         } else {
             PathBuf::from("plugins")

@@ -65,6 +65,19 @@ fn main() -> ExitCode {
                     "warnings",
                 ])
             })
+            .and_then(|_| {
+                cargo(&[
+                    "clippy",
+                    "--release",
+                    "--target",
+                    "wasm32-unknown-unknown",
+                    "-p",
+                    "marketplace-guest",
+                    "--",
+                    "-D",
+                    "warnings",
+                ])
+            })
             .and_then(|_| test(&[])),
         _ => {
             eprintln!(
@@ -93,9 +106,13 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
+/// The cargo running xtask (or the one on PATH).
+fn cargo_exe() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
+}
+
 fn cargo(args: &[&str]) -> Result<(), String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    run(Command::new(cargo).args(args).current_dir(root()))
+    cargo_env(args, &[])
 }
 
 fn run(cmd: &mut Command) -> Result<(), String> {
@@ -133,18 +150,21 @@ struct Plugin {
 
 impl Plugin {
     /// The file cargo writes: `<target dir>/<target>/release/<lib>.wasm`.
-    fn built(&self) -> PathBuf {
-        target_dir()
+    fn built(&self) -> Result<PathBuf, String> {
+        Ok(target_dir()?
             .join(&self.target)
             .join("release")
-            .join(format!("{}.wasm", self.lib))
+            .join(format!("{}.wasm", self.lib)))
     }
 }
 
-/// The workspace's plugin crates, from `cargo metadata`.
-fn plugin_crates() -> Result<Vec<Plugin>, String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
+/// `cargo metadata` of the workspace (asked once).
+fn metadata() -> Result<&'static serde_json::Value, String> {
+    static METADATA: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    if let Some(meta) = METADATA.get() {
+        return Ok(meta);
+    }
+    let out = Command::new(cargo_exe())
         .args(["metadata", "--format-version", "1", "--no-deps"])
         .current_dir(root())
         .output()
@@ -155,23 +175,46 @@ fn plugin_crates() -> Result<Vec<Plugin>, String> {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    let meta: serde_json::Value =
+    let meta =
         serde_json::from_slice(&out.stdout).map_err(|e| format!("reading cargo metadata: {e}"))?;
+    Ok(METADATA.get_or_init(|| meta))
+}
+
+/// The workspace's target directory as cargo resolves it
+/// (`CARGO_TARGET_DIR`, `build.target-dir`, else `target/`).
+fn target_dir() -> Result<PathBuf, String> {
+    metadata()?["target_directory"]
+        .as_str()
+        .map(PathBuf::from)
+        .ok_or_else(|| "cargo metadata names no target directory".to_string())
+}
+
+/// The targets of a `cargo metadata` package whose `kind` lists `kind`.
+fn targets_of<'a>(
+    package: &'a serde_json::Value,
+    kind: &'a str,
+) -> impl Iterator<Item = &'a serde_json::Value> {
+    package["targets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(move |t| {
+            t["kind"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|k| k == kind))
+        })
+}
+
+/// The workspace's plugin crates, from `cargo metadata`.
+fn plugin_crates() -> Result<Vec<Plugin>, String> {
+    let meta = metadata()?;
     let plugins_dir = root().join("plugins");
     let mut crates = Vec::new();
     for package in meta["packages"].as_array().into_iter().flatten() {
         let under_plugins = package["manifest_path"]
             .as_str()
             .is_some_and(|m| Path::new(m).starts_with(&plugins_dir));
-        let cdylib = package["targets"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|t| {
-                t["crate_types"]
-                    .as_array()
-                    .is_some_and(|k| k.iter().any(|k| k == "cdylib"))
-            });
+        let cdylib = targets_of(package, "cdylib").next();
         let (true, Some(cdylib), Some(name)) = (under_plugins, cdylib, package["name"].as_str())
         else {
             continue;
@@ -187,12 +230,6 @@ fn plugin_crates() -> Result<Vec<Plugin>, String> {
     }
     crates.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(crates)
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"))
 }
 
 fn ensure_wasm_targets(targets: &[&str]) -> Result<(), String> {
@@ -349,34 +386,27 @@ fn pg_shell() -> Result<(), String> {
 /// `host/Cargo.toml` that start `marketplace` processes (`Server::`), but
 /// not `scaleout`, which is about PostgreSQL already.
 fn black_box_tests() -> Result<Vec<String>, String> {
-    let manifest = root().join("host").join("Cargo.toml");
-    let text =
-        std::fs::read_to_string(&manifest).map_err(|e| format!("{}: {e}", manifest.display()))?;
+    let host = metadata()?["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == "marketplace")
+        .ok_or("cargo metadata lists no `marketplace` package")?;
     let mut out = Vec::new();
-    for section in text.split("[[").skip(1) {
-        if !section.starts_with("test]]") {
-            continue;
-        }
-        let field = |key: &str| {
-            section.lines().find_map(|l| {
-                let (k, v) = l.split_once('=')?;
-                (k.trim() == key).then(|| v.trim().trim_matches('"').to_string())
-            })
-        };
-        let (Some(name), Some(path)) = (field("name"), field("path")) else {
+    for test in targets_of(host, "test") {
+        let (Some(name), Some(path)) = (test["name"].as_str(), test["src_path"].as_str()) else {
             continue;
         };
-        let source = std::fs::read_to_string(root().join("host").join(&path)).unwrap_or_default();
+        let source = std::fs::read_to_string(path).unwrap_or_default();
         if name != "scaleout" && source.contains("Server::") {
-            out.push(name);
+            out.push(name.to_string());
         }
     }
     Ok(out)
 }
 
 fn cargo_env(args: &[&str], env: &[(&str, String)]) -> Result<(), String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
+    let mut cmd = Command::new(cargo_exe());
     cmd.args(args).current_dir(root());
     for (k, v) in env {
         cmd.env(k, v);
@@ -433,14 +463,7 @@ struct PgCluster {
 
 impl PgCluster {
     fn start(bin: &Path) -> Result<PgCluster, String> {
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root().join("target"));
-        let target = if target.is_absolute() {
-            target
-        } else {
-            root().join(target)
-        };
+        let target = target_dir()?;
         remove_stale_clusters(bin, &target);
         let mut dir = target.join(format!("pg-test-{}", std::process::id()));
         // The unix socket's path must fit in 107 bytes.
@@ -668,10 +691,10 @@ fn build_plugins() -> Result<(), String> {
         }
         cargo(&args)?;
     }
-    let out = target_dir().join(PLUGINS_OUT);
+    let out = target_dir()?.join(PLUGINS_OUT);
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
     for c in &crates {
-        let built = c.built();
+        let built = c.built()?;
         let bytes = std::fs::read(&built).map_err(|e| format!("{}: {e}", built.display()))?;
         let file = out.join(built.file_name().expect("a file name"));
         if std::fs::read(&file).is_ok_and(|old| old == bytes) {

@@ -93,6 +93,8 @@ pub struct LoadedPlugin {
     pub loaded_at: String,
     /// What the family may do beyond its own keyspace.
     pub grants: Arc<Grants>,
+    /// The interfaces the component imports (`package:name/interface@version`).
+    pub imports: Vec<String>,
     /// The routes and OpenAPI it declared.
     pub api: Api,
     kind: Kind,
@@ -146,6 +148,8 @@ pub struct PluginStatus {
     pub reads: Vec<String>,
     /// "METHOD pattern" of each route it serves.
     pub routes: Vec<String>,
+    /// The interfaces its component imports (empty unless loaded).
+    pub imports: Vec<String>,
 }
 
 /// A family's status, borrowed from where the runtime keeps it
@@ -578,6 +582,11 @@ impl Runtime {
     ) -> Result<LoadedPlugin> {
         let hash = marketplace_common::hex::encode(&Sha256::digest(bytes));
         let component = self.compile(bytes, &hash)?;
+        let imports: Vec<String> = component
+            .component_type()
+            .imports(&self.engine)
+            .map(|(name, _)| name.to_string())
+            .collect();
         let (kind, info, api) = if family == FEES_FAMILY {
             let pre = FeePolicyPre::new(self.link(&self.fee_linker, &component)?)
                 .map_err(|e| anyhow!("not a fee-policy component: {e}"))?;
@@ -603,11 +612,6 @@ impl Runtime {
                 Api::default(),
             )
         } else {
-            let imports: Vec<String> = component
-                .component_type()
-                .imports(&self.engine)
-                .map(|(name, _)| name.to_string())
-                .collect();
             grants
                 .admit(family, imports.iter().map(String::as_str))
                 .map_err(|e| anyhow!(e))?;
@@ -625,6 +629,7 @@ impl Runtime {
             hash,
             loaded_at: crate::ids::rfc3339(SystemTime::now()),
             grants: Arc::new(grants.clone()),
+            imports,
             api,
             kind,
             metrics: Default::default(),
@@ -854,6 +859,7 @@ impl Runtime {
                             .collect(),
                         _ => Vec::new(),
                     },
+                    imports: v.loaded.map(|p| p.imports.clone()).unwrap_or_default(),
                 })
                 .collect()
         })

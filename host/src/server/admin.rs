@@ -3,7 +3,8 @@
 //! `<data_dir>/admin.token` with mode 0600).
 //!
 //! - `GET /admin/plugins` -> `[{family, component, version, status, hash,
-//!   loaded_at, grants, reads, routes}]`
+//!   loaded_at, grants, reads, routes, imports}]` (`imports`: the
+//!   interfaces the loaded component imports, `package:name/iface@version`)
 //! - `PUT /admin/plugins/{family}[?grants=a,b&read=x,y]` (component bytes,
 //!   up to 64 MiB): validate, swap, then answer `{family, version, hash,
 //!   mounted, grants, reads, routes}`. An unknown family is mounted (with
@@ -302,7 +303,8 @@ impl hyper::body::Body for ChannelBody {
 fn status_json(s: &crate::runtime::PluginStatus) -> serde_json::Value {
     json!({"family": s.family, "component": s.component, "version": s.version,
            "status": s.status, "hash": s.hash, "loaded_at": s.loaded_at,
-           "grants": s.grants, "reads": s.reads, "routes": s.routes})
+           "grants": s.grants, "reads": s.reads, "routes": s.routes,
+           "imports": s.imports})
 }
 
 /// Grants from `?grants=a,b&read=x,y`, if either is given; the one not

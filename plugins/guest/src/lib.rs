@@ -32,8 +32,17 @@ pub use wit_bindgen;
 mod error;
 pub use error::{ApiError, Detail};
 
+/// The allocator of the lean build (`wasm32-unknown-unknown`, see README
+/// "Writing a plugin"): dlmalloc, which there takes the linker's initial
+/// heap (`__heap_base` to `__heap_end`: what the 1 MiB of initial memory
+/// leaves after the stack and data) before it grows the memory. std's own
+/// allocator on that target grows the memory for every region it uses, so
+/// every request would grow its instance's memory (and the host would pay
+/// page-table changes to reset the pooled slot): 17 µs a trivial call
+/// in-process instead of 11.
 #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-mod heap;
+#[global_allocator]
+static HEAP: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 
 #[cfg(feature = "endpoint")]
 mod endpoint;
