@@ -677,7 +677,8 @@ fn free_port() -> Result<u16, String> {
 /// Build every plugin crate for its target, then copy each component into
 /// `target/plugins/` (through a `.part` file and a rename, so a server
 /// watching that directory never loads half a file; unchanged files are
-/// left alone, so it reloads only what changed).
+/// left alone, so it reloads only what changed) and remove the components
+/// no crate builds any more.
 fn build_plugins() -> Result<(), String> {
     let crates = plugin_crates()?;
     let mut targets: Vec<&str> = crates.iter().map(|p| p.target.as_str()).collect();
@@ -704,6 +705,21 @@ fn build_plugins() -> Result<(), String> {
         std::fs::write(&part, &bytes)
             .and_then(|()| std::fs::rename(&part, &file))
             .map_err(|e| format!("{}: {e}", file.display()))?;
+    }
+    // A renamed or removed crate's component (or a write cut short) would
+    // otherwise stay and could be configured by mistake; subdirectories
+    // (`families/`) are an operator's.
+    let current: Vec<String> = crates.iter().map(|c| format!("{}.wasm", c.lib)).collect();
+    for entry in std::fs::read_dir(&out).map_err(|e| format!("{}: {e}", out.display()))? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        let ours = name.ends_with(".wasm") || name.ends_with(".wasm.part");
+        if path.is_file() && ours && !current.iter().any(|c| c == name) {
+            std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
     }
     Ok(())
 }
