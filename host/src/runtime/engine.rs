@@ -836,8 +836,8 @@ impl Runtime {
     }
 
     /// Status of every configured family; `routes` false leaves each
-    /// status's routes empty (info needs none, and listing them formats a
-    /// string per route).
+    /// status's routes and imports empty (info needs neither, and listing
+    /// them copies a string per route and import).
     pub fn statuses_with(&self, routes: bool) -> Vec<PluginStatus> {
         self.with_statuses(|statuses| {
             statuses
@@ -859,7 +859,10 @@ impl Runtime {
                             .collect(),
                         _ => Vec::new(),
                     },
-                    imports: v.loaded.map(|p| p.imports.clone()).unwrap_or_default(),
+                    imports: match v.loaded {
+                        Some(p) if routes => p.imports.clone(),
+                        _ => Vec::new(),
+                    },
                 })
                 .collect()
         })
