@@ -154,7 +154,7 @@ fn marketplace(data_dir: &Path, testing: bool) -> Server {
 }
 
 fn marketplace_with(data_dir: &Path, testing: bool, env: &[(String, String)]) -> Server {
-    let plugins = release_dir().join("../plugins");
+    let plugins = support::built_plugins();
     need(&plugins.join("info.wasm"));
     std::fs::create_dir_all(data_dir).unwrap();
     let log = std::fs::File::create(data_dir.join("server.log")).unwrap();

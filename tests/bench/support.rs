@@ -155,9 +155,15 @@ pub fn bench_dir() -> PathBuf {
     dir
 }
 
-/// Where `cargo xtask build-plugins` puts the components.
+/// Where `cargo xtask build-plugins` puts the components: `plugins/` in
+/// the target directory of the marketplace binary (cargo's, wherever it is
+/// configured).
 pub fn built_plugins() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/plugins")
+    Path::new(env!("CARGO_BIN_EXE_marketplace"))
+        .parent()
+        .and_then(Path::parent)
+        .expect("the binary inside a target dir")
+        .join("plugins")
 }
 
 /// Start a host in-process on `data_dir` and `plugins_dir`.

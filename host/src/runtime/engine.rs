@@ -835,10 +835,10 @@ impl Runtime {
         self.statuses_with(true)
     }
 
-    /// Status of every configured family; `routes` false leaves each
+    /// Status of every configured family; `detailed` false leaves each
     /// status's routes and imports empty (info needs neither, and listing
     /// them copies a string per route and import).
-    pub fn statuses_with(&self, routes: bool) -> Vec<PluginStatus> {
+    pub fn statuses_with(&self, detailed: bool) -> Vec<PluginStatus> {
         self.with_statuses(|statuses| {
             statuses
                 .map(|v| PluginStatus {
@@ -851,7 +851,7 @@ impl Runtime {
                     grants: v.grants.names(),
                     reads: v.grants.reads.iter().cloned().collect(),
                     routes: match v.loaded {
-                        Some(p) if routes => p
+                        Some(p) if detailed => p
                             .api
                             .routes
                             .iter()
@@ -860,7 +860,7 @@ impl Runtime {
                         _ => Vec::new(),
                     },
                     imports: match v.loaded {
-                        Some(p) if routes => p.imports.clone(),
+                        Some(p) if detailed => p.imports.clone(),
                         _ => Vec::new(),
                     },
                 })
