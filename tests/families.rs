@@ -7,11 +7,11 @@
 
 mod common;
 
-use common::Server;
 use common::deal::{act_ok, admin, buy, deal};
+use common::{Options, Server};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Every capability an operator can grant.
@@ -564,6 +564,48 @@ fn a_route_conflict_is_refused_and_the_mounted_family_keeps_serving() {
     );
     // Its own keyspace: not template's notes.
     assert_eq!(notes(&s).json()["count"], 0);
+}
+
+#[test]
+fn perf_map_names_each_components_functions_for_profilers() {
+    // Off by default: a server writes no perf map.
+    let plain = Server::start();
+    let plain_map = PathBuf::from(format!("/tmp/perf-{}.map", plain.pid()));
+    assert_eq!(plain.get("/api/search?term=x").status, 200);
+    assert!(
+        !plain_map.exists(),
+        "{} without perf_map",
+        plain_map.display()
+    );
+    drop(plain);
+
+    let s = Server::with(Options {
+        env: vec![("MARKETPLACE_PERF_MAP".into(), "true".into())],
+        ..Options::default()
+    });
+    let map = PathBuf::from(format!("/tmp/perf-{}.map", s.pid()));
+    assert_eq!(s.get("/api/search?term=x").status, 200);
+    let text = std::fs::read_to_string(&map).unwrap_or_default();
+    let _ = std::fs::remove_file(&map);
+    // perf's format: `0x<start> <size> <name>` (hex), a line per function.
+    let hex = |v: &str| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok();
+    let named = |needle: &str| {
+        text.lines().any(|l| {
+            let mut f = l.splitn(3, ' ');
+            let (start, size, name) = (f.next(), f.next(), f.next().unwrap_or(""));
+            start.and_then(hex).is_some_and(|a| a > 0)
+                && size.and_then(hex).is_some_and(|n| n > 0)
+                && name.contains(needle)
+        })
+    };
+    // Every component's exported handler, and the search plugin's own code.
+    assert!(
+        named("marketplace:plugin/handler@"),
+        "no handler export in {} ({} bytes)",
+        map.display(),
+        text.len()
+    );
+    assert!(named("6search6search"), "no search::search in the perf map");
 }
 
 #[test]

@@ -54,6 +54,9 @@ pub struct Config {
     pub testing_routes: bool,
     /// Watch the plugins directory and swap changed components in.
     pub watch_plugins: bool,
+    /// Write `/tmp/perf-<pid>.map`, naming each compiled function of the
+    /// loaded components, so `perf` can attribute samples inside plugins.
+    pub perf_map: bool,
     /// Log filter (tracing-subscriber EnvFilter syntax), e.g. "info".
     pub log: String,
     /// `text` (colours only on a terminal) or `json` (one object per line).
@@ -161,6 +164,7 @@ impl Default for Config {
             max_body_bytes: 2 * 1024 * 1024,
             testing_routes: false,
             watch_plugins: true,
+            perf_map: false,
             log: "info".into(),
             log_format: LogFormat::Text,
             metrics_listen: None,

@@ -281,6 +281,11 @@ impl Runtime {
         let host_routes = crate::runtime::native::routes(config.testing_routes);
         let mut wasm_config = wasmtime::Config::new();
         wasm_config.epoch_interruption(true);
+        if config.perf_map {
+            // Each compiled function of every component loaded from now on
+            // (compiled or from the cache) gets a line in the perf map.
+            wasm_config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let instances = limits.max_instances.saturating_mul(2).saturating_add(16);
         let mut pool = PoolingAllocationConfig::new();
         pool.total_component_instances(instances)
