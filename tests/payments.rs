@@ -334,25 +334,66 @@ fn cash_replace_refuses_every_invalid_form_and_changes_nothing() {
     let input = s.mint("1");
     let out = |amount: &str, c: char| format!("e{amount}:secret:{}", c.to_string().repeat(64));
     let existing = s.mint("0.5");
+    // Each with the field its 400 names: the inputs' list, or the outputs'
+    // (their total included).
     let cases = [
-        json!({"webcashes": [input, input], "new_webcashes": [out("2", 'a')]}),
-        json!({"webcashes": [input], "new_webcashes": [out("0.5", 'a'), out("0.5", 'a')]}),
-        json!({"webcashes": [input], "new_webcashes": [existing.clone()]}),
-        json!({"webcashes": [input], "new_webcashes": [out("0", 'a'), out("1", 'b')]}),
-        json!({"webcashes": [input], "new_webcashes": [out("0.999999999", 'a')]}),
-        json!({"webcashes": [input], "new_webcashes": [out("0.9", 'a')]}),
-        json!({"webcashes": [input], "new_webcashes": [out("1.1", 'a')]}),
+        (
+            "webcashes",
+            json!({"webcashes": [input, input], "new_webcashes": [out("2", 'a')]}),
+        ),
+        (
+            "new_webcashes",
+            json!({"webcashes": [input], "new_webcashes": [out("0.5", 'a'), out("0.5", 'a')]}),
+        ),
+        (
+            "new_webcashes",
+            json!({"webcashes": [input], "new_webcashes": [existing.clone()]}),
+        ),
+        (
+            "new_webcashes",
+            json!({"webcashes": [input], "new_webcashes": [out("0", 'a'), out("1", 'b')]}),
+        ),
+        (
+            "new_webcashes",
+            json!({"webcashes": [input], "new_webcashes": [out("0.999999999", 'a')]}),
+        ),
+        (
+            "new_webcashes",
+            json!({"webcashes": [input], "new_webcashes": [out("0.9", 'a')]}),
+        ),
+        (
+            "new_webcashes",
+            json!({"webcashes": [input], "new_webcashes": [out("1.1", 'a')]}),
+        ),
         // (An empty replace, no inputs and no outputs, is 200 success as on
         // the public webcash server: tests/x402.rs.)
-        json!({"webcashes": [input], "new_webcashes": []}),
-        json!({"webcashes": [input], "new_webcashes": [input]}),
-        json!({"webcashes": "x", "new_webcashes": [out("1", 'a')]}),
-        json!({"webcashes": [out("1", 'd')], "new_webcashes": [out("1", 'a')]}),
+        (
+            "webcashes",
+            json!({"webcashes": [input], "new_webcashes": []}),
+        ),
+        (
+            "new_webcashes",
+            json!({"webcashes": [input], "new_webcashes": [input]}),
+        ),
+        (
+            "webcashes",
+            json!({"webcashes": "x", "new_webcashes": [out("1", 'a')]}),
+        ),
+        (
+            "webcashes",
+            json!({"webcashes": [out("1", 'd')], "new_webcashes": [out("1", 'a')]}),
+        ),
     ];
-    for case in &cases {
+    for (field, case) in &cases {
         let r = s.post_json("/api/cash/replace", case);
         assert_eq!(r.status, 400, "{case}: {}", r.text());
         assert_eq!(r.code(), "invalid_request");
+        assert_eq!(
+            r.json()["details"][0]["field"],
+            *field,
+            "{case}: {}",
+            r.text()
+        );
         assert_eq!(s.cash_state(&input), (json!(false), json!("1")), "{case}");
         assert_eq!(s.cash_state(&existing), (json!(false), json!("0.5")));
         assert_eq!(s.cash_state(&out("0.5", 'a')), (json!(null), json!(null)));

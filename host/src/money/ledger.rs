@@ -277,37 +277,44 @@ impl Ledger {
     }
 
     /// Webcash `replace`: spend every input, create every output, atomically.
-    /// Refusals are the 400 message.
+    /// A refusal is the 400's field (`webcashes`: the inputs, or both
+    /// lists; `new_webcashes`: the outputs and their total) and problem.
     pub fn replace(
         &self,
         txn: &WriteTxn,
         inputs: &[String],
         outputs: &[String],
-    ) -> Result<(), String> {
+    ) -> Result<(), (&'static str, String)> {
+        let input = |m: String| ("webcashes", m);
+        let output = |m: String| ("new_webcashes", m);
         if inputs.is_empty() || outputs.is_empty() {
-            return Err("webcashes and new_webcashes must both be non-empty".into());
-        }
-        if inputs.len() > MAX_REPLACE || outputs.len() > MAX_REPLACE {
-            return Err(format!(
-                "at most {MAX_REPLACE} inputs and {MAX_REPLACE} outputs"
+            return Err(input(
+                "webcashes and new_webcashes must both be non-empty".into(),
             ));
         }
-        let internal = |e: &dyn std::fmt::Display| format!("ledger error: {e}");
+        if inputs.len() > MAX_REPLACE || outputs.len() > MAX_REPLACE {
+            return Err(input(format!(
+                "at most {MAX_REPLACE} inputs and {MAX_REPLACE} outputs"
+            )));
+        }
+        let internal = |e: &dyn std::fmt::Display| ("webcashes", format!("ledger error: {e}"));
         let mut seen = HashSet::new();
         let mut total_in: u128 = 0;
         let mut spend = Vec::new();
         {
             for s in inputs {
-                let (public, units) = self.check(txn, s).map_err(|e| match e {
-                    SecretError::Malformed(m) => format!("input {s:.20}...: {m}"),
-                    SecretError::Unknown => "an input is not known to this ledger".into(),
-                    SecretError::Spent => "an input is already spent".into(),
-                    SecretError::AmountMismatch => {
-                        "an input's amount does not match the ledger".into()
-                    }
+                let (public, units) = self.check(txn, s).map_err(|e| {
+                    input(match e {
+                        SecretError::Malformed(m) => format!("input {s:.20}...: {m}"),
+                        SecretError::Unknown => "an input is not known to this ledger".into(),
+                        SecretError::Spent => "an input is already spent".into(),
+                        SecretError::AmountMismatch => {
+                            "an input's amount does not match the ledger".into()
+                        }
+                    })
                 })?;
                 if !seen.insert(public.clone()) {
-                    return Err("duplicate input".into());
+                    return Err(input("duplicate input".into()));
                 }
                 total_in += units as u128;
                 spend.push(public);
@@ -318,31 +325,31 @@ impl Ledger {
         let mut seen_out = HashSet::new();
         {
             for s in outputs {
-                let parsed = secret::parse(s).map_err(|m| format!("output: {m}"))?;
+                let parsed = secret::parse(s).map_err(|m| output(format!("output: {m}")))?;
                 if parsed.kind != secret::Kind::Secret {
-                    return Err("outputs must be secrets".into());
+                    return Err(output("outputs must be secrets".into()));
                 }
                 let public = public_hash(&parsed.hex);
                 if !seen_out.insert(public.clone()) || seen.contains(&public) {
-                    return Err("duplicate output".into());
+                    return Err(output("duplicate output".into()));
                 }
                 if txn
                     .get_in(OUTPUTS, public.as_bytes())
                     .map_err(|e| internal(&e))?
                     .is_some()
                 {
-                    return Err("an output already exists".into());
+                    return Err(output("an output already exists".into()));
                 }
                 total_out += parsed.amount as u128;
                 create.push((public, parsed.amount));
             }
         }
         if total_in != total_out {
-            return Err(format!(
+            return Err(output(format!(
                 "input total {} does not equal output total {}",
                 amount::format(total_in.min(u64::MAX as u128) as u64),
                 amount::format(total_out.min(u64::MAX as u128) as u64)
-            ));
+            )));
         }
         for public in &spend {
             self.spend(txn, public).map_err(|e| internal(&e))?;

@@ -271,7 +271,7 @@ fn cash_replace(rt: &Arc<Runtime>, body: &[u8]) -> Reply {
         .write(|txn| rt.ledger.replace(txn, &inputs, &outputs))
     {
         Ok(Ok(())) => Reply::json(200, &json!({"status": "success"})),
-        Ok(Err(problem)) => bad_request("webcashes", problem),
+        Ok(Err((field, problem))) => bad_request(field, problem),
         Err(e) => {
             tracing::error!("cash replace: {e}");
             crate::reply::storage_failure(&e)
