@@ -852,13 +852,39 @@ fn the_arbiter_signs_what_it_issues() {
     assert_eq!(doc["arbiter_signature"], sig_hex);
     assert_eq!(doc["work_spec"], "three logo drafts");
     assert_eq!(doc["delivery_deadline"], deadline);
-    // A contract without a work_spec signs the default text.
+    // A contract without a work_spec signs the default text, and its
+    // document shows that text, so the signature checks from its fields.
     let plain = buy(&s, &d, "1", json!({})).json();
     assert!(
         plain["arbiter_signature"]
             .as_str()
             .is_some_and(|s| s.len() == 128)
     );
+    assert_eq!(plain["contract"]["work_spec"], "Contract deliverable");
+    let plain_id = plain["contract_id"].as_str().unwrap();
+    let plain_doc = s
+        .get(&format!("/api/arbitration/contracts/{plain_id}"))
+        .json();
+    assert_eq!(plain_doc["work_spec"], "Contract deliverable");
+    assert_eq!(plain_doc["arbiter_signature"], plain["arbiter_signature"]);
+    let text = |k: &str| plain_doc[k].as_str().unwrap().to_string();
+    let mut h = Sha256::new();
+    for f in [
+        text("contract_id"),
+        text("buyer_fingerprint"),
+        "100000000".to_string(), // "1" in units of 1e-8
+        text("delivery_deadline"),
+        text("contract_type"),
+        text("work_spec"),
+        text("reference_post"),
+        text("buyer_fingerprint"),
+    ] {
+        h.update((f.len() as u64).to_le_bytes());
+        h.update(f.as_bytes());
+    }
+    let message = format!("arbiter_issue:{}", common::hex(&h.finalize()));
+    let sig = Signature::from_bytes(&unhex(&text("arbiter_signature")).try_into().unwrap());
+    assert!(key.verify_strict(message.as_bytes(), &sig).is_ok());
     // GraphQL: named queries work; other fields are GraphQL errors, not 404.
     let named = s
         .post_json(

@@ -96,7 +96,12 @@ impl Contract {
             "buyer_fingerprint": self.buyer_fingerprint,
             "target_seller_fingerprint": self.target_seller_fingerprint,
             "reference_post": self.reference_post,
-            "work_spec": self.work_spec,
+            // The text the arbiter signed when none was given (PROTOCOL
+            // 10), so the signature checks from the document's own fields.
+            "work_spec": match &self.work_spec {
+                Value::Null => json!(DEFAULT_WORK_SPEC),
+                given => given.clone(),
+            },
             "delivery_deadline": marketplace_guest::rfc3339(self.delivery_deadline_ms),
             "fee_policy": self.fee_policy,
             "arbitration_fee": amount::format(self.fee),
@@ -360,6 +365,9 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
     ))
 }
 
+/// The work_spec of a contract bought without one.
+const DEFAULT_WORK_SPEC: &str = "Contract deliverable";
+
 /// What the arbiter signs at issue (PROTOCOL 10): `arbiter_issue:{hex
 /// sha256}`, the hash over contract_id, buyer_fingerprint, the amount in
 /// units (decimal), delivery_deadline, contract_type, work_spec (text;
@@ -368,7 +376,7 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
 /// u64.
 fn arbiter_message(c: &Contract) -> String {
     let work_spec = match &c.work_spec {
-        Value::Null => "Contract deliverable".to_string(),
+        Value::Null => DEFAULT_WORK_SPEC.to_string(),
         Value::String(s) => s.clone(),
         other => other.to_string(),
     };
