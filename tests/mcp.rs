@@ -34,6 +34,13 @@ fn agent_manifest_and_card() {
             .iter()
             .any(|c| c.as_str().unwrap().contains("402"))
     );
+    assert!(
+        m["capabilities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c.as_str().unwrap().starts_with("payment:x402"))
+    );
     let card = s.get("/.well-known/agent-card.json").json();
     assert_eq!(card["name"], "marketplace");
     assert!(card["skills"].as_array().is_some_and(|s| !s.is_empty()));
@@ -857,7 +864,10 @@ fn mcp_tool_input_errors_are_tool_results() {
             t["description"].as_str().is_some_and(|d| !d.is_empty()),
             "{t}"
         );
-        assert_eq!(t["annotations"]["readOnlyHint"], true, "{t}");
+        // Every tool reads only, but define (stores a macro) and execute
+        // (runs any public endpoint).
+        let writes = t["name"] == "define" || t["name"] == "execute";
+        assert_eq!(t["annotations"]["readOnlyHint"], !writes, "{t}");
     }
     let fees = tools.iter().find(|t| t["name"] == "get_fees").unwrap();
     assert_eq!(
@@ -895,6 +905,85 @@ fn mcp_tool_input_errors_are_tool_results() {
         call_tool(&s, "no_such_tool", json!({}))["error"]["code"],
         -32602
     );
+}
+
+#[test]
+fn define_and_execute_are_tools_over_json_rpc_too() {
+    // PROTOCOL 8: `POST /mcp` offers the same tools as /api/mcp, define and
+    // execute included.
+    let s = Server::start();
+    let names = |s: &Server| -> Vec<String> {
+        rpc(
+            s,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        )
+        .json()["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let listed = names(&s);
+    for tool in ["search", "define", "execute", "get_post"] {
+        assert!(listed.iter().any(|n| n == tool), "{tool} in {listed:?}");
+    }
+
+    // define: the macro is stored as POST /api/mcp/tools/define stores it.
+    let r = call_tool(&s, "define", macro_def("rpc_macro"));
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    assert_eq!(
+        r["result"]["structuredContent"]["macro"]["name"],
+        "rpc_macro"
+    );
+    assert!(names(&s).iter().any(|n| n == "rpc_macro"));
+    assert!(
+        s.get("/api/mcp").json()["macros"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["name"] == "rpc_macro")
+    );
+    // Its refusals are tool errors and store nothing.
+    let r = call_tool(&s, "define", macro_def("rpc_macro"));
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert_eq!(r["result"]["structuredContent"]["code"], "conflict", "{r}");
+    let mut bad = macro_def("rpc_bad");
+    bad["typescript"] = json!("return {term: ");
+    let r = call_tool(&s, "define", bad);
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert_eq!(r["result"]["structuredContent"]["code"], "invalid_request");
+    assert!(!names(&s).iter().any(|n| n == "rpc_bad"));
+
+    // execute: a macro by name, and an endpoint, answered as
+    // POST /api/mcp/tools/execute answers.
+    let via_http = s
+        .post_json(
+            "/api/mcp/tools/execute",
+            &json!({"tool": "rpc_macro", "arguments": {"style": "walnut"}}),
+        )
+        .json();
+    let r = call_tool(
+        &s,
+        "execute",
+        json!({"tool": "rpc_macro", "arguments": {"style": "walnut"}}),
+    );
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    assert_eq!(r["result"]["structuredContent"], via_http);
+    let r = call_tool(
+        &s,
+        "execute",
+        json!({"endpoint": {"method": "GET", "path": "/api/fees"}}),
+    );
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    assert_eq!(r["result"]["structuredContent"], s.get("/api/fees").json());
+    // A paid endpoint without payment: the 402, as a tool error.
+    let r = call_tool(
+        &s,
+        "execute",
+        json!({"endpoint": {"method": "POST", "path": "/api/timeline", "body": {}}}),
+    );
+    assert_eq!(r["result"]["isError"], true, "{r}");
 }
 
 fn a2a(s: &Server, body: Value) -> Value {

@@ -228,6 +228,7 @@ fn manifest(version: &str) -> Value {
             "arbitration-contracts", "escrow", "witnesses", "mcp-tools", "mcp-macros", "mcp-jsonrpc",
             "a2a-jsonrpc",
             "auth:ed25519-signature", "payment:http-402", "payment:webcash (X-Cash-Secret)",
+            "payment:x402 (PAYMENT-SIGNATURE, PAYMENT-REQUIRED)",
         ],
         "openapi": "/openapi.yaml",
         "docs": "/docs",
@@ -338,16 +339,26 @@ fn run_search(args: &Value) -> Result<Response, ApiError> {
     Ok(call("GET", "/api/search", query, None))
 }
 
-/// Run a built-in read tool by filling its path template from the arguments.
-fn run_tool(tool: &Tool, args: &Value) -> Result<Response, ApiError> {
+/// Run a built-in tool: a read tool by filling its path template from the
+/// arguments; `define` and `execute` (`caller`: the JSON-RPC request, whose
+/// headers they take: payment, origin) as a POST of the arguments to their
+/// own routes would run.
+fn run_tool(tool: &Tool, args: &Value, caller: Option<&Request>) -> Result<Response, ApiError> {
     if tool.name == "search" {
         return run_search(args);
     }
     if tool.method != "GET" {
-        return Err(ApiError::invalid(
-            "tool",
-            format!("{} is called at {} directly", tool.name, tool.path),
-        ));
+        let Some(caller) = caller else {
+            return Err(ApiError::invalid(
+                "tool",
+                format!("{} is called at {} directly", tool.name, tool.path),
+            ));
+        };
+        let req = as_post(caller, tool.path, args);
+        return match tool.name {
+            "define" => define(&req),
+            _ => execute(&req),
+        };
     }
     check_arguments(&(tool.schema)(), args)?;
     let mut path = tool.path.to_string();
@@ -370,6 +381,24 @@ fn run_tool(tool: &Tool, args: &Value) -> Result<Response, ApiError> {
         ));
     }
     Ok(call("GET", &path, query, None))
+}
+
+/// `caller` as a POST of `args` (JSON) to `path`: the same headers, but
+/// for the body's own.
+fn as_post(caller: &Request, path: &str, args: &Value) -> Request {
+    let mut req = caller.0.clone();
+    req.method = "POST".into();
+    req.route = path.into();
+    req.path = path.into();
+    req.params = vec![];
+    req.query = vec![];
+    req.headers.retain(|(k, _)| {
+        !k.eq_ignore_ascii_case("content-type") && !k.eq_ignore_ascii_case("content-length")
+    });
+    req.headers
+        .push(("content-type".into(), "application/json".into()));
+    req.body = args.to_string().into_bytes();
+    Request(req)
 }
 
 fn valid_name(n: &str) -> bool {
@@ -573,9 +602,14 @@ fn check_arguments(schema: &Value, args: &Value) -> Result<(), ApiError> {
 /// Run a tool by name: built-in or macro. `wrap` turns a tool's answer into
 /// the caller's own response (the JSON-RPC server wraps it in a result); it
 /// shapes the answer the host gives if a macro runs away.
-fn run_named(name: &str, args: &Value, wrap: Wrap) -> Result<Response, ApiError> {
+fn run_named(
+    name: &str,
+    args: &Value,
+    wrap: Wrap,
+    caller: Option<&Request>,
+) -> Result<Response, ApiError> {
     if let Some(tool) = TOOLS.iter().find(|t| t.name == name) {
-        return run_tool(tool, args);
+        return run_tool(tool, args, caller);
     }
     let Some(m) = kv::get::<Value>(&format!("macro/{name}"))? else {
         return Err(ApiError::not_found(format!("tool {name}")));
@@ -687,7 +721,7 @@ fn execute(req: &Request) -> Result<Response, ApiError> {
         ));
     };
     let args = body.get("arguments").cloned().unwrap_or_else(|| json!({}));
-    run_named(tool, &args, &|r| r)
+    run_named(tool, &args, &|r| r, None)
 }
 
 /// `POST /mcp`: the Model Context Protocol over Streamable HTTP (JSON answers).
@@ -782,9 +816,8 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
         "tools/list" => {
             let mut tools: Vec<Value> = TOOLS
                 .iter()
-                .filter(|t| t.name != "define" && t.name != "execute")
                 .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": (t.schema)(),
-                                "annotations": {"readOnlyHint": true, "openWorldHint": false}}))
+                                "annotations": annotations(t.name)}))
                 .collect();
             // A macro answers with a search: it only reads too.
             for m in macros()? {
@@ -818,7 +851,7 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
                 }
             };
             let wrap = |r: Response| json(200, &rpc_result(&id, tool_result(&r)));
-            let resp = match run_named(name, &args, &wrap) {
+            let resp = match run_named(name, &args, &wrap, Some(req)) {
                 Ok(r) => r,
                 Err(e) if e.status == 404 && e.message.starts_with("tool ") => {
                     return Ok(json(
@@ -838,6 +871,19 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
         }
     };
     Ok(json(200, &rpc_result(&id, result)))
+}
+
+/// What a client may assume of a built-in tool: every one reads only,
+/// but `define` (it stores a macro, and updates its owner's) and
+/// `execute` (it runs any public endpoint: posting, paying, deleting).
+fn annotations(tool: &str) -> Value {
+    match tool {
+        "define" => json!({"readOnlyHint": false, "destructiveHint": false,
+                           "idempotentHint": false, "openWorldHint": false}),
+        "execute" => json!({"readOnlyHint": false, "destructiveHint": true,
+                            "idempotentHint": false, "openWorldHint": false}),
+        _ => json!({"readOnlyHint": true, "openWorldHint": false}),
+    }
 }
 
 /// A tools/call result: the tool's answer as text, and as structured
