@@ -345,6 +345,46 @@ fn testing_routes_are_absent_by_default_and_head_works() {
 }
 
 #[test]
+fn a_huge_method_is_answered_and_logged_at_a_bounded_length() {
+    // A stranger's 20,000-byte method: 405 with a short message, and a
+    // short access line, not 20 kB of log per request.
+    let s = Server::start();
+    let method = "A".repeat(20_000);
+    let mut stream = TcpStream::connect(s.addr).unwrap();
+    stream
+        .write_all(
+            format!("{method} /api/health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).unwrap();
+    assert!(
+        out.starts_with("HTTP/1.1 405"),
+        "{}",
+        &out[..out.len().min(300)]
+    );
+    assert!(out.len() < 2_000, "{} bytes answered", out.len());
+    assert!(out.contains("(20000 bytes)"), "{out}");
+    // The access line is written once the answer is out.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let line = loop {
+        if let Some(l) = s
+            .log_text()
+            .lines()
+            .find(|l| l.contains("status=405"))
+            .map(str::to_string)
+        {
+            break l;
+        }
+        assert!(std::time::Instant::now() < deadline, "no access line");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(line.len() < 500, "{} bytes: {line}", line.len());
+    assert!(line.contains("(20000 bytes)"), "{line}");
+}
+
+#[test]
 fn a_family_whose_component_is_missing_serves_no_routes_and_is_unavailable() {
     // A plugins dir holding only `info`: every other family is unavailable.
     let dir = tempfile::tempdir().unwrap();

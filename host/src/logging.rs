@@ -107,6 +107,14 @@ pub fn access(id: &str, a: &Access) {
     if !tracing::enabled!(target: "request", tracing::Level::INFO) {
         return;
     }
+    // What a stranger sent is logged at a bounded length: a 100 kB method
+    // is one short line, not 100 kB of log per request.
+    let (method, path) = (clip(a.method, MAX_METHOD), clip(a.path, MAX_PATH));
+    let a = &Access {
+        method: &method,
+        path: &path,
+        ..*a
+    };
     let format = ACCESS_FORMAT
         .get()
         .copied()
@@ -121,6 +129,23 @@ pub fn access(id: &str, a: &Access) {
         access_line(&mut line, format == AccessFormat::Json, id, a);
         let _ = Stderr { gather: true }.write_all(line.as_bytes());
     });
+}
+
+/// Longest request method and path an access line shows.
+pub const MAX_METHOD: usize = 32;
+pub const MAX_PATH: usize = 2048;
+
+/// `s` cut to at most `max` bytes (at a character boundary), marked `...`
+/// with its full length when cut.
+pub fn clip(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if s.len() <= max {
+        return s.into();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...({} bytes)", &s[..end], s.len()).into()
 }
 
 /// [`access`]'s line as an event of the subscriber's.
@@ -309,6 +334,17 @@ mod tests {
 
     fn written() -> Vec<u8> {
         OUT.with(|o| std::mem::take(&mut *o.borrow_mut()))
+    }
+
+    #[test]
+    fn clip_cuts_at_a_character_and_says_how_long_it_was() {
+        assert_eq!(clip("GET", 32), "GET");
+        assert_eq!(
+            clip(&"A".repeat(40), 32),
+            format!("{}...(40 bytes)", "A".repeat(32))
+        );
+        // 'é' is two bytes: never cut inside it.
+        assert_eq!(clip("aé", 2), "a...(3 bytes)");
     }
 
     #[test]

@@ -1104,11 +1104,15 @@ impl Runtime {
                         } else {
                             "trap or deadline"
                         };
+                        // One line: strangers can cause these (a
+                        // runaway macro); the backtrace is at debug.
                         tracing::info!(
                             family,
                             status = chosen.status,
-                            "{cause}, answered as the plugin asked: {e:#}"
+                            "{cause}, answered as the plugin asked: {}",
+                            e.root_cause()
                         );
+                        tracing::debug!(family, "the fault answered as the plugin asked: {e:#}");
                         chosen
                     }
                     None => fault_reply(family, &e, ctx.memory_hit()),

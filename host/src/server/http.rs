@@ -331,7 +331,11 @@ async fn dispatch(
                 405,
                 &json!({
                     "code": "method_not_allowed",
-                    "message": format!("{method} is not allowed on {}; allowed: {allow}", req.uri().path()),
+                    "message": format!(
+                        "{} is not allowed on {}; allowed: {allow}",
+                        crate::logging::clip(&method, crate::logging::MAX_METHOD),
+                        req.uri().path()
+                    ),
                     "allowed_methods": allowed,
                 }),
             );
