@@ -120,6 +120,67 @@ fn bad_or_missing_signature_is_401_and_spends_nothing() {
 }
 
 #[test]
+fn signer_members_of_the_wrong_type_are_the_bodys_400_before_402_or_401() {
+    // PROTOCOL 1's order: 400 (body), then 402, then 401. A fingerprint or
+    // signature that is not a string, or a timestamp past 2100, is a
+    // malformed body, not a missing signature.
+    let s = Server::start();
+    let fp = Key::random().fp();
+    let cases = [
+        (
+            "/api/timeline",
+            json!({"author_fingerprint": 12, "content": "hi", "signature": "00"}),
+            "author_fingerprint",
+        ),
+        (
+            "/api/timeline",
+            json!({"author_fingerprint": fp, "content": "hi", "signature": 7}),
+            "signature",
+        ),
+        (
+            "/api/timeline",
+            json!({"author_fingerprint": fp, "content": "hi", "signature": "00", "timestamp": 4_102_444_801u64}),
+            "timestamp",
+        ),
+        (
+            "/api/profiles/rate",
+            json!({"post_id": "post_x", "actor_fingerprint": 12, "vote": "up", "signature": "00"}),
+            "actor_fingerprint",
+        ),
+        (
+            "/api/arbitration/contracts/CTR_x/accept",
+            json!({"seller_fingerprint": 5, "signature": "00"}),
+            "seller_fingerprint",
+        ),
+    ];
+    for (path, body, field) in cases {
+        let r = s.post_json(path, &body);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_request"),
+            "{path} {body}: {}",
+            r.text()
+        );
+        let details = r.json()["details"].clone();
+        assert!(
+            details
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|d| d["field"] == field),
+            "{path}: {details}"
+        );
+    }
+    // The latest timestamp allowed is no body error: the request goes on to
+    // ask for payment.
+    let r = s.post_json(
+        "/api/timeline",
+        &json!({"author_fingerprint": fp, "content": "hi", "signature": "00", "timestamp": 4_102_444_800u64}),
+    );
+    assert_eq!(r.status, 402, "{}", r.text());
+}
+
+#[test]
 fn legacy_signatures_are_accepted() {
     let s = Server::start();
     let key = Key::random();

@@ -400,6 +400,9 @@ macro_rules! endpoint_plugin {
     };
 }
 
+/// The latest `timestamp` a signed body may carry (2100-01-01, unix seconds).
+pub const MAX_TIMESTAMP_S: u64 = 4_102_444_800;
+
 /// A JSON object body with field-level validation: problems accumulate and
 /// [`Body::finish`] turns them into one 400 `invalid_request` with details.
 pub struct Body {
@@ -488,8 +491,32 @@ impl Body {
         parsed
     }
 
-    /// 400 with every recorded problem, if any.
+    /// 400 with every recorded problem, if any. The signer's members are
+    /// checked here for every route, so that a malformed one is the body's
+    /// 400 rather than a missing one's 401 or the 402 that comes before
+    /// it (PROTOCOL 1's order): `signature` and every `*_fingerprint`,
+    /// when present, are strings, and `timestamp` is at most
+    /// [`MAX_TIMESTAMP_S`].
     pub fn finish(&mut self) -> Result<(), ApiError> {
+        let mut found = Vec::new();
+        for (field, value) in &self.map {
+            let signer = field == "signature" || field.ends_with("_fingerprint");
+            if signer && !value.is_null() && !value.is_string() {
+                found.push((field.clone(), "must be a string".to_string()));
+            }
+            if field == "timestamp" && value.as_u64().is_some_and(|t| t > MAX_TIMESTAMP_S) {
+                found.push((
+                    field.clone(),
+                    format!("must be at most {MAX_TIMESTAMP_S} (unix seconds)"),
+                ));
+            }
+        }
+        for (field, problem) in found {
+            // A route that checked the member itself said so already.
+            if !self.problems.iter().any(|p| p.field == field) {
+                self.problem(&field, problem);
+            }
+        }
         if self.problems.is_empty() {
             Ok(())
         } else {

@@ -171,7 +171,7 @@ pub fn signed_fields() -> [(&'static str, Value); 2] {
         ("signature", t("string")),
         (
             "timestamp",
-            json!({"type": "integer", "minimum": 0, "maximum": 4_102_444_800u64, "description": "unix seconds: fresh form, signs {message}:{timestamp}"}),
+            json!({"type": "integer", "minimum": 0, "maximum": crate::endpoint::MAX_TIMESTAMP_S, "description": "unix seconds: fresh form, signs {message}:{timestamp}"}),
         ),
     ]
 }
