@@ -184,7 +184,9 @@ fn scrape_listener(addr: SocketAddr) -> Metrics {
 
 #[test]
 fn idle_connections_do_not_stop_new_clients() {
-    let s = Server::start();
+    // Every client here has one address (loopback): without a share per
+    // address (tested below) 512 idle ones fit.
+    let s = server_with(false, &[("MARKETPLACE_MAX_CONNECTIONS_PER_IP", "0")]);
     let idle: Vec<TcpStream> = (0..512)
         .map(|i| TcpStream::connect(s.addr).unwrap_or_else(|e| panic!("connection {i}: {e}")))
         .collect();
@@ -228,6 +230,43 @@ fn idle_connections_do_not_stop_new_clients() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn one_address_holds_at_most_its_share_of_connections() {
+    let s = server_with(false, &[("MARKETPLACE_MAX_CONNECTIONS_PER_IP", "3")]);
+    let mut held: Vec<TcpStream> = (0..3)
+        .map(|_| TcpStream::connect(s.addr).unwrap())
+        .collect();
+    // Accepted in order: the fourth finds its address at its share and is
+    // closed at once, while the three held ones are served.
+    let mut fourth = TcpStream::connect(s.addr).unwrap();
+    assert!(closed_by_server(&mut fourth, Duration::from_secs(5)));
+    let get = |c: &mut TcpStream| -> String {
+        c.write_all(b"GET /api/health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut out = String::new();
+        let _ = c.read_to_string(&mut out);
+        out
+    };
+    assert!(get(&mut held[0]).starts_with("HTTP/1.1 200"));
+    // That one closed: its place is free again (once the server has seen
+    // it go).
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut next = TcpStream::connect(s.addr).unwrap();
+        if get(&mut next).starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "no place freed for a new connection"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let m = scrape_admin(&s);
+    assert!(m.get("marketplace_connections_refused_total", &[]) >= 1.0);
 }
 
 /// Read from a connection the server should close: true when it was closed

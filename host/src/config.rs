@@ -68,6 +68,9 @@ pub struct Config {
     pub drain_timeout_ms: u64,
     /// Most client connections open at once; more wait in the backlog.
     pub max_connections: u32,
+    /// Most connections open at once from one client address (0: no
+    /// limit); more are closed as they come.
+    pub max_connections_per_ip: u32,
     /// A client must send a request's headers within this time.
     pub header_timeout_ms: u64,
     /// A client must send a request's whole body within this time (408).
@@ -170,6 +173,7 @@ impl Default for Config {
             metrics_listen: None,
             drain_timeout_ms: 10_000,
             max_connections: 1024,
+            max_connections_per_ip: 512,
             header_timeout_ms: 10_000,
             body_timeout_ms: 10_000,
             max_call_bytes: 32 << 20,
@@ -277,7 +281,7 @@ impl Config {
         {
             bail!("admin_listen must be a loopback address, got {addr}");
         }
-        let ranges: [(&str, u64, u64, u64); 15] = [
+        let ranges: [(&str, u64, u64, u64); 16] = [
             ("store_connections", self.store_connections, 2, 10_000),
             ("request_timeout_ms", self.request_timeout_ms, 1, 60_000),
             ("plugin_memory_mib", self.plugin_memory_mib, 1, 4096),
@@ -287,6 +291,12 @@ impl Config {
             ("max_body_bytes", self.max_body_bytes as u64, 1, 1 << 30),
             ("drain_timeout_ms", self.drain_timeout_ms, 0, 600_000),
             ("max_connections", self.max_connections.into(), 1, 1_000_000),
+            (
+                "max_connections_per_ip",
+                self.max_connections_per_ip.into(),
+                0,
+                1_000_000,
+            ),
             ("header_timeout_ms", self.header_timeout_ms, 100, 600_000),
             ("body_timeout_ms", self.body_timeout_ms, 100, 3_600_000),
             (

@@ -231,6 +231,11 @@ impl Metrics {
             m.connections.clone(),
         );
         r.register(
+            "connections_refused",
+            "Client connections closed as they came: their address held max_connections_per_ip",
+            m.refused_connections.clone(),
+        );
+        r.register(
             "requests_in_flight",
             "Requests being served",
             m.in_flight.clone(),

@@ -110,6 +110,58 @@ impl Gates {
 
 type OwnedPermit = tokio::sync::OwnedSemaphorePermit;
 
+/// Connections open per client address, capped (`max_connections_per_ip`).
+#[derive(Clone)]
+struct PerIp {
+    max: u32,
+    open: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, u32>>>,
+}
+
+/// One admitted connection of an address; dropping it frees its place.
+struct Held {
+    per_ip: PerIp,
+    ip: std::net::IpAddr,
+}
+
+impl PerIp {
+    fn new(max: u32) -> PerIp {
+        PerIp {
+            max,
+            open: Default::default(),
+        }
+    }
+
+    /// A place for one more connection from `ip`, unless it holds its cap
+    /// (never refused with no cap).
+    fn admit(&self, ip: std::net::IpAddr) -> Option<Option<Held>> {
+        if self.max == 0 {
+            return Some(None);
+        }
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let n = open.entry(ip).or_insert(0);
+        if *n >= self.max {
+            return None;
+        }
+        *n += 1;
+        Some(Some(Held {
+            per_ip: self.clone(),
+            ip,
+        }))
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut open = self.per_ip.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
+
 /// Serve HTTP on `listener` until `stop` turns true; then stop accepting,
 /// let every connection finish the request it is serving (idle keep-alive
 /// connections close) and return true, or false if `drain` ran out first.
@@ -121,6 +173,7 @@ pub async fn serve(
 ) -> bool {
     let gates = Arc::new(Gates::new(&app));
     let connections = Arc::new(Semaphore::new(app.config.max_connections as usize));
+    let per_ip = PerIp::new(app.config.max_connections_per_ip);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let header_timeout = Duration::from_millis(app.config.header_timeout_ms);
     let stopping = super::stopped(stop);
@@ -145,6 +198,14 @@ pub async fn serve(
             },
             _ = &mut stopping => break,
         };
+        // One address may not hold every connection (slow senders keeping
+        // sockets open): past its share, a new one is closed at once.
+        let Some(held) = per_ip.admit(peer.ip()) else {
+            tracing::debug!(%peer, "connection refused: this address holds max_connections_per_ip");
+            metrics().refused_connections.inc();
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let app = app.clone();
         let gates = gates.clone();
@@ -162,6 +223,7 @@ pub async fn serve(
                 tracing::debug!(%peer, "connection ended: {e}");
             }
             m.connections.dec();
+            drop(held);
             drop(permit);
         });
     }
