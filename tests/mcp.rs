@@ -864,9 +864,8 @@ fn mcp_tool_input_errors_are_tool_results() {
             t["description"].as_str().is_some_and(|d| !d.is_empty()),
             "{t}"
         );
-        // Every tool reads only, but define (stores a macro) and execute
-        // (runs any public endpoint).
-        let writes = t["name"] == "define" || t["name"] == "execute";
+        // Every tool reads only, but execute (runs any public endpoint).
+        let writes = t["name"] == "execute";
         assert_eq!(t["annotations"]["readOnlyHint"], !writes, "{t}");
     }
     let fees = tools.iter().find(|t| t["name"] == "get_fees").unwrap();
@@ -908,55 +907,40 @@ fn mcp_tool_input_errors_are_tool_results() {
 }
 
 #[test]
-fn define_and_execute_are_tools_over_json_rpc_too() {
-    // PROTOCOL 8: `POST /mcp` offers the same tools as /api/mcp, define and
-    // execute included.
+fn execute_is_a_tool_over_json_rpc_and_define_points_to_its_route() {
+    // PROTOCOL 8: `POST /mcp` offers the tools of /api/mcp. execute runs
+    // as its route does (a read that dispatches), with the JSON-RPC
+    // request's headers; define writes, so it stays at its HTTP route and
+    // a JSON-RPC call never holds the commit batch.
     let s = Server::start();
-    let names = |s: &Server| -> Vec<String> {
-        rpc(
-            s,
-            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
-        )
-        .json()["result"]["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["name"].as_str().unwrap().to_string())
-            .collect()
-    };
-    let listed = names(&s);
-    for tool in ["search", "define", "execute", "get_post"] {
-        assert!(listed.iter().any(|n| n == tool), "{tool} in {listed:?}");
-    }
-
-    // define: the macro is stored as POST /api/mcp/tools/define stores it.
+    let listed: Vec<String> = rpc(
+        &s,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    )
+    .json()["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(listed.iter().any(|n| n == "execute"), "{listed:?}");
+    assert!(!listed.iter().any(|n| n == "define"), "{listed:?}");
     let r = call_tool(&s, "define", macro_def("rpc_macro"));
-    assert_eq!(r["result"]["isError"], false, "{r}");
-    assert_eq!(
-        r["result"]["structuredContent"]["macro"]["name"],
-        "rpc_macro"
-    );
-    assert!(names(&s).iter().any(|n| n == "rpc_macro"));
+    assert_eq!(r["result"]["isError"], true, "{r}");
     assert!(
-        s.get("/api/mcp").json()["macros"]
-            .as_array()
+        r["result"]["content"][0]["text"]
+            .as_str()
             .unwrap()
-            .iter()
-            .any(|m| m["name"] == "rpc_macro")
+            .contains("/api/mcp/tools/define"),
+        "{r}"
     );
-    // Its refusals are tool errors and store nothing.
-    let r = call_tool(&s, "define", macro_def("rpc_macro"));
-    assert_eq!(r["result"]["isError"], true, "{r}");
-    assert_eq!(r["result"]["structuredContent"]["code"], "conflict", "{r}");
-    let mut bad = macro_def("rpc_bad");
-    bad["typescript"] = json!("return {term: ");
-    let r = call_tool(&s, "define", bad);
-    assert_eq!(r["result"]["isError"], true, "{r}");
-    assert_eq!(r["result"]["structuredContent"]["code"], "invalid_request");
-    assert!(!names(&s).iter().any(|n| n == "rpc_bad"));
 
-    // execute: a macro by name, and an endpoint, answered as
-    // POST /api/mcp/tools/execute answers.
+    // execute: a macro by name, answered as POST /api/mcp/tools/execute.
+    assert_eq!(
+        s.post_json("/api/mcp/tools/define", &macro_def("rpc_macro"))
+            .status,
+        201
+    );
     let via_http = s
         .post_json(
             "/api/mcp/tools/execute",
@@ -970,6 +954,7 @@ fn define_and_execute_are_tools_over_json_rpc_too() {
     );
     assert_eq!(r["result"]["isError"], false, "{r}");
     assert_eq!(r["result"]["structuredContent"], via_http);
+    // An endpoint.
     let r = call_tool(
         &s,
         "execute",
@@ -977,13 +962,57 @@ fn define_and_execute_are_tools_over_json_rpc_too() {
     );
     assert_eq!(r["result"]["isError"], false, "{r}");
     assert_eq!(r["result"]["structuredContent"], s.get("/api/fees").json());
-    // A paid endpoint without payment: the 402, as a tool error.
-    let r = call_tool(
-        &s,
-        "execute",
-        json!({"endpoint": {"method": "POST", "path": "/api/timeline", "body": {}}}),
+    // A runaway macro: a tool error inside a JSON-RPC answer.
+    assert_eq!(
+        define_ts(&s, "rpc_spin", "while (true) {}", json!({})).status,
+        201
     );
+    let r = call_tool(&s, "execute", json!({"tool": "rpc_spin"}));
+    assert_eq!(r["jsonrpc"], "2.0", "{r}");
     assert_eq!(r["result"]["isError"], true, "{r}");
+    assert_eq!(
+        r["result"]["structuredContent"]["code"], "macro_error",
+        "{r}"
+    );
+
+    // A paid endpoint: refused without payment, paid by the JSON-RPC
+    // request's own X-Cash-Secret.
+    let key = common::Key::random();
+    let ts = common::now_s();
+    let register = json!({"endpoint": {"method": "POST", "path": "/api/identity", "body": {
+        "nickname": "rpcbuyer", "pgp_public_key": key.fp(), "timestamp": ts,
+        "signature": key.sign(&format!("register:rpcbuyer:{ts}"))}}});
+    let r = call_tool(&s, "execute", register.clone());
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert_eq!(
+        r["result"]["structuredContent"]["code"], "payment_required",
+        "{r}"
+    );
+    let secret = s.mint("1");
+    let paid = s.request(
+        "POST",
+        "/mcp",
+        &[
+            ("content-type", "application/json"),
+            ("accept", "application/json, text/event-stream"),
+            ("x-cash-secret", &secret),
+        ],
+        Some(
+            json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                   "params": {"name": "execute", "arguments": register}})
+            .to_string()
+            .as_bytes(),
+        ),
+    );
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    let paid = paid.json();
+    assert_eq!(paid["result"]["isError"], false, "{paid}");
+    assert_eq!(s.cash_state(&secret).0, json!(true));
+    assert_eq!(
+        s.get(&format!("/api/profile?fingerprint={}", key.fp()))
+            .status,
+        200
+    );
 }
 
 fn a2a(s: &Server, body: Value) -> Value {

@@ -59,8 +59,9 @@ pub const OPS: &[Op] = &[
         )
     },
     Op {
-        // Its `define` tool stores a macro.
-        writes: Some(true),
+        // A read, as /api/mcp/tools/execute is: a ping or a list never
+        // holds the commit batch (so `define`, which writes, is HTTP only).
+        writes: Some(false),
         patch: Some(jsonrpc_answers),
         body: Some("JsonRpc"),
         ok: (200, "Any"),
@@ -71,7 +72,7 @@ pub const OPS: &[Op] = &[
             "mcpJsonRpc",
             "mcp",
             "MCP server (Streamable HTTP)",
-            "JSON-RPC 2.0: initialize, tools/list, tools/call, ping; notifications are answered 202. The tools are those of /api/mcp (define and execute included, with the request's headers: its payment pays what execute runs) and every macro. Protocol revisions 2025-11-25 (the latest), 2025-06-18, 2025-03-26 and 2024-11-05: the client's revision when it is one of these, else the latest. A browser's `Origin` must be allowed (`[settings.mcp] allowed_origins`, the origin of `public_url`, or the request's own `Host` when that is an IP address or localhost), else 403; a request without `Origin` is not a browser's and passes. An `MCP-Protocol-Version` header naming another revision is 400. Tool input that does not fit a tool's inputSchema is a tool result with `isError: true`.",
+            "JSON-RPC 2.0: initialize, tools/list, tools/call, ping; notifications are answered 202. The tools are those of /api/mcp but define (a write: call POST /api/mcp/tools/define), execute included (with the request's headers: its payment pays what execute runs), and every macro. Protocol revisions 2025-11-25 (the latest), 2025-06-18, 2025-03-26 and 2024-11-05: the client's revision when it is one of these, else the latest. A browser's `Origin` must be allowed (`[settings.mcp] allowed_origins`, the origin of `public_url`, or the request's own `Host` when that is an IP address or localhost), else 403; a request without `Origin` is not a browser's and passes. An `MCP-Protocol-Version` header naming another revision is 400. Tool input that does not fit a tool's inputSchema is a tool result with `isError: true`.",
         )
     },
     Op {
@@ -241,7 +242,7 @@ mod tests {
             ("POST", "/api/mcp/tools/search", false),
             ("POST", "/api/mcp/tools/define", true),
             ("POST", "/api/mcp/tools/execute", false),
-            ("POST", "/mcp", true),
+            ("POST", "/mcp", false),
             ("POST", "/a2a", true),
             ("GET", "/api/docs/search", false),
             ("GET", "/.well-known/agent.json", false),

@@ -340,24 +340,28 @@ fn run_search(args: &Value) -> Result<Response, ApiError> {
 }
 
 /// Run a built-in tool: a read tool by filling its path template from the
-/// arguments; `define` and `execute` (`caller`: the JSON-RPC request, whose
-/// headers they take: payment, origin) as a POST of the arguments to their
-/// own routes would run.
-fn run_tool(tool: &Tool, args: &Value, caller: Option<&Request>) -> Result<Response, ApiError> {
+/// arguments; `execute` (`caller`: the JSON-RPC request, whose headers it
+/// takes: payment, origin) as a POST of the arguments to its route would
+/// run, its faults shaped by `wrap`. `define` writes, and a JSON-RPC
+/// request is a read: it is called at its HTTP route.
+fn run_tool(
+    tool: &Tool,
+    args: &Value,
+    wrap: Wrap,
+    caller: Option<&Request>,
+) -> Result<Response, ApiError> {
     if tool.name == "search" {
         return run_search(args);
     }
     if tool.method != "GET" {
-        let Some(caller) = caller else {
-            return Err(ApiError::invalid(
+        return match caller {
+            Some(caller) if tool.name == "execute" => {
+                execute_with(&as_post(caller, tool.path, args), wrap)
+            }
+            _ => Err(ApiError::invalid(
                 "tool",
                 format!("{} is called at {} directly", tool.name, tool.path),
-            ));
-        };
-        let req = as_post(caller, tool.path, args);
-        return match tool.name {
-            "define" => define(&req),
-            _ => execute(&req),
+            )),
         };
     }
     check_arguments(&(tool.schema)(), args)?;
@@ -609,7 +613,7 @@ fn run_named(
     caller: Option<&Request>,
 ) -> Result<Response, ApiError> {
     if let Some(tool) = TOOLS.iter().find(|t| t.name == name) {
-        return run_tool(tool, args, caller);
+        return run_tool(tool, args, wrap, caller);
     }
     let Some(m) = kv::get::<Value>(&format!("macro/{name}"))? else {
         return Err(ApiError::not_found(format!("tool {name}")));
@@ -685,6 +689,12 @@ fn truncate(s: &str, max: usize) -> String {
 }
 
 fn execute(req: &Request) -> Result<Response, ApiError> {
+    execute_with(req, &|r| r)
+}
+
+/// [`execute`], a macro's faults shaped by `wrap` (a JSON-RPC result when
+/// called as a tool over `POST /mcp`).
+fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
     let body = req.json_object()?;
     if let Some(endpoint) = body.get("endpoint") {
         let method = endpoint["method"]
@@ -721,7 +731,7 @@ fn execute(req: &Request) -> Result<Response, ApiError> {
         ));
     };
     let args = body.get("arguments").cloned().unwrap_or_else(|| json!({}));
-    run_named(tool, &args, &|r| r, None)
+    run_named(tool, &args, wrap, None)
 }
 
 /// `POST /mcp`: the Model Context Protocol over Streamable HTTP (JSON answers).
@@ -816,6 +826,7 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
         "tools/list" => {
             let mut tools: Vec<Value> = TOOLS
                 .iter()
+                .filter(|t| t.name != "define")
                 .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": (t.schema)(),
                                 "annotations": annotations(t.name)}))
                 .collect();
@@ -873,13 +884,11 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
     Ok(json(200, &rpc_result(&id, result)))
 }
 
-/// What a client may assume of a built-in tool: every one reads only,
-/// but `define` (it stores a macro, and updates its owner's) and
-/// `execute` (it runs any public endpoint: posting, paying, deleting).
+/// What a client may assume of a built-in tool offered over JSON-RPC:
+/// every one reads only, but `execute` (it runs any public endpoint:
+/// posting, paying, deleting).
 fn annotations(tool: &str) -> Value {
     match tool {
-        "define" => json!({"readOnlyHint": false, "destructiveHint": false,
-                           "idempotentHint": false, "openWorldHint": false}),
         "execute" => json!({"readOnlyHint": false, "destructiveHint": true,
                             "idempotentHint": false, "openWorldHint": false}),
         _ => json!({"readOnlyHint": true, "openWorldHint": false}),
