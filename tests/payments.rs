@@ -429,8 +429,12 @@ fn cash_replace_refuses_every_invalid_form_and_changes_nothing() {
         // (An empty replace, no inputs and no outputs, is 200 success as on
         // the public webcash server: tests/x402.rs.)
         (
-            "webcashes",
+            "new_webcashes",
             json!({"webcashes": [input], "new_webcashes": []}),
+        ),
+        (
+            "webcashes",
+            json!({"webcashes": [], "new_webcashes": [out("1", 'a')]}),
         ),
         (
             "new_webcashes",

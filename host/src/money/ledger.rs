@@ -288,7 +288,8 @@ impl Ledger {
         let input = |m: String| ("webcashes", m);
         let output = |m: String| ("new_webcashes", m);
         if inputs.is_empty() || outputs.is_empty() {
-            return Err(input(
+            let field = if inputs.is_empty() { input } else { output };
+            return Err(field(
                 "webcashes and new_webcashes must both be non-empty".into(),
             ));
         }
