@@ -27,19 +27,19 @@ fn agent_manifest_and_card() {
     assert_eq!(m["mcp"]["tools_search"], "/api/mcp/tools/search");
     assert_eq!(m["mcp"]["tools_define"], "/api/mcp/tools/define");
     assert_eq!(m["mcp"]["tools_execute"], "/api/mcp/tools/execute");
+    let capabilities: Vec<&str> = m["capabilities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
     assert!(
-        m["capabilities"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c.as_str().unwrap().contains("402"))
+        capabilities.iter().any(|c| c.contains("402")),
+        "{capabilities:?}"
     );
     assert!(
-        m["capabilities"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c.as_str().unwrap().starts_with("payment:x402"))
+        capabilities.iter().any(|c| c.starts_with("payment:x402")),
+        "{capabilities:?}"
     );
     let card = s.get("/.well-known/agent-card.json").json();
     assert_eq!(card["name"], "marketplace");

@@ -132,21 +132,18 @@ impl PerIp {
     }
 
     /// A place for one more connection from `ip`, unless it holds its cap
-    /// (never refused with no cap).
-    fn admit(&self, ip: std::net::IpAddr) -> Option<Option<Held>> {
-        if self.max == 0 {
-            return Some(None);
-        }
+    /// (`max` 0: no cap, never refused).
+    fn admit(&self, ip: std::net::IpAddr) -> Option<Held> {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         let n = open.entry(ip).or_insert(0);
-        if *n >= self.max {
+        if self.max != 0 && *n >= self.max {
             return None;
         }
         *n += 1;
-        Some(Some(Held {
+        Some(Held {
             per_ip: self.clone(),
             ip,
-        }))
+        })
     }
 }
 

@@ -498,23 +498,21 @@ impl Body {
     /// when present, are strings, and `timestamp` is at most
     /// [`MAX_TIMESTAMP_S`].
     pub fn finish(&mut self) -> Result<(), ApiError> {
-        let mut found = Vec::new();
         for (field, value) in &self.map {
             let signer = field == "signature" || field.ends_with("_fingerprint");
-            if signer && !value.is_null() && !value.is_string() {
-                found.push((field.clone(), "must be a string".to_string()));
-            }
-            if field == "timestamp" && value.as_u64().is_some_and(|t| t > MAX_TIMESTAMP_S) {
-                found.push((
-                    field.clone(),
-                    format!("must be at most {MAX_TIMESTAMP_S} (unix seconds)"),
-                ));
-            }
-        }
-        for (field, problem) in found {
+            let problem = if signer && !value.is_null() && !value.is_string() {
+                "must be a string".to_string()
+            } else if field == "timestamp" && value.as_u64().is_some_and(|t| t > MAX_TIMESTAMP_S) {
+                format!("must be at most {MAX_TIMESTAMP_S} (unix seconds)")
+            } else {
+                continue;
+            };
             // A route that checked the member itself said so already.
-            if !self.problems.iter().any(|p| p.field == field) {
-                self.problem(&field, problem);
+            if !self.problems.iter().any(|p| p.field == *field) {
+                self.problems.push(crate::Detail {
+                    field: field.clone(),
+                    problem,
+                });
             }
         }
         if self.problems.is_empty() {
