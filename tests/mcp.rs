@@ -864,8 +864,9 @@ fn mcp_tool_input_errors_are_tool_results() {
             t["description"].as_str().is_some_and(|d| !d.is_empty()),
             "{t}"
         );
-        // Every tool reads only, but execute (runs any public endpoint).
-        let writes = t["name"] == "execute";
+        // Every tool reads only, but execute (runs any public endpoint)
+        // and define (stores a macro).
+        let writes = t["name"] == "execute" || t["name"] == "define";
         assert_eq!(t["annotations"]["readOnlyHint"], !writes, "{t}");
     }
     let fees = tools.iter().find(|t| t["name"] == "get_fees").unwrap();
@@ -907,40 +908,70 @@ fn mcp_tool_input_errors_are_tool_results() {
 }
 
 #[test]
-fn execute_is_a_tool_over_json_rpc_and_define_points_to_its_route() {
+fn execute_and_define_are_tools_over_json_rpc() {
     // PROTOCOL 8: `POST /mcp` offers the tools of /api/mcp. execute runs
     // as its route does (a read that dispatches), with the JSON-RPC
-    // request's headers; define writes, so it stays at its HTTP route and
-    // a JSON-RPC call never holds the commit batch.
+    // request's headers; define writes, so it runs as a request of its own
+    // to its route and a JSON-RPC call never holds the commit batch.
     let s = Server::start();
-    let listed: Vec<String> = rpc(
+    let listed: Vec<Value> = rpc(
         &s,
         json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
     )
     .json()["result"]["tools"]
         .as_array()
         .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap().to_string())
-        .collect();
-    assert!(listed.iter().any(|n| n == "execute"), "{listed:?}");
-    assert!(!listed.iter().any(|n| n == "define"), "{listed:?}");
+        .clone();
+    let tool = |name: &str| listed.iter().find(|t| t["name"] == name).cloned();
+    assert!(tool("execute").is_some(), "{listed:?}");
+    let define = tool("define").expect("define is listed");
+    assert_eq!(define["annotations"]["readOnlyHint"], false, "{define}");
+    assert_eq!(define["annotations"]["destructiveHint"], false, "{define}");
+
+    // define: 201 at its route is a tool result holding the macro, and the
+    // macro is then a tool of its own.
     let r = call_tool(&s, "define", macro_def("rpc_macro"));
-    assert_eq!(r["result"]["isError"], true, "{r}");
-    assert!(
-        r["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .contains("/api/mcp/tools/define"),
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    assert_eq!(
+        r["result"]["structuredContent"]["macro"]["name"], "rpc_macro",
         "{r}"
     );
+    let r = call_tool(&s, "rpc_macro", json!({"style": "walnut"}));
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    // Its refusals are the route's: a taken name is 409 conflict, bad
+    // TypeScript a 400 with details.
+    let r = call_tool(&s, "define", macro_def("rpc_macro"));
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert_eq!(r["result"]["structuredContent"]["code"], "conflict", "{r}");
+    let mut bad = macro_def("rpc_bad");
+    bad["typescript"] = json!("return {term: ;");
+    let r = call_tool(&s, "define", bad);
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert_eq!(
+        r["result"]["structuredContent"]["code"], "invalid_request",
+        "{r}"
+    );
+    assert_eq!(
+        s.get("/api/mcp").json()["macros"].as_array().unwrap().len(),
+        1
+    );
+    // The tool form of HTTP execute reaches define too.
+    let r = s.post_json(
+        "/api/mcp/tools/execute",
+        &json!({"tool": "define", "arguments": macro_def("http_macro")}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.json()["macro"]["name"], "http_macro");
+    // A read route of the family is still not a target of its own calls.
+    let r = call_tool(
+        &s,
+        "execute",
+        json!({"endpoint": {"method": "POST", "path": "/api/mcp/tools/execute", "body": {"tool": "search"}}}),
+    );
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert_eq!(r["result"]["structuredContent"]["code"], "not_found", "{r}");
 
     // execute: a macro by name, answered as POST /api/mcp/tools/execute.
-    assert_eq!(
-        s.post_json("/api/mcp/tools/define", &macro_def("rpc_macro"))
-            .status,
-        201
-    );
     let via_http = s
         .post_json(
             "/api/mcp/tools/execute",

@@ -1,9 +1,10 @@
 """A real MCP client (the Python `mcp` SDK, Streamable HTTP) against POST /mcp.
 
 Starts the built host on a free port, defines a macro over HTTP, then with the
-SDK's ClientSession: initialize, list tools (built-ins and the macro), call
-`search`, the macro (its TypeScript runs), a runaway macro (a tool error) and
-`get_fees`. Run by .ci/run after the tests.
+SDK's ClientSession: initialize, define a macro with the `define` tool, list
+tools (built-ins and both macros), call `search`, the macro (its TypeScript
+runs), a runaway macro (a tool error) and `get_fees`. Run by .ci/run after the
+tests.
 """
 import asyncio
 import json
@@ -21,11 +22,6 @@ def post(url, body):
 
 async def check(base):
     post(base + "/api/mcp/tools/define", {
-        "name": "find_by_style", "description": "listings in a style", "kind": "search",
-        "typescript": "return { term: args.style as string, limit: 5 };",
-        "input_schema": {"type": "object", "properties": {"style": {"type": "string"}}},
-    })
-    post(base + "/api/mcp/tools/define", {
         "name": "spin", "description": "never returns", "kind": "search",
         "typescript": "while (true) {}", "input_schema": {"type": "object", "properties": {}},
     })
@@ -34,8 +30,22 @@ async def check(base):
         async with ClientSession(read, write) as session:
             init = await session.initialize()
             assert init.server_info.name == "marketplace", init
+            defined = await session.call_tool("define", {
+                "name": "find_by_style", "description": "listings in a style", "kind": "search",
+                "typescript": "return { term: args.style as string, limit: 5 };",
+                "input_schema": {"type": "object", "properties": {"style": {"type": "string"}}},
+            })
+            assert not defined.is_error, defined
+            assert json.loads(defined.content[0].text)["macro"]["name"] == "find_by_style", defined
+            taken = await session.call_tool("define", {
+                "name": "find_by_style", "description": "again", "kind": "search",
+                "typescript": "return { term: 'x' };",
+                "input_schema": {"type": "object", "properties": {}},
+            })
+            assert taken.is_error and "conflict" in taken.content[0].text, taken
             names = [t.name for t in (await session.list_tools()).tools]
-            for expected in ["search", "get_post", "get_thread", "get_contract_status", "find_by_style"]:
+            for expected in ["search", "define", "execute", "get_post", "get_thread",
+                             "get_contract_status", "find_by_style", "spin"]:
                 assert expected in names, (expected, names)
             found = await session.call_tool("search", {"term": "violin", "limit": 5})
             assert not found.is_error, found
@@ -51,7 +61,7 @@ async def check(base):
             assert json.loads(fees.content[0].text)["currency"] == "webcash"
             missing = await session.call_tool("get_post", {"post_id": "post_nope"})
             assert missing.is_error
-    print(f"mcp client: initialize, tools/list ({len(names)} tools), tools/call of search, a macro and a runaway macro ok")
+    print(f"mcp client: initialize, tools/list ({len(names)} tools), tools/call of define, search, a macro and a runaway macro ok")
 
 
 with running() as base:

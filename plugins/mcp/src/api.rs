@@ -60,7 +60,8 @@ pub const OPS: &[Op] = &[
     },
     Op {
         // A read, as /api/mcp/tools/execute is: a ping or a list never
-        // holds the commit batch (so `define`, which writes, is HTTP only).
+        // holds the commit batch (`define`, which writes, runs as a
+        // request of its own to its route).
         writes: Some(false),
         patch: Some(jsonrpc_answers),
         body: Some("JsonRpc"),
@@ -72,7 +73,7 @@ pub const OPS: &[Op] = &[
             "mcpJsonRpc",
             "mcp",
             "MCP server (Streamable HTTP)",
-            "JSON-RPC 2.0: initialize, tools/list, tools/call, ping; notifications are answered 202. The tools are those of /api/mcp but define (a write: call POST /api/mcp/tools/define), execute included (with the request's headers: its payment pays what execute runs), and every macro. Protocol revisions 2025-11-25 (the latest), 2025-06-18, 2025-03-26 and 2024-11-05: the client's revision when it is one of these, else the latest. A browser's `Origin` must be allowed (`[settings.mcp] allowed_origins`, the origin of `public_url`, or the request's own `Host` when that is an IP address or localhost), else 403; a request without `Origin` is not a browser's and passes. An `MCP-Protocol-Version` header naming another revision is 400. Tool input that does not fit a tool's inputSchema is a tool result with `isError: true`.",
+            "JSON-RPC 2.0: initialize, tools/list, tools/call, ping; notifications are answered 202. The tools are those of /api/mcp, define and execute included (each with the request's headers, as a request to its route: a 201 of define is a tool result; execute's payment header pays what it runs), and every macro. Protocol revisions 2025-11-25 (the latest), 2025-06-18, 2025-03-26 and 2024-11-05: the client's revision when it is one of these, else the latest. A browser's `Origin` must be allowed (`[settings.mcp] allowed_origins`, the origin of `public_url`, or the request's own `Host` when that is an IP address or localhost), else 403; a request without `Origin` is not a browser's and passes. An `MCP-Protocol-Version` header naming another revision is 400. Tool input that does not fit a tool's inputSchema is a tool result with `isError: true`.",
         )
     },
     Op {

@@ -342,8 +342,9 @@ fn run_search(args: &Value) -> Result<Response, ApiError> {
 /// Run a built-in tool: a read tool by filling its path template from the
 /// arguments; `execute` (`caller`: the JSON-RPC request, whose headers it
 /// takes: payment, origin) as a POST of the arguments to its route would
-/// run, its faults shaped by `wrap`. `define` writes, and a JSON-RPC
-/// request is a read: it is called at its HTTP route.
+/// run, its faults shaped by `wrap`; `define` (it writes, and the caller's
+/// route only reads) as a request of its own to its route, with the
+/// caller's headers.
 fn run_tool(
     tool: &Tool,
     args: &Value,
@@ -358,6 +359,7 @@ fn run_tool(
             Some(caller) if tool.name == "execute" => {
                 execute_with(&as_post(caller, tool.path, args), wrap)
             }
+            Some(caller) => Ok(dispatch::call(&as_post(caller, tool.path, args).0)),
             _ => Err(ApiError::invalid(
                 "tool",
                 format!("{} is called at {} directly", tool.name, tool.path),
@@ -731,7 +733,7 @@ fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
         ));
     };
     let args = body.get("arguments").cloned().unwrap_or_else(|| json!({}));
-    run_named(tool, &args, wrap, None)
+    run_named(tool, &args, wrap, Some(req))
 }
 
 /// `POST /mcp`: the Model Context Protocol over Streamable HTTP (JSON answers).
@@ -826,7 +828,6 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
         "tools/list" => {
             let mut tools: Vec<Value> = TOOLS
                 .iter()
-                .filter(|t| t.name != "define")
                 .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": (t.schema)(),
                                 "annotations": annotations(t.name)}))
                 .collect();
@@ -885,10 +886,12 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
 }
 
 /// What a client may assume of a built-in tool offered over JSON-RPC:
-/// every one reads only, but `execute` (it runs any public endpoint:
-/// posting, paying, deleting).
+/// every one reads only, but `define` (it stores or replaces a macro) and
+/// `execute` (it runs any public endpoint: posting, paying, deleting).
 fn annotations(tool: &str) -> Value {
     match tool {
+        "define" => json!({"readOnlyHint": false, "destructiveHint": false,
+                           "idempotentHint": false, "openWorldHint": false}),
         "execute" => json!({"readOnlyHint": false, "destructiveHint": true,
                             "idempotentHint": false, "openWorldHint": false}),
         _ => json!({"readOnlyHint": true, "openWorldHint": false}),

@@ -1,6 +1,7 @@
 //! `dispatch` (capability `dispatch`): run a public `/api/` route
 //! in-process, as if it came over HTTP with the caller's payment headers.
-//! The target runs in its own instance and transaction.
+//! The target runs in its own instance and transaction; a family's own
+//! routes are targets only where they write.
 
 use super::{Ctx, off_the_worker};
 use crate::reply::Reply;
@@ -100,7 +101,11 @@ impl Ctx {
                 ),
             )),
             Match::Found { route, params } => match &route.handler {
-                Handler::Family(f) if *f == self.family => Err(Reply::error(
+                // A family reaches its own routes only where they write:
+                // a read route (a JSON-RPC call) may run its family's
+                // writing route as a request of its own, and no read can
+                // run itself again and again.
+                Handler::Family(f) if *f == self.family && !route.writes => Err(Reply::error(
                     404,
                     "not_found",
                     format!("{path} cannot be executed from itself"),
