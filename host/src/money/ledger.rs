@@ -158,6 +158,8 @@ pub fn certificate_public(secret_hex: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SecretError {
     Malformed(String),
+    /// The store failed while looking the secret up (not the payer's fault).
+    Storage(String),
     Unknown,
     Spent,
     /// The amount written in the secret differs from the ledger's.
@@ -166,6 +168,15 @@ pub enum SecretError {
 
 pub struct Ledger {
     key: [u8; 32],
+}
+
+/// Why a replace or a health check was not done.
+#[derive(Debug)]
+pub enum LedgerError {
+    /// The request's fault (400): the body member it concerns, and why.
+    Refused(&'static str, String),
+    /// The store failed (500; nothing of the request is committed).
+    Storage(String),
 }
 
 impl Ledger {
@@ -250,7 +261,7 @@ impl Ledger {
         let public = public_hash(&parsed.hex);
         let out = kv
             .get_in(OUTPUTS, public.as_bytes())
-            .map_err(|e| SecretError::Malformed(e.to_string()))?
+            .map_err(|e| SecretError::Storage(e.to_string()))?
             .map(|v| decode(&v))
             .ok_or(SecretError::Unknown)?;
         if out.amount != parsed.amount {
@@ -284,9 +295,9 @@ impl Ledger {
         txn: &WriteTxn,
         inputs: &[String],
         outputs: &[String],
-    ) -> Result<(), (&'static str, String)> {
-        let input = |m: String| ("webcashes", m);
-        let output = |m: String| ("new_webcashes", m);
+    ) -> Result<(), LedgerError> {
+        let input = |m: String| LedgerError::Refused("webcashes", m);
+        let output = |m: String| LedgerError::Refused("new_webcashes", m);
         if inputs.is_empty() || outputs.is_empty() {
             let field = if inputs.is_empty() { input } else { output };
             return Err(field(
@@ -298,7 +309,7 @@ impl Ledger {
                 "at most {MAX_REPLACE} inputs and {MAX_REPLACE} outputs"
             )));
         }
-        let internal = |e: &dyn std::fmt::Display| ("webcashes", format!("ledger error: {e}"));
+        let internal = |e: &dyn std::fmt::Display| LedgerError::Storage(e.to_string());
         let mut seen = HashSet::new();
         let mut total_in: u128 = 0;
         let mut spend = Vec::new();
@@ -306,6 +317,7 @@ impl Ledger {
             for s in inputs {
                 let (public, units) = self.check(txn, s).map_err(|e| {
                     input(match e {
+                        SecretError::Storage(m) => return LedgerError::Storage(m),
                         SecretError::Malformed(m) => format!("input {s:.20}...: {m}"),
                         SecretError::Unknown => "an input is not known to this ledger".into(),
                         SecretError::Spent => "an input is already spent".into(),
@@ -368,21 +380,22 @@ impl Ledger {
         &self,
         kv: &impl Kv,
         publics: &[String],
-    ) -> Result<Vec<(String, Value)>, String> {
+    ) -> Result<Vec<(String, Value)>, LedgerError> {
+        let refused = |m: String| LedgerError::Refused("body", m);
         if publics.len() > MAX_HEALTH_CHECK {
-            return Err(format!("at most {MAX_HEALTH_CHECK} entries"));
+            return Err(refused(format!("at most {MAX_HEALTH_CHECK} entries")));
         }
         let mut results: Vec<(String, Value)> = Vec::with_capacity(publics.len());
         let mut seen = HashSet::new();
         for p in publics {
-            let parsed = secret::parse(p).map_err(|m| format!("{p:.24}: {m}"))?;
+            let parsed = secret::parse(p).map_err(|m| refused(format!("{p:.24}: {m}")))?;
             let public = match parsed.kind {
                 secret::Kind::Public => parsed.hex.clone(),
                 secret::Kind::Secret => public_hash(&parsed.hex),
             };
             let state = kv
                 .get_in(OUTPUTS, public.as_bytes())
-                .map_err(|e| e.to_string())?
+                .map_err(|e| LedgerError::Storage(e.to_string()))?
                 .map(|v| decode(&v));
             let key = secret::public_string(parsed.amount, &public);
             if !seen.insert(key.clone()) {
@@ -712,6 +725,58 @@ mod tests {
                 .mode();
             assert_eq!(mode & 0o777, 0o600);
         }
+    }
+
+    use crate::store::StorageError;
+
+    /// A store whose every read fails.
+    struct Broken;
+    impl Kv for Broken {
+        fn get_in(&self, _: &str, _: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+            Err(StorageError::Internal("disk gone".into()))
+        }
+        fn get_many_into(
+            &self,
+            _: &str,
+            _: &[Vec<u8>],
+            _: usize,
+            _: &mut dyn crate::store::ValueSink,
+        ) -> Result<(), StorageError> {
+            Err(StorageError::Internal("disk gone".into()))
+        }
+        fn scan_into(
+            &self,
+            _: &str,
+            _: &[u8],
+            _: Option<&[u8]>,
+            _: bool,
+            _: usize,
+            _: usize,
+            _: &mut dyn crate::store::RowSink,
+        ) -> Result<(), StorageError> {
+            Err(StorageError::Internal("disk gone".into()))
+        }
+    }
+
+    #[test]
+    fn a_failing_store_is_not_the_callers_fault() {
+        // A storage failure while checking a secret or a health check is
+        // the server's (500), not a malformed secret or body (400).
+        let (_dir, _db, l) = setup();
+        let s = secret::secret_string(5, &hexes(9));
+        assert!(matches!(l.check(&Broken, &s), Err(SecretError::Storage(_))));
+        assert!(matches!(
+            l.check(&Broken, "not a secret"),
+            Err(SecretError::Malformed(_))
+        ));
+        assert!(matches!(
+            l.health_check(&Broken, &[s]),
+            Err(LedgerError::Storage(_))
+        ));
+        assert!(matches!(
+            l.health_check(&Broken, &["junk".into()]),
+            Err(LedgerError::Refused("body", _))
+        ));
     }
 
     #[test]

@@ -137,6 +137,10 @@ pub fn charge(
     let secret = presented(headers, action, price)?;
     let shown = amount::format(price);
     let (public, paid) = ledger.check(txn, secret).map_err(|e| match e {
+        SecretError::Storage(e) => {
+            tracing::error!(action, "payment check: {e}");
+            Reply::error(500, "internal", "internal error")
+        }
         SecretError::Malformed(m) => refusal(
             "payment_invalid",
             format!("payment secret {m}"),

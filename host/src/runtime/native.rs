@@ -4,6 +4,7 @@
 //! as the families' routes and are reached the same way, over HTTP or by
 //! in-process dispatch.
 
+use crate::money::ledger::LedgerError;
 use crate::reply::Reply;
 use crate::runtime::Runtime;
 use crate::runtime::routes::{Handler, Route};
@@ -271,7 +272,11 @@ fn cash_replace(rt: &Arc<Runtime>, body: &[u8]) -> Reply {
         .write(|txn| rt.ledger.replace(txn, &inputs, &outputs))
     {
         Ok(Ok(())) => Reply::json(200, &json!({"status": "success"})),
-        Ok(Err((field, problem))) => bad_request(field, problem),
+        Ok(Err(LedgerError::Refused(field, problem))) => bad_request(field, problem),
+        Ok(Err(LedgerError::Storage(e))) => {
+            tracing::error!("cash replace: {e}");
+            Reply::error(500, "internal", "internal error")
+        }
         Err(e) => {
             tracing::error!("cash replace: {e}");
             crate::reply::storage_failure(&e)
@@ -313,7 +318,11 @@ fn cash_health_check(rt: &Arc<Runtime>, body: &[u8]) -> Reply {
                     body: text.into_bytes(),
                 }
             }
-            Err(problem) => bad_request("body", problem),
+            Err(LedgerError::Refused(field, problem)) => bad_request(field, problem),
+            Err(LedgerError::Storage(e)) => {
+                tracing::error!("cash health_check: {e}");
+                Reply::error(500, "internal", "internal error")
+            }
         },
         Err(r) => r,
     }
