@@ -1425,7 +1425,9 @@ fn a_first_start_serves_each_family_as_soon_as_it_is_ready() {
         );
         std::thread::sleep(Duration::from_millis(10));
     };
-    // Health is the host's: it answers before any family is ready.
+    // Health is the host's: it answers before any family is ready, and
+    // says so.
+    assert_eq!(first.json()["status"], "loading", "{}", first.text());
     let plugins = &first.json()["plugins"];
     assert_eq!(
         plugins["mcp"]["status"],
@@ -1471,6 +1473,7 @@ fn a_first_start_serves_each_family_as_soon_as_it_is_ready() {
         format!("marketplace listening on http://{addr}")
     );
     let health = common::request(addr, "GET", "/api/health", &[], None).json();
+    assert_eq!(health["status"], "ok", "{health}");
     for (family, p) in health["plugins"].as_object().unwrap() {
         assert_eq!(p["status"], "ok", "{family}: {health}");
     }

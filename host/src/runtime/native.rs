@@ -161,10 +161,18 @@ fn health(rt: &Runtime) -> Reply {
     }
 
     let ok = rt.storage.healthy();
+    // `loading` (still 200: the host answers) until every configured
+    // family of the start is loaded or refused, so a client waiting for
+    // `ok` does not meet a family's 503 `plugin_unavailable`.
+    let status = match (ok, rt.loading()) {
+        (false, _) => "degraded",
+        (true, true) => "loading",
+        (true, false) => "ok",
+    };
     rt.with_statuses(|statuses| {
         let health = Health {
             plugins: Plugins(RefCell::new(statuses)),
-            status: if ok { "ok" } else { "degraded" },
+            status,
             storage: Store {
                 backend: rt.storage.backend_name(),
                 commits: rt.storage.commits(),

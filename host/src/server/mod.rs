@@ -86,6 +86,8 @@ pub async fn run(config: Config) -> Result<i32> {
             .await;
             if let Err(e) = loaded {
                 tracing::error!("loading the families failed: {e}");
+                // What loaded serves; health stops saying `loading`.
+                app.runtime.loaded();
             }
             if watch_plugins
                 && let Err(e) =
