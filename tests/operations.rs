@@ -801,6 +801,8 @@ fn backup_during_paid_writes_restores_a_consistent_copy() {
             let doc: Value = serde_json::from_str(&doc).unwrap();
             assert_eq!(doc["format"], 1, "{doc}");
         }
+        // Every entry is owner-only, the database too.
+        assert_eq!(entry.header().mode().unwrap() & 0o777, 0o600, "{name}");
         names.push(name);
     }
     for name in ["backup.json", "server.key", "marketplace.redb"] {

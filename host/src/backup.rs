@@ -81,8 +81,14 @@ pub fn snapshot(storage: &Storage, data_dir: &Path, out: &mut dyn Write) -> Resu
                 }
             }
         }
+        // Owner-only like every other entry (and the live file), whatever
+        // mode the copy was created with.
         let mut f = File::open(&db)?;
-        tar.append_file(DB, &mut f)
+        let mut header = tar::Header::new_gnu();
+        header.set_metadata(&f.metadata()?);
+        header.set_mode(0o600);
+        header.set_cksum();
+        tar.append_data(&mut header, DB, &mut f)
             .context("writing the database into the backup")?;
         tar.finish()?;
     }
