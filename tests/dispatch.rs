@@ -10,6 +10,7 @@ mod support;
 
 use marketplace::money::payments::PaymentHeaders;
 use marketplace::runtime::bindings::endpoint::marketplace::plugin::types::Request;
+use marketplace::runtime::engine::Caller;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use support::ok_request;
@@ -65,7 +66,7 @@ fn every_call_gets_a_fresh_pooled_instance_on_either_path() {
             get(route),
             PaymentHeaders::default(),
             false,
-            false,
+            Caller::default(),
         ));
         assert_eq!(inline.status, want, "inline call {i}");
     }
@@ -97,7 +98,7 @@ fn an_inline_call_that_spins_lets_the_workers_other_tasks_run_and_still_ends() {
                     get("/_testing/loop"),
                     PaymentHeaders::default(),
                     false,
-                    false,
+                    Caller::default(),
                 )
                 .await;
             done.store(true, Ordering::SeqCst);
@@ -117,4 +118,32 @@ fn an_inline_call_that_spins_lets_the_workers_other_tasks_run_and_still_ends() {
         ran_while_spinning,
         "another task on the worker ran while the plugin spun"
     );
+}
+
+#[test]
+fn dispatched_requests_nest_only_so_deep() {
+    // `POST /api/testing/relay` dispatches itself one level deeper (a
+    // writing route may be its own family's dispatch target): the chain
+    // ends where dispatches nest MAX_DISPATCH_DEPTH deep, with a 500 to
+    // the last call, and every level above it answers.
+    use marketplace::runtime::engine::MAX_DISPATCH_DEPTH;
+    let s = common::Server::testing();
+    let r = s.post_json("/api/testing/relay", &serde_json::json!({"n": 0}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut level = r.json();
+    let mut depth = 0;
+    while level["inner"]["status"] == 200 {
+        assert_eq!(level["n"], depth, "{level}");
+        level = level["inner"]["body"].clone();
+        depth += 1;
+    }
+    assert_eq!(depth, u64::from(MAX_DISPATCH_DEPTH), "{level}");
+    assert_eq!(level["inner"]["status"], 500, "{level}");
+    assert_eq!(level["inner"]["body"]["code"], "internal", "{level}");
+    assert!(
+        s.log_text().contains("dispatched requests nest at most"),
+        "the refusal is logged"
+    );
+    // The host still answers (no instance or slot was kept).
+    assert_eq!(s.get("/_testing/ok").status, 200);
 }

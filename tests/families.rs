@@ -667,8 +667,10 @@ fn capabilities_are_checked_when_a_family_is_mounted() {
     let testing = wasm("testing.wasm");
     let imported = imported_capabilities(&testing);
     assert!(
-        imported.contains("escrow") && imported.contains("payments"),
-        "the testing component imports escrow and payments: {imported:?}"
+        imported.contains("escrow")
+            && imported.contains("payments")
+            && imported.contains("dispatch"),
+        "the testing component imports escrow, payments and dispatch: {imported:?}"
     );
     assert_eq!(s.get("/_testing/ok").status, 404);
 
@@ -696,7 +698,7 @@ fn capabilities_are_checked_when_a_family_is_mounted() {
     let r = admin(
         &s,
         "PUT",
-        "/admin/plugins/rogue?grants=payments,signatures,host-info,limits",
+        "/admin/plugins/rogue?grants=payments,signatures,host-info,limits,dispatch",
         &testing,
     );
     assert_eq!(

@@ -61,6 +61,56 @@ fn all_at_once(
 }
 
 #[test]
+fn identical_paid_requests_at_once_both_get_the_one_answer() {
+    // PROTOCOL 3: an identical retry (same secret, method, path and body)
+    // gets the stored response. A client that retries while its first
+    // attempt still runs sends the two at once: whichever commits, the
+    // other must answer the same (not 402 payment_spent), and only one
+    // post exists.
+    let s = Server::start();
+    let key = s.identity("retrier");
+    let mut requests = Vec::new();
+    for i in 0..12 {
+        let secret = s.mint("0.5");
+        let body = post_body(&key, &format!("retried post {i}"));
+        for _ in 0..2 {
+            requests.push((
+                "POST",
+                "/api/timeline".into(),
+                Some(secret.clone()),
+                body.clone(),
+            ));
+        }
+    }
+    let responses = all_at_once(&s, requests);
+    let mut ids = HashSet::new();
+    for pair in responses.chunks(2) {
+        for r in pair {
+            assert_eq!(r.status, 201, "{}", r.text());
+        }
+        let (a, b) = (pair[0].json(), pair[1].json());
+        assert_eq!(a["post_id"], b["post_id"], "{a} {b}");
+        // The change secret comes back to both: it is the same one.
+        assert_eq!(a["payment"]["change"], b["payment"]["change"], "{a} {b}");
+        assert!(a["payment"]["change"].is_string(), "{a}");
+        ids.insert(a["post_id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(ids.len(), 12);
+    let timeline = s.get("/api/timeline?limit=100").json();
+    let listed = timeline["posts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| {
+            p["content"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("retried post "))
+        })
+        .count();
+    assert_eq!(listed, 12, "{timeline}");
+}
+
+#[test]
 fn a_double_spend_inside_a_batch_is_still_refused() {
     let s = Server::start();
     let key = s.identity("batcher");

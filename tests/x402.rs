@@ -543,3 +543,54 @@ fn terms_are_served_as_text() {
     assert_eq!(s.get("/terms").text(), "Operator terms: be kind.");
     assert_eq!(s.get("/terms/text").text(), "Operator terms: be kind.");
 }
+
+#[test]
+fn the_same_payment_sent_twice_at_once_gets_one_answer() {
+    // A client retrying while its first attempt still runs: the same
+    // PAYMENT-SIGNATURE (identifier and secret) and request, at once.
+    // Whichever commits, both get its answer; the secret pays once.
+    let s = Server::start();
+    let accepted = identity_requirements(&s);
+    for i in 0..8 {
+        let key = Key::random();
+        let body = register_body(&key, &format!("twin{i}"));
+        let secret = s.mint("1");
+        let header = signature(
+            &accepted,
+            &secret,
+            Some(&format!("pay_twin_{i:04}_abcdefgh")),
+        );
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let answers: Vec<Resp> = (0..2)
+            .map(|_| {
+                let (addr, body, header, barrier) =
+                    (s.addr, body.to_string(), header.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    common::request(
+                        addr,
+                        "POST",
+                        "/api/identity",
+                        &[
+                            ("content-type", "application/json"),
+                            ("PAYMENT-SIGNATURE", &header),
+                        ],
+                        Some(body.as_bytes()),
+                    )
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect();
+        for r in &answers {
+            assert_eq!(r.status, 201, "{}", r.text());
+        }
+        assert_eq!(answers[0].json(), answers[1].json());
+        assert_eq!(
+            answers[0].header("x-cash-change"),
+            answers[1].header("x-cash-change")
+        );
+        assert_eq!(s.cash_state(&secret).0, json!(true));
+    }
+}

@@ -355,6 +355,12 @@ fn kept(ledger: &Ledger, kv: &impl Kv, keys: &IdempotencyKeys) -> Option<Reply> 
     ledger.replay(kv, &keys.id)
 }
 
+/// The answer kept under this request's payment identifier, if it came
+/// with one and another request's answer is kept there (read in `kv`).
+pub fn kept_for(ledger: &Ledger, kv: &impl Kv, payment: &PaymentHeaders) -> Option<Reply> {
+    kept(ledger, kv, payment.x402.keys.as_ref()?)
+}
+
 /// In a paid request's transaction, just before it commits: the answer
 /// another request with the same payment identifier committed meanwhile,
 /// if one did (this request's charge is then not kept). None for a request

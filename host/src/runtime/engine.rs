@@ -272,6 +272,24 @@ fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool) -> Reply {
     }
 }
 
+/// Who a request comes from: a client over HTTP (the default), or a
+/// plugin call that dispatched it (`dispatch.call`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Caller {
+    /// Dispatched by a call that holds the commit batch, so this one is
+    /// treated as holding it too (it may not write, wait for a blocking
+    /// thread, or yield).
+    pub under_batch: bool,
+    /// Dispatches between this request and the client's (0: the client's
+    /// own); at most [`MAX_DISPATCH_DEPTH`].
+    pub depth: u8,
+}
+
+/// How deep dispatched requests may nest: a chain of families (or a
+/// writing route of one family) dispatching on and on ends here, with
+/// instances of the pool to spare.
+pub const MAX_DISPATCH_DEPTH: u8 = 4;
+
 impl Runtime {
     pub fn new(state: Arc<State>, limits: Limits) -> Result<Runtime> {
         let config = &state.config;
@@ -930,8 +948,20 @@ impl Runtime {
         payment: PaymentHeaders,
         write: bool,
     ) -> Reply {
+        self.handle_from(family, req, payment, write, Caller::default())
+    }
+
+    /// [`Runtime::handle`] of a request from `from` (a dispatching call).
+    pub fn handle_from(
+        self: &Arc<Self>,
+        family: &str,
+        req: wit::Request,
+        payment: PaymentHeaders,
+        write: bool,
+        from: Caller,
+    ) -> Reply {
         run_again_on_conflict(|| {
-            run_to_end(self.handle_once(family, &req, payment.clone(), write, false, false))
+            run_to_end(self.handle_once(family, &req, payment.clone(), write, false, from))
         })
         .unwrap_or_else(|RunAgain| {
             tracing::warn!(family, "still losing races after every run again: 503");
@@ -961,21 +991,19 @@ impl Runtime {
 
     /// [`Runtime::handle`] on an async worker (see [`Runtime::runs_inline`]).
     /// Run a write as a task of its own (`tokio::spawn`), so that a client
-    /// that goes away does not cancel it halfway. `under_batch`: dispatched
-    /// by a call that holds the commit batch, so this one is treated as
-    /// holding it too (it may not write, wait for a blocking thread, or
-    /// yield).
+    /// that goes away does not cancel it halfway. `from`: who dispatched
+    /// it, if a call did (see [`Caller`]).
     pub async fn handle_inline(
         self: &Arc<Self>,
         family: &str,
         req: wit::Request,
         payment: PaymentHeaders,
         write: bool,
-        under_batch: bool,
+        from: Caller,
     ) -> Reply {
         // Only a shared store makes a request run again, and it never runs
         // inline.
-        self.handle_once(family, &req, payment, write, true, under_batch)
+        self.handle_once(family, &req, payment, write, true, from)
             .await
             .unwrap_or_else(|RunAgain| Reply::conflict())
     }
@@ -990,7 +1018,7 @@ impl Runtime {
         mut payment: PaymentHeaders,
         write: bool,
         inline: bool,
-        under_batch: bool,
+        from: Caller,
     ) -> Result<Reply, RunAgain> {
         let Some(plugin) = self.plugin(family) else {
             return Ok(Reply::error(
@@ -1051,9 +1079,7 @@ impl Runtime {
             .data_mut()
             .with_memo(plugin.memo.clone(), self.served().generation);
         store.data_mut().limiter().yields = inline;
-        if under_batch {
-            store.data_mut().under_batch();
-        }
+        store.data_mut().dispatched_by(from);
         let started = Instant::now();
         let instance = pre.instance_pre().instantiate_async(&mut store).await;
         let instantiated = Instant::now();

@@ -8,6 +8,7 @@ use crate::metrics::{RouteMetrics, metrics};
 use crate::money::payments::PaymentHeaders;
 use crate::reply::Reply;
 use crate::runtime::bindings::endpoint::marketplace::plugin::types as wit;
+use crate::runtime::engine::Caller;
 use crate::runtime::routes::{self, Handler, Match, Route};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -573,7 +574,7 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
                 let (rt, family) = (app.runtime.clone(), family.clone());
                 tokio::spawn(
                     async move {
-                        rt.handle_inline(&family, request, payment, true, false)
+                        rt.handle_inline(&family, request, payment, true, Caller::default())
                             .await
                     }
                     .instrument(span),
@@ -584,10 +585,13 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
                 // On this worker: no hand-off to a blocking thread. A
                 // panic is caught as the blocking pool would catch it.
                 use futures_util::FutureExt;
-                std::panic::AssertUnwindSafe(
-                    app.runtime
-                        .handle_inline(family, request, payment, false, false),
-                )
+                std::panic::AssertUnwindSafe(app.runtime.handle_inline(
+                    family,
+                    request,
+                    payment,
+                    false,
+                    Caller::default(),
+                ))
                 .catch_unwind()
                 .await
                 .map_err(|_| "panicked".to_string())

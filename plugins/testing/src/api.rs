@@ -164,6 +164,19 @@ pub const OPS: &[Op] = &[
             "Writes or reads many 8 MiB values in one request; the host's byte budgets must refuse it.",
         )
     },
+    // An `/api/` route (dispatch reaches only those) that writes (a
+    // family's own routes are dispatch targets only where they write).
+    Op {
+        errors: &[400],
+        ..op(
+            "POST",
+            "/api/testing/relay",
+            "testingRelay",
+            "testing",
+            "Dispatch itself, one level deeper",
+            "Body {n}: dispatches POST /api/testing/relay with {n: n + 1} and answers {n, inner: {status, body}}: how deep dispatched requests nest.",
+        )
+    },
 ];
 
 /// What the family serves (its `describe-api` export); every schema it
@@ -192,6 +205,7 @@ mod tests {
             ("GET", "/_testing/log", false),
             ("GET", "/_testing/memo", false),
             ("POST", "/_testing/hog", true),
+            ("POST", "/api/testing/relay", true),
         ];
         assert_eq!(openapi::routes_of(&api()), expected);
     }

@@ -90,6 +90,27 @@ impl Endpoint for Testing {
                 Ok(json(200, &json!({"logged": msg})))
             }
             "/_testing/hog" => hog(req),
+            "/api/testing/relay" => {
+                let n = req
+                    .json_object()?
+                    .get("n")
+                    .and_then(|n| n.as_u64())
+                    .unwrap_or(0);
+                let inner = marketplace_guest::dispatch::call(&marketplace_guest::types::Request {
+                    method: "POST".into(),
+                    route: String::new(),
+                    path: "/api/testing/relay".into(),
+                    params: vec![],
+                    query: vec![],
+                    headers: vec![("content-type".into(), "application/json".into())],
+                    body: json!({"n": n + 1}).to_string().into_bytes(),
+                });
+                let body: Value = serde_json::from_slice(&inner.body).unwrap_or(Value::Null);
+                Ok(json(
+                    200,
+                    &json!({"n": n, "inner": {"status": inner.status, "body": body}}),
+                ))
+            }
             // Keeps `put` in the family's memo under `key` when given, then
             // answers what the memo holds there: what a request kept must
             // reach later requests of this family only, until the next load.

@@ -7,6 +7,7 @@ use super::{Ctx, off_the_worker};
 use crate::reply::Reply;
 use crate::runtime::Runtime;
 use crate::runtime::bindings::endpoint::marketplace::plugin::{dispatch, types};
+use crate::runtime::engine::MAX_DISPATCH_DEPTH;
 use crate::runtime::routes::{Handler, Match};
 use std::sync::Arc;
 
@@ -34,16 +35,18 @@ impl dispatch::Host for Ctx {
             .unwrap_or_else(|failed| failed),
             Ok(Target::Family(rt, family, req, writes)) => {
                 let payment = self.payment.clone();
+                let from = self.as_caller();
                 if !inline {
-                    rt.handle(&family, req, payment, writes)
+                    rt.handle_from(&family, req, payment, writes, from)
                 } else if rt.runs_inline(writes) {
-                    let under_batch = self.holds_batch();
-                    Box::pin(rt.handle_inline(&family, req, payment, writes, under_batch)).await
+                    Box::pin(rt.handle_inline(&family, req, payment, writes, from)).await
                 } else {
                     let f = family.clone();
-                    off_the_worker(&family, move || rt.handle(&f, req, payment, writes))
-                        .await
-                        .unwrap_or_else(|failed| failed)
+                    off_the_worker(&family, move || {
+                        rt.handle_from(&f, req, payment, writes, from)
+                    })
+                    .await
+                    .unwrap_or_else(|failed| failed)
                 }
             }
         };
@@ -76,6 +79,13 @@ impl Ctx {
                 "not_found",
                 format!("only /api/ routes can be executed, not {path}"),
             ));
+        }
+        if self.depth >= MAX_DISPATCH_DEPTH {
+            tracing::error!(
+                family = %self.family,
+                "dispatch refused: dispatched requests nest at most {MAX_DISPATCH_DEPTH} deep"
+            );
+            return Err(Reply::error(500, "internal", "internal error"));
         }
         let method = req.method.to_ascii_uppercase();
         let writes = !matches!(method.as_str(), "GET" | "HEAD");

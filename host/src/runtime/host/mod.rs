@@ -71,6 +71,8 @@ pub struct Ctx {
     /// Dispatched by a call that holds the commit batch: treated as
     /// holding it (see [`Ctx::holds_batch`]).
     under_batch: bool,
+    /// Dispatches between this request and the client's.
+    depth: u8,
     /// A mutating request is counted from its start, so that a batch of
     /// writes waits for it (group commit).
     pending: Option<crate::store::group_commit::Pending>,
@@ -126,6 +128,7 @@ impl Ctx {
             txn: None,
             open_failed: None,
             under_batch: false,
+            depth: 0,
             payment,
             replay_key,
             charged: None,
@@ -149,6 +152,7 @@ impl Ctx {
             txn: None,
             open_failed: None,
             under_batch: false,
+            depth: 0,
             pending: None,
             payment: PaymentHeaders::default(),
             replay_key: None,
@@ -262,6 +266,25 @@ impl Ctx {
                     }
                 }
             }
+            // A paid request refused because an identical one (same secret,
+            // or same x402 payment identifier, and the same request) got
+            // there first while this one ran: that one's answer, as an
+            // identical retry after it gets (PROTOCOL 3), not "spent". It
+            // is given once durable: nothing of this request is kept, and
+            // its empty commit waits for the batches it read.
+            (Some(Txn::Write(txn)), Some(rt))
+                if let Some(kept) = self.kept_meanwhile(&rt, &txn) =>
+            {
+                txn.discard_writes();
+                match rt.storage.commit_as(txn, self.limiter.yields).await {
+                    Ok(()) => Ok(self.refund_upstream(kept)),
+                    Err(StorageError::Conflict) => Err(RunAgain),
+                    Err(e) => {
+                        tracing::error!(family = %self.family, "commit failed: {e}");
+                        Ok(self.refund_upstream(Reply::error(500, "internal", "internal error")))
+                    }
+                }
+            }
             // Read transactions end here; failed writes (and spends) are
             // discarded (and a payment taken upstream is refunded).
             (txn, _) => {
@@ -269,6 +292,19 @@ impl Ctx {
                 Ok(self.refund_upstream(reply))
             }
         }
+    }
+
+    /// The answer an identical paid request (by its x402 payment
+    /// identifier, else by its secret and request) committed while this
+    /// one ran, as seen in this request's transaction.
+    fn kept_meanwhile(&self, rt: &Runtime, txn: &crate::store::WriteTxn) -> Option<Reply> {
+        if let Some(kept) = crate::money::x402::kept_for(&rt.ledger, txn, &self.payment) {
+            return Some(kept);
+        }
+        let retry = self.replay_key.as_ref()?;
+        let stored = rt.ledger.replay_paid(txn, &retry.public, &retry.key)?;
+        tracing::info!(family = %self.family, "identical paid request answered meanwhile: its stored response");
+        Some(crate::money::x402::sent(stored))
     }
 
     /// Keep a paid request's answer for identical retries (same
@@ -357,10 +393,22 @@ impl Ctx {
         self.under_batch || matches!(self.txn, Some(Txn::Write(_)))
     }
 
-    /// Mark a call dispatched by one that holds the commit batch.
-    pub fn under_batch(&mut self) {
-        self.under_batch = true;
-        self.limiter.holds_batch = true;
+    /// Record who dispatched this call, if a call did: one that holds the
+    /// commit batch makes this one hold it too.
+    pub fn dispatched_by(&mut self, from: crate::runtime::engine::Caller) {
+        self.depth = from.depth;
+        if from.under_batch {
+            self.under_batch = true;
+            self.limiter.holds_batch = true;
+        }
+    }
+
+    /// Who this call is to a request it dispatches.
+    fn as_caller(&self) -> crate::runtime::engine::Caller {
+        crate::runtime::engine::Caller {
+            under_batch: self.holds_batch(),
+            depth: self.depth.saturating_add(1),
+        }
     }
 
     /// The request's transaction, opened on first use. The wait for it
