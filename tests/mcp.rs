@@ -926,7 +926,8 @@ fn execute_and_define_are_tools_over_json_rpc() {
     assert!(tool("execute").is_some(), "{listed:?}");
     let define = tool("define").expect("define is listed");
     assert_eq!(define["annotations"]["readOnlyHint"], false, "{define}");
-    assert_eq!(define["annotations"]["destructiveHint"], false, "{define}");
+    // It may replace its owner's macro: not only additive.
+    assert_eq!(define["annotations"]["destructiveHint"], true, "{define}");
 
     // define: 201 at its route is a tool result holding the macro, and the
     // macro is then a tool of its own.

@@ -594,3 +594,65 @@ fn the_same_payment_sent_twice_at_once_gets_one_answer() {
         assert_eq!(s.cash_state(&secret).0, json!(true));
     }
 }
+
+#[test]
+fn one_identifier_for_two_requests_at_once_is_one_answer_and_one_conflict() {
+    // The same payment identifier (and secret) on two different requests
+    // sent at once: whichever commits gets its answer, the other the
+    // 409 idempotency_conflict (as it would after it), never the change.
+    let s = Server::start();
+    let accepted = identity_requirements(&s);
+    for i in 0..6 {
+        let secret = s.mint("1");
+        let header = signature(
+            &accepted,
+            &secret,
+            Some(&format!("pay_split_{i:04}_abcdefgh")),
+        );
+        let bodies = [
+            register_body(&Key::random(), &format!("splita{i}")),
+            register_body(&Key::random(), &format!("splitb{i}")),
+        ];
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let answers: Vec<Resp> = bodies
+            .iter()
+            .map(|body| {
+                let (addr, body, header, barrier) =
+                    (s.addr, body.to_string(), header.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    common::request(
+                        addr,
+                        "POST",
+                        "/api/identity",
+                        &[
+                            ("content-type", "application/json"),
+                            ("PAYMENT-SIGNATURE", &header),
+                        ],
+                        Some(body.as_bytes()),
+                    )
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect();
+        let mut statuses: Vec<u16> = answers.iter().map(|r| r.status).collect();
+        statuses.sort();
+        assert_eq!(
+            statuses,
+            [201, 409],
+            "{:?}",
+            answers.iter().map(Resp::text).collect::<Vec<_>>()
+        );
+        let conflict = answers.iter().find(|r| r.status == 409).unwrap();
+        assert_eq!(
+            conflict.code(),
+            "idempotency_conflict",
+            "{}",
+            conflict.text()
+        );
+        assert_eq!(conflict.header("x-cash-change"), None);
+        assert!(!conflict.text().contains("secret:"), "{}", conflict.text());
+    }
+}

@@ -886,11 +886,12 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
 }
 
 /// What a client may assume of a built-in tool offered over JSON-RPC:
-/// every one reads only, but `define` (it stores or replaces a macro) and
-/// `execute` (it runs any public endpoint: posting, paying, deleting).
+/// every one reads only, but `define` (it stores a macro, or replaces its
+/// owner's) and `execute` (it runs any public endpoint: posting, paying,
+/// deleting).
 fn annotations(tool: &str) -> Value {
     match tool {
-        "define" => json!({"readOnlyHint": false, "destructiveHint": false,
+        "define" => json!({"readOnlyHint": false, "destructiveHint": true,
                            "idempotentHint": false, "openWorldHint": false}),
         "execute" => json!({"readOnlyHint": false, "destructiveHint": true,
                             "idempotentHint": false, "openWorldHint": false}),

@@ -1,7 +1,8 @@
 //! `dispatch` (capability `dispatch`): run a public `/api/` route
 //! in-process, as if it came over HTTP with the caller's payment headers.
 //! The target runs in its own instance and transaction; a family's own
-//! routes are targets only where they write.
+//! routes are targets only where they write; dispatched requests nest at
+//! most [`MAX_DISPATCH_DEPTH`] deep.
 
 use super::{Ctx, off_the_worker};
 use crate::reply::Reply;
@@ -38,6 +39,19 @@ impl dispatch::Host for Ctx {
                 let from = self.as_caller();
                 if !inline {
                     rt.handle_from(&family, req, payment, writes, from)
+                } else if rt.runs_inline(writes) && writes {
+                    // A write as a task of its own, as a client's is: the
+                    // caller's client going away does not cancel it halfway.
+                    use tracing::Instrument;
+                    tokio::spawn(
+                        async move { rt.handle_inline(&family, req, payment, writes, from).await }
+                            .instrument(tracing::Span::current()),
+                    )
+                    .await
+                    .unwrap_or_else(|e| {
+                        tracing::error!("a dispatched write failed: {e}");
+                        Reply::error(500, "internal", "internal error")
+                    })
                 } else if rt.runs_inline(writes) {
                     Box::pin(rt.handle_inline(&family, req, payment, writes, from)).await
                 } else {
@@ -113,8 +127,9 @@ impl Ctx {
             Match::Found { route, params } => match &route.handler {
                 // A family reaches its own routes only where they write:
                 // a read route (a JSON-RPC call) may run its family's
-                // writing route as a request of its own, and no read can
-                // run itself again and again.
+                // writing route as a request of its own; a read never runs
+                // itself, and a writing route that does stops at the
+                // depth cap above.
                 Handler::Family(f) if *f == self.family && !route.writes => Err(Reply::error(
                     404,
                     "not_found",

@@ -266,15 +266,25 @@ impl Ctx {
                     }
                 }
             }
-            // A paid request refused because an identical one (same secret,
-            // or same x402 payment identifier, and the same request) got
-            // there first while this one ran: that one's answer, as an
-            // identical retry after it gets (PROTOCOL 3), not "spent". It
-            // is given once durable: nothing of this request is kept, and
-            // its empty commit waits for the batches it read.
+            // A paid request that fails while an identical one (same
+            // secret, or same x402 payment identifier, and the same request)
+            // committed meanwhile (so this one found its secret spent or its
+            // signature used): that one's answer, as an identical retry
+            // after it gets (PROTOCOL 3), not "spent". It is given once
+            // durable: nothing of this request is kept, and its empty
+            // commit waits for the batches it read.
             (Some(Txn::Write(txn)), Some(rt))
-                if let Some(kept) = self.kept_meanwhile(&rt, &txn) =>
+                if self.replay_key.is_some() || self.payment.x402.keys.is_some() =>
             {
+                let kept = self.kept_meanwhile(&rt, &txn);
+                if txn.conflicted() {
+                    // The lookup lost a race (shared store): run again.
+                    return Err(RunAgain);
+                }
+                let Some(kept) = kept else {
+                    drop(txn);
+                    return Ok(self.refund_upstream(reply));
+                };
                 txn.discard_writes();
                 match rt.storage.commit_as(txn, self.limiter.yields).await {
                     Ok(()) => Ok(self.refund_upstream(kept)),
@@ -299,6 +309,7 @@ impl Ctx {
     /// one ran, as seen in this request's transaction.
     fn kept_meanwhile(&self, rt: &Runtime, txn: &crate::store::WriteTxn) -> Option<Reply> {
         if let Some(kept) = crate::money::x402::kept_for(&rt.ledger, txn, &self.payment) {
+            tracing::info!(family = %self.family, "same payment identifier answered meanwhile: its stored response");
             return Some(kept);
         }
         let retry = self.replay_key.as_ref()?;
