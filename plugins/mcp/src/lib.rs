@@ -340,31 +340,21 @@ fn run_search(args: &Value) -> Result<Response, ApiError> {
 }
 
 /// Run a built-in tool: a read tool by filling its path template from the
-/// arguments; `execute` (`caller`: the JSON-RPC request, whose headers it
-/// takes: payment, origin) as a POST of the arguments to its route would
-/// run, its faults shaped by `wrap`; `define` (it writes, and the caller's
-/// route only reads) as a request of its own to its route, with the
-/// caller's headers.
-fn run_tool(
-    tool: &Tool,
-    args: &Value,
-    wrap: Wrap,
-    caller: Option<&Request>,
-) -> Result<Response, ApiError> {
+/// arguments; `execute` as a POST of the arguments to its route would run,
+/// its faults shaped by `wrap`; `define` (it writes, and the caller's route
+/// only reads) as a request of its own to its route. Both take the headers
+/// of `caller` (the JSON-RPC or execute request): payment, origin.
+fn run_tool(tool: &Tool, args: &Value, wrap: Wrap, caller: &Request) -> Result<Response, ApiError> {
     if tool.name == "search" {
         return run_search(args);
     }
     if tool.method != "GET" {
-        return match caller {
-            Some(caller) if tool.name == "execute" => {
-                execute_with(&as_post(caller, tool.path, args), wrap)
-            }
-            Some(caller) => Ok(dispatch::call(&as_post(caller, tool.path, args).0)),
-            _ => Err(ApiError::invalid(
-                "tool",
-                format!("{} is called at {} directly", tool.name, tool.path),
-            )),
-        };
+        let post = as_post(caller, tool.path, args);
+        return Ok(if tool.name == "execute" {
+            execute_with(&post, wrap)?
+        } else {
+            dispatch::call(&post.0)
+        });
     }
     check_arguments(&(tool.schema)(), args)?;
     let mut path = tool.path.to_string();
@@ -608,12 +598,7 @@ fn check_arguments(schema: &Value, args: &Value) -> Result<(), ApiError> {
 /// Run a tool by name: built-in or macro. `wrap` turns a tool's answer into
 /// the caller's own response (the JSON-RPC server wraps it in a result); it
 /// shapes the answer the host gives if a macro runs away.
-fn run_named(
-    name: &str,
-    args: &Value,
-    wrap: Wrap,
-    caller: Option<&Request>,
-) -> Result<Response, ApiError> {
+fn run_named(name: &str, args: &Value, wrap: Wrap, caller: &Request) -> Result<Response, ApiError> {
     if let Some(tool) = TOOLS.iter().find(|t| t.name == name) {
         return run_tool(tool, args, wrap, caller);
     }
@@ -733,7 +718,7 @@ fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
         ));
     };
     let args = body.get("arguments").cloned().unwrap_or_else(|| json!({}));
-    run_named(tool, &args, wrap, Some(req))
+    run_named(tool, &args, wrap, req)
 }
 
 /// `POST /mcp`: the Model Context Protocol over Streamable HTTP (JSON answers).
@@ -863,7 +848,7 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
                 }
             };
             let wrap = |r: Response| json(200, &rpc_result(&id, tool_result(&r)));
-            let resp = match run_named(name, &args, &wrap, Some(req)) {
+            let resp = match run_named(name, &args, &wrap, req) {
                 Ok(r) => r,
                 Err(e) if e.status == 404 && e.message.starts_with("tool ") => {
                     return Ok(json(
