@@ -222,27 +222,9 @@ impl Ctx {
                     &self.payment,
                     self.charged.as_ref(),
                 ) {
-                    // The kept answer may come from a batch not yet on
-                    // disk: it is given once that batch is durable. This
-                    // request's writes go; committing the rest waits for
-                    // its own batch, which comes after every batch it
-                    // read. Upstream mode: this request's payment was
-                    // swapped; its hold goes back to its payer as a
-                    // refund (after the transaction, and its lease, are
-                    // gone).
-                    txn.discard_writes();
-                    return match rt.storage.commit_as(txn, self.limiter.yields).await {
-                        Ok(()) => Ok(self.refund_upstream(kept)),
-                        Err(StorageError::Conflict) => Err(RunAgain),
-                        Err(e) => {
-                            tracing::error!(family = %self.family, "commit failed: {e}");
-                            Ok(self.refund_upstream(Reply::error(
-                                500,
-                                "internal",
-                                "internal error",
-                            )))
-                        }
-                    };
+                    // Upstream mode: this request's payment was swapped;
+                    // its hold goes back to its payer as a refund.
+                    return self.give_kept(&rt, txn, kept).await;
                 }
                 // Upstream mode: fee and change are made at the upstream
                 // before the commit that settles them.
@@ -281,17 +263,11 @@ impl Ctx {
                     // The lookup lost a race (shared store): run again.
                     return Err(RunAgain);
                 }
-                let Some(kept) = kept else {
-                    drop(txn);
-                    return Ok(self.refund_upstream(reply));
-                };
-                txn.discard_writes();
-                match rt.storage.commit_as(txn, self.limiter.yields).await {
-                    Ok(()) => Ok(self.refund_upstream(kept)),
-                    Err(StorageError::Conflict) => Err(RunAgain),
-                    Err(e) => {
-                        tracing::error!(family = %self.family, "commit failed: {e}");
-                        Ok(self.refund_upstream(Reply::error(500, "internal", "internal error")))
+                match kept {
+                    Some(kept) => self.give_kept(&rt, txn, kept).await,
+                    None => {
+                        drop(txn);
+                        Ok(self.refund_upstream(reply))
                     }
                 }
             }
@@ -300,6 +276,29 @@ impl Ctx {
             (txn, _) => {
                 drop(txn);
                 Ok(self.refund_upstream(reply))
+            }
+        }
+    }
+
+    /// Answer `kept` (another request's stored answer) instead of this
+    /// request's own. It may come from a batch not yet on disk: it is given
+    /// once that batch is durable. This request's writes go; committing
+    /// the rest waits for its own batch, which comes after every batch it
+    /// read. A payment taken upstream goes back to its payer as a refund
+    /// (after the transaction, and its lease, are gone).
+    async fn give_kept(
+        &mut self,
+        rt: &Runtime,
+        txn: crate::store::WriteTxn,
+        kept: Reply,
+    ) -> Result<Reply, RunAgain> {
+        txn.discard_writes();
+        match rt.storage.commit_as(txn, self.limiter.yields).await {
+            Ok(()) => Ok(self.refund_upstream(kept)),
+            Err(StorageError::Conflict) => Err(RunAgain),
+            Err(e) => {
+                tracing::error!(family = %self.family, "commit failed: {e}");
+                Ok(self.refund_upstream(Reply::error(500, "internal", "internal error")))
             }
         }
     }
