@@ -990,9 +990,8 @@ impl Runtime {
     }
 
     /// [`Runtime::handle`] on an async worker (see [`Runtime::runs_inline`]).
-    /// Run a write as a task of its own (`tokio::spawn`), so that a client
-    /// that goes away does not cancel it halfway. `from`: who dispatched
-    /// it, if a call did (see [`Caller`]).
+    /// A write runs through [`Runtime::write_as_task`] instead. `from`: who
+    /// dispatched it, if a call did (see [`Caller`]).
     pub async fn handle_inline(
         self: &Arc<Self>,
         family: &str,
@@ -1006,6 +1005,27 @@ impl Runtime {
         self.handle_once(family, &req, payment, write, true, from)
             .await
             .unwrap_or_else(|RunAgain| Reply::conflict())
+    }
+
+    /// [`Runtime::handle_inline`] of a write as a task of its own on the
+    /// workers, in `span`: a client (or a dispatching call's client) that
+    /// goes away does not cancel it halfway (its commit, its charge). Err:
+    /// the task panicked.
+    pub async fn write_as_task(
+        self: &Arc<Self>,
+        family: &str,
+        req: wit::Request,
+        payment: PaymentHeaders,
+        from: Caller,
+        span: tracing::Span,
+    ) -> Result<Reply, tokio::task::JoinError> {
+        use tracing::Instrument;
+        let (rt, family) = (self.clone(), family.to_string());
+        tokio::spawn(
+            async move { rt.handle_inline(&family, req, payment, true, from).await }
+                .instrument(span),
+        )
+        .await
     }
 
     /// One run of a request. `inline`: the call runs on an async worker

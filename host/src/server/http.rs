@@ -568,19 +568,10 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
             let writes = route.writes;
             let inline = app.runtime.runs_inline(writes);
             let result = if inline && writes {
-                // A task of its own on the workers: a client that goes away
-                // does not cancel a write halfway (its commit, its charge).
-                use tracing::Instrument;
-                let (rt, family) = (app.runtime.clone(), family.clone());
-                tokio::spawn(
-                    async move {
-                        rt.handle_inline(&family, request, payment, true, Caller::default())
-                            .await
-                    }
-                    .instrument(span),
-                )
-                .await
-                .map_err(|e| e.to_string())
+                app.runtime
+                    .write_as_task(family, request, payment, Caller::default(), span)
+                    .await
+                    .map_err(|e| e.to_string())
             } else if inline {
                 // On this worker: no hand-off to a blocking thread. A
                 // panic is caught as the blocking pool would catch it.

@@ -39,28 +39,24 @@ impl dispatch::Host for Ctx {
                 let from = self.as_caller();
                 if !inline {
                     rt.handle_from(&family, req, payment, writes, from)
-                } else if rt.runs_inline(writes) && writes {
-                    // A write as a task of its own, as a client's is: the
-                    // caller's client going away does not cancel it halfway.
-                    use tracing::Instrument;
-                    tokio::spawn(
-                        async move { rt.handle_inline(&family, req, payment, writes, from).await }
-                            .instrument(tracing::Span::current()),
-                    )
-                    .await
-                    .unwrap_or_else(|e| {
-                        tracing::error!("a dispatched write failed: {e}");
-                        Reply::error(500, "internal", "internal error")
-                    })
-                } else if rt.runs_inline(writes) {
-                    Box::pin(rt.handle_inline(&family, req, payment, writes, from)).await
-                } else {
+                } else if !rt.runs_inline(writes) {
                     let f = family.clone();
                     off_the_worker(&family, move || {
                         rt.handle_from(&f, req, payment, writes, from)
                     })
                     .await
                     .unwrap_or_else(|failed| failed)
+                } else if writes {
+                    // As a client's write: the caller's client going away
+                    // does not cancel it halfway.
+                    rt.write_as_task(&family, req, payment, from, tracing::Span::current())
+                        .await
+                        .unwrap_or_else(|e| {
+                            tracing::error!(family = %family, "a dispatched write failed: {e}");
+                            Reply::error(500, "internal", "internal error")
+                        })
+                } else {
+                    Box::pin(rt.handle_inline(&family, req, payment, writes, from)).await
                 }
             }
         };
