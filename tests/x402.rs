@@ -544,6 +544,38 @@ fn terms_are_served_as_text() {
     assert_eq!(s.get("/terms/text").text(), "Operator terms: be kind.");
 }
 
+/// `POST /api/identity` of both bodies at once (one thread each, behind a
+/// barrier), each paying with the `PAYMENT-SIGNATURE` `header`; the
+/// answers in the same order.
+fn register_at_once(s: &Server, header: &str, bodies: [&Value; 2]) -> Vec<Resp> {
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let threads: Vec<_> = bodies
+        .iter()
+        .map(|body| {
+            let (addr, body, header, barrier) = (
+                s.addr,
+                body.to_string(),
+                header.to_string(),
+                barrier.clone(),
+            );
+            std::thread::spawn(move || {
+                barrier.wait();
+                common::request(
+                    addr,
+                    "POST",
+                    "/api/identity",
+                    &[
+                        ("content-type", "application/json"),
+                        ("PAYMENT-SIGNATURE", &header),
+                    ],
+                    Some(body.as_bytes()),
+                )
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
 #[test]
 fn the_same_payment_sent_twice_at_once_gets_one_answer() {
     // A client retrying while its first attempt still runs: the same
@@ -560,29 +592,7 @@ fn the_same_payment_sent_twice_at_once_gets_one_answer() {
             &secret,
             Some(&format!("pay_twin_{i:04}_abcdefgh")),
         );
-        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
-        let answers: Vec<Resp> = (0..2)
-            .map(|_| {
-                let (addr, body, header, barrier) =
-                    (s.addr, body.to_string(), header.clone(), barrier.clone());
-                std::thread::spawn(move || {
-                    barrier.wait();
-                    common::request(
-                        addr,
-                        "POST",
-                        "/api/identity",
-                        &[
-                            ("content-type", "application/json"),
-                            ("PAYMENT-SIGNATURE", &header),
-                        ],
-                        Some(body.as_bytes()),
-                    )
-                })
-            })
-            .collect::<Vec<_>>()
-            .into_iter()
-            .map(|t| t.join().unwrap())
-            .collect();
+        let answers = register_at_once(&s, &header, [&body, &body]);
         for r in &answers {
             assert_eq!(r.status, 201, "{}", r.text());
         }
@@ -613,30 +623,7 @@ fn one_identifier_for_two_requests_at_once_is_one_answer_and_one_conflict() {
             register_body(&Key::random(), &format!("splita{i}")),
             register_body(&Key::random(), &format!("splitb{i}")),
         ];
-        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
-        let answers: Vec<Resp> = bodies
-            .iter()
-            .map(|body| {
-                let (addr, body, header, barrier) =
-                    (s.addr, body.to_string(), header.clone(), barrier.clone());
-                std::thread::spawn(move || {
-                    barrier.wait();
-                    common::request(
-                        addr,
-                        "POST",
-                        "/api/identity",
-                        &[
-                            ("content-type", "application/json"),
-                            ("PAYMENT-SIGNATURE", &header),
-                        ],
-                        Some(body.as_bytes()),
-                    )
-                })
-            })
-            .collect::<Vec<_>>()
-            .into_iter()
-            .map(|t| t.join().unwrap())
-            .collect();
+        let answers = register_at_once(&s, &header, [&bodies[0], &bodies[1]]);
         let mut statuses: Vec<u16> = answers.iter().map(|r| r.status).collect();
         statuses.sort();
         assert_eq!(
