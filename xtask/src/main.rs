@@ -134,6 +134,9 @@ const DEFAULT_TARGET: &str = "wasm32-wasip2";
 /// Where `build-plugins` puts every component (what `plugins_dir`
 /// defaults to in a checkout): `target/plugins/<crate>.wasm`.
 const PLUGINS_OUT: &str = "plugins";
+/// The profile components are built with (`Cargo.toml`: release with
+/// whole-program optimization).
+const PLUGIN_PROFILE: &str = "plugin";
 
 /// A plugin crate: a package under `plugins/` that builds a cdylib.
 struct Plugin {
@@ -149,11 +152,12 @@ struct Plugin {
 }
 
 impl Plugin {
-    /// The file cargo writes: `<target dir>/<target>/release/<lib>.wasm`.
+    /// The file cargo writes: `<target dir>/<target>/plugin/<lib>.wasm`
+    /// (built with the workspace's `plugin` profile).
     fn built(&self) -> Result<PathBuf, String> {
         Ok(target_dir()?
             .join(&self.target)
-            .join("release")
+            .join(PLUGIN_PROFILE)
             .join(format!("{}.wasm", self.lib)))
     }
 }
@@ -686,7 +690,7 @@ fn build_plugins() -> Result<(), String> {
     targets.dedup();
     ensure_wasm_targets(&targets)?;
     for target in &targets {
-        let mut args = vec!["build", "--release", "--target", target];
+        let mut args = vec!["build", "--profile", PLUGIN_PROFILE, "--target", target];
         for c in crates.iter().filter(|c| c.target == *target) {
             args.extend(["-p", c.name.as_str()]);
         }
