@@ -3,8 +3,11 @@
 //! - `build-plugins`: install the wasm targets if missing, build every
 //!   plugin crate (each `plugins/*` crate with a `cdylib`) for its target
 //!   (`wasm32-wasip2`, or what its `[package.metadata.marketplace]` says)
-//!   and copy the components into `target/plugins/`.
-//! - `serve [ARGS]`: build the plugins, then run the host on its defaults.
+//!   with the `plugin` profile and copy the components into
+//!   `target/plugins/`.
+//! - `serve [--production] [ARGS]`: build the plugins, then run the host on
+//!   its defaults (built with the `release` profile, or with `--production`
+//!   the `production` one).
 //! - `test [ARGS]`: build the plugins, then run every test of the workspace;
 //!   when PostgreSQL's server binaries are installed, against a throwaway
 //!   cluster too (the multi-host tests, then the black-box suite once more
@@ -28,7 +31,21 @@ fn main() -> ExitCode {
     let result = match cmd {
         "build-plugins" => build_plugins(),
         "serve" => build_plugins().and_then(|_| {
-            let mut a = vec!["run", "--release", "-p", "marketplace", "--", "serve"];
+            // `--production`: the host built with the `production` profile
+            // (whole-program optimization; a longer build).
+            let (profile, rest) = match rest.split_first() {
+                Some((flag, rest)) if flag == "--production" => ("production", rest),
+                _ => ("release", rest),
+            };
+            let mut a = vec![
+                "run",
+                "--profile",
+                profile,
+                "-p",
+                "marketplace",
+                "--",
+                "serve",
+            ];
             a.extend(rest.iter().map(String::as_str));
             cargo(&a)
         }),
@@ -81,7 +98,7 @@ fn main() -> ExitCode {
             .and_then(|_| test(&[])),
         _ => {
             eprintln!(
-                "usage: cargo xtask <build-plugins | serve [ARGS] | test [ARGS] | pg | bench [ARGS] | ci>"
+                "usage: cargo xtask <build-plugins | serve [--production] [ARGS] | test [ARGS] | pg | bench [ARGS] | ci>"
             );
             return if cmd == "help" {
                 ExitCode::SUCCESS
