@@ -268,6 +268,9 @@ fn buy_validation_payment_and_parties() {
     for (extra, field) in [
         (json!({"amount": "0"}), "amount"),
         (json!({"amount": "1.000000001"}), "amount"),
+        // Amounts are decimal strings: a JSON number is refused.
+        (json!({"amount": 1}), "amount"),
+        (json!({"amount": 0.5}), "amount"),
         (json!({"contract_type": "barter"}), "contract_type"),
         (json!({"accept_terms": false}), "accept_terms"),
         (json!({"contract_id": "BAD id"}), "contract_id"),

@@ -56,14 +56,23 @@ fn delete_identity_then_profile_is_404_and_nickname_free() {
     assert_eq!(bad.status, 401, "{}", bad.text());
     assert_eq!(profile(&s, &alice).status, 200);
 
-    // Unknown identity (valid signature of an unregistered key): 404.
+    // A valid signature of a key with no registered identity: 401
+    // `auth_invalid` (PROTOCOL section 2), for delete and for update.
     let stranger = Key::random();
     let r = s.post_json(
         "/api/identity/delete",
         &json!({"fingerprint": stranger.fp(),
                 "signature": stranger.sign(&format!("delete_identity:{}", stranger.fp()))}),
     );
-    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(r.json()["code"], "auth_invalid", "{}", r.text());
+    let r = s.post_json(
+        "/api/profile/update",
+        &json!({"fingerprint": stranger.fp(), "about": "x",
+                "signature": stranger.sign(&format!("update_profile:{}", stranger.fp()))}),
+    );
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(r.json()["code"], "auth_invalid", "{}", r.text());
 
     // Legacy form, as the original client sends it.
     let sig = alice.sign(&format!("delete_identity:{fp}"));
@@ -74,6 +83,13 @@ fn delete_identity_then_profile_is_404_and_nickname_free() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json(), json!({"fingerprint": fp, "deleted": true}));
     assert_eq!(profile(&s, &alice).status, 404);
+    // Deleting it again: no registered identity any more, 401.
+    let r = s.post_json(
+        "/api/identity/delete",
+        &json!({"fingerprint": fp, "signature": sig}),
+    );
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(r.json()["code"], "auth_invalid", "{}", r.text());
     assert_eq!(s.get("/api/profile?nickname=alice_del").status, 404);
 
     // The post keeps its author fingerprint.

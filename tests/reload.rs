@@ -217,6 +217,29 @@ fn cli_lists_and_loads_plugins_through_the_admin_listener() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(policy(&s), "pickup-paid");
+    // The listing names the file that serves now, not the configured one.
+    let out = run(&["plugins", "list", "--admin", &url]);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let fees = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["family"] == "fees")
+        .unwrap();
+    assert_eq!(fees["component"], "fees_pickup_paid.wasm", "{fees}");
+    // A name that is not a plain file name is refused, and nothing swaps.
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let bid = std::fs::read(common::plugins_dir().join("fees_bid_inclusive.wasm")).unwrap();
+    let r = common::request(
+        s.admin,
+        "PUT",
+        "/admin/plugins/fees?component=..%2Fx.wasm",
+        &[("authorization", &auth)],
+        Some(&bid),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["code"], "invalid_request");
+    assert_eq!(policy(&s), "pickup-paid");
     let out = run(&["cash", "mint", "0.5", "--admin", &url]);
     assert!(out.status.success());
     let secret = String::from_utf8_lossy(&out.stdout).trim().to_string();

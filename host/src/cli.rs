@@ -287,9 +287,21 @@ fn plugins(command: PluginsCommand, client: &Client) -> Result<()> {
         } => {
             let bytes =
                 std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
-            let query: Vec<String> = [("grants", grants), ("read", read)]
+            // The file's name, so that listings say which file serves.
+            let name = file
+                .file_name()
+                .and_then(|n| n.to_str())
+                .map(|n| n.to_string());
+            let query: Vec<String> = [("grants", grants), ("read", read), ("component", name)]
                 .into_iter()
-                .filter_map(|(k, v)| v.map(|v| format!("{k}={v}")))
+                .filter_map(|(k, v)| {
+                    v.map(|v| {
+                        format!(
+                            "{k}={}",
+                            form_urlencoded::byte_serialize(v.as_bytes()).collect::<String>()
+                        )
+                    })
+                })
                 .collect();
             let mut path = format!("/admin/plugins/{family}");
             if !query.is_empty() {

@@ -307,6 +307,28 @@ fn status_json(s: &crate::runtime::PluginStatus) -> serde_json::Value {
            "imports": s.imports})
 }
 
+/// The name an upload is listed under, from `?component=NAME` (the file
+/// it came from, as `plugins load` sends it): a plain file name. Without
+/// it the family's current name stays.
+fn component_of(query: &str) -> Result<Option<String>, String> {
+    let pairs = crate::runtime::routes::parse_query(query);
+    let Some((_, name)) = pairs.into_iter().find(|(n, _)| n == "component") else {
+        return Ok(None);
+    };
+    let plain = !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && !name
+            .chars()
+            .any(|c| c == '/' || c == '\\' || c.is_control());
+    if !plain {
+        return Err(format!(
+            "component {name:?} must be a file name (1 to 128 bytes, no path, not starting with '.')"
+        ));
+    }
+    Ok(Some(name))
+}
+
 /// Grants from `?grants=a,b&read=x,y`, if either is given; the one not
 /// given keeps its `current` value.
 fn grants_of(query: &str, current: Option<Grants>) -> Result<Option<Grants>, String> {
@@ -344,9 +366,13 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                 Ok(g) => g,
                 Err(e) => return Reply::error(400, "invalid_request", e),
             };
+            let named = match component_of(query) {
+                Ok(n) => n,
+                Err(e) => return Reply::error(400, "invalid_request", e),
+            };
             let spec = app.config.family(family);
-            let component = current
-                .map(|s| s.component)
+            let component = named
+                .or_else(|| current.map(|s| s.component))
                 .or_else(|| spec.as_ref().map(|s| s.component.clone()))
                 .unwrap_or_else(|| format!("{family}.wasm"));
             let grants = grants.or_else(|| (!known).then(|| spec.map(|s| s.grants)).flatten());

@@ -207,7 +207,8 @@ fn parse_amount(body: &mut Body) -> Option<u64> {
             return None;
         }
         Some(Value::String(s)) => s.clone(),
-        Some(Value::Number(n)) => n.to_string(),
+        // Amounts are decimal strings (PROTOCOL section 1): a JSON number
+        // would pass through binary floating point on many clients.
         Some(_) => {
             body.problem("amount", "must be a decimal string like \"1.5\"");
             return None;

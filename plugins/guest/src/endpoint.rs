@@ -595,13 +595,15 @@ pub fn precheck(
 /// identity family's `id/{fingerprint}`).
 pub fn require_identity(fingerprint: &str) -> Result<(), ApiError> {
     if kv::get_raw(Some("identity"), &format!("id/{fingerprint}"))?.is_none() {
-        return Err(ApiError::new(
-            401,
-            "auth_invalid",
-            "the signer has no registered identity",
-        ));
+        return Err(unregistered());
     }
     Ok(())
+}
+
+/// The error for a signer with no registered identity: 401 `auth_invalid`
+/// (PROTOCOL section 2).
+pub fn unregistered() -> ApiError {
+    ApiError::new(401, "auth_invalid", "the signer has no registered identity")
 }
 
 /// Milliseconds since the epoch as RFC 3339 UTC (second precision).

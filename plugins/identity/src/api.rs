@@ -52,27 +52,27 @@ pub const OPS: &[Op] = &[
     Op {
         body: Some("DeleteIdentity"),
         ok: (200, "IdentityDeleted"),
-        errors: &[400, 401, 404, 409],
+        errors: &[400, 401, 409],
         ..op(
             "POST",
             "/api/identity/delete",
             "deleteIdentity",
             "identity",
             "Delete an identity",
-            "Signed `delete_identity:{fingerprint}` (legacy form, single-use) or `delete_identity:{fingerprint}:{timestamp}` (fresh form). Free. Afterwards the profile answers 404 and the nickname is free again; posts keep their author fingerprint. Unknown identity: 404.",
+            "Signed `delete_identity:{fingerprint}` (legacy form, single-use) or `delete_identity:{fingerprint}:{timestamp}` (fresh form). Free. Afterwards the profile answers 404 and the nickname is free again; posts keep their author fingerprint. An identity that is not registered (never, or deleted already): 401 `auth_invalid`.",
         )
     },
     Op {
         body: Some("UpdateProfile"),
         ok: (200, "ProfileEnvelope"),
-        errors: &[400, 401, 404, 409],
+        errors: &[400, 401, 409],
         ..op(
             "POST",
             "/api/profile/update",
             "updateProfile",
             "identity",
             "Update a profile",
-            "Signed `update_profile:{fingerprint}` (or `update_profile:{fingerprint}:{timestamp}`). Free. Sets the members given: `about`, `skills` (at most 50 strings of at most 64 characters), `profile_picture` (the `s3_key` of an upload by the same identity; an empty string clears it). Unknown identity: 404.",
+            "Signed `update_profile:{fingerprint}` (or `update_profile:{fingerprint}:{timestamp}`). Free. Sets the members given: `about`, `skills` (at most 50 strings of at most 64 characters), `profile_picture` (the `s3_key` of an upload by the same identity; an empty string clears it). An identity that is not registered: 401 `auth_invalid`.",
         )
     },
     Op {

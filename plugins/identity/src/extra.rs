@@ -97,6 +97,11 @@ pub fn delete_identity(req: &Request) -> Result<Response, ApiError> {
     let timestamp = body.optional_u64("timestamp");
     body.finish()?;
     let fingerprint = fingerprint.unwrap_or_default().to_ascii_lowercase();
+    // An actor with no registered identity (never registered, or deleted
+    // already) is 401 `auth_invalid` (PROTOCOL section 2), looked up
+    // first so that repeating a delete does not spend its signature.
+    let key = format!("id/{fingerprint}");
+    let id: Identity = kv::get(&key)?.ok_or_else(unregistered)?;
     // A legacy delete signature is single-use: replayed after the key
     // registers again it would delete the new identity.
     let actor = signer(
@@ -106,9 +111,7 @@ pub fn delete_identity(req: &Request) -> Result<Response, ApiError> {
         timestamp,
         true,
     )?;
-    let id: Identity = kv::get(&format!("id/{actor}"))?
-        .ok_or_else(|| ApiError::not_found(format!("identity {actor}")))?;
-    kv::delete(&format!("id/{actor}"))?;
+    kv::delete(&key)?;
     let nick_key = format!("nick/{}", id.nickname.to_ascii_lowercase());
     if kv::get::<String>(&nick_key)?.as_deref() == Some(actor.as_str()) {
         kv::delete(&nick_key)?;
@@ -162,6 +165,8 @@ pub fn update_profile(req: &Request) -> Result<Response, ApiError> {
     let timestamp = body.optional_u64("timestamp");
     body.finish()?;
     let fingerprint = fingerprint.unwrap_or_default().to_ascii_lowercase();
+    let key = format!("id/{fingerprint}");
+    let mut id: Identity = kv::get(&key)?.ok_or_else(unregistered)?;
     let actor = signer(
         &body,
         "fingerprint",
@@ -169,9 +174,6 @@ pub fn update_profile(req: &Request) -> Result<Response, ApiError> {
         timestamp,
         false,
     )?;
-    let key = format!("id/{actor}");
-    let mut id: Identity =
-        kv::get(&key)?.ok_or_else(|| ApiError::not_found(format!("identity {actor}")))?;
     if let Some(p) = picture {
         if p.is_empty() {
             id.profile_picture = None;
