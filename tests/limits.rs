@@ -267,6 +267,12 @@ fn one_address_holds_at_most_its_share_of_connections() {
     }
     let m = scrape_admin(&s);
     assert!(m.get("marketplace_connections_refused_total", &[]) >= 1.0);
+    // The operator reads it in the log too (one line per 10 s at most).
+    assert!(
+        s.log_text().contains("connections refused"),
+        "{}",
+        s.log_text()
+    );
 }
 
 /// Read from a connection the server should close: true when it was closed

@@ -453,6 +453,59 @@ fn load_secrets(s: &Server, clients: usize, per_client: usize) -> Vec<Vec<String
 
 // ------------------------------------------------------------------ tests
 
+/// Read what the server sends on `conn` until it closes it (at most 10 s).
+fn read_to_close(conn: &mut TcpStream) -> std::io::Result<String> {
+    conn.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut out = Vec::new();
+    conn.read_to_end(&mut out)?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+#[test]
+fn sigterm_answers_a_request_waiting_in_the_listen_backlog() {
+    let dir = tempfile::tempdir().unwrap();
+    // One connection at a time: a second client waits in the backlog.
+    let mut s = server_on(
+        &dir.path().join("data"),
+        &[("MARKETPLACE_MAX_CONNECTIONS", "1")],
+    );
+    let request = b"GET /api/health HTTP/1.1\r\nhost: drain\r\n\r\n";
+    // The first holds the only place, idle after one answer.
+    let mut first = TcpStream::connect(s.addr).unwrap();
+    first.write_all(request).unwrap();
+    first
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut head = [0u8; 12];
+    first.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    // The second connects (the kernel queues it) and sends its request,
+    // which nobody reads until the first is gone.
+    let mut second = TcpStream::connect(s.addr).unwrap();
+    second.write_all(request).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    s.signal("TERM");
+    // It is answered, and told the connection closes; the idle one closes.
+    let answer = read_to_close(&mut second).unwrap_or_else(|e| {
+        panic!(
+            "the request in the backlog was not answered ({e})\n{}",
+            s.log_text()
+        )
+    });
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("connection: close"),
+        "{answer}"
+    );
+    let rest = read_to_close(&mut first).unwrap_or_default();
+    assert!(!rest.contains("HTTP/1.1"), "{rest}");
+    let status = s
+        .wait_exit(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("no exit after SIGTERM\n{}", s.log_text()));
+    assert_eq!(status.code(), Some(0), "{}", s.log_text());
+    assert!(s.log_text().contains("listen backlog"), "{}", s.log_text());
+}
+
 #[test]
 fn sigterm_during_paid_load_answers_every_accepted_request() {
     let dir = tempfile::tempdir().unwrap();

@@ -48,6 +48,9 @@ struct Gates {
     pool: Arc<Semaphore>,
     reads: Arc<Semaphore>,
     families: std::sync::Mutex<HashMap<String, Option<Arc<Semaphore>>>>,
+    /// True once the server drains: every answer then closes its
+    /// connection.
+    draining: watch::Receiver<bool>,
 }
 
 /// Pool slots only writes may take: a quarter of the pool, at least one
@@ -68,12 +71,13 @@ struct Admitted {
 }
 
 impl Gates {
-    fn new(app: &App) -> Gates {
+    fn new(app: &App, draining: watch::Receiver<bool>) -> Gates {
         let pool = app.config.max_instances;
         Gates {
             pool: Arc::new(Semaphore::new(pool as usize)),
             reads: Arc::new(Semaphore::new((pool - write_reserve(pool)) as usize)),
             families: std::sync::Mutex::new(HashMap::new()),
+            draining,
         }
     }
 
@@ -162,30 +166,45 @@ impl Drop for Held {
 
 /// Serve HTTP on `listener` until `stop` turns true; then stop accepting,
 /// let every connection finish the request it is serving (idle keep-alive
-/// connections close) and return true, or false if `drain` ran out first.
+/// connections close; connections with a request already sent are served
+/// first, see [`super::drain`]) and return true, or false if `drain` ran
+/// out first.
 pub async fn serve(
     app: Arc<App>,
     listener: TcpListener,
     stop: watch::Receiver<bool>,
     drain: Duration,
 ) -> bool {
-    let gates = Arc::new(Gates::new(&app));
+    let gates = Arc::new(Gates::new(&app, stop.clone()));
     let connections = Arc::new(Semaphore::new(app.config.max_connections as usize));
     let per_ip = PerIp::new(app.config.max_connections_per_ip);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let header_timeout = Duration::from_millis(app.config.header_timeout_ms);
+    // Every connection task holds a sender: once all are dropped, every
+    // connection has ended.
+    let (live, mut ended) = tokio::sync::mpsc::channel::<()>(1);
+    let conn = Conn {
+        app: app.clone(),
+        gates,
+        stop: stop.clone(),
+        header_timeout: Duration::from_millis(app.config.header_timeout_ms),
+        live,
+    };
     let stopping = super::stopped(stop);
     tokio::pin!(stopping);
     loop {
         // At the connection cap, new clients wait in the listen backlog.
+        // (The signal first: once it came, connections are taken only
+        // from the backlog, below.)
         let permit = tokio::select! {
+            biased;
+            _ = &mut stopping => break,
             p = connections.clone().acquire_owned() => match p {
                 Ok(p) => p,
                 Err(_) => break,
             },
-            _ = &mut stopping => break,
         };
         let (stream, peer) = tokio::select! {
+            biased;
+            _ = &mut stopping => break,
             accepted = listener.accept() => match accepted {
                 Ok(conn) => conn,
                 Err(e) => {
@@ -194,41 +213,114 @@ pub async fn serve(
                     continue;
                 }
             },
-            _ = &mut stopping => break,
         };
+        conn.spawn(stream, peer, &per_ip, Some(permit));
+    }
+    // Clients that connected before the signal and wait in the backlog
+    // have sent their request, or are about to: they are served (past the
+    // connection cap: the backlog bounds them), then the listener closes.
+    let backlog = super::drain::take_backlog(listener);
+    if !backlog.is_empty() {
+        tracing::info!(
+            connections = backlog.len(),
+            "draining: serving the connections waiting in the listen backlog"
+        );
+    }
+    for (stream, peer) in backlog {
+        conn.spawn(stream, peer, &per_ip, None);
+    }
+    drop(conn);
+    tokio::select! {
+        _ = ended.recv() => true,
+        _ = tokio::time::sleep(drain) => false,
+    }
+}
+
+/// Log a connection turned away for its address's share, at most once per
+/// [`REFUSED_LOG_EVERY`] (a flood must not flood the log too), with how
+/// many were since the last line.
+fn refused_now(peer: std::net::SocketAddr) {
+    // Refused since the last line, and when that line was.
+    static SINCE: std::sync::Mutex<(u64, Option<Instant>)> = std::sync::Mutex::new((0, None));
+    let mut since = SINCE.lock().unwrap_or_else(|e| e.into_inner());
+    since.0 += 1;
+    if since.1.is_none_or(|t| t.elapsed() >= REFUSED_LOG_EVERY) {
+        tracing::warn!(
+            %peer,
+            refused = since.0,
+            "connections refused: their address holds max_connections_per_ip (counted in marketplace_connections_refused_total)"
+        );
+        *since = (0, Some(Instant::now()));
+    }
+}
+
+/// At most one line per this long about refused connections.
+const REFUSED_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// What every connection is served with.
+struct Conn {
+    app: Arc<App>,
+    gates: Arc<Gates>,
+    stop: watch::Receiver<bool>,
+    header_timeout: Duration,
+    live: tokio::sync::mpsc::Sender<()>,
+}
+
+impl Conn {
+    /// Serve `stream` on a task of its own, holding `permit` (a place
+    /// under the connection cap) until it ends.
+    fn spawn(
+        &self,
+        stream: tokio::net::TcpStream,
+        peer: std::net::SocketAddr,
+        per_ip: &PerIp,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) {
         // One address may not hold every connection (slow senders keeping
         // sockets open): past its share, a new one is closed at once.
         let Some(held) = per_ip.admit(peer.ip()) else {
             tracing::debug!(%peer, "connection refused: this address holds max_connections_per_ip");
             metrics().refused_connections.inc();
+            refused_now(peer);
             drop(stream);
-            continue;
+            return;
         };
         let _ = stream.set_nodelay(true);
-        let app = app.clone();
-        let gates = gates.clone();
+        let socket = super::drain::Socket::of(&stream);
+        let (app, gates) = (self.app.clone(), self.gates.clone());
         let service = service_fn(move |req| handle(app.clone(), gates.clone(), req));
         let conn = http1::Builder::new()
             .timer(TokioTimer::new())
-            .header_read_timeout(header_timeout)
+            .header_read_timeout(self.header_timeout)
             .max_buf_size(64 * 1024)
             .serve_connection(TokioIo::new(stream), service);
-        let conn = graceful.watch(conn);
+        let stop = self.stop.clone();
+        let live = self.live.clone();
         tokio::spawn(async move {
             let m = metrics();
             m.connections.inc();
-            if let Err(e) = conn.await {
+            tokio::pin!(conn);
+            let ended = tokio::select! {
+                ended = conn.as_mut() => ended,
+                () = super::stopped(stop) => {
+                    // A request already in the socket is served, answered
+                    // with `connection: close` (see `handle`); otherwise
+                    // an idle connection closes now, a busy one after its
+                    // answer.
+                    if !socket.request_waiting() {
+                        conn.as_mut().graceful_shutdown();
+                    }
+                    conn.await
+                }
+            };
+            if let Err(e) = ended {
                 tracing::debug!(%peer, "connection ended: {e}");
             }
             m.connections.dec();
             drop(held);
             drop(permit);
+            drop(live);
         });
-    }
-    drop(listener);
-    tokio::select! {
-        _ = graceful.shutdown() => true,
-        _ = tokio::time::sleep(drain) => false,
     }
 }
 
@@ -287,8 +379,8 @@ async fn handle(
     let (mut reply, route) = dispatch(&app, &gates, req, &id).await;
     m.in_flight.dec();
     // A request no route took (404, 405, 503 while loading) leaves its
-    // body unread.
-    if has_body && route.is_none() {
+    // body unread; while draining, no connection is kept for another.
+    if (has_body && route.is_none()) || *gates.draining.borrow() {
         reply = closing(reply);
     }
     let elapsed = start.elapsed();
@@ -611,7 +703,13 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
 /// body unread ends the connection, and says so rather than leave a
 /// keep-alive client to find a closed socket.
 fn closing(mut reply: Reply) -> Reply {
-    reply.headers.push(("connection".into(), "close".into()));
+    if !reply
+        .headers
+        .iter()
+        .any(|(n, v)| n.eq_ignore_ascii_case("connection") && v.eq_ignore_ascii_case("close"))
+    {
+        reply.headers.push(("connection".into(), "close".into()));
+    }
     reply
 }
 
