@@ -182,6 +182,67 @@ fn scrape_listener(addr: SocketAddr) -> Metrics {
 // ---------------------------------------------------------------------------
 // 1. Idle connections.
 
+/// What the server answers to `raw` on a fresh connection, whole (it
+/// closes the connection after these answers).
+fn raw_answer(s: &Server, raw: &[u8]) -> String {
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // The server may answer and close before taking all of an oversize
+    // head: a failed write is fine, the answer is what counts.
+    let _ = c.write_all(raw);
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn requests_the_http_layer_refuses_get_json_errors() {
+    let s = server_with(false, &[]);
+    let long_uri = format!(
+        "GET /api/health?q={} HTTP/1.1\r\nhost: t\r\n\r\n",
+        "a".repeat(70_000)
+    );
+    let big_header = format!(
+        "GET /api/health HTTP/1.1\r\nhost: t\r\nx-big: {}\r\n\r\n",
+        "a".repeat(400_000)
+    );
+    let many_headers = format!(
+        "GET /api/health HTTP/1.1\r\nhost: t\r\n{}\r\n",
+        (0..120)
+            .map(|i| format!("x-h{i}: v\r\n"))
+            .collect::<String>()
+    );
+    for (raw, status, code) in [
+        (
+            b"POST /api/timeline HTTP/1.1\r\nhost: t\r\ncontent-length: abc\r\n\r\n".to_vec(),
+            "400",
+            "invalid_request",
+        ),
+        (
+            b"GET /api/health HTTP/1.1\r\nhost: t\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n".to_vec(),
+            "400",
+            "invalid_request",
+        ),
+        (b"\x00\x01 not http\r\n\r\n".to_vec(), "400", "invalid_request"),
+        (long_uri.into_bytes(), "414", "uri_too_long"),
+        (big_header.into_bytes(), "431", "headers_too_large"),
+        (many_headers.into_bytes(), "431", "headers_too_large"),
+    ] {
+        let answer = raw_answer(&s, &raw);
+        assert!(answer.starts_with(&format!("HTTP/1.1 {status} ")), "{answer}");
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        assert!(head.contains("content-type: application/json"), "{head}");
+        assert!(head.contains(&format!("content-length: {}", body.len())), "{head}");
+        let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer}"));
+        assert_eq!(v["code"], code, "{answer}");
+        assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()));
+    }
+    // The server is fine, and its own answers are untouched.
+    let r = s.get("/api/health");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(s.get("/api/nope").json()["code"], "not_found");
+}
+
 #[test]
 fn idle_connections_do_not_stop_new_clients() {
     // Every client here has one address (loopback): without a share per

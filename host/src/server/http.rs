@@ -293,7 +293,10 @@ impl Conn {
             .timer(TokioTimer::new())
             .header_read_timeout(self.header_timeout)
             .max_buf_size(64 * 1024)
-            .serve_connection(TokioIo::new(stream), service);
+            .serve_connection(
+                TokioIo::new(super::framing::JsonErrors::new(stream)),
+                service,
+            );
         let stop = self.stop.clone();
         let live = self.live.clone();
         tokio::spawn(async move {

@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod drain;
+pub mod framing;
 pub mod http;
 pub mod uploads;
 
