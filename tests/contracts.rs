@@ -454,14 +454,7 @@ fn contracts_keep_the_policy_they_were_bought_under() {
     let d = deal(&s);
     let old = contract_in(&s, &d, "delivered");
     let wasm = std::fs::read(common::plugins_dir().join("fees_pickup_paid.wasm")).unwrap();
-    let auth = format!("Bearer {}", common::ADMIN_TOKEN);
-    let r = common::request(
-        s.admin,
-        "PUT",
-        "/admin/plugins/fees",
-        &[("authorization", &auth)],
-        Some(&wasm),
-    );
+    let r = common::deal::admin(&s, "PUT", "/admin/plugins/fees", &wasm);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(
         s.get("/api/fees").json()["arbitration"]["policy"],

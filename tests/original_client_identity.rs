@@ -73,6 +73,12 @@ fn delete_identity_then_profile_is_404_and_nickname_free() {
     );
     assert_eq!(r.status, 401, "{}", r.text());
     assert_eq!(r.json()["code"], "auth_invalid", "{}", r.text());
+    // Not signed at all: 401 `auth_required`, registered or not.
+    for who in [stranger.fp(), alice.fp()] {
+        let r = s.post_json("/api/identity/delete", &json!({"fingerprint": who}));
+        assert_eq!(r.status, 401, "{}", r.text());
+        assert_eq!(r.json()["code"], "auth_required", "{}", r.text());
+    }
 
     // Legacy form, as the original client sends it.
     let sig = alice.sign(&format!("delete_identity:{fp}"));

@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::deal::admin;
 use common::{ADMIN_TOKEN, Server};
 use std::path::Path;
 use std::sync::Arc;
@@ -117,16 +118,8 @@ fn broken_components_are_refused_and_the_old_one_keeps_serving() {
         plugins_dir: Some(plugins.path().to_path_buf()),
         ..Default::default()
     });
-    let auth = format!("Bearer {ADMIN_TOKEN}");
-    let put = |family: &str, bytes: &[u8]| {
-        common::request(
-            s.admin,
-            "PUT",
-            &format!("/admin/plugins/{family}"),
-            &[("authorization", &auth)],
-            Some(bytes),
-        )
-    };
+    let put =
+        |family: &str, bytes: &[u8]| admin(&s, "PUT", &format!("/admin/plugins/{family}"), bytes);
     // Garbage bytes.
     let r = put("fees", b"\0asm garbage");
     assert_eq!((r.status, r.code().as_str()), (400, "invalid_request"));
@@ -228,15 +221,8 @@ fn cli_lists_and_loads_plugins_through_the_admin_listener() {
         .unwrap();
     assert_eq!(fees["component"], "fees_pickup_paid.wasm", "{fees}");
     // A name that is not a plain file name is refused, and nothing swaps.
-    let auth = format!("Bearer {ADMIN_TOKEN}");
     let bid = std::fs::read(common::plugins_dir().join("fees_bid_inclusive.wasm")).unwrap();
-    let r = common::request(
-        s.admin,
-        "PUT",
-        "/admin/plugins/fees?component=..%2Fx.wasm",
-        &[("authorization", &auth)],
-        Some(&bid),
-    );
+    let r = admin(&s, "PUT", "/admin/plugins/fees?component=..%2Fx.wasm", &bid);
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(r.json()["code"], "invalid_request");
     assert_eq!(policy(&s), "pickup-paid");
@@ -254,15 +240,8 @@ fn cli_lists_and_loads_plugins_through_the_admin_listener() {
 fn the_template_plugin_is_a_working_component() {
     let s = Server::start();
     let template = std::fs::read(common::plugins_dir().join("template.wasm")).unwrap();
-    let auth = format!("Bearer {ADMIN_TOKEN}");
     // The template is a family of its own, mounted beside the built-ins.
-    let r = common::request(
-        s.admin,
-        "PUT",
-        "/admin/plugins/template",
-        &[("authorization", &auth)],
-        Some(&template),
-    );
+    let r = admin(&s, "PUT", "/admin/plugins/template", &template);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["mounted"], true);
     let created = s.post_json("/api/template/notes", &serde_json::json!({"note": "hi"}));

@@ -26,6 +26,19 @@ impl Reply {
         Reply::json(status, &json!({"code": code, "message": message.into()}))
     }
 
+    /// 400 `invalid_request` about one field, with its `details`.
+    pub fn invalid(field: &str, problem: impl Into<String>) -> Reply {
+        let problem = problem.into();
+        Reply::json(
+            400,
+            &json!({
+                "code": "invalid_request",
+                "message": format!("{field}: {problem}"),
+                "details": [{"field": field, "problem": problem}],
+            }),
+        )
+    }
+
     /// 503 `storage_conflict`: a request kept losing races with other
     /// hosts' on the shared store; nothing of it was kept.
     pub fn conflict() -> Reply {

@@ -1117,13 +1117,7 @@ pub fn claim(state: &State, body: &[u8]) -> Reply {
 }
 
 fn claim_at(up: &Arc<Upstream>, state: &State, body: &[u8]) -> Reply {
-    let bad = |problem: &str| {
-        Reply::json(
-            400,
-            &json!({"code": "invalid_request", "message": format!("secret: {problem}"),
-                    "details": [{"field": "secret", "problem": problem}]}),
-        )
-    };
+    let bad = |problem: &str| Reply::invalid("secret", problem);
     let doc: Value = match serde_json::from_slice(body) {
         Ok(v) => v,
         Err(_) => return bad("the body must be JSON {\"secret\": \"e<amount>:secret:<hex>\"}"),

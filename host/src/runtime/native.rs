@@ -206,18 +206,6 @@ fn rails() -> serde_json::Value {
         .collect()
 }
 
-fn bad_request(field: &str, problem: impl Into<String>) -> Reply {
-    let problem = problem.into();
-    Reply::json(
-        400,
-        &json!({
-            "code": "invalid_request",
-            "message": format!("{field}: {problem}"),
-            "details": [{"field": field, "problem": problem}],
-        }),
-    )
-}
-
 fn string_list(v: Option<&serde_json::Value>, field: &str) -> Result<Vec<String>, Reply> {
     match v {
         Some(serde_json::Value::Array(items)) => items
@@ -225,10 +213,10 @@ fn string_list(v: Option<&serde_json::Value>, field: &str) -> Result<Vec<String>
             .map(|i| {
                 i.as_str()
                     .map(str::to_string)
-                    .ok_or_else(|| bad_request(field, "must be a list of strings"))
+                    .ok_or_else(|| Reply::invalid(field, "must be a list of strings"))
             })
             .collect(),
-        _ => Err(bad_request(field, "must be a list of strings")),
+        _ => Err(Reply::invalid(field, "must be a list of strings")),
     }
 }
 
@@ -254,12 +242,12 @@ fn terms(rt: &Arc<Runtime>) -> Reply {
 fn cash_replace(rt: &Arc<Runtime>, body: &[u8]) -> Reply {
     let doc: serde_json::Value = match serde_json::from_slice(body) {
         Ok(v) => v,
-        Err(e) => return bad_request("body", format!("invalid JSON: {e}")),
+        Err(e) => return Reply::invalid("body", format!("invalid JSON: {e}")),
     };
     if let Some(legalese) = doc.get("legalese")
         && legalese.get("terms") != Some(&serde_json::Value::Bool(true))
     {
-        return bad_request(
+        return Reply::invalid(
             "legalese",
             "terms must be true: accept the terms of service (GET /terms)",
         );
@@ -280,7 +268,7 @@ fn cash_replace(rt: &Arc<Runtime>, body: &[u8]) -> Reply {
         .write(|txn| rt.ledger.replace(txn, &inputs, &outputs))
     {
         Ok(Ok(())) => Reply::json(200, &json!({"status": "success"})),
-        Ok(Err(LedgerError::Refused(field, problem))) => bad_request(field, problem),
+        Ok(Err(LedgerError::Refused(field, problem))) => Reply::invalid(field, problem),
         Ok(Err(LedgerError::Storage(e))) => {
             tracing::error!("cash replace: {e}");
             Reply::error(500, "internal", "internal error")
@@ -301,7 +289,7 @@ fn cash_health_check(rt: &Arc<Runtime>, body: &[u8]) -> Reply {
             Ok(l) => l,
             Err(r) => return r,
         },
-        Err(e) => return bad_request("body", format!("invalid JSON: {e}")),
+        Err(e) => return Reply::invalid("body", format!("invalid JSON: {e}")),
     };
     let result = rt.storage.begin_read().map_err(|e| {
         tracing::error!("cash health_check: {e}");
@@ -326,7 +314,7 @@ fn cash_health_check(rt: &Arc<Runtime>, body: &[u8]) -> Reply {
                     body: text.into_bytes(),
                 }
             }
-            Err(LedgerError::Refused(field, problem)) => bad_request(field, problem),
+            Err(LedgerError::Refused(field, problem)) => Reply::invalid(field, problem),
             Err(LedgerError::Storage(e)) => {
                 tracing::error!("cash health_check: {e}");
                 Reply::error(500, "internal", "internal error")

@@ -7,6 +7,7 @@
 //! with `content-length: 0`; every answer of ours to an error has a body)
 //! and writes them with the JSON body instead.
 
+use crate::reply::Reply;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -29,21 +30,18 @@ impl<S> JsonErrors<S> {
             written: 0,
         }
     }
-
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
 }
 
-/// The code and message of hyper's answer with this status line start.
-fn known(status: &[u8]) -> Option<(&'static str, &'static str)> {
+/// The JSON answer for hyper's answer with this status.
+fn json_answer(status: &[u8]) -> Option<Reply> {
     Some(match status {
-        b"400" => (
-            "invalid_request",
-            "the request could not be parsed as HTTP/1.1 (request line, header or Content-Length)",
+        b"400" => Reply::invalid(
+            "request",
+            "could not be parsed as HTTP/1.1 (request line, header or Content-Length)",
         ),
-        b"414" => ("uri_too_long", "the request URI is too long"),
-        b"431" => (
+        b"414" => Reply::error(414, "uri_too_long", "the request URI is too long"),
+        b"431" => Reply::error(
+            431,
             "headers_too_large",
             "the request head (request line and headers) is too large",
         ),
@@ -55,7 +53,7 @@ fn known(status: &[u8]) -> Option<(&'static str, &'static str)> {
 /// one of hyper's own bodiless error answers.
 fn rewrite(head: &[u8]) -> Option<Vec<u8>> {
     let rest = head.strip_prefix(b"HTTP/1.1 ")?;
-    let (code, message) = known(rest.get(..3)?)?;
+    let body = json_answer(rest.get(..3)?)?.body;
     let end = memchr::memmem::find(head, b"\r\n\r\n")?;
     // Nothing but the head: hyper's answer has no body.
     if end + 4 != head.len() {
@@ -63,11 +61,6 @@ fn rewrite(head: &[u8]) -> Option<Vec<u8>> {
     }
     let lines = &head[..end + 2];
     let empty = memchr::memmem::find(lines, b"\r\ncontent-length: 0\r\n")?;
-    let mut body = serde_json::json!({"code": code, "message": message});
-    if code == "invalid_request" {
-        body["details"] = serde_json::json!([{"field": "request", "problem": message}]);
-    }
-    let body = body.to_string();
     let mut out = Vec::with_capacity(head.len() + body.len() + 64);
     out.extend_from_slice(&lines[..empty + 2]);
     out.extend_from_slice(b"content-type: application/json\r\ncontent-length: ");
@@ -75,7 +68,7 @@ fn rewrite(head: &[u8]) -> Option<Vec<u8>> {
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(&lines[empty + b"\r\ncontent-length: 0\r\n".len()..]);
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(body.as_bytes());
+    out.extend_from_slice(&body);
     Some(out)
 }
 
@@ -134,12 +127,12 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for JsonErrors<S> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         ready!(this.poll_pending(cx))?;
-        let first = bufs.iter().find(|b| !b.is_empty());
-        if let Some(first) = first
-            && first.starts_with(b"HTTP/1.1 4")
-            && bufs.iter().filter(|b| !b.is_empty()).count() == 1
+        // hyper's own answers are a head alone, in one buffer.
+        let mut written = bufs.iter().filter(|b| !b.is_empty());
+        if let (Some(only), None) = (written.next(), written.next())
+            && only.starts_with(b"HTTP/1.1 4")
         {
-            return Pin::new(this).poll_write(cx, first);
+            return Pin::new(this).poll_write(cx, only);
         }
         Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
     }

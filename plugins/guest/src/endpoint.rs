@@ -555,11 +555,7 @@ pub fn verify(
     legacy_single_use: bool,
 ) -> Result<String, ApiError> {
     let (Some(actor), Some(signature)) = (actor, signature) else {
-        return Err(ApiError::new(
-            401,
-            "auth_required",
-            "a signature and the signer's fingerprint are required",
-        ));
+        return Err(unsigned());
     };
     let statement = auth::Signed {
         actor: actor.to_string(),
@@ -598,6 +594,16 @@ pub fn require_identity(fingerprint: &str) -> Result<(), ApiError> {
         return Err(unregistered());
     }
     Ok(())
+}
+
+/// The error for a request without a signature or its signer's
+/// fingerprint: 401 `auth_required` (PROTOCOL section 2).
+pub fn unsigned() -> ApiError {
+    ApiError::new(
+        401,
+        "auth_required",
+        "a signature and the signer's fingerprint are required",
+    )
 }
 
 /// The error for a signer with no registered identity: 401 `auth_invalid`

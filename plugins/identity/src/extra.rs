@@ -89,6 +89,19 @@ fn fingerprint_field(body: &mut Body) -> Option<String> {
     fingerprint
 }
 
+/// The identity at `key` (`id/{fingerprint}`) of a signed request: for a
+/// fingerprint with none (never registered, or deleted already) 401
+/// `auth_invalid`, as for any signer with no registered identity, or 401
+/// `auth_required` when the request is not signed at all (PROTOCOL
+/// section 2).
+fn registered(body: &Body, key: &str) -> Result<Identity, ApiError> {
+    match kv::get(key)? {
+        Some(id) => Ok(id),
+        None if body.text("signature").is_none() => Err(unsigned()),
+        None => Err(unregistered()),
+    }
+}
+
 /// `POST /api/identity/delete`: the identity and its nickname go; posts,
 /// ratings and uploads stay.
 pub fn delete_identity(req: &Request) -> Result<Response, ApiError> {
@@ -97,11 +110,10 @@ pub fn delete_identity(req: &Request) -> Result<Response, ApiError> {
     let timestamp = body.optional_u64("timestamp");
     body.finish()?;
     let fingerprint = fingerprint.unwrap_or_default().to_ascii_lowercase();
-    // An actor with no registered identity (never registered, or deleted
-    // already) is 401 `auth_invalid` (PROTOCOL section 2), looked up
-    // first so that repeating a delete does not spend its signature.
+    // Looked up first, so that repeating a delete does not spend its
+    // signature.
     let key = format!("id/{fingerprint}");
-    let id: Identity = kv::get(&key)?.ok_or_else(unregistered)?;
+    let id = registered(&body, &key)?;
     // A legacy delete signature is single-use: replayed after the key
     // registers again it would delete the new identity.
     let actor = signer(
@@ -166,7 +178,7 @@ pub fn update_profile(req: &Request) -> Result<Response, ApiError> {
     body.finish()?;
     let fingerprint = fingerprint.unwrap_or_default().to_ascii_lowercase();
     let key = format!("id/{fingerprint}");
-    let mut id: Identity = kv::get(&key)?.ok_or_else(unregistered)?;
+    let mut id = registered(&body, &key)?;
     let actor = signer(
         &body,
         "fingerprint",
