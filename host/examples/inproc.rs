@@ -35,7 +35,11 @@ fn main() {
         ("log", "warn"),
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()));
-    let app = App::start(Config::load(None, &[], &flags).unwrap()).unwrap();
+    // `MARKETPLACE_*` settings apply as for `serve` (say a small
+    // `MARKETPLACE_MAX_INSTANCES`, so the instance pool's address space fits
+    // under valgrind); the flags above win.
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let app = App::start(Config::load(None, &env, &flags).unwrap()).unwrap();
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let path = canonical_path(path);
     // `App::start` has loaded the families (or logged why one did not).

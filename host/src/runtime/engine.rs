@@ -641,7 +641,21 @@ impl Runtime {
             let linker = self.endpoint_linker(grants)?;
             let pre = EndpointPre::new(self.link(&linker, &component)?)
                 .map_err(|e| anyhow!("not an endpoint component: {e}"))?;
-            let (info, api, handle) = self.smoke_describe(&pre)?;
+            // The smoke calls run on a copy of the compiled component (see
+            // `probe_copy`), so the memory slot they leave dirty is not the
+            // one every request then resets.
+            let (info, api) = match self.probe_copy(&hash) {
+                Some(probe) => {
+                    let probe = EndpointPre::new(self.link(&linker, &probe)?)
+                        .map_err(|e| anyhow!("not an endpoint component: {e}"))?;
+                    self.smoke_describe(&probe)?
+                }
+                None => self.smoke_describe(&pre)?,
+            };
+            // Same compiled bytes, so the type `smoke_describe` checked is
+            // this export's type too.
+            let handle = handle_export(&component)
+                .ok_or_else(|| anyhow!("not an endpoint component: no handle export"))?;
             (Kind::Endpoint { pre, handle }, info, api)
         };
         Ok(LoadedPlugin {
@@ -707,13 +721,26 @@ impl Runtime {
             .map_err(|e| anyhow!("linking: {e}"))
     }
 
+    /// A second copy of the compiled component `hash`, read again from the
+    /// cache, for the load-time smoke calls. A pooled memory slot keeps
+    /// every page it ever had written resident, and each reset rewrites
+    /// them all; slots are reused by the same component, most recent first.
+    /// `describe-api` builds the family's whole OpenAPI (the trivial
+    /// plugin's leaves 15 pages written where a request of its own writes
+    /// 3), so run on the serving component it would leave that cost on the
+    /// slot every later request takes. A copy is another module to the
+    /// pool: its slot is released when the copy is dropped. `None` when the
+    /// cache holds no entry (its write failed): the smoke calls then run on
+    /// the serving component, as before.
+    fn probe_copy(&self, hash: &str) -> Option<Component> {
+        // SAFETY: as in `compile`: written by `Component::serialize` of this
+        // engine configuration into the operator's own data directory.
+        unsafe { Component::deserialize_file(&self.engine, self.cache_path(hash)) }.ok()
+    }
+
     /// Instantiate a loaded component once and ask it what it is and
-    /// serves; also checks the type of its `handle` export and returns that
-    /// export's index (see [`Kind::Endpoint`]).
-    fn smoke_describe(
-        &self,
-        pre: &EndpointPre<Ctx>,
-    ) -> Result<(wit::PluginInfo, Api, ComponentExportIndex)> {
+    /// serves; also checks the type of its `handle` export.
+    fn smoke_describe(&self, pre: &EndpointPre<Ctx>) -> Result<(wit::PluginInfo, Api)> {
         // `describe` and `api` must not touch storage or payments; give
         // them an inert context.
         let mut store = self.store(Ctx::inert(self.limits.memory_bytes));
@@ -738,7 +765,7 @@ impl Runtime {
             .collect();
         let api = Api::check(routes, &declared.schemas)
             .map_err(|e| anyhow!("the component's api is refused: {e}"))?;
-        Ok((info, api, handle))
+        Ok((info, api))
     }
 
     /// Compile a component into the on-disk cache without loading it, so a
