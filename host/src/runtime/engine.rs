@@ -244,9 +244,11 @@ fn fault_kind(err: &wasmtime::Error, memory_hit: bool) -> &'static str {
 }
 
 /// The `handle` function of an endpoint component's `handler` export.
-fn handle_export(component: &Component) -> Option<ComponentExportIndex> {
-    let handler = component.get_export_index(None, "marketplace:plugin/handler@0.2.0")?;
-    component.get_export_index(Some(&handler), "handle")
+fn handle_export(component: &Component) -> Result<ComponentExportIndex> {
+    component
+        .get_export_index(None, "marketplace:plugin/handler@0.2.0")
+        .and_then(|handler| component.get_export_index(Some(&handler), "handle"))
+        .ok_or_else(|| anyhow!("not an endpoint component: no handle export"))
 }
 
 /// What went wrong in a plugin call, mapped to the protocol's answers.
@@ -639,23 +641,21 @@ impl Runtime {
                 .admit(family, imports.iter().map(String::as_str))
                 .map_err(|e| anyhow!(e))?;
             let linker = self.endpoint_linker(grants)?;
-            let pre = EndpointPre::new(self.link(&linker, &component)?)
-                .map_err(|e| anyhow!("not an endpoint component: {e}"))?;
+            let endpoint = |component: &Component| {
+                EndpointPre::new(self.link(&linker, component)?)
+                    .map_err(|e| anyhow!("not an endpoint component: {e}"))
+            };
+            let pre = endpoint(&component)?;
             // The smoke calls run on a copy of the compiled component (see
             // `probe_copy`), so the memory slot they leave dirty is not the
             // one every request then resets.
             let (info, api) = match self.probe_copy(&hash) {
-                Some(probe) => {
-                    let probe = EndpointPre::new(self.link(&linker, &probe)?)
-                        .map_err(|e| anyhow!("not an endpoint component: {e}"))?;
-                    self.smoke_describe(&probe)?
-                }
+                Some(probe) => self.smoke_describe(&endpoint(&probe)?)?,
                 None => self.smoke_describe(&pre)?,
             };
             // Same compiled bytes, so the type `smoke_describe` checked is
             // this export's type too.
-            let handle = handle_export(&component)
-                .ok_or_else(|| anyhow!("not an endpoint component: no handle export"))?;
+            let handle = handle_export(&component)?;
             (Kind::Endpoint { pre, handle }, info, api)
         };
         Ok(LoadedPlugin {
@@ -748,8 +748,7 @@ impl Runtime {
             .map_err(|e| anyhow!("instantiating failed: {e}"))?;
         let bindings = bindings::endpoint::Endpoint::new(&mut store, &instance)
             .map_err(|e| anyhow!("not an endpoint component: {e}"))?;
-        let handle = handle_export(pre.instance_pre().component())
-            .ok_or_else(|| anyhow!("not an endpoint component: no handle export"))?;
+        let handle = handle_export(pre.instance_pre().component())?;
         instance
             .get_typed_func::<(&wit::Request,), (wit::Response,)>(&mut store, &handle)
             .map_err(|e| anyhow!("not an endpoint component: handle: {e}"))?;
