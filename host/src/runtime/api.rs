@@ -19,7 +19,7 @@ const MAX_SCHEMAS: usize = 1024 * 1024;
 pub type RouteDecl = (String, String, bool, Option<String>, String, Option<u32>);
 
 /// One route a component declared.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Declared {
     pub method: String,
     pub pattern: String,
@@ -32,7 +32,7 @@ pub struct Declared {
 }
 
 /// A component's declared api, checked.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Api {
     pub routes: Vec<Declared>,
     pub schemas: Map<String, Value>,
@@ -92,11 +92,13 @@ impl Api {
     }
 }
 
-/// The route table and the OpenAPI document (JSON text) in force.
+/// The route table and the OpenAPI document (JSON text) in force. Both are
+/// shared by the tables that follow while the declared apis stay the same
+/// (a new version of a component with the same routes).
 #[derive(Debug, Default)]
 pub struct Served {
-    pub table: Table,
-    pub openapi: String,
+    pub table: std::sync::Arc<Table>,
+    pub openapi: std::sync::Arc<str>,
     /// One more at each table put in force (a mount, swap or unmount): what
     /// the components' memos are kept for (see [`crate::runtime::memo`]).
     pub generation: u64,
@@ -181,8 +183,8 @@ pub fn assemble(host_routes: Vec<Route>, families: &[(&str, &Api)]) -> Result<Se
         }
     }
     Ok(Served {
-        table,
-        openapi: doc.to_string(),
+        table: table.into(),
+        openapi: doc.to_string().into(),
         generation: 0,
     })
 }

@@ -489,12 +489,18 @@ impl Runtime {
                 .map_or_else(Grants::default, |s| s.grants.clone())
         });
         let result = self.prepare(family, component_name, bytes, &grants);
-        let mut slots = self.slots.write().expect("slots lock");
+        // Assembled under the read lock: requests find their family's
+        // component meanwhile (only holders of `swapping` change what is
+        // loaded), and wait for the write lock only while it is put in.
         let result = result.and_then(|plugin| {
             let plugin = Arc::new(plugin);
-            let served = self.assemble(&slots, Some((family, &plugin)))?;
+            let served = self.assemble(
+                &self.slots.read().expect("slots lock"),
+                Some((family, &plugin)),
+            )?;
             Ok((plugin, served))
         });
+        let mut slots = self.slots.write().expect("slots lock");
         let known = slots.contains_key(family);
         match result {
             Ok((plugin, served)) => {
@@ -556,11 +562,27 @@ impl Runtime {
 
     /// The route table and document of `slots`, with `with` in its family's
     /// place, one generation after the one in force. Callers hold `swapping`.
+    /// A new version that declares the same api as the one it replaces
+    /// (every fee policy; most swaps) keeps the table and document in force:
+    /// they were assembled from these same declarations.
     fn assemble(
         &self,
         slots: &BTreeMap<String, Slot>,
         with: Option<(&str, &Arc<LoadedPlugin>)>,
     ) -> Result<Served> {
+        let current = self.served();
+        if let Some((family, plugin)) = with
+            && slots
+                .get(family)
+                .and_then(|s| s.loaded.as_ref())
+                .is_some_and(|old| old.api == plugin.api)
+        {
+            return Ok(Served {
+                table: current.table.clone(),
+                openapi: current.openapi.clone(),
+                generation: current.generation + 1,
+            });
+        }
         let mut families: Vec<(&str, &Api)> = slots
             .iter()
             .filter(|(f, _)| with.is_none_or(|(w, _)| w != f.as_str()))
@@ -572,7 +594,7 @@ impl Runtime {
         let mut served =
             api::assemble(self.host_routes.clone(), &families).map_err(|e| anyhow!(e))?;
         // The callers hold `swapping`: the table in force is the newest.
-        served.generation = self.served().generation + 1;
+        served.generation = current.generation + 1;
         Ok(served)
     }
 

@@ -59,7 +59,7 @@ impl host::Host for Ctx {
 
     fn openapi(&mut self) -> String {
         match &self.rt {
-            Some(rt) => rt.served().openapi.clone(),
+            Some(rt) => rt.served().openapi.to_string(),
             None => "{}".into(),
         }
     }
