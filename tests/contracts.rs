@@ -287,6 +287,33 @@ fn buy_validation_payment_and_parties() {
         assert_eq!(r.status, 400, "{extra}: {}", r.text());
         assert_eq!(r.json()["details"][0]["field"], field, "{extra}");
     }
+    // An empty id or proof is an absent one (signed as ""): the server
+    // makes the id.
+    let r = buy(&s, &d, "1", json!({"contract_id": "", "witness_proof": ""}));
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert!(
+        r.json()["contract_id"]
+            .as_str()
+            .unwrap()
+            .starts_with("CTR_")
+    );
+    // A timestamp in milliseconds is well-formed, only far from the clock.
+    let ts_ms = now_s() * 1000;
+    let msg = format!("buy_contract:{}:{}:::{ts_ms}", d.buyer.fp(), d.post);
+    let body = json!({
+        "buyer_fingerprint": d.buyer.fp(), "contract_type": "service", "amount": "1",
+        "reference_post": d.post, "accept_terms": true, "timestamp": ts_ms,
+        "signature": d.buyer.sign(&msg),
+    });
+    let secret = s.mint("1");
+    let r = s.post_paid("/api/arbitration/contracts/buy", &secret, &body);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (401, "auth_expired"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(s.cash_state(&secret).0, json!(false), "nothing spent");
     // 402 names the contract amount.
     let r = s.post_json(
         "/api/arbitration/contracts/buy",

@@ -211,6 +211,13 @@ fn search_tool_matches_get_search_and_execute_passes_through() {
         &json!({"endpoint": {"method": "GET", "path": "/admin/plugins"}}),
     );
     assert_eq!(r.status, 404);
+    // GET or POST, as the Execute schema says.
+    let r = s.post_json(
+        "/api/mcp/tools/execute",
+        &json!({"endpoint": {"method": "DELETE", "path": "/api/fees"}}),
+    );
+    assert_eq!((r.status, r.code().as_str()), (400, "invalid_request"));
+    assert_eq!(r.json()["details"][0]["field"], "endpoint.method");
     let r = s.post_json("/api/mcp/tools/execute", &json!({"endpoint": {"method": "GET", "path": "/api/v1/search", "query": {"term": "walnut"}}}));
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["total"], 1);
@@ -278,10 +285,19 @@ fn macros_are_first_come_and_owner_updated() {
     // Someone else, or nobody, cannot take or change it.
     let r = s.post_json("/api/mcp/tools/define", &macro_def("logo_search"));
     assert_eq!((r.status, r.code().as_str()), (409, "conflict"));
+    // Signed by another identity: not the party (403); by a key with no
+    // identity: 401, and the name is not taken by it either.
     let other = s.identity("intruder");
     let mut hijack = macro_def("logo_search");
     sign(&mut hijack, &other);
-    assert_eq!(s.post_json("/api/mcp/tools/define", &hijack).status, 409);
+    let r = s.post_json("/api/mcp/tools/define", &hijack);
+    assert_eq!((r.status, r.code().as_str()), (403, "forbidden_party"));
+    let mut ghost = macro_def("ghost_owned");
+    sign(&mut ghost, &common::Key::random());
+    let r = s.post_json("/api/mcp/tools/define", &ghost);
+    assert_eq!((r.status, r.code().as_str()), (401, "auth_invalid"));
+    let r = s.post_json("/api/mcp/tools/define", &macro_def("ghost_owned"));
+    assert_eq!(r.status, 201, "{}", r.text());
     // The owner can.
     let mut update = macro_def("logo_search");
     update["description"] = json!("updated");
@@ -311,6 +327,11 @@ fn macros_are_first_come_and_owner_updated() {
     let mut big = macro_def("too_big");
     big["typescript"] = json!("x".repeat(16 * 1024 + 1));
     assert_eq!(s.post_json("/api/mcp/tools/define", &big).status, 400);
+    // 16 KiB of UTF-8: 9,000 two-byte characters are over it.
+    big["typescript"] = json!(format!("return {{term: 'x'}}; // {}", "é".repeat(9000)));
+    let r = s.post_json("/api/mcp/tools/define", &big);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["details"][0]["field"], "typescript");
 
     // Arguments are checked against the input schema before anything runs.
     let r = s.post_json(
@@ -417,6 +438,10 @@ fn jsonrpc_mcp_server() {
         json!({"jsonrpc": "2.0", "id": 5, "method": ""}),
         json!({"jsonrpc": "2.0", "method": "ping", "params": [1]}),
         json!({"stray": true}),
+        // A request id is a string or an integer, never null.
+        json!({"jsonrpc": "2.0", "id": null, "method": "ping"}),
+        json!({"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"}),
+        json!({"jsonrpc": "2.0", "id": 1.5, "method": "ping"}),
     ] {
         let r = rpc(&s, invalid.clone());
         assert_eq!(r.status, 400, "{invalid}");

@@ -1,5 +1,6 @@
 //! Black-box tests of the original client's post calls (PROTOCOL section
-//! 10): the author's update and delete of a post, and private replies.
+//! 10): the author's update and delete of a post, private replies, and
+//! images attached by the `s3_key` of the author's upload.
 
 mod common;
 
@@ -31,6 +32,37 @@ fn delete(s: &Server, key: &Key, post_id: &str) -> common::Resp {
             "signature": key.sign(&format!("delete_post:{post_id}")),
         }),
     )
+}
+
+/// The path (and query) of an absolute URL or of a path.
+fn path_of(url: &str) -> String {
+    match url.split_once("://") {
+        Some((_, rest)) => rest.find('/').map(|i| rest[i..].to_string()).unwrap(),
+        None => url.to_string(),
+    }
+}
+
+/// Upload `bytes` as the original client does (`POST /api/storage/presign`
+/// signed `presign:{file_path}`, then `PUT` to the presigned URL): the
+/// upload's `s3_key`.
+fn upload(s: &Server, key: &Key, file_path: &str, content_type: &str, bytes: &[u8]) -> String {
+    let r = s.post_json(
+        "/api/storage/presign",
+        &json!({
+            "fingerprint": key.fp(), "file_path": file_path, "content_type": content_type,
+            "is_public": true, "signature": key.sign(&format!("presign:{file_path}")),
+        }),
+    );
+    assert_eq!(r.status, 200, "presign: {}", r.text());
+    let p = r.json();
+    let r = s.request(
+        "PUT",
+        &path_of(p["presigned_url"].as_str().unwrap()),
+        &[("content-type", content_type)],
+        Some(bytes),
+    );
+    assert_eq!(r.status, 200, "upload: {}", r.text());
+    p["s3_key"].as_str().unwrap().to_string()
 }
 
 fn search_ids(s: &Server, term: &str) -> Vec<String> {
@@ -326,4 +358,152 @@ fn private_replies_are_paid_hidden_and_readable_by_id_and_thread() {
         let by_buyer = s.timeline_page(&format!("limit={limit}&author={}", buyer.fp()));
         assert_eq!(by_buyer, (vec![older.clone()], None), "limit {limit}");
     }
+}
+
+#[test]
+fn attachments_may_refer_to_the_authors_uploads() {
+    let s = Server::start();
+    let author = s.identity("painter");
+    let other = s.identity("copier");
+    // An image larger than an inline attachment may be.
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    png.extend((0..700 * 1024u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8));
+    let s3_key = upload(&s, &author, "img.png", "image/png", &png);
+    let file_id = s3_key
+        .strip_prefix("files/")
+        .expect("files/{id}")
+        .to_string();
+
+    // Posted as `hrmw timeline post --image` sends it: no content.
+    let sent = json!({"filename": "img.png", "attachment_type": "image/png",
+                      "s3_key": s3_key, "is_public": true});
+    let r = s.post(
+        &author,
+        "Oil painting, framed",
+        json!({"attachments": [sent]}),
+        &s.mint("0.3"),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let id = r.json()["post_id"].as_str().unwrap().to_string();
+    let post = r.json()["post"].clone();
+    let a = &post["attachments"][0];
+    assert_eq!(a["index"], 0);
+    assert_eq!(a["filename"], "img.png");
+    assert_eq!(a["attachment_type"], "image/png");
+    assert_eq!(a["s3_key"], s3_key.as_str());
+    assert_eq!(a["url"], format!("/api/storage/files/{file_id}"));
+    assert_eq!(a["size"], png.len());
+    assert_eq!(s.get(&format!("/api/posts/{id}")).json()["post"], post);
+    // The URL is the one the identity family serves the upload at.
+    assert!(s.get(a["url"].as_str().unwrap()).body == png);
+
+    // The attachment route serves the upload's bytes and type, as safely
+    // as an inline attachment.
+    let got = s.get(&format!("/api/posts/{id}/attachments/0"));
+    assert_eq!(got.status, 200, "{}", got.text());
+    assert!(got.body == png, "the uploaded bytes come back");
+    assert_eq!(got.header("content-type"), Some("image/png"));
+    assert_eq!(got.header("x-content-type-options"), Some("nosniff"));
+    assert!(
+        got.header("content-security-policy")
+            .unwrap()
+            .contains("sandbox")
+    );
+    let etag = got.header("etag").expect("an ETag").to_string();
+    let again = s.request(
+        "GET",
+        &format!("/api/posts/{id}/attachments/0"),
+        &[("if-none-match", &etag)],
+        None,
+    );
+    assert_eq!(again.status, 304);
+
+    // Refused before payment, nothing spent: an unknown upload, another
+    // identity's upload, and content with an s3_key.
+    let theirs = upload(&s, &other, "theirs.png", "image/png", b"not yours");
+    let cases = [
+        json!({"filename": "img.png", "attachment_type": "image/png",
+               "s3_key": "files/01J000000000000000000000000unknown", "is_public": true}),
+        json!({"filename": "img.png", "attachment_type": "image/png",
+               "s3_key": theirs, "is_public": true}),
+        json!({"filename": "img.png", "attachment_type": "image/png",
+               "s3_key": s3_key, "content": "inline too"}),
+    ];
+    for attachment in cases {
+        let secret = s.mint("0.3");
+        let r = s.post(
+            &author,
+            "Oil painting, framed",
+            json!({"attachments": [attachment]}),
+            &secret,
+        );
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_attachment"),
+            "{attachment}: {}",
+            r.text()
+        );
+        assert_eq!(
+            r.json()["details"][0]["field"],
+            "attachments[0].s3_key",
+            "{}",
+            r.text()
+        );
+        assert_eq!(s.cash_state(&secret).0, json!(false), "400s spend nothing");
+    }
+    // The same through the author's update; the post stays as it was.
+    let r = update(
+        &s,
+        &author,
+        &id,
+        json!({"attachments": [{"filename": "x.png", "s3_key": theirs}]}),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "invalid_attachment"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(s.get(&format!("/api/posts/{id}")).json()["post"], post);
+
+    // An update mixes inline attachments and uploads; an upload's type
+    // defaults to its own, and only inline markdown is searched.
+    let notes = upload(
+        &s,
+        &author,
+        "notes.md",
+        "text/markdown",
+        b"# Provenance\nquattrocento",
+    );
+    let r = update(
+        &s,
+        &author,
+        &id,
+        json!({"attachments": [
+            {"filename": "terms.md", "content": "# Terms\nPickup only, impasto guaranteed."},
+            {"filename": "notes.md", "s3_key": notes, "is_public": true},
+            sent,
+        ]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let list = r.json()["post"]["attachments"].clone();
+    assert_eq!(list[0]["size"], 40);
+    assert_eq!(list[0]["sha256"].as_str().unwrap().len(), 64);
+    assert!(list[0].get("s3_key").is_none() && list[0].get("url").is_none());
+    assert_eq!(list[1]["attachment_type"], "text/markdown");
+    assert_eq!(list[1]["s3_key"], notes.as_str());
+    assert!(list[1].get("sha256").is_none());
+    assert_eq!(list[2]["s3_key"], s3_key.as_str());
+    assert_eq!(search_ids(&s, "impasto"), std::slice::from_ref(&id));
+    assert!(search_ids(&s, "quattrocento").is_empty());
+    let got = s.get(&format!("/api/posts/{id}/attachments/1"));
+    assert_eq!(got.status, 200, "{}", got.text());
+    assert_eq!(got.text(), "# Provenance\nquattrocento");
+    assert_eq!(got.header("content-type"), Some("text/markdown"));
+    assert!(s.get(&format!("/api/posts/{id}/attachments/2")).body == png);
+
+    // Deleting the post leaves the upload with its owner.
+    assert_eq!(delete(&s, &author, &id).status, 200);
+    assert_eq!(s.get(&format!("/api/posts/{id}/attachments/2")).status, 404);
+    assert!(s.get(&format!("/api/storage/files/{file_id}")).body == png);
 }

@@ -117,6 +117,10 @@ fn attachment_bytes_round_trip_with_type_and_etag() {
     let r = s.get(&format!("/api/posts/{id}/attachments/0"));
     assert_eq!(r.status, 200);
     assert_eq!(r.body, text.as_bytes());
+    assert_eq!(
+        s.get(&format!("/api/posts/{id}/attachments/00")).status,
+        404
+    );
     assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
     assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
     assert!(
@@ -311,6 +315,8 @@ fn timeline_is_newest_first_with_cursor_and_filters() {
         .json();
     assert!(both["posts"].as_array().unwrap().is_empty());
     assert_eq!(s.get("/api/timeline?before=garbage").status, 400);
+    assert_eq!(s.get("/api/timeline?before=").status, 400);
+    assert_eq!(s.get("/api/timeline?before=post_a%2Fb").status, 400);
 }
 
 #[test]

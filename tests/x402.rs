@@ -125,6 +125,14 @@ fn every_402_carries_payment_required() {
     );
     assert!(doc["resource"]["description"].is_string());
     assert_eq!(doc["resource"]["mimeType"], "application/json");
+    // The same 402 through the MCP execute tool names the same resource.
+    let r = s.post_json(
+        "/api/mcp/tools/execute",
+        &json!({"endpoint": {"method": "POST", "path": "/api/identity",
+                             "body": register_body(&Key::random(), "viaexec")}}),
+    );
+    assert_eq!(r.status, 402, "{}", r.text());
+    assert_eq!(decoded(&r, "payment-required")["resource"]["url"], url);
     assert_eq!(
         doc["accepts"],
         json!([{

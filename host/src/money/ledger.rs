@@ -526,13 +526,27 @@ impl Ledger {
     }
 }
 
-/// Add `delta` to a named total (refusing to go below zero).
+/// A named total that a change would take below zero or past `u64::MAX`
+/// units: the change is refused (a mint too large for the ledger is the
+/// operator's 400, not an internal error).
+#[derive(Debug)]
+pub struct OutOfRange(String);
+
+impl std::fmt::Display for OutOfRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for OutOfRange {}
+
+/// Add `delta` to a named total (refusing to go below zero or past
+/// `u64::MAX`: [`OutOfRange`]).
 pub fn add_total(txn: &WriteTxn, name: &str, delta: i128) -> Result<()> {
     let next = total(txn, name)? as i128 + delta;
-    anyhow::ensure!(
-        next >= 0 && next <= u64::MAX as i128,
-        "{name} would become {next}"
-    );
+    if !(0..=u64::MAX as i128).contains(&next) {
+        return Err(OutOfRange(format!("{name} would become {next}")).into());
+    }
     txn.put_in(TOTALS, name.as_bytes(), &(next as u64).to_be_bytes())?;
     Ok(())
 }

@@ -398,7 +398,12 @@ pub fn record(
         &json!({
             "code": "idempotency_conflict",
             "message": format!(
-                "payment identifier {id} was used for another request (method, path or body differ)"
+                "payment identifier {id} was used for another request (method, path or body differ){}",
+                if issued.is_empty() {
+                    ""
+                } else {
+                    ", or for this one paid by another payload: its answer holds change for that payer only (retry with the same PAYMENT-SIGNATURE)"
+                }
             ),
             "payment_identifier": id,
         }),

@@ -45,6 +45,9 @@ use tokio::sync::watch;
 
 /// Largest component upload.
 pub const MAX_UPLOAD: usize = 64 * 1024 * 1024;
+/// Longest the admin listener waits for a request body (64 MiB at about
+/// 1 MiB/s): a stalled sender does not hold a connection for ever.
+const UPLOAD_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The body of every admin and metrics answer: whole, or streamed (backup).
 pub type AdminBody = BoxBody<Bytes, std::io::Error>;
@@ -173,14 +176,19 @@ async fn handle(app: Arc<App>, token: Arc<String>, req: Request<Incoming>) -> Re
         .headers()
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(bearer);
     let authorized = presented.is_some_and(|t| same(t.trim().as_bytes(), token.as_bytes()));
     if authorized && method == "GET" && path == "/admin/backup" {
         let resp = backup(app).await;
         tracing::info!(target: "admin", method = %method, path = %path, status = resp.status().as_u16());
         return resp;
     }
-    let reply = match presented {
+    let declared = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let mut reply = match presented {
         None => Reply::error(
             401,
             "auth_required",
@@ -190,13 +198,33 @@ async fn handle(app: Arc<App>, token: Arc<String>, req: Request<Incoming>) -> Re
             Reply::error(401, "auth_invalid", "admin token does not match")
         }
         Some(_) if method == "GET" && path == "/metrics" => metrics_reply(&app).await,
-        Some(_) => match Limited::new(req.into_body(), MAX_UPLOAD).collect().await {
-            Err(_) => Reply::error(
-                413,
-                "payload_too_large",
-                format!("uploads are limited to {MAX_UPLOAD} bytes"),
-            ),
-            Ok(body) => {
+        // Decided from the declared length, before the body is read; the
+        // connection closes (the body stays unread).
+        Some(_) if declared.is_some_and(|n| n > MAX_UPLOAD as u64) => {
+            let mut reply = too_large();
+            reply.headers.push(("connection".into(), "close".into()));
+            reply
+        }
+        Some(_) => match tokio::time::timeout(
+            UPLOAD_TIMEOUT,
+            Limited::new(req.into_body(), MAX_UPLOAD).collect(),
+        )
+        .await
+        {
+            Err(_) => {
+                let mut reply = Reply::error(
+                    408,
+                    "request_timeout",
+                    format!(
+                        "the request body did not arrive within {} s",
+                        UPLOAD_TIMEOUT.as_secs()
+                    ),
+                );
+                reply.headers.push(("connection".into(), "close".into()));
+                reply
+            }
+            Ok(Err(_)) => too_large(),
+            Ok(Ok(body)) => {
                 let body = body.to_bytes().to_vec();
                 let (m, p) = (method.clone(), path.clone());
                 tokio::task::spawn_blocking(move || route(&app, &m, &p, &query, &body))
@@ -205,8 +233,29 @@ async fn handle(app: Arc<App>, token: Arc<String>, req: Request<Incoming>) -> Re
             }
         },
     };
+    if reply.status == 401 {
+        reply
+            .headers
+            .push(("www-authenticate".into(), "Bearer realm=\"admin\"".into()));
+    }
     tracing::info!(target: "admin", method = %method, path = %path, status = reply.status);
     boxed(crate::server::http::to_hyper(reply, false))
+}
+
+/// The token of an `Authorization: Bearer <token>` value (the scheme in
+/// any case, RFC 9110 11.1).
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token)
+}
+
+/// 413: an upload over [`MAX_UPLOAD`].
+fn too_large() -> Reply {
+    Reply::error(
+        413,
+        "payload_too_large",
+        format!("uploads are limited to {MAX_UPLOAD} bytes"),
+    )
 }
 
 /// `GET /admin/backup`: `crate::backup::snapshot` runs on a blocking thread
@@ -364,11 +413,11 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
             let known = current.is_some();
             let grants = match grants_of(query, app.runtime.grants(family)) {
                 Ok(g) => g,
-                Err(e) => return Reply::error(400, "invalid_request", e),
+                Err(e) => return Reply::invalid("grants", e),
             };
             let named = match component_of(query) {
                 Ok(n) => n,
-                Err(e) => return Reply::error(400, "invalid_request", e),
+                Err(e) => return Reply::invalid("component", e),
             };
             let spec = app.config.family(family);
             let component = named
@@ -406,7 +455,7 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                 }
                 Err(e) => {
                     tracing::warn!(family, "refused component upload: {e:#}");
-                    Reply::error(400, "invalid_request", format!("component refused: {e:#}"))
+                    Reply::invalid("body", format!("component refused: {e:#}"))
                 }
             }
         }
@@ -431,7 +480,7 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                     }
                     Reply::json(200, &json!({"family": family, "unmounted": true}))
                 }
-                Err(e) => Reply::error(400, "invalid_request", format!("{e:#}")),
+                Err(e) => Reply::invalid("family", format!("{e:#}")),
             }
         }
         // Upstream mode: cash is minted at the upstream, not here.
@@ -445,22 +494,30 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                 .ok()
                 .and_then(|v| v.get("amount").and_then(|a| a.as_str()).map(str::to_string));
             let Some(amount) = amount else {
-                return Reply::error(
-                    400,
-                    "invalid_request",
-                    "body must be {\"amount\": \"<decimal>\"}",
+                return Reply::invalid(
+                    "amount",
+                    "is required: the body is {\"amount\": \"<decimal>\"}",
                 );
             };
             match marketplace_common::amount::parse(&amount) {
                 Ok(units) if units > 0 => match mint(app, units) {
                     Ok(secret) => Reply::json(200, &json!({"secret": secret})),
+                    Err(e)
+                        if e.downcast_ref::<crate::money::ledger::OutOfRange>()
+                            .is_some() =>
+                    {
+                        Reply::invalid(
+                            "amount",
+                            "would take the total minted past what the ledger counts (18446744073.70955161)",
+                        )
+                    }
                     Err(e) => {
                         tracing::error!("mint failed: {e:#}");
                         Reply::error(500, "internal", "internal error")
                     }
                 },
-                Ok(_) => Reply::error(400, "invalid_request", "amount must be positive"),
-                Err(e) => Reply::error(400, "invalid_request", format!("amount {e}")),
+                Ok(_) => Reply::invalid("amount", "must be positive"),
+                Err(e) => Reply::invalid("amount", e.to_string()),
             }
         }
         ("POST", ["admin", "clock"]) if app.config.testing_routes => {
@@ -472,15 +529,39 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                     app.shift_clock(ms);
                     Reply::json(200, &json!({"now_ms": app.now_ms()}))
                 }
-                None => Reply::error(
-                    400,
-                    "invalid_request",
-                    "body must be {\"shift_ms\": <integer>}",
-                ),
+                None => Reply::invalid("shift_ms", "is required: an integer"),
             }
         }
-        _ => Reply::error(404, "not_found", format!("no admin route {method} {path}")),
+        _ => match admin_methods(app, segments.as_slice()) {
+            Some(allowed) => {
+                let allow = allowed.join(", ");
+                let mut reply = Reply::json(
+                    405,
+                    &json!({
+                        "code": "method_not_allowed",
+                        "message": format!("{method} is not allowed on {path}; allowed: {allow}"),
+                        "allowed_methods": allowed,
+                    }),
+                );
+                reply.headers.push(("allow".into(), allow));
+                reply
+            }
+            None => Reply::error(404, "not_found", format!("no admin route {method} {path}")),
+        },
     }
+}
+
+/// The methods an admin path answers, if it is one (for 405 and `Allow`).
+fn admin_methods(app: &App, segments: &[&str]) -> Option<Vec<&'static str>> {
+    Some(match segments {
+        ["admin", "plugins"] => vec!["GET"],
+        ["admin", "plugins", _] => vec!["PUT", "DELETE"],
+        ["admin", "cash", "mint"] => vec!["POST"],
+        ["admin", "cash", "upstream-fees"] => vec!["GET"],
+        ["admin", "backup"] | ["metrics"] => vec!["GET"],
+        ["admin", "clock"] if app.config.testing_routes => vec!["POST"],
+        _ => return None,
+    })
 }
 
 /// Mint a secret worth `units` in its own transaction.

@@ -240,7 +240,11 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
     }
     let units = parse_amount(&mut body);
     let reference_post = body.required_str("reference_post", 128);
-    let contract_id = body.optional_str("contract_id", 68);
+    // "" is an absent id (PROTOCOL 2 signs it as the empty string), as for
+    // `witness_proof`: the server makes one.
+    let contract_id = body
+        .optional_str("contract_id", 68)
+        .filter(|id| !id.is_empty());
     if let Some(id) = &contract_id
         && !valid_contract_id(id)
     {
@@ -272,7 +276,9 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
             None
         }
     };
-    let witness_proof = body.optional_str("witness_proof", 200);
+    let witness_proof = body
+        .optional_str("witness_proof", 200)
+        .filter(|p| !p.is_empty());
     if let Some(p) = &witness_proof {
         match &contract_id {
             None => body.problem(
@@ -754,11 +760,12 @@ fn witness_replace(req: &Request) -> Result<Response, ApiError> {
     }
     body.finish()?;
     for (o, n) in old.iter().zip(&new) {
-        let (Some(old_proof), Some(new_proof)) = (witness_proof_of(o), witness_proof_of(n)) else {
-            return Err(ApiError::invalid(
-                "secrets",
-                "witness secrets look like n:{contract_id}:secret:{64 hex}",
-            ));
+        const SHAPE: &str = "witness secrets look like n:{contract_id}:secret:{64 hex}";
+        let Some(old_proof) = witness_proof_of(o) else {
+            return Err(ApiError::invalid("secrets", SHAPE));
+        };
+        let Some(new_proof) = witness_proof_of(n) else {
+            return Err(ApiError::invalid("new_secrets", SHAPE));
         };
         let id = old_proof.split(':').nth(1).unwrap_or_default().to_string();
         if new_proof.split(':').nth(1) != Some(id.as_str()) {

@@ -400,9 +400,6 @@ macro_rules! endpoint_plugin {
     };
 }
 
-/// The latest `timestamp` a signed body may carry (2100-01-01, unix seconds).
-pub const MAX_TIMESTAMP_S: u64 = 4_102_444_800;
-
 /// A JSON object body with field-level validation: problems accumulate and
 /// [`Body::finish`] turns them into one 400 `invalid_request` with details.
 pub struct Body {
@@ -495,15 +492,14 @@ impl Body {
     /// checked here for every route, so that a malformed one is the body's
     /// 400 rather than a missing one's 401 or the 402 that comes before
     /// it (PROTOCOL 1's order): `signature` and every `*_fingerprint`,
-    /// when present, are strings, and `timestamp` is at most
-    /// [`MAX_TIMESTAMP_S`].
+    /// when present, are strings. (A `timestamp` far from the clock, say
+    /// one in milliseconds, is well-formed: the host answers it 401
+    /// `auth_expired`, PROTOCOL 2.)
     pub fn finish(&mut self) -> Result<(), ApiError> {
         for (field, value) in &self.map {
             let signer = field == "signature" || field.ends_with("_fingerprint");
             let problem = if signer && !value.is_null() && !value.is_string() {
                 "must be a string".to_string()
-            } else if field == "timestamp" && value.as_u64().is_some_and(|t| t > MAX_TIMESTAMP_S) {
-                format!("must be at most {MAX_TIMESTAMP_S} (unix seconds)")
             } else {
                 continue;
             };

@@ -171,7 +171,7 @@ pub fn signed_fields() -> [(&'static str, Value); 2] {
         ("signature", t("string")),
         (
             "timestamp",
-            json!({"type": "integer", "minimum": 0, "maximum": crate::endpoint::MAX_TIMESTAMP_S, "description": "unix seconds: fresh form, signs {message}:{timestamp}"}),
+            json!({"type": "integer", "minimum": 0, "description": "unix seconds: fresh form, signs {message}:{timestamp}; more than 300 s from the server clock is 401 auth_expired"}),
         ),
     ]
 }
@@ -208,7 +208,7 @@ pub fn post() -> Value {
             ("keywords", json!({"type": "array", "items": t("string")})),
             (
                 "attachments",
-                json!({"type": "array", "items": obj(&[("index", t("integer")), ("filename", t("string")), ("attachment_type", t("string")), ("size", t("integer")), ("sha256", t("string"))], &[])}),
+                json!({"type": "array", "items": obj(&[("index", t("integer")), ("filename", t("string")), ("attachment_type", t("string")), ("size", t("integer")), ("sha256", json!({"type": "string", "description": "inline attachments"})), ("s3_key", json!({"type": "string", "description": "an attached upload (files/{id})"})), ("url", json!({"type": "string", "description": "an attached upload: where the identity family serves it"}))], &[])}),
             ),
             ("activity_metadata", t("object")),
             (

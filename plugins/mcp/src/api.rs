@@ -33,7 +33,8 @@ pub const OPS: &[Op] = &[
     Op {
         body: Some("MacroDefinition"),
         ok: (201, "MacroEnvelope"),
-        errors: &[400, 401, 409],
+        errors: &[400, 401, 403, 409],
+        patch: Some(define_answers),
         ..op(
             "POST",
             "/api/mcp/tools/define",
@@ -49,6 +50,7 @@ pub const OPS: &[Op] = &[
         body: Some("Execute"),
         ok: (200, "Any"),
         errors: &[400, 402, 404, 422, 503],
+        patch: Some(execute_answers),
         ..op(
             "POST",
             "/api/mcp/tools/execute",
@@ -175,6 +177,18 @@ fn jsonrpc_answers(operation: &mut Value) {
     responses["403"] = json!({"description": "the Origin is not allowed (a JSON-RPC error without id)", "content": {"application/json": {"schema": r("JsonRpcError")}}});
 }
 
+/// A define by the macro's owner updates it: 200.
+fn define_answers(operation: &mut Value) {
+    operation["responses"]["200"] = json!({"description": "updated by its signed owner", "content": {"application/json": {"schema": r("MacroEnvelope")}}});
+    operation["responses"]["403"]["description"] =
+        json!("forbidden_party: the macro belongs to another identity");
+}
+
+/// An endpoint's answer passes through whatever its status.
+fn execute_answers(operation: &mut Value) {
+    operation["responses"]["default"] = json!({"description": "the target endpoint's answer, its status and body unchanged (201 for a creation, 401, 403, 409 and the rest of its errors)", "content": {"application/json": {"schema": r("Any")}}});
+}
+
 /// `POST /a2a` answers JSON-RPC errors with HTTP 200 as well.
 fn a2a_answers(operation: &mut Value) {
     operation["responses"]["200"]["description"] = json!(
@@ -207,7 +221,7 @@ pub fn schemas() -> Value {
             obj(&[("endpoint", obj(&[("method", json!({"enum": ["GET", "POST"]})), ("path", pattern("^/api/")), ("query", t("object")), ("body", json!({}))], &["method", "path"]))], &["endpoint"]),
         ]},
         "JsonRpcError": obj(&[("jsonrpc", t("string")), ("id", json!({})), ("error", obj(&[("code", t("integer")), ("message", t("string"))], &["code", "message"]))], &["jsonrpc", "error"]),
-        "JsonRpc": obj(&[("jsonrpc", json!({"const": "2.0"})), ("id", json!({"type": ["string", "integer", "null"]})), ("method", json!({"type": "string", "minLength": 1})), ("params", t("object"))], &["jsonrpc", "method"]),
+        "JsonRpc": obj(&[("jsonrpc", json!({"const": "2.0"})), ("id", json!({"type": ["string", "integer"]})), ("method", json!({"type": "string", "minLength": 1})), ("params", t("object"))], &["jsonrpc", "method"]),
         "DocsResults": obj(&[("results", json!({"type": "array", "items": obj(&[("title", t("string")), ("path", t("string")), ("snippet", t("string"))], &[])}))], &["results"]),
         "AgentCard": obj(&[("name", t("string")), ("description", t("string")), ("version", t("string")), ("documentationUrl", t("string")),
             ("supportedInterfaces", json!({"type": "array", "minItems": 1, "items": obj(&[("url", t("string")), ("protocolBinding", t("string")), ("protocolVersion", t("string"))], &["url", "protocolBinding", "protocolVersion"])})),

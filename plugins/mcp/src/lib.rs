@@ -154,6 +154,7 @@ impl Endpoint for Mcp {
     }
 
     fn handle(req: &Request) -> Result<Response, ApiError> {
+        forward_origin(req);
         let version = host::service().1;
         match (req.method(), req.route()) {
             ("GET", "/api/mcp") => describe(&version),
@@ -266,15 +267,33 @@ fn describe(version: &str) -> Result<Response, ApiError> {
     ))
 }
 
+thread_local! {
+    /// The client request's `host` and `x-forwarded-proto`, passed on to
+    /// the requests this one dispatches, so their absolute URLs (the x402
+    /// `resource.url` of a 402) name the service as the client reached it.
+    static ORIGIN: std::cell::RefCell<Vec<(String, String)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Keep the request's origin headers for [`call`].
+fn forward_origin(req: &Request) {
+    let kept = ["host", "x-forwarded-proto"]
+        .into_iter()
+        .filter_map(|name| req.header(name).map(|v| (name.to_string(), v.to_string())))
+        .collect();
+    ORIGIN.with(|o| *o.borrow_mut() = kept);
+}
+
 /// Run a request through the host router.
 fn call(method: &str, path: &str, query: Vec<(String, String)>, body: Option<&Value>) -> Response {
+    let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
+    ORIGIN.with(|o| headers.extend(o.borrow().iter().cloned()));
     dispatch::call(&types::Request {
         method: method.into(),
         route: String::new(),
         path: path.into(),
         params: vec![],
         query,
-        headers: vec![("content-type".into(), "application/json".into())],
+        headers,
         body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
     })
 }
@@ -448,7 +467,17 @@ fn define(req: &Request) -> Result<Response, ApiError> {
     if kind.as_deref().is_some_and(|k| k != "search") {
         body.problem("kind", "must be \"search\"");
     }
+    // 16 KiB of UTF-8 (PROTOCOL 8), counted in bytes.
     let typescript = body.required_str("typescript", MAX_TYPESCRIPT);
+    if typescript
+        .as_ref()
+        .is_some_and(|ts| ts.len() > MAX_TYPESCRIPT)
+    {
+        body.problem(
+            "typescript",
+            format!("must be at most {MAX_TYPESCRIPT} bytes (UTF-8)"),
+        );
+    }
     // Nesting deep enough to overflow the parser's stack is the author's
     // error too.
     on_fault(&ApiError::invalid("typescript", "nests too deeply to parse").into());
@@ -486,6 +515,10 @@ fn define(req: &Request) -> Result<Response, ApiError> {
         }
         None => None,
     };
+    // An owner is a registered identity (PROTOCOL 2: else 401).
+    if let Some(owner) = &owner {
+        marketplace_guest::require_identity(owner)?;
+    }
     if TOOLS.iter().any(|t| t.name == name) {
         return Err(ApiError::conflict(format!("{name} is a built-in tool")));
     }
@@ -494,11 +527,23 @@ fn define(req: &Request) -> Result<Response, ApiError> {
     let now = marketplace_guest::now_rfc3339();
     let (status, created_at) = match &existing {
         Some(m) => {
-            let stored_owner = m["owner_fingerprint"].as_str();
-            if stored_owner.is_none() || stored_owner != owner.as_deref() {
-                return Err(ApiError::conflict(format!(
-                    "macro {name} exists; only its signed owner may update it"
-                )));
+            match (m["owner_fingerprint"].as_str(), owner.as_deref()) {
+                (Some(stored), Some(signer)) if stored == signer => {}
+                // Signed, by another identity: not the party (PROTOCOL 2).
+                (Some(_), Some(_)) => {
+                    return Err(ApiError::new(
+                        403,
+                        "forbidden_party",
+                        format!(
+                            "macro {name} belongs to another identity; only its owner may update it"
+                        ),
+                    ));
+                }
+                _ => {
+                    return Err(ApiError::conflict(format!(
+                        "macro {name} exists; only its signed owner may update it"
+                    )));
+                }
             }
             (200, m["created_at"].clone())
         }
@@ -688,6 +733,11 @@ fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
             .as_str()
             .unwrap_or("GET")
             .to_ascii_uppercase();
+        // The reads and the paid or signed actions an agent makes; uploads
+        // (PUT) go to their presigned URL.
+        if method != "GET" && method != "POST" {
+            return Err(ApiError::invalid("endpoint.method", "must be GET or POST"));
+        }
         let Some(path) = endpoint["path"].as_str() else {
             return Err(ApiError::invalid("endpoint.path", "is required"));
         };
@@ -776,6 +826,21 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
             ));
         }
     };
+    // A request's id is a string or an integer, never null (MCP, JSON-RPC).
+    if !method.is_empty()
+        && id
+            .as_ref()
+            .is_some_and(|v| !(v.is_string() || v.is_i64() || v.is_u64()))
+    {
+        return Ok(json(
+            400,
+            &rpc_error(
+                Value::Null,
+                -32600,
+                "invalid request: a request id is a string or an integer (not null)",
+            ),
+        ));
+    }
     // After initialize a client names the negotiated revision in a header;
     // one this server does not speak is a 400 (absent: 2025-03-26).
     if method != "initialize"

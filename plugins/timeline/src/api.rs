@@ -41,7 +41,7 @@ pub const OPS: &[Op] = &[
             "createPost",
             "posts",
             "Create a post or comment",
-            "Signed `post:{content}` by author_fingerprint. Attachments: at most 16, each at most 512 KiB, unique filenames without path separators. A private reply (`post_type` `private_reply`, `content` \"\", `parent_id`, `recipient_fingerprint`, `encrypted_payload` of at most 64 KiB) is signed `post:{encrypted_payload}` and paid as a comment; it is never listed in the timeline or search, but readable by id and in its parent's thread (with its opaque `encrypted_payload` and `recipient_fingerprint`).",
+            "Signed `post:{content}` by author_fingerprint. Attachments: at most 16, unique filenames without path separators; each either inline (`content`, at most 512 KiB) or an upload of the author's (`s3_key` `files/{id}` from `POST /api/storage/presign`, shown with its `url`; an unknown upload, another identity's, or both `content` and `s3_key` is 400 `invalid_attachment`, nothing spent). A private reply (`post_type` `private_reply`, `content` \"\", `parent_id`, `recipient_fingerprint`, `encrypted_payload` of at most 64 KiB) is signed `post:{encrypted_payload}` and paid as a comment; it is never listed in the timeline or search, but readable by id and in its parent's thread (with its opaque `encrypted_payload` and `recipient_fingerprint`).",
         )
     },
     Op {
@@ -54,7 +54,7 @@ pub const OPS: &[Op] = &[
             "updatePost",
             "posts",
             "Update a post",
-            "Free. The author replaces the members sent (content, keywords, attachments, activity_metadata; attachments are replaced as a whole); search follows. Signed `update_post:{post_id}` by author_fingerprint; another identity is 403 `forbidden_party`. Answers the updated post.",
+            "Free. The author replaces the members sent (content, keywords, attachments, activity_metadata; attachments are replaced as a whole, inline or the author's uploads as for a new post); search follows. Signed `update_post:{post_id}` by author_fingerprint; another identity is 403 `forbidden_party`. Answers the updated post.",
         )
     },
     Op {
@@ -91,7 +91,7 @@ pub const OPS: &[Op] = &[
             "getAttachment",
             "posts",
             "One attachment",
-            "The raw attachment bytes with their content type and an ETag (If-None-Match gives 304).",
+            "The raw attachment bytes with their content type and an ETag (If-None-Match gives 304). An upload's bytes and content type are read from the identity family when served (404 if the upload is gone).",
         )
     },
     Op {
@@ -134,8 +134,36 @@ fn keywords() -> Value {
     json!({"type": "array", "items": nonblank(64), "maxItems": 32})
 }
 
+/// An attachment is inline (`content`) or an upload of the author's
+/// (`s3_key`), never both.
 fn attachments() -> Value {
-    json!({"type": "array", "maxItems": 16, "items": obj(&[("filename", t("string")), ("content", t("string")), ("attachment_type", t("string"))], &["filename", "content"])})
+    let mut item = obj(
+        &[
+            (
+                "filename",
+                json!({"type": "string", "minLength": 1, "maxLength": 255, "description": "unique in the post (case-insensitive), no path separators or control characters"}),
+            ),
+            (
+                "content",
+                json!({"type": "string", "description": "inline: the text itself, at most 512 KiB (markdown is indexed for search)"}),
+            ),
+            (
+                "s3_key",
+                json!({"type": "string", "pattern": "^files/[A-Za-z0-9]{1,128}$", "description": "an upload instead of content: the s3_key from POST /api/storage/presign, uploaded by the post's author; served from the identity family, not indexed"}),
+            ),
+            (
+                "attachment_type",
+                json!({"type": "string", "maxLength": 127, "description": "a media type; default text/markdown (.md) or text/plain inline, the upload's content type for an s3_key"}),
+            ),
+            (
+                "is_public",
+                json!({"type": "boolean", "description": "accepted and ignored (the original client sends it)"}),
+            ),
+        ],
+        &["filename"],
+    );
+    item["oneOf"] = json!([{"required": ["content"]}, {"required": ["s3_key"]}]);
+    json!({"type": "array", "maxItems": 16, "items": item})
 }
 
 /// What the family serves (its `describe-api` export): the operations and

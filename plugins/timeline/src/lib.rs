@@ -5,7 +5,9 @@
 //! Keyspace `timeline`:
 //! - `post/{post_id}` -> [`model::Post`] (post ids are `post_<ULID>`, so key
 //!   order is creation order)
-//! - `att/{post_id}/{index:04}` -> raw attachment bytes
+//! - `att/{post_id}/{index:04}` -> raw attachment bytes (inline ones; an
+//!   attachment that refers to an upload, `s3_key` `files/{id}`, is read
+//!   from the identity family's `file/{id}` and `file_meta/{id}` instead)
 //! - `type/{post_type}/{post_id}`, `author/{fingerprint}/{post_id}`,
 //!   `children/{parent_id}/{post_id}` -> "" (secondary indexes)
 //! - `author_count/{fingerprint}` -> posts by that author (read by identity)
@@ -63,10 +65,65 @@ impl Endpoint for Timeline {
 struct NewAttachment {
     filename: String,
     attachment_type: String,
-    content: String,
+    source: Source,
 }
 
-fn attachment_problems(body: &Body) -> (Vec<NewAttachment>, Vec<marketplace_guest::Detail>) {
+/// Where an attachment's bytes are.
+enum Source {
+    /// Sent in the request (`content`), stored at `att/{post_id}/{index}`.
+    Inline(String),
+    /// An upload of the author's (`s3_key` `files/{id}`), kept by the
+    /// identity family at `file/{id}` (read when the attachment is served).
+    Upload { id: String, size: usize },
+}
+
+impl NewAttachment {
+    /// The text of an inline attachment (None for an upload).
+    fn content(&self) -> Option<&str> {
+        match &self.source {
+            Source::Inline(c) => Some(c),
+            Source::Upload { .. } => None,
+        }
+    }
+}
+
+/// What the timeline reads of an upload's `file_meta/{id}` in the identity
+/// family's keyspace.
+#[derive(serde::Deserialize)]
+struct UploadMeta {
+    owner: String,
+    #[serde(default)]
+    content_type: String,
+    #[serde(default)]
+    size: u64,
+}
+
+/// The upload id of an `s3_key` (`files/{id}`, id ASCII alphanumeric, at
+/// most 128), as the identity family hands them out.
+fn upload_id(s3_key: &str) -> Option<&str> {
+    s3_key.strip_prefix("files/").filter(|id| {
+        !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric())
+    })
+}
+
+/// The public URL of an upload (served by the identity family).
+fn upload_url(id: &str) -> String {
+    format!("/api/storage/files/{id}")
+}
+
+/// The upload `id`'s metadata (None when there is no such upload).
+fn upload_meta(id: &str) -> Result<Option<UploadMeta>, ApiError> {
+    kv::get_in(Some("identity"), &format!("file_meta/{id}"))
+}
+
+/// The request's attachments and what is wrong with them. `author` is the
+/// fingerprint the request claims (it is verified later, before anything
+/// is stored, and `verify` answers the fingerprint it checked): an upload
+/// may only be attached by its owner.
+fn attachment_problems(
+    body: &Body,
+    author: Option<&str>,
+) -> Result<(Vec<NewAttachment>, Vec<marketplace_guest::Detail>), ApiError> {
     let mut out = Vec::new();
     let mut problems = Vec::new();
     let mut problem = |field: String, p: &str| {
@@ -76,24 +133,30 @@ fn attachment_problems(body: &Body) -> (Vec<NewAttachment>, Vec<marketplace_gues
         })
     };
     let Some(raw) = body.raw("attachments") else {
-        return (out, problems);
+        return Ok((out, problems));
     };
     let Some(list) = raw.as_array() else {
         problem("attachments".into(), "must be a list");
-        return (out, problems);
+        return Ok((out, problems));
     };
     if list.len() > MAX_ATTACHMENTS {
         problem(
             "attachments".into(),
             &format!("at most {MAX_ATTACHMENTS} attachments"),
         );
-        return (out, problems);
+        return Ok((out, problems));
     }
+    // References to uploads, checked together once the list is read:
+    // (their place in `out`, their place in the request, whether the
+    // request gave their type).
+    let mut uploads: Vec<(usize, usize, bool)> = Vec::new();
     let mut names: Vec<String> = Vec::new();
     for (i, item) in list.iter().enumerate() {
         let field = |f: &str| format!("attachments[{i}].{f}");
         let filename = item.get("filename").and_then(|v| v.as_str()).unwrap_or("");
-        let content = item.get("content").and_then(|v| v.as_str());
+        // An absent member and a null one are the same.
+        let member = |name: &str| item.get(name).filter(|v| !v.is_null());
+        let (content, s3_key) = (member("content"), member("s3_key"));
         if filename.is_empty() || filename.chars().count() > 255 {
             problem(field("filename"), "is required, at most 255 characters");
         } else if filename.contains(['/', '\\'])
@@ -112,27 +175,62 @@ fn attachment_problems(body: &Body) -> (Vec<NewAttachment>, Vec<marketplace_gues
             );
         }
         names.push(filename.to_string());
-        let Some(content) = content else {
-            problem(field("content"), "is required (a string)");
-            continue;
+        let source = match (content, s3_key) {
+            (Some(_), Some(_)) => {
+                problem(
+                    field("s3_key"),
+                    "must not be given with content: an attachment is either inline (content) or an upload (s3_key)",
+                );
+                continue;
+            }
+            (None, None) => {
+                problem(
+                    field("content"),
+                    "is required (a string), unless s3_key names an upload",
+                );
+                continue;
+            }
+            (Some(Value::String(content)), None) => {
+                if content.len() > MAX_ATTACHMENT_BYTES {
+                    problem(
+                        field("content"),
+                        &format!("must be at most {MAX_ATTACHMENT_BYTES} bytes"),
+                    );
+                }
+                Source::Inline(content.clone())
+            }
+            (Some(_), None) => {
+                problem(field("content"), "is required (a string)");
+                continue;
+            }
+            (None, Some(key)) => match key.as_str().and_then(upload_id) {
+                Some(id) => Source::Upload {
+                    id: id.to_string(),
+                    size: 0,
+                },
+                None => {
+                    problem(
+                        field("s3_key"),
+                        "must be the s3_key of an upload (files/{id})",
+                    );
+                    continue;
+                }
+            },
         };
-        if content.len() > MAX_ATTACHMENT_BYTES {
-            problem(
-                field("content"),
-                &format!("must be at most {MAX_ATTACHMENT_BYTES} bytes"),
-            );
-        }
-        let default_type = if filename.to_ascii_lowercase().ends_with(".md") {
-            "text/markdown; charset=utf-8"
-        } else {
-            "text/plain; charset=utf-8"
+        let default_type = match source {
+            // The upload's own type, once it is read.
+            Source::Upload { .. } => "",
+            Source::Inline(_) if filename.to_ascii_lowercase().ends_with(".md") => {
+                "text/markdown; charset=utf-8"
+            }
+            Source::Inline(_) => "text/plain; charset=utf-8",
         };
-        let attachment_type = match item.get("attachment_type") {
-            None | Some(Value::Null) => default_type.to_string(),
+        let (attachment_type, typed) = match item.get("attachment_type") {
+            None | Some(Value::Null) => (default_type.to_string(), false),
             Some(Value::String(t))
                 if t.contains('/') && t.len() <= 127 && !t.chars().any(char::is_control) =>
             {
-                t.clone()
+                (t.clone(), true)
             }
             Some(_) => {
                 problem(
@@ -142,13 +240,60 @@ fn attachment_problems(body: &Body) -> (Vec<NewAttachment>, Vec<marketplace_gues
                 continue;
             }
         };
+        if matches!(source, Source::Upload { .. }) {
+            uploads.push((out.len(), i, typed));
+        }
         out.push(NewAttachment {
             filename: filename.to_string(),
             attachment_type,
-            content: content.to_string(),
+            source,
         });
     }
-    (out, problems)
+    if uploads.is_empty() {
+        return Ok((out, problems));
+    }
+    // Every upload's metadata in one call.
+    let keys: Vec<String> = uploads
+        .iter()
+        .map(|&(at, _, _)| match &out[at].source {
+            Source::Upload { id, .. } => format!("file_meta/{id}"),
+            Source::Inline(_) => unreachable!("only uploads are listed"),
+        })
+        .collect();
+    let metas = kv::get_many_raw(Some("identity"), &keys)?;
+    let author = author.map(str::to_ascii_lowercase);
+    for (&(at, i, typed), meta) in uploads.iter().zip(metas) {
+        let field = format!("attachments[{i}].s3_key");
+        let Some(meta) = meta else {
+            problem(
+                field,
+                "names no upload: upload the file first (POST /api/storage/presign, then PUT to its presigned_url)",
+            );
+            continue;
+        };
+        let meta: UploadMeta = serde_json::from_slice(&meta)
+            .map_err(|e| ApiError::internal(format!("corrupt upload metadata: {e}")))?;
+        // Without a claimed author the request is refused as unsigned.
+        if author.as_deref().is_some_and(|a| a != meta.owner) {
+            problem(
+                field,
+                "names an upload of another identity: only the post's author's own uploads may be attached",
+            );
+            continue;
+        }
+        let a = &mut out[at];
+        if !typed {
+            a.attachment_type = if meta.content_type.is_empty() {
+                "application/octet-stream".into()
+            } else {
+                meta.content_type
+            };
+        }
+        if let Source::Upload { size, .. } = &mut a.source {
+            *size = usize::try_from(meta.size).unwrap_or(usize::MAX);
+        }
+    }
+    Ok((out, problems))
 }
 
 /// The `keywords` member, validated (None when absent).
@@ -184,9 +329,10 @@ fn metadata_field(body: &mut Body) -> Option<Value> {
     }
 }
 
-/// The `attachments` member, validated (400 `invalid_attachment`).
-fn attachments_field(body: &Body) -> Result<Vec<NewAttachment>, ApiError> {
-    let (attachments, problems) = attachment_problems(body);
+/// The `attachments` member, validated (400 `invalid_attachment`) for a
+/// post by `author` (the fingerprint the request claims).
+fn attachments_field(body: &Body, author: Option<&str>) -> Result<Vec<NewAttachment>, ApiError> {
+    let (attachments, problems) = attachment_problems(body, author)?;
     if !problems.is_empty() {
         let mut e = ApiError::invalid_many(problems);
         e.code = "invalid_attachment".into();
@@ -202,32 +348,49 @@ fn store_attachments(
 ) -> Result<Vec<Attachment>, ApiError> {
     let mut meta = Vec::new();
     for (i, a) in attachments.iter().enumerate() {
-        kv::put_raw(&format!("att/{post_id}/{i:04}"), a.content.as_bytes())?;
+        let (size, sha256, s3_key, url) = match &a.source {
+            Source::Inline(content) => {
+                kv::put_raw(&format!("att/{post_id}/{i:04}"), content.as_bytes())?;
+                let sha256 = hex::encode(&Sha256::digest(content.as_bytes()));
+                (content.len(), sha256, None, None)
+            }
+            // The bytes stay with the identity family.
+            Source::Upload { id, size } => (
+                *size,
+                String::new(),
+                Some(format!("files/{id}")),
+                Some(upload_url(id)),
+            ),
+        };
         meta.push(Attachment {
             index: i,
             filename: a.filename.clone(),
             attachment_type: a.attachment_type.clone(),
-            size: a.content.len(),
-            sha256: hex::encode(&Sha256::digest(a.content.as_bytes())),
+            size,
+            sha256,
+            s3_key,
+            url,
         });
     }
     Ok(meta)
 }
 
-/// The texts of the indexed (markdown) attachments of a request.
+/// The texts of the indexed (inline markdown) attachments of a request:
+/// uploads are not indexed.
 fn new_markdown(attachments: &[NewAttachment]) -> Vec<&str> {
     attachments
         .iter()
         .filter(|a| index::is_markdown(&a.filename, &a.attachment_type))
-        .map(|a| a.content.as_str())
+        .filter_map(NewAttachment::content)
         .collect()
 }
 
-/// The texts of the indexed (markdown) attachments of a stored post.
+/// The texts of the indexed (inline markdown) attachments of a stored post.
 fn stored_markdown(post: &Post) -> Result<Vec<String>, ApiError> {
     let mut out = Vec::new();
     for a in &post.attachments {
-        if index::is_markdown(&a.filename, &a.attachment_type)
+        if a.s3_key.is_none()
+            && index::is_markdown(&a.filename, &a.attachment_type)
             && let Some(bytes) = kv::get_raw(None, &format!("att/{}/{:04}", post.post_id, a.index))?
         {
             out.push(String::from_utf8_lossy(&bytes).into_owned());
@@ -299,7 +462,7 @@ fn create(req: &Request) -> Result<Response, ApiError> {
     let activity_metadata = metadata_field(&mut body).unwrap_or_else(|| json!({}));
     let timestamp = body.optional_u64("timestamp");
     body.finish()?;
-    let attachments = attachments_field(&body)?;
+    let attachments = attachments_field(&body, body.text("author_fingerprint").as_deref())?;
     let content = content.unwrap_or_default();
 
     // The signature check is the costly part: done before payment, which
@@ -425,7 +588,10 @@ fn update(req: &Request) -> Result<Response, ApiError> {
     body.finish()?;
     let attachments = match body.raw("attachments") {
         None => None,
-        Some(_) => Some(attachments_field(&body)?),
+        Some(_) => Some(attachments_field(
+            &body,
+            body.text("author_fingerprint").as_deref(),
+        )?),
     };
     let mut post = authored_post(&body, &post_id, timestamp, "update_post")?;
     if post.is_private() && content.is_some() {
@@ -447,7 +613,7 @@ fn update(req: &Request) -> Result<Response, ApiError> {
         post.activity_metadata = m;
     }
     if let Some(list) = &attachments {
-        for a in &post.attachments {
+        for a in post.attachments.iter().filter(|a| a.s3_key.is_none()) {
             kv::delete(&format!("att/{}/{:04}", post.post_id, a.index))?;
         }
         post.attachments = store_attachments(&post.post_id, list)?;
@@ -492,7 +658,8 @@ fn delete(req: &Request) -> Result<Response, ApiError> {
             kv::put(&record_key(pid), &parent)?;
         }
     }
-    for a in &post.attachments {
+    // Uploads stay with the identity family.
+    for a in post.attachments.iter().filter(|a| a.s3_key.is_none()) {
         kv::delete(&format!("att/{id}/{:04}", a.index))?;
     }
     // Its replies stay readable by id; the thread index under it goes.
@@ -510,9 +677,13 @@ fn timeline(req: &Request) -> Result<Response, ApiError> {
         .query("author")
         .filter(|a| !a.is_empty())
         .map(str::to_ascii_lowercase);
-    let before = req.query("before").filter(|b| !b.is_empty());
+    // A cursor is a post id (`^post_[0-9A-Za-z]{1,59}$`); an empty one is
+    // malformed too (PROTOCOL 1).
+    let before = req.query("before");
     if let Some(b) = before
-        && (!b.starts_with("post_") || b.len() > 64)
+        && !b.strip_prefix("post_").is_some_and(|id| {
+            (1..=59).contains(&id.len()) && id.bytes().all(|c| c.is_ascii_alphanumeric())
+        })
     {
         return Err(ApiError::invalid("before", "must be a post_id"));
     }
@@ -610,10 +781,27 @@ fn attachment(req: &Request) -> Result<Response, ApiError> {
     let id = req.param("post_id");
     let post = model::load(id)?.ok_or_else(|| ApiError::not_found(format!("post {id}")))?;
     let raw_index = req.param("index");
+    // The index as the post lists it: "01" names nothing.
     let meta = marketplace_common::uint::parse(raw_index)
+        .filter(|i| i.to_string() == raw_index)
         .and_then(|i| post.attachments.get(usize::try_from(i).ok()?))
         .ok_or_else(|| ApiError::not_found(format!("attachment {raw_index} of post {id}")))?;
-    let etag = format!("\"{}\"", meta.sha256);
+    // An upload is read from the identity family when served: its bytes
+    // and type are the upload's, and it may be gone.
+    let upload = match meta.s3_key.as_deref() {
+        None => None,
+        Some(key) => {
+            let gone = move || ApiError::not_found(format!("the upload {key} of post {id}"));
+            let upload = upload_id(key).ok_or_else(gone)?;
+            let file = upload_meta(upload)?.ok_or_else(gone)?;
+            Some((upload, file, gone))
+        }
+    };
+    // An upload never changes (its id is used once): its id tags it.
+    let etag = match &upload {
+        None => format!("\"{}\"", meta.sha256),
+        Some((upload, ..)) => format!("\"{upload}\""),
+    };
     let mut headers = vec![
         ("etag".to_string(), etag.clone()),
         (
@@ -632,10 +820,26 @@ fn attachment(req: &Request) -> Result<Response, ApiError> {
             body: vec![],
         });
     }
-    let bytes = kv::get_raw(None, &format!("att/{id}/{:04}", meta.index))?.ok_or_else(|| {
-        ApiError::internal(format!("attachment bytes missing for {id}/{}", meta.index))
-    })?;
-    headers.push(("content-type".into(), meta.attachment_type.clone()));
+    let (bytes, content_type) = match upload {
+        None => {
+            let bytes =
+                kv::get_raw(None, &format!("att/{id}/{:04}", meta.index))?.ok_or_else(|| {
+                    ApiError::internal(format!("attachment bytes missing for {id}/{}", meta.index))
+                })?;
+            (bytes, meta.attachment_type.clone())
+        }
+        Some((upload, file, gone)) => {
+            let bytes =
+                kv::get_raw(Some("identity"), &format!("file/{upload}"))?.ok_or_else(gone)?;
+            let content_type = if file.content_type.is_empty() {
+                "application/octet-stream".into()
+            } else {
+                file.content_type
+            };
+            (bytes, content_type)
+        }
+    };
+    headers.push(("content-type".into(), content_type));
     // The type is the uploader's choice: never let it run as our origin.
     headers.push(("x-content-type-options".into(), "nosniff".into()));
     headers.push((

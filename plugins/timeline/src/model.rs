@@ -17,14 +17,25 @@ pub struct Listed<'a> {
     pub post_type: std::borrow::Cow<'a, str>,
 }
 
-/// Metadata of one attachment; its bytes live at `att/{post_id}/{index}`.
+/// Metadata of one attachment. An inline one's bytes live at
+/// `att/{post_id}/{index}` (shown with their `sha256`); an upload's stay
+/// with the identity family at `file/{id}` (shown with its `s3_key`,
+/// `files/{id}`, and the `url` that family serves it at).
 #[derive(Serialize, Deserialize, Clone)]
 pub struct Attachment {
     pub index: usize,
     pub filename: String,
     pub attachment_type: String,
     pub size: usize,
+    /// Inline attachments only ("" for an upload).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub sha256: String,
+    /// Uploads only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_key: Option<String>,
+    /// Uploads only: `/api/storage/files/{id}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 }
 
 /// A post as stored at `post/{post_id}`.
