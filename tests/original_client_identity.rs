@@ -4,32 +4,12 @@
 
 mod common;
 
-use common::{Key, Server, now_s};
+use common::{Key, Server, now_s, path_of};
 use marketplace_common::time::rfc3339;
 use serde_json::{Value, json};
 
-/// The path (and query) of an absolute URL or of a path.
-fn path_of(url: &str) -> String {
-    match url.split_once("://") {
-        Some((_, rest)) => rest.find('/').map(|i| rest[i..].to_string()).unwrap(),
-        None => url.to_string(),
-    }
-}
-
 fn profile(s: &Server, key: &Key) -> common::Resp {
     s.get(&format!("/api/profile?fingerprint={}", key.fp()))
-}
-
-fn presign(s: &Server, key: &Key, file_path: &str, content_type: &str) -> Value {
-    let r = s.post_json(
-        "/api/storage/presign",
-        &json!({
-            "fingerprint": key.fp(), "file_path": file_path, "content_type": content_type,
-            "is_public": true, "signature": key.sign(&format!("presign:{file_path}")),
-        }),
-    );
-    assert_eq!(r.status, 200, "presign: {}", r.text());
-    r.json()
 }
 
 fn put(s: &Server, url: &str, body: &[u8]) -> common::Resp {
@@ -241,7 +221,7 @@ fn presigned_upload_is_single_use_bounded_and_served_back() {
     let dave = s.identity("dave_up");
 
     // Exactly 8 MiB is accepted and served back byte for byte.
-    let p = presign(&s, &dave, "avatars/dave.png", "image/png");
+    let p = s.presign(&dave, "avatars/dave.png", "image/png");
     assert_eq!(p["expires_in"], 900);
     let s3_key = p["s3_key"].as_str().unwrap().to_string();
     let public_url = p["public_url"].as_str().unwrap().to_string();
@@ -263,7 +243,7 @@ fn presigned_upload_is_single_use_bounded_and_served_back() {
     assert!(s.get(&path_of(&public_url)).body == body);
 
     // 8 MiB + 1 byte: 413 before the plugin runs; the token stays usable.
-    let p2 = presign(&s, &dave, "big.bin", "application/octet-stream");
+    let p2 = s.presign(&dave, "big.bin", "application/octet-stream");
     let url2 = p2["presigned_url"].as_str().unwrap();
     let mut big = body.clone();
     big.push(0);
@@ -358,7 +338,7 @@ fn presigned_uploads_are_bounded_per_identity() {
     let s = Server::start();
     let key = s.identity("quota");
     for i in 0..64 {
-        presign(&s, &key, &format!("pic{i}.png"), "image/png");
+        s.presign(&key, &format!("pic{i}.png"), "image/png");
     }
     let r = s.post_json(
         "/api/storage/presign",
@@ -373,5 +353,5 @@ fn presigned_uploads_are_bounded_per_identity() {
     );
     // Another identity is not affected.
     let other = s.identity("quota2");
-    presign(&s, &other, "pic.png", "image/png");
+    s.presign(&other, "pic.png", "image/png");
 }

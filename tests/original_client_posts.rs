@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Key, Server, now_s};
+use common::{Key, Server, now_s, path_of};
 use serde_json::{Value, json};
 
 /// `POST /api/posts/update` signed with the legacy message.
@@ -34,27 +34,11 @@ fn delete(s: &Server, key: &Key, post_id: &str) -> common::Resp {
     )
 }
 
-/// The path (and query) of an absolute URL or of a path.
-fn path_of(url: &str) -> String {
-    match url.split_once("://") {
-        Some((_, rest)) => rest.find('/').map(|i| rest[i..].to_string()).unwrap(),
-        None => url.to_string(),
-    }
-}
-
 /// Upload `bytes` as the original client does (`POST /api/storage/presign`
 /// signed `presign:{file_path}`, then `PUT` to the presigned URL): the
 /// upload's `s3_key`.
 fn upload(s: &Server, key: &Key, file_path: &str, content_type: &str, bytes: &[u8]) -> String {
-    let r = s.post_json(
-        "/api/storage/presign",
-        &json!({
-            "fingerprint": key.fp(), "file_path": file_path, "content_type": content_type,
-            "is_public": true, "signature": key.sign(&format!("presign:{file_path}")),
-        }),
-    );
-    assert_eq!(r.status, 200, "presign: {}", r.text());
-    let p = r.json();
+    let p = s.presign(key, file_path, content_type);
     let r = s.request(
         "PUT",
         &path_of(p["presigned_url"].as_str().unwrap()),

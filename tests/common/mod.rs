@@ -6,7 +6,7 @@
 
 pub mod deal;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -356,6 +356,20 @@ impl Server {
         r.json()["secret"].as_str().unwrap().to_string()
     }
 
+    /// `POST /api/storage/presign` by `key` (signed `presign:{file_path}`,
+    /// public), as the original client asks for an upload URL; the answer.
+    pub fn presign(&self, key: &Key, file_path: &str, content_type: &str) -> Value {
+        let r = self.post_json(
+            "/api/storage/presign",
+            &json!({
+                "fingerprint": key.fp(), "file_path": file_path, "content_type": content_type,
+                "is_public": true, "signature": key.sign(&format!("presign:{file_path}")),
+            }),
+        );
+        assert_eq!(r.status, 200, "presign: {}", r.text());
+        r.json()
+    }
+
     /// An authenticated admin request.
     pub fn admin_request(&self, method: &str, path: &str, body: &Value) -> Resp {
         let auth = format!("Bearer {ADMIN_TOKEN}");
@@ -557,6 +571,14 @@ impl Resp {
 }
 
 /// One HTTP/1.1 request on a fresh connection.
+/// The path (and query) of an absolute URL or of a path.
+pub fn path_of(url: &str) -> String {
+    match url.split_once("://") {
+        Some((_, rest)) => rest.find('/').map(|i| rest[i..].to_string()).unwrap(),
+        None => url.to_string(),
+    }
+}
+
 pub fn request(
     addr: SocketAddr,
     method: &str,

@@ -183,11 +183,7 @@ async fn handle(app: Arc<App>, token: Arc<String>, req: Request<Incoming>) -> Re
         tracing::info!(target: "admin", method = %method, path = %path, status = resp.status().as_u16());
         return resp;
     }
-    let declared = req
-        .headers()
-        .get(hyper::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared = super::http::declared_length(req.headers());
     let mut reply = match presented {
         None => Reply::error(
             401,
@@ -201,9 +197,7 @@ async fn handle(app: Arc<App>, token: Arc<String>, req: Request<Incoming>) -> Re
         // Decided from the declared length, before the body is read; the
         // connection closes (the body stays unread).
         Some(_) if declared.is_some_and(|n| n > MAX_UPLOAD as u64) => {
-            let mut reply = too_large();
-            reply.headers.push(("connection".into(), "close".into()));
-            reply
+            super::http::too_large(MAX_UPLOAD)
         }
         Some(_) => match tokio::time::timeout(
             UPLOAD_TIMEOUT,
@@ -211,19 +205,8 @@ async fn handle(app: Arc<App>, token: Arc<String>, req: Request<Incoming>) -> Re
         )
         .await
         {
-            Err(_) => {
-                let mut reply = Reply::error(
-                    408,
-                    "request_timeout",
-                    format!(
-                        "the request body did not arrive within {} s",
-                        UPLOAD_TIMEOUT.as_secs()
-                    ),
-                );
-                reply.headers.push(("connection".into(), "close".into()));
-                reply
-            }
-            Ok(Err(_)) => too_large(),
+            Err(_) => super::http::body_late(UPLOAD_TIMEOUT),
+            Ok(Err(_)) => super::http::too_large(MAX_UPLOAD),
             Ok(Ok(body)) => {
                 let body = body.to_bytes().to_vec();
                 let (m, p) = (method.clone(), path.clone());
@@ -247,15 +230,6 @@ async fn handle(app: Arc<App>, token: Arc<String>, req: Request<Incoming>) -> Re
 fn bearer(value: &str) -> Option<&str> {
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then_some(token)
-}
-
-/// 413: an upload over [`MAX_UPLOAD`].
-fn too_large() -> Reply {
-    Reply::error(
-        413,
-        "payload_too_large",
-        format!("uploads are limited to {MAX_UPLOAD} bytes"),
-    )
 }
 
 /// `GET /admin/backup`: `crate::backup::snapshot` runs on a blocking thread
@@ -533,19 +507,7 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
             }
         }
         _ => match admin_methods(app, segments.as_slice()) {
-            Some(allowed) => {
-                let allow = allowed.join(", ");
-                let mut reply = Reply::json(
-                    405,
-                    &json!({
-                        "code": "method_not_allowed",
-                        "message": format!("{method} is not allowed on {path}; allowed: {allow}"),
-                        "allowed_methods": allowed,
-                    }),
-                );
-                reply.headers.push(("allow".into(), allow));
-                reply
-            }
+            Some(allowed) => super::http::method_not_allowed(method, path, &allowed),
             None => Reply::error(404, "not_found", format!("no admin route {method} {path}")),
         },
     }

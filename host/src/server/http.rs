@@ -481,21 +481,10 @@ async fn dispatch(
             );
         }
         Match::MethodNotAllowed(allowed) => {
-            let allow = allowed.join(", ");
-            let mut reply = Reply::json(
-                405,
-                &json!({
-                    "code": "method_not_allowed",
-                    "message": format!(
-                        "{} is not allowed on {}; allowed: {allow}",
-                        crate::logging::clip(&method, crate::logging::MAX_METHOD),
-                        req.uri().path()
-                    ),
-                    "allowed_methods": allowed,
-                }),
+            return (
+                method_not_allowed(&method, req.uri().path(), &allowed),
+                None,
             );
-            reply.headers.push(("allow".into(), allow));
-            return (reply, None);
         }
     };
     let from_memory = matches!(&route.handler,
@@ -540,12 +529,7 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
     // 413 is decided from a declared length before the body is read; a
     // chunked body is cut off at the same limit while reading.
     let max = route.max_body.unwrap_or(app.config.max_body_bytes);
-    let declared = req
-        .headers()
-        .get(hyper::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > max as u64) {
+    if declared_length(req.headers()).is_some_and(|n| n > max as u64) {
         return too_large(max);
     }
     let query = req
@@ -612,18 +596,7 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
             }
             return Reply::error(400, "invalid_request", format!("could not read body: {e}"));
         }
-        Err(_) => {
-            let mut reply = Reply::error(
-                408,
-                "request_timeout",
-                format!(
-                    "the request body did not arrive within {} ms",
-                    body_timeout.as_millis()
-                ),
-            );
-            reply.headers.push(("connection".into(), "close".into()));
-            return reply;
-        }
+        Err(_) => return body_late(body_timeout),
     };
 
     let span = tracing::Span::current();
@@ -705,7 +678,7 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
 /// `reply`, saying `Connection: close`: an answer that leaves the request
 /// body unread ends the connection, and says so rather than leave a
 /// keep-alive client to find a closed socket.
-fn closing(mut reply: Reply) -> Reply {
+pub(crate) fn closing(mut reply: Reply) -> Reply {
     if !reply
         .headers
         .iter()
@@ -716,8 +689,56 @@ fn closing(mut reply: Reply) -> Reply {
     reply
 }
 
+/// The `Content-Length` a request declares, if it is a number.
+pub(crate) fn declared_length(headers: &hyper::HeaderMap) -> Option<u64> {
+    headers
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+}
+
+/// 405 `method_not_allowed` with the methods `path` answers, also in
+/// `Allow`.
+pub(crate) fn method_not_allowed<S: AsRef<str> + serde::Serialize>(
+    method: &str,
+    path: &str,
+    allowed: &[S],
+) -> Reply {
+    let allow = allowed
+        .iter()
+        .map(AsRef::as_ref)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut reply = Reply::json(
+        405,
+        &json!({
+            "code": "method_not_allowed",
+            "message": format!(
+                "{} is not allowed on {path}; allowed: {allow}",
+                crate::logging::clip(method, crate::logging::MAX_METHOD),
+            ),
+            "allowed_methods": allowed,
+        }),
+    );
+    reply.headers.push(("allow".into(), allow));
+    reply
+}
+
+/// 408 `request_timeout`: the body did not arrive within `limit`; the
+/// connection closes.
+pub(crate) fn body_late(limit: Duration) -> Reply {
+    closing(Reply::error(
+        408,
+        "request_timeout",
+        format!(
+            "the request body did not arrive within {} ms",
+            limit.as_millis()
+        ),
+    ))
+}
+
 /// 413 `payload_too_large`, answered before the body is read.
-fn too_large(max: usize) -> Reply {
+pub(crate) fn too_large(max: usize) -> Reply {
     closing(Reply::json(
         413,
         &json!({

@@ -98,6 +98,17 @@ struct UploadMeta {
     size: u64,
 }
 
+impl UploadMeta {
+    /// The type the upload is served with (its own, else bytes).
+    fn media_type(&self) -> String {
+        if self.content_type.is_empty() {
+            "application/octet-stream".into()
+        } else {
+            self.content_type.clone()
+        }
+    }
+}
+
 /// The upload id of an `s3_key` (`files/{id}`, id ASCII alphanumeric, at
 /// most 128), as the identity family hands them out.
 fn upload_id(s3_key: &str) -> Option<&str> {
@@ -283,11 +294,7 @@ fn attachment_problems(
         }
         let a = &mut out[at];
         if !typed {
-            a.attachment_type = if meta.content_type.is_empty() {
-                "application/octet-stream".into()
-            } else {
-                meta.content_type
-            };
+            a.attachment_type = meta.media_type();
         }
         if let Source::Upload { size, .. } = &mut a.source {
             *size = usize::try_from(meta.size).unwrap_or(usize::MAX);
@@ -831,12 +838,7 @@ fn attachment(req: &Request) -> Result<Response, ApiError> {
         Some((upload, file, gone)) => {
             let bytes =
                 kv::get_raw(Some("identity"), &format!("file/{upload}"))?.ok_or_else(gone)?;
-            let content_type = if file.content_type.is_empty() {
-                "application/octet-stream".into()
-            } else {
-                file.content_type
-            };
-            (bytes, content_type)
+            (bytes, file.media_type())
         }
     };
     headers.push(("content-type".into(), content_type));
