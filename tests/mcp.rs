@@ -386,6 +386,7 @@ fn jsonrpc_mcp_server() {
     );
     assert_eq!(r.status, 202);
     assert!(r.body.is_empty());
+    assert_eq!(r.header("content-type"), None, "no body, no media type");
 
     let tools = rpc(
         &s,
@@ -1195,6 +1196,17 @@ fn a2a_jsonrpc_errors() {
         code(json!({"jsonrpc": "1.0", "id": 1, "method": "GetTask"})),
         -32600
     );
+    // Ids are strings or integers: a fraction or an object is refused, and
+    // the answer's id is null.
+    for id in [json!(1.5), json!({"a": 1})] {
+        let r = s.post_json(
+            "/a2a",
+            &json!({"jsonrpc": "2.0", "id": id, "method": "GetTask"}),
+        );
+        assert_eq!(r.status, 200);
+        assert_eq!(r.json()["error"]["code"], -32600, "{id}");
+        assert_eq!(r.json()["id"], Value::Null, "{id}");
+    }
     assert_eq!(code(req("SendMessage", json!({}))), -32602);
     assert_eq!(
         code(req("SendMessage", json!({"message": {"parts": []}}))),

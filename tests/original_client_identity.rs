@@ -351,6 +351,7 @@ fn presigned_uploads_are_bounded_per_identity() {
         "{}",
         r.text()
     );
+    assert!(s.documents("POST", "/api/storage/presign", 409));
     // Another identity is not affected.
     let other = s.identity("quota2");
     s.presign(&other, "pic.png", "image/png");

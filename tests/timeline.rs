@@ -136,6 +136,11 @@ fn attachment_bytes_round_trip_with_type_and_etag() {
         None,
     );
     assert_eq!(again.status, 304);
+    assert!(s.documents("GET", "/api/posts/{post_id}/attachments/{index}", 304));
+    assert_eq!(again.header("etag"), Some(etag.as_str()));
+    // No body, so no media type made up for it.
+    assert_eq!(again.header("content-type"), None);
+    assert!(again.body.is_empty());
     assert_eq!(
         s.get(&format!("/api/posts/{id}/attachments/1")).code(),
         "not_found"
@@ -443,6 +448,20 @@ fn ratings_change_the_authors_score() {
     assert_eq!((r.status, r.code().as_str()), (404, "not_found"));
     let r = vote(&rater, &post, "sideways");
     assert_eq!(r.status, 400);
+    // The same signed vote again (paid anew): the signature is used. (A
+    // timestamp none of the votes above can have: Ed25519 signatures are
+    // deterministic.)
+    let ts = now_s() + 5;
+    let again = json!({"post_id": post, "actor_fingerprint": rater.fp(), "vote": "up", "timestamp": ts,
+                       "signature": rater.sign(&format!("vote:{post}:up:{ts}"))});
+    assert_eq!(
+        s.post_paid("/api/profiles/rate", &s.mint("0.001"), &again)
+            .status,
+        200
+    );
+    let r = s.post_paid("/api/profiles/rate", &s.mint("0.001"), &again);
+    assert_eq!((r.status, r.code().as_str()), (409, "conflict"));
+    assert!(s.documents("POST", "/api/profiles/rate", 409));
     let stranger = Key::random();
     let r = vote(&stranger, &post, "up");
     assert_eq!((r.status, r.code().as_str()), (401, "auth_invalid"));

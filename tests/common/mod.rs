@@ -326,6 +326,15 @@ impl Server {
         self.request("GET", path, &[], None)
     }
 
+    /// Whether the served OpenAPI document lists `status` among the
+    /// answers of `method path` (path as templated in the document).
+    pub fn documents(&self, method: &str, path: &str, status: u16) -> bool {
+        let doc = self.get("/openapi.json").json();
+        doc["paths"][path][method.to_ascii_lowercase()]["responses"]
+            .get(status.to_string())
+            .is_some()
+    }
+
     pub fn post_json(&self, path: &str, body: &Value) -> Resp {
         self.request(
             "POST",

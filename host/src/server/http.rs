@@ -410,6 +410,10 @@ async fn handle(
 
 pub(crate) fn to_hyper(reply: Reply, head: bool) -> Response<Full<Bytes>> {
     use hyper::header::{CONTENT_TYPE, HeaderName, HeaderValue};
+    // An answer with no body (a 202 notification, a 304) names no media
+    // type unless its handler gave one; every other answer is JSON unless
+    // it says otherwise (a HEAD keeps what its GET would say).
+    let typed = !reply.body.is_empty();
     let body = if head {
         Bytes::new()
     } else {
@@ -440,7 +444,7 @@ pub(crate) fn to_hyper(reply: Reply, head: bool) -> Response<Full<Bytes>> {
             }
         }
     }
-    if !headers.contains_key(CONTENT_TYPE) {
+    if typed && !headers.contains_key(CONTENT_TYPE) {
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     }
     resp
@@ -788,6 +792,16 @@ mod tests {
             assert!(r.headers().get("x-first").is_none());
             assert_eq!(r.headers()["content-type"], "application/json");
         }
+        // No body (a 304, a 202 notification): no media type is made up.
+        let empty = Reply {
+            status: 304,
+            headers: vec![("etag".into(), "\"a\"".into())],
+            body: vec![],
+        };
+        let r = to_hyper(empty, false);
+        assert_eq!(r.status(), 304);
+        assert!(r.headers().get("content-type").is_none());
+        assert_eq!(r.headers()["etag"], "\"a\"");
     }
 
     #[test]

@@ -71,6 +71,11 @@ pub struct Op {
     /// The largest body this route takes when it differs from the host's
     /// limit (an upload); the host answers 413 above it.
     pub max_body: Option<u32>,
+    /// The body is read with [`Body`](crate::Body), which takes a member
+    /// that is `null` as an absent one: the document then lets every
+    /// optional member of [`Op::body`] be null (see [`null_is_absent`]).
+    /// `false` for a body read otherwise (JSON-RPC, execute).
+    pub null_absent: bool,
 }
 
 /// An operation with defaults: not paid, writes unless GET, no query, no
@@ -99,6 +104,7 @@ pub const fn op(
         errors: &[],
         patch: None,
         max_body: None,
+        null_absent: true,
     }
 }
 
@@ -168,7 +174,10 @@ pub fn fingerprint() -> Value {
 /// `timestamp`.
 pub fn signed_fields() -> [(&'static str, Value); 2] {
     [
-        ("signature", t("string")),
+        (
+            "signature",
+            json!({"type": "string", "description": "hex Ed25519 signature; needed, but its absence (like the signer's) is 401 auth_required, checked after the body and a paid route's payment, so a paid body without it is answered 402 first"}),
+        ),
         (
             "timestamp",
             json!({"type": "integer", "minimum": 0, "description": "unix seconds: fresh form, signs {message}:{timestamp}; more than 300 s from the server clock is 401 auth_expired"}),
@@ -401,10 +410,54 @@ pub fn route(o: &Op) -> types::Route {
 
 /// The `api` record a family exports (`describe-api`): its operations and
 /// the component schemas they reference (a JSON object, name -> schema).
-pub fn api(ops: &[Op], schemas: Value) -> types::Api {
+pub fn api(ops: &[Op], mut schemas: Value) -> types::Api {
+    for o in ops.iter().filter(|o| o.null_absent) {
+        if let Some(schema) = o.body.and_then(|name| schemas.get_mut(name)) {
+            null_is_absent(schema);
+        }
+    }
     types::Api {
         routes: ops.iter().map(route).collect(),
         schemas: schemas.to_string(),
+    }
+}
+
+/// Let each optional member of an object schema also be `null` (what
+/// [`Body`](crate::Body) reads as absent): a plain typed schema gains
+/// `"null"` among its types; any other (a reference, an enum, a `not`) is
+/// wrapped in `anyOf` with `{"type": "null"}`. Required members stay as
+/// they are.
+pub fn null_is_absent(schema: &mut Value) {
+    let required: BTreeSet<String> = schema["required"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for (name, prop) in props.iter_mut() {
+        if required.contains(name) || prop.as_object().is_some_and(|o| o.is_empty()) {
+            continue;
+        }
+        let plain = ["$ref", "enum", "const", "not", "allOf", "anyOf", "oneOf"]
+            .iter()
+            .all(|k| prop.get(k).is_none());
+        match prop.get_mut("type") {
+            Some(Value::String(ty)) if plain => {
+                if ty != "null" {
+                    let ty = std::mem::take(ty);
+                    prop["type"] = json!([ty, "null"]);
+                }
+            }
+            Some(Value::Array(types)) if plain => {
+                if !types.iter().any(|t| t == "null") {
+                    types.push(json!("null"));
+                }
+            }
+            _ => *prop = json!({"anyOf": [prop.take(), {"type": "null"}]}),
+        }
     }
 }
 
@@ -484,6 +537,54 @@ pub fn check(ops: &[Op], schemas: &Value) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn optional_body_members_may_be_null_and_required_ones_not() {
+        let mut schema = with_signature(
+            vec![
+                ("name", nonblank(10)),
+                ("about", t("string")),
+                ("change", json!({"type": ["string", "null"]})),
+                ("skills", r("StringList")),
+                ("amount", positive_amount()),
+                ("kind", json!({"const": "search"})),
+                ("anything", json!({})),
+            ],
+            &["name"],
+        );
+        null_is_absent(&mut schema);
+        let p = &schema["properties"];
+        assert_eq!(p["name"], nonblank(10));
+        assert_eq!(p["about"], json!({"type": ["string", "null"]}));
+        assert_eq!(p["change"], json!({"type": ["string", "null"]}));
+        assert_eq!(p["signature"]["type"], json!(["string", "null"]));
+        assert_eq!(p["timestamp"]["type"], json!(["integer", "null"]));
+        for wrapped in ["skills", "amount", "kind"] {
+            assert_eq!(p[wrapped]["anyOf"][1], json!({"type": "null"}), "{wrapped}");
+        }
+        assert_eq!(p["skills"]["anyOf"][0], r("StringList"));
+        assert_eq!(p["anything"], json!({}));
+        // Only the bodies of operations that read them with `Body`.
+        let schemas =
+            json!({"A": obj(&[("x", t("string"))], &[]), "B": obj(&[("x", t("string"))], &[])});
+        let ops = [
+            Op {
+                body: Some("A"),
+                ..op("POST", "/a", "a", "t", "s", "d")
+            },
+            Op {
+                body: Some("B"),
+                null_absent: false,
+                ..op("POST", "/b", "b", "t", "s", "d")
+            },
+        ];
+        let out: Value = serde_json::from_str(&api(&ops, schemas).schemas).unwrap();
+        assert_eq!(
+            out["A"]["properties"]["x"]["type"],
+            json!(["string", "null"])
+        );
+        assert_eq!(out["B"]["properties"]["x"]["type"], "string");
+    }
 
     const OPS: &[Op] = &[
         Op {

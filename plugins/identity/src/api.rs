@@ -39,7 +39,7 @@ pub const OPS: &[Op] = &[
         paid: Some("rate"),
         body: Some("Rate"),
         ok: (200, "Rated"),
-        errors: &[400, 401, 402, 403, 404],
+        errors: &[400, 401, 402, 403, 404, 409],
         ..op(
             "POST",
             "/api/profiles/rate",
@@ -92,7 +92,7 @@ pub const OPS: &[Op] = &[
     Op {
         body: Some("Presign"),
         ok: (200, "Presigned"),
-        errors: &[400, 401],
+        errors: &[400, 401, 409],
         ..op(
             "POST",
             "/api/storage/presign",
@@ -174,15 +174,15 @@ pub fn schemas() -> Value {
     json!({
         "Profile": profile,
         "ProfileEnvelope": obj(&[("profile", r("Profile"))], &["profile"]),
-        "NewIdentity": with_signature(vec![("nickname", pattern("^[A-Za-z0-9_.-]{1,32}$")), ("pgp_public_key", openapi::fingerprint()), ("about", json!({"type": "string", "maxLength": 2000}))], &["nickname", "pgp_public_key", "signature"]),
+        "NewIdentity": with_signature(vec![("nickname", pattern("^[A-Za-z0-9_.-]{1,32}$")), ("pgp_public_key", openapi::fingerprint()), ("about", json!({"type": "string", "maxLength": 2000}))], &["nickname", "pgp_public_key"]),
         "IdentityCreated": obj(&[("fingerprint", t("string")), ("profile", r("Profile")), ("payment", openapi::payment())], &["fingerprint", "profile"]),
-        "Rate": with_signature(vec![("post_id", nonblank(200)), ("actor_fingerprint", t("string")), ("vote", json!({"enum": ["up", "down"]}))], &["post_id", "actor_fingerprint", "vote", "signature"]),
+        "Rate": with_signature(vec![("post_id", nonblank(200)), ("actor_fingerprint", t("string")), ("vote", json!({"enum": ["up", "down"]}))], &["post_id", "vote"]),
         "DeleteIdentity": with_signature(vec![("fingerprint", openapi::fingerprint())], &["fingerprint", "signature"]),
         "IdentityDeleted": obj(&[("fingerprint", t("string")), ("deleted", t("boolean"))], &["fingerprint", "deleted"]),
         "UpdateProfile": with_signature(vec![("fingerprint", openapi::fingerprint()), ("about", json!({"type": "string", "maxLength": 2000})), ("skills", json!({"type": "array", "maxItems": 50, "items": {"type": "string", "minLength": 1, "maxLength": 64}})), ("profile_picture", json!({"type": "string", "maxLength": 200, "description": "an s3_key from /api/storage/presign, or \"\" to clear"}))], &["fingerprint", "signature"]),
-        "RecoveryScan": obj(&[("challenge", pattern("^recover:[^:]+:.+$")), ("probes", json!({"type": "array", "maxItems": 100, "items": obj(&[("key_index", t("integer")), ("fingerprint", openapi::fingerprint()), ("signature", t("string"))], &["key_index", "fingerprint", "signature"])})), ("include_contracts", t("boolean")), ("contract_limit", json!({"type": "integer", "minimum": 1, "maximum": 500}))], &["challenge", "probes"]),
+        "RecoveryScan": obj(&[("challenge", pattern("^recover:[^:]+:[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$")), ("probes", json!({"type": "array", "maxItems": 100, "items": obj(&[("key_index", t("integer")), ("fingerprint", openapi::fingerprint()), ("signature", t("string"))], &["key_index", "fingerprint", "signature"])})), ("include_contracts", t("boolean")), ("contract_limit", json!({"type": "integer", "minimum": 1, "maximum": 500}))], &["challenge", "probes"]),
         "RecoveryScanResult": obj(&[("challenge", t("string")), ("identities", json!({"type": "array", "items": obj(&[("key_index", t("integer")), ("fingerprint", t("string")), ("nickname", t("string")), ("pub_key", t("string"))], &["key_index", "fingerprint", "nickname", "pub_key"])})), ("contracts", json!({"type": "array", "items": obj(&[("contract_id", t("string")), ("contract_type", t("string")), ("status", t("string")), ("buyer_fingerprint", t("string")), ("seller_fingerprint", t("string")), ("amount", openapi::amount()), ("witness_proof", json!({"type": ["string", "null"]})), ("reference_post", t("string")), ("delivery_deadline", t("string")), ("created_at", t("string")), ("updated_at", t("string"))], &["contract_id", "status"])}))], &["challenge", "identities", "contracts"]),
-        "Presign": with_signature(vec![("fingerprint", openapi::fingerprint()), ("file_path", nonblank(1024)), ("content_type", nonblank(255)), ("is_public", t("boolean"))], &["fingerprint", "file_path", "content_type", "signature"]),
+        "Presign": with_signature(vec![("fingerprint", openapi::fingerprint()), ("file_path", nonblank(1024)), ("content_type", json!({"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[ -~]*[!-~][ -~]*$", "description": "printable ASCII, not blank"})), ("is_public", t("boolean"))], &["fingerprint", "file_path", "content_type", "signature"]),
         "Presigned": obj(&[("presigned_url", t("string")), ("s3_key", t("string")), ("public_url", t("string")), ("expires_in", t("integer"))], &["presigned_url", "s3_key", "public_url", "expires_in"]),
         "Uploaded": obj(&[("s3_key", t("string")), ("public_url", t("string")), ("size", t("integer")), ("content_type", t("string"))], &["s3_key", "public_url", "size"]),
         "Rated": obj(&[("post_id", t("string")), ("vote", t("string")), ("rating", t("object")), ("payment", openapi::payment())], &["post_id", "vote", "rating"]),

@@ -106,15 +106,19 @@ pub fn handle(req: &Request) -> Result<Response, ApiError> {
             ));
         }
     };
+    // A string or an integer (JSON-RPC's numbers "SHOULD NOT contain
+    // fractional parts", and A2A's ids are string or integer); null is
+    // tolerated as JSON-RPC allows it.
     let id = match msg.get("id") {
-        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => id.clone(),
+        Some(id @ (Value::String(_) | Value::Null)) => id.clone(),
+        Some(id @ Value::Number(n)) if n.is_i64() || n.is_u64() => id.clone(),
         None => Value::Null,
         Some(_) => {
             return Ok(answer(
                 &Value::Null,
                 Err(err(
                     INVALID_REQUEST,
-                    "invalid request: id must be a string, a number or null",
+                    "invalid request: id must be a string, an integer or null",
                 )),
             ));
         }

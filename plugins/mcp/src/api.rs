@@ -48,6 +48,7 @@ pub const OPS: &[Op] = &[
         // Its endpoint form dispatches writes as requests of their own.
         writes: Some(false),
         body: Some("Execute"),
+        null_absent: false,
         ok: (200, "Any"),
         errors: &[400, 402, 404, 422, 503],
         patch: Some(execute_answers),
@@ -67,6 +68,7 @@ pub const OPS: &[Op] = &[
         writes: Some(false),
         patch: Some(jsonrpc_answers),
         body: Some("JsonRpc"),
+        null_absent: false,
         ok: (200, "Any"),
         errors: &[400],
         ..op(
@@ -82,6 +84,7 @@ pub const OPS: &[Op] = &[
         writes: Some(true),
         patch: Some(a2a_answers),
         body: Some("JsonRpc"),
+        null_absent: false,
         ok: (200, "A2aJsonRpcResponse"),
         ..op(
             "POST",

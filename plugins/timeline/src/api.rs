@@ -85,6 +85,7 @@ pub const OPS: &[Op] = &[
     Op {
         ok: (200, "Raw"),
         errors: &[404],
+        patch: Some(revalidated),
         ..op(
             "GET",
             "/api/posts/{post_id}/attachments/{index}",
@@ -109,6 +110,15 @@ pub const OPS: &[Op] = &[
 ];
 
 /// The component schemas the operations reference (besides the host's).
+/// An attachment is revalidated by its ETag: `If-None-Match` may answer
+/// 304 with no body.
+fn revalidated(op: &mut Value) {
+    if let Some(params) = op["parameters"].as_array_mut() {
+        params.push(json!({"name": "If-None-Match", "in": "header", "required": false, "description": "an ETag of an earlier answer: 304 when it still holds", "schema": {"type": "string"}}));
+    }
+    op["responses"]["304"] = json!({"description": "not modified: the ETag given in If-None-Match still holds (no body)", "headers": {"ETag": {"schema": {"type": "string"}}}});
+}
+
 pub fn schemas() -> Value {
     json!({
         "Post": openapi::post(),
@@ -122,10 +132,10 @@ pub fn schemas() -> Value {
             ("attachments", attachments()), ("activity_metadata", t("object")),
             ("recipient_fingerprint", json!({"type": "string", "pattern": "^[0-9a-fA-F]{64}$", "description": "private_reply only (required there): the addressee"})),
             ("encrypted_payload", json!({"type": "string", "minLength": 1, "maxLength": 65536, "description": "private_reply only (required there): opaque text, at most 64 KiB; signed as post:{encrypted_payload}"}))],
-            &["author_fingerprint", "content", "signature"]),
-        "UpdatePost": with_signature(vec![("post_id", t("string")), ("author_fingerprint", fingerprint()), ("content", nonblank(65536)), ("keywords", keywords()),
+            &["content"]),
+        "UpdatePost": with_signature(vec![("post_id", nonblank(128)), ("author_fingerprint", fingerprint()), ("content", nonblank(65536)), ("keywords", keywords()),
             ("attachments", attachments()), ("activity_metadata", t("object"))], &["post_id", "author_fingerprint", "signature"]),
-        "DeletePost": with_signature(vec![("post_id", t("string")), ("author_fingerprint", fingerprint())], &["post_id", "author_fingerprint", "signature"]),
+        "DeletePost": with_signature(vec![("post_id", nonblank(128)), ("author_fingerprint", fingerprint())], &["post_id", "author_fingerprint", "signature"]),
         "PostDeleted": obj(&[("post_id", t("string")), ("deleted", json!({"type": "boolean", "const": true}))], &["post_id", "deleted"]),
     })
 }
