@@ -579,7 +579,6 @@ impl Resp {
     }
 }
 
-/// One HTTP/1.1 request on a fresh connection.
 /// The path (and query) of an absolute URL or of a path.
 pub fn path_of(url: &str) -> String {
     match url.split_once("://") {
@@ -588,6 +587,7 @@ pub fn path_of(url: &str) -> String {
     }
 }
 
+/// One HTTP/1.1 request on a fresh connection.
 pub fn request(
     addr: SocketAddr,
     method: &str,

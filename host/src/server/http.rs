@@ -682,7 +682,7 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
 /// `reply`, saying `Connection: close`: an answer that leaves the request
 /// body unread ends the connection, and says so rather than leave a
 /// keep-alive client to find a closed socket.
-pub(crate) fn closing(mut reply: Reply) -> Reply {
+fn closing(mut reply: Reply) -> Reply {
     if !reply
         .headers
         .iter()

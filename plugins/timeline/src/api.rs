@@ -109,7 +109,6 @@ pub const OPS: &[Op] = &[
     },
 ];
 
-/// The component schemas the operations reference (besides the host's).
 /// An attachment is revalidated by its ETag: `If-None-Match` may answer
 /// 304 with no body.
 fn revalidated(op: &mut Value) {
@@ -119,6 +118,7 @@ fn revalidated(op: &mut Value) {
     op["responses"]["304"] = json!({"description": "not modified: the ETag given in If-None-Match still holds (no body)", "headers": {"ETag": {"schema": {"type": "string"}}}});
 }
 
+/// The component schemas the operations reference (besides the host's).
 pub fn schemas() -> Value {
     json!({
         "Post": openapi::post(),
