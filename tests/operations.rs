@@ -1139,6 +1139,7 @@ fn uploads_survive_a_restart() {
     assert_eq!(s.get("/api/template/notes").status, 404);
     assert_eq!(policy(&s), "pickup-paid");
     let kept = data.join("uploads");
+    assert_eq!(mode(&kept), 0o700, "the uploads dir is owner-only");
     for entry in std::fs::read_dir(&kept).unwrap() {
         let path = entry.unwrap().path();
         assert_eq!(mode(&path), 0o600, "{}", path.display());
@@ -1215,6 +1216,11 @@ fn uploads_survive_a_restart() {
     let restored = dir.path().join("restored");
     let out = restore(&file, &restored);
     assert!(out.status.success(), "restore: {}", text(&out.stderr));
+    assert_eq!(
+        mode(&restored.join("uploads")),
+        0o700,
+        "restored uploads dir"
+    );
     let mut r = server_on(&restored, &[]);
     assert_eq!(policy(&r), "pickup-paid");
     assert_eq!(plugin(&r, "search").unwrap()["hash"], sha256_hex(&search));

@@ -194,7 +194,7 @@ fn unpack(input: File, dir: &Path) -> Result<()> {
         seen_key |= name == "server.key";
         let target = dir.join(&name);
         if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent)?;
+            crate::state::create_private_dir(parent)?;
         }
         let mut options = File::options();
         options.write(true).create_new(true);

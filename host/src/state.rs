@@ -99,10 +99,22 @@ impl State {
     }
 }
 
+/// Create `dir` and any missing parents owner-only (0700); an existing
+/// directory keeps its mode. For what lives in the data dir (the compile
+/// cache, kept uploads, a restore's folders): nothing the service writes
+/// is for other users.
+pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
 /// Create the data dir readable by the owner only (0700), or tighten it:
 /// it holds the database, the server key and the admin token.
 fn private_dir(dir: &std::path::Path) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating data dir {}", dir.display()))?;
+    create_private_dir(dir).with_context(|| format!("creating data dir {}", dir.display()))?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;

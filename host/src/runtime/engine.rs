@@ -333,7 +333,7 @@ impl Runtime {
         )
         .map_err(|e| anyhow!("{e}"))?;
 
-        std::fs::create_dir_all(cache_dir)
+        crate::state::create_private_dir(cache_dir)
             .with_context(|| format!("creating {}", cache_dir.display()))?;
         let pruned = prune_cache(cache_dir, SystemTime::now());
         if pruned > 0 {

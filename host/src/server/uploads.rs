@@ -97,7 +97,8 @@ pub fn record(app: &App, family: &str, bytes: &[u8]) -> Result<()> {
         return record_shared(app, family, &mut kept, Some(bytes));
     }
     let dir = dir(app);
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    crate::state::create_private_dir(&dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
     write_file(&dir.join(format!("{family}.wasm")), bytes)?;
     write_file(
         &dir.join(format!("{family}.json")),
@@ -118,7 +119,7 @@ pub fn record_unmount(app: &App, family: &str) -> Result<()> {
         return record_shared(app, family, &mut kept, None);
     }
     let dir = dir(app);
-    std::fs::create_dir_all(&dir)?;
+    crate::state::create_private_dir(&dir)?;
     write_file(
         &dir.join(format!("{family}.json")),
         &serde_json::to_vec_pretty(&kept)?,
