@@ -866,6 +866,94 @@ fn mcp_version_negotiation() {
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
+#[test]
+fn mcp_batches_for_clients_of_2025_03_26() {
+    let s = Server::start();
+    let k = s.identity("batchseller");
+    let id = s.new_post(&k, "Cello bow rehair", json!({}));
+    let send = |version: Option<&str>, body: Value| {
+        let mut headers = vec![
+            ("content-type", "application/json"),
+            ("accept", "application/json, text/event-stream"),
+        ];
+        if let Some(v) = version {
+            headers.push(("mcp-protocol-version", v));
+        }
+        s.request("POST", "/mcp", &headers, Some(body.to_string().as_bytes()))
+    };
+    // Requests, a notification and a client response in one batch: one
+    // answer per request, in order, each as if it had been sent alone.
+    let batch = json!([
+        {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": "two", "method": "tools/call",
+         "params": {"name": "get_post", "arguments": {"post_id": id}}},
+        {"jsonrpc": "2.0", "id": 9, "result": {}},
+        {"jsonrpc": "2.0", "id": 3, "method": "nope"},
+        7,
+        {"jsonrpc": "2.0", "id": 4, "method": "initialize",
+         "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+        {"jsonrpc": "2.0", "id": null, "method": "ping"},
+    ]);
+    for version in [None, Some("2025-03-26"), Some("2024-11-05")] {
+        let r = send(version, batch.clone());
+        assert_eq!(r.status, 200, "{version:?}: {}", r.text());
+        let answers = r.json();
+        let answers = answers.as_array().expect("an array of answers");
+        assert_eq!(answers.len(), 6, "{answers:?}");
+        assert_eq!(answers[0], json!({"jsonrpc": "2.0", "id": 1, "result": {}}));
+        assert_eq!(answers[1]["id"], "two");
+        assert_eq!(answers[1]["result"]["isError"], false);
+        assert_eq!(
+            answers[1]["result"]["structuredContent"]["post"]["post_id"],
+            id.as_str()
+        );
+        assert_eq!(answers[2]["id"], 3);
+        assert_eq!(answers[2]["error"]["code"], -32601);
+        // Not an object; initialize (never batched); a null request id.
+        assert_eq!(answers[3]["id"], Value::Null);
+        assert_eq!(answers[3]["error"]["code"], -32600);
+        assert_eq!(answers[4]["id"], 4);
+        assert_eq!(answers[4]["error"]["code"], -32600);
+        assert_eq!(answers[5]["error"]["code"], -32600);
+    }
+    // Only notifications and responses: 202, no body.
+    let r = send(
+        None,
+        json!([{"jsonrpc": "2.0", "method": "notifications/initialized"},
+               {"jsonrpc": "2.0", "id": 1, "result": {}}]),
+    );
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert!(r.body.is_empty());
+    // Later revisions have no batches; an empty or oversized batch is invalid.
+    let pings = |n: usize| {
+        Value::Array(
+            (0..n)
+                .map(|i| json!({"jsonrpc": "2.0", "id": i, "method": "ping"}))
+                .collect(),
+        )
+    };
+    for (version, body) in [
+        (Some("2025-06-18"), pings(1)),
+        (Some("2025-11-25"), pings(1)),
+        (None, pings(0)),
+        (None, pings(17)),
+    ] {
+        let r = send(version, body);
+        assert_eq!(r.status, 400, "{version:?}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], -32600, "{}", r.text());
+    }
+    let r = send(None, pings(16));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json().as_array().map(Vec::len), Some(16));
+    // Anything else that is not an object is still refused.
+    for body in [json!(7), json!("ping"), json!(null)] {
+        let r = send(None, body.clone());
+        assert_eq!(r.status, 400, "{body}");
+        assert_eq!(r.json()["error"]["code"], -32600, "{body}");
+    }
+}
+
 fn call_tool(s: &Server, name: &str, arguments: Value) -> Value {
     let r = rpc(
         s,

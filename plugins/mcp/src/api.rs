@@ -67,7 +67,7 @@ pub const OPS: &[Op] = &[
         // request of its own to its route).
         writes: Some(false),
         patch: Some(jsonrpc_answers),
-        body: Some("JsonRpc"),
+        body: Some("McpJsonRpc"),
         null_absent: false,
         ok: (200, "Any"),
         errors: &[400],
@@ -77,7 +77,7 @@ pub const OPS: &[Op] = &[
             "mcpJsonRpc",
             "mcp",
             "MCP server (Streamable HTTP)",
-            "JSON-RPC 2.0: initialize, tools/list, tools/call, ping; notifications are answered 202. The tools are those of /api/mcp, define and execute included (each with the request's headers, as a request to its route: a 201 of define is a tool result; execute's payment header pays what it runs), and every macro. Protocol revisions 2025-11-25 (the latest), 2025-06-18, 2025-03-26 and 2024-11-05: the client's revision when it is one of these, else the latest. A browser's `Origin` must be allowed (`[settings.mcp] allowed_origins`, the origin of `public_url`, or the request's own `Host` when that is an IP address or localhost), else 403; a request without `Origin` is not a browser's and passes. An `MCP-Protocol-Version` header naming another revision is 400. Tool input that does not fit a tool's inputSchema is a tool result with `isError: true`.",
+            "JSON-RPC 2.0: initialize, tools/list, tools/call, ping; notifications are answered 202. The tools are those of /api/mcp, define and execute included (each with the request's headers, as a request to its route: a 201 of define is a tool result; execute's payment header pays what it runs), and every macro. Protocol revisions 2025-11-25 (the latest), 2025-06-18, 2025-03-26 and 2024-11-05: the client's revision when it is one of these, else the latest. A browser's `Origin` must be allowed (`[settings.mcp] allowed_origins`, the origin of `public_url`, or the request's own `Host` when that is an IP address or localhost), else 403; a request without `Origin` is not a browser's and passes. An `MCP-Protocol-Version` header naming another revision is 400. A batch (a JSON array of 1 to 16 messages, MCP 2025-03-26 and 2024-11-05; refused with 400 when the header names a later revision) is answered with the array of the requests' answers, in order, each as if sent alone (a member that is not a valid message, or an `initialize`, gets a -32600 error in its place; a batch of only notifications and responses is 202). Tool input that does not fit a tool's inputSchema is a tool result with `isError: true`.",
         )
     },
     Op {
@@ -175,8 +175,8 @@ pub const OPS: &[Op] = &[
 /// error, an invalid request) and 403 (an Origin not allowed).
 fn jsonrpc_answers(operation: &mut Value) {
     let responses = &mut operation["responses"];
-    responses["202"] = json!({"description": "a notification: accepted, no body"});
-    responses["400"] = json!({"description": "JSON-RPC parse error, invalid request, or an unsupported MCP-Protocol-Version header", "content": {"application/json": {"schema": r("JsonRpcError")}}});
+    responses["202"] = json!({"description": "a notification (or a batch of only notifications and responses): accepted, no body"});
+    responses["400"] = json!({"description": "JSON-RPC parse error, invalid request, an unsupported MCP-Protocol-Version header, or a batch that is empty, over 16 messages or sent under a revision without batches", "content": {"application/json": {"schema": r("JsonRpcError")}}});
     responses["403"] = json!({"description": "the Origin is not allowed (a JSON-RPC error without id)", "content": {"application/json": {"schema": r("JsonRpcError")}}});
 }
 
@@ -224,6 +224,8 @@ pub fn schemas() -> Value {
             obj(&[("endpoint", obj(&[("method", json!({"enum": ["GET", "POST"]})), ("path", pattern("^/api/")), ("query", t("object")), ("body", json!({}))], &["method", "path"]))], &["endpoint"]),
         ]},
         "JsonRpcError": obj(&[("jsonrpc", t("string")), ("id", json!({})), ("error", obj(&[("code", t("integer")), ("message", t("string"))], &["code", "message"]))], &["jsonrpc", "error"]),
+        "McpJsonRpc": {"anyOf": [r("JsonRpc"), {"type": "array", "minItems": 1, "maxItems": 16, "items": {},
+            "description": "a batch (MCP 2025-03-26, 2024-11-05): each member a JSON-RPC message, answered in the 200's array (an invalid member by a -32600 error in its place)"}]},
         "JsonRpc": obj(&[("jsonrpc", json!({"const": "2.0"})), ("id", json!({"type": ["string", "integer"]})), ("method", json!({"type": "string", "minLength": 1})), ("params", t("object"))], &["jsonrpc", "method"]),
         "DocsResults": obj(&[("results", json!({"type": "array", "items": obj(&[("title", t("string")), ("path", t("string")), ("snippet", t("string"))], &[])}))], &["results"]),
         "AgentCard": obj(&[("name", t("string")), ("description", t("string")), ("version", t("string")), ("documentationUrl", t("string")),

@@ -792,17 +792,86 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
             ));
         }
     };
-    if !msg.is_object() {
-        // Batches were removed from MCP (2025-06-18); anything else is malformed.
+    let batch = match msg {
+        Value::Object(_) => {
+            let (status, answer) = message(&msg, req, version)?;
+            return Ok(match answer {
+                Some(answer) => json(status, &answer),
+                None => accepted(),
+            });
+        }
+        Value::Array(batch) => batch,
+        _ => return Ok(json(400, &invalid(Value::Null, "send one JSON-RPC object"))),
+    };
+    // Batches (MCP 2025-03-26 and 2024-11-05; removed in 2025-06-18): for a
+    // client that names no later revision. Each message is answered as if
+    // sent alone; the answers come back together, in order.
+    if let Some(asked) = req.header("mcp-protocol-version").map(str::trim)
+        && !BATCH_VERSIONS.contains(&asked)
+    {
         return Ok(json(
             400,
-            &rpc_error(
+            &invalid(
                 Value::Null,
-                -32600,
-                "invalid request: send one JSON-RPC object",
+                &format!("MCP {asked} has no batches: send one JSON-RPC object"),
             ),
         ));
     }
+    if batch.is_empty() || batch.len() > MAX_BATCH {
+        return Ok(json(
+            400,
+            &invalid(
+                Value::Null,
+                &format!("a batch holds 1 to {MAX_BATCH} messages"),
+            ),
+        ));
+    }
+    let mut answers = Vec::new();
+    for m in &batch {
+        let answer = if !m.is_object() {
+            Some(invalid(Value::Null, "a batch member is a JSON-RPC object"))
+        } else if m.get("method").is_some_and(|m| m == "initialize") {
+            // MCP 2025-03-26: initialize must not be part of a batch.
+            let id = m.get("id").cloned().unwrap_or(Value::Null);
+            Some(invalid(id, "initialize must be sent alone, not in a batch"))
+        } else {
+            message(m, req, version)?.1
+        };
+        answers.extend(answer);
+    }
+    Ok(if answers.is_empty() {
+        accepted()
+    } else {
+        json(200, &Value::Array(answers))
+    })
+}
+
+/// Revisions that have JSON-RPC batches (a client that sends no
+/// `MCP-Protocol-Version` header is taken to speak 2025-03-26).
+const BATCH_VERSIONS: &[&str] = &["2025-03-26", "2024-11-05"];
+/// Messages in one batch at most: every one runs in this request's instance,
+/// under its deadline.
+const MAX_BATCH: usize = 16;
+
+/// 202, no body: the answer to notifications and client responses.
+fn accepted() -> Response {
+    Response {
+        status: 202,
+        headers: vec![],
+        body: vec![],
+    }
+}
+
+/// A JSON-RPC "invalid request" error (-32600).
+fn invalid(id: Value, why: &str) -> Value {
+    rpc_error(id, -32600, &format!("invalid request: {why}"))
+}
+
+/// One JSON-RPC message (an object): the HTTP status it gets when sent
+/// alone and its answer (`None` for a notification or a client's
+/// response, which get none).
+fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Value>), ApiError> {
+    let refuse = |id: Value, why: &str| Ok((400, Some(invalid(id, why))));
     let id = msg.get("id").cloned();
     let is_response = msg.get("result").is_some() || msg.get("error").is_some();
     let method = match msg.get("method") {
@@ -816,14 +885,10 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
         // A client's answer to a server request: nothing to say back.
         None if is_response && msg["jsonrpc"] == "2.0" => "",
         _ => {
-            return Ok(json(
-                400,
-                &rpc_error(
-                    id.unwrap_or(Value::Null),
-                    -32600,
-                    "invalid request: a JSON-RPC 2.0 message needs \"jsonrpc\": \"2.0\", a method and object params",
-                ),
-            ));
+            return refuse(
+                id.unwrap_or(Value::Null),
+                "a JSON-RPC 2.0 message needs \"jsonrpc\": \"2.0\", a method and object params",
+            );
         }
     };
     // A request's id is a string or an integer, never null (MCP, JSON-RPC).
@@ -832,14 +897,10 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
             .as_ref()
             .is_some_and(|v| !(v.is_string() || v.is_i64() || v.is_u64()))
     {
-        return Ok(json(
-            400,
-            &rpc_error(
-                Value::Null,
-                -32600,
-                "invalid request: a request id is a string or an integer (not null)",
-            ),
-        ));
+        return refuse(
+            Value::Null,
+            "a request id is a string or an integer (not null)",
+        );
     }
     // After initialize a client names the negotiated revision in a header;
     // one this server does not speak is a 400 (absent: 2025-03-26).
@@ -847,20 +908,18 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
         && let Some(asked) = req.header("mcp-protocol-version").map(str::trim)
         && !PROTOCOL_VERSIONS.contains(&asked)
     {
-        return Ok(json(
+        return Ok((
             400,
-            &json!({"jsonrpc": "2.0", "error": {"code": -32600, "message": format!(
-                "unsupported MCP-Protocol-Version {asked:?}; supported: {}", PROTOCOL_VERSIONS.join(", ")
-            )}}),
+            Some(
+                json!({"jsonrpc": "2.0", "error": {"code": -32600, "message": format!(
+                    "unsupported MCP-Protocol-Version {asked:?}; supported: {}", PROTOCOL_VERSIONS.join(", ")
+                )}}),
+            ),
         ));
     }
     let Some(id) = id.filter(|_| !method.is_empty()) else {
         // Notifications (and responses) get no answer body.
-        return Ok(Response {
-            status: 202,
-            headers: vec![],
-            body: vec![],
-        });
+        return Ok((202, None));
     };
     let params = &msg["params"];
     let result = match method {
@@ -897,7 +956,7 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
         }
         "tools/call" => {
             let Some(name) = params["name"].as_str() else {
-                return Ok(json(200, &rpc_error(id, -32602, "params.name is required")));
+                return Ok((200, Some(rpc_error(id, -32602, "params.name is required"))));
             };
             // Arguments that are not an object fail the CallToolRequest
             // schema (a protocol error); arguments that do not fit the
@@ -906,9 +965,9 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
                 None | Some(Value::Null) => json!({}),
                 Some(a @ Value::Object(_)) => a.clone(),
                 Some(_) => {
-                    return Ok(json(
+                    return Ok((
                         200,
-                        &rpc_error(id, -32602, "params.arguments must be an object"),
+                        Some(rpc_error(id, -32602, "params.arguments must be an object")),
                     ));
                 }
             };
@@ -916,9 +975,9 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
             let resp = match run_named(name, &args, &wrap, req) {
                 Ok(r) => r,
                 Err(e) if e.status == 404 && e.message.starts_with("tool ") => {
-                    return Ok(json(
+                    return Ok((
                         200,
-                        &rpc_error(id, -32602, &format!("unknown tool {name}")),
+                        Some(rpc_error(id, -32602, &format!("unknown tool {name}"))),
                     ));
                 }
                 Err(e) => e.into(),
@@ -926,13 +985,17 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
             tool_result(&resp)
         }
         _ => {
-            return Ok(json(
+            return Ok((
                 200,
-                &rpc_error(id, -32601, &format!("method not found: {method}")),
+                Some(rpc_error(
+                    id,
+                    -32601,
+                    &format!("method not found: {method}"),
+                )),
             ));
         }
     };
-    Ok(json(200, &rpc_result(&id, result)))
+    Ok((200, Some(rpc_result(&id, result))))
 }
 
 /// What a client may assume of a built-in tool offered over JSON-RPC:
