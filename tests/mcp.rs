@@ -454,6 +454,58 @@ fn jsonrpc_mcp_server() {
     assert_eq!(s.get("/mcp").status, 405);
 }
 
+#[test]
+fn macros_without_an_owner_cannot_take_every_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("marketplace.toml");
+    std::fs::write(&config, "[settings.mcp]\nunsigned_macros = \"2\"\n").unwrap();
+    let s = Server::with(common::Options {
+        env: vec![("MARKETPLACE_CONFIG".into(), config.display().to_string())],
+        ..Default::default()
+    });
+    for name in ["free_one", "free_two"] {
+        let r = s.post_json("/api/mcp/tools/define", &macro_def(name));
+        assert_eq!(r.status, 201, "{name}: {}", r.text());
+    }
+    // The third without an owner is refused, and takes no name.
+    let r = s.post_json("/api/mcp/tools/define", &macro_def("free_three"));
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "conflict"),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("owner"), "{}", r.text());
+    let names = |s: &Server| -> Vec<String> {
+        s.get("/api/mcp").json()["macros"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(!names(&s).contains(&"free_three".to_string()));
+    // A registered identity still defines, that name included.
+    let owner = s.identity("ownedmacros");
+    let mut def = macro_def("free_three");
+    {
+        use sha2::{Digest, Sha256};
+        let ts = common::now_s();
+        let digest = common::hex(&Sha256::digest(
+            def["typescript"].as_str().unwrap().as_bytes(),
+        ));
+        def["owner_fingerprint"] = json!(owner.fp());
+        def["timestamp"] = json!(ts);
+        def["signature"] = json!(owner.sign(&format!("define:free_three:{digest}:{ts}")));
+    }
+    let r = s.post_json("/api/mcp/tools/define", &def);
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.json()["macro"]["owner_fingerprint"], owner.fp());
+    let mut listed = names(&s);
+    listed.sort();
+    assert_eq!(listed, ["free_one", "free_three", "free_two"]);
+}
+
 /// Define a search macro with this TypeScript body and an input schema
 /// naming `props`; the raw answer.
 fn define_ts(s: &Server, name: &str, typescript: &str, props: Value) -> common::Resp {

@@ -41,7 +41,7 @@ pub const OPS: &[Op] = &[
             "mcpDefine",
             "mcp",
             "Define a macro",
-            "Stores a reusable search macro; names are first come; only the signed owner may update. The TypeScript is a function body that receives `args` and returns `{term, post_type?, limit?}`. It is parsed as TypeScript (oxc) and its types erased; syntax and type-syntax errors, and TypeScript with runtime semantics (enum, namespace, parameter properties), are 400 with `details` naming `typescript` and the line and column.",
+            "Stores a reusable search macro; names are first come; only the signed owner may update. At most 1,000 macros, of which at most 500 (`[settings.mcp] unsigned_macros`) without an owner: past either, a new name is 409 `conflict`. The TypeScript is a function body that receives `args` and returns `{term, post_type?, limit?}`. It is parsed as TypeScript (oxc) and its types erased; syntax and type-syntax errors, and TypeScript with runtime semantics (enum, namespace, parameter properties), are 400 with `details` naming `typescript` and the line and column.",
         )
     },
     Op {

@@ -2,7 +2,8 @@
 //! at `/mcp`, the A2A agent at `/a2a` with its card, the agent manifest, the
 //! OpenAPI document, the HTML reference and docs search.
 //!
-//! Keyspace `mcp`: `macro/{name}` -> macro definition, `macro_count`;
+//! Keyspace `mcp`: `macro/{name}` -> macro definition, `macro_count`,
+//! `macro_count_unsigned` (macros without an owner);
 //! `a2a/task/{id}` -> an A2A task, `a2a/task_count`.
 //!
 //! Built-in tools run through the host's in-process dispatch, so they answer
@@ -26,6 +27,11 @@ use sha2::{Digest, Sha256};
 struct Mcp;
 
 const MAX_MACROS: u64 = 1000;
+/// Of those, macros defined without an owner at most (`[settings.mcp]
+/// unsigned_macros`, 0 to [`MAX_MACROS`]): a definition is free, so
+/// strangers alone cannot take every name and leave none for registered
+/// identities (whose registration is paid).
+const UNSIGNED_MACROS: u64 = 500;
 const MAX_TYPESCRIPT: usize = 16 * 1024;
 /// Time a macro run may take, engine start included (PROTOCOL: at most 1 s,
 /// answered within 2 s); a runaway is answered 422 well inside a second.
@@ -243,6 +249,34 @@ fn manifest(version: &str) -> Value {
         "a2a": {"card": "/.well-known/agent-card.json", "jsonrpc": "/a2a"},
         "fees": "/api/fees",
     })
+}
+
+/// How many macros have no owner (counted once from the macros themselves
+/// on a database older than the count).
+fn unsigned_macros() -> Result<u64, ApiError> {
+    if let Some(n) = kv::get("macro_count_unsigned")? {
+        return Ok(n);
+    }
+    Ok(macros()?
+        .iter()
+        .filter(|m| m["owner_fingerprint"].is_null())
+        .count() as u64)
+}
+
+/// The operator's cap on macros without an owner (`unsigned_macros`).
+fn unsigned_cap() -> u64 {
+    let Some(v) = origin::setting("unsigned_macros") else {
+        return UNSIGNED_MACROS;
+    };
+    match v.parse::<u64>() {
+        Ok(n) => n.min(MAX_MACROS),
+        Err(_) => {
+            marketplace_guest::log_error(&format!(
+                "[settings.mcp] unsigned_macros = {v:?} is not a whole number; using {UNSIGNED_MACROS}"
+            ));
+            UNSIGNED_MACROS
+        }
+    }
 }
 
 fn macros() -> Result<Vec<Value>, ApiError> {
@@ -553,6 +587,16 @@ fn define(req: &Request) -> Result<Response, ApiError> {
                 return Err(ApiError::conflict(format!(
                     "the service holds its maximum of {MAX_MACROS} macros"
                 )));
+            }
+            if owner.is_none() {
+                let unsigned = unsigned_macros()?;
+                let cap = unsigned_cap();
+                if unsigned >= cap {
+                    return Err(ApiError::conflict(format!(
+                        "the service holds its maximum of {cap} macros without an owner: sign the definition (owner_fingerprint, signature) with a registered identity"
+                    )));
+                }
+                kv::put("macro_count_unsigned", &(unsigned + 1))?;
             }
             kv::put("macro_count", &(count + 1))?;
             (201, json!(now))

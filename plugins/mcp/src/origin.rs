@@ -5,7 +5,9 @@
 //! - `public_url`: the base URL clients use, e.g. `https://market.example`
 //!   (else `http://` + the request's `Host`);
 //! - `allowed_origins`: comma-separated browser origins allowed to call
-//!   `POST /mcp`, e.g. `https://a.example,https://b.example`.
+//!   `POST /mcp`, e.g. `https://a.example,https://b.example`;
+//! - `unsigned_macros` (read in `lib.rs`): how many of the 1,000 macros
+//!   may have no owner (default 500).
 
 use marketplace_guest::endpoint_bindings::marketplace::plugin::settings;
 use marketplace_guest::prelude::*;
