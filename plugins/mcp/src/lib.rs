@@ -876,7 +876,11 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
             Some(invalid(Value::Null, "a batch member is a JSON-RPC object"))
         } else if m.get("method").is_some_and(|m| m == "initialize") {
             // MCP 2025-03-26: initialize must not be part of a batch.
-            let id = m.get("id").cloned().unwrap_or(Value::Null);
+            let id = m
+                .get("id")
+                .filter(|v| v.is_string() || v.is_i64() || v.is_u64())
+                .cloned()
+                .unwrap_or(Value::Null);
             Some(invalid(id, "initialize must be sent alone, not in a batch"))
         } else {
             message(m, req, version)?.1
