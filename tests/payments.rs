@@ -576,6 +576,8 @@ fn admin_needs_its_token() {
         "{}",
         r.text()
     );
+    // The limit it names is the ledger's: u64::MAX units.
+    assert!(r.text().contains("(184467440737.09551615)"), "{}", r.text());
     // A known path with another method: 405 with Allow.
     let r = s.admin_request("POST", "/admin/plugins", &json!(null));
     assert_eq!((r.status, r.code().as_str()), (405, "method_not_allowed"));

@@ -482,7 +482,10 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                     {
                         Reply::invalid(
                             "amount",
-                            "would take the total minted past what the ledger counts (18446744073.70955161)",
+                            format!(
+                                "would take the total minted past what the ledger counts ({})",
+                                marketplace_common::amount::format(u64::MAX)
+                            ),
                         )
                     }
                     Err(e) => {
