@@ -910,6 +910,7 @@ fn mcp_version_negotiation() {
     let r = with_header("2031-01-01", list);
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], -32600);
+    assert_eq!(r.json()["id"], 2, "the error answers the request's id");
     // initialize itself negotiates in its body.
     let r = with_header(
         "2031-01-01",
@@ -1062,6 +1063,40 @@ fn mcp_tool_input_errors_are_tool_results() {
         call_tool(&s, "get_fees", json!({}))["result"]["isError"],
         false
     );
+    // A path parameter is one segment: one that would reach another route
+    // (a post's attachment, a parent path) names nothing.
+    let k = s.identity("pathowner");
+    let id = s.new_post(
+        &k,
+        "Oak shelf with terms",
+        json!({"attachments": [{"filename": "terms.md", "content": "# Terms\nno refunds"}]}),
+    );
+    assert_eq!(
+        s.get(&format!("/api/posts/{id}/attachments/0")).status,
+        200,
+        "the attachment itself is there"
+    );
+    for post_id in [
+        format!("{id}/attachments/0"),
+        format!("{id}?x=1"),
+        format!("{id}%2Fattachments%2F0"),
+        "..".to_string(),
+        "../../etc/passwd".to_string(),
+    ] {
+        let r = call_tool(&s, "get_post", json!({"post_id": post_id}));
+        assert_eq!(r["result"]["isError"], true, "{post_id}: {r}");
+        let answer = &r["result"]["structuredContent"];
+        assert_eq!(answer["code"], "not_found", "{post_id}: {r}");
+        let r = s.post_json(
+            "/api/mcp/tools/execute",
+            &json!({"tool": "get_post", "arguments": {"post_id": post_id}}),
+        );
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (404, "not_found"),
+            "{post_id}"
+        );
+    }
     // Requests that are not a CallToolRequest are protocol errors.
     assert_eq!(
         call_tool(&s, "search", json!("walnut"))["error"]["code"],

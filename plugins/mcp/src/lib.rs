@@ -417,6 +417,16 @@ fn run_tool(tool: &Tool, args: &Value, wrap: Wrap, caller: &Request) -> Result<R
             let Some(text) = text_of(v) else { continue };
             let slot = format!("{{{k}}}");
             if path.contains(&slot) {
+                // A path parameter is one segment: a value that would add
+                // segments, a query or an escape names nothing (PROTOCOL 1:
+                // 404), and never reaches another route.
+                if text.is_empty()
+                    || text == "."
+                    || text == ".."
+                    || text.contains(['/', '\\', '?', '#', '%'])
+                {
+                    return Err(ApiError::not_found(format!("{k} {text:?}")));
+                }
                 path = path.replace(&slot, &text);
             } else {
                 query.push((k.clone(), text));
@@ -958,11 +968,14 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
     {
         return Ok((
             400,
-            Some(
-                json!({"jsonrpc": "2.0", "error": {"code": -32600, "message": format!(
-                    "unsupported MCP-Protocol-Version {asked:?}; supported: {}", PROTOCOL_VERSIONS.join(", ")
-                )}}),
-            ),
+            Some(rpc_error(
+                id.unwrap_or(Value::Null),
+                -32600,
+                &format!(
+                    "unsupported MCP-Protocol-Version {asked:?}; supported: {}",
+                    PROTOCOL_VERSIONS.join(", ")
+                ),
+            )),
         ));
     }
     let Some(id) = id.filter(|_| !method.is_empty()) else {
