@@ -200,7 +200,9 @@ fn delete_removes_the_post_everywhere() {
         json!({"parent_id": root}),
     );
     let keep = s.new_post(&author, "Another refurbished listing", json!({}));
-    assert_eq!(thread_ids(&s, &root), std::slice::from_ref(&id));
+    // A reply to the post to delete: it stays in the root's thread.
+    let reply = s.new_post(&other, "Is it still available", json!({"parent_id": id}));
+    assert_eq!(thread_ids(&s, &root), [id.clone(), reply.clone()]);
     assert!(timeline_ids(&s, "").contains(&id));
     assert_eq!(search_ids(&s, "refurbished").len(), 2);
     assert_eq!(search_ids(&s, "sale"), std::slice::from_ref(&id));
@@ -224,11 +226,16 @@ fn delete_removes_the_post_everywhere() {
     assert!(!timeline_ids(&s, "").contains(&id));
     assert!(!timeline_ids(&s, &format!("&author={}", author.fp())).contains(&id));
     assert!(!timeline_ids(&s, "&post_type=general").contains(&id));
-    assert!(thread_ids(&s, &root).is_empty());
+    // The reply stays readable, and in every thread it was in.
+    assert_eq!(thread_ids(&s, &root), std::slice::from_ref(&reply));
+    assert_eq!(s.get(&format!("/api/posts/{reply}")).status, 200);
     assert_eq!(
         s.get(&format!("/api/posts/{root}")).json()["post"]["comment_count"],
         0
     );
+    // Deleted too: the thread is empty.
+    assert_eq!(delete(&s, &other, &reply).status, 200);
+    assert!(thread_ids(&s, &root).is_empty());
     assert!(search_ids(&s, "sale").is_empty());
     assert_eq!(search_ids(&s, "refurbished"), std::slice::from_ref(&keep));
     assert_eq!(s.get("/api/search?term=refurbished").json()["total"], 1);

@@ -669,9 +669,16 @@ fn delete(req: &Request) -> Result<Response, ApiError> {
     for a in post.attachments.iter().filter(|a| a.s3_key.is_none()) {
         kv::delete(&format!("att/{id}/{:04}", a.index))?;
     }
-    // Its replies stay readable by id; the thread index under it goes.
-    for (key, _) in kv::scan_prefix(None, &format!("children/{id}/"), false, 100_000)? {
+    // Its replies stay readable by id, and stay in the thread above it: they
+    // are indexed under its parent now (their `parent_id` still names it),
+    // so every thread they were in still lists them. A top-level post's
+    // replies leave with its thread.
+    let prefix = format!("children/{id}/");
+    for (key, _) in kv::scan_prefix(None, &prefix, false, 100_000)? {
         kv::delete(&key)?;
+        if let (Some(pid), Some(reply)) = (&post.parent_id, key.strip_prefix(&prefix)) {
+            kv::put_raw(&format!("children/{pid}/{reply}"), b"")?;
+        }
     }
     kv::delete(&record_key(id))?;
     Ok(json(200, &json!({"post_id": id, "deleted": true})))
