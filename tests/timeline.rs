@@ -136,6 +136,20 @@ fn attachment_bytes_round_trip_with_type_and_etag() {
         None,
     );
     assert_eq!(again.status, 304);
+    // Compared weakly, as If-None-Match is; another tag is not a match.
+    for (tags, status) in [
+        (format!("W/{etag}"), 304),
+        (format!("\"other\", W/{etag}"), 304),
+        ("W/\"other\"".to_string(), 200),
+    ] {
+        let r = s.request(
+            "GET",
+            &format!("/api/posts/{id}/attachments/0"),
+            &[("if-none-match", &tags)],
+            None,
+        );
+        assert_eq!(r.status, status, "{tags}");
+    }
     assert!(s.documents("GET", "/api/posts/{post_id}/attachments/{index}", 304));
     assert_eq!(again.header("etag"), Some(etag.as_str()));
     // No body, so no media type made up for it.

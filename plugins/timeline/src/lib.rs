@@ -824,9 +824,14 @@ fn attachment(req: &Request) -> Result<Response, ApiError> {
             "public, no-cache".into(),
         ),
     ];
+    // If-None-Match compares weakly (RFC 9110 13.1.2): `W/"x"` matches `"x"`.
+    let matches = |t: &str| {
+        let t = t.trim();
+        t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag
+    };
     if req
         .header("if-none-match")
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"))
+        .is_some_and(|v| v.split(',').any(matches))
     {
         return Ok(Response {
             status: 304,
