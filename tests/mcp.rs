@@ -245,6 +245,21 @@ fn search_tool_matches_get_search_and_execute_passes_through() {
     assert_eq!(r.json(), s.get("/api/fees").json());
 }
 
+/// Sign a macro definition in the fresh form by `key`, its owner.
+fn sign_define(def: &mut Value, key: &common::Key) {
+    use sha2::{Digest, Sha256};
+    let ts = common::now_s();
+    let digest = common::hex(&Sha256::digest(
+        def["typescript"].as_str().unwrap().as_bytes(),
+    ));
+    def["owner_fingerprint"] = json!(key.fp());
+    def["timestamp"] = json!(ts);
+    def["signature"] = json!(key.sign(&format!(
+        "define:{}:{digest}:{ts}",
+        def["name"].as_str().unwrap()
+    )));
+}
+
 fn macro_def(name: &str) -> Value {
     json!({"name": name, "description": "logos by style", "kind": "search",
            "typescript": "const t: string = args.style; return { term: t, limit: 5 };",
@@ -255,21 +270,8 @@ fn macro_def(name: &str) -> Value {
 fn macros_are_first_come_and_owner_updated() {
     let s = Server::start();
     let owner = s.identity("macroowner");
-    let sign = |def: &mut Value, key: &common::Key| {
-        use sha2::{Digest, Sha256};
-        let ts = common::now_s();
-        let digest = common::hex(&Sha256::digest(
-            def["typescript"].as_str().unwrap().as_bytes(),
-        ));
-        def["owner_fingerprint"] = json!(key.fp());
-        def["timestamp"] = json!(ts);
-        def["signature"] = json!(key.sign(&format!(
-            "define:{}:{digest}:{ts}",
-            def["name"].as_str().unwrap()
-        )));
-    };
     let mut def = macro_def("logo_search");
-    sign(&mut def, &owner);
+    sign_define(&mut def, &owner);
     let r = s.post_json("/api/mcp/tools/define", &def);
     assert_eq!(r.status, 201, "{}", r.text());
     assert_eq!(r.json()["macro"]["owner_fingerprint"], owner.fp());
@@ -289,11 +291,11 @@ fn macros_are_first_come_and_owner_updated() {
     // identity: 401, and the name is not taken by it either.
     let other = s.identity("intruder");
     let mut hijack = macro_def("logo_search");
-    sign(&mut hijack, &other);
+    sign_define(&mut hijack, &other);
     let r = s.post_json("/api/mcp/tools/define", &hijack);
     assert_eq!((r.status, r.code().as_str()), (403, "forbidden_party"));
     let mut ghost = macro_def("ghost_owned");
-    sign(&mut ghost, &common::Key::random());
+    sign_define(&mut ghost, &common::Key::random());
     let r = s.post_json("/api/mcp/tools/define", &ghost);
     assert_eq!((r.status, r.code().as_str()), (401, "auth_invalid"));
     let r = s.post_json("/api/mcp/tools/define", &macro_def("ghost_owned"));
@@ -302,7 +304,7 @@ fn macros_are_first_come_and_owner_updated() {
     let mut update = macro_def("logo_search");
     update["description"] = json!("updated");
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    sign(&mut update, &owner);
+    sign_define(&mut update, &owner);
     let r = s.post_json("/api/mcp/tools/define", &update);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["macro"]["description"], "updated");
@@ -488,16 +490,7 @@ fn macros_without_an_owner_cannot_take_every_name() {
     // A registered identity still defines, that name included.
     let owner = s.identity("ownedmacros");
     let mut def = macro_def("free_three");
-    {
-        use sha2::{Digest, Sha256};
-        let ts = common::now_s();
-        let digest = common::hex(&Sha256::digest(
-            def["typescript"].as_str().unwrap().as_bytes(),
-        ));
-        def["owner_fingerprint"] = json!(owner.fp());
-        def["timestamp"] = json!(ts);
-        def["signature"] = json!(owner.sign(&format!("define:free_three:{digest}:{ts}")));
-    }
+    sign_define(&mut def, &owner);
     let r = s.post_json("/api/mcp/tools/define", &def);
     assert_eq!(r.status, 201, "{}", r.text());
     assert_eq!(r.json()["macro"]["owner_fingerprint"], owner.fp());

@@ -888,7 +888,7 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
             // MCP 2025-03-26: initialize must not be part of a batch.
             let id = m
                 .get("id")
-                .filter(|v| v.is_string() || v.is_i64() || v.is_u64())
+                .filter(|v| is_request_id(v))
                 .cloned()
                 .unwrap_or(Value::Null);
             Some(invalid(id, "initialize must be sent alone, not in a batch"))
@@ -920,6 +920,11 @@ fn accepted() -> Response {
     }
 }
 
+/// A request's id is a string or an integer, never null (MCP, JSON-RPC).
+fn is_request_id(id: &Value) -> bool {
+    id.is_string() || id.is_i64() || id.is_u64()
+}
+
 /// A JSON-RPC "invalid request" error (-32600).
 fn invalid(id: Value, why: &str) -> Value {
     rpc_error(id, -32600, &format!("invalid request: {why}"))
@@ -949,12 +954,7 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
             );
         }
     };
-    // A request's id is a string or an integer, never null (MCP, JSON-RPC).
-    if !method.is_empty()
-        && id
-            .as_ref()
-            .is_some_and(|v| !(v.is_string() || v.is_i64() || v.is_u64()))
-    {
+    if !method.is_empty() && id.as_ref().is_some_and(|v| !is_request_id(v)) {
         return refuse(
             Value::Null,
             "a request id is a string or an integer (not null)",
