@@ -233,8 +233,11 @@ fn delete_removes_the_post_everywhere() {
         s.get(&format!("/api/posts/{root}")).json()["post"]["comment_count"],
         0
     );
-    // Deleted too: the thread is empty.
+    // Below a chain of deleted comments too.
+    let deeper = s.new_post(&author, "Yes, it is", json!({"parent_id": reply}));
     assert_eq!(delete(&s, &other, &reply).status, 200);
+    assert_eq!(thread_ids(&s, &root), std::slice::from_ref(&deeper));
+    assert_eq!(delete(&s, &author, &deeper).status, 200);
     assert!(thread_ids(&s, &root).is_empty());
     assert!(search_ids(&s, "sale").is_empty());
     assert_eq!(search_ids(&s, "refurbished"), std::slice::from_ref(&keep));

@@ -9,7 +9,8 @@
 //!   attachment that refers to an upload, `s3_key` `files/{id}`, is read
 //!   from the identity family's `file/{id}` and `file_meta/{id}` instead)
 //! - `type/{post_type}/{post_id}`, `author/{fingerprint}/{post_id}`,
-//!   `children/{parent_id}/{post_id}` -> "" (secondary indexes)
+//!   `children/{parent_id}/{post_id}` -> "" (secondary indexes; a deleted
+//!   comment keeps its `children/` entries, so threads reach its replies)
 //! - `author_count/{fingerprint}` -> posts by that author (read by identity)
 //! - `ix/...` -> the inverted index (see [`index`])
 //!
@@ -659,7 +660,8 @@ fn delete(req: &Request) -> Result<Response, ApiError> {
         kv::put(&count_key, &count.saturating_sub(1))?;
     }
     if let Some(pid) = &post.parent_id {
-        kv::delete(&format!("children/{pid}/{id}"))?;
+        // Its `children/` entry stays, and so do its replies' under it: a
+        // thread walks through a deleted comment to the replies below it.
         if let Some(mut parent) = model::load(pid)? {
             parent.comment_count = parent.comment_count.saturating_sub(1);
             kv::put(&record_key(pid), &parent)?;
@@ -669,15 +671,11 @@ fn delete(req: &Request) -> Result<Response, ApiError> {
     for a in post.attachments.iter().filter(|a| a.s3_key.is_none()) {
         kv::delete(&format!("att/{id}/{:04}", a.index))?;
     }
-    // Its replies stay readable by id, and stay in the thread above it: they
-    // are indexed under its parent now (their `parent_id` still names it),
-    // so every thread they were in still lists them. A top-level post's
-    // replies leave with its thread.
-    let prefix = format!("children/{id}/");
-    for (key, _) in kv::scan_prefix(None, &prefix, false, 100_000)? {
-        kv::delete(&key)?;
-        if let (Some(pid), Some(reply)) = (&post.parent_id, key.strip_prefix(&prefix)) {
-            kv::put_raw(&format!("children/{pid}/{reply}"), b"")?;
+    // A top-level post's thread goes with it; its replies stay readable by
+    // id.
+    if post.parent_id.is_none() {
+        for (key, _) in kv::scan_prefix(None, &format!("children/{id}/"), false, 100_000)? {
+            kv::delete(&key)?;
         }
     }
     kv::delete(&record_key(id))?;
@@ -898,12 +896,12 @@ fn thread(req: &Request) -> Result<Response, ApiError> {
         for chunk in ids.chunks(THREAD_CHUNK) {
             let keys: Vec<String> = chunk.iter().map(|c| record_key(c)).collect();
             let records = kv::get_many_packed(None, &keys)?;
-            // A child gone from under its index entry is skipped.
+            // A deleted comment is not listed, but the replies below it are.
             for (child, raw) in chunk.iter().zip(records.values()) {
+                queue.push(child.clone());
                 let Some(raw) = raw else { continue };
                 let record =
                     std::str::from_utf8(raw).map_err(|e| ApiError::internal(e.to_string()))?;
-                queue.push(child.clone());
                 comments.push((child.clone(), record.to_string()));
                 if comments.len() >= MAX_THREAD {
                     break 'walk;
