@@ -1030,8 +1030,19 @@ where
     I: Iterator<Item = Result<(B, B), StorageError>>,
     B: Stored,
 {
-    let before = |a: &[u8], b: &[u8]| if reverse { a > b } else { a < b };
     let mut budget = Budget::new(max_bytes);
+    if mine.is_empty() {
+        // Nothing written over the committed rows (the usual read): taken
+        // as they come, without peeking (a redb row is a pair of page
+        // guards, moved on every peek).
+        for row in base.take(limit) {
+            let (k, v) = row?;
+            budget.take(k.bytes().len() + v.bytes().len())?;
+            out.row(k.bytes(), v.bytes());
+        }
+        return Ok(());
+    }
+    let before = |a: &[u8], b: &[u8]| if reverse { a > b } else { a < b };
     let mut taken = 0;
     let mut base = base.peekable();
     let mut mine = mine.into_iter().peekable();
