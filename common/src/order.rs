@@ -23,10 +23,16 @@ const FLIP: [u8; 256] = {
 /// flipped ids sort newest first. Other characters (a `post_` prefix) are
 /// kept. Applying it twice gives `id` back.
 pub fn flip_ulid(id: &str) -> String {
-    // Only ASCII bytes are remapped (to ASCII), so the result stays UTF-8.
+    flip_ulid_bytes(id.as_bytes())
+}
+
+/// [`flip_ulid`] of an id read as bytes (a key's suffix); bytes that are
+/// not UTF-8 come out as U+FFFD.
+pub fn flip_ulid_bytes(id: &[u8]) -> String {
+    // Only ASCII bytes are remapped (to ASCII), so UTF-8 stays UTF-8.
     let bytes: Vec<u8> = id
-        .bytes()
-        .map(|b| if b.is_ascii() { FLIP[b as usize] } else { b })
+        .iter()
+        .map(|&b| if b.is_ascii() { FLIP[b as usize] } else { b })
         .collect();
     String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
@@ -93,5 +99,6 @@ mod tests {
         assert_eq!(flip_ulid(&flip_ulid(old)), old);
         assert!(flip_ulid(old).starts_with("post_"));
         assert_eq!(flip_ulid("é0Z"), "éZ0");
+        assert_eq!(flip_ulid_bytes(b"\xff0Z"), "\u{fffd}Z0");
     }
 }

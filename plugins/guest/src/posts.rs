@@ -73,15 +73,23 @@ fn quick_head(record: &str) -> Option<Head<'_>> {
     };
     let rest = rest.strip_prefix(r#","author_fingerprint":""#)?;
     let (author, _) = plain_string(rest)?;
-    // The last member must be the listing check. Searched from the end by
-    // hand: `rfind` builds a two-way searcher for every record, and the
-    // check is a few bytes from the end.
-    let needle = br#","listing":{"#;
-    let at = record
-        .as_bytes()
-        .windows(needle.len())
-        .rposition(|w| w[0] == b',' && w == needle)?;
-    written_listing(record[at + 11..].strip_suffix('}')?).then_some(Head {
+    // The last member must be the listing check: most often the one of a
+    // post without attachments, compared in place; else searched from the
+    // end by hand (`rfind` builds a two-way searcher for every record, and
+    // the check is a few bytes from the end).
+    let body = record.strip_suffix('}')?;
+    let no_listing = body
+        .strip_suffix(NO_LISTING)
+        .is_some_and(|before| before.ends_with(r#","listing":"#));
+    let written = no_listing || {
+        let needle = br#","listing":{"#;
+        let at = body
+            .as_bytes()
+            .windows(needle.len())
+            .rposition(|w| w[0] == b',' && w == needle)?;
+        written_listing(&body[at + 11..])
+    };
+    written.then_some(Head {
         post_id: Cow::Borrowed(post_id),
         author_fingerprint: Cow::Borrowed(author),
         attachments: Vec::new(),
@@ -94,8 +102,30 @@ fn quick_head(record: &str) -> Option<Head<'_>> {
 /// escape comes first. One pass, no searcher set up: a page of posts
 /// reads three of these per post.
 fn plain_string(s: &str) -> Option<(&str, &str)> {
-    let end = s.bytes().position(|b| b == b'"' || b == b'\\')?;
-    (s.as_bytes()[end] == b'"').then(|| (&s[..end], &s[end + 1..]))
+    let bytes = s.as_bytes();
+    // Eight bytes at a time while none is a quote or a backslash (a
+    // fingerprint is 64 bytes), then byte by byte.
+    let mut from = 0;
+    while let Some(chunk) = bytes.get(from..from + 8) {
+        let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+        if has_byte(word, b'"') || has_byte(word, b'\\') {
+            break;
+        }
+        from += 8;
+    }
+    let end = from
+        + bytes[from..]
+            .iter()
+            .position(|&b| b == b'"' || b == b'\\')?;
+    (bytes[end] == b'"').then(|| (&s[..end], &s[end + 1..]))
+}
+
+/// Whether one of the eight bytes of `word` is `byte` (the classic
+/// zero-byte test on `word` XOR `byte` in every lane: exact for "any").
+fn has_byte(word: u64, byte: u8) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let x = word ^ (ONES * u64::from(byte));
+    x.wrapping_sub(ONES) & !x & (ONES << 7) != 0
 }
 
 /// Whether `check` is a listing check as [`listing`] writes it:
@@ -369,6 +399,38 @@ mod tests {
         assert_eq!(plain_string(r#"""#), Some(("", "")));
         assert_eq!(plain_string(r#"a\"b""#), None);
         assert_eq!(plain_string("abc"), None);
+        // Every position of the quote or an escape, across the eight-byte
+        // steps, against the byte-by-byte reading.
+        for len in 0..40 {
+            for (stop, found) in [('"', true), ('\\', false)] {
+                let text: String = (0..len).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+                let s = format!("{text}{stop}tail\"");
+                let expected = found.then_some((text.as_str(), "tail\""));
+                assert_eq!(plain_string(&s), expected, "{s}");
+            }
+            let unterminated: String = "x".repeat(len);
+            assert_eq!(plain_string(&unterminated), None);
+        }
+    }
+
+    #[test]
+    fn a_byte_is_found_in_any_lane_and_only_there() {
+        for byte in [b'"', b'\\', 0, 0x80, 0xff] {
+            for lane in 0..8 {
+                for fill in [0u8, 1, b'a', 0x7f, 0x80, 0xfe, 0xff] {
+                    if fill == byte {
+                        continue;
+                    }
+                    let mut bytes = [fill; 8];
+                    assert!(!has_byte(u64::from_le_bytes(bytes), byte));
+                    bytes[lane] = byte;
+                    assert!(
+                        has_byte(u64::from_le_bytes(bytes), byte),
+                        "{byte} {lane} {fill}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@
 
 mod api;
 
-use marketplace_common::order::{cmp_bytes, flip_ulid};
+use marketplace_common::order::{cmp_bytes, flip_ulid_bytes};
 use marketplace_common::text::tokens;
 use marketplace_guest::prelude::*;
 
@@ -203,10 +203,7 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
             .then_with(|| cmp_bytes(id(a), id(b)))
     });
     ranked.truncate(limit);
-    let ids: Vec<String> = ranked
-        .iter()
-        .map(|s| flip_ulid(&String::from_utf8_lossy(id(s))))
-        .collect();
+    let ids: Vec<String> = ranked.iter().map(|s| flip_ulid_bytes(id(s))).collect();
     // The page is written as text: each stored post extended in place with
     // its rendered members and its score.
     let mut out = String::with_capacity(1024 * (ids.len() + 1));
