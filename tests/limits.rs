@@ -293,6 +293,75 @@ fn idle_connections_do_not_stop_new_clients() {
     }
 }
 
+/// A connection from `ip` (a loopback address) to `to`.
+fn connect_from(ip: [u8; 4], to: SocketAddr) -> TcpStream {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(SocketAddr::from((ip, 0)))
+            .unwrap_or_else(|e| panic!("binding {ip:?}: {e}"));
+        let stream = socket.connect(to).await.unwrap().into_std().unwrap();
+        stream.set_nonblocking(false).unwrap();
+        stream
+    })
+}
+
+/// Two addresses holding every place (each within its share, sending
+/// nothing or half a header) do not keep a third client out for the
+/// header timeout: a connection not inside a request, of the address that
+/// holds the most, is closed to make room. One inside a request is kept.
+#[test]
+fn addresses_holding_every_place_give_way_to_a_new_client() {
+    let s = server_with(
+        false,
+        &[
+            ("MARKETPLACE_MAX_CONNECTIONS", "8"),
+            ("MARKETPLACE_MAX_CONNECTIONS_PER_IP", "4"),
+            // Far longer than this test waits: no place frees by itself.
+            ("MARKETPLACE_HEADER_TIMEOUT_MS", "120000"),
+        ],
+    );
+    // 127.0.0.3's first connection is inside a request: its head is in,
+    // its body not yet.
+    let mut busy = connect_from([127, 0, 0, 3], s.addr);
+    busy.write_all(
+        b"POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 4\r\n\r\n{}",
+    )
+    .unwrap();
+    let mut held = vec![];
+    for i in 0..7 {
+        let ip = if i < 4 {
+            [127, 0, 0, 2]
+        } else {
+            [127, 0, 0, 3]
+        };
+        let mut c = connect_from(ip, s.addr);
+        if i % 2 == 0 {
+            c.write_all(b"GET /api/health HTTP/1.1\r\nx-slow: ")
+                .unwrap();
+        }
+        held.push(c);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // Every place is taken; a client of a third address is served.
+    let r = common::try_request(s.addr, "GET", "/api/health", &[], None)
+        .unwrap_or_else(|e| panic!("the new client was not served: {e}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let m = scrape_admin(&s);
+    assert!(m.get("marketplace_connections_closed_for_room_total", &[]) >= 1.0);
+    // The connection inside a request was not the one closed.
+    busy.write_all(b"{}").unwrap();
+    busy.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut head = [0u8; 9];
+    busy.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 ");
+}
+
 #[test]
 fn one_address_holds_at_most_its_share_of_connections() {
     let s = server_with(false, &[("MARKETPLACE_MAX_CONNECTIONS_PER_IP", "3")]);

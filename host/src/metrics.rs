@@ -70,6 +70,7 @@ pub struct Metrics {
     pub connections: Gauge,
     pub in_flight: Gauge,
     pub refused_connections: Counter,
+    pub connections_closed_for_room: Counter,
     pub ledger_minted: Gauge,
     pub ledger_unspent: Gauge,
     pub ledger_fees: Gauge,
@@ -167,6 +168,7 @@ impl Metrics {
             connections: Gauge::default(),
             in_flight: Gauge::default(),
             refused_connections: Counter::default(),
+            connections_closed_for_room: Counter::default(),
             ledger_minted: Gauge::default(),
             ledger_unspent: Gauge::default(),
             ledger_fees: Gauge::default(),
@@ -234,6 +236,11 @@ impl Metrics {
             "connections_refused",
             "Client connections closed as they came: their address held max_connections_per_ip",
             m.refused_connections.clone(),
+        );
+        r.register(
+            "connections_closed_for_room",
+            "Connections not inside a request closed to make room for a new client at max_connections (of the address holding the most)",
+            m.connections_closed_for_room.clone(),
         );
         r.register(
             "requests_in_flight",

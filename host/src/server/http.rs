@@ -3,6 +3,7 @@
 //! per family), request ids, metrics, JSON errors and one log line per
 //! request.
 
+use super::connections::{Held, Open};
 use crate::app::App;
 use crate::metrics::{RouteMetrics, metrics};
 use crate::money::payments::PaymentHeaders;
@@ -115,55 +116,6 @@ impl Gates {
 
 type OwnedPermit = tokio::sync::OwnedSemaphorePermit;
 
-/// Connections open per client address, capped (`max_connections_per_ip`).
-#[derive(Clone)]
-struct PerIp {
-    max: u32,
-    open: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, u32>>>,
-}
-
-/// One admitted connection of an address; dropping it frees its place.
-struct Held {
-    per_ip: PerIp,
-    ip: std::net::IpAddr,
-}
-
-impl PerIp {
-    fn new(max: u32) -> PerIp {
-        PerIp {
-            max,
-            open: Default::default(),
-        }
-    }
-
-    /// A place for one more connection from `ip`, unless it holds its cap
-    /// (`max` 0: no cap, never refused).
-    fn admit(&self, ip: std::net::IpAddr) -> Option<Held> {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        let n = open.entry(ip).or_insert(0);
-        if self.max != 0 && *n >= self.max {
-            return None;
-        }
-        *n += 1;
-        Some(Held {
-            per_ip: self.clone(),
-            ip,
-        })
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        let mut open = self.per_ip.open.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = open.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.ip);
-            }
-        }
-    }
-}
-
 /// Serve HTTP on `listener` until `stop` turns true; then stop accepting,
 /// let every connection finish the request it is serving (idle keep-alive
 /// connections close; connections with a request already sent are served
@@ -177,7 +129,7 @@ pub async fn serve(
 ) -> bool {
     let gates = Arc::new(Gates::new(&app, stop.clone()));
     let connections = Arc::new(Semaphore::new(app.config.max_connections as usize));
-    let per_ip = PerIp::new(app.config.max_connections_per_ip);
+    let open = Open::new(app.config.max_connections_per_ip);
     // Every connection task holds a sender: once all are dropped, every
     // connection has ended.
     let (live, mut ended) = tokio::sync::mpsc::channel::<()>(1);
@@ -191,17 +143,8 @@ pub async fn serve(
     let stopping = super::stopped(stop);
     tokio::pin!(stopping);
     loop {
-        // At the connection cap, new clients wait in the listen backlog.
         // (The signal first: once it came, connections are taken only
         // from the backlog, below.)
-        let permit = tokio::select! {
-            biased;
-            _ = &mut stopping => break,
-            p = connections.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-        };
         let (stream, peer) = tokio::select! {
             biased;
             _ = &mut stopping => break,
@@ -214,7 +157,44 @@ pub async fn serve(
                 }
             },
         };
-        conn.spawn(stream, peer, &per_ip, Some(permit));
+        // One address may not hold every connection (slow senders keeping
+        // sockets open): past its share, a new one is closed at once.
+        let Some(held) = open.admit(peer.ip()) else {
+            tracing::debug!(%peer, "connection refused: this address holds max_connections_per_ip");
+            metrics().refused_connections.inc();
+            refused_now(peer);
+            drop(stream);
+            continue;
+        };
+        // A place under the connection cap. When every one is taken, room
+        // is made: a connection not inside a request, of the address that
+        // holds the most, is closed (see `connections`); when none can
+        // give way, this client waits for a place.
+        let permit = loop {
+            if let Ok(p) = connections.clone().try_acquire_owned() {
+                break Some(p);
+            }
+            if open.make_room() {
+                metrics().connections_closed_for_room.inc();
+            }
+            tokio::select! {
+                biased;
+                _ = &mut stopping => break None,
+                p = connections.clone().acquire_owned() => match p {
+                    Ok(p) => break Some(p),
+                    Err(_) => break None,
+                },
+                // The one chosen may have begun a request meanwhile (it
+                // then closes after its answer): choose again.
+                () = tokio::time::sleep(ROOM_RETRY) => {}
+            }
+        };
+        let Some(permit) = permit else {
+            // Stopping: served like the clients in the backlog, below.
+            conn.spawn(stream, peer, held, None);
+            break;
+        };
+        conn.spawn(stream, peer, held, Some(permit));
     }
     // Clients that connected before the signal and wait in the backlog
     // have sent their request, or are about to: they are served (past the
@@ -227,7 +207,10 @@ pub async fn serve(
         );
     }
     for (stream, peer) in backlog {
-        conn.spawn(stream, peer, &per_ip, None);
+        match open.admit(peer.ip()) {
+            Some(held) => conn.spawn(stream, peer, held, None),
+            None => drop(stream),
+        }
     }
     drop(conn);
     tokio::select! {
@@ -257,6 +240,10 @@ fn refused_now(peer: std::net::SocketAddr) {
 /// At most one line per this long about refused connections.
 const REFUSED_LOG_EVERY: Duration = Duration::from_secs(10);
 
+/// How long a client waits for the connection chosen to make room before
+/// another is chosen.
+const ROOM_RETRY: Duration = Duration::from_millis(100);
+
 /// What every connection is served with.
 struct Conn {
     app: Arc<App>,
@@ -267,28 +254,31 @@ struct Conn {
 }
 
 impl Conn {
-    /// Serve `stream` on a task of its own, holding `permit` (a place
-    /// under the connection cap) until it ends.
+    /// Serve `stream` on a task of its own, holding its address's place
+    /// and `permit` (a place under the connection cap) until it ends.
     fn spawn(
         &self,
         stream: tokio::net::TcpStream,
         peer: std::net::SocketAddr,
-        per_ip: &PerIp,
+        held: Held,
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
     ) {
-        // One address may not hold every connection (slow senders keeping
-        // sockets open): past its share, a new one is closed at once.
-        let Some(held) = per_ip.admit(peer.ip()) else {
-            tracing::debug!(%peer, "connection refused: this address holds max_connections_per_ip");
-            metrics().refused_connections.inc();
-            refused_now(peer);
-            drop(stream);
-            return;
-        };
         let _ = stream.set_nodelay(true);
         let socket = super::drain::Socket::of(&stream);
         let (app, gates) = (self.app.clone(), self.gates.clone());
-        let service = service_fn(move |req| handle(app.clone(), gates.clone(), req));
+        let state = held.state.clone();
+        let service = service_fn(move |req| {
+            // Counted as hyper hands the request over, so a connection
+            // chosen to make room is never closed inside a request.
+            state.request_started();
+            let state = state.clone();
+            let answer = handle(app.clone(), gates.clone(), req);
+            async move {
+                let answered = answer.await;
+                state.request_answered();
+                answered
+            }
+        });
         let conn = http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(self.header_timeout)
@@ -303,8 +293,21 @@ impl Conn {
             let m = metrics();
             m.connections.inc();
             tokio::pin!(conn);
+            let state = held.state.clone();
             let ended = tokio::select! {
                 ended = conn.as_mut() => ended,
+                () = state.closing() => {
+                    if state.never_requested() {
+                        // Nothing of it was read: closed now.
+                        tracing::debug!(%peer, "connection closed to make room: no request yet");
+                        Ok(())
+                    } else {
+                        // Between requests: closed when idle, or after
+                        // the answer it has begun meanwhile.
+                        conn.as_mut().graceful_shutdown();
+                        conn.await
+                    }
+                }
                 () = super::stopped(stop) => {
                     // A request already in the socket is served, answered
                     // with `connection: close` (see `handle`); otherwise

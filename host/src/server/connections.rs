@@ -1,0 +1,197 @@
+//! The connections open: the cap per client address, and room made at the
+//! global cap.
+//!
+//! `max_connections_per_ip` keeps one address from holding every place,
+//! but a few addresses together can: each opens its share and sends
+//! nothing (or one header line every few seconds), and every other client
+//! waits in the listen backlog. So when every place is taken and a client
+//! is waiting, the host closes one connection that is not inside a
+//! request, of the address that holds the most: one that never sent a
+//! whole request head is closed at once (nothing of it was read), one
+//! between requests as hyper's graceful shutdown closes it (at once when
+//! idle, else after its answer). A connection inside a request is never
+//! chosen.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
+
+/// Connections open per client address, capped (`max_connections_per_ip`),
+/// and every open connection's state, to choose one to close for room.
+#[derive(Clone)]
+pub struct Open {
+    max_per_ip: u32,
+    inner: Arc<Mutex<Inner>>,
+}
+
+#[derive(Default)]
+struct Inner {
+    per_ip: HashMap<IpAddr, u32>,
+    /// By admission order (the oldest first).
+    conns: BTreeMap<u64, (IpAddr, Arc<State>)>,
+    next: u64,
+}
+
+/// What the host knows of one connection.
+#[derive(Default)]
+pub struct State {
+    /// Requests whose head reached the service, and those it answered.
+    started: AtomicU64,
+    answered: AtomicU64,
+    /// Chosen to make room (once).
+    chosen: AtomicBool,
+    close: Notify,
+}
+
+impl State {
+    /// A request head reached the service (called as hyper hands it over).
+    pub fn request_started(&self) {
+        self.started.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The service answered that request.
+    pub fn request_answered(&self) {
+        self.answered.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Whether no whole request head has come on this connection yet.
+    pub fn never_requested(&self) -> bool {
+        self.started.load(Ordering::Acquire) == 0
+    }
+
+    fn between_requests(&self) -> bool {
+        self.started.load(Ordering::Acquire) == self.answered.load(Ordering::Acquire)
+    }
+
+    /// Resolves once this connection is chosen to make room.
+    pub async fn closing(&self) {
+        self.close.notified().await
+    }
+}
+
+/// One admitted connection; dropping it frees its place.
+pub struct Held {
+    open: Open,
+    id: u64,
+    ip: IpAddr,
+    pub state: Arc<State>,
+}
+
+impl Open {
+    pub fn new(max_per_ip: u32) -> Open {
+        Open {
+            max_per_ip,
+            inner: Default::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A place for one more connection from `ip`, unless it holds its cap
+    /// (`max_per_ip` 0: no cap, never refused).
+    pub fn admit(&self, ip: IpAddr) -> Option<Held> {
+        let mut inner = self.lock();
+        let n = inner.per_ip.entry(ip).or_insert(0);
+        if self.max_per_ip != 0 && *n >= self.max_per_ip {
+            return None;
+        }
+        *n += 1;
+        let id = inner.next;
+        inner.next += 1;
+        let state = Arc::new(State::default());
+        inner.conns.insert(id, (ip, state.clone()));
+        Some(Held {
+            open: self.clone(),
+            id,
+            ip,
+            state,
+        })
+    }
+
+    /// Choose a connection to close for room: not inside a request, of the
+    /// address holding the most connections, the oldest of those; false
+    /// when every connection is inside a request (or already chosen).
+    pub fn make_room(&self) -> bool {
+        let inner = self.lock();
+        let victim = inner
+            .conns
+            .iter()
+            .filter(|(_, (_, s))| !s.chosen.load(Ordering::Acquire) && s.between_requests())
+            .max_by_key(|(id, (ip, _))| (inner.per_ip.get(ip).copied(), std::cmp::Reverse(**id)));
+        match victim {
+            Some((_, (_, state))) => {
+                state.chosen.store(true, Ordering::Release);
+                // Kept if the task is not waiting yet: it sees it next.
+                state.close.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut inner = self.open.lock();
+        inner.conns.remove(&self.id);
+        if let Some(n) = inner.per_ip.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                inner.per_ip.remove(&self.ip);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(last: u8) -> IpAddr {
+        IpAddr::from([127, 0, 0, last])
+    }
+
+    #[test]
+    fn an_address_is_capped_and_its_places_come_back() {
+        let open = Open::new(2);
+        let a = open.admit(ip(1)).unwrap();
+        let _b = open.admit(ip(1)).unwrap();
+        assert!(open.admit(ip(1)).is_none());
+        assert!(open.admit(ip(2)).is_some());
+        drop(a);
+        assert!(open.admit(ip(1)).is_some());
+        let unlimited = Open::new(0);
+        let _held: Vec<Held> = (0..100).map(|_| unlimited.admit(ip(1)).unwrap()).collect();
+    }
+
+    #[test]
+    fn room_is_made_from_the_address_holding_most_never_inside_a_request() {
+        let open = Open::new(0);
+        let lone = open.admit(ip(1)).unwrap();
+        let crowd: Vec<Held> = (0..3).map(|_| open.admit(ip(2)).unwrap()).collect();
+        // The crowd's oldest connection is inside a request: its next one
+        // is chosen, then the one after.
+        crowd[0].state.request_started();
+        assert!(open.make_room());
+        assert!(crowd[1].state.chosen.load(Ordering::Acquire));
+        assert!(open.make_room());
+        assert!(crowd[2].state.chosen.load(Ordering::Acquire));
+        // Then the lone address's (the crowd's last one is busy).
+        assert!(open.make_room());
+        assert!(lone.state.chosen.load(Ordering::Acquire));
+        assert!(
+            !open.make_room(),
+            "only a connection inside a request is left"
+        );
+        // Answered: between requests again, so it may be chosen.
+        crowd[0].state.request_answered();
+        assert!(open.make_room());
+        assert!(crowd[0].state.chosen.load(Ordering::Acquire));
+        assert!(!crowd[0].state.never_requested());
+        assert!(crowd[1].state.never_requested());
+    }
+}
