@@ -403,10 +403,13 @@ fn a_family_whose_component_is_missing_serves_no_routes_and_is_unavailable() {
     assert_eq!(r.status, 404);
     assert_eq!(r.code(), "not_found");
     assert_eq!(s.get("/api/info").status, 200);
-    assert_eq!(
-        s.get("/api/health").json()["plugins"]["search"]["status"],
-        "unavailable"
-    );
+    let health = s.get("/api/health");
+    assert_eq!(health.json()["plugins"]["search"]["status"], "unavailable");
+    assert_eq!(health.json()["plugins"]["info"]["status"], "ok");
+    // Not a host to send traffic to: degraded, 503.
+    assert_eq!(health.status, 503, "{}", health.text());
+    assert_eq!(health.json()["status"], "degraded");
+    assert_eq!(health.json()["storage"]["status"], "ok");
 }
 
 #[test]

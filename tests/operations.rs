@@ -464,41 +464,49 @@ fn read_to_close(conn: &mut TcpStream) -> std::io::Result<String> {
 #[test]
 fn sigterm_answers_a_request_waiting_in_the_listen_backlog() {
     let dir = tempfile::tempdir().unwrap();
-    // One connection at a time: a second client waits in the backlog.
+    // One connection at a time: later clients wait for its place.
     let mut s = server_on(
         &dir.path().join("data"),
         &[("MARKETPLACE_MAX_CONNECTIONS", "1")],
     );
-    let request = b"GET /api/health HTTP/1.1\r\nhost: drain\r\n\r\n";
-    // The first holds the only place, idle after one answer.
+    // The first holds the only place inside a request (its body not all
+    // sent), so it cannot be closed to make room.
     let mut first = TcpStream::connect(s.addr).unwrap();
-    first.write_all(request).unwrap();
     first
-        .set_read_timeout(Some(Duration::from_secs(10)))
+        .write_all(
+            b"POST /api/timeline HTTP/1.1\r\nhost: drain\r\ncontent-type: application/json\r\ncontent-length: 4\r\n\r\n{}",
+        )
         .unwrap();
-    let mut head = [0u8; 12];
-    first.read_exact(&mut head).unwrap();
-    assert_eq!(&head, b"HTTP/1.1 200");
-    // The second connects (the kernel queues it) and sends its request,
-    // which nobody reads until the first is gone.
+    std::thread::sleep(Duration::from_millis(200));
+    // The second is taken from the backlog and waits for a place; the
+    // third stays in the backlog (the kernel queues it). Both send their
+    // request, which nobody reads yet.
+    let request = b"GET /api/health HTTP/1.1\r\nhost: drain\r\n\r\n";
     let mut second = TcpStream::connect(s.addr).unwrap();
     second.write_all(request).unwrap();
     std::thread::sleep(Duration::from_millis(200));
+    let mut third = TcpStream::connect(s.addr).unwrap();
+    third.write_all(request).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
     s.signal("TERM");
-    // It is answered, and told the connection closes; the idle one closes.
-    let answer = read_to_close(&mut second).unwrap_or_else(|e| {
-        panic!(
-            "the request in the backlog was not answered ({e})\n{}",
-            s.log_text()
-        )
-    });
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    assert!(
-        answer.to_ascii_lowercase().contains("connection: close"),
-        "{answer}"
-    );
-    let rest = read_to_close(&mut first).unwrap_or_default();
-    assert!(!rest.contains("HTTP/1.1"), "{rest}");
+    // Each is answered, and told the connection closes.
+    for (name, waiting) in [("second", &mut second), ("third", &mut third)] {
+        let answer = read_to_close(waiting).unwrap_or_else(|e| {
+            panic!(
+                "the {name} waiting client was not answered ({e})\n{}",
+                s.log_text()
+            )
+        });
+        assert!(answer.starts_with("HTTP/1.1 200"), "{name}: {answer}");
+        assert!(
+            answer.to_ascii_lowercase().contains("connection: close"),
+            "{name}: {answer}"
+        );
+    }
+    // The first finishes its request and is answered too.
+    first.write_all(b"{}").unwrap();
+    let answer = read_to_close(&mut first).unwrap_or_default();
+    assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
     let status = s
         .wait_exit(Duration::from_secs(20))
         .unwrap_or_else(|| panic!("no exit after SIGTERM\n{}", s.log_text()));
@@ -1323,6 +1331,32 @@ fn serve_creates_a_missing_data_dir() {
     assert_eq!(status.code(), Some(0), "{}", err_t.join().unwrap());
 }
 
+/// The offline commands create a missing data dir as `serve` does:
+/// owner-only, whatever the umask.
+#[test]
+fn an_offline_mint_makes_the_data_dir_private() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("minted");
+    let mut cmd = Command::new("sh");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("MARKETPLACE_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd
+        .arg("-c")
+        .arg("umask 000; exec \"$0\" cash mint 1 --data-dir \"$1\"")
+        .arg(BIN)
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(text(&out.stdout).starts_with("e1:secret:"), "{out:?}");
+    assert_eq!(mode(&data), 0o700, "the data dir");
+    assert_eq!(mode(&data.join("marketplace.redb")), 0o600, "the database");
+    assert_eq!(mode(&data.join("server.key")), 0o600, "server.key");
+}
+
 #[test]
 fn cli_help_and_config_errors() {
     let limit = Duration::from_secs(60);
@@ -1409,6 +1443,23 @@ fn cli_help_and_config_errors() {
         assert!(
             !text(&out.stdout).contains("listening"),
             "{var}={value}: it served"
+        );
+    }
+    assert!(!data.join("marketplace.redb").exists());
+    // A plugins dir that is missing (a typo) or not a directory would serve
+    // no route at all: refused, named.
+    let a_file = tmp.path().join("a-file");
+    std::fs::write(&a_file, b"x").unwrap();
+    for plugins in [tmp.path().join("no-such-dir"), a_file] {
+        let mut args = serve;
+        args[8] = plugins.to_str().unwrap();
+        let out = run(&args, &[], limit);
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "{plugins:?} was accepted: {out:?}");
+        assert!(stderr.contains("plugins_dir"), "{stderr}");
+        assert!(
+            !text(&out.stdout).contains("listening"),
+            "{plugins:?}: it served"
         );
     }
     assert!(!data.join("marketplace.redb").exists());

@@ -672,6 +672,37 @@ fn fee_schedule_follows_the_plugin_and_settings() {
     assert_eq!(r.json()["required_amount"], "0.5");
 }
 
+/// A fee setting the fee component cannot read refuses the component when
+/// it is loaded, naming the setting, instead of failing each paid request.
+#[test]
+fn a_fee_setting_the_policy_cannot_read_refuses_the_fee_component() {
+    for (setting, named) in [
+        ("post = \"abc\"", "price of post (abc)"),
+        ("arbitration_percent = \"500\"", "arbitration_percent (500)"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("m.toml");
+        std::fs::write(&config, format!("[settings.fees]\n{setting}\n")).unwrap();
+        let s = Server::with(common::Options {
+            env: vec![("MARKETPLACE_CONFIG".into(), config.display().to_string())],
+            ..Default::default()
+        });
+        let health = s.get("/api/health");
+        assert_eq!(health.status, 503, "{setting}: {}", health.text());
+        assert_eq!(health.json()["status"], "degraded");
+        assert_eq!(health.json()["plugins"]["fees"]["status"], "unavailable");
+        let log = s.log_text();
+        assert!(log.contains(named), "{setting}: {log}");
+        // Nothing is charged: the paid route cannot be priced.
+        let key = Key::random();
+        let secret = s.mint("1");
+        let r = s.register(&key, "nofees", &secret);
+        assert_eq!(r.status, 503, "{setting}: {}", r.text());
+        assert_eq!(r.code(), "plugin_unavailable");
+        assert_eq!(s.cash_state(&secret), (json!(false), json!("1")));
+    }
+}
+
 #[test]
 fn acknowledged_paid_writes_survive_kill_9() {
     let mut s = Server::start();

@@ -103,7 +103,7 @@ pub fn offline(config: &Config, to: &Path) -> Result<u64> {
         "no database at {}",
         config.db_path().display()
     );
-    let storage = Storage::open(&config.db_path(), config.commit_settings())
+    let storage = crate::state::open_embedded(config)
         .context("opening the database (is the server running? then use --admin URL)")?;
     write_atomically(to, |f| snapshot(&storage, &config.data_dir, f))
 }
@@ -174,13 +174,33 @@ pub fn restore(file: &Path, data_dir: &Path) -> Result<()> {
 }
 
 /// Unpack a backup into the empty dir `dir` and check it: the database and
-/// `server.key` are there, the database opens and its ledger adds up.
+/// `server.key` are there, every entry a plain file, the keys are keys, the
+/// database opens, its ledger adds up and matches the totals `backup.json`
+/// recorded.
 fn unpack(input: File, dir: &Path) -> Result<()> {
+    // The archive's own errors can quote the bytes of a damaged header:
+    // shown escaped, never raw on the operator's terminal.
+    let unreadable = |e: std::io::Error| {
+        anyhow::anyhow!(
+            "reading the backup (not a backup, or damaged): {}",
+            e.to_string().escape_debug()
+        )
+    };
     let mut archive = tar::Archive::new(input);
-    let (mut seen_db, mut seen_key) = (false, false);
-    for entry in archive.entries().context("reading the backup")? {
-        let mut entry = entry.context("reading the backup")?;
-        let name = entry.path()?.to_string_lossy().into_owned();
+    let (mut seen_db, mut seen_key, mut seen_arbiter) = (false, false, false);
+    for entry in archive.entries().map_err(unreadable)? {
+        let mut entry = entry.map_err(unreadable)?;
+        let name = entry
+            .path()
+            .map_err(unreadable)?
+            .to_string_lossy()
+            .into_owned();
+        if !entry.header().entry_type().is_file() {
+            bail!(
+                "entry {:?} of the backup is not a plain file",
+                name.escape_debug().to_string()
+            );
+        }
         let allowed = name == DB
             || name == MANIFEST
             || KEYS.contains(&name.as_str())
@@ -188,10 +208,14 @@ fn unpack(input: File, dir: &Path) -> Result<()> {
                 .strip_prefix("uploads/")
                 .is_some_and(|n| !n.is_empty() && !n.contains('/') && !n.starts_with('.'));
         if !allowed {
-            bail!("unexpected entry {name:?} in the backup");
+            bail!(
+                "unexpected entry {:?} in the backup",
+                name.escape_debug().to_string()
+            );
         }
         seen_db |= name == DB;
         seen_key |= name == "server.key";
+        seen_arbiter |= name == "arbiter.key";
         let target = dir.join(&name);
         if let Some(parent) = target.parent() {
             crate::state::create_private_dir(parent)?;
@@ -203,13 +227,18 @@ fn unpack(input: File, dir: &Path) -> Result<()> {
         let mut out = options
             .open(&target)
             .with_context(|| format!("creating {}", target.display()))?;
-        std::io::copy(&mut entry, &mut out).context("reading the backup")?;
+        std::io::copy(&mut entry, &mut out).map_err(unreadable)?;
         out.sync_all()?;
     }
     anyhow::ensure!(
         seen_db && seen_key,
         "the backup lacks the database or server.key"
     );
+    // What `serve` would refuse at start is refused now.
+    crate::money::ledger::Ledger::open(dir).context("the backup's server.key")?;
+    if seen_arbiter {
+        crate::auth::Arbiter::open(dir, None).context("the backup's arbiter.key")?;
+    }
     let storage = Storage::open(&dir.join(DB), Default::default())
         .context("the restored database does not open")?;
     let txn = storage.begin_read().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -218,6 +247,21 @@ fn unpack(input: File, dir: &Path) -> Result<()> {
         t.minted == t.unspent + t.fees + t.escrow,
         "the restored ledger does not add up: {t:?}"
     );
+    // The totals the backup recorded when it was taken (a backup without
+    // `backup.json` has nothing to compare).
+    if let Ok(text) = std::fs::read(dir.join(MANIFEST)) {
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&text).context("backup.json is not JSON")?;
+        let recorded = &manifest["totals"];
+        let checked = [("minted", t.minted), ("fees", t.fees), ("escrow", t.escrow)];
+        for (name, now) in checked.into_iter().filter(|_| recorded.is_object()) {
+            anyhow::ensure!(
+                recorded[name].as_u64() == Some(now),
+                "backup.json records {name} {} but the database holds {now}: the two files are not of one backup",
+                recorded[name]
+            );
+        }
+    }
     Ok(())
 }
 
@@ -290,5 +334,119 @@ mod tests {
             0
         );
         restore(&file, &target).unwrap();
+    }
+
+    /// A backup's entries, as (name, bytes).
+    type Entries = Vec<(String, Vec<u8>)>;
+
+    /// The entries of a backup file.
+    fn entries(file: &Path) -> Entries {
+        let mut archive = tar::Archive::new(File::open(file).unwrap());
+        let mut out = Vec::new();
+        for entry in archive.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            let name = entry.path().unwrap().to_string_lossy().into_owned();
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut entry, &mut bytes).unwrap();
+            out.push((name, bytes));
+        }
+        out
+    }
+
+    /// A backup file of these entries; `link` adds a symlink entry.
+    fn write_backup(file: &Path, entries: &Entries, link: Option<&str>) {
+        let mut tar = tar::Builder::new(File::create(file).unwrap());
+        for (name, bytes) in entries {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(bytes.len() as u64);
+            header.set_mode(0o600);
+            header.set_cksum();
+            tar.append_data(&mut header, name, bytes.as_slice())
+                .unwrap();
+        }
+        if let Some(name) = link {
+            let mut header = tar::Header::new_gnu();
+            header.set_entry_type(tar::EntryType::Symlink);
+            header.set_size(0);
+            tar.append_link(&mut header, name, "/etc/passwd").unwrap();
+        }
+        tar.finish().unwrap();
+    }
+
+    #[test]
+    fn a_backup_whose_server_would_not_start_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        let storage = Storage::open(&data.join(DB), Default::default()).unwrap();
+        let ledger = crate::money::ledger::Ledger::open(&data).unwrap();
+        crate::auth::Arbiter::open(&data, None).unwrap();
+        let txn = storage.begin_write().unwrap();
+        ledger.mint(&txn, 500).unwrap();
+        storage.commit(txn).unwrap();
+        let good = dir.path().join("good.tar");
+        write_atomically(&good, |f| snapshot(&storage, &data, f)).unwrap();
+        let original = entries(&good);
+        let edited = |name: &str, bytes: &[u8]| -> Entries {
+            original
+                .iter()
+                .map(|(n, b)| {
+                    (
+                        n.clone(),
+                        if n == name { bytes.to_vec() } else { b.clone() },
+                    )
+                })
+                .collect()
+        };
+        let mut manifest: serde_json::Value =
+            serde_json::from_slice(&original.iter().find(|(n, _)| n == MANIFEST).unwrap().1)
+                .unwrap();
+        manifest["totals"]["minted"] = json!(1000);
+        let cases: Vec<(&str, Entries, Option<&str>, &str)> = vec![
+            ("badkey", edited("server.key", b"zz"), None, "server.key"),
+            (
+                "shortkey",
+                edited("server.key", b"abcd"),
+                None,
+                "server.key",
+            ),
+            (
+                "badarbiter",
+                edited("arbiter.key", b"not hex"),
+                None,
+                "arbiter.key",
+            ),
+            (
+                "link",
+                edited("", b""),
+                Some("uploads/x.wasm"),
+                "not a plain file",
+            ),
+            (
+                "manifest",
+                edited(MANIFEST, &serde_json::to_vec(&manifest).unwrap()),
+                None,
+                "minted",
+            ),
+        ];
+        for (label, entries, link, expected) in cases {
+            let file = dir.path().join(format!("{label}.tar"));
+            write_backup(&file, &entries, link);
+            let target = dir.path().join(format!("{label}-restored"));
+            let e = restore(&file, &target).expect_err(label);
+            assert!(format!("{e:#}").contains(expected), "{label}: {e:#}");
+            assert!(!target.exists(), "{label}");
+        }
+        // The unchanged entries, written the same way, restore.
+        let same = dir.path().join("same.tar");
+        write_backup(&same, &original, None);
+        restore(&same, &dir.path().join("same-restored")).unwrap();
+        // Not a backup at all: the message shows no raw control bytes.
+        let noise = dir.path().join("noise.tar");
+        let bytes: Vec<u8> = (0..2048u32).map(|i| (i * 7 % 256) as u8).collect();
+        std::fs::write(&noise, bytes).unwrap();
+        let e = restore(&noise, &dir.path().join("noise-restored")).unwrap_err();
+        let text = format!("{e:#}");
+        assert!(!text.chars().any(|c| c.is_control()), "{text:?}");
     }
 }

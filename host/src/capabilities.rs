@@ -164,9 +164,11 @@ impl Grants {
 }
 
 /// A family name: lower-case letters, digits, `_` and `-`, 1 to 32, starting
-/// with a letter.
+/// with a letter; not `host`, the name logs and metrics give the host's own
+/// routes.
 pub fn valid_family(name: &str) -> bool {
-    name.len() <= 32
+    name != "host"
+        && name.len() <= 32
         && name.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
         && name
             .bytes()
@@ -236,6 +238,8 @@ mod tests {
         );
         assert!(Grants::parse(["money"], []).is_err());
         assert!(Grants::parse([], ["Bad Name"]).is_err());
+        // `host` names the host's own routes in logs and metrics.
+        assert!(!valid_family("host") && valid_family("hosted") && valid_family("a-1_b"));
     }
 
     #[test]

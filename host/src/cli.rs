@@ -210,6 +210,14 @@ fn load_config(settings: &Settings) -> Result<Config> {
 }
 
 fn serve(config: Config) -> Result<()> {
+    // Every configured family's component comes from there (or is named
+    // relative to it): without it the host would answer health and serve
+    // no route at all.
+    anyhow::ensure!(
+        config.plugins_dir.is_dir(),
+        "plugins_dir {} is not a directory: pass --plugins DIR (or MARKETPLACE_PLUGINS_DIR) naming the built components (`cargo xtask build-plugins` puts them in target/plugins)",
+        config.plugins_dir.display()
+    );
     crate::logging::init(&config);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -261,7 +269,7 @@ fn cash_mint(amount: &str, client: &Client, settings: &Settings) -> Result<()> {
         !config.shared_store(),
         "with a shared store, mint through a running host: --admin URL"
     );
-    let storage = crate::store::Storage::open(&config.db_path(), config.commit_settings())
+    let storage = crate::state::open_embedded(&config)
         .context("opening the database (is the server running? then use --admin URL)")?;
     let ledger = crate::money::ledger::Ledger::open(&config.data_dir)?;
     let txn = storage.begin_write().map_err(|e| anyhow::anyhow!("{e}"))?;

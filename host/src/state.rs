@@ -48,9 +48,7 @@ impl State {
             tracing::info!(schema = %config.store_schema, "shared store (postgres)");
             storage
         } else {
-            let storage = Storage::open(&config.db_path(), config.commit_settings())?;
-            private_file(&config.db_path())?;
-            storage
+            open_embedded(&config)?
         };
         storage.set_write_budget(config.max_request_write_bytes);
         let (ledger, arbiter) = if config.shared_store() {
@@ -109,6 +107,16 @@ pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
     #[cfg(unix)]
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
     builder.create(dir)
+}
+
+/// The embedded database of `config`'s data dir, the dir made owner-only
+/// (0700) and the database file 0600, for `serve` and the offline commands
+/// alike (the first of them to run may create both).
+pub fn open_embedded(config: &Config) -> Result<Storage> {
+    private_dir(&config.data_dir)?;
+    let storage = Storage::open(&config.db_path(), config.commit_settings())?;
+    private_file(&config.db_path())?;
+    Ok(storage)
 }
 
 /// Create the data dir readable by the owner only (0700), or tighten it:

@@ -124,6 +124,18 @@ enum Kind {
 /// Most prices kept per fee component (then the cache starts over).
 const MAX_QUOTES: usize = 4096;
 
+/// The quotes a fee component must answer when it is loaded: every fixed
+/// action, and those priced on a contract amount (here 1 webcash).
+const SMOKE_QUOTES: [(&str, Option<u64>); 7] = [
+    ("identity", None),
+    ("post", None),
+    ("comment", None),
+    ("rate", None),
+    ("buy", Some(100_000_000)),
+    ("pickup", Some(100_000_000)),
+    ("arbitration", Some(100_000_000)),
+];
+
 /// One configured family and what is loaded for it.
 struct Slot {
     component: String,
@@ -477,7 +489,7 @@ impl Runtime {
     ) -> Result<Arc<LoadedPlugin>> {
         if !crate::capabilities::valid_family(family) {
             anyhow::bail!(
-                "{family:?} is not a family name (1 to 32 of a-z, 0-9, _ and -, starting with a letter)"
+                "{family:?} is not a family name (1 to 32 of a-z, 0-9, _ and -, starting with a letter; not `host`)"
             );
         }
         let _one_at_a_time = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
@@ -649,11 +661,29 @@ impl Runtime {
             let policy = fees
                 .call_policy(&mut store)
                 .map_err(|e| anyhow!("smoke call policy() failed: {e}"))?;
+            // Every price the host asks for, once: a setting the component
+            // cannot read (`[settings.fees] post = "abc"`) refuses it here,
+            // naming the setting, instead of failing every paid request.
+            let mut quotes = HashMap::new();
+            for (action, basis) in SMOKE_QUOTES {
+                let price = fees
+                    .call_quote(&mut store, action, basis)
+                    .map_err(|e| anyhow!("smoke call quote({action}) failed: {e}"))?
+                    .map_err(|e| anyhow!("the fee policy cannot price {action}: {e}"))?;
+                quotes.insert((action.to_string(), basis), price);
+            }
+            let schedule = fees
+                .call_schedule(&mut store)
+                .map_err(|e| anyhow!("smoke call schedule() failed: {e}"))?;
+            anyhow::ensure!(
+                serde_json::from_str::<serde_json::Value>(&schedule).is_ok_and(|v| v.is_object()),
+                "the fee schedule is not a JSON object"
+            );
             (
                 Kind::Fees {
                     pre,
                     policy,
-                    quotes: Mutex::default(),
+                    quotes: Mutex::new(quotes),
                 },
                 info,
                 Api::default(),

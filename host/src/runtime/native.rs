@@ -106,7 +106,8 @@ pub fn handle(rt: &Arc<Runtime>, name: &str, body: &[u8]) -> Reply {
 }
 
 /// `GET /api/health`: the store's status and counters, and every family's
-/// version and status; 503 `degraded` when the store does not answer.
+/// version and status; 503 `degraded` when the store does not answer or a
+/// configured family is unavailable.
 /// Serialized straight from borrowed fields (load balancers call it often;
 /// building a `Value` tree first cost more than the rest of the request).
 fn health(rt: &Runtime) -> Reply {
@@ -161,10 +162,16 @@ fn health(rt: &Runtime) -> Reply {
     }
 
     let ok = rt.storage.healthy();
+    // A configured family whose component was refused (or never found)
+    // serves none of its routes: not a host to send traffic to.
+    let families_ok = rt.with_statuses(|statuses| {
+        let mut statuses = statuses;
+        Iterator::all(&mut statuses, |v| v.status != "unavailable")
+    });
     // `loading` (still 200: the host answers) until every configured
     // family of the start is loaded or refused, so a client waiting for
     // `ok` does not meet a family's 503 `plugin_unavailable`.
-    let status = match (ok, rt.loading()) {
+    let status = match (ok && families_ok, rt.loading()) {
         (false, _) => "degraded",
         (true, true) => "loading",
         (true, false) => "ok",
@@ -180,7 +187,7 @@ fn health(rt: &Runtime) -> Reply {
                 syncs: rt.storage.syncs(),
             },
         };
-        Reply::json(if ok { 200 } else { 503 }, &health)
+        Reply::json(if status == "degraded" { 503 } else { 200 }, &health)
     })
 }
 
