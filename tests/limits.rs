@@ -346,7 +346,16 @@ fn addresses_holding_every_place_give_way_to_a_new_client() {
         }
         held.push(c);
     }
-    std::thread::sleep(Duration::from_millis(300));
+    // The busy one's request has begun before a place is needed.
+    let until = Instant::now() + Duration::from_secs(10);
+    while scrape_admin(&s).get("marketplace_requests_in_flight", &[]) < 1.0 {
+        assert!(
+            Instant::now() < until,
+            "the busy connection's request never began"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(100));
     // Every place is taken; a client of a third address is served.
     let r = common::try_request(s.addr, "GET", "/api/health", &[], None)
         .unwrap_or_else(|e| panic!("the new client was not served: {e}"));

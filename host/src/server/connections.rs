@@ -112,15 +112,18 @@ impl Open {
         })
     }
 
-    /// Choose a connection to close for room: not inside a request, of the
-    /// address holding the most connections, the oldest of those; false
-    /// when every connection is inside a request (or already chosen).
-    pub fn make_room(&self) -> bool {
+    /// Choose a connection to close for room for `newcomer` (admitted,
+    /// not served yet): not inside a request, of the address holding the
+    /// most connections, the oldest of those; false when every other
+    /// connection is inside a request (or already chosen).
+    pub fn make_room(&self, newcomer: &Held) -> bool {
         let inner = self.lock();
         let victim = inner
             .conns
             .iter()
-            .filter(|(_, (_, s))| !s.chosen.load(Ordering::Acquire) && s.between_requests())
+            .filter(|(id, (_, s))| {
+                **id != newcomer.id && !s.chosen.load(Ordering::Acquire) && s.between_requests()
+            })
             .max_by_key(|(id, (ip, _))| (inner.per_ip.get(ip).copied(), std::cmp::Reverse(**id)));
         match victim {
             Some((_, (_, state))) => {
@@ -173,23 +176,27 @@ mod tests {
         let open = Open::new(0);
         let lone = open.admit(ip(1)).unwrap();
         let crowd: Vec<Held> = (0..3).map(|_| open.admit(ip(2)).unwrap()).collect();
+        // The one room is made for (of the crowd's address too) is never
+        // chosen itself.
+        let newcomer = open.admit(ip(2)).unwrap();
         // The crowd's oldest connection is inside a request: its next one
         // is chosen, then the one after.
         crowd[0].state.request_started();
-        assert!(open.make_room());
+        assert!(open.make_room(&newcomer));
         assert!(crowd[1].state.chosen.load(Ordering::Acquire));
-        assert!(open.make_room());
+        assert!(open.make_room(&newcomer));
         assert!(crowd[2].state.chosen.load(Ordering::Acquire));
         // Then the lone address's (the crowd's last one is busy).
-        assert!(open.make_room());
+        assert!(open.make_room(&newcomer));
         assert!(lone.state.chosen.load(Ordering::Acquire));
         assert!(
-            !open.make_room(),
+            !open.make_room(&newcomer),
             "only a connection inside a request is left"
         );
+        assert!(!newcomer.state.chosen.load(Ordering::Acquire));
         // Answered: between requests again, so it may be chosen.
         crowd[0].state.request_answered();
-        assert!(open.make_room());
+        assert!(open.make_room(&newcomer));
         assert!(crowd[0].state.chosen.load(Ordering::Acquire));
         assert!(!crowd[0].state.never_requested());
         assert!(crowd[1].state.never_requested());

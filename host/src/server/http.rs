@@ -174,7 +174,7 @@ pub async fn serve(
             if let Ok(p) = connections.clone().try_acquire_owned() {
                 break Some(p);
             }
-            if open.make_room() {
+            if open.make_room(&held) {
                 metrics().connections_closed_for_room.inc();
             }
             tokio::select! {
