@@ -477,7 +477,11 @@ fn sigterm_answers_a_request_waiting_in_the_listen_backlog() {
             b"POST /api/timeline HTTP/1.1\r\nhost: drain\r\ncontent-type: application/json\r\ncontent-length: 4\r\n\r\n{}",
         )
         .unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    let until = Instant::now() + Duration::from_secs(10);
+    while in_flight(&s) < 1.0 {
+        assert!(Instant::now() < until, "the first request never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // The second is taken from the backlog and waits for a place; the
     // third stays in the backlog (the kernel queues it). Both send their
     // request, which nobody reads yet.
@@ -1432,6 +1436,7 @@ fn cli_help_and_config_errors() {
             "drain_timeout_ms",
         ),
         ("MARKETPLACE_REQUEST_TIMEOUT_MS", "0", "request_timeout_ms"),
+        ("MARKETPLACE_LOG", "info,=[", "log"),
     ] {
         let out = run(&serve, &[(var, value)], limit);
         let stderr = text(&out.stderr);

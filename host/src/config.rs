@@ -281,6 +281,12 @@ impl Config {
         {
             bail!("admin_listen must be a loopback address, got {addr}");
         }
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log) {
+            bail!(
+                "log {:?} is not a log filter (e.g. info, or warn,marketplace=debug): {e}",
+                self.log
+            );
+        }
         let ranges: [(&str, u64, u64, u64); 16] = [
             ("store_connections", self.store_connections, 2, 10_000),
             ("request_timeout_ms", self.request_timeout_ms, 1, 60_000),
@@ -638,6 +644,15 @@ mod tests {
         assert!(err(&[("MARKETPLACE_PLUGIN_FEES", "../x.wasm")]).contains("fees"));
         assert!(err(&[("MARKETPLACE_PLUGIN_FEES", "/etc/x.wasm")]).contains("fees"));
         assert!(err(&[("MARKETPLACE_LOG_FORMAT", "xml")]).contains("log_format"));
+        assert!(err(&[("MARKETPLACE_LOG", "info,=[")]).contains("log \"info,=[\""));
+        assert!(
+            Config::load(
+                None,
+                &s(&[("MARKETPLACE_LOG", "warn,marketplace=debug")]),
+                &[]
+            )
+            .is_ok()
+        );
         assert!(err(&[("MARKETPLACE_MAX_CONNECTIONS", "many")]).contains("max_connections"));
         for bad in [
             "ftp://x",

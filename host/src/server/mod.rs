@@ -61,6 +61,11 @@ pub async fn run(config: Config) -> Result<i32> {
         let metrics_addr = listener.local_addr()?;
         println!("marketplace metrics listening on http://{metrics_addr}");
         tracing::info!("metrics listener on http://{metrics_addr}/metrics");
+        if !metrics_addr.ip().is_loopback() {
+            tracing::warn!(
+                "the metrics listener {metrics_addr} is not on loopback: anyone who reaches it reads the ledger totals and request counts (no token); firewall it, or scrape the admin listener with its token"
+            );
+        }
         listeners.push(tokio::spawn(admin::serve_metrics(
             app.clone(),
             listener,
