@@ -170,11 +170,13 @@ fn health(rt: &Runtime) -> Reply {
     });
     // `loading` (still 200: the host answers) until every configured
     // family of the start is loaded or refused, so a client waiting for
-    // `ok` does not meet a family's 503 `plugin_unavailable`.
-    let status = match (ok && families_ok, rt.loading()) {
-        (false, _) => "degraded",
-        (true, true) => "loading",
-        (true, false) => "ok",
+    // `ok` does not meet a family's 503 `plugin_unavailable`; then
+    // `degraded` if one was refused.
+    let status = match (ok, rt.loading(), families_ok) {
+        (false, _, _) => "degraded",
+        (true, true, _) => "loading",
+        (true, false, false) => "degraded",
+        (true, false, true) => "ok",
     };
     rt.with_statuses(|statuses| {
         let health = Health {

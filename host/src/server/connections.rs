@@ -9,8 +9,10 @@
 //! request, of the address that holds the most: one that never sent a
 //! whole request head is closed at once (nothing of it was read), one
 //! between requests as hyper's graceful shutdown closes it (at once when
-//! idle, else after its answer). A connection inside a request is never
-//! chosen.
+//! idle, else after its answer; dropped if that answer is not read within
+//! the header timeout). A connection inside a request is never chosen, and
+//! one whose socket holds a request hyper has not read yet declines (it
+//! is not closed; another is chosen). One is chosen at a time.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -61,13 +63,21 @@ impl State {
         self.started.load(Ordering::Acquire) == 0
     }
 
-    fn between_requests(&self) -> bool {
+    /// Whether it is not inside a request (every head that reached the
+    /// service was answered).
+    pub fn between_requests(&self) -> bool {
         self.started.load(Ordering::Acquire) == self.answered.load(Ordering::Acquire)
     }
 
     /// Resolves once this connection is chosen to make room.
     pub async fn closing(&self) {
         self.close.notified().await
+    }
+
+    /// Chosen, but a request waits in its socket: not closed after all,
+    /// and it may be chosen again later.
+    pub fn decline(&self) {
+        self.chosen.store(false, Ordering::Release);
     }
 }
 
@@ -114,10 +124,18 @@ impl Open {
 
     /// Choose a connection to close for room for `newcomer` (admitted,
     /// not served yet): not inside a request, of the address holding the
-    /// most connections, the oldest of those; false when every other
-    /// connection is inside a request (or already chosen).
+    /// most connections, the oldest of those. False when every other
+    /// connection is inside a request, or one chosen before is still
+    /// closing (one at a time: no more are closed than places needed).
     pub fn make_room(&self, newcomer: &Held) -> bool {
         let inner = self.lock();
+        if inner
+            .conns
+            .values()
+            .any(|(_, s)| s.chosen.load(Ordering::Acquire))
+        {
+            return false;
+        }
         let victim = inner
             .conns
             .iter()
@@ -175,7 +193,7 @@ mod tests {
     fn room_is_made_from_the_address_holding_most_never_inside_a_request() {
         let open = Open::new(0);
         let lone = open.admit(ip(1)).unwrap();
-        let crowd: Vec<Held> = (0..3).map(|_| open.admit(ip(2)).unwrap()).collect();
+        let mut crowd: Vec<Held> = (0..3).map(|_| open.admit(ip(2)).unwrap()).collect();
         // The one room is made for (of the crowd's address too) is never
         // chosen itself.
         let newcomer = open.admit(ip(2)).unwrap();
@@ -184,11 +202,21 @@ mod tests {
         crowd[0].state.request_started();
         assert!(open.make_room(&newcomer));
         assert!(crowd[1].state.chosen.load(Ordering::Acquire));
+        // One at a time: none more while the chosen one is still open.
+        assert!(!open.make_room(&newcomer));
+        drop(crowd.remove(1));
         assert!(open.make_room(&newcomer));
-        assert!(crowd[2].state.chosen.load(Ordering::Acquire));
+        assert!(crowd[1].state.chosen.load(Ordering::Acquire));
+        // One that declines (a request waited in its socket) may be chosen
+        // again, and lets another be chosen meanwhile.
+        crowd[1].state.decline();
+        assert!(open.make_room(&newcomer));
+        assert!(crowd[1].state.chosen.load(Ordering::Acquire));
+        drop(crowd.remove(1));
         // Then the lone address's (the crowd's last one is busy).
         assert!(open.make_room(&newcomer));
         assert!(lone.state.chosen.load(Ordering::Acquire));
+        drop(lone);
         assert!(
             !open.make_room(&newcomer),
             "only a connection inside a request is left"
@@ -199,6 +227,6 @@ mod tests {
         assert!(open.make_room(&newcomer));
         assert!(crowd[0].state.chosen.load(Ordering::Acquire));
         assert!(!crowd[0].state.never_requested());
-        assert!(crowd[1].state.never_requested());
+        assert!(newcomer.state.never_requested());
     }
 }

@@ -184,8 +184,9 @@ pub async fn serve(
                     Ok(p) => break Some(p),
                     Err(_) => break None,
                 },
-                // The one chosen may have begun a request meanwhile (it
-                // then closes after its answer): choose again.
+                // The one chosen may have declined (a request waited in
+                // its socket): choose again (not while one chosen is
+                // still closing, see `make_room`).
                 () = tokio::time::sleep(ROOM_RETRY) => {}
             }
         };
@@ -289,34 +290,55 @@ impl Conn {
             );
         let stop = self.stop.clone();
         let live = self.live.clone();
+        let header_timeout = self.header_timeout;
         tokio::spawn(async move {
             let m = metrics();
             m.connections.inc();
             tokio::pin!(conn);
             let state = held.state.clone();
-            let ended = tokio::select! {
-                ended = conn.as_mut() => ended,
-                () = state.closing() => {
-                    if state.never_requested() {
-                        // Nothing of it was read: closed now.
-                        tracing::debug!(%peer, "connection closed to make room: no request yet");
-                        Ok(())
-                    } else {
-                        // Between requests: closed when idle, or after
-                        // the answer it has begun meanwhile.
+            let ended = loop {
+                tokio::select! {
+                    ended = conn.as_mut() => break ended,
+                    () = state.closing() => {
+                        // A request already in the socket (hyper has not
+                        // read it yet) is not thrown away: this one
+                        // declines, and another is chosen.
+                        if socket.request_waiting() {
+                            state.decline();
+                            continue;
+                        }
+                        if state.never_requested() {
+                            // Nothing of it was read: closed now.
+                            tracing::debug!(%peer, "connection closed to make room: no request yet");
+                            break Ok(());
+                        }
+                        // Between requests: closed when idle, or after the
+                        // answer it has begun meanwhile; one whose answer
+                        // is not read within the header timeout is dropped.
                         conn.as_mut().graceful_shutdown();
-                        conn.await
+                        break loop {
+                            match tokio::time::timeout(header_timeout, conn.as_mut()).await {
+                                Ok(ended) => break ended,
+                                // Inside a request begun meanwhile: its
+                                // answer first.
+                                Err(_) if !state.between_requests() => {}
+                                Err(_) => {
+                                    tracing::debug!(%peer, "connection closed to make room: its answer was not read in time");
+                                    break Ok(());
+                                }
+                            }
+                        };
                     }
-                }
-                () = super::stopped(stop) => {
-                    // A request already in the socket is served, answered
-                    // with `connection: close` (see `handle`); otherwise
-                    // an idle connection closes now, a busy one after its
-                    // answer.
-                    if !socket.request_waiting() {
-                        conn.as_mut().graceful_shutdown();
+                    () = super::stopped(stop.clone()) => {
+                        // A request already in the socket is served,
+                        // answered with `connection: close` (see `handle`);
+                        // otherwise an idle connection closes now, a busy
+                        // one after its answer.
+                        if !socket.request_waiting() {
+                            conn.as_mut().graceful_shutdown();
+                        }
+                        break conn.await;
                     }
-                    conn.await
                 }
             };
             if let Err(e) = ended {
