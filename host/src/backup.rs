@@ -286,15 +286,23 @@ impl Write for Counting<'_> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_backup_restores_into_a_new_dir_with_its_keys() {
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("data");
+    /// A data dir `dir/data` with its server key and 500 units minted.
+    fn data_dir_with_cash(dir: &Path) -> (std::path::PathBuf, Storage) {
+        let data = dir.join("data");
         std::fs::create_dir_all(&data).unwrap();
         let storage = Storage::open(&data.join(DB), Default::default()).unwrap();
         let ledger = crate::money::ledger::Ledger::open(&data).unwrap();
         let txn = storage.begin_write().unwrap();
         ledger.mint(&txn, 500).unwrap();
+        storage.commit(txn).unwrap();
+        (data, storage)
+    }
+
+    #[test]
+    fn a_backup_restores_into_a_new_dir_with_its_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let (data, storage) = data_dir_with_cash(dir.path());
+        let txn = storage.begin_write().unwrap();
         txn.put_in("kv:notes", b"k", b"v").unwrap();
         storage.commit(txn).unwrap();
         let file = dir.path().join("b.tar");
@@ -376,14 +384,8 @@ mod tests {
     #[test]
     fn a_backup_whose_server_would_not_start_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("data");
-        std::fs::create_dir_all(&data).unwrap();
-        let storage = Storage::open(&data.join(DB), Default::default()).unwrap();
-        let ledger = crate::money::ledger::Ledger::open(&data).unwrap();
+        let (data, storage) = data_dir_with_cash(dir.path());
         crate::auth::Arbiter::open(&data, None).unwrap();
-        let txn = storage.begin_write().unwrap();
-        ledger.mint(&txn, 500).unwrap();
-        storage.commit(txn).unwrap();
         let good = dir.path().join("good.tar");
         write_atomically(&good, |f| snapshot(&storage, &data, f)).unwrap();
         let original = entries(&good);

@@ -34,8 +34,9 @@ pub struct State {
 impl State {
     /// Make the data dir private, open the database and the ledger key.
     pub fn open(config: Config) -> Result<Arc<State>> {
-        private_dir(&config.data_dir)?;
         let mut storage = if config.shared_store() {
+            // The data dir still holds the keys and the admin token.
+            private_dir(&config.data_dir)?;
             let storage = Storage::open_pg(
                 &config.store,
                 &config.store_schema,

@@ -157,13 +157,7 @@ pub async fn serve(
                 }
             },
         };
-        // One address may not hold every connection (slow senders keeping
-        // sockets open): past its share, a new one is closed at once.
-        let Some(held) = open.admit(peer.ip()) else {
-            tracing::debug!(%peer, "connection refused: this address holds max_connections_per_ip");
-            metrics().refused_connections.inc();
-            refused_now(peer);
-            drop(stream);
+        let Some(held) = admit(&open, peer) else {
             continue;
         };
         // A place under the connection cap. When every one is taken, room
@@ -208,9 +202,8 @@ pub async fn serve(
         );
     }
     for (stream, peer) in backlog {
-        match open.admit(peer.ip()) {
-            Some(held) => conn.spawn(stream, peer, held, None),
-            None => drop(stream),
+        if let Some(held) = admit(&open, peer) {
+            conn.spawn(stream, peer, held, None);
         }
     }
     drop(conn);
@@ -218,6 +211,20 @@ pub async fn serve(
         _ = ended.recv() => true,
         _ = tokio::time::sleep(drain) => false,
     }
+}
+
+/// A place for a connection from `peer`'s address. One address may not
+/// hold every connection (slow senders keeping sockets open): past its
+/// share, `None`, counted and logged, and the caller drops the stream (so
+/// it is closed at once).
+fn admit(open: &Open, peer: std::net::SocketAddr) -> Option<Held> {
+    let held = open.admit(peer.ip());
+    if held.is_none() {
+        tracing::debug!(%peer, "connection refused: this address holds max_connections_per_ip");
+        metrics().refused_connections.inc();
+        refused_now(peer);
+    }
+    held
 }
 
 /// Log a connection turned away for its address's share, at most once per
