@@ -499,6 +499,123 @@ fn macros_without_an_owner_cannot_take_every_name() {
     assert_eq!(listed, ["free_one", "free_three", "free_two"]);
 }
 
+#[test]
+fn macro_schemas_are_bounded_and_tools_list_pages() {
+    // Definitions are free: each schema is bounded, and `tools/list` gives
+    // the macros a page at a time (MCP pagination), so no number of them
+    // makes the listing fail for everyone.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("marketplace.toml");
+    std::fs::write(&config, "[settings.mcp]\nunsigned_macros = \"1000\"\n").unwrap();
+    let s = Server::with(common::Options {
+        env: vec![("MARKETPLACE_CONFIG".into(), config.display().to_string())],
+        ..Default::default()
+    });
+    // Many small properties: about 8 KiB as JSON.
+    let schema = |n: usize| {
+        let props: serde_json::Map<String, Value> = (0..n)
+            .map(|i| (format!("p{i:04}"), json!({"type": "string"})))
+            .collect();
+        json!({"type": "object", "properties": props})
+    };
+    assert!(schema(300).to_string().len() <= 8192);
+    assert!(schema(400).to_string().len() > 8192);
+    let mut def = macro_def("too_large");
+    def["input_schema"] = schema(400);
+    let r = s.post_json("/api/mcp/tools/define", &def);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "invalid_request"),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("input_schema"), "{}", r.text());
+    let description = "\u{1F600}".repeat(1000);
+    let mut names = Vec::new();
+    for i in 0..230 {
+        let name = format!("paged_{i:03}");
+        let mut def = macro_def(&name);
+        def["input_schema"] = schema(300);
+        def["description"] = json!(description);
+        let r = s.post_json("/api/mcp/tools/define", &def);
+        assert_eq!(r.status, 201, "{name}: {}", r.text());
+        names.push(name);
+    }
+    // Page by page: the built-in tools first, each macro once, in order.
+    let (mut listed, mut cursor, mut pages) = (Vec::new(), None::<String>, 0);
+    loop {
+        let params = match &cursor {
+            Some(c) => json!({"cursor": c}),
+            None => json!({}),
+        };
+        let r = rpc(
+            &s,
+            json!({"jsonrpc": "2.0", "id": pages, "method": "tools/list", "params": params}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        let result = &r.json()["result"];
+        let tools = result["tools"].as_array().unwrap();
+        assert_eq!(tools.iter().any(|t| t["name"] == "search"), pages == 0);
+        listed.extend(
+            tools
+                .iter()
+                .filter_map(|t| t["name"].as_str().filter(|n| n.starts_with("paged_")))
+                .map(str::to_string),
+        );
+        pages += 1;
+        match result["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(listed, names);
+    assert_eq!(pages, 3);
+    let r = rpc(
+        &s,
+        json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {"cursor": 7}}),
+    );
+    assert_eq!(r.json()["error"]["code"], -32602, "{}", r.text());
+    // The description lists every macro in one answer.
+    let r = s.get("/api/mcp");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let all: Vec<Value> = r.json()["macros"].as_array().unwrap().clone();
+    assert_eq!(all.len(), names.len());
+    assert_eq!(all[229]["input_schema"], schema(300));
+    assert_eq!(all[0]["description"], json!(description));
+}
+
+#[test]
+fn a_fault_on_mcp_is_a_json_rpc_error() {
+    // A request the plugin cannot finish within its memory cap (a message
+    // whose parse alone needs more) is answered as JSON-RPC, which an MCP
+    // client can read, not with the REST error body.
+    let s = Server::with(common::Options {
+        env: vec![("MARKETPLACE_PLUGIN_MEMORY_MIB".into(), "16".into())],
+        ..Default::default()
+    });
+    let zeros = vec!["0"; 900_000].join(",");
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"search","arguments":{{"term":[{zeros}]}}}}}}"#
+    );
+    let r = s.request(
+        "POST",
+        "/mcp",
+        &[
+            ("content-type", "application/json"),
+            ("accept", "application/json, text/event-stream"),
+        ],
+        Some(body.as_bytes()),
+    );
+    assert_eq!(r.status, 500, "{}", r.text());
+    let answer = r.json();
+    assert_eq!(answer["jsonrpc"], "2.0", "{answer}");
+    assert_eq!(answer["error"]["code"], -32603, "{answer}");
+    assert!(answer["id"].is_null(), "{answer}");
+    // The family is still there for the next request.
+    let r = rpc(&s, json!({"jsonrpc": "2.0", "id": 4, "method": "ping"}));
+    assert_eq!(r.json()["result"], json!({}), "{}", r.text());
+}
+
 /// Define a search macro with this TypeScript body and an input schema
 /// naming `props`; the raw answer.
 fn define_ts(s: &Server, name: &str, typescript: &str, props: Value) -> common::Resp {

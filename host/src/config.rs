@@ -249,7 +249,11 @@ impl Config {
                 }
                 continue;
             }
-            if let Some(family) = name.strip_prefix("plugin_") {
+            // `MARKETPLACE_PLUGIN_{FAMILY}` names a family's component,
+            // except the one setting whose own name starts that way.
+            if let Some(family) = name.strip_prefix("plugin_")
+                && name != "plugin_memory_mib"
+            {
                 plugins_entry(&mut table)?
                     .insert(family.to_string(), toml::Value::String(value.clone()));
                 continue;
@@ -637,6 +641,9 @@ mod tests {
         assert!(Config::load(None, &[], &s(&[("admin_listen", "0.0.0.0:9")])).is_err());
         assert!(Config::load(None, &[], &s(&[("nonsense", "1")])).is_err());
         assert!(Config::load(None, &s(&[("MARKETPLACE_PLUGIN_NOPE", "x.wasm")]), &[]).is_err());
+        // A setting whose name starts like a family's component.
+        let c = Config::load(None, &s(&[("MARKETPLACE_PLUGIN_MEMORY_MIB", "16")]), &[]).unwrap();
+        assert_eq!(c.plugin_memory_mib, 16);
         let err =
             |env: &[(&str, &str)]| format!("{:#}", Config::load(None, &s(env), &[]).unwrap_err());
         assert!(err(&[("MARKETPLACE_MAX_BODY_BYTES", "0")]).contains("max_body_bytes"));

@@ -290,8 +290,37 @@ pub fn record_key(post_id: &str) -> String {
     key
 }
 
+/// The most bytes of stored post records one answer lists (a timeline
+/// page, a thread, search results). A post's content is up to 64 Ki
+/// characters of up to 4 bytes (more once escaped), so a hundred of them
+/// would not fit in a plugin's memory: past this budget an answer lists
+/// fewer posts than asked (and says how to go on where it can). The first
+/// record always counts as fitting.
+pub const ANSWER_BUDGET: usize = 4 << 20;
+
+/// Keeps the running size of an answer's records against
+/// [`ANSWER_BUDGET`].
+#[derive(Default)]
+pub struct Budget {
+    used: usize,
+    listed: usize,
+}
+
+impl Budget {
+    /// Whether a record of `len` bytes still fits; if so, it is counted.
+    pub fn take(&mut self, len: usize) -> bool {
+        if self.listed > 0 && self.used.saturating_add(len) > ANSWER_BUDGET {
+            return false;
+        }
+        self.used += len;
+        self.listed += 1;
+        true
+    }
+}
+
 /// Load and render posts by id onto `out`, comma-separated, in order,
-/// skipping absent ones; `extra(i, members)` writes members (`"k":v,...`)
+/// skipping absent ones and stopping at the first that does not fit in
+/// [`ANSWER_BUDGET`]; `extra(i, members)` writes members (`"k":v,...`)
 /// to add to the i-th post's document (e.g. a search score) onto an empty
 /// `members`. One copy of each record, two host calls.
 pub fn render_many_into(
@@ -301,10 +330,13 @@ pub fn render_many_into(
 ) -> Result<(), ApiError> {
     let keys: Vec<String> = post_ids.iter().map(|id| record_key(id)).collect();
     let packed = kv::get_many_packed(Some("timeline"), &keys)?;
+    let mut budget = Budget::default();
     let (index, records): (Vec<usize>, Vec<&str>) = packed
         .values()
         .enumerate()
-        .filter_map(|(i, v)| v.map(|b| (i, std::str::from_utf8(b).unwrap_or("{}"))))
+        .filter_map(|(i, v)| v.map(|b| (i, b)))
+        .take_while(|(_, b)| budget.take(b.len()))
+        .map(|(i, b)| (i, std::str::from_utf8(b).unwrap_or("{}")))
         .unzip();
     render_into(&records, |n, members| extra(index[n], members), out)
 }

@@ -33,6 +33,9 @@ const MAX_MACROS: u64 = 1000;
 /// identities (whose registration is paid).
 const UNSIGNED_MACROS: u64 = 500;
 const MAX_TYPESCRIPT: usize = 16 * 1024;
+/// A macro's `input_schema`, as compact JSON: every listing of the tools
+/// carries every macro's schema.
+const MAX_INPUT_SCHEMA: usize = 8 * 1024;
 /// Time a macro run may take, engine start included (PROTOCOL: at most 1 s,
 /// answered within 2 s); a runaway is answered 422 well inside a second.
 const MACRO_BUDGET_MS: u32 = 500;
@@ -257,10 +260,15 @@ fn unsigned_macros() -> Result<u64, ApiError> {
     if let Some(n) = kv::get("macro_count_unsigned")? {
         return Ok(n);
     }
-    Ok(macros()?
-        .iter()
-        .filter(|m| m["owner_fingerprint"].is_null())
-        .count() as u64)
+    let mut unsigned = 0;
+    each_macro_page(MAX_MACROS as u32, |page| {
+        unsigned += page
+            .iter()
+            .filter(|m| m.owner_fingerprint.is_none())
+            .count() as u64;
+        true
+    })?;
+    Ok(unsigned)
 }
 
 /// The operator's cap on macros without an owner (`unsigned_macros`).
@@ -279,26 +287,82 @@ fn unsigned_cap() -> u64 {
     }
 }
 
-fn macros() -> Result<Vec<Value>, ApiError> {
-    kv::scan_prefix(None, "macro/", false, MAX_MACROS as u32)?
-        .into_iter()
-        .map(|(_, v)| serde_json::from_slice(&v).map_err(|e| ApiError::internal(e.to_string())))
+/// What a listing reads of a stored macro (its TypeScript is skipped).
+#[derive(serde::Deserialize)]
+struct Listed {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    input_schema: Value,
+    #[serde(default)]
+    owner_fingerprint: Option<String>,
+}
+
+/// Macros read for a listing at a time: a listing holds one page of them
+/// (and what it has written) in memory, never every macro at once.
+const MACRO_PAGE: u32 = 100;
+
+/// Stored macros in name order after the one named `after` ("": from the
+/// first), at most `limit`.
+fn macro_page(after: &str, limit: u32) -> Result<Vec<Listed>, ApiError> {
+    const PREFIX: &str = "macro/";
+    let start = match after {
+        "" => PREFIX.to_string(),
+        name => format!("{PREFIX}{name}\0"),
+    };
+    let end = kv::prefix_end(PREFIX.as_bytes());
+    kv::scan_packed(None, start.as_bytes(), end.as_deref(), false, limit)?
+        .entries()
+        .map(|(_, v)| serde_json::from_slice(v).map_err(|e| ApiError::internal(e.to_string())))
         .collect()
 }
 
+/// Every stored macro (at most `most`), a page at a time, while `each`
+/// says to go on.
+fn each_macro_page(most: u32, mut each: impl FnMut(&[Listed]) -> bool) -> Result<(), ApiError> {
+    let (mut after, mut seen) = (String::new(), 0);
+    while seen < most {
+        let page = macro_page(&after, MACRO_PAGE.min(most - seen))?;
+        seen += page.len() as u32;
+        let go_on = each(&page);
+        match page.last() {
+            Some(last) if go_on && page.len() == MACRO_PAGE as usize => after = last.name.clone(),
+            _ => break,
+        }
+    }
+    Ok(())
+}
+
+/// `GET /api/mcp`: written as text a page of macros at a time, so that
+/// a thousand macros' schemas are never all parsed at once.
 fn describe(version: &str) -> Result<Response, ApiError> {
     let tools: Vec<Value> = TOOLS
         .iter()
         .map(|t| json!({"name": t.name, "description": t.description, "method": t.method, "path": t.path, "input_schema": (t.schema)()}))
         .collect();
-    let macros: Vec<Value> = macros()?
-        .into_iter()
-        .map(|m| json!({"name": m["name"], "description": m["description"], "kind": m["kind"], "input_schema": m["input_schema"]}))
-        .collect();
-    Ok(json(
-        200,
-        &json!({"name": "marketplace", "version": version, "tools": tools, "macros": macros, "jsonrpc": "/mcp"}),
-    ))
+    let mut out = json!({"name": "marketplace", "version": version, "tools": tools}).to_string();
+    out.pop();
+    out.push_str(r#","macros":["#);
+    let mut first = true;
+    each_macro_page(MAX_MACROS as u32, |page| {
+        for m in page {
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            out.push_str(
+                &json!({"name": m.name, "description": m.description.as_deref().unwrap_or(""),
+                        "kind": m.kind.as_deref().unwrap_or("search"), "input_schema": m.input_schema})
+                .to_string(),
+            );
+        }
+        true
+    })?;
+    out.push_str(r#"],"jsonrpc":"/mcp"}"#);
+    Ok(raw(out, "application/json"))
 }
 
 thread_local! {
@@ -475,6 +539,13 @@ fn check_input_schema(schema: Option<&Value>, body: &mut Body) {
         body.problem("input_schema", "is required");
         return;
     };
+    if schema.to_string().len() > MAX_INPUT_SCHEMA {
+        body.problem(
+            "input_schema",
+            format!("must be at most {MAX_INPUT_SCHEMA} bytes as JSON"),
+        );
+        return;
+    }
     if schema["type"] != "object" || !schema["properties"].is_object() {
         body.problem(
             "input_schema",
@@ -532,7 +603,7 @@ fn define(req: &Request) -> Result<Response, ApiError> {
             body.problem("typescript", p.to_string());
         }
     }
-    clear_on_fault();
+    restore_fault();
     let schema = body.raw("input_schema").cloned();
     check_input_schema(schema.as_ref(), &mut body);
     let timestamp = body.optional_u64("timestamp");
@@ -739,7 +810,7 @@ fn run_macro(name: &str, typescript: &str, args: &Value, wrap: Wrap) -> Result<R
             marketplace_script::run(&js, args, clock::now_ms() as i64, Default::default())
                 .map_err(|e| macro_error(format!("macro {name} failed: {e}")))
         });
-    clear_on_fault();
+    restore_fault();
     let out = out?;
     let query = match out {
         Some(Value::Object(q)) => q,
@@ -825,6 +896,36 @@ fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
     run_named(tool, &args, wrap, req)
 }
 
+thread_local! {
+    /// What a fault of this request is answered when no narrower answer is
+    /// set: for `/mcp`, a JSON-RPC error (an instance serves one request).
+    static FAULT_ANSWER: std::cell::RefCell<Option<Response>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Back to this request's own answer to a fault after a narrower one
+/// ([`FAULT_ANSWER`], else the host's).
+fn restore_fault() {
+    FAULT_ANSWER.with(|f| match &*f.borrow() {
+        Some(answer) => on_fault(answer),
+        None => clear_on_fault(),
+    });
+}
+
+/// Answer a fault of this `/mcp` request with a JSON-RPC internal error
+/// (HTTP 500) naming `id`.
+fn answer_faults_with_id(id: Option<Value>) {
+    let answer = json(
+        500,
+        &rpc_error(
+            id.unwrap_or(Value::Null),
+            -32603,
+            "internal error: the server could not finish this request within its limits",
+        ),
+    );
+    FAULT_ANSWER.with(|f| *f.borrow_mut() = Some(answer));
+    restore_fault();
+}
+
 /// `POST /mcp`: the Model Context Protocol over Streamable HTTP (JSON answers).
 fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
     // Against DNS rebinding: a browser's Origin must be one this service
@@ -837,6 +938,8 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
             )}}),
         ));
     }
+    // A fault (the memory cap, the deadline) is answered as JSON-RPC too.
+    answer_faults_with_id(None);
     let msg: Value = match serde_json::from_slice(req.body()) {
         Ok(v) => v,
         Err(e) => {
@@ -846,6 +949,8 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
             ));
         }
     };
+    // From here, with the request's id when it has one.
+    answer_faults_with_id(msg.get("id").filter(|v| is_request_id(v)).cloned());
     let batch = match msg {
         Value::Object(_) => {
             let (status, answer) = message(&msg, req, version)?;
@@ -1001,19 +1106,44 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
                 .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": (t.schema)(),
                                 "annotations": annotations(t.name)}))
                 .collect();
+            // Pages of macros (MCP pagination): the built-in tools and the
+            // first macros, then `nextCursor` (the last macro's name) while
+            // more follow.
+            let after = match params.get("cursor") {
+                None | Some(Value::Null) => "",
+                Some(Value::String(c)) if valid_name(c) => {
+                    tools.clear();
+                    c.as_str()
+                }
+                Some(_) => {
+                    return Ok((
+                        200,
+                        Some(rpc_error(
+                            id,
+                            -32602,
+                            "params.cursor is not a cursor this server gave",
+                        )),
+                    ));
+                }
+            };
+            let mut page = macro_page(after, MACRO_PAGE + 1)?;
+            let next = (page.len() > MACRO_PAGE as usize).then(|| {
+                page.truncate(MACRO_PAGE as usize);
+                page.last().map(|m| m.name.clone())
+            });
             // A macro answers with a search: it only reads too.
-            for m in macros()? {
-                let description = match m["description"].as_str() {
-                    Some(d) if !d.trim().is_empty() => d.to_string(),
-                    _ => format!(
-                        "Search macro {} (defined by a user).",
-                        m["name"].as_str().unwrap_or("")
-                    ),
+            for m in page {
+                let description = match m.description {
+                    Some(d) if !d.trim().is_empty() => d,
+                    _ => format!("Search macro {} (defined by a user).", m.name),
                 };
-                tools.push(json!({"name": m["name"], "description": description, "inputSchema": m["input_schema"],
+                tools.push(json!({"name": m.name, "description": description, "inputSchema": m.input_schema,
                                   "annotations": {"readOnlyHint": true, "openWorldHint": false}}));
             }
-            json!({"tools": tools})
+            match next.flatten() {
+                Some(cursor) => json!({"tools": tools, "nextCursor": cursor}),
+                None => json!({"tools": tools}),
+            }
         }
         "tools/call" => {
             let Some(name) = params["name"].as_str() else {

@@ -18,7 +18,7 @@ pub const OPS: &[Op] = &[Op {
         "search",
         "search",
         "Search posts",
-        "BM25 ranking over content, keywords and markdown attachments (case-insensitive words; several words match any). `total` is exact for a one-word query without `post_type`; otherwise it counts the posts found among the best postings read per word.",
+        "BM25 ranking over content, keywords and markdown attachments (case-insensitive words; several words match any). `total` is exact for a one-word query without `post_type`; otherwise it counts the posts found among the best postings read per word. `results` holds at most 4 MiB of stored posts (at least one): a page of very large posts may list fewer than `limit`.",
     )
 }];
 

@@ -27,7 +27,7 @@ pub const OPS: &[Op] = &[
             "timeline",
             "posts",
             "List timeline posts",
-            "Newest first, with a `before` cursor and filters.",
+            "Newest first, with a `before` cursor and filters. `next_before` is set when older posts follow: pass it as `before` for the next page. A page of very large posts may hold fewer than `limit` (at most 4 MiB of stored posts, at least one post); `next_before` then goes on from there.",
         )
     },
     Op {
@@ -96,15 +96,21 @@ pub const OPS: &[Op] = &[
         )
     },
     Op {
+        query: &[(
+            "after",
+            "string",
+            false,
+            "post_id cursor: only comments after it (a thread's `next_after`)",
+        )],
         ok: (200, "Thread"),
-        errors: &[404],
+        errors: &[400, 404],
         ..op(
             "GET",
             "/api/thread/{post_id}",
             "getThread",
             "posts",
             "A post's thread",
-            "The root post and all descendants, oldest first.",
+            "The root post and all descendants, oldest first; `count` is the number of comments in this answer. One answer holds at most 4 MiB of stored posts (at least one comment): when more follow, `next_after` names the last comment listed, and `?after={next_after}` gives the rest (null when the thread is complete). A thread lists at most 10,000 descendants.",
         )
     },
 ];
@@ -125,7 +131,7 @@ pub fn schemas() -> Value {
         "PostEnvelope": obj(&[("post", r("Post"))], &["post"]),
         "PostCreated": obj(&[("post_id", t("string")), ("post", r("Post")), ("payment", openapi::payment())], &["post_id", "post"]),
         "Timeline": obj(&[("posts", json!({"type": "array", "items": r("Post")})), ("next_before", json!({"type": ["string", "null"]}))], &["posts"]),
-        "Thread": obj(&[("root", r("Post")), ("comments", json!({"type": "array", "items": r("Post")})), ("count", t("integer"))], &["root", "comments", "count"]),
+        "Thread": obj(&[("root", r("Post")), ("comments", json!({"type": "array", "items": r("Post")})), ("count", t("integer")), ("next_after", json!({"type": ["string", "null"], "description": "set when more comments follow: pass as `after`"}))], &["root", "comments", "count", "next_after"]),
         "NewPost": with_signature(vec![("author_fingerprint", t("string")),
             ("content", json!({"type": "string", "maxLength": 65536, "description": "not blank; \"\" for a private_reply"})),
             ("post_type", pattern("^[A-Za-z0-9_-]{1,64}$")), ("parent_id", t("string")), ("keywords", keywords()),

@@ -22,7 +22,7 @@ mod index;
 mod model;
 
 use marketplace_common::hex;
-use marketplace_guest::posts::record_key;
+use marketplace_guest::posts::{Budget, record_key};
 use marketplace_guest::prelude::*;
 use marketplace_guest::{Body, ids};
 use model::{Attachment, Post};
@@ -682,6 +682,13 @@ fn delete(req: &Request) -> Result<Response, ApiError> {
     Ok(json(200, &json!({"post_id": id, "deleted": true})))
 }
 
+/// A post id's form (`^post_[0-9A-Za-z]{1,59}$`), as a cursor must have it.
+fn is_post_id(s: &str) -> bool {
+    s.strip_prefix("post_").is_some_and(|id| {
+        (1..=59).contains(&id.len()) && id.bytes().all(|c| c.is_ascii_alphanumeric())
+    })
+}
+
 fn timeline(req: &Request) -> Result<Response, ApiError> {
     let limit = req.query_int("limit", 1, 100)?.unwrap_or(20) as usize;
     let post_type = req.query("post_type").filter(|t| !t.is_empty());
@@ -693,9 +700,7 @@ fn timeline(req: &Request) -> Result<Response, ApiError> {
     // malformed too (PROTOCOL 1).
     let before = req.query("before");
     if let Some(b) = before
-        && !b.strip_prefix("post_").is_some_and(|id| {
-            (1..=59).contains(&id.len()) && id.bytes().all(|c| c.is_ascii_alphanumeric())
-        })
+        && !is_post_id(b)
     {
         return Err(ApiError::invalid("before", "must be a post_id"));
     }
@@ -713,6 +718,7 @@ fn timeline(req: &Request) -> Result<Response, ApiError> {
     // and back): only their id and type are read, and only the records
     // kept are copied out of the packed scan.
     let mut records: Vec<String> = Vec::new();
+    let mut budget = Budget::default();
     let mut last_id = None;
     let mut cursor_end = end;
     let mut more = false;
@@ -759,7 +765,8 @@ fn timeline(req: &Request) -> Result<Response, ApiError> {
                 {
                     continue;
                 }
-                if records.len() == limit {
+                // A page of large posts ends early: `next_before` goes on.
+                if records.len() == limit || !budget.take(record.len()) {
                     more = true;
                     break 'scan;
                 }
@@ -871,13 +878,20 @@ fn attachment(req: &Request) -> Result<Response, ApiError> {
 
 fn thread(req: &Request) -> Result<Response, ApiError> {
     let id = req.param("post_id");
+    // Where a thread too large for one answer goes on (`next_after`).
+    let after = req.query("after");
+    if let Some(a) = after
+        && !is_post_id(a)
+    {
+        return Err(ApiError::invalid("after", "must be a post_id"));
+    }
     let root = model::load_record(id)?.ok_or_else(|| ApiError::not_found(format!("post {id}")))?;
-    // Every descendant, found through the `children/` index a parent at a
-    // time; the records of a parent's children are read in one call (a
-    // chunk at a time) and shown as stored, like a timeline page's.
+    // Every descendant's id, found through the `children/` index a parent
+    // at a time (a deleted comment keeps its entry, so the walk reaches the
+    // replies below it).
     let mut queue = vec![id.to_string()];
-    let mut comments: Vec<(String, String)> = Vec::new();
-    'walk: while let Some(parent) = queue.pop() {
+    let mut ids: Vec<String> = Vec::new();
+    while let Some(parent) = queue.pop() {
         let prefix = format!("children/{parent}/");
         let end = kv::prefix_end(prefix.as_bytes());
         let children = kv::scan_packed(
@@ -887,36 +901,48 @@ fn thread(req: &Request) -> Result<Response, ApiError> {
             false,
             MAX_THREAD as u32,
         )?;
-        let ids: Vec<String> = children
-            .entries()
-            .map(|(key, _)| {
-                String::from_utf8_lossy(key.get(prefix.len()..).unwrap_or_default()).into_owned()
-            })
-            .collect();
-        for chunk in ids.chunks(THREAD_CHUNK) {
-            let keys: Vec<String> = chunk.iter().map(|c| record_key(c)).collect();
-            let records = kv::get_many_packed(None, &keys)?;
-            // A deleted comment is not listed, but the replies below it are.
-            for (child, raw) in chunk.iter().zip(records.values()) {
-                queue.push(child.clone());
-                let Some(raw) = raw else { continue };
-                let record =
-                    std::str::from_utf8(raw).map_err(|e| ApiError::internal(e.to_string()))?;
-                comments.push((child.clone(), record.to_string()));
-                if comments.len() >= MAX_THREAD {
-                    break 'walk;
-                }
+        for (key, _) in children.entries() {
+            let child = String::from_utf8_lossy(key.get(prefix.len()..).unwrap_or_default());
+            queue.push(child.clone().into_owned());
+            ids.push(child.into_owned());
+            if ids.len() >= MAX_THREAD {
+                queue.clear();
+                break;
             }
         }
     }
     // Post ids are ULIDs: id order is creation order.
-    comments.sort_by(|a, b| a.0.cmp(&b.0));
-    let records: Vec<String> = comments.into_iter().map(|(_, record)| record).collect();
+    ids.sort_unstable();
+    if let Some(a) = after {
+        ids.retain(|c| c.as_str() > a);
+    }
+    // The records, read a chunk at a time and shown as stored (like a
+    // timeline page's) until the answer's budget is spent.
+    let mut records: Vec<String> = Vec::new();
+    let mut budget = Budget::default();
+    let (mut next_after, mut last_listed) = (None, None);
+    'read: for chunk in ids.chunks(THREAD_CHUNK) {
+        let keys: Vec<String> = chunk.iter().map(|c| record_key(c)).collect();
+        let loaded = kv::get_many_packed(None, &keys)?;
+        for (child, raw) in chunk.iter().zip(loaded.values()) {
+            // A deleted comment is not listed.
+            let Some(raw) = raw else { continue };
+            if !budget.take(raw.len()) {
+                // The next answer starts after the last one listed.
+                next_after = last_listed;
+                break 'read;
+            }
+            let record = std::str::from_utf8(raw).map_err(|e| ApiError::internal(e.to_string()))?;
+            records.push(record.to_string());
+            last_listed = Some(child);
+        }
+    }
     Ok(json_members(
         200,
         &[
             ("comments", &model::render(&records)?),
             ("count", &records.len().to_string()),
+            ("next_after", &json_text(&next_after)),
             ("root", &model::render_one(&root)?),
         ],
     ))
