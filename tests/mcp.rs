@@ -1492,6 +1492,12 @@ fn a2a_jsonrpc_errors() {
         assert_eq!(r.json()["error"]["code"], -32600, "{id}");
         assert_eq!(r.json()["id"], Value::Null, "{id}");
     }
+    // A notification (no id) is not answered, and nothing runs for it.
+    let r = s.post_json(
+        "/a2a",
+        &json!({"jsonrpc": "2.0", "method": "SendMessage", "params": {"message": {"role": "ROLE_USER", "messageId": "n1", "parts": [{"text": "search logo"}]}}}),
+    );
+    assert_eq!((r.status, r.body.len()), (202, 0), "{}", r.text());
     assert_eq!(code(req("SendMessage", json!({}))), -32602);
     assert_eq!(
         code(req("SendMessage", json!({"message": {"parts": []}}))),

@@ -303,6 +303,29 @@ fn payment_header_refusals() {
             r.text()
         );
     }
+    // Two lines of one payment header are one comma-separated value: a
+    // malformed payment, and neither secret is spent.
+    let (first, second) = (s.mint("1"), s.mint("1"));
+    for header in ["x-cash-secret", "x-webcash-secret"] {
+        use std::io::Write;
+        let mut stream = common::connect(s.addr);
+        let text = body.to_string();
+        let raw = format!(
+            "POST /api/identity HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{header}: {first}\r\n{header}: {second}\r\n\r\n{text}",
+            text.len()
+        );
+        stream.write_all(raw.as_bytes()).unwrap();
+        let r = common::read_response(&mut stream);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (402, "payment_invalid"),
+            "{header}: {}",
+            r.text()
+        );
+    }
+    for secret in [&first, &second] {
+        assert_eq!(s.cash_state(secret).0, json!(false), "{secret}");
+    }
     let k3 = Key::random();
     let gwen = json!({"nickname": "gwen", "pgp_public_key": k3.fp(), "signature": k3.sign("register:gwen")});
     assert_eq!(s.post_paid("/api/identity", &good, &gwen).status, 201);

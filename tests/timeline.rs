@@ -128,6 +128,19 @@ fn attachment_bytes_round_trip_with_type_and_etag() {
             .unwrap()
             .contains("sandbox")
     );
+    assert_eq!(
+        r.header("content-disposition"),
+        Some("inline; filename=\"notes.txt\"; filename*=UTF-8''notes.txt")
+    );
+    // HEAD: the same headers, the GET's length, no body.
+    let head = s.request("HEAD", &format!("/api/posts/{id}/attachments/0"), &[], None);
+    assert_eq!(head.status, 200);
+    assert!(head.body.is_empty());
+    assert_eq!(
+        head.header("content-length"),
+        Some(text.len().to_string().as_str())
+    );
+    assert_eq!(head.header("etag"), r.header("etag"));
     let etag = r.header("etag").unwrap().to_string();
     let again = s.request(
         "GET",
@@ -498,6 +511,17 @@ fn post_signature_identity_and_parent_rules() {
         &s.mint("0.3"),
     );
     assert_eq!(r.json()["post"]["author_nick"], "poster");
+    // An empty parent is no parent: a post, priced as one.
+    let ts = now_s();
+    let unpaid = json!({"author_fingerprint": k.fp(), "content": "no parent", "parent_id": "",
+                        "signature": k.sign(&format!("post:no parent:{ts}")), "timestamp": ts});
+    let r = s.post_json("/api/timeline", &unpaid);
+    assert_eq!(r.status, 402, "{}", r.text());
+    assert!(r.text().contains("post"), "{}", r.text());
+    assert!(!r.text().contains("comment"), "{}", r.text());
+    let r = s.post(&k, "no parent", json!({"parent_id": ""}), &s.mint("0.3"));
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert!(r.json()["post"]["parent_id"].is_null(), "{}", r.text());
 }
 
 #[test]

@@ -31,6 +31,18 @@ use tracing::Instrument;
 /// What a payment header with bytes outside visible ASCII reads as.
 const NOT_ASCII: &str = "(not visible ASCII)";
 
+/// A payment header's line, trimmed, added to those of the same header
+/// before it as HTTP combines them: comma-separated.
+fn add_line(slot: &mut Option<String>, line: &str) {
+    match slot {
+        Some(value) => {
+            value.push_str(", ");
+            value.push_str(line.trim());
+        }
+        None => *slot = Some(line.trim().to_string()),
+    }
+}
+
 /// Request headers that carry payment secrets: read by the host, never
 /// passed to plugins and never logged.
 const PAYMENT_HEADERS: &[&str] = &[
@@ -446,6 +458,8 @@ pub(crate) fn to_hyper(reply: Reply, head: bool) -> Response<Full<Bytes>> {
     // type unless its handler gave one; every other answer is JSON unless
     // it says otherwise (a HEAD keeps what its GET would say).
     let typed = !reply.body.is_empty();
+    // A HEAD answer names the length its GET's body would have.
+    let head_length = (head && typed).then_some(reply.body.len());
     let body = if head {
         Bytes::new()
     } else {
@@ -478,6 +492,9 @@ pub(crate) fn to_hyper(reply: Reply, head: bool) -> Response<Full<Bytes>> {
     }
     if typed && !headers.contains_key(CONTENT_TYPE) {
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
+    if let Some(length) = head_length {
+        headers.insert(hyper::header::CONTENT_LENGTH, HeaderValue::from(length));
     }
     resp
 }
@@ -575,6 +592,8 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
         .unwrap_or_default();
     let mut headers = Vec::new();
     let mut payment = PaymentHeaders::default();
+    // X-Webcash-Secret pays only without X-Cash-Secret.
+    let mut webcash = None;
     for (name, value) in req.headers() {
         let name = name.as_str();
         let value = match value.to_str() {
@@ -587,11 +606,11 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
             Err(_) => continue,
         };
         match name {
-            "x-cash-secret" => payment.cash = Some(value.trim().to_string()),
-            "x-webcash-secret" => {
-                payment.cash.get_or_insert_with(|| value.trim().to_string());
-            }
-            "x-bitcoin-secret" => payment.bitcoin = Some(value.trim().to_string()),
+            // Two lines of one header are one comma-separated value (RFC
+            // 9110 5.3), which no rail accepts: never one of them silently.
+            "x-cash-secret" => add_line(&mut payment.cash, value),
+            "x-webcash-secret" => add_line(&mut webcash, value),
+            "x-bitcoin-secret" => add_line(&mut payment.bitcoin, value),
             // x402: base64 JSON whose `payload.secret` pays as X-Cash-Secret.
             crate::money::x402::PAYMENT_SIGNATURE => {
                 crate::money::x402::read_signature(&mut payment, value)
@@ -599,6 +618,9 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
             _ if PAYMENT_HEADERS.contains(&name) => {}
             _ => headers.push((name.to_string(), value.to_string())),
         }
+    }
+    if payment.cash.is_none() {
+        payment.cash = webcash;
     }
     // A family's request is admitted (a slot of its family and of the
     // pool) before its body is read, so requests waiting for a slot hold

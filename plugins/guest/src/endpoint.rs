@@ -400,6 +400,14 @@ macro_rules! endpoint_plugin {
     };
 }
 
+/// Whether a text holds no character the published schemas' `\S` (the
+/// `nonblank` pattern, an ECMAScript regular expression) would match:
+/// ECMAScript's white space is Unicode's, plus U+FEFF, less U+0085.
+pub fn is_blank(s: &str) -> bool {
+    s.chars()
+        .all(|c| (c.is_whitespace() && c != '\u{85}') || c == '\u{feff}')
+}
+
 /// A JSON object body with field-level validation: problems accumulate and
 /// [`Body::finish`] turns them into one 400 `invalid_request` with details.
 pub struct Body {
@@ -443,7 +451,7 @@ impl Body {
             }
             None => None,
             Some(Value::String(s)) => {
-                if required && s.trim().is_empty() {
+                if required && is_blank(s) {
                     self.problem(field, "must not be empty");
                     None
                 } else if s.chars().count() > max_chars {
@@ -652,4 +660,20 @@ pub fn memoized(
     let text = render()?;
     memo::put(key, text.as_bytes());
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_blank;
+
+    #[test]
+    fn blank_as_the_schemas_nonblank_pattern_reads_it() {
+        for blank in ["", " ", "\t\n\r", "\u{a0}\u{3000}", "\u{feff}", "\u{2028}"] {
+            assert!(is_blank(blank), "{blank:?}");
+        }
+        // ECMAScript's \S matches these.
+        for text in ["a", " x ", "\u{85}", "\u{200b}"] {
+            assert!(!is_blank(text), "{text:?}");
+        }
+    }
 }

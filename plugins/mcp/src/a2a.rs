@@ -139,6 +139,16 @@ pub fn handle(req: &Request) -> Result<Response, ApiError> {
             ));
         }
     };
+    // A notification (no `id` member) gets no answer (JSON-RPC 2.0 4.1),
+    // and, since every A2A method is a request whose answer is the point
+    // (a task's id, a task), nothing is run for it.
+    if msg.get("id").is_none() {
+        return Ok(Response {
+            status: 202,
+            headers: vec![],
+            body: vec![],
+        });
+    }
     if let Some(v) = req
         .header("a2a-version")
         .map(str::trim)

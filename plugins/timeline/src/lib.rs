@@ -441,9 +441,10 @@ fn create(req: &Request) -> Result<Response, ApiError> {
     } else {
         body.required_str("content", MAX_CONTENT)
     };
-    let parent_id = body.optional_str("parent_id", 64);
+    // "" is no parent, as null is (and as for the other optional ids).
+    let parent_id = body.optional_str("parent_id", 64).filter(|p| !p.is_empty());
     let (recipient, payload) = if private {
-        if body.raw("parent_id").is_none() {
+        if parent_id.is_none() {
             body.problem("parent_id", "is required for a private reply");
         }
         let recipient = body.required_str("recipient_fingerprint", 64);
@@ -867,13 +868,41 @@ fn attachment(req: &Request) -> Result<Response, ApiError> {
     ));
     headers.push((
         "content-disposition".into(),
-        format!("inline; filename=\"{}\"", meta.filename.replace('"', "")),
+        content_disposition(&meta.filename),
     ));
     Ok(Response {
         status: 200,
         headers,
         body: bytes,
     })
+}
+
+/// `inline` with the attachment's name (RFC 6266): an ASCII `filename`
+/// for old clients ('_' for what is not printable ASCII, no quote or
+/// backslash) and the exact name as `filename*` (UTF-8, percent-encoded).
+/// Bidirectional controls are left out of both, so a name cannot show its
+/// extension reversed.
+fn content_disposition(filename: &str) -> String {
+    let name: String = filename
+        .chars()
+        .filter(|c| !matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'))
+        .collect();
+    let ascii: String = name
+        .chars()
+        .map(|c| match c {
+            ' '..='~' if c != '"' && c != '\\' => c,
+            _ => '_',
+        })
+        .collect();
+    let mut encoded = String::with_capacity(name.len() * 3);
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b"!#$&+-.^_`|~".contains(&b) {
+            encoded.push(b as char);
+        } else {
+            encoded.push_str(&format!("%{b:02X}"));
+        }
+    }
+    format!("inline; filename=\"{ascii}\"; filename*=UTF-8''{encoded}")
 }
 
 fn thread(req: &Request) -> Result<Response, ApiError> {
@@ -949,3 +978,29 @@ fn thread(req: &Request) -> Result<Response, ApiError> {
 }
 
 marketplace_guest::endpoint_plugin!(Timeline);
+
+#[cfg(test)]
+mod tests {
+    use super::content_disposition;
+
+    #[test]
+    fn attachment_names_in_both_forms_without_bidi_controls() {
+        assert_eq!(
+            content_disposition("terms.md"),
+            "inline; filename=\"terms.md\"; filename*=UTF-8''terms.md"
+        );
+        assert_eq!(
+            content_disposition("é ü.md"),
+            "inline; filename=\"_ _.md\"; filename*=UTF-8''%C3%A9%20%C3%BC.md"
+        );
+        // A right-to-left override would show "exe.png" as "gnp.exe".
+        assert_eq!(
+            content_disposition("\u{202e}gnp.exe"),
+            "inline; filename=\"gnp.exe\"; filename*=UTF-8''gnp.exe"
+        );
+        assert_eq!(
+            content_disposition("a\\b;c=d"),
+            "inline; filename=\"a_b;c=d\"; filename*=UTF-8''a%5Cb%3Bc%3Dd"
+        );
+    }
+}
