@@ -570,11 +570,13 @@ fn macro_schemas_are_bounded_and_tools_list_pages() {
     }
     assert_eq!(listed, names);
     assert_eq!(pages, 3);
-    let r = rpc(
-        &s,
-        json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {"cursor": 7}}),
-    );
-    assert_eq!(r.json()["error"]["code"], -32602, "{}", r.text());
+    for cursor in [json!(7), json!("Not A Name")] {
+        let r = rpc(
+            &s,
+            json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {"cursor": cursor}}),
+        );
+        assert_eq!(r.json()["error"]["code"], -32602, "{cursor}: {}", r.text());
+    }
     // The description lists every macro in one answer.
     let r = s.get("/api/mcp");
     assert_eq!(r.status, 200, "{}", r.text());

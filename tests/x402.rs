@@ -317,11 +317,56 @@ fn a_malformed_payment_signature_is_payment_invalid() {
     );
     assert_eq!((r.status, r.code().as_str()), (402, "payment_invalid"));
     assert_eq!(s.cash_state(&secret), (json!(false), json!("1")));
-    // The secret still pays.
+    // Two PAYMENT-SIGNATURE lines: which payment is meant is a guess, so
+    // neither (nothing spent). Raw, so both lines surely go out.
+    let raw = |headers: &[(&str, &str)], body: &Value| {
+        use std::io::Write;
+        let mut stream = common::connect(s.addr);
+        let text = body.to_string();
+        let mut head = format!(
+            "POST /api/identity HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+            text.len()
+        );
+        for (name, value) in headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        stream
+            .write_all(format!("{head}\r\n{text}").as_bytes())
+            .unwrap();
+        common::read_response(&mut stream)
+    };
+    let other = s.mint("1");
+    let r = raw(
+        &[
+            ("payment-signature", &signature(&accepted, &secret, None)),
+            ("payment-signature", &signature(&accepted, &other, None)),
+        ],
+        &register_body(&Key::random(), "alice"),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (402, "payment_invalid"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(s.cash_state(&secret), (json!(false), json!("1")));
+    assert_eq!(s.cash_state(&other), (json!(false), json!("1")));
+    // Beside X-Cash-Secret, whichever comes first, the cash header pays.
+    let r = raw(
+        &[
+            ("payment-signature", &signature(&accepted, &other, None)),
+            ("x-cash-secret", &secret),
+        ],
+        &register_body(&Key::random(), "alice"),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(s.cash_state(&secret).0, json!(true));
+    assert_eq!(s.cash_state(&other), (json!(false), json!("1")));
+    // The other secret still pays.
     let r = s.post_with(
         "/api/identity",
-        &[("payment-signature", &signature(&accepted, &secret, None))],
-        &register_body(&Key::random(), "alice"),
+        &[("payment-signature", &signature(&accepted, &other, None))],
+        &register_body(&Key::random(), "carol"),
     );
     assert_eq!(r.status, 201, "{}", r.text());
 }

@@ -51,9 +51,11 @@ pub const ID_MAX: usize = 128;
 const MAX_SIGNATURE: usize = 16 * 1024;
 
 /// What a request's `PAYMENT-SIGNATURE` header said (its secret goes into
-/// [`PaymentHeaders::cash`]).
+/// [`PaymentHeaders::cash`] when no cash header is given).
 #[derive(Debug, Clone, Default)]
 pub struct Signature {
+    /// Whether the header was given (a second line is refused).
+    pub seen: bool,
     /// Why the header was refused: the request is `402 payment_invalid`
     /// wherever it has to pay.
     pub invalid: Option<String>,
@@ -76,15 +78,25 @@ pub struct IdempotencyKeys {
     pub id: [u8; 32],
 }
 
-/// Read a `PAYMENT-SIGNATURE` header into `payment`. The canonical
-/// `X-Cash-Secret` wins when both are given.
-pub fn read_signature(payment: &mut PaymentHeaders, value: &str) {
+/// Read a `PAYMENT-SIGNATURE` header into `payment.x402`: its secret,
+/// which pays unless `X-Cash-Secret` (or its alias) is given too. A
+/// second line of the header is refused: which payment it carries would
+/// be a guess.
+pub fn read_signature(payment: &mut PaymentHeaders, value: &str) -> Option<String> {
+    if payment.x402.seen {
+        payment.x402.invalid = Some("was sent twice: send one PAYMENT-SIGNATURE".into());
+        return None;
+    }
+    payment.x402.seen = true;
     match parse_signature(value) {
         Ok((secret, id)) => {
-            payment.cash.get_or_insert(secret);
             payment.x402.id = id;
+            Some(secret)
         }
-        Err(why) => payment.x402.invalid = Some(why),
+        Err(why) => {
+            payment.x402.invalid = Some(why);
+            None
+        }
     }
 }
 
@@ -472,12 +484,12 @@ mod tests {
             parse_signature(&b64(&ok)).unwrap(),
             (secret.clone(), Some("pay_0123456789abcdef".to_string()))
         );
-        let mut p = PaymentHeaders {
-            cash: Some("canonical".into()),
-            ..Default::default()
-        };
-        read_signature(&mut p, &b64(&ok));
-        assert_eq!(p.cash.as_deref(), Some("canonical"));
+        let mut p = PaymentHeaders::default();
+        assert_eq!(read_signature(&mut p, &b64(&ok)), Some(secret.clone()));
+        assert!(p.x402.invalid.is_none());
+        // A second line is refused, whatever it says.
+        assert_eq!(read_signature(&mut p, &b64(&ok)), None);
+        assert!(p.x402.invalid.is_some());
         for bad in [
             json!({"x402Version": 1, "accepted": webcash_requirements(1), "payload": {"secret": secret}}),
             json!({"x402Version": 2, "payload": {"secret": secret}}),
@@ -491,8 +503,8 @@ mod tests {
         }
         assert!(parse_signature("not base64!").is_err());
         let mut p = PaymentHeaders::default();
-        read_signature(&mut p, "bm90IGpzb24=");
-        assert!(p.cash.is_none() && p.x402.invalid.is_some());
+        assert_eq!(read_signature(&mut p, "bm90IGpzb24="), None);
+        assert!(p.x402.invalid.is_some());
     }
 
     #[test]

@@ -458,8 +458,10 @@ pub(crate) fn to_hyper(reply: Reply, head: bool) -> Response<Full<Bytes>> {
     // type unless its handler gave one; every other answer is JSON unless
     // it says otherwise (a HEAD keeps what its GET would say).
     let typed = !reply.body.is_empty();
-    // A HEAD answer names the length its GET's body would have.
-    let head_length = (head && typed).then_some(reply.body.len());
+    // A HEAD answer names the length its GET's body would have (an empty
+    // one too), where a body may be at all.
+    let head_length =
+        (head && !matches!(reply.status, 100..=199 | 204 | 304)).then_some(reply.body.len());
     let body = if head {
         Bytes::new()
     } else {
@@ -592,8 +594,9 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
         .unwrap_or_default();
     let mut headers = Vec::new();
     let mut payment = PaymentHeaders::default();
-    // X-Webcash-Secret pays only without X-Cash-Secret.
-    let mut webcash = None;
+    // X-Webcash-Secret pays only without X-Cash-Secret, PAYMENT-SIGNATURE's
+    // secret only without either.
+    let (mut webcash, mut x402) = (None, None);
     for (name, value) in req.headers() {
         let name = name.as_str();
         let value = match value.to_str() {
@@ -613,15 +616,13 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
             "x-bitcoin-secret" => add_line(&mut payment.bitcoin, value),
             // x402: base64 JSON whose `payload.secret` pays as X-Cash-Secret.
             crate::money::x402::PAYMENT_SIGNATURE => {
-                crate::money::x402::read_signature(&mut payment, value)
+                x402 = crate::money::x402::read_signature(&mut payment, value)
             }
             _ if PAYMENT_HEADERS.contains(&name) => {}
             _ => headers.push((name.to_string(), value.to_string())),
         }
     }
-    if payment.cash.is_none() {
-        payment.cash = webcash;
-    }
+    payment.cash = payment.cash.take().or(webcash).or(x402);
     // A family's request is admitted (a slot of its family and of the
     // pool) before its body is read, so requests waiting for a slot hold
     // no body in memory; a slow sender is cut off by the body timeout.

@@ -243,6 +243,47 @@ pub mod kv {
             .map_err(map_err)
     }
 
+    /// [`get_many_packed`] of the first keys of `keys`: at most `*chunk` of
+    /// them, fewer when their values would pass the host's byte budget for
+    /// one call (`max_call_bytes`): `*chunk` is then halved until the
+    /// answer fits, and stays so for the caller's next calls. The answer
+    /// and how many keys it covers; a single value over the budget is the
+    /// error (413). For reads of records whose size a stranger chooses.
+    pub fn get_many_fitting(
+        keyspace: Option<&str>,
+        keys: &[String],
+        chunk: &mut usize,
+    ) -> Result<(Packed, usize), ApiError> {
+        loop {
+            let n = (*chunk).max(1).min(keys.len());
+            let named: Vec<Vec<u8>> = keys[..n].iter().map(|k| k.as_bytes().to_vec()).collect();
+            match storage::get_many_packed(keyspace, &named) {
+                Ok(b) => return Ok((Packed(b), n)),
+                Err(StorageError::TooLarge(_)) if n > 1 => *chunk = n / 2,
+                Err(e) => return Err(map_err(e)),
+            }
+        }
+    }
+
+    /// [`scan_packed`] of at most `*limit` rows, fewer when they would pass
+    /// the host's byte budget for one call: `*limit` is halved until the
+    /// answer fits (see [`get_many_fitting`]).
+    pub fn scan_fitting(
+        keyspace: Option<&str>,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        limit: &mut u32,
+    ) -> Result<Packed, ApiError> {
+        loop {
+            match storage::scan_packed(keyspace, start, end, reverse, *limit) {
+                Ok(b) => return Ok(Packed(b)),
+                Err(StorageError::TooLarge(_)) if *limit > 1 => *limit /= 2,
+                Err(e) => return Err(map_err(e)),
+            }
+        }
+    }
+
     /// A packed storage answer: length-prefixed parts (little-endian u32;
     /// `u32::MAX` marks an absent value).
     pub struct Packed(Vec<u8>);
@@ -404,8 +445,13 @@ macro_rules! endpoint_plugin {
 /// `nonblank` pattern, an ECMAScript regular expression) would match:
 /// ECMAScript's white space is Unicode's, plus U+FEFF, less U+0085.
 pub fn is_blank(s: &str) -> bool {
-    s.chars()
-        .all(|c| (c.is_whitespace() && c != '\u{85}') || c == '\u{feff}')
+    s.chars().all(is_js_space)
+}
+
+/// A character ECMAScript's `\s` matches (see [`is_blank`]); for trimming
+/// as the schemas read a text.
+pub fn is_js_space(c: char) -> bool {
+    (c.is_whitespace() && c != '\u{85}') || c == '\u{feff}'
 }
 
 /// A JSON object body with field-level validation: problems accumulate and

@@ -292,7 +292,7 @@ pub fn record_key(post_id: &str) -> String {
 
 /// The most bytes of stored post records one answer lists (a timeline
 /// page, a thread, search results). A post's content is up to 64 Ki
-/// characters of up to 4 bytes (more once escaped), so a hundred of them
+/// characters of up to 6 bytes once stored (escaped), so a hundred of them
 /// would not fit in a plugin's memory: past this budget an answer lists
 /// fewer posts than asked (and says how to go on where it can). The first
 /// record always counts as fitting.
@@ -329,11 +329,23 @@ pub fn render_many_into(
     out: &mut String,
 ) -> Result<(), ApiError> {
     let keys: Vec<String> = post_ids.iter().map(|id| record_key(id)).collect();
-    let packed = kv::get_many_packed(Some("timeline"), &keys)?;
+    // Usually one call; records large enough to pass a call's byte budget
+    // are read in smaller ones, until the answer's budget is spent.
+    let (mut packs, mut read, mut chunk) = (Vec::new(), 0, keys.len());
     let mut budget = Budget::default();
-    let (index, records): (Vec<usize>, Vec<&str>) = packed
-        .values()
-        .enumerate()
+    let mut fits = true;
+    while fits && read < keys.len() {
+        let (pack, n) = kv::get_many_fitting(Some("timeline"), &keys[read..], &mut chunk)?;
+        fits = pack.values().flatten().all(|b| budget.take(b.len()));
+        packs.push((read, pack));
+        read += n;
+    }
+    // The records counted above, in order: the first that did not fit and
+    // everything after it are left out.
+    let mut budget = Budget::default();
+    let (index, records): (Vec<usize>, Vec<&str>) = packs
+        .iter()
+        .flat_map(|(first, pack)| pack.values().enumerate().map(move |(i, v)| (first + i, v)))
         .filter_map(|(i, v)| v.map(|b| (i, b)))
         .take_while(|(_, b)| budget.take(b.len()))
         .map(|(i, b)| (i, std::str::from_utf8(b).unwrap_or("{}")))

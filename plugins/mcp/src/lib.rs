@@ -99,10 +99,10 @@ const TOOLS: &[Tool] = &[
     },
     Tool {
         name: "get_thread",
-        description: "A post and all its comments.",
+        description: "A post and its comments, oldest first. A thread too large for one answer ends with next_after: call again with it as `after` for the rest.",
         method: "GET",
         path: "/api/thread/{post_id}",
-        schema: post_id_schema,
+        schema: || json!({"type": "object", "properties": {"post_id": {"type": "string", "minLength": 1, "description": "post_<ULID>"}, "after": {"type": "string", "description": "next_after of the previous answer"}}, "required": ["post_id"]}),
     },
     Tool {
         name: "get_attachment",
@@ -1121,7 +1121,7 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
                         Some(rpc_error(
                             id,
                             -32602,
-                            "params.cursor is not a cursor this server gave",
+                            "params.cursor is not a cursor: send a tools/list answer's nextCursor",
                         )),
                     ));
                 }

@@ -31,6 +31,9 @@ use sha2::{Digest, Sha256};
 struct Timeline;
 
 const MAX_CONTENT: usize = 64 * 1024;
+/// `activity_metadata`, as compact JSON: a post's record holds it, and
+/// listings read many records.
+const MAX_METADATA: usize = 16 * 1024;
 /// A private reply's `encrypted_payload`, in bytes.
 const MAX_PAYLOAD: usize = 64 * 1024;
 const MAX_KEYWORDS: usize = 32;
@@ -312,7 +315,9 @@ fn keywords_field(body: &mut Body) -> Option<Vec<String>> {
         Some(Value::Array(list)) if list.len() <= MAX_KEYWORDS => {
             for k in list {
                 match k.as_str() {
-                    Some(s) if !s.trim().is_empty() && s.chars().count() <= MAX_KEYWORD_CHARS => keywords.push(s.trim().to_string()),
+                    Some(s) if !marketplace_guest::is_blank(s) && s.chars().count() <= MAX_KEYWORD_CHARS => {
+                        keywords.push(s.trim_matches(marketplace_guest::is_js_space).to_string())
+                    }
                     _ => body.problem("keywords", format!("each keyword must be a non-empty string of at most {MAX_KEYWORD_CHARS} characters")),
                 }
             }
@@ -329,7 +334,14 @@ fn keywords_field(body: &mut Body) -> Option<Vec<String>> {
 fn metadata_field(body: &mut Body) -> Option<Value> {
     match body.raw("activity_metadata").cloned() {
         None => None,
-        Some(v @ Value::Object(_)) => Some(v),
+        Some(v @ Value::Object(_)) if v.to_string().len() <= MAX_METADATA => Some(v),
+        Some(Value::Object(_)) => {
+            body.problem(
+                "activity_metadata",
+                format!("must be at most {MAX_METADATA} bytes as JSON"),
+            );
+            Some(Value::Null)
+        }
         Some(_) => {
             body.problem("activity_metadata", "must be an object");
             Some(Value::Null)
@@ -726,25 +738,36 @@ fn timeline(req: &Request) -> Result<Response, ApiError> {
     // The first page reads one more entry than the answer holds (to know
     // whether more follow); skipped posts (private replies, another type)
     // make later, bigger pages.
-    let mut page = limit as u32 + 1;
+    let (mut page, mut later_pages) = (limit as u32 + 1, 200);
     'scan: loop {
-        let batch = kv::scan_packed(None, prefix.as_bytes(), Some(&cursor_end), true, page)?;
+        // Rows of large posts come fewer at a time (`scan_fitting`), and
+        // so do the pages after.
+        let asked = page;
+        let batch = kv::scan_fitting(None, prefix.as_bytes(), Some(&cursor_end), true, &mut page)?;
+        if page < asked {
+            later_pages = page;
+        }
         let entries: Vec<(&[u8], &[u8])> = batch.entries().collect();
         // An index names its posts: their records are read a chunk of the
-        // answer's size at a time, each chunk in one call.
-        for chunk in entries.chunks(limit + 1) {
-            let loaded = if holds_posts {
-                None
+        // answer's size at a time, each chunk in one call (fewer when
+        // they are large).
+        let (mut from, mut size) = (0, limit + 1);
+        while from < entries.len() {
+            let (chunk, loaded) = if holds_posts {
+                let chunk = &entries[from..entries.len().min(from + size)];
+                (chunk, None)
             } else {
-                let keys: Vec<String> = chunk
+                let keys: Vec<String> = entries[from..entries.len().min(from + size)]
                     .iter()
                     .map(|(key, _)| {
                         let key = String::from_utf8_lossy(key);
                         record_key(key.rsplit('/').next().unwrap_or_default())
                     })
                     .collect();
-                Some(kv::get_many_packed(None, &keys)?)
+                let (loaded, n) = kv::get_many_fitting(None, &keys, &mut size)?;
+                (&entries[from..from + n], Some(loaded))
             };
+            from += chunk.len();
             let mut records_of = loaded.as_ref().map(|l| l.values());
             for &(key, value) in chunk {
                 cursor_end.clear();
@@ -778,7 +801,7 @@ fn timeline(req: &Request) -> Result<Response, ApiError> {
         if entries.len() < page as usize {
             break;
         }
-        page = 200;
+        page = later_pages;
     }
     let next_before = if more { last_id } else { None };
     Ok(json_members(
@@ -885,8 +908,14 @@ fn attachment(req: &Request) -> Result<Response, ApiError> {
 fn content_disposition(filename: &str) -> String {
     let name: String = filename
         .chars()
-        .filter(|c| !matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'))
+        .filter(|c| !matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'))
         .collect();
+    // A name of bidirectional controls only: a name all the same.
+    let name = if name.is_empty() {
+        "attachment".to_string()
+    } else {
+        name
+    };
     let ascii: String = name
         .chars()
         .map(|c| match c {
@@ -950,10 +979,13 @@ fn thread(req: &Request) -> Result<Response, ApiError> {
     let mut records: Vec<String> = Vec::new();
     let mut budget = Budget::default();
     let (mut next_after, mut last_listed) = (None, None);
-    'read: for chunk in ids.chunks(THREAD_CHUNK) {
-        let keys: Vec<String> = chunk.iter().map(|c| record_key(c)).collect();
-        let loaded = kv::get_many_packed(None, &keys)?;
-        for (child, raw) in chunk.iter().zip(loaded.values()) {
+    let keys: Vec<String> = ids.iter().map(|c| record_key(c)).collect();
+    let (mut read, mut chunk) = (0, THREAD_CHUNK);
+    'read: while read < ids.len() {
+        let (loaded, n) = kv::get_many_fitting(None, &keys[read..], &mut chunk)?;
+        let children = &ids[read..read + n];
+        read += n;
+        for (child, raw) in children.iter().zip(loaded.values()) {
             // A deleted comment is not listed.
             let Some(raw) = raw else { continue };
             if !budget.take(raw.len()) {
@@ -997,6 +1029,10 @@ mod tests {
         assert_eq!(
             content_disposition("\u{202e}gnp.exe"),
             "inline; filename=\"gnp.exe\"; filename*=UTF-8''gnp.exe"
+        );
+        assert_eq!(
+            content_disposition("\u{202e}\u{61c}"),
+            "inline; filename=\"attachment\"; filename*=UTF-8''attachment"
         );
         assert_eq!(
             content_disposition("a\\b;c=d"),
