@@ -856,20 +856,13 @@ fn runaway_macros_are_422_within_a_second_and_the_server_stays_healthy() {
 /// A raw HTTP/1.1 POST with exactly these headers (`host` among them),
 /// since the test client always sends the address it connects to as Host.
 fn raw_post(s: &Server, path: &str, headers: &[(&str, &str)], body: &Value) -> common::Resp {
-    use std::io::Write;
-    let body = body.to_string();
-    let mut req = format!(
-        "POST {path} HTTP/1.1\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n",
-        body.len()
+    let mut lines = vec![("accept", &b"application/json, text/event-stream"[..])];
+    lines.extend(
+        headers
+            .iter()
+            .map(|(name, value)| (*name, value.as_bytes())),
     );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(&body);
-    let mut stream = std::net::TcpStream::connect(s.addr).unwrap();
-    stream.write_all(req.as_bytes()).unwrap();
-    common::read_response(&mut stream)
+    s.raw_post(path, &lines, body)
 }
 
 fn ping() -> Value {

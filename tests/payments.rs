@@ -283,19 +283,7 @@ fn payment_header_refusals() {
         .into_iter()
         .flat_map(|h| not_ascii.iter().map(move |v| (h, v)))
     {
-        use std::io::Write;
-        let mut stream = common::connect(s.addr);
-        let text = body.to_string();
-        let mut raw = format!(
-            "POST /api/identity HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{header}: ",
-            text.len()
-        )
-        .into_bytes();
-        raw.extend_from_slice(value);
-        raw.extend_from_slice(b"\r\n\r\n");
-        raw.extend_from_slice(text.as_bytes());
-        stream.write_all(&raw).unwrap();
-        let r = common::read_response(&mut stream);
+        let r = s.raw_post("/api/identity", &[("host", b"x"), (header, value)], &body);
         assert_eq!(
             (r.status, r.code().as_str()),
             (402, "payment_invalid"),
@@ -307,15 +295,12 @@ fn payment_header_refusals() {
     // malformed payment, and neither secret is spent.
     let (first, second) = (s.mint("1"), s.mint("1"));
     for header in ["x-cash-secret", "x-webcash-secret"] {
-        use std::io::Write;
-        let mut stream = common::connect(s.addr);
-        let text = body.to_string();
-        let raw = format!(
-            "POST /api/identity HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{header}: {first}\r\n{header}: {second}\r\n\r\n{text}",
-            text.len()
-        );
-        stream.write_all(raw.as_bytes()).unwrap();
-        let r = common::read_response(&mut stream);
+        let lines = [
+            ("host", &b"x"[..]),
+            (header, first.as_bytes()),
+            (header, second.as_bytes()),
+        ];
+        let r = s.raw_post("/api/identity", &lines, &body);
         assert_eq!(
             (r.status, r.code().as_str()),
             (402, "payment_invalid"),

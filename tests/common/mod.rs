@@ -398,6 +398,31 @@ impl Server {
         self.request("POST", path, &h, Some(body.to_string().as_bytes()))
     }
 
+    /// A JSON POST written on a socket of its own with exactly these
+    /// header lines after the framing ones (no `host` unless given), their
+    /// values as raw bytes: for what HTTP clients will not send (a header
+    /// twice, bytes outside ASCII, no or another Host).
+    pub fn raw_post(&self, path: &str, headers: &[(&str, &[u8])], body: &Value) -> Resp {
+        use std::io::Write;
+        let body = body.to_string();
+        let mut req = format!(
+            "POST {path} HTTP/1.1\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+            body.len()
+        )
+        .into_bytes();
+        for (name, value) in headers {
+            req.extend_from_slice(name.as_bytes());
+            req.extend_from_slice(b": ");
+            req.extend_from_slice(value);
+            req.extend_from_slice(b"\r\n");
+        }
+        req.extend_from_slice(b"\r\n");
+        req.extend_from_slice(body.as_bytes());
+        let mut stream = connect(self.addr);
+        stream.write_all(&req).unwrap();
+        read_response(&mut stream)
+    }
+
     /// A paid POST carrying `secret` in X-Cash-Secret.
     pub fn post_paid(&self, path: &str, secret: &str, body: &Value) -> Resp {
         self.post_with(path, &[("x-cash-secret", secret)], body)
