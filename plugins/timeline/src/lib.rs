@@ -753,11 +753,11 @@ fn timeline(req: &Request) -> Result<Response, ApiError> {
         // they are large).
         let (mut from, mut size) = (0, limit + 1);
         while from < entries.len() {
+            let window = &entries[from..entries.len().min(from + size)];
             let (chunk, loaded) = if holds_posts {
-                let chunk = &entries[from..entries.len().min(from + size)];
-                (chunk, None)
+                (window, None)
             } else {
-                let keys: Vec<String> = entries[from..entries.len().min(from + size)]
+                let keys: Vec<String> = window
                     .iter()
                     .map(|(key, _)| {
                         let key = String::from_utf8_lossy(key);
@@ -765,7 +765,7 @@ fn timeline(req: &Request) -> Result<Response, ApiError> {
                     })
                     .collect();
                 let (loaded, n) = kv::get_many_fitting(None, &keys, &mut size)?;
-                (&entries[from..from + n], Some(loaded))
+                (&window[..n], Some(loaded))
             };
             from += chunk.len();
             let mut records_of = loaded.as_ref().map(|l| l.values());
