@@ -406,19 +406,10 @@ fn public_form(secret: &str) -> String {
 }
 
 fn pickup_paid_server() -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("m.toml");
-    std::fs::write(
-        &config,
-        "testing_routes = true\n[plugins]\nfees = \"fees_pickup_paid.wasm\"\n",
-    )
-    .unwrap();
-    let s = Server::with(common::Options {
-        env: vec![("MARKETPLACE_CONFIG".into(), config.display().to_string())],
+    Server::with(common::Options {
+        config: Some("testing_routes = true\n[plugins]\nfees = \"fees_pickup_paid.wasm\"\n".into()),
         ..Default::default()
-    });
-    std::mem::forget(dir);
-    s
+    })
 }
 
 #[test]
@@ -734,13 +725,9 @@ fn pickup_paid_charges_the_fee_fixed_at_buy() {
     flow::act_ok(&first, &d.seller, &id, "deliver");
     first.kill();
 
-    let config = first.data_dir.join("raised-fee.toml");
-    std::fs::write(&config, "[settings.fees]\narbitration_percent = 5\n").unwrap();
     let s = Server::with(common::Options {
-        env: vec![
-            pickup_paid,
-            ("MARKETPLACE_CONFIG".into(), config.display().to_string()),
-        ],
+        config: Some("[settings.fees]\narbitration_percent = 5\n".into()),
+        env: vec![pickup_paid],
         data_dir: Some(first.data_dir.clone()),
         ..Default::default()
     });

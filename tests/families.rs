@@ -164,17 +164,6 @@ fn write_note(s: &Server, note: &str) -> common::Resp {
     s.post_json("/api/template/notes", &json!({"note": note}))
 }
 
-/// A server started with a TOML configuration file.
-fn server_with_config(toml: &str, opts: common::Options) -> (Server, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("marketplace.toml");
-    std::fs::write(&config, toml).unwrap();
-    let mut opts = opts;
-    opts.env
-        .push(("MARKETPLACE_CONFIG".into(), config.display().to_string()));
-    (Server::with(opts), dir)
-}
-
 // ------------------------------------------------------- contract helpers
 
 // ------------------------------------------------------------------ tests
@@ -855,7 +844,10 @@ fn a_family_named_in_the_config_is_mounted_at_start() {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let (s, _config_dir) = server_with_config(&config, common::Options::default());
+    let s = Server::with(common::Options {
+        config: Some(config),
+        ..Default::default()
+    });
 
     // `notes` serves the template's routes, with no grants.
     let r = write_note(&s, "from config");
@@ -996,13 +988,11 @@ fn the_watched_directory_uses_the_configured_grants() {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let (s, _config_dir) = server_with_config(
-        &config,
-        common::Options {
-            plugins_dir: Some(plugins_dir.path().to_path_buf()),
-            ..Default::default()
-        },
-    );
+    let s = Server::with(common::Options {
+        config: Some(config),
+        plugins_dir: Some(plugins_dir.path().to_path_buf()),
+        ..Default::default()
+    });
     assert_eq!(s.get("/_testing/ok").status, 404);
     install(&wasm("testing.wasm"), &families.join("rogue.wasm"));
     eventually("families/rogue.wasm is mounted with its grants", &s, || {

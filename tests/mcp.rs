@@ -458,11 +458,8 @@ fn jsonrpc_mcp_server() {
 
 #[test]
 fn macros_without_an_owner_cannot_take_every_name() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("marketplace.toml");
-    std::fs::write(&config, "[settings.mcp]\nunsigned_macros = \"2\"\n").unwrap();
     let s = Server::with(common::Options {
-        env: vec![("MARKETPLACE_CONFIG".into(), config.display().to_string())],
+        config: Some("[settings.mcp]\nunsigned_macros = \"2\"\n".into()),
         ..Default::default()
     });
     for name in ["free_one", "free_two"] {
@@ -504,11 +501,8 @@ fn macro_schemas_are_bounded_and_tools_list_pages() {
     // Definitions are free: each schema is bounded, and `tools/list` gives
     // the macros a page at a time (MCP pagination), so no number of them
     // makes the listing fail for everyone.
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("marketplace.toml");
-    std::fs::write(&config, "[settings.mcp]\nunsigned_macros = \"1000\"\n").unwrap();
     let s = Server::with(common::Options {
-        env: vec![("MARKETPLACE_CONFIG".into(), config.display().to_string())],
+        config: Some("[settings.mcp]\nunsigned_macros = \"1000\"\n".into()),
         ..Default::default()
     });
     // Many small properties: about 8 KiB as JSON.
@@ -930,15 +924,8 @@ fn mcp_origin_rule_against_dns_rebinding() {
 
 #[test]
 fn mcp_allowed_origins_and_public_url_from_settings() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("marketplace.toml");
-    std::fs::write(
-        &config,
-        "[settings.mcp]\nallowed_origins = \"https://a.example, https://b.example\"\npublic_url = \"https://market.example/\"\n",
-    )
-    .unwrap();
     let s = Server::with(common::Options {
-        env: vec![("MARKETPLACE_CONFIG".into(), config.display().to_string())],
+        config: Some("[settings.mcp]\nallowed_origins = \"https://a.example, https://b.example\"\npublic_url = \"https://market.example/\"\n".into()),
         ..Default::default()
     });
     let own = s.addr.to_string();

@@ -290,16 +290,12 @@ fn presigned_upload_is_single_use_bounded_and_served_back() {
 
 #[test]
 fn recovery_scan_lists_contracts_when_the_operator_grants_the_read() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("marketplace.toml");
-    std::fs::write(
-        &config,
-        "[families.identity]\ncomponent = \"identity.wasm\"\n\
-         grants = [\"payments\", \"signatures\"]\nread = [\"timeline\", \"contracts\"]\n",
-    )
-    .unwrap();
     let s = Server::with(common::Options {
-        env: vec![("MARKETPLACE_CONFIG".into(), config.display().to_string())],
+        config: Some(
+            "[families.identity]\ncomponent = \"identity.wasm\"\n\
+         grants = [\"payments\", \"signatures\"]\nread = [\"timeline\", \"contracts\"]\n"
+                .into(),
+        ),
         ..Default::default()
     });
     let d = common::deal::deal(&s);

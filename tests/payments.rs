@@ -656,15 +656,11 @@ fn fee_schedule_follows_the_plugin_and_settings() {
     );
     assert_eq!(f["plugin"]["name"], "fees-bid-inclusive");
 
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("m.toml");
-    std::fs::write(
-        &config,
-        "[plugins]\nfees = \"fees_pickup_paid.wasm\"\n[settings.fees]\nidentity = \"0.5\"\n",
-    )
-    .unwrap();
     let s = Server::with(common::Options {
-        env: vec![("MARKETPLACE_CONFIG".into(), config.display().to_string())],
+        config: Some(
+            "[plugins]\nfees = \"fees_pickup_paid.wasm\"\n[settings.fees]\nidentity = \"0.5\"\n"
+                .into(),
+        ),
         ..Default::default()
     });
     let f = s.get("/api/fees").json();
@@ -688,11 +684,8 @@ fn a_fee_setting_the_policy_cannot_read_refuses_the_fee_component() {
         ("post = \"abc\"", "price of post (abc)"),
         ("arbitration_percent = \"500\"", "arbitration_percent (500)"),
     ] {
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("m.toml");
-        std::fs::write(&config, format!("[settings.fees]\n{setting}\n")).unwrap();
         let s = Server::with(common::Options {
-            env: vec![("MARKETPLACE_CONFIG".into(), config.display().to_string())],
+            config: Some(format!("[settings.fees]\n{setting}\n")),
             ..Default::default()
         });
         let health = s.get("/api/health");

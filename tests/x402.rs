@@ -579,18 +579,8 @@ fn terms_are_served_as_text() {
         assert!(r.text().contains("terms"), "{}", r.text());
     }
     // The operator's own terms.
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("marketplace.toml");
-    std::fs::write(
-        &config,
-        "[settings.cash]\nterms = \"Operator terms: be kind.\"\n",
-    )
-    .unwrap();
     let s = Server::with(common::Options {
-        env: vec![(
-            "MARKETPLACE_CONFIG".into(),
-            config.to_string_lossy().into_owned(),
-        )],
+        config: Some("[settings.cash]\nterms = \"Operator terms: be kind.\"\n".into()),
         ..Default::default()
     });
     assert_eq!(s.get("/terms").text(), "Operator terms: be kind.");

@@ -197,6 +197,8 @@ pub struct Server {
     child: Child,
     pub data_dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
+    /// Where `Options::config` was written, for the server's life.
+    _config: Option<tempfile::TempDir>,
     pub log: PathBuf,
 }
 
@@ -209,6 +211,8 @@ pub struct Options {
     /// Reuse this data dir (restart tests) instead of a fresh one.
     pub data_dir: Option<PathBuf>,
     pub plugins_dir: Option<PathBuf>,
+    /// A TOML configuration file's text, given as `MARKETPLACE_CONFIG`.
+    pub config: Option<String>,
 }
 
 impl Server {
@@ -276,6 +280,13 @@ impl Server {
             cmd.env("MARKETPLACE_STORE", url)
                 .env("MARKETPLACE_STORE_SCHEMA", schema_of(&data_dir));
         }
+        let config = opts.config.as_ref().map(|toml| {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let file = dir.path().join("marketplace.toml");
+            std::fs::write(&file, toml).unwrap();
+            cmd.env("MARKETPLACE_CONFIG", &file);
+            dir
+        });
         for (k, v) in &opts.env {
             cmd.env(k, v);
         }
@@ -318,6 +329,7 @@ impl Server {
             child,
             data_dir,
             _tmp: tmp,
+            _config: config,
             log,
         }
     }
