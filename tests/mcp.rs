@@ -1480,6 +1480,8 @@ fn a2a_jsonrpc_errors() {
         &json!({"jsonrpc": "2.0", "method": "SendMessage", "params": {"message": {"role": "ROLE_USER", "messageId": "n1", "parts": [{"text": "search logo"}]}}}),
     );
     assert_eq!((r.status, r.body.len()), (202, 0), "{}", r.text());
+    let doc = s.get("/openapi.json").json();
+    assert!(doc["paths"]["/a2a"]["post"]["responses"]["202"].is_object());
     assert_eq!(code(req("SendMessage", json!({}))), -32602);
     assert_eq!(
         code(req("SendMessage", json!({"message": {"parts": []}}))),

@@ -451,7 +451,24 @@ fn answers_of_the_largest_posts_page_on_instead_of_failing() {
     }
     assert_eq!(listed, comments);
     assert!(pages > 1, "one answer held every large comment");
-    assert_eq!(s.get(&format!("/api/thread/{root}?after=nope")).status, 400);
+    // A cursor is a post id, as the document says (an empty one too is 400).
+    for bad in ["nope", ""] {
+        assert_eq!(
+            s.get(&format!("/api/thread/{root}?after={bad}")).status,
+            400
+        );
+    }
+    let doc = s.get("/openapi.json").json();
+    let params = doc["paths"]["/api/thread/{post_id}"]["get"]["parameters"].clone();
+    let after = params
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "after");
+    assert_eq!(
+        after.unwrap()["schema"]["pattern"],
+        "^post_[0-9A-Za-z]{1,59}$"
+    );
     // The timeline, at its default and its largest limit, goes on with
     // `next_before`.
     let mut newest_first = comments.clone();

@@ -312,13 +312,13 @@ pub fn error_response(status: u16) -> Value {
 }
 
 /// The schema of a query parameter: `limit` is 1 to 100, `term` and `q`
-/// are non-blank (at most 1000 characters), `before` is a post id; any
-/// other has its plain type.
+/// are non-blank (at most 1000 characters), the cursors `before` and
+/// `after` are post ids; any other has its plain type.
 pub fn query_schema(name: &str, ty: &str) -> Value {
     match name {
         "limit" => json!({"type": "integer", "minimum": 1, "maximum": 100}),
         "term" | "q" => nonblank(1000),
-        "before" => json!({"type": "string", "pattern": "^post_[0-9A-Za-z]{1,59}$"}),
+        "before" | "after" => json!({"type": "string", "pattern": "^post_[0-9A-Za-z]{1,59}$"}),
         _ => t(ty),
     }
 }
