@@ -31,7 +31,7 @@
 //! Settings: BENCH_SECONDS (default 10 per route), BENCH_CONNECTIONS (32),
 //! BENCH_ROUNDS (2), BENCH_ROUTES (comma list of paths, default all four),
 //! BENCH_PAID (1), BENCH_PAID_CONNECTIONS (64), BENCH_PAID_SECONDS (the paid
-//! run's length, default BENCH_SECONDS: at about 6,000 posts/s, 17 writes
+//! run's length, default BENCH_SECONDS: at 4,000 to 6,000 posts/s, 25 writes
 //! the 100,000 posts the search target names), BENCH_GENERATOR (`wrk` or
 //! `load`; default wrk when on PATH), BENCH_WRK_THREADS (2), BENCH_LOG (the
 //! server's log filter, default `info` as in production; the log goes to a
