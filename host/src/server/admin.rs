@@ -488,10 +488,7 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                             ),
                         )
                     }
-                    Err(e) => {
-                        tracing::error!("mint failed: {e:#}");
-                        Reply::error(500, "internal", "internal error")
-                    }
+                    Err(e) => mint_failure(&e),
                 },
                 Ok(_) => Reply::invalid("amount", "must be positive"),
                 Err(e) => Reply::invalid("amount", e.to_string()),
@@ -534,7 +531,48 @@ pub fn mint(app: &App, units: u64) -> Result<String> {
     let secret = app
         .storage
         .write(|txn| app.ledger.mint(txn, units))
-        .map_err(|e| anyhow::anyhow!("{e}"))??;
+        .map_err(anyhow::Error::from)??;
     tracing::info!(target: "admin", amount = %marketplace_common::amount::format(units), "minted");
     Ok(secret)
+}
+
+/// The answer to a mint that failed in storage: a mint that kept losing
+/// races with other hosts' (a shared store; `storage.write` ran it again
+/// first) is 503 `storage_conflict` with `Retry-After`, and nothing was
+/// minted; anything else is a 500, logged.
+fn mint_failure(e: &anyhow::Error) -> Reply {
+    match e.downcast_ref::<crate::store::StorageError>() {
+        Some(storage) => {
+            if !matches!(storage, crate::store::StorageError::Conflict) {
+                tracing::error!("mint failed: {e:#}");
+            }
+            crate::reply::storage_failure(storage)
+        }
+        None => {
+            tracing::error!("mint failed: {e:#}");
+            Reply::error(500, "internal", "internal error")
+        }
+    }
+}
+
+#[cfg(test)]
+mod mint_tests {
+    use super::*;
+    use crate::store::StorageError;
+
+    #[test]
+    fn a_mint_that_kept_losing_races_is_503_with_retry_after() {
+        let lost = mint_failure(&anyhow::Error::from(StorageError::Conflict));
+        assert_eq!(lost.status, 503);
+        assert!(
+            lost.headers
+                .iter()
+                .any(|(k, v)| k == "retry-after" && v == "1")
+        );
+        let body: serde_json::Value = serde_json::from_slice(&lost.body).unwrap();
+        assert_eq!(body["code"], "storage_conflict");
+        let broken = mint_failure(&anyhow::Error::from(StorageError::Internal("disk".into())));
+        assert_eq!(broken.status, 500);
+        assert_eq!(mint_failure(&anyhow::anyhow!("other")).status, 500);
+    }
 }
