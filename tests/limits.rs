@@ -1214,3 +1214,38 @@ fn metrics_are_served_to_the_operator_and_count_what_happened() {
     let l3 = scrape_listener(metrics_addr);
     assert_eq!(l3.get("marketplace_ledger_minted_units", &[]), units("1.1"));
 }
+
+/// A plugin frames nothing: its `Content-Length`, `Transfer-Encoding` and
+/// `Connection` are dropped and the host frames its whole body, so what
+/// follows on the connection is the next request's answer, not text the
+/// plugin wrote. A status that is not final is a 500.
+#[test]
+fn a_plugin_cannot_frame_its_own_answer() {
+    let s = server_with(true, &[]);
+    let body = b"{}HTTP/1.1 200 OK\r\ncontent-length: 19\r\n\r\n{\"smuggled\": true }";
+    let out = raw_answer(
+        &s,
+        b"GET /_testing/framing HTTP/1.1\r\nhost: t\r\n\r\nGET /api/health HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n",
+    );
+    let (head, rest) = out.split_once("\r\n\r\n").expect("an answer");
+    let head = head.to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(
+        head.contains(&format!("content-length: {}\r\n", body.len())),
+        "{head}"
+    );
+    assert!(!head.contains("transfer-encoding"), "{head}");
+    assert!(!head.contains("content-length: 2\r\n"), "{head}");
+    let body = String::from_utf8_lossy(body);
+    assert!(rest.starts_with(body.as_ref()), "{rest}");
+    let second = &rest[body.len()..];
+    assert!(second.starts_with("HTTP/1.1 200"), "{second}");
+    assert!(second.contains("\"storage\""), "{second}");
+    assert!(!second.contains("smuggled"), "{second}");
+
+    for status in [101, 199] {
+        let r = s.get(&format!("/_testing/framing?status={status}"));
+        assert_eq!(r.status, 500, "{status}");
+        assert_eq!(r.json()["code"], "internal");
+    }
+}

@@ -56,11 +56,112 @@ impl Reply {
     }
 }
 
+/// Headers that say how the message is framed or how the connection goes
+/// on: the host's HTTP layer sets them, so a plugin's are dropped (a
+/// plugin's `content-length` could otherwise end its body early and make
+/// the rest of it the next answer on the connection).
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "content-length",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "x-request-id",
+];
+
+impl Reply {
+    /// A plugin's answer as the host may send it: `Err` (the reason, for
+    /// the log) when its status is not a final one (200 to 599) or a
+    /// header name or value is not valid HTTP; framing and connection
+    /// headers ([`HOP_BY_HOP`], and the host's `x-request-id`) are
+    /// dropped, names lower-cased.
+    pub fn from_plugin(
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    ) -> Result<Reply, String> {
+        use hyper::header::{HeaderName, HeaderValue};
+        if !(200..=599).contains(&status) {
+            return Err(format!(
+                "status {status} is not a final status (200 to 599)"
+            ));
+        }
+        let mut kept = Vec::with_capacity(headers.len());
+        for (name, value) in headers {
+            let Ok(parsed) = HeaderName::from_bytes(name.as_bytes()) else {
+                return Err(format!("header name {name:?} is not valid"));
+            };
+            if HeaderValue::from_str(&value).is_err() {
+                return Err(format!("the value of header {name:?} is not valid"));
+            }
+            if !HOP_BY_HOP.contains(&parsed.as_str()) {
+                kept.push((parsed.as_str().to_string(), value));
+            }
+        }
+        Ok(Reply {
+            status,
+            headers: kept,
+            body,
+        })
+    }
+}
+
 /// The answer to a storage failure of the host's own: 503
 /// `storage_conflict` for a lost race, else a 500 (logged by the caller).
 pub fn storage_failure(e: &crate::store::StorageError) -> Reply {
     match e {
         crate::store::StorageError::Conflict => Reply::conflict(),
         _ => Reply::error(500, "internal", "internal error"),
+    }
+}
+
+#[cfg(test)]
+mod plugin_answer_tests {
+    use super::Reply;
+
+    fn h(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn framing_headers_of_a_plugin_are_dropped() {
+        let reply = Reply::from_plugin(
+            200,
+            h(&[
+                ("Content-Length", "2"),
+                ("transfer-encoding", "chunked"),
+                ("Connection", "close"),
+                ("x-request-id", "forged"),
+                ("ETag", "\"v1\""),
+            ]),
+            b"{}HTTP/1.1 200 OK".to_vec(),
+        )
+        .unwrap();
+        assert_eq!(reply.headers, h(&[("etag", "\"v1\"")]));
+        assert_eq!(reply.body, b"{}HTTP/1.1 200 OK");
+    }
+
+    #[test]
+    fn only_final_statuses_and_valid_headers_pass() {
+        for status in [0, 100, 101, 199, 600, 999] {
+            assert!(
+                Reply::from_plugin(status, vec![], vec![]).is_err(),
+                "{status}"
+            );
+        }
+        for status in [200, 304, 404, 599] {
+            assert!(
+                Reply::from_plugin(status, vec![], vec![]).is_ok(),
+                "{status}"
+            );
+        }
+        assert!(Reply::from_plugin(200, h(&[("bad name", "x")]), vec![]).is_err());
+        assert!(Reply::from_plugin(200, h(&[("x-a", "line\r\nx-b: y")]), vec![]).is_err());
     }
 }

@@ -27,6 +27,17 @@ pub const OPS: &[Op] = &[
         "The dispatch benchmark's route.",
     ),
     Op {
+        query: &[("status", "integer", false, "the status to answer")],
+        ..op(
+            "GET",
+            "/_testing/framing",
+            "testingFraming",
+            "testing",
+            "Forged framing",
+            "Answers with its own Content-Length, Transfer-Encoding and Connection headers, which the host must not send.",
+        )
+    },
+    Op {
         query: FAULT,
         ..op(
             "GET",
@@ -194,6 +205,7 @@ mod tests {
         assert_eq!(openapi::check(OPS, &json!({})), Ok(()));
         let expected = [
             ("GET", "/_testing/ok", false),
+            ("GET", "/_testing/framing", false),
             ("GET", "/_testing/trap", false),
             ("GET", "/_testing/loop", false),
             ("GET", "/_testing/alloc", false),

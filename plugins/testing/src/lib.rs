@@ -32,6 +32,22 @@ impl Endpoint for Testing {
         }
         match req.route() {
             "/_testing/ok" => Ok(json(200, &json!({"ok": true}))),
+            // A body that ends early by its own Content-Length and carries a
+            // second answer after it: the host must frame it itself.
+            "/_testing/framing" => {
+                let status = req.query_int("status", 0, 999)?.unwrap_or(200) as u16;
+                let body = b"{}HTTP/1.1 200 OK\r\ncontent-length: 19\r\n\r\n{\"smuggled\": true }";
+                Ok(Response {
+                    status,
+                    headers: vec![
+                        ("content-type".into(), "application/json".into()),
+                        ("Content-Length".into(), "2".into()),
+                        ("transfer-encoding".into(), "identity".into()),
+                        ("connection".into(), "keep-alive".into()),
+                    ],
+                    body: body.to_vec(),
+                })
+            }
             "/_testing/trap" => panic!("deliberate trap"),
             "/_testing/loop" => {
                 let mut n: u64 = 0;

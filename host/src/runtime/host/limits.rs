@@ -10,12 +10,15 @@ impl limits::Host for Ctx {
     fn on_fault(&mut self, answer: types::Response) {
         if answer.status == 0 {
             self.on_fault = None;
-        } else if (200..=599).contains(&answer.status) {
-            self.on_fault = Some(Reply {
-                status: answer.status,
-                headers: answer.headers,
-                body: answer.body,
-            });
+        } else {
+            // An answer that is not one the host may send is not kept (the
+            // fault then gets the host's own answer).
+            match Reply::from_plugin(answer.status, answer.headers, answer.body) {
+                Ok(reply) => self.on_fault = Some(reply),
+                Err(why) => {
+                    tracing::warn!(family = %self.family, "fault answer not kept: {why}");
+                }
+            }
         }
     }
 

@@ -188,15 +188,13 @@ impl Ctx {
     /// when (and only when) the answer is a 2xx of a mutating request;
     /// `RunAgain` when the commit lost a race on the shared store.
     pub async fn finish(mut self, resp: types::Response) -> Result<Reply, RunAgain> {
-        let mut reply = Reply {
-            status: resp.status,
-            headers: resp.headers,
-            body: resp.body,
+        let mut reply = match Reply::from_plugin(resp.status, resp.headers, resp.body) {
+            Ok(reply) => reply,
+            Err(why) => {
+                tracing::error!(family = %self.family, "plugin answered an invalid response: {why}");
+                return Ok(self.refund_upstream(Reply::error(500, "internal", "internal error")));
+            }
         };
-        if !(100..=599).contains(&reply.status) {
-            tracing::error!(family = %self.family, status = reply.status, "plugin answered an invalid status");
-            return Ok(self.refund_upstream(Reply::error(500, "internal", "internal error")));
-        }
         if reply.is_success() && self.unheld > 0 {
             tracing::error!(family = %self.family, units = self.unheld, "escrow charge not held in a contract's account: nothing is kept");
             return Ok(Reply::error(500, "internal", "internal error"));
