@@ -127,6 +127,17 @@ pub fn assemble(host_routes: Vec<Route>, families: &[(&str, &Api)]) -> Result<Se
         }
     }
     let table = Table::new(routes)?;
+    // operationId -> who uses it: unique across the document (OpenAPI
+    // requires it; `/docs` anchors and doc search links by it).
+    let mut operation_owner: std::collections::HashMap<String, String> = doc["paths"]
+        .as_object()
+        .into_iter()
+        .flat_map(|paths| paths.values())
+        .filter_map(Value::as_object)
+        .flat_map(|item| item.values())
+        .filter_map(|op| op["operationId"].as_str())
+        .map(|id| (id.to_string(), "the host".to_string()))
+        .collect();
     for (family, api) in families {
         let schemas = doc["components"]["schemas"]
             .as_object_mut()
@@ -153,6 +164,20 @@ pub fn assemble(host_routes: Vec<Route>, families: &[(&str, &Api)]) -> Result<Se
             .as_object_mut()
             .ok_or("host OpenAPI document has no paths")?;
         for d in &api.routes {
+            if let Some(id) = d.operation["operationId"].as_str()
+                && let Some(owner) = operation_owner.insert(id.to_string(), family.to_string())
+            {
+                return Err(format!(
+                    "operationId conflict: {family} names {} {} `{id}`, which {} already uses",
+                    d.method,
+                    d.pattern,
+                    if owner == *family {
+                        "it"
+                    } else {
+                        owner.as_str()
+                    }
+                ));
+            }
             let mut op = d.operation.clone();
             if let Value::Object(m) = &mut op {
                 m.insert("x-family".into(), Value::String(family.to_string()));
@@ -249,6 +274,45 @@ mod tests {
             err.contains("schema conflict") && err.contains('A'),
             "{err}"
         );
+    }
+
+    #[test]
+    fn operation_ids_are_unique_across_the_document() {
+        let with_id = |path: &str, id: &str| {
+            Api::check(
+                vec![(
+                    "GET".into(),
+                    path.into(),
+                    false,
+                    None,
+                    json!({"operationId": id}).to_string(),
+                    None,
+                )],
+                "{}",
+            )
+            .unwrap()
+        };
+        let a = with_id("/api/a", "search");
+        let b = with_id("/api/b", "search");
+        let err = assemble(vec![], &[("a", &a), ("b", &b)]).unwrap_err();
+        assert!(
+            err.contains("operationId conflict") && err.contains("`search`"),
+            "{err}"
+        );
+        assert!(err.contains("which a already uses"), "{err}");
+        let c = with_id("/api/c", "searchMore");
+        assert!(assemble(vec![], &[("a", &a), ("c", &c)]).is_ok());
+        // The host's own operations count too.
+        let host_id = serde_json::from_str::<Value>(HOST_OPENAPI).unwrap()["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .flat_map(|item| item.as_object().unwrap().values())
+            .find_map(|op| op["operationId"].as_str().map(str::to_string))
+            .unwrap();
+        let h = with_id("/api/h", &host_id);
+        let err = assemble(vec![], &[("h", &h)]).unwrap_err();
+        assert!(err.contains("the host"), "{err}");
     }
 
     #[test]
