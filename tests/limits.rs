@@ -1249,3 +1249,36 @@ fn a_plugin_cannot_frame_its_own_answer() {
         assert_eq!(r.json()["code"], "internal");
     }
 }
+
+/// A request whose client leaves before the answer stops counting in
+/// `marketplace_requests_in_flight` (it stayed counted for good), and the
+/// log says it went unanswered.
+#[test]
+fn a_request_whose_client_left_stops_counting_in_flight() {
+    let s = server_with(true, &[]);
+    for _ in 0..3 {
+        let mut c = TcpStream::connect(s.addr).unwrap();
+        c.write_all(b"GET /_testing/loop?budget_ms=3000 HTTP/1.1\r\nhost: t\r\n\r\n")
+            .unwrap();
+        // The request has begun before its client goes.
+        let until = Instant::now() + Duration::from_secs(10);
+        while scrape_admin(&s).get("marketplace_requests_in_flight", &[]) < 1.0 {
+            assert!(Instant::now() < until, "the request never began");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        c.shutdown(std::net::Shutdown::Both).unwrap();
+        drop(c);
+        // Its deadline (the default second) ends the call either way.
+        let until = Instant::now() + Duration::from_secs(10);
+        while scrape_admin(&s).get("marketplace_requests_in_flight", &[]) > 0.0 {
+            assert!(
+                Instant::now() < until,
+                "a request whose client left still counts as in flight"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    s.wait_log("the unanswered request", |log| {
+        log.contains("the client went away before its answer")
+    });
+}

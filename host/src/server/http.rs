@@ -411,6 +411,51 @@ fn sequence_id(prefix: &str, seq: u64) -> String {
     id
 }
 
+/// A request counted in `marketplace_requests_in_flight` until it is
+/// answered or its client goes away (hyper then drops the request's
+/// future, and with it this guard): either way it stops counting, and a
+/// request whose client left unanswered gets a log line of its own.
+struct InFlight<'a> {
+    id: &'a str,
+    method: &'a str,
+    path: &'a str,
+    start: Instant,
+    answered: bool,
+}
+
+impl<'a> InFlight<'a> {
+    fn start(id: &'a str, method: &'a str, path: &'a str, start: Instant) -> Self {
+        metrics().in_flight.inc();
+        InFlight {
+            id,
+            method,
+            path,
+            start,
+            answered: false,
+        }
+    }
+
+    fn answered(mut self) {
+        self.answered = true;
+        metrics().in_flight.dec();
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            metrics().in_flight.dec();
+            tracing::info!(
+                request_id = self.id,
+                method = self.method,
+                path = self.path,
+                micros = self.start.elapsed().as_micros() as u64,
+                "request: the client went away before its answer"
+            );
+        }
+    }
+}
+
 async fn handle(
     app: Arc<App>,
     gates: Arc<Gates>,
@@ -420,11 +465,10 @@ async fn handle(
     let id = request_id(&req);
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
-    let m = metrics();
-    m.in_flight.inc();
+    let in_flight = InFlight::start(&id, &method, &path, start);
     let has_body = !hyper::body::Body::is_end_stream(req.body());
     let (mut reply, route) = dispatch(&app, &gates, req, &id).await;
-    m.in_flight.dec();
+    in_flight.answered();
     // A request no route took (404, 405, 503 while loading) leaves its
     // body unread; while draining, no connection is kept for another.
     if (has_body && route.is_none()) || *gates.draining.borrow() {
