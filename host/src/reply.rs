@@ -57,9 +57,10 @@ impl Reply {
 }
 
 /// Headers that say how the message is framed or how the connection goes
-/// on: the host's HTTP layer sets them, so a plugin's are dropped (a
-/// plugin's `content-length` could otherwise end its body early and make
-/// the rest of it the next answer on the connection).
+/// on, and the host's request id: the host's HTTP layer sets them, so a
+/// plugin's are dropped (a plugin's `content-length` could otherwise end
+/// its body early and make the rest of it the next answer on the
+/// connection).
 const HOP_BY_HOP: [&str; 9] = [
     "connection",
     "content-length",
@@ -75,9 +76,8 @@ const HOP_BY_HOP: [&str; 9] = [
 impl Reply {
     /// A plugin's answer as the host may send it: `Err` (the reason, for
     /// the log) when its status is not a final one (200 to 599) or a
-    /// header name or value is not valid HTTP; framing and connection
-    /// headers ([`HOP_BY_HOP`], and the host's `x-request-id`) are
-    /// dropped, names lower-cased.
+    /// header name or value is not valid HTTP; [`HOP_BY_HOP`] headers are
+    /// dropped, names lower-cased (a name already so is kept as given).
     pub fn from_plugin(
         status: u16,
         headers: Vec<(String, String)>,
@@ -97,9 +97,15 @@ impl Reply {
             if HeaderValue::from_str(&value).is_err() {
                 return Err(format!("the value of header {name:?} is not valid"));
             }
-            if !HOP_BY_HOP.contains(&parsed.as_str()) {
-                kept.push((parsed.as_str().to_string(), value));
+            if HOP_BY_HOP.contains(&parsed.as_str()) {
+                continue;
             }
+            let name = if parsed.as_str() == name {
+                name
+            } else {
+                parsed.as_str().to_string()
+            };
+            kept.push((name, value));
         }
         Ok(Reply {
             status,
