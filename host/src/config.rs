@@ -103,6 +103,9 @@ pub struct Config {
     pub store_schema: String,
     /// Most connections to the shared store.
     pub store_connections: u64,
+    /// Longest wait for one round trip to the shared store, or for a free
+    /// connection to it (see `store::pg`).
+    pub store_timeout_ms: u64,
     /// The server key (64 hex): HMAC key of server-made secrets. Unset:
     /// `<data_dir>/server.key` (redb), or the shared store's (postgres).
     pub server_key: Option<String>,
@@ -187,6 +190,7 @@ impl Default for Config {
             store: "redb".into(),
             store_schema: "marketplace".into(),
             store_connections: 64,
+            store_timeout_ms: 10_000,
             server_key: None,
             settings: BTreeMap::new(),
             families: BTreeMap::new(),
@@ -291,8 +295,9 @@ impl Config {
                 self.log
             );
         }
-        let ranges: [(&str, u64, u64, u64); 16] = [
+        let ranges: [(&str, u64, u64, u64); 17] = [
             ("store_connections", self.store_connections, 2, 10_000),
+            ("store_timeout_ms", self.store_timeout_ms, 100, 600_000),
             ("request_timeout_ms", self.request_timeout_ms, 1, 60_000),
             ("plugin_memory_mib", self.plugin_memory_mib, 1, 4096),
             ("max_instances", self.max_instances.into(), 1, 10_000),

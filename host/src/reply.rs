@@ -51,6 +51,20 @@ impl Reply {
         reply
     }
 
+    /// The shared store could not be reached while the request ran.
+    /// A write may not have been kept (or, when the connection broke at its
+    /// commit, may have been): an identical retry of a paid request is
+    /// answered as the first was if it was.
+    pub fn store_unavailable() -> Reply {
+        let mut reply = Reply::error(
+            503,
+            "store_unavailable",
+            "the shared store is unavailable; try again (an identical retry of a paid request is answered as the first was, if that was kept)",
+        );
+        reply.headers.push(("retry-after".into(), "1".into()));
+        reply
+    }
+
     pub fn is_success(&self) -> bool {
         (200..300).contains(&self.status)
     }

@@ -41,6 +41,7 @@ impl State {
                 &config.store,
                 &config.store_schema,
                 config.store_connections as usize,
+                std::time::Duration::from_millis(config.store_timeout_ms),
                 config.commit_settings(),
             )
             .with_context(|| {

@@ -619,6 +619,7 @@ fn mint_offline(data_dir: &Path, n: usize, env: &[(String, String)]) -> (String,
                 &config.store,
                 &config.store_schema,
                 4,
+                std::time::Duration::from_millis(config.store_timeout_ms),
                 config.commit_settings(),
             )
             .unwrap(),

@@ -83,8 +83,14 @@ pub fn schema_of(data_dir: &Path) -> String {
 pub fn open_store(data_dir: &Path) -> marketplace::store::Storage {
     if backend_is_postgres() {
         let url = pg_url().expect("MARKETPLACE_TEST_PG");
-        marketplace::store::Storage::open_pg(&url, &schema_of(data_dir), 2, Default::default())
-            .expect("opening the server's schema")
+        marketplace::store::Storage::open_pg(
+            &url,
+            &schema_of(data_dir),
+            2,
+            std::time::Duration::from_secs(10),
+            Default::default(),
+        )
+        .expect("opening the server's schema")
     } else {
         marketplace::store::Storage::open(&data_dir.join("marketplace.redb"), Default::default())
             .expect("opening the stopped server's database")

@@ -542,21 +542,73 @@ impl std::error::Error for OutOfRange {}
 
 /// Add `delta` to a named total (refusing to go below zero or past
 /// `u64::MAX`: [`OutOfRange`]).
+///
+/// On a shared store every paid request of the fleet adds to `fees` or
+/// `escrow`: one row would make any two hosts' batches conflict. There each
+/// host adds to a shard of its own (`<name>#<shard>`, a signed i128 BE:
+/// escrow held on one host may be released through another's), and the total is
+/// the plain row plus every shard ([`total`]). An increase of `fees` or
+/// `escrow` is bounded by what was minted (the conservation invariant), so
+/// it reads only its shard; a decrease, or a mint, reads the whole total
+/// to check its range (rarer requests, which may then race other hosts').
 pub fn add_total(txn: &WriteTxn, name: &str, delta: i128) -> Result<()> {
-    let next = total(txn, name)? as i128 + delta;
-    if !(0..=u64::MAX as i128).contains(&next) {
-        return Err(OutOfRange(format!("{name} would become {next}")).into());
+    let out_of_range = |next: i128| OutOfRange(format!("{name} would become {next}"));
+    let Some(shard) = txn.counter_shard() else {
+        // The embedded store never has shards.
+        let next = plain_total(txn, name)? as i128 + delta;
+        if !(0..=u64::MAX as i128).contains(&next) {
+            return Err(out_of_range(next).into());
+        }
+        txn.put_in(TOTALS, name.as_bytes(), &(next as u64).to_be_bytes())?;
+        return Ok(());
+    };
+    if delta < 0 || name == "minted" {
+        let next = total(txn, name)? as i128 + delta;
+        if !(0..=u64::MAX as i128).contains(&next) {
+            return Err(out_of_range(next).into());
+        }
     }
-    txn.put_in(TOTALS, name.as_bytes(), &(next as u64).to_be_bytes())?;
+    let key = shard_key(name, shard);
+    let mine = match txn.get_in(TOTALS, &key)? {
+        Some(v) => i128::from_be_bytes(v.as_slice().try_into().context("a shard is 16 bytes")?),
+        None => 0,
+    };
+    let next = mine.checked_add(delta).ok_or_else(|| out_of_range(mine))?;
+    txn.put_in(TOTALS, &key, &next.to_be_bytes())?;
     Ok(())
 }
 
-/// Read a named total.
-pub fn total(kv: &impl Kv, name: &str) -> Result<u64> {
+/// The row of a total's shard: the name, `#`, the shard in hex.
+fn shard_key(name: &str, shard: u16) -> Vec<u8> {
+    format!("{name}#{shard:04x}").into_bytes()
+}
+
+/// The row of a named total (all of it on the embedded store).
+fn plain_total(kv: &impl Kv, name: &str) -> Result<u64> {
     Ok(match kv.get_in(TOTALS, name.as_bytes())? {
         Some(v) => u64::from_be_bytes(v.as_slice().try_into().context("a total is 8 bytes")?),
         None => 0,
     })
+}
+
+/// Read a named total: its row, plus its shards on a shared store.
+pub fn total(kv: &impl Kv, name: &str) -> Result<u64> {
+    let mut sum = plain_total(kv, name)? as i128;
+    // `#`..`$`: every `<name>#...` row.
+    let (start, end) = (format!("{name}#"), format!("{name}$"));
+    for (_, v) in kv.scan_in(
+        TOTALS,
+        start.as_bytes(),
+        Some(end.as_bytes()),
+        false,
+        usize::MAX,
+    )? {
+        let shard = i128::from_be_bytes(v.as_slice().try_into().context("a shard is 16 bytes")?);
+        sum = sum
+            .checked_add(shard)
+            .context("a total's rows add up past i128")?;
+    }
+    u64::try_from(sum).map_err(|_| anyhow::anyhow!("the {name} total's rows add up to {sum}"))
 }
 
 /// A kept answer: secrets replaced by marks `{nonce}-{i}`.

@@ -296,6 +296,10 @@ pub struct Caller {
     /// Dispatches between this request and the client's (0: the client's
     /// own); at most [`MAX_DISPATCH_DEPTH`].
     pub depth: u8,
+    /// Runs again after losing races on a shared store (or was dispatched
+    /// by such a run): its writes take a commit batch of their own
+    /// ([`crate::store::group_commit::Pending::alone`]).
+    pub alone: bool,
 }
 
 /// How deep dispatched requests may nest: a chain of families (or a
@@ -1037,7 +1041,11 @@ impl Runtime {
         write: bool,
         from: Caller,
     ) -> Reply {
-        run_again_on_conflict(|| {
+        run_again_on_conflict(|alone| {
+            let from = Caller {
+                alone: alone || from.alone,
+                ..from
+            };
             run_to_end(self.handle_once(family, &req, payment.clone(), write, false, from))
         })
         .unwrap_or_else(|RunAgain| {

@@ -13,6 +13,10 @@ pub struct CallLimiter {
     deadline: Instant,
     /// How much [`CallLimiter::extend`] gave the call so far.
     extended: Duration,
+    /// This thread's wait for a shared store when the call started
+    /// ([`crate::store::pg::waited_here`]): the wait since is not the
+    /// plugin's time either.
+    store_base: Duration,
     /// The call runs on an async worker: it yields to the worker's other
     /// tasks on every epoch tick instead of running on.
     pub(crate) yields: bool,
@@ -33,6 +37,7 @@ impl CallLimiter {
             hit: false,
             deadline: Instant::now() + Duration::from_secs(3600),
             extended: Duration::ZERO,
+            store_base: Duration::ZERO,
             yields: false,
             holds_batch: false,
         }
@@ -41,6 +46,7 @@ impl CallLimiter {
     /// Start the call's clock: it may run for `budget` from now.
     pub fn start(&mut self, budget: Duration) {
         self.deadline = Instant::now() + budget;
+        self.store_base = crate::store::pg::waited_here();
     }
 
     /// Let the call run at most `budget` more (never longer than before).
@@ -50,16 +56,23 @@ impl CallLimiter {
 
     /// Give the call `by` more: the wall time of a host call that must not
     /// count against the plugin (a call to the upstream webcash server, the
-    /// wait for the commit batch, a shared store's round trips), up to
-    /// [`MAX_EXTENSION`] in all.
+    /// wait for the commit batch), up to [`MAX_EXTENSION`] in all (a
+    /// shared store's round trips are counted apart: [`CallLimiter::expired`]).
     pub fn extend(&mut self, by: Duration) {
         let by = by.min(MAX_EXTENSION.saturating_sub(self.extended));
         self.extended += by;
         self.deadline += by;
     }
 
+    /// Whether the deadline has passed, not counting this thread's wait
+    /// for a shared store since the call started (with what
+    /// [`CallLimiter::extend`] gave, at most [`MAX_EXTENSION`]). A call
+    /// runs on one thread when the store is shared; on the embedded store
+    /// nothing is waited for there.
     pub fn expired(&self) -> bool {
-        Instant::now() >= self.deadline
+        let store = crate::store::pg::waited_here().saturating_sub(self.store_base);
+        let store = store.min(MAX_EXTENSION.saturating_sub(self.extended));
+        Instant::now() >= self.deadline + store
     }
 }
 

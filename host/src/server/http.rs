@@ -601,7 +601,13 @@ async fn dispatch(
         path,
         from_memory,
     };
-    let reply = serve_route(app, gates, req, found).instrument(span).await;
+    let outages = app.storage.outages();
+    let mut reply = serve_route(app, gates, req, found).instrument(span).await;
+    // A 500 while the shared store could not be reached is that outage's
+    // (the plugin saw storage errors): say so, with when to try again.
+    if reply.status == 500 && app.storage.outages() != outages {
+        reply = Reply::store_unavailable();
+    }
     (reply, served_by)
 }
 

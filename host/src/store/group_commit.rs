@@ -314,6 +314,25 @@ enum Released {
 pub struct Pending {
     gc: Arc<GroupCommit>,
     counted: bool,
+    /// Run again after a lost race: on a shared store its batch holds it
+    /// alone (see [`Pending::alone`]).
+    alone: bool,
+}
+
+impl Pending {
+    /// With `alone` (a request running again after its batches lost races
+    /// on a shared store), its batch holds only it: a batch open with other
+    /// members is committed first, and its own is committed as soon as it
+    /// hands the lease on. A lone request reads and writes a few rows, so
+    /// another host's short writes rarely touch what it read (PostgreSQL's
+    /// serializable checks track reads by index page), where a batch of
+    /// dozens of requests reads so many pages that a steady stream of small
+    /// writes elsewhere in the fleet could make it lose every time. The
+    /// embedded store has no races and ignores it.
+    pub fn alone(mut self, alone: bool) -> Pending {
+        self.alone = alone;
+        self
+    }
 }
 
 impl Drop for Pending {
@@ -461,6 +480,8 @@ pub struct Lease {
     txn: BatchTxn,
     batch: u64,
     outcome: Arc<Outcome>,
+    /// The batch holds only this request ([`Pending::alone`]).
+    alone: bool,
 }
 
 impl Lease {
@@ -652,6 +673,14 @@ impl GroupCommit {
         self.lock().rotations_failed
     }
 
+    /// Requests in the newest batch, and whether it is open with nobody
+    /// on it (tests).
+    #[cfg(test)]
+    pub(super) fn open_members(&self) -> (u64, bool) {
+        let s = self.lock();
+        (s.members, Self::idle(&s, s.batch))
+    }
+
     /// Closed batches not yet on disk (tests).
     #[cfg(test)]
     pub(super) fn sealed_len(&self) -> usize {
@@ -671,6 +700,7 @@ impl GroupCommit {
         Pending {
             gc: self.clone(),
             counted: true,
+            alone: false,
         }
     }
 
@@ -689,6 +719,7 @@ impl GroupCommit {
                     txn,
                     batch,
                     outcome,
+                    alone: false,
                 },
             );
         } else if s.pending == 0 && s.members == 0 && !s.leased && s.txn.is_some() {
@@ -710,7 +741,7 @@ impl GroupCommit {
                 std::thread::park();
             }
         }
-        self.take_lease()
+        self.take_lease(pending.alone)
     }
 
     /// [`GroupCommit::acquire`] for a task on the async workers: waits
@@ -739,7 +770,7 @@ impl GroupCommit {
             queued.me = None;
         }
         pending.counted = false;
-        self.take_lease()
+        self.take_lease(pending.alone)
     }
 
     /// Join the queue when the lease is held or others wait for it (the
@@ -755,16 +786,25 @@ impl GroupCommit {
         None
     }
 
-    /// With the lease held: the open batch, or a new one.
-    fn take_lease(&self) -> Result<Lease, CommitError> {
+    /// With the lease held: the open batch, or a new one. `alone` on a
+    /// shared store: a new one, once the open batch (if it has members) is
+    /// committed.
+    fn take_lease(&self, alone: bool) -> Result<Lease, CommitError> {
+        let alone = alone && matches!(self.backend, Backend::Pg(_));
         let mut s = self.lock();
         s.leased = true;
         if let Some(txn) = s.txn.take() {
-            return Ok(Lease {
-                txn,
-                batch: s.batch,
-                outcome: s.outcome.clone(),
-            });
+            if !alone || s.members == 0 {
+                return Ok(Lease {
+                    txn,
+                    batch: s.batch,
+                    outcome: s.outcome.clone(),
+                    alone,
+                });
+            }
+            // Its members wait for it: commit it here, keeping the lease.
+            let (batch, members, outcome) = (s.batch, s.members, s.outcome.clone());
+            s = self.commit_shared(s, txn, batch, members, &outcome);
         }
         while s.committing {
             s = self.shared.ended.wait(s).unwrap_or_else(|p| p.into_inner());
@@ -784,6 +824,7 @@ impl GroupCommit {
                 txn,
                 batch,
                 outcome,
+                alone,
             }),
             Err(e) => {
                 let mut s = self.lock();
@@ -879,7 +920,10 @@ impl GroupCommit {
         let (batch, outcome) = (lease.batch, lease.outcome.clone());
         let member = Released::Member { batch, outcome };
         let commit_now = s.members > 0
-            && (!self.settings.enabled || s.pending == 0 || s.members >= self.settings.max_batch);
+            && (!self.settings.enabled
+                || s.pending == 0
+                || s.members >= self.settings.max_batch
+                || lease.alone);
         if commit_now {
             self.commit_batch(s, lease);
             return if applied {
@@ -926,6 +970,7 @@ impl GroupCommit {
                     txn,
                     batch,
                     outcome,
+                    alone: false,
                 },
             );
             return self.lock();
@@ -959,13 +1004,28 @@ impl GroupCommit {
         }
         // The next request opens a new batch once this commit is done.
         Self::hand_on(&mut s);
-        s.committing = true;
-        drop(s);
         let Lease {
             txn,
             batch,
             outcome,
+            ..
         } = lease;
+        drop(self.commit_shared(s, txn, batch, members, &outcome));
+    }
+
+    /// Commit a shared store's batch `txn` (taken out of the slot, whose
+    /// lock `s` is) outside the lock, record how it ended and wake its
+    /// members; the slot locked again.
+    fn commit_shared<'a>(
+        &'a self,
+        mut s: MutexGuard<'a, Slot>,
+        txn: BatchTxn,
+        batch: u64,
+        members: u64,
+        outcome: &Outcome,
+    ) -> MutexGuard<'a, Slot> {
+        s.committing = true;
+        drop(s);
         let result = match txn {
             BatchTxn::Pg(lent) => lent.commit().map_err(CommitError::from),
             BatchTxn::Redb(_) => unreachable!("the embedded store's batches are sealed"),
@@ -975,8 +1035,9 @@ impl GroupCommit {
         if result.is_ok() {
             synced(&mut s, members);
         }
-        ended(&mut s, batch, members, &outcome, &result);
+        ended(&mut s, batch, members, outcome, &result);
         self.shared.ended.notify_all();
+        s
     }
 
     /// Close the embedded store's batch: it joins the ordered list the
@@ -990,6 +1051,7 @@ impl GroupCommit {
             txn,
             batch,
             outcome,
+            ..
         } = lease;
         let BatchTxn::Redb(open) = txn else {
             unreachable!("checked by the caller")

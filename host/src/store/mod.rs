@@ -107,9 +107,15 @@ pub struct Storage {
 #[derive(Debug)]
 pub struct RunAgain;
 
-/// How many times a request that lost a race runs again before the host
-/// answers 503 `storage_conflict`.
+/// How many times a request that lost a race runs again at least before
+/// the host answers 503 `storage_conflict`...
 pub const CONFLICT_RETRIES: u32 = 8;
+/// ...and for how long since its first run it goes on running again after
+/// that. (On a small shared database PostgreSQL's page-granular read
+/// tracking makes most concurrent writers conflict: a steady stream of
+/// writes elsewhere in the fleet can make a request lose more than 8 times
+/// in a row, however short it is.)
+pub const CONFLICT_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The pause before run `attempt` (1-based) of a request that lost a race:
 /// growing, with jitter, so that the racers do not meet again.
@@ -120,16 +126,27 @@ fn conflict_backoff(attempt: u32) -> std::time::Duration {
     std::time::Duration::from_micros(cap_us / 2 + u64::from(u16::from_le_bytes(r)) % cap_us)
 }
 
-/// Run `once` until it does not lose a race (`RunAgain`), at most
-/// [`CONFLICT_RETRIES`] times more, pausing between runs; `RunAgain` when
-/// it lost every time.
+/// From which run again on a request takes a batch of its own
+/// ([`group_commit::Pending::alone`]). The first run again shares a batch
+/// as before: with many true conflicts (hot rows) one-request batches
+/// would cost a transaction each (measured: a third fewer paid posts a
+/// second over three hosts, ten times as many runs again); a request that
+/// lost twice most likely meets writes elsewhere it cannot avoid in a
+/// batch.
+pub const ALONE_FROM_RUN: u32 = 2;
+
+/// Run `once` until it does not lose a race (`RunAgain`), pausing between
+/// runs: at least [`CONFLICT_RETRIES`] times more, then while
+/// [`CONFLICT_BUDGET`] has not passed since the first; `RunAgain` when it
+/// lost every time. `once` is told whether it is to run alone (from the
+/// [`ALONE_FROM_RUN`]th run again).
 pub fn run_again_on_conflict<T>(
-    mut once: impl FnMut() -> Result<T, RunAgain>,
+    mut once: impl FnMut(bool) -> Result<T, RunAgain>,
 ) -> Result<T, RunAgain> {
-    let mut attempt = 0;
+    let (mut attempt, started) = (0, std::time::Instant::now());
     loop {
-        match once() {
-            Err(RunAgain) if attempt < CONFLICT_RETRIES => {
+        match once(attempt >= ALONE_FROM_RUN) {
+            Err(RunAgain) if attempt < CONFLICT_RETRIES || started.elapsed() < CONFLICT_BUDGET => {
                 attempt += 1;
                 crate::metrics::metrics().conflict_retries.inc();
                 std::thread::sleep(conflict_backoff(attempt));
@@ -412,9 +429,10 @@ impl Storage {
         url: &str,
         schema: &str,
         connections: usize,
+        timeout: std::time::Duration,
         commit: group_commit::Settings,
     ) -> Result<Storage> {
-        let store = pg::PgStore::open(url, schema, connections)?;
+        let store = pg::PgStore::open(url, schema, connections, timeout)?;
         Ok(Self::on(Backend::Pg(store), commit, None))
     }
 
@@ -560,8 +578,8 @@ impl Storage {
         mut f: impl FnMut(&WriteTxn) -> Result<T, E>,
     ) -> Result<Result<T, E>, StorageError> {
         // The store's own errors other than a lost race end it at once.
-        let once = || -> Result<Result<Result<T, E>, StorageError>, RunAgain> {
-            let txn = match self.begin_write() {
+        let once = |alone: bool| -> Result<Result<Result<T, E>, StorageError>, RunAgain> {
+            let txn = match self.begin_write_for(self.enter().alone(alone)) {
                 Ok(t) => t,
                 Err(e) => return Ok(Err(e)),
             };
@@ -634,6 +652,16 @@ impl Storage {
     }
 
     /// Whether a read transaction can be opened.
+    /// Round trips to a shared store that failed because it could not be
+    /// reached, since start (0 on the embedded store): see
+    /// [`pg::PgStore::outages`].
+    pub fn outages(&self) -> u64 {
+        match &self.backend {
+            Backend::Redb(_) => 0,
+            Backend::Pg(store) => store.outages(),
+        }
+    }
+
     pub fn healthy(&self) -> bool {
         match &self.backend {
             Backend::Redb(db) => db.begin_read().is_ok(),
@@ -680,6 +708,18 @@ pub struct WriteTxn {
     /// A read or write lost a race (shared store): the batch is lost and
     /// this request must run again.
     conflict: std::cell::Cell<bool>,
+}
+
+impl WriteTxn {
+    /// On a shared store, this host's shard of the counters every host
+    /// adds to (see [`crate::money::ledger::add_total`]); `None` on the
+    /// embedded store, which has one writer.
+    pub fn counter_shard(&self) -> Option<u16> {
+        match self.lease.as_ref()?.txn() {
+            BatchTxn::Pg(lent) => Some(lent.shard()),
+            BatchTxn::Redb(_) => None,
+        }
+    }
 }
 
 impl Drop for WriteTxn {

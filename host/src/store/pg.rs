@@ -28,13 +28,50 @@ use std::time::Duration;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls, Statement};
 
-/// How long a caller waits for a free connection before failing.
-const POOL_WAIT: Duration = Duration::from_secs(10);
+/// Most a new connection may take.
+const CONNECT_WAIT: Duration = Duration::from_secs(3);
+/// How long the health check waits for a connection and for its answer
+/// (at most).
+const HEALTH_WAIT: Duration = Duration::from_secs(2);
+
+thread_local! {
+    /// How long this thread has waited for the shared store.
+    static WAITED: std::cell::Cell<Duration> = const { std::cell::Cell::new(Duration::ZERO) };
+}
+
+/// How long this thread has waited for the shared store since it started
+/// (round trips, connections, a free connection): a plugin call's
+/// deadline does not count that time (`CallLimiter::expired`), whichever
+/// host call waited (its own storage, a payment, a signature check).
+pub fn waited_here() -> Duration {
+    WAITED.with(std::cell::Cell::get)
+}
+
+/// Count `since`'s elapsed time as this thread's wait for the store.
+fn waited_since(since: std::time::Instant) {
+    WAITED.with(|w| w.set(w.get() + since.elapsed()));
+}
 
 /// Run `f` to completion on this thread, parking between polls. The
 /// driver's futures only talk to the connection task through channels, so
 /// no runtime is needed here.
 pub fn block_on<F: Future>(f: F) -> F::Output {
+    block_on_until(f, None).expect("no deadline")
+}
+
+/// [`block_on`], giving up (`None`) after `limit`.
+fn block_on_within<F: Future>(f: F, limit: Duration) -> Option<F::Output> {
+    block_on_until(f, Some(std::time::Instant::now() + limit))
+}
+
+fn block_on_until<F: Future>(f: F, deadline: Option<std::time::Instant>) -> Option<F::Output> {
+    let started = std::time::Instant::now();
+    let out = poll_until(f, deadline);
+    waited_since(started);
+    out
+}
+
+fn poll_until<F: Future>(f: F, deadline: Option<std::time::Instant>) -> Option<F::Output> {
     struct Unpark(std::thread::Thread);
     impl Wake for Unpark {
         fn wake(self: Arc<Self>) {
@@ -49,9 +86,18 @@ pub fn block_on<F: Future>(f: F) -> F::Output {
     let mut f = pin!(f);
     loop {
         if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
+            return Some(v);
         }
-        std::thread::park();
+        match deadline {
+            None => std::thread::park(),
+            Some(at) => {
+                let left = at.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    return None;
+                }
+                std::thread::park_timeout(left);
+            }
+        }
     }
 }
 
@@ -65,6 +111,22 @@ fn pg_err(e: tokio_postgres::Error) -> StorageError {
             StorageError::Conflict
         }
         _ => StorageError::Internal(format!("postgres: {e}")),
+    }
+}
+
+/// Whether `e` says the database cannot be reached or is going away (the
+/// connection closed, or its I/O failed; SQLSTATE class 08, a connection
+/// exception; 57P01-57P03, the server shutting down or starting; 53300,
+/// too many connections), rather than that a statement failed.
+fn unreachable(e: &tokio_postgres::Error) -> bool {
+    match e.code() {
+        None => {
+            e.is_closed() || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+        }
+        Some(c) => {
+            let code = c.code();
+            code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "53300")
+        }
     }
 }
 
@@ -102,7 +164,28 @@ pub struct PgStore {
     idle: Mutex<Pool>,
     freed: Condvar,
     max: usize,
+    /// Round trips that failed because the database could not be reached
+    /// (see [`PgStore::outages`]).
+    outages: std::sync::atomic::AtomicU64,
+    /// When an outage was last logged, and the count then (one line a
+    /// second at most: every request fails while the store is away).
+    outage_logged: Mutex<(Option<std::time::Instant>, u64)>,
+    /// How long one round trip, or the wait for a free connection, may
+    /// take before the store counts as not answering (a database that
+    /// hangs, or a network that drops packets): the connection is then
+    /// closed and the request fails (503 `store_unavailable` at the HTTP
+    /// layer) rather than wait for ever. Generous: a row lock held by
+    /// another host's batch is waited for within it. (`store_timeout_ms`)
+    timeout: Duration,
+    /// This host's shard of the counters every host adds to (see
+    /// `crate::money::ledger::add_total`): drawn at random at each start,
+    /// so two hosts share one rarely (they then race on it, as on one row).
+    shard: u16,
 }
+
+/// How many counter shards hosts draw theirs from: each total has at most
+/// this many rows.
+const SHARDS: u16 = 1024;
 
 #[derive(Default)]
 struct Pool {
@@ -117,7 +200,12 @@ fn ident(name: &str) -> String {
 
 impl PgStore {
     /// Connect, and make the schema and table when missing.
-    pub fn open(url: &str, schema: &str, max_connections: usize) -> anyhow::Result<Arc<PgStore>> {
+    pub fn open(
+        url: &str,
+        schema: &str,
+        max_connections: usize,
+        timeout: Duration,
+    ) -> anyhow::Result<Arc<PgStore>> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("store-pg")
@@ -131,6 +219,14 @@ impl PgStore {
             idle: Mutex::new(Pool::default()),
             freed: Condvar::new(),
             max: max_connections.max(2),
+            outages: Default::default(),
+            outage_logged: Mutex::new((None, 0)),
+            timeout,
+            shard: {
+                let mut r = [0u8; 2];
+                crate::ids::fill_random(&mut r);
+                u16::from_le_bytes(r) % SHARDS
+            },
         });
         let (client, _) = store.connect_raw()?;
         let ddl = format!(
@@ -161,10 +257,48 @@ impl PgStore {
         &self.schema
     }
 
+    /// Round trips since start that failed because the database could not
+    /// be reached (refused, closed, or no answer in time): a request whose
+    /// storage failed while this grew is answered 503 `store_unavailable`
+    /// rather than 500 (`crate::server::http`).
+    pub fn outages(&self) -> u64 {
+        self.outages.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Count an outage (logged at most once a second, with the count
+    /// since); the error to give the caller.
+    fn outage(&self, what: impl std::fmt::Display) -> StorageError {
+        let n = self
+            .outages
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        let mut logged = self.outage_logged.lock().unwrap_or_else(|p| p.into_inner());
+        if logged
+            .0
+            .is_none_or(|at| at.elapsed() >= Duration::from_secs(1))
+        {
+            let since = n - logged.1 - 1;
+            *logged = (Some(std::time::Instant::now()), n);
+            drop(logged);
+            tracing::warn!(
+                failed_since_last_line = since,
+                "the shared store is unavailable: {what}"
+            );
+        }
+        StorageError::Internal(format!("store unavailable: {what}"))
+    }
+
     fn connect_raw(&self) -> Result<(Client, ()), StorageError> {
-        let url = self.url.clone();
+        let mut config: tokio_postgres::Config = self
+            .url
+            .parse()
+            .map_err(|e| StorageError::Internal(format!("postgres url: {e}")))?;
+        let connect_wait = CONNECT_WAIT.min(self.timeout);
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(connect_wait);
+        }
         let task = self.rt.spawn(async move {
-            let (client, conn) = tokio_postgres::connect(&url, NoTls).await?;
+            let (client, conn) = config.connect(NoTls).await?;
             tokio::spawn(async move {
                 if let Err(e) = conn.await {
                     tracing::warn!("store connection ended: {e}");
@@ -172,9 +306,10 @@ impl PgStore {
             });
             Ok::<_, tokio_postgres::Error>(client)
         });
-        let client = block_on(task)
+        let client = block_on_within(task, connect_wait + Duration::from_millis(500))
+            .ok_or_else(|| self.outage("connecting took too long"))?
             .map_err(|e| StorageError::Internal(format!("postgres connect: {e}")))?
-            .map_err(|e| StorageError::Internal(format!("postgres connect: {e}")))?;
+            .map_err(|e| self.outage(format_args!("connecting: {e}")))?;
         Ok((client, ()))
     }
 
@@ -183,7 +318,12 @@ impl PgStore {
         let (client, ()) = self.connect_raw()?;
         let _log = Logged(started);
         let t = &self.table;
-        let prep = |sql: String| block_on(client.prepare(&sql)).map_err(pg_err);
+        let prep = |sql: String| match block_on_within(client.prepare(&sql), self.timeout) {
+            Some(Ok(st)) => Ok(st),
+            Some(Err(e)) if unreachable(&e) => Err(self.outage(e)),
+            Some(Err(e)) => Err(pg_err(e)),
+            None => Err(self.outage("preparing statements took too long")),
+        };
         let scan = |order: &str, end: bool| {
             let bound = if end { " AND k < $3" } else { "" };
             let limit = if end { "$4" } else { "$3" };
@@ -216,6 +356,12 @@ impl PgStore {
 
     /// A connection from the pool, or a new one while under the cap.
     fn take(self: &Arc<Self>) -> Result<Lent, StorageError> {
+        self.take_within(self.timeout)
+    }
+
+    /// [`PgStore::take`], waiting at most `wait` for a connection to be
+    /// given back when all are lent.
+    fn take_within(self: &Arc<Self>, wait: Duration) -> Result<Lent, StorageError> {
         let mut pool = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if let Some(conn) = pool.conns.pop() {
@@ -237,16 +383,18 @@ impl PgStore {
                     }
                 };
             }
+            let started = std::time::Instant::now();
             let (next, timeout) = self
                 .freed
-                .wait_timeout(pool, POOL_WAIT)
+                .wait_timeout(pool, wait)
                 .unwrap_or_else(|p| p.into_inner());
+            waited_since(started);
             pool = next;
             if timeout.timed_out() && pool.conns.is_empty() && pool.open >= self.max {
-                return Err(StorageError::Internal(format!(
-                    "no store connection free within {}s ({} open)",
-                    POOL_WAIT.as_secs(),
-                    pool.open
+                let open = pool.open;
+                drop(pool);
+                return Err(self.outage(format_args!(
+                    "no store connection free within {wait:?} ({open} open)"
                 )));
             }
         }
@@ -259,6 +407,7 @@ impl PgStore {
             in_txn: false,
             read_only: false,
             aborted: std::cell::Cell::new(false),
+            broken: std::cell::Cell::new(false),
             begin: std::cell::Cell::new(None),
         }
     }
@@ -288,14 +437,12 @@ impl PgStore {
         }
     }
 
-    /// Whether the store answers.
+    /// Whether the store answers (within [`HEALTH_WAIT`] for a
+    /// connection and as much for the answer).
     pub fn healthy(self: &Arc<Self>) -> bool {
-        self.take()
-            .and_then(|l| {
-                block_on(l.conn().client.simple_query("SELECT 1"))
-                    .map(|_| ())
-                    .map_err(pg_err)
-            })
+        let wait = HEALTH_WAIT.min(self.timeout);
+        self.take_within(wait)
+            .and_then(|l| l.wait_for(l.conn().client.simple_query("SELECT 1"), wait))
             .is_ok()
     }
 }
@@ -311,6 +458,9 @@ pub struct Lent {
     /// A statement failed: PostgreSQL aborted the transaction, and would
     /// answer its `COMMIT` with a rollback (not an error).
     aborted: std::cell::Cell<bool>,
+    /// The connection failed or did not answer in time: it is closed, not
+    /// given back.
+    broken: std::cell::Cell<bool>,
     /// A `BEGIN ..` not sent yet: it goes out with the first query, in one
     /// round trip.
     begin: std::cell::Cell<Option<&'static str>>,
@@ -319,6 +469,9 @@ pub struct Lent {
 impl Drop for Lent {
     fn drop(&mut self) {
         let mut conn = self.conn.take();
+        if self.broken.get() {
+            conn = None;
+        }
         let begun = self.begin.get().is_none();
         match &conn {
             Some(c) if self.in_txn && begun && self.read_only => {
@@ -329,7 +482,10 @@ impl Drop for Lent {
             Some(c)
                 if self.in_txn
                     && begun
-                    && block_on(c.client.batch_execute("ROLLBACK")).is_err() =>
+                    && !matches!(
+                        block_on_within(c.client.batch_execute("ROLLBACK"), self.store.timeout),
+                        Some(Ok(()))
+                    ) =>
             {
                 // Not reusable in an unknown state.
                 conn = None;
@@ -348,14 +504,47 @@ fn send_only<F: Future>(f: F) {
 }
 
 impl Lent {
+    /// The host's shard of shared counters ([`PgStore`]'s `shard`).
+    pub fn shard(&self) -> u16 {
+        self.store.shard
+    }
+
     fn conn(&self) -> &Conn {
         self.conn.as_ref().expect("lent until dropped")
     }
 
     fn begin(&mut self, sql: &str) -> Result<(), StorageError> {
-        block_on(self.conn().client.batch_execute(sql)).map_err(pg_err)?;
+        self.wait(self.conn().client.batch_execute(sql))?;
         self.in_txn = true;
         Ok(())
+    }
+
+    /// Wait for one round trip, at most the store's `timeout`.
+    fn wait<T>(
+        &self,
+        f: impl Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, StorageError> {
+        self.wait_for(f, self.store.timeout)
+    }
+
+    /// Wait for one round trip, at most `limit`: a failure is the
+    /// transaction's (see [`Lent::failed`]); no answer in time closes the
+    /// connection, and counts as an outage.
+    fn wait_for<T>(
+        &self,
+        f: impl Future<Output = Result<T, tokio_postgres::Error>>,
+        limit: Duration,
+    ) -> Result<T, StorageError> {
+        match block_on_within(f, limit) {
+            Some(result) => result.map_err(|e| self.failed(e)),
+            None => {
+                self.aborted.set(true);
+                self.broken.set(true);
+                Err(self
+                    .store
+                    .outage(format_args!("no answer within {limit:?}")))
+            }
+        }
     }
 
     /// Begin with the first query (see [`Lent::run`]).
@@ -371,21 +560,27 @@ impl Lent {
         query: impl Future<Output = Result<T, tokio_postgres::Error>>,
     ) -> Result<T, StorageError> {
         match self.begin.take() {
-            None => block_on(query).map_err(|e| self.failed(e)),
+            None => self.wait(query),
             Some(begin) => {
-                let (began, result) = block_on(futures_util::future::join(
-                    self.conn().client.batch_execute(begin),
-                    query,
-                ));
+                let (began, result) = self.wait(
+                    futures_util::future::join(self.conn().client.batch_execute(begin), query)
+                        .map(Ok),
+                )?;
                 began.map_err(|e| self.failed(e))?;
                 result.map_err(|e| self.failed(e))
             }
         }
     }
 
-    /// A statement of the transaction failed: it is aborted.
+    /// A statement of the transaction failed: it is aborted (and when the
+    /// database could not be reached, its connection is closed and the
+    /// failure counts as an outage).
     fn failed(&self, e: tokio_postgres::Error) -> StorageError {
         self.aborted.set(true);
+        if unreachable(&e) {
+            self.broken.set(true);
+            return self.store.outage(e);
+        }
         pg_err(e)
     }
 
@@ -401,7 +596,7 @@ impl Lent {
             // say so only in the command tag): its requests run again.
             return Err(StorageError::Conflict);
         }
-        let result = block_on(self.conn().client.batch_execute("COMMIT")).map_err(pg_err);
+        let result = self.wait(self.conn().client.batch_execute("COMMIT"));
         // Whatever the outcome, the transaction is over.
         self.in_txn = false;
         result
@@ -513,11 +708,14 @@ impl Iterator for RowIter<'_> {
 
     fn next(&mut self) -> Option<Self::Item> {
         use futures_util::StreamExt;
-        let row = block_on(self.stream.next())?;
-        Some(
-            row.map(|r| (r.get(0), r.get(1)))
-                .map_err(|e| self.lent.failed(e)),
-        )
+        let row = match self
+            .lent
+            .wait(self.stream.next().map(|row| row.transpose()))
+        {
+            Ok(row) => row?,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(Ok((row.get(0), row.get(1))))
     }
 }
 
@@ -613,8 +811,10 @@ mod tests {
     }
 
     fn open(url: &str, schema: &str) -> Storage {
-        Storage::open_pg(url, schema, 8, Settings::default()).unwrap()
+        Storage::open_pg(url, schema, 8, TIMEOUT, Settings::default()).unwrap()
     }
+
+    const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
     #[test]
     fn overlay_reads_scans_and_deletes_like_redb() {
@@ -713,6 +913,99 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(u64::from_be_bytes(v.try_into().unwrap()), 120);
+    }
+
+    /// A request running again (`alone`) while a batch with a member is
+    /// open, waiting for it: on a shared store the open batch is committed
+    /// first and the request commits on its own (two commits); the
+    /// embedded store has no races and ignores it (one commit).
+    fn runs_alone(s: Storage) -> (bool, u64) {
+        let s = Arc::new(s);
+        let (first, again) = (s.enter(), s.enter().alone(true));
+        let member = {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let w = s.begin_write_for(first).unwrap();
+                w.put_in("kv:t", b"first", b"1").unwrap();
+                s.commit(w)
+            })
+        };
+        // The first request is in the open batch, which waits for `again`.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while s.gc.open_members() != (1, true) {
+            assert!(std::time::Instant::now() < until, "the first never joined");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let w = s.begin_write_for(again).unwrap();
+        let first_done = member.is_finished();
+        w.put_in("kv:t", b"again", b"2").unwrap();
+        s.commit(w).unwrap();
+        member.join().unwrap().unwrap();
+        let r = s.begin_read().unwrap();
+        assert_eq!(
+            r.get_in("kv:t", b"first").unwrap().as_deref(),
+            Some(&b"1"[..])
+        );
+        assert_eq!(
+            r.get_in("kv:t", b"again").unwrap().as_deref(),
+            Some(&b"2"[..])
+        );
+        assert_eq!(s.commits(), 2);
+        (first_done, s.syncs())
+    }
+
+    #[test]
+    fn a_request_running_again_takes_a_batch_of_its_own() {
+        let Some(url) = url() else { return };
+        // Batches wait (up to a minute) for the requests counted as under way.
+        let slow = Settings {
+            window: std::time::Duration::from_secs(60),
+            ..Settings::default()
+        };
+        let pg = Storage::open_pg(&url, &schema(), 8, TIMEOUT, slow).unwrap();
+        assert_eq!(runs_alone(pg), (true, 2));
+        let dir = tempfile::tempdir().unwrap();
+        let redb = Storage::open(&dir.path().join("db.redb"), slow).unwrap();
+        assert_eq!(runs_alone(redb), (false, 1));
+    }
+
+    #[test]
+    fn hosts_add_to_totals_of_their_own_and_read_the_sum() {
+        use crate::money::ledger::{add_total, total};
+        let Some(url) = url() else { return };
+        let schema = schema();
+        let (a, b) = (open(&url, &schema), open(&url, &schema));
+        let add =
+            |s: &Storage, name: &str, delta: i128| s.write(|w| add_total(w, name, delta)).unwrap();
+        add(&a, "minted", 100).unwrap();
+        add(&a, "escrow", 30).unwrap();
+        add(&b, "fees", 5).unwrap();
+        // Held through one host, released through the other.
+        add(&b, "escrow", -20).unwrap();
+        add(&b, "fees", 20).unwrap();
+        for s in [&a, &b] {
+            let r = s.begin_read().unwrap();
+            assert_eq!(total(&r, "minted").unwrap(), 100);
+            assert_eq!(total(&r, "escrow").unwrap(), 10);
+            assert_eq!(total(&r, "fees").unwrap(), 25);
+        }
+        // A decrease below zero, or a mint past u64::MAX, counts every
+        // host's share.
+        assert!(add(&a, "escrow", -11).is_err());
+        assert!(add(&b, "minted", (u64::MAX - 100) as i128 + 1).is_err());
+        add(&b, "minted", (u64::MAX - 100) as i128).unwrap();
+        let r = a.begin_read().unwrap();
+        assert_eq!(total(&r, "minted").unwrap(), u64::MAX);
+        assert_eq!(total(&r, "escrow").unwrap(), 10);
+        // Each host wrote rows of its own (unless they drew the same shard).
+        let rows = r.scan_in("cash:totals", b"", None, false, 100).unwrap();
+        assert!(rows.iter().all(|(k, _)| k.contains(&b'#')), "{rows:?}");
+        let shards = |s: &Storage| match &s.backend {
+            crate::store::Backend::Pg(store) => store.shard,
+            crate::store::Backend::Redb(_) => unreachable!(),
+        };
+        let same = shards(&a) == shards(&b);
+        assert_eq!(rows.len(), if same { 3 } else { 5 }, "{rows:?}");
     }
 
     #[test]

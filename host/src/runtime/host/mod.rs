@@ -73,6 +73,9 @@ pub struct Ctx {
     under_batch: bool,
     /// Dispatches between this request and the client's.
     depth: u8,
+    /// Runs again after losing races: its writes take a batch of their own
+    /// ([`crate::store::group_commit::Pending::alone`]).
+    alone: bool,
     /// A mutating request is counted from its start, so that a batch of
     /// writes waits for it (group commit).
     pending: Option<crate::store::group_commit::Pending>,
@@ -129,6 +132,7 @@ impl Ctx {
             open_failed: None,
             under_batch: false,
             depth: 0,
+            alone: false,
             payment,
             replay_key,
             charged: None,
@@ -153,6 +157,7 @@ impl Ctx {
             open_failed: None,
             under_batch: false,
             depth: 0,
+            alone: false,
             pending: None,
             payment: PaymentHeaders::default(),
             replay_key: None,
@@ -381,7 +386,11 @@ impl Ctx {
         }
         let Some(rt) = self.rt.clone() else { return };
         // A request that dispatched another is no longer counted.
-        let pending = self.pending.take().unwrap_or_else(|| rt.storage.enter());
+        let pending = self
+            .pending
+            .take()
+            .unwrap_or_else(|| rt.storage.enter())
+            .alone(self.alone);
         let started = std::time::Instant::now();
         match rt.storage.begin_write_async(pending).await {
             Ok(txn) => {
@@ -405,6 +414,7 @@ impl Ctx {
     /// commit batch makes this one hold it too.
     pub fn dispatched_by(&mut self, from: crate::runtime::engine::Caller) {
         self.depth = from.depth;
+        self.alone = from.alone;
         if from.under_batch {
             self.under_batch = true;
             self.limiter.holds_batch = true;
@@ -416,6 +426,7 @@ impl Ctx {
         crate::runtime::engine::Caller {
             under_batch: self.holds_batch(),
             depth: self.depth.saturating_add(1),
+            alone: self.alone,
         }
     }
 
@@ -442,30 +453,24 @@ impl Ctx {
                 .rt
                 .as_ref()
                 .ok_or_else(|| StorageError::Internal("no storage in this call".into()))?;
-            let started = std::time::Instant::now();
-            self.txn = Some(match (self.write, self.pending.take()) {
-                (true, Some(pending)) => Txn::Write(rt.storage.begin_write_for(pending)?),
-                (write, _) => rt.storage.begin(write)?,
+            let (started, store_before) =
+                (std::time::Instant::now(), crate::store::pg::waited_here());
+            self.txn = Some(if self.write {
+                let pending = self.pending.take().unwrap_or_else(|| rt.storage.enter());
+                Txn::Write(rt.storage.begin_write_for(pending.alone(self.alone))?)
+            } else {
+                Txn::Read(rt.storage.begin_read()?)
             });
-            self.limiter.extend(started.elapsed());
+            // The wait for the commit batch; a shared store's round trips
+            // are not the plugin's time either, and are counted apart
+            // (`CallLimiter::expired`).
+            self.limiter.extend(
+                started
+                    .elapsed()
+                    .saturating_sub(crate::store::pg::waited_here().saturating_sub(store_before)),
+            );
         }
         Ok(self.txn.as_mut().expect("just opened"))
-    }
-
-    /// A storage call on the request's transaction. On a shared store its
-    /// round trips are the host's time, not the plugin's: they extend the
-    /// deadline (see [`CallLimiter::extend`]).
-    fn on_txn<R>(
-        &mut self,
-        f: impl FnOnce(&mut Txn) -> Result<R, StorageError>,
-    ) -> Result<R, StorageError> {
-        let txn = self.txn()?;
-        let started = std::time::Instant::now();
-        let result = f(txn);
-        if self.rt.as_ref().is_some_and(|rt| rt.storage.is_shared()) {
-            self.limiter.extend(started.elapsed());
-        }
-        result
     }
 }
 

@@ -68,7 +68,7 @@ impl storage::Host for Ctx {
     ) -> Result<Option<Vec<u8>>, storage::StorageError> {
         let ks = self.keyspace(keyspace)?;
         self.ready().await;
-        self.on_txn(|t| t.get(&ks, &key)).map_err(to_wit)
+        self.txn().and_then(|t| t.get(&ks, &key)).map_err(to_wit)
     }
 
     async fn get_many(
@@ -80,7 +80,8 @@ impl storage::Host for Ctx {
         let ks = self.keyspace(keyspace)?;
         self.ready().await;
         let budget = self.call_budget();
-        self.on_txn(|t| t.get_many(&ks, &keys, budget))
+        self.txn()
+            .and_then(|t| t.get_many(&ks, &keys, budget))
             .map_err(to_wit)
     }
 
@@ -95,7 +96,7 @@ impl storage::Host for Ctx {
     async fn delete(&mut self, key: Vec<u8>) -> Result<bool, storage::StorageError> {
         let ks = self.family.clone();
         self.ready().await;
-        self.on_txn(|t| t.delete(&ks, &key)).map_err(to_wit)
+        self.txn().and_then(|t| t.delete(&ks, &key)).map_err(to_wit)
     }
 
     async fn scan(
@@ -111,7 +112,8 @@ impl storage::Host for Ctx {
         self.ready().await;
         let budget = self.call_budget();
         let rows = self
-            .on_txn(|t| t.scan_bounded(&ks, &start, end.as_deref(), reverse, limit, budget))
+            .txn()
+            .and_then(|t| t.scan_bounded(&ks, &start, end.as_deref(), reverse, limit, budget))
             .map_err(to_wit)?;
         Ok(rows
             .into_iter()
@@ -132,7 +134,8 @@ impl storage::Host for Ctx {
         let limit = scan_limit(limit);
         self.ready().await;
         let budget = self.call_budget();
-        self.on_txn(|t| t.scan_packed(&ks, &start, end.as_deref(), reverse, limit, budget))
+        self.txn()
+            .and_then(|t| t.scan_packed(&ks, &start, end.as_deref(), reverse, limit, budget))
             .map_err(to_wit)
     }
 
@@ -146,7 +149,8 @@ impl storage::Host for Ctx {
         let ks = self.keyspace(keyspace)?;
         self.ready().await;
         let budget = self.call_budget();
-        self.on_txn(|t| t.get_many_packed(&ks, &keys, budget))
+        self.txn()
+            .and_then(|t| t.get_many_packed(&ks, &keys, budget))
             .map_err(to_wit)
     }
 }
