@@ -973,6 +973,84 @@ fn the_watched_families_directory_mounts_swaps_and_unmounts() {
     assert_eq!(s.get("/_testing/ok").status, 404);
 }
 
+/// A restart serves what the operator decided last, between the admin API
+/// and the plugins directory: an admin unmount of a families-directory
+/// family stays unmounted (until its file changes), and a component file
+/// changed after an admin upload serves (the upload kept for restarts is
+/// dropped; on a shared store the fleet's upload stays). Before, the old
+/// upload came back and the unmounted family was mounted again by the
+/// watcher.
+#[test]
+fn a_restart_serves_what_was_decided_last() {
+    let plugins_dir = plugin_copy();
+    let data = tempfile::tempdir().unwrap();
+    let start = || {
+        Server::with(common::Options {
+            plugins_dir: Some(plugins_dir.path().to_path_buf()),
+            data_dir: Some(data.path().join("data")),
+            ..Default::default()
+        })
+    };
+    let families = plugins_dir.path().join("families");
+    std::fs::create_dir_all(&families).unwrap();
+    let file = families.join("jotter.wasm");
+    let template = wasm("template.wasm");
+    install(&template, &file);
+    let policy = |s: &Server| s.get("/api/fees").json()["arbitration"]["policy"].clone();
+
+    let mut s = start();
+    // Mounted before the host said it was ready.
+    assert_eq!(notes(&s).status, 200, "{}", s.log_text());
+    assert_eq!(write_note(&s, "kept").status, 201);
+    let r = common::deal::admin(&s, "DELETE", "/admin/plugins/jotter", b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(notes(&s).status, 404);
+    let r = common::deal::admin(
+        &s,
+        "PUT",
+        "/admin/plugins/fees",
+        &wasm("fees_pickup_paid.wasm"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(policy(&s), "pickup-paid");
+    // Then a deploy changes the configured fee component's file.
+    let bid = with_custom_section(&wasm("fees_bid_inclusive.wasm"), "deploy", b"2");
+    install(&bid, &plugins_dir.path().join("fees_bid_inclusive.wasm"));
+    eventually("the changed file swaps in", &s, || {
+        policy(&s) == "bid-inclusive"
+    });
+    s.stop();
+
+    let mut s = start();
+    // On a shared store the fleet's record decides over one host's
+    // directory (README "Scale-out"): the upload stays.
+    let decided = if common::backend_is_postgres() {
+        "pickup-paid"
+    } else {
+        "bid-inclusive"
+    };
+    assert_eq!(policy(&s), decided, "{}", s.log_text());
+    assert_eq!(notes(&s).status, 404, "the unmounted family came back");
+    // A new file mounts it again, with its data, and that holds.
+    install(&with_custom_section(&template, "deploy", b"2"), &file);
+    eventually("the changed file mounts", &s, || notes(&s).status == 200);
+    assert_eq!(notes(&s).json()["count"], 1);
+    s.stop();
+    let s = start();
+    // (On a shared store the fleet's unmount decides again at start.)
+    let kept = if common::backend_is_postgres() {
+        404
+    } else {
+        200
+    };
+    assert_eq!(notes(&s).status, kept, "{}", s.log_text());
+    // A file the directory does not mount is said so in the log.
+    install(&template, &families.join("Bad_Name.wasm"));
+    eventually("the ignored file is logged", &s, || {
+        s.log_text().contains("Bad_Name.wasm not mounted")
+    });
+}
+
 #[test]
 fn the_watched_directory_uses_the_configured_grants() {
     let plugins_dir = plugin_copy();

@@ -1361,6 +1361,63 @@ fn an_offline_mint_makes_the_data_dir_private() {
     assert_eq!(mode(&data.join("server.key")), 0o600, "server.key");
 }
 
+/// The operator CLI's rough edges: a mint with no data dir named and no
+/// database in `./data` is refused (the secret would be worth nothing);
+/// a reader that goes away (`| head`) ends the output without a panic;
+/// `plugins` commands take the token from `--data-dir`; the admin API
+/// refuses a misspelled parameter and a read grant of no family.
+#[test]
+fn cli_and_admin_refuse_what_would_silently_go_wrong() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = bare_command()
+        .current_dir(tmp.path())
+        .args(["cash", "mint", "1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    assert!(text(&out.stderr).contains("no database at"), "{out:?}");
+    assert!(!tmp.path().join("data").exists(), "a data dir was made");
+
+    // Nobody reads the secret: the command still ends well (a named, fresh
+    // data dir is minted into, as before the first start).
+    let mut child = bare_command()
+        .args(["cash", "mint", "1", "--data-dir"])
+        .arg(tmp.path().join("fresh"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(!text(&out.stderr).contains("panicked"), "{out:?}");
+
+    let s = Server::start();
+    let tokens = tmp.path().join("tokens");
+    std::fs::create_dir_all(&tokens).unwrap();
+    std::fs::write(tokens.join("admin.token"), ADMIN_TOKEN).unwrap();
+    let out = bare_command()
+        .args(["plugins", "list", "--admin", &format!("http://{}", s.admin)])
+        .arg("--data-dir")
+        .arg(&tokens)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(text(&out.stdout).contains("\"family\""), "{out:?}");
+
+    let fees = std::fs::read(common::plugins_dir().join("fees_pickup_paid.wasm")).unwrap();
+    for (query, field) in [("grant=payments", "grant"), ("read=nosuch", "read")] {
+        let r = common::deal::admin(&s, "PUT", &format!("/admin/plugins/fees?{query}"), &fees);
+        assert_eq!(r.status, 400, "{query}: {}", r.text());
+        assert_eq!(r.json()["details"][0]["field"], field, "{query}");
+    }
+    // Nothing was swapped.
+    assert_eq!(
+        s.get("/api/fees").json()["arbitration"]["policy"],
+        "bid-inclusive"
+    );
+}
+
 #[test]
 fn cli_help_and_config_errors() {
     let limit = Duration::from_secs(60);

@@ -171,6 +171,48 @@ fn broken_components_are_refused_and_the_old_one_keeps_serving() {
     assert_eq!(policy(&s), "pickup-paid");
 }
 
+/// A deploy that rewrites every component file, unchanged ones too, swaps
+/// nothing in: an admin upload serving instead of the configured file
+/// stays (on a fleet, the fleet's choice). A file whose content changed
+/// still swaps.
+#[test]
+fn a_component_file_rewritten_unchanged_swaps_nothing() {
+    let plugins = plugin_copy();
+    let s = Server::with(common::Options {
+        plugins_dir: Some(plugins.path().to_path_buf()),
+        env: vec![(
+            "MARKETPLACE_LOG".into(),
+            "info,marketplace::runtime::reload=debug".into(),
+        )],
+        ..Default::default()
+    });
+    assert_eq!(policy(&s), "bid-inclusive");
+    let pickup = std::fs::read(plugins.path().join("fees_pickup_paid.wasm")).unwrap();
+    let r = admin(&s, "PUT", "/admin/plugins/fees", &pickup);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(policy(&s), "pickup-paid");
+    // The configured file, written again with the same bytes.
+    let configured = plugins.path().join("fees_bid_inclusive.wasm");
+    let same = plugins.path().join("same.bin");
+    std::fs::copy(&configured, &same).unwrap();
+    install(&same, &configured);
+    s.wait_log("the watcher saw the rewrite", |log| {
+        log.contains("rewritten with the same content")
+    });
+    assert_eq!(policy(&s), "pickup-paid");
+    // Changed content swaps as ever: the same component with a custom
+    // section appended.
+    let mut changed = std::fs::read(&same).unwrap();
+    changed.extend_from_slice(b"\x00\x06\x05probe");
+    std::fs::write(&same, &changed).unwrap();
+    install(&same, &configured);
+    let until = Instant::now() + Duration::from_secs(10);
+    while policy(&s) != "bid-inclusive" {
+        assert!(Instant::now() < until, "no swap after a change");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn cli_lists_and_loads_plugins_through_the_admin_listener() {
     let s = Server::start();

@@ -247,20 +247,20 @@ fn unpack(input: File, dir: &Path) -> Result<()> {
         t.minted == t.unspent + t.fees + t.escrow,
         "the restored ledger does not add up: {t:?}"
     );
-    // The totals the backup recorded when it was taken (a backup without
-    // `backup.json` has nothing to compare).
-    if let Ok(text) = std::fs::read(dir.join(MANIFEST)) {
-        let manifest: serde_json::Value =
-            serde_json::from_slice(&text).context("backup.json is not JSON")?;
-        let recorded = &manifest["totals"];
-        let checked = [("minted", t.minted), ("fees", t.fees), ("escrow", t.escrow)];
-        for (name, now) in checked.into_iter().filter(|_| recorded.is_object()) {
-            anyhow::ensure!(
-                recorded[name].as_u64() == Some(now),
-                "backup.json records {name} {} but the database holds {now}: the two files are not of one backup",
-                recorded[name]
-            );
-        }
+    // The totals the backup recorded when it was taken: every backup has
+    // them (one without is not a whole backup of this service).
+    let text = std::fs::read(dir.join(MANIFEST))
+        .context("the backup lacks backup.json (its manifest and ledger totals)")?;
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&text).context("backup.json is not JSON")?;
+    let recorded = &manifest["totals"];
+    anyhow::ensure!(recorded.is_object(), "backup.json records no ledger totals");
+    for (name, now) in [("minted", t.minted), ("fees", t.fees), ("escrow", t.escrow)] {
+        anyhow::ensure!(
+            recorded[name].as_u64() == Some(now),
+            "backup.json records {name} {} but the database holds {now}: the two files are not of one backup",
+            recorded[name]
+        );
     }
     Ok(())
 }
@@ -404,7 +404,21 @@ mod tests {
             serde_json::from_slice(&original.iter().find(|(n, _)| n == MANIFEST).unwrap().1)
                 .unwrap();
         manifest["totals"]["minted"] = json!(1000);
+        let without_manifest: Entries = original
+            .iter()
+            .filter(|(n, _)| n != MANIFEST)
+            .cloned()
+            .collect();
+        let mut no_totals = manifest.clone();
+        no_totals.as_object_mut().unwrap().remove("totals");
         let cases: Vec<(&str, Entries, Option<&str>, &str)> = vec![
+            ("nomanifest", without_manifest, None, "lacks backup.json"),
+            (
+                "nototals",
+                edited(MANIFEST, &serde_json::to_vec(&no_totals).unwrap()),
+                None,
+                "no ledger totals",
+            ),
             ("badkey", edited("server.key", b"zz"), None, "server.key"),
             (
                 "shortkey",

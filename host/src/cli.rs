@@ -38,6 +38,9 @@ enum Command {
         command: PluginsCommand,
         #[command(flatten)]
         client: Client,
+        /// Data directory whose admin.token to present (when no --token).
+        #[arg(long, value_name = "DIR", global = true)]
+        data_dir: Option<PathBuf>,
     },
     /// Write one consistent snapshot of the database plus the server and
     /// arbiter keys into FILE (0600). Online through the admin listener
@@ -166,7 +169,11 @@ fn run(cli: Cli) -> Result<()> {
                     settings,
                 },
         } => cash_mint(&amount, &client, &settings),
-        Command::Plugins { command, client } => plugins(command, &client),
+        Command::Plugins {
+            command,
+            client,
+            data_dir,
+        } => plugins(command, &client, data_dir),
         Command::Backup {
             to,
             client,
@@ -174,9 +181,19 @@ fn run(cli: Cli) -> Result<()> {
         } => backup(&to, &client, &settings),
         Command::Restore { file, data_dir } => {
             crate::backup::restore(&file, &data_dir)?;
-            println!("restored into {}", data_dir.display());
-            Ok(())
+            say(&format!("restored into {}", data_dir.display()))
         }
+    }
+}
+
+/// Print a line on stdout. A reader that went away (`| head`) ends the
+/// output quietly, as it does for other tools, instead of a panic.
+fn say(line: &str) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{line}").and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other.context("writing to stdout")?),
     }
 }
 
@@ -261,13 +278,21 @@ fn cash_mint(amount: &str, client: &Client, settings: &Settings) -> Result<()> {
         let (status, text) = admin_request(url, "POST", "/admin/cash/mint", &token, body.into())?;
         anyhow::ensure!(status == 200, "admin answered {status}: {text}");
         let v: serde_json::Value = serde_json::from_str(&text)?;
-        println!("{}", v["secret"].as_str().unwrap_or_default());
-        return Ok(());
+        return say(v["secret"].as_str().unwrap_or_default());
     }
     let config = load_config(settings)?;
     anyhow::ensure!(
         !config.shared_store(),
         "with a shared store, mint through a running host: --admin URL"
+    );
+    // Minting into a fresh data dir (before the first start) is fine when
+    // it is named; the default `./data` holding no database is more likely
+    // a forgotten --data-dir, and the secret would be worth nothing there.
+    let named = settings.data_dir.is_some() || config.data_dir != Config::default().data_dir;
+    anyhow::ensure!(
+        named || config.db_path().is_file(),
+        "no database at {}: name the server's data dir (--data-dir DIR), or mint through a running server (--admin URL)",
+        config.db_path().display()
     );
     let storage = crate::state::open_embedded(&config)
         .context("opening the database (is the server running? then use --admin URL)")?;
@@ -275,16 +300,21 @@ fn cash_mint(amount: &str, client: &Client, settings: &Settings) -> Result<()> {
     let txn = storage.begin_write().map_err(|e| anyhow::anyhow!("{e}"))?;
     let secret = ledger.mint(&txn, units)?;
     storage.commit(txn).map_err(|e| anyhow::anyhow!("{e}"))?;
-    println!("{secret}");
-    Ok(())
+    say(&secret)
 }
 
-fn plugins(command: PluginsCommand, client: &Client) -> Result<()> {
+fn plugins(command: PluginsCommand, client: &Client, data_dir: Option<PathBuf>) -> Result<()> {
     let url = client
         .admin
         .as_deref()
         .context("plugins commands talk to a running server: pass --admin URL")?;
-    let token = admin_token(client, &Settings::default())?;
+    let token = admin_token(
+        client,
+        &Settings {
+            data_dir,
+            ..Settings::default()
+        },
+    )?;
     let (status, text) = match command {
         PluginsCommand::List => admin_request(url, "GET", "/admin/plugins", &token, Vec::new())?,
         PluginsCommand::Load {
@@ -325,7 +355,7 @@ fn plugins(command: PluginsCommand, client: &Client) -> Result<()> {
             Vec::new(),
         )?,
     };
-    println!("{text}");
+    say(&text)?;
     anyhow::ensure!(status == 200, "admin answered {status}");
     Ok(())
 }
@@ -350,8 +380,10 @@ fn backup(to: &std::path::Path, client: &Client, settings: &Settings) -> Result<
             crate::backup::offline(&config, to)?
         }
     };
-    println!("backup written to {} ({written} bytes)", to.display());
-    Ok(())
+    say(&format!(
+        "backup written to {} ({written} bytes)",
+        to.display()
+    ))
 }
 
 /// One request to the admin listener (http://host:port); the raw answer.

@@ -38,7 +38,12 @@ fn main() {
     }
     let data = tempfile::tempdir().unwrap();
     let app = support::start_app(data.path(), plugins.path(), false);
-    marketplace::runtime::reload::spawn(app.runtime.clone(), Default::default()).unwrap();
+    marketplace::runtime::reload::spawn(
+        app.runtime.clone(),
+        Default::default(),
+        Default::default(),
+    )
+    .unwrap();
     let target = plugins.path().join("fees_bid_inclusive.wasm");
     let versions = [
         built.join("fees_pickup_paid.wasm"),

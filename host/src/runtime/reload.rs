@@ -27,54 +27,139 @@ fn stamp(path: &std::path::Path) -> Option<Stamp> {
     Some((meta.modified().ok(), meta.len()))
 }
 
+/// What the watcher last saw of a component file: its stamp, and the
+/// hash of its content.
+#[derive(Default, Clone, PartialEq)]
+struct Seen {
+    stamp: Option<Stamp>,
+    hash: Option<String>,
+}
+
+impl Seen {
+    /// The file as it is now (at start: not a change to act on).
+    fn now(path: &Path) -> Seen {
+        Seen {
+            stamp: stamp(path),
+            hash: std::fs::read(path).ok().map(|b| hash_of(&b)),
+        }
+    }
+
+    /// The file's bytes when its content changed since last seen (a new
+    /// stamp with the same bytes, as a redeploy rewriting every file, is
+    /// no change: a fleet-wide admin upload serving instead stays).
+    fn changed(&mut self, path: &Path) -> Option<Vec<u8>> {
+        let now = stamp(path);
+        if now.is_none() || now == self.stamp {
+            return None;
+        }
+        self.stamp = now;
+        let bytes = std::fs::read(path).ok()?;
+        let hash = hash_of(&bytes);
+        if self.hash.as_ref() == Some(&hash) {
+            tracing::debug!(
+                "{} rewritten with the same content: nothing to swap",
+                path.display()
+            );
+            return None;
+        }
+        self.hash = Some(hash);
+        Some(bytes)
+    }
+}
+
+fn hash_of(bytes: &[u8]) -> String {
+    marketplace_common::hex::encode(&Sha256::digest(bytes))
+}
+
 /// The subdirectory of the plugins directory whose components are
 /// families of their own: `families/NAME.wasm` mounts family NAME (with
 /// the grants of `[families.NAME]`, or none), a change swaps it, removing
 /// the file unmounts it (its data stays).
 pub const FAMILIES_DIR: &str = "families";
 
-/// Swap the component at `path` in for `family`, logging the outcome.
-fn swap_in(rt: &Runtime, family: &str, component: &str, path: &Path) {
-    let Ok(bytes) = std::fs::read(path) else {
-        return;
-    };
-    let hash = marketplace_common::hex::encode(&Sha256::digest(&bytes));
-    if rt.plugin(family).is_some_and(|p| p.hash == hash) {
-        return;
+/// What the watcher is told of the admin API's kept state (see
+/// `crate::server::uploads`), which sits above the runtime.
+pub struct Kept {
+    /// Families unmounted through the admin API: their files in the
+    /// families directory are not mounted again until they change.
+    pub unmounted: Vec<String>,
+    /// Called once a file's component serves (swapped in or mounted): the
+    /// file decides from then on, over an older admin upload or unmount.
+    pub file_serves: Box<dyn Fn(&str) + Send>,
+}
+
+impl Default for Kept {
+    /// Nothing kept (a host without an admin API, benchmarks).
+    fn default() -> Kept {
+        Kept {
+            unmounted: Vec::new(),
+            file_serves: Box::new(|_| {}),
+        }
+    }
+}
+
+/// Swap the component `bytes`, read from `path`, in for `family`, logging
+/// the outcome; whether it serves now.
+fn swap_in(rt: &Runtime, family: &str, component: &str, path: &Path, bytes: &[u8]) -> bool {
+    if rt.plugin(family).is_some_and(|p| p.hash == hash_of(bytes)) {
+        return false;
     }
     let started = Instant::now();
-    let result = rt.swap(family, component, &bytes, None);
+    let result = rt.swap(family, component, bytes, None);
     crate::metrics::metrics().swap(family, if result.is_ok() { "ok" } else { "refused" });
     match result {
-        Ok(p) => tracing::info!(
-            family = %family,
-            version = %p.version,
-            millis = started.elapsed().as_millis() as u64,
-            "hot reload: swapped in {}",
-            path.display()
-        ),
-        Err(e) => tracing::warn!(family = %family, "hot reload refused {}: {e:#}", path.display()),
+        Ok(p) => {
+            tracing::info!(
+                family = %family,
+                version = %p.version,
+                millis = started.elapsed().as_millis() as u64,
+                "hot reload: swapped in {}",
+                path.display()
+            );
+            true
+        }
+        Err(e) => {
+            tracing::warn!(family = %family, "hot reload refused {}: {e:#}", path.display());
+            false
+        }
     }
 }
 
 /// Start watching `rt`'s plugins directory on a background thread, until
 /// `stop` is set: filesystem notifications (inotify through `notify`) wake
 /// it at once; it also looks every [`POLL`] in case a notification is lost
-/// (network filesystems send none).
-pub fn spawn(rt: Arc<Runtime>, stop: Arc<AtomicBool>) -> std::io::Result<()> {
+/// (network filesystems send none). The families directory's components
+/// are mounted before this returns.
+pub fn spawn(rt: Arc<Runtime>, stop: Arc<AtomicBool>, kept: Kept) -> std::io::Result<()> {
     let families = rt.config.families();
     let dir = rt.plugins_dir().to_path_buf();
-    let mut seen: HashMap<String, Option<Stamp>> = families
+    let mut seen: HashMap<String, Seen> = families
         .iter()
-        .map(|f| (f.name.clone(), stamp(&dir.join(&f.component))))
+        .map(|f| (f.name.clone(), Seen::now(&dir.join(&f.component))))
         .collect();
     let configured: Vec<PathBuf> = families.iter().map(|f| dir.join(&f.component)).collect();
     let mut staged: HashMap<PathBuf, Option<Stamp>> = HashMap::new();
-    // Families mounted from the families directory, with their file's stamp.
-    let mut mounted: HashMap<String, Option<Stamp>> = HashMap::new();
-    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    // Families mounted from the families directory, with their file; one
+    // the admin API unmounted counts as seen as it is now.
     let families_dir = dir.join(FAMILIES_DIR);
+    let mut mounted = FamiliesDir {
+        mounted: kept
+            .unmounted
+            .iter()
+            .map(|f| {
+                (
+                    f.clone(),
+                    Seen::now(&families_dir.join(format!("{f}.wasm"))),
+                )
+            })
+            .collect(),
+        ignored: HashMap::new(),
+    };
+    let file_serves = kept.file_serves;
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
     let mut watcher = notifier(&dir, &families_dir, tx);
+    // Mounted before the host says it is ready.
+    watch_families_dir(&rt, &families_dir, &mut mounted, &*file_serves);
     std::thread::Builder::new()
         .name("plugin-watch".into())
         .spawn(move || {
@@ -82,14 +167,14 @@ pub fn spawn(rt: Arc<Runtime>, stop: Arc<AtomicBool>) -> std::io::Result<()> {
                 // Swaps first: they are what an operator waits for.
                 for f in &families {
                     let path = dir.join(&f.component);
-                    let now = stamp(&path);
-                    if now.is_none() || seen.get(&f.name) == Some(&now) {
-                        continue;
+                    let last = seen.entry(f.name.clone()).or_default();
+                    if let Some(bytes) = last.changed(&path)
+                        && swap_in(&rt, &f.name, &f.component, &path, &bytes)
+                    {
+                        file_serves(&f.name);
                     }
-                    seen.insert(f.name.clone(), now);
-                    swap_in(&rt, &f.name, &f.component, &path);
                 }
-                watch_families_dir(&rt, &families_dir, &mut mounted);
+                watch_families_dir(&rt, &families_dir, &mut mounted, &*file_serves);
                 // Staged components: precompile new or changed ones.
                 for path in std::fs::read_dir(&dir)
                     .into_iter()
@@ -158,7 +243,21 @@ fn notifier(
 }
 
 /// Mount, swap or unmount the families of the families directory.
-fn watch_families_dir(rt: &Runtime, dir: &Path, mounted: &mut HashMap<String, Option<Stamp>>) {
+/// What the watcher knows of the families directory.
+struct FamiliesDir {
+    /// Families mounted from it, with their file.
+    mounted: HashMap<String, Seen>,
+    /// Files it does not mount (said once per change of the file).
+    ignored: HashMap<PathBuf, Seen>,
+}
+
+fn watch_families_dir(
+    rt: &Runtime,
+    dir: &Path,
+    state: &mut FamiliesDir,
+    file_serves: &dyn Fn(&str),
+) {
+    let FamiliesDir { mounted, ignored } = state;
     let mut present = Vec::new();
     for path in std::fs::read_dir(dir)
         .into_iter()
@@ -186,28 +285,47 @@ fn watch_families_dir(rt: &Runtime, dir: &Path, mounted: &mut HashMap<String, Op
             .plugin(&family)
             .is_some_and(|p| !p.component.starts_with(FAMILIES_DIR));
         if !crate::capabilities::valid_family(&family) || configured || elsewhere {
+            // Said once per change of the file: an operator dropping it
+            // there expects it to mount.
+            if ignored
+                .entry(path.clone())
+                .or_default()
+                .changed(&path)
+                .is_some()
+            {
+                let why = if !crate::capabilities::valid_family(&family) {
+                    "its name is not a family name (1 to 32 of a-z, 0-9, _ and -, starting with a letter)".to_string()
+                } else {
+                    let spec = rt.config.family(&family).map(|f| f.component);
+                    format!(
+                        "family {family} is served from {} (to mount it from here, its [families.{family}] says component = \"{FAMILIES_DIR}/{family}.wasm\")",
+                        spec.unwrap_or_else(|| "its configured component".into())
+                    )
+                };
+                tracing::warn!("{} not mounted: {why}", path.display());
+            }
             continue;
         }
         present.push(family.clone());
-        let now = stamp(&path);
-        if mounted.get(&family) == Some(&now) {
+        let Some(bytes) = mounted.entry(family.clone()).or_default().changed(&path) else {
             continue;
-        }
-        mounted.insert(family.clone(), now);
+        };
         let component = format!("{FAMILIES_DIR}/{family}.wasm");
         if rt.grants(&family).is_none()
             && let Some(spec) = rt.config.family(&family)
         {
             // A family the config grants but that has no slot yet.
-            let Ok(bytes) = std::fs::read(&path) else {
-                continue;
-            };
-            if let Err(e) = rt.swap(&family, &component, &bytes, Some(spec.grants)) {
-                tracing::warn!(family = %family, "mount refused {}: {e:#}", path.display());
+            match rt.swap(&family, &component, &bytes, Some(spec.grants)) {
+                Ok(_) => file_serves(&family),
+                Err(e) => {
+                    tracing::warn!(family = %family, "mount refused {}: {e:#}", path.display())
+                }
             }
             continue;
         }
-        swap_in(rt, &family, &component, &path);
+        if swap_in(rt, &family, &component, &path, &bytes) {
+            file_serves(&family);
+        }
     }
     mounted.retain(|family, _| {
         if present.contains(family) {

@@ -385,10 +385,36 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
         ("PUT", ["admin", "plugins", family]) => {
             let current = app.runtime.status(family);
             let known = current.is_some();
+            // A misspelled parameter (`?grant=`) would be ignored: refused.
+            if let Some((name, _)) = crate::runtime::routes::parse_query(query)
+                .into_iter()
+                .find(|(n, _)| !["grants", "read", "component"].contains(&n.as_str()))
+            {
+                return Reply::invalid(
+                    &name,
+                    format!(
+                        "unknown parameter {name:?}: the parameters are grants, read and component"
+                    ),
+                );
+            }
             let grants = match grants_of(query, app.runtime.grants(family)) {
                 Ok(g) => g,
                 Err(e) => return Reply::invalid("grants", e),
             };
+            // A keyspace to read names a family that exists (mounted or
+            // configured): a typo would otherwise read nothing, silently.
+            if let Some(unknown) = grants.as_ref().and_then(|g| {
+                g.reads.iter().find(|r| {
+                    *r != family
+                        && app.runtime.grants(r).is_none()
+                        && app.config.family(r).is_none()
+                })
+            }) {
+                return Reply::invalid(
+                    "read",
+                    format!("no family {unknown:?} is mounted or configured"),
+                );
+            }
             let named = match component_of(query) {
                 Ok(n) => n,
                 Err(e) => return Reply::invalid("component", e),
@@ -473,6 +499,7 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                     "is required: the body is {\"amount\": \"<decimal>\"}",
                 );
             };
+            let outages = app.storage.outages();
             match marketplace_common::amount::parse(&amount) {
                 Ok(units) if units > 0 => match mint(app, units) {
                     Ok(secret) => Reply::json(200, &json!({"secret": secret})),
@@ -488,7 +515,7 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                             ),
                         )
                     }
-                    Err(e) => mint_failure(&e),
+                    Err(e) => mint_failure(&e, app.storage.outages() != outages),
                 },
                 Ok(_) => Reply::invalid("amount", "must be positive"),
                 Err(e) => Reply::invalid("amount", e.to_string()),
@@ -539,8 +566,14 @@ pub fn mint(app: &App, units: u64) -> Result<String> {
 /// The answer to a mint that failed in storage: a mint that kept losing
 /// races with other hosts' (a shared store; `storage.write` ran it again
 /// first) is 503 `storage_conflict` with `Retry-After`, and nothing was
-/// minted; anything else is a 500, logged.
-fn mint_failure(e: &anyhow::Error) -> Reply {
+/// minted; a shared store that could not be reached while it ran
+/// (`unreachable`) is 503 `store_unavailable`; anything else is a 500,
+/// logged.
+fn mint_failure(e: &anyhow::Error, unreachable: bool) -> Reply {
+    if unreachable {
+        tracing::error!("mint failed: {e:#}");
+        return Reply::store_unavailable();
+    }
     match e.downcast_ref::<crate::store::StorageError>() {
         Some(storage) => {
             if !matches!(storage, crate::store::StorageError::Conflict) {
@@ -562,7 +595,7 @@ mod mint_tests {
 
     #[test]
     fn a_mint_that_kept_losing_races_is_503_with_retry_after() {
-        let lost = mint_failure(&anyhow::Error::from(StorageError::Conflict));
+        let lost = mint_failure(&anyhow::Error::from(StorageError::Conflict), false);
         assert_eq!(lost.status, 503);
         assert!(
             lost.headers
@@ -571,8 +604,18 @@ mod mint_tests {
         );
         let body: serde_json::Value = serde_json::from_slice(&lost.body).unwrap();
         assert_eq!(body["code"], "storage_conflict");
-        let broken = mint_failure(&anyhow::Error::from(StorageError::Internal("disk".into())));
+        let broken = mint_failure(
+            &anyhow::Error::from(StorageError::Internal("disk".into())),
+            false,
+        );
         assert_eq!(broken.status, 500);
-        assert_eq!(mint_failure(&anyhow::anyhow!("other")).status, 500);
+        assert_eq!(mint_failure(&anyhow::anyhow!("other"), false).status, 500);
+        let away = mint_failure(
+            &anyhow::Error::from(StorageError::Internal("closed".into())),
+            true,
+        );
+        assert_eq!(away.status, 503);
+        let body: serde_json::Value = serde_json::from_slice(&away.body).unwrap();
+        assert_eq!(body["code"], "store_unavailable");
     }
 }

@@ -86,9 +86,25 @@ pub async fn run(config: Config) -> Result<i32> {
         let (app, stop_watcher) = (app.clone(), stop_watcher.clone());
         tokio::spawn(async move {
             let loading = app.clone();
+            let stop = stop_watcher.clone();
             let loaded = tokio::task::spawn_blocking(move || {
                 loading.runtime.load_registered(&loading.config.families());
                 uploads::restore(&loading);
+                // The families directory's components mount here too.
+                if watch_plugins {
+                    let kept = crate::runtime::reload::Kept {
+                        unmounted: uploads::kept_unmounts(&loading),
+                        file_serves: Box::new({
+                            let app = loading.clone();
+                            move |family| uploads::file_serves(&app, family)
+                        }),
+                    };
+                    if let Err(e) =
+                        crate::runtime::reload::spawn(loading.runtime.clone(), stop, kept)
+                    {
+                        tracing::error!("cannot watch the plugins directory: {e:#}");
+                    }
+                }
                 loading.runtime.loaded();
             })
             .await;
@@ -96,12 +112,6 @@ pub async fn run(config: Config) -> Result<i32> {
                 tracing::error!("loading the families failed: {e}");
                 // What loaded serves; health stops saying `loading`.
                 app.runtime.loaded();
-            }
-            if watch_plugins
-                && let Err(e) =
-                    crate::runtime::reload::spawn(app.runtime.clone(), stop_watcher.clone())
-            {
-                tracing::error!("cannot watch the plugins directory: {e:#}");
             }
             if app.storage.is_shared()
                 && let Err(e) = uploads::spawn_fleet_sync(app.clone(), stop_watcher)

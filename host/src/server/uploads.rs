@@ -128,6 +128,70 @@ pub fn record_unmount(app: &App, family: &str) -> Result<()> {
     Ok(())
 }
 
+/// The families kept unmounted through the admin API (the watcher does
+/// not mount their files in the families directory until they change).
+pub fn kept_unmounts(app: &App) -> Vec<String> {
+    let kept: Vec<(String, Vec<u8>)> = if app.storage.is_shared() {
+        use crate::store::Kv;
+        app.storage
+            .begin_read()
+            .and_then(|r| r.scan_in(ROWS, b"", None, false, 10_000))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (String::from_utf8_lossy(&k).into_owned(), v))
+            .collect()
+    } else {
+        std::fs::read_dir(dir(app))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .filter_map(|p| {
+                let family = p.file_stem()?.to_str()?.to_string();
+                Some((family, std::fs::read(&p).ok()?))
+            })
+            .collect()
+    };
+    kept.into_iter()
+        .filter(|(_, row)| serde_json::from_slice::<Kept>(row).is_ok_and(|k| k.unmounted))
+        .map(|(family, _)| family)
+        .collect()
+}
+
+/// A component file of the plugins directory serves `family` now (the
+/// watcher swapped or mounted it): on one host the file decides from
+/// then on, so the family's kept upload or unmount is dropped (a restart
+/// serves the file). A fleet's record stays: the fleet's choice is kept
+/// over one host's directory (README "Scale-out").
+pub fn file_serves(app: &App, family: &str) {
+    if app.storage.is_shared() {
+        return;
+    }
+    let dir = dir(app);
+    let json = dir.join(format!("{family}.json"));
+    if json.exists() {
+        let _ = std::fs::remove_file(dir.join(format!("{family}.wasm")));
+        match std::fs::remove_file(&json) {
+            Ok(()) => tracing::info!(
+                family,
+                "the plugins directory's file serves now: the admin upload kept for restarts is dropped"
+            ),
+            Err(e) => tracing::warn!(family, "dropping the kept upload {}: {e}", json.display()),
+        }
+    }
+}
+
+/// The component file in the plugins directory that serves `family` when
+/// nothing was uploaded: the configured one, or the families directory's.
+fn family_file(app: &App, family: &str) -> PathBuf {
+    let component = app.config.family(family).map_or_else(
+        || format!("{}/{family}.wasm", crate::runtime::reload::FAMILIES_DIR),
+        |f| f.component,
+    );
+    app.runtime.plugins_dir().join(component)
+}
+
 /// Replay the kept uploads and unmounts (at start).
 pub fn restore(app: &App) {
     if app.storage.is_shared() {
@@ -159,6 +223,21 @@ pub fn restore(app: &App) {
                 continue;
             }
         };
+        // A component file changed after the upload (a deploy while the
+        // host was down) decides instead, as it would have while it ran.
+        let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        let file = family_file(app, &family);
+        if let (Some(file_at), Some(kept_at)) = (modified(&file), modified(&path))
+            && file_at > kept_at
+        {
+            tracing::info!(
+                family,
+                "{} changed after the admin API's upload or unmount: the file serves",
+                file.display()
+            );
+            file_serves(app, &family);
+            continue;
+        }
         let wasm = path.with_extension("wasm");
         apply(app, &family, &kept, || {
             std::fs::read(&wasm).with_context(|| format!("reading {}", wasm.display()))
@@ -187,11 +266,40 @@ fn apply(app: &App, family: &str, kept: &Kept, bytes: impl FnOnce() -> Result<Ve
             .swap(family, &kept.component, &bytes, Some(grants))
     });
     match result {
-        Ok(p) => tracing::info!(
-            family,
-            version = %p.version,
-            "serving the component uploaded through the admin API"
-        ),
+        Ok(p) => {
+            tracing::info!(
+                family,
+                version = %p.version,
+                "serving the component uploaded through the admin API"
+            );
+            // Its grants are the upload's: say so when the configuration
+            // says otherwise (the operator may expect the config's).
+            if let Some(spec) = app.config.family(family) {
+                let config = (
+                    spec.grants
+                        .capabilities
+                        .iter()
+                        .map(|c| c.name().to_string())
+                        .collect::<Vec<_>>(),
+                    spec.grants.reads.iter().cloned().collect::<Vec<_>>(),
+                );
+                let mut upload = (kept.grants.clone(), kept.reads.clone());
+                upload.0.sort();
+                upload.1.sort();
+                let mut configured = config;
+                configured.0.sort();
+                if upload != configured {
+                    tracing::warn!(
+                        family,
+                        "the upload's grants {:?} and reads {:?} apply, not the configuration's {:?} and {:?} (upload again with --grants/--read to change them)",
+                        upload.0,
+                        upload.1,
+                        configured.0,
+                        configured.1
+                    );
+                }
+            }
+        }
         Err(e) => tracing::error!(family, "kept upload refused: {e:#}"),
     }
 }
