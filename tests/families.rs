@@ -976,8 +976,9 @@ fn the_watched_families_directory_mounts_swaps_and_unmounts() {
 /// A restart serves what the operator decided last, between the admin API
 /// and the plugins directory: an admin unmount of a families-directory
 /// family stays unmounted (until its file changes), and a component file
-/// changed after an admin upload serves (the upload kept for restarts is
-/// dropped; on a shared store the fleet's upload stays). Before, the old
+/// changed after an admin upload (while the host ran, or while it was
+/// down) serves (the upload kept for restarts is dropped; on a shared
+/// store the fleet's upload stays). Before, the old
 /// upload came back and the unmounted family was mounted again by the
 /// watcher.
 #[test]
@@ -1049,6 +1050,28 @@ fn a_restart_serves_what_was_decided_last() {
     eventually("the ignored file is logged", &s, || {
         s.log_text().contains("Bad_Name.wasm not mounted")
     });
+
+    // While the host is down, a deploy writes the fee component's file
+    // again: with the same bytes, the upload made before stays; with other
+    // bytes, the file serves (one host; on a shared store the fleet's
+    // upload stays).
+    let r = common::deal::admin(
+        &s,
+        "PUT",
+        "/admin/plugins/fees",
+        &wasm("fees_pickup_paid.wasm"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut s = s;
+    s.stop();
+    let fee_file = plugins_dir.path().join("fees_bid_inclusive.wasm");
+    install(&std::fs::read(&fee_file).unwrap(), &fee_file);
+    let mut s = start();
+    assert_eq!(policy(&s), "pickup-paid", "{}", s.log_text());
+    s.stop();
+    install(&with_custom_section(&bid, "deploy", b"3"), &fee_file);
+    let s = start();
+    assert_eq!(policy(&s), decided, "{}", s.log_text());
 }
 
 #[test]

@@ -36,6 +36,11 @@ struct Kept {
     /// uploaded again are applied again).
     #[serde(default)]
     upload: String,
+    /// The sha256 of the family's file in the plugins directory when this
+    /// was recorded ("-" when there was none; absent in older records): a
+    /// file whose content differs at start changed since, and serves.
+    #[serde(default)]
+    file: Option<String>,
 }
 
 /// Keep `kept` (and the component, when given) in the shared store.
@@ -92,6 +97,7 @@ pub fn record(app: &App, family: &str, bytes: &[u8]) -> Result<()> {
         reads: status.reads,
         unmounted: false,
         upload: String::new(),
+        file: Some(file_hash(app, family)),
     };
     if app.storage.is_shared() {
         return record_shared(app, family, &mut kept, Some(bytes));
@@ -114,6 +120,7 @@ pub fn record_unmount(app: &App, family: &str) -> Result<()> {
         reads: vec![],
         unmounted: true,
         upload: String::new(),
+        file: Some(file_hash(app, family)),
     };
     if app.storage.is_shared() {
         return record_shared(app, family, &mut kept, None);
@@ -192,6 +199,16 @@ fn family_file(app: &App, family: &str) -> PathBuf {
     app.runtime.plugins_dir().join(component)
 }
 
+/// The sha256 (hex) of `family`'s file in the plugins directory, "-" when
+/// there is none.
+fn file_hash(app: &App, family: &str) -> String {
+    use sha2::Digest;
+    std::fs::read(family_file(app, family)).map_or_else(
+        |_| "-".to_string(),
+        |b| marketplace_common::hex::encode(&sha2::Sha256::digest(&b)),
+    )
+}
+
 /// Replay the kept uploads and unmounts (at start).
 pub fn restore(app: &App) {
     if app.storage.is_shared() {
@@ -223,17 +240,19 @@ pub fn restore(app: &App) {
                 continue;
             }
         };
-        // A component file changed after the upload (a deploy while the
-        // host was down) decides instead, as it would have while it ran.
-        let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-        let file = family_file(app, &family);
-        if let (Some(file_at), Some(kept_at)) = (modified(&file), modified(&path))
-            && file_at > kept_at
+        // A component file whose content changed since the upload (a
+        // deploy while the host was down) decides instead, as it would have
+        // while it ran. (A file written again with the same bytes did not
+        // change.)
+        if kept
+            .file
+            .as_ref()
+            .is_some_and(|h| *h != file_hash(app, &family))
         {
             tracing::info!(
                 family,
-                "{} changed after the admin API's upload or unmount: the file serves",
-                file.display()
+                "{} changed since the admin API's upload or unmount: the file serves",
+                family_file(app, &family).display()
             );
             file_serves(app, &family);
             continue;
