@@ -242,7 +242,6 @@ fn notifier(
     Some(watcher)
 }
 
-/// Mount, swap or unmount the families of the families directory.
 /// What the watcher knows of the families directory.
 struct FamiliesDir {
     /// Families mounted from it, with their file.
@@ -251,6 +250,7 @@ struct FamiliesDir {
     ignored: HashMap<PathBuf, Seen>,
 }
 
+/// Mount, swap or unmount the families of the families directory.
 fn watch_families_dir(
     rt: &Runtime,
     dir: &Path,
