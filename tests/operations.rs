@@ -1365,7 +1365,8 @@ fn an_offline_mint_makes_the_data_dir_private() {
 /// database in `./data` is refused (the secret would be worth nothing);
 /// a reader that goes away (`| head`) ends the output without a panic;
 /// `plugins` commands take the token from `--data-dir`; the admin API
-/// refuses a misspelled parameter and a read grant of no family.
+/// refuses a misspelled parameter, a read grant of no family, a family
+/// name that is not one and a core module, each saying which.
 #[test]
 fn cli_and_admin_refuse_what_would_silently_go_wrong() {
     let tmp = tempfile::tempdir().unwrap();
@@ -1411,6 +1412,15 @@ fn cli_and_admin_refuse_what_would_silently_go_wrong() {
         assert_eq!(r.status, 400, "{query}: {}", r.text());
         assert_eq!(r.json()["details"][0]["field"], field, "{query}");
     }
+    // A family name that is not one, and a core module rather than a
+    // component, are refused saying which.
+    let r = common::deal::admin(&s, "PUT", "/admin/plugins/NOTES", &fees);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["details"][0]["field"], "family");
+    let core = b"\0asm\x01\0\0\0";
+    let r = common::deal::admin(&s, "PUT", "/admin/plugins/notes", core);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("core WebAssembly module"), "{}", r.text());
     // Nothing was swapped.
     assert_eq!(
         s.get("/api/fees").json()["arbitration"]["policy"],

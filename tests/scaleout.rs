@@ -616,6 +616,7 @@ fn a_store_that_goes_away_or_hangs_is_503_store_unavailable_and_nothing_is_lost(
         let health = s.get("/api/health");
         assert_eq!(health.status, 503, "{name}: {}", health.text());
         assert_eq!(health.json()["storage"]["status"], "error", "{name}");
+        assert!(health.header("retry-after").is_some(), "{name}: health");
         relay.set(0);
         // Back: the store answers again within a few tries.
         let until = Instant::now() + Duration::from_secs(30);

@@ -866,6 +866,13 @@ impl Runtime {
                 Err(e) => tracing::warn!("ignoring unusable cache entry {}: {e}", path.display()),
             }
         }
+        // A core module (version 1) rather than a component (layer 1) is
+        // a common mistake of a plugin's build: say which.
+        if bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[4..8] == [1, 0, 0, 0] {
+            anyhow::bail!(
+                "a core WebAssembly module, not a component: build for wasm32-wasip2 (or with cargo-component), or wrap it with `wasm-tools component new`"
+            );
+        }
         let component = Component::new(&self.engine, bytes)
             .map_err(|e| anyhow!("not a valid component: {e}"))?;
         match component.serialize() {

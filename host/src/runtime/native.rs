@@ -189,7 +189,13 @@ fn health(rt: &Runtime) -> Reply {
                 syncs: rt.storage.syncs(),
             },
         };
-        Reply::json(if status == "degraded" { 503 } else { 200 }, &health)
+        let mut reply = Reply::json(if status == "degraded" { 503 } else { 200 }, &health);
+        if !ok {
+            // The store may answer again any moment (a restart, a
+            // network blip): when to look again.
+            reply.headers.push(("retry-after".into(), "1".into()));
+        }
+        reply
     })
 }
 

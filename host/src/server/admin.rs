@@ -383,6 +383,14 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
             Reply::json(200, &json!(list))
         }
         ("PUT", ["admin", "plugins", family]) => {
+            if !crate::capabilities::valid_family(family) {
+                return Reply::invalid(
+                    "family",
+                    format!(
+                        "{family:?} is not a family name (1 to 32 of a-z, 0-9, _ and -, starting with a letter; not `host`)"
+                    ),
+                );
+            }
             let current = app.runtime.status(family);
             let known = current.is_some();
             // A misspelled parameter (`?grant=`) would be ignored: refused.
