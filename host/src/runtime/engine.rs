@@ -254,6 +254,24 @@ fn fault_kind(err: &wasmtime::Error, memory_hit: bool) -> &'static str {
     }
 }
 
+/// Why a call at load (`describe`, `describe-api`, instantiation) failed,
+/// in words a plugin author can act on: a time limit, the memory cap, or
+/// the trap itself (a Rust panic is an `unreachable` trap), with the wasm
+/// backtrace kept for the debug log.
+fn smoke_failure(what: &str, err: wasmtime::Error, memory_hit: bool) -> anyhow::Error {
+    tracing::debug!("{what} failed: {err:?}");
+    let why = match (err.downcast_ref::<Trap>(), memory_hit) {
+        (Some(Trap::Interrupt), _) => "ran past its time limit (request_timeout_ms)".to_string(),
+        (_, true) => "grew past its memory cap (plugin_memory_mib)".to_string(),
+        (Some(Trap::UnreachableCodeReached), _) => {
+            "trapped: unreachable code (a Rust panic traps so; the guest crate logs its message, `plugin panicked: ...`, just before)".to_string()
+        }
+        (Some(trap), _) => format!("trapped: {trap}"),
+        (None, _) => format!("{:#}", err.root_cause()),
+    };
+    anyhow!("{what} {why}")
+}
+
 /// The `handle` function of an endpoint component's `handler` export.
 fn handle_export(component: &Component) -> Result<ComponentExportIndex> {
     component
@@ -799,8 +817,11 @@ impl Runtime {
         // `describe` and `api` must not touch storage or payments; give
         // them an inert context.
         let mut store = self.store(Ctx::inert(self.limits.memory_bytes));
-        let instance = run_to_end(pre.instance_pre().instantiate_async(&mut store))
-            .map_err(|e| anyhow!("instantiating failed: {e}"))?;
+        let instance =
+            run_to_end(pre.instance_pre().instantiate_async(&mut store)).map_err(|e| {
+                let hit = store.data().memory_hit();
+                smoke_failure("instantiating it", e, hit)
+            })?;
         let bindings = bindings::endpoint::Endpoint::new(&mut store, &instance)
             .map_err(|e| anyhow!("not an endpoint component: {e}"))?;
         let handle = handle_export(pre.instance_pre().component())?;
@@ -808,10 +829,14 @@ impl Runtime {
             .get_typed_func::<(&wit::Request,), (wit::Response,)>(&mut store, &handle)
             .map_err(|e| anyhow!("not an endpoint component: handle: {e}"))?;
         let handler = bindings.marketplace_plugin_handler();
-        let info = run_to_end(handler.call_describe(&mut store))
-            .map_err(|e| anyhow!("smoke call describe() failed: {e}"))?;
-        let declared = run_to_end(handler.call_describe_api(&mut store))
-            .map_err(|e| anyhow!("smoke call api() failed: {e}"))?;
+        let info = run_to_end(handler.call_describe(&mut store)).map_err(|e| {
+            let hit = store.data().memory_hit();
+            smoke_failure("smoke call describe()", e, hit)
+        })?;
+        let declared = run_to_end(handler.call_describe_api(&mut store)).map_err(|e| {
+            let hit = store.data().memory_hit();
+            smoke_failure("smoke call describe-api()", e, hit)
+        })?;
         let routes = declared
             .routes
             .into_iter()

@@ -173,12 +173,19 @@ pub fn log_info(message: &str) {
     log::log(log::Level::Info, message);
 }
 
-/// Run a handler: panics are logged through the host before the instance
-/// traps (the host then answers 500), errors become JSON answers.
-pub fn run(req: types::Request, handler: fn(&Request) -> Result<Response, ApiError>) -> Response {
+/// Log a panic's message through the host before the instance traps
+/// (the default hook would write to a standard stream, which the host
+/// does not give a plugin). Each export calls it first.
+pub fn log_panics() {
     std::panic::set_hook(Box::new(|info| {
         log::log(log::Level::Error, &format!("plugin panicked: {info}"));
     }));
+}
+
+/// Run a handler: panics are logged through the host before the instance
+/// traps (the host then answers 500), errors become JSON answers.
+pub fn run(req: types::Request, handler: fn(&Request) -> Result<Response, ApiError>) -> Response {
+    log_panics();
     match handler(&Request(req)) {
         Ok(resp) => resp,
         Err(e) => e.into(),
@@ -428,12 +435,14 @@ macro_rules! endpoint_plugin {
                 $crate::run(req, <$ty as $crate::Endpoint>::handle)
             }
             fn describe() -> $crate::PluginInfo {
+                $crate::log_panics();
                 $crate::PluginInfo {
                     name: <$ty as $crate::Endpoint>::NAME.to_string(),
                     version: env!("CARGO_PKG_VERSION").to_string(),
                 }
             }
             fn describe_api() -> $crate::endpoint_bindings::marketplace::plugin::types::Api {
+                $crate::log_panics();
                 <$ty as $crate::Endpoint>::api()
             }
         }

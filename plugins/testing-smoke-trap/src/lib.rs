@@ -16,6 +16,9 @@ impl Guest for SmokeTrap {
     }
 
     fn describe() -> PluginInfo {
+        // As the guest crate's export macro does: the message reaches the
+        // host's log.
+        marketplace_guest::log_panics();
         panic!("deliberate trap in the smoke call")
     }
 
