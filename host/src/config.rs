@@ -423,7 +423,8 @@ impl Config {
         for (name, fc) in &self.families {
             if !capabilities::valid_family(name) {
                 bail!(
-                    "[families.{name}]: a family name is 1 to 32 of a-z, 0-9, _ and -, starting with a letter (and not `host`)"
+                    "[families.{name}]: a family name is {}",
+                    crate::capabilities::FAMILY_NAME_RULE
                 );
             }
             let i = match out.iter().position(|f| &f.name == name) {

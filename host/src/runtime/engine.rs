@@ -510,7 +510,8 @@ impl Runtime {
     ) -> Result<Arc<LoadedPlugin>> {
         if !crate::capabilities::valid_family(family) {
             anyhow::bail!(
-                "{family:?} is not a family name (1 to 32 of a-z, 0-9, _ and -, starting with a letter; not `host`)"
+                "{family:?} is not a family name ({})",
+                crate::capabilities::FAMILY_NAME_RULE
             );
         }
         let _one_at_a_time = self.swapping.lock().unwrap_or_else(|e| e.into_inner());

@@ -294,7 +294,10 @@ fn watch_families_dir(
                 .is_some()
             {
                 let why = if !crate::capabilities::valid_family(&family) {
-                    "its name is not a family name (1 to 32 of a-z, 0-9, _ and -, starting with a letter)".to_string()
+                    format!(
+                        "its name is not a family name ({})",
+                        crate::capabilities::FAMILY_NAME_RULE
+                    )
                 } else {
                     let spec = rt.config.family(&family).map(|f| f.component);
                     format!(

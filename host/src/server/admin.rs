@@ -387,7 +387,8 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                 return Reply::invalid(
                     "family",
                     format!(
-                        "{family:?} is not a family name (1 to 32 of a-z, 0-9, _ and -, starting with a letter; not `host`)"
+                        "{family:?} is not a family name ({})",
+                        crate::capabilities::FAMILY_NAME_RULE
                     ),
                 );
             }
