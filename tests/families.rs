@@ -998,6 +998,16 @@ fn a_restart_serves_what_was_decided_last() {
     let template = wasm("template.wasm");
     install(&template, &file);
     let policy = |s: &Server| s.get("/api/fees").json()["arbitration"]["policy"].clone();
+    let upload_pickup_paid = |s: &Server| {
+        let r = common::deal::admin(
+            s,
+            "PUT",
+            "/admin/plugins/fees",
+            &wasm("fees_pickup_paid.wasm"),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(policy(s), "pickup-paid");
+    };
 
     let mut s = start();
     // Mounted before the host said it was ready.
@@ -1006,14 +1016,7 @@ fn a_restart_serves_what_was_decided_last() {
     let r = common::deal::admin(&s, "DELETE", "/admin/plugins/jotter", b"");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(notes(&s).status, 404);
-    let r = common::deal::admin(
-        &s,
-        "PUT",
-        "/admin/plugins/fees",
-        &wasm("fees_pickup_paid.wasm"),
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(policy(&s), "pickup-paid");
+    upload_pickup_paid(&s);
     // Then a deploy changes the configured fee component's file.
     let bid = with_custom_section(&wasm("fees_bid_inclusive.wasm"), "deploy", b"2");
     install(&bid, &plugins_dir.path().join("fees_bid_inclusive.wasm"));
@@ -1037,7 +1040,7 @@ fn a_restart_serves_what_was_decided_last() {
     eventually("the changed file mounts", &s, || notes(&s).status == 200);
     assert_eq!(notes(&s).json()["count"], 1);
     s.stop();
-    let s = start();
+    let mut s = start();
     // (On a shared store the fleet's unmount decides again at start.)
     let kept = if common::backend_is_postgres() {
         404
@@ -1055,14 +1058,7 @@ fn a_restart_serves_what_was_decided_last() {
     // again: with the same bytes, the upload made before stays; with other
     // bytes, the file serves (one host; on a shared store the fleet's
     // upload stays).
-    let r = common::deal::admin(
-        &s,
-        "PUT",
-        "/admin/plugins/fees",
-        &wasm("fees_pickup_paid.wasm"),
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    let mut s = s;
+    upload_pickup_paid(&s);
     s.stop();
     let fee_file = plugins_dir.path().join("fees_bid_inclusive.wasm");
     install(&std::fs::read(&fee_file).unwrap(), &fee_file);

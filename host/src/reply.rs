@@ -42,13 +42,12 @@ impl Reply {
     /// 503 `storage_conflict`: a request kept losing races with other
     /// hosts' on the shared store; nothing of it was kept.
     pub fn conflict() -> Reply {
-        let mut reply = Reply::error(
+        Reply::error(
             503,
             "storage_conflict",
             "the request kept conflicting with concurrent ones on the shared store; nothing was kept, try again",
-        );
-        reply.headers.push(("retry-after".into(), "1".into()));
-        reply
+        )
+        .retry_after_a_second()
     }
 
     /// The shared store could not be reached while the request ran.
@@ -56,13 +55,19 @@ impl Reply {
     /// commit, may have been): an identical retry of a paid request is
     /// answered as the first was if it was.
     pub fn store_unavailable() -> Reply {
-        let mut reply = Reply::error(
+        Reply::error(
             503,
             "store_unavailable",
             "the shared store is unavailable; try again (an identical retry of a paid request is answered as the first was, if that was kept)",
-        );
-        reply.headers.push(("retry-after".into(), "1".into()));
-        reply
+        )
+        .retry_after_a_second()
+    }
+
+    /// This reply with `Retry-After: 1`: the condition (a lost race, a
+    /// store or components not there yet) may pass any moment.
+    pub fn retry_after_a_second(mut self) -> Reply {
+        self.headers.push(("retry-after".into(), "1".into()));
+        self
     }
 
     pub fn is_success(&self) -> bool {

@@ -553,20 +553,19 @@ impl std::error::Error for OutOfRange {}
 /// to check its range (rarer requests, which may then race other hosts').
 pub fn add_total(txn: &WriteTxn, name: &str, delta: i128) -> Result<()> {
     let out_of_range = |next: i128| OutOfRange(format!("{name} would become {next}"));
+    // The total after the change, refused out of range.
+    let after = |now: u64| {
+        let next = now as i128 + delta;
+        u64::try_from(next).map_err(|_| out_of_range(next))
+    };
     let Some(shard) = txn.counter_shard() else {
         // The embedded store never has shards.
-        let next = plain_total(txn, name)? as i128 + delta;
-        if !(0..=u64::MAX as i128).contains(&next) {
-            return Err(out_of_range(next).into());
-        }
-        txn.put_in(TOTALS, name.as_bytes(), &(next as u64).to_be_bytes())?;
+        let next = after(plain_total(txn, name)?)?;
+        txn.put_in(TOTALS, name.as_bytes(), &next.to_be_bytes())?;
         return Ok(());
     };
     if delta < 0 || name == "minted" {
-        let next = total(txn, name)? as i128 + delta;
-        if !(0..=u64::MAX as i128).contains(&next) {
-            return Err(out_of_range(next).into());
-        }
+        after(total(txn, name)?)?;
     }
     let key = shard_key(name, shard);
     let mine = match txn.get_in(TOTALS, &key)? {

@@ -189,13 +189,14 @@ fn health(rt: &Runtime) -> Reply {
                 syncs: rt.storage.syncs(),
             },
         };
-        let mut reply = Reply::json(if status == "degraded" { 503 } else { 200 }, &health);
-        if !ok {
+        let reply = Reply::json(if status == "degraded" { 503 } else { 200 }, &health);
+        if ok {
+            reply
+        } else {
             // The store may answer again any moment (a restart, a
             // network blip): when to look again.
-            reply.headers.push(("retry-after".into(), "1".into()));
+            reply.retry_after_a_second()
         }
-        reply
     })
 }
 

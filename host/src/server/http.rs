@@ -561,13 +561,12 @@ async fn dispatch(
         Match::Found { route, params } => (route, params),
         // While the families load, the path may be one of theirs.
         Match::NotFound if app.runtime.loading() => {
-            let mut reply = Reply::error(
+            let reply = Reply::error(
                 503,
                 "plugin_unavailable",
                 "the service is starting: its components are still loading",
             );
-            reply.headers.push(("retry-after".into(), "1".into()));
-            return (reply, None);
+            return (reply.retry_after_a_second(), None);
         }
         Match::NotFound => {
             return (

@@ -651,7 +651,6 @@ impl Storage {
         }
     }
 
-    /// Whether a read transaction can be opened.
     /// Round trips to a shared store that failed because it could not be
     /// reached, since start (0 on the embedded store): see
     /// [`pg::PgStore::outages`].
@@ -662,6 +661,7 @@ impl Storage {
         }
     }
 
+    /// Whether a read transaction can be opened.
     pub fn healthy(&self) -> bool {
         match &self.backend {
             Backend::Redb(db) => db.begin_read().is_ok(),

@@ -265,6 +265,16 @@ impl PgStore {
         self.outages.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// A failed round trip as the caller sees it: an outage when the
+    /// database could not be reached, else what the statement's failure is.
+    fn error(&self, e: tokio_postgres::Error) -> StorageError {
+        if unreachable(&e) {
+            self.outage(e)
+        } else {
+            pg_err(e)
+        }
+    }
+
     /// Count an outage (logged at most once a second, with the count
     /// since); the error to give the caller.
     fn outage(&self, what: impl std::fmt::Display) -> StorageError {
@@ -319,9 +329,7 @@ impl PgStore {
         let _log = Logged(started);
         let t = &self.table;
         let prep = |sql: String| match block_on_within(client.prepare(&sql), self.timeout) {
-            Some(Ok(st)) => Ok(st),
-            Some(Err(e)) if unreachable(&e) => Err(self.outage(e)),
-            Some(Err(e)) => Err(pg_err(e)),
+            Some(result) => result.map_err(|e| self.error(e)),
             None => Err(self.outage("preparing statements took too long")),
         };
         let scan = |order: &str, end: bool| {
@@ -579,9 +587,8 @@ impl Lent {
         self.aborted.set(true);
         if unreachable(&e) {
             self.broken.set(true);
-            return self.store.outage(e);
         }
-        pg_err(e)
+        self.store.error(e)
     }
 
     /// Whether a statement failed (the transaction is aborted).
