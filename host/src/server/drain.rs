@@ -4,12 +4,13 @@
 //! instead of an answer:
 //! - a connection still in the listen backlog (connected, not accepted)
 //!   when the signal comes is accepted and served ([`take_backlog`]);
-//! - an idle keep-alive connection whose next request is already in its
-//!   socket ([`request_waiting`]) is not closed but serves that request,
-//!   answered with `connection: close`.
+//! - a keep-alive connection between requests stays open for a moment
+//!   (`DRAIN_LINGER`, in `http`), so a request on its way is served,
+//!   answered with `connection: close`; one whose next request is in its
+//!   socket when that moment ends ([`request_waiting`]) serves it too.
 //!
-//! A request that arrives after that check still meets a closing
-//! connection: HTTP/1.1 clients must expect that of any idle connection.
+//! A request sent after that moment still meets a closing connection:
+//! HTTP/1.1 clients must expect that of any idle connection.
 
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};

@@ -130,9 +130,9 @@ type OwnedPermit = tokio::sync::OwnedSemaphorePermit;
 
 /// Serve HTTP on `listener` until `stop` turns true; then stop accepting,
 /// let every connection finish the request it is serving (idle keep-alive
-/// connections close; connections with a request already sent are served
-/// first, see [`super::drain`]) and return true, or false if `drain` ran
-/// out first.
+/// connections close after [`DRAIN_LINGER`] without a request; connections
+/// with a request already sent are served first, see [`super::drain`]) and
+/// return true, or false if `drain` ran out first.
 pub async fn serve(
     app: Arc<App>,
     listener: TcpListener,
@@ -260,6 +260,12 @@ fn refused_now(peer: std::net::SocketAddr) {
 /// At most one line per this long about refused connections.
 const REFUSED_LOG_EVERY: Duration = Duration::from_secs(10);
 
+/// How long a connection between requests stays open once the server
+/// drains, for a request already on its way (answered with `connection:
+/// close`). Past it an idle connection closes; the drain waits for it only
+/// when such connections are open.
+const DRAIN_LINGER: Duration = Duration::from_millis(500);
+
 /// How long a client waits for the connection chosen to make room before
 /// another is chosen.
 const ROOM_RETRY: Duration = Duration::from_millis(100);
@@ -349,10 +355,21 @@ impl Conn {
                         };
                     }
                     () = super::stopped(stop.clone()) => {
-                        // A request already in the socket is served,
-                        // answered with `connection: close` (see `handle`);
-                        // otherwise an idle connection closes now, a busy
-                        // one after its answer.
+                        // Every answer from now on says `connection:
+                        // close` (see `handle`), and the connection ends
+                        // after it. One between requests lingers a moment
+                        // first: a keep-alive client that sent its next
+                        // request as the signal came (on its way, not yet
+                        // in the socket) is answered, not reset.
+                        let linger = tokio::time::sleep(DRAIN_LINGER);
+                        tokio::pin!(linger);
+                        tokio::select! {
+                            ended = conn.as_mut() => break ended,
+                            () = &mut linger => {}
+                        }
+                        // Still open: idle (closed now, unless a request
+                        // is already in its socket) or inside a request
+                        // (closed after its answer).
                         if !socket.request_waiting() {
                             conn.as_mut().graceful_shutdown();
                         }
