@@ -1539,3 +1539,154 @@ fn a2a_jsonrpc_errors() {
         (200, Some(-32700))
     );
 }
+
+#[test]
+fn mcp_resources_prompts_and_logging() {
+    let s = Server::start();
+    let k = s.identity("resourceseller");
+    let id = s.new_post(&k, "Cello bow, pernambuco", json!({}));
+    let base = format!("http://{}", s.addr);
+    let call = |method: &str, params: Value| {
+        let r = rpc(
+            &s,
+            json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}),
+        );
+        assert_eq!(r.status, 200, "{method}: {}", r.text());
+        r.json()
+    };
+
+    let init = call(
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+    );
+    let caps = &init["result"]["capabilities"];
+    assert!(
+        caps["resources"].is_object() && caps["prompts"].is_object() && caps["logging"].is_object(),
+        "{caps}"
+    );
+
+    // Resources: absolute URLs of this service, each read as its route answers.
+    let listed = call("resources/list", json!({}));
+    let resources = listed["result"]["resources"].as_array().unwrap();
+    let uri = |name: &str| {
+        resources
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("{name}: {listed}"))["uri"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(uri("openapi"), format!("{base}/openapi.json"));
+    for r in resources {
+        assert!(
+            r["description"].is_string() && r["mimeType"] == "application/json",
+            "{r}"
+        );
+    }
+    let read = |uri: &str| call("resources/read", json!({ "uri": uri }));
+    let doc = read(&uri("openapi"));
+    let content = &doc["result"]["contents"][0];
+    assert_eq!(content["uri"], uri("openapi"));
+    let text: Value = serde_json::from_str(content["text"].as_str().unwrap()).unwrap();
+    assert_eq!(text, s.get("/openapi.json").json());
+    let fees: Value = serde_json::from_str(
+        read(&uri("fees"))["result"]["contents"][0]["text"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(fees, s.get("/api/fees").json());
+    let manifest = read(&uri("agent-manifest"));
+    assert!(
+        manifest["result"]["contents"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("\"openapi\"")
+    );
+
+    // Templates: a post by id, read as GET /api/posts/{id} answers it.
+    let templates = call("resources/templates/list", json!({}));
+    let post_template = templates["result"]["resourceTemplates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "post")
+        .unwrap()["uriTemplate"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(post_template, format!("{base}/api/posts/{{post_id}}"));
+    let post = read(&post_template.replace("{post_id}", &id));
+    let text: Value =
+        serde_json::from_str(post["result"]["contents"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(text, s.get(&format!("/api/posts/{id}")).json());
+
+    // Not found: -32002 with the uri; a post that does not exist too.
+    for missing in [
+        format!("{base}/nothing-here"),
+        "http://elsewhere.example/openapi.json".to_string(),
+        post_template.replace("{post_id}", "post_01JZZZZZZZZZZZZZZZZZZZZZZZ"),
+    ] {
+        let r = read(&missing);
+        assert_eq!(r["error"]["code"], -32002, "{missing}: {r}");
+        assert_eq!(r["error"]["data"]["uri"], missing.as_str());
+    }
+    assert_eq!(call("resources/read", json!({}))["error"]["code"], -32602);
+    assert_eq!(
+        call("resources/list", json!({"cursor": "x"}))["error"]["code"],
+        -32602
+    );
+
+    // Prompts: listed with their arguments; got with them filled in.
+    let prompts = call("prompts/list", json!({}));
+    let names: Vec<&str> = prompts["result"]["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"find_listings") && names.contains(&"sell_item"),
+        "{names:?}"
+    );
+    let got = call(
+        "prompts/get",
+        json!({"name": "find_listings", "arguments": {"what": "a cello bow"}}),
+    );
+    let message = &got["result"]["messages"][0];
+    assert_eq!(message["role"], "user");
+    assert!(
+        message["content"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("a cello bow"),
+        "{got}"
+    );
+    for bad in [
+        json!({"name": "find_listings"}),
+        json!({"name": "no_such_prompt"}),
+        json!({"name": "find_listings", "arguments": {"what": 1}}),
+    ] {
+        assert_eq!(
+            call("prompts/get", bad.clone())["error"]["code"],
+            -32602,
+            "{bad}"
+        );
+    }
+
+    // Logging: a level MCP names is accepted, anything else is -32602.
+    assert_eq!(
+        call("logging/setLevel", json!({"level": "warning"}))["result"],
+        json!({})
+    );
+    assert_eq!(
+        call("logging/setLevel", json!({"level": "loud"}))["error"]["code"],
+        -32602
+    );
+    // Completions are not offered.
+    assert_eq!(
+        call("completion/complete", json!({}))["error"]["code"],
+        -32601
+    );
+}

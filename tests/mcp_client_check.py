@@ -3,12 +3,14 @@
 Starts the built host on a free port, defines a macro over HTTP, then with the
 SDK's ClientSession: initialize, define a macro with the `define` tool, list
 tools (built-ins and both macros), call `search`, the macro (its TypeScript
-runs), a runaway macro (a tool error) and `get_fees`. Run by .ci/run after the
-tests.
+runs), a runaway macro (a tool error) and `get_fees`; then resources (list,
+read the OpenAPI document, templates), prompts (list, get) and
+logging/setLevel. Run by .ci/run after the tests.
 """
 import asyncio
 import json
 import urllib.request
+import warnings
 
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
@@ -61,7 +63,26 @@ async def check(base):
             assert json.loads(fees.content[0].text)["currency"] == "webcash"
             missing = await session.call_tool("get_post", {"post_id": "post_nope"})
             assert missing.is_error
-    print(f"mcp client: initialize, tools/list ({len(names)} tools), tools/call of define, search, a macro and a runaway macro ok")
+            caps = init.capabilities
+            assert caps.resources is not None and caps.prompts is not None and caps.logging is not None, caps
+            resources = (await session.list_resources()).resources
+            openapi = next(r for r in resources if r.name == "openapi")
+            assert str(openapi.uri) == base + "/openapi.json", openapi
+            read = await session.read_resource(openapi.uri)
+            assert json.loads(read.contents[0].text)["openapi"].startswith("3."), read.contents[0].text[:80]
+            templates = (await session.list_resource_templates()).resource_templates
+            assert any(t.uri_template == base + "/api/posts/{post_id}" for t in templates), templates
+            prompts = (await session.list_prompts()).prompts
+            assert "find_listings" in [p.name for p in prompts], prompts
+            got = await session.get_prompt("find_listings", {"what": "a violin"})
+            assert "a violin" in got.messages[0].content.text, got
+            # Deprecated by a revision after 2025-11-25 (the latest this
+            # server speaks), still asked by clients of the earlier ones.
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="The logging capability is deprecated")
+                await session.set_logging_level("info")
+    print(f"mcp client: initialize, tools/list ({len(names)} tools), tools/call of define, search, a macro and a runaway macro, "
+          f"resources ({len(resources)} and {len(templates)} templates), prompts ({len(prompts)}), logging/setLevel ok")
 
 
 with running() as base:

@@ -31,7 +31,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "tests" / "mcp_conformance_baseline.yml"
 CACHE = pathlib.Path(os.environ.get("MCP_CONFORMANCE_CACHE", ROOT / "target" / "mcp-conformance"))
 # Scenarios that need nothing of the suite's fixtures: never in the baseline.
-MUST_PASS = ["server-initialize", "ping", "tools-list", "dns-rebinding-protection"]
+MUST_PASS = ["server-initialize", "ping", "tools-list", "dns-rebinding-protection",
+             "resources-list", "prompts-list", "logging-set-level"]
 
 
 def node_package():

@@ -17,6 +17,8 @@ mod a2a;
 mod api;
 mod openapi;
 mod origin;
+mod prompts;
+mod resources;
 
 use marketplace_guest::prelude::*;
 use marketplace_guest::{
@@ -1088,6 +1090,24 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
         return Ok((202, None));
     };
     let params = &msg["params"];
+    let answered = match method {
+        "resources/list" => Some(resources::list(&origin::base(req), params)),
+        "resources/templates/list" => Some(resources::templates(&origin::base(req), params)),
+        "resources/read" => Some(resources::read(&origin::base(req), version, params)),
+        "prompts/list" => Some(prompts::list(params)),
+        "prompts/get" => Some(prompts::get(params)),
+        "logging/setLevel" => Some(set_level(params)),
+        _ => None,
+    };
+    if let Some(answered) = answered {
+        return Ok((
+            200,
+            Some(match answered {
+                Ok(result) => rpc_result(&id, result),
+                Err(fault) => fault.answer(id),
+            }),
+        ));
+    }
     let result = match method {
         "initialize" => {
             let asked = params["protocolVersion"].as_str().unwrap_or("");
@@ -1095,7 +1115,10 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
                 .iter()
                 .find(|v| **v == asked)
                 .unwrap_or(&PROTOCOL_VERSIONS[0]);
-            json!({"protocolVersion": agreed, "capabilities": {"tools": {"listChanged": false}},
+            json!({"protocolVersion": agreed,
+                   "capabilities": {"tools": {"listChanged": false},
+                                    "resources": {"subscribe": false, "listChanged": false},
+                                    "prompts": {"listChanged": false}, "logging": {}},
                    "serverInfo": {"name": "marketplace", "version": version},
                    "instructions": "Search listings with `search`; read posts, threads, profiles and contracts with the get_* tools. Paid actions use the HTTP API with X-Cash-Secret."})
         }
@@ -1213,6 +1236,67 @@ fn tool_result(resp: &Response) -> Value {
         result["structuredContent"] = v;
     }
     result
+}
+
+/// The levels of `logging/setLevel` (RFC 5424's, as MCP names them).
+const LOG_LEVELS: &[&str] = &[
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
+/// `logging/setLevel`: accepted (an empty result) for a level MCP names.
+/// Answers are plain JSON, never a stream, so this server sends no log
+/// notifications at any level.
+fn set_level(params: &Value) -> Result<Value, RpcFault> {
+    match params.get("level").and_then(Value::as_str) {
+        Some(level) if LOG_LEVELS.contains(&level) => Ok(json!({})),
+        _ => Err(RpcFault::invalid_params(&format!(
+            "params.level must be one of {}",
+            LOG_LEVELS.join(", ")
+        ))),
+    }
+}
+
+/// A JSON-RPC error a method answers with.
+#[derive(Debug)]
+pub struct RpcFault {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+impl RpcFault {
+    /// -32602, invalid params.
+    pub fn invalid_params(message: &str) -> RpcFault {
+        RpcFault {
+            code: -32602,
+            message: message.to_string(),
+            data: None,
+        }
+    }
+
+    /// -32603, an internal error.
+    pub fn internal(e: ApiError) -> RpcFault {
+        RpcFault {
+            code: -32603,
+            message: e.message,
+            data: None,
+        }
+    }
+
+    fn answer(self, id: Value) -> Value {
+        let mut answer = rpc_error(id, self.code, &self.message);
+        if let Some(data) = self.data {
+            answer["error"]["data"] = data;
+        }
+        answer
+    }
 }
 
 fn rpc_result(id: &Value, result: Value) -> Value {
