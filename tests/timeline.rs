@@ -349,6 +349,56 @@ fn timeline_is_newest_first_with_cursor_and_filters() {
     assert_eq!(s.get("/api/timeline?before=garbage").status, 400);
     assert_eq!(s.get("/api/timeline?before=").status, 400);
     assert_eq!(s.get("/api/timeline?before=post_a%2Fb").status, 400);
+    // Filters: an upper-case fingerprint is the same author; empty ones are
+    // no filter (PROTOCOL's `?post_type=&author=`); a value no post type or
+    // author can have is a 400 naming its field, not an empty page.
+    let upper = s
+        .get(&format!("/api/timeline?author={}", b.fp().to_uppercase()))
+        .json();
+    assert_eq!(upper["posts"], by_b["posts"]);
+    let unfiltered = s.get("/api/timeline?limit=100&post_type=&author=").json();
+    assert_eq!(unfiltered["posts"], all["posts"]);
+    for (query, field) in [
+        ("author=zz", "author"),
+        (&*format!("author={}0", b.fp()), "author"),
+        ("post_type=%21%21%21", "post_type"),
+        (&*format!("post_type={}", "a".repeat(65)), "post_type"),
+    ] {
+        let r = s.get(&format!("/api/timeline?{query}"));
+        assert_eq!(r.status, 400, "{query}: {}", r.text());
+        assert_eq!(r.json()["details"][0]["field"], field, "{query}");
+        let r = s.get(&format!("/api/search?term=offer&{query}"));
+        if field == "post_type" {
+            assert_eq!(r.status, 400, "search {query}: {}", r.text());
+            assert_eq!(r.json()["details"][0]["field"], field);
+        }
+    }
+    assert_eq!(s.get("/api/search?term=offer&post_type=").status, 200);
+    // An unknown member is ignored whatever its name (PROTOCOL 1); the
+    // protocol's signer members are type-checked.
+    let ts = common::now_s();
+    let content = "a post with an unknown member";
+    let body = |extra: (&str, Value)| {
+        let mut body = json!({
+            "author_fingerprint": a.fp(), "content": content,
+            "signature": a.sign(&format!("post:{content}:{ts}")), "timestamp": ts,
+        });
+        body[extra.0] = extra.1;
+        body
+    };
+    let r = s.post_with(
+        "/api/timeline",
+        &[("x-cash-secret", &s.mint("1"))],
+        &body(("referrer_fingerprint", json!(123))),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let r = s.post_with(
+        "/api/timeline",
+        &[("x-cash-secret", &s.mint("1"))],
+        &body(("recipient_fingerprint", json!(123))),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["details"][0]["field"], "recipient_fingerprint");
 }
 
 #[test]

@@ -3,6 +3,12 @@
 
 const DIGITS: &[u8; 16] = b"0123456789abcdef";
 
+/// Whether `s` is written as a fingerprint: 64 hex digits (an Ed25519
+/// public key), either case.
+pub fn is_fingerprint(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 /// `bytes` as lower-case hex.
 pub fn encode(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len() * 2);

@@ -554,13 +554,15 @@ impl Body {
     /// 400 with every recorded problem, if any. The signer's members are
     /// checked here for every route, so that a malformed one is the body's
     /// 400 rather than a missing one's 401 or the 402 that comes before
-    /// it (PROTOCOL 1's order): `signature` and every `*_fingerprint`,
-    /// when present, are strings. (A `timestamp` far from the clock, say
-    /// one in milliseconds, is well-formed: the host answers it 401
+    /// it (PROTOCOL 1's order): `signature` and the protocol's
+    /// `*_fingerprint` members ([`SIGNER_MEMBERS`]), when present, are
+    /// strings. Any other member a route does not read is ignored
+    /// (PROTOCOL 1), whatever its name. (A `timestamp` far from the clock,
+    /// say one in milliseconds, is well-formed: the host answers it 401
     /// `auth_expired`, PROTOCOL 2.)
     pub fn finish(&mut self) -> Result<(), ApiError> {
         for (field, value) in &self.map {
-            let signer = field == "signature" || field.ends_with("_fingerprint");
+            let signer = SIGNER_MEMBERS.contains(&field.as_str());
             let problem = if signer && !value.is_null() && !value.is_string() {
                 "must be a string".to_string()
             } else {
@@ -581,6 +583,19 @@ impl Body {
         }
     }
 }
+
+/// The members that name or prove a signer somewhere in the protocol:
+/// type-checked on every route by [`Body::finish`].
+pub const SIGNER_MEMBERS: &[&str] = &[
+    "signature",
+    "actor_fingerprint",
+    "author_fingerprint",
+    "buyer_fingerprint",
+    "owner_fingerprint",
+    "recipient_fingerprint",
+    "seller_fingerprint",
+    "target_seller_fingerprint",
+];
 
 /// Charge this request for `action` (402 refusals pass through unchanged).
 /// Returns the `payment` member for the success body.
@@ -719,7 +734,30 @@ pub fn memoized(
 
 #[cfg(test)]
 mod tests {
-    use super::is_blank;
+    use super::{Body, is_blank};
+
+    fn finished(body: serde_json::Value) -> Vec<String> {
+        let mut b = Body {
+            map: body.as_object().unwrap().clone(),
+            problems: Vec::new(),
+        };
+        match b.finish() {
+            Ok(()) => vec![],
+            Err(e) => e.message.split("; ").map(str::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn signer_members_are_strings_and_other_members_are_ignored() {
+        // Unknown members are ignored, whatever their name (PROTOCOL 1).
+        let ok = serde_json::json!({"referrer_fingerprint": 5, "extra": [1], "author_fingerprint": null});
+        assert!(finished(ok).is_empty());
+        for member in super::SIGNER_MEMBERS {
+            let problems = finished(serde_json::json!({ *member: 5 }));
+            assert_eq!(problems.len(), 1, "{member}: {problems:?}");
+            assert!(problems[0].starts_with(member), "{problems:?}");
+        }
+    }
 
     #[test]
     fn blank_as_the_schemas_nonblank_pattern_reads_it() {

@@ -313,12 +313,15 @@ pub fn error_response(status: u16) -> Value {
 
 /// The schema of a query parameter: `limit` is 1 to 100, `term` and `q`
 /// are non-blank (at most 1000 characters), the cursors `before` and
-/// `after` are post ids; any other has its plain type.
+/// `after` are post ids, the filters `post_type` and `author` a post type
+/// and a fingerprint (empty: no filter); any other has its plain type.
 pub fn query_schema(name: &str, ty: &str) -> Value {
     match name {
         "limit" => json!({"type": "integer", "minimum": 1, "maximum": 100}),
         "term" | "q" => nonblank(1000),
         "before" | "after" => json!({"type": "string", "pattern": "^post_[0-9A-Za-z]{1,59}$"}),
+        "post_type" => json!({"type": "string", "pattern": "^([A-Za-z0-9_-]{1,64})?$"}),
+        "author" => json!({"type": "string", "pattern": "^([0-9A-Fa-f]{64})?$"}),
         _ => t(ty),
     }
 }
@@ -661,7 +664,11 @@ mod tests {
         assert_eq!(params[2]["in"], "query");
         assert_eq!(params[2]["required"], false);
         assert_eq!(params[2]["schema"]["maximum"], 100);
-        assert_eq!(params[3]["schema"], json!({"type": "string"}));
+        // The author filter: a fingerprint, or empty for none.
+        assert_eq!(
+            params[3]["schema"],
+            json!({"type": "string", "pattern": "^([0-9A-Fa-f]{64})?$"})
+        );
         assert_eq!(params.len(), 4);
         assert_eq!(o["operationId"], "getPart");
         assert_eq!(o["tags"], json!(["things"]));

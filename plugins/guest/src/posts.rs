@@ -8,6 +8,39 @@ use serde_json::{Value, json};
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
+/// Whether `s` is a post type: 1 to 64 ASCII letters, digits, `_` or `-`.
+pub fn is_post_type(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// The `post_type` filter of a listing query: absent or empty is no
+/// filter; a value no post type can have is 400 (PROTOCOL 1: malformed
+/// parameters are refused, not taken as matching nothing).
+pub fn post_type_filter(value: Option<&str>) -> Result<Option<&str>, ApiError> {
+    match value.filter(|v| !v.is_empty()) {
+        Some(t) if !is_post_type(t) => Err(ApiError::invalid(
+            "post_type",
+            "must be 1 to 64 letters, digits, '_' or '-'",
+        )),
+        t => Ok(t),
+    }
+}
+
+/// The `author` filter of a listing query: absent or empty is no filter;
+/// otherwise a fingerprint (64 hex digits, either case; lower-cased), else
+/// 400.
+pub fn author_filter(value: Option<&str>) -> Result<Option<String>, ApiError> {
+    match value.filter(|v| !v.is_empty()) {
+        Some(a) if !marketplace_common::hex::is_fingerprint(a) => Err(ApiError::invalid(
+            "author",
+            "must be a fingerprint (64 hex digits)",
+        )),
+        a => Ok(a.map(str::to_ascii_lowercase)),
+    }
+}
+
 /// Attachment names that describe a listing (besides `terms.md`).
 pub const DESCRIPTORS: &[&str] = &["service.md", "product.md", "skill.md", "description.md"];
 

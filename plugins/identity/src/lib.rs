@@ -94,9 +94,7 @@ fn valid_nickname(n: &str) -> bool {
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
-fn is_fingerprint(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
-}
+use marketplace_common::hex::is_fingerprint;
 
 /// The public profile document (`req` gives the base of the picture's URL).
 fn profile_json(req: &Request, id: &Identity) -> Result<Value, ApiError> {

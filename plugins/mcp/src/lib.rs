@@ -238,6 +238,7 @@ fn manifest(version: &str) -> Value {
         "capabilities": [
             "posts", "comments", "attachments", "search", "identities", "profiles", "ratings",
             "arbitration-contracts", "escrow", "witnesses", "mcp-tools", "mcp-macros", "mcp-jsonrpc",
+            "mcp-resources", "mcp-prompts",
             "a2a-jsonrpc",
             "auth:ed25519-signature", "payment:http-402", "payment:webcash (X-Cash-Secret)",
             "payment:x402 (PAYMENT-SIGNATURE, PAYMENT-REQUIRED)",

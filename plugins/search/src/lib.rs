@@ -67,7 +67,7 @@ impl Endpoint for Search {
                     return Err(ApiError::invalid("term", "must be at most 1000 characters"));
                 }
                 let limit = req.query_int("limit", 1, 100)?.unwrap_or(20) as usize;
-                let post_type = req.query("post_type").filter(|t| !t.is_empty());
+                let post_type = marketplace_guest::posts::post_type_filter(req.query("post_type"))?;
                 Ok(Response {
                     status: 200,
                     headers: vec![],

@@ -22,7 +22,7 @@ mod index;
 mod model;
 
 use marketplace_common::hex;
-use marketplace_guest::posts::{Budget, record_key};
+use marketplace_guest::posts::{self, Budget, record_key};
 use marketplace_guest::prelude::*;
 use marketplace_guest::{Body, ids};
 use model::{Attachment, Post};
@@ -419,21 +419,12 @@ fn stored_markdown(post: &Post) -> Result<Vec<String>, ApiError> {
     Ok(out)
 }
 
-/// Whether a string is a 64-hex fingerprint.
-fn is_fingerprint(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
 fn create(req: &Request) -> Result<Response, ApiError> {
     let mut body = Body::parse(req)?;
     let post_type = body
         .optional_str("post_type", 64)
         .unwrap_or_else(|| "general".into());
-    if post_type.is_empty()
-        || !post_type
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-    {
+    if !posts::is_post_type(&post_type) {
         body.problem("post_type", "letters, digits, '_' and '-' only");
     }
     let private = post_type == model::PRIVATE_REPLY;
@@ -461,7 +452,7 @@ fn create(req: &Request) -> Result<Response, ApiError> {
         }
         let recipient = body.required_str("recipient_fingerprint", 64);
         let recipient = match recipient {
-            Some(r) if is_fingerprint(&r) => Some(r.to_ascii_lowercase()),
+            Some(r) if hex::is_fingerprint(&r) => Some(r.to_ascii_lowercase()),
             Some(_) => {
                 body.problem("recipient_fingerprint", "must be 64 hex characters");
                 None
@@ -704,11 +695,8 @@ fn is_post_id(s: &str) -> bool {
 
 fn timeline(req: &Request) -> Result<Response, ApiError> {
     let limit = req.query_int("limit", 1, 100)?.unwrap_or(20) as usize;
-    let post_type = req.query("post_type").filter(|t| !t.is_empty());
-    let author = req
-        .query("author")
-        .filter(|a| !a.is_empty())
-        .map(str::to_ascii_lowercase);
+    let post_type = posts::post_type_filter(req.query("post_type"))?;
+    let author = posts::author_filter(req.query("author"))?;
     // A cursor is a post id (`^post_[0-9A-Za-z]{1,59}$`); an empty one is
     // malformed too (PROTOCOL 1).
     let before = req.query("before");
