@@ -524,6 +524,21 @@ fn macro_schemas_are_bounded_and_tools_list_pages() {
         r.text()
     );
     assert!(r.text().contains("input_schema"), "{}", r.text());
+    // What MCP's Tool.inputSchema requires of `required` and `$schema`:
+    // a schema an SDK cannot read would break every client's listing.
+    for (bad, field) in [
+        (json!({"required": "t"}), "input_schema.required"),
+        (json!({"required": [1]}), "input_schema.required"),
+        (json!({"$schema": 5}), "input_schema.$schema"),
+    ] {
+        let mut def = macro_def("odd_schema");
+        for (k, v) in bad.as_object().unwrap() {
+            def["input_schema"][k] = v.clone();
+        }
+        let r = s.post_json("/api/mcp/tools/define", &def);
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+        assert_eq!(r.json()["details"][0]["field"], field, "{}", r.text());
+    }
     let description = "\u{1F600}".repeat(1000);
     let mut names = Vec::new();
     for i in 0..230 {
@@ -564,7 +579,14 @@ fn macro_schemas_are_bounded_and_tools_list_pages() {
     }
     assert_eq!(listed, names);
     assert_eq!(pages, 3);
-    for cursor in [json!(7), json!("Not A Name")] {
+    // A cursor this server could not have given: not a name, or a name no
+    // macro has.
+    for cursor in [
+        json!(7),
+        json!("Not A Name"),
+        json!("zzzz-not-a-macro"),
+        json!("aaa"),
+    ] {
         let r = rpc(
             &s,
             json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {"cursor": cursor}}),
@@ -1189,6 +1211,36 @@ fn mcp_tool_input_errors_are_tool_results() {
             "{post_id}"
         );
     }
+    // A whole number written as a float is an integer (JSON Schema).
+    let r = call_tool(&s, "get_attachment", json!({"post_id": id, "index": 0.0}));
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    let r = call_tool(&s, "get_timeline", json!({"limit": 1.0}));
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    let posts = &r["result"]["structuredContent"]["posts"];
+    assert_eq!(posts.as_array().unwrap().len(), 1, "{r}");
+    let r = call_tool(&s, "get_timeline", json!({"limit": 1.5}));
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    // execute's endpoint: `query` is an object of scalars (else 400 naming
+    // it); a query written into the path is decoded as a request's is.
+    for (query, field) in [
+        (json!({"limit": [1]}), "endpoint.query.limit"),
+        (json!({"limit": {"n": 1}}), "endpoint.query.limit"),
+        (json!("limit=1"), "endpoint.query"),
+    ] {
+        let r = s.post_json(
+            "/api/mcp/tools/execute",
+            &json!({"endpoint": {"path": "/api/timeline", "query": query}}),
+        );
+        assert_eq!(r.status, 400, "{query}: {}", r.text());
+        assert_eq!(r.json()["details"][0]["field"], field, "{query}");
+    }
+    let r = s.post_json(
+        "/api/mcp/tools/execute",
+        &json!({"endpoint": {"path": "/api/search?term=oak%20shelf&limit=5", "query": {"post_type": null}}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["term"], "oak shelf");
+    assert_eq!(r.json()["results"][0]["post_id"], id.as_str());
     // Requests that are not a CallToolRequest are protocol errors.
     assert_eq!(
         call_tool(&s, "search", json!("walnut"))["error"]["code"],
@@ -1688,5 +1740,65 @@ fn mcp_resources_prompts_and_logging() {
     assert_eq!(
         call("completion/complete", json!({}))["error"]["code"],
         -32601
+    );
+}
+
+#[test]
+fn a_binary_attachment_is_base64_content_not_mangled_text() {
+    use base64::Engine as _;
+    let s = Server::start();
+    let author = s.identity("binaryseller");
+    let upload = |name: &str, content_type: &str, bytes: &[u8]| {
+        let p = s.presign(&author, name, content_type);
+        let r = s.request(
+            "PUT",
+            &common::path_of(p["presigned_url"].as_str().unwrap()),
+            &[("content-type", content_type)],
+            Some(bytes),
+        );
+        assert_eq!(r.status, 200, "upload: {}", r.text());
+        p["s3_key"].as_str().unwrap().to_string()
+    };
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    png.extend((0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8));
+    let pdf = b"%PDF-1.4\n\xe2\xe3\xcf\xd3\n%%EOF".to_vec();
+    let attachments = json!([
+        {"filename": "photo.png", "s3_key": upload("photo.png", "image/png", &png)},
+        {"filename": "manual.pdf", "s3_key": upload("manual.pdf", "application/pdf", &pdf)},
+    ]);
+    let r = s.post(
+        &author,
+        "Camera with manual",
+        json!({ "attachments": attachments }),
+        &s.mint("1"),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let id = r.json()["post_id"].as_str().unwrap().to_string();
+    let decode = |data: &Value| {
+        base64::engine::general_purpose::STANDARD
+            .decode(data.as_str().unwrap())
+            .unwrap()
+    };
+    let image = call_tool(&s, "get_attachment", json!({"post_id": id, "index": 0}));
+    let content = &image["result"]["content"][0];
+    assert_eq!(image["result"]["isError"], false, "{image}");
+    assert_eq!(content["type"], "image", "{content}");
+    assert_eq!(content["mimeType"], "image/png");
+    assert!(
+        decode(&content["data"]) == png,
+        "the image's bytes, unchanged"
+    );
+    let doc = call_tool(&s, "get_attachment", json!({"post_id": id, "index": 1}));
+    let content = &doc["result"]["content"][0];
+    assert_eq!(content["type"], "resource", "{content}");
+    let resource = &content["resource"];
+    assert_eq!(resource["mimeType"], "application/pdf");
+    assert_eq!(
+        resource["uri"],
+        format!("http://{}/api/posts/{id}/attachments/1", s.addr)
+    );
+    assert!(
+        decode(&resource["blob"]) == pdf,
+        "the document's bytes, unchanged"
     );
 }

@@ -399,10 +399,17 @@ fn call(method: &str, path: &str, query: Vec<(String, String)>, body: Option<&Va
     })
 }
 
+/// A scalar argument as query text. A whole number written as a float
+/// (`2.0`) is an integer (JSON Schema), so it goes as `2`.
 fn text_of(v: &Value) -> Option<String> {
     match v {
         Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 9.007_199_254_740_992e15 => {
+                Some(format!("{}", f as i64))
+            }
+            _ => Some(n.to_string()),
+        },
         Value::Bool(b) => Some(b.to_string()),
         _ => None,
     }
@@ -506,7 +513,13 @@ fn run_tool(tool: &Tool, args: &Value, wrap: Wrap, caller: &Request) -> Result<R
             format!("{} needs {}", tool.name, tool.path),
         ));
     }
-    Ok(call("GET", &path, query, None))
+    let mut answer = call("GET", &path, query, None);
+    // Where the answer came from: a binary one becomes an embedded
+    // resource of this URI in a tools/call result (see `tool_result`).
+    answer
+        .headers
+        .push(("content-location".into(), path.clone()));
+    Ok(answer)
 }
 
 /// `caller` as a POST of `args` (JSON) to `path`: the same headers, but
@@ -537,6 +550,27 @@ fn valid_name(n: &str) -> bool {
 
 const SCHEMA_TYPES: &[&str] = &["string", "number", "integer", "boolean", "object", "array"];
 
+/// A stored macro's input schema in the shape MCP's `Tool.inputSchema`
+/// requires: macros defined before `define` checked `required` and
+/// `$schema` may hold values an SDK refuses (which would fail the whole
+/// listing for its client); those members are left out.
+fn listed_schema(mut schema: Value) -> Value {
+    if let Value::Object(map) = &mut schema {
+        if map
+            .get("required")
+            .is_some_and(|r| !r.as_array().is_some_and(|r| r.iter().all(Value::is_string)))
+        {
+            map.remove("required");
+        }
+        if map.get("$schema").is_some_and(|s| !s.is_string()) {
+            map.remove("$schema");
+        }
+        map.insert("type".into(), json!("object"));
+        return schema;
+    }
+    json!({"type": "object"})
+}
+
 fn check_input_schema(schema: Option<&Value>, body: &mut Body) {
     let Some(schema) = schema else {
         body.problem("input_schema", "is required");
@@ -555,6 +589,22 @@ fn check_input_schema(schema: Option<&Value>, body: &mut Body) {
             "must be {\"type\": \"object\", \"properties\": {...}}",
         );
         return;
+    }
+    // MCP's Tool.inputSchema: `required` a list of names, `$schema` a
+    // URI string. A listing carries every macro's schema, so one that a
+    // client's SDK cannot read would break every client's listing.
+    if let Some(required) = schema.get("required")
+        && !required
+            .as_array()
+            .is_some_and(|r| r.iter().all(Value::is_string))
+    {
+        body.problem(
+            "input_schema.required",
+            "must be an array of property names (strings)",
+        );
+    }
+    if schema.get("$schema").is_some_and(|s| !s.is_string()) {
+        body.problem("input_schema.$schema", "must be a string (a URI)");
     }
     for (name, prop) in schema["properties"].as_object().into_iter().flatten() {
         if !prop["type"]
@@ -873,17 +923,34 @@ fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
             .split_once('?')
             .map(|(p, q)| (p, Some(q)))
             .unwrap_or((path, None));
+        // Decoded as the HTTP server decodes a request's query.
         let mut query: Vec<(String, String)> = inline_query
-            .into_iter()
-            .flat_map(|q| q.split('&'))
-            .filter_map(|kv| {
-                kv.split_once('=')
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
+            .map(|q| {
+                form_urlencoded::parse(q.as_bytes())
+                    .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                    .collect()
             })
-            .collect();
-        for (k, v) in endpoint["query"].as_object().into_iter().flatten() {
-            if let Some(t) = text_of(v) {
-                query.push((k.clone(), t));
+            .unwrap_or_default();
+        let given = match endpoint.get("query") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(q)) => Some(q),
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "endpoint.query",
+                    "must be an object of parameter values",
+                ));
+            }
+        };
+        for (k, v) in given.into_iter().flatten() {
+            match text_of(v) {
+                Some(t) => query.push((k.clone(), t)),
+                None if v.is_null() => {}
+                None => {
+                    return Err(ApiError::invalid(
+                        &format!("endpoint.query.{k}"),
+                        "must be a string, number or boolean",
+                    ));
+                }
             }
         }
         let target_body = endpoint.get("body").filter(|b| !b.is_null());
@@ -1135,7 +1202,11 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
             // more follow.
             let after = match params.get("cursor") {
                 None | Some(Value::Null) => "",
-                Some(Value::String(c)) if valid_name(c) => {
+                // A nextCursor names the last macro of its page: one that
+                // names no macro is no cursor of this server's.
+                Some(Value::String(c))
+                    if valid_name(c) && kv::get_raw(None, &format!("macro/{c}"))?.is_some() =>
+                {
                     tools.clear();
                     c.as_str()
                 }
@@ -1161,7 +1232,7 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
                     Some(d) if !d.trim().is_empty() => d,
                     _ => format!("Search macro {} (defined by a user).", m.name),
                 };
-                tools.push(json!({"name": m.name, "description": description, "inputSchema": m.input_schema,
+                tools.push(json!({"name": m.name, "description": description, "inputSchema": listed_schema(m.input_schema),
                                   "annotations": {"readOnlyHint": true, "openWorldHint": false}}));
             }
             match next.flatten() {
@@ -1186,7 +1257,8 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
                     ));
                 }
             };
-            let wrap = |r: Response| json(200, &rpc_result(&id, tool_result(&r)));
+            let base = origin::base(req);
+            let wrap = |r: Response| json(200, &rpc_result(&id, tool_result(&r, &base)));
             let resp = match run_named(name, &args, &wrap, req) {
                 Ok(r) => r,
                 Err(e) if e.status == 404 && e.message.starts_with("tool ") => {
@@ -1197,7 +1269,7 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
                 }
                 Err(e) => e.into(),
             };
-            tool_result(&resp)
+            tool_result(&resp, &base)
         }
         _ => {
             return Ok((
@@ -1228,15 +1300,45 @@ fn annotations(tool: &str) -> Value {
 }
 
 /// A tools/call result: the tool's answer as text, and as structured
-/// content when it is a JSON object.
-fn tool_result(resp: &Response) -> Value {
-    let text = String::from_utf8_lossy(&resp.body).into_owned();
-    let mut result =
-        json!({"content": [{"type": "text", "text": text}], "isError": resp.status >= 400});
+/// content when it is a JSON object. An answer that is not UTF-8 (an
+/// attachment's bytes) is not text: it comes base64-encoded, as image or
+/// audio content when its media type says so, else as an embedded
+/// resource (`blob`) at `base` + where it came from.
+fn tool_result(resp: &Response, base: &str) -> Value {
+    let content = match std::str::from_utf8(&resp.body) {
+        Ok(text) => json!({"type": "text", "text": text}),
+        Err(_) => binary_content(resp, base),
+    };
+    let mut result = json!({"content": [content], "isError": resp.status >= 400});
     if let Ok(v @ Value::Object(_)) = serde_json::from_slice::<Value>(&resp.body) {
         result["structuredContent"] = v;
     }
     result
+}
+
+/// An answer's bytes as MCP content (see [`tool_result`]).
+fn binary_content(resp: &Response, base: &str) -> Value {
+    use base64::Engine as _;
+    let header = |name: &str| {
+        resp.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    };
+    let mime = header("content-type")
+        .and_then(|t| t.split(';').next())
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .unwrap_or("application/octet-stream");
+    let data = base64::engine::general_purpose::STANDARD.encode(&resp.body);
+    if mime.starts_with("image/") {
+        json!({"type": "image", "data": data, "mimeType": mime})
+    } else if mime.starts_with("audio/") {
+        json!({"type": "audio", "data": data, "mimeType": mime})
+    } else {
+        let uri = format!("{base}{}", header("content-location").unwrap_or("/"));
+        json!({"type": "resource", "resource": {"uri": uri, "mimeType": mime, "blob": data}})
+    }
 }
 
 /// The levels of `logging/setLevel` (RFC 5424's, as MCP names them).
@@ -1309,3 +1411,32 @@ fn rpc_error(id: Value, code: i64, message: &str) -> Value {
 }
 
 marketplace_guest::endpoint_plugin!(Mcp);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listed_schema_has_the_shape_mcp_requires() {
+        let stored = json!({"type": "object", "properties": {"a": {"type": "string"}},
+                            "required": "a", "$schema": 5});
+        assert_eq!(
+            listed_schema(stored),
+            json!({"type": "object", "properties": {"a": {"type": "string"}}})
+        );
+        let fine = json!({"type": "object", "properties": {}, "required": ["a"],
+                          "$schema": "https://json-schema.org/draft/2020-12/schema"});
+        assert_eq!(listed_schema(fine.clone()), fine);
+        assert_eq!(listed_schema(json!(null)), json!({"type": "object"}));
+    }
+
+    #[test]
+    fn whole_floats_go_as_integers() {
+        assert_eq!(text_of(&json!(2.0)).as_deref(), Some("2"));
+        assert_eq!(text_of(&json!(-0.0)).as_deref(), Some("0"));
+        assert_eq!(text_of(&json!(2.5)).as_deref(), Some("2.5"));
+        assert_eq!(text_of(&json!(7)).as_deref(), Some("7"));
+        assert_eq!(text_of(&json!(1e300)).as_deref(), Some("1e+300"));
+        assert_eq!(text_of(&json!([1])), None);
+    }
+}
