@@ -701,3 +701,24 @@ fn the_head_of_a_long_posting_list_ranks_and_filters_reach_its_tail() {
     assert_eq!(r["results"][0]["post_id"], rare.as_str());
     assert_eq!(r["results"][0]["post_type"], "rare_kind");
 }
+
+#[test]
+fn a_post_of_many_distinct_words_is_indexed_and_found() {
+    // Its document frequencies are read in pieces of the host's get-many
+    // limit (1,000 keys): a long listing is a 201, not a 413.
+    let s = Server::start();
+    let k = s.identity("wordy");
+    for (n, letter) in [(1_500usize, 'a'), (9_000, 'b')] {
+        let words: Vec<String> = (0..n).map(|i| format!("{letter}{i:04}")).collect();
+        let content = words.join(" ");
+        assert!(content.chars().count() <= 65_536, "{}", content.len());
+        let r = s.post(&k, &content, json!({}), &s.mint("1"));
+        assert_eq!(r.status, 201, "{n} words: {}", r.text());
+        let id = r.json()["post_id"].as_str().unwrap().to_string();
+        for word in [&words[0], &words[n / 2], &words[n - 1]] {
+            let found = s.get(&format!("/api/search?term={word}")).json();
+            assert_eq!(found["total"], 1, "{word}: {found}");
+            assert_eq!(found["results"][0]["post_id"], id.as_str());
+        }
+    }
+}

@@ -71,11 +71,15 @@ fn load_stats() -> Result<Value, ApiError> {
 pub fn add(post: &Post, markdown: &[&str]) -> Result<(), ApiError> {
     let (tf, len) = weigh(post, markdown);
     // The statistics and every term's document frequency in one host call
-    // (a paid post holds the commit batch while it runs).
+    // (a paid post holds the commit batch while it runs), or one per
+    // MAX_GET_MANY keys for a post of more distinct words than that.
     let mut read = vec!["ix/stats".to_string()];
     read.extend(tf.keys().map(|term| format!("ix/df/{term}")));
-    let packed = kv::get_many_packed(None, &read)?;
-    let mut values = read.iter().zip(packed.values());
+    let packed = read
+        .chunks(kv::MAX_GET_MANY)
+        .map(|chunk| kv::get_many_packed(None, chunk))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut values = read.iter().zip(packed.iter().flat_map(|p| p.values()));
     let mut stats: Value = match values.next() {
         Some((key, Some(v))) => kv::parse(key, v)?,
         _ => json!({"docs": 0, "total_len": 0}),
