@@ -667,6 +667,13 @@ impl GroupCommit {
             .unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether committed batches could not be applied to the database
+    /// (its file refused a write, a full disk say): from then on every
+    /// write fails until a restart, which applies the log.
+    pub(super) fn broken(&self) -> bool {
+        self.lock().broken.is_some()
+    }
+
     /// New log segments that could not be started (tests).
     #[cfg(test)]
     pub(super) fn rotations_failed(&self) -> u64 {
@@ -1491,6 +1498,77 @@ mod tests {
         )
         .unwrap();
         rows.len() as u64
+    }
+
+    /// A database file that refuses writes once `full` is set, as a full
+    /// disk does.
+    #[derive(Debug)]
+    struct Filling {
+        inner: redb::backends::InMemoryBackend,
+        full: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Filling {
+        fn check(&self) -> std::io::Result<()> {
+            if self.full.load(std::sync::atomic::Ordering::SeqCst) {
+                Err(std::io::Error::other("no space left on device (test)"))
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    impl redb::StorageBackend for Filling {
+        fn len(&self) -> std::io::Result<u64> {
+            self.inner.len()
+        }
+        fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
+            self.inner.read(offset, out)
+        }
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.check()?;
+            self.inner.set_len(len)
+        }
+        fn sync_data(&self) -> std::io::Result<()> {
+            self.check()?;
+            self.inner.sync_data()
+        }
+        fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+            self.check()?;
+            self.inner.write(offset, data)
+        }
+    }
+
+    #[test]
+    fn a_database_that_cannot_take_batches_any_more_is_broken() {
+        // Once the file refuses a write redb refuses every later one, so
+        // the batches stay in the log and writes fail until a restart:
+        // `broken` says so (health answers 503 degraded with it).
+        let dir = tempfile::tempdir().unwrap();
+        let full = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let backend = Filling {
+            inner: redb::backends::InMemoryBackend::new(),
+            full: full.clone(),
+        };
+        let db = Arc::new(redb::Builder::new().create_with_backend(backend).unwrap());
+        let wal = Wal::create(&dir.path().join("db-wal"), 1, 0).unwrap();
+        let gc = GroupCommit::new(Backend::Redb(db.clone()), Settings::default(), Some(wal));
+        let mut l = gc.acquire(gc.enter()).unwrap();
+        put(&mut l, 1);
+        gc.release(l, true).unwrap();
+        gc.flush();
+        assert!(!gc.broken());
+        full.store(true, std::sync::atomic::Ordering::SeqCst);
+        for k in 2..5 {
+            let Ok(mut l) = gc.acquire(gc.enter()) else {
+                break;
+            };
+            put(&mut l, k);
+            let _ = gc.release(l, true);
+            gc.flush();
+            gc.wait_applied();
+        }
+        assert!(gc.broken(), "the database refused the batches");
     }
 
     #[test]

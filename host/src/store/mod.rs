@@ -661,10 +661,14 @@ impl Storage {
         }
     }
 
-    /// Whether a read transaction can be opened.
+    /// Whether the store serves: a read transaction can be opened, and on
+    /// the embedded store the database still takes committed batches.
     pub fn healthy(&self) -> bool {
         match &self.backend {
-            Backend::Redb(db) => db.begin_read().is_ok(),
+            // Reads alone are not health: a database that cannot take
+            // committed batches any more refuses every write until a
+            // restart, so the load balancer is told (503 degraded).
+            Backend::Redb(db) => !self.gc.broken() && db.begin_read().is_ok(),
             Backend::Pg(store) => store.healthy(),
         }
     }
