@@ -6,7 +6,7 @@
 //! nothing (or one header line every few seconds), and every other client
 //! waits in the listen backlog. So when every place is taken and a client
 //! is waiting, the host closes one connection that is not inside a
-//! request, of the address that holds the most: one that never sent a
+//! request, of the address that holds the most of those: one that never sent a
 //! whole request head is closed at once (nothing of it was read), one
 //! between requests as hyper's graceful shutdown closes it (at once when
 //! idle, else after its answer; dropped if that answer is not read within
@@ -124,7 +124,8 @@ impl Open {
 
     /// Choose a connection to close for room for `newcomer` (admitted,
     /// not served yet): not inside a request, of the address holding the
-    /// most connections, the oldest of those. False when every other
+    /// most such connections (of those, the one holding the most in all),
+    /// the oldest of those. False when every other
     /// connection is inside a request, or one chosen before is still
     /// closing (one at a time: no more are closed than places needed).
     pub fn make_room(&self, newcomer: &Held) -> bool {
@@ -136,13 +137,28 @@ impl Open {
         {
             return false;
         }
-        let victim = inner
+        let candidates: Vec<(&u64, &(IpAddr, Arc<State>))> = inner
             .conns
             .iter()
             .filter(|(id, (_, s))| {
                 **id != newcomer.id && !s.chosen.load(Ordering::Acquire) && s.between_requests()
             })
-            .max_by_key(|(id, (ip, _))| (inner.per_ip.get(ip).copied(), std::cmp::Reverse(**id)));
+            .collect();
+        // Counted among the candidates: an address whose connections are
+        // all inside requests but the one it opened a moment ago (whose
+        // head is on its way) does not make that one the victim again and
+        // again while others' idle connections stay open.
+        let mut closable: HashMap<IpAddr, u32> = HashMap::new();
+        for (_, (ip, _)) in &candidates {
+            *closable.entry(*ip).or_default() += 1;
+        }
+        let victim = candidates.into_iter().max_by_key(|(id, (ip, _))| {
+            (
+                closable.get(ip).copied(),
+                inner.per_ip.get(ip).copied(),
+                std::cmp::Reverse(**id),
+            )
+        });
         match victim {
             Some((_, (_, state))) => {
                 state.chosen.store(true, Ordering::Release);
@@ -187,6 +203,23 @@ mod tests {
         assert!(open.admit(ip(1)).is_some());
         let unlimited = Open::new(0);
         let _held: Vec<Held> = (0..100).map(|_| unlimited.admit(ip(1)).unwrap()).collect();
+    }
+
+    #[test]
+    fn room_comes_from_the_address_with_the_most_connections_that_can_close() {
+        // An address whose connections are all inside requests but its
+        // newest (its head on the way) holds the most connections; another
+        // holds two idle ones: those give way first.
+        let open = Open::new(0);
+        let busy: Vec<Held> = (0..5).map(|_| open.admit(ip(7)).unwrap()).collect();
+        for h in &busy[..4] {
+            h.state.request_started();
+        }
+        let idle: Vec<Held> = (0..2).map(|_| open.admit(ip(3)).unwrap()).collect();
+        let newcomer = open.admit(ip(7)).unwrap();
+        assert!(open.make_room(&newcomer));
+        assert!(idle[0].state.chosen.load(Ordering::Acquire));
+        assert!(!busy[4].state.chosen.load(Ordering::Acquire));
     }
 
     #[test]

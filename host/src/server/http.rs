@@ -326,9 +326,13 @@ impl Conn {
                     ended = conn.as_mut() => break ended,
                     () = state.closing() => {
                         // A request already in the socket (hyper has not
-                        // read it yet) is not thrown away: this one
-                        // declines, and another is chosen.
-                        if socket.request_waiting() {
+                        // read it yet) is not thrown away, and one that
+                        // began since this connection was chosen (its
+                        // head was read meanwhile) is not waited for: this
+                        // one declines, and another is chosen. (Waiting
+                        // would hold up every later choice: one is chosen
+                        // at a time.)
+                        if socket.request_waiting() || !state.between_requests() {
                             state.decline();
                             continue;
                         }
