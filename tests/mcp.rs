@@ -1748,23 +1748,12 @@ fn a_binary_attachment_is_base64_content_not_mangled_text() {
     use base64::Engine as _;
     let s = Server::start();
     let author = s.identity("binaryseller");
-    let upload = |name: &str, content_type: &str, bytes: &[u8]| {
-        let p = s.presign(&author, name, content_type);
-        let r = s.request(
-            "PUT",
-            &common::path_of(p["presigned_url"].as_str().unwrap()),
-            &[("content-type", content_type)],
-            Some(bytes),
-        );
-        assert_eq!(r.status, 200, "upload: {}", r.text());
-        p["s3_key"].as_str().unwrap().to_string()
-    };
     let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
     png.extend((0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8));
     let pdf = b"%PDF-1.4\n\xe2\xe3\xcf\xd3\n%%EOF".to_vec();
     let attachments = json!([
-        {"filename": "photo.png", "s3_key": upload("photo.png", "image/png", &png)},
-        {"filename": "manual.pdf", "s3_key": upload("manual.pdf", "application/pdf", &pdf)},
+        {"filename": "photo.png", "s3_key": s.upload(&author, "photo.png", "image/png", &png)},
+        {"filename": "manual.pdf", "s3_key": s.upload(&author, "manual.pdf", "application/pdf", &pdf)},
     ]);
     let r = s.post(
         &author,

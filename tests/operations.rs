@@ -537,9 +537,14 @@ fn sigterm_answers_a_keep_alive_request_sent_just_after_the_signal() {
     assert!(matches!(seen, Seen::Answered(200, _)), "{seen:?}");
     assert!(reusable);
     // The connection is idle when the signal comes; its client sends the
-    // next request right after (it had not seen any close).
+    // next request once the server drains (it had not seen any close):
+    // new connections are refused from then on.
     s.signal("TERM");
-    std::thread::sleep(Duration::from_millis(100));
+    let until = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(s.addr).is_ok() {
+        assert!(Instant::now() < until, "the server never began to drain");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     conn.write_all(request).unwrap();
     let answer = read_to_close(&mut conn).unwrap_or_else(|e| {
         panic!(

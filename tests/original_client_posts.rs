@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Key, Server, now_s, path_of};
+use common::{Key, Server, now_s};
 use serde_json::{Value, json};
 
 /// `POST /api/posts/update` signed with the legacy message.
@@ -32,21 +32,6 @@ fn delete(s: &Server, key: &Key, post_id: &str) -> common::Resp {
             "signature": key.sign(&format!("delete_post:{post_id}")),
         }),
     )
-}
-
-/// Upload `bytes` as the original client does (`POST /api/storage/presign`
-/// signed `presign:{file_path}`, then `PUT` to the presigned URL): the
-/// upload's `s3_key`.
-fn upload(s: &Server, key: &Key, file_path: &str, content_type: &str, bytes: &[u8]) -> String {
-    let p = s.presign(key, file_path, content_type);
-    let r = s.request(
-        "PUT",
-        &path_of(p["presigned_url"].as_str().unwrap()),
-        &[("content-type", content_type)],
-        Some(bytes),
-    );
-    assert_eq!(r.status, 200, "upload: {}", r.text());
-    p["s3_key"].as_str().unwrap().to_string()
 }
 
 fn search_ids(s: &Server, term: &str) -> Vec<String> {
@@ -362,7 +347,7 @@ fn attachments_may_refer_to_the_authors_uploads() {
     // An image larger than an inline attachment may be.
     let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
     png.extend((0..700 * 1024u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8));
-    let s3_key = upload(&s, &author, "img.png", "image/png", &png);
+    let s3_key = s.upload(&author, "img.png", "image/png", &png);
     let file_id = s3_key
         .strip_prefix("files/")
         .expect("files/{id}")
@@ -414,7 +399,7 @@ fn attachments_may_refer_to_the_authors_uploads() {
 
     // Refused before payment, nothing spent: an unknown upload, another
     // identity's upload, and content with an s3_key.
-    let theirs = upload(&s, &other, "theirs.png", "image/png", b"not yours");
+    let theirs = s.upload(&other, "theirs.png", "image/png", b"not yours");
     let cases = [
         json!({"filename": "img.png", "attachment_type": "image/png",
                "s3_key": "files/01J000000000000000000000000unknown", "is_public": true}),
@@ -462,8 +447,7 @@ fn attachments_may_refer_to_the_authors_uploads() {
 
     // An update mixes inline attachments and uploads; an upload's type
     // defaults to its own, and only inline markdown is searched.
-    let notes = upload(
-        &s,
+    let notes = s.upload(
         &author,
         "notes.md",
         "text/markdown",

@@ -397,6 +397,21 @@ impl Server {
         r.json()
     }
 
+    /// Upload `bytes` as the original client does (`POST
+    /// /api/storage/presign` signed `presign:{file_path}`, then `PUT` to the
+    /// presigned URL): the upload's `s3_key`.
+    pub fn upload(&self, key: &Key, file_path: &str, content_type: &str, bytes: &[u8]) -> String {
+        let p = self.presign(key, file_path, content_type);
+        let r = self.request(
+            "PUT",
+            &path_of(p["presigned_url"].as_str().unwrap()),
+            &[("content-type", content_type)],
+            Some(bytes),
+        );
+        assert_eq!(r.status, 200, "upload: {}", r.text());
+        p["s3_key"].as_str().unwrap().to_string()
+    }
+
     /// An authenticated admin request.
     pub fn admin_request(&self, method: &str, path: &str, body: &Value) -> Resp {
         let auth = format!("Bearer {ADMIN_TOKEN}");

@@ -93,6 +93,17 @@ impl Request {
     }
 }
 
+/// A JSON number that is a whole number: an integer, or a float without a
+/// fraction (`37632671.0`, `2.0`: JSON Schema's integers) within the
+/// doubles' exact range (+-2^53).
+pub fn whole_number(n: &serde_json::Number) -> Option<i64> {
+    n.as_i64().or_else(|| {
+        n.as_f64()
+            .filter(|f| f.fract() == 0.0 && f.abs() < 9.007_199_254_740_992e15)
+            .map(|f| f as i64)
+    })
+}
+
 fn find<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
     pairs
         .iter()
@@ -536,12 +547,9 @@ impl Body {
     /// An optional non-negative integer (a JSON number or a decimal string).
     pub fn optional_u64(&mut self, field: &str) -> Option<u64> {
         let parsed = match self.raw(field)? {
-            Value::Number(n) => n.as_u64().or_else(|| {
-                // 37632671.0 is an integer written as a float.
-                n.as_f64()
-                    .filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f < 9.007_199_254_740_992e15)
-                    .map(|f| f as u64)
-            }),
+            Value::Number(n) => n
+                .as_u64()
+                .or_else(|| whole_number(n).and_then(|i| u64::try_from(i).ok())),
             Value::String(s) => marketplace_common::uint::parse(s),
             _ => None,
         };

@@ -404,12 +404,10 @@ fn call(method: &str, path: &str, query: Vec<(String, String)>, body: Option<&Va
 fn text_of(v: &Value) -> Option<String> {
     match v {
         Value::String(s) => Some(s.clone()),
-        Value::Number(n) => match n.as_f64() {
-            Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 9.007_199_254_740_992e15 => {
-                Some(format!("{}", f as i64))
-            }
-            _ => Some(n.to_string()),
-        },
+        Value::Number(n) if n.is_f64() => Some(
+            marketplace_guest::whole_number(n).map_or_else(|| n.to_string(), |i| i.to_string()),
+        ),
+        Value::Number(n) => Some(n.to_string()),
         Value::Bool(b) => Some(b.to_string()),
         _ => None,
     }
@@ -550,20 +548,33 @@ fn valid_name(n: &str) -> bool {
 
 const SCHEMA_TYPES: &[&str] = &["string", "number", "integer", "boolean", "object", "array"];
 
+/// The members of an input schema that MCP's `Tool.inputSchema` types and
+/// this one does not fit, each with what it must be: `required` a list of
+/// names, `$schema` a URI string. A listing carries every macro's schema,
+/// so one that a client's SDK cannot read would break every client's
+/// listing: `define` refuses them, and the listing leaves them out.
+fn misshapen(schema: &Value) -> Vec<(&'static str, &'static str)> {
+    let mut out = Vec::new();
+    if schema
+        .get("required")
+        .is_some_and(|r| !r.as_array().is_some_and(|r| r.iter().all(Value::is_string)))
+    {
+        out.push(("required", "must be an array of property names (strings)"));
+    }
+    if schema.get("$schema").is_some_and(|s| !s.is_string()) {
+        out.push(("$schema", "must be a string (a URI)"));
+    }
+    out
+}
+
 /// A stored macro's input schema in the shape MCP's `Tool.inputSchema`
-/// requires: macros defined before `define` checked `required` and
-/// `$schema` may hold values an SDK refuses (which would fail the whole
-/// listing for its client); those members are left out.
+/// requires: macros defined before `define` checked [`misshapen`] members
+/// are listed without them.
 fn listed_schema(mut schema: Value) -> Value {
+    let drop = misshapen(&schema);
     if let Value::Object(map) = &mut schema {
-        if map
-            .get("required")
-            .is_some_and(|r| !r.as_array().is_some_and(|r| r.iter().all(Value::is_string)))
-        {
-            map.remove("required");
-        }
-        if map.get("$schema").is_some_and(|s| !s.is_string()) {
-            map.remove("$schema");
+        for (member, _) in drop {
+            map.remove(member);
         }
         map.insert("type".into(), json!("object"));
         return schema;
@@ -590,21 +601,8 @@ fn check_input_schema(schema: Option<&Value>, body: &mut Body) {
         );
         return;
     }
-    // MCP's Tool.inputSchema: `required` a list of names, `$schema` a
-    // URI string. A listing carries every macro's schema, so one that a
-    // client's SDK cannot read would break every client's listing.
-    if let Some(required) = schema.get("required")
-        && !required
-            .as_array()
-            .is_some_and(|r| r.iter().all(Value::is_string))
-    {
-        body.problem(
-            "input_schema.required",
-            "must be an array of property names (strings)",
-        );
-    }
-    if schema.get("$schema").is_some_and(|s| !s.is_string()) {
-        body.problem("input_schema.$schema", "must be a string (a URI)");
+    for (member, problem) in misshapen(schema) {
+        body.problem(&format!("input_schema.{member}"), problem);
     }
     for (name, prop) in schema["properties"].as_object().into_iter().flatten() {
         if !prop["type"]
