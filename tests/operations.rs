@@ -568,6 +568,32 @@ fn sigterm_answers_a_keep_alive_request_sent_just_after_the_signal() {
 }
 
 #[test]
+fn a_short_drain_is_not_outlived_by_an_idle_keep_alive_connection() {
+    // The half second an idle connection lingers at SIGTERM is cut to the
+    // drain's own time: a clean stop, not a drain that gave up on it.
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = server_on(
+        &dir.path().join("data"),
+        &[("MARKETPLACE_DRAIN_TIMEOUT_MS", "150")],
+    );
+    let mut conn = TcpStream::connect(s.addr).unwrap();
+    conn.write_all(b"GET /api/health HTTP/1.1\r\nhost: drain\r\n\r\n")
+        .unwrap();
+    let (seen, reusable) = read_response(&mut conn);
+    assert!(matches!(seen, Seen::Answered(200, _)), "{seen:?}");
+    assert!(reusable);
+    s.signal("TERM");
+    let status = s
+        .wait_exit(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("no exit after SIGTERM\n{}", s.log_text()));
+    assert_eq!(status.code(), Some(0), "{}", s.log_text());
+    let log = s.log_text();
+    assert!(log.contains("stopped"), "{log}");
+    assert!(!log.contains("drain timeout"), "{log}");
+    drop(conn);
+}
+
+#[test]
 fn sigterm_during_paid_load_answers_every_accepted_request() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");

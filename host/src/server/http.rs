@@ -150,6 +150,10 @@ pub async fn serve(
         gates,
         stop: stop.clone(),
         header_timeout: Duration::from_millis(app.config.header_timeout_ms),
+        // Well inside the drain itself: with a short `drain_timeout_ms`
+        // an idle connection must not outlive it (and read as a request
+        // the drain gave up on).
+        linger: DRAIN_LINGER.min(drain / 2),
         live,
     };
     let stopping = super::stopped(stop);
@@ -276,6 +280,10 @@ struct Conn {
     gates: Arc<Gates>,
     stop: watch::Receiver<bool>,
     header_timeout: Duration,
+    /// How long a connection between requests stays open once the server
+    /// drains ([`DRAIN_LINGER`], or half the drain's time when that is
+    /// shorter).
+    linger: Duration,
     live: tokio::sync::mpsc::Sender<()>,
 }
 
@@ -316,6 +324,7 @@ impl Conn {
         let stop = self.stop.clone();
         let live = self.live.clone();
         let header_timeout = self.header_timeout;
+        let linger = self.linger;
         tokio::spawn(async move {
             let m = metrics();
             m.connections.inc();
@@ -365,7 +374,7 @@ impl Conn {
                         // first: a keep-alive client that sent its next
                         // request as the signal came (on its way, not yet
                         // in the socket) is answered, not reset.
-                        let linger = tokio::time::sleep(DRAIN_LINGER);
+                        let linger = tokio::time::sleep(linger);
                         tokio::pin!(linger);
                         tokio::select! {
                             ended = conn.as_mut() => break ended,
