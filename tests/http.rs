@@ -99,6 +99,54 @@ fn closed(stream: &mut TcpStream) -> bool {
 }
 
 #[test]
+fn a_request_without_one_valid_host_is_400() {
+    let s = Server::start();
+    let send = |head: &str| {
+        let mut c = common::connect(s.addr);
+        c.write_all(head.as_bytes()).unwrap();
+        common::read_response(&mut c)
+    };
+    for (what, head) in [
+        (
+            "no host",
+            "GET /api/health HTTP/1.1\r\nconnection: close\r\n\r\n",
+        ),
+        (
+            "two hosts",
+            "GET /api/info HTTP/1.1\r\nhost: a.example\r\nhost: b.example\r\nconnection: close\r\n\r\n",
+        ),
+        (
+            "userinfo",
+            "GET /api/info HTTP/1.1\r\nhost: user@a.example\r\nconnection: close\r\n\r\n",
+        ),
+        (
+            "no port number",
+            "GET /api/info HTTP/1.1\r\nhost: a.example:http\r\nconnection: close\r\n\r\n",
+        ),
+        (
+            "HTTP/1.0, two hosts",
+            "GET /api/info HTTP/1.0\r\nhost: a\r\nhost: b\r\n\r\n",
+        ),
+    ] {
+        let r = send(head);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_request"),
+            "{what}: {}",
+            r.text()
+        );
+        assert_eq!(r.json()["details"][0]["field"], "host", "{what}");
+    }
+    // HTTP/1.0 may leave Host out; a port and an IPv6 literal are hosts.
+    for head in [
+        "GET /api/health HTTP/1.0\r\n\r\n",
+        "GET /api/health HTTP/1.1\r\nhost: [::1]:8080\r\nconnection: close\r\n\r\n",
+    ] {
+        assert_eq!(send(head).status, 200, "{head:?}");
+    }
+}
+
+#[test]
 fn oversized_body_is_413_before_it_is_read() {
     let s = Server::start();
     // Declared too large: answered without sending the body at all. The

@@ -352,3 +352,121 @@ fn presigned_uploads_are_bounded_per_identity() {
     let other = s.identity("quota2");
     s.presign(&other, "pic.png", "image/png");
 }
+
+#[test]
+fn a_replayed_legacy_registration_does_not_bring_a_deleted_identity_back() {
+    let s = Server::start();
+    let key = Key::random();
+    // Registered in the legacy form, as the original client does.
+    let legacy = json!({"nickname": "phoenix", "pgp_public_key": key.fp(),
+                        "signature": key.sign("register:phoenix")});
+    let r = s.post_paid("/api/identity", &s.mint("0.6"), &legacy);
+    assert_eq!(r.status, 201, "{}", r.text());
+    let ts = now_s();
+    let r = s.post_json(
+        "/api/identity/delete",
+        &json!({"fingerprint": key.fp(), "timestamp": ts,
+                "signature": key.sign(&format!("delete_identity:{}:{ts}", key.fp()))}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    // Anyone holding the old request replays it, paying: refused, and
+    // nothing is spent.
+    let secret = s.mint("0.6");
+    let r = s.post_paid("/api/identity", &secret, &legacy);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "conflict"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(profile(&s, &key).status, 404);
+    assert_eq!(s.get("/api/profile?nickname=phoenix").status, 404);
+    // The owner comes back with a fresh signature (paid by that secret).
+    let r = s.register(&key, "phoenix", &secret);
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(profile(&s, &key).status, 200);
+    // Another nickname in the legacy form is no replay.
+    let other = Key::random();
+    let r = s.post_paid(
+        "/api/identity",
+        &s.mint("0.6"),
+        &json!({"nickname": "phoenix2", "pgp_public_key": other.fp(),
+                "signature": other.sign("register:phoenix2")}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+}
+
+#[test]
+fn a_profile_lookup_with_an_empty_parameter_uses_the_other() {
+    let s = Server::start();
+    let k = s.identity("emptyq");
+    for q in [
+        "fingerprint=&nickname=emptyq",
+        "nickname=emptyq&fingerprint=",
+    ] {
+        let r = s.get(&format!("/api/profile?{q}"));
+        assert_eq!(r.status, 200, "{q}: {}", r.text());
+        assert_eq!(r.json()["profile"]["fingerprint"], k.fp());
+    }
+    for (q, field) in [
+        ("fingerprint=&nickname=", "fingerprint"),
+        ("fingerprint=zz", "fingerprint"),
+    ] {
+        let r = s.get(&format!("/api/profile?{q}"));
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_request"),
+            "{q}: {}",
+            r.text()
+        );
+        assert_eq!(r.json()["details"][0]["field"], field, "{q}");
+    }
+    // Upper-case hex is the same key.
+    let r = s.get(&format!(
+        "/api/profile?fingerprint={}",
+        k.fp().to_ascii_uppercase()
+    ));
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+#[test]
+fn a_private_upload_stays_out_of_shared_caches_and_no_token_is_logged() {
+    let s = Server::start();
+    let k = s.identity("private_up");
+    let presign = |is_public: bool| -> Value {
+        let r = s.post_json(
+            "/api/storage/presign",
+            &json!({"fingerprint": k.fp(), "file_path": "p.png", "content_type": "image/png",
+                    "is_public": is_public, "signature": k.sign("presign:p.png")}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    };
+    let mut tokens = Vec::new();
+    for (is_public, cache) in [
+        (false, "private, no-store"),
+        (true, "public, max-age=31536000, immutable"),
+    ] {
+        let p = presign(is_public);
+        let url = p["presigned_url"].as_str().unwrap();
+        tokens.push(url.rsplit('/').next().unwrap().to_string());
+        assert_eq!(put(&s, url, b"\x89PNG").status, 200);
+        let r = s.get(&path_of(p["public_url"].as_str().unwrap()));
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(
+            r.header("cache-control"),
+            Some(cache),
+            "public: {is_public}"
+        );
+        assert_eq!(r.body, b"\x89PNG");
+    }
+    // The single-use URL's token is a bearer capability: the access line
+    // names the route's parameter instead.
+    s.wait_log("the upload's access line", |log| {
+        log.contains("path=/api/storage/upload/{token}")
+    });
+    let log = s.log_text();
+    for token in &tokens {
+        assert!(!log.contains(token.as_str()), "token {token} in the log");
+    }
+}

@@ -722,3 +722,80 @@ fn a_post_of_many_distinct_words_is_indexed_and_found() {
         }
     }
 }
+
+#[test]
+fn a_word_is_one_word_however_its_accents_are_typed() {
+    let s = Server::start();
+    let k = s.identity("accents");
+    // "café" precomposed (U+00E9), the same word as e + U+0301 (what macOS
+    // keyboards and many pastes give), and the other word "cafe".
+    let nfc = s.new_post(&k, "zqnfc caf\u{e9} au lait", json!({}));
+    let nfd = s.new_post(&k, "zqnfd cafe\u{301} au lait", json!({}));
+    let plain = s.new_post(&k, "zqplain cafe au lait", json!({}));
+    let found = |term: &str| -> Vec<String> {
+        let r = s.get(&format!("/api/search?term={term}&limit=20"));
+        assert_eq!(r.status, 200, "{term}: {}", r.text());
+        let mut ids: Vec<String> = r.json()["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["post_id"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        ids
+    };
+    let mut accented = vec![nfc.clone(), nfd.clone()];
+    accented.sort();
+    // Asked either way, "café" finds both of its spellings and not "cafe".
+    assert_eq!(found("caf%C3%A9"), accented);
+    assert_eq!(found("cafe%CC%81"), accented);
+    assert_eq!(found("cafe"), vec![plain]);
+
+    // Two attachment names a reader cannot tell apart are duplicates.
+    let r = s.post(
+        &k,
+        "two resumes",
+        json!({"attachments": [
+            {"filename": "r\u{e9}sum\u{e9}.md", "content": "a"},
+            {"filename": "re\u{301}sume\u{301}.md", "content": "b"},
+        ]}),
+        &s.mint("0.3"),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.code(), "invalid_attachment", "{}", r.text());
+    // ... and so are names differing in the case of a letter past ASCII.
+    let r = s.post(
+        &k,
+        "two resumes",
+        json!({"attachments": [
+            {"filename": "R\u{c9}SUM\u{c9}.md", "content": "a"},
+            {"filename": "r\u{e9}sum\u{e9}.md", "content": "b"},
+        ]}),
+        &s.mint("0.3"),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+}
+
+#[test]
+fn a_query_parameter_that_is_not_utf8_is_refused_not_replaced() {
+    let s = Server::start();
+    // Latin-1 "café", and bytes that are no text at all.
+    for (path, field) in [
+        ("/api/search?term=caf%E9", "term"),
+        ("/api/search?term=%FF%FE&limit=5", "term"),
+        ("/api/profile?nickname=%FF", "nickname"),
+        ("/api/timeline?author=%C3", "author"),
+    ] {
+        let r = s.get(path);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_request"),
+            "{path}: {}",
+            r.text()
+        );
+        assert_eq!(r.json()["details"][0]["field"], field, "{path}");
+        assert!(!r.text().contains('\u{FFFD}'), "{}", r.text());
+    }
+    // UTF-8 escapes decode as before.
+    assert_eq!(s.get("/api/search?term=caf%C3%A9").status, 200);
+}

@@ -1,16 +1,39 @@
 //! Tokenisation shared by the indexer (timeline) and the query side
-//! (search), so both always agree: lower-case, split on anything that is not
-//! a letter or digit, tokens of 1 to 64 characters.
+//! (search), so both always agree: Unicode NFC (an accent typed as a
+//! combining mark is the same word as the precomposed letter), lower-case,
+//! split on anything that is not a letter, a digit or a combining mark
+//! (vowel signs and viramas belong to their word), tokens of 1 to 64
+//! characters.
+
+use unicode_normalization::char::is_combining_mark;
+use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
 
 /// Longest token kept.
 pub const MAX_TOKEN_CHARS: usize = 64;
 
 /// The tokens of `text`, in order (duplicates kept).
 pub fn tokens(text: &str) -> Vec<String> {
-    text.split(|c: char| !c.is_alphanumeric())
+    let composed;
+    let text = match nfc(text) {
+        Some(n) => {
+            composed = n;
+            composed.as_str()
+        }
+        None => text,
+    };
+    text.split(|c: char| !(c.is_alphanumeric() || is_combining_mark(c)))
         .filter(|t| !t.is_empty() && t.chars().count() <= MAX_TOKEN_CHARS)
         .map(|t| t.to_lowercase())
         .collect()
+}
+
+/// `text` in Unicode NFC, or `None` when it already is (ASCII always is).
+pub fn nfc(text: &str) -> Option<String> {
+    if text.is_ascii() || is_nfc_quick(text.chars()) == IsNormalized::Yes {
+        return None;
+    }
+    let composed: String = text.nfc().collect();
+    (composed != text).then_some(composed)
 }
 
 #[cfg(test)]
@@ -26,5 +49,24 @@ mod tests {
         assert_eq!(tokens("Ünïcode ok"), ["ünïcode", "ok"]);
         assert!(tokens("  --- ").is_empty());
         assert!(tokens(&"x".repeat(65)).is_empty());
+    }
+
+    #[test]
+    fn one_word_however_its_accents_are_typed() {
+        // "café" precomposed (U+00E9) and as e + U+0301: one token, never
+        // cut at the combining mark (which made it "caf" + nothing, or
+        // matched "cafe").
+        assert_eq!(tokens("caf\u{e9} ok"), ["caf\u{e9}", "ok"]);
+        assert_eq!(tokens("Cafe\u{301} ok"), ["caf\u{e9}", "ok"]);
+        assert_eq!(tokens("cafe"), ["cafe"]);
+        // A mark with no precomposed letter stays in its word; so do
+        // Devanagari's vowel signs and virama.
+        assert_eq!(tokens("q\u{307}\u{323}x y"), ["q\u{323}\u{307}x", "y"]);
+        assert_eq!(
+            tokens("\u{939}\u{93f}\u{928}\u{94d}\u{926}\u{940}"),
+            ["\u{939}\u{93f}\u{928}\u{94d}\u{926}\u{940}"]
+        );
+        assert_eq!(nfc("plain"), None);
+        assert_eq!(nfc("e\u{301}").as_deref(), Some("\u{e9}"));
     }
 }

@@ -56,7 +56,7 @@ fn main() {
         route: route.pattern.clone(),
         path: path.clone(),
         params: params.clone(),
-        query: parse_query(query),
+        query: parse_query(query).expect("a query of UTF-8"),
         headers: vec![],
         body: vec![],
     };

@@ -71,11 +71,17 @@ pub struct Metrics {
     pub in_flight: Gauge,
     pub refused_connections: Counter,
     pub connections_closed_for_room: Counter,
-    pub ledger_minted: Gauge,
-    pub ledger_unspent: Gauge,
-    pub ledger_fees: Gauge,
-    pub ledger_escrow: Gauge,
+    pub ledger_minted: LedgerGauge,
+    pub ledger_unspent: LedgerGauge,
+    pub ledger_fees: LedgerGauge,
+    pub ledger_escrow: LedgerGauge,
 }
+
+/// A ledger total in units. The ledger counts up to `u64::MAX` units
+/// (184 billion webcash), past the `i64` of an integer gauge: these are
+/// floats, as Prometheus keeps every sample (exact up to 2^53 units,
+/// about 90 million webcash).
+pub type LedgerGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 
 /// One route's request metrics, looked up once (by its labels) and kept
 /// with the route: an answered request then costs no label allocation or
@@ -169,10 +175,10 @@ impl Metrics {
             in_flight: Gauge::default(),
             refused_connections: Counter::default(),
             connections_closed_for_room: Counter::default(),
-            ledger_minted: Gauge::default(),
-            ledger_unspent: Gauge::default(),
-            ledger_fees: Gauge::default(),
-            ledger_escrow: Gauge::default(),
+            ledger_minted: LedgerGauge::default(),
+            ledger_unspent: LedgerGauge::default(),
+            ledger_fees: LedgerGauge::default(),
+            ledger_escrow: LedgerGauge::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -277,7 +283,7 @@ impl Metrics {
 
     /// Set the ledger gauges (units).
     pub fn ledger(&self, minted: u64, fees: u64, escrow: u64) {
-        let g = |v: u64| v.min(i64::MAX as u64) as i64;
+        let g = |v: u64| v as f64;
         self.ledger_minted.set(g(minted));
         self.ledger_fees.set(g(fees));
         self.ledger_escrow.set(g(escrow));
@@ -338,6 +344,23 @@ mod tests {
         );
         assert!(text.contains("marketplace_ledger_unspent_units 70"));
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn ledger_totals_past_i64_are_not_clamped() {
+        // 100,000,000,001 webcash minted: 10^19 + 10^8 units, over
+        // i64::MAX (an integer gauge showed 9223372036854775807).
+        let m = Metrics::new();
+        let minted = 10_000_000_000_100_000_000u64;
+        m.ledger(minted, 100_000_000, 0);
+        let text = m.render();
+        let value = |name: &str| -> f64 {
+            let line = text.lines().find(|l| l.starts_with(name)).unwrap();
+            line.split_whitespace().nth(1).unwrap().parse().unwrap()
+        };
+        assert_eq!(value("marketplace_ledger_minted_units"), minted as f64);
+        assert_eq!(value("marketplace_ledger_unspent_units"), 1e19);
+        assert!(!text.contains(&i64::MAX.to_string()), "{text}");
     }
 
     #[test]

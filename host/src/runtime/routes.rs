@@ -45,7 +45,32 @@ impl Route {
             Handler::Host(_) => "host",
         }
     }
+
+    /// `path` as logs may show it: a segment the pattern names
+    /// [`SECRET_PARAM`] (a bearer capability such as a single-use upload
+    /// URL's token) is shown as that name, never as sent. Segments are
+    /// matched from the end, so a path under an alias prefix
+    /// (`/api/v1/...`) is redacted too.
+    pub fn logged_path<'p>(&self, path: &'p str) -> std::borrow::Cow<'p, str> {
+        if !self.pattern.contains(SECRET_PARAM) {
+            return path.into();
+        }
+        let pattern: Vec<&str> = self.pattern.split('/').collect();
+        let mut segments: Vec<&str> = path.split('/').collect();
+        let Some(skip) = segments.len().checked_sub(pattern.len()) else {
+            return self.pattern.clone().into();
+        };
+        for (segment, p) in segments[skip..].iter_mut().zip(&pattern) {
+            if *p == SECRET_PARAM {
+                *segment = SECRET_PARAM;
+            }
+        }
+        segments.join("/").into()
+    }
 }
+
+/// A path parameter no log shows (see [`Route::logged_path`]).
+pub const SECRET_PARAM: &str = "{token}";
 
 /// Methods a component may declare (GET also answers HEAD).
 pub const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];
@@ -284,11 +309,27 @@ pub fn percent_decode(s: &str) -> String {
 }
 
 /// Parse an `application/x-www-form-urlencoded` query string into ordered,
-/// decoded pairs (`+` is a space, empty pairs are skipped).
-pub fn parse_query(q: &str) -> Vec<(String, String)> {
-    form_urlencoded::parse(q.as_bytes())
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect()
+/// decoded pairs (`+` is a space, empty pairs are skipped, an invalid
+/// escape is kept as written). A name or value whose escapes decode to
+/// bytes that are not UTF-8 (`%E9` of Latin-1) is malformed, never
+/// silently replaced: `Err` with the parameter's name (lossily decoded).
+pub fn parse_query(q: &str) -> Result<Vec<(String, String)>, String> {
+    let strict = |s: &str| -> Option<String> {
+        let s = s.replace('+', " ");
+        percent_encoding::percent_decode_str(&s)
+            .decode_utf8()
+            .ok()
+            .map(|d| d.into_owned())
+    };
+    let mut pairs = Vec::new();
+    for pair in q.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match (strict(name), strict(value)) {
+            (Some(n), Some(v)) => pairs.push((n, v)),
+            _ => return Err(percent_decode_with(name, true)),
+        }
+    }
+    Ok(pairs)
 }
 
 #[cfg(test)]
@@ -490,27 +531,47 @@ mod tests {
     }
 
     #[test]
+    fn a_token_in_a_path_is_never_logged() {
+        let upload = fam("PUT", "/api/storage/upload/{token}", "identity");
+        assert_eq!(
+            upload.logged_path("/api/storage/upload/ab12cd"),
+            "/api/storage/upload/{token}"
+        );
+        assert_eq!(
+            upload.logged_path("/api/v1/storage/upload/ab12cd"),
+            "/api/v1/storage/upload/{token}"
+        );
+        assert_eq!(upload.logged_path("/x"), "/api/storage/upload/{token}");
+        let post = fam("GET", "/api/posts/{id}", "timeline");
+        assert_eq!(post.logged_path("/api/posts/p1"), "/api/posts/p1");
+    }
+
+    #[test]
     fn query_decoding() {
         assert_eq!(
             parse_query("term=a+b%21&limit=20&x&bad=%zz%4"),
-            vec![
+            Ok(vec![
                 ("term".into(), "a b!".into()),
                 ("limit".into(), "20".into()),
                 ("x".into(), "".into()),
                 ("bad".into(), "%zz%4".into())
-            ]
+            ])
         );
         // `+` is a space and `%2B` a plus; `%2F` is a slash; only the first
-        // `=` splits; invalid UTF-8 is replaced.
+        // `=` splits; UTF-8 escapes decode.
         assert_eq!(
-            parse_query("q=1%2B1+%3D+2&path=a%2Fb&eq=x=y&u=%FF%C3%A9&&"),
-            vec![
+            parse_query("q=1%2B1+%3D+2&path=a%2Fb&eq=x=y&u=caf%C3%A9&&"),
+            Ok(vec![
                 ("q".into(), "1+1 = 2".into()),
                 ("path".into(), "a/b".into()),
                 ("eq".into(), "x=y".into()),
-                ("u".into(), "\u{FFFD}\u{e9}".into())
-            ]
+                ("u".into(), "caf\u{e9}".into())
+            ])
         );
+        // Escapes of bytes that are not UTF-8, in a value or a name: the
+        // parameter is named, nothing is replaced.
+        assert_eq!(parse_query("limit=2&term=caf%E9"), Err("term".into()));
+        assert_eq!(parse_query("t%FF=1"), Err("t\u{FFFD}".into()));
     }
 
     #[test]

@@ -333,11 +333,11 @@ fn status_json(s: &crate::runtime::PluginStatus) -> serde_json::Value {
 /// The name an upload is listed under, from `?component=NAME` (the file
 /// it came from, as `plugins load` sends it): a plain file name. Without
 /// it the family's current name stays.
-fn component_of(query: &str) -> Result<Option<String>, String> {
-    let pairs = crate::runtime::routes::parse_query(query);
-    let Some((_, name)) = pairs.into_iter().find(|(n, _)| n == "component") else {
+fn component_of(pairs: &[(String, String)]) -> Result<Option<String>, String> {
+    let Some((_, name)) = pairs.iter().find(|(n, _)| n == "component") else {
         return Ok(None);
     };
+    let name = name.clone();
     let plain = !name.is_empty()
         && name.len() <= 128
         && !name.starts_with('.')
@@ -354,8 +354,10 @@ fn component_of(query: &str) -> Result<Option<String>, String> {
 
 /// Grants from `?grants=a,b&read=x,y`, if either is given; the one not
 /// given keeps its `current` value.
-fn grants_of(query: &str, current: Option<Grants>) -> Result<Option<Grants>, String> {
-    let pairs = crate::runtime::routes::parse_query(query);
+fn grants_of(
+    pairs: &[(String, String)],
+    current: Option<Grants>,
+) -> Result<Option<Grants>, String> {
     let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     let (caps, reads) = (get("grants"), get("read"));
     if caps.is_none() && reads.is_none() {
@@ -394,19 +396,23 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
             }
             let current = app.runtime.status(family);
             let known = current.is_some();
+            let pairs = match crate::runtime::routes::parse_query(query) {
+                Ok(pairs) => pairs,
+                Err(name) => return Reply::invalid(&name, super::http::NOT_UTF8),
+            };
             // A misspelled parameter (`?grant=`) would be ignored: refused.
-            if let Some((name, _)) = crate::runtime::routes::parse_query(query)
-                .into_iter()
+            if let Some((name, _)) = pairs
+                .iter()
                 .find(|(n, _)| !["grants", "read", "component"].contains(&n.as_str()))
             {
                 return Reply::invalid(
-                    &name,
+                    name,
                     format!(
                         "unknown parameter {name:?}: the parameters are grants, read and component"
                     ),
                 );
             }
-            let grants = match grants_of(query, app.runtime.grants(family)) {
+            let grants = match grants_of(&pairs, app.runtime.grants(family)) {
                 Ok(g) => g,
                 Err(e) => return Reply::invalid("grants", e),
             };
@@ -424,7 +430,7 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                     format!("no family {unknown:?} is mounted or configured"),
                 );
             }
-            let named = match component_of(query) {
+            let named = match component_of(&pairs) {
                 Ok(n) => n,
                 Err(e) => return Reply::invalid("component", e),
             };

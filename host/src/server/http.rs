@@ -270,6 +270,10 @@ const REFUSED_LOG_EVERY: Duration = Duration::from_secs(10);
 /// when such connections are open.
 const DRAIN_LINGER: Duration = Duration::from_millis(500);
 
+/// The problem of a query parameter whose escapes are not UTF-8.
+pub(crate) const NOT_UTF8: &str =
+    "is not UTF-8 once percent-decoded: escape the text's UTF-8 bytes (caf%C3%A9, not caf%E9)";
+
 /// How long a client waits for the connection chosen to make room before
 /// another is chosen.
 const ROOM_RETRY: Duration = Duration::from_millis(100);
@@ -446,6 +450,7 @@ fn sequence_id(prefix: &str, seq: u64) -> String {
 /// future, and with it this guard): either way it stops counting, and a
 /// request whose client left unanswered gets a log line of its own.
 struct InFlight<'a> {
+    app: &'a App,
     id: &'a str,
     method: &'a str,
     path: &'a str,
@@ -454,9 +459,10 @@ struct InFlight<'a> {
 }
 
 impl<'a> InFlight<'a> {
-    fn start(id: &'a str, method: &'a str, path: &'a str, start: Instant) -> Self {
+    fn start(app: &'a App, id: &'a str, method: &'a str, path: &'a str, start: Instant) -> Self {
         metrics().in_flight.inc();
         InFlight {
+            app,
             id,
             method,
             path,
@@ -475,10 +481,19 @@ impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         if !self.answered {
             metrics().in_flight.dec();
+            // (Rare: the route is looked up again for its logged form.)
+            let path = match self
+                .app
+                .runtime
+                .find(self.method, &routes::canonical_path(self.path))
+            {
+                routes::Match::Found { route, .. } => route.logged_path(self.path).into_owned(),
+                _ => self.path.to_string(),
+            };
             tracing::info!(
                 request_id = self.id,
                 method = self.method,
-                path = self.path,
+                path,
                 micros = self.start.elapsed().as_micros() as u64,
                 "request: the client went away before its answer"
             );
@@ -495,7 +510,7 @@ async fn handle(
     let id = request_id(&req);
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
-    let in_flight = InFlight::start(&id, &method, &path, start);
+    let in_flight = InFlight::start(&app, &id, &method, &path, start);
     let has_body = !hyper::body::Body::is_end_stream(req.body());
     let (mut reply, route) = dispatch(&app, &gates, req, &id).await;
     in_flight.answered();
@@ -512,6 +527,10 @@ async fn handle(
         None => ("-", "-", &*NO_ROUTE),
     };
     counted.answered(family, pattern, reply.status, elapsed.as_secs_f64());
+    let path = match route.as_deref() {
+        Some(r) => r.logged_path(&path),
+        None => path.as_str().into(),
+    };
     crate::logging::access(
         &id,
         &crate::logging::Access {
@@ -579,12 +598,41 @@ pub(crate) fn to_hyper(reply: Reply, head: bool) -> Response<Full<Bytes>> {
 /// that served it. A found route is served in the request's span (lines
 /// logged while serving it carry its id), except a host route answered
 /// from memory, which logs nothing of its own.
+/// What is wrong with a request's `Host`, if anything (RFC 9112 3.2: an
+/// HTTP/1.1 request has one; no request has two, or one that is not a host
+/// and optional port). Answers' absolute URLs are made from it.
+fn host_problem(version: hyper::Version, headers: &hyper::HeaderMap) -> Option<&'static str> {
+    let mut hosts = headers.get_all(hyper::header::HOST).iter();
+    let Some(host) = hosts.next() else {
+        return (version == hyper::Version::HTTP_11)
+            .then_some("is required in an HTTP/1.1 request");
+    };
+    if hosts.next().is_some() {
+        return Some("must be given once");
+    }
+    let valid = host
+        .to_str()
+        .ok()
+        .filter(|h| !h.is_empty() && !h.contains('@'))
+        .and_then(|h| h.parse::<hyper::http::uri::Authority>().ok())
+        .is_some_and(|a| {
+            a.as_str().rsplit_once(':').is_none_or(|(_, port)| {
+                // (`[::1]` alone has colons inside its brackets.)
+                port.ends_with(']') || port.parse::<u16>().is_ok()
+            })
+        });
+    (!valid).then_some("must be a host name or address with an optional port")
+}
+
 async fn dispatch(
     app: &Arc<App>,
     gates: &Gates,
     req: Request<Incoming>,
     id: &str,
 ) -> (Reply, Option<Arc<Route>>) {
+    if let Some(problem) = host_problem(req.version(), req.headers()) {
+        return (Reply::invalid("host", problem), None);
+    }
     let method = req.method().as_str().to_ascii_uppercase();
     let path = routes::canonical_path(req.uri().path());
     let (route, params) = match app.runtime.find(&method, &path) {
@@ -666,11 +714,10 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
     if declared_length(req.headers()).is_some_and(|n| n > max as u64) {
         return too_large(max);
     }
-    let query = req
-        .uri()
-        .query()
-        .map(routes::parse_query)
-        .unwrap_or_default();
+    let query = match req.uri().query().map(routes::parse_query).transpose() {
+        Ok(query) => query.unwrap_or_default(),
+        Err(name) => return Reply::invalid(&name, NOT_UTF8),
+    };
     let mut headers = Vec::new();
     let mut payment = PaymentHeaders::default();
     // X-Webcash-Secret pays only without X-Cash-Secret, PAYMENT-SIGNATURE's
@@ -890,6 +937,45 @@ pub(crate) fn too_large(max: usize) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_valid_host_per_request() {
+        use hyper::Version;
+        let problem = |version: Version, hosts: &[&[u8]]| {
+            let mut headers = hyper::HeaderMap::new();
+            for h in hosts {
+                headers.append(
+                    hyper::header::HOST,
+                    hyper::header::HeaderValue::from_bytes(h).unwrap(),
+                );
+            }
+            host_problem(version, &headers)
+        };
+        for good in [
+            &b"market.example"[..],
+            b"127.0.0.1:8080",
+            b"[::1]",
+            b"[::1]:8080",
+            b"localhost:1",
+        ] {
+            assert_eq!(problem(Version::HTTP_11, &[good]), None, "{good:?}");
+        }
+        assert_eq!(problem(Version::HTTP_10, &[]), None);
+        assert!(problem(Version::HTTP_11, &[]).is_some());
+        assert!(problem(Version::HTTP_11, &[b"a", b"b"]).is_some());
+        assert!(problem(Version::HTTP_10, &[b"a", b"a"]).is_some());
+        for bad in [
+            &b""[..],
+            b"a b",
+            b"user@host",
+            b"host:port",
+            b"host:70000",
+            b"a/b",
+            b"\xff",
+        ] {
+            assert!(problem(Version::HTTP_11, &[bad]).is_some(), "{bad:?}");
+        }
+    }
 
     fn reply(headers: &[(&str, &str)]) -> Reply {
         Reply {

@@ -7,7 +7,12 @@ use marketplace_guest::prelude::*;
 pub const OPS: &[Op] = &[
     Op {
         query: &[
-            ("fingerprint", "string", false, "64-hex key"),
+            (
+                "fingerprint",
+                "string",
+                false,
+                "64-hex key (either case); anything else is 400",
+            ),
             ("nickname", "string", false, "case-insensitive"),
         ],
         ok: (200, "ProfileEnvelope"),
@@ -18,7 +23,7 @@ pub const OPS: &[Op] = &[
             "getProfile",
             "identity",
             "A profile",
-            "By fingerprint or nickname.",
+            "By fingerprint or nickname (fingerprint first when both are given; an empty one counts as absent, neither is 400).",
         )
     },
     Op {
@@ -125,7 +130,7 @@ pub const OPS: &[Op] = &[
             "getFile",
             "identity",
             "An uploaded file",
-            "The bytes of upload `files/{key}`, byte for byte, with the content type given at presign.",
+            "The bytes of upload `files/{key}`, byte for byte, with the content type given at presign. The key is unguessable; an upload presigned with `is_public: false` is answered with `cache-control: private, no-store` (and `x-robots-tag: noindex`), a public one may be cached for a year.",
         )
     },
 ];
@@ -182,7 +187,7 @@ pub fn schemas() -> Value {
         "UpdateProfile": with_signature(vec![("fingerprint", openapi::fingerprint()), ("about", json!({"type": "string", "maxLength": 2000})), ("skills", json!({"type": "array", "maxItems": 50, "items": {"type": "string", "minLength": 1, "maxLength": 64}})), ("profile_picture", json!({"type": "string", "maxLength": 200, "description": "an s3_key from /api/storage/presign, or \"\" to clear"}))], &["fingerprint", "signature"]),
         "RecoveryScan": obj(&[("challenge", pattern("^recover:[^:]+:[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$")), ("probes", json!({"type": "array", "maxItems": 100, "items": obj(&[("key_index", t("integer")), ("fingerprint", openapi::fingerprint()), ("signature", t("string"))], &["key_index", "fingerprint", "signature"])})), ("include_contracts", t("boolean")), ("contract_limit", json!({"type": "integer", "minimum": 1, "maximum": 500}))], &["challenge", "probes"]),
         "RecoveryScanResult": obj(&[("challenge", t("string")), ("identities", json!({"type": "array", "items": obj(&[("key_index", t("integer")), ("fingerprint", t("string")), ("nickname", t("string")), ("pub_key", t("string"))], &["key_index", "fingerprint", "nickname", "pub_key"])})), ("contracts", json!({"type": "array", "items": obj(&[("contract_id", t("string")), ("contract_type", t("string")), ("status", t("string")), ("buyer_fingerprint", t("string")), ("seller_fingerprint", t("string")), ("amount", openapi::amount()), ("witness_proof", json!({"type": ["string", "null"]})), ("reference_post", t("string")), ("delivery_deadline", t("string")), ("created_at", t("string")), ("updated_at", t("string"))], &["contract_id", "status"])}))], &["challenge", "identities", "contracts"]),
-        "Presign": with_signature(vec![("fingerprint", openapi::fingerprint()), ("file_path", nonblank(1024)), ("content_type", json!({"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[ -~]*[!-~][ -~]*$", "description": "printable ASCII, not blank"})), ("is_public", t("boolean"))], &["fingerprint", "file_path", "content_type", "signature"]),
+        "Presign": with_signature(vec![("fingerprint", openapi::fingerprint()), ("file_path", nonblank(1024)), ("content_type", json!({"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[ -~]*[!-~][ -~]*$", "description": "printable ASCII, not blank"})), ("is_public", json!({"type": "boolean", "description": "false: served only to holders of its URL, kept out of shared caches"}))], &["fingerprint", "file_path", "content_type", "signature"]),
         "Presigned": obj(&[("presigned_url", t("string")), ("s3_key", t("string")), ("public_url", t("string")), ("expires_in", t("integer"))], &["presigned_url", "s3_key", "public_url", "expires_in"]),
         "Uploaded": obj(&[("s3_key", t("string")), ("public_url", t("string")), ("size", t("integer")), ("content_type", t("string"))], &["s3_key", "public_url", "size"]),
         "Rated": obj(&[("post_id", t("string")), ("vote", t("string")), ("rating", t("object")), ("payment", openapi::payment())], &["post_id", "vote", "rating"]),

@@ -124,6 +124,10 @@ pub fn delete_identity(req: &Request) -> Result<Response, ApiError> {
         true,
     )?;
     kv::delete(&key)?;
+    // Its registration, if legacy-signed, could be replayed by anyone to
+    // bring the identity back: a legacy registration of this key and
+    // nickname is refused from now on (see `register`).
+    kv::put(&crate::deleted_key(&actor, &id.nickname), &true)?;
     let nick_key = format!("nick/{}", id.nickname.to_ascii_lowercase());
     if kv::get::<String>(&nick_key)?.as_deref() == Some(actor.as_str()) {
         kv::delete(&nick_key)?;
@@ -506,18 +510,30 @@ pub fn file(req: &Request) -> Result<Response, ApiError> {
     }
     let meta: FileMeta = kv::get(&format!("file_meta/{id}"))?.ok_or_else(missing)?;
     let bytes = kv::get_raw(None, &format!("file/{id}"))?.ok_or_else(missing)?;
+    let mut headers = vec![
+        ("content-type".into(), meta.content_type),
+        ("x-content-type-options".into(), "nosniff".into()),
+        // Uploaded HTML must not run as this service's pages.
+        ("content-security-policy".into(), "sandbox".into()),
+    ];
+    if meta.is_public {
+        headers.push((
+            "cache-control".into(),
+            "public, max-age=31536000, immutable".into(),
+        ));
+    } else {
+        // Presigned with `is_public: false`: served to whoever holds its
+        // unguessable URL, as a private object's presigned URL is, and
+        // kept out of shared caches and search engines.
+        headers.extend([
+            ("cache-control".into(), "private, no-store".into()),
+            ("x-robots-tag".into(), "noindex".into()),
+            ("referrer-policy".into(), "no-referrer".into()),
+        ]);
+    }
     Ok(Response {
         status: 200,
-        headers: vec![
-            ("content-type".into(), meta.content_type),
-            ("x-content-type-options".into(), "nosniff".into()),
-            // Uploaded HTML must not run as this service's pages.
-            ("content-security-policy".into(), "sandbox".into()),
-            (
-                "cache-control".into(),
-                "public, max-age=31536000, immutable".into(),
-            ),
-        ],
+        headers,
         body: bytes,
     })
 }

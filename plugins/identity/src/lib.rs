@@ -173,6 +173,14 @@ fn register(req: &Request) -> Result<Response, ApiError> {
     if kv::get_raw(None, &format!("id/{fingerprint}"))?.is_some() {
         return Err(ApiError::conflict("this public key is already registered"));
     }
+    // A legacy signature of a registration that was deleted since is a
+    // replay for all this request can tell (the same key signs the same
+    // message the same way): only a fresh signature brings it back.
+    if timestamp.is_none() && kv::get_raw(None, &deleted_key(&fingerprint, &nickname))?.is_some() {
+        return Err(ApiError::conflict(format!(
+            "this identity ({nickname}) was deleted: register it again with a fresh (timestamped) signature"
+        )));
+    }
     let nick_key = format!("nick/{}", nickname.to_ascii_lowercase());
     if kv::get_raw(None, &nick_key)?.is_some() {
         return Err(ApiError::conflict(format!("nickname {nickname} is taken")));
@@ -193,8 +201,25 @@ fn register(req: &Request) -> Result<Response, ApiError> {
     ))
 }
 
+/// Where a deleted identity's key and nickname are remembered
+/// (`deleted/{fingerprint}/{nickname}`), so its legacy registration
+/// cannot be replayed.
+pub(crate) fn deleted_key(fingerprint: &str, nickname: &str) -> String {
+    format!("deleted/{fingerprint}/{nickname}")
+}
+
 fn profile(req: &Request) -> Result<Response, ApiError> {
-    let fingerprint = match (req.query("fingerprint"), req.query("nickname")) {
+    // An empty parameter is an absent one (a client filling the query
+    // template with one value left out); a fingerprint that cannot be one
+    // is malformed, not a profile that does not exist.
+    let given = |name: &str| req.query(name).filter(|v| !v.is_empty());
+    let fingerprint = match (given("fingerprint"), given("nickname")) {
+        (Some(fp), _) if !is_fingerprint(fp) => {
+            return Err(ApiError::invalid(
+                "fingerprint",
+                "must be an Ed25519 public key as 64 hex characters",
+            ));
+        }
         (Some(fp), _) => fp.to_ascii_lowercase(),
         (None, Some(nick)) => kv::get::<String>(&format!("nick/{}", nick.to_ascii_lowercase()))?
             .ok_or_else(|| ApiError::not_found(format!("profile {nick}")))?,

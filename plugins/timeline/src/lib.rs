@@ -183,13 +183,20 @@ fn attachment_problems(
                 field("filename"),
                 "must not contain path separators or control characters",
             );
-        } else if names.iter().any(|n| n.eq_ignore_ascii_case(filename)) {
+        }
+        // Two names a reader cannot tell apart are one: compared in NFC
+        // (an accent typed as a combining mark or precomposed) and in any
+        // letter case.
+        let name = marketplace_common::text::nfc(filename)
+            .unwrap_or_else(|| filename.to_string())
+            .to_lowercase();
+        if !filename.is_empty() && names.contains(&name) {
             problem(
                 field("filename"),
                 "duplicates another attachment's filename",
             );
         }
-        names.push(filename.to_string());
+        names.push(name);
         let source = match (content, s3_key) {
             (Some(_), Some(_)) => {
                 problem(
