@@ -1070,6 +1070,75 @@ fn a_restart_serves_what_was_decided_last() {
     assert_eq!(policy(&s), decided, "{}", s.log_text());
 }
 
+/// Uploads of one family at once are applied and kept one after the
+/// other: the component kept for restarts is the one serving. Before, the
+/// component and its record were written through one temp file, so the
+/// kept `fees.wasm` could hold the record (refused at the next start,
+/// which then served neither upload) or another upload than the one
+/// serving.
+#[test]
+fn uploads_of_one_family_at_once_keep_the_one_that_serves() {
+    let data = tempfile::tempdir().unwrap();
+    let start = || {
+        Server::with(Options {
+            data_dir: Some(data.path().join("data")),
+            ..Default::default()
+        })
+    };
+    let mut s = start();
+    let base = wasm("fees_pickup_paid.wasm");
+    let variants: Vec<Vec<u8>> = (0..8)
+        .map(|i| with_custom_section(&base, "upload", format!("{i}").as_bytes()))
+        .collect();
+    std::thread::scope(|scope| {
+        for v in &variants {
+            let s = &s;
+            scope.spawn(move || {
+                let r = admin(s, "PUT", "/admin/plugins/fees", v);
+                assert_eq!(r.status, 200, "{}", r.text());
+            });
+        }
+    });
+    let serving = plugin(&s, "fees").unwrap()["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let sha = |b: &[u8]| {
+        use sha2::Digest;
+        marketplace_common::hex::encode(&sha2::Sha256::digest(b))
+    };
+    assert!(
+        variants.iter().any(|v| sha(v) == serving),
+        "serving {serving}, none of the uploads"
+    );
+    if !common::backend_is_postgres() {
+        let kept = std::fs::read(data.path().join("data/uploads/fees.wasm")).unwrap();
+        assert_eq!(
+            sha(&kept),
+            serving,
+            "the kept upload is not the one serving"
+        );
+    }
+    assert!(
+        !s.log_text().contains("was not kept for restarts"),
+        "{}",
+        s.log_text()
+    );
+    s.stop();
+    let s = start();
+    assert_eq!(
+        plugin(&s, "fees").unwrap()["hash"],
+        serving.as_str(),
+        "{}",
+        s.log_text()
+    );
+    assert!(
+        !s.log_text().contains("kept upload refused"),
+        "{}",
+        s.log_text()
+    );
+}
+
 #[test]
 fn the_watched_directory_uses_the_configured_grants() {
     let plugins_dir = plugin_copy();
@@ -1098,5 +1167,32 @@ fn the_watched_directory_uses_the_configured_grants() {
     assert_eq!(
         names(&health(&s)["plugins"]["rogue"]["grants"]),
         set(ALL_GRANTS)
+    );
+}
+
+/// A `read` naming no family (a typo) reads nothing: said at start, once
+/// every family is loaded, and only of that name.
+#[test]
+fn a_read_naming_no_family_is_logged_at_start() {
+    let s = Server::with(Options {
+        config: Some(
+            "[families.jotter]\ncomponent = \"template.wasm\"\nread = [\"timelin\", \"timeline\"]\n"
+                .into(),
+        ),
+        ..Default::default()
+    });
+    let warned = |log: &str| -> Vec<String> {
+        log.lines()
+            .filter(|l| l.contains("read names no family"))
+            .map(str::to_string)
+            .collect()
+    };
+    s.wait_log("the typo's warning", |log| !warned(log).is_empty());
+    let lines = warned(&s.log_text());
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("family=jotter"), "{lines:?}");
+    assert!(
+        lines[0].contains("read=timelin") && !lines[0].contains("read=timeline"),
+        "{lines:?}"
     );
 }

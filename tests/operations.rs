@@ -593,6 +593,78 @@ fn a_short_drain_is_not_outlived_by_an_idle_keep_alive_connection() {
     drop(conn);
 }
 
+/// An online backup in progress at SIGTERM is streamed to its end, as
+/// any request being served is (it used to be cut off: the admin listener
+/// stopped at once, and the backup CLI failed with "peer disconnected").
+#[test]
+fn sigterm_lets_an_online_backup_in_progress_finish() {
+    if common::skip_on_postgres(
+        "sigterm_lets_an_online_backup_in_progress_finish",
+        "a host backs up only a redb data dir",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = server_on(&dir.path().join("data"), &[]);
+    // More than the loopback socket's buffers hold: the server is still
+    // writing when the signal comes.
+    let k = s.identity("backer");
+    let blob: Vec<u8> = (0..7usize << 20).map(|i| (i * 7 % 251) as u8).collect();
+    for i in 0..4 {
+        s.upload(
+            &k,
+            &format!("big{i}.bin"),
+            "application/octet-stream",
+            &blob,
+        );
+    }
+    let mut c = TcpStream::connect(s.admin).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    // HTTP/1.0: the answer's end is the connection's.
+    write!(
+        c,
+        "GET /admin/backup HTTP/1.0\r\nhost: x\r\nauthorization: Bearer {ADMIN_TOKEN}\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = vec![0u8; 64 << 10];
+    c.read_exact(&mut answer).unwrap();
+    s.signal("TERM");
+    std::thread::sleep(Duration::from_millis(300));
+    c.read_to_end(&mut answer).unwrap();
+    let head_end = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head");
+    assert!(
+        text(&answer[..head_end]).contains(" 200"),
+        "{}",
+        text(&answer[..head_end])
+    );
+    let mut archive = tar::Archive::new(&answer[head_end + 4..]);
+    let mut db = 0;
+    let mut names = Vec::new();
+    for entry in archive.entries().expect("a tar") {
+        let mut entry = entry.unwrap_or_else(|e| panic!("the backup was cut off: {e}"));
+        let name = entry.path().unwrap().to_string_lossy().into_owned();
+        let size = entry.header().size().unwrap();
+        let read = std::io::copy(&mut entry, &mut std::io::sink()).unwrap_or(0);
+        assert_eq!(read, size, "{name} cut off");
+        if name == "marketplace.redb" {
+            db = size;
+        }
+        names.push(name);
+    }
+    assert!(
+        db > 28 << 20,
+        "database of {db} bytes in the backup: {names:?}"
+    );
+    assert!(names.iter().any(|n| n == "backup.json"), "{names:?}");
+    let status = s
+        .wait_exit(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("no exit after SIGTERM\n{}", s.log_text()));
+    assert_eq!(status.code(), Some(0), "{}", s.log_text());
+}
+
 #[test]
 fn sigterm_during_paid_load_answers_every_accepted_request() {
     let dir = tempfile::tempdir().unwrap();
@@ -1288,8 +1360,8 @@ fn uploads_survive_a_restart() {
         "{}",
         text(&out.stdout)
     );
-    // A backup still streaming to a client that does not read does not
-    // hold the shutdown up, and leaves no snapshot behind.
+    // A backup still streaming to a client that does not read holds the
+    // shutdown up no longer than the drain, and leaves no snapshot behind.
     let mut slow = TcpStream::connect(s.admin).unwrap();
     slow.set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();

@@ -362,6 +362,42 @@ fn identical_retry_replays_the_stored_response() {
     assert_eq!((r.status, r.code().as_str()), (402, "payment_spent"));
 }
 
+/// An identical retry gets the kept answer up to `replay_retention_s`, and
+/// `402 payment_spent` past it, though retention has not swept it yet (it
+/// sweeps every 10 minutes; the answer used to be replayed until then).
+#[test]
+fn past_the_retry_horizon_an_identical_retry_is_payment_spent() {
+    let s = Server::with(common::Options {
+        testing_routes: true,
+        env: vec![("MARKETPLACE_REPLAY_RETENTION_S".into(), "60".into())],
+        ..Default::default()
+    });
+    let key = Key::random();
+    let secret = s.mint("1");
+    let body = json!({"nickname": "horizon", "pgp_public_key": key.fp(),
+                      "signature": key.sign("register:horizon")});
+    let first = s.post_paid("/api/identity", &secret, &body);
+    assert_eq!(first.status, 201, "{}", first.text());
+    let shift = |ms: i64| {
+        let r = s.admin_request("POST", "/admin/clock", &json!({"shift_ms": ms}));
+        assert_eq!(r.status, 200, "{}", r.text());
+    };
+    // Inside the horizon: the kept answer.
+    shift(50_000);
+    let r = s.post_paid("/api/identity", &secret, &body);
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.body, first.body);
+    // Past it: the secret is spent, and the answer is no longer given.
+    shift(20_000);
+    let r = s.post_paid("/api/identity", &secret, &body);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (402, "payment_spent"),
+        "{}",
+        r.text()
+    );
+}
+
 #[test]
 fn failures_after_charging_spend_and_write_nothing() {
     let s = Server::testing();

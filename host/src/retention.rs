@@ -739,7 +739,7 @@ mod tests {
         assert_eq!((s.indexed, s.signatures, s.replays), (2, 1, 0));
         assert_eq!(count(&db, crate::auth::USED), 1);
         assert_eq!(count(&db, REPLAYS_BY_TIME), 1);
-        assert!(ledger.replay(&db.begin_read().unwrap(), &key).is_some());
+        assert!(ledger.replay(&db.begin_read().unwrap(), &key, 0).is_some());
         // Listed once: a later sweep does not list again.
         let s = sweep(&db, now_ms + 1000, &r).unwrap();
         assert_eq!(s, SweepStats::default());
@@ -747,7 +747,7 @@ mod tests {
         let horizon = r.replays.as_millis() as u64;
         assert_eq!(sweep(&db, now_ms + horizon, &r).unwrap().replays, 0);
         assert_eq!(sweep(&db, now_ms + horizon + 1, &r).unwrap().replays, 1);
-        assert!(ledger.replay(&db.begin_read().unwrap(), &key).is_none());
+        assert!(ledger.replay(&db.begin_read().unwrap(), &key, 0).is_none());
         assert_eq!(count(&db, crate::auth::USED), 1, "the unknown use stays");
     }
 
@@ -787,11 +787,11 @@ mod tests {
         assert_eq!((s.replays, s.signatures, s.indexed), (1, 0, 0));
         let snap = db.begin_read().unwrap();
         assert_eq!(
-            ledger.replay(&snap, &young),
+            ledger.replay(&snap, &young, 0),
             Some(reply),
             "whole, secrets derived"
         );
-        assert_eq!(ledger.replay(&snap, &old), None);
+        assert_eq!(ledger.replay(&snap, &old, 0), None);
         assert_eq!(count(&db, REPLAYS_BY_TIME), 1);
     }
 
@@ -827,8 +827,8 @@ mod tests {
         let [(young_pub, young), (old_pub, old)] = &keys[..] else {
             unreachable!()
         };
-        assert_eq!(ledger.replay_paid(&snap, young_pub, young), Some(reply));
-        assert_eq!(ledger.replay_paid(&snap, old_pub, old), None);
+        assert_eq!(ledger.replay_paid(&snap, young_pub, young, 0), Some(reply));
+        assert_eq!(ledger.replay_paid(&snap, old_pub, old, 0), None);
         assert_eq!(count(&db, REPLAYS_BY_TIME), 1);
     }
 

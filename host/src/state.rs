@@ -93,6 +93,14 @@ impl State {
         (wall + self.clock_offset_ms.load(Ordering::Relaxed)).max(0) as u64
     }
 
+    /// Kept paid answers recorded before this time (ms) are past the retry
+    /// horizon (`replay_retention_s`): an identical retry no longer gets
+    /// them, whether or not retention has swept them yet.
+    pub fn replays_kept_since_ms(&self) -> u64 {
+        self.now_ms()
+            .saturating_sub(self.config.replay_retention_s.saturating_mul(1000))
+    }
+
     /// Shift the host clock (tests of deadlines and signature freshness).
     pub fn shift_clock(&self, delta_ms: i64) {
         self.clock_offset_ms.fetch_add(delta_ms, Ordering::Relaxed);

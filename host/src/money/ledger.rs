@@ -415,12 +415,24 @@ impl Ledger {
     /// The stored response of an identical earlier paid request, its
     /// secrets derived again. An answer whose secrets can no longer be
     /// derived (the server key changed) is a 409 rather than a new secret.
-    pub fn replay(&self, kv: &impl Kv, key: &[u8; 32]) -> Option<crate::reply::Reply> {
+    /// One recorded before `since_ms` is past the retry horizon: gone,
+    /// whether or not retention has swept it yet (a record of the oldest
+    /// versions, with no time, stays until it is swept).
+    pub fn replay(
+        &self,
+        kv: &impl Kv,
+        key: &[u8; 32],
+        since_ms: u64,
+    ) -> Option<crate::reply::Reply> {
         let record = kv.get_in(REPLAYS, key).ok()??;
         let stored = match decode_pointer(&record) {
+            Some(at_ms) if at_ms < since_ms => return None,
             Some(at_ms) => kept_answer(kv, at_ms, key)?,
             None => decode_reply(&record)?,
         };
+        if stored.at_ms.is_some_and(|at| at < since_ms) {
+            return None;
+        }
         Some(self.restore(stored))
     }
 
@@ -432,16 +444,18 @@ impl Ledger {
         kv: &impl Kv,
         public: &str,
         key: &[u8; 32],
+        since_ms: u64,
     ) -> Option<crate::reply::Reply> {
         let kept = kv
             .get_in(OUTPUTS, public.as_bytes())
             .ok()
             .flatten()
             .and_then(|o| kept_at(&o))
+            .filter(|at_ms| *at_ms >= since_ms)
             .and_then(|at_ms| kept_answer(kv, at_ms, key));
         match kept {
             Some(stored) => Some(self.restore(stored)),
-            None => self.replay(kv, key),
+            None => self.replay(kv, key, since_ms),
         }
     }
 
@@ -948,17 +962,17 @@ mod tests {
             .unwrap();
         let hexpart = &change[change.len() - 64..];
         assert!(!String::from_utf8_lossy(&raw).contains(hexpart));
-        assert_eq!(l.replay(&txn, &key), Some(r.clone()));
+        assert_eq!(l.replay(&txn, &key, 0), Some(r.clone()));
         // A record of the previous layout (the reply under its key, an
         // empty index entry) still answers.
         txn.put_in(REPLAYS, &key, &raw).unwrap();
         txn.put_in(REPLAYS_BY_TIME, &crate::store::time_key(1_000, &key), b"")
             .unwrap();
         assert_eq!(replay_recorded_ms(&raw), Some(1_000));
-        assert_eq!(l.replay(&txn, &key), Some(r));
+        assert_eq!(l.replay(&txn, &key, 0), Some(r));
         // A pointer whose answer is gone answers nothing.
         txn.put_in(REPLAYS, &key, &encode_pointer(2_000)).unwrap();
-        assert_eq!(l.replay(&txn, &key), None);
+        assert_eq!(l.replay(&txn, &key, 0), None);
     }
 
     #[test]
@@ -997,11 +1011,14 @@ mod tests {
         db.commit(txn).unwrap();
 
         let view = db.begin_read().unwrap();
-        assert_eq!(l.replay_paid(&view, &public, &key), Some(r));
+        assert_eq!(l.replay_paid(&view, &public, &key, 0), Some(r.clone()));
+        // Up to the retry horizon, not past it, swept or not.
+        assert_eq!(l.replay_paid(&view, &public, &key, 5_000), Some(r.clone()));
+        assert_eq!(l.replay_paid(&view, &public, &key, 5_001), None);
         // Another request with the same secret has no answer kept; nor does
         // a lookup by key alone.
-        assert_eq!(l.replay_paid(&view, &public, &other), None);
-        assert_eq!(l.replay(&view, &key), None);
+        assert_eq!(l.replay_paid(&view, &public, &other, 0), None);
+        assert_eq!(l.replay(&view, &key, 0), None);
         // Still spent; the ledger's sums read the longer record.
         assert!(matches!(l.check(&view, &paid), Err(SecretError::Spent)));
         let t = Ledger::totals(&view).unwrap();
@@ -1026,7 +1043,11 @@ mod tests {
             replay_recorded_ms(&txn.get_in(REPLAYS, &key).unwrap().unwrap()),
             Some(7_000)
         );
-        assert_eq!(l.replay_paid(&txn, &public, &key), Some(r.clone()));
-        assert_eq!(l.replay(&txn, &key), Some(r));
+        assert_eq!(l.replay_paid(&txn, &public, &key, 0), Some(r.clone()));
+        assert_eq!(l.replay(&txn, &key, 0), Some(r.clone()));
+        // Past the retry horizon: gone, though no sweep removed it.
+        assert_eq!(l.replay(&txn, &key, 7_000), Some(r));
+        assert_eq!(l.replay(&txn, &key, 7_001), None);
+        assert_eq!(l.replay_paid(&txn, &public, &key, 7_001), None);
     }
 }

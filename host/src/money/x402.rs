@@ -338,9 +338,11 @@ pub fn keys(id: &str, payer: &str, method: &str, path: &str, body: &[u8]) -> Ide
 /// id is new (its record keys are then noted in `payment`). `payer`: the
 /// public hash of the secret the request presents (its
 /// [`crate::money::payments::RetryKey`]'s), empty without one.
+#[allow(clippy::too_many_arguments)]
 pub fn lookup(
     ledger: &Ledger,
     kv: &impl Kv,
+    since_ms: u64,
     payment: &mut PaymentHeaders,
     payer: &str,
     method: &str,
@@ -349,28 +351,34 @@ pub fn lookup(
 ) -> Option<Reply> {
     let id = payment.x402.id.as_deref()?;
     let keys = keys(id, payer, method, path, body);
-    if let Some(kept) = kept(ledger, kv, &keys) {
+    if let Some(kept) = kept(ledger, kv, since_ms, &keys) {
         return Some(kept);
     }
     payment.x402.keys = Some(keys);
     None
 }
 
-fn kept(ledger: &Ledger, kv: &impl Kv, keys: &IdempotencyKeys) -> Option<Reply> {
+/// (Answers recorded before `since_ms` are past the retry horizon.)
+fn kept(ledger: &Ledger, kv: &impl Kv, since_ms: u64, keys: &IdempotencyKeys) -> Option<Reply> {
     if let Some(stored) = ledger
-        .replay(kv, &keys.request)
-        .or_else(|| ledger.replay(kv, &keys.any_payer))
+        .replay(kv, &keys.request, since_ms)
+        .or_else(|| ledger.replay(kv, &keys.any_payer, since_ms))
     {
         tracing::info!("payment identifier seen before: stored response replayed");
         return Some(sent(stored));
     }
-    ledger.replay(kv, &keys.id)
+    ledger.replay(kv, &keys.id, since_ms)
 }
 
 /// The answer kept under this request's payment identifier, if it came
 /// with one and another request's answer is kept there (read in `kv`).
-pub fn kept_for(ledger: &Ledger, kv: &impl Kv, payment: &PaymentHeaders) -> Option<Reply> {
-    kept(ledger, kv, payment.x402.keys.as_ref()?)
+pub fn kept_for(
+    ledger: &Ledger,
+    kv: &impl Kv,
+    since_ms: u64,
+    payment: &PaymentHeaders,
+) -> Option<Reply> {
+    kept(ledger, kv, since_ms, payment.x402.keys.as_ref()?)
 }
 
 /// In a paid request's transaction, just before it commits: the answer
@@ -380,13 +388,14 @@ pub fn kept_for(ledger: &Ledger, kv: &impl Kv, payment: &PaymentHeaders) -> Opti
 pub fn answered_meanwhile(
     ledger: &Ledger,
     txn: &WriteTxn,
+    since_ms: u64,
     payment: &PaymentHeaders,
     charged: Option<&Charge>,
 ) -> Option<Reply> {
     if charged.is_none_or(|c| c.public.is_empty()) {
         return None;
     }
-    kept(ledger, txn, payment.x402.keys.as_ref()?)
+    kept(ledger, txn, since_ms, payment.x402.keys.as_ref()?)
 }
 
 /// Keep a paid answer under its payment identifier (same transaction as

@@ -1183,9 +1183,11 @@ impl Runtime {
         {
             // A payment identifier (x402) seen before: the stored answer of
             // the same request, or 409 idempotency_conflict for another one.
+            let since_ms = self.state.replays_kept_since_ms();
             if let Some(kept) = crate::money::x402::lookup(
                 &self.state.ledger,
                 &view,
+                since_ms,
                 &mut payment,
                 replay_key.as_ref().map_or("", |r| r.public.as_str()),
                 &req.method,
@@ -1195,10 +1197,11 @@ impl Runtime {
                 return Ok(kept);
             }
             // An identical retry of a paid request gets the stored answer.
-            if let Some(stored) = replay_key
-                .as_ref()
-                .and_then(|r| self.state.ledger.replay_paid(&view, &r.public, &r.key))
-            {
+            if let Some(stored) = replay_key.as_ref().and_then(|r| {
+                self.state
+                    .ledger
+                    .replay_paid(&view, &r.public, &r.key, since_ms)
+            }) {
                 tracing::info!(family, "identical paid retry: stored response replayed");
                 return Ok(crate::money::x402::sent(stored));
             }

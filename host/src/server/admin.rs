@@ -77,36 +77,54 @@ pub fn token(configured: Option<&str>, data_dir: &Path) -> Result<String> {
 }
 
 /// Accept connections on `listener` until `stop`, serving each with
-/// `handle`.
+/// `handle`; then let every request in flight finish (an online backup
+/// streaming, an upload compiling) while idle connections close, and
+/// return once every connection has ended.
 async fn accept_loop<F, Fut>(listener: TcpListener, stop: watch::Receiver<bool>, handle: F)
 where
     F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = Response<AdminBody>> + Send + 'static,
 {
-    let stopping = super::stopped(stop);
+    let stopping = super::stopped(stop.clone());
     tokio::pin!(stopping);
+    // Every connection task holds a sender: once all are dropped, every
+    // connection has ended.
+    let (live, mut ended) = tokio::sync::mpsc::channel::<()>(1);
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
-            _ = &mut stopping => return,
+            _ = &mut stopping => break,
         };
         let Ok((stream, _)) = accepted else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
         let handle = handle.clone();
+        let (stop, live) = (stop.clone(), live.clone());
         tokio::spawn(async move {
             let service = service_fn(move |req| {
                 let fut = handle(req);
                 async move { Ok::<_, std::convert::Infallible>(fut.await) }
             });
-            let _ = http1::Builder::new()
+            let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(Duration::from_secs(30))
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                () = super::stopped(stop) => {
+                    // Closed when idle, or after the answer it is giving.
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+            drop(live);
         });
     }
+    drop(listener);
+    drop(live);
+    let _ = ended.recv().await;
 }
 
 /// Serve the admin API on `listener` until `stop`.
@@ -377,6 +395,11 @@ fn grants_of(
     Ok(Some(g))
 }
 
+/// Held by a change of what is mounted (an upload, an unmount) from its
+/// swap until it is kept for restarts: two uploads at once are applied and
+/// recorded one after the other, so what is kept is what serves.
+static CHANGING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> Reply {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match (method, segments.as_slice()) {
@@ -394,6 +417,9 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                     ),
                 );
             }
+            // (From reading what serves now: the grants and name kept
+            // come from it.)
+            let _one_change = CHANGING.lock().unwrap_or_else(|e| e.into_inner());
             let current = app.runtime.status(family);
             let known = current.is_some();
             let pairs = match crate::runtime::routes::parse_query(query) {
@@ -478,6 +504,7 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
             if app.runtime.grants(family).is_none() {
                 return Reply::error(404, "not_found", format!("no plugin family {family}"));
             }
+            let _one_change = CHANGING.lock().unwrap_or_else(|e| e.into_inner());
             match app.runtime.unmount(family) {
                 Ok(()) => {
                     crate::metrics::metrics().swap(family, "unmounted");

@@ -118,18 +118,40 @@ pub async fn run(config: Config) -> Result<i32> {
             {
                 tracing::error!("cannot follow the fleet's uploads: {e:#}");
             }
+            // A keyspace to read that names no family (a typo in `read`)
+            // would read nothing, silently: said once everything is loaded
+            // (the admin API refuses such a name; a family mounted later
+            // through the watched directory or the API may still come).
+            let statuses = app.runtime.statuses_with(false);
+            for s in &statuses {
+                for read in s
+                    .reads
+                    .iter()
+                    .filter(|r| !statuses.iter().any(|o| &o.family == *r))
+                {
+                    tracing::warn!(
+                        family = %s.family,
+                        read = %read,
+                        "read names no family: nothing is mounted or configured under that name, so its reads find nothing"
+                    );
+                }
+            }
             println!("marketplace listening on http://{addr}");
             let _ = std::io::stdout().flush();
             tracing::info!("ready: every family loaded, serving on http://{addr}");
         });
     }
 
+    // When the signal came: the drain's time counts from it.
+    let drain_started = Arc::new(std::sync::OnceLock::new());
+    let started = drain_started.clone();
     tokio::spawn(async move {
         signal().await;
         tracing::info!(
             drain_ms = drain.as_millis() as u64,
             "signal received: draining (a second signal exits at once)"
         );
+        let _ = started.set(tokio::time::Instant::now());
         let _ = stop_tx.send(true);
         signal().await;
         tracing::warn!("second signal: exiting now");
@@ -137,11 +159,16 @@ pub async fn run(config: Config) -> Result<i32> {
         std::process::exit(130);
     });
     let drained = http::serve(app.clone(), listener, stop_rx, drain).await;
+    // The admin and metrics listeners drained alongside (an online backup
+    // or an upload in flight is answered): given what is left of the
+    // drain, and a moment at least.
+    let admin_until = tokio::time::Instant::now() + Duration::from_secs(1);
+    for l in listeners {
+        let _ = tokio::time::timeout_at(admin_until.max(drain_deadline(&drain_started, drain)), l)
+            .await;
+    }
     stop_watcher.store(true, Ordering::Relaxed);
     app.stop_background();
-    for l in listeners {
-        let _ = tokio::time::timeout(Duration::from_secs(1), l).await;
-    }
     // Into the database file itself: the write-ahead log is empty after a
     // clean stop (unless a checkpoint cannot be made, say on a full disk:
     // then the log keeps it, and the next start applies it).
@@ -153,6 +180,14 @@ pub async fn run(config: Config) -> Result<i32> {
         tracing::warn!("drain timeout: requests still running were not answered");
     }
     Ok(0)
+}
+
+/// When a drain that began at `started` (now, if it has not) must end.
+fn drain_deadline(
+    started: &std::sync::OnceLock<tokio::time::Instant>,
+    drain: Duration,
+) -> tokio::time::Instant {
+    *started.get_or_init(tokio::time::Instant::now) + drain
 }
 
 /// SIGTERM or SIGINT.

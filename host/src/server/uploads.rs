@@ -69,9 +69,13 @@ fn dir(app: &App) -> PathBuf {
 }
 
 /// Write `bytes` to `path` atomically (temp file, fsync, rename), 0600.
+/// The temp file is the path's own (`NAME.wasm.tmp`, `NAME.json.tmp`): a
+/// component and its record never share one.
 fn write_file(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
-    let tmp = path.with_extension("tmp");
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
     let mut options = std::fs::File::options();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]

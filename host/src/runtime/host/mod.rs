@@ -222,6 +222,7 @@ impl Ctx {
                 if let Some(kept) = crate::money::x402::answered_meanwhile(
                     &rt.ledger,
                     &txn,
+                    rt.replays_kept_since_ms(),
                     &self.payment,
                     self.charged.as_ref(),
                 ) {
@@ -310,12 +311,15 @@ impl Ctx {
     /// identifier, else by its secret and request) committed while this
     /// one ran, as seen in this request's transaction.
     fn kept_meanwhile(&self, rt: &Runtime, txn: &crate::store::WriteTxn) -> Option<Reply> {
-        if let Some(kept) = crate::money::x402::kept_for(&rt.ledger, txn, &self.payment) {
+        let since_ms = rt.replays_kept_since_ms();
+        if let Some(kept) = crate::money::x402::kept_for(&rt.ledger, txn, since_ms, &self.payment) {
             tracing::info!(family = %self.family, "same payment identifier answered meanwhile: its stored response");
             return Some(kept);
         }
         let retry = self.replay_key.as_ref()?;
-        let stored = rt.ledger.replay_paid(txn, &retry.public, &retry.key)?;
+        let stored = rt
+            .ledger
+            .replay_paid(txn, &retry.public, &retry.key, since_ms)?;
         tracing::info!(family = %self.family, "identical paid request answered meanwhile: its stored response");
         Some(crate::money::x402::sent(stored))
     }
