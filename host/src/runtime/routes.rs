@@ -315,11 +315,17 @@ pub fn percent_decode(s: &str) -> String {
 /// silently replaced: `Err` with the parameter's name (lossily decoded).
 pub fn parse_query(q: &str) -> Result<Vec<(String, String)>, String> {
     let strict = |s: &str| -> Option<String> {
-        let s = s.replace('+', " ");
-        percent_encoding::percent_decode_str(&s)
-            .decode_utf8()
-            .ok()
-            .map(|d| d.into_owned())
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8()
+                .ok()
+                .map(|d| d.into_owned())
+        };
+        if s.contains('+') {
+            decode(&s.replace('+', " "))
+        } else {
+            decode(s)
+        }
     };
     let mut pairs = Vec::new();
     for pair in q.split('&').filter(|p| !p.is_empty()) {

@@ -610,18 +610,48 @@ fn host_problem(version: hyper::Version, headers: &hyper::HeaderMap) -> Option<&
     if hosts.next().is_some() {
         return Some("must be given once");
     }
-    let valid = host
-        .to_str()
-        .ok()
-        .filter(|h| !h.is_empty() && !h.contains('@'))
-        .and_then(|h| h.parse::<hyper::http::uri::Authority>().ok())
-        .is_some_and(|a| {
-            a.as_str().rsplit_once(':').is_none_or(|(_, port)| {
-                // (`[::1]` alone has colons inside its brackets.)
-                port.ends_with(']') || port.parse::<u16>().is_ok()
-            })
-        });
-    (!valid).then_some("must be a host name or address with an optional port")
+    (!is_host(host.as_bytes())).then_some("must be a host name or address with an optional port")
+}
+
+/// Whether `h` is `uri-host [ ":" port ]` (RFC 3986: a registered name or
+/// IPv4 address of unreserved, sub-delims and `%` escapes, or an IP
+/// literal in brackets), checked in place: no allocation per request.
+fn is_host(h: &[u8]) -> bool {
+    let (host, port) = match h.strip_prefix(b"[") {
+        Some(rest) => match rest.iter().position(|&b| b == b']') {
+            Some(end) => {
+                let literal = &rest[..end];
+                if literal.is_empty()
+                    || !literal
+                        .iter()
+                        .all(|b| b.is_ascii_alphanumeric() || b":.%-_~".contains(b))
+                {
+                    return false;
+                }
+                match &rest[end + 1..] {
+                    [] => return true,
+                    [b':', port @ ..] => (&b"x"[..], Some(port)),
+                    _ => return false,
+                }
+            }
+            None => return false,
+        },
+        None => match h.iter().rposition(|&b| b == b':') {
+            Some(colon) => (&h[..colon], Some(&h[colon + 1..])),
+            None => (h, None),
+        },
+    };
+    let name_ok = !host.is_empty()
+        && host
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(b));
+    // (An empty port is allowed: RFC 3986's port is *DIGIT.)
+    let port_ok = port.is_none_or(|p| {
+        p.is_empty()
+            || (p.iter().all(u8::is_ascii_digit)
+                && std::str::from_utf8(p).is_ok_and(|p| p.parse::<u16>().is_ok()))
+    });
+    name_ok && port_ok
 }
 
 async fn dispatch(
@@ -957,6 +987,9 @@ mod tests {
             b"[::1]",
             b"[::1]:8080",
             b"localhost:1",
+            b"a-b.example.com:65535",
+            b"[fe80::1%25eth0]:1",
+            b"a.example:",
         ] {
             assert_eq!(problem(Version::HTTP_11, &[good]), None, "{good:?}");
         }
@@ -972,6 +1005,10 @@ mod tests {
             b"host:70000",
             b"a/b",
             b"\xff",
+            b"[::1",
+            b"[]",
+            b"[::1]x",
+            b":80",
         ] {
             assert!(problem(Version::HTTP_11, &[bad]).is_some(), "{bad:?}");
         }
