@@ -1196,3 +1196,51 @@ fn a_read_naming_no_family_is_logged_at_start() {
         "{lines:?}"
     );
 }
+
+/// A kept upload is weighed against the file it was uploaded over: a
+/// configuration that names another file since (or none, so the family's
+/// file is one that does not exist) does not drop it. It used to: the
+/// start took the change of configuration for a changed file, dropped the
+/// upload and served the configured file, or nothing at all.
+#[test]
+fn a_kept_upload_survives_a_change_of_configuration() {
+    let plugins_dir = plugin_copy();
+    let data = tempfile::tempdir().unwrap();
+    let template = wasm("template.wasm");
+    install(&template, &plugins_dir.path().join("jot.wasm"));
+    let start = |config: bool| {
+        Server::with(Options {
+            plugins_dir: Some(plugins_dir.path().to_path_buf()),
+            data_dir: Some(data.path().join("data")),
+            config: config.then(|| "[families.jot]\ncomponent = \"jot.wasm\"\n".to_string()),
+            ..Default::default()
+        })
+    };
+    let hash = |s: &Server| plugin(s, "jot").map(|p| p["hash"].as_str().unwrap().to_string());
+    let mut s = start(true);
+    let first = hash(&s).expect("jot mounted from the configuration");
+    let upload = with_custom_section(&template, "upload", b"2");
+    let r = admin(&s, "PUT", "/admin/plugins/jot", &upload);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let uploaded = hash(&s).unwrap();
+    assert_ne!(uploaded, first);
+    s.stop();
+    // Started without the configuration entry: the upload serves.
+    let mut s = start(false);
+    assert_eq!(
+        hash(&s).as_deref(),
+        Some(uploaded.as_str()),
+        "{}",
+        s.log_text()
+    );
+    assert_eq!(notes(&s).status, 200);
+    s.stop();
+    // And with it again (its file unchanged): still the upload.
+    let s = start(true);
+    assert_eq!(
+        hash(&s).as_deref(),
+        Some(uploaded.as_str()),
+        "{}",
+        s.log_text()
+    );
+}

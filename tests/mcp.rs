@@ -1241,6 +1241,19 @@ fn mcp_tool_input_errors_are_tool_results() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["term"], "oak shelf");
     assert_eq!(r.json()["results"][0]["post_id"], id.as_str());
+    // ... and escapes that are not UTF-8 are refused there as over HTTP,
+    // never searched for as replacement characters.
+    let r = s.post_json(
+        "/api/mcp/tools/execute",
+        &json!({"endpoint": {"path": "/api/search?term=caf%E9"}}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(
+        r.json()["details"][0]["field"],
+        "endpoint.path",
+        "{}",
+        r.text()
+    );
     // Requests that are not a CallToolRequest are protocol errors.
     assert_eq!(
         call_tool(&s, "search", json!("walnut"))["error"]["code"],

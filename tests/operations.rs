@@ -574,7 +574,7 @@ fn a_short_drain_is_not_outlived_by_an_idle_keep_alive_connection() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = server_on(
         &dir.path().join("data"),
-        &[("MARKETPLACE_DRAIN_TIMEOUT_MS", "150")],
+        &[("MARKETPLACE_DRAIN_TIMEOUT_MS", "400")],
     );
     let mut conn = TcpStream::connect(s.addr).unwrap();
     conn.write_all(b"GET /api/health HTTP/1.1\r\nhost: drain\r\n\r\n")
@@ -1709,6 +1709,72 @@ fn cli_help_and_config_errors() {
         "{}",
         text(&out.stderr)
     );
+}
+
+/// A family decided by an admin upload never serves its configured
+/// component at start, not even while the other families load: the kept
+/// upload is applied first. (It used to be applied after every configured
+/// family had loaded, so for seconds the configured fee policy served, and
+/// a contract bought then kept it.)
+#[test]
+fn a_kept_upload_serves_from_the_first_answer_of_a_start() {
+    if common::skip_on_postgres(
+        "a_kept_upload_serves_from_the_first_answer_of_a_start",
+        "the fleet's record is applied by the same code; this test starts a host by hand on a data dir",
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let mut s = server_on(&data, &[]);
+    let pickup = std::fs::read(common::plugins_dir().join("fees_pickup_paid.wasm")).unwrap();
+    let r = common::deal::admin(&s, "PUT", "/admin/plugins/fees", &pickup);
+    assert_eq!(r.status, 200, "{}", r.text());
+    stop(&mut s, Duration::from_secs(30));
+
+    let addr: SocketAddr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let log = tmp.path().join("server.log");
+    let mut cmd = bare_command();
+    cmd.args(["serve", "--listen", &addr.to_string(), "--data-dir"])
+        .arg(&data)
+        .arg("--plugins")
+        .arg(common::plugins_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        // An empty compile cache: the start takes seconds (mcp).
+        .env("MARKETPLACE_CACHE_DIR", tmp.path().join("cache"));
+    let mut child = cmd.spawn().expect("spawn marketplace");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
+        let _ = tx.send(line);
+    });
+    let _child = Kill(child);
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let until = Instant::now() + Duration::from_secs(120);
+    let mut answered = 0;
+    while rx.try_recv().is_err() {
+        assert!(Instant::now() < until, "never ready\n{}", log_text());
+        if let Ok(r) = common::try_request(addr, "GET", "/api/fees", &[], None)
+            && r.status == 200
+        {
+            answered += 1;
+            assert_eq!(
+                r.json()["arbitration"]["policy"],
+                "pickup-paid",
+                "the configured fee policy served at start\n{}",
+                log_text()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(answered > 0, "no fee schedule answered before ready");
 }
 
 /// A first start (empty compile cache): each family serves as soon as its

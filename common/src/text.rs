@@ -13,15 +13,18 @@ pub const MAX_TOKEN_CHARS: usize = 64;
 
 /// The tokens of `text`, in order (duplicates kept).
 pub fn tokens(text: &str) -> Vec<String> {
-    let composed;
-    let text = match nfc(text) {
-        Some(n) => {
-            composed = n;
-            composed.as_str()
-        }
-        None => text,
-    };
-    text.split(|c: char| !(c.is_alphanumeric() || is_combining_mark(c)))
+    // ASCII (most text) is NFC already and has no combining mark.
+    if text.is_ascii() {
+        return text
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|t| !t.is_empty() && t.len() <= MAX_TOKEN_CHARS)
+            .map(str::to_ascii_lowercase)
+            .collect();
+    }
+    let composed = nfc(text);
+    let text = composed.as_deref().unwrap_or(text);
+    // (Combining marks start at U+0300: no table lookup below it.)
+    text.split(|c: char| !(c.is_alphanumeric() || (c >= '\u{300}' && is_combining_mark(c))))
         .filter(|t| !t.is_empty() && t.chars().count() <= MAX_TOKEN_CHARS)
         .map(|t| t.to_lowercase())
         .collect()
@@ -32,8 +35,7 @@ pub fn nfc(text: &str) -> Option<String> {
     if text.is_ascii() || is_nfc_quick(text.chars()) == IsNormalized::Yes {
         return None;
     }
-    let composed: String = text.nfc().collect();
-    (composed != text).then_some(composed)
+    Some(text.nfc().collect())
 }
 
 #[cfg(test)]
@@ -67,6 +69,9 @@ mod tests {
             ["\u{939}\u{93f}\u{928}\u{94d}\u{926}\u{940}"]
         );
         assert_eq!(nfc("plain"), None);
+        assert_eq!(nfc("caf\u{e9}"), None);
         assert_eq!(nfc("e\u{301}").as_deref(), Some("\u{e9}"));
+        // The ASCII path and the Unicode one agree.
+        assert_eq!(tokens("A-b_C9 x"), tokens("A-b_C9 x \u{e9}")[..4]);
     }
 }

@@ -1,13 +1,85 @@
-//! Absolute URLs of answers, from the request's `Host`.
+//! Absolute URLs of answers, from the request's `Host`, and the decoding
+//! of a request's query.
 
-/// Whether a `Host` value looks like `host[:port]` (a name, an IPv4 or a
-/// bracketed IPv6 literal): nothing that could break out of a URL.
-pub fn plausible_host(host: &str) -> bool {
-    !host.is_empty()
-        && host.len() <= 255
-        && host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b))
+/// Whether a `Host` value is `host[:port]`: a name or IPv4 address of
+/// letters, digits and `-._~`, or a bracketed IP literal, and a port of at
+/// most 65535 (or none, or empty as RFC 3986 allows). Nothing that could
+/// break out of a URL. The HTTP server refuses any other (400), and
+/// absolute URLs are made from it. Checked in place (it runs per request).
+pub fn plausible_host(h: &str) -> bool {
+    let h = h.as_bytes();
+    if h.is_empty() || h.len() > 255 {
+        return false;
+    }
+    let (name, port) = match h.strip_prefix(b"[") {
+        Some(rest) => {
+            let Some(end) = rest.iter().position(|&b| b == b']') else {
+                return false;
+            };
+            let literal = &rest[..end];
+            if literal.is_empty()
+                || !literal
+                    .iter()
+                    .all(|b| b.is_ascii_hexdigit() || b":.".contains(b))
+            {
+                return false;
+            }
+            match &rest[end + 1..] {
+                [] => return true,
+                [b':', port @ ..] => (&b"x"[..], port),
+                _ => return false,
+            }
+        }
+        None => match h.iter().rposition(|&b| b == b':') {
+            Some(colon) => (&h[..colon], &h[colon + 1..]),
+            None => (h, &b""[..]),
+        },
+    };
+    !name.is_empty()
+        && name
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(b))
+        && (port.is_empty()
+            || (port.iter().all(u8::is_ascii_digit)
+                && std::str::from_utf8(port).is_ok_and(|p| p.parse::<u16>().is_ok())))
+}
+
+/// Decode one name or value of an `application/x-www-form-urlencoded`
+/// query (`+` is a space; an invalid escape is kept as written); `None`
+/// when its escapes decode to bytes that are not UTF-8.
+fn query_component(s: &str) -> Option<String> {
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8()
+            .ok()
+            .map(|d| d.into_owned())
+    };
+    if s.contains('+') {
+        decode(&s.replace('+', " "))
+    } else {
+        decode(s)
+    }
+}
+
+/// A query string as ordered, decoded pairs (empty pairs skipped, only
+/// the first `=` splits). A name or value whose escapes are not UTF-8
+/// (`%E9` of Latin-1) is malformed, never silently replaced: `Err` with the
+/// parameter's name (its bytes replaced, for the error message).
+pub fn parse_query(q: &str) -> Result<Vec<(String, String)>, String> {
+    let mut pairs = Vec::new();
+    for pair in q.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match (query_component(name), query_component(value)) {
+            (Some(n), Some(v)) => pairs.push((n, v)),
+            _ => {
+                let name = percent_encoding::percent_decode_str(&name.replace('+', " "))
+                    .decode_utf8_lossy()
+                    .into_owned();
+                return Err(name);
+            }
+        }
+    }
+    Ok(pairs)
 }
 
 /// `http(s)://{host}` from a request's `Host` (the scheme from
@@ -41,5 +113,68 @@ mod tests {
         assert_eq!(base_url(Some("evil/path"), None), "");
         assert_eq!(base_url(Some(""), None), "");
         assert_eq!(base_url(None, Some("https")), "");
+    }
+
+    #[test]
+    fn hosts() {
+        for good in [
+            "market.example",
+            "127.0.0.1:8080",
+            "[::1]",
+            "[::1]:8080",
+            "localhost:1",
+            "a-b.example.com:65535",
+            "a.example:",
+            "under_score.example",
+        ] {
+            assert!(plausible_host(good), "{good:?}");
+        }
+        for bad in [
+            "",
+            "a b",
+            "user@host",
+            "host:port",
+            "host:70000",
+            "host:+80",
+            "a/b",
+            "a'b.example",
+            "a,b",
+            "[::1",
+            "[]",
+            "[::1]x",
+            ":80",
+            "\u{e9}.example",
+            "a%41",
+        ] {
+            assert!(!plausible_host(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn query_decoding() {
+        assert_eq!(
+            parse_query("term=a+b%21&limit=20&x&bad=%zz%4"),
+            Ok(vec![
+                ("term".into(), "a b!".into()),
+                ("limit".into(), "20".into()),
+                ("x".into(), "".into()),
+                ("bad".into(), "%zz%4".into())
+            ])
+        );
+        // `+` is a space and `%2B` a plus; `%2F` is a slash; only the first
+        // `=` splits; UTF-8 escapes decode.
+        assert_eq!(
+            parse_query("q=1%2B1+%3D+2&path=a%2Fb&eq=x=y&u=caf%C3%A9&&"),
+            Ok(vec![
+                ("q".into(), "1+1 = 2".into()),
+                ("path".into(), "a/b".into()),
+                ("eq".into(), "x=y".into()),
+                ("u".into(), "caf\u{e9}".into())
+            ])
+        );
+        // Escapes of bytes that are not UTF-8, in a value or a name: the
+        // parameter is named, nothing is replaced.
+        assert_eq!(parse_query("limit=2&term=caf%E9"), Err("term".into()));
+        assert_eq!(parse_query("t%FF=1"), Err("t\u{FFFD}".into()));
     }
 }

@@ -73,6 +73,12 @@ impl App {
         }))
     }
 
+    /// Whether `family` names a family: mounted now, or configured (a
+    /// `read` naming anything else would read nothing).
+    pub fn family_known(&self, family: &str) -> bool {
+        self.runtime.grants(family).is_some() || self.config.family(family).is_some()
+    }
+
     /// Stop the background work (the retention sweeper) at shutdown.
     pub fn stop_background(&self) {
         let sweeper = self

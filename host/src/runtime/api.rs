@@ -104,6 +104,25 @@ pub struct Served {
     pub generation: u64,
 }
 
+/// The first `$ref` in `value` that does not resolve in `doc` (one outside
+/// the document counts as not resolving).
+fn dangling_ref<'v>(doc: &Value, value: &'v Value) -> Option<&'v str> {
+    match value {
+        Value::Object(m) => {
+            if let Some(Value::String(target)) = m.get("$ref")
+                && target
+                    .strip_prefix('#')
+                    .is_none_or(|pointer| doc.pointer(pointer).is_none())
+            {
+                return Some(target);
+            }
+            m.values().find_map(|v| dangling_ref(doc, v))
+        }
+        Value::Array(items) => items.iter().find_map(|v| dangling_ref(doc, v)),
+        _ => None,
+    }
+}
+
 /// Assemble the table and document from the host's routes and the loaded
 /// families' apis. A route or schema conflict is an error naming both
 /// owners.
@@ -164,6 +183,15 @@ pub fn assemble(host_routes: Vec<Route>, families: &[(&str, &Api)]) -> Result<Se
             .as_object_mut()
             .ok_or("host OpenAPI document has no paths")?;
         for d in &api.routes {
+            if d.operation
+                .get("operationId")
+                .is_some_and(|id| id.as_str().is_none_or(str::is_empty))
+            {
+                return Err(format!(
+                    "{family} names {} {} with an operationId that is not a non-empty string",
+                    d.method, d.pattern
+                ));
+            }
             if let Some(id) = d.operation["operationId"].as_str()
                 && let Some(owner) = operation_owner.insert(id.to_string(), family.to_string())
             {
@@ -189,6 +217,19 @@ pub fn assemble(host_routes: Vec<Route>, families: &[(&str, &Api)]) -> Result<Se
                 .entry(d.pattern.clone())
                 .or_insert_with(|| Value::Object(Map::new()));
             item[d.method.to_ascii_lowercase()] = op;
+        }
+    }
+    // Every reference of a family's operations and schemas resolves in the
+    // document (a dangling one makes `/openapi.json` invalid for every
+    // client generator).
+    for (family, api) in families {
+        let operations = api.routes.iter().map(|d| &d.operation);
+        for value in operations.chain(api.schemas.values()) {
+            if let Some(target) = dangling_ref(&doc, value) {
+                return Err(format!(
+                    "{family} refers to {target:?}, which the document does not define"
+                ));
+            }
         }
     }
     // Every route answers 413 to a body declared over its limit, whatever
@@ -274,6 +315,38 @@ mod tests {
             err.contains("schema conflict") && err.contains('A'),
             "{err}"
         );
+    }
+
+    #[test]
+    fn references_resolve_and_operation_ids_are_names() {
+        let route = |operation: Value| {
+            Api::check(
+                vec![(
+                    "GET".into(),
+                    "/api/r".into(),
+                    false,
+                    None,
+                    operation.to_string(),
+                    None,
+                )],
+                &json!({"Here": {"type": "string"}}).to_string(),
+            )
+            .unwrap()
+        };
+        let ok = route(
+            json!({"operationId": "r", "responses": {"200": {"content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/Here"}}}}}}),
+        );
+        assert!(assemble(vec![], &[("r", &ok)]).is_ok());
+        for operation in [
+            json!({"responses": {"200": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Nowhere"}}}}}}),
+            json!({"responses": {"200": {"$ref": "https://example.com/x.json"}}}),
+            json!({"operationId": ""}),
+            json!({"operationId": 5}),
+        ] {
+            let api = route(operation.clone());
+            assert!(assemble(vec![], &[("r", &api)]).is_err(), "{operation}");
+        }
     }
 
     #[test]

@@ -72,6 +72,29 @@ impl Route {
 /// A path parameter no log shows (see [`Route::logged_path`]).
 pub const SECRET_PARAM: &str = "{token}";
 
+/// A path no route took (404, 405, 503 while the families load) as logs
+/// may show it: with no route to name its parameters, a segment that could
+/// be a bearer token (32 or more letters and digits, as an upload URL's
+/// token is) is shown as `{redacted}`.
+pub fn logged_unrouted(path: &str) -> std::borrow::Cow<'_, str> {
+    let secret =
+        |segment: &str| segment.len() >= 32 && segment.bytes().all(|b| b.is_ascii_alphanumeric());
+    if !path.split('/').any(secret) {
+        return path.into();
+    }
+    path.split('/')
+        .map(|segment| {
+            if secret(segment) {
+                "{redacted}"
+            } else {
+                segment
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+        .into()
+}
+
 /// Methods a component may declare (GET also answers HEAD).
 pub const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];
 
@@ -105,17 +128,32 @@ pub fn check(method: &str, pattern: &str) -> Result<(), String> {
             "{method} {pattern}: a pattern starts with / and has at most 512 characters"
         ));
     }
-    if pattern.starts_with("/admin") || canonical_path(pattern) != pattern {
+    let first = pattern.split('/').nth(1).unwrap_or_default();
+    if HOST_ROOTS.contains(&first) || canonical_path(pattern) != pattern {
         return Err(format!(
-            "{method} {pattern}: /admin and the /api/v1 alias are the host's"
+            "{method} {pattern}: /admin, /metrics and the /api/v1 alias are the host's"
         ));
     }
+    let mut params = Vec::new();
     for seg in pattern.split('/').skip(1) {
         let ok = if is_param(seg) {
             let name = &seg[1..seg.len() - 1];
+            if params.contains(&name) {
+                return Err(format!(
+                    "{method} {pattern}: the parameter {{{name}}} is named twice"
+                ));
+            }
+            params.push(name);
             !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
         } else {
-            !seg.contains(['{', '}', '?', '#', '%'])
+            // What a client sends as is (RFC 3986 pchar without escapes):
+            // a segment a client must escape, or a dot segment it removes,
+            // could never be reached.
+            seg != "."
+                && seg != ".."
+                && seg
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@".contains(&b))
         };
         if !ok || (seg.is_empty() && pattern != "/") {
             return Err(format!("{method} {pattern}: bad segment {seg:?}"));
@@ -123,6 +161,11 @@ pub fn check(method: &str, pattern: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// First path segments only the host serves: its admin API and its
+/// metrics (on their own listeners; a family's `/metrics` would pass for
+/// them).
+const HOST_ROOTS: &[&str] = &["admin", "metrics"];
 
 /// Order: at the first segment where two patterns differ in kind, the
 /// literal one comes first, so `/contracts/buy` wins over `/contracts/{id}`.
@@ -308,34 +351,11 @@ pub fn percent_decode(s: &str) -> String {
         .into_owned()
 }
 
-/// Parse an `application/x-www-form-urlencoded` query string into ordered,
-/// decoded pairs (`+` is a space, empty pairs are skipped, an invalid
-/// escape is kept as written). A name or value whose escapes decode to
-/// bytes that are not UTF-8 (`%E9` of Latin-1) is malformed, never
-/// silently replaced: `Err` with the parameter's name (lossily decoded).
+/// Parse a query string into ordered, decoded pairs; `Err` names a
+/// parameter whose escapes are not UTF-8 (see
+/// [`marketplace_common::url::parse_query`]).
 pub fn parse_query(q: &str) -> Result<Vec<(String, String)>, String> {
-    let strict = |s: &str| -> Option<String> {
-        let decode = |s: &str| {
-            percent_encoding::percent_decode_str(s)
-                .decode_utf8()
-                .ok()
-                .map(|d| d.into_owned())
-        };
-        if s.contains('+') {
-            decode(&s.replace('+', " "))
-        } else {
-            decode(s)
-        }
-    };
-    let mut pairs = Vec::new();
-    for pair in q.split('&').filter(|p| !p.is_empty()) {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        match (strict(name), strict(value)) {
-            (Some(n), Some(v)) => pairs.push((n, v)),
-            _ => return Err(percent_decode_with(name, true)),
-        }
-    }
-    Ok(pairs)
+    marketplace_common::url::parse_query(q)
 }
 
 #[cfg(test)]
@@ -534,6 +554,30 @@ mod tests {
         assert!(check("GET", "/admin/plugins").is_err());
         assert!(check("GET", "/api/{}").is_err());
         assert!(check("GET", "/api//x").is_err());
+        // Unreachable patterns: dot segments (clients remove them), bytes
+        // a client must escape, one parameter named twice; the host's
+        // roots.
+        for bad in [
+            "/api/g/../timeline",
+            "/api/g/./x",
+            "/api/a b",
+            "/api/caf\u{e9}",
+            "/api/g/{a}/{a}",
+            "/metrics",
+            "/metrics/x",
+            "/admin",
+        ] {
+            assert!(check("GET", bad).is_err(), "{bad}");
+        }
+        for good in [
+            "/",
+            "/docs",
+            "/.well-known/agent-card.json",
+            "/api/a:b@c",
+            "/_testing/ok",
+        ] {
+            assert!(check("GET", good).is_ok(), "{good}");
+        }
     }
 
     #[test]
@@ -550,34 +594,16 @@ mod tests {
         assert_eq!(upload.logged_path("/x"), "/api/storage/upload/{token}");
         let post = fam("GET", "/api/posts/{id}", "timeline");
         assert_eq!(post.logged_path("/api/posts/p1"), "/api/posts/p1");
-    }
-
-    #[test]
-    fn query_decoding() {
+        // No route took it: anything shaped like a token is hidden.
+        let token = "ab12".repeat(16);
         assert_eq!(
-            parse_query("term=a+b%21&limit=20&x&bad=%zz%4"),
-            Ok(vec![
-                ("term".into(), "a b!".into()),
-                ("limit".into(), "20".into()),
-                ("x".into(), "".into()),
-                ("bad".into(), "%zz%4".into())
-            ])
+            logged_unrouted(&format!("/api/storage/upload/{token}/")),
+            "/api/storage/upload/{redacted}/"
         );
-        // `+` is a space and `%2B` a plus; `%2F` is a slash; only the first
-        // `=` splits; UTF-8 escapes decode.
         assert_eq!(
-            parse_query("q=1%2B1+%3D+2&path=a%2Fb&eq=x=y&u=caf%C3%A9&&"),
-            Ok(vec![
-                ("q".into(), "1+1 = 2".into()),
-                ("path".into(), "a/b".into()),
-                ("eq".into(), "x=y".into()),
-                ("u".into(), "caf\u{e9}".into())
-            ])
+            logged_unrouted("/api/nope/post_01abc"),
+            "/api/nope/post_01abc"
         );
-        // Escapes of bytes that are not UTF-8, in a value or a name: the
-        // parameter is named, nothing is replaced.
-        assert_eq!(parse_query("limit=2&term=caf%E9"), Err("term".into()));
-        assert_eq!(parse_query("t%FF=1"), Err("t\u{FFFD}".into()));
     }
 
     #[test]

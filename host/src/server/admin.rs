@@ -156,27 +156,34 @@ pub async fn serve_metrics(app: Arc<App>, listener: TcpListener, stop: watch::Re
     .await
 }
 
-/// The metrics in the Prometheus text format, ledger totals read now.
+/// The metrics in the Prometheus text format, ledger totals read now. A
+/// store that cannot be read (or not within [`LEDGER_READ_WAIT`]) leaves
+/// the totals last read, never zeros: a scrape is answered in time, and a
+/// graph does not drop to nothing during an outage.
 async fn metrics_reply(app: &Arc<App>) -> Reply {
     let app = app.clone();
-    tokio::task::spawn_blocking(move || {
-        let m = crate::metrics::metrics();
-        if let Ok(txn) = app.storage.begin_read() {
-            let t = |name| crate::money::ledger::total(&txn, name).unwrap_or(0);
-            m.ledger(t("minted"), t("fees"), t("escrow"));
-        }
-        Reply {
-            status: 200,
-            headers: vec![(
-                "content-type".into(),
-                "application/openmetrics-text; version=1.0.0; charset=utf-8".into(),
-            )],
-            body: m.render().into_bytes(),
-        }
-    })
-    .await
-    .unwrap_or_else(|_| Reply::error(500, "internal", "internal error"))
+    let read = tokio::task::spawn_blocking(move || {
+        let txn = app.storage.begin_read().ok()?;
+        let t = |name| crate::money::ledger::total(&txn, name).ok();
+        Some((t("minted")?, t("fees")?, t("escrow")?))
+    });
+    let m = crate::metrics::metrics();
+    match tokio::time::timeout(LEDGER_READ_WAIT, read).await {
+        Ok(Ok(Some((minted, fees, escrow)))) => m.ledger(minted, fees, escrow),
+        _ => tracing::debug!("ledger totals not read for the metrics: the last ones are shown"),
+    }
+    Reply {
+        status: 200,
+        headers: vec![(
+            "content-type".into(),
+            "application/openmetrics-text; version=1.0.0; charset=utf-8".into(),
+        )],
+        body: m.render().into_bytes(),
+    }
 }
+
+/// Longest a scrape waits for the ledger totals.
+const LEDGER_READ_WAIT: Duration = Duration::from_secs(2);
 
 /// Compare in constant time, whatever the lengths (both are hashed first,
 /// so a length mismatch takes as long as any other).
@@ -445,11 +452,9 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
             // A keyspace to read names a family that exists (mounted or
             // configured): a typo would otherwise read nothing, silently.
             if let Some(unknown) = grants.as_ref().and_then(|g| {
-                g.reads.iter().find(|r| {
-                    *r != family
-                        && app.runtime.grants(r).is_none()
-                        && app.config.family(r).is_none()
-                })
+                g.reads
+                    .iter()
+                    .find(|r| *r != family && !app.family_known(r))
             }) {
                 return Reply::invalid(
                     "read",
@@ -483,7 +488,8 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                                 format!(
                                     "the component serves on this host only: it could not be recorded for the fleet ({e:#}); upload it again"
                                 ),
-                            );
+                            )
+                            .retry_after_a_second();
                         }
                     }
                     let mut doc = app
@@ -501,10 +507,10 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
             }
         }
         ("DELETE", ["admin", "plugins", family]) => {
+            let _one_change = CHANGING.lock().unwrap_or_else(|e| e.into_inner());
             if app.runtime.grants(family).is_none() {
                 return Reply::error(404, "not_found", format!("no plugin family {family}"));
             }
-            let _one_change = CHANGING.lock().unwrap_or_else(|e| e.into_inner());
             match app.runtime.unmount(family) {
                 Ok(()) => {
                     crate::metrics::metrics().swap(family, "unmounted");
@@ -517,7 +523,8 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                                 format!(
                                     "unmounted on this host only: it could not be recorded for the fleet ({e:#}); unmount again"
                                 ),
-                            );
+                            )
+                            .retry_after_a_second();
                         }
                     }
                     Reply::json(200, &json!({"family": family, "unmounted": true}))

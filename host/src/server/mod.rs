@@ -78,8 +78,9 @@ pub async fn run(config: Config) -> Result<i32> {
     let addr = listener.local_addr()?;
     tracing::info!("listening on http://{addr} (families loading)");
     // Requests are served from now on, each family's as soon as it is
-    // ready (until all are, an unmatched path is 503 with Retry-After).
-    // Then the uploads of the data dir are mounted, the watchers start,
+    // ready (until all are, an unmatched path is 503 with Retry-After):
+    // first the uploads kept in the data dir (or the fleet's), then the
+    // configured families they do not decide. Then the watchers start,
     // and one machine-readable line on stdout says the host is ready:
     // tests and scripts wait for it.
     {
@@ -88,8 +89,18 @@ pub async fn run(config: Config) -> Result<i32> {
             let loading = app.clone();
             let stop = stop_watcher.clone();
             let loaded = tokio::task::spawn_blocking(move || {
-                loading.runtime.load_registered(&loading.config.families());
-                uploads::restore(&loading);
+                // What the operator uploaded or unmounted through the admin
+                // API (on a shared store, the fleet) first: a family it
+                // decides never serves its configured component meanwhile
+                // (a contract bought then would keep the wrong fee policy).
+                let decided = uploads::restore(&loading);
+                let configured: Vec<_> = loading
+                    .config
+                    .families()
+                    .into_iter()
+                    .filter(|f| !decided.contains(&f.name))
+                    .collect();
+                loading.runtime.load_registered(&configured);
                 // The families directory's components mount here too.
                 if watch_plugins {
                     let kept = crate::runtime::reload::Kept {

@@ -14,6 +14,7 @@ use crate::app::App;
 use crate::capabilities::Grants;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,6 +25,8 @@ pub const ROWS: &str = "host:uploads";
 pub const BLOBS: &str = "host:upload-blobs";
 /// How often a host of a fleet looks for uploads made through another.
 pub const FLEET_POLL: Duration = Duration::from_millis(100);
+/// At most one line this often about polls that failed.
+const FAILED_LOG_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Serialize, Deserialize)]
 struct Kept {
@@ -41,6 +44,11 @@ struct Kept {
     /// file whose content differs at start changed since, and serves.
     #[serde(default)]
     file: Option<String>,
+    /// That file's path in the plugins directory (absent in older
+    /// records): when the configuration names another file now, the
+    /// upload still serves, since no file it was weighed against changed.
+    #[serde(default)]
+    path: Option<String>,
 }
 
 /// Keep `kept` (and the component, when given) in the shared store.
@@ -102,6 +110,7 @@ pub fn record(app: &App, family: &str, bytes: &[u8]) -> Result<()> {
         unmounted: false,
         upload: String::new(),
         file: Some(file_hash(app, family)),
+        path: Some(family_component(app, family)),
     };
     if app.storage.is_shared() {
         return record_shared(app, family, &mut kept, Some(bytes));
@@ -125,6 +134,7 @@ pub fn record_unmount(app: &App, family: &str) -> Result<()> {
         unmounted: true,
         upload: String::new(),
         file: Some(file_hash(app, family)),
+        path: Some(family_component(app, family)),
     };
     if app.storage.is_shared() {
         return record_shared(app, family, &mut kept, None);
@@ -196,11 +206,35 @@ pub fn file_serves(app: &App, family: &str) {
 /// The component file in the plugins directory that serves `family` when
 /// nothing was uploaded: the configured one, or the families directory's.
 fn family_file(app: &App, family: &str) -> PathBuf {
-    let component = app.config.family(family).map_or_else(
+    app.runtime
+        .plugins_dir()
+        .join(family_component(app, family))
+}
+
+/// [`family_file`], relative to the plugins directory.
+fn family_component(app: &App, family: &str) -> String {
+    app.config.family(family).map_or_else(
         || format!("{}/{family}.wasm", crate::runtime::reload::FAMILIES_DIR),
         |f| f.component,
-    );
-    app.runtime.plugins_dir().join(component)
+    )
+}
+
+/// Whether `family`'s file in the plugins directory changed since `kept`
+/// was recorded: the same file (by path) with other content. A file that
+/// is not there cannot serve, and one the configuration names only since
+/// is no change of what the upload was weighed against.
+fn file_changed(app: &App, family: &str, kept: &Kept) -> bool {
+    let Some(recorded) = &kept.file else {
+        return false;
+    };
+    let now = file_hash(app, family);
+    if now == "-" {
+        return false;
+    }
+    match &kept.path {
+        Some(path) if *path != family_component(app, family) => false,
+        _ => *recorded != now,
+    }
 }
 
 /// The sha256 (hex) of `family`'s file in the plugins directory, "-" when
@@ -214,15 +248,16 @@ fn file_hash(app: &App, family: &str) -> String {
 }
 
 /// Replay the kept uploads and unmounts (at start).
-pub fn restore(app: &App) {
+pub fn restore(app: &App) -> BTreeSet<String> {
     if app.storage.is_shared() {
-        if let Err(e) = sync(app) {
+        return sync(app).unwrap_or_else(|e| {
             tracing::error!("uploads of the shared store not applied: {e:#}");
-        }
-        return;
+            BTreeSet::new()
+        });
     }
+    let mut decided = BTreeSet::new();
     let Ok(entries) = std::fs::read_dir(dir(app)) else {
-        return;
+        return decided;
     };
     let mut names: Vec<PathBuf> = entries
         .flatten()
@@ -248,11 +283,7 @@ pub fn restore(app: &App) {
         // deploy while the host was down) decides instead, as it would have
         // while it ran. (A file written again with the same bytes did not
         // change.)
-        if kept
-            .file
-            .as_ref()
-            .is_some_and(|h| *h != file_hash(app, &family))
-        {
+        if file_changed(app, &family, &kept) {
             tracing::info!(
                 family,
                 "{} changed since the admin API's upload or unmount: the file serves",
@@ -262,22 +293,29 @@ pub fn restore(app: &App) {
             continue;
         }
         let wasm = path.with_extension("wasm");
-        apply(app, &family, &kept, || {
+        if apply(app, &family, &kept, || {
             std::fs::read(&wasm).with_context(|| format!("reading {}", wasm.display()))
-        });
+        }) {
+            decided.insert(family);
+        }
     }
+    decided
 }
 
-/// Serve what `kept` says of `family`: its component (`bytes`), or nothing.
-fn apply(app: &App, family: &str, kept: &Kept, bytes: impl FnOnce() -> Result<Vec<u8>>) {
+/// Serve what `kept` says of `family`: its component (`bytes`), or
+/// nothing; whether that is what serves now.
+fn apply(app: &App, family: &str, kept: &Kept, bytes: impl FnOnce() -> Result<Vec<u8>>) -> bool {
     if kept.unmounted {
         if app.runtime.grants(family).is_some() {
             match app.runtime.unmount(family) {
                 Ok(()) => tracing::info!(family, "unmounted, as through the admin API"),
-                Err(e) => tracing::warn!(family, "kept unmount not applied: {e:#}"),
+                Err(e) => {
+                    tracing::warn!(family, "kept unmount not applied: {e:#}");
+                    return false;
+                }
             }
         }
-        return;
+        return true;
     }
     let result = bytes().and_then(|bytes| {
         let grants = Grants::parse(
@@ -288,6 +326,7 @@ fn apply(app: &App, family: &str, kept: &Kept, bytes: impl FnOnce() -> Result<Ve
         app.runtime
             .swap(family, &kept.component, &bytes, Some(grants))
     });
+    let served = result.is_ok();
     match result {
         Ok(p) => {
             tracing::info!(
@@ -325,10 +364,12 @@ fn apply(app: &App, family: &str, kept: &Kept, bytes: impl FnOnce() -> Result<Ve
         }
         Err(e) => tracing::error!(family, "kept upload refused: {e:#}"),
     }
+    served
 }
 
-/// Apply the shared store's uploads this host does not serve yet.
-fn sync(app: &App) -> Result<usize> {
+/// Apply the shared store's uploads this host does not serve yet; the
+/// families now served as the fleet decided.
+fn sync(app: &App) -> Result<BTreeSet<String>> {
     use crate::store::Kv;
     let err = |e: crate::store::StorageError| anyhow::anyhow!("{e}");
     // One snapshot for the records and their components.
@@ -336,7 +377,7 @@ fn sync(app: &App) -> Result<usize> {
     let rows = snapshot
         .scan_in(ROWS, b"", None, false, 10_000)
         .map_err(err)?;
-    let mut applied = 0;
+    let mut applied = BTreeSet::new();
     for (family, row) in rows {
         let family = String::from_utf8_lossy(&family).into_owned();
         if app.uploads_applied.is(&family, &row) {
@@ -345,18 +386,19 @@ fn sync(app: &App) -> Result<usize> {
         match serde_json::from_slice::<Kept>(&row) {
             Ok(kept) => {
                 tracing::info!(family, upload = %kept.upload, "applying an upload of the fleet");
-                apply(app, &family, &kept, || {
+                if apply(app, &family, &kept, || {
                     snapshot
                         .get_in(BLOBS, family.as_bytes())
                         .map_err(err)?
                         .context("the component of the upload is missing")
-                });
+                }) {
+                    applied.insert(family.clone());
+                }
             }
             Err(e) => tracing::error!(family, "unreadable upload record: {e}"),
         }
         // Applied or refused: not tried again until it changes.
         app.uploads_applied.set(&family, row);
-        applied += 1;
     }
     Ok(applied)
 }
@@ -366,10 +408,20 @@ pub fn spawn_fleet_sync(app: Arc<App>, stop: Arc<AtomicBool>) -> Result<()> {
     std::thread::Builder::new()
         .name("fleet-sync".into())
         .spawn(move || {
+            // A store that is away fails every poll: one line per
+            // FAILED_LOG_EVERY at most, with the count since the last.
+            let (mut failed, mut logged) = (0u64, None::<std::time::Instant>);
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(FLEET_POLL);
                 if let Err(e) = sync(&app) {
-                    tracing::warn!("looking for uploads of the fleet: {e:#}");
+                    failed += 1;
+                    if logged.is_none_or(|t| t.elapsed() >= FAILED_LOG_EVERY) {
+                        tracing::warn!(
+                            failed_since_last_line = failed,
+                            "looking for uploads of the fleet: {e:#}"
+                        );
+                        (failed, logged) = (0, Some(std::time::Instant::now()));
+                    }
                 }
             }
         })?;

@@ -181,6 +181,15 @@ pub struct PgStore {
     /// `crate::money::ledger::add_total`): drawn at random at each start,
     /// so two hosts share one rarely (they then race on it, as on one row).
     shard: u16,
+    /// The health probe in flight, if any, and the last one's answer: one
+    /// at a time, on a thread of its own (see [`PgStore::healthy`]).
+    probe: (Mutex<Probe>, Condvar),
+}
+
+#[derive(Default)]
+struct Probe {
+    running: bool,
+    last: bool,
 }
 
 /// How many counter shards hosts draw theirs from: each total has at most
@@ -222,6 +231,7 @@ impl PgStore {
             outages: Default::default(),
             outage_logged: Mutex::new((None, 0)),
             timeout,
+            probe: Default::default(),
             shard: {
                 let mut r = [0u8; 2];
                 crate::ids::fill_random(&mut r);
@@ -447,11 +457,50 @@ impl PgStore {
 
     /// Whether the store answers (within [`HEALTH_WAIT`] for a
     /// connection and as much for the answer).
+    ///
+    /// The probe runs on a thread of its own, one at a time: a store that
+    /// hangs can hold it longer (a new connection may take 3 s to fail),
+    /// but no health check waits past [`HEALTH_WAIT`], and a flood of
+    /// checks starts no more than one probe.
     pub fn healthy(self: &Arc<Self>) -> bool {
         let wait = HEALTH_WAIT.min(self.timeout);
-        self.take_within(wait)
-            .and_then(|l| l.wait_for(l.conn().client.simple_query("SELECT 1"), wait))
-            .is_ok()
+        let deadline = std::time::Instant::now() + wait;
+        let (lock, done) = &self.probe;
+        let mut probe = lock.lock().unwrap_or_else(|p| p.into_inner());
+        if !probe.running {
+            probe.running = true;
+            let store = self.clone();
+            let spawned = std::thread::Builder::new()
+                .name("store-health".into())
+                .spawn(move || {
+                    let ok = store
+                        .take_within(wait)
+                        .and_then(|l| l.wait_for(l.conn().client.simple_query("SELECT 1"), wait))
+                        .is_ok();
+                    let (lock, done) = &store.probe;
+                    let mut probe = lock.lock().unwrap_or_else(|p| p.into_inner());
+                    *probe = Probe {
+                        running: false,
+                        last: ok,
+                    };
+                    done.notify_all();
+                });
+            if spawned.is_err() {
+                probe.running = false;
+                return false;
+            }
+        }
+        while probe.running {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            probe = done
+                .wait_timeout(probe, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        probe.last
     }
 }
 

@@ -23,7 +23,7 @@ pub const OPS: &[Op] = &[
             "getProfile",
             "identity",
             "A profile",
-            "By fingerprint or nickname (fingerprint first when both are given; an empty one counts as absent, neither is 400).",
+            "By fingerprint or nickname (fingerprint first when both are given; an empty one counts as absent, neither is 400; one naming no profile, well-formed or not, is 404).",
         )
     },
     Op {

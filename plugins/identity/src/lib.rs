@@ -210,16 +210,10 @@ pub(crate) fn deleted_key(fingerprint: &str, nickname: &str) -> String {
 
 fn profile(req: &Request) -> Result<Response, ApiError> {
     // An empty parameter is an absent one (a client filling the query
-    // template with one value left out); a fingerprint that cannot be one
-    // is malformed, not a profile that does not exist.
+    // template with one value left out). A fingerprint that names nothing
+    // is 404, well-formed or not (PROTOCOL section 1).
     let given = |name: &str| req.query(name).filter(|v| !v.is_empty());
     let fingerprint = match (given("fingerprint"), given("nickname")) {
-        (Some(fp), _) if !is_fingerprint(fp) => {
-            return Err(ApiError::invalid(
-                "fingerprint",
-                "must be an Ed25519 public key as 64 hex characters",
-            ));
-        }
         (Some(fp), _) => fp.to_ascii_lowercase(),
         (None, Some(nick)) => kv::get::<String>(&format!("nick/{}", nick.to_ascii_lowercase()))?
             .ok_or_else(|| ApiError::not_found(format!("profile {nick}")))?,

@@ -921,14 +921,20 @@ fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
             .split_once('?')
             .map(|(p, q)| (p, Some(q)))
             .unwrap_or((path, None));
-        // Decoded as the HTTP server decodes a request's query.
-        let mut query: Vec<(String, String)> = inline_query
-            .map(|q| {
-                form_urlencoded::parse(q.as_bytes())
-                    .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        // Decoded as the HTTP server decodes a request's query (escapes of
+        // bytes that are not UTF-8 are refused, as there).
+        let mut query: Vec<(String, String)> = match inline_query
+            .map(marketplace_common::url::parse_query)
+            .transpose()
+        {
+            Ok(q) => q.unwrap_or_default(),
+            Err(name) => {
+                return Err(ApiError::invalid(
+                    "endpoint.path",
+                    format!("query parameter {name:?} is not UTF-8 once percent-decoded"),
+                ));
+            }
+        };
         let given = match endpoint.get("query") {
             None | Some(Value::Null) => None,
             Some(Value::Object(q)) => Some(q),

@@ -172,8 +172,9 @@ fn attachment_problems(
         // An absent member and a null one are the same.
         let member = |name: &str| item.get(name).filter(|v| !v.is_null());
         let (content, s3_key) = (member("content"), member("s3_key"));
-        if filename.is_empty() || filename.chars().count() > 255 {
+        let named = if filename.is_empty() || filename.chars().count() > 255 {
             problem(field("filename"), "is required, at most 255 characters");
+            false
         } else if filename.contains(['/', '\\'])
             || filename.chars().any(char::is_control)
             || filename == "."
@@ -183,14 +184,17 @@ fn attachment_problems(
                 field("filename"),
                 "must not contain path separators or control characters",
             );
-        }
+            false
+        } else {
+            true
+        };
         // Two names a reader cannot tell apart are one: compared in NFC
         // (an accent typed as a combining mark or precomposed) and in any
         // letter case.
         let name = marketplace_common::text::nfc(filename)
             .unwrap_or_else(|| filename.to_string())
             .to_lowercase();
-        if !filename.is_empty() && names.contains(&name) {
+        if named && names.contains(&name) {
             problem(
                 field("filename"),
                 "duplicates another attachment's filename",
