@@ -285,6 +285,44 @@ fn a_trapping_plugin_answers_500_and_the_host_keeps_serving() {
     s.wait_log("the trap's message", |log| log.contains("deliberate trap"));
 }
 
+/// A family's `max_concurrent` is a bounded queue: a request that waits
+/// for a slot longer than five plugin deadlines is answered 503 busy with
+/// Retry-After (it used to wait without end behind slow requests).
+#[test]
+fn a_family_whose_slots_stay_taken_answers_busy() {
+    let s = Server::with(common::Options {
+        testing_routes: true,
+        env: vec![("MARKETPLACE_REQUEST_TIMEOUT_MS".into(), "200".into())],
+        config: Some("[families.testing]\nmax_concurrent = 1\n".into()),
+        ..Default::default()
+    });
+    // Twelve loops at once, each holding the one slot for its 200 ms: the
+    // later ones would wait 2 s, past the 1 s a request may wait.
+    let answers: Vec<common::Resp> = std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..12)
+            .map(|_| scope.spawn(|| s.get("/_testing/loop")))
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let busy: Vec<&common::Resp> = answers
+        .iter()
+        .filter(|r| r.text().contains("is busy"))
+        .collect();
+    assert!(!busy.is_empty(), "no request was answered busy");
+    for r in &answers {
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (503, "plugin_unavailable"),
+            "{}",
+            r.text()
+        );
+    }
+    for r in busy {
+        assert_eq!(r.header("retry-after"), Some("1"), "{}", r.text());
+    }
+    assert_eq!(s.get("/_testing/ok").status, 200);
+}
+
 #[test]
 fn a_looping_plugin_is_stopped_at_the_deadline() {
     let s = Server::testing();

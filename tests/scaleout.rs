@@ -596,10 +596,19 @@ fn a_store_that_goes_away_or_hangs_is_503_store_unavailable_and_nothing_is_lost(
         assert!(r.header("retry-after").is_some(), "{what}: {:?}", r.headers);
     };
     let auth = format!("Bearer {ADMIN_TOKEN}");
+    let minted = metric(&s, "marketplace_ledger_minted_units");
+    assert!(minted > 0);
     for (mode, name) in [(1, "gone"), (2, "hanging")] {
         relay.set(mode);
         let secret = &secrets[mode as usize];
         let body = &bodies[mode as usize];
+        // A scrape meanwhile shows the ledger totals last read, never
+        // zeros (a graph would drop to nothing and come back).
+        assert_eq!(
+            metric(&s, "marketplace_ledger_minted_units"),
+            minted,
+            "{name}: the ledger totals while the store is away"
+        );
         unavailable(name, &s.get("/api/timeline"));
         unavailable(name, &send_post(s.addr, secret, body).unwrap());
         let mint = common::request(
@@ -613,6 +622,16 @@ fn a_store_that_goes_away_or_hangs_is_503_store_unavailable_and_nothing_is_lost(
             Some(br#"{"amount":"0.01"}"#),
         );
         unavailable(name, &mint);
+        // An admin upload serves here but cannot be recorded for the fleet.
+        let fees = std::fs::read(common::plugins_dir().join("fees_bid_inclusive.wasm")).unwrap();
+        let upload = common::request(
+            s.admin,
+            "PUT",
+            "/admin/plugins/fees",
+            &[("authorization", &auth)],
+            Some(&fees),
+        );
+        unavailable(name, &upload);
         let health = s.get("/api/health");
         assert_eq!(health.status, 503, "{name}: {}", health.text());
         assert_eq!(health.json()["storage"]["status"], "error", "{name}");

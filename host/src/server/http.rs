@@ -76,6 +76,16 @@ pub fn write_reserve(max_instances: u32) -> u32 {
     }
 }
 
+/// Longest a request waits for one of its family's `max_concurrent` slots
+/// (five plugin deadlines, at least a second): past it the family is
+/// busy, 503 with Retry-After, rather than a queue without end behind
+/// slow requests of that family.
+fn family_wait(app: &App) -> Duration {
+    Duration::from_millis(app.config.request_timeout_ms)
+        .saturating_mul(5)
+        .max(Duration::from_secs(1))
+}
+
 /// The permits a request holds while it runs.
 struct Admitted {
     _pool: OwnedPermit,
@@ -95,8 +105,9 @@ impl Gates {
     }
 
     /// Wait for a slot of `family`, then (for a read) of the reads' share,
-    /// then of the pool.
-    async fn enter(&self, app: &App, family: &str, writes: bool) -> Option<Admitted> {
+    /// then of the pool. `Err(true)`: the family's `max_concurrent` slots
+    /// stayed taken for [`family_wait`]; `Err(false)`: shutting down.
+    async fn enter(&self, app: &App, family: &str, writes: bool) -> Result<Admitted, bool> {
         let gate = {
             let mut families = self.families.lock().unwrap_or_else(|e| e.into_inner());
             match families.get(family) {
@@ -110,15 +121,24 @@ impl Gates {
             }
         };
         let own = match gate {
-            Some(g) => Some(g.acquire_owned().await.ok()?),
+            Some(g) => match tokio::time::timeout(family_wait(app), g.acquire_owned()).await {
+                Ok(permit) => Some(permit.map_err(|_| false)?),
+                Err(_) => return Err(true),
+            },
             None => None,
         };
         let read = match writes {
             true => None,
-            false => Some(self.reads.clone().acquire_owned().await.ok()?),
+            false => Some(
+                self.reads
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| false)?,
+            ),
         };
-        let pool = self.pool.clone().acquire_owned().await.ok()?;
-        Some(Admitted {
+        let pool = self.pool.clone().acquire_owned().await.map_err(|_| false)?;
+        Ok(Admitted {
             _pool: pool,
             _read: read,
             _family: own,
@@ -750,8 +770,21 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
     // no body in memory; a slow sender is cut off by the body timeout.
     let permits = match &route.handler {
         Handler::Family(family) => match gates.enter(app, family, route.writes).await {
-            Some(p) => Some(p),
-            None => {
+            Ok(p) => Some(p),
+            Err(true) => {
+                // (Its body unread: the connection closes after.)
+                return closing(
+                    Reply::error(
+                        503,
+                        "plugin_unavailable",
+                        format!(
+                            "{family} is busy: its max_concurrent requests are all running; retry shortly"
+                        ),
+                    )
+                    .retry_after_a_second(),
+                );
+            }
+            Err(false) => {
                 return closing(Reply::error(503, "plugin_unavailable", "shutting down"));
             }
         },
