@@ -72,6 +72,14 @@ impl Route {
 /// A path parameter no log shows (see [`Route::logged_path`]).
 pub const SECRET_PARAM: &str = "{token}";
 
+/// `path` as logs may show it, whether `route` took it or none did.
+pub fn logged<'p>(route: Option<&Route>, path: &'p str) -> std::borrow::Cow<'p, str> {
+    match route {
+        Some(r) => r.logged_path(path),
+        None => logged_unrouted(path),
+    }
+}
+
 /// A path no route took (404, 405, 503 while the families load) as logs
 /// may show it: with no route to name its parameters, a segment that could
 /// be a bearer token (32 or more letters and digits, as an upload URL's

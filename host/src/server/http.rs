@@ -503,14 +503,15 @@ impl Drop for InFlight<'_> {
             metrics().in_flight.dec();
             // (Rare: the route is looked up again for its logged form.)
             let method = self.method.to_ascii_uppercase();
-            let path = match self
+            let route = match self
                 .app
                 .runtime
                 .find(&method, &routes::canonical_path(self.path))
             {
-                routes::Match::Found { route, .. } => route.logged_path(self.path).into_owned(),
-                _ => routes::logged_unrouted(self.path).into_owned(),
+                routes::Match::Found { route, .. } => Some(route),
+                _ => None,
             };
+            let path = routes::logged(route.as_deref(), self.path).into_owned();
             tracing::info!(
                 request_id = self.id,
                 method = self.method,
@@ -548,10 +549,7 @@ async fn handle(
         None => ("-", "-", &*NO_ROUTE),
     };
     counted.answered(family, pattern, reply.status, elapsed.as_secs_f64());
-    let path = match route.as_deref() {
-        Some(r) => r.logged_path(&path),
-        None => routes::logged_unrouted(&path),
-    };
+    let path = routes::logged(route.as_deref(), &path);
     crate::logging::access(
         &id,
         &crate::logging::Access {
