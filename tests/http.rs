@@ -80,11 +80,11 @@ fn unknown_path_is_404_json_and_wrong_method_is_405() {
     let r = s.request("DELETE", "/api/health", &[], None);
     assert_eq!(r.status, 405);
     assert_eq!(r.code(), "method_not_allowed");
-    assert_eq!(r.header("allow"), Some("GET"));
+    assert_eq!(r.header("allow"), Some("GET, HEAD"));
 
     let r = s.request("PUT", "/api/v1/timeline", &[], Some(b"{}"));
     assert_eq!(r.status, 405);
-    assert_eq!(r.header("allow"), Some("GET, POST"));
+    assert_eq!(r.header("allow"), Some("GET, HEAD, POST"));
 }
 
 /// Whether the server closed `stream` (end of stream or reset) rather than

@@ -670,7 +670,11 @@ async fn dispatch(
                 None,
             );
         }
-        Match::MethodNotAllowed(allowed) => {
+        Match::MethodNotAllowed(mut allowed) => {
+            // A GET route answers HEAD too (RFC 9110: Allow lists it).
+            if let Some(at) = allowed.iter().position(|m| m == "GET") {
+                allowed.insert(at + 1, "HEAD".into());
+            }
             return (
                 method_not_allowed(&method, req.uri().path(), &allowed),
                 None,
