@@ -138,6 +138,56 @@ fn bare_command() -> Command {
 /// A server process killed when dropped.
 struct Kill(std::process::Child);
 
+/// `marketplace serve` started by hand on `data` with an empty compile
+/// cache of its own (a first start: the families take seconds to load,
+/// mcp most), so a test can watch it before it says it is ready.
+struct ColdStart {
+    addr: SocketAddr,
+    /// The first line on stdout, sent once the server writes it (the
+    /// ready line scripts wait for).
+    ready: std::sync::mpsc::Receiver<String>,
+    log: std::path::PathBuf,
+    _child: Kill,
+}
+
+impl ColdStart {
+    /// Its log, compile cache and listener come from `tmp`.
+    fn on(tmp: &Path, data: &Path) -> ColdStart {
+        let addr: SocketAddr = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let log = tmp.join("server.log");
+        let mut cmd = bare_command();
+        cmd.args(["serve", "--listen", &addr.to_string(), "--data-dir"])
+            .arg(data)
+            .arg("--plugins")
+            .arg(common::plugins_dir())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .env("MARKETPLACE_CACHE_DIR", tmp.join("cache"));
+        let mut child = cmd.spawn().expect("spawn marketplace");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, ready) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
+            let _ = tx.send(line);
+        });
+        ColdStart {
+            addr,
+            ready,
+            log,
+            _child: Kill(child),
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
 impl Drop for Kill {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -1732,31 +1782,8 @@ fn a_kept_upload_serves_from_the_first_answer_of_a_start() {
     assert_eq!(r.status, 200, "{}", r.text());
     stop(&mut s, Duration::from_secs(30));
 
-    let addr: SocketAddr = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
-    let log = tmp.path().join("server.log");
-    let mut cmd = bare_command();
-    cmd.args(["serve", "--listen", &addr.to_string(), "--data-dir"])
-        .arg(&data)
-        .arg("--plugins")
-        .arg(common::plugins_dir())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).unwrap())
-        // An empty compile cache: the start takes seconds (mcp).
-        .env("MARKETPLACE_CACHE_DIR", tmp.path().join("cache"));
-    let mut child = cmd.spawn().expect("spawn marketplace");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
-        let _ = tx.send(line);
-    });
-    let _child = Kill(child);
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let start = ColdStart::on(tmp.path(), &data);
+    let (addr, rx, log_text) = (start.addr, &start.ready, || start.log_text());
     let until = Instant::now() + Duration::from_secs(120);
     let mut answered = 0;
     while rx.try_recv().is_err() {
@@ -1791,31 +1818,8 @@ fn a_first_start_serves_each_family_as_soon_as_it_is_ready() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let addr: SocketAddr = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
-    let log = tmp.path().join("server.log");
-    let mut cmd = bare_command();
-    cmd.args(["serve", "--listen", &addr.to_string(), "--data-dir"])
-        .arg(tmp.path().join("data"))
-        .arg("--plugins")
-        .arg(common::plugins_dir())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).unwrap())
-        // A compile cache of its own, empty.
-        .env("MARKETPLACE_CACHE_DIR", tmp.path().join("cache"));
-    let mut child = cmd.spawn().expect("spawn marketplace");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
-        let _ = tx.send(line);
-    });
-    let _child = Kill(child);
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let start = ColdStart::on(tmp.path(), &tmp.path().join("data"));
+    let (addr, rx, log_text) = (start.addr, &start.ready, || start.log_text());
 
     let until = Instant::now() + Duration::from_secs(120);
     let first = loop {

@@ -15,8 +15,9 @@
 
 use marketplace::money::payments::PaymentHeaders;
 use marketplace::runtime::bindings::endpoint::marketplace::plugin::types::Request;
-use marketplace::runtime::routes::{Handler, Match, canonical_path, parse_query};
+use marketplace::runtime::routes::{Handler, Match, canonical_path};
 use marketplace::{App, Config};
+use marketplace_common::url::parse_query;
 use std::time::Instant;
 
 fn main() {

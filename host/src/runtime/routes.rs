@@ -359,13 +359,6 @@ pub fn percent_decode(s: &str) -> String {
         .into_owned()
 }
 
-/// Parse a query string into ordered, decoded pairs; `Err` names a
-/// parameter whose escapes are not UTF-8 (see
-/// [`marketplace_common::url::parse_query`]).
-pub fn parse_query(q: &str) -> Result<Vec<(String, String)>, String> {
-    marketplace_common::url::parse_query(q)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

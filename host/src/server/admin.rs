@@ -429,7 +429,7 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
             let _one_change = CHANGING.lock().unwrap_or_else(|e| e.into_inner());
             let current = app.runtime.status(family);
             let known = current.is_some();
-            let pairs = match crate::runtime::routes::parse_query(query) {
+            let pairs = match marketplace_common::url::parse_query(query) {
                 Ok(pairs) => pairs,
                 Err(name) => return Reply::invalid(&name, super::http::NOT_UTF8),
             };

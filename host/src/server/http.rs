@@ -732,7 +732,12 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
     if declared_length(req.headers()).is_some_and(|n| n > max as u64) {
         return too_large(max);
     }
-    let query = match req.uri().query().map(routes::parse_query).transpose() {
+    let query = match req
+        .uri()
+        .query()
+        .map(marketplace_common::url::parse_query)
+        .transpose()
+    {
         Ok(query) => query.unwrap_or_default(),
         Err(name) => return Reply::invalid(&name, NOT_UTF8),
     };
