@@ -23,6 +23,7 @@ const ALL_GRANTS: &[&str] = &[
     "host-info",
     "limits",
     "arbiter",
+    "credentials",
 ];
 
 /// The routes of the template component.
@@ -748,6 +749,55 @@ fn capabilities_are_checked_when_a_family_is_mounted() {
         names(&health(&s)["plugins"]["rogue"]["grants"]),
         set(ALL_GRANTS)
     );
+}
+
+#[test]
+fn the_clients_credentials_reach_only_a_family_granted_them() {
+    let sent = [
+        ("authorization", "Bearer a-token"),
+        ("proxy-authorization", "Basic cHJveHk6cHc="),
+        ("cookie", "session=abc"),
+        ("x-cash-secret", "e1:secret:00"),
+        ("x-custom", "kept"),
+    ];
+    let seen = |s: &Server| -> BTreeSet<String> {
+        let r = s.request("GET", "/_testing/headers", &sent, None);
+        assert_eq!(r.status, 200, "{}", r.text());
+        names(&r.json()["headers"])
+    };
+    // Not granted (the testing family's own grants): other headers only.
+    let s = Server::testing();
+    let got = seen(&s);
+    assert!(got.contains("x-custom"), "{got:?}");
+    for withheld in [
+        "authorization",
+        "proxy-authorization",
+        "cookie",
+        "x-cash-secret",
+    ] {
+        assert!(!got.contains(withheld), "{withheld} reached it: {got:?}");
+    }
+    drop(s);
+
+    // Granted `credentials`: they reach it; payment secrets never do.
+    let config = format!(
+        "[families.testing]\ngrants = [{}]\n",
+        ALL_GRANTS
+            .iter()
+            .map(|g| format!("\"{g}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let s = Server::with(common::Options {
+        testing_routes: true,
+        config: Some(config),
+        ..Default::default()
+    });
+    let got = seen(&s);
+    for reached in ["authorization", "proxy-authorization", "cookie", "x-custom"] {
+        assert!(got.contains(reached), "{reached} withheld: {got:?}");
+    }
+    assert!(!got.contains("x-cash-secret"), "{got:?}");
 }
 
 #[test]

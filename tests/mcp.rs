@@ -349,6 +349,65 @@ fn macros_are_first_come_and_owner_updated() {
     assert_eq!(r.status, 400);
     let r = s.post_json("/api/mcp/tools/execute", &json!({"tool": "no_such_tool"}));
     assert_eq!(r.status, 404);
+
+    // A listed schema is a promise: every keyword it may hold is enforced,
+    // and one that would not be is refused when defined, naming it.
+    let mut wood = macro_def("by_wood");
+    wood["input_schema"] = json!({"type": "object", "properties": {
+        "style": {"type": "string", "enum": ["walnut", "oak"], "description": "the wood"},
+        "sizes": {"type": "array", "items": {"type": "integer"}, "maxItems": 2},
+        "price": {"type": "number", "exclusiveMinimum": 0, "multipleOf": 0.5}}});
+    let r = s.post_json("/api/mcp/tools/define", &wood);
+    assert_eq!(r.status, 201, "{}", r.text());
+    for (args, field) in [
+        (json!({"style": "pine"}), "arguments.style"),
+        (json!({"sizes": [1, 2, 3]}), "arguments.sizes"),
+        (json!({"sizes": [1, "x"]}), "arguments.sizes[1]"),
+        (json!({"price": 0}), "arguments.price"),
+        (json!({"price": 1.25}), "arguments.price"),
+    ] {
+        let r = s.post_json(
+            "/api/mcp/tools/execute",
+            &json!({"tool": "by_wood", "arguments": args}),
+        );
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_request"),
+            "{args}: {}",
+            r.text()
+        );
+        assert_eq!(r.json()["details"][0]["field"], field, "{}", r.text());
+    }
+    let r = s.post_json(
+        "/api/mcp/tools/execute",
+        &json!({"tool": "by_wood", "arguments": {"style": "oak", "sizes": [1], "price": 2.5}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    for (prop, field) in [
+        (
+            json!({"type": "string", "pattern": "^a"}),
+            "input_schema.properties.c.pattern",
+        ),
+        (
+            json!({"type": "object", "required": ["x"]}),
+            "input_schema.properties.c.required",
+        ),
+        (
+            json!({"type": "string", "enum": []}),
+            "input_schema.properties.c.enum",
+        ),
+    ] {
+        let mut def = macro_def("unchecked");
+        def["input_schema"] = json!({"type": "object", "properties": {"c": prop}});
+        let r = s.post_json("/api/mcp/tools/define", &def);
+        assert_eq!(r.status, 400, "{prop}: {}", r.text());
+        assert_eq!(r.json()["details"][0]["field"], field, "{}", r.text());
+    }
+    let mut def = macro_def("unchecked");
+    def["input_schema"]["anyOf"] = json!([]);
+    let r = s.post_json("/api/mcp/tools/define", &def);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["details"][0]["field"], "input_schema.anyOf");
 }
 
 fn rpc(s: &Server, body: Value) -> common::Resp {
@@ -1364,6 +1423,49 @@ fn execute_and_define_are_tools_over_json_rpc() {
         r["result"]["structuredContent"]["code"], "macro_error",
         "{r}"
     );
+    // In a batch it ends the request's instance, yet every request of
+    // the batch is answered, in one array, in order: the later ones as not
+    // run. A batch of one is still an array.
+    let spin = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                                "params": {"name": "rpc_spin", "arguments": {}}})
+    };
+    let r = rpc(
+        &s,
+        json!([
+            {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            spin(2),
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": "three", "method": "ping"},
+        ]),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let answers = r.json();
+    let ids: Vec<Value> = answers
+        .as_array()
+        .unwrap_or_else(|| panic!("an array: {answers}"))
+        .iter()
+        .map(|a| a["id"].clone())
+        .collect();
+    assert_eq!(ids, vec![json!(1), json!(2), json!("three")], "{answers}");
+    assert_eq!(answers[0]["result"], json!({}), "{answers}");
+    assert_eq!(answers[1]["result"]["isError"], true, "{answers}");
+    assert_eq!(
+        answers[1]["result"]["structuredContent"]["code"], "macro_error",
+        "{answers}"
+    );
+    assert_eq!(answers[2]["error"]["code"], -32603, "{answers}");
+    let r = rpc(&s, json!([spin(4)]));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let answers = r.json();
+    assert_eq!(answers.as_array().map(Vec::len), Some(1), "{answers}");
+    assert_eq!(answers[0]["id"], 4, "{answers}");
+    assert_eq!(answers[0]["result"]["isError"], true, "{answers}");
+    // `execute` naming a tool that does not exist: that tool's 404, as a
+    // tool error (execute itself exists).
+    let r = call_tool(&s, "execute", json!({"tool": "no_such_tool"}));
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert_eq!(r["result"]["structuredContent"]["code"], "not_found", "{r}");
 
     // A paid endpoint: refused without payment, paid by the JSON-RPC
     // request's own X-Cash-Secret.

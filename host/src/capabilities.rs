@@ -30,7 +30,15 @@ pub enum Capability {
     Limits,
     /// `arbiter`: sign with the service's arbiter key.
     Arbiter,
+    /// `credentials`: receive the client's `Authorization`,
+    /// `Proxy-Authorization` and `Cookie` headers (withheld otherwise). It
+    /// opens no interface.
+    Credentials,
 }
+
+/// Request headers that reach only families granted
+/// [`Capability::Credentials`] (lower-case, as hyper names them).
+pub const CREDENTIAL_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie"];
 
 /// Every grantable capability, with its name and the WIT interface it opens.
 pub const ALL: &[(Capability, &str, &str)] = &[
@@ -41,6 +49,8 @@ pub const ALL: &[(Capability, &str, &str)] = &[
     (Capability::HostInfo, "host-info", "host"),
     (Capability::Limits, "limits", "limits"),
     (Capability::Arbiter, "arbiter", "arbiter"),
+    // No interface: no import names it.
+    (Capability::Credentials, "credentials", ""),
 ];
 
 /// Interfaces every family may import.
@@ -60,7 +70,9 @@ impl Capability {
     }
 
     fn of_interface(interface: &str) -> Option<Capability> {
-        ALL.iter().find(|(.., i)| *i == interface).map(|(c, ..)| *c)
+        ALL.iter()
+            .find(|(.., i)| !i.is_empty() && *i == interface)
+            .map(|(c, ..)| *c)
     }
 }
 

@@ -324,9 +324,55 @@ impl Write for Stderr {
     }
 }
 
+/// At most one log line per interval about an event that can repeat
+/// without bound (a flood of refused connections, a store that fails every
+/// request): [`Throttle::note`] counts the event and says when a line is
+/// due, with how many events it stands for.
+pub struct Throttle {
+    every: Duration,
+    /// Events since the last line, and when that line was.
+    since: std::sync::Mutex<(u64, Option<Instant>)>,
+}
+
+impl Throttle {
+    pub const fn new(every: Duration) -> Throttle {
+        Throttle {
+            every,
+            since: std::sync::Mutex::new((0, None)),
+        }
+    }
+
+    /// Count one event: `Some(n)` when a line is due now, `n` the events
+    /// since the last line (this one included).
+    pub fn note(&self) -> Option<u64> {
+        let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        since.0 += 1;
+        if since.1.is_some_and(|t| t.elapsed() < self.every) {
+            return None;
+        }
+        let n = since.0;
+        *since = (0, Some(Instant::now()));
+        Some(n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_throttle_lets_one_line_through_per_interval_with_the_count() {
+        let t = Throttle::new(Duration::from_secs(3600));
+        assert_eq!(t.note(), Some(1), "the first event is logged");
+        assert_eq!(t.note(), None);
+        assert_eq!(t.note(), None);
+        // Past the interval the next line counts the two held back.
+        t.since.lock().unwrap().1 = Some(Instant::now() - Duration::from_secs(3601));
+        assert_eq!(t.note(), Some(3));
+        assert_eq!(t.note(), None);
+        let every = Throttle::new(Duration::ZERO);
+        assert_eq!((every.note(), every.note()), (Some(1), Some(1)));
+    }
 
     thread_local! {
         pub(super) static OUT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };

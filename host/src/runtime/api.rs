@@ -283,13 +283,13 @@ mod tests {
     #[test]
     fn families_are_assembled_into_one_document() {
         let a = api(&[("GET", "/api/a/{id}")], json!({"A": {"type": "string"}}));
-        let b = api(&[("POST", "/api/a/{x}")], json!({"A": {"type": "string"}}));
+        let b = api(&[("POST", "/api/b/{x}")], json!({"A": {"type": "string"}}));
         let host = crate::runtime::native::routes(false);
         let host_routes = host.len();
         let served = assemble(host, &[("a", &a), ("b", &b)]).unwrap();
         let doc: Value = serde_json::from_str(&served.openapi).unwrap();
         assert_eq!(doc["paths"]["/api/a/{id}"]["get"]["x-family"], "a");
-        assert_eq!(doc["paths"]["/api/a/{x}"]["post"]["x-family"], "b");
+        assert_eq!(doc["paths"]["/api/b/{x}"]["post"]["x-family"], "b");
         // 413 is documented even where a component's operation, or the
         // host's file, leaves it out.
         for (path, method) in [("/api/a/{id}", "get"), ("/api/fees", "get")] {
@@ -306,6 +306,10 @@ mod tests {
         let a = api(&[("GET", "/api/a/{id}")], json!({"A": {"type": "string"}}));
         let same_route = api(&[("GET", "/api/a/{other}")], json!({}));
         let err = assemble(vec![], &[("a", &a), ("b", &same_route)]).unwrap_err();
+        assert!(err.contains("conflict"), "{err}");
+        // Another method on a's path is a's alone too.
+        let same_path = api(&[("DELETE", "/api/a/{x}")], json!({}));
+        let err = assemble(vec![], &[("a", &a), ("b", &same_path)]).unwrap_err();
         assert!(err.contains("conflict"), "{err}");
         let host_route = api(&[("GET", "/api/fees")], json!({}));
         assert!(assemble(crate::runtime::native::routes(false), &[("b", &host_route)]).is_err());

@@ -199,6 +199,9 @@ pub struct Runtime {
     /// Swaps, mounts and unmounts one at a time, so a swap's grants and
     /// route check are those of the slots it replaces.
     swapping: std::sync::Mutex<()>,
+    /// Held by a whole change of what serves a family, from its swap until
+    /// it is kept for restarts (see [`Runtime::one_change`]).
+    changes: std::sync::Mutex<()>,
     stop_ticker: Arc<AtomicBool>,
     /// The configured families are still loading (see
     /// [`Runtime::register`]).
@@ -395,6 +398,7 @@ impl Runtime {
             host_routes,
             served: RwLock::new(Arc::new(served)),
             swapping: std::sync::Mutex::new(()),
+            changes: std::sync::Mutex::new(()),
             limits,
             plugins_dir,
             cache_dir: cache_dir.to_path_buf(),
@@ -642,6 +646,15 @@ impl Runtime {
         self.served().table.find(method, path)
     }
 
+    /// One change of what serves a family at a time, whoever makes it (an
+    /// admin upload or unmount and its record, the watched directory, an
+    /// upload of the fleet): what is kept for restarts is then what
+    /// serves. Not reentrant: hold it around swaps, never around another
+    /// holder.
+    pub fn one_change(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.changes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The configured grants of a family, if it has a slot.
     pub fn grants(&self, family: &str) -> Option<Grants> {
         Some(
@@ -724,8 +737,8 @@ impl Runtime {
             // `probe_copy`), so the memory slot they leave dirty is not the
             // one every request then resets.
             let (info, api) = match self.probe_copy(&hash) {
-                Some(probe) => self.smoke_describe(&endpoint(&probe)?)?,
-                None => self.smoke_describe(&pre)?,
+                Some(probe) => self.smoke_describe(family, &endpoint(&probe)?)?,
+                None => self.smoke_describe(family, &pre)?,
             };
             // Same compiled bytes, so the type `smoke_describe` checked is
             // this export's type too.
@@ -772,6 +785,8 @@ impl Runtime {
                 Capability::HostInfo => p::host::add_to_linker::<Ctx, D>(&mut l, |c| c),
                 Capability::Limits => p::limits::add_to_linker::<Ctx, D>(&mut l, |c| c),
                 Capability::Arbiter => p::arbiter::add_to_linker::<Ctx, D>(&mut l, |c| c),
+                // Headers, not an interface (see `server::http`).
+                Capability::Credentials => Ok(()),
             }
             .map_err(e)?;
         }
@@ -814,10 +829,14 @@ impl Runtime {
 
     /// Instantiate a loaded component once and ask it what it is and
     /// serves; also checks the type of its `handle` export.
-    fn smoke_describe(&self, pre: &EndpointPre<Ctx>) -> Result<(wit::PluginInfo, Api)> {
+    fn smoke_describe(
+        &self,
+        family: &str,
+        pre: &EndpointPre<Ctx>,
+    ) -> Result<(wit::PluginInfo, Api)> {
         // `describe` and `api` must not touch storage or payments; give
         // them an inert context.
-        let mut store = self.store(Ctx::inert(self.limits.memory_bytes));
+        let mut store = self.store(Ctx::inert(family, self.limits.memory_bytes));
         let instance =
             run_to_end(pre.instance_pre().instantiate_async(&mut store)).map_err(|e| {
                 let hit = store.data().memory_hit();
@@ -1252,7 +1271,7 @@ impl Runtime {
         // a write's commit (and its hold on the commit batch, which the
         // next writer waits for) does not wait for the teardown.
         let memory_bytes = self.limits.memory_bytes;
-        let mut ctx = std::mem::replace(store.data_mut(), Ctx::inert(memory_bytes));
+        let mut ctx = std::mem::replace(store.data_mut(), Ctx::inert("", memory_bytes));
         let _torn_down_last = store;
         if ctx.conflicted() {
             // Whatever the plugin made of it, its reads were not a state

@@ -99,12 +99,20 @@ impl Default for Kept {
 }
 
 /// Swap the component `bytes`, read from `path`, in for `family`, logging
-/// the outcome; whether it serves now.
-fn swap_in(rt: &Runtime, family: &str, component: &str, path: &Path, bytes: &[u8]) -> bool {
+/// the outcome; once it serves, `file_serves` (in the same change).
+fn swap_in(
+    rt: &Runtime,
+    family: &str,
+    component: &str,
+    path: &Path,
+    bytes: &[u8],
+    file_serves: &dyn Fn(&str),
+) {
     if rt.plugin(family).is_some_and(|p| p.hash == hash_of(bytes)) {
-        return false;
+        return;
     }
     let started = Instant::now();
+    let _one_change = rt.one_change();
     let result = rt.swap(family, component, bytes, None);
     crate::metrics::metrics().swap(family, if result.is_ok() { "ok" } else { "refused" });
     match result {
@@ -116,11 +124,10 @@ fn swap_in(rt: &Runtime, family: &str, component: &str, path: &Path, bytes: &[u8
                 "hot reload: swapped in {}",
                 path.display()
             );
-            true
+            file_serves(family);
         }
         Err(e) => {
             tracing::warn!(family = %family, "hot reload refused {}: {e:#}", path.display());
-            false
         }
     }
 }
@@ -168,10 +175,8 @@ pub fn spawn(rt: Arc<Runtime>, stop: Arc<AtomicBool>, kept: Kept) -> std::io::Re
                 for f in &families {
                     let path = dir.join(&f.component);
                     let last = seen.entry(f.name.clone()).or_default();
-                    if let Some(bytes) = last.changed(&path)
-                        && swap_in(&rt, &f.name, &f.component, &path, &bytes)
-                    {
-                        file_serves(&f.name);
+                    if let Some(bytes) = last.changed(&path) {
+                        swap_in(&rt, &f.name, &f.component, &path, &bytes, &*file_serves);
                     }
                 }
                 watch_families_dir(&rt, &families_dir, &mut mounted, &*file_serves);
@@ -298,11 +303,21 @@ fn watch_families_dir(
                         "its name is not a family name ({})",
                         crate::capabilities::FAMILY_NAME_RULE
                     )
+                } else if !configured && let Some(p) = rt.plugin(&family) {
+                    // Its configuration names this file, but an admin
+                    // upload (kept across restarts) serves in its place.
+                    format!(
+                        "family {family} is served by {}, uploaded through the admin API, in place of this file",
+                        p.component
+                    )
                 } else {
-                    let spec = rt.config.family(&family).map(|f| f.component);
+                    let served = rt
+                        .plugin(&family)
+                        .map(|p| p.component.clone())
+                        .or_else(|| rt.config.family(&family).map(|f| f.component));
                     format!(
                         "family {family} is served from {} (to mount it from here, its [families.{family}] says component = \"{FAMILIES_DIR}/{family}.wasm\")",
-                        spec.unwrap_or_else(|| "its configured component".into())
+                        served.unwrap_or_else(|| "its configured component".into())
                     )
                 };
                 tracing::warn!("{} not mounted: {why}", path.display());
@@ -318,6 +333,7 @@ fn watch_families_dir(
             && let Some(spec) = rt.config.family(&family)
         {
             // A family the config grants but that has no slot yet.
+            let _one_change = rt.one_change();
             match rt.swap(&family, &component, &bytes, Some(spec.grants)) {
                 Ok(_) => file_serves(&family),
                 Err(e) => {
@@ -326,14 +342,13 @@ fn watch_families_dir(
             }
             continue;
         }
-        if swap_in(rt, &family, &component, &path, &bytes) {
-            file_serves(&family);
-        }
+        swap_in(rt, &family, &component, &path, &bytes, file_serves);
     }
     mounted.retain(|family, _| {
         if present.contains(family) {
             return true;
         }
+        let _one_change = rt.one_change();
         if rt
             .plugin(family)
             .is_some_and(|p| p.component.starts_with(FAMILIES_DIR))

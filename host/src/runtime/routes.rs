@@ -227,13 +227,14 @@ impl Table {
         }
         // A literal segment wins over a parameter only among one owner's
         // routes: a family may not capture requests meant for another's
-        // parameter route (and the payment headers they carry).
+        // parameter route (and the payment headers they carry). Nor may it
+        // add a method to another's path (`DELETE /api/timeline`): a path
+        // and the 405 naming its methods belong to one owner.
         for (i, a) in routes.iter().enumerate() {
             for b in &routes[i + 1..] {
-                if a.method == b.method && a.owner() != b.owner() && overlap(&a.pattern, &b.pattern)
-                {
+                if a.owner() != b.owner() && overlap(&a.pattern, &b.pattern) {
                     return Err(format!(
-                        "route conflict: {} {} of {} would take requests of {} {} of {}",
+                        "route conflict: {} {} of {} would share a path with {} {} of {}",
                         b.method,
                         b.pattern,
                         b.owner(),
@@ -341,18 +342,8 @@ fn match_pattern(pattern: &str, path: &str) -> Option<Vec<(String, String)>> {
     }
 }
 
-/// Decode `%XX` escapes (and `+` as space when `plus` is set) leniently:
-/// invalid escapes are kept as written, invalid UTF-8 is replaced.
-pub fn percent_decode_with(s: &str, plus: bool) -> String {
-    if plus && s.contains('+') {
-        // An escaped plus (`%2B`) is still escaped here, so it stays a plus.
-        percent_decode(&s.replace('+', " "))
-    } else {
-        percent_decode(s)
-    }
-}
-
-/// Decode a path segment (`+` is a plus).
+/// Decode a path segment (`+` is a plus) leniently: invalid escapes are
+/// kept as written, invalid UTF-8 is replaced.
 pub fn percent_decode(s: &str) -> String {
     percent_encoding::percent_decode_str(s)
         .decode_utf8_lossy()
@@ -526,10 +517,25 @@ mod tests {
         ])
         .unwrap_err();
         assert!(err.contains("conflict") && err.contains("rogue") && err.contains("timeline"));
+        // Nor add a method to another family's path.
+        let err = Table::new(vec![
+            fam("GET", "/api/posts/{post_id}", "timeline"),
+            fam("POST", "/api/posts/{id}", "rogue"),
+        ])
+        .unwrap_err();
+        assert!(err.contains("share a path"), "{err}");
+        let err = Table::new(vec![
+            fam("GET", "/api/timeline", "timeline"),
+            fam("DELETE", "/api/timeline", "rogue"),
+        ])
+        .unwrap_err();
+        assert!(err.contains("rogue") && err.contains("timeline"), "{err}");
+        // One family's methods on one path, and another's on other paths.
         assert!(
             Table::new(vec![
-                fam("GET", "/api/posts/{post_id}", "timeline"),
-                fam("POST", "/api/posts/{id}", "rogue"),
+                fam("GET", "/api/timeline", "timeline"),
+                fam("POST", "/api/timeline", "timeline"),
+                fam("GET", "/api/timeline/{x}", "rogue"),
             ])
             .is_ok()
         );
@@ -612,7 +618,6 @@ mod tests {
         // In a path segment `+` stays a plus; `%2F` decodes to a slash
         // inside the one parameter instead of splitting the path.
         assert_eq!(percent_decode("a+b%20c"), "a+b c");
-        assert_eq!(percent_decode_with("a+b%2B", true), "a b+");
         assert_eq!(percent_decode("%zz%4"), "%zz%4");
         assert_eq!(percent_decode("%FFok"), "\u{FFFD}ok");
         match table().find("GET", "/api/posts/a%2Fb+c/attachments/1") {

@@ -402,11 +402,6 @@ fn grants_of(
     Ok(Some(g))
 }
 
-/// Held by a change of what is mounted (an upload, an unmount) from its
-/// swap until it is kept for restarts: two uploads at once are applied and
-/// recorded one after the other, so what is kept is what serves.
-static CHANGING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> Reply {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match (method, segments.as_slice()) {
@@ -426,7 +421,9 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
             }
             // (From reading what serves now: the grants and name kept
             // come from it.)
-            let _one_change = CHANGING.lock().unwrap_or_else(|e| e.into_inner());
+            // Applied and kept before another change (two uploads at once
+            // are applied and recorded one after the other).
+            let _one_change = app.runtime.one_change();
             let current = app.runtime.status(family);
             let known = current.is_some();
             let pairs = match marketplace_common::url::parse_query(query) {
@@ -507,7 +504,9 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
             }
         }
         ("DELETE", ["admin", "plugins", family]) => {
-            let _one_change = CHANGING.lock().unwrap_or_else(|e| e.into_inner());
+            // Applied and kept before another change (two uploads at once
+            // are applied and recorded one after the other).
+            let _one_change = app.runtime.one_change();
             if app.runtime.grants(family).is_none() {
                 return Reply::error(404, "not_found", format!("no plugin family {family}"));
             }

@@ -5,6 +5,7 @@
 
 use super::connections::{Held, Open};
 use crate::app::App;
+use crate::capabilities::{CREDENTIAL_HEADERS, Capability};
 use crate::metrics::{RouteMetrics, metrics};
 use crate::money::payments::PaymentHeaders;
 use crate::reply::Reply;
@@ -267,17 +268,13 @@ fn admit(open: &Open, peer: std::net::SocketAddr) -> Option<Held> {
 /// [`REFUSED_LOG_EVERY`] (a flood must not flood the log too), with how
 /// many were since the last line.
 fn refused_now(peer: std::net::SocketAddr) {
-    // Refused since the last line, and when that line was.
-    static SINCE: std::sync::Mutex<(u64, Option<Instant>)> = std::sync::Mutex::new((0, None));
-    let mut since = SINCE.lock().unwrap_or_else(|e| e.into_inner());
-    since.0 += 1;
-    if since.1.is_none_or(|t| t.elapsed() >= REFUSED_LOG_EVERY) {
+    static LINES: crate::logging::Throttle = crate::logging::Throttle::new(REFUSED_LOG_EVERY);
+    if let Some(refused) = LINES.note() {
         tracing::warn!(
             %peer,
-            refused = since.0,
+            refused,
             "connections refused: their address holds max_connections_per_ip (counted in marketplace_connections_refused_total)"
         );
-        *since = (0, Some(Instant::now()));
     }
 }
 
@@ -741,7 +738,7 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
         Ok(query) => query.unwrap_or_default(),
         Err(name) => return Reply::invalid(&name, NOT_UTF8),
     };
-    let mut headers = Vec::new();
+    let (mut headers, mut credentials) = (Vec::new(), Vec::new());
     let mut payment = PaymentHeaders::default();
     // X-Webcash-Secret pays only without X-Cash-Secret, PAYMENT-SIGNATURE's
     // secret only without either.
@@ -768,8 +765,21 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
                 x402 = crate::money::x402::read_signature(&mut payment, value)
             }
             _ if PAYMENT_HEADERS.contains(&name) => {}
+            _ if CREDENTIAL_HEADERS.contains(&name) => {
+                credentials.push((name.to_string(), value.to_string()))
+            }
             _ => headers.push((name.to_string(), value.to_string())),
         }
+    }
+    // The client's credentials reach only a family granted them.
+    if !credentials.is_empty()
+        && let Handler::Family(family) = &route.handler
+        && app
+            .runtime
+            .grants(family)
+            .is_some_and(|g| g.has(Capability::Credentials))
+    {
+        headers.append(&mut credentials);
     }
     payment.cash = payment.cash.take().or(webcash).or(x402);
     // A family's request is admitted (a slot of its family and of the

@@ -227,14 +227,17 @@ fn file_changed(app: &App, family: &str, kept: &Kept) -> bool {
     let Some(recorded) = &kept.file else {
         return false;
     };
-    let now = file_hash(app, family);
-    if now == "-" {
+    // Another path configured now: the recorded file is not the one that
+    // changed (and nothing need be read).
+    if kept
+        .path
+        .as_ref()
+        .is_some_and(|path| *path != family_component(app, family))
+    {
         return false;
     }
-    match &kept.path {
-        Some(path) if *path != family_component(app, family) => false,
-        _ => *recorded != now,
-    }
+    let now = file_hash(app, family);
+    now != "-" && *recorded != now
 }
 
 /// The sha256 (hex) of `family`'s file in the plugins directory, "-" when
@@ -305,6 +308,7 @@ pub fn restore(app: &App) -> BTreeSet<String> {
 /// Serve what `kept` says of `family`: its component (`bytes`), or
 /// nothing; whether that is what serves now.
 fn apply(app: &App, family: &str, kept: &Kept, bytes: impl FnOnce() -> Result<Vec<u8>>) -> bool {
+    let _one_change = app.runtime.one_change();
     if kept.unmounted {
         if app.runtime.grants(family).is_some() {
             match app.runtime.unmount(family) {
@@ -410,18 +414,16 @@ pub fn spawn_fleet_sync(app: Arc<App>, stop: Arc<AtomicBool>) -> Result<()> {
         .spawn(move || {
             // A store that is away fails every poll: one line per
             // FAILED_LOG_EVERY at most, with the count since the last.
-            let (mut failed, mut logged) = (0u64, None::<std::time::Instant>);
+            let lines = crate::logging::Throttle::new(FAILED_LOG_EVERY);
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(FLEET_POLL);
-                if let Err(e) = sync(&app) {
-                    failed += 1;
-                    if logged.is_none_or(|t| t.elapsed() >= FAILED_LOG_EVERY) {
-                        tracing::warn!(
-                            failed_since_last_line = failed,
-                            "looking for uploads of the fleet: {e:#}"
-                        );
-                        (failed, logged) = (0, Some(std::time::Instant::now()));
-                    }
+                if let Err(e) = sync(&app)
+                    && let Some(failed) = lines.note()
+                {
+                    tracing::warn!(
+                        failed_since_last_line = failed,
+                        "looking for uploads of the fleet: {e:#}"
+                    );
                 }
             }
         })?;

@@ -167,9 +167,9 @@ pub struct PgStore {
     /// Round trips that failed because the database could not be reached
     /// (see [`PgStore::outages`]).
     outages: std::sync::atomic::AtomicU64,
-    /// When an outage was last logged, and the count then (one line a
-    /// second at most: every request fails while the store is away).
-    outage_logged: Mutex<(Option<std::time::Instant>, u64)>,
+    /// One outage line a second at most: every request fails while the
+    /// store is away.
+    outage_lines: crate::logging::Throttle,
     /// How long one round trip, or the wait for a free connection, may
     /// take before the store counts as not answering (a database that
     /// hangs, or a network that drops packets): the connection is then
@@ -229,7 +229,7 @@ impl PgStore {
             freed: Condvar::new(),
             max: max_connections.max(2),
             outages: Default::default(),
-            outage_logged: Mutex::new((None, 0)),
+            outage_lines: crate::logging::Throttle::new(Duration::from_secs(1)),
             timeout,
             probe: Default::default(),
             shard: {
@@ -288,20 +288,11 @@ impl PgStore {
     /// Count an outage (logged at most once a second, with the count
     /// since); the error to give the caller.
     fn outage(&self, what: impl std::fmt::Display) -> StorageError {
-        let n = self
-            .outages
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            + 1;
-        let mut logged = self.outage_logged.lock().unwrap_or_else(|p| p.into_inner());
-        if logged
-            .0
-            .is_none_or(|at| at.elapsed() >= Duration::from_secs(1))
-        {
-            let since = n - logged.1 - 1;
-            *logged = (Some(std::time::Instant::now()), n);
-            drop(logged);
+        self.outages
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(failed) = self.outage_lines.note() {
             tracing::warn!(
-                failed_since_last_line = since,
+                failed_since_last_line = failed,
                 "the shared store is unavailable: {what}"
             );
         }

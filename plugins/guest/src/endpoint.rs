@@ -62,6 +62,13 @@ impl Request {
         find(&self.0.headers, name)
     }
 
+    /// Every header the host passed, in order (lower-case names; payment
+    /// secrets never, the client's credentials only with the
+    /// `credentials` grant).
+    pub fn headers(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.headers.iter().map(|(n, v)| (n.as_str(), v.as_str()))
+    }
+
     /// An optional integer query parameter within `min..=max`; anything else
     /// is a 400 naming the parameter (never silently clamped).
     pub fn query_int(&self, name: &str, min: u64, max: u64) -> Result<Option<u64>, ApiError> {

@@ -19,6 +19,7 @@ mod openapi;
 mod origin;
 mod prompts;
 mod resources;
+mod schema;
 
 use marketplace_guest::prelude::*;
 use marketplace_guest::{
@@ -35,9 +36,6 @@ const MAX_MACROS: u64 = 1000;
 /// identities (whose registration is paid).
 const UNSIGNED_MACROS: u64 = 500;
 const MAX_TYPESCRIPT: usize = 16 * 1024;
-/// A macro's `input_schema`, as compact JSON: every listing of the tools
-/// carries every macro's schema.
-const MAX_INPUT_SCHEMA: usize = 8 * 1024;
 /// Time a macro run may take, engine start included (PROTOCOL: at most 1 s,
 /// answered within 2 s); a runaway is answered 422 well inside a second.
 const MACRO_BUDGET_MS: u32 = 500;
@@ -83,7 +81,13 @@ const TOOLS: &[Tool] = &[
         description: "Define a reusable search macro.",
         method: "POST",
         path: "/api/mcp/tools/define",
-        schema: || json!({"type": "object", "properties": {"name": {"type": "string"}, "description": {"type": "string"}, "kind": {"type": "string"}, "typescript": {"type": "string"}, "input_schema": {"type": "object"}}, "required": ["name", "kind", "typescript", "input_schema"]}),
+        schema: || {
+            json!({"type": "object", "properties": {"name": {"type": "string"}, "description": {"type": "string"}, "kind": {"type": "string"}, "typescript": {"type": "string"}, "input_schema": {"type": "object"},
+            "owner_fingerprint": {"type": "string", "description": "to own the macro: a registered identity's fingerprint"},
+            "signature": {"type": "string", "description": "that identity's signature of define:{name}:{sha256 hex of typescript} (PROTOCOL 2)"},
+            "timestamp": {"type": "integer", "minimum": 0, "description": "the signature's Unix time (seconds), for the fresh form"}},
+            "required": ["name", "kind", "typescript", "input_schema"]})
+        },
     },
     Tool {
         name: "execute",
@@ -481,7 +485,7 @@ fn run_tool(tool: &Tool, args: &Value, wrap: Wrap, caller: &Request) -> Result<R
             dispatch::call(&post.0)
         });
     }
-    check_arguments(&(tool.schema)(), args)?;
+    schema::check_arguments(&(tool.schema)(), args)?;
     let mut path = tool.path.to_string();
     let mut query = Vec::new();
     if let Some(map) = args.as_object() {
@@ -546,77 +550,6 @@ fn valid_name(n: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
 }
 
-const SCHEMA_TYPES: &[&str] = &["string", "number", "integer", "boolean", "object", "array"];
-
-/// The members of an input schema that MCP's `Tool.inputSchema` types and
-/// this one does not fit, each with what it must be: `required` a list of
-/// names, `$schema` a URI string. A listing carries every macro's schema,
-/// so one that a client's SDK cannot read would break every client's
-/// listing: `define` refuses them, and the listing leaves them out.
-fn misshapen(schema: &Value) -> Vec<(&'static str, &'static str)> {
-    let mut out = Vec::new();
-    if schema
-        .get("required")
-        .is_some_and(|r| !r.as_array().is_some_and(|r| r.iter().all(Value::is_string)))
-    {
-        out.push(("required", "must be an array of property names (strings)"));
-    }
-    if schema.get("$schema").is_some_and(|s| !s.is_string()) {
-        out.push(("$schema", "must be a string (a URI)"));
-    }
-    out
-}
-
-/// A stored macro's input schema in the shape MCP's `Tool.inputSchema`
-/// requires: macros defined before `define` checked [`misshapen`] members
-/// are listed without them.
-fn listed_schema(mut schema: Value) -> Value {
-    let drop = misshapen(&schema);
-    if let Value::Object(map) = &mut schema {
-        for (member, _) in drop {
-            map.remove(member);
-        }
-        map.insert("type".into(), json!("object"));
-        return schema;
-    }
-    json!({"type": "object"})
-}
-
-fn check_input_schema(schema: Option<&Value>, body: &mut Body) {
-    let Some(schema) = schema else {
-        body.problem("input_schema", "is required");
-        return;
-    };
-    if schema.to_string().len() > MAX_INPUT_SCHEMA {
-        body.problem(
-            "input_schema",
-            format!("must be at most {MAX_INPUT_SCHEMA} bytes as JSON"),
-        );
-        return;
-    }
-    if schema["type"] != "object" || !schema["properties"].is_object() {
-        body.problem(
-            "input_schema",
-            "must be {\"type\": \"object\", \"properties\": {...}}",
-        );
-        return;
-    }
-    for (member, problem) in misshapen(schema) {
-        body.problem(&format!("input_schema.{member}"), problem);
-    }
-    for (name, prop) in schema["properties"].as_object().into_iter().flatten() {
-        if !prop["type"]
-            .as_str()
-            .is_some_and(|t| SCHEMA_TYPES.contains(&t))
-        {
-            body.problem(
-                &format!("input_schema.properties.{name}"),
-                format!("needs a type, one of {}", SCHEMA_TYPES.join(", ")),
-            );
-        }
-    }
-}
-
 fn define(req: &Request) -> Result<Response, ApiError> {
     let mut body = Body::parse(req)?;
     let name = body.required_str("name", 64);
@@ -656,7 +589,7 @@ fn define(req: &Request) -> Result<Response, ApiError> {
     }
     restore_fault();
     let schema = body.raw("input_schema").cloned();
-    check_input_schema(schema.as_ref(), &mut body);
+    schema::check_definition(schema.as_ref(), &mut body);
     let timestamp = body.optional_u64("timestamp");
     for field in ["owner_fingerprint", "signature"] {
         body.optional_str(field, 200);
@@ -740,82 +673,6 @@ fn define(req: &Request) -> Result<Response, ApiError> {
     Ok(json(status, &json!({"macro": m})))
 }
 
-/// Validate arguments against a tool's input schema (400 with details):
-/// each property's `type`, `minimum`/`maximum`, `minLength`/`maxLength`,
-/// then `required` and `additionalProperties: false`.
-fn check_arguments(schema: &Value, args: &Value) -> Result<(), ApiError> {
-    let mut problems = Vec::new();
-    let Some(map) = args.as_object() else {
-        return Err(ApiError::invalid("arguments", "must be an object"));
-    };
-    let mut problem = |field: &str, text: String| {
-        problems.push(marketplace_guest::Detail {
-            field: format!("arguments.{field}"),
-            problem: text,
-        })
-    };
-    let properties = schema["properties"].as_object();
-    for (name, v) in map {
-        let Some(prop) = properties.and_then(|p| p.get(name)) else {
-            if schema["additionalProperties"] == false {
-                problem(name, "is not a parameter of this tool".into());
-            }
-            continue;
-        };
-        let ok = match prop["type"].as_str().unwrap_or("") {
-            "string" => v.is_string(),
-            "number" => v.is_number(),
-            "integer" => v.as_f64().is_some_and(|f| f.fract() == 0.0),
-            "boolean" => v.is_boolean(),
-            "object" => v.is_object(),
-            "array" => v.is_array(),
-            _ => true,
-        };
-        if !ok {
-            problem(name, format!("must be of type {}", prop["type"]));
-            continue;
-        }
-        if let Some(n) = v.as_f64() {
-            if prop["minimum"].as_f64().is_some_and(|m| n < m) {
-                problem(name, format!("must be at least {}", prop["minimum"]));
-            }
-            if prop["maximum"].as_f64().is_some_and(|m| n > m) {
-                problem(name, format!("must be at most {}", prop["maximum"]));
-            }
-        }
-        if let Some(text) = v.as_str() {
-            let chars = text.chars().count() as u64;
-            if prop["minLength"].as_u64().is_some_and(|m| chars < m) {
-                problem(
-                    name,
-                    format!("must be at least {} characters", prop["minLength"]),
-                );
-            }
-            if prop["maxLength"].as_u64().is_some_and(|m| chars > m) {
-                problem(
-                    name,
-                    format!("must be at most {} characters", prop["maxLength"]),
-                );
-            }
-        }
-    }
-    for req in schema["required"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|r| r.as_str())
-    {
-        if !map.contains_key(req) {
-            problem(req, "is required".into());
-        }
-    }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid_many(problems))
-    }
-}
-
 /// Run a tool by name: built-in or macro. `wrap` turns a tool's answer into
 /// the caller's own response (the JSON-RPC server wraps it in a result); it
 /// shapes the answer the host gives if a macro runs away.
@@ -824,15 +681,20 @@ fn run_named(name: &str, args: &Value, wrap: Wrap, caller: &Request) -> Result<R
         return run_tool(tool, args, wrap, caller);
     }
     let Some(m) = kv::get::<Value>(&format!("macro/{name}"))? else {
-        return Err(ApiError::not_found(format!("tool {name}")));
+        return Err(unknown_tool(name));
     };
-    check_arguments(&m["input_schema"], args)?;
+    schema::check_arguments(&m["input_schema"], args)?;
     run_macro(
         name,
         m["typescript"].as_str().unwrap_or_default(),
         args,
         wrap,
     )
+}
+
+/// No tool, built-in or macro, is named `name`.
+fn unknown_tool(name: &str) -> ApiError {
+    ApiError::not_found(format!("tool {name}"))
 }
 
 /// How a caller shapes a tool's answer.
@@ -986,11 +848,11 @@ fn restore_fault() {
 }
 
 /// Answer a fault of this `/mcp` request with a JSON-RPC internal error
-/// (HTTP 500) naming `id`.
+/// (HTTP 500 alone, in its batch's array otherwise) naming `id`.
 fn answer_faults_with_id(id: Option<Value>) {
-    let answer = json(
+    let answer = fault_answer(
         500,
-        &rpc_error(
+        rpc_error(
             id.unwrap_or(Value::Null),
             -32603,
             "internal error: the server could not finish this request within its limits",
@@ -998,6 +860,40 @@ fn answer_faults_with_id(id: Option<Value>) {
     );
     FAULT_ANSWER.with(|f| *f.borrow_mut() = Some(answer));
     restore_fault();
+}
+
+/// A batch being answered: what its earlier messages were answered, and
+/// the ids of its later requests (see [`fault_answer`]).
+struct Batch {
+    answered: Vec<Value>,
+    later: Vec<Value>,
+}
+
+thread_local! {
+    static BATCH: std::cell::RefCell<Option<Batch>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The whole request's answer should the message being answered fault
+/// with `answer` (its JSON-RPC answer): alone, `answer` with `status`; in a
+/// batch, still the batch's array, in order: the earlier messages' answers,
+/// `answer`, and for each later request an error saying it did not run
+/// (the instance ends with the fault), so every id is answered.
+fn fault_answer(status: u16, answer: Value) -> Response {
+    BATCH.with(|b| match &*b.borrow() {
+        None => json(status, &answer),
+        Some(batch) => {
+            let mut all = batch.answered.clone();
+            all.push(answer);
+            all.extend(batch.later.iter().map(|id| {
+                rpc_error(
+                    id.clone(),
+                    -32603,
+                    "not run: an earlier message of this batch exceeded the request's limits",
+                )
+            }));
+            json(200, &Value::Array(all))
+        }
+    })
 }
 
 /// `POST /mcp`: the Model Context Protocol over Streamable HTTP (JSON answers).
@@ -1060,7 +956,20 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
         ));
     }
     let mut answers = Vec::new();
-    for m in &batch {
+    for (i, m) in batch.iter().enumerate() {
+        // Should this message fault, the batch is still answered whole.
+        let later = batch[i + 1..]
+            .iter()
+            .filter(|m| m.get("method").is_some_and(Value::is_string))
+            .filter_map(|m| m.get("id").filter(|v| is_request_id(v)).cloned())
+            .collect();
+        BATCH.with(|b| {
+            *b.borrow_mut() = Some(Batch {
+                answered: answers.clone(),
+                later,
+            })
+        });
+        answer_faults_with_id(m.get("id").filter(|v| is_request_id(v)).cloned());
         let answer = if !m.is_object() {
             Some(invalid(Value::Null, "a batch member is a JSON-RPC object"))
         } else if m.get("method").is_some_and(|m| m == "initialize") {
@@ -1076,6 +985,7 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
         };
         answers.extend(answer);
     }
+    BATCH.with(|b| b.borrow_mut().take());
     Ok(if answers.is_empty() {
         accepted()
     } else {
@@ -1136,7 +1046,7 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
     if !method.is_empty() && id.as_ref().is_some_and(|v| !is_request_id(v)) {
         return refuse(
             Value::Null,
-            "a request id is a string or an integer (not null)",
+            "a request id is a string or an integer of at most 64 bits (not null)",
         );
     }
     // After initialize a client names the negotiated revision in a header;
@@ -1236,7 +1146,7 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
                     Some(d) if !d.trim().is_empty() => d,
                     _ => format!("Search macro {} (defined by a user).", m.name),
                 };
-                tools.push(json!({"name": m.name, "description": description, "inputSchema": listed_schema(m.input_schema),
+                tools.push(json!({"name": m.name, "description": description, "inputSchema": schema::listed(m.input_schema),
                                   "annotations": {"readOnlyHint": true, "openWorldHint": false}}));
             }
             match next.flatten() {
@@ -1262,10 +1172,12 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
                 }
             };
             let base = origin::base(req);
-            let wrap = |r: Response| json(200, &rpc_result(&id, tool_result(&r, &base)));
+            let wrap = |r: Response| fault_answer(200, rpc_result(&id, tool_result(&r, &base)));
             let resp = match run_named(name, &args, &wrap, req) {
                 Ok(r) => r,
-                Err(e) if e.status == 404 && e.message.starts_with("tool ") => {
+                // The tool called is unknown (a protocol error); a tool
+                // that `execute` names is that tool's error.
+                Err(e) if e.status == 404 && e.message == unknown_tool(name).message => {
                     return Ok((
                         200,
                         Some(rpc_error(id, -32602, &format!("unknown tool {name}"))),
@@ -1419,20 +1331,6 @@ marketplace_guest::endpoint_plugin!(Mcp);
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_listed_schema_has_the_shape_mcp_requires() {
-        let stored = json!({"type": "object", "properties": {"a": {"type": "string"}},
-                            "required": "a", "$schema": 5});
-        assert_eq!(
-            listed_schema(stored),
-            json!({"type": "object", "properties": {"a": {"type": "string"}}})
-        );
-        let fine = json!({"type": "object", "properties": {}, "required": ["a"],
-                          "$schema": "https://json-schema.org/draft/2020-12/schema"});
-        assert_eq!(listed_schema(fine.clone()), fine);
-        assert_eq!(listed_schema(json!(null)), json!({"type": "object"}));
-    }
 
     #[test]
     fn whole_floats_go_as_integers() {

@@ -26,6 +26,14 @@ pub const OPS: &[Op] = &[
         "Trivial answer",
         "The dispatch benchmark's route.",
     ),
+    op(
+        "GET",
+        "/_testing/headers",
+        "testingHeaders",
+        "testing",
+        "Header names",
+        "Answers with the names of the request headers the host passed.",
+    ),
     Op {
         query: &[("status", "integer", false, "the status to answer")],
         ..op(
@@ -205,6 +213,7 @@ mod tests {
         assert_eq!(openapi::check(OPS, &json!({})), Ok(()));
         let expected = [
             ("GET", "/_testing/ok", false),
+            ("GET", "/_testing/headers", false),
             ("GET", "/_testing/framing", false),
             ("GET", "/_testing/trap", false),
             ("GET", "/_testing/loop", false),

@@ -32,6 +32,10 @@ impl Endpoint for Testing {
         }
         match req.route() {
             "/_testing/ok" => Ok(json(200, &json!({"ok": true}))),
+            "/_testing/headers" => {
+                let names: Vec<&str> = req.headers().map(|(name, _)| name).collect();
+                Ok(json(200, &json!({"headers": names})))
+            }
             // A body that ends early by its own Content-Length and carries a
             // second answer after it: the host must frame it itself.
             "/_testing/framing" => {

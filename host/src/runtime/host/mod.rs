@@ -146,11 +146,12 @@ impl Ctx {
         }
     }
 
-    /// A context with no storage or payments (smoke calls).
-    pub fn inert(memory_bytes: usize) -> Ctx {
+    /// A context with no storage or payments (smoke calls, whose log
+    /// lines name `family`).
+    pub fn inert(family: &str, memory_bytes: usize) -> Ctx {
         Ctx {
             rt: None,
-            family: String::new(),
+            family: family.to_string(),
             grants: Arc::new(Grants::default()),
             write: false,
             txn: None,
