@@ -703,6 +703,54 @@ fn the_head_of_a_long_posting_list_ranks_and_filters_reach_its_tail() {
 }
 
 #[test]
+fn a_post_with_every_word_of_the_query_ranks_first_however_deep_in_each_list() {
+    let s = Server::start();
+    let k = s.identity("twowords");
+    // The listing has both words, but in each word's list it ranks below
+    // fifty shorter (so higher-impact) posts that have that word alone.
+    let listing = s.new_post(&k, "Selling my redx bicyclex, lightly used", json!({}));
+    for i in 0..50 {
+        s.new_post(&k, &format!("redx a{i}"), json!({}));
+        s.new_post(&k, &format!("bicyclex b{i}"), json!({}));
+    }
+    for query in ["", "&limit=20", "&limit=1"] {
+        let r = s.get(&format!("/api/search?term=redx%20bicyclex{query}"));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let r = r.json();
+        let results = r["results"].as_array().unwrap();
+        assert_eq!(results[0]["post_id"], listing.as_str(), "{query}: {r}");
+        // Its score is both words' parts: above every one-word post.
+        let best = results[0]["score"].as_f64().unwrap();
+        assert!(
+            results[1..]
+                .iter()
+                .all(|p| p["score"].as_f64().unwrap() < best),
+            "{r}"
+        );
+    }
+}
+
+#[test]
+fn a_word_longer_than_64_characters_is_found() {
+    let s = Server::start();
+    let k = s.identity("checksums");
+    // A SHA-512 checksum in hex: 128 characters, one word.
+    let sum: String = (0..128)
+        .map(|i| char::from(b"0123456789abcdef"[i * 7 % 16]))
+        .collect();
+    let id = s.new_post(
+        &k,
+        &format!("release tarball sha512 {sum} verified"),
+        json!({}),
+    );
+    for term in [sum.clone(), sum.to_uppercase(), sum[..64].to_string()] {
+        let r = s.get(&format!("/api/search?term={term}")).json();
+        assert_eq!(r["total"], 1, "{term}: {r}");
+        assert_eq!(r["results"][0]["post_id"], id.as_str());
+    }
+}
+
+#[test]
 fn a_post_of_many_distinct_words_is_indexed_and_found() {
     // Its document frequencies are read in pieces of the host's get-many
     // limit (1,000 keys): a long listing is a 201, not a 413.

@@ -2,13 +2,14 @@
 //! (search), so both always agree: Unicode NFC (an accent typed as a
 //! combining mark is the same word as the precomposed letter), lower-case,
 //! split on anything that is not a letter, a digit or a combining mark
-//! (vowel signs and viramas belong to their word), tokens of 1 to 64
-//! characters.
+//! (vowel signs and viramas belong to their word); a word longer than 64
+//! characters is kept as its first 64 (on both sides, so a checksum or a
+//! long compound is still found when asked for whole).
 
 use unicode_normalization::char::is_combining_mark;
 use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
 
-/// Longest token kept.
+/// Longest token: a longer word is cut to this many characters.
 pub const MAX_TOKEN_CHARS: usize = 64;
 
 /// The tokens of `text`, in order (duplicates kept).
@@ -17,16 +18,19 @@ pub fn tokens(text: &str) -> Vec<String> {
     if text.is_ascii() {
         return text
             .split(|c: char| !c.is_ascii_alphanumeric())
-            .filter(|t| !t.is_empty() && t.len() <= MAX_TOKEN_CHARS)
-            .map(str::to_ascii_lowercase)
+            .filter(|t| !t.is_empty())
+            .map(|t| t[..t.len().min(MAX_TOKEN_CHARS)].to_ascii_lowercase())
             .collect();
     }
     let composed = nfc(text);
     let text = composed.as_deref().unwrap_or(text);
     // (Combining marks start at U+0300: no table lookup below it.)
     text.split(|c: char| !(c.is_alphanumeric() || (c >= '\u{300}' && is_combining_mark(c))))
-        .filter(|t| !t.is_empty() && t.chars().count() <= MAX_TOKEN_CHARS)
-        .map(|t| t.to_lowercase())
+        .filter(|t| !t.is_empty())
+        .map(|t| match t.char_indices().nth(MAX_TOKEN_CHARS) {
+            Some((cut, _)) => t[..cut].to_lowercase(),
+            None => t.to_lowercase(),
+        })
         .collect()
 }
 
@@ -50,7 +54,13 @@ mod tests {
         );
         assert_eq!(tokens("Ünïcode ok"), ["ünïcode", "ok"]);
         assert!(tokens("  --- ").is_empty());
-        assert!(tokens(&"x".repeat(65)).is_empty());
+        // A long word is its first 64 characters, ASCII or not.
+        assert_eq!(
+            tokens(&format!("{} b", "x".repeat(65))),
+            ["x".repeat(64), "b".into()]
+        );
+        assert_eq!(tokens(&"é".repeat(70)), ["é".repeat(64)]);
+        assert_eq!(tokens(&"X".repeat(64)), ["x".repeat(64)]);
     }
 
     #[test]
