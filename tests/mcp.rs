@@ -309,6 +309,35 @@ fn macros_are_first_come_and_owner_updated() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["macro"]["description"], "updated");
 
+    // A legacy (untimestamped) signed definition counts once: replayed
+    // after an update, it would put the macro back to the older version.
+    let legacy = |ts: &str| {
+        use sha2::{Digest, Sha256};
+        let mut def = macro_def("legacy_owned");
+        def["typescript"] = json!(ts);
+        let digest = common::hex(&Sha256::digest(ts.as_bytes()));
+        def["owner_fingerprint"] = json!(owner.fp());
+        def["signature"] = json!(owner.sign(&format!("define:legacy_owned:{digest}")));
+        def
+    };
+    let v1 = legacy("return { term: 'one' };");
+    let v2 = legacy("return { term: 'two' };");
+    assert_eq!(s.post_json("/api/mcp/tools/define", &v1).status, 201);
+    assert_eq!(s.post_json("/api/mcp/tools/define", &v2).status, 200);
+    let r = s.post_json("/api/mcp/tools/define", &v1);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "conflict"),
+        "{}",
+        r.text()
+    );
+    let r = s.post_json(
+        "/api/mcp/tools/execute",
+        &json!({"tool": "legacy_owned", "arguments": {"style": "any"}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["term"], "two", "{}", r.text());
+
     // Built-in names are reserved; bad definitions are 400 with details.
     assert_eq!(
         s.post_json("/api/mcp/tools/define", &macro_def("search"))

@@ -69,11 +69,14 @@ impl Request {
         self.0.headers.iter().map(|(n, v)| (n.as_str(), v.as_str()))
     }
 
-    /// An optional integer query parameter within `min..=max`; anything else
-    /// is a 400 naming the parameter (never silently clamped).
+    /// An optional integer query parameter within `min..=max` (empty is
+    /// absent); anything else is a 400 naming the parameter (never
+    /// silently clamped).
     pub fn query_int(&self, name: &str, min: u64, max: u64) -> Result<Option<u64>, ApiError> {
         match self.query(name) {
-            None => Ok(None),
+            // Empty is absent, as PROTOCOL writes queries (`?limit=&...`)
+            // and as a form sends a field left blank.
+            None | Some("") => Ok(None),
             Some(raw) => match marketplace_common::uint::parse(raw) {
                 Some(v) if (min..=max).contains(&v) => Ok(Some(v)),
                 _ => Err(ApiError::invalid(

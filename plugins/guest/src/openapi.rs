@@ -113,7 +113,7 @@ pub const LIMIT: Query = (
     "limit",
     "integer",
     false,
-    "1 to 100, default 20; anything else is 400",
+    "1 to 100, default 20 (also when empty); anything else is 400",
 );
 
 /// The schemas the host defines for every family (see the module doc).

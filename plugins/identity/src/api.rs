@@ -11,7 +11,7 @@ pub const OPS: &[Op] = &[
                 "fingerprint",
                 "string",
                 false,
-                "64-hex key (either case); anything else is 400",
+                "64-hex key (either case); one that is not names no profile: 404",
             ),
             ("nickname", "string", false, "case-insensitive"),
         ],

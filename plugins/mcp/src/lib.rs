@@ -84,7 +84,7 @@ const TOOLS: &[Tool] = &[
         schema: || {
             json!({"type": "object", "properties": {"name": {"type": "string"}, "description": {"type": "string"}, "kind": {"type": "string"}, "typescript": {"type": "string"}, "input_schema": {"type": "object"},
             "owner_fingerprint": {"type": "string", "description": "to own the macro: a registered identity's fingerprint"},
-            "signature": {"type": "string", "description": "that identity's signature of define:{name}:{sha256 hex of typescript} (PROTOCOL 2)"},
+            "signature": {"type": "string", "description": "that identity's signature of define:{name}:{sha256 hex of typescript}:{timestamp} (PROTOCOL 2; without timestamp the legacy form, single use)"},
             "timestamp": {"type": "integer", "minimum": 0, "description": "the signature's Unix time (seconds), for the fresh form"}},
             "required": ["name", "kind", "typescript", "input_schema"]})
         },
@@ -607,7 +607,9 @@ fn define(req: &Request) -> Result<Response, ApiError> {
                     body.text("signature").as_deref(),
                     timestamp,
                     false,
-                    false,
+                    // A legacy definition once: replayed, it would put an
+                    // owner's macro back to an older version.
+                    true,
                 )?
                 .to_ascii_lowercase(),
             )

@@ -709,8 +709,8 @@ fn timeline(req: &Request) -> Result<Response, ApiError> {
     let post_type = posts::post_type_filter(req.query("post_type"))?;
     let author = posts::author_filter(req.query("author"))?;
     // A cursor is a post id (`^post_[0-9A-Za-z]{1,59}$`); an empty one is
-    // malformed too (PROTOCOL 1).
-    let before = req.query("before");
+    // none (PROTOCOL writes the query `?limit=&before=&...`).
+    let before = req.query("before").filter(|b| !b.is_empty());
     if let Some(b) = before
         && !is_post_id(b)
     {
@@ -839,11 +839,18 @@ fn attachment(req: &Request) -> Result<Response, ApiError> {
             Some((upload, file, gone))
         }
     };
-    // An upload never changes (its id is used once): its id tags it.
-    let etag = match &upload {
-        None => format!("\"{}\"", meta.sha256),
-        Some((upload, ..)) => format!("\"{upload}\""),
+    // The tag changes with anything the answer carries: the bytes (their
+    // sha256, or an upload's id: an upload never changes), and the type and
+    // name an update may change while keeping them.
+    let content = match &upload {
+        None => meta.sha256.as_str(),
+        Some((upload, ..)) => *upload,
     };
+    let tag = Sha256::digest(format!(
+        "{content}\0{}\0{}",
+        meta.attachment_type, meta.filename
+    ));
+    let etag = format!("\"{}\"", hex::encode(&tag[..16]));
     let mut headers = vec![
         ("etag".to_string(), etag.clone()),
         (
