@@ -40,6 +40,14 @@ pub enum Capability {
 /// [`Capability::Credentials`] (lower-case, as hyper names them).
 pub const CREDENTIAL_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie"];
 
+/// Whether a header named `name` (any case: a plugin names the headers of
+/// a request it dispatches) is one of [`CREDENTIAL_HEADERS`].
+pub fn is_credential(name: &str) -> bool {
+    CREDENTIAL_HEADERS
+        .iter()
+        .any(|c| c.eq_ignore_ascii_case(name))
+}
+
 /// Every grantable capability, with its name and the WIT interface it opens.
 pub const ALL: &[(Capability, &str, &str)] = &[
     (Capability::Payments, "payments", "payments"),
@@ -227,6 +235,20 @@ pub fn builtin(family: &str) -> Grants {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_are_named_in_any_case_and_open_no_interface() {
+        assert!(is_credential("authorization") && is_credential("Cookie"));
+        assert!(is_credential("PROXY-AUTHORIZATION"));
+        assert!(!is_credential("x-cash-secret") && !is_credential("authorization2"));
+        assert_eq!(
+            Capability::parse("credentials"),
+            Some(Capability::Credentials)
+        );
+        assert_eq!(Capability::of_interface(""), None);
+        let g = Grants::parse(["credentials"], []).unwrap();
+        assert!(g.admit("f", ["marketplace:plugin/storage@0.2.0"]).is_ok());
+    }
 
     #[test]
     fn imports_beyond_the_grants_are_named() {

@@ -655,6 +655,16 @@ impl Runtime {
         self.changes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether `family` has a slot granted `capability` (no copy of its
+    /// grants: asked per request).
+    pub fn granted(&self, family: &str, capability: Capability) -> bool {
+        self.slots
+            .read()
+            .expect("slots lock")
+            .get(family)
+            .is_some_and(|slot| slot.grants.has(capability))
+    }
+
     /// The configured grants of a family, if it has a slot.
     pub fn grants(&self, family: &str) -> Option<Grants> {
         Some(

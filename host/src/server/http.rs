@@ -774,10 +774,7 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
     // The client's credentials reach only a family granted them.
     if !credentials.is_empty()
         && let Handler::Family(family) = &route.handler
-        && app
-            .runtime
-            .grants(family)
-            .is_some_and(|g| g.has(Capability::Credentials))
+        && app.runtime.granted(family, Capability::Credentials)
     {
         headers.append(&mut credentials);
     }

@@ -36,6 +36,9 @@ const MAX_MACROS: u64 = 1000;
 /// identities (whose registration is paid).
 const UNSIGNED_MACROS: u64 = 500;
 const MAX_TYPESCRIPT: usize = 16 * 1024;
+/// Earlier versions of a macro's code kept per macro (their sha256), so a
+/// replayed legacy definition of one is refused.
+const MAX_RETIRED: usize = 64;
 /// Time a macro run may take, engine start included (PROTOCOL: at most 1 s,
 /// answered within 2 s); a runaway is answered 422 well inside a second.
 const MACRO_BUDGET_MS: u32 = 500;
@@ -84,7 +87,7 @@ const TOOLS: &[Tool] = &[
         schema: || {
             json!({"type": "object", "properties": {"name": {"type": "string"}, "description": {"type": "string"}, "kind": {"type": "string"}, "typescript": {"type": "string"}, "input_schema": {"type": "object"},
             "owner_fingerprint": {"type": "string", "description": "to own the macro: a registered identity's fingerprint"},
-            "signature": {"type": "string", "description": "that identity's signature of define:{name}:{sha256 hex of typescript}:{timestamp} (PROTOCOL 2; without timestamp the legacy form, single use)"},
+            "signature": {"type": "string", "description": "that identity's signature of define:{name}:{sha256 hex of typescript}:{timestamp} (PROTOCOL 2; without timestamp the legacy form)"},
             "timestamp": {"type": "integer", "minimum": 0, "description": "the signature's Unix time (seconds), for the fresh form"}},
             "required": ["name", "kind", "typescript", "input_schema"]})
         },
@@ -597,23 +600,19 @@ fn define(req: &Request) -> Result<Response, ApiError> {
     body.finish()?;
     let (name, typescript) = (name.unwrap_or_default(), typescript.unwrap_or_default());
 
+    let digest = marketplace_common::hex::encode(&Sha256::digest(typescript.as_bytes()));
     let owner = match body.text("owner_fingerprint") {
-        Some(_) => {
-            let digest = marketplace_common::hex::encode(&Sha256::digest(typescript.as_bytes()));
-            Some(
-                verify(
-                    body.text("owner_fingerprint").as_deref(),
-                    &format!("define:{name}:{digest}"),
-                    body.text("signature").as_deref(),
-                    timestamp,
-                    false,
-                    // A legacy definition once: replayed, it would put an
-                    // owner's macro back to an older version.
-                    true,
-                )?
-                .to_ascii_lowercase(),
-            )
-        }
+        Some(_) => Some(
+            verify(
+                body.text("owner_fingerprint").as_deref(),
+                &format!("define:{name}:{digest}"),
+                body.text("signature").as_deref(),
+                timestamp,
+                false,
+                false,
+            )?
+            .to_ascii_lowercase(),
+        ),
         None => None,
     };
     // An owner is a registered identity (PROTOCOL 2: else 401).
@@ -645,6 +644,27 @@ fn define(req: &Request) -> Result<Response, ApiError> {
                         "macro {name} exists; only its signed owner may update it"
                     )));
                 }
+            }
+            // The code this macro had before: a legacy signature of it
+            // (which names no time) is a replay that would put the macro
+            // back to an older version; the owner returns to old code with
+            // the fresh form.
+            let retired_key = format!("macro_retired/{name}");
+            let mut retired: Vec<String> = kv::get(&retired_key)?.unwrap_or_default();
+            if timestamp.is_none() && retired.contains(&digest) {
+                return Err(ApiError::conflict(format!(
+                    "macro {name} had this code before: a legacy signature cannot bring it back (sign the fresh form, define:{name}:{{sha256}}:{{timestamp}})"
+                )));
+            }
+            let old = marketplace_common::hex::encode(&Sha256::digest(
+                m["typescript"].as_str().unwrap_or_default().as_bytes(),
+            ));
+            if old != digest {
+                retired.retain(|d| *d != digest && *d != old);
+                retired.push(old);
+                let keep = retired.len().saturating_sub(MAX_RETIRED);
+                retired.drain(..keep);
+                kv::put(&retired_key, &retired)?;
             }
             (200, m["created_at"].clone())
         }
@@ -867,7 +887,9 @@ fn answer_faults_with_id(id: Option<Value>) {
 /// A batch being answered: what its earlier messages were answered, and
 /// the ids of its later requests (see [`fault_answer`]).
 struct Batch {
-    answered: Vec<Value>,
+    /// The earlier answers as JSON text, comma-separated (each serialized
+    /// once, as the batch's answer will hold it).
+    answered: String,
     later: Vec<Value>,
 }
 
@@ -884,16 +906,23 @@ fn fault_answer(status: u16, answer: Value) -> Response {
     BATCH.with(|b| match &*b.borrow() {
         None => json(status, &answer),
         Some(batch) => {
-            let mut all = batch.answered.clone();
-            all.push(answer);
-            all.extend(batch.later.iter().map(|id| {
+            let mut all = String::with_capacity(batch.answered.len() + 256);
+            all.push('[');
+            all.push_str(&batch.answered);
+            for a in std::iter::once(answer).chain(batch.later.iter().map(|id| {
                 rpc_error(
                     id.clone(),
                     -32603,
                     "not run: an earlier message of this batch exceeded the request's limits",
                 )
-            }));
-            json(200, &Value::Array(all))
+            })) {
+                if all.len() > 1 {
+                    all.push(',');
+                }
+                all.push_str(&a.to_string());
+            }
+            all.push(']');
+            raw(all, "application/json")
         }
     })
 }
@@ -957,7 +986,12 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
             ),
         ));
     }
-    let mut answers = Vec::new();
+    BATCH.with(|b| {
+        *b.borrow_mut() = Some(Batch {
+            answered: String::new(),
+            later: Vec::new(),
+        })
+    });
     for (i, m) in batch.iter().enumerate() {
         // Should this message fault, the batch is still answered whole.
         let later = batch[i + 1..]
@@ -966,10 +1000,9 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
             .filter_map(|m| m.get("id").filter(|v| is_request_id(v)).cloned())
             .collect();
         BATCH.with(|b| {
-            *b.borrow_mut() = Some(Batch {
-                answered: answers.clone(),
-                later,
-            })
+            if let Some(batch) = b.borrow_mut().as_mut() {
+                batch.later = later;
+            }
         });
         answer_faults_with_id(m.get("id").filter(|v| is_request_id(v)).cloned());
         let answer = if !m.is_object() {
@@ -985,13 +1018,25 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
         } else {
             message(m, req, version)?.1
         };
-        answers.extend(answer);
+        if let Some(answer) = answer {
+            BATCH.with(|b| {
+                if let Some(batch) = b.borrow_mut().as_mut() {
+                    if !batch.answered.is_empty() {
+                        batch.answered.push(',');
+                    }
+                    batch.answered.push_str(&answer.to_string());
+                }
+            });
+        }
     }
-    BATCH.with(|b| b.borrow_mut().take());
-    Ok(if answers.is_empty() {
+    let answered = BATCH
+        .with(|b| b.borrow_mut().take())
+        .map(|b| b.answered)
+        .unwrap_or_default();
+    Ok(if answered.is_empty() {
         accepted()
     } else {
-        json(200, &Value::Array(answers))
+        raw(format!("[{answered}]"), "application/json")
     })
 }
 

@@ -226,6 +226,15 @@ fn of_type(v: &Value, ty: &str) -> bool {
     }
 }
 
+/// JSON Schema's equality: numbers by value (`1.0` is `1`), the rest as
+/// JSON.
+fn same(a: &Value, b: &Value) -> bool {
+    match (a.as_f64(), b.as_f64()) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
+    }
+}
+
 /// Validate arguments against a tool's input schema (400 with details):
 /// each property's `type`, `enum`, `const`, `minimum`/`maximum` and their
 /// exclusive forms, `multipleOf`, `minLength`/`maxLength` (in characters),
@@ -256,12 +265,12 @@ pub fn check_arguments(schema: &Value, args: &Value) -> Result<(), ApiError> {
             continue;
         }
         if let Some(allowed) = prop["enum"].as_array()
-            && !allowed.contains(v)
+            && !allowed.iter().any(|a| same(a, v))
         {
             problem(name, format!("must be one of {}", prop["enum"]));
         }
         if let Some(c) = prop.get("const")
-            && c != v
+            && !same(c, v)
         {
             problem(name, format!("must be {c}"));
         }
@@ -376,7 +385,13 @@ mod tests {
         let e = json!({"type": "string", "enum": ["walnut", "oak"]});
         assert!(!fails(e.clone(), json!("oak")) && fails(e, json!("pine")));
         let c = json!({"type": "integer", "const": 3});
-        assert!(!fails(c.clone(), json!(3)) && fails(c, json!(4)));
+        assert!(!fails(c.clone(), json!(3)) && fails(c.clone(), json!(4)));
+        // A whole float is that integer.
+        assert!(!fails(c, json!(3.0)));
+        assert!(!fails(
+            json!({"type": "integer", "enum": [1, 2]}),
+            json!(2.0)
+        ));
         let x = json!({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 10});
         assert!(!fails(x.clone(), json!(5)));
         assert!(fails(x.clone(), json!(0)) && fails(x, json!(10)));

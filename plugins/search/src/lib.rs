@@ -13,12 +13,16 @@
 //! (with a `post_type` filter, that many that match), each later one twice
 //! as many. A post found in some lists gets its other terms' parts from
 //! its `ix/doc` record, so every post found carries its whole score, and
-//! a post not read in any list scores at most the sum of the lists' last
-//! impacts: once the `limit`-th best reaches that sum, the page is the true
-//! top `limit` and reading stops. Scores use the current statistics; the
-//! order within a list is the impact when the post was indexed, so the
-//! page is exact up to the drift of the average length since then. At
-//! most [`READ_BUDGET`] postings are read per query. `total` is exact for
+//! a post not read in any list scores at most the sum of the score parts
+//! of the lists' last postings read: once the `limit`-th best reaches that
+//! sum, the page is the true top `limit` and reading stops. Scores use the
+//! current statistics; the order within a list is the impact when the post
+//! was indexed, so the page is exact up to the drift of the average length
+//! since then (the bound is the last posting's current score, on the same
+//! scale as the page's, so posts of equal impact stop a query as soon as
+//! the page is full whatever the drift). The work is bounded: at most
+//! [`READ_BUDGET`] postings per query, and lookups as [`complete`] says;
+//! past them the page is the best of what was read. `total` is exact for
 //! one term without a filter (its document frequency) and when every list
 //! was read to its end; otherwise it is at least the posts found.
 
@@ -41,11 +45,21 @@ const K1: f64 = 1.2;
 const B: f64 = 0.75;
 /// Postings read per query term at most (keeps a query's cost bounded).
 const MAX_POSTINGS: usize = 5_000;
-/// Postings read over all the query's terms at most: past it the page is
-/// the best of what was read (see [`search`]).
-const READ_BUDGET: usize = 8_000;
+/// Postings read over all the query's terms at most (filtered out or not):
+/// past it the page is the best of what was read (see [`search`]).
+const READ_BUDGET: usize = 4_000;
 /// Postings a round reads per list at most (rounds double from the first).
 const MAX_ROUND: usize = 1_000;
+/// `ix/doc` records looked up per query at most (see [`complete`])...
+const LOOKUPS: usize = 256;
+/// ...and their bytes at most.
+const LOOKUP_BYTES: usize = 2 << 20;
+/// A post is looked up only up to this weighted length: its record has at
+/// most one key per unit of it, so no record read is large (a post's author
+/// chooses its size).
+const LOOKUP_MAX_LEN: u64 = 1_024;
+/// Records read per storage call.
+const LOOKUP_CHUNK: usize = 16;
 /// Postings read per storage call when filtering by type.
 const PAGE: u32 = 200;
 /// Query terms used at most.
@@ -94,20 +108,21 @@ struct List {
     /// Stopped at [`MAX_POSTINGS`] (so `total` cannot be counted).
     capped: bool,
     read: usize,
-    /// The stored impact of the last posting read: what every posting
-    /// after it has at most (the list is in impact order).
-    last_impact: f64,
+    /// The score part of the last posting read: what every posting after
+    /// it has at most, the list being in impact order (impacts as of
+    /// indexing; see the module doc).
+    last_part: f64,
 }
 
 impl List {
     /// What this list can add to the score of a post it was not seen in:
     /// nothing once read to its end (the post lacks the term), else at
-    /// most its last impact.
+    /// most the part of the last posting read.
     fn bound(&self) -> f64 {
         if self.done && !self.capped {
             0.0
         } else {
-            self.idf * self.last_impact
+            self.last_part
         }
     }
 }
@@ -120,11 +135,20 @@ struct Candidate {
     seen: u32,
     /// Its other lists' parts were looked up (see [`complete`]).
     looked_up: bool,
+    /// Its weighted length (from a posting's value).
+    len: u64,
 }
 
-/// BM25's term part of a posting whose value is `"{tf} {len} {type}"`, and
-/// its type.
-fn part(value: &[u8], idf: f64, avgdl: f64) -> (f64, &str) {
+/// A posting whose value is `"{tf} {len} {type}"`, read.
+struct Posting<'v> {
+    /// BM25's term part.
+    score: f64,
+    /// The post's weighted length (0 when unreadable).
+    len: u64,
+    post_type: &'v str,
+}
+
+fn part(value: &[u8], idf: f64, avgdl: f64) -> Posting<'_> {
     let value = std::str::from_utf8(value).unwrap_or("");
     let mut parts = value.splitn(3, ' ');
     // Both are integers (weighted counts).
@@ -132,23 +156,13 @@ fn part(value: &[u8], idf: f64, avgdl: f64) -> (f64, &str) {
         .next()
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0) as f64;
-    let len = parts
-        .next()
-        .and_then(|v| v.parse::<u64>().ok())
-        .map_or(avgdl, |l| l as f64);
-    let score = idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / avgdl));
-    (score, parts.next().unwrap_or(""))
-}
-
-/// The impact a posting key's rank stores (8 hex digits of `u32::MAX -
-/// impact x 10^6` after the list's prefix).
-fn stored_impact(key: &[u8], prefix: usize) -> f64 {
-    let rank = key
-        .get(prefix..prefix + 8)
-        .and_then(|h| std::str::from_utf8(h).ok())
-        .and_then(|h| u32::from_str_radix(h, 16).ok())
-        .unwrap_or(u32::MAX);
-    f64::from(u32::MAX - rank) / 1e6
+    let len = parts.next().and_then(|v| v.parse::<u64>().ok());
+    let l = len.map_or(avgdl, |l| l as f64);
+    Posting {
+        score: idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * l / avgdl)),
+        len: len.unwrap_or(0),
+        post_type: parts.next().unwrap_or(""),
+    }
 }
 
 /// Run a search; the result document of GET /api/search (JSON text).
@@ -158,8 +172,8 @@ fn stored_impact(key: &[u8], prefix: usize) -> f64 {
 /// filter, that many that match), and a post found in some lists gets the
 /// parts of its other lists from its `ix/doc` record, so every post found
 /// has its whole score. A post in no list's read part scores at most the
-/// sum of the lists' last impacts; once the `limit`-th best score reaches
-/// that sum, no post unread can enter the page.
+/// sum of the parts of the lists' last postings read; once the `limit`-th
+/// best score reaches that sum, no post unread can enter the page.
 fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, ApiError> {
     let mut query: Vec<String> = tokens(term);
     query.sort();
@@ -199,26 +213,31 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
                 done: false,
                 capped: false,
                 read: 0,
-                last_impact: f64::INFINITY,
+                last_part: f64::INFINITY,
             }
         })
         .collect();
     let mut round = (limit * 2).max(40);
     // By flipped post id (it sorts newest first).
     let mut found: std::collections::BTreeMap<Vec<u8>, Candidate> = Default::default();
+    let mut lookups = Lookups::default();
+    let mut budget = READ_BUDGET;
     loop {
+        let active = lists.iter().filter(|l| !l.done).count().max(1);
+        // The budget left, shared by the lists still read.
+        let share = (budget / active).max(1);
         for (bit, list) in lists.iter_mut().enumerate() {
             if !list.done {
-                read_round(list, 1 << bit, round, post_type, avgdl, &mut found)?;
+                let before = list.read;
+                read_round(list, 1 << bit, round, share, post_type, avgdl, &mut found)?;
+                budget = budget.saturating_sub(list.read - before);
             }
         }
         if lists.len() > 1 {
-            complete(&lists, &mut found, avgdl, limit)?;
+            complete(&lists, &mut found, avgdl, limit, &mut lookups)?;
         }
         let unread: f64 = lists.iter().map(List::bound).sum();
-        let read: usize = lists.iter().map(|l| l.read).sum();
-        if lists.iter().all(|l| l.done) || kth_best(&found, limit) >= unread || read >= READ_BUDGET
-        {
+        if lists.iter().all(|l| l.done) || kth_best(&found, limit) >= unread || budget == 0 {
             break;
         }
         round = (round * 2).min(MAX_ROUND);
@@ -260,17 +279,22 @@ fn read_round(
     list: &mut List,
     bit: u32,
     want: usize,
+    share: usize,
     post_type: Option<&str>,
     avgdl: f64,
     found: &mut std::collections::BTreeMap<Vec<u8>, Candidate>,
 ) -> Result<(), ApiError> {
     let mut matched = 0;
-    let page = if post_type.is_some() {
-        PAGE
-    } else {
-        want as u32
-    };
+    // Read at most `share` postings this round, and MAX_POSTINGS in all.
+    let stop_at = (list.read + share).min(MAX_POSTINGS);
     loop {
+        let page = if post_type.is_some() {
+            PAGE as usize
+        } else {
+            want
+        }
+        .min(stop_at.saturating_sub(list.read))
+        .max(1) as u32;
         let postings = kv::scan_packed(
             Some("timeline"),
             &list.next,
@@ -283,24 +307,25 @@ fn read_round(
         for (key, value) in postings.entries() {
             entries += 1;
             last_key = key;
-            list.last_impact = stored_impact(key, list.prefix.len());
-            let (score, ptype) = part(value, list.idf, avgdl);
-            if post_type.is_some_and(|want| want != ptype) {
+            let posting = part(value, list.idf, avgdl);
+            list.last_part = posting.score;
+            if post_type.is_some_and(|want| want != posting.post_type) {
                 continue;
             }
             matched += 1;
             // Key: prefix, 8 hex digits of rank, the flipped post id.
             let id = key.get(list.prefix.len() + 8..).unwrap_or_default();
             let c = found.entry(id.to_vec()).or_default();
+            c.len = posting.len;
             if c.seen & bit == 0 {
-                c.score += score;
+                c.score += posting.score;
                 c.seen |= bit;
             }
         }
         list.read += entries;
         if entries < page as usize {
             list.done = true;
-            list.last_impact = 0.0;
+            list.last_part = 0.0;
             return Ok(());
         }
         // Continue just after the last key read.
@@ -310,22 +335,34 @@ fn read_round(
             (list.done, list.capped) = (true, true);
             return Ok(());
         }
-        if matched >= want {
+        if matched >= want || list.read >= stop_at {
             return Ok(());
         }
     }
 }
 
+/// What a query's [`complete`] calls have read.
+#[derive(Default)]
+struct Lookups {
+    records: usize,
+    bytes: usize,
+}
+
 /// Give a post found in some lists but not all the parts of its other
 /// lists, read through its `ix/doc` record (the posting keys the timeline
-/// family wrote for it; posts indexed before that record existed keep the
-/// parts found): each post that could still enter the page (what it has
-/// plus what its other lists could add reaches the `limit`-th best found).
+/// family wrote for it): each post that could still enter the page (what
+/// it has plus what its other lists could add reaches the `limit`-th best
+/// found), best first. Bounded, since a stranger can write posts that
+/// would be looked up: at most [`LOOKUPS`] records and [`LOOKUP_BYTES`] per
+/// query, and only of posts up to [`LOOKUP_MAX_LEN`]; a post not looked up
+/// (a longer one, one past those bounds, one indexed before its record
+/// existed) keeps the parts found.
 fn complete(
     lists: &[List],
     found: &mut std::collections::BTreeMap<Vec<u8>, Candidate>,
     avgdl: f64,
     limit: usize,
+    lookups: &mut Lookups,
 ) -> Result<(), ApiError> {
     let all = (1u32 << lists.len()) - 1;
     let kth = kth_best(found, limit);
@@ -337,14 +374,24 @@ fn complete(
             .map(|(_, list)| list.bound())
             .sum()
     };
-    let ids: Vec<Vec<u8>> = found
-        .iter()
-        .filter(|(_, c)| !c.looked_up && c.seen != all && c.score + could_add(c.seen) >= kth)
-        .map(|(id, _)| id.clone())
+    // (best it could score, id) of each post to look up, best first.
+    let mut wanted: Vec<(f64, Vec<u8>)> = found
+        .iter_mut()
+        .filter(|(_, c)| !c.looked_up && c.seen != all)
+        .filter_map(|(id, c)| {
+            let best = c.score + could_add(c.seen);
+            if best < kth {
+                return None;
+            }
+            if c.len > LOOKUP_MAX_LEN {
+                c.looked_up = true;
+                return None;
+            }
+            Some((best, id.clone()))
+        })
         .collect();
-    if ids.is_empty() {
-        return Ok(());
-    }
+    wanted.sort_unstable_by(|a, b| b.0.total_cmp(&a.0));
+    wanted.truncate(LOOKUPS.saturating_sub(lookups.records));
     // A posting key as the record's JSON writes it, up to its rank: the
     // quote, `ix/i/{term}` and the `\u0000` after the term.
     let needles: Vec<Vec<u8>> = lists
@@ -357,21 +404,28 @@ fn complete(
         .collect();
     let finders: Vec<memchr::memmem::Finder> =
         needles.iter().map(memchr::memmem::Finder::new).collect();
-    let doc_keys: Vec<String> = ids
-        .iter()
-        .map(|id| format!("ix/doc/{}", flip_ulid_bytes(id)))
-        .collect();
     // (candidate, list) of each part to read, and its posting key.
-    let mut wanted: Vec<(usize, usize)> = Vec::new();
+    let mut parts: Vec<(usize, usize)> = Vec::new();
     let mut posting_keys: Vec<String> = Vec::new();
-    for (chunk_at, chunk) in doc_keys.chunks(kv::MAX_GET_MANY).enumerate() {
-        let packed = kv::get_many_packed(Some("timeline"), chunk)?;
+    for (chunk_at, chunk) in wanted.chunks(LOOKUP_CHUNK).enumerate() {
+        if lookups.bytes >= LOOKUP_BYTES {
+            break;
+        }
+        let doc_keys: Vec<String> = chunk
+            .iter()
+            .map(|(_, id)| format!("ix/doc/{}", flip_ulid_bytes(id)))
+            .collect();
+        let packed = kv::get_many_packed(Some("timeline"), &doc_keys)?;
         for (j, doc) in packed.values().enumerate() {
-            let at = chunk_at * kv::MAX_GET_MANY + j;
+            let at = chunk_at * LOOKUP_CHUNK + j;
+            let id = &wanted[at].1;
+            lookups.records += 1;
+            let Some(c) = found.get_mut(id) else { continue };
+            c.looked_up = true;
             let Some(doc) = doc else { continue };
-            let seen = found[&ids[at]].seen;
+            lookups.bytes += doc.len();
             for (l, list) in lists.iter().enumerate() {
-                if seen & (1 << l) != 0 {
+                if c.seen & (1 << l) != 0 {
                     continue;
                 }
                 let Some(rank) = finders[l]
@@ -381,30 +435,26 @@ fn complete(
                 else {
                     continue;
                 };
-                wanted.push((at, l));
+                parts.push((at, l));
                 posting_keys.push(format!(
                     "{}{rank}{}",
                     list.prefix,
-                    String::from_utf8_lossy(&ids[at])
+                    String::from_utf8_lossy(id)
                 ));
             }
         }
     }
-    for id in &ids {
-        if let Some(c) = found.get_mut(id) {
-            c.looked_up = true;
-        }
-    }
+    // Postings are small (`"{tf} {len} {type}"`).
     for (chunk_at, chunk) in posting_keys.chunks(kv::MAX_GET_MANY).enumerate() {
         let packed = kv::get_many_packed(Some("timeline"), chunk)?;
         for (j, value) in packed.values().enumerate() {
-            let (at, l) = wanted[chunk_at * kv::MAX_GET_MANY + j];
+            let (at, l) = parts[chunk_at * kv::MAX_GET_MANY + j];
             let Some(value) = value else { continue };
-            let (score, _) = part(value, lists[l].idf, avgdl);
-            if let Some(c) = found.get_mut(&ids[at])
+            let posting = part(value, lists[l].idf, avgdl);
+            if let Some(c) = found.get_mut(&wanted[at].1)
                 && c.seen & (1 << l) == 0
             {
-                c.score += score;
+                c.score += posting.score;
                 c.seen |= 1 << l;
             }
         }
@@ -429,16 +479,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_posting_key_gives_back_its_impact_and_a_value_its_part() {
-        // As the timeline family writes them: `u32::MAX - impact x 10^6`.
-        let prefix = "ix/i/walnut\0";
-        let key = format!("{prefix}{:08x}FLIPPEDID", u32::MAX - 1_234_567);
-        assert!((stored_impact(key.as_bytes(), prefix.len()) - 1.234567).abs() < 1e-9);
-        assert_eq!(stored_impact(b"ix/i/x\0zz", 7), 0.0);
+    fn a_posting_value_gives_its_part_and_type() {
         // tf 3 in a post of the average length: idf x 3 x 2.2 / (3 + 1.2).
-        let (score, ptype) = part(b"3 30 offer", 2.0, 30.0);
-        assert!((score - 2.0 * 3.0 * 2.2 / 4.2).abs() < 1e-12);
-        assert_eq!(ptype, "offer");
+        let p = part(b"3 30 offer", 2.0, 30.0);
+        assert!((p.score - 2.0 * 3.0 * 2.2 / 4.2).abs() < 1e-12);
+        assert_eq!((p.len, p.post_type), (30, "offer"));
+        assert_eq!(part(b"junk", 1.0, 30.0).len, 0);
     }
 
     #[test]

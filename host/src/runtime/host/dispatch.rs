@@ -5,6 +5,7 @@
 //! most [`MAX_DISPATCH_DEPTH`] deep.
 
 use super::{Ctx, off_the_worker};
+use crate::capabilities::Capability;
 use crate::reply::Reply;
 use crate::runtime::Runtime;
 use crate::runtime::bindings::endpoint::marketplace::plugin::{dispatch, types};
@@ -136,6 +137,12 @@ impl Ctx {
                     req.route = route.pattern.clone();
                     req.path = path;
                     req.params = params;
+                    // Credentials reach a family only by its own grant,
+                    // whoever passes them on.
+                    if !rt.granted(f, Capability::Credentials) {
+                        req.headers
+                            .retain(|(name, _)| !crate::capabilities::is_credential(name));
+                    }
                     Ok(Target::Family(rt, f.clone(), req, route.writes))
                 }
                 Handler::Host(name) => Ok(Target::Host(rt, name, req.body)),
