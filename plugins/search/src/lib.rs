@@ -21,7 +21,8 @@
 //! since then (the bound is the last posting's current score, on the same
 //! scale as the page's, so posts of equal impact stop a query as soon as
 //! the page is full whatever the drift). The work is bounded: at most
-//! [`READ_BUDGET`] postings per query, and lookups as [`complete`] says;
+//! [`MAX_POSTINGS`] postings for one word or with a filter, else
+//! [`EXACT_BUDGET`], and lookups as [`complete`] says;
 //! past them the page is the best of what was read. `total` is exact for
 //! one term without a filter (its document frequency) and when every list
 //! was read to its end; otherwise it is at least the posts found.
@@ -43,17 +44,19 @@ struct Stats {
 
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
-/// Postings read per query term at most (keeps a query's cost bounded).
+/// Postings a query reads per word at most, and in all for one word or
+/// with a `post_type` filter (keeps a query's cost bounded).
 const MAX_POSTINGS: usize = 5_000;
-/// Postings read over all the query's terms at most (filtered out or not):
-/// past it the page is the best of what was read (see [`search`]).
-const READ_BUDGET: usize = 4_000;
+/// Postings a query of several words without a filter reads at most over
+/// all its words (filtered out or not): past it the page is the best of
+/// what was read (see [`search`]).
+const EXACT_BUDGET: usize = 1_200;
 /// Postings a round reads per list at most (rounds double from the first).
 const MAX_ROUND: usize = 1_000;
 /// `ix/doc` records looked up per query at most (see [`complete`])...
-const LOOKUPS: usize = 256;
+const LOOKUPS: usize = 96;
 /// ...and their bytes at most.
-const LOOKUP_BYTES: usize = 2 << 20;
+const LOOKUP_BYTES: usize = 512 << 10;
 /// A post is looked up only up to this weighted length: its record has at
 /// most one key per unit of it, so no record read is large (a post's author
 /// chooses its size).
@@ -130,6 +133,9 @@ impl List {
 /// A post found in at least one list.
 #[derive(Default)]
 struct Candidate {
+    /// Where its flipped id is in [`Found::ids`], and its length.
+    at: usize,
+    id_len: usize,
     score: f64,
     /// The lists whose part is in `score` (bit per query term).
     seen: u32,
@@ -137,6 +143,64 @@ struct Candidate {
     looked_up: bool,
     /// Its weighted length (from a posting's value).
     len: u64,
+}
+
+/// The posts found by several lists: each once, its id in one buffer, found
+/// by a hash of its id (no allocation per post; an ordered map's byte
+/// comparisons were a third of a two-word query).
+#[derive(Default)]
+struct Found {
+    ids: Vec<u8>,
+    all: Vec<Candidate>,
+    /// FNV-1a of an id -> its index in `all` (a collision probes on).
+    index: std::collections::HashMap<u64, usize, std::hash::BuildHasherDefault<Hashed>>,
+}
+
+/// A hasher for keys that are hashes already.
+#[derive(Default)]
+struct Hashed(u64);
+
+impl std::hash::Hasher for Hashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+impl Found {
+    fn id(&self, c: &Candidate) -> &[u8] {
+        &self.ids[c.at..c.at + c.id_len]
+    }
+
+    /// The candidate of `id`, made when new.
+    fn entry(&mut self, id: &[u8]) -> &mut Candidate {
+        let mut h = id.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        loop {
+            match self.index.get(&h) {
+                Some(&i) if self.id(&self.all[i]) == id => return &mut self.all[i],
+                Some(_) => h = h.wrapping_add(1),
+                None => break,
+            }
+        }
+        let i = self.all.len();
+        self.index.insert(h, i);
+        self.all.push(Candidate {
+            at: self.ids.len(),
+            id_len: id.len(),
+            ..Default::default()
+        });
+        self.ids.extend_from_slice(id);
+        &mut self.all[i]
+    }
 }
 
 /// A posting whose value is `"{tf} {len} {type}"`, read.
@@ -217,43 +281,37 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
             }
         })
         .collect();
-    let mut round = (limit * 2).max(40);
-    // By flipped post id (it sorts newest first).
-    let mut found: std::collections::BTreeMap<Vec<u8>, Candidate> = Default::default();
-    let mut lookups = Lookups::default();
-    let mut budget = READ_BUDGET;
-    loop {
-        let active = lists.iter().filter(|l| !l.done).count().max(1);
-        // The budget left, shared by the lists still read.
-        let share = (budget / active).max(1);
-        for (bit, list) in lists.iter_mut().enumerate() {
-            if !list.done {
-                let before = list.read;
-                read_round(list, 1 << bit, round, share, post_type, avgdl, &mut found)?;
-                budget = budget.saturating_sub(list.read - before);
-            }
-        }
-        if lists.len() > 1 {
-            complete(&lists, &mut found, avgdl, limit, &mut lookups)?;
-        }
-        let unread: f64 = lists.iter().map(List::bound).sum();
-        if lists.iter().all(|l| l.done) || kth_best(&found, limit) >= unread || budget == 0 {
-            break;
-        }
-        round = (round * 2).min(MAX_ROUND);
-    }
+    // With one word (or a filter: the old per-word reach) a query may read
+    // MAX_POSTINGS; several words without one share EXACT_BUDGET.
+    let budget = if lists.len() <= 1 || post_type.is_some() {
+        MAX_POSTINGS
+    } else {
+        EXACT_BUDGET
+    };
+    let first = (limit * 2).max(40);
+    let (ranked, exhausted) = if lists.len() <= 1 {
+        one_list(lists.first_mut(), first, budget, limit, post_type, avgdl)?
+    } else {
+        many_lists(&mut lists, first, budget, limit, post_type, avgdl)?
+    };
     let total = match (query.len(), post_type) {
         (1, None) => dfs[0],
-        _ if lists.iter().all(|l| !l.capped && l.done) => found.len() as u64,
-        (_, None) => (found.len() as u64).max(dfs.iter().copied().max().unwrap_or(0)),
-        _ => found.len() as u64,
+        _ if exhausted => ranked.found as u64,
+        (_, None) => (ranked.found as u64).max(dfs.iter().copied().max().unwrap_or(0)),
+        _ => ranked.found as u64,
     };
-    let mut ranked: Vec<(Vec<u8>, f64)> = found.into_iter().map(|(id, c)| (id, c.score)).collect();
+    let Ranked {
+        ids: id_bytes,
+        mut best,
+        ..
+    } = ranked;
+    let id = |s: &(usize, usize, f64)| &id_bytes[s.0..s.0 + s.1];
     // Best score first; newer post (smaller flipped id) first among equals.
     // (Ids are unique, so an unstable sort gives the same order.)
-    ranked.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then_with(|| cmp_bytes(&a.0, &b.0)));
-    ranked.truncate(limit);
-    let ids: Vec<String> = ranked.iter().map(|(id, _)| flip_ulid_bytes(id)).collect();
+    best.sort_unstable_by(|a, b| b.2.total_cmp(&a.2).then_with(|| cmp_bytes(id(a), id(b))));
+    best.truncate(limit);
+    let ranked: Vec<f64> = best.iter().map(|s| s.2).collect();
+    let ids: Vec<String> = best.iter().map(|s| flip_ulid_bytes(id(s))).collect();
     // The page is written as text: each stored post extended in place with
     // its rendered members and its score.
     let mut out = String::with_capacity(1024 * (ids.len() + 1));
@@ -263,7 +321,7 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
     marketplace_guest::posts::render_many_into(
         &ids,
         |i, members| {
-            let score = (ranked[i].1 * 10_000.0).round() / 10_000.0;
+            let score = (ranked[i] * 10_000.0).round() / 10_000.0;
             members.push_str(r#""score":"#);
             members.push_str(&json_text(&score));
         },
@@ -273,16 +331,116 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
     Ok(out)
 }
 
-/// Read a round of `list` (its bit in a candidate's `seen` is `bit`):
-/// `want` postings, or with a `post_type` filter `want` that match.
+/// The posts found: their flipped ids in one buffer, each as (where its
+/// id is, its length, its score), and how many were found.
+struct Ranked {
+    ids: Vec<u8>,
+    best: Vec<(usize, usize, f64)>,
+    found: usize,
+}
+
+/// One word's list (or none): read in rounds until the `limit`-th best
+/// reaches the part of the last posting read (one round, but after a
+/// drift), no map of candidates needed (a list names a post once).
+/// Whether the list was read to its end.
+fn one_list(
+    list: Option<&mut List>,
+    first: usize,
+    budget: usize,
+    limit: usize,
+    post_type: Option<&str>,
+    avgdl: f64,
+) -> Result<(Ranked, bool), ApiError> {
+    let mut ranked = Ranked {
+        ids: Vec::with_capacity(first * 32),
+        best: Vec::with_capacity(first),
+        found: 0,
+    };
+    let Some(list) = list else {
+        return Ok((ranked, true));
+    };
+    let mut round = first;
+    loop {
+        let share = budget.saturating_sub(list.read).max(1);
+        read_round(list, round, share, post_type, avgdl, &mut |id, p| {
+            ranked.best.push((ranked.ids.len(), id.len(), p.score));
+            ranked.ids.extend_from_slice(id);
+        })?;
+        // The `limit`-th best reaches the bound: `limit` of them do.
+        let bound = list.bound();
+        if list.done
+            || list.read >= budget
+            || ranked.best.iter().filter(|s| s.2 >= bound).count() >= limit
+        {
+            break;
+        }
+        round = (round * 2).min(MAX_ROUND);
+    }
+    ranked.found = ranked.best.len();
+    Ok((ranked, list.done && !list.capped))
+}
+
+/// Several words' lists: the threshold algorithm (see [`search`]).
+/// Whether every list was read to its end.
+fn many_lists(
+    lists: &mut [List],
+    first: usize,
+    mut budget: usize,
+    limit: usize,
+    post_type: Option<&str>,
+    avgdl: f64,
+) -> Result<(Ranked, bool), ApiError> {
+    let mut found = Found::default();
+    let mut lookups = Lookups::default();
+    let mut round = first;
+    loop {
+        let active = lists.iter().filter(|l| !l.done).count().max(1);
+        // The budget left, shared by the lists still read.
+        let share = (budget / active).max(1);
+        for (bit, list) in lists.iter_mut().enumerate() {
+            if list.done {
+                continue;
+            }
+            let before = list.read;
+            read_round(list, round, share, post_type, avgdl, &mut |id, p| {
+                let c = found.entry(id);
+                c.len = p.len;
+                if c.seen & (1 << bit) == 0 {
+                    c.score += p.score;
+                    c.seen |= 1 << bit;
+                }
+            })?;
+            budget = budget.saturating_sub(list.read - before);
+        }
+        complete(lists, &mut found, avgdl, limit, &mut lookups)?;
+        let unread: f64 = lists.iter().map(List::bound).sum();
+        if lists.iter().all(|l| l.done) || kth_best(&found, limit) >= unread || budget == 0 {
+            break;
+        }
+        round = (round * 2).min(MAX_ROUND);
+    }
+    let ranked = Ranked {
+        best: found
+            .all
+            .iter()
+            .map(|c| (c.at, c.id_len, c.score))
+            .collect(),
+        found: found.all.len(),
+        ids: found.ids,
+    };
+    Ok((ranked, lists.iter().all(|l| l.done && !l.capped)))
+}
+
+/// Read a round of `list`: `want` postings, or with a `post_type` filter
+/// `want` that match (at most `share` read), each given to `found` with
+/// its post's flipped id.
 fn read_round(
     list: &mut List,
-    bit: u32,
     want: usize,
     share: usize,
     post_type: Option<&str>,
     avgdl: f64,
-    found: &mut std::collections::BTreeMap<Vec<u8>, Candidate>,
+    found: &mut dyn FnMut(&[u8], &Posting),
 ) -> Result<(), ApiError> {
     let mut matched = 0;
     // Read at most `share` postings this round, and MAX_POSTINGS in all.
@@ -314,13 +472,10 @@ fn read_round(
             }
             matched += 1;
             // Key: prefix, 8 hex digits of rank, the flipped post id.
-            let id = key.get(list.prefix.len() + 8..).unwrap_or_default();
-            let c = found.entry(id.to_vec()).or_default();
-            c.len = posting.len;
-            if c.seen & bit == 0 {
-                c.score += posting.score;
-                c.seen |= bit;
-            }
+            found(
+                key.get(list.prefix.len() + 8..).unwrap_or_default(),
+                &posting,
+            );
         }
         list.read += entries;
         if entries < page as usize {
@@ -359,7 +514,7 @@ struct Lookups {
 /// existed) keeps the parts found.
 fn complete(
     lists: &[List],
-    found: &mut std::collections::BTreeMap<Vec<u8>, Candidate>,
+    found: &mut Found,
     avgdl: f64,
     limit: usize,
     lookups: &mut Lookups,
@@ -374,11 +529,13 @@ fn complete(
             .map(|(_, list)| list.bound())
             .sum()
     };
-    // (best it could score, id) of each post to look up, best first.
-    let mut wanted: Vec<(f64, Vec<u8>)> = found
+    // (best it could score, candidate) of each post to look up, best first.
+    let mut wanted: Vec<(f64, usize)> = found
+        .all
         .iter_mut()
+        .enumerate()
         .filter(|(_, c)| !c.looked_up && c.seen != all)
-        .filter_map(|(id, c)| {
+        .filter_map(|(i, c)| {
             let best = c.score + could_add(c.seen);
             if best < kth {
                 return None;
@@ -387,7 +544,7 @@ fn complete(
                 c.looked_up = true;
                 return None;
             }
-            Some((best, id.clone()))
+            Some((best, i))
         })
         .collect();
     wanted.sort_unstable_by(|a, b| b.0.total_cmp(&a.0));
@@ -413,19 +570,20 @@ fn complete(
         }
         let doc_keys: Vec<String> = chunk
             .iter()
-            .map(|(_, id)| format!("ix/doc/{}", flip_ulid_bytes(id)))
+            .map(|&(_, i)| format!("ix/doc/{}", flip_ulid_bytes(found.id(&found.all[i]))))
             .collect();
         let packed = kv::get_many_packed(Some("timeline"), &doc_keys)?;
         for (j, doc) in packed.values().enumerate() {
             let at = chunk_at * LOOKUP_CHUNK + j;
-            let id = &wanted[at].1;
+            let c = &mut found.all[wanted[at].1];
             lookups.records += 1;
-            let Some(c) = found.get_mut(id) else { continue };
             c.looked_up = true;
+            let seen = c.seen;
             let Some(doc) = doc else { continue };
             lookups.bytes += doc.len();
+            let id = found.id(&found.all[wanted[at].1]);
             for (l, list) in lists.iter().enumerate() {
-                if c.seen & (1 << l) != 0 {
+                if seen & (1 << l) != 0 {
                     continue;
                 }
                 let Some(rank) = finders[l]
@@ -451,9 +609,8 @@ fn complete(
             let (at, l) = parts[chunk_at * kv::MAX_GET_MANY + j];
             let Some(value) = value else { continue };
             let posting = part(value, lists[l].idf, avgdl);
-            if let Some(c) = found.get_mut(&wanted[at].1)
-                && c.seen & (1 << l) == 0
-            {
+            let c = &mut found.all[wanted[at].1];
+            if c.seen & (1 << l) == 0 {
                 c.score += posting.score;
                 c.seen |= 1 << l;
             }
@@ -462,14 +619,19 @@ fn complete(
     Ok(())
 }
 
-/// The `k`-th best score found (minus infinity with fewer found).
-fn kth_best(found: &std::collections::BTreeMap<Vec<u8>, Candidate>, k: usize) -> f64 {
-    if found.len() < k {
+/// The `k`-th best of `scores` (minus infinity with fewer than `k`).
+fn kth(scores: impl Iterator<Item = f64>, k: usize) -> f64 {
+    let mut scores: Vec<f64> = scores.collect();
+    if scores.len() < k || k == 0 {
         return f64::NEG_INFINITY;
     }
-    let mut scores: Vec<f64> = found.values().map(|c| c.score).collect();
     let (_, kth, _) = scores.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
     *kth
+}
+
+/// The `k`-th best score found (minus infinity with fewer found).
+fn kth_best(found: &Found, k: usize) -> f64 {
+    kth(found.all.iter().map(|c| c.score), k)
 }
 
 marketplace_guest::endpoint_plugin!(Search);
@@ -489,17 +651,14 @@ mod tests {
 
     #[test]
     fn the_kth_best_needs_k_found() {
-        let mut found = std::collections::BTreeMap::new();
+        let mut found = Found::default();
         for (id, score) in [(b"a", 1.0), (b"b", 3.0), (b"c", 2.0)] {
-            found.insert(
-                id.to_vec(),
-                Candidate {
-                    score,
-                    ..Default::default()
-                },
-            );
+            found.entry(id).score += score;
         }
-        assert_eq!(kth_best(&found, 1), 3.0);
+        // The same id again is the same post.
+        found.entry(b"b").score += 1.0;
+        assert_eq!((found.all.len(), found.id(&found.all[1])), (3, &b"b"[..]));
+        assert_eq!(kth_best(&found, 1), 4.0);
         assert_eq!(kth_best(&found, 3), 1.0);
         assert_eq!(kth_best(&found, 4), f64::NEG_INFINITY);
     }
