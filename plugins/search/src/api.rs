@@ -18,7 +18,7 @@ pub const OPS: &[Op] = &[Op {
         "search",
         "search",
         "Search posts",
-        "BM25 ranking over content, keywords and markdown attachments (case-insensitive words; several words match any, a post's score sums its words' parts; equal scores newest first). The page is the top `limit` of that ranking (each word's postings are read best first until no post unread could enter it), within bounds on the work of one query: at most 4,000 postings read, and a post's other words looked up for at most 256 posts of up to 1,024 weighted words; past them the page is the best of what was read. `total` is exact for a one-word query without `post_type` and when every word's postings were read to the end; otherwise it is at least the posts found. `results` holds at most 4 MiB of stored posts (at least one): a page of very large posts may list fewer than `limit`.",
+        "BM25 ranking over content, keywords and markdown attachments (case-insensitive words; several words match any, a post's score sums its words' parts; equal scores newest first). The page is the top `limit` of that ranking (each word's postings are read best first until no post unread could enter it), within bounds on the work of one query: several words without `post_type` read at most 1,200 postings, one word or a filtered query 5,000 per word, and a post's other words are looked up for at most 96 posts of up to 1,024 weighted words; past them the page is the best of what was read. `total` is exact for a one-word query without `post_type` and when every word's postings were read to the end; otherwise it is at least the posts found. `results` holds at most 4 MiB of stored posts (at least one): a page of very large posts may list fewer than `limit`.",
     )
 }];
 
