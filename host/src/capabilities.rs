@@ -38,7 +38,7 @@ pub enum Capability {
 
 /// Request headers that reach only families granted
 /// [`Capability::Credentials`] (lower-case, as hyper names them).
-pub const CREDENTIAL_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie"];
+const CREDENTIAL_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie"];
 
 /// Whether a header named `name` (any case: a plugin names the headers of
 /// a request it dispatches) is one of [`CREDENTIAL_HEADERS`].

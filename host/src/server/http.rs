@@ -5,7 +5,7 @@
 
 use super::connections::{Held, Open};
 use crate::app::App;
-use crate::capabilities::{CREDENTIAL_HEADERS, Capability};
+use crate::capabilities::{Capability, is_credential};
 use crate::metrics::{RouteMetrics, metrics};
 use crate::money::payments::PaymentHeaders;
 use crate::reply::Reply;
@@ -765,9 +765,7 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
                 x402 = crate::money::x402::read_signature(&mut payment, value)
             }
             _ if PAYMENT_HEADERS.contains(&name) => {}
-            _ if CREDENTIAL_HEADERS.contains(&name) => {
-                credentials.push((name.to_string(), value.to_string()))
-            }
+            _ if is_credential(name) => credentials.push((name.to_string(), value.to_string())),
             _ => headers.push((name.to_string(), value.to_string())),
         }
     }
