@@ -180,7 +180,7 @@ pub fn signed_fields() -> [(&'static str, Value); 2] {
         ),
         (
             "timestamp",
-            json!({"type": "integer", "minimum": 0, "description": "unix seconds: fresh form, signs {message}:{timestamp}; more than 300 s from the server clock is 401 auth_expired"}),
+            json!({"type": "integer", "minimum": 0, "maximum": u64::MAX, "description": "unix seconds: fresh form, signs {message}:{timestamp}; more than 300 s from the server clock is 401 auth_expired"}),
         ),
     ]
 }
