@@ -26,6 +26,15 @@ const ALL_GRANTS: &[&str] = &[
     "credentials",
 ];
 
+/// `items` as a TOML array's members: `"a", "b"`.
+fn toml_list(items: &[&str]) -> String {
+    items
+        .iter()
+        .map(|g| format!("\"{g}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The routes of the template component.
 const TEMPLATE_ROUTES: &[&str] = &["GET /api/template/notes", "POST /api/template/notes"];
 
@@ -780,14 +789,7 @@ fn the_clients_credentials_reach_only_a_family_granted_them() {
     drop(s);
 
     // Granted `credentials`: they reach it; payment secrets never do.
-    let config = format!(
-        "[families.testing]\ngrants = [{}]\n",
-        ALL_GRANTS
-            .iter()
-            .map(|g| format!("\"{g}\""))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    let config = format!("[families.testing]\ngrants = [{}]\n", toml_list(ALL_GRANTS));
     let s = Server::with(common::Options {
         testing_routes: true,
         config: Some(config),
@@ -888,11 +890,7 @@ fn a_family_named_in_the_config_is_mounted_at_start() {
     let config = format!(
         "[families.notes]\ncomponent = \"template.wasm\"\n\n\
          [families.rogue]\ncomponent = \"testing.wasm\"\ngrants = [{}]\nread = [\"timeline\"]\n",
-        ALL_GRANTS
-            .iter()
-            .map(|g| format!("\"{g}\""))
-            .collect::<Vec<_>>()
-            .join(", ")
+        toml_list(ALL_GRANTS)
     );
     let s = Server::with(common::Options {
         config: Some(config),
@@ -1198,11 +1196,7 @@ fn the_watched_directory_uses_the_configured_grants() {
     // in the families directory later.
     let config = format!(
         "[families.rogue]\ncomponent = \"families/rogue.wasm\"\ngrants = [{}]\n",
-        ALL_GRANTS
-            .iter()
-            .map(|g| format!("\"{g}\""))
-            .collect::<Vec<_>>()
-            .join(", ")
+        toml_list(ALL_GRANTS)
     );
     let s = Server::with(common::Options {
         config: Some(config),

@@ -212,72 +212,6 @@ fn docs_limit(operation: &mut Value) {
 }
 
 /// The component schemas the operations reference (besides the host's).
-/// A macro's `input_schema` as `define` takes it (see `schema.rs`): only
-/// the keywords arguments are checked against, and annotations.
-fn input_schema() -> Value {
-    let annotations = || {
-        [
-            "title",
-            "description",
-            "default",
-            "examples",
-            "deprecated",
-            "readOnly",
-            "writeOnly",
-            "$comment",
-        ]
-        .into_iter()
-        .map(|k| (k.to_string(), json!({})))
-    };
-    let types = json!({"enum": ["string", "number", "integer", "boolean", "object", "array"]});
-    let count = json!({"type": "integer", "minimum": 0});
-    let number = json!({"type": "number"});
-    let mut item: serde_json::Map<String, Value> = annotations().collect();
-    item.insert("type".into(), types.clone());
-    let mut prop: serde_json::Map<String, Value> = annotations().collect();
-    for (k, v) in [
-        ("type", types),
-        ("enum", json!({"type": "array", "minItems": 1})),
-        ("const", json!({})),
-        ("minimum", number.clone()),
-        ("maximum", number.clone()),
-        ("exclusiveMinimum", number.clone()),
-        ("exclusiveMaximum", number),
-        (
-            "multipleOf",
-            json!({"type": "number", "exclusiveMinimum": 0}),
-        ),
-        ("minLength", count.clone()),
-        ("maxLength", count.clone()),
-        ("minItems", count.clone()),
-        ("maxItems", count),
-        (
-            "items",
-            json!({"type": "object", "properties": item, "required": ["type"], "additionalProperties": false}),
-        ),
-    ] {
-        prop.insert(k.into(), v);
-    }
-    let mut top: serde_json::Map<String, Value> = annotations().collect();
-    for (k, v) in [
-        ("type", json!({"const": "object"})),
-        (
-            "properties",
-            json!({"type": "object", "additionalProperties": {"type": "object", "properties": prop, "required": ["type"], "additionalProperties": false}}),
-        ),
-        (
-            "required",
-            json!({"type": "array", "items": {"type": "string"}}),
-        ),
-        ("additionalProperties", json!({"type": "boolean"})),
-        ("$schema", json!({"type": "string"})),
-    ] {
-        top.insert(k.into(), v);
-    }
-    json!({"type": "object", "properties": top, "required": ["type", "properties"], "additionalProperties": false,
-           "description": "JSON Schema of the macro's arguments, with only the keywords they are checked against (any other keyword is 400, naming it); at most 8 KiB as JSON"})
-}
-
 pub fn schemas() -> Value {
     json!({
         "McpDescription": obj(&[("name", t("string")), ("version", t("string")), ("tools", t("array")), ("macros", t("array")), ("jsonrpc", t("string"))], &["tools", "macros"]),
@@ -285,7 +219,7 @@ pub fn schemas() -> Value {
         "SearchResults": openapi::search_results(),
         "Post": openapi::post(),
         "MacroDefinition": obj(&[("name", pattern("^[a-z][a-z0-9_-]{0,63}$")), ("description", json!({"type": "string", "maxLength": 1000})), ("kind", json!({"const": "search"})), ("typescript", nonblank(16384)),
-            ("input_schema", input_schema()),
+            ("input_schema", crate::schema::openapi()),
             ("timestamp", json!({"type": ["integer", "null"], "minimum": 0, "maximum": u64::MAX})), ("owner_fingerprint", json!({"type": ["string", "null"]})), ("signature", json!({"type": ["string", "null"]}))], &["name", "kind", "typescript", "input_schema"]),
         "MacroEnvelope": obj(&[("macro", t("object"))], &["macro"]),
         "Execute": {"anyOf": [

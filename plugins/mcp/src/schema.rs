@@ -55,6 +55,59 @@ const SCHEMA_KEYWORDS: &[&str] = &[
     "$schema",
 ];
 
+/// The OpenAPI schema of a macro's `input_schema` as `define` takes it:
+/// the keywords above, each with the JSON type it must have, annotations,
+/// and nothing else (one list for both, so the document and the check
+/// cannot part).
+pub fn openapi() -> Value {
+    let types = json!({"enum": TYPES});
+    let count = json!({"type": "integer", "minimum": 0});
+    let annotated = |keywords: &mut dyn Iterator<Item = (&str, Value)>, required: &[&str]| {
+        let mut props: serde_json::Map<String, Value> = ANNOTATIONS
+            .iter()
+            .map(|k| (k.to_string(), json!({})))
+            .collect();
+        props.extend(keywords.map(|(k, v)| (k.to_string(), v)));
+        json!({"type": "object", "properties": props, "required": required, "additionalProperties": false})
+    };
+    let item = annotated(&mut std::iter::once(("type", types.clone())), &["type"]);
+    let property = annotated(
+        &mut PROPERTY_KEYWORDS.iter().map(|&k| {
+            let v = match k {
+                "type" => types.clone(),
+                "enum" => json!({"type": "array", "minItems": 1}),
+                "const" => json!({}),
+                "multipleOf" => json!({"type": "number", "exclusiveMinimum": 0}),
+                "minLength" | "maxLength" | "minItems" | "maxItems" => count.clone(),
+                "items" => item.clone(),
+                // The bounds.
+                _ => json!({"type": "number"}),
+            };
+            (k, v)
+        }),
+        &["type"],
+    );
+    let mut schema = annotated(
+        &mut SCHEMA_KEYWORDS.iter().map(|&k| {
+            let v = match k {
+                "type" => json!({"const": "object"}),
+                "properties" => json!({"type": "object", "additionalProperties": property}),
+                "required" => json!({"type": "array", "items": {"type": "string"}}),
+                "additionalProperties" => json!({"type": "boolean"}),
+                // `$schema`.
+                _ => json!({"type": "string"}),
+            };
+            (k, v)
+        }),
+        &["type", "properties"],
+    );
+    schema["description"] = json!(format!(
+        "JSON Schema of the macro's arguments, with only the keywords they are checked against (any other keyword is 400, naming it); at most {} KiB as JSON",
+        MAX_INPUT_SCHEMA / 1024
+    ));
+    schema
+}
+
 /// The members of an input schema that MCP's `Tool.inputSchema` types and
 /// this one does not fit, each with what it must be: `required` a list of
 /// names, `$schema` a URI string. A listing carries every macro's schema,
@@ -235,6 +288,23 @@ fn same(a: &Value, b: &Value) -> bool {
     }
 }
 
+/// What a count `n` (characters, items) breaks of the `min` and `max`
+/// keywords of `prop`: "must {verb} at least {min} {unit}" and the like.
+fn count_problems(
+    prop: &Value,
+    n: u64,
+    (min, max): (&str, &str),
+    verb: &str,
+    unit: &str,
+) -> impl Iterator<Item = String> {
+    let under = prop[min].as_u64().filter(|&m| n < m);
+    let over = prop[max].as_u64().filter(|&m| n > m);
+    (under
+        .map(|m| format!("must {verb} at least {m} {unit}"))
+        .into_iter())
+    .chain(over.map(|m| format!("must {verb} at most {m} {unit}")))
+}
+
 /// Validate arguments against a tool's input schema (400 with details):
 /// each property's `type`, `enum`, `const`, `minimum`/`maximum` and their
 /// exclusive forms, `multipleOf`, `minLength`/`maxLength` (in characters),
@@ -300,32 +370,14 @@ pub fn check_arguments(schema: &Value, args: &Value) -> Result<(), ApiError> {
         }
         if let Some(text) = v.as_str() {
             let chars = text.chars().count() as u64;
-            if prop["minLength"].as_u64().is_some_and(|m| chars < m) {
-                problem(
-                    name,
-                    format!("must be at least {} characters", prop["minLength"]),
-                );
-            }
-            if prop["maxLength"].as_u64().is_some_and(|m| chars > m) {
-                problem(
-                    name,
-                    format!("must be at most {} characters", prop["maxLength"]),
-                );
+            for p in count_problems(prop, chars, ("minLength", "maxLength"), "be", "characters") {
+                problem(name, p);
             }
         }
         if let Some(items) = v.as_array() {
             let n = items.len() as u64;
-            if prop["minItems"].as_u64().is_some_and(|m| n < m) {
-                problem(
-                    name,
-                    format!("must have at least {} items", prop["minItems"]),
-                );
-            }
-            if prop["maxItems"].as_u64().is_some_and(|m| n > m) {
-                problem(
-                    name,
-                    format!("must have at most {} items", prop["maxItems"]),
-                );
+            for p in count_problems(prop, n, ("minItems", "maxItems"), "have", "items") {
+                problem(name, p);
             }
             if let Some(item_type) = prop["items"]["type"].as_str()
                 && let Some(i) = items.iter().position(|x| !of_type(x, item_type))
