@@ -895,6 +895,36 @@ fn the_arbiter_signs_what_it_issues() {
     let message = format!("arbiter_issue:{}", common::hex(&h.finalize()));
     let sig = Signature::from_bytes(&unhex(&text("arbiter_signature")).try_into().unwrap());
     assert!(key.verify_strict(message.as_bytes(), &sig).is_ok());
+    // Terms given as an object are kept as given and signed as their
+    // compact JSON with keys sorted (README, "Contracts").
+    let terms = json!({"zeta": [1, "two"], "alpha": {"b": true, "a": null}});
+    let r = buy(&s, &d, "1", json!({"work_spec": terms}));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let obj_doc = s
+        .get(&format!(
+            "/api/arbitration/contracts/{}",
+            r.json()["contract_id"].as_str().unwrap()
+        ))
+        .json();
+    assert_eq!(obj_doc["work_spec"], terms);
+    let text = |k: &str| obj_doc[k].as_str().unwrap().to_string();
+    let mut h = Sha256::new();
+    for f in [
+        text("contract_id"),
+        text("buyer_fingerprint"),
+        "100000000".to_string(),
+        text("delivery_deadline"),
+        text("contract_type"),
+        r#"{"alpha":{"a":null,"b":true},"zeta":[1,"two"]}"#.to_string(),
+        text("reference_post"),
+        text("buyer_fingerprint"),
+    ] {
+        h.update((f.len() as u64).to_le_bytes());
+        h.update(f.as_bytes());
+    }
+    let message = format!("arbiter_issue:{}", common::hex(&h.finalize()));
+    let sig = Signature::from_bytes(&unhex(&text("arbiter_signature")).try_into().unwrap());
+    assert!(key.verify_strict(message.as_bytes(), &sig).is_ok());
     // GraphQL: named queries work; other fields are GraphQL errors, not 404.
     let named = s
         .post_json(

@@ -517,13 +517,18 @@ fn answers_of_the_largest_posts_page_on_instead_of_failing() {
     }
     assert_eq!(listed, comments);
     assert!(pages > 1, "one answer held every large comment");
-    // A cursor is a post id, as the document says (an empty one too is 400).
-    for bad in ["nope", ""] {
+    // A cursor is a post id, as the document says; an empty one is none,
+    // as the timeline's `before=` is.
+    for bad in ["nope", "post_", "post_a-b"] {
         assert_eq!(
             s.get(&format!("/api/thread/{root}?after={bad}")).status,
             400
         );
     }
+    let first = s.get(&format!("/api/thread/{root}")).json();
+    let r = s.get(&format!("/api/thread/{root}?after="));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["comments"], first["comments"]);
     let doc = s.get("/openapi.json").json();
     let params = doc["paths"]["/api/thread/{post_id}"]["get"]["parameters"].clone();
     let after = params
@@ -533,7 +538,7 @@ fn answers_of_the_largest_posts_page_on_instead_of_failing() {
         .find(|p| p["name"] == "after");
     assert_eq!(
         after.unwrap()["schema"]["pattern"],
-        "^post_[0-9A-Za-z]{1,59}$"
+        "^(post_[0-9A-Za-z]{1,59})?$"
     );
     // The timeline, at its default and its largest limit, goes on with
     // `next_before`.

@@ -180,7 +180,7 @@ pub fn signed_fields() -> [(&'static str, Value); 2] {
         ),
         (
             "timestamp",
-            json!({"type": "integer", "minimum": 0, "maximum": u64::MAX, "description": "unix seconds: fresh form, signs {message}:{timestamp}; more than 300 s from the server clock is 401 auth_expired"}),
+            json!({"type": ["integer", "string"], "minimum": 0, "maximum": u64::MAX, "pattern": "^[0-9]{1,19}$", "description": "unix seconds: fresh form, signs {message}:{timestamp} (the number in decimal; a decimal string is read as the number); more than 300 s from the server clock is 401 auth_expired"}),
         ),
     ]
 }
@@ -314,12 +314,13 @@ pub fn error_response(status: u16) -> Value {
 /// The schema of a query parameter: `limit` is 1 to 100, `term` and `q`
 /// are non-blank (at most 1000 characters), the cursors `before` and
 /// `after` are post ids, the filters `post_type` and `author` a post type
-/// and a fingerprint (empty: no filter); any other has its plain type.
+/// and a fingerprint (an empty cursor or filter: none); any other has its
+/// plain type.
 pub fn query_schema(name: &str, ty: &str) -> Value {
     match name {
         "limit" => json!({"type": "integer", "minimum": 1, "maximum": 100}),
         "term" | "q" => nonblank(1000),
-        "before" | "after" => json!({"type": "string", "pattern": "^post_[0-9A-Za-z]{1,59}$"}),
+        "before" | "after" => json!({"type": "string", "pattern": "^(post_[0-9A-Za-z]{1,59})?$"}),
         "post_type" => json!({"type": "string", "pattern": "^([A-Za-z0-9_-]{1,64})?$"}),
         "author" => json!({"type": "string", "pattern": "^([0-9A-Fa-f]{64})?$"}),
         _ => t(ty),
@@ -561,7 +562,7 @@ mod tests {
         assert_eq!(p["about"], json!({"type": ["string", "null"]}));
         assert_eq!(p["change"], json!({"type": ["string", "null"]}));
         assert_eq!(p["signature"]["type"], json!(["string", "null"]));
-        assert_eq!(p["timestamp"]["type"], json!(["integer", "null"]));
+        assert_eq!(p["timestamp"]["type"], json!(["integer", "string", "null"]));
         for wrapped in ["skills", "amount", "kind"] {
             assert_eq!(p[wrapped]["anyOf"][1], json!({"type": "null"}), "{wrapped}");
         }

@@ -100,7 +100,7 @@ pub const OPS: &[Op] = &[
             "after",
             "string",
             false,
-            "post_id cursor: only comments after it (a thread's `next_after`)",
+            "post_id cursor: only comments after it (a thread's `next_after`; empty: from the first)",
         )],
         ok: (200, "Thread"),
         errors: &[400, 404],

@@ -704,18 +704,23 @@ fn is_post_id(s: &str) -> bool {
     })
 }
 
+/// An optional cursor query parameter (`before`, `after`): a post id, or
+/// none when absent or empty (PROTOCOL writes the query
+/// `?limit=&before=&...`, and a form sends a blank field so); anything
+/// else is a 400 naming it.
+fn query_cursor<'a>(req: &'a Request, name: &str) -> Result<Option<&'a str>, ApiError> {
+    match req.query(name) {
+        None | Some("") => Ok(None),
+        Some(c) if is_post_id(c) => Ok(Some(c)),
+        Some(_) => Err(ApiError::invalid(name, "must be a post_id")),
+    }
+}
+
 fn timeline(req: &Request) -> Result<Response, ApiError> {
     let limit = req.query_int("limit", 1, 100)?.unwrap_or(20) as usize;
     let post_type = posts::post_type_filter(req.query("post_type"))?;
     let author = posts::author_filter(req.query("author"))?;
-    // A cursor is a post id (`^post_[0-9A-Za-z]{1,59}$`); an empty one is
-    // none (PROTOCOL writes the query `?limit=&before=&...`).
-    let before = req.query("before").filter(|b| !b.is_empty());
-    if let Some(b) = before
-        && !is_post_id(b)
-    {
-        return Err(ApiError::invalid("before", "must be a post_id"));
-    }
+    let before = query_cursor(req, "before")?;
     // The narrowest index that answers the filters.
     let (prefix, holds_posts) = match (&author, post_type) {
         (Some(a), _) => (format!("author/{a}/"), false),
@@ -943,12 +948,7 @@ fn content_disposition(filename: &str) -> String {
 fn thread(req: &Request) -> Result<Response, ApiError> {
     let id = req.param("post_id");
     // Where a thread too large for one answer goes on (`next_after`).
-    let after = req.query("after");
-    if let Some(a) = after
-        && !is_post_id(a)
-    {
-        return Err(ApiError::invalid("after", "must be a post_id"));
-    }
+    let after = query_cursor(req, "after")?;
     let root = model::load_record(id)?.ok_or_else(|| ApiError::not_found(format!("post {id}")))?;
     // Every descendant's id, found through the `children/` index a parent
     // at a time (a deleted comment keeps its entry, so the walk reaches the
