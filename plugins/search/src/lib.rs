@@ -54,7 +54,7 @@ const EXACT_BUDGET: usize = 1_200;
 /// Postings a round reads per list at most (rounds double from the first).
 const MAX_ROUND: usize = 1_000;
 /// `ix/doc` records looked up per query at most (see [`complete`])...
-const LOOKUPS: usize = 96;
+const LOOKUPS: usize = 160;
 /// ...and their bytes at most.
 const LOOKUP_BYTES: usize = 512 << 10;
 /// A post is looked up only up to this weighted length: its record has at
@@ -152,8 +152,28 @@ struct Candidate {
 struct Found {
     ids: Vec<u8>,
     all: Vec<Candidate>,
-    /// FNV-1a of an id -> its index in `all` (a collision probes on).
+    /// [`hash`] of an id -> its index in `all` (a collision probes on).
     index: std::collections::HashMap<u64, usize, std::hash::BuildHasherDefault<Hashed>>,
+}
+
+/// A hash of a flipped post id: FNV-1a over its eight-byte words (and
+/// its last bytes), so a 26-byte id is four steps, not 26.
+fn hash(id: &[u8]) -> u64 {
+    let mut words = id.chunks_exact(8);
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for w in &mut words {
+        h = (h ^ u64::from_le_bytes(w.try_into().expect("eight bytes")))
+            .wrapping_mul(0x100_0000_01b3)
+            .rotate_left(29);
+    }
+    for &b in words.remainder() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+    }
+    // The map takes its bucket from the low bits and its tag from the
+    // high ones: mix both ways (MurmurHash3's finalizer).
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^ (h >> 33)
 }
 
 /// A hasher for keys that are hashes already.
@@ -179,11 +199,20 @@ impl Found {
         &self.ids[c.at..c.at + c.id_len]
     }
 
+    /// Room for `n` posts (a query knows how many postings it may read).
+    fn with_capacity(n: usize) -> Found {
+        let mut index = std::collections::HashMap::default();
+        index.reserve(n);
+        Found {
+            ids: Vec::with_capacity(n * 26),
+            all: Vec::with_capacity(n),
+            index,
+        }
+    }
+
     /// The candidate of `id`, made when new.
     fn entry(&mut self, id: &[u8]) -> &mut Candidate {
-        let mut h = id.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-        });
+        let mut h = hash(id);
         loop {
             match self.index.get(&h) {
                 Some(&i) if self.id(&self.all[i]) == id => return &mut self.all[i],
@@ -209,24 +238,35 @@ struct Posting<'v> {
     score: f64,
     /// The post's weighted length (0 when unreadable).
     len: u64,
-    post_type: &'v str,
+    post_type: &'v [u8],
 }
 
+/// Read a posting's value in place (a query reads up to thousands: no
+/// UTF-8 check or string split per posting). Both numbers are decimal
+/// integers (weighted counts); an unreadable tf counts 0, an unreadable
+/// length the average.
 fn part(value: &[u8], idf: f64, avgdl: f64) -> Posting<'_> {
-    let value = std::str::from_utf8(value).unwrap_or("");
-    let mut parts = value.splitn(3, ' ');
-    // Both are integers (weighted counts).
-    let tf = parts
-        .next()
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(0) as f64;
-    let len = parts.next().and_then(|v| v.parse::<u64>().ok());
+    let mut fields = value.splitn(3, |&b| b == b' ');
+    let tf = fields.next().and_then(decimal).unwrap_or(0) as f64;
+    let len = fields.next().and_then(decimal);
     let l = len.map_or(avgdl, |l| l as f64);
     Posting {
         score: idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * l / avgdl)),
         len: len.unwrap_or(0),
-        post_type: parts.next().unwrap_or(""),
+        post_type: fields.next().unwrap_or_default(),
     }
+}
+
+/// A run of 1 to 19 ASCII digits as a `u64` (`None` on anything else: the
+/// weighted counts are far smaller, and 19 digits cannot overflow, so no
+/// checked arithmetic, which wasm does in 128 bits).
+fn decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || digits.len() > 19 {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &d| {
+        d.is_ascii_digit().then(|| n * 10 + u64::from(d - b'0'))
+    })
 }
 
 /// Run a search; the result document of GET /api/search (JSON text).
@@ -307,9 +347,11 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
     } = ranked;
     let id = |s: &(usize, usize, f64)| &id_bytes[s.0..s.0 + s.1];
     // Best score first; newer post (smaller flipped id) first among equals.
-    // (Ids are unique, so an unstable sort gives the same order.)
-    best.sort_unstable_by(|a, b| b.2.total_cmp(&a.2).then_with(|| cmp_bytes(id(a), id(b))));
-    best.truncate(limit);
+    // (Ids are unique, so an unstable sort gives the same order.) Only the
+    // page is sorted, out of up to thousands found.
+    top(&mut best, limit, |a, b| {
+        b.2.total_cmp(&a.2).then_with(|| cmp_bytes(id(a), id(b)))
+    });
     let ranked: Vec<f64> = best.iter().map(|s| s.2).collect();
     let ids: Vec<String> = best.iter().map(|s| flip_ulid_bytes(id(s))).collect();
     // The page is written as text: each stored post extended in place with
@@ -390,7 +432,8 @@ fn many_lists(
     post_type: Option<&str>,
     avgdl: f64,
 ) -> Result<(Ranked, bool), ApiError> {
-    let mut found = Found::default();
+    // Each posting read names at most one new post.
+    let mut found = Found::with_capacity(budget);
     let mut lookups = Lookups::default();
     let mut round = first;
     loop {
@@ -467,7 +510,7 @@ fn read_round(
             last_key = key;
             let posting = part(value, list.idf, avgdl);
             list.last_part = posting.score;
-            if post_type.is_some_and(|want| want != posting.post_type) {
+            if post_type.is_some_and(|want| want.as_bytes() != posting.post_type) {
                 continue;
             }
             matched += 1;
@@ -505,7 +548,8 @@ struct Lookups {
 
 /// Give a post found in some lists but not all the parts of its other
 /// lists, read through its `ix/doc` record (the posting keys the timeline
-/// family wrote for it): each post that could still enter the page (what
+/// family wrote for it); a list read to its end needs no lookup, having
+/// named every post it holds. Each post that could still enter the page (what
 /// it has plus what its other lists could add reaches the `limit`-th best
 /// found), best first. Bounded, since a stranger can write posts that
 /// would be looked up: at most [`LOOKUPS`] records and [`LOOKUP_BYTES`] per
@@ -519,7 +563,11 @@ fn complete(
     limit: usize,
     lookups: &mut Lookups,
 ) -> Result<(), ApiError> {
-    let all = (1u32 << lists.len()) - 1;
+    // The lists a lookup can still add a part from: a list read to its end
+    // has named every post with its word already.
+    let open: u32 = (0..lists.len())
+        .filter(|&l| !lists[l].done || lists[l].capped)
+        .fold(0, |bits, l| bits | 1 << l);
     let kth = kth_best(found, limit);
     let could_add = |seen: u32| -> f64 {
         lists
@@ -534,7 +582,7 @@ fn complete(
         .all
         .iter_mut()
         .enumerate()
-        .filter(|(_, c)| !c.looked_up && c.seen != all)
+        .filter(|(_, c)| !c.looked_up && open & !c.seen != 0)
         .filter_map(|(i, c)| {
             let best = c.score + could_add(c.seen);
             if best < kth {
@@ -547,20 +595,13 @@ fn complete(
             Some((best, i))
         })
         .collect();
-    wanted.sort_unstable_by(|a, b| b.0.total_cmp(&a.0));
-    wanted.truncate(LOOKUPS.saturating_sub(lookups.records));
-    // A posting key as the record's JSON writes it, up to its rank: the
-    // quote, `ix/i/{term}` and the `\u0000` after the term.
-    let needles: Vec<Vec<u8>> = lists
-        .iter()
-        .map(|l| {
-            let mut text = json!(l.prefix).to_string().into_bytes();
-            text.pop();
-            text
-        })
-        .collect();
-    let finders: Vec<memchr::memmem::Finder> =
-        needles.iter().map(memchr::memmem::Finder::new).collect();
+    top(
+        &mut wanted,
+        LOOKUPS.saturating_sub(lookups.records),
+        // Among equals, the one found first (higher in a list).
+        |a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)),
+    );
+    let needles: Vec<Vec<u8>> = lists.iter().map(|l| json_prefix(&l.prefix)).collect();
     // (candidate, list) of each part to read, and its posting key.
     let mut parts: Vec<(usize, usize)> = Vec::new();
     let mut posting_keys: Vec<String> = Vec::new();
@@ -582,24 +623,14 @@ fn complete(
             let Some(doc) = doc else { continue };
             lookups.bytes += doc.len();
             let id = found.id(&found.all[wanted[at].1]);
-            for (l, list) in lists.iter().enumerate() {
-                if seen & (1 << l) != 0 {
-                    continue;
-                }
-                let Some(rank) = finders[l]
-                    .find(doc)
-                    .and_then(|i| doc.get(i + needles[l].len()..i + needles[l].len() + 8))
-                    .and_then(|r| std::str::from_utf8(r).ok())
-                else {
-                    continue;
-                };
+            ranks_in(doc, &needles, open & !seen, &mut |l, rank| {
                 parts.push((at, l));
                 posting_keys.push(format!(
                     "{}{rank}{}",
-                    list.prefix,
+                    lists[l].prefix,
                     String::from_utf8_lossy(id)
                 ));
-            }
+            });
         }
     }
     // Postings are small (`"{tf} {len} {type}"`).
@@ -617,6 +648,56 @@ fn complete(
         }
     }
     Ok(())
+}
+
+/// A posting-key prefix (`ix/i/{term}\0`) as an `ix/doc` record's JSON
+/// text writes it (the NUL escaped `\u0000`), without quotes.
+fn json_prefix(prefix: &str) -> Vec<u8> {
+    let text = json!(prefix).to_string().into_bytes();
+    text[1..text.len() - 1].to_vec()
+}
+
+/// The posting keys of an `ix/doc` record (its JSON text) that start with
+/// one of `needles` (see [`json_prefix`]) whose bit is in `wanted`: each
+/// gives `found(list, rank)` with the 8 rank digits after the prefix. One
+/// pass over the record, however many words: its strings are `len`,
+/// `keys` and the keys, which hold no quote or backslash but the escaped
+/// NUL (a term is letters, digits and combining marks).
+fn ranks_in(doc: &[u8], needles: &[Vec<u8>], mut wanted: u32, found: &mut dyn FnMut(usize, &str)) {
+    let mut quotes = memchr::memchr_iter(b'"', doc);
+    while wanted != 0 {
+        let (Some(open), Some(close)) = (quotes.next(), quotes.next()) else {
+            return;
+        };
+        let key = &doc[open + 1..close];
+        if !key.starts_with(b"ix/i/") {
+            continue;
+        }
+        let Some(l) =
+            (0..needles.len()).find(|&l| wanted & (1 << l) != 0 && key.starts_with(&needles[l]))
+        else {
+            continue;
+        };
+        wanted &= !(1 << l);
+        let rank = key.get(needles[l].len()..needles[l].len() + 8);
+        if let Some(rank) = rank.and_then(|r| std::str::from_utf8(r).ok()) {
+            found(l, rank);
+        }
+    }
+}
+
+/// Keep the first `n` of `items` in `order`, sorted (a selection, then a
+/// sort of those `n` only).
+fn top<T>(items: &mut Vec<T>, n: usize, order: impl Fn(&T, &T) -> std::cmp::Ordering) {
+    if n == 0 {
+        items.clear();
+        return;
+    }
+    if items.len() > n {
+        items.select_nth_unstable_by(n - 1, &order);
+        items.truncate(n);
+    }
+    items.sort_unstable_by(order);
 }
 
 /// The `k`-th best of `scores` (minus infinity with fewer than `k`).
@@ -645,8 +726,78 @@ mod tests {
         // tf 3 in a post of the average length: idf x 3 x 2.2 / (3 + 1.2).
         let p = part(b"3 30 offer", 2.0, 30.0);
         assert!((p.score - 2.0 * 3.0 * 2.2 / 4.2).abs() < 1e-12);
-        assert_eq!((p.len, p.post_type), (30, "offer"));
+        assert_eq!((p.len, p.post_type), (30, &b"offer"[..]));
         assert_eq!(part(b"junk", 1.0, 30.0).len, 0);
+        // Not a number: tf 0 (no part), the length unknown.
+        let p = part(b"x 3a general", 2.0, 30.0);
+        assert_eq!((p.score, p.len, p.post_type), (0.0, 0, &b"general"[..]));
+        assert_eq!(part(b"2 18446744073709551616 t", 1.0, 30.0).len, 0);
+        assert_eq!(
+            decimal(b"9999999999999999999"),
+            Some(9_999_999_999_999_999_999)
+        );
+        assert_eq!(
+            (decimal(b""), decimal(b"+1"), decimal(b"007")),
+            (None, None, Some(7))
+        );
+    }
+
+    #[test]
+    fn a_records_keys_give_the_ranks_of_the_words_asked() {
+        // As the timeline family writes the record (serde's JSON).
+        let doc = json!({"len": 12, "keys": [
+            "ix/i/cam\u{0}00000001POSTA",
+            "ix/i/camabu\u{0}0000beefPOSTA",
+            "ix/i/zed\u{0}fffffff0POSTA",
+        ]})
+        .to_string();
+        let needles: Vec<Vec<u8>> = ["ix/i/camabu\0", "ix/i/zed\0", "ix/i/cam\0", "ix/i/nope\0"]
+            .iter()
+            .map(|p| json_prefix(p))
+            .collect();
+        assert_eq!(needles[0], br"ix/i/camabu\u0000");
+        let ranks = |wanted: u32| {
+            let mut got = Vec::new();
+            ranks_in(doc.as_bytes(), &needles, wanted, &mut |l, r| {
+                got.push((l, r.to_string()))
+            });
+            got
+        };
+        assert_eq!(
+            ranks(0b1111),
+            [
+                (2, "00000001".to_string()),
+                (0, "0000beef".into()),
+                (1, "fffffff0".into())
+            ]
+        );
+        // Only the words asked for; a word the post lacks gives nothing.
+        assert_eq!(ranks(0b1010), [(1, "fffffff0".to_string())]);
+        assert!(ranks(0b1000).is_empty());
+    }
+
+    #[test]
+    fn top_keeps_the_first_n_in_order() {
+        let mut items = vec![5, 1, 9, 3, 7, 2];
+        top(&mut items, 3, |a: &i32, b| b.cmp(a));
+        assert_eq!(items, [9, 7, 5]);
+        let mut few = vec![2, 8];
+        top(&mut few, 3, |a: &i32, b| a.cmp(b));
+        assert_eq!(few, [2, 8]);
+        top(&mut few, 0, |a: &i32, b| a.cmp(b));
+        assert!(few.is_empty());
+    }
+
+    #[test]
+    fn ids_differing_anywhere_hash_apart() {
+        let id = *b"01KMZ4WQ7R9V2XN3H5J6P8TBCD";
+        let mut seen = std::collections::HashSet::new();
+        assert!(seen.insert(hash(&id)));
+        for at in 0..id.len() {
+            let mut other = id;
+            other[at] ^= 1;
+            assert!(seen.insert(hash(&other)), "byte {at}");
+        }
     }
 
     #[test]
