@@ -1021,6 +1021,64 @@ fn the_watched_families_directory_mounts_swaps_and_unmounts() {
     assert_eq!(s.get("/_testing/ok").status, 404);
 }
 
+/// An admin unmount holds for a families-directory family whose file an
+/// admin upload replaced first (README: it stays unmounted, its file
+/// included, until that file changes). Before, the watcher forgot the file
+/// while the upload served, and mounted it again right after the unmount.
+#[test]
+fn an_unmount_after_an_upload_holds_over_the_familys_file() {
+    let plugins_dir = plugin_copy();
+    let s = Server::with(common::Options {
+        plugins_dir: Some(plugins_dir.path().to_path_buf()),
+        ..Default::default()
+    });
+    let families = plugins_dir.path().join("families");
+    std::fs::create_dir_all(&families).unwrap();
+    let template = wasm("template.wasm");
+    install(&template, &families.join("jotter.wasm"));
+    eventually("families/jotter.wasm is mounted", &s, || {
+        notes(&s).status == 200
+    });
+    let uploaded = with_custom_section(&template, "upload", b"1");
+    // As `marketplace plugins load jotter build/jotter_v1.wasm` sends it.
+    let r = admin(
+        &s,
+        "PUT",
+        "/admin/plugins/jotter?component=jotter_v1.wasm",
+        &uploaded,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        plugin(&s, "jotter").map(|p| p["hash"].clone()),
+        Some(json!(sha256_hex(&uploaded)))
+    );
+    // A file the watcher reports proves it has looked at the directory
+    // (a second one, that it finished that look).
+    let looked = |bad: &str| {
+        install(&template, &families.join(format!("{bad}.wasm")));
+        eventually("the watcher looked again", &s, || {
+            s.log_text().contains(&format!("{bad}.wasm not mounted"))
+        });
+    };
+    // The watcher looks while the upload serves...
+    looked("Bad_Name_0");
+    looked("Bad_Name_1");
+    let r = admin(&s, "DELETE", "/admin/plugins/jotter", b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(notes(&s).status, 404);
+    // ...and after the unmount: jotter's unchanged file stayed unmounted.
+    looked("Bad_Name_2");
+    looked("Bad_Name_3");
+    assert_eq!(notes(&s).status, 404, "{}", s.log_text());
+    assert!(plugin(&s, "jotter").is_none());
+    // A changed file mounts it again.
+    install(
+        &with_custom_section(&template, "deploy", b"2"),
+        &families.join("jotter.wasm"),
+    );
+    eventually("the changed file mounts", &s, || notes(&s).status == 200);
+}
+
 /// A restart serves what the operator decided last, between the admin API
 /// and the plugins directory: an admin unmount of a families-directory
 /// family stays unmounted (until its file changes), and a component file
@@ -1116,6 +1174,50 @@ fn a_restart_serves_what_was_decided_last() {
     install(&with_custom_section(&bid, "deploy", b"3"), &fee_file);
     let s = start();
     assert_eq!(policy(&s), decided, "{}", s.log_text());
+}
+
+/// At start the built-in families mount before any other (README
+/// "Start"), so a family uploaded through the admin API that declares a
+/// built-in's path is refused at a restart too, as it would be while the
+/// host runs. Before, the kept uploads mounted first and took the paths,
+/// and the built-in family was the one refused.
+#[test]
+fn at_a_restart_a_built_in_family_keeps_its_paths() {
+    let data = tempfile::tempdir().unwrap();
+    let start = |testing_routes| {
+        Server::with(Options {
+            testing_routes,
+            data_dir: Some(data.path().join("data")),
+            ..Default::default()
+        })
+    };
+    // Testing routes off: the testing component mounts as `rogue`, whose
+    // paths then no built-in family declares.
+    let mut s = start(false);
+    let r = admin(
+        &s,
+        "PUT",
+        &format!("/admin/plugins/rogue?grants={}", ALL_GRANTS.join(",")),
+        &wasm("testing.wasm"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(s.get("/_testing/ok").status, 200);
+    s.stop();
+
+    // Testing routes on: the built-in `testing` family declares them, and
+    // it is the one that serves; the kept upload is refused, and said so.
+    let s = start(true);
+    let h = health(&s);
+    assert_eq!(h["status"], "ok", "{h}\n{}", s.log_text());
+    assert_eq!(h["plugins"]["testing"]["status"], "ok", "{h}");
+    assert!(plugin(&s, "rogue").is_none(), "{}", s.log_text());
+    let log = s.log_text();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("kept upload refused") && l.contains("rogue")),
+        "{log}"
+    );
+    assert_eq!(s.get("/_testing/ok").status, 200);
 }
 
 /// Uploads of one family at once are applied and kept one after the

@@ -463,6 +463,24 @@ impl Config {
         Ok(out)
     }
 
+    /// Which claim on routes a family has at start: 0 for the built-in
+    /// families (the default ones, and `testing` with testing routes on),
+    /// 1 for the other configured ones, 2 for any other (mounted only
+    /// through the admin API or the families directory). At start they
+    /// mount in that order, so which one gets a path two of them declare
+    /// does not depend on which component compiles first.
+    pub fn start_rank(&self, name: &str) -> u8 {
+        if DEFAULT_PLUGINS.iter().any(|(f, _)| *f == name)
+            || (self.testing_routes && name == TESTING_PLUGIN.0)
+        {
+            0
+        } else if self.families.contains_key(name) {
+            1
+        } else {
+            2
+        }
+    }
+
     /// The configured spec of one family, if it has one.
     pub fn family(&self, name: &str) -> Option<FamilySpec> {
         self.families().into_iter().find(|f| f.name == name)

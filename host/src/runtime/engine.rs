@@ -294,14 +294,32 @@ fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool) -> Reply {
             format!("the {family} plugin exceeded its time limit"),
         )
     } else if memory_hit {
-        tracing::warn!(family, "plugin exceeded its memory limit: {err:#}");
+        // (What failed after the cap was hit, say a wasip2 guest's report
+        // of the failed allocation reaching for an import it lacks, is not
+        // the cause: kept for the debug log.)
+        tracing::warn!(
+            family,
+            "plugin exceeded its memory limit (plugin_memory_mib)"
+        );
+        tracing::debug!(family, "after the memory limit: {err:?}");
         Reply::error(
             503,
             "plugin_unavailable",
             format!("the {family} plugin exceeded its memory limit"),
         )
     } else {
-        tracing::error!(family, "plugin trapped: {err:#}");
+        // One line an operator can read (the wasm backtrace, a dozen
+        // lines, goes to the debug log).
+        let why = match err.downcast_ref::<Trap>() {
+            Some(Trap::UnreachableCodeReached) => {
+                "unreachable code (a Rust panic; its message is the `plugin panicked` line before)"
+                    .to_string()
+            }
+            Some(trap) => trap.to_string(),
+            None => format!("{:#}", err.root_cause()),
+        };
+        tracing::error!(family, "plugin trapped: {why}");
+        tracing::debug!(family, "plugin trap: {err:?}");
         Reply::error(500, "internal", "internal error")
     }
 }
@@ -442,13 +460,24 @@ impl Runtime {
         }
     }
 
-    /// Load the registered `families`, smallest component first, each
-    /// serving as soon as it is ready: a family waits only for the
-    /// (smaller) ones before it, not for the largest to compile (the
-    /// compiler already uses every core for one component). Each family's
-    /// load time is logged.
+    /// Load the registered `families`, the built-in ones first and the
+    /// smallest component first among those, each serving as soon as it is
+    /// ready: a family waits only for the ones before it, not for the
+    /// largest to compile (the compiler already uses every core for one
+    /// component). Each family's load time is logged.
     pub fn load_registered(&self, families: &[crate::config::FamilySpec]) {
         let started = Instant::now();
+        self.load_specs(families, started);
+        tracing::info!(
+            families = families.len(),
+            millis = started.elapsed().as_millis() as u64,
+            "families loaded"
+        );
+    }
+
+    /// Load `families` (as [`Runtime::load_registered`] orders them), each
+    /// logged with its time since `started`.
+    pub fn load_specs(&self, families: &[crate::config::FamilySpec], started: Instant) {
         let mut components: Vec<_> = families
             .iter()
             .map(|spec| {
@@ -457,7 +486,16 @@ impl Runtime {
                 (spec, bytes)
             })
             .collect();
-        components.sort_by_key(|(_, b)| b.as_ref().map_or(0, Vec::len));
+        // Built-in families first, then the other configured ones (so a
+        // family cannot take a built-in's path by compiling sooner); the
+        // smallest first within each.
+        let config = &self.state.config;
+        components.sort_by_key(|(spec, b)| {
+            (
+                config.start_rank(&spec.name),
+                b.as_ref().map_or(0, Vec::len),
+            )
+        });
         for (spec, bytes) in components {
             let bytes = match bytes {
                 Ok(b) => b,
@@ -479,11 +517,6 @@ impl Runtime {
                 }
             }
         }
-        tracing::info!(
-            families = families.len(),
-            millis = started.elapsed().as_millis() as u64,
-            "families loaded"
-        );
     }
 
     /// Every family of the start is loaded (or refused): unmatched paths

@@ -322,6 +322,16 @@ fn watch_families_dir(
                 };
                 tracing::warn!("{} not mounted: {why}", path.display());
             }
+            if elsewhere && !configured && crate::capabilities::valid_family(&family) {
+                // Its family is served by an admin upload meanwhile: the
+                // file counts as seen as it is (as it was when the upload
+                // came, if it was mounted then), so that an unmount of the
+                // upload does not mount it again until it changes.
+                mounted
+                    .entry(family.clone())
+                    .or_insert_with(|| Seen::now(&path));
+                present.push(family.clone());
+            }
             continue;
         }
         present.push(family.clone());

@@ -79,29 +79,19 @@ pub async fn run(config: Config) -> Result<i32> {
     tracing::info!("listening on http://{addr} (families loading)");
     // Requests are served from now on, each family's as soon as it is
     // ready (until all are, an unmatched path is 503 with Retry-After):
-    // first the uploads kept in the data dir (or the fleet's), then the
-    // configured families they do not decide. Then the watchers start,
-    // and one machine-readable line on stdout says the host is ready:
-    // tests and scripts wait for it.
+    // the built-in families, then the other configured ones, then those
+    // only uploaded, each as the uploads kept in the data dir (or the
+    // fleet's) decide (`uploads::mount_at_start`). Then the watchers
+    // start, and one machine-readable line on stdout says the host is
+    // ready: tests and scripts wait for it.
     {
         let (app, stop_watcher) = (app.clone(), stop_watcher.clone());
         tokio::spawn(async move {
             let loading = app.clone();
             let stop = stop_watcher.clone();
             let loaded = tokio::task::spawn_blocking(move || {
-                // What the operator uploaded or unmounted through the admin
-                // API (on a shared store, the fleet) first: a family it
-                // decides never serves its configured component meanwhile
-                // (a contract bought then would keep the wrong fee policy).
-                let decided = uploads::restore(&loading);
-                let configured: Vec<_> = loading
-                    .config
-                    .families()
-                    .into_iter()
-                    .filter(|f| !decided.contains(&f.name))
-                    .collect();
-                loading.runtime.load_registered(&configured);
-                // The families directory's components mount here too.
+                uploads::mount_at_start(&loading);
+                // The families directory's components mount after them.
                 if watch_plugins {
                     let kept = crate::runtime::reload::Kept {
                         unmounted: uploads::kept_unmounts(&loading),

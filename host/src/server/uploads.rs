@@ -1,8 +1,8 @@
 //! Components swapped in or mounted through the admin API are kept in
 //! `<data_dir>/uploads/` (`NAME.wasm` plus `NAME.json` with its component
 //! name and grants; an unmount leaves only `NAME.json` saying so), and
-//! replayed at start after the configured families are loaded, so a
-//! restart serves the same versions the operator last uploaded.
+//! replayed at start ([`mount_at_start`]), so a restart serves the same
+//! versions the operator last uploaded.
 //!
 //! With a shared store they are kept in the store instead (`host:uploads`:
 //! family -> the same JSON; `host:upload-blobs`: family -> the component),
@@ -14,7 +14,6 @@ use crate::app::App;
 use crate::capabilities::Grants;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -250,17 +249,29 @@ fn file_hash(app: &App, family: &str) -> String {
     )
 }
 
-/// Replay the kept uploads and unmounts (at start).
-pub fn restore(app: &App) -> BTreeSet<String> {
+/// A kept upload or unmount, to replay at start ([`pending`], [`replay`]).
+pub struct Pending {
+    pub family: String,
+    kept: Kept,
+    /// The component (not read for an unmount).
+    bytes: Result<Vec<u8>>,
+    /// The shared store's record, marked applied once replayed.
+    row: Option<Vec<u8>>,
+}
+
+/// The kept uploads and unmounts to replay at start (on a shared store,
+/// the fleet's): a family each. One whose file in the plugins directory
+/// changed since (a deploy while the host was down) is left out, and the
+/// file serves, as it would have while the host ran.
+pub fn pending(app: &App) -> Vec<Pending> {
     if app.storage.is_shared() {
-        return sync(app).unwrap_or_else(|e| {
+        return fleet_pending(app).unwrap_or_else(|e| {
             tracing::error!("uploads of the shared store not applied: {e:#}");
-            BTreeSet::new()
+            Vec::new()
         });
     }
-    let mut decided = BTreeSet::new();
     let Ok(entries) = std::fs::read_dir(dir(app)) else {
-        return decided;
+        return Vec::new();
     };
     let mut names: Vec<PathBuf> = entries
         .flatten()
@@ -268,6 +279,7 @@ pub fn restore(app: &App) -> BTreeSet<String> {
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
         .collect();
     names.sort();
+    let mut out = Vec::new();
     for path in names {
         let Some(family) = path.file_stem().and_then(|s| s.to_str()).map(String::from) else {
             continue;
@@ -282,10 +294,7 @@ pub fn restore(app: &App) -> BTreeSet<String> {
                 continue;
             }
         };
-        // A component file whose content changed since the upload (a
-        // deploy while the host was down) decides instead, as it would have
-        // while it ran. (A file written again with the same bytes did not
-        // change.)
+        // (A file written again with the same bytes did not change.)
         if file_changed(app, &family, &kept) {
             tracing::info!(
                 family,
@@ -296,13 +305,78 @@ pub fn restore(app: &App) -> BTreeSet<String> {
             continue;
         }
         let wasm = path.with_extension("wasm");
-        if apply(app, &family, &kept, || {
+        let bytes = if kept.unmounted {
+            Ok(Vec::new())
+        } else {
             std::fs::read(&wasm).with_context(|| format!("reading {}", wasm.display()))
-        }) {
-            decided.insert(family);
+        };
+        out.push(Pending {
+            family,
+            kept,
+            bytes,
+            row: None,
+        });
+    }
+    out
+}
+
+/// Serve what `p` keeps; whether that is what serves now.
+pub fn replay(app: &App, p: Pending) -> bool {
+    let Pending {
+        family,
+        kept,
+        bytes,
+        row,
+    } = p;
+    let served = apply(app, &family, &kept, || bytes);
+    // Applied or refused: a fleet's record is not tried again until it
+    // changes.
+    if let Some(row) = row {
+        app.uploads_applied.set(&family, row);
+    }
+    served
+}
+
+/// Mount the families at start: the built-in ones, then the other
+/// configured ones, then those only uploaded through the admin API
+/// ([`crate::config::Config::start_rank`]), so a path two of them declare
+/// goes to the one first in that order, whichever compiles first. Within
+/// a rank the configured components load first (smallest first), then the
+/// kept uploads and unmounts; a family an upload or unmount decides never
+/// serves its configured component meanwhile (a contract bought then
+/// would keep the wrong fee policy), unless the upload is refused.
+pub fn mount_at_start(app: &App) {
+    let started = std::time::Instant::now();
+    let config = &app.config;
+    let mut pending = pending(app);
+    let specs = config.families();
+    for rank in 0..=2 {
+        let (now, later): (Vec<Pending>, Vec<Pending>) = pending
+            .into_iter()
+            .partition(|p| config.start_rank(&p.family) == rank);
+        pending = later;
+        let configured: Vec<_> = specs
+            .iter()
+            .filter(|f| config.start_rank(&f.name) == rank)
+            .filter(|f| !now.iter().any(|p| p.family == f.name))
+            .cloned()
+            .collect();
+        app.runtime.load_specs(&configured, started);
+        for p in now {
+            let family = p.family.clone();
+            if !replay(app, p)
+                && let Some(spec) = config.family(&family)
+            {
+                // The upload was refused: the configured component serves.
+                app.runtime.load_specs(&[spec], started);
+            }
         }
     }
-    decided
+    tracing::info!(
+        families = specs.len(),
+        millis = started.elapsed().as_millis() as u64,
+        "families loaded"
+    );
 }
 
 /// Serve what `kept` says of `family`: its component (`bytes`), or
@@ -371,9 +445,8 @@ fn apply(app: &App, family: &str, kept: &Kept, bytes: impl FnOnce() -> Result<Ve
     served
 }
 
-/// Apply the shared store's uploads this host does not serve yet; the
-/// families now served as the fleet decided.
-fn sync(app: &App) -> Result<BTreeSet<String>> {
+/// The shared store's uploads and unmounts this host has not applied yet.
+fn fleet_pending(app: &App) -> Result<Vec<Pending>> {
     use crate::store::Kv;
     let err = |e: crate::store::StorageError| anyhow::anyhow!("{e}");
     // One snapshot for the records and their components.
@@ -381,7 +454,7 @@ fn sync(app: &App) -> Result<BTreeSet<String>> {
     let rows = snapshot
         .scan_in(ROWS, b"", None, false, 10_000)
         .map_err(err)?;
-    let mut applied = BTreeSet::new();
+    let mut out = Vec::new();
     for (family, row) in rows {
         let family = String::from_utf8_lossy(&family).into_owned();
         if app.uploads_applied.is(&family, &row) {
@@ -389,22 +462,37 @@ fn sync(app: &App) -> Result<BTreeSet<String>> {
         }
         match serde_json::from_slice::<Kept>(&row) {
             Ok(kept) => {
-                tracing::info!(family, upload = %kept.upload, "applying an upload of the fleet");
-                if apply(app, &family, &kept, || {
+                let bytes = if kept.unmounted {
+                    Ok(Vec::new())
+                } else {
                     snapshot
                         .get_in(BLOBS, family.as_bytes())
-                        .map_err(err)?
-                        .context("the component of the upload is missing")
-                }) {
-                    applied.insert(family.clone());
-                }
+                        .map_err(err)
+                        .and_then(|b| b.context("the component of the upload is missing"))
+                };
+                out.push(Pending {
+                    family,
+                    kept,
+                    bytes,
+                    row: Some(row),
+                });
             }
-            Err(e) => tracing::error!(family, "unreadable upload record: {e}"),
+            Err(e) => {
+                tracing::error!(family, "unreadable upload record: {e}");
+                app.uploads_applied.set(&family, row);
+            }
         }
-        // Applied or refused: not tried again until it changes.
-        app.uploads_applied.set(&family, row);
     }
-    Ok(applied)
+    Ok(out)
+}
+
+/// Apply the shared store's uploads this host does not serve yet.
+fn sync(app: &App) -> Result<()> {
+    for p in fleet_pending(app)? {
+        tracing::info!(family = %p.family, upload = %p.kept.upload, "applying an upload of the fleet");
+        replay(app, p);
+    }
+    Ok(())
 }
 
 /// Shared store: poll for uploads made through other hosts, until `stop`.
