@@ -323,6 +323,61 @@ fn a_family_whose_slots_stay_taken_answers_busy() {
     assert_eq!(s.get("/_testing/ok").status, 200);
 }
 
+/// One family's flood of runaway requests leaves slots to the others: a
+/// family runs at most half the pool at once by default, so another
+/// family's read is answered while the loops still run. Before, the loops
+/// took every slot reads may use and the read waited for one to end.
+#[test]
+fn a_flood_of_one_familys_requests_leaves_slots_to_the_others() {
+    let s = Server::with(common::Options {
+        testing_routes: true,
+        env: vec![
+            ("MARKETPLACE_MAX_INSTANCES".into(), "8".into()),
+            ("MARKETPLACE_REQUEST_TIMEOUT_MS".into(), "2000".into()),
+        ],
+        ..Default::default()
+    });
+    let ended = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..8 {
+            scope.spawn(|| {
+                let r = s.get("/_testing/loop");
+                assert_eq!(r.status, 503, "{}", r.text());
+                ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+        // Every loop has arrived (four run: half the pool of eight; four
+        // wait for their family's slots) before the read is sent.
+        let bearer = format!("Bearer {}", common::ADMIN_TOKEN);
+        let in_flight = || -> f64 {
+            let r = common::request(
+                s.admin,
+                "GET",
+                "/metrics",
+                &[("authorization", &bearer)],
+                None,
+            );
+            r.text()
+                .lines()
+                .find_map(|l| l.strip_prefix("marketplace_requests_in_flight "))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0.0)
+        };
+        let until = Instant::now() + Duration::from_secs(10);
+        while in_flight() < 8.0 {
+            assert!(Instant::now() < until, "the loops never all arrived");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let r = s.get("/api/timeline?limit=1");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(
+            ended.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "the read waited for a loop to end"
+        );
+    });
+}
+
 #[test]
 fn a_looping_plugin_is_stopped_at_the_deadline() {
     let s = Server::testing();

@@ -894,6 +894,63 @@ fn text_logs_carry_ids_and_no_colour_codes_when_not_a_terminal() {
     );
 }
 
+/// A plugin's log line stays one line (a line break in it would print a
+/// host line of the plugin's making, say a forged access line), and one
+/// call logs at most 100 lines: a stranger's request must not make a
+/// plugin flood the operator's log.
+#[test]
+fn a_plugin_cannot_forge_log_lines_or_flood_the_log() {
+    let s = Server::testing();
+    let forged = "2026-11-29T08:00:00.000000Z  INFO request{id=fake}: request: forged=yes";
+    let msg = format!("{}\n{forged}", unique("before"));
+    let escaped: String = msg
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let r = s.get(&format!("/_testing/log?msg={escaped}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let until = Instant::now() + Duration::from_secs(5);
+    let log = loop {
+        let log = s.log_text();
+        if log.contains("forged=yes") || Instant::now() > until {
+            break log;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let line = log
+        .lines()
+        .find(|l| l.contains("forged=yes"))
+        .unwrap_or_else(|| panic!("no line with the message:\n{}", tail(&log)));
+    assert!(line.contains("\\n2026-11-29"), "{line}");
+    assert!(
+        !log.lines()
+            .any(|l| l.starts_with("2026-11-29T08:00:00.000000Z")),
+        "a forged line:\n{}",
+        tail(&log)
+    );
+
+    let flood = unique("flood");
+    let r = s.get(&format!("/_testing/log?msg={flood}&times=5000"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let until = Instant::now() + Duration::from_secs(5);
+    let log = loop {
+        let log = s.log_text();
+        if log.contains("further log lines are dropped") || Instant::now() > until {
+            break log;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        log.contains("further log lines are dropped"),
+        "{}",
+        tail(&log)
+    );
+    assert_eq!(log.lines().filter(|l| l.contains(&flood)).count(), 100);
+}
+
 // ---------------------------------------------------------------------------
 // 6. Metrics.
 
@@ -1248,6 +1305,37 @@ fn a_plugin_cannot_frame_its_own_answer() {
         assert_eq!(r.status, 500, "{status}");
         assert_eq!(r.json()["code"], "internal");
     }
+
+    // Nor does it send payment headers (only the host writes what the
+    // payment it took gives), nor, without the `credentials` grant, set
+    // or ask for the client's credentials.
+    let r = s.get("/_testing/framing");
+    assert_eq!(r.header("x-testing-kept"), Some("yes"));
+    for withheld in [
+        "x-cash-change",
+        "payment-required",
+        "payment-response",
+        "set-cookie",
+        "www-authenticate",
+        "proxy-authenticate",
+    ] {
+        assert_eq!(r.header(withheld), None, "{withheld}");
+    }
+    // (The testing family's own grants, and `credentials`.)
+    let config = r#"[families.testing]
+grants = ["payments", "signatures", "escrow", "dispatch", "host-info", "limits", "arbiter", "credentials"]
+read = ["timeline", "identity", "contracts"]
+"#
+    .to_string();
+    let s = Server::with(common::Options {
+        testing_routes: true,
+        config: Some(config),
+        ..Default::default()
+    });
+    let r = s.get("/_testing/framing");
+    assert_eq!(r.header("set-cookie"), Some("sid=evil; Path=/"));
+    assert_eq!(r.header("www-authenticate"), Some("Basic realm=\"x\""));
+    assert_eq!(r.header("x-cash-change"), None);
 }
 
 /// A request whose client leaves before the answer stops counting in

@@ -266,6 +266,24 @@ fn cli_lists_and_loads_plugins_through_the_admin_listener() {
         .find(|p| p["family"] == "fees")
         .unwrap();
     assert_eq!(fees["component"], "fees_pickup_paid.wasm", "{fees}");
+    assert!(out.stdout.ends_with(b"]\n"), "{out:?}");
+    // A refused load fails with the admin's reason on stderr (stdout
+    // empty), as `cash mint` does.
+    let out = run(&[
+        "plugins",
+        "load",
+        "NOT-a-family",
+        file.to_str().unwrap(),
+        "--admin",
+        &url,
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("admin answered 400") && err.contains("invalid_request"),
+        "{err}"
+    );
     // A name that is not a plain file name is refused, and nothing swaps.
     let bid = std::fs::read(common::plugins_dir().join("fees_bid_inclusive.wasm")).unwrap();
     let r = admin(&s, "PUT", "/admin/plugins/fees?component=..%2Fx.wasm", &bid);

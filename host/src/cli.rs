@@ -355,9 +355,14 @@ fn plugins(command: PluginsCommand, client: &Client, data_dir: Option<PathBuf>) 
             Vec::new(),
         )?,
     };
-    say(&text)?;
-    anyhow::ensure!(status == 200, "admin answered {status}");
-    Ok(())
+    // A refusal's reason goes with the error (stderr), as `cash mint`'s
+    // does: a script that keeps only stderr for errors still reads it.
+    anyhow::ensure!(
+        status == 200,
+        "admin answered {status}: {}",
+        text.trim_end()
+    );
+    say(text.trim_end())
 }
 
 fn backup(to: &std::path::Path, client: &Client, settings: &Settings) -> Result<()> {

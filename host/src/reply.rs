@@ -92,20 +92,53 @@ const HOP_BY_HOP: [&str; 9] = [
     "x-request-id",
 ];
 
+/// Headers only the host writes, from the payment it took: a plugin's own
+/// would show a client change it was never given, or ask for a payment the
+/// host did not price. (A plugin may relay those a request it dispatched
+/// was answered with: see [`Reply::from_plugin`].)
+pub const HOST_OWNED: [&str; 3] = [
+    "x-cash-change",
+    crate::money::x402::PAYMENT_REQUIRED,
+    crate::money::x402::PAYMENT_RESPONSE,
+];
+
+/// Headers that set or ask for the client's credentials: a plugin's reach
+/// the client only when its family is granted `credentials` (a cookie set
+/// by one family is sent to every family of the origin).
+pub const CREDENTIAL_SETTERS: [&str; 3] = ["set-cookie", "www-authenticate", "proxy-authenticate"];
+
+/// Headers a plugin's answer may carry at most, and their bytes (names and
+/// values): a client meets nothing larger than a browser or proxy accepts.
+const MAX_PLUGIN_HEADERS: usize = 100;
+const MAX_PLUGIN_HEADER_BYTES: usize = 64 << 10;
+
 impl Reply {
     /// A plugin's answer as the host may send it: `Err` (the reason, for
-    /// the log) when its status is not a final one (200 to 599) or a
-    /// header name or value is not valid HTTP; [`HOP_BY_HOP`] headers are
-    /// dropped, names lower-cased (a name already so is kept as given).
+    /// the log) when its status is not a final one (200 to 599), it has
+    /// more headers than [`MAX_PLUGIN_HEADERS`] (or bytes of them than
+    /// [`MAX_PLUGIN_HEADER_BYTES`]) or a header name or value is not valid
+    /// HTTP; [`HOP_BY_HOP`] headers are
+    /// dropped, and [`HOST_OWNED`] ones but those in `relayed` (what the
+    /// host answered the plugin's dispatched requests with: the MCP
+    /// `execute` tool passes a 402's `PAYMENT-REQUIRED` or a paid call's
+    /// change on); names lower-cased (a name already so is kept as given).
     pub fn from_plugin(
         status: u16,
         headers: Vec<(String, String)>,
         body: Vec<u8>,
+        relayed: &[(String, String)],
     ) -> Result<Reply, String> {
         use hyper::header::{HeaderName, HeaderValue};
         if !(200..=599).contains(&status) {
             return Err(format!(
                 "status {status} is not a final status (200 to 599)"
+            ));
+        }
+        let bytes: usize = headers.iter().map(|(n, v)| n.len() + v.len()).sum();
+        if headers.len() > MAX_PLUGIN_HEADERS || bytes > MAX_PLUGIN_HEADER_BYTES {
+            return Err(format!(
+                "{} headers of {bytes} bytes (at most {MAX_PLUGIN_HEADERS} headers, {MAX_PLUGIN_HEADER_BYTES} bytes)",
+                headers.len()
             ));
         }
         let mut kept = Vec::with_capacity(headers.len());
@@ -124,6 +157,11 @@ impl Reply {
             } else {
                 parsed.as_str().to_string()
             };
+            if HOST_OWNED.contains(&name.as_str())
+                && !relayed.iter().any(|(n, v)| *n == name && *v == value)
+            {
+                continue;
+            }
             kept.push((name, value));
         }
         Ok(Reply {
@@ -166,6 +204,7 @@ mod plugin_answer_tests {
                 ("ETag", "\"v1\""),
             ]),
             b"{}HTTP/1.1 200 OK".to_vec(),
+            &[],
         )
         .unwrap();
         assert_eq!(reply.headers, h(&[("etag", "\"v1\"")]));
@@ -173,20 +212,47 @@ mod plugin_answer_tests {
     }
 
     #[test]
+    fn payment_headers_pass_only_as_the_host_gave_them() {
+        let relayed = h(&[("x-cash-change", "e1:secret:given")]);
+        let reply = Reply::from_plugin(
+            200,
+            h(&[
+                ("X-Cash-Change", "e1:secret:given"),
+                ("x-cash-change", "e2:secret:forged"),
+                ("payment-required", "e30="),
+                ("x-kept", "yes"),
+            ]),
+            vec![],
+            &relayed,
+        )
+        .unwrap();
+        assert_eq!(
+            reply.headers,
+            h(&[("x-cash-change", "e1:secret:given"), ("x-kept", "yes")])
+        );
+    }
+
+    #[test]
     fn only_final_statuses_and_valid_headers_pass() {
         for status in [0, 100, 101, 199, 600, 999] {
             assert!(
-                Reply::from_plugin(status, vec![], vec![]).is_err(),
+                Reply::from_plugin(status, vec![], vec![], &[]).is_err(),
                 "{status}"
             );
         }
         for status in [200, 304, 404, 599] {
             assert!(
-                Reply::from_plugin(status, vec![], vec![]).is_ok(),
+                Reply::from_plugin(status, vec![], vec![], &[]).is_ok(),
                 "{status}"
             );
         }
-        assert!(Reply::from_plugin(200, h(&[("bad name", "x")]), vec![]).is_err());
-        assert!(Reply::from_plugin(200, h(&[("x-a", "line\r\nx-b: y")]), vec![]).is_err());
+        assert!(Reply::from_plugin(200, h(&[("bad name", "x")]), vec![], &[]).is_err());
+        let many: Vec<(String, String)> =
+            (0..101).map(|i| (format!("x-{i}"), "v".into())).collect();
+        assert!(Reply::from_plugin(200, many[..100].to_vec(), vec![], &[]).is_ok());
+        assert!(Reply::from_plugin(200, many, vec![], &[]).is_err());
+        let big = vec![("x-big".to_string(), "v".repeat(64 << 10))];
+        assert!(Reply::from_plugin(200, big, vec![], &[]).is_err());
+        assert!(Reply::from_plugin(200, h(&[("x-a", "line\r\nx-b: y")]), vec![], &[]).is_err());
     }
 }

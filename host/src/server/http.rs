@@ -56,12 +56,12 @@ const PAYMENT_HEADERS: &[&str] = &[
 /// Concurrency gates: the instance pool shared by every family; a gate
 /// for read (non-writing) routes that leaves part of the pool to writes, so
 /// free work (searches, macros that may run for 500 ms) can never hold every
-/// slot while paid writes wait; and a gate per family that has a
-/// `max_concurrent`.
+/// slot while paid writes wait; and a gate per family (its
+/// `max_concurrent`, by default half the pool).
 struct Gates {
     pool: Arc<Semaphore>,
     reads: Arc<Semaphore>,
-    families: std::sync::Mutex<HashMap<String, Option<Arc<Semaphore>>>>,
+    families: std::sync::Mutex<HashMap<String, Arc<Semaphore>>>,
     /// True once the server drains: every answer then closes its
     /// connection.
     draining: watch::Receiver<bool>,
@@ -75,6 +75,14 @@ pub fn write_reserve(max_instances: u32) -> u32 {
     } else {
         (max_instances / 4).max(1)
     }
+}
+
+/// A family's `max_concurrent` when its configuration gives none: half the
+/// pool (at least one), so that one family's requests (a flood of runaway
+/// ones, each holding its slot until its deadline) cannot take every slot
+/// other families' reads may use.
+pub fn default_family_limit(max_instances: u32) -> u32 {
+    (max_instances / 2).max(1)
 }
 
 /// Longest a request waits for one of its family's `max_concurrent` slots
@@ -91,7 +99,7 @@ fn family_wait(app: &App) -> Duration {
 struct Admitted {
     _pool: OwnedPermit,
     _read: Option<OwnedPermit>,
-    _family: Option<OwnedPermit>,
+    _family: OwnedPermit,
 }
 
 impl Gates {
@@ -114,19 +122,20 @@ impl Gates {
             match families.get(family) {
                 Some(g) => g.clone(),
                 None => {
-                    let limit = app.config.family(family).and_then(|f| f.max_concurrent);
-                    let g = limit.map(|n| Arc::new(Semaphore::new(n as usize)));
+                    let limit = app
+                        .config
+                        .family(family)
+                        .and_then(|f| f.max_concurrent)
+                        .unwrap_or_else(|| default_family_limit(app.config.max_instances));
+                    let g = Arc::new(Semaphore::new(limit as usize));
                     families.insert(family.to_string(), g.clone());
                     g
                 }
             }
         };
-        let own = match gate {
-            Some(g) => match tokio::time::timeout(family_wait(app), g.acquire_owned()).await {
-                Ok(permit) => Some(permit.map_err(|_| false)?),
-                Err(_) => return Err(true),
-            },
-            None => None,
+        let own = match tokio::time::timeout(family_wait(app), gate.acquire_owned()).await {
+            Ok(permit) => permit.map_err(|_| false)?,
+            Err(_) => return Err(true),
         };
         let read = match writes {
             true => None,
@@ -566,7 +575,8 @@ pub(crate) fn to_hyper(reply: Reply, head: bool) -> Response<Full<Bytes>> {
     // An answer with no body (a 202 notification, a 304) names no media
     // type unless its handler gave one; every other answer is JSON unless
     // it says otherwise (a HEAD keeps what its GET would say).
-    let typed = !reply.body.is_empty();
+    // (A 204 or 304 carries no body, whatever its handler gave.)
+    let typed = !reply.body.is_empty() && !matches!(reply.status, 204 | 304);
     // A HEAD answer names the length its GET's body would have (an empty
     // one too), where a body may be at all.
     let head_length =

@@ -42,7 +42,7 @@ pub const OPS: &[Op] = &[
             "testingFraming",
             "testing",
             "Forged framing",
-            "Answers with its own Content-Length, Transfer-Encoding and Connection headers, which the host must not send.",
+            "Answers with its own Content-Length, Transfer-Encoding and Connection headers, which the host must not send, and payment and credential headers only the host (or a family granted credentials) may send.",
         )
     },
     Op {

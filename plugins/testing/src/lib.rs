@@ -48,6 +48,15 @@ impl Endpoint for Testing {
                         ("Content-Length".into(), "2".into()),
                         ("transfer-encoding".into(), "identity".into()),
                         ("connection".into(), "keep-alive".into()),
+                        // Headers only the host (or a family granted
+                        // `credentials`) may send.
+                        ("X-Cash-Change".into(), "e1:secret:dead".into()),
+                        ("payment-required".into(), "e30=".into()),
+                        ("PAYMENT-RESPONSE".into(), "e30=".into()),
+                        ("set-cookie".into(), "sid=evil; Path=/".into()),
+                        ("WWW-Authenticate".into(), "Basic realm=\"x\"".into()),
+                        ("proxy-authenticate".into(), "Basic".into()),
+                        ("x-testing-kept".into(), "yes".into()),
                     ],
                     body: body.to_vec(),
                 })
@@ -103,10 +112,13 @@ impl Endpoint for Testing {
                     &json!({"held": marketplace_guest::escrow::held(contract)}),
                 ))
             }
-            // Logs `msg` at info level through the host (request-id tests).
+            // Logs `msg` at info level through the host (request-id tests),
+            // `times` times (the host bounds what one call logs).
             "/_testing/log" => {
                 let msg = req.query("msg").unwrap_or("");
-                marketplace_guest::log_info(msg);
+                for _ in 0..req.query_int("times", 1, 100_000)?.unwrap_or(1) {
+                    marketplace_guest::log_info(msg);
+                }
                 Ok(json(200, &json!({"logged": msg})))
             }
             "/_testing/hog" => hog(req),

@@ -61,6 +61,15 @@ impl dispatch::Host for Ctx {
                 }
             }
         };
+        // The payment headers given here are the ones this call may pass
+        // on in its own answer.
+        self.relayed.extend(
+            reply
+                .headers
+                .iter()
+                .filter(|(name, _)| crate::reply::HOST_OWNED.contains(&name.as_str()))
+                .cloned(),
+        );
         types::Response {
             status: reply.status,
             headers: reply.headers,

@@ -10,6 +10,7 @@ use std::sync::Arc;
 pub struct FeeCtx {
     limiter: CallLimiter,
     settings: Arc<BTreeMap<String, String>>,
+    logged: super::log::LogBudget,
 }
 
 impl FeeCtx {
@@ -17,6 +18,7 @@ impl FeeCtx {
         FeeCtx {
             limiter: CallLimiter::new(memory_bytes),
             settings,
+            logged: Default::default(),
         }
     }
 }
@@ -40,6 +42,6 @@ impl types::Host for FeeCtx {}
 
 impl log::Host for FeeCtx {
     fn log(&mut self, level: log::Level, message: String) {
-        super::log::write_log("fees", level, &message);
+        super::log::write_log("fees", &mut self.logged, level, &message);
     }
 }

@@ -22,7 +22,7 @@ mod upstream;
 
 pub use fees::FeeCtx;
 
-use crate::capabilities::Grants;
+use crate::capabilities::{Capability, Grants};
 use crate::money::ledger::Derivation;
 use crate::money::payments::{Charge, PaymentHeaders, RetryKey};
 use crate::reply::Reply;
@@ -101,6 +101,12 @@ pub struct Ctx {
     /// The component's memo and the generation this request began under
     /// (none for a smoke call: its memo calls find and keep nothing).
     memo: Option<(Arc<crate::runtime::memo::Memo>, u64)>,
+    /// What this call has logged (bounded).
+    logged: log::LogBudget,
+    /// The payment headers ([`crate::reply::HOST_OWNED`]) the host answered
+    /// this call's dispatched requests with: the only ones its answer may
+    /// carry.
+    relayed: Vec<(String, String)>,
 }
 
 impl Limiter for Ctx {
@@ -143,6 +149,8 @@ impl Ctx {
             upstream: None,
             limiter: CallLimiter::new(memory_bytes),
             memo: None,
+            logged: log::LogBudget::default(),
+            relayed: Vec::new(),
         }
     }
 
@@ -170,6 +178,8 @@ impl Ctx {
             upstream: None,
             limiter: CallLimiter::new(memory_bytes),
             memo: None,
+            logged: log::LogBudget::default(),
+            relayed: Vec::new(),
         }
     }
 
@@ -194,13 +204,23 @@ impl Ctx {
     /// when (and only when) the answer is a 2xx of a mutating request;
     /// `RunAgain` when the commit lost a race on the shared store.
     pub async fn finish(mut self, resp: types::Response) -> Result<Reply, RunAgain> {
-        let mut reply = match Reply::from_plugin(resp.status, resp.headers, resp.body) {
+        let mut reply = match Reply::from_plugin(
+            resp.status,
+            resp.headers,
+            resp.body,
+            &self.relayed,
+        ) {
             Ok(reply) => reply,
             Err(why) => {
                 tracing::error!(family = %self.family, "plugin answered an invalid response: {why}");
                 return Ok(self.refund_upstream(Reply::error(500, "internal", "internal error")));
             }
         };
+        if !self.grants.has(Capability::Credentials) {
+            reply
+                .headers
+                .retain(|(name, _)| !crate::reply::CREDENTIAL_SETTERS.contains(&name.as_str()));
+        }
         if reply.is_success() && self.unheld > 0 {
             tracing::error!(family = %self.family, units = self.unheld, "escrow charge not held in a contract's account: nothing is kept");
             return Ok(Reply::error(500, "internal", "internal error"));
