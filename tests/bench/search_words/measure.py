@@ -22,6 +22,7 @@ QUERIES = {
     "d": ("faceka zaneha", None),             # the pair, together in 214 posts
     "e": ("sori siralojo dapo", None),        # common + mid + rare
     "f": ("camabu", "general"),               # common word, post_type filter
+    "g": ("kuvike camabu", None),             # mid-frequency + common
 }
 
 def url(key):
