@@ -333,7 +333,7 @@ fn a_flood_of_one_familys_requests_leaves_slots_to_the_others() {
         testing_routes: true,
         env: vec![
             ("MARKETPLACE_MAX_INSTANCES".into(), "8".into()),
-            ("MARKETPLACE_REQUEST_TIMEOUT_MS".into(), "2000".into()),
+            ("MARKETPLACE_REQUEST_TIMEOUT_MS".into(), "4000".into()),
         ],
         ..Default::default()
     });
@@ -368,12 +368,20 @@ fn a_flood_of_one_familys_requests_leaves_slots_to_the_others() {
             assert!(Instant::now() < until, "the loops never all arrived");
             std::thread::sleep(Duration::from_millis(10));
         }
+        // Answered while every loop still runs: not after one ended (it
+        // did not wait for a slot the loops held until their 4 s deadline).
+        let sent = Instant::now();
         let r = s.get("/api/timeline?limit=1");
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(
             ended.load(std::sync::atomic::Ordering::SeqCst),
             0,
             "the read waited for a loop to end"
+        );
+        assert!(
+            sent.elapsed() < Duration::from_secs(2),
+            "the read waited {:?}, as for a loop's slot",
+            sent.elapsed()
         );
     });
 }

@@ -105,7 +105,16 @@ pub const HOST_OWNED: [&str; 3] = [
 /// Headers that set or ask for the client's credentials: a plugin's reach
 /// the client only when its family is granted `credentials` (a cookie set
 /// by one family is sent to every family of the origin).
-pub const CREDENTIAL_SETTERS: [&str; 3] = ["set-cookie", "www-authenticate", "proxy-authenticate"];
+const CREDENTIAL_SETTERS: [&str; 3] = ["set-cookie", "www-authenticate", "proxy-authenticate"];
+
+/// What a plugin's answer may carry beyond its own headers: the payment
+/// headers the host answered its dispatched requests with, and whether its
+/// family is granted `credentials`.
+#[derive(Clone, Copy, Default)]
+pub struct PluginGrants<'a> {
+    pub relayed: &'a [(String, String)],
+    pub credentials: bool,
+}
 
 /// Headers a plugin's answer may carry at most, and their bytes (names and
 /// values): a client meets nothing larger than a browser or proxy accepts.
@@ -118,15 +127,17 @@ impl Reply {
     /// more headers than [`MAX_PLUGIN_HEADERS`] (or bytes of them than
     /// [`MAX_PLUGIN_HEADER_BYTES`]) or a header name or value is not valid
     /// HTTP; [`HOP_BY_HOP`] headers are
-    /// dropped, and [`HOST_OWNED`] ones but those in `relayed` (what the
+    /// dropped, [`HOST_OWNED`] ones but those `may.relayed` holds (what the
     /// host answered the plugin's dispatched requests with: the MCP
     /// `execute` tool passes a 402's `PAYMENT-REQUIRED` or a paid call's
-    /// change on); names lower-cased (a name already so is kept as given).
+    /// change on), and [`CREDENTIAL_SETTERS`] without `may.credentials`;
+    /// names lower-cased (a name already so is kept as given). Every
+    /// answer of a plugin comes through here, its fault answer too.
     pub fn from_plugin(
         status: u16,
         headers: Vec<(String, String)>,
         body: Vec<u8>,
-        relayed: &[(String, String)],
+        may: PluginGrants,
     ) -> Result<Reply, String> {
         use hyper::header::{HeaderName, HeaderValue};
         if !(200..=599).contains(&status) {
@@ -158,8 +169,11 @@ impl Reply {
                 parsed.as_str().to_string()
             };
             if HOST_OWNED.contains(&name.as_str())
-                && !relayed.iter().any(|(n, v)| *n == name && *v == value)
+                && !may.relayed.iter().any(|(n, v)| *n == name && *v == value)
             {
+                continue;
+            }
+            if !may.credentials && CREDENTIAL_SETTERS.contains(&name.as_str()) {
                 continue;
             }
             kept.push((name, value));
@@ -183,7 +197,7 @@ pub fn storage_failure(e: &crate::store::StorageError) -> Reply {
 
 #[cfg(test)]
 mod plugin_answer_tests {
-    use super::Reply;
+    use super::{PluginGrants, Reply};
 
     fn h(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs
@@ -204,7 +218,7 @@ mod plugin_answer_tests {
                 ("ETag", "\"v1\""),
             ]),
             b"{}HTTP/1.1 200 OK".to_vec(),
-            &[],
+            Default::default(),
         )
         .unwrap();
         assert_eq!(reply.headers, h(&[("etag", "\"v1\"")]));
@@ -223,36 +237,59 @@ mod plugin_answer_tests {
                 ("x-kept", "yes"),
             ]),
             vec![],
-            &relayed,
+            PluginGrants {
+                relayed: &relayed,
+                credentials: false,
+            },
         )
         .unwrap();
         assert_eq!(
             reply.headers,
             h(&[("x-cash-change", "e1:secret:given"), ("x-kept", "yes")])
         );
+        // Credential headers only with the grant.
+        let cookie = h(&[("Set-Cookie", "a=b"), ("www-authenticate", "Basic")]);
+        let without = Reply::from_plugin(200, cookie.clone(), vec![], Default::default());
+        assert!(without.unwrap().headers.is_empty());
+        let with = PluginGrants {
+            relayed: &[],
+            credentials: true,
+        };
+        let kept = Reply::from_plugin(200, cookie, vec![], with).unwrap();
+        assert_eq!(kept.headers.len(), 2);
     }
 
     #[test]
     fn only_final_statuses_and_valid_headers_pass() {
         for status in [0, 100, 101, 199, 600, 999] {
             assert!(
-                Reply::from_plugin(status, vec![], vec![], &[]).is_err(),
+                Reply::from_plugin(status, vec![], vec![], Default::default()).is_err(),
                 "{status}"
             );
         }
         for status in [200, 304, 404, 599] {
             assert!(
-                Reply::from_plugin(status, vec![], vec![], &[]).is_ok(),
+                Reply::from_plugin(status, vec![], vec![], Default::default()).is_ok(),
                 "{status}"
             );
         }
-        assert!(Reply::from_plugin(200, h(&[("bad name", "x")]), vec![], &[]).is_err());
+        assert!(
+            Reply::from_plugin(200, h(&[("bad name", "x")]), vec![], Default::default()).is_err()
+        );
         let many: Vec<(String, String)> =
             (0..101).map(|i| (format!("x-{i}"), "v".into())).collect();
-        assert!(Reply::from_plugin(200, many[..100].to_vec(), vec![], &[]).is_ok());
-        assert!(Reply::from_plugin(200, many, vec![], &[]).is_err());
+        assert!(Reply::from_plugin(200, many[..100].to_vec(), vec![], Default::default()).is_ok());
+        assert!(Reply::from_plugin(200, many, vec![], Default::default()).is_err());
         let big = vec![("x-big".to_string(), "v".repeat(64 << 10))];
-        assert!(Reply::from_plugin(200, big, vec![], &[]).is_err());
-        assert!(Reply::from_plugin(200, h(&[("x-a", "line\r\nx-b: y")]), vec![], &[]).is_err());
+        assert!(Reply::from_plugin(200, big, vec![], Default::default()).is_err());
+        assert!(
+            Reply::from_plugin(
+                200,
+                h(&[("x-a", "line\r\nx-b: y")]),
+                vec![],
+                Default::default()
+            )
+            .is_err()
+        );
     }
 }

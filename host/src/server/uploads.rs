@@ -254,9 +254,30 @@ pub struct Pending {
     pub family: String,
     kept: Kept,
     /// The component (not read for an unmount).
-    bytes: Result<Vec<u8>>,
+    bytes: Component,
     /// The shared store's record, marked applied once replayed.
     row: Option<Vec<u8>>,
+}
+
+/// Where a kept component is: read only when it is mounted, so that no
+/// more than one is held in memory at start.
+enum Component {
+    None,
+    File(PathBuf),
+    /// From the fleet's snapshot (read with its record).
+    Read(Result<Vec<u8>>),
+}
+
+impl Component {
+    fn read(self) -> Result<Vec<u8>> {
+        match self {
+            Component::None => Ok(Vec::new()),
+            Component::File(path) => {
+                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))
+            }
+            Component::Read(bytes) => bytes,
+        }
+    }
 }
 
 /// The kept uploads and unmounts to replay at start (on a shared store,
@@ -304,11 +325,10 @@ pub fn pending(app: &App) -> Vec<Pending> {
             file_serves(app, &family);
             continue;
         }
-        let wasm = path.with_extension("wasm");
         let bytes = if kept.unmounted {
-            Ok(Vec::new())
+            Component::None
         } else {
-            std::fs::read(&wasm).with_context(|| format!("reading {}", wasm.display()))
+            Component::File(path.with_extension("wasm"))
         };
         out.push(Pending {
             family,
@@ -328,7 +348,7 @@ pub fn replay(app: &App, p: Pending) -> bool {
         bytes,
         row,
     } = p;
-    let served = apply(app, &family, &kept, || bytes);
+    let served = apply(app, &family, &kept, || bytes.read());
     // Applied or refused: a fleet's record is not tried again until it
     // changes.
     if let Some(row) = row {
@@ -463,12 +483,14 @@ fn fleet_pending(app: &App) -> Result<Vec<Pending>> {
         match serde_json::from_slice::<Kept>(&row) {
             Ok(kept) => {
                 let bytes = if kept.unmounted {
-                    Ok(Vec::new())
+                    Component::None
                 } else {
-                    snapshot
-                        .get_in(BLOBS, family.as_bytes())
-                        .map_err(err)
-                        .and_then(|b| b.context("the component of the upload is missing"))
+                    Component::Read(
+                        snapshot
+                            .get_in(BLOBS, family.as_bytes())
+                            .map_err(err)
+                            .and_then(|b| b.context("the component of the upload is missing")),
+                    )
                 };
                 out.push(Pending {
                     family,

@@ -180,7 +180,7 @@ pub fn signed_fields() -> [(&'static str, Value); 2] {
         ),
         (
             "timestamp",
-            json!({"type": ["integer", "string"], "minimum": 0, "maximum": u64::MAX, "pattern": "^[0-9]{1,19}$", "description": "unix seconds: fresh form, signs {message}:{timestamp} (the number in decimal; a decimal string is read as the number); more than 300 s from the server clock is 401 auth_expired"}),
+            json!({"type": ["integer", "string"], "minimum": 0, "maximum": u64::MAX, "pattern": "^[0-9]+$", "description": "unix seconds: fresh form, signs {message}:{timestamp} (the number in decimal; a string of decimal digits, at most 2^64 - 1, is read as the number); more than 300 s from the server clock is 401 auth_expired"}),
         ),
     ]
 }

@@ -598,7 +598,8 @@ fn complete(
     top(
         &mut wanted,
         LOOKUPS.saturating_sub(lookups.records),
-        // Among equals, the one found first (higher in a list).
+        // Among equals, the one found first (by round, then list, then
+        // place in the list).
         |a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)),
     );
     let needles: Vec<Vec<u8>> = lists.iter().map(|l| json_prefix(&l.prefix)).collect();

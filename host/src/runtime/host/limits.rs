@@ -13,7 +13,13 @@ impl limits::Host for Ctx {
         } else {
             // An answer that is not one the host may send is not kept (the
             // fault then gets the host's own answer).
-            match Reply::from_plugin(answer.status, answer.headers, answer.body, &[]) {
+            let may = crate::reply::PluginGrants {
+                relayed: &[],
+                credentials: self
+                    .grants
+                    .has(crate::capabilities::Capability::Credentials),
+            };
+            match Reply::from_plugin(answer.status, answer.headers, answer.body, may) {
                 Ok(reply) => self.on_fault = Some(reply),
                 Err(why) => {
                     tracing::warn!(family = %self.family, "fault answer not kept: {why}");

@@ -8,6 +8,8 @@ use std::borrow::Cow;
 const MAX_CHARS: usize = 4096;
 /// Lines one call may log at most...
 const MAX_LINES: u32 = 100;
+/// ...and error lines past them (a panic's message, after a chatty call).
+const MORE_ERRORS: u32 = 8;
 /// ...and their bytes at most.
 const MAX_BYTES: usize = 64 << 10;
 
@@ -16,28 +18,47 @@ const MAX_BYTES: usize = 64 << 10;
 #[derive(Default)]
 pub struct LogBudget {
     lines: u32,
+    errors_past: u32,
     bytes: usize,
+    said: bool,
 }
 
 impl LogBudget {
-    /// Whether a line of `len` bytes may still be written; the first line
-    /// refused says that the rest of the call's are dropped.
-    fn admit(&mut self, family: &str, len: usize) -> bool {
-        let over = self.lines >= MAX_LINES || self.bytes + len > MAX_BYTES;
-        if over {
-            if self.lines != u32::MAX {
-                self.lines = u32::MAX;
-                tracing::warn!(
-                    plugin = family,
-                    "this call's further log lines are dropped (a call logs at most {MAX_LINES} lines, {} KiB)",
-                    MAX_BYTES >> 10
-                );
+    /// Whether a line of `len` bytes may still be written (an error line
+    /// has [`MORE_ERRORS`] more); the first line refused says that the
+    /// rest of the call's are dropped.
+    fn admit(&mut self, family: &str, len: usize, error: bool) -> bool {
+        let within = self.lines < MAX_LINES && self.bytes + len <= MAX_BYTES;
+        if within || (error && self.errors_past < MORE_ERRORS && len <= MAX_BYTES) {
+            if within {
+                self.lines += 1;
+                self.bytes += len;
+            } else {
+                self.errors_past += 1;
             }
-            return false;
+            return true;
         }
-        self.lines += 1;
-        self.bytes += len;
-        true
+        if !self.said {
+            self.said = true;
+            tracing::warn!(
+                plugin = family,
+                "this call's further log lines are dropped (a call logs at most {MAX_LINES} lines, {} KiB)",
+                MAX_BYTES >> 10
+            );
+        }
+        false
+    }
+}
+
+/// Whether a line of `level` would be written at all (one filtered out
+/// costs the call nothing of its budget).
+fn enabled(level: log::Level) -> bool {
+    match level {
+        log::Level::Trace => tracing::enabled!(tracing::Level::TRACE),
+        log::Level::Debug => tracing::enabled!(tracing::Level::DEBUG),
+        log::Level::Info => tracing::enabled!(tracing::Level::INFO),
+        log::Level::Warn => tracing::enabled!(tracing::Level::WARN),
+        log::Level::Error => tracing::enabled!(tracing::Level::ERROR),
     }
 }
 
@@ -67,8 +88,11 @@ fn one_line(message: &str) -> Cow<'_, str> {
 
 /// Write one plugin log line, within the call's `budget`.
 pub(super) fn write_log(family: &str, budget: &mut LogBudget, level: log::Level, message: &str) {
+    if !enabled(level) {
+        return;
+    }
     let message = one_line(message);
-    if !budget.admit(family, message.len()) {
+    if !budget.admit(family, message.len(), matches!(level, log::Level::Error)) {
         return;
     }
     match level {
@@ -103,11 +127,14 @@ mod tests {
     #[test]
     fn a_call_logs_a_bounded_amount() {
         let mut budget = LogBudget::default();
-        assert!((0..MAX_LINES).all(|_| budget.admit("f", 10)));
-        assert!(!budget.admit("f", 1));
-        assert!(!budget.admit("f", 1));
+        assert!((0..MAX_LINES).all(|_| budget.admit("f", 10, false)));
+        assert!(!budget.admit("f", 1, false));
+        assert!(!budget.admit("f", 1, false));
+        // A few error lines (a panic's message) still pass, then no more.
+        assert!((0..MORE_ERRORS).all(|_| budget.admit("f", 10, true)));
+        assert!(!budget.admit("f", 10, true));
         let mut budget = LogBudget::default();
-        assert!(budget.admit("f", MAX_BYTES - 1));
-        assert!(!budget.admit("f", 2));
+        assert!(budget.admit("f", MAX_BYTES - 1, false));
+        assert!(!budget.admit("f", 2, false));
     }
 }

@@ -204,23 +204,17 @@ impl Ctx {
     /// when (and only when) the answer is a 2xx of a mutating request;
     /// `RunAgain` when the commit lost a race on the shared store.
     pub async fn finish(mut self, resp: types::Response) -> Result<Reply, RunAgain> {
-        let mut reply = match Reply::from_plugin(
-            resp.status,
-            resp.headers,
-            resp.body,
-            &self.relayed,
-        ) {
+        let may = crate::reply::PluginGrants {
+            relayed: &self.relayed,
+            credentials: self.grants.has(Capability::Credentials),
+        };
+        let mut reply = match Reply::from_plugin(resp.status, resp.headers, resp.body, may) {
             Ok(reply) => reply,
             Err(why) => {
                 tracing::error!(family = %self.family, "plugin answered an invalid response: {why}");
                 return Ok(self.refund_upstream(Reply::error(500, "internal", "internal error")));
             }
         };
-        if !self.grants.has(Capability::Credentials) {
-            reply
-                .headers
-                .retain(|(name, _)| !crate::reply::CREDENTIAL_SETTERS.contains(&name.as_str()));
-        }
         if reply.is_success() && self.unheld > 0 {
             tracing::error!(family = %self.family, units = self.unheld, "escrow charge not held in a contract's account: nothing is kept");
             return Ok(Reply::error(500, "internal", "internal error"));
