@@ -352,11 +352,58 @@ fn bid_inclusive_happy_path_pays_out_amount_less_fee() {
     assert_eq!(cert["status"], "settled");
     assert!(cert["certificate_id"].as_str().unwrap().starts_with("CRT_"));
     assert_eq!(cert["delivered_text"], "the logo files");
-    assert_eq!(cert["certificate_secret"].as_str().unwrap().len(), 64);
+    // The certificate is a bearer witness of its own, as the original
+    // client keeps and checks it: n:{certificate_id}:secret:{64 hex},
+    // its proof live in the witness ledger.
+    let cert_id = cert["certificate_id"].as_str().unwrap().to_string();
+    let secret = cert["certificate_secret"].as_str().unwrap().to_string();
+    let hex = secret
+        .strip_prefix(&format!("n:{cert_id}:secret:"))
+        .unwrap_or_else(|| panic!("{cert}"))
+        .to_string();
+    assert_eq!(hex.len(), 64, "{cert}");
+    let proof_of = |id: &str, hex: &str| {
+        use sha2::{Digest, Sha256};
+        let raw: Vec<u8> = (0..32)
+            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+            .collect();
+        format!("n:{id}:public:{}", common::hex(&Sha256::digest(&raw)))
+    };
+    let proof = proof_of(&cert_id, &hex);
+    assert_eq!(cert["certificate_proof"], proof.as_str());
+    let health = |p: &str| {
+        s.post_json("/api/witness/health_check", &json!([p])).json()["results"][p].clone()
+    };
+    assert_eq!(
+        health(&proof),
+        json!({"spent": false, "state": "live", "contract_id": id})
+    );
     // A repeat returns the same certificate.
     let again = act(&s, &d.buyer, &id, "pickup").json();
     assert_eq!(again["certificate_id"], cert["certificate_id"]);
     assert_eq!(again["certificate_secret"], cert["certificate_secret"]);
+    // Its holder moves it to a secret only they know (the client's
+    // `certificate insert`): the old one is spent, and cannot move again.
+    let mine = "ab".repeat(32);
+    let new_secret = format!("n:{cert_id}:secret:{mine}");
+    let replace = |old: &str, new: &str| {
+        s.post_json(
+            "/api/witness/replace",
+            &json!({"secrets": [old], "new_secrets": [new]}),
+        )
+    };
+    let r = replace(&secret, &new_secret);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(health(&proof)["state"], "spent");
+    assert_eq!(
+        health(&proof_of(&cert_id, &mine)),
+        json!({"spent": false, "state": "live", "contract_id": id})
+    );
+    let r = replace(&secret, &format!("n:{cert_id}:secret:{}", "cd".repeat(32)));
+    assert_eq!(r.status, 400, "{}", r.text());
+    // A certificate cannot move to another id.
+    let other = format!("n:{id}:secret:{}", "ef".repeat(32));
+    assert_eq!(replace(&new_secret, &other).status, 400);
     // The seller's payout, the way the original client asks: a legacy
     // signature over the contract id, honoured once.
     let r = act_with(&s, &d.seller, &id, "pickup", json!({}), None, None);

@@ -120,7 +120,7 @@ impl Wallet {
                 for (k, x) in m {
                     if k.contains("secret")
                         && let Some(s) = x.as_str()
-                        && is_hex64(s)
+                        && is_hex64(s.rsplit(":secret:").next().unwrap_or(s))
                     {
                         self.keep(&format!("{origin} ({k})"), s);
                     }
@@ -500,7 +500,12 @@ fn no_secret_at_rest(pickup_paid: bool) {
     };
     assert_eq!(cert["status"], "settled", "{cert}");
     let cert_secret = cert["certificate_secret"].as_str().unwrap_or_default();
-    assert!(is_hex64(cert_secret), "a certificate secret: {cert}");
+    // (A bearer witness: n:{certificate_id}:secret:{64 hex}.)
+    assert!(
+        cert_secret.starts_with("n:CRT_")
+            && is_hex64(cert_secret.rsplit(":secret:").next().unwrap()),
+        "a certificate secret: {cert}"
+    );
     let r = act(&s, &d.buyer, &id, "pickup");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["certificate_secret"], cert_secret);

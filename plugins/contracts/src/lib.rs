@@ -3,7 +3,9 @@
 //!
 //! Keyspace `contracts`:
 //! - `c/{contract_id}` -> [`Contract`] (no spendable secret; never served raw)
-//! - `w/{witness proof}` -> `{"contract_id", "state": live|spent|burned}`
+//! - `w/{witness proof}` -> `{"contract_id", "state": live|spent|burned}`,
+//!   and for a certificate (a bearer witness of its own, `n:CRT_...`) also
+//!   `"certificate_id"`
 //!
 //! Money goes through the host's escrow, one account per contract: buy
 //! charges the amount and holds it in the contract's account; settlement
@@ -141,12 +143,19 @@ fn valid_contract_id(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
+/// A certificate id: `CRT_` and a ULID (as settlement makes them).
+fn valid_certificate_id(id: &str) -> bool {
+    id.strip_prefix("CRT_")
+        .is_some_and(|u| u.len() == 26 && u.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
 /// Proof of a witness secret `n:{id}:secret:{64 hex}`: `n:{id}:public:{sha256
-/// of the raw 32 bytes}`.
+/// of the raw 32 bytes}`. The id is a contract's (a bearer contract's
+/// witness) or a certificate's.
 fn witness_proof_of(secret: &str) -> Option<String> {
     let rest = secret.strip_prefix("n:")?;
     let (id, hexpart) = rest.split_once(":secret:")?;
-    if !valid_contract_id(id) || hexpart.len() != 64 {
+    if !(valid_contract_id(id) || valid_certificate_id(id)) || hexpart.len() != 64 {
         return None;
     }
     let raw = hex::decode(hexpart)?;
@@ -675,13 +684,25 @@ fn pay_first_pickup(
 }
 
 /// Settlement: the certificate, the witness burned, the fee earned (bid-inclusive).
+///
+/// The certificate is a bearer witness of its own, as the original client
+/// keeps it: secret `n:{certificate_id}:secret:{64 hex}` (the host's
+/// escrow derives the hex again at each pickup; it is never stored),
+/// proof `n:{certificate_id}:public:{sha256}`, live in the witness ledger,
+/// so `witness/health_check` reports it and `witness/replace` moves it to
+/// a secret only its holder knows.
 fn settle(c: &mut Contract) -> Result<(), ApiError> {
-    let secret = escrow::certificate(&c.contract_id)?;
-    let raw = hex::decode(&secret)
-        .ok_or_else(|| ApiError::internal("the escrow certificate is not hex"))?;
+    let certificate_id = format!("CRT_{}", ids::ulid());
+    let secret = certificate_secret(&certificate_id, &c.contract_id)?;
+    let proof = witness_proof_of(&secret)
+        .ok_or_else(|| ApiError::internal("the escrow certificate is not 64 hex"))?;
+    kv::put(
+        &format!("w/{proof}"),
+        &json!({"contract_id": c.contract_id, "certificate_id": certificate_id, "state": "live"}),
+    )?;
     c.certificate = Some(Certificate {
-        certificate_id: format!("CRT_{}", ids::ulid()),
-        certificate_proof: hex::encode(&Sha256::digest(&raw)),
+        certificate_id,
+        certificate_proof: proof,
     });
     if c.fee_policy == "bid-inclusive" && c.fee > 0 {
         escrow::earn(&c.contract_id, c.fee)?;
@@ -689,15 +710,27 @@ fn settle(c: &mut Contract) -> Result<(), ApiError> {
     burn_witness(c)
 }
 
+/// A certificate's secret as issued (see [`settle`]).
+fn certificate_secret(certificate_id: &str, contract_id: &str) -> Result<String, ApiError> {
+    Ok(format!(
+        "n:{certificate_id}:secret:{}",
+        escrow::certificate(contract_id)?
+    ))
+}
+
 /// The certificate members of a pickup answer (the secret from the host).
 fn certificate_doc(c: &Contract) -> Result<serde_json::Map<String, Value>, ApiError> {
     let mut m = serde_json::Map::new();
     if let Some(cert) = &c.certificate {
         m.insert("certificate_id".into(), json!(cert.certificate_id));
-        m.insert(
-            "certificate_secret".into(),
-            json!(escrow::certificate(&c.contract_id)?),
-        );
+        // (One settled before certificates were witnesses has a bare
+        // sha256 proof, and its bare hex secret.)
+        let secret = if cert.certificate_proof.starts_with("n:") {
+            certificate_secret(&cert.certificate_id, &c.contract_id)?
+        } else {
+            escrow::certificate(&c.contract_id)?
+        };
+        m.insert("certificate_secret".into(), json!(secret));
         m.insert("certificate_proof".into(), json!(cert.certificate_proof));
         m.insert("delivered_text".into(), json!(c.delivered_text));
     }
@@ -775,6 +808,23 @@ fn witness_replace(req: &Request) -> Result<Response, ApiError> {
             ));
         }
         let state: Option<Value> = kv::get(&format!("w/{old_proof}"))?;
+        if valid_certificate_id(&id) {
+            // A certificate: its ledger record alone says it is live.
+            let Some(mut record) = state.filter(|s| s["state"] == "live") else {
+                return Err(ApiError::invalid("secrets", "a witness secret is not live"));
+            };
+            if kv::get_raw(None, &format!("w/{new_proof}"))?.is_some() {
+                return Err(ApiError::invalid(
+                    "new_secrets",
+                    "a new witness already exists",
+                ));
+            }
+            record["state"] = json!("spent");
+            kv::put(&format!("w/{old_proof}"), &record)?;
+            record["state"] = json!("live");
+            kv::put(&format!("w/{new_proof}"), &record)?;
+            continue;
+        }
         let mut c = load(&id).map_err(|_| ApiError::invalid("secrets", "unknown witness"))?;
         if state.is_none_or(|s| s["state"] != "live")
             || c.witness_proof.as_deref() != Some(old_proof.as_str())
