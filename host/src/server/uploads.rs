@@ -250,8 +250,8 @@ fn file_hash(app: &App, family: &str) -> String {
 }
 
 /// A kept upload or unmount, to replay at start ([`pending`], [`replay`]).
-pub struct Pending {
-    pub family: String,
+struct Pending {
+    family: String,
     kept: Kept,
     /// The component (not read for an unmount).
     bytes: Component,
@@ -284,7 +284,7 @@ impl Component {
 /// the fleet's): a family each. One whose file in the plugins directory
 /// changed since (a deploy while the host was down) is left out, and the
 /// file serves, as it would have while the host ran.
-pub fn pending(app: &App) -> Vec<Pending> {
+fn pending(app: &App) -> Vec<Pending> {
     if app.storage.is_shared() {
         return fleet_pending(app).unwrap_or_else(|e| {
             tracing::error!("uploads of the shared store not applied: {e:#}");
@@ -341,7 +341,7 @@ pub fn pending(app: &App) -> Vec<Pending> {
 }
 
 /// Serve what `p` keeps; whether that is what serves now.
-pub fn replay(app: &App, p: Pending) -> bool {
+fn replay(app: &App, p: Pending) -> bool {
     let Pending {
         family,
         kept,
