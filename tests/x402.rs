@@ -177,6 +177,9 @@ fn every_402_carries_payment_required() {
     let doc = decoded(&r, "payment-required");
     assert_eq!(doc["accepts"][0]["amount"], "30000000");
     assert_eq!(doc["accepts"][0]["extra"]["price"], "0.3");
+    // Its resource is the path the client asked for.
+    let url = doc["resource"]["url"].as_str().unwrap();
+    assert!(url.ends_with("/api/v1/timeline"), "{url}");
     // Not on other answers.
     assert!(s.get("/api/health").header("payment-required").is_none());
 }

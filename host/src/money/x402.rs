@@ -260,6 +260,32 @@ pub fn add_required(reply: &mut Reply, path: &str, headers: &[(String, String)])
     ));
 }
 
+/// A 402 of a request whose client wrote another path than the route's
+/// (`/api/v1/...`, the alias): its `PAYMENT-REQUIRED` resource names the
+/// path the client asked for, which x402 clients compare with.
+pub fn name_resource(reply: &mut Reply, routed: &str, asked: &str) {
+    if reply.status != 402 {
+        return;
+    }
+    for (name, value) in reply.headers.iter_mut() {
+        if !name.eq_ignore_ascii_case(PAYMENT_REQUIRED) {
+            continue;
+        }
+        let Some(mut doc) =
+            base64_decode(value).and_then(|raw| serde_json::from_slice::<Value>(&raw).ok())
+        else {
+            continue;
+        };
+        let Some(url) = doc["resource"]["url"].as_str() else {
+            continue;
+        };
+        if let Some(base) = url.strip_suffix(routed) {
+            doc["resource"]["url"] = json!(format!("{base}{asked}"));
+            *value = base64_encode(doc.to_string().as_bytes());
+        }
+    }
+}
+
 /// `http(s)://{host}` of the request, or "" (a relative URL).
 fn base_url(headers: &[(String, String)]) -> String {
     let header = |name: &str| {

@@ -696,6 +696,9 @@ async fn dispatch(
         crate::logging::request_span(id)
     };
     let served_by = Some(route.clone());
+    // The path as the client wrote it, when an `/api/v1` alias: what a
+    // 402's x402 resource names.
+    let alias = (req.uri().path() != path).then(|| (path.clone(), req.uri().path().to_string()));
     let found = Found {
         route,
         params,
@@ -705,6 +708,9 @@ async fn dispatch(
     };
     let outages = app.storage.outages();
     let mut reply = serve_route(app, gates, req, found).instrument(span).await;
+    if let Some((routed, asked)) = alias {
+        crate::money::x402::name_resource(&mut reply, &routed, &asked);
+    }
     // A 500 while the shared store could not be reached is that outage's
     // (the plugin saw storage errors): say so, with when to try again.
     if reply.status == 500 && app.storage.outages() != outages {
