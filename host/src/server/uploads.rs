@@ -385,10 +385,10 @@ pub fn mount_at_start(app: &App) {
         for p in now {
             let family = p.family.clone();
             if !replay(app, p)
-                && let Some(spec) = config.family(&family)
+                && let Some(spec) = specs.iter().find(|f| f.name == family)
             {
                 // The upload was refused: the configured component serves.
-                app.runtime.load_specs(&[spec], started);
+                app.runtime.load_specs(std::slice::from_ref(spec), started);
             }
         }
     }

@@ -807,46 +807,34 @@ fn witness_replace(req: &Request) -> Result<Response, ApiError> {
                 "a new secret must name the same contract",
             ));
         }
-        let state: Option<Value> = kv::get(&format!("w/{old_proof}"))?;
-        if valid_certificate_id(&id) {
-            // A certificate: its ledger record alone says it is live.
-            let Some(mut record) = state.filter(|s| s["state"] == "live") else {
-                return Err(ApiError::invalid("secrets", "a witness secret is not live"));
-            };
-            if kv::get_raw(None, &format!("w/{new_proof}"))?.is_some() {
-                return Err(ApiError::invalid(
-                    "new_secrets",
-                    "a new witness already exists",
-                ));
-            }
-            record["state"] = json!("spent");
-            kv::put(&format!("w/{old_proof}"), &record)?;
-            record["state"] = json!("live");
-            kv::put(&format!("w/{new_proof}"), &record)?;
-            continue;
-        }
-        let mut c = load(&id).map_err(|_| ApiError::invalid("secrets", "unknown witness"))?;
-        if state.is_none_or(|s| s["state"] != "live")
-            || c.witness_proof.as_deref() != Some(old_proof.as_str())
-        {
+        // A bearer contract's witness must also be its contract's current
+        // one; a certificate's ledger record alone says it is live.
+        let contract = if valid_certificate_id(&id) {
+            None
+        } else {
+            Some(load(&id).map_err(|_| ApiError::invalid("secrets", "unknown witness"))?)
+        };
+        let current = contract
+            .as_ref()
+            .is_none_or(|c| c.witness_proof.as_deref() == Some(old_proof.as_str()));
+        let record: Option<Value> = kv::get(&format!("w/{old_proof}"))?;
+        let Some(mut record) = record.filter(|r| r["state"] == "live" && current) else {
             return Err(ApiError::invalid("secrets", "a witness secret is not live"));
-        }
+        };
         if kv::get_raw(None, &format!("w/{new_proof}"))?.is_some() {
             return Err(ApiError::invalid(
                 "new_secrets",
                 "a new witness already exists",
             ));
         }
-        kv::put(
-            &format!("w/{old_proof}"),
-            &json!({"contract_id": id, "state": "spent"}),
-        )?;
-        kv::put(
-            &format!("w/{new_proof}"),
-            &json!({"contract_id": id, "state": "live"}),
-        )?;
-        c.witness_proof = Some(new_proof);
-        c.save()?;
+        record["state"] = json!("spent");
+        kv::put(&format!("w/{old_proof}"), &record)?;
+        record["state"] = json!("live");
+        kv::put(&format!("w/{new_proof}"), &record)?;
+        if let Some(mut c) = contract {
+            c.witness_proof = Some(new_proof);
+            c.save()?;
+        }
     }
     Ok(json(200, &json!({"status": "success"})))
 }

@@ -13,11 +13,10 @@ impl limits::Host for Ctx {
         } else {
             // An answer that is not one the host may send is not kept (the
             // fault then gets the host's own answer).
+            // (It passes on no payment header, relayed or not: as before.)
             let may = crate::reply::PluginGrants {
                 relayed: &[],
-                credentials: self
-                    .grants
-                    .has(crate::capabilities::Capability::Credentials),
+                ..self.may_send()
             };
             match Reply::from_plugin(answer.status, answer.headers, answer.body, may) {
                 Ok(reply) => self.on_fault = Some(reply),

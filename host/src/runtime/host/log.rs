@@ -50,18 +50,6 @@ impl LogBudget {
     }
 }
 
-/// Whether a line of `level` would be written at all (one filtered out
-/// costs the call nothing of its budget).
-fn enabled(level: log::Level) -> bool {
-    match level {
-        log::Level::Trace => tracing::enabled!(tracing::Level::TRACE),
-        log::Level::Debug => tracing::enabled!(tracing::Level::DEBUG),
-        log::Level::Info => tracing::enabled!(tracing::Level::INFO),
-        log::Level::Warn => tracing::enabled!(tracing::Level::WARN),
-        log::Level::Error => tracing::enabled!(tracing::Level::ERROR),
-    }
-}
-
 /// `message` on one line: control characters (a line break that would
 /// forge a host log line of its own, say) written as escapes, at most
 /// [`MAX_CHARS`] characters.
@@ -86,21 +74,27 @@ fn one_line(message: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// Write one plugin log line, within the call's `budget`.
+/// Write one plugin log line, within the call's `budget`; a line the log
+/// filter drops costs the call nothing of it.
 pub(super) fn write_log(family: &str, budget: &mut LogBudget, level: log::Level, message: &str) {
-    if !enabled(level) {
-        return;
-    }
-    let message = one_line(message);
-    if !budget.admit(family, message.len(), matches!(level, log::Level::Error)) {
-        return;
+    // (A tracing level is a constant of each call site.)
+    macro_rules! write_at {
+        ($level:ident, $event:ident) => {{
+            if !tracing::enabled!(tracing::Level::$level) {
+                return;
+            }
+            let message = one_line(message);
+            if budget.admit(family, message.len(), matches!(level, log::Level::Error)) {
+                tracing::$event!(plugin = family, "{message}");
+            }
+        }};
     }
     match level {
-        log::Level::Trace => tracing::trace!(plugin = family, "{message}"),
-        log::Level::Debug => tracing::debug!(plugin = family, "{message}"),
-        log::Level::Info => tracing::info!(plugin = family, "{message}"),
-        log::Level::Warn => tracing::warn!(plugin = family, "{message}"),
-        log::Level::Error => tracing::error!(plugin = family, "{message}"),
+        log::Level::Trace => write_at!(TRACE, trace),
+        log::Level::Debug => write_at!(DEBUG, debug),
+        log::Level::Info => write_at!(INFO, info),
+        log::Level::Warn => write_at!(WARN, warn),
+        log::Level::Error => write_at!(ERROR, error),
     }
 }
 

@@ -183,6 +183,15 @@ impl Ctx {
         }
     }
 
+    /// What this call's answers (its own and its fault answer) may carry
+    /// beyond the plugin's own headers.
+    pub(super) fn may_send(&self) -> crate::reply::PluginGrants<'_> {
+        crate::reply::PluginGrants {
+            relayed: &self.relayed,
+            credentials: self.grants.has(Capability::Credentials),
+        }
+    }
+
     /// Give the call its component's memo, for the generation of the
     /// served table it began under.
     pub fn with_memo(&mut self, memo: Arc<crate::runtime::memo::Memo>, generation: u64) {
@@ -204,11 +213,12 @@ impl Ctx {
     /// when (and only when) the answer is a 2xx of a mutating request;
     /// `RunAgain` when the commit lost a race on the shared store.
     pub async fn finish(mut self, resp: types::Response) -> Result<Reply, RunAgain> {
-        let may = crate::reply::PluginGrants {
-            relayed: &self.relayed,
-            credentials: self.grants.has(Capability::Credentials),
-        };
-        let mut reply = match Reply::from_plugin(resp.status, resp.headers, resp.body, may) {
+        let mut reply = match Reply::from_plugin(
+            resp.status,
+            resp.headers,
+            resp.body,
+            self.may_send(),
+        ) {
             Ok(reply) => reply,
             Err(why) => {
                 tracing::error!(family = %self.family, "plugin answered an invalid response: {why}");
