@@ -140,6 +140,28 @@ fn contract_in(s: &Server, d: &Deal, state: &str) -> String {
     id
 }
 
+/// The witness proof of `n:{id}:secret:{hex}` (PROTOCOL 7): `n:{id}:public:`
+/// and the sha256 of the secret's 32 bytes.
+fn witness_proof(id: &str, hex: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let raw: Vec<u8> = (0..32)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    format!("n:{id}:public:{}", common::hex(&Sha256::digest(&raw)))
+}
+
+/// What the arbiter signs at issue (PROTOCOL 10): `arbiter_issue:` and the
+/// sha256 of `fields`, each preceded by its length as a little-endian u64.
+fn issue_message(fields: &[String]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for f in fields {
+        h.update((f.len() as u64).to_le_bytes());
+        h.update(f.as_bytes());
+    }
+    format!("arbiter_issue:{}", common::hex(&h.finalize()))
+}
+
 #[test]
 fn every_action_in_every_state_by_every_party() {
     let s = Server::start();
@@ -362,14 +384,7 @@ fn bid_inclusive_happy_path_pays_out_amount_less_fee() {
         .unwrap_or_else(|| panic!("{cert}"))
         .to_string();
     assert_eq!(hex.len(), 64, "{cert}");
-    let proof_of = |id: &str, hex: &str| {
-        use sha2::{Digest, Sha256};
-        let raw: Vec<u8> = (0..32)
-            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
-            .collect();
-        format!("n:{id}:public:{}", common::hex(&Sha256::digest(&raw)))
-    };
-    let proof = proof_of(&cert_id, &hex);
+    let proof = witness_proof(&cert_id, &hex);
     assert_eq!(cert["certificate_proof"], proof.as_str());
     let health = |p: &str| {
         s.post_json("/api/witness/health_check", &json!([p])).json()["results"][p].clone()
@@ -396,7 +411,7 @@ fn bid_inclusive_happy_path_pays_out_amount_less_fee() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(health(&proof)["state"], "spent");
     assert_eq!(
-        health(&proof_of(&cert_id, &mine)),
+        health(&witness_proof(&cert_id, &mine)),
         json!({"spent": false, "state": "live", "contract_id": id})
     );
     let r = replace(&secret, &format!("n:{cert_id}:secret:{}", "cd".repeat(32)));
@@ -570,13 +585,7 @@ fn witness_gates_delivery_and_is_burned_at_settlement() {
     let d = deal(&s);
     let id = "CTR_witness_1";
     let secret_hex = "11".repeat(32);
-    let proof_of = |hex: &str| {
-        use sha2::{Digest, Sha256};
-        let raw: Vec<u8> = (0..32)
-            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
-            .collect();
-        format!("n:{id}:public:{}", common::hex(&Sha256::digest(&raw)))
-    };
+    let proof_of = |hex: &str| witness_proof(id, hex);
     let proof = proof_of(&secret_hex);
     let r = buy(
         &s,
@@ -808,13 +817,7 @@ fn the_seller_releases_a_shipment_with_the_witness_secret() {
     let d = deal(&s);
     let id = "CTR_ship_1";
     let secret_hex = "5a".repeat(32);
-    let proof = {
-        use sha2::{Digest, Sha256};
-        let raw: Vec<u8> = (0..32)
-            .map(|i| u8::from_str_radix(&secret_hex[2 * i..2 * i + 2], 16).unwrap())
-            .collect();
-        format!("n:{id}:public:{}", common::hex(&Sha256::digest(&raw)))
-    };
+    let proof = witness_proof(id, &secret_hex);
     let r = buy(
         &s,
         &d,
@@ -858,7 +861,6 @@ fn the_seller_releases_a_shipment_with_the_witness_secret() {
 #[test]
 fn the_arbiter_signs_what_it_issues() {
     use ed25519_dalek::{Signature, VerifyingKey};
-    use sha2::{Digest, Sha256};
     let s = Server::start();
     let d = deal(&s);
     let deadline = "2031-05-01T12:00:00Z";
@@ -889,12 +891,7 @@ fn the_arbiter_signs_what_it_issues() {
         d.post.clone(),
         d.buyer.fp(),
     ];
-    let mut h = Sha256::new();
-    for f in &fields {
-        h.update((f.len() as u64).to_le_bytes());
-        h.update(f.as_bytes());
-    }
-    let message = format!("arbiter_issue:{}", common::hex(&h.finalize()));
+    let message = issue_message(&fields);
     let unhex = |s: &str| -> Vec<u8> {
         (0..s.len() / 2)
             .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
@@ -925,8 +922,7 @@ fn the_arbiter_signs_what_it_issues() {
     assert_eq!(plain_doc["work_spec"], "Contract deliverable");
     assert_eq!(plain_doc["arbiter_signature"], plain["arbiter_signature"]);
     let text = |k: &str| plain_doc[k].as_str().unwrap().to_string();
-    let mut h = Sha256::new();
-    for f in [
+    let message = issue_message(&[
         text("contract_id"),
         text("buyer_fingerprint"),
         "100000000".to_string(), // "1" in units of 1e-8
@@ -935,11 +931,7 @@ fn the_arbiter_signs_what_it_issues() {
         text("work_spec"),
         text("reference_post"),
         text("buyer_fingerprint"),
-    ] {
-        h.update((f.len() as u64).to_le_bytes());
-        h.update(f.as_bytes());
-    }
-    let message = format!("arbiter_issue:{}", common::hex(&h.finalize()));
+    ]);
     let sig = Signature::from_bytes(&unhex(&text("arbiter_signature")).try_into().unwrap());
     assert!(key.verify_strict(message.as_bytes(), &sig).is_ok());
     // Terms given as an object are kept as given and signed as their
@@ -955,8 +947,7 @@ fn the_arbiter_signs_what_it_issues() {
         .json();
     assert_eq!(obj_doc["work_spec"], terms);
     let text = |k: &str| obj_doc[k].as_str().unwrap().to_string();
-    let mut h = Sha256::new();
-    for f in [
+    let message = issue_message(&[
         text("contract_id"),
         text("buyer_fingerprint"),
         "100000000".to_string(),
@@ -965,11 +956,7 @@ fn the_arbiter_signs_what_it_issues() {
         r#"{"alpha":{"a":null,"b":true},"zeta":[1,"two"]}"#.to_string(),
         text("reference_post"),
         text("buyer_fingerprint"),
-    ] {
-        h.update((f.len() as u64).to_le_bytes());
-        h.update(f.as_bytes());
-    }
-    let message = format!("arbiter_issue:{}", common::hex(&h.finalize()));
+    ]);
     let sig = Signature::from_bytes(&unhex(&text("arbiter_signature")).try_into().unwrap());
     assert!(key.verify_strict(message.as_bytes(), &sig).is_ok());
     // GraphQL: named queries work; other fields are GraphQL errors, not 404.

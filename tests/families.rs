@@ -122,6 +122,20 @@ fn plugin_copy() -> tempfile::TempDir {
     dir
 }
 
+/// A server on a private copy of the plugins directory, and that copy's
+/// families directory (made), which it watches. The copy lives as long as
+/// the returned directory.
+fn watching_families() -> (tempfile::TempDir, Server, PathBuf) {
+    let plugins_dir = plugin_copy();
+    let s = Server::with(common::Options {
+        plugins_dir: Some(plugins_dir.path().to_path_buf()),
+        ..Default::default()
+    });
+    let families = plugins_dir.path().join("families");
+    std::fs::create_dir_all(&families).unwrap();
+    (plugins_dir, s, families)
+}
+
 /// Write a file the way an operator's deploy does: write aside, rename.
 fn install(bytes: &[u8], to: &Path) {
     let tmp = to.with_extension("part");
@@ -940,13 +954,7 @@ fn a_family_named_in_the_config_is_mounted_at_start() {
 
 #[test]
 fn the_watched_families_directory_mounts_swaps_and_unmounts() {
-    let plugins_dir = plugin_copy();
-    let s = Server::with(common::Options {
-        plugins_dir: Some(plugins_dir.path().to_path_buf()),
-        ..Default::default()
-    });
-    let families = plugins_dir.path().join("families");
-    std::fs::create_dir_all(&families).unwrap();
+    let (_plugins_dir, s, families) = watching_families();
     let file = families.join("jotter.wasm");
     let template = wasm("template.wasm");
     assert_eq!(notes(&s).status, 404);
@@ -1027,13 +1035,7 @@ fn the_watched_families_directory_mounts_swaps_and_unmounts() {
 /// while the upload served, and mounted it again right after the unmount.
 #[test]
 fn an_unmount_after_an_upload_holds_over_the_familys_file() {
-    let plugins_dir = plugin_copy();
-    let s = Server::with(common::Options {
-        plugins_dir: Some(plugins_dir.path().to_path_buf()),
-        ..Default::default()
-    });
-    let families = plugins_dir.path().join("families");
-    std::fs::create_dir_all(&families).unwrap();
+    let (_plugins_dir, s, families) = watching_families();
     let template = wasm("template.wasm");
     install(&template, &families.join("jotter.wasm"));
     eventually("families/jotter.wasm is mounted", &s, || {

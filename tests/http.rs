@@ -348,23 +348,9 @@ fn a_flood_of_one_familys_requests_leaves_slots_to_the_others() {
         }
         // Every loop has arrived (four run: half the pool of eight; four
         // wait for their family's slots) before the read is sent.
-        let bearer = format!("Bearer {}", common::ADMIN_TOKEN);
-        let in_flight = || -> f64 {
-            let r = common::request(
-                s.admin,
-                "GET",
-                "/metrics",
-                &[("authorization", &bearer)],
-                None,
-            );
-            r.text()
-                .lines()
-                .find_map(|l| l.strip_prefix("marketplace_requests_in_flight "))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0.0)
-        };
+        let in_flight = || s.metric("marketplace_requests_in_flight");
         let until = Instant::now() + Duration::from_secs(10);
-        while in_flight() < 8.0 {
+        while in_flight() < 8 {
             assert!(Instant::now() < until, "the loops never all arrived");
             std::thread::sleep(Duration::from_millis(10));
         }

@@ -178,28 +178,6 @@ fn policy(s: &Server) -> String {
         .to_string()
 }
 
-/// A metric's value from the admin listener's `GET /metrics`.
-fn metric(s: &Server, name: &str) -> u64 {
-    let auth = format!("Bearer {ADMIN_TOKEN}");
-    let r = common::request(
-        s.admin,
-        "GET",
-        "/metrics",
-        &[("authorization", &auth)],
-        None,
-    );
-    assert_eq!(r.status, 200, "metrics: {}", r.text());
-    let text = r.text();
-    let line = text
-        .lines()
-        .find(|l| l.split_whitespace().next() == Some(name))
-        .unwrap_or_else(|| panic!("no {name} in the metrics:\n{text}"));
-    let value = line.split_whitespace().nth(1).unwrap();
-    value
-        .parse::<f64>()
-        .unwrap_or_else(|e| panic!("{name} {value}: {e}")) as u64
-}
-
 // ------------------------------------------------------------------ tests
 
 /// Three hosts started at once on an empty schema, none given a server or
@@ -448,8 +426,8 @@ fn free_ledger_writes_on_one_host_do_not_starve_paid_posts_on_the_others() {
     swapper.join().unwrap();
     let mints = minter.join().unwrap();
     let refused: Vec<&(u16, String)> = answers.iter().filter(|(s, _)| *s != 201).collect();
-    let again = metric(&f.hosts[1], "marketplace_store_conflict_retries_total")
-        + metric(&f.hosts[2], "marketplace_store_conflict_retries_total");
+    let again = f.hosts[1].metric("marketplace_store_conflict_retries_total")
+        + f.hosts[2].metric("marketplace_store_conflict_retries_total");
     eprintln!(
         "{} posts, {during} replaces and {mints} mints beside them; {again} runs again",
         answers.len()
@@ -596,7 +574,7 @@ fn a_store_that_goes_away_or_hangs_is_503_store_unavailable_and_nothing_is_lost(
         assert!(r.header("retry-after").is_some(), "{what}: {:?}", r.headers);
     };
     let auth = format!("Bearer {ADMIN_TOKEN}");
-    let minted = metric(&s, "marketplace_ledger_minted_units");
+    let minted = s.metric("marketplace_ledger_minted_units");
     assert!(minted > 0);
     for (mode, name) in [(1, "gone"), (2, "hanging")] {
         relay.set(mode);
@@ -605,7 +583,7 @@ fn a_store_that_goes_away_or_hangs_is_503_store_unavailable_and_nothing_is_lost(
         // A scrape meanwhile shows the ledger totals last read, never
         // zeros (a graph would drop to nothing and come back).
         assert_eq!(
-            metric(&s, "marketplace_ledger_minted_units"),
+            s.metric("marketplace_ledger_minted_units"),
             minted,
             "{name}: the ledger totals while the store is away"
         );
@@ -1010,9 +988,9 @@ fn kill_9_of_one_host_during_paid_writes_loses_nothing_acknowledged() {
         let posts = present.len() as u64;
         let unspent = spent.values().filter(|v| **v == json!(false)).count() as u64 * POST_UNITS;
         let (m, fees, escrow) = (
-            metric(s, "marketplace_ledger_minted_units"),
-            metric(s, "marketplace_ledger_fees_units"),
-            metric(s, "marketplace_ledger_escrow_units"),
+            s.metric("marketplace_ledger_minted_units"),
+            s.metric("marketplace_ledger_fees_units"),
+            s.metric("marketplace_ledger_escrow_units"),
         );
         assert_eq!(m, minted + IDENTITY_UNITS, "host {h}: minted");
         assert_eq!(escrow, 0, "host {h}: escrow");

@@ -412,6 +412,28 @@ impl Server {
         p["s3_key"].as_str().unwrap().to_string()
     }
 
+    /// A metric's value from the admin listener's `GET /metrics`.
+    pub fn metric(&self, name: &str) -> u64 {
+        let auth = format!("Bearer {ADMIN_TOKEN}");
+        let r = request(
+            self.admin,
+            "GET",
+            "/metrics",
+            &[("authorization", &auth)],
+            None,
+        );
+        assert_eq!(r.status, 200, "metrics: {}", r.text());
+        let text = r.text();
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} in the metrics:\n{text}"));
+        let value = line.split_whitespace().nth(1).unwrap();
+        value
+            .parse::<f64>()
+            .unwrap_or_else(|e| panic!("{name} {value}: {e}")) as u64
+    }
+
     /// An authenticated admin request.
     pub fn admin_request(&self, method: &str, path: &str, body: &Value) -> Resp {
         let auth = format!("Bearer {ADMIN_TOKEN}");
