@@ -459,7 +459,10 @@ fn a_private_upload_stays_out_of_shared_caches_and_no_token_is_logged() {
         let url = p["presigned_url"].as_str().unwrap();
         tokens.push(url.rsplit('/').next().unwrap().to_string());
         assert_eq!(put(&s, url, b"\x89PNG").status, 200);
-        let r = s.get(&path_of(p["public_url"].as_str().unwrap()));
+        // The file's key is a bearer capability too.
+        let file = p["public_url"].as_str().unwrap();
+        tokens.push(file.rsplit('/').next().unwrap().to_string());
+        let r = s.get(&path_of(file));
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(
             r.header("cache-control"),
@@ -474,14 +477,59 @@ fn a_private_upload_stays_out_of_shared_caches_and_no_token_is_logged() {
     let url = p["presigned_url"].as_str().unwrap();
     tokens.push(url.rsplit('/').next().unwrap().to_string());
     assert_eq!(s.get(&path_of(url)).status, 405);
-    // The single-use URL's token is a bearer capability: the access line
-    // names the route's parameter instead.
+    // The single-use URL's token and the file's key are bearer
+    // capabilities: the access line names the route's parameter instead.
     s.wait_log("the upload's access lines", |log| {
         log.contains("path=/api/storage/upload/{token}")
             && log.contains("path=/api/storage/upload/{redacted}")
+            && log.contains("path=/api/storage/files/{token}")
     });
     let log = s.log_text();
     for token in &tokens {
         assert!(!log.contains(token.as_str()), "token {token} in the log");
     }
+}
+
+#[test]
+fn a_malformed_signer_fingerprint_is_401_as_on_every_signed_route() {
+    // PROTOCOL 2: a malformed signer is 401 `auth_invalid` (unsigned: 401
+    // `auth_required`), here as on the posts and contract routes.
+    let s = Server::start();
+    for path in ["/api/profile/update", "/api/identity/delete"] {
+        for fp in ["aa", "zz", "", &"g".repeat(64), &"a".repeat(65)] {
+            let r = s.post_json(path, &json!({"fingerprint": fp, "signature": "bb"}));
+            assert_eq!(
+                (r.status, r.code().as_str()),
+                (401, "auth_invalid"),
+                "{path} {fp}: {}",
+                r.text()
+            );
+            let r = s.post_json(path, &json!({"fingerprint": fp}));
+            assert_eq!(
+                (r.status, r.code().as_str()),
+                (401, "auth_required"),
+                "{path} {fp}: {}",
+                r.text()
+            );
+        }
+        // No signer (absent, or not a string) is an unsigned request, as on
+        // the other signed routes.
+        for body in [
+            json!({"signature": "bb"}),
+            json!({"fingerprint": 5, "signature": "bb"}),
+        ] {
+            let r = s.post_json(path, &body);
+            assert_eq!(
+                (r.status, r.code().as_str()),
+                (401, "auth_required"),
+                "{path} {body}: {}",
+                r.text()
+            );
+        }
+    }
+    let r = s.post_json(
+        "/api/posts/update",
+        &json!({"post_id": "post_NOPE", "author_fingerprint": "aa", "signature": "bb"}),
+    );
+    assert_eq!((r.status, r.code().as_str()), (401, "auth_invalid"));
 }

@@ -322,9 +322,13 @@ fn a_changed_server_key_never_pays_twice() {
     let key_file = data.join("server.key");
     let old_key = std::fs::read_to_string(&key_file).expect("server.key in the data dir");
     std::fs::remove_file(&key_file).unwrap();
-    let mut s = Server::with(opts);
+    let mut s = Server::with(opts.clone());
     let new_key = std::fs::read_to_string(&key_file).expect("a new server.key");
     assert_ne!(old_key.trim(), new_key.trim());
+    // The operator is told, once, at the start.
+    let changed = "this database ran with another server-key before";
+    s.wait_log("the changed key", |log| log.contains(changed));
+    assert!(log_level_of(&s.log_text(), changed) == "ERROR");
 
     // The payout was issued already: the host cannot show it again and
     // must not issue another one.
@@ -344,6 +348,34 @@ fn a_changed_server_key_never_pays_twice() {
     s.kill();
     let after = totals(&data);
     assert_eq!(before, after, "the ledger's value changed");
+    // Every start with the other key says so again (the log file goes on
+    // from the earlier starts)...
+    let mut s = Server::with(opts.clone());
+    assert_eq!(s.get("/api/health").status, 200);
+    s.wait_log("the third start", |log| {
+        log.matches("starting marketplace").count() == 3
+    });
+    s.wait_log("the changed key, again", |log| {
+        log.matches(changed).count() == 2
+    });
+    s.kill();
+    // ...until the right key file is back.
+    std::fs::write(&key_file, &old_key).unwrap();
+    let s = Server::with(opts);
+    assert_eq!(s.get("/api/health").status, 200);
+    s.wait_log("the fourth start", |log| {
+        log.matches("starting marketplace").count() == 4
+    });
+    assert_eq!(s.log_text().matches(changed).count(), 2, "{}", s.log_text());
+}
+
+/// The level of the first log line containing `what` (text format).
+fn log_level_of<'a>(log: &'a str, what: &str) -> &'a str {
+    let line = log.lines().find(|l| l.contains(what)).unwrap_or_default();
+    ["ERROR", "WARN", "INFO", "DEBUG"]
+        .into_iter()
+        .find(|level| line.contains(level))
+        .unwrap_or("")
 }
 
 #[test]
@@ -619,4 +651,37 @@ fn no_secret_at_rest_under_bid_inclusive() {
 #[test]
 fn no_secret_at_rest_under_pickup_paid() {
     no_secret_at_rest(true);
+}
+
+#[test]
+fn key_files_made_readable_are_private_again_at_start() {
+    if common::skip_on_postgres(
+        "key_files_made_readable_are_private_again_at_start",
+        "the keys are in the store",
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let opts = common::Options {
+        data_dir: Some(data.clone()),
+        ..Default::default()
+    };
+    let mut s = Server::with(opts.clone());
+    s.kill();
+    use std::os::unix::fs::PermissionsExt;
+    let mut loosened = Vec::new();
+    for name in ["server.key", "arbiter.key", "admin.token"] {
+        let path = data.join(name);
+        if path.is_file() {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+            loosened.push(path);
+        }
+    }
+    assert!(!loosened.is_empty(), "no key file in {}", data.display());
+    let s = Server::with(opts);
+    assert_eq!(s.get("/api/health").status, 200);
+    for path in loosened {
+        assert_eq!(mode(&path), 0o600, "{}", path.display());
+    }
 }

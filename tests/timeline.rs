@@ -868,3 +868,104 @@ fn a_query_parameter_that_is_not_utf8_is_refused_not_replaced() {
     // UTF-8 escapes decode as before.
     assert_eq!(s.get("/api/search?term=caf%C3%A9").status, 200);
 }
+
+#[test]
+fn an_unknown_parent_is_404_before_a_reused_signature_is_409() {
+    // PROTOCOL 1's order of checks: 401, 404, 403, 409.
+    let s = Server::start();
+    let key = s.identity("orderly");
+    let ts = now_s();
+    let content = "first of its signature";
+    let body = json!({
+        "author_fingerprint": key.fp(),
+        "content": content,
+        "signature": key.sign(&format!("post:{content}:{ts}")),
+        "timestamp": ts,
+    });
+    let r = s.post_paid("/api/timeline", &s.mint("0.3"), &body);
+    assert_eq!(r.status, 201, "{}", r.text());
+    let parent = r.json()["post_id"].as_str().unwrap().to_string();
+
+    // The same signature again, as a comment of a post that does not exist.
+    let mut again = body.clone();
+    again["parent_id"] = json!("post_NOPE");
+    let secret = s.mint("0.3");
+    let r = s.post_paid("/api/timeline", &secret, &again);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (404, "not_found"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(s.cash_state(&secret).0, json!(false), "nothing spent");
+    // Of a post that exists: the reuse is what is wrong.
+    again["parent_id"] = json!(parent);
+    let r = s.post_paid("/api/timeline", &secret, &again);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "conflict"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(s.cash_state(&secret).0, json!(false), "nothing spent");
+    // A bad signature is still 401 first, whatever the parent.
+    let mut forged = again.clone();
+    forged["parent_id"] = json!("post_NOPE");
+    forged["signature"] = json!(key.sign("post:something else"));
+    let r = s.post_paid("/api/timeline", &secret, &forged);
+    assert_eq!(r.status, 401, "{}", r.text());
+}
+
+#[test]
+fn a_signature_used_on_a_post_since_deleted_is_404_not_409() {
+    // PROTOCOL 1's order (401, 404, 403, 409) on every signed route: a
+    // signed update and a signed vote, sent again once their post is gone,
+    // are answered for the missing post, and nothing is spent.
+    let s = Server::start();
+    let author = s.identity("gone_author");
+    let rater = s.identity("gone_rater");
+    let post = s.new_post(&author, "Soon deleted", json!({}));
+    let ts = now_s();
+    let vote = json!({"post_id": post, "actor_fingerprint": rater.fp(), "vote": "up", "timestamp": ts,
+                      "signature": rater.sign(&format!("vote:{post}:up:{ts}"))});
+    let r = s.post_paid("/api/profiles/rate", &s.mint("0.001"), &vote);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let update = json!({"post_id": post, "author_fingerprint": author.fp(), "content": "changed",
+                        "timestamp": ts, "signature": author.sign(&format!("update_post:{post}:{ts}"))});
+    assert_eq!(s.post_json("/api/posts/update", &update).status, 200);
+    // Both again while the post is there: the signatures are used.
+    let r = s.post_json("/api/posts/update", &update);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "conflict"),
+        "{}",
+        r.text()
+    );
+    let delete = json!({"post_id": post, "author_fingerprint": author.fp(), "timestamp": ts,
+                        "signature": author.sign(&format!("delete_post:{post}:{ts}"))});
+    assert_eq!(s.post_json("/api/posts/delete", &delete).status, 200);
+    // Once it is gone: 404.
+    let r = s.post_json("/api/posts/update", &update);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (404, "not_found"),
+        "{}",
+        r.text()
+    );
+    let r = s.post_json("/api/posts/delete", &delete);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (404, "not_found"),
+        "{}",
+        r.text()
+    );
+    let secret = s.mint("0.001");
+    let r = s.post_paid("/api/profiles/rate", &secret, &vote);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (404, "not_found"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(s.cash_state(&secret).0, json!(false), "nothing spent");
+}

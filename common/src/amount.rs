@@ -58,8 +58,12 @@ pub fn parse(s: &str) -> Result<u64, AmountError> {
 
 /// Format units in the shortest decimal form.
 pub fn format(units: u64) -> String {
-    let whole = units / UNIT;
-    let frac = units % UNIT;
+    format_sum(units.into())
+}
+
+/// [`format`] of a sum of amounts, which may pass u64.
+pub fn format_sum(units: u128) -> String {
+    let (whole, frac) = (units / UNIT as u128, units % UNIT as u128);
     if frac == 0 {
         return whole.to_string();
     }
@@ -84,6 +88,11 @@ mod tests {
         assert_eq!(format(1), "0.00000001");
         assert_eq!(format(0), "0");
         assert_eq!(format(123 * UNIT + 5), "123.00000005");
+        // A sum past u64 (two large outputs) is written as it is.
+        assert_eq!(
+            format_sum(2 * (99_999_999_999 * UNIT as u128)),
+            "199999999998"
+        );
     }
 
     #[test]

@@ -44,6 +44,12 @@ pub fn plausible_host(h: &str) -> bool {
                 && std::str::from_utf8(port).is_ok_and(|p| p.parse::<u16>().is_ok())))
 }
 
+/// Whether a request of `method` (upper case) only reads: GET, its HEAD,
+/// and OPTIONS never get a write transaction, whatever a route declares.
+pub fn read_only_method(method: &str) -> bool {
+    matches!(method, "GET" | "HEAD" | "OPTIONS")
+}
+
 /// Decode one name or value of an `application/x-www-form-urlencoded`
 /// query (`+` is a space; an invalid escape is kept as written); `None`
 /// when its escapes decode to bytes that are not UTF-8.

@@ -295,6 +295,11 @@ impl Arbiter {
         Ok(Arbiter(ed25519_dalek::SigningKey::from_bytes(&seed)))
     }
 
+    /// The secret seed, 64 lower-case hex (for the key's check digest).
+    pub fn seed_hex(&self) -> String {
+        marketplace_common::hex::encode(&self.0.to_bytes())
+    }
+
     /// The public key, 64 lower-case hex.
     pub fn public_hex(&self) -> String {
         marketplace_common::hex::encode(self.0.verifying_key().as_bytes())

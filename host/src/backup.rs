@@ -45,6 +45,29 @@ pub fn snapshot(storage: &Storage, data_dir: &Path, out: &mut dyn Write) -> Resu
         let t = |name| crate::money::ledger::total(&txn, name).unwrap_or(0);
         json!({"minted": t("minted"), "fees": t("fees"), "escrow": t("escrow")})
     };
+    // What the archive holds besides the manifest, read once to be hashed
+    // (the database is hashed from its file, then streamed).
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    for key in KEYS {
+        match std::fs::read(data_dir.join(key)) {
+            Ok(bytes) => files.push((key.to_string(), bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && *key != "server.key" => {}
+            Err(e) => return Err(e).with_context(|| format!("reading {key}")),
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(data_dir.join(UPLOADS)) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".wasm") || name.ends_with(".json") {
+                files.push((format!("{UPLOADS}/{name}"), std::fs::read(entry.path())?));
+            }
+        }
+    }
+    let mut digests = serde_json::Map::new();
+    digests.insert(DB.into(), json!(sha256_of_file(&db)?));
+    for (name, bytes) in &files {
+        digests.insert(name.clone(), json!(sha256_hex(bytes)));
+    }
     let manifest = json!({
         "format": 1,
         "service": crate::state::SERVICE_NAME,
@@ -52,6 +75,7 @@ pub fn snapshot(storage: &Storage, data_dir: &Path, out: &mut dyn Write) -> Resu
         "created_at": crate::ids::rfc3339(std::time::SystemTime::now()),
         "tables": tables,
         "totals": totals,
+        "sha256": digests,
     });
     let mut counter = Counting { inner: out, n: 0 };
     {
@@ -66,20 +90,8 @@ pub fn snapshot(storage: &Storage, data_dir: &Path, out: &mut dyn Write) -> Resu
                 .with_context(|| format!("writing {name} into the backup"))
         };
         add_bytes(MANIFEST, &serde_json::to_vec_pretty(&manifest)?)?;
-        for key in KEYS {
-            match std::fs::read(data_dir.join(key)) {
-                Ok(bytes) => add_bytes(key, &bytes)?,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound && *key != "server.key" => {}
-                Err(e) => return Err(e).with_context(|| format!("reading {key}")),
-            }
-        }
-        if let Ok(entries) = std::fs::read_dir(data_dir.join(UPLOADS)) {
-            for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if name.ends_with(".wasm") || name.ends_with(".json") {
-                    add_bytes(&format!("{UPLOADS}/{name}"), &std::fs::read(entry.path())?)?;
-                }
-            }
+        for (name, bytes) in &files {
+            add_bytes(name, bytes)?;
         }
         // Owner-only like every other entry (and the live file), whatever
         // mode the copy was created with.
@@ -188,6 +200,7 @@ fn unpack(input: File, dir: &Path) -> Result<()> {
     };
     let mut archive = tar::Archive::new(input);
     let (mut seen_db, mut seen_key, mut seen_arbiter) = (false, false, false);
+    let mut unpacked = Vec::new();
     for entry in archive.entries().map_err(unreadable)? {
         let mut entry = entry.map_err(unreadable)?;
         let name = entry
@@ -213,6 +226,9 @@ fn unpack(input: File, dir: &Path) -> Result<()> {
                 name.escape_debug().to_string()
             );
         }
+        if name != MANIFEST {
+            unpacked.push(name.clone());
+        }
         seen_db |= name == DB;
         seen_key |= name == "server.key";
         seen_arbiter |= name == "arbiter.key";
@@ -234,6 +250,13 @@ fn unpack(input: File, dir: &Path) -> Result<()> {
         seen_db && seen_key,
         "the backup lacks the database or server.key"
     );
+    // The manifest first: its digests are checked before anything opens
+    // (and so changes) the database.
+    let text = std::fs::read(dir.join(MANIFEST))
+        .context("the backup lacks backup.json (its manifest and ledger totals)")?;
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&text).context("backup.json is not JSON")?;
+    check_digests(&manifest, dir, &unpacked)?;
     // What `serve` would refuse at start is refused now.
     crate::money::ledger::Ledger::open(dir).context("the backup's server.key")?;
     if seen_arbiter {
@@ -249,10 +272,6 @@ fn unpack(input: File, dir: &Path) -> Result<()> {
     );
     // The totals the backup recorded when it was taken: every backup has
     // them (one without is not a whole backup of this service).
-    let text = std::fs::read(dir.join(MANIFEST))
-        .context("the backup lacks backup.json (its manifest and ledger totals)")?;
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&text).context("backup.json is not JSON")?;
     let recorded = &manifest["totals"];
     anyhow::ensure!(recorded.is_object(), "backup.json records no ledger totals");
     for (name, now) in [("minted", t.minted), ("fees", t.fees), ("escrow", t.escrow)] {
@@ -260,6 +279,55 @@ fn unpack(input: File, dir: &Path) -> Result<()> {
             recorded[name].as_u64() == Some(now),
             "backup.json records {name} {} but the database holds {now}: the two files are not of one backup",
             recorded[name]
+        );
+    }
+    Ok(())
+}
+
+/// The SHA-256 of `bytes`, lower-case hex.
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    marketplace_common::hex::encode(&Sha256::digest(bytes))
+}
+
+/// The SHA-256 of a file's bytes, read in pieces, lower-case hex.
+fn sha256_of_file(path: &Path) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    let mut f = File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    std::io::copy(&mut f, &mut hasher)?;
+    Ok(marketplace_common::hex::encode(&hasher.finalize()))
+}
+
+/// Every file `unpacked` into `dir` against the SHA-256 `backup.json`
+/// recorded for it (`sha256`, since backups record it): one changed, added
+/// or missing since the backup was taken is refused. A backup of an
+/// earlier version, without digests, is checked by its totals alone.
+fn check_digests(manifest: &serde_json::Value, dir: &Path, unpacked: &[String]) -> Result<()> {
+    let Some(recorded) = manifest.get("sha256") else {
+        return Ok(());
+    };
+    let recorded = recorded
+        .as_object()
+        .context("backup.json's sha256 is not an object")?;
+    for name in unpacked {
+        let Some(want) = recorded.get(name).and_then(|v| v.as_str()) else {
+            bail!(
+                "the backup holds {:?}, which its backup.json does not list",
+                name.escape_debug().to_string()
+            );
+        };
+        let have = sha256_of_file(&dir.join(name))?;
+        anyhow::ensure!(
+            have == want,
+            "{name} of the backup is not what was backed up (its SHA-256 differs from backup.json's): the archive was changed or damaged"
+        );
+    }
+    for name in recorded.keys() {
+        anyhow::ensure!(
+            unpacked.contains(name),
+            "the backup lacks {:?}, which its backup.json lists",
+            name.escape_debug().to_string()
         );
     }
     Ok(())
@@ -389,7 +457,8 @@ mod tests {
         let good = dir.path().join("good.tar");
         write_atomically(&good, |f| snapshot(&storage, &data, f)).unwrap();
         let original = entries(&good);
-        let edited = |name: &str, bytes: &[u8]| -> Entries {
+        // An entry changed without its digest (damage, tampering)...
+        let tampered = |name: &str, bytes: &[u8]| -> Entries {
             original
                 .iter()
                 .map(|(n, b)| {
@@ -403,6 +472,21 @@ mod tests {
         let mut manifest: serde_json::Value =
             serde_json::from_slice(&original.iter().find(|(n, _)| n == MANIFEST).unwrap().1)
                 .unwrap();
+        // ...or with it, so that the checks after the digests' see it.
+        let as_backed_up = manifest.clone();
+        let edited = |name: &str, bytes: &[u8]| -> Entries {
+            let mut entries = tampered(name, bytes);
+            if name != MANIFEST && !name.is_empty() {
+                let mut m = as_backed_up.clone();
+                m["sha256"][name] = json!(sha256_hex(bytes));
+                let m = serde_json::to_vec(&m).unwrap();
+                entries
+                    .iter_mut()
+                    .filter(|(n, _)| n == MANIFEST)
+                    .for_each(|(_, b)| *b = m.clone());
+            }
+            entries
+        };
         manifest["totals"]["minted"] = json!(1000);
         let without_manifest: Entries = original
             .iter()
@@ -411,6 +495,19 @@ mod tests {
             .collect();
         let mut no_totals = manifest.clone();
         no_totals.as_object_mut().unwrap().remove("totals");
+        // The database with one byte of a page changed (a post's content,
+        // say): it may open and add up, but it is not what was backed up.
+        let db = &original.iter().find(|(n, _)| n == DB).unwrap().1;
+        let mut flipped = db.clone();
+        let at = flipped.len() / 2;
+        flipped[at] ^= 0x20;
+        let mut added = original.clone();
+        added.push(("uploads/x.json".into(), b"{}".to_vec()));
+        let no_arbiter: Entries = original
+            .iter()
+            .filter(|(n, _)| n != "arbiter.key")
+            .cloned()
+            .collect();
         let cases: Vec<(&str, Entries, Option<&str>, &str)> = vec![
             ("nomanifest", without_manifest, None, "lacks backup.json"),
             (
@@ -419,18 +516,18 @@ mod tests {
                 None,
                 "no ledger totals",
             ),
-            ("badkey", edited("server.key", b"zz"), None, "server.key"),
+            ("badkey", edited("server.key", b"zz"), None, "not 64 hex"),
             (
                 "shortkey",
                 edited("server.key", b"abcd"),
                 None,
-                "server.key",
+                "must hold 32 bytes",
             ),
             (
                 "badarbiter",
                 edited("arbiter.key", b"not hex"),
                 None,
-                "arbiter.key",
+                "arbiter key must be 64 hex",
             ),
             (
                 "link",
@@ -444,6 +541,15 @@ mod tests {
                 None,
                 "minted",
             ),
+            ("db", tampered(DB, &flipped), None, "SHA-256 differs"),
+            (
+                "badkeydigest",
+                tampered("server.key", b"zz"),
+                None,
+                "server.key of the backup is not what was backed up",
+            ),
+            ("added", added, None, "does not list"),
+            ("dropped", no_arbiter, None, "lacks \"arbiter.key\""),
         ];
         for (label, entries, link, expected) in cases {
             let file = dir.path().join(format!("{label}.tar"));
@@ -457,6 +563,22 @@ mod tests {
         let same = dir.path().join("same.tar");
         write_backup(&same, &original, None);
         restore(&same, &dir.path().join("same-restored")).unwrap();
+        // A backup of an earlier version (no digests) is checked by its
+        // totals alone.
+        let mut old_manifest = manifest.clone();
+        old_manifest["totals"] = serde_json::from_slice::<serde_json::Value>(
+            &original.iter().find(|(n, _)| n == MANIFEST).unwrap().1,
+        )
+        .unwrap()["totals"]
+            .clone();
+        old_manifest.as_object_mut().unwrap().remove("sha256");
+        let older = dir.path().join("older.tar");
+        write_backup(
+            &older,
+            &edited(MANIFEST, &serde_json::to_vec(&old_manifest).unwrap()),
+            None,
+        );
+        restore(&older, &dir.path().join("older-restored")).unwrap();
         // Not a backup at all: the message shows no raw control bytes.
         let noise = dir.path().join("noise.tar");
         let bytes: Vec<u8> = (0..2048u32).map(|i| (i * 7 % 256) as u8).collect();

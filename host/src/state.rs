@@ -69,8 +69,21 @@ impl State {
             };
             let arbiter =
                 crate::auth::Arbiter::open(&config.data_dir, config.arbiter_key.as_deref())?;
+            key_in_use(
+                &storage,
+                "server-key",
+                &key_check("server-key", &ledger.key_hex()),
+            );
+            key_in_use(
+                &storage,
+                "arbiter-key",
+                &key_check("arbiter-key", &arbiter.seed_hex()),
+            );
             (ledger, arbiter)
         };
+        for name in ["server.key", "arbiter.key", "admin.token"] {
+            tighten(&config.data_dir.join(name));
+        }
         crate::money::upgrade::run(&storage, &ledger).context("upgrading the database")?;
         let upstream = crate::money::upstream::Upstream::from_config(&config);
         Ok(Arc::new(State {
@@ -150,11 +163,8 @@ fn private_dir(dir: &std::path::Path) -> Result<()> {
 /// the store, made by the first host.
 fn shared_key(storage: &Storage, name: &str, configured: Option<&str>) -> Result<String> {
     use crate::store::{Kv, StorageError};
-    use sha2::{Digest, Sha256};
     const META: &str = crate::store::META_TABLE;
-    let check_of = |hex: &str| {
-        marketplace_common::hex::encode(&Sha256::digest(format!("marketplace fleet {name}:{hex}")))
-    };
+    let check_of = |hex: &str| key_check(name, hex);
     let check_key = format!("{name}-check");
     let configured = configured.map(|k| k.trim().to_ascii_lowercase());
     let found = storage
@@ -194,6 +204,69 @@ fn shared_key(storage: &Storage, name: &str, configured: Option<&str>) -> Result
         .and_then(|r| r)
         .map_err(|e| anyhow::anyhow!("the {name} of the shared store: {e}"))?;
     found.map_err(|e| anyhow::anyhow!(e))
+}
+
+/// What the database keeps of a key (`name`: `server-key`, `arbiter-key`;
+/// `hex`: the key) to know it again: a digest, never the key.
+fn key_check(name: &str, hex: &str) -> String {
+    use sha2::{Digest, Sha256};
+    marketplace_common::hex::encode(&Sha256::digest(format!("marketplace fleet {name}:{hex}")))
+}
+
+/// Record in the embedded database the [`key_check`] of the key it first
+/// ran with (under `{name}-check`, as a shared store keeps its fleet's),
+/// and at every start with another key (a lost `server.key` or
+/// `arbiter.key` made anew, or a wrong one copied in) say so loudly. The
+/// host still starts, safely: it refuses double spends, what it owes under
+/// the old server key (kept answers, payouts) answers 409, and contracts
+/// signed by the old arbiter key do not verify against the published one.
+/// Putting the right key file back ends it.
+fn key_in_use(storage: &Storage, name: &str, check: &str) {
+    use crate::store::Kv;
+    const META: &str = crate::store::META_TABLE;
+    let key = format!("{name}-check");
+    let first = storage
+        .write(|txn| {
+            let first = txn.get_in(META, key.as_bytes())?;
+            if first.is_none() {
+                txn.put_in(META, key.as_bytes(), check.as_bytes())?;
+            }
+            Ok(first)
+        })
+        .and_then(|r| r);
+    match first {
+        Ok(Some(first)) if first != check.as_bytes() => tracing::error!(
+            key = name,
+            "this database ran with another {name} before (its file was lost and made anew, or replaced): what it owes under that key cannot be shown (kept answers and payouts answer 409; contracts signed by an earlier arbiter key do not verify against this one). Put that key file back from a backup of this data dir and restart"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(key = name, "recording the key in use: {e}"),
+    }
+}
+
+/// Key files and the admin token are the owner's only, as the database is,
+/// however they were copied in: a plain file others may read or write is
+/// made 0600. One that cannot be (a read-only mount, another owner) is a
+/// warning, not a reason to stop; a symlink (a mounted secret) is left as
+/// it is.
+fn tighten(path: &std::path::Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let Ok(meta) = std::fs::symlink_metadata(path) else {
+            return;
+        };
+        if !meta.is_file() || meta.permissions().mode() & 0o077 == 0 {
+            return;
+        }
+        if let Err(e) = private_file(path) {
+            tracing::warn!(
+                "{} may be read by others (mode {:o}): {e:#}",
+                path.display(),
+                meta.permissions().mode() & 0o777
+            );
+        }
+    }
 }
 
 /// Make a file readable and writable by the owner only (0600).

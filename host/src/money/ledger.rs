@@ -211,6 +211,11 @@ impl Ledger {
         Ok(Ledger { key })
     }
 
+    /// The key itself, 64 lower-case hex (for its check digest).
+    pub fn key_hex(&self) -> String {
+        hex(&self.key)
+    }
+
     /// The secret hex derived from `purpose`.
     pub fn derive(&self, purpose: &[u8]) -> String {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
@@ -360,8 +365,8 @@ impl Ledger {
         if total_in != total_out {
             return Err(output(format!(
                 "input total {} does not equal output total {}",
-                amount::format(total_in.min(u64::MAX as u128) as u64),
-                amount::format(total_out.min(u64::MAX as u128) as u64)
+                amount::format_sum(total_in),
+                amount::format_sum(total_out)
             )));
         }
         for public in &spend {

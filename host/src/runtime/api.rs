@@ -69,7 +69,9 @@ impl Api {
                 }
             };
             out.push(Declared {
-                writes: writes && method != "GET",
+                // A read method never gets a write transaction, whatever
+                // the component declares.
+                writes: writes && !routes::is_read(&method),
                 method,
                 pattern,
                 paid,
@@ -405,12 +407,26 @@ mod tests {
         assert!(bad("GET", "/api/x", "{}", "[]"));
         assert!(bad("TRACE", "/api/x", "{}", "{}"));
         assert!(!bad("GET", "/api/x", "", ""));
-        // A GET never writes, whatever it declares.
+        // A GET or an OPTIONS never writes, whatever it declares; a POST
+        // does what it declares.
         let api = Api::check(
-            vec![("GET".into(), "/api/x".into(), true, None, "{}".into(), None)],
+            ["GET", "OPTIONS", "POST"]
+                .iter()
+                .map(|m| {
+                    (
+                        m.to_string(),
+                        "/api/x".into(),
+                        true,
+                        None,
+                        "{}".into(),
+                        None,
+                    )
+                })
+                .collect(),
             "{}",
         )
         .unwrap();
-        assert!(!api.routes[0].writes);
+        let writes: Vec<bool> = api.routes.iter().map(|r| r.writes).collect();
+        assert_eq!(writes, [false, false, true]);
     }
 }

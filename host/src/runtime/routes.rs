@@ -103,8 +103,9 @@ pub fn logged_unrouted(path: &str) -> std::borrow::Cow<'_, str> {
         .into()
 }
 
-/// Methods a component may declare (GET also answers HEAD).
-pub const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];
+/// Methods a component may declare (GET also answers HEAD; OPTIONS is for
+/// a family answering CORS preflights of its own routes, and only reads).
+pub const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
 
 /// Most routes one family may declare.
 pub const MAX_ROUTES: usize = 256;
@@ -308,8 +309,8 @@ fn overlap(a: &str, b: &str) -> bool {
             .all(|(x, y)| x == y || is_param(x) || is_param(y))
 }
 
-fn is_read(method: &str) -> bool {
-    matches!(method, "GET" | "HEAD")
+pub fn is_read(method: &str) -> bool {
+    marketplace_common::url::read_only_method(method)
 }
 
 /// Fold the `/api/v1` compatibility alias onto `/api`.

@@ -401,7 +401,7 @@ impl Storage {
                     (u64::from_le_bytes(id), 0)
                 })
         };
-        let records = wal::recover(&wal_path, id, applied)?;
+        let (records, damaged) = wal::recover(&wal_path, id, applied)?;
         let replayed = records.len();
         for (seq, writes) in records {
             for (table, key, value) in writes {
@@ -412,6 +412,8 @@ impl Storage {
         wal::record_applied(&txn, id, applied)?;
         txn.set_quick_repair(true);
         txn.commit()?;
+        // Only now that what could be applied is durably in the database.
+        wal::keep_aside(&damaged, applied);
         if replayed > 0 {
             tracing::info!(
                 records = replayed,
@@ -1474,7 +1476,7 @@ mod tests {
         assert_eq!(read(&s, b"k1").as_deref(), Some(&b"overwritten"[..]));
         let (id, base) = log_of(&s, dir.path());
         assert!(
-            wal::recover(&base, id, 0).unwrap().len() >= 2,
+            wal::recover(&base, id, 0).unwrap().0.len() >= 2,
             "both in the log"
         );
         // A crash now: copy what is on disk (the database as of its last
@@ -1492,7 +1494,7 @@ mod tests {
         // A flush (as at a clean stop) puts it all in the database file:
         // a copy of that file alone holds it.
         s.flush();
-        assert!(wal::recover(&base, id, 0).unwrap().is_empty(), "flushed");
+        assert!(wal::recover(&base, id, 0).unwrap().0.is_empty(), "flushed");
         let (_alone, copy) = file_alone(dir.path());
         assert_eq!(read(&copy, b"k1").as_deref(), Some(&b"overwritten"[..]));
         assert_eq!(read(&copy, b"k2").as_deref(), Some(&b"logged"[..]));
@@ -1500,7 +1502,10 @@ mod tests {
         drop(s);
         // A clean stop checkpoints: the log holds nothing, and the original
         // reopens with everything in the database.
-        assert!(wal::recover(&base, id, 0).unwrap().is_empty(), "log empty");
+        assert!(
+            wal::recover(&base, id, 0).unwrap().0.is_empty(),
+            "log empty"
+        );
         let s = Storage::open(&dir.path().join("db.redb"), Default::default()).unwrap();
         assert_eq!(read(&s, b"k1").as_deref(), Some(&b"overwritten"[..]));
     }
@@ -1516,6 +1521,7 @@ mod tests {
         let logged = |key: &[u8]| {
             wal::recover(&base, id, 0)
                 .unwrap()
+                .0
                 .iter()
                 .any(|(_, writes)| writes.iter().any(|(_, k, _)| k == key))
         };
@@ -1609,7 +1615,7 @@ mod tests {
         }
         s.gc.hold_apply(false);
         flush_within(&s, "the flush after the disk came back did not end");
-        assert!(wal::recover(&base, id, 0).unwrap().is_empty(), "flushed");
+        assert!(wal::recover(&base, id, 0).unwrap().0.is_empty(), "flushed");
         let (_alone, copy) = file_alone(dir.path());
         assert_eq!(read(&copy, b"k1").as_deref(), Some(&b"logged"[..]));
         assert_eq!(

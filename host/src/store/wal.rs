@@ -133,26 +133,138 @@ pub fn remove_before(base: &Path, seq: u64) -> Result<()> {
 /// One write of a record: table, key, and the value (None: a delete).
 pub type Write = (String, Vec<u8>, Option<Vec<u8>>);
 
-/// The records of the log at `base` to apply over a database holding up
-/// to `applied` of log `id`: each one's writes, in order.
-pub fn recover(base: &Path, id: u64, applied: u64) -> Result<Vec<(u64, Vec<Write>)>> {
+/// A segment whose whole records go on past a damaged record or a gap:
+/// what a crash cannot leave (it tears at most the last record).
+#[derive(Debug)]
+pub struct Damaged {
+    pub path: PathBuf,
+    /// Its length, and where its whole records from the start end.
+    pub bytes: usize,
+    pub whole_to: usize,
+    /// Whole records in it after the last one applied, not applied.
+    pub not_applied: usize,
+}
+
+/// What the log at `base` holds for a database holding up to `applied` of
+/// log `id`: the records to apply, each one's writes, in order; and the
+/// damaged segments (see [`keep_aside`]). Reads only.
+pub type Recovered = (Vec<(u64, Vec<Write>)>, Vec<Damaged>);
+
+/// Read the log at `base` for a database holding up to `applied` of log
+/// `id` (see [`Recovered`]). Whole records after the point where applying
+/// stops (a damaged record before them, or a gap) mean the log was
+/// damaged: what they held, answered once, is not in the database.
+pub fn recover(base: &Path, id: u64, applied: u64) -> Result<Recovered> {
+    /// What one segment held: the sequence numbers of its whole records
+    /// from its start, where they end, and those of whole records found
+    /// past that point.
+    struct Read {
+        path: PathBuf,
+        seqs: Vec<u64>,
+        end: usize,
+        len: usize,
+        beyond: Vec<u64>,
+    }
+    let mut read = Vec::new();
     let mut chain = Vec::new();
     for (_, path) in segments(base)? {
         let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-        chain.extend(decode_all(&bytes, id));
+        let (records, end) = decode_all(&bytes, id);
+        read.push(Read {
+            seqs: records.iter().map(|(seq, _)| *seq).collect(),
+            beyond: whole_records_in(bytes.get(end + 1..).unwrap_or_default(), id),
+            path,
+            end,
+            len: bytes.len(),
+        });
+        chain.extend(records);
     }
-    Ok(records_after(chain, applied))
+    let out = records_after(chain, applied);
+    let last = out.last().map_or(applied, |(seq, _)| *seq);
+    let damaged = read
+        .into_iter()
+        .filter_map(|segment| {
+            let not_applied = segment
+                .seqs
+                .iter()
+                .chain(&segment.beyond)
+                .filter(|seq| **seq > last)
+                .count();
+            (not_applied > 0).then_some(Damaged {
+                path: segment.path,
+                bytes: segment.len,
+                whole_to: segment.end,
+                not_applied,
+            })
+        })
+        .collect();
+    Ok((out, damaged))
 }
 
-/// The whole records of log `id` at the start of `bytes`.
-fn decode_all(bytes: &[u8], id: u64) -> Vec<(u64, Vec<Write>)> {
+/// Once the records [`recover`] found are durably in the database: log each
+/// damaged segment as an error and keep it aside as `{segment}.damaged`
+/// (`.damaged.1`, ... when that name is taken), where no log reads or
+/// removes it, for the operator.
+pub fn keep_aside(damaged: &[Damaged], database_holds_to: u64) {
+    for segment in damaged {
+        let aside = (0..)
+            .map(|n| {
+                let mut name = segment.path.clone().into_os_string();
+                name.push(if n == 0 {
+                    ".damaged".to_string()
+                } else {
+                    format!(".damaged.{n}")
+                });
+                PathBuf::from(name)
+            })
+            .find(|name| !name.exists())
+            .expect("a free name");
+        let kept = std::fs::rename(&segment.path, &aside).and_then(|()| {
+            let dir = aside.parent().unwrap_or(Path::new("."));
+            File::open(dir).and_then(|d| d.sync_all())
+        });
+        tracing::error!(
+            segment = %segment.path.display(),
+            bytes = segment.bytes,
+            whole_records_end_at = segment.whole_to,
+            records_not_applied = segment.not_applied,
+            database_holds_to,
+            kept_as = %aside.display(),
+            kept = kept.is_ok(),
+            "the write-ahead log is damaged: records after a damaged record or a gap were not applied, so what they held (answered requests) is not in this database; restore a backup to recover it. The segment is kept aside"
+        );
+    }
+}
+
+/// The whole records of log `id` at the start of `bytes`, and where they
+/// end.
+fn decode_all(bytes: &[u8], id: u64) -> (Vec<(u64, Vec<Write>)>, usize) {
     let mut out = Vec::new();
     let mut at = 0;
     while let Some((seq, writes, len)) = decode(&bytes[at..], id) {
         at += len;
         out.push((seq, writes));
     }
-    out
+    (out, at)
+}
+
+/// The sequence numbers of whole records of log `id` anywhere in `bytes`
+/// (searched at every `MKW1`): past a damaged record, what a crash cannot
+/// have left.
+fn whole_records_in(bytes: &[u8], id: u64) -> Vec<u64> {
+    let mut seqs = Vec::new();
+    let mut at = 0;
+    while let Some(found) = bytes[at..].windows(4).position(|w| w == MAGIC) {
+        let start = at + found;
+        match decode(&bytes[start..], id) {
+            Some((seq, _, len)) => {
+                seqs.push(seq);
+                at = start + len;
+            }
+            None => at = start + 1,
+        }
+    }
+    seqs
 }
 
 /// Of `chain` (records in the order the segments hold them), those after
@@ -428,7 +540,7 @@ mod tests {
         let b = overlay(&[("t", "a", Some("2"))]);
         wal.append([&a].into_iter()).unwrap();
         wal.append([&b, &a].into_iter()).unwrap();
-        let records = recover(&base, 7, 0).unwrap();
+        let records = recover(&base, 7, 0).unwrap().0;
         let seqs: Vec<u64> = records.iter().map(|r| r.0).collect();
         assert_eq!(seqs, [1, 2]);
         assert_eq!(
@@ -441,9 +553,9 @@ mod tests {
         assert_eq!(records[1].1.len(), 3);
         // What the database holds already is not applied again; another
         // log's records never are.
-        assert_eq!(recover(&base, 7, 1).unwrap().len(), 1);
-        assert!(recover(&base, 7, 2).unwrap().is_empty());
-        assert!(recover(&base, 8, 0).unwrap().is_empty());
+        assert_eq!(recover(&base, 7, 1).unwrap().0.len(), 1);
+        assert!(recover(&base, 7, 2).unwrap().0.is_empty());
+        assert!(recover(&base, 8, 0).unwrap().0.is_empty());
     }
 
     #[test]
@@ -458,7 +570,7 @@ mod tests {
         let bytes = std::fs::read(&segment).unwrap();
         for cut in 0..bytes.len() {
             std::fs::write(&segment, &bytes[..cut]).unwrap();
-            let records = recover(&base, 1, 0).unwrap();
+            let records = recover(&base, 1, 0).unwrap().0;
             // Whole records only, in order, and all of them at the end.
             let seqs: Vec<u64> = records.iter().map(|r| r.0).collect();
             assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
@@ -468,7 +580,49 @@ mod tests {
         let last = flipped.len() - 1;
         flipped[last] ^= 1;
         std::fs::write(&segment, &flipped).unwrap();
-        assert_eq!(values(&recover(&base, 1, 0).unwrap()), ["v0", "v1"]);
+        assert_eq!(values(&recover(&base, 1, 0).unwrap().0), ["v0", "v1"]);
+        // What a crash leaves is no damage.
+        assert!(recover(&base, 1, 0).unwrap().1.is_empty());
+    }
+
+    #[test]
+    fn whole_records_after_a_damaged_one_are_kept_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("db-wal");
+        let mut wal = Wal::create(&base, 1, 0).unwrap();
+        for i in 0..5 {
+            put(&mut wal, &format!("v{i}"));
+        }
+        let segment = segment_path(&base, 1);
+        let bytes = std::fs::read(&segment).unwrap();
+        // One byte of the second record's payload flipped: records 3 to 5
+        // are whole but cannot be applied after it.
+        let mut flipped = bytes.clone();
+        flipped[bytes.len() * 2 / 5 - 2] ^= 1;
+        std::fs::write(&segment, &flipped).unwrap();
+        let (records, damaged) = recover(&base, 1, 0).unwrap();
+        assert_eq!(values(&records), ["v0"]);
+        assert_eq!(damaged.len(), 1);
+        assert_eq!(damaged[0].not_applied, 3);
+        // Reading changed nothing; keeping it aside moves it.
+        assert_eq!(std::fs::read(&segment).unwrap(), flipped);
+        keep_aside(&damaged, 1);
+        let mut aside = segment.clone().into_os_string();
+        aside.push(".damaged");
+        assert!(!segment.exists());
+        assert_eq!(std::fs::read(&aside).unwrap(), flipped);
+        // Kept aside, it is neither read again nor removed by a new log,
+        // and a later one of the same name is kept beside it.
+        assert!(segments(&base).unwrap().is_empty());
+        Wal::create(&base, 1, 0).unwrap();
+        assert!(std::path::Path::new(&aside).exists());
+        std::fs::write(&segment, &flipped).unwrap();
+        let (_, damaged) = recover(&base, 1, 0).unwrap();
+        keep_aside(&damaged, 1);
+        let mut second = aside.clone();
+        second.push(".1");
+        assert!(std::path::Path::new(&second).exists());
+        assert_eq!(std::fs::read(&aside).unwrap(), flipped);
     }
 
     #[test]
@@ -490,14 +644,14 @@ mod tests {
         remove_before(&base, next).unwrap();
         let left: Vec<u64> = segments(&base).unwrap().iter().map(|s| s.0).collect();
         assert_eq!(left, [5]);
-        assert_eq!(values(&recover(&base, 1, 4).unwrap()), ["new"]);
+        assert_eq!(values(&recover(&base, 1, 4).unwrap().0), ["new"]);
         // A crash before the removal reached the disk: the old segment is
         // back, and nothing of it is applied again.
         std::fs::write(&first, &kept).unwrap();
-        assert_eq!(values(&recover(&base, 1, 4).unwrap()), ["new"]);
+        assert_eq!(values(&recover(&base, 1, 4).unwrap().0), ["new"]);
         // Nor is a record after a gap (a lost segment).
         std::fs::remove_file(&first).unwrap();
-        assert!(recover(&base, 1, 2).unwrap().is_empty());
+        assert!(recover(&base, 1, 2).unwrap().0.is_empty());
         // Starting afresh removes every segment.
         let wal = Wal::create(&base, 1, 5).unwrap();
         assert_eq!(wal.next_seq(), 6);

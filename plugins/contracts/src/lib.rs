@@ -310,7 +310,7 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
     let buyer_field = body.text("buyer_fingerprint").unwrap_or_default();
 
     let payment = charge("buy", Some(units))?;
-    let buyer = verify(
+    let (buyer, reused) = verify_in_order(
         body.text("buyer_fingerprint").as_deref(),
         &format!(
             "buy_contract:{buyer_field}:{reference_post}:{}:{}",
@@ -321,8 +321,7 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
         timestamp,
         false,
         false,
-    )?
-    .to_ascii_lowercase();
+    )?;
     require_identity(&buyer)?;
     let seller = marketplace_guest::posts::author_of(&reference_post)?;
     if seller == buyer {
@@ -332,6 +331,7 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
             "you cannot buy from your own listing",
         ));
     }
+    reused.check()?;
     let id = contract_id.unwrap_or_else(|| format!("CTR_{}", ids::ulid()));
     if kv::get_raw(None, &format!("c/{id}"))?.is_some() {
         return Err(ApiError::conflict(format!("contract id {id} is taken")));
@@ -499,15 +499,14 @@ fn act(req: &Request, action: Action) -> Result<Response, ApiError> {
     body.finish()?;
 
     let (actor_field, message) = signed_message(action, &id, &body);
-    let actor = verify(
+    let (actor, reused) = verify_in_order(
         body.text(actor_field).as_deref(),
         &message,
         body.text("signature").as_deref(),
         timestamp,
         false,
         false,
-    )?
-    .to_ascii_lowercase();
+    )?;
     require_identity(&actor)?;
     let mut c = load(&id)?;
     let role = if actor == c.buyer_fingerprint {
@@ -522,6 +521,11 @@ fn act(req: &Request, action: Action) -> Result<Response, ApiError> {
         ));
     };
     let verdict = machine::decide(c.status, action, role, c.deadline_passed());
+    // The other party's action is a 403, answered before a used
+    // signature's 409.
+    if !matches!(verdict, Verdict::OtherParty) {
+        reused.check()?;
+    }
     let mut extra = serde_json::Map::new();
     match verdict {
         Verdict::OtherParty => {

@@ -659,6 +659,48 @@ pub fn verify(
     Ok(actor.to_string())
 }
 
+/// [`verify`] in PROTOCOL 1's order of checks (401, 404, 403, 409): a
+/// signature already used (409) is held back, as `Ok((actor, Some(409)))`,
+/// for the caller to answer once its 404 and 403 checks passed
+/// ([`Reused::check`]); every 401 comes first, as from `verify`. The actor
+/// is lower case.
+pub fn verify_in_order(
+    actor: Option<&str>,
+    message: &str,
+    signature: Option<&str>,
+    timestamp: Option<u64>,
+    require_fresh: bool,
+    legacy_single_use: bool,
+) -> Result<(String, Reused), ApiError> {
+    match verify(
+        actor,
+        message,
+        signature,
+        timestamp,
+        require_fresh,
+        legacy_single_use,
+    ) {
+        Ok(actor) => Ok((actor.to_ascii_lowercase(), Reused(None))),
+        // Only a statement with its signer gets this far.
+        Err(e) if e.status == 409 => Ok((
+            actor.unwrap_or_default().to_ascii_lowercase(),
+            Reused(Some(e)),
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+/// A used signature's 409 held back by [`verify_in_order`].
+#[must_use = "answer the held-back 409 with `check()` after the 404 and 403 checks"]
+pub struct Reused(Option<ApiError>);
+
+impl Reused {
+    /// The held-back 409, if any: call once the 404 and 403 checks passed.
+    pub fn check(self) -> Result<(), ApiError> {
+        self.0.map_or(Ok(()), Err)
+    }
+}
+
 /// Do the costly signature check of a statement ahead of [`verify`] (for
 /// example before taking payment, which waits for the write transaction);
 /// the later `verify` of the same statement then skips it. Errors still

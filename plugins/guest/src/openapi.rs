@@ -37,7 +37,7 @@ pub type Query = (&'static str, &'static str, bool, &'static str);
 /// One operation (route) of a family.
 #[derive(Clone, Copy)]
 pub struct Op {
-    /// Upper-case method: GET, POST, PUT, PATCH or DELETE.
+    /// Upper-case method: GET, POST, PUT, PATCH, DELETE or OPTIONS.
     pub method: &'static str,
     /// Path pattern with `{name}` segments (each becomes a required path
     /// parameter).
@@ -52,7 +52,7 @@ pub struct Op {
     /// payment headers, a 402 answer and "Paid: ..." to the description.
     pub paid: Option<&'static str>,
     /// Whether a call gets a write transaction; `None` = every method but
-    /// GET. A POST that only reads says `Some(false)`.
+    /// GET and OPTIONS. A POST that only reads says `Some(false)`.
     pub writes: Option<bool>,
     pub query: &'static [Query],
     /// Request body schema name in components (a required JSON body).
@@ -180,9 +180,29 @@ pub fn signed_fields() -> [(&'static str, Value); 2] {
         ),
         (
             "timestamp",
-            json!({"type": ["integer", "string"], "minimum": 0, "maximum": u64::MAX, "pattern": "^[0-9]+$", "description": "unix seconds: fresh form, signs {message}:{timestamp} (the number in decimal; a string of decimal digits, at most 2^64 - 1, is read as the number); more than 300 s from the server clock is 401 auth_expired"}),
+            json!({"type": ["integer", "string"], "minimum": 0, "maximum": u64::MAX, "pattern": u64_digits(), "description": "unix seconds: fresh form, signs {message}:{timestamp} (the number in decimal; a string of decimal digits, at most 2^64 - 1, is read as the number); more than 300 s from the server clock is 401 auth_expired"}),
         ),
     ]
+}
+
+/// A pattern of the decimal strings of a u64 (leading zeros allowed), as
+/// [`marketplace_common::uint::parse`] reads them: up to 19 digits, or 20
+/// digits at most `u64::MAX` (a digit below the maximum's after a prefix
+/// of it, then any digits).
+pub fn u64_digits() -> String {
+    let max = u64::MAX.to_string();
+    let mut alternatives = vec!["[0-9]{1,19}".to_string(), max.clone()];
+    for (i, d) in max.bytes().enumerate() {
+        if d > b'0' {
+            let rest = max.len() - i - 1;
+            alternatives.push(format!(
+                "{}[0-{}][0-9]{{{rest}}}",
+                &max[..i],
+                (d - 1) as char
+            ));
+        }
+    }
+    format!("^0*({})$", alternatives.join("|"))
 }
 
 /// An object schema of a signed body: `props` plus [`signed_fields`].
@@ -390,7 +410,8 @@ pub fn operation(o: &Op) -> Value {
 
 /// Whether a call of the operation gets a write transaction.
 pub fn writes(o: &Op) -> bool {
-    o.writes.unwrap_or(o.method != "GET")
+    o.writes
+        .unwrap_or(!marketplace_common::url::read_only_method(o.method))
 }
 
 /// The fee action of a paid operation: the first word of [`Op::paid`].

@@ -126,11 +126,11 @@ pub const OPS: &[Op] = &[
         errors: &[404],
         ..op(
             "GET",
-            "/api/storage/files/{key}",
+            "/api/storage/files/{token}",
             "getFile",
             "identity",
             "An uploaded file",
-            "The bytes of upload `files/{key}`, byte for byte, with the content type given at presign. The key is unguessable; an upload presigned with `is_public: false` is answered with `cache-control: private, no-store` (and `x-robots-tag: noindex`), a public one may be cached for a year.",
+            "The bytes of upload `files/{token}` (`token`: the id of its `s3_key`), byte for byte, with the content type given at presign. The id is unguessable, a bearer capability: logs show it as `{token}`; an upload presigned with `is_public: false` is answered with `cache-control: private, no-store` (and `x-robots-tag: noindex`), a public one may be cached for a year.",
         )
     },
 ];
@@ -220,7 +220,7 @@ mod tests {
             ("POST", "/api/recovery/scan", false),
             ("POST", "/api/storage/presign", true),
             ("PUT", "/api/storage/upload/{token}", true),
-            ("GET", "/api/storage/files/{key}", false),
+            ("GET", "/api/storage/files/{token}", false),
         ];
         assert_eq!(openapi::routes_of(&api()), expected);
     }

@@ -77,27 +77,27 @@ fn signer(
     .map(|a| a.to_ascii_lowercase())
 }
 
-/// The required `fingerprint` member: 64 hex characters (a 400 detail
-/// otherwise).
-fn fingerprint_field(body: &mut Body) -> Option<String> {
-    let fingerprint = body.required_str("fingerprint", 64);
-    if let Some(fp) = &fingerprint
-        && !is_fingerprint(fp)
-    {
-        body.problem("fingerprint", "must be 64 hex characters");
+/// The identity of a signed request's `fingerprint` (its signer, read as
+/// every signed route reads its signer), lower case, with its storage key:
+/// 401 `auth_required` when the request is not signed (no signature, or no
+/// signer: absent, or not a string), 401 `auth_invalid` when the signer is
+/// not a key or has no identity (never registered, or deleted already),
+/// as PROTOCOL section 2 says of any signer.
+fn registered(body: &Body) -> Result<(String, String, Identity), ApiError> {
+    let (Some(fingerprint), Some(_)) = (body.text("fingerprint"), body.text("signature")) else {
+        return Err(unsigned());
+    };
+    if !is_fingerprint(&fingerprint) {
+        return Err(ApiError::new(
+            401,
+            "auth_invalid",
+            "the signer's fingerprint must be a 64-hex Ed25519 public key",
+        ));
     }
-    fingerprint
-}
-
-/// The identity at `key` (`id/{fingerprint}`) of a signed request: for a
-/// fingerprint with none (never registered, or deleted already) 401
-/// `auth_invalid`, as for any signer with no registered identity, or 401
-/// `auth_required` when the request is not signed at all (PROTOCOL
-/// section 2).
-fn registered(body: &Body, key: &str) -> Result<Identity, ApiError> {
-    match kv::get(key)? {
-        Some(id) => Ok(id),
-        None if body.text("signature").is_none() => Err(unsigned()),
+    let fingerprint = fingerprint.to_ascii_lowercase();
+    let key = format!("id/{fingerprint}");
+    match kv::get(&key)? {
+        Some(id) => Ok((fingerprint, key, id)),
         None => Err(unregistered()),
     }
 }
@@ -106,14 +106,11 @@ fn registered(body: &Body, key: &str) -> Result<Identity, ApiError> {
 /// ratings and uploads stay.
 pub fn delete_identity(req: &Request) -> Result<Response, ApiError> {
     let mut body = Body::parse(req)?;
-    let fingerprint = fingerprint_field(&mut body);
     let timestamp = body.optional_u64("timestamp");
     body.finish()?;
-    let fingerprint = fingerprint.unwrap_or_default().to_ascii_lowercase();
     // Looked up first, so that repeating a delete does not spend its
     // signature.
-    let key = format!("id/{fingerprint}");
-    let id = registered(&body, &key)?;
+    let (fingerprint, key, id) = registered(&body)?;
     // A legacy delete signature is single-use: replayed after the key
     // registers again it would delete the new identity.
     let actor = signer(
@@ -138,7 +135,6 @@ pub fn delete_identity(req: &Request) -> Result<Response, ApiError> {
 /// `POST /api/profile/update`: sets `about`, `skills`, `profile_picture`.
 pub fn update_profile(req: &Request) -> Result<Response, ApiError> {
     let mut body = Body::parse(req)?;
-    let fingerprint = fingerprint_field(&mut body);
     let about = body.optional_str("about", crate::MAX_ABOUT);
     let skills = match body.raw("skills") {
         None => None,
@@ -180,9 +176,7 @@ pub fn update_profile(req: &Request) -> Result<Response, ApiError> {
     let picture = body.optional_str("profile_picture", 200);
     let timestamp = body.optional_u64("timestamp");
     body.finish()?;
-    let fingerprint = fingerprint.unwrap_or_default().to_ascii_lowercase();
-    let key = format!("id/{fingerprint}");
-    let mut id = registered(&body, &key)?;
+    let (fingerprint, key, mut id) = registered(&body)?;
     let actor = signer(
         &body,
         "fingerprint",
@@ -391,7 +385,6 @@ pub const MAX_UPLOADS_PER_IDENTITY: u64 = 64;
 
 pub fn presign(req: &Request) -> Result<Response, ApiError> {
     let mut body = Body::parse(req)?;
-    let fingerprint = fingerprint_field(&mut body);
     let file_path = body.required_str("file_path", 1024);
     let content_type = body.required_str("content_type", 255);
     if let Some(ct) = &content_type
@@ -417,9 +410,6 @@ pub fn presign(req: &Request) -> Result<Response, ApiError> {
         timestamp,
         false,
     )?;
-    if fingerprint.unwrap_or_default().to_ascii_lowercase() != actor {
-        return Err(ApiError::new(401, "auth_invalid", "signer mismatch"));
-    }
     require_identity(&actor)?;
     // The id is unguessable (a ULID and 128 random bits), so a private
     // upload is served only to those given its key.
@@ -501,9 +491,9 @@ pub fn upload(req: &Request) -> Result<Response, ApiError> {
     ))
 }
 
-/// `GET /api/storage/files/{key}`: the bytes, with their content type.
+/// `GET /api/storage/files/{token}`: the bytes, with their content type.
 pub fn file(req: &Request) -> Result<Response, ApiError> {
-    let id = req.param("key");
+    let id = req.param("token");
     let missing = || ApiError::not_found(format!("file {id}"));
     if id.is_empty() || id.len() > 128 || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
         return Err(missing());

@@ -3,7 +3,7 @@
 //! original client's calls (PROTOCOL 10): `POST /api/identity/delete`,
 //! `POST /api/profile/update`, `POST /api/recovery/scan`,
 //! `POST /api/storage/presign` with its upload `PUT
-//! /api/storage/upload/{token}` and `GET /api/storage/files/{key}`.
+//! /api/storage/upload/{token}` and `GET /api/storage/files/{token}`.
 //!
 //! Keyspace `identity`:
 //! - `id/{fingerprint}` -> [`Identity`]
@@ -83,7 +83,7 @@ impl Endpoint for IdentityFamily {
             ("POST", "/api/recovery/scan") => extra::recovery_scan(req),
             ("POST", "/api/storage/presign") => extra::presign(req),
             ("PUT", "/api/storage/upload/{token}") => extra::upload(req),
-            ("GET", "/api/storage/files/{key}") => extra::file(req),
+            ("GET", "/api/storage/files/{token}") => extra::file(req),
             _ => Err(ApiError::not_found(format!("route {}", req.route()))),
         }
     }
@@ -250,15 +250,14 @@ fn rate(req: &Request) -> Result<Response, ApiError> {
     );
     precheck(actor.as_deref(), &message, signature.as_deref(), timestamp);
     let payment = charge("rate", None)?;
-    let actor = verify(
+    let (actor, reused) = verify_in_order(
         actor.as_deref(),
         &message,
         signature.as_deref(),
         timestamp,
         false,
         false,
-    )?
-    .to_ascii_lowercase();
+    )?;
     require_identity(&actor)?;
     let author = marketplace_guest::posts::author_of(&post_id)?;
     if author == actor {
@@ -268,6 +267,7 @@ fn rate(req: &Request) -> Result<Response, ApiError> {
             "you cannot rate your own post",
         ));
     }
+    reused.check()?;
 
     let vote_key = format!("vote/{post_id}/{actor}");
     let previous: Option<String> = kv::get(&vote_key)?;

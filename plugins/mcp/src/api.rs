@@ -77,7 +77,20 @@ pub const OPS: &[Op] = &[
             "mcpJsonRpc",
             "mcp",
             "MCP server (Streamable HTTP)",
-            "JSON-RPC 2.0: initialize, ping, tools/list, tools/call, resources/list, resources/templates/list, resources/read, prompts/list, prompts/get, logging/setLevel (other methods: -32601); notifications are answered 202. Resources are absolute URLs of this service (the OpenAPI document, the agent manifest, the A2A card, the fee schedule; templates for a post, a thread and a contract), read as their HTTP route answers them (-32002 for an unknown URI or record); prompts are find_listings, sell_item and contract_next_step. The tools are those of /api/mcp, define and execute included (each with the request's headers, as a request to its route: a 201 of define is a tool result; execute's payment header pays what it runs), and every macro. Protocol revisions 2025-11-25 (the latest), 2025-06-18, 2025-03-26 and 2024-11-05: the client's revision when it is one of these, else the latest. A browser's `Origin` must be allowed (`[settings.mcp] allowed_origins`, the origin of `public_url`, or the request's own `Host` when that is an IP address or localhost), else 403; a request without `Origin` is not a browser's and passes. An `MCP-Protocol-Version` header naming another revision is 400. A batch (a JSON array of 1 to 16 messages, MCP 2025-03-26 and 2024-11-05; refused with 400 when the header names a later revision) is answered with the array of the requests' answers, in order, each as if sent alone (a member that is not a valid message, or an `initialize`, gets a -32600 error in its place; a batch of only notifications and responses is 202). Tool input that does not fit a tool's inputSchema is a tool result with `isError: true`.",
+            "JSON-RPC 2.0: initialize, ping, tools/list, tools/call, resources/list, resources/templates/list, resources/read, prompts/list, prompts/get, logging/setLevel (other methods: -32601); notifications are answered 202. Resources are absolute URLs of this service (the OpenAPI document, the agent manifest, the A2A card, the fee schedule; templates for a post, a thread and a contract), read as their HTTP route answers them (-32002 for an unknown URI or record); prompts are find_listings, sell_item and contract_next_step. The tools are those of /api/mcp, define and execute included (each with the request's headers, as a request to its route: a 201 of define is a tool result; execute's payment header pays what it runs), and every macro. Protocol revisions 2025-11-25 (the newest this server speaks), 2025-06-18, 2025-03-26 and 2024-11-05: the client's revision when it is one of these, else 2025-11-25. A browser's `Origin` must be allowed (`[settings.mcp] allowed_origins`, the origin of `public_url`, or the request's own `Host` when that is an IP address or localhost), else 403; a request without `Origin` is not a browser's and passes. Every answer to an allowed `Origin` carries `Access-Control-Allow-Origin` (that origin), `Access-Control-Expose-Headers` (the payment answers `X-Cash-Change`, `PAYMENT-REQUIRED`, `PAYMENT-RESPONSE`) and `Vary: Origin`; the preflight is `OPTIONS /mcp`. An `MCP-Protocol-Version` header naming another revision is 400. A batch (a JSON array of 1 to 16 messages, MCP 2025-03-26 and 2024-11-05; refused with 400 when the header names a later revision) is answered with the array of the requests' answers, in order, each as if sent alone (a member that is not a valid message, or an `initialize`, gets a -32600 error in its place; a batch of only notifications and responses is 202). Tool input that does not fit a tool's inputSchema is a tool result with `isError: true`.",
+        )
+    },
+    Op {
+        patch: Some(preflight_answers),
+        ok: (204, "Any"),
+        errors: &[403],
+        ..op(
+            "OPTIONS",
+            "/mcp",
+            "mcpPreflight",
+            "mcp",
+            "CORS preflight of POST /mcp",
+            "A browser page's preflight. From an allowed `Origin` (as for `POST /mcp`): 204 with `Access-Control-Allow-Origin` (that origin), `Access-Control-Allow-Methods: POST`, `Access-Control-Allow-Headers` (`Content-Type`, `Accept`, `MCP-Protocol-Version`, `MCP-Session-Id`, `Last-Event-ID`, `X-Request-Id` and the payment headers `X-Cash-Secret`, `X-Webcash-Secret`, `X-Bitcoin-Secret`, `PAYMENT-SIGNATURE`) and `Access-Control-Max-Age: 600`. From a refused origin: 403 with the JSON-RPC error of `POST /mcp`. Without `Origin`: 204 with `Allow: OPTIONS, POST`.",
         )
     },
     Op {
@@ -192,6 +205,13 @@ fn execute_answers(operation: &mut Value) {
     operation["responses"]["default"] = json!({"description": "the target endpoint's answer, its status and body unchanged (201 for a creation, 401, 403, 409 and the rest of its errors)", "content": {"application/json": {"schema": r("Any")}}});
 }
 
+/// `OPTIONS /mcp` answers 204 with no body.
+fn preflight_answers(operation: &mut Value) {
+    let responses = &mut operation["responses"];
+    responses["204"] = json!({"description": "the preflight's answer: CORS headers, no body"});
+    responses["403"] = json!({"description": "the Origin is not allowed (a JSON-RPC error without id, as POST /mcp answers)", "content": {"application/json": {"schema": r("JsonRpcError")}}});
+}
+
 /// `POST /a2a` answers JSON-RPC errors with HTTP 200 as well, and a
 /// notification with 202.
 fn a2a_answers(operation: &mut Value) {
@@ -266,6 +286,7 @@ mod tests {
             ("POST", "/api/mcp/tools/define", true),
             ("POST", "/api/mcp/tools/execute", false),
             ("POST", "/mcp", false),
+            ("OPTIONS", "/mcp", false),
             ("POST", "/a2a", true),
             ("GET", "/api/docs/search", false),
             ("GET", "/.well-known/agent.json", false),

@@ -27,7 +27,7 @@ pub fn document_text() -> Result<String, ApiError> {
 }
 
 /// Methods in the order the docs list them.
-const METHODS: &[&str] = &["get", "post", "put", "patch", "delete"];
+const METHODS: &[&str] = &["get", "post", "put", "patch", "delete", "options"];
 
 /// One documented operation.
 struct Operation<'a> {

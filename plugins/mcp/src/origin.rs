@@ -144,6 +144,80 @@ pub fn check(req: &Request) -> Result<(), String> {
     }
 }
 
+/// Request headers a browser page may send to `POST /mcp` (the preflight's
+/// `Access-Control-Allow-Headers`): the MCP transport's and the payment
+/// headers.
+const ALLOW_HEADERS: &str = "Content-Type, Accept, MCP-Protocol-Version, MCP-Session-Id, Last-Event-ID, X-Request-Id, X-Cash-Secret, X-Webcash-Secret, X-Bitcoin-Secret, PAYMENT-SIGNATURE";
+
+/// Answer headers a browser page may read (`Access-Control-Expose-Headers`):
+/// the change and payment answers a paid tool call gets, the request id.
+const EXPOSE_HEADERS: &str =
+    "X-Cash-Change, PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-Request-Id, Retry-After";
+
+/// How long a browser may keep a preflight's answer, in seconds.
+const MAX_AGE: &str = "600";
+
+/// The `Origin` rule and the CORS headers it gives an answer of
+/// `POST /mcp` (each answer depends on `Origin`, so each says `Vary:
+/// Origin`): from an allowed browser origin, `Access-Control-Allow-Origin`
+/// (that origin) and the headers a page may read; without `Origin` (not a
+/// browser's cross-origin request), `Vary` alone. `Err(origin)` when the
+/// origin is refused.
+pub fn cors(req: &Request) -> Result<Vec<(String, String)>, String> {
+    check(req)?;
+    let mut headers = vec![("vary".to_string(), "Origin".to_string())];
+    if let Some(origin) = req.header("origin").map(str::trim) {
+        headers.push(("access-control-allow-origin".into(), origin.to_string()));
+        headers.push((
+            "access-control-expose-headers".into(),
+            EXPOSE_HEADERS.into(),
+        ));
+    }
+    Ok(headers)
+}
+
+/// `OPTIONS /mcp`: the CORS preflight of a browser page. From an allowed
+/// origin: 204 with what the page may send. From a refused origin: 403
+/// with the same JSON-RPC error `POST /mcp` answers. Without `Origin` (not
+/// a preflight): 204 with `Allow`.
+pub fn preflight(req: &Request) -> Response {
+    if let Err(refused) = check(req) {
+        return refused_origin(&refused);
+    }
+    let mut headers: Vec<(String, String)> = vec![("allow".into(), "OPTIONS, POST".into())];
+    match req.header("origin").map(str::trim) {
+        None => headers.push(("vary".into(), "Origin".into())),
+        Some(origin) => headers.extend([
+            ("access-control-allow-origin".into(), origin.to_string()),
+            ("access-control-allow-methods".into(), "POST".into()),
+            ("access-control-allow-headers".into(), ALLOW_HEADERS.into()),
+            ("access-control-max-age".into(), MAX_AGE.into()),
+            (
+                "vary".into(),
+                "Origin, Access-Control-Request-Method, Access-Control-Request-Headers".into(),
+            ),
+        ]),
+    }
+    Response {
+        status: 204,
+        headers,
+        body: vec![],
+    }
+}
+
+/// The 403 of a refused browser origin (MCP 2025-11-25: a JSON-RPC error
+/// without an id).
+pub fn refused_origin(refused: &str) -> Response {
+    let mut answer = json(
+        403,
+        &json!({"jsonrpc": "2.0", "error": {"code": -32000, "message": format!(
+            "origin {refused:?} is not allowed: set [settings.mcp] allowed_origins (or public_url) to admit it"
+        )}}),
+    );
+    answer.headers.push(("vary".into(), "Origin".into()));
+    answer
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

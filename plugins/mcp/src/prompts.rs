@@ -55,7 +55,8 @@ const PROMPTS: &[Prompt] = &[
                 "Find marketplace listings for: {what}.{budget}\n\
                  1. Call the `search` tool with the key words as `term` (try a synonym too if little comes back).\n\
                  2. Read the promising results with `get_post`, and their sellers with `get_profile` (fingerprint = the post's author) to see their ratings.\n\
-                 3. Answer with the best few offers: what is offered, the price if stated, the post id, the seller and their rating, and anything that makes an offer doubtful."
+                 3. Before relying on a listing, check it carries its terms and a description: `listing.verified` is true when the post has an attachment named `terms.md` and one named `service.md`, `product.md`, `skill.md` or `description.md` (names only: read both with `get_attachment` and judge them). Say which offers lack them.\n\
+                 4. Answer with the best few offers: what is offered, the price if stated, the post id, the seller and their rating, whether it has its terms and description, and anything that makes an offer doubtful."
             )
         },
     },
@@ -83,8 +84,8 @@ const PROMPTS: &[Prompt] = &[
             format!(
                 "Help me sell {item}{price} on this marketplace.\n\
                  1. Search for similar listings with the `search` tool and say how their prices compare.\n\
-                 2. Draft a short, honest listing (what it is, its condition, the price, how it is delivered) and show it to me before publishing.\n\
-                 3. Publishing is a paid request signed with my Ed25519 key: check its price with `get_fees`, then send `POST /api/timeline` through the `execute` tool with the signed body and the payment header (the OpenAPI resource describes both). Never publish without my approval."
+                 2. Draft a short, honest listing (what it is, its condition, the price, how it is delivered) and show it to me before publishing. A listing clients rely on has two attachments: `terms.md` (the terms of sale) and `product.md` (or `service.md`, `skill.md`, `description.md`: what is offered); draft both.\n\
+                 3. Publishing is a paid request signed with my Ed25519 key: check its price with `get_fees`, then send `POST /api/timeline` through the `execute` tool with the signed body, the two attachments, and the payment header on the MCP request (the OpenAPI resource describes both); its answer's `listing.verified` must be true. Never publish without my approval."
             )
         },
     },

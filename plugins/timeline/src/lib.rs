@@ -504,15 +504,14 @@ fn create(req: &Request) -> Result<Response, ApiError> {
         },
         None,
     )?;
-    let author = verify(
+    let (author, reused) = verify_in_order(
         author.as_deref(),
         &message,
         signature.as_deref(),
         timestamp,
         false,
         true,
-    )?
-    .to_ascii_lowercase();
+    )?;
     require_identity(&author)?;
     let mut parent = match &parent_id {
         Some(pid) => Some(
@@ -520,6 +519,7 @@ fn create(req: &Request) -> Result<Response, ApiError> {
         ),
         None => None,
     };
+    reused.check()?;
 
     let post_id = format!("post_{}", ids::ulid());
     let meta = store_attachments(&post_id, &attachments)?;
@@ -568,22 +568,21 @@ fn create(req: &Request) -> Result<Response, ApiError> {
 
 /// The post a signed author request names, checked in the protocol's
 /// order: 400 (body), 401 (signature, identity), 404 (post), 403 (not the
-/// author).
+/// author), 409 (a signature used already).
 fn authored_post(
     body: &Body,
     post_id: &str,
     timestamp: Option<u64>,
     action: &str,
 ) -> Result<Post, ApiError> {
-    let author = verify(
+    let (author, reused) = verify_in_order(
         body.text("author_fingerprint").as_deref(),
         &format!("{action}:{post_id}"),
         body.text("signature").as_deref(),
         timestamp,
         false,
         false,
-    )?
-    .to_ascii_lowercase();
+    )?;
     require_identity(&author)?;
     let post =
         model::load(post_id)?.ok_or_else(|| ApiError::not_found(format!("post {post_id}")))?;
@@ -594,6 +593,7 @@ fn authored_post(
             "only the post's author may change it",
         ));
     }
+    reused.check()?;
     Ok(post)
 }
 

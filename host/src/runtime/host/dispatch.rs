@@ -108,7 +108,7 @@ impl Ctx {
             return Err(Reply::error(500, "internal", "internal error"));
         }
         let method = req.method.to_ascii_uppercase();
-        let writes = !matches!(method.as_str(), "GET" | "HEAD");
+        let writes = !crate::runtime::routes::is_read(&method);
         if writes && self.holds_batch() {
             tracing::error!(family = %self.family, "dispatch of a mutation from a request that holds the commit batch");
             return Err(Reply::error(500, "internal", "internal error"));
