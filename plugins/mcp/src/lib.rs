@@ -708,6 +708,18 @@ fn define(req: &Request) -> Result<Response, ApiError> {
             let old = marketplace_common::hex::encode(&Sha256::digest(
                 m["typescript"].as_str().unwrap_or_default().as_bytes(),
             ));
+            // A legacy signature of the code the macro has now names no
+            // time and covers neither description nor schema: anyone who
+            // saw it may send it again, so it may only repeat the macro as
+            // it is, never change what the macro says under its owner's
+            // name.
+            let same_texts = m["description"].as_str().unwrap_or_default() == description
+                && m["input_schema"] == schema.clone().unwrap_or(Value::Null);
+            if timestamp.is_none() && old == digest && !same_texts {
+                return Err(ApiError::conflict(format!(
+                    "a legacy signature of macro {name}'s code cannot change its description or input_schema (anyone may send it again): sign the fresh form, define:{name}:{{sha256}}:{{timestamp}}"
+                )));
+            }
             if old != digest {
                 retired.retain(|d| *d != digest && *d != old);
                 retired.push(old);
