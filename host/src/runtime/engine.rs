@@ -326,7 +326,7 @@ fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool) -> Reply {
 
 /// Who a request comes from: a client over HTTP (the default), or a
 /// plugin call that dispatched it (`dispatch.call`).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Caller {
     /// Dispatched by a call that holds the commit batch, so this one is
     /// treated as holding it too (it may not write, wait for a blocking
@@ -339,6 +339,9 @@ pub struct Caller {
     /// by such a run): its writes take a commit batch of their own
     /// ([`crate::store::group_commit::Pending::alone`]).
     pub alone: bool,
+    /// The log budget of the client's request, shared by every call it
+    /// dispatches (None: a client's own request, with a budget of its own).
+    pub logged: Option<crate::runtime::host::LogBudget>,
 }
 
 /// How deep dispatched requests may nest: a chain of families (or a
@@ -1139,7 +1142,7 @@ impl Runtime {
         run_again_on_conflict(|alone| {
             let from = Caller {
                 alone: alone || from.alone,
-                ..from
+                ..from.clone()
             };
             run_to_end(self.handle_once(family, &req, payment.clone(), write, false, from))
         })

@@ -42,6 +42,6 @@ impl types::Host for FeeCtx {}
 
 impl log::Host for FeeCtx {
     fn log(&mut self, level: log::Level, message: String) {
-        super::log::write_log("fees", &mut self.logged, level, &message);
+        super::log::write_log("fees", &self.logged, level, &message);
     }
 }

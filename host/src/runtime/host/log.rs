@@ -13,10 +13,14 @@ const MORE_ERRORS: u32 = 8;
 /// ...and their bytes at most.
 const MAX_BYTES: usize = 64 << 10;
 
-/// What one call (a request's, a fee quote's) has logged: a stranger's
-/// request must not make a plugin flood the operator's log.
+/// What one client request has logged, through its own call and every
+/// call it dispatched (a clone shares the count), or a fee quote: a
+/// stranger's request must not make plugins flood the operator's log.
+#[derive(Default, Clone)]
+pub struct LogBudget(std::sync::Arc<std::sync::Mutex<Logged>>);
+
 #[derive(Default)]
-pub struct LogBudget {
+struct Logged {
     lines: u32,
     errors_past: u32,
     bytes: usize,
@@ -26,20 +30,21 @@ pub struct LogBudget {
 impl LogBudget {
     /// Whether a line of `len` bytes may still be written (an error line
     /// has [`MORE_ERRORS`] more); the first line refused says that the
-    /// rest of the call's are dropped.
-    fn admit(&mut self, family: &str, len: usize, error: bool) -> bool {
-        let within = self.lines < MAX_LINES && self.bytes + len <= MAX_BYTES;
-        if within || (error && self.errors_past < MORE_ERRORS && len <= MAX_BYTES) {
+    /// rest of the request's are dropped.
+    fn admit(&self, family: &str, len: usize, error: bool) -> bool {
+        let mut logged = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let within = logged.lines < MAX_LINES && logged.bytes + len <= MAX_BYTES;
+        if within || (error && logged.errors_past < MORE_ERRORS && len <= MAX_BYTES) {
             if within {
-                self.lines += 1;
-                self.bytes += len;
+                logged.lines += 1;
+                logged.bytes += len;
             } else {
-                self.errors_past += 1;
+                logged.errors_past += 1;
             }
             return true;
         }
-        if !self.said {
-            self.said = true;
+        if !logged.said {
+            logged.said = true;
             tracing::warn!(
                 plugin = family,
                 "this call's further log lines are dropped (a call logs at most {MAX_LINES} lines, {} KiB)",
@@ -76,7 +81,7 @@ fn one_line(message: &str) -> Cow<'_, str> {
 
 /// Write one plugin log line, within the call's `budget`; a line the log
 /// filter drops costs the call nothing of it.
-pub(super) fn write_log(family: &str, budget: &mut LogBudget, level: log::Level, message: &str) {
+pub(super) fn write_log(family: &str, budget: &LogBudget, level: log::Level, message: &str) {
     // (A tracing level is a constant of each call site.)
     macro_rules! write_at {
         ($level:ident, $event:ident) => {{
@@ -100,7 +105,7 @@ pub(super) fn write_log(family: &str, budget: &mut LogBudget, level: log::Level,
 
 impl log::Host for Ctx {
     fn log(&mut self, level: log::Level, message: String) {
-        write_log(&self.family, &mut self.logged, level, &message);
+        write_log(&self.family, &self.logged, level, &message);
     }
 }
 
@@ -120,14 +125,17 @@ mod tests {
 
     #[test]
     fn a_call_logs_a_bounded_amount() {
-        let mut budget = LogBudget::default();
-        assert!((0..MAX_LINES).all(|_| budget.admit("f", 10, false)));
+        let budget = LogBudget::default();
+        // A dispatched call counts against its caller's budget.
+        let dispatched = budget.clone();
+        assert!((0..MAX_LINES / 2).all(|_| budget.admit("f", 10, false)));
+        assert!((MAX_LINES / 2..MAX_LINES).all(|_| dispatched.admit("f", 10, false)));
         assert!(!budget.admit("f", 1, false));
         assert!(!budget.admit("f", 1, false));
         // A few error lines (a panic's message) still pass, then no more.
         assert!((0..MORE_ERRORS).all(|_| budget.admit("f", 10, true)));
         assert!(!budget.admit("f", 10, true));
-        let mut budget = LogBudget::default();
+        let budget = LogBudget::default();
         assert!(budget.admit("f", MAX_BYTES - 1, false));
         assert!(!budget.admit("f", 2, false));
     }

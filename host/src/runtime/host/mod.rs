@@ -21,6 +21,7 @@ mod storage;
 mod upstream;
 
 pub use fees::FeeCtx;
+pub use log::LogBudget;
 
 use crate::capabilities::{Capability, Grants};
 use crate::money::ledger::Derivation;
@@ -101,7 +102,8 @@ pub struct Ctx {
     /// The component's memo and the generation this request began under
     /// (none for a smoke call: its memo calls find and keep nothing).
     memo: Option<(Arc<crate::runtime::memo::Memo>, u64)>,
-    /// What this call has logged (bounded).
+    /// What this call, its dispatching callers and the calls it
+    /// dispatched have logged (bounded per client request).
     logged: log::LogBudget,
     /// The payment headers ([`crate::reply::HOST_OWNED`]) the host answered
     /// this call's dispatched requests with: the only ones its answer may
@@ -444,6 +446,9 @@ impl Ctx {
     pub fn dispatched_by(&mut self, from: crate::runtime::engine::Caller) {
         self.depth = from.depth;
         self.alone = from.alone;
+        if let Some(logged) = from.logged {
+            self.logged = logged;
+        }
         if from.under_batch {
             self.under_batch = true;
             self.limiter.holds_batch = true;
@@ -456,6 +461,7 @@ impl Ctx {
             under_batch: self.holds_batch(),
             depth: self.depth.saturating_add(1),
             alone: self.alone,
+            logged: Some(self.logged.clone()),
         }
     }
 
