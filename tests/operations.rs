@@ -1710,6 +1710,8 @@ fn cli_help_and_config_errors() {
         ),
         ("MARKETPLACE_REQUEST_TIMEOUT_MS", "0", "request_timeout_ms"),
         ("MARKETPLACE_LOG", "info,=[", "log"),
+        // RUST_LOG wins over `log`: a typo in it is refused as well.
+        ("RUST_LOG", "marketplace=bogus", "RUST_LOG"),
     ] {
         let out = run(&serve, &[(var, value)], limit);
         let stderr = text(&out.stderr);
@@ -1899,4 +1901,33 @@ fn a_first_start_serves_each_family_as_soon_as_it_is_ready() {
             "no load time logged for {family}\n{log}"
         );
     }
+}
+
+/// The CLI presents the `admin_token` of the config it reads (the
+/// server's own config, say), when no --token or environment gives one.
+#[test]
+fn the_cli_takes_the_admin_token_from_its_config() {
+    let s = Server::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("ops.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "admin_token = \"{}\"\ndata_dir = \"{}\"\n",
+            common::ADMIN_TOKEN,
+            tmp.path().join("no-token-file-here").display()
+        ),
+    )
+    .unwrap();
+    let out = bare_command()
+        .args(["cash", "mint", "1", "--admin"])
+        .arg(format!("http://{}", s.admin))
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let secret = text(&out.stdout).trim().to_string();
+    assert!(secret.starts_with("e1:secret:"), "{secret}");
+    assert_eq!(s.cash_state(&secret).0, json!(false));
 }

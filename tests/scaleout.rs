@@ -722,6 +722,32 @@ fn a_post_written_on_one_host_is_found_by_search_on_another() {
         let post = s.get(&format!("/api/posts/{id}"));
         assert_eq!(post.status, 200, "read on host {name}: {}", post.text());
     }
+    // The schema was new: the host that made it said so.
+    assert_eq!(
+        f.hosts
+            .iter()
+            .filter(|h| h.log_text().contains("a new fleet with no data"))
+            .count(),
+        1,
+        "one host made the schema"
+    );
+    // A shared store is backed up by the database, not through a host:
+    // refused, saying so.
+    let auth = format!("Bearer {}", common::ADMIN_TOKEN);
+    let r = common::request(
+        a.admin,
+        "GET",
+        "/admin/backup",
+        &[("authorization", &auth)],
+        None,
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "conflict"),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("pg_dump"), "{}", r.text());
     // And the other way round: written on C, found on A.
     let other = c.new_post(&seller, &format!("Second flight {word}"), json!({}));
     let found = a.get(&format!("/api/search?term={word}&limit=20")).json();

@@ -111,6 +111,11 @@ pub fn snapshot(storage: &Storage, data_dir: &Path, out: &mut dyn Write) -> Resu
 /// Back up a stopped server's data dir into `to`.
 pub fn offline(config: &Config, to: &Path) -> Result<u64> {
     anyhow::ensure!(
+        !config.shared_store(),
+        "the configured store is a shared one ({}): back it up with its database's tools (pg_dump, or the cluster's own backups), not through a host",
+        config.store_schema
+    );
+    anyhow::ensure!(
         config.db_path().is_file(),
         "no database at {}",
         config.db_path().display()

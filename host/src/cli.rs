@@ -134,8 +134,8 @@ struct Client {
     /// The admin listener's URL, e.g. http://127.0.0.1:9090
     #[arg(long, value_name = "URL", global = true)]
     admin: Option<String>,
-    /// Admin token (default: MARKETPLACE_ADMIN_TOKEN, else
-    /// <data-dir>/admin.token).
+    /// Admin token (default: MARKETPLACE_ADMIN_TOKEN, else the config's
+    /// admin_token, else <data-dir>/admin.token).
     #[arg(
         long,
         value_name = "TOKEN",
@@ -255,12 +255,16 @@ fn serve(config: Config) -> Result<()> {
 }
 
 /// The admin token to present: --token / MARKETPLACE_ADMIN_TOKEN, else
-/// the data dir's `admin.token`.
+/// the configuration's `admin_token` (the server's, when the CLI reads the
+/// same config), else the data dir's `admin.token`.
 fn admin_token(client: &Client, settings: &Settings) -> Result<String> {
     if let Some(t) = &client.token {
         return Ok(t.clone());
     }
     let config = load_config(settings)?;
+    if let Some(t) = &config.admin_token {
+        return Ok(t.clone());
+    }
     let path = config.data_dir.join("admin.token");
     Ok(std::fs::read_to_string(&path)
         .with_context(|| format!("no --token given and {} is unreadable", path.display()))?

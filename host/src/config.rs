@@ -295,6 +295,15 @@ impl Config {
                 self.log
             );
         }
+        // RUST_LOG wins over `log`, so it is held to the same rule: a typo
+        // would otherwise lose the access log for the life of the process.
+        if let Ok(rust_log) = std::env::var("RUST_LOG")
+            && let Err(e) = tracing_subscriber::EnvFilter::try_new(&rust_log)
+        {
+            bail!(
+                "RUST_LOG {rust_log:?} is not a log filter (e.g. info, or warn,marketplace=debug): {e}"
+            );
+        }
         let ranges: [(&str, u64, u64, u64); 17] = [
             ("store_connections", self.store_connections, 2, 10_000),
             ("store_timeout_ms", self.store_timeout_ms, 100, 600_000),

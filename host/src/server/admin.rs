@@ -262,6 +262,16 @@ fn bearer(value: &str) -> Option<&str> {
 /// drains, so at most a few chunks are in memory at once.
 async fn backup(app: Arc<App>) -> Response<AdminBody> {
     use std::io::Write;
+    if app.config.shared_store() {
+        return boxed(crate::server::http::to_hyper(
+            Reply::error(
+                409,
+                "conflict",
+                "this host serves a shared store: back it up with its database's tools (pg_dump, or the cluster's own backups), not through a host",
+            ),
+            false,
+        ));
+    }
     let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
     tokio::task::spawn_blocking(move || {
         let mut out = std::io::BufWriter::with_capacity(64 << 10, Chunks(tx.clone()));

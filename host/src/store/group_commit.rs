@@ -122,6 +122,9 @@ struct Slot {
     /// Why batches can no longer be applied to the database, once that
     /// failed (every later batch fails; a restart applies the log).
     broken: Option<String>,
+    /// The last append to the write-ahead log failed (a full disk, say):
+    /// batches fail until one is logged again.
+    log_failing: bool,
     /// Tests: batches are not applied to the database (as while a
     /// checkpoint runs).
     #[cfg(test)]
@@ -388,11 +391,20 @@ fn apply(db: &Database, group: &[Arc<Sealed>], log_id: u64) -> anyhow::Result<()
 /// the pages the non-durable ones left in memory), then remove the log's
 /// segments before `next`. Quick repair is on for it: after a crash,
 /// redb reopens from this commit without walking the whole database.
-fn checkpoint(db: &Database, base: &std::path::Path, next: u64) -> anyhow::Result<()> {
-    let mut txn = db.begin_write()?;
+/// `Err((true, _))` when the database's own commit failed: redb then
+/// refuses every later write of the process (a full disk, say), so no batch
+/// can reach it before a restart. `Err((false, _))`: the old log segments
+/// could not be removed, to be tried again.
+fn checkpoint(
+    db: &Database,
+    base: &std::path::Path,
+    next: u64,
+) -> Result<(), (bool, anyhow::Error)> {
+    let database = |e: redb::Error| (true, anyhow::Error::from(e));
+    let mut txn = db.begin_write().map_err(|e| database(e.into()))?;
     txn.set_quick_repair(true);
-    txn.commit()?;
-    wal::remove_before(base, next)
+    txn.commit().map_err(|e| database(e.into()))?;
+    wal::remove_before(base, next).map_err(|e| (false, e))
 }
 
 /// The closed batches a new batch reads through: all but those that failed.
@@ -670,8 +682,17 @@ impl GroupCommit {
     /// Whether committed batches could not be applied to the database
     /// (its file refused a write, a full disk say): from then on every
     /// write fails until a restart, which applies the log.
+    #[cfg(test)]
     pub(super) fn broken(&self) -> bool {
         self.lock().broken.is_some()
+    }
+
+    /// Whether committed batches cannot be kept now: [`GroupCommit::broken`],
+    /// or the last append to the write-ahead log failed (until one is
+    /// logged again). What health reports.
+    pub(super) fn failing(&self) -> bool {
+        let s = self.lock();
+        s.broken.is_some() || s.log_failing
     }
 
     /// New log segments that could not be started (tests).
@@ -1344,17 +1365,27 @@ fn applier(db: &Database, shared: &Shared, base: &std::path::Path, log_id: u64) 
         let started = std::time::Instant::now();
         let result =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| checkpoint(db, base, next)))
-                .unwrap_or_else(|_| Err(anyhow::anyhow!("the checkpoint panicked")));
+                .unwrap_or_else(|_| Err((false, anyhow::anyhow!("the checkpoint panicked"))));
+        let mut poisoned = None;
         match &result {
             Ok(()) => tracing::debug!(
                 took_ms = started.elapsed().as_millis() as u64,
                 "checkpoint done"
             ),
-            Err(e) => tracing::error!(
+            Err((true, e)) => {
+                tracing::error!(
+                    "the database refused the checkpoint ({e:#}); no more writes are accepted until a restart (the write-ahead log keeps every batch: a restart applies them)"
+                );
+                poisoned = Some(format!("the database refused a checkpoint: {e:#}"));
+            }
+            Err((false, e)) => tracing::error!(
                 "checkpoint failed (the write-ahead log keeps every batch; the next one tries again): {e:#}"
             ),
         }
         let mut s = shared.lock();
+        if poisoned.is_some() {
+            s.broken = poisoned;
+        }
         s.checkpointing = false;
         s.checkpoint_at = None;
         s.checkpoint_failed = result.is_err();
@@ -1430,6 +1461,7 @@ fn log_batches(shared: &Shared, group: &[Arc<Sealed>], wal: &mut Wal) {
         appended
     };
     let mut s = shared.lock();
+    s.log_failing = result.is_err() && s.broken.is_none();
     // The applier may have removed batches from the front meanwhile, but
     // only logged ones: the group still follows the first `logged`.
     let logged = s.logged;
@@ -1569,6 +1601,46 @@ mod tests {
             gc.wait_applied();
         }
         assert!(gc.broken(), "the database refused the batches");
+        assert!(gc.failing());
+    }
+
+    #[test]
+    fn a_database_that_refuses_a_checkpoint_is_broken_at_once() {
+        // redb refuses every write after its file refused one: a failed
+        // checkpoint is that moment, not a later batch's.
+        let dir = tempfile::tempdir().unwrap();
+        let full = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let backend = Filling {
+            inner: redb::backends::InMemoryBackend::new(),
+            full: full.clone(),
+        };
+        let db = Arc::new(redb::Builder::new().create_with_backend(backend).unwrap());
+        let wal = Wal::create(&dir.path().join("db-wal"), 1, 0).unwrap();
+        let gc = GroupCommit::new(Backend::Redb(db.clone()), Settings::default(), Some(wal));
+        let mut l = gc.acquire(gc.enter()).unwrap();
+        put(&mut l, 1);
+        gc.release(l, true).unwrap();
+        gc.wait_applied();
+        full.store(true, std::sync::atomic::Ordering::SeqCst);
+        gc.flush();
+        assert!(gc.broken(), "the checkpoint was refused");
+    }
+
+    #[test]
+    fn a_log_that_refuses_a_batch_fails_health_until_one_is_logged() {
+        // A full disk refuses the log's append: that batch fails, and until
+        // a later one is logged the store says it cannot keep writes.
+        let (_d, _db, gc) = open(Settings::default());
+        assert!(!gc.failing());
+        gc.shared.fail_next.store(true, Ordering::Release);
+        let mut l = gc.acquire(gc.enter()).unwrap();
+        put(&mut l, 1);
+        assert!(gc.release(l, true).is_err());
+        assert!(gc.failing(), "the log refused the batch");
+        let mut l = gc.acquire(gc.enter()).unwrap();
+        put(&mut l, 2);
+        gc.release(l, true).unwrap();
+        assert!(!gc.failing(), "logged again");
     }
 
     #[test]

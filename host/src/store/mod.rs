@@ -670,7 +670,7 @@ impl Storage {
             // Reads alone are not health: a database that cannot take
             // committed batches any more refuses every write until a
             // restart, so the load balancer is told (503 degraded).
-            Backend::Redb(db) => !self.gc.broken() && db.begin_read().is_ok(),
+            Backend::Redb(db) => !self.gc.failing() && db.begin_read().is_ok(),
             Backend::Pg(store) => store.healthy(),
         }
     }

@@ -239,6 +239,14 @@ impl PgStore {
             },
         });
         let (client, _) = store.connect_raw()?;
+        // A schema made now is a new fleet: said, since a mistyped name
+        // would otherwise start an empty fleet of its own quietly.
+        let existed = block_on(client.query_opt(
+            "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1",
+            &[&schema],
+        ))
+        .map(|row| row.is_some())
+        .unwrap_or(true);
         let ddl = format!(
             "CREATE SCHEMA IF NOT EXISTS {schema}; \
              CREATE TABLE IF NOT EXISTS {table} (ks TEXT NOT NULL, k BYTEA NOT NULL, v BYTEA NOT NULL, PRIMARY KEY (ks, k))",
@@ -258,6 +266,12 @@ impl PgStore {
                 }
                 Err(e) => return Err(anyhow::anyhow!("making {}: {e}", store.table)),
             }
+        }
+        if !existed {
+            tracing::warn!(
+                schema,
+                "made the schema {schema} in the shared store: a new fleet with no data (hosts of an existing fleet name its schema, store_schema)"
+            );
         }
         Ok(store)
     }
