@@ -843,10 +843,16 @@ impl Kv for WriteTxn {
             }
         };
         let overlay = self.overlay.borrow();
-        let mine = overlay.get(table);
+        let pending = batch.pending();
+        // This request's writes, then its batch-mates' (not sent yet).
+        let (mine, theirs) = (overlay.get(table), pending.get(table));
+        let written = |k: &[u8]| {
+            mine.and_then(|m| m.get(k))
+                .or_else(|| theirs.and_then(|t| t.get(k)))
+        };
         let missing: Vec<Vec<u8>> = keys
             .iter()
-            .filter(|k| mine.is_none_or(|m| !m.contains_key(k.as_slice())))
+            .filter(|k| written(k.as_slice()).is_none())
             .cloned()
             .collect();
         let mut stored = self
@@ -854,7 +860,7 @@ impl Kv for WriteTxn {
             .into_iter();
         let mut budget = Budget::new(max_bytes);
         for k in keys {
-            match mine.and_then(|m| m.get(k.as_slice())) {
+            match written(k.as_slice()) {
                 Some(v) => {
                     budget.take(v.as_ref().map_or(0, Vec::len))?;
                     out.value(v.as_deref());
@@ -875,7 +881,13 @@ impl Kv for WriteTxn {
         }
         match self.lease().txn() {
             BatchTxn::Redb(batch) => batch.get_layered(table, key),
-            BatchTxn::Pg(batch) => self.noted(batch.get(table, key)),
+            BatchTxn::Pg(batch) => {
+                // The batch-mates' writes, not sent before its commit.
+                if let Some(v) = batch.pending().get(table).and_then(|t| t.get(key)) {
+                    return Ok(v.clone());
+                }
+                self.noted(batch.get(table, key))
+            }
         }
     }
 
@@ -897,10 +909,17 @@ impl Kv for WriteTxn {
         let batch = match self.lease().txn() {
             BatchTxn::Redb(batch) => batch,
             BatchTxn::Pg(batch) => {
-                let mut mine: Vec<(&Vec<u8>, &Option<Vec<u8>>)> = overlay
+                // This request's writes over its batch-mates' (not sent
+                // yet), in key order.
+                let pending = batch.pending();
+                let mut written: BTreeMap<&Vec<u8>, &Option<Vec<u8>>> = pending
                     .get(table)
                     .map(|t| t.range::<[u8], _>(range).collect())
                     .unwrap_or_default();
+                if let Some(t) = overlay.get(table) {
+                    written.extend(t.range::<[u8], _>(range));
+                }
+                let mut mine: Vec<(&Vec<u8>, &Option<Vec<u8>>)> = written.into_iter().collect();
                 if reverse {
                     mine.reverse();
                 }

@@ -432,6 +432,7 @@ impl PgStore {
             aborted: std::cell::Cell::new(false),
             broken: std::cell::Cell::new(false),
             begin: std::cell::Cell::new(None),
+            pending: Default::default(),
         }
     }
 
@@ -526,6 +527,14 @@ pub struct Lent {
     /// A `BEGIN ..` not sent yet: it goes out with the first query, in one
     /// round trip.
     begin: std::cell::Cell<Option<&'static str>>,
+    /// A batch's writes not sent yet: its requests' overlays as they ended
+    /// (a later write of a key wins). They go out at `COMMIT`, in one
+    /// order, sorted by keyspace and key, so that two hosts' batches take
+    /// their row locks in the same order: one waits for the other instead
+    /// of the two deadlocking (which PostgreSQL finds only after
+    /// `deadlock_timeout`, a second by default). Batch-mates read them
+    /// first ([`Lent::pending`]).
+    pending: std::cell::RefCell<Overlay>,
 }
 
 impl Drop for Lent {
@@ -650,13 +659,18 @@ impl Lent {
         self.aborted.get()
     }
 
-    /// Commit the transaction: a conflict is [`StorageError::Conflict`].
+    /// Commit the transaction, its pending writes first: a conflict is
+    /// [`StorageError::Conflict`].
     pub fn commit(mut self) -> Result<(), StorageError> {
         if self.aborted.get() {
             // Nothing of it can be kept (PostgreSQL would roll it back and
             // say so only in the command tag): its requests run again.
             return Err(StorageError::Conflict);
         }
+        // A failure leaves the transaction open and aborted: dropping the
+        // lease rolls it back. A lost race is a conflict, as at COMMIT.
+        let pending = std::mem::take(&mut *self.pending.borrow_mut());
+        self.write(&pending)?;
         let result = self.wait(self.conn().client.batch_execute("COMMIT"));
         // Whatever the outcome, the transaction is over.
         self.in_txn = false;
@@ -720,27 +734,48 @@ impl Lent {
         })
     }
 
-    /// Write a request's overlay into the batch transaction: one statement
-    /// per table and kind, all sent at once (one round trip).
+    /// Add a request's overlay to the batch's pending writes (sent at
+    /// [`Lent::commit`]).
     pub fn apply(&self, overlay: Overlay) -> Result<(), StorageError> {
+        let mut pending = self.pending.borrow_mut();
+        for (table, writes) in overlay {
+            pending.entry(table).or_default().extend(writes);
+        }
+        Ok(())
+    }
+
+    /// The batch's writes not sent yet, which its requests read before the
+    /// database's rows.
+    pub fn pending(&self) -> std::cell::Ref<'_, Overlay> {
+        self.pending.borrow()
+    }
+
+    /// Send `writes` in their order (keyspace, then key): one statement per
+    /// run of puts or deletes, all at once (one round trip; a connection
+    /// runs them in the order sent).
+    fn write(&self, writes: &Overlay) -> Result<(), StorageError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
         let c = self.conn();
-        let mut statements = vec![];
-        for (table, writes) in &overlay {
-            let (mut keys, mut values, mut gone) = (vec![], vec![], vec![]);
-            for (k, v) in writes {
-                match v {
-                    Some(v) => {
-                        keys.push(k.as_slice());
-                        values.push(v.as_slice());
-                    }
-                    None => gone.push(k.as_slice()),
+        /// One statement: which, its keyspace, its keys and (puts) values.
+        type Run<'a> = (&'a Statement, &'a String, Vec<&'a [u8]>, Vec<&'a [u8]>);
+        let mut statements: Vec<Run> = vec![];
+        for (table, rows) in writes {
+            for (k, v) in rows {
+                let put = v.is_some();
+                let st = if put { &c.st.upsert } else { &c.st.delete };
+                let same_run = statements
+                    .last()
+                    .is_some_and(|(last, t, _, _)| *t == table && std::ptr::eq(*last, st));
+                if !same_run {
+                    statements.push((st, table, vec![], vec![]));
                 }
-            }
-            if !keys.is_empty() {
-                statements.push((&c.st.upsert, table, keys, values));
-            }
-            if !gone.is_empty() {
-                statements.push((&c.st.delete, table, gone, vec![]));
+                let run = statements.last_mut().expect("pushed above");
+                run.2.push(k.as_slice());
+                if let Some(v) = v {
+                    run.3.push(v.as_slice());
+                }
             }
         }
         type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
