@@ -362,6 +362,12 @@ impl BatchTxn {
     pub fn is_aborted(&self) -> bool {
         matches!(self, BatchTxn::Pg(lent) if lent.is_aborted())
     }
+
+    /// A shared store's batch holding [`pg::PENDING_BATCH_BYTES`] of
+    /// writes not sent yet: closed now, whatever its size in requests.
+    fn full(&self) -> bool {
+        matches!(self, BatchTxn::Pg(lent) if lent.pending_bytes() >= pg::PENDING_BATCH_BYTES)
+    }
 }
 
 /// Apply batches made durable in the write-ahead log to the database,
@@ -951,7 +957,8 @@ impl GroupCommit {
             && (!self.settings.enabled
                 || s.pending == 0
                 || s.members >= self.settings.max_batch
-                || lease.alone);
+                || lease.alone
+                || lease.txn.full());
         if commit_now {
             self.commit_batch(s, lease);
             return if applied {

@@ -433,6 +433,7 @@ impl PgStore {
             broken: std::cell::Cell::new(false),
             begin: std::cell::Cell::new(None),
             pending: Default::default(),
+            pending_bytes: Default::default(),
         }
     }
 
@@ -535,7 +536,19 @@ pub struct Lent {
     /// `deadlock_timeout`, a second by default). Batch-mates read them
     /// first ([`Lent::pending`]).
     pending: std::cell::RefCell<Overlay>,
+    /// Bytes of keys and values added to `pending` (overwrites counted
+    /// again): a batch past [`PENDING_BATCH_BYTES`] is closed.
+    pending_bytes: std::cell::Cell<usize>,
 }
+
+/// A shared store's batch holding this many bytes of writes not sent yet
+/// is committed at once, so that what a batch holds in memory and sends at
+/// its `COMMIT` stays bounded whatever the batch size.
+pub const PENDING_BATCH_BYTES: usize = 32 << 20;
+
+/// Bytes of keys and values one statement of a batch's writes carries at
+/// most (a run longer than that goes out as several, in the same order).
+const STATEMENT_BYTES: usize = 4 << 20;
 
 impl Drop for Lent {
     fn drop(&mut self) {
@@ -738,10 +751,23 @@ impl Lent {
     /// [`Lent::commit`]).
     pub fn apply(&self, overlay: Overlay) -> Result<(), StorageError> {
         let mut pending = self.pending.borrow_mut();
+        let mut bytes = 0;
         for (table, writes) in overlay {
+            bytes += writes
+                .iter()
+                .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+                .sum::<usize>();
             pending.entry(table).or_default().extend(writes);
         }
+        self.pending_bytes
+            .set(self.pending_bytes.get().saturating_add(bytes));
         Ok(())
+    }
+
+    /// Bytes of writes added to the batch and not sent yet (see
+    /// [`PENDING_BATCH_BYTES`]).
+    pub fn pending_bytes(&self) -> usize {
+        self.pending_bytes.get()
     }
 
     /// The batch's writes not sent yet, which its requests read before the
@@ -761,16 +787,20 @@ impl Lent {
         /// One statement: which, its keyspace, its keys and (puts) values.
         type Run<'a> = (&'a Statement, &'a String, Vec<&'a [u8]>, Vec<&'a [u8]>);
         let mut statements: Vec<Run> = vec![];
+        let mut run_bytes = 0;
         for (table, rows) in writes {
             for (k, v) in rows {
                 let put = v.is_some();
                 let st = if put { &c.st.upsert } else { &c.st.delete };
-                let same_run = statements
-                    .last()
-                    .is_some_and(|(last, t, _, _)| *t == table && std::ptr::eq(*last, st));
+                let size = k.len() + v.as_ref().map_or(0, Vec::len);
+                let same_run = statements.last().is_some_and(|(last, t, _, _)| {
+                    *t == table && std::ptr::eq(*last, st) && run_bytes + size <= STATEMENT_BYTES
+                });
                 if !same_run {
                     statements.push((st, table, vec![], vec![]));
+                    run_bytes = 0;
                 }
+                run_bytes += size;
                 let run = statements.last_mut().expect("pushed above");
                 run.2.push(k.as_slice());
                 if let Some(v) = v {
