@@ -52,6 +52,9 @@ impl Route {
     /// matched from the end, so a path under an alias prefix
     /// (`/api/v1/...`) is redacted too.
     pub fn logged_path<'p>(&self, path: &'p str) -> std::borrow::Cow<'p, str> {
+        if holds_cash_secret(path) {
+            return redact_cash_secrets(path).into();
+        }
         if !self.pattern.contains(SECRET_PARAM) {
             return path.into();
         }
@@ -67,6 +70,31 @@ impl Route {
         }
         segments.join("/").into()
     }
+}
+
+/// Whether `text` may hold a bearer cash secret (`e<amount>:secret:<hex>`,
+/// in any case): a client that put one in a path or a request id by
+/// mistake must not find it in the operator's log.
+pub fn holds_cash_secret(text: &str) -> bool {
+    let b = text.as_bytes();
+    b.windows(8).any(|w| w.eq_ignore_ascii_case(b":secret:"))
+        || b.windows(12)
+            .any(|w| w.eq_ignore_ascii_case(b"%3Asecret%3A"))
+}
+
+/// `path` with every segment that may hold a cash secret shown as
+/// `{redacted}`.
+fn redact_cash_secrets(path: &str) -> String {
+    path.split('/')
+        .map(|segment| {
+            if holds_cash_secret(segment) {
+                "{redacted}"
+            } else {
+                segment
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 /// A path parameter no log shows (see [`Route::logged_path`]).
@@ -85,8 +113,10 @@ pub fn logged<'p>(route: Option<&Route>, path: &'p str) -> std::borrow::Cow<'p, 
 /// be a bearer token (32 or more letters and digits, as an upload URL's
 /// token is) is shown as `{redacted}`.
 pub fn logged_unrouted(path: &str) -> std::borrow::Cow<'_, str> {
-    let secret =
-        |segment: &str| segment.len() >= 32 && segment.bytes().all(|b| b.is_ascii_alphanumeric());
+    let secret = |segment: &str| {
+        (segment.len() >= 32 && segment.bytes().all(|b| b.is_ascii_alphanumeric()))
+            || holds_cash_secret(segment)
+    };
     if !path.split('/').any(secret) {
         return path.into();
     }
@@ -612,6 +642,24 @@ mod tests {
             logged_unrouted("/api/nope/post_01abc"),
             "/api/nope/post_01abc"
         );
+        // A cash secret a client put in a path by mistake, routed or not,
+        // escaped or not.
+        let secret = format!("e1.5:secret:{}", "ab".repeat(32));
+        assert_eq!(
+            logged_unrouted(&format!("/nope/{secret}/x")),
+            "/nope/{redacted}/x"
+        );
+        assert_eq!(
+            post.logged_path(&format!("/api/posts/{secret}")),
+            "/api/posts/{redacted}"
+        );
+        let escaped = secret.replace(':', "%3a");
+        assert_eq!(
+            post.logged_path(&format!("/api/posts/{escaped}")),
+            "/api/posts/{redacted}"
+        );
+        assert!(holds_cash_secret("E1:SECRET:AB"));
+        assert!(!holds_cash_secret("/api/posts/post_01secret"));
     }
 
     #[test]

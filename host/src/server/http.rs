@@ -449,6 +449,8 @@ fn request_id(req: &Request<Incoming>) -> String {
             (1..=128).contains(&v.len())
                 && v.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b))
+                // Logged with every line of the request: never a secret.
+                && !routes::holds_cash_secret(v)
         });
     match given {
         Some(id) => id.to_string(),
