@@ -1014,6 +1014,24 @@ fn ping() -> Value {
     json!({"jsonrpc": "2.0", "id": 7, "method": "ping"})
 }
 
+/// A browser's CORS preflight of `POST /mcp` from `origin`.
+fn preflight(s: &Server, host: &str, origin: &str) -> common::Resp {
+    s.request(
+        "OPTIONS",
+        "/mcp",
+        &[
+            ("host", host),
+            ("origin", origin),
+            ("access-control-request-method", "POST"),
+            (
+                "access-control-request-headers",
+                "content-type,x-cash-secret",
+            ),
+        ],
+        None,
+    )
+}
+
 /// A 403 for a refused Origin: a JSON-RPC error without an id.
 fn assert_refused(r: &common::Resp, what: &str) {
     assert_eq!(r.status, 403, "{what}: {}", r.text());
@@ -1094,20 +1112,7 @@ fn mcp_allowed_origins_and_public_url_from_settings() {
         assert!(exposed.contains("X-Cash-Change"), "{exposed}");
         assert!(r.header("vary").unwrap_or("").contains("Origin"));
         // Its CORS preflight.
-        let pre = s.request(
-            "OPTIONS",
-            "/mcp",
-            &[
-                ("host", &own),
-                ("origin", origin),
-                ("access-control-request-method", "POST"),
-                (
-                    "access-control-request-headers",
-                    "content-type,x-cash-secret",
-                ),
-            ],
-            None,
-        );
+        let pre = preflight(&s, &own, origin);
         assert_eq!(pre.status, 204, "{origin}: {}", pre.text());
         assert_eq!(pre.header("access-control-allow-origin"), Some(origin));
         assert_eq!(pre.header("access-control-allow-methods"), Some("POST"));
@@ -1128,16 +1133,7 @@ fn mcp_allowed_origins_and_public_url_from_settings() {
         let r = raw_post(&s, "/mcp", &[("host", &own), ("origin", origin)], &ping());
         assert_refused(&r, origin);
         assert_eq!(r.header("access-control-allow-origin"), None);
-        let pre = s.request(
-            "OPTIONS",
-            "/mcp",
-            &[
-                ("host", &own),
-                ("origin", origin),
-                ("access-control-request-method", "POST"),
-            ],
-            None,
-        );
+        let pre = preflight(&s, &own, origin);
         assert_refused(&pre, origin);
         assert_eq!(pre.header("access-control-allow-origin"), None);
     }

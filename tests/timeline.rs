@@ -890,24 +890,10 @@ fn an_unknown_parent_is_404_before_a_reused_signature_is_409() {
     let mut again = body.clone();
     again["parent_id"] = json!("post_NOPE");
     let secret = s.mint("0.3");
-    let r = s.post_paid("/api/timeline", &secret, &again);
-    assert_eq!(
-        (r.status, r.code().as_str()),
-        (404, "not_found"),
-        "{}",
-        r.text()
-    );
-    assert_eq!(s.cash_state(&secret).0, json!(false), "nothing spent");
+    refused_unspent(&s, "/api/timeline", &secret, &again, (404, "not_found"));
     // Of a post that exists: the reuse is what is wrong.
     again["parent_id"] = json!(parent);
-    let r = s.post_paid("/api/timeline", &secret, &again);
-    assert_eq!(
-        (r.status, r.code().as_str()),
-        (409, "conflict"),
-        "{}",
-        r.text()
-    );
-    assert_eq!(s.cash_state(&secret).0, json!(false), "nothing spent");
+    refused_unspent(&s, "/api/timeline", &secret, &again, (409, "conflict"));
     // A bad signature is still 401 first, whatever the parent.
     let mut forged = again.clone();
     forged["parent_id"] = json!("post_NOPE");
@@ -960,12 +946,12 @@ fn a_signature_used_on_a_post_since_deleted_is_404_not_409() {
         r.text()
     );
     let secret = s.mint("0.001");
-    let r = s.post_paid("/api/profiles/rate", &secret, &vote);
-    assert_eq!(
-        (r.status, r.code().as_str()),
-        (404, "not_found"),
-        "{}",
-        r.text()
-    );
-    assert_eq!(s.cash_state(&secret).0, json!(false), "nothing spent");
+    refused_unspent(&s, "/api/profiles/rate", &secret, &vote, (404, "not_found"));
+}
+
+/// A paid request refused with `(status, code)`, its secret left unspent.
+fn refused_unspent(s: &Server, path: &str, secret: &str, body: &Value, want: (u16, &str)) {
+    let r = s.post_paid(path, secret, body);
+    assert_eq!((r.status, r.code().as_str()), want, "{}", r.text());
+    assert_eq!(s.cash_state(secret).0, json!(false), "nothing spent");
 }

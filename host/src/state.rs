@@ -69,15 +69,12 @@ impl State {
             };
             let arbiter =
                 crate::auth::Arbiter::open(&config.data_dir, config.arbiter_key.as_deref())?;
-            key_in_use(
+            keys_in_use(
                 &storage,
-                "server-key",
-                &key_check("server-key", &ledger.key_hex()),
-            );
-            key_in_use(
-                &storage,
-                "arbiter-key",
-                &key_check("arbiter-key", &arbiter.seed_hex()),
+                &[
+                    ("server-key", key_check("server-key", &ledger.key_hex())),
+                    ("arbiter-key", key_check("arbiter-key", &arbiter.seed_hex())),
+                ],
             );
             (ledger, arbiter)
         };
@@ -213,34 +210,43 @@ fn key_check(name: &str, hex: &str) -> String {
     marketplace_common::hex::encode(&Sha256::digest(format!("marketplace fleet {name}:{hex}")))
 }
 
-/// Record in the embedded database the [`key_check`] of the key it first
-/// ran with (under `{name}-check`, as a shared store keeps its fleet's),
-/// and at every start with another key (a lost `server.key` or
-/// `arbiter.key` made anew, or a wrong one copied in) say so loudly. The
-/// host still starts, safely: it refuses double spends, what it owes under
-/// the old server key (kept answers, payouts) answers 409, and contracts
-/// signed by the old arbiter key do not verify against the published one.
-/// Putting the right key file back ends it.
-fn key_in_use(storage: &Storage, name: &str, check: &str) {
+/// Record in the embedded database the [`key_check`] of each key (`name`,
+/// its check) it first ran with (under `{name}-check`, as a shared store
+/// keeps its fleet's), in one transaction, and at every start with another
+/// key (a lost `server.key` or `arbiter.key` made anew, or a wrong one
+/// copied in) say so loudly. The host still starts, safely: it refuses
+/// double spends, what it owes under the old server key (kept answers,
+/// payouts) answers 409, and contracts signed by the old arbiter key do not
+/// verify against the published one. Putting the right key file back ends
+/// it.
+fn keys_in_use(storage: &Storage, keys: &[(&str, String)]) {
     use crate::store::Kv;
     const META: &str = crate::store::META_TABLE;
-    let key = format!("{name}-check");
-    let first = storage
+    let firsts = storage
         .write(|txn| {
-            let first = txn.get_in(META, key.as_bytes())?;
-            if first.is_none() {
-                txn.put_in(META, key.as_bytes(), check.as_bytes())?;
+            let mut firsts = Vec::with_capacity(keys.len());
+            for (name, check) in keys {
+                let key = format!("{name}-check");
+                let first = txn.get_in(META, key.as_bytes())?;
+                if first.is_none() {
+                    txn.put_in(META, key.as_bytes(), check.as_bytes())?;
+                }
+                firsts.push(first);
             }
-            Ok(first)
+            Ok(firsts)
         })
         .and_then(|r| r);
-    match first {
-        Ok(Some(first)) if first != check.as_bytes() => tracing::error!(
-            key = name,
-            "this database ran with another {name} before (its file was lost and made anew, or replaced): what it owes under that key cannot be shown (kept answers and payouts answer 409; contracts signed by an earlier arbiter key do not verify against this one). Put that key file back from a backup of this data dir and restart"
-        ),
-        Ok(_) => {}
-        Err(e) => tracing::warn!(key = name, "recording the key in use: {e}"),
+    let firsts = match firsts {
+        Ok(firsts) => firsts,
+        Err(e) => return tracing::warn!("recording the keys in use: {e}"),
+    };
+    for ((name, check), first) in keys.iter().zip(firsts) {
+        if first.is_some_and(|first| first != check.as_bytes()) {
+            tracing::error!(
+                key = name,
+                "this database ran with another {name} before (its file was lost and made anew, or replaced): what it owes under that key cannot be shown (kept answers and payouts answer 409; contracts signed by an earlier arbiter key do not verify against this one). Put that key file back from a backup of this data dir and restart"
+            );
+        }
     }
 }
 

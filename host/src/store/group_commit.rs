@@ -1578,11 +1578,13 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_database_that_cannot_take_batches_any_more_is_broken() {
-        // Once the file refuses a write redb refuses every later one, so
-        // the batches stay in the log and writes fail until a restart:
-        // `broken` says so (health answers 503 degraded with it).
+    /// A store whose database file refuses every write once `full` is set
+    /// (its log is on a real disk).
+    fn filling() -> (
+        tempfile::TempDir,
+        Arc<std::sync::atomic::AtomicBool>,
+        Arc<GroupCommit>,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let full = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let backend = Filling {
@@ -1591,7 +1593,16 @@ mod tests {
         };
         let db = Arc::new(redb::Builder::new().create_with_backend(backend).unwrap());
         let wal = Wal::create(&dir.path().join("db-wal"), 1, 0).unwrap();
-        let gc = GroupCommit::new(Backend::Redb(db.clone()), Settings::default(), Some(wal));
+        let gc = GroupCommit::new(Backend::Redb(db), Settings::default(), Some(wal));
+        (dir, full, gc)
+    }
+
+    #[test]
+    fn a_database_that_cannot_take_batches_any_more_is_broken() {
+        // Once the file refuses a write redb refuses every later one, so
+        // the batches stay in the log and writes fail until a restart:
+        // `broken` says so (health answers 503 degraded with it).
+        let (_dir, full, gc) = filling();
         let mut l = gc.acquire(gc.enter()).unwrap();
         put(&mut l, 1);
         gc.release(l, true).unwrap();
@@ -1615,15 +1626,7 @@ mod tests {
     fn a_database_that_refuses_a_checkpoint_is_broken_at_once() {
         // redb refuses every write after its file refused one: a failed
         // checkpoint is that moment, not a later batch's.
-        let dir = tempfile::tempdir().unwrap();
-        let full = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let backend = Filling {
-            inner: redb::backends::InMemoryBackend::new(),
-            full: full.clone(),
-        };
-        let db = Arc::new(redb::Builder::new().create_with_backend(backend).unwrap());
-        let wal = Wal::create(&dir.path().join("db-wal"), 1, 0).unwrap();
-        let gc = GroupCommit::new(Backend::Redb(db.clone()), Settings::default(), Some(wal));
+        let (_dir, full, gc) = filling();
         let mut l = gc.acquire(gc.enter()).unwrap();
         put(&mut l, 1);
         gc.release(l, true).unwrap();

@@ -16,8 +16,16 @@ const MAX_BYTES: usize = 64 << 10;
 /// What one client request has logged, through its own call and every
 /// call it dispatched (a clone shares the count), or a fee quote: a
 /// stranger's request must not make plugins flood the operator's log.
-#[derive(Default, Clone)]
-pub struct LogBudget(std::sync::Arc<std::sync::Mutex<Logged>>);
+/// Made on first use: a call that neither logs nor dispatches allocates
+/// nothing for it.
+#[derive(Default)]
+pub struct LogBudget(std::sync::OnceLock<std::sync::Arc<std::sync::Mutex<Logged>>>);
+
+impl Clone for LogBudget {
+    fn clone(&self) -> Self {
+        LogBudget(std::sync::OnceLock::from(self.shared().clone()))
+    }
+}
 
 #[derive(Default)]
 struct Logged {
@@ -28,11 +36,15 @@ struct Logged {
 }
 
 impl LogBudget {
+    fn shared(&self) -> &std::sync::Arc<std::sync::Mutex<Logged>> {
+        self.0.get_or_init(Default::default)
+    }
+
     /// Whether a line of `len` bytes may still be written (an error line
     /// has [`MORE_ERRORS`] more); the first line refused says that the
     /// rest of the request's are dropped.
     fn admit(&self, family: &str, len: usize, error: bool) -> bool {
-        let mut logged = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut logged = self.shared().lock().unwrap_or_else(|e| e.into_inner());
         let within = logged.lines < MAX_LINES && logged.bytes + len <= MAX_BYTES;
         if within || (error && logged.errors_past < MORE_ERRORS && len <= MAX_BYTES) {
             if within {
