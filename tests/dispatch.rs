@@ -79,10 +79,11 @@ fn an_inline_call_that_spins_lets_the_workers_other_tasks_run_and_still_ends() {
         &tmp.path().join("data"),
         &common::plugins_dir(),
         true,
-        &[("request_timeout_ms", "300")],
+        &[("request_timeout_ms", "2000")],
     );
     // One worker thread: without yields, nothing else runs until the
-    // spinning call ends.
+    // spinning call ends (its 2 s deadline leaves a loaded machine time to
+    // get the call going and fire the other task's timer first).
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

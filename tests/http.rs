@@ -333,7 +333,7 @@ fn a_flood_of_one_familys_requests_leaves_slots_to_the_others() {
         testing_routes: true,
         env: vec![
             ("MARKETPLACE_MAX_INSTANCES".into(), "8".into()),
-            ("MARKETPLACE_REQUEST_TIMEOUT_MS".into(), "4000".into()),
+            ("MARKETPLACE_REQUEST_TIMEOUT_MS".into(), "8000".into()),
         ],
         ..Default::default()
     });
@@ -355,7 +355,8 @@ fn a_flood_of_one_familys_requests_leaves_slots_to_the_others() {
             std::thread::sleep(Duration::from_millis(10));
         }
         // Answered while every loop still runs: not after one ended (it
-        // did not wait for a slot the loops held until their 4 s deadline).
+        // did not wait for a slot the loops held until their 8 s deadline;
+        // the bound below leaves a loaded machine seconds to spare).
         let sent = Instant::now();
         let r = s.get("/api/timeline?limit=1");
         assert_eq!(r.status, 200, "{}", r.text());
@@ -365,7 +366,7 @@ fn a_flood_of_one_familys_requests_leaves_slots_to_the_others() {
             "the read waited for a loop to end"
         );
         assert!(
-            sent.elapsed() < Duration::from_secs(2),
+            sent.elapsed() < Duration::from_secs(5),
             "the read waited {:?}, as for a loop's slot",
             sent.elapsed()
         );
@@ -385,7 +386,7 @@ fn a_looping_plugin_is_stopped_at_the_deadline() {
         "stopped too early: {took:?}"
     );
     assert!(
-        took < Duration::from_millis(2500),
+        took < Duration::from_secs(5),
         "deadline is 1 s, took {took:?}"
     );
     assert_eq!(s.get("/_testing/ok").status, 200);
@@ -400,14 +401,20 @@ fn an_unbounded_allocation_is_capped() {
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.code(), "plugin_unavailable");
     assert!(r.json()["message"].as_str().unwrap().contains("memory"));
-    assert!(start.elapsed() < Duration::from_millis(2500));
+    assert!(start.elapsed() < Duration::from_secs(5));
     assert_eq!(s.get("/_testing/ok").status, 200);
     assert_eq!(s.get("/api/health").status, 200);
 }
 
 #[test]
 fn a_plugin_may_choose_its_fault_answer_and_shorten_its_deadline() {
-    let s = Server::testing();
+    // A 3 s deadline, so that a shortened one is told apart from it with
+    // room for a loaded machine.
+    let s = Server::with(common::Options {
+        testing_routes: true,
+        env: vec![("MARKETPLACE_REQUEST_TIMEOUT_MS".into(), "3000".into())],
+        ..Default::default()
+    });
     // A chosen answer replaces 500 and 503, for every kind of fault.
     for path in [
         "/_testing/trap?fault=422",
@@ -417,21 +424,26 @@ fn a_plugin_may_choose_its_fault_answer_and_shorten_its_deadline() {
         let start = Instant::now();
         let r = s.get(path);
         assert_eq!((r.status, r.code().as_str()), (422, "chosen"), "{path}");
-        assert!(start.elapsed() < Duration::from_millis(900), "{path}");
+        assert!(start.elapsed() < Duration::from_millis(2000), "{path}");
     }
-    // The shortened deadline is kept to: not much before, not much after.
+    // The shortened deadline is kept to: not before it, and well before
+    // the host's own.
     let start = Instant::now();
     assert_eq!(s.get("/_testing/loop?budget_ms=200").status, 503);
     let took = start.elapsed();
     assert!(
-        took >= Duration::from_millis(190) && took < Duration::from_millis(700),
+        took >= Duration::from_millis(190) && took < Duration::from_millis(2000),
         "{took:?}"
     );
     // A deadline is never lengthened; a cleared or invalid choice leaves
     // the host's own answers.
     let start = Instant::now();
-    assert_eq!(s.get("/_testing/loop?budget_ms=5000").status, 503);
-    assert!(start.elapsed() < Duration::from_millis(2500));
+    assert_eq!(s.get("/_testing/loop?budget_ms=10000").status, 503);
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(2900) && took < Duration::from_secs(7),
+        "{took:?}"
+    );
     assert_eq!(s.get("/_testing/trap?fault=422&clear=1").status, 500);
     assert_eq!(s.get("/_testing/trap?fault=99").status, 500);
     assert_eq!(s.get("/api/health").status, 200);
@@ -502,7 +514,7 @@ fn a_huge_method_is_answered_and_logged_at_a_bounded_length() {
     assert!(out.len() < 2_000, "{} bytes answered", out.len());
     assert!(out.contains("(20000 bytes)"), "{out}");
     // The access line is written once the answer is out.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let line = loop {
         if let Some(l) = s
             .log_text()

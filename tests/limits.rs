@@ -253,7 +253,7 @@ fn idle_connections_do_not_stop_new_clients() {
         .collect();
     // The server has accepted them all (they are open connections, not
     // clients waiting in the backlog).
-    let until = Instant::now() + Duration::from_secs(5);
+    let until = Instant::now() + Duration::from_secs(30);
     let mut open = 0.0;
     while Instant::now() < until {
         open = scrape_admin(&s).get("marketplace_connections_open", &[]);
@@ -544,7 +544,10 @@ fn a_slow_drip_body_is_cut_off_with_408_and_others_are_served() {
         took >= Duration::from_millis(900),
         "cut off after {took:?}, before the 1000 ms body timeout"
     );
-    assert!(took < Duration::from_secs(5), "cut off only after {took:?}");
+    assert!(
+        took < Duration::from_secs(10),
+        "cut off only after {took:?}"
+    );
     assert!(
         closed_by_server(&mut stream, Duration::from_secs(5)),
         "the connection stays open after the 408"
@@ -683,18 +686,23 @@ fn summary(mut samples: Vec<Duration>) -> (Duration, Duration) {
     (samples[samples.len() / 2], *samples.last().unwrap())
 }
 
+/// Two instances in all, both wanted by another family's runaway calls:
+/// the reads' share of the pool and the family's limit leave paid writes
+/// their reserved slot. Without them the loops would hold both, and each
+/// paid post would wait out a loop's 8 s deadline (measured so, with
+/// both turned off). Macros spin the same way but end at their 500 ms
+/// budget, too close to a loaded machine's noise to tell a wait apart;
+/// `/_testing/loop` runs to the deadline.
 #[test]
-fn spinning_macros_do_not_delay_paid_posts() {
-    // Two instances in all: without a limit per family, two macros would
-    // hold both.
-    let s = server_with(false, &[("MARKETPLACE_MAX_INSTANCES", "2")]);
-    let key = s.identity("latencyseller");
-    let r = s.post_json(
-        "/api/mcp/tools/define",
-        &json!({"name": "spin_forever", "description": "spins", "kind": "search",
-                "typescript": "while (true) {}", "input_schema": {"type": "object", "properties": {}}}),
+fn spinning_plugin_calls_do_not_delay_paid_posts() {
+    let s = server_with(
+        true,
+        &[
+            ("MARKETPLACE_MAX_INSTANCES", "2"),
+            ("MARKETPLACE_REQUEST_TIMEOUT_MS", "8000"),
+        ],
     );
-    assert_eq!(r.status, 201, "{}", r.text());
+    let key = s.identity("latencyseller");
     let secrets: Vec<String> = (0..60).map(|_| s.mint("0.3")).collect();
 
     let baseline = timed_posts(&s, &key, &secrets[..30], "baseline");
@@ -705,39 +713,38 @@ fn spinning_macros_do_not_delay_paid_posts() {
         .map(|_| {
             let stop = stop.clone();
             std::thread::spawn(move || {
-                let body = json!({"tool": "spin_forever", "arguments": {}}).to_string();
                 let mut statuses = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
-                    let r = common::request(
-                        addr,
-                        "POST",
-                        "/api/mcp/tools/execute",
-                        &[("content-type", "application/json")],
-                        Some(body.as_bytes()),
-                    );
+                    let r = common::request(addr, "GET", "/_testing/loop", &[], None);
                     statuses.push((r.status, r.code()));
                 }
                 statuses
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    // Both loops run (the testing family may hold one of the two slots;
+    // the other waits for it) before the posts start.
+    let until = Instant::now() + Duration::from_secs(20);
+    while s.metric("marketplace_requests_in_flight") < 2 {
+        assert!(Instant::now() < until, "the loops never arrived");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let loaded = timed_posts(&s, &key, &secrets[30..], "loaded");
     stop.store(true, Ordering::Relaxed);
     for t in spinners {
         let statuses = t.join().unwrap();
         assert!(!statuses.is_empty());
         for st in statuses {
-            assert_eq!(st, (422, "macro_error".to_string()));
+            assert_eq!(st, (503, "plugin_unavailable".to_string()));
         }
     }
     let (b50, bmax) = summary(baseline);
     let (l50, lmax) = summary(loaded);
     eprintln!("30 paid posts alone: p50 {b50:?}, max {bmax:?}");
-    eprintln!("30 paid posts beside two spinning macros: p50 {l50:?}, max {lmax:?}");
+    eprintln!("30 paid posts beside two spinning calls: p50 {l50:?}, max {lmax:?}");
     assert!(
-        lmax < Duration::from_millis(300),
-        "a paid post took {lmax:?} while macros spun (alone: max {bmax:?})"
+        lmax < Duration::from_secs(4),
+        "a paid post took {lmax:?} while plugin calls spun, as if it waited for a slot (alone: max {bmax:?})"
     );
 }
 
@@ -771,7 +778,7 @@ fn json_lines(log: &str) -> Vec<Value> {
 /// Poll the log until `pred` holds for a line (the server writes the
 /// request line after answering).
 fn wait_json_line(s: &Server, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let until = Instant::now() + Duration::from_secs(5);
+    let until = Instant::now() + Duration::from_secs(30);
     loop {
         if let Some(l) = json_lines(&s.log_text()).into_iter().find(|l| pred(l)) {
             return l;
@@ -879,7 +886,7 @@ fn text_logs_carry_ids_and_no_colour_codes_when_not_a_terminal() {
     );
     assert_eq!(r.status, 200);
     assert_eq!(r.header("x-request-id"), Some(rid.as_str()));
-    let until = Instant::now() + Duration::from_secs(5);
+    let until = Instant::now() + Duration::from_secs(30);
     let log = loop {
         let log = s.log_text();
         if log.lines().any(|l| l.contains(&msg)) || Instant::now() > until {
@@ -920,7 +927,7 @@ fn a_plugin_cannot_forge_log_lines_or_flood_the_log() {
         .collect();
     let r = s.get(&format!("/_testing/log?msg={escaped}"));
     assert_eq!(r.status, 200, "{}", r.text());
-    let until = Instant::now() + Duration::from_secs(5);
+    let until = Instant::now() + Duration::from_secs(30);
     let log = loop {
         let log = s.log_text();
         if log.contains("forged=yes") || Instant::now() > until {
@@ -946,7 +953,7 @@ fn a_plugin_cannot_forge_log_lines_or_flood_the_log() {
     // (The warning goes out at once; the info lines before it when their
     // worker next parks: wait for both.)
     let flooded = |log: &str| log.lines().filter(|l| l.contains(&flood)).count();
-    let until = Instant::now() + Duration::from_secs(5);
+    let until = Instant::now() + Duration::from_secs(30);
     let log = loop {
         let log = s.log_text();
         let done = log.contains("further log lines are dropped") && flooded(&log) >= 100;

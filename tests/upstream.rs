@@ -374,7 +374,7 @@ fn a_slow_upstream_is_a_503_within_its_timeout() {
     );
     assert!(r.header("retry-after").is_some());
     assert!(took >= Duration::from_millis(1400), "{took:?}");
-    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
 }
 
 #[test]

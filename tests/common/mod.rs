@@ -565,10 +565,11 @@ impl Server {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Wait up to 5 s for the log to satisfy `pred`: a busy worker writes
-    /// its lines when it runs out of work, so a line may follow the answer.
+    /// Wait up to 30 s (a loaded machine) for the log to satisfy `pred`: a
+    /// busy worker writes its lines when it runs out of work, so a line may
+    /// follow the answer.
     pub fn wait_log(&self, what: &str, pred: impl Fn(&str) -> bool) {
-        let until = std::time::Instant::now() + Duration::from_secs(5);
+        let until = std::time::Instant::now() + Duration::from_secs(30);
         while !pred(&self.log_text()) {
             assert!(
                 std::time::Instant::now() < until,
