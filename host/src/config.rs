@@ -248,7 +248,7 @@ impl Config {
                 continue;
             }
             if name == "log_json" {
-                if matches!(value.as_str(), "1" | "true" | "yes") {
+                if boolean(key, value)? {
                     table.insert("log_format".into(), toml::Value::String("json".into()));
                 }
                 continue;
@@ -262,12 +262,12 @@ impl Config {
                     .insert(family.to_string(), toml::Value::String(value.clone()));
                 continue;
             }
-            let value = scalar(&name, value);
+            let value = scalar(&name, key, value)?;
             table.insert(name, value);
         }
         for (key, value) in flags {
             let key = key.replace('-', "_");
-            let value = scalar(&key, value);
+            let value = scalar(&key, &key, value)?;
             table.insert(key, value);
         }
         let config: Config =
@@ -284,6 +284,16 @@ impl Config {
     }
 
     fn validate(&self) -> Result<()> {
+        // An empty path would be the working directory, never meant.
+        for (name, path) in [
+            ("data_dir", Some(&self.data_dir)),
+            ("plugins_dir", Some(&self.plugins_dir)),
+            ("cache_dir", self.cache_dir.as_ref()),
+        ] {
+            if path.is_some_and(|p| p.as_os_str().is_empty()) {
+                bail!("{name} must not be empty (leave it unset for the default)");
+            }
+        }
         if let Some(addr) = self.admin_listen
             && !addr.ip().is_loopback()
         {
@@ -611,19 +621,42 @@ pub fn confined(component: &str) -> Result<()> {
     Ok(())
 }
 
-/// An env/flag value: a string for [`STRING_SETTINGS`]; else a TOML scalar
+/// Settings that are on or off.
+const BOOL_SETTINGS: &[&str] = &[
+    "testing_routes",
+    "watch_plugins",
+    "perf_map",
+    "group_commit",
+];
+
+/// An env/flag value (`given` names it in an error): a string for
+/// [`STRING_SETTINGS`], a boolean for [`BOOL_SETTINGS`]; else a TOML scalar
 /// when it parses as one, else a string.
-fn scalar(name: &str, raw: &str) -> toml::Value {
+fn scalar(name: &str, given: &str, raw: &str) -> Result<toml::Value> {
     if STRING_SETTINGS.contains(&name) {
-        return toml::Value::String(raw.to_string());
+        return Ok(toml::Value::String(raw.to_string()));
+    }
+    if BOOL_SETTINGS.contains(&name) {
+        return Ok(toml::Value::Boolean(boolean(given, raw)?));
     }
     if let Ok(v) = raw.parse::<i64>() {
-        return toml::Value::Integer(v);
+        return Ok(toml::Value::Integer(v));
     }
-    match raw {
+    Ok(match raw {
         "true" => toml::Value::Boolean(true),
         "false" => toml::Value::Boolean(false),
         _ => toml::Value::String(raw.to_string()),
+    })
+}
+
+/// An on/off value as environments spell it: `true`/`false`, `1`/`0`,
+/// `yes`/`no`, `on`/`off`, in any case; anything else is refused, not
+/// read as off.
+fn boolean(given: &str, raw: &str) -> Result<bool> {
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => bail!("{given} must be true or false (or 1/0, yes/no, on/off), got {raw:?}"),
     }
 }
 
@@ -737,6 +770,38 @@ mod tests {
         let c = Config::load(None, &[], &s(&[("plugins_dir", "123")])).unwrap();
         assert_eq!(c.plugins_dir, PathBuf::from("123"));
         confined("families/notes.wasm").unwrap();
+    }
+
+    #[test]
+    fn switches_read_as_environments_spell_them_and_nothing_else() {
+        let load = |env: &[(&str, &str)]| Config::load(None, &s(env), &[]);
+        for (on, off) in [("1", "0"), ("TRUE", "False"), ("yes", "no"), ("On", "off")] {
+            let c = load(&[
+                ("MARKETPLACE_WATCH_PLUGINS", off),
+                ("MARKETPLACE_TESTING_ROUTES", on),
+                ("MARKETPLACE_LOG_JSON", on),
+            ])
+            .unwrap();
+            assert!(!c.watch_plugins && c.testing_routes, "{on} {off}");
+            assert_eq!(c.log_format, LogFormat::Json, "{on}");
+            let c = load(&[("MARKETPLACE_LOG_JSON", off)]).unwrap();
+            assert_eq!(c.log_format, LogFormat::Text, "{off}");
+        }
+        // A flag as the CLI passes it.
+        let c = Config::load(None, &[], &s(&[("testing-routes", "true")])).unwrap();
+        assert!(c.testing_routes);
+        for name in ["MARKETPLACE_GROUP_COMMIT", "MARKETPLACE_LOG_JSON"] {
+            let e = format!("{:#}", load(&[(name, "enabled")]).unwrap_err());
+            assert!(e.contains(name) && e.contains("true or false"), "{e}");
+        }
+        // An empty path is refused, not taken as the working directory.
+        for name in ["DATA_DIR", "PLUGINS_DIR", "CACHE_DIR"] {
+            let e = format!(
+                "{:#}",
+                load(&[(&format!("MARKETPLACE_{name}"), "")]).unwrap_err()
+            );
+            assert!(e.contains(&name.to_ascii_lowercase()), "{e}");
+        }
     }
 
     #[test]
