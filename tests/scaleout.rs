@@ -82,11 +82,17 @@ impl Fleet {
 
 /// A host on `schema` with a data dir of its own and no configured keys.
 fn host_on(url: &str, schema: &str) -> Server {
+    host_with(url, schema, None)
+}
+
+/// [`host_on`], with a configuration file's text.
+fn host_with(url: &str, schema: &str, config: Option<&str>) -> Server {
     Server::with(Options {
         env: vec![
             ("MARKETPLACE_STORE".into(), url.into()),
             ("MARKETPLACE_STORE_SCHEMA".into(), schema.into()),
         ],
+        config: config.map(str::to_string),
         ..Options::default()
     })
 }
@@ -814,6 +820,45 @@ fn a_fee_component_swapped_on_one_host_is_served_by_all() {
             );
         }
     }
+}
+
+/// Fee settings are each host's own: a host whose `[settings.fees]`
+/// differ from those of the host started before it says so at start,
+/// naming both; a host like the one before it says nothing.
+#[test]
+fn a_host_with_other_fee_settings_than_the_fleets_warns_at_start() {
+    let Some(mut f) = Fleet::start(
+        "a_host_with_other_fee_settings_than_the_fleets_warns_at_start",
+        1,
+    ) else {
+        return;
+    };
+    let warned = |s: &Server| s.log_text().contains("differ from those of the host");
+    assert!(!warned(&f.hosts[0]), "{}", f.hosts[0].log_text());
+    let dearer = "[settings.fees]\npost = \"0.5\"\n";
+    f.hosts.push(host_with(&f.url, &f.schema, Some(dearer)));
+    let log = f.hosts[1].log_text();
+    assert!(warned(&f.hosts[1]), "{log}");
+    assert!(
+        log.contains("post=\"0.5\""),
+        "this host's settings: {log}"
+    );
+    assert!(log.contains("defaults"), "the fleet's settings: {log}");
+    // The dearer host charges its own price, the first the default.
+    assert_eq!(post_price(&f.hosts[1]), "0.5");
+    assert_ne!(post_price(&f.hosts[0]), "0.5");
+    // A host like the one started before it: no warning.
+    f.hosts.push(host_with(&f.url, &f.schema, Some(dearer)));
+    assert!(!warned(&f.hosts[2]), "{}", f.hosts[2].log_text());
+}
+
+/// The price `GET /api/fees` quotes for a post.
+fn post_price(s: &Server) -> String {
+    let fees = s.get("/api/fees").json();
+    fees["actions"]["post"]["price"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{fees}"))
+        .to_string()
 }
 
 /// One paid-post request of the load and what its client saw.

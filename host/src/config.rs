@@ -7,6 +7,9 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+/// The family that serves fees.
+pub const FEES_FAMILY: &str = "fees";
+
 /// Plugin families and the component file each loads by default.
 pub const DEFAULT_PLUGINS: &[(&str, &str)] = &[
     ("info", "info.wasm"),
@@ -15,7 +18,7 @@ pub const DEFAULT_PLUGINS: &[(&str, &str)] = &[
     ("search", "search.wasm"),
     ("contracts", "contracts.wasm"),
     ("mcp", "mcp.wasm"),
-    ("fees", "fees_bid_inclusive.wasm"),
+    (FEES_FAMILY, "fees_bid_inclusive.wasm"),
 ];
 
 /// The test-only family, loaded when `testing_routes` is on.

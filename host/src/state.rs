@@ -2,11 +2,12 @@
 //! the cash ledger, ids and the host clock. The runtime and the host
 //! interfaces reach storage and money through it, never through `App`.
 
-use crate::config::Config;
+use crate::config::{Config, FEES_FAMILY};
 use crate::ids::IdGen;
 use crate::money::ledger::Ledger;
 use crate::store::Storage;
 use anyhow::{Context, Result};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -58,6 +59,7 @@ impl State {
             // come from the config, or from the store (made once).
             let server_key = shared_key(&storage, "server-key", config.server_key.as_deref())?;
             let arbiter_key = shared_key(&storage, "arbiter-key", config.arbiter_key.as_deref())?;
+            fleet_fee_settings(&storage, &config.family_settings(FEES_FAMILY));
             (
                 Ledger::from_hex(&server_key)?,
                 crate::auth::Arbiter::open(&config.data_dir, Some(&arbiter_key))?,
@@ -201,6 +203,56 @@ fn shared_key(storage: &Storage, name: &str, configured: Option<&str>) -> Result
         .and_then(|r| r)
         .map_err(|e| anyhow::anyhow!("the {name} of the shared store: {e}"))?;
     found.map_err(|e| anyhow::anyhow!(e))
+}
+
+/// The shared store's record of the fee settings (`[settings.fees]`) the
+/// host started last ran with: not secret, prices.
+const FEE_SETTINGS_KEY: &str = "fee-settings";
+
+/// `[settings.fees]` as one line, the same for the same settings.
+fn settings_line(settings: &BTreeMap<String, String>) -> String {
+    if settings.is_empty() {
+        return "(none: the fee component's defaults)".into();
+    }
+    let pairs: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+    pairs.join(" ")
+}
+
+/// On a shared store every host prices an action with its own
+/// `[settings.fees]`: hosts that differ quote different fees for one post,
+/// and a contract keeps the fee of the host that sold it. Compared with the
+/// settings of the host that started last (recorded in the store), a
+/// difference is a warning naming both, and this host's become the record:
+/// a rolling change of the settings warns once per host until every host
+/// runs the new ones. Returns the settings recorded before (tests).
+fn fleet_fee_settings(storage: &Storage, settings: &BTreeMap<String, String>) -> Option<String> {
+    use crate::store::Kv;
+    const META: &str = crate::store::META_TABLE;
+    let mine = settings_line(settings);
+    let before = storage
+        .write(|txn| {
+            let before = txn.get_in(META, FEE_SETTINGS_KEY.as_bytes())?;
+            if before.as_deref() != Some(mine.as_bytes()) {
+                txn.put_in(META, FEE_SETTINGS_KEY.as_bytes(), mine.as_bytes())?;
+            }
+            Ok(before.map(|b| String::from_utf8_lossy(&b).into_owned()))
+        })
+        .and_then(|r| r);
+    match before {
+        Ok(Some(before)) if before != mine => {
+            tracing::warn!(
+                this_host = %mine,
+                last_host = %before,
+                "this host's fee settings ([settings.fees]) differ from those of the host of the fleet started before it: hosts with different settings quote different fees for the same action. Give every host the same [settings.fees]"
+            );
+            Some(before)
+        }
+        Ok(before) => before,
+        Err(e) => {
+            tracing::warn!("recording the fee settings in the shared store: {e}");
+            None
+        }
+    }
 }
 
 /// What the database keeps of a key (`name`: `server-key`, `arbiter-key`;

@@ -78,8 +78,7 @@ use bindings::fees::{FeePolicy, FeePolicyPre};
 /// Epoch tick length: deadlines are counted in these.
 const TICK: Duration = Duration::from_millis(10);
 
-/// The family that serves fees.
-pub const FEES_FAMILY: &str = "fees";
+pub use crate::config::FEES_FAMILY;
 
 /// A loaded, pre-instantiated component.
 pub struct LoadedPlugin {
