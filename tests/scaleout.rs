@@ -839,10 +839,7 @@ fn a_host_with_other_fee_settings_than_the_fleets_warns_at_start() {
     f.hosts.push(host_with(&f.url, &f.schema, Some(dearer)));
     let log = f.hosts[1].log_text();
     assert!(warned(&f.hosts[1]), "{log}");
-    assert!(
-        log.contains("post=\"0.5\""),
-        "this host's settings: {log}"
-    );
+    assert!(log.contains("post=\"0.5\""), "this host's settings: {log}");
     assert!(log.contains("defaults"), "the fleet's settings: {log}");
     // The dearer host charges its own price, the first the default.
     assert_eq!(post_price(&f.hosts[1]), "0.5");

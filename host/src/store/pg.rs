@@ -1082,6 +1082,64 @@ mod tests {
         (first_done, s.syncs())
     }
 
+    /// A batch whose writes not sent yet pass [`PENDING_BATCH_BYTES`] is
+    /// committed at once, though another request it would wait for (up to
+    /// a minute) is under way; its writes go out as several statements
+    /// ([`STATEMENT_BYTES`] each) and read back whole, puts and deletes in
+    /// their order.
+    #[test]
+    fn a_batch_past_its_byte_bound_commits_without_waiting_and_reads_back_whole() {
+        let Some(url) = url() else { return };
+        let slow = Settings {
+            window: std::time::Duration::from_secs(60),
+            ..Settings::default()
+        };
+        let s = Arc::new(Storage::open_pg(&url, &schema(), 8, TIMEOUT, slow).unwrap());
+        let value = |i: usize| vec![i as u8; 1 << 20];
+        let rows = super::PENDING_BATCH_BYTES / (1 << 20) + 1;
+        // One request puts rows of a mebibyte until the batch is past its
+        // bound, and deletes one put by an earlier request.
+        s.write(|w| w.put_in("kv:t", b"gone", b"x"))
+            .unwrap()
+            .unwrap();
+        let (big, waiting) = (s.enter(), s.enter());
+        let writer = {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let w = s.begin_write_for(big).unwrap();
+                for i in 0..rows {
+                    w.put_in("kv:t", format!("row{i:03}").as_bytes(), &value(i))?;
+                }
+                w.delete_in("kv:t", b"gone")?;
+                s.commit(w)
+            })
+        };
+        // `waiting` is counted as under way and never begins until the
+        // big batch is committed.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while s.commits() < 2 {
+            assert!(
+                std::time::Instant::now() < until,
+                "the batch past its bound waited for the request under way"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        writer.join().unwrap().unwrap();
+        let w = s.begin_write_for(waiting).unwrap();
+        w.put_in("kv:t", b"later", b"1").unwrap();
+        s.commit(w).unwrap();
+        let r = s.begin_read().unwrap();
+        for i in 0..rows {
+            let got = r.get_in("kv:t", format!("row{i:03}").as_bytes()).unwrap();
+            assert!(got == Some(value(i)), "row {i}");
+        }
+        assert_eq!(r.get_in("kv:t", b"gone").unwrap(), None);
+        assert_eq!(
+            r.get_in("kv:t", b"later").unwrap().as_deref(),
+            Some(&b"1"[..])
+        );
+    }
+
     #[test]
     fn a_request_running_again_takes_a_batch_of_its_own() {
         let Some(url) = url() else { return };
