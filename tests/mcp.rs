@@ -1625,8 +1625,30 @@ fn execute_and_define_are_tools_over_json_rpc() {
         ),
     );
     assert_eq!(paid.status, 200, "{}", paid.text());
+    // The change (1 paid for 0.6) comes back as it would from the endpoint
+    // itself: the HTTP answer's X-Cash-Change and PAYMENT-RESPONSE, and
+    // payment.change of the endpoint's body.
+    let change = paid
+        .header("x-cash-change")
+        .unwrap_or_else(|| panic!("no X-Cash-Change: {:?}", paid.headers))
+        .to_string();
+    assert!(
+        paid.header("payment-response").is_some(),
+        "{:?}",
+        paid.headers
+    );
     let paid = paid.json();
     assert_eq!(paid["result"]["isError"], false, "{paid}");
+    assert_eq!(
+        paid["result"]["structuredContent"]["payment"]["change"], change,
+        "{paid}"
+    );
+    assert!(change.starts_with("e0.4:secret:"), "{change}");
+    assert_eq!(
+        s.cash_state(&change).0,
+        json!(false),
+        "the change is unspent"
+    );
     assert_eq!(s.cash_state(&secret).0, json!(true));
     assert_eq!(
         s.get(&format!("/api/profile?fingerprint={}", key.fp()))
