@@ -889,6 +889,9 @@ fn macro_failures_are_422_and_io_does_not_exist() {
         ),
         ("return 42", "must return"),
         ("return {term: 5}", "invalid search"),
+        // A post type no post can have: the macro's error too, not a 400
+        // of a parameter its caller never sent.
+        ("return {term: 'walnut', post_type: 'a b'}", "post_type"),
         ("return {term: 'a', drop: true}", "unknown member"),
         (
             "function r(n: number): number { return r(n + 1) }\nreturn r(0)",

@@ -8,6 +8,9 @@ use serde_json::{Value, json};
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
+/// What [`is_post_type`] asks, as an error's problem says it.
+pub const POST_TYPE_RULE: &str = "must be 1 to 64 letters, digits, '_' or '-'";
+
 /// Whether `s` is a post type: 1 to 64 ASCII letters, digits, `_` or `-`.
 pub fn is_post_type(s: &str) -> bool {
     (1..=64).contains(&s.len())
@@ -20,10 +23,7 @@ pub fn is_post_type(s: &str) -> bool {
 /// parameters are refused, not taken as matching nothing).
 pub fn post_type_filter(value: Option<&str>) -> Result<Option<&str>, ApiError> {
     match value.filter(|v| !v.is_empty()) {
-        Some(t) if !is_post_type(t) => Err(ApiError::invalid(
-            "post_type",
-            "must be 1 to 64 letters, digits, '_' or '-'",
-        )),
+        Some(t) if !is_post_type(t) => Err(ApiError::invalid("post_type", POST_TYPE_RULE)),
         t => Ok(t),
     }
 }

@@ -492,11 +492,23 @@ fn run_search(args: &Value) -> Result<Response, ApiError> {
             None
         }
     };
-    if !matches!(args["post_type"], Value::Null | Value::String(_)) {
-        problems.push(marketplace_guest::Detail {
+    match &args["post_type"] {
+        Value::Null => {}
+        // Checked here as the search route checks it, so that a macro's
+        // bad return is the macro's error (422), not a 400 of a request
+        // its caller never made.
+        Value::String(t) => {
+            if !t.is_empty() && !marketplace_guest::posts::is_post_type(t) {
+                problems.push(marketplace_guest::Detail {
+                    field: "post_type".into(),
+                    problem: marketplace_guest::posts::POST_TYPE_RULE.into(),
+                });
+            }
+        }
+        _ => problems.push(marketplace_guest::Detail {
             field: "post_type".into(),
             problem: "must be a string".into(),
-        });
+        }),
     }
     if term.chars().count() > 1000 {
         problems.push(marketplace_guest::Detail {
