@@ -7,6 +7,11 @@ mod common;
 use common::{Key, Server, now_s};
 use serde_json::{Value, json};
 
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    common::hex(&sha2::Sha256::digest(bytes))
+}
+
 /// `POST /api/posts/update` signed with the legacy message.
 fn update(s: &Server, key: &Key, post_id: &str, extra: Value) -> common::Resp {
     let mut body = json!({
@@ -372,6 +377,8 @@ fn attachments_may_refer_to_the_authors_uploads() {
     assert_eq!(a["s3_key"], s3_key.as_str());
     assert_eq!(a["url"], format!("/api/storage/files/{file_id}"));
     assert_eq!(a["size"], png.len());
+    // Its digest, as an inline attachment's (PROTOCOL 5).
+    assert_eq!(a["sha256"], sha256_hex(&png));
     assert_eq!(s.get(&format!("/api/posts/{id}")).json()["post"], post);
     // The URL is the one the identity family serves the upload at.
     assert!(s.get(a["url"].as_str().unwrap()).body == png);
@@ -470,7 +477,7 @@ fn attachments_may_refer_to_the_authors_uploads() {
     assert!(list[0].get("s3_key").is_none() && list[0].get("url").is_none());
     assert_eq!(list[1]["attachment_type"], "text/markdown");
     assert_eq!(list[1]["s3_key"], notes.as_str());
-    assert!(list[1].get("sha256").is_none());
+    assert_eq!(list[1]["sha256"], sha256_hex(b"# Provenance\nquattrocento"));
     assert_eq!(list[2]["s3_key"], s3_key.as_str());
     assert_eq!(search_ids(&s, "impasto"), std::slice::from_ref(&id));
     assert!(search_ids(&s, "quattrocento").is_empty());

@@ -237,7 +237,7 @@ pub fn post() -> Value {
             ("keywords", json!({"type": "array", "items": t("string")})),
             (
                 "attachments",
-                json!({"type": "array", "items": obj(&[("index", t("integer")), ("filename", t("string")), ("attachment_type", t("string")), ("size", t("integer")), ("sha256", json!({"type": "string", "description": "inline attachments"})), ("s3_key", json!({"type": "string", "description": "an attached upload (files/{id})"})), ("url", json!({"type": "string", "description": "an attached upload: where the identity family serves it"}))], &[])}),
+                json!({"type": "array", "items": obj(&[("index", t("integer")), ("filename", t("string")), ("attachment_type", t("string")), ("size", t("integer")), ("sha256", json!({"type": "string", "description": "SHA-256 of the bytes (hex); absent only for an upload stored before uploads kept it"})), ("s3_key", json!({"type": "string", "description": "an attached upload (files/{id})"})), ("url", json!({"type": "string", "description": "an attached upload: where the identity family serves it"}))], &[])}),
             ),
             ("activity_metadata", t("object")),
             (

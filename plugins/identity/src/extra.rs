@@ -44,6 +44,10 @@ pub struct FileMeta {
     is_public: bool,
     size: u64,
     created_at: String,
+    /// SHA-256 of the bytes (hex; empty for uploads stored before it was
+    /// kept), shown with a post's attachment as an inline one's is.
+    #[serde(default)]
+    sha256: String,
 }
 
 /// `http(s)://{host}` of the request, or "" (a relative URL).
@@ -469,6 +473,10 @@ pub fn upload(req: &Request) -> Result<Response, ApiError> {
     }
     kv::delete(&key)?;
     let size = req.body().len() as u64;
+    let sha256 = {
+        use sha2::Digest;
+        marketplace_common::hex::encode(&sha2::Sha256::digest(req.body()))
+    };
     kv::put_raw(&format!("file/{}", up.id), req.body())?;
     let meta = FileMeta {
         owner: up.owner,
@@ -477,6 +485,7 @@ pub fn upload(req: &Request) -> Result<Response, ApiError> {
         is_public: up.is_public,
         size,
         created_at: marketplace_guest::now_rfc3339(),
+        sha256: sha256.clone(),
     };
     kv::put(&format!("file_meta/{}", up.id), &meta)?;
     let s3_key = format!("files/{}", up.id);
@@ -486,6 +495,7 @@ pub fn upload(req: &Request) -> Result<Response, ApiError> {
             "s3_key": s3_key,
             "public_url": public_url(req, &s3_key),
             "size": size,
+            "sha256": sha256,
             "content_type": up.content_type,
         }),
     ))

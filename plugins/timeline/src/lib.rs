@@ -78,7 +78,11 @@ enum Source {
     Inline(String),
     /// An upload of the author's (`s3_key` `files/{id}`), kept by the
     /// identity family at `file/{id}` (read when the attachment is served).
-    Upload { id: String, size: usize },
+    Upload {
+        id: String,
+        size: usize,
+        sha256: String,
+    },
 }
 
 impl NewAttachment {
@@ -100,6 +104,9 @@ struct UploadMeta {
     content_type: String,
     #[serde(default)]
     size: u64,
+    /// Empty for uploads stored before it was kept.
+    #[serde(default)]
+    sha256: String,
 }
 
 impl UploadMeta {
@@ -233,6 +240,7 @@ fn attachment_problems(
                 Some(id) => Source::Upload {
                     id: id.to_string(),
                     size: 0,
+                    sha256: String::new(),
                 },
                 None => {
                     problem(
@@ -311,8 +319,9 @@ fn attachment_problems(
         if !typed {
             a.attachment_type = meta.media_type();
         }
-        if let Source::Upload { size, .. } = &mut a.source {
+        if let Source::Upload { size, sha256, .. } = &mut a.source {
             *size = usize::try_from(meta.size).unwrap_or(usize::MAX);
+            *sha256 = meta.sha256;
         }
     }
     Ok((out, problems))
@@ -386,9 +395,9 @@ fn store_attachments(
                 (content.len(), sha256, None, None)
             }
             // The bytes stay with the identity family.
-            Source::Upload { id, size } => (
+            Source::Upload { id, size, sha256 } => (
                 *size,
-                String::new(),
+                sha256.clone(),
                 Some(format!("files/{id}")),
                 Some(upload_url(id)),
             ),

@@ -27,7 +27,8 @@ pub struct Attachment {
     pub filename: String,
     pub attachment_type: String,
     pub size: usize,
-    /// Inline attachments only ("" for an upload).
+    /// SHA-256 of the bytes (hex); "" (not shown) only for an upload
+    /// stored before uploads kept it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub sha256: String,
     /// Uploads only.
