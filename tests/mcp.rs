@@ -218,6 +218,31 @@ fn search_tool_matches_get_search_and_execute_passes_through() {
     );
     assert_eq!((r.status, r.code().as_str()), (400, "invalid_request"));
     assert_eq!(r.json()["details"][0]["field"], "endpoint.method");
+    // A tool and an endpoint at once, or a tool that is not a name: which
+    // was meant is not guessed.
+    for (body, field, says) in [
+        (
+            json!({"tool": "get_post", "arguments": {"post_id": id},
+                   "endpoint": {"method": "GET", "path": "/api/fees"}}),
+            "endpoint",
+            "not both",
+        ),
+        (json!({"tool": 5}), "tool", "must be a string"),
+        (json!({}), "tool", "give tool"),
+    ] {
+        let r = s.post_json("/api/mcp/tools/execute", &body);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_request"),
+            "{body}"
+        );
+        let detail = &r.json()["details"][0];
+        assert_eq!(detail["field"], field, "{body}");
+        assert!(
+            detail["problem"].as_str().unwrap().contains(says),
+            "{body}: {detail}"
+        );
+    }
     let r = s.post_json("/api/mcp/tools/execute", &json!({"endpoint": {"method": "GET", "path": "/api/v1/search", "query": {"term": "walnut"}}}));
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["total"], 1);

@@ -865,7 +865,15 @@ fn execute(req: &Request) -> Result<Response, ApiError> {
 /// called as a tool over `POST /mcp`).
 fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
     let body = req.json_object()?;
-    if let Some(endpoint) = body.get("endpoint") {
+    let given = |k: &str| body.get(k).is_some_and(|v| !v.is_null());
+    if given("endpoint") && given("tool") {
+        // Which one the caller meant is not for this server to guess.
+        return Err(ApiError::invalid(
+            "endpoint",
+            "give tool (with arguments) or endpoint, not both",
+        ));
+    }
+    if let Some(endpoint) = body.get("endpoint").filter(|v| !v.is_null()) {
         let method = endpoint["method"]
             .as_str()
             .unwrap_or("GET")
@@ -921,11 +929,20 @@ fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
         let target_body = endpoint.get("body").filter(|b| !b.is_null());
         return Ok(call(&method, path, query, target_body));
     }
-    let Some(tool) = body.get("tool").and_then(|t| t.as_str()) else {
-        return Err(ApiError::invalid(
-            "tool",
-            "give tool (with arguments) or endpoint",
-        ));
+    let tool = match body.get("tool") {
+        Some(Value::String(t)) => t,
+        Some(Value::Null) | None => {
+            return Err(ApiError::invalid(
+                "tool",
+                "give tool (with arguments) or endpoint",
+            ));
+        }
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "tool",
+                "must be a string (a tool's name)",
+            ));
+        }
     };
     let args = body.get("arguments").cloned().unwrap_or_else(|| json!({}));
     run_named(tool, &args, wrap, req)
