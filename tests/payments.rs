@@ -308,6 +308,27 @@ fn payment_header_refusals() {
             r.text()
         );
     }
+    // So are two different secrets in X-Cash-Secret and its alias.
+    let lines = [
+        ("host", &b"x"[..]),
+        ("x-cash-secret", first.as_bytes()),
+        ("x-webcash-secret", second.as_bytes()),
+    ];
+    let r = s.raw_post("/api/identity", &lines, &body);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (402, "payment_invalid"),
+        "{}",
+        r.text()
+    );
+    assert!(
+        r.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("several different payment secrets"),
+        "{}",
+        r.text()
+    );
     for secret in [&first, &second] {
         assert_eq!(s.cash_state(secret).0, json!(false), "{secret}");
     }

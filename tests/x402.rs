@@ -354,7 +354,9 @@ fn a_malformed_payment_signature_is_payment_invalid() {
     );
     assert_eq!(s.cash_state(&secret), (json!(false), json!("1")));
     assert_eq!(s.cash_state(&other), (json!(false), json!("1")));
-    // Beside X-Cash-Secret, whichever comes first, the cash header pays.
+    // Beside X-Cash-Secret naming another secret, whichever comes first:
+    // which payment is meant is a guess too, so neither (it used to be the
+    // cash header's, the other ignored while its client thought it paid).
     let r = raw(
         &[
             ("payment-signature", &signature(&accepted, &other, None)),
@@ -362,9 +364,24 @@ fn a_malformed_payment_signature_is_payment_invalid() {
         ],
         &register_body(&Key::random(), "alice"),
     );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (402, "payment_invalid"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(s.cash_state(&secret), (json!(false), json!("1")));
+    assert_eq!(s.cash_state(&other), (json!(false), json!("1")));
+    // Naming the same secret, both are one payment.
+    let r = raw(
+        &[
+            ("payment-signature", &signature(&accepted, &secret, None)),
+            ("x-cash-secret", &secret),
+        ],
+        &register_body(&Key::random(), "alice"),
+    );
     assert_eq!(r.status, 201, "{}", r.text());
     assert_eq!(s.cash_state(&secret).0, json!(true));
-    assert_eq!(s.cash_state(&other), (json!(false), json!("1")));
     // The other secret still pays.
     let r = s.post_with(
         "/api/identity",

@@ -113,6 +113,16 @@ pub fn presented<'a>(
             price,
         ));
     };
+    // (No secret holds a comma: this is several, from two lines of one
+    // header or from different payment headers.)
+    if secret.contains(',') {
+        return Err(refusal(
+            "payment_invalid",
+            "several different payment secrets were sent (two lines of a payment header, or X-Cash-Secret, X-Webcash-Secret and PAYMENT-SIGNATURE naming different secrets): send one; none was spent",
+            action,
+            price,
+        ));
+    }
     Ok(secret)
 }
 

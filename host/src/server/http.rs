@@ -794,7 +794,17 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
     {
         headers.append(&mut credentials);
     }
-    payment.cash = payment.cash.take().or(webcash).or(x402);
+    // One secret pays: the alias and x402's only stand in for a missing
+    // X-Cash-Secret. Two different secrets in different headers are, like
+    // two lines of one, a malformed payment: never one of them silently
+    // while the client thinks the other paid too.
+    for other in [webcash, x402].into_iter().flatten() {
+        match &payment.cash {
+            Some(cash) if *cash == other => {}
+            Some(_) => add_line(&mut payment.cash, &other),
+            None => payment.cash = Some(other),
+        }
+    }
     // A family's request is admitted (a slot of its family and of the
     // pool) before its body is read, so requests waiting for a slot hold
     // no body in memory; a slow sender is cut off by the body timeout.
