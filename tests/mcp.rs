@@ -1678,6 +1678,50 @@ fn execute_and_define_are_tools_over_json_rpc() {
         "the change is unspent"
     );
     assert_eq!(s.cash_state(&secret).0, json!(true));
+
+    // A batch whose paid call is followed by a runaway macro: the batch's
+    // answer is its fault's, and still carries the paid call's change (the
+    // paid request committed on its own).
+    assert_eq!(
+        define_ts(&s, "spin_after_pay", "while (true) {}", json!({})).status,
+        201
+    );
+    let key = common::Key::random();
+    let ts = common::now_s();
+    let register = json!({"endpoint": {"method": "POST", "path": "/api/identity", "body": {
+        "nickname": "rpcbatcher", "pgp_public_key": key.fp(), "timestamp": ts,
+        "signature": key.sign(&format!("register:rpcbatcher:{ts}"))}}});
+    let secret = s.mint("1");
+    let batch = json!([
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+         "params": {"name": "execute", "arguments": register}},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "spin_after_pay", "arguments": {}}},
+    ]);
+    let r = s.request(
+        "POST",
+        "/mcp",
+        &[
+            ("content-type", "application/json"),
+            ("accept", "application/json, text/event-stream"),
+            ("x-cash-secret", &secret),
+        ],
+        Some(batch.to_string().as_bytes()),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let answers = r.json();
+    assert_eq!(answers[0]["result"]["isError"], false, "{answers}");
+    assert_eq!(answers[1]["result"]["isError"], true, "{answers}");
+    let change = r
+        .header("x-cash-change")
+        .unwrap_or_else(|| panic!("no X-Cash-Change after the fault: {:?}", r.headers))
+        .to_string();
+    assert_eq!(
+        answers[0]["result"]["structuredContent"]["payment"]["change"], change,
+        "{answers}"
+    );
+    assert_eq!(s.cash_state(&change).0, json!(false));
+    assert_eq!(s.cash_state(&secret).0, json!(true));
     assert_eq!(
         s.get(&format!("/api/profile?fingerprint={}", key.fp()))
             .status,

@@ -1348,8 +1348,11 @@ impl Runtime {
                     }
                     None => fault_reply(family, &e, ctx.memory_hit()),
                 };
-                // A payment taken at an upstream webcash server comes back.
-                let answer = ctx.refund_upstream(answer);
+                // A payment taken at an upstream webcash server comes back;
+                // those of requests it dispatched stand (each committed on
+                // its own), and their change is the client's.
+                let mut answer = ctx.refund_upstream(answer);
+                ctx.pass_on_payment_answers(&mut answer);
                 // Its transaction (and any hold on the batch) goes first.
                 drop(ctx);
                 answer

@@ -202,7 +202,6 @@ impl Endpoint for Mcp {
                     CORS.with(|c| *c.borrow_mut() = cors.clone());
                     let mut answer = jsonrpc(req, &version).unwrap_or_else(Response::from);
                     answer.headers.extend(cors);
-                    PAID.with(|p| answer.headers.append(&mut p.borrow_mut()));
                     answer
                 }
             }),
@@ -954,39 +953,6 @@ thread_local! {
     static FAULT_ANSWER: std::cell::RefCell<Option<Response>> = const { std::cell::RefCell::new(None) };
     /// The CORS headers of this `/mcp` request's answers (faults' too).
     static CORS: std::cell::RefCell<Vec<(String, String)>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// The payment answers (`X-Cash-Change`, `PAYMENT-RESPONSE`) of the
-    /// endpoints this `/mcp` request's tool calls ran, in order: its HTTP
-    /// answer carries them, as the endpoint's own answer would.
-    static PAID: std::cell::RefCell<Vec<(String, String)>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Headers of a paid endpoint's answer that the `/mcp` answer passes on.
-const PAYMENT_ANSWERS: [&str; 2] = ["x-cash-change", "payment-response"];
-
-/// This request's answer to a fault, now with every payment answer kept
-/// so far (a fault after a paid call still tells the client its change).
-fn restore_fault_with_payments() {
-    FAULT_ANSWER.with(|f| {
-        if let Some(answer) = f.borrow_mut().as_mut() {
-            answer
-                .headers
-                .retain(|(name, _)| !PAYMENT_ANSWERS.iter().any(|h| name.eq_ignore_ascii_case(h)));
-            PAID.with(|p| answer.headers.extend(p.borrow().iter().cloned()));
-        }
-    });
-    restore_fault();
-}
-
-/// Keep `resp`'s payment answers for this `/mcp` request's HTTP answer.
-fn keep_payment_answers(resp: &Response) {
-    PAID.with(|p| {
-        p.borrow_mut().extend(
-            resp.headers
-                .iter()
-                .filter(|(name, _)| PAYMENT_ANSWERS.iter().any(|h| name.eq_ignore_ascii_case(h)))
-                .cloned(),
-        )
-    });
 }
 
 /// Back to this request's own answer to a fault after a narrower one
@@ -1034,7 +1000,6 @@ thread_local! {
 fn fault_answer(status: u16, answer: Value) -> Response {
     let mut response = fault_body(status, answer);
     CORS.with(|c| response.headers.extend(c.borrow().iter().cloned()));
-    PAID.with(|p| response.headers.extend(p.borrow().iter().cloned()));
     response
 }
 
@@ -1356,10 +1321,9 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
                 }
                 Err(e) => e.into(),
             };
-            keep_payment_answers(&resp);
-            // Should a later message of a batch fault, its answer carries
-            // this payment's too.
-            restore_fault_with_payments();
+            // (The endpoint's payment answers, `X-Cash-Change` and
+            // `PAYMENT-RESPONSE`, reach the client on this request's HTTP
+            // answer, or its fault's: the host passes them on.)
             tool_result(&resp, &base)
         }
         _ => {

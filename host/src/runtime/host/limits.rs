@@ -12,10 +12,13 @@ impl limits::Host for Ctx {
             self.on_fault = None;
         } else {
             // An answer that is not one the host may send is not kept (the
-            // fault then gets the host's own answer). It may pass on the
-            // payment answers of the requests it dispatched so far (the MCP
-            // family's answer to a fault after a paid tool call).
-            match Reply::from_plugin(answer.status, answer.headers, answer.body, self.may_send()) {
+            // fault then gets the host's own answer).
+            // (It passes on no payment header, relayed or not: as before.)
+            let may = crate::reply::PluginGrants {
+                relayed: &[],
+                ..self.may_send()
+            };
+            match Reply::from_plugin(answer.status, answer.headers, answer.body, may) {
                 Ok(reply) => self.on_fault = Some(reply),
                 Err(why) => {
                     tracing::warn!(family = %self.family, "fault answer not kept: {why}");

@@ -200,6 +200,20 @@ impl Ctx {
         self.memo = Some((memo, generation));
     }
 
+    /// Put on `reply` the payment answers (`X-Cash-Change`,
+    /// `PAYMENT-RESPONSE`) of the paid requests this call dispatched, those
+    /// it does not carry already: each committed on its own, so its change
+    /// is the client's whatever this call answers, a fault included (the
+    /// MCP family's `execute` of a paid endpoint).
+    pub fn pass_on_payment_answers(&self, reply: &mut Reply) {
+        for (name, value) in &self.relayed {
+            let paid = name == "x-cash-change" || name == crate::money::x402::PAYMENT_RESPONSE;
+            if paid && !reply.headers.iter().any(|(n, v)| n == name && v == value) {
+                reply.headers.push((name.clone(), value.clone()));
+            }
+        }
+    }
+
     /// The answer the plugin chose for its own fault, if it did.
     pub fn take_on_fault(&mut self) -> Option<Reply> {
         self.on_fault.take()
@@ -224,9 +238,13 @@ impl Ctx {
             Ok(reply) => reply,
             Err(why) => {
                 tracing::error!(family = %self.family, "plugin answered an invalid response: {why}");
-                return Ok(self.refund_upstream(Reply::error(500, "internal", "internal error")));
+                let mut reply =
+                    self.refund_upstream(Reply::error(500, "internal", "internal error"));
+                self.pass_on_payment_answers(&mut reply);
+                return Ok(reply);
             }
         };
+        self.pass_on_payment_answers(&mut reply);
         if reply.is_success() && self.unheld > 0 {
             tracing::error!(family = %self.family, units = self.unheld, "escrow charge not held in a contract's account: nothing is kept");
             return Ok(Reply::error(500, "internal", "internal error"));
