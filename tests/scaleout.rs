@@ -847,6 +847,14 @@ fn a_host_with_other_fee_settings_than_the_fleets_warns_at_start() {
     // A host like the one started before it: no warning.
     f.hosts.push(host_with(&f.url, &f.schema, Some(dearer)));
     assert!(!warned(&f.hosts[2]), "{}", f.hosts[2].log_text());
+    // A setting of a custom fee component's own differs too, and is
+    // counted, never shown (it may be anything).
+    let custom = format!("{dearer}api_token = \"s3cret-token\"\n");
+    f.hosts.push(host_with(&f.url, &f.schema, Some(&custom)));
+    let log = f.hosts[3].log_text();
+    assert!(warned(&f.hosts[3]), "{log}");
+    assert!(log.contains("and 1 other settings"), "{log}");
+    assert!(!log.contains("s3cret-token"), "{log}");
 }
 
 /// The price `GET /api/fees` quotes for a post.

@@ -205,30 +205,50 @@ fn shared_key(storage: &Storage, name: &str, configured: Option<&str>) -> Result
     found.map_err(|e| anyhow::anyhow!(e))
 }
 
-/// The shared store's record of the fee settings (`[settings.fees]`) the
-/// host started last ran with: not secret, prices.
+/// The shared store's record of the fee settings (`[settings.fees]`) of
+/// the host started last: a digest of them all, and the built-in prices
+/// as text (a custom fee component's other settings may hold anything, so
+/// they are only counted).
 const FEE_SETTINGS_KEY: &str = "fee-settings";
 
-/// `[settings.fees]` as one line, the same for the same settings.
-fn settings_line(settings: &BTreeMap<String, String>) -> String {
-    if settings.is_empty() {
-        return "(none: the fee component's defaults)".into();
+/// The settings of the built-in fee components, shown in the warning.
+const SHOWN_FEE_SETTINGS: [&str; 5] =
+    ["identity", "post", "comment", "rate", "arbitration_percent"];
+
+/// `[settings.fees]` as the record keeps it: `{digest} {shown}`, the
+/// digest over every setting, the text over the built-in prices.
+fn settings_record(settings: &BTreeMap<String, String>) -> String {
+    use sha2::{Digest, Sha256};
+    let all: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+    let digest = marketplace_common::hex::encode(&Sha256::digest(all.join("\n")));
+    let mut shown: Vec<String> = settings
+        .iter()
+        .filter(|(k, _)| SHOWN_FEE_SETTINGS.contains(&k.as_str()))
+        .map(|(k, v)| format!("{k}={v:?}"))
+        .collect();
+    let others = settings.len() - shown.len();
+    if others > 0 {
+        shown.push(format!("and {others} other settings"));
     }
-    let pairs: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
-    pairs.join(" ")
+    if shown.is_empty() {
+        shown.push("(none: the fee component's defaults)".into());
+    }
+    format!("{digest} {}", shown.join(" "))
 }
 
 /// On a shared store every host prices an action with its own
 /// `[settings.fees]`: hosts that differ quote different fees for one post,
-/// and a contract keeps the fee of the host that sold it. Compared with the
-/// settings of the host that started last (recorded in the store), a
-/// difference is a warning naming both, and this host's become the record:
-/// a rolling change of the settings warns once per host until every host
-/// runs the new ones. Returns the settings recorded before (tests).
+/// and a contract keeps the fee of the host that sold it. At start the
+/// host compares its settings with those of the host started before it
+/// (recorded in the store): a difference is a warning naming both, and
+/// this host's become the record. So in a rolling change the first host
+/// started with the new settings warns, and a host started later with the
+/// old ones warns again; hosts already running are not checked. Returns
+/// the record found before when it differs (tests).
 fn fleet_fee_settings(storage: &Storage, settings: &BTreeMap<String, String>) -> Option<String> {
     use crate::store::Kv;
     const META: &str = crate::store::META_TABLE;
-    let mine = settings_line(settings);
+    let mine = settings_record(settings);
     let before = storage
         .write(|txn| {
             let before = txn.get_in(META, FEE_SETTINGS_KEY.as_bytes())?;
@@ -238,16 +258,23 @@ fn fleet_fee_settings(storage: &Storage, settings: &BTreeMap<String, String>) ->
             Ok(before.map(|b| String::from_utf8_lossy(&b).into_owned()))
         })
         .and_then(|r| r);
+    let digest = |record: &str| {
+        record
+            .split_once(' ')
+            .map_or(record, |(d, _)| d)
+            .to_string()
+    };
+    let shown = |record: &str| record.split_once(' ').map_or("", |(_, s)| s).to_string();
     match before {
-        Ok(Some(before)) if before != mine => {
+        Ok(Some(before)) if digest(&before) != digest(&mine) => {
             tracing::warn!(
-                this_host = %mine,
-                last_host = %before,
+                this_host = %shown(&mine),
+                last_host = %shown(&before),
                 "this host's fee settings ([settings.fees]) differ from those of the host of the fleet started before it: hosts with different settings quote different fees for the same action. Give every host the same [settings.fees]"
             );
             Some(before)
         }
-        Ok(before) => before,
+        Ok(_) => None,
         Err(e) => {
             tracing::warn!("recording the fee settings in the shared store: {e}");
             None
