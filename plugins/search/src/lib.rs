@@ -52,7 +52,8 @@ const MAX_POSTINGS: usize = 5_000;
 /// all its words (filtered out or not): past it the page is the best of
 /// what was read (see [`search`]).
 const EXACT_BUDGET: usize = 1_200;
-/// Postings a round reads per list at most (rounds double from the first).
+/// Postings a later round reads per list at most (rounds double from the
+/// first; a whole read's one round reads each list to its end).
 const MAX_ROUND: usize = 1_000;
 /// `ix/doc` records looked up per query at most (see [`complete`])...
 const LOOKUPS: usize = 160;
@@ -73,15 +74,18 @@ const MAX_TERMS: usize = 16;
 /// the posts were indexed (a young service's first posts were ranked
 /// against an average of a few posts), at a bounded cost (about 0.1 µs a
 /// posting). The operator's `[settings.search] whole_read` replaces it
-/// (0 to 5,000; 0: always the threshold algorithm).
+/// (0 to [`MAX_WHOLE_READ`]; 0: always the threshold algorithm).
 const WHOLE_READ: u64 = 1_000;
+/// The largest `whole_read`: below [`MAX_POSTINGS`], so a list read whole
+/// is seen to end rather than taken as capped.
+const MAX_WHOLE_READ: u64 = 4_000;
 
-/// [`WHOLE_READ`], or the operator's `whole_read` when it is a number
-/// (at most [`MAX_POSTINGS`]).
+/// [`WHOLE_READ`], or the operator's `whole_read` when it is a whole
+/// number (at most [`MAX_WHOLE_READ`]); any other value leaves the default.
 fn whole_read() -> u64 {
     marketplace_guest::endpoint_bindings::marketplace::plugin::settings::get("whole_read")
         .and_then(|v| v.trim().parse::<u64>().ok())
-        .map_or(WHOLE_READ, |n| n.min(MAX_POSTINGS as u64))
+        .map_or(WHOLE_READ, |n| n.min(MAX_WHOLE_READ))
 }
 
 impl Endpoint for Search {
@@ -461,13 +465,16 @@ fn many_lists(
     avgdl: f64,
 ) -> Result<(Ranked, bool), ApiError> {
     // Each posting read names at most one new post.
-    let mut found = Found::with_capacity(budget);
+    // Read whole (see [`WHOLE_READ`]): one round reads every list to its
+    // end (`first` is their postings and one), each with the whole budget.
+    let whole = lists.iter().any(|l| l.whole);
+    let mut found = Found::with_capacity(if whole { first } else { budget });
     let mut lookups = Lookups::default();
     let mut round = first;
     loop {
         let active = lists.iter().filter(|l| !l.done).count().max(1);
         // The budget left, shared by the lists still read.
-        let share = (budget / active).max(1);
+        let share = if whole { budget } else { (budget / active).max(1) };
         for (bit, list) in lists.iter_mut().enumerate() {
             if list.done {
                 continue;
