@@ -332,6 +332,18 @@ fn payment_header_refusals() {
     for secret in [&first, &second] {
         assert_eq!(s.cash_state(secret).0, json!(false), "{secret}");
     }
+    // The same secret in two lines and in the alias is one payment.
+    let k4 = Key::random();
+    let hugo = json!({"nickname": "hugo", "pgp_public_key": k4.fp(), "signature": k4.sign("register:hugo")});
+    let lines = [
+        ("host", &b"x"[..]),
+        ("x-cash-secret", first.as_bytes()),
+        ("x-cash-secret", first.as_bytes()),
+        ("x-webcash-secret", first.as_bytes()),
+    ];
+    let r = s.raw_post("/api/identity", &lines, &hugo);
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(s.cash_state(&first).0, json!(true));
     let k3 = Key::random();
     let gwen = json!({"nickname": "gwen", "pgp_public_key": k3.fp(), "signature": k3.sign("register:gwen")});
     assert_eq!(s.post_paid("/api/identity", &good, &gwen).status, 201);

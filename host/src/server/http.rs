@@ -33,14 +33,17 @@ use tracing::Instrument;
 const NOT_ASCII: &str = "(not visible ASCII)";
 
 /// A payment header's line, trimmed, added to those of the same header
-/// before it as HTTP combines them: comma-separated.
+/// before it as HTTP combines them: comma-separated. A secret already
+/// there is not added again (the same secret twice is one payment).
 fn add_line(slot: &mut Option<String>, line: &str) {
+    let line = line.trim();
     match slot {
+        Some(value) if value.split(", ").any(|v| v == line) => {}
         Some(value) => {
             value.push_str(", ");
-            value.push_str(line.trim());
+            value.push_str(line);
         }
-        None => *slot = Some(line.trim().to_string()),
+        None => *slot = Some(line.to_string()),
     }
 }
 
@@ -758,8 +761,8 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
     };
     let (mut headers, mut credentials) = (Vec::new(), Vec::new());
     let mut payment = PaymentHeaders::default();
-    // X-Webcash-Secret pays only without X-Cash-Secret, PAYMENT-SIGNATURE's
-    // secret only without either.
+    // The secrets of X-Webcash-Secret and PAYMENT-SIGNATURE, joined to
+    // X-Cash-Secret's below.
     let (mut webcash, mut x402) = (None, None);
     for (name, value) in req.headers() {
         let name = name.as_str();
@@ -799,11 +802,7 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
     // two lines of one, a malformed payment: never one of them silently
     // while the client thinks the other paid too.
     for other in [webcash, x402].into_iter().flatten() {
-        match &payment.cash {
-            Some(cash) if *cash == other => {}
-            Some(_) => add_line(&mut payment.cash, &other),
-            None => payment.cash = Some(other),
-        }
+        add_line(&mut payment.cash, &other);
     }
     // A family's request is admitted (a slot of its family and of the
     // pool) before its body is read, so requests waiting for a slot hold

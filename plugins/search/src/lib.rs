@@ -474,7 +474,11 @@ fn many_lists(
     loop {
         let active = lists.iter().filter(|l| !l.done).count().max(1);
         // The budget left, shared by the lists still read.
-        let share = if whole { budget } else { (budget / active).max(1) };
+        let share = if whole {
+            budget
+        } else {
+            (budget / active).max(1)
+        };
         for (bit, list) in lists.iter_mut().enumerate() {
             if list.done {
                 continue;
