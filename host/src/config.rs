@@ -250,6 +250,13 @@ impl Config {
             if name == "config" {
                 continue;
             }
+            // An empty switch is an unset one (`X=${X:-}` in a compose
+            // file), not a wrong value.
+            if value.trim().is_empty()
+                && (name == "log_json" || BOOL_SETTINGS.contains(&name.as_str()))
+            {
+                continue;
+            }
             if name == "log_json" {
                 if boolean(key, value)? {
                     table.insert("log_format".into(), toml::Value::String("json".into()));
@@ -797,13 +804,22 @@ mod tests {
             let e = format!("{:#}", load(&[(name, "enabled")]).unwrap_err());
             assert!(e.contains(name) && e.contains("true or false"), "{e}");
         }
+        // An empty switch is unset.
+        let c = load(&[
+            ("MARKETPLACE_LOG_JSON", ""),
+            ("MARKETPLACE_GROUP_COMMIT", " "),
+        ])
+        .unwrap();
+        assert_eq!(c.log_format, LogFormat::Text);
+        assert!(c.group_commit);
         // An empty path is refused, not taken as the working directory.
         for name in ["DATA_DIR", "PLUGINS_DIR", "CACHE_DIR"] {
             let e = format!(
                 "{:#}",
                 load(&[(&format!("MARKETPLACE_{name}"), "")]).unwrap_err()
             );
-            assert!(e.contains(&name.to_ascii_lowercase()), "{e}");
+            let said = format!("{} must not be empty", name.to_ascii_lowercase());
+            assert!(e.contains(&said), "{e}");
         }
     }
 
