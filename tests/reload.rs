@@ -101,15 +101,27 @@ fn fee_plugin_swaps_under_load_without_failures() {
         "swap visible after {took:?}; {} requests ok during the run",
         ok.load(Ordering::Relaxed)
     );
-    // How soon is a benchmark's figure (`cargo xtask bench --bench swap`),
-    // not an assertion that a loaded machine could fail.
+    // How soon a client sees it is a benchmark's figure (`cargo xtask
+    // bench --bench swap`); the swap itself, as the server timed it, is
+    // well within PROTOCOL 9's second even on a loaded machine.
     assert_eq!(
         failed.load(Ordering::Relaxed),
         0,
         "requests failed during the swap"
     );
     assert!(ok.load(Ordering::Relaxed) > 100);
-    assert!(s.log_text().contains("hot reload: swapped"));
+    let log = s.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("hot reload: swapped in") && l.contains("fees_bid_inclusive.wasm"))
+        .unwrap_or_else(|| panic!("no swap logged:\n{log}"));
+    let millis: u64 = line
+        .split("millis=")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no millis in {line:?}"));
+    assert!(millis < 1000, "the swap took {millis} ms: {line}");
 }
 
 #[test]
