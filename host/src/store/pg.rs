@@ -1085,8 +1085,8 @@ mod tests {
     /// A batch whose writes not sent yet pass [`PENDING_BATCH_BYTES`] is
     /// committed at once, though another request it would wait for (up to
     /// a minute) is under way; its writes go out as several statements
-    /// ([`STATEMENT_BYTES`] each) and read back whole, puts and deletes in
-    /// their order.
+    /// (`STATEMENT_BYTES` each) and read back whole, with a delete of a row
+    /// an earlier batch put.
     #[test]
     fn a_batch_past_its_byte_bound_commits_without_waiting_and_reads_back_whole() {
         let Some(url) = url() else { return };
