@@ -933,6 +933,29 @@ fn a_query_parameter_that_is_not_utf8_is_refused_not_replaced() {
     assert_eq!(s.get("/api/search?term=caf%C3%A9").status, 200);
 }
 
+/// A 404 names what was asked for, but not all of a long id a stranger
+/// sent: the message is clipped.
+#[test]
+fn a_404_does_not_echo_a_long_id_whole() {
+    let s = Server::start();
+    let id = "a".repeat(5000);
+    let r = s.get(&format!("/api/posts/{id}"));
+    assert_eq!((r.status, r.code().as_str()), (404, "not_found"));
+    let message = r.json()["message"].as_str().unwrap().to_string();
+    assert!(message.len() < 300, "{} bytes: {message}", message.len());
+    assert!(message.ends_with("... not found"), "{message}");
+    // A short one is named whole.
+    let r = s.get("/api/posts/post_nothing");
+    assert!(
+        r.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("post_nothing"),
+        "{}",
+        r.text()
+    );
+}
+
 #[test]
 fn an_unknown_parent_is_404_before_a_reused_signature_is_409() {
     // PROTOCOL 1's order of checks: 401, 404, 403, 409.

@@ -19,6 +19,17 @@ pub struct ApiError {
     pub extra: Map<String, Value>,
 }
 
+/// Characters of what a 404 names, at most.
+pub const NAMED_CHARS: usize = 200;
+
+/// `s` cut to its first `max` characters, `...` marking a cut.
+pub fn clip(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
 impl ApiError {
     pub fn new(status: u16, code: &str, message: impl Into<String>) -> Self {
         ApiError {
@@ -58,8 +69,11 @@ impl ApiError {
     }
 
     /// 404 `not_found`.
+    /// `what` is clipped to [`NAMED_CHARS`]: an id a stranger sent is not
+    /// echoed whole (a path may hold 64 KiB of it).
     pub fn not_found(what: impl Into<String>) -> Self {
-        Self::new(404, "not_found", format!("{} not found", what.into()))
+        let what = clip(&what.into(), NAMED_CHARS);
+        Self::new(404, "not_found", format!("{what} not found"))
     }
 
     /// 409 `conflict`.

@@ -30,7 +30,7 @@ pub use serde_json;
 pub use wit_bindgen;
 
 mod error;
-pub use error::{ApiError, Detail};
+pub use error::{ApiError, Detail, clip};
 
 /// The allocator of the lean build (`wasm32-unknown-unknown`, see README
 /// "Writing a plugin"): dlmalloc, which there takes the linker's initial

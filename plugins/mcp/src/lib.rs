@@ -828,7 +828,10 @@ fn run_macro(name: &str, typescript: &str, args: &Value, wrap: Wrap) -> Result<R
         other => {
             return Err(macro_error(format!(
                 "macro {name} must return {{term, post_type?, limit?}}, not {}",
-                other.map_or("undefined".into(), |v| truncate(&v.to_string(), 200))
+                other.map_or("undefined".into(), |v| marketplace_guest::clip(
+                    &v.to_string(),
+                    200
+                ))
             )));
         }
     };
@@ -847,13 +850,6 @@ fn run_macro(name: &str, typescript: &str, args: &Value, wrap: Wrap) -> Result<R
         )),
         _ => e,
     })
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => format!("{}...", &s[..i]),
-        None => s.to_string(),
-    }
 }
 
 fn execute(req: &Request) -> Result<Response, ApiError> {
