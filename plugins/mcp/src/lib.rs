@@ -497,7 +497,7 @@ fn run_search(args: &Value) -> Result<Response, ApiError> {
         // bad return is the macro's error (422), not a 400 of a request
         // its caller never made.
         Value::String(t) => {
-            if !t.is_empty() && !marketplace_guest::posts::is_post_type(t) {
+            if marketplace_guest::posts::post_type_filter(Some(t)).is_err() {
                 problems.push(marketplace_guest::Detail {
                     field: "post_type".into(),
                     problem: marketplace_guest::posts::POST_TYPE_RULE.into(),

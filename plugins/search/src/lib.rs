@@ -328,7 +328,9 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
     };
 
     let listed = dfs.iter().sum::<u64>();
-    let whole = listed <= whole_read();
+    // (The setting is asked for only when it could matter: not for the
+    // long lists of common words, a search's usual case.)
+    let whole = listed <= MAX_WHOLE_READ && listed <= whole_read();
     let mut lists: Vec<List> = query
         .iter()
         .zip(&dfs)
