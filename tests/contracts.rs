@@ -364,6 +364,43 @@ fn buy_validation_payment_and_parties() {
 }
 
 #[test]
+fn a_listing_whose_seller_deleted_their_identity_cannot_be_bought() {
+    let s = Server::start();
+    let d = deal(&s);
+    let fp = d.seller.fp();
+    let r = s.post_json(
+        "/api/identity/delete",
+        &json!({"fingerprint": fp, "signature": d.seller.sign(&format!("delete_identity:{fp}"))}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    // The post stays, but nobody could accept a contract on it: refused
+    // before any money moves.
+    assert_eq!(s.get(&format!("/api/posts/{}", d.post)).status, 200);
+    let secret = s.mint("1");
+    let ts = fresh_ts(0);
+    let msg = format!("buy_contract:{}:{}:::{ts}", d.buyer.fp(), d.post);
+    let r = s.post_paid(
+        "/api/arbitration/contracts/buy",
+        &secret,
+        &json!({"buyer_fingerprint": d.buyer.fp(), "contract_type": "service", "amount": "1",
+                "reference_post": d.post, "accept_terms": true, "timestamp": ts,
+                "signature": d.buyer.sign(&msg)}),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (404, "not_found"),
+        "{}",
+        r.text()
+    );
+    assert!(
+        r.json()["message"].as_str().unwrap().contains(&d.post),
+        "{}",
+        r.text()
+    );
+    assert_eq!(s.cash_state(&secret).0, json!(false), "nothing spent");
+}
+
+#[test]
 fn bid_inclusive_happy_path_pays_out_amount_less_fee() {
     let s = Server::start();
     let d = deal(&s);

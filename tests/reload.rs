@@ -208,6 +208,14 @@ fn a_component_file_rewritten_unchanged_swaps_nothing() {
     let r = admin(&s, "PUT", "/admin/plugins/fees", &pickup);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(policy(&s), "pickup-paid");
+    // Sent without `?component`, the upload is not listed under the
+    // configured file's name, whose content it is not; the same bytes
+    // again keep the name.
+    let hash = r.json()["hash"].as_str().unwrap().to_string();
+    let named = format!("fees-{}.wasm", &hash[..12]);
+    assert_eq!(r.json()["component"], named.as_str(), "{}", r.text());
+    let r = admin(&s, "PUT", "/admin/plugins/fees", &pickup);
+    assert_eq!(r.json()["component"], named.as_str(), "{}", r.text());
     // The configured file, written again with the same bytes.
     let configured = plugins.path().join("fees_bid_inclusive.wasm");
     let same = plugins.path().join("same.bin");

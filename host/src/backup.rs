@@ -66,7 +66,7 @@ pub fn snapshot(storage: &Storage, data_dir: &Path, out: &mut dyn Write) -> Resu
     let mut digests = serde_json::Map::new();
     digests.insert(DB.into(), json!(sha256_of_file(&db)?));
     for (name, bytes) in &files {
-        digests.insert(name.clone(), json!(sha256_hex(bytes)));
+        digests.insert(name.clone(), json!(crate::ids::sha256_hex(bytes)));
     }
     let manifest = json!({
         "format": 1,
@@ -289,12 +289,6 @@ fn unpack(input: File, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The SHA-256 of `bytes`, lower-case hex.
-fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::{Digest, Sha256};
-    marketplace_common::hex::encode(&Sha256::digest(bytes))
-}
-
 /// The SHA-256 of a file's bytes, read in pieces, lower-case hex.
 fn sha256_of_file(path: &Path) -> Result<String> {
     use sha2::{Digest, Sha256};
@@ -483,7 +477,7 @@ mod tests {
             let mut entries = tampered(name, bytes);
             if name != MANIFEST && !name.is_empty() {
                 let mut m = as_backed_up.clone();
-                m["sha256"][name] = json!(sha256_hex(bytes));
+                m["sha256"][name] = json!(crate::ids::sha256_hex(bytes));
                 let m = serde_json::to_vec(&m).unwrap();
                 entries
                     .iter_mut()

@@ -16,7 +16,6 @@ use crate::runtime::routes::{Match, Route};
 use crate::state::State;
 use crate::store::{RunAgain, run_again_on_conflict};
 use anyhow::{Context, Result, anyhow};
-use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -719,7 +718,7 @@ impl Runtime {
         bytes: &[u8],
         grants: &Grants,
     ) -> Result<LoadedPlugin> {
-        let hash = marketplace_common::hex::encode(&Sha256::digest(bytes));
+        let hash = crate::ids::sha256_hex(bytes);
         let component = self.compile(bytes, &hash)?;
         let imports: Vec<String> = component
             .component_type()
@@ -915,7 +914,7 @@ impl Runtime {
     /// Compile a component into the on-disk cache without loading it, so a
     /// later swap to it is fast. Invalid bytes are only logged.
     pub fn precompile(&self, bytes: &[u8]) -> bool {
-        let hash = marketplace_common::hex::encode(&Sha256::digest(bytes));
+        let hash = crate::ids::sha256_hex(bytes);
         if self.cache_path(&hash).is_file() {
             // Already compiled: loading it here would only be done again
             // by the swap that uses it.

@@ -10,7 +10,6 @@
 //! [`FAMILIES_DIR`]).
 
 use crate::runtime::Runtime;
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -40,7 +39,7 @@ impl Seen {
     fn now(path: &Path) -> Seen {
         Seen {
             stamp: stamp(path),
-            hash: std::fs::read(path).ok().map(|b| hash_of(&b)),
+            hash: std::fs::read(path).ok().map(|b| crate::ids::sha256_hex(&b)),
         }
     }
 
@@ -54,7 +53,7 @@ impl Seen {
         }
         self.stamp = now;
         let bytes = std::fs::read(path).ok()?;
-        let hash = hash_of(&bytes);
+        let hash = crate::ids::sha256_hex(&bytes);
         if self.hash.as_ref() == Some(&hash) {
             tracing::debug!(
                 "{} rewritten with the same content: nothing to swap",
@@ -65,10 +64,6 @@ impl Seen {
         self.hash = Some(hash);
         Some(bytes)
     }
-}
-
-fn hash_of(bytes: &[u8]) -> String {
-    marketplace_common::hex::encode(&Sha256::digest(bytes))
 }
 
 /// The subdirectory of the plugins directory whose components are
@@ -108,7 +103,10 @@ fn swap_in(
     bytes: &[u8],
     file_serves: &dyn Fn(&str),
 ) {
-    if rt.plugin(family).is_some_and(|p| p.hash == hash_of(bytes)) {
+    if rt
+        .plugin(family)
+        .is_some_and(|p| p.hash == crate::ids::sha256_hex(bytes))
+    {
         return;
     }
     let started = Instant::now();

@@ -367,7 +367,7 @@ fn status_json(s: &crate::runtime::PluginStatus) -> serde_json::Value {
 
 /// The name an upload is listed under, from `?component=NAME` (the file
 /// it came from, as `plugins load` sends it): a plain file name. Without
-/// it the family's current name stays.
+/// it see [`unnamed_upload`].
 fn component_of(pairs: &[(String, String)]) -> Result<Option<String>, String> {
     let Some((_, name)) = pairs.iter().find(|(n, _)| n == "component") else {
         return Ok(None);
@@ -385,6 +385,22 @@ fn component_of(pairs: &[(String, String)]) -> Result<Option<String>, String> {
         ));
     }
     Ok(Some(name))
+}
+
+/// The name of an upload sent without `?component`: the family's current
+/// name when the bytes are the ones serving, else `{family}-{12 hex of
+/// their sha256}.wasm`, so a listing never names a file whose content is
+/// not what serves.
+fn unnamed_upload(
+    family: &str,
+    serving: Option<&crate::runtime::PluginStatus>,
+    bytes: &[u8],
+) -> String {
+    let hash = crate::ids::sha256_hex(bytes);
+    match serving {
+        Some(s) if s.hash == hash => s.component.clone(),
+        _ => format!("{family}-{}.wasm", &hash[..12]),
+    }
 }
 
 /// Grants from `?grants=a,b&read=x,y`, if either is given; the one not
@@ -473,10 +489,7 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                 Err(e) => return Reply::invalid("component", e),
             };
             let spec = app.config.family(family);
-            let component = named
-                .or_else(|| current.map(|s| s.component))
-                .or_else(|| spec.as_ref().map(|s| s.component.clone()))
-                .unwrap_or_else(|| format!("{family}.wasm"));
+            let component = named.unwrap_or_else(|| unnamed_upload(family, current.as_ref(), body));
             let grants = grants.or_else(|| (!known).then(|| spec.map(|s| s.grants)).flatten());
             let result = app.runtime.swap(family, &component, body, grants);
             crate::metrics::metrics().swap(family, if result.is_ok() { "ok" } else { "refused" });

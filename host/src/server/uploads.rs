@@ -242,11 +242,8 @@ fn file_changed(app: &App, family: &str, kept: &Kept) -> bool {
 /// The sha256 (hex) of `family`'s file in the plugins directory, "-" when
 /// there is none.
 fn file_hash(app: &App, family: &str) -> String {
-    use sha2::Digest;
-    std::fs::read(family_file(app, family)).map_or_else(
-        |_| "-".to_string(),
-        |b| marketplace_common::hex::encode(&sha2::Sha256::digest(&b)),
-    )
+    std::fs::read(family_file(app, family))
+        .map_or_else(|_| "-".to_string(), |b| crate::ids::sha256_hex(&b))
 }
 
 /// A kept upload or unmount, to replay at start ([`pending`], [`replay`]).

@@ -16,7 +16,7 @@ pub const OPS: &[Op] = &[
             "buy",
             "contracts",
             "Buy: open a contract",
-            "Signed `buy_contract:{buyer}:{reference_post}:{contract_id}:{witness_proof}`.",
+            "Signed `buy_contract:{buyer}:{reference_post}:{contract_id}:{witness_proof}`. The seller is the reference post's author: 404 `not_found` when the post is absent or its author's identity was deleted (nobody could accept), 403 `forbidden_party` when it is the buyer.",
         )
     },
     Op {

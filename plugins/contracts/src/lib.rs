@@ -324,6 +324,17 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
     )?;
     require_identity(&buyer)?;
     let seller = marketplace_guest::posts::author_of(&reference_post)?;
+    // A deleted seller could never accept: the buyer's money would only
+    // wait in escrow for their own refund.
+    if kv::get_raw(Some("identity"), &format!("id/{seller}"))?.is_none() {
+        return Err(ApiError::new(
+            404,
+            "not_found",
+            format!(
+                "post {reference_post}'s author has no registered identity (deleted): nobody could accept the contract"
+            ),
+        ));
+    }
     if seller == buyer {
         return Err(ApiError::new(
             403,
