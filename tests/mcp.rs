@@ -229,6 +229,13 @@ fn search_tool_matches_get_search_and_execute_passes_through() {
         ),
         (json!({"tool": 5}), "tool", "must be a string"),
         (json!({}), "tool", "give tool"),
+        // Arguments beside an endpoint would be dropped unseen.
+        (
+            json!({"endpoint": {"method": "GET", "path": "/api/fees"},
+                   "arguments": {"post_type": "service"}}),
+            "arguments",
+            "go with tool",
+        ),
     ] {
         let r = s.post_json("/api/mcp/tools/execute", &body);
         assert_eq!(
@@ -243,7 +250,8 @@ fn search_tool_matches_get_search_and_execute_passes_through() {
             "{body}: {detail}"
         );
     }
-    let r = s.post_json("/api/mcp/tools/execute", &json!({"endpoint": {"method": "GET", "path": "/api/v1/search", "query": {"term": "walnut"}}}));
+    // (An empty `arguments` beside it says nothing, and passes.)
+    let r = s.post_json("/api/mcp/tools/execute", &json!({"endpoint": {"method": "GET", "path": "/api/v1/search", "query": {"term": "walnut"}}, "arguments": {}}));
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["total"], 1);
     // A host route that writes (it waits for the commit batch), from a

@@ -869,6 +869,15 @@ fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
         ));
     }
     if let Some(endpoint) = body.get("endpoint").filter(|v| !v.is_null()) {
+        // Arguments meant for the endpoint would be dropped unseen: its
+        // input is `query` and `body`. (An empty object says nothing.)
+        let empty = |v: &Value| v.is_null() || v.as_object().is_some_and(|o| o.is_empty());
+        if body.get("arguments").is_some_and(|a| !empty(a)) {
+            return Err(ApiError::invalid(
+                "arguments",
+                "go with tool; an endpoint takes endpoint.query and endpoint.body",
+            ));
+        }
         let method = endpoint["method"]
             .as_str()
             .unwrap_or("GET")
