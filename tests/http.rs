@@ -323,6 +323,48 @@ fn a_family_whose_slots_stay_taken_answers_busy() {
     assert_eq!(s.get("/_testing/ok").status, 200);
 }
 
+/// A client that sends a request's head and then its body slowly (or not
+/// at all, until the body timeout) holds no slot of the family: bodies are
+/// read before a request is admitted. Before, such clients (strangers, no
+/// payment needed) held both slots of a family limited to two, and a paid
+/// post waited behind them until it was answered 503 busy.
+#[test]
+fn slow_bodies_hold_no_slot_of_their_family() {
+    let s = Server::with(common::Options {
+        env: vec![("MARKETPLACE_BODY_TIMEOUT_MS".into(), "60000".into())],
+        config: Some("[families.timeline]\nmax_concurrent = 2\n".into()),
+        ..Default::default()
+    });
+    let key = s.identity("slowbodies");
+    let held: Vec<TcpStream> = (0..8)
+        .map(|_| {
+            let mut c = TcpStream::connect(s.addr).unwrap();
+            write!(
+                c,
+                "POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{{"
+            )
+            .unwrap();
+            c
+        })
+        .collect();
+    // Every one of them is inside its request before the post is sent.
+    let until = Instant::now() + Duration::from_secs(20);
+    while s.metric("marketplace_requests_in_flight") < 8 {
+        assert!(Instant::now() < until, "the slow bodies never arrived");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let r = s.post(
+        &key,
+        "posted beside slow bodies",
+        serde_json::json!({}),
+        &s.mint("0.3"),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let r = s.get("/api/timeline");
+    assert_eq!(r.status, 200, "{}", r.text());
+    drop(held);
+}
+
 /// One family's flood of runaway requests leaves slots to the others: a
 /// family runs at most half the pool at once by default, so another
 /// family's read is answered while the loops still run. Before, the loops

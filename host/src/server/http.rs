@@ -65,6 +65,11 @@ struct Gates {
     pool: Arc<Semaphore>,
     reads: Arc<Semaphore>,
     families: std::sync::Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// KiB of request bodies read and waiting for a slot (bodies are read
+    /// before admission): [`waiting_body_budget`]; past it a request is
+    /// 503 at once rather than held in memory.
+    waiting_bodies: Arc<Semaphore>,
+    waiting_budget: u32,
     /// True once the server drains: every answer then closes its
     /// connection.
     draining: watch::Receiver<bool>,
@@ -78,6 +83,13 @@ pub fn write_reserve(max_instances: u32) -> u32 {
     } else {
         (max_instances / 4).max(1)
     }
+}
+
+/// KiB of request bodies that may wait in memory for a slot at once: 256
+/// MiB, or one body of `max_body_bytes` if that is more. (A larger body,
+/// of a route with a `max-body` of its own, waits for the whole budget.)
+pub fn waiting_body_budget(max_body_bytes: u64) -> u32 {
+    u32::try_from(max_body_bytes.div_ceil(1024).max(256 * 1024)).unwrap_or(u32::MAX)
 }
 
 /// A family's `max_concurrent` when its configuration gives none: half the
@@ -112,14 +124,42 @@ impl Gates {
             pool: Arc::new(Semaphore::new(pool as usize)),
             reads: Arc::new(Semaphore::new((pool - write_reserve(pool)) as usize)),
             families: std::sync::Mutex::new(HashMap::new()),
+            waiting_bodies: Arc::new(Semaphore::new(waiting_body_budget(
+                app.config.max_body_bytes as u64,
+            ) as usize)),
+            waiting_budget: waiting_body_budget(app.config.max_body_bytes as u64),
             draining,
         }
     }
 
     /// Wait for a slot of `family`, then (for a read) of the reads' share,
-    /// then of the pool. `Err(true)`: the family's `max_concurrent` slots
-    /// stayed taken for [`family_wait`]; `Err(false)`: shutting down.
-    async fn enter(&self, app: &App, family: &str, writes: bool) -> Result<Admitted, bool> {
+    /// then of the pool, with a body of `body_len` bytes in hand. Refused
+    /// (503 with Retry-After): the family's `max_concurrent` slots stayed
+    /// taken for [`family_wait`], the bodies already waiting fill
+    /// [`Gates::waiting_bodies`], or the server is shutting down.
+    async fn enter(
+        &self,
+        app: &App,
+        family: &str,
+        writes: bool,
+        body_len: usize,
+    ) -> Result<Admitted, Reply> {
+        let busy =
+            |why: String| Reply::error(503, "plugin_unavailable", why).retry_after_a_second();
+        let shutting_down = || Reply::error(503, "plugin_unavailable", "shutting down");
+        // Held until admitted: a body in memory that waits for a slot.
+        let kib = u32::try_from(body_len.div_ceil(1024)).unwrap_or(u32::MAX);
+        let _waiting = match kib.min(self.waiting_budget) {
+            0 => None,
+            kib => match self.waiting_bodies.clone().try_acquire_many_owned(kib) {
+                Ok(permit) => Some(permit),
+                Err(_) => {
+                    return Err(busy(format!(
+                        "{family} is busy: too many request bodies are waiting for a slot; retry shortly"
+                    )));
+                }
+            },
+        };
         let gate = {
             let mut families = self.families.lock().unwrap_or_else(|e| e.into_inner());
             match families.get(family) {
@@ -137,8 +177,12 @@ impl Gates {
             }
         };
         let own = match tokio::time::timeout(family_wait(app), gate.acquire_owned()).await {
-            Ok(permit) => permit.map_err(|_| false)?,
-            Err(_) => return Err(true),
+            Ok(permit) => permit.map_err(|_| shutting_down())?,
+            Err(_) => {
+                return Err(busy(format!(
+                    "{family} is busy: its max_concurrent requests are all running; retry shortly"
+                )));
+            }
         };
         let read = match writes {
             true => None,
@@ -147,10 +191,15 @@ impl Gates {
                     .clone()
                     .acquire_owned()
                     .await
-                    .map_err(|_| false)?,
+                    .map_err(|_| shutting_down())?,
             ),
         };
-        let pool = self.pool.clone().acquire_owned().await.map_err(|_| false)?;
+        let pool = self
+            .pool
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| shutting_down())?;
         Ok(Admitted {
             _pool: pool,
             _read: read,
@@ -804,31 +853,6 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
     for other in [webcash, x402].into_iter().flatten() {
         add_line(&mut payment.cash, &other);
     }
-    // A family's request is admitted (a slot of its family and of the
-    // pool) before its body is read, so requests waiting for a slot hold
-    // no body in memory; a slow sender is cut off by the body timeout.
-    let permits = match &route.handler {
-        Handler::Family(family) => match gates.enter(app, family, route.writes).await {
-            Ok(p) => Some(p),
-            Err(true) => {
-                // (Its body unread: the connection closes after.)
-                return closing(
-                    Reply::error(
-                        503,
-                        "plugin_unavailable",
-                        format!(
-                            "{family} is busy: its max_concurrent requests are all running; retry shortly"
-                        ),
-                    )
-                    .retry_after_a_second(),
-                );
-            }
-            Err(false) => {
-                return closing(Reply::error(503, "plugin_unavailable", "shutting down"));
-            }
-        },
-        Handler::Host(_) => None,
-    };
     let body_timeout = Duration::from_millis(app.config.body_timeout_ms);
     // Most reads carry no body at all: no timer, no collect, no copy.
     let body = if hyper::body::Body::is_end_stream(req.body()) {
@@ -850,6 +874,18 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
             return Reply::error(400, "invalid_request", format!("could not read body: {e}"));
         }
         Err(_) => return body_late(body_timeout),
+    };
+    // A family's request is admitted (a slot of its family and of the
+    // pool) once its body is in: a client sending its body slowly (or not
+    // at all, until the body timeout) holds no slot meanwhile, so no number
+    // of such clients can keep a family's requests from running. While it
+    // waits for a slot its body counts against `Gates::waiting_bodies`.
+    let permits = match &route.handler {
+        Handler::Family(family) => match gates.enter(app, family, route.writes, body.len()).await {
+            Ok(p) => Some(p),
+            Err(refused) => return refused,
+        },
+        Handler::Host(_) => None,
     };
 
     let span = tracing::Span::current();
