@@ -414,6 +414,31 @@ fn one_address_holds_at_most_its_share_of_connections() {
     );
 }
 
+/// The refusals of a burst are all in the log, not only the first: those
+/// held back by the one-line-per-10-s throttle are written when the
+/// interval ends or, as here, at shutdown. (Before, the tail of a burst
+/// waited for another refusal, and was lost at shutdown.)
+#[test]
+fn every_refused_connection_of_a_burst_reaches_the_log() {
+    let mut s = server_with(false, &[("MARKETPLACE_MAX_CONNECTIONS_PER_IP", "1")]);
+    let _held = TcpStream::connect(s.addr).unwrap();
+    for _ in 0..5 {
+        let mut refused = TcpStream::connect(s.addr).unwrap();
+        assert!(closed_by_server(&mut refused, Duration::from_secs(5)));
+    }
+    let counted = scrape_admin(&s).get("marketplace_connections_refused_total", &[]);
+    assert_eq!(counted, 5.0);
+    s.stop();
+    let log = s.log_text();
+    let logged: u64 = log
+        .lines()
+        .filter(|l| l.contains("connections refused"))
+        .filter_map(|l| l.split("refused=").nth(1))
+        .filter_map(|n| n.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(logged, 5, "{log}");
+}
+
 /// Read from a connection the server should close: true when it was closed
 /// (EOF or reset, possibly after an error answer), false when the read
 /// timed out with the connection still open.

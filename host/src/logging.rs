@@ -354,6 +354,45 @@ impl Throttle {
         *since = (0, Some(Instant::now()));
         Some(n)
     }
+
+    /// [`Throttle::note`], also saying when an event is the first held
+    /// back since the last line: the caller then writes the held-back
+    /// count after the returned wait ([`Throttle::flush`]), so the tail of
+    /// a burst is not left unlogged until another event comes.
+    pub fn note_deferred(&self) -> Noted {
+        if let Some(n) = self.note() {
+            return Noted::Now(n);
+        }
+        let since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        match (since.0, since.1) {
+            (1, Some(t)) => Noted::Later(self.every.saturating_sub(t.elapsed())),
+            _ => Noted::Held,
+        }
+    }
+
+    /// The events held back since the last line, if any (that many stand
+    /// in a line written now).
+    pub fn flush(&self) -> Option<u64> {
+        let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        match since.0 {
+            0 => None,
+            n => {
+                *since = (0, Some(Instant::now()));
+                Some(n)
+            }
+        }
+    }
+}
+
+/// What [`Throttle::note_deferred`] says of an event.
+#[derive(Debug, PartialEq)]
+pub enum Noted {
+    /// Write a line now, standing for this many events.
+    Now(u64),
+    /// Held back, the first since the last line: flush after this wait.
+    Later(Duration),
+    /// Held back; a flush is already due.
+    Held,
 }
 
 #[cfg(test)]
@@ -372,6 +411,24 @@ mod tests {
         assert_eq!(t.note(), None);
         let every = Throttle::new(Duration::ZERO);
         assert_eq!((every.note(), every.note()), (Some(1), Some(1)));
+    }
+
+    #[test]
+    fn a_deferred_throttle_asks_once_for_the_tail_of_a_burst() {
+        let t = Throttle::new(Duration::from_secs(3600));
+        assert_eq!(t.flush(), None, "nothing held back yet");
+        assert_eq!(t.note_deferred(), Noted::Now(1));
+        match t.note_deferred() {
+            Noted::Later(wait) => assert!(wait <= Duration::from_secs(3600), "{wait:?}"),
+            other => panic!("the first held back asks for a flush: {other:?}"),
+        }
+        assert_eq!(t.note_deferred(), Noted::Held);
+        assert_eq!(t.note_deferred(), Noted::Held);
+        // The flush writes the three held back, and the next event held
+        // back asks for a flush of its own.
+        assert_eq!(t.flush(), Some(3));
+        assert_eq!(t.flush(), None);
+        assert!(matches!(t.note_deferred(), Noted::Later(_)));
     }
 
     thread_local! {

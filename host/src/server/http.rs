@@ -304,6 +304,7 @@ pub async fn serve(
             conn.spawn(stream, peer, held, None);
         }
     }
+    flush_refused();
     drop(conn);
     tokio::select! {
         _ = ended.recv() => true,
@@ -325,19 +326,36 @@ fn admit(open: &Open, peer: std::net::SocketAddr) -> Option<Held> {
     held
 }
 
+/// Lines about connections refused for their address's share.
+static REFUSED_LINES: crate::logging::Throttle = crate::logging::Throttle::new(REFUSED_LOG_EVERY);
+
 /// Log a connection turned away for its address's share, at most once per
 /// [`REFUSED_LOG_EVERY`] (a flood must not flood the log too), with how
-/// many were since the last line.
+/// many were since the last line; those held back are written when the
+/// interval is over (or at shutdown, [`flush_refused`]), not only with the
+/// next refusal.
 fn refused_now(peer: std::net::SocketAddr) {
-    static LINES: crate::logging::Throttle = crate::logging::Throttle::new(REFUSED_LOG_EVERY);
-    if let Some(refused) = LINES.note() {
-        tracing::warn!(
-            %peer,
-            refused,
-            "connections refused: their address holds max_connections_per_ip (counted in marketplace_connections_refused_total)"
-        );
+    use crate::logging::Noted;
+    match REFUSED_LINES.note_deferred() {
+        Noted::Now(refused) => tracing::warn!(%peer, refused, "{REFUSED_LINE}"),
+        Noted::Later(wait) => {
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                flush_refused();
+            });
+        }
+        Noted::Held => {}
     }
 }
+
+/// Write the refusals held back since the last line, if any.
+fn flush_refused() {
+    if let Some(refused) = REFUSED_LINES.flush() {
+        tracing::warn!(refused, "{REFUSED_LINE}");
+    }
+}
+
+const REFUSED_LINE: &str = "connections refused: their address holds max_connections_per_ip (counted in marketplace_connections_refused_total)";
 
 /// At most one line per this long about refused connections.
 const REFUSED_LOG_EVERY: Duration = Duration::from_secs(10);
