@@ -329,6 +329,17 @@ fn a_changed_server_key_never_pays_twice() {
     let changed = "this database ran with another server-key before";
     s.wait_log("the changed key", |log| log.contains(changed));
     assert!(log_level_of(&s.log_text(), changed) == "ERROR");
+    // And a monitor is, without reading the log: health (still ok: the
+    // host serves) lists it, and the alerts gauge counts it.
+    let h = s.get("/api/health");
+    assert_eq!(h.status, 200, "{}", h.text());
+    assert_eq!(
+        h.json()["alerts"][0]["kind"],
+        "server_key_changed",
+        "{}",
+        h.text()
+    );
+    assert_eq!(s.metric("marketplace_alerts"), 1);
 
     // The payout was issued already: the host cannot show it again and
     // must not issue another one.
@@ -362,7 +373,10 @@ fn a_changed_server_key_never_pays_twice() {
     // ...until the right key file is back.
     std::fs::write(&key_file, &old_key).unwrap();
     let s = Server::with(opts);
-    assert_eq!(s.get("/api/health").status, 200);
+    let h = s.get("/api/health");
+    assert_eq!(h.status, 200);
+    assert_eq!(h.json()["alerts"], json!([]), "{}", h.text());
+    assert_eq!(s.metric("marketplace_alerts"), 0);
     s.wait_log("the fourth start", |log| {
         log.matches("starting marketplace").count() == 4
     });

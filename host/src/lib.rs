@@ -18,11 +18,14 @@
 //! - [`capabilities`], [`config`], [`ids`], [`reply`]: grants, settings,
 //!   ids, hex, time; the reply type.
 //! - [`metrics`]: the process's Prometheus metrics (every layer counts);
+//!   [`alerts`]: problems found at start that need the operator (every
+//!   layer may raise one; health and a metric show them);
 //!   [`backup`]: snapshots of a data dir and their restore; [`retention`]:
 //!   the sweeper of used-signature and replay records.
 //! - [`cli`]: the command line, over [`server::run`]; [`logging`]: the log
 //!   writer (a busy async worker writes its lines in batches).
 
+pub mod alerts;
 pub mod app;
 pub mod auth;
 pub mod backup;

@@ -75,6 +75,8 @@ pub struct Metrics {
     pub ledger_unspent: LedgerGauge,
     pub ledger_fees: LedgerGauge,
     pub ledger_escrow: LedgerGauge,
+    /// Problems found at start that need the operator ([`crate::alerts`]).
+    pub alerts: Gauge,
 }
 
 /// A ledger total in units. The ledger counts up to `u64::MAX` units
@@ -179,6 +181,7 @@ impl Metrics {
             ledger_unspent: LedgerGauge::default(),
             ledger_fees: LedgerGauge::default(),
             ledger_escrow: LedgerGauge::default(),
+            alerts: Gauge::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -268,6 +271,11 @@ impl Metrics {
             "ledger_escrow_units",
             "Cash held in contracts' escrow",
             m.ledger_escrow.clone(),
+        );
+        r.register(
+            "alerts",
+            "Problems found at start that need the operator (a damaged write-ahead log, a changed key): see the alerts of GET /api/health and the log's ERROR lines",
+            m.alerts.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -321,6 +321,16 @@ fn keys_in_use(storage: &Storage, keys: &[(&str, String)]) {
     };
     for ((name, check), first) in keys.iter().zip(firsts) {
         if first.is_some_and(|first| first != check.as_bytes()) {
+            crate::alerts::raise(
+                if *name == "server-key" {
+                    "server_key_changed"
+                } else {
+                    "arbiter_key_changed"
+                },
+                format!(
+                    "this database ran with another {name} before: what it owes under that key cannot be shown (kept answers and payouts answer 409; contracts signed by an earlier arbiter key do not verify); put that key file back from a backup of this data dir and restart"
+                ),
+            );
             tracing::error!(
                 key = name,
                 "this database ran with another {name} before (its file was lost and made anew, or replaced): what it owes under that key cannot be shown (kept answers and payouts answer 409; contracts signed by an earlier arbiter key do not verify against this one). Put that key file back from a backup of this data dir and restart"

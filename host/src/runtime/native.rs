@@ -118,6 +118,7 @@ fn health(rt: &Runtime) -> Reply {
     // Fields in alphabetical order, as `json!` objects render.
     #[derive(serde::Serialize)]
     struct Health<'a, 'b> {
+        alerts: Vec<crate::alerts::Alert>,
         plugins: Plugins<'a, 'b>,
         status: &'a str,
         storage: Store<'a>,
@@ -180,6 +181,7 @@ fn health(rt: &Runtime) -> Reply {
     };
     rt.with_statuses(|statuses| {
         let health = Health {
+            alerts: crate::alerts::all(),
             plugins: Plugins(RefCell::new(statuses)),
             status,
             storage: Store {

@@ -233,6 +233,16 @@ pub fn keep_aside(damaged: &[Damaged], database_holds_to: u64) {
             kept = kept.is_ok(),
             "the write-ahead log is damaged: records after a damaged record or a gap were not applied, so what they held (answered requests) is not in this database; restore a backup to recover it. The segment is kept aside"
         );
+        crate::alerts::raise(
+            "wal_damaged",
+            format!(
+                "the write-ahead log segment {} was damaged: {} records after its byte {} were not applied (answered requests this database does not hold); restore a backup to recover them; the segment is kept as {}",
+                segment.path.display(),
+                segment.not_applied,
+                segment.whole_to,
+                aside.display()
+            ),
+        );
     }
 }
 
@@ -611,6 +621,15 @@ mod tests {
         aside.push(".damaged");
         assert!(!segment.exists());
         assert_eq!(std::fs::read(&aside).unwrap(), flipped);
+        // The operator's monitor sees it too (health's alerts, a gauge).
+        let named = aside.to_string_lossy().into_owned();
+        assert!(
+            crate::alerts::all().iter().any(|a| a.kind == "wal_damaged"
+                && a.message.contains(&named)
+                && a.message.contains("3 records")),
+            "{:?}",
+            crate::alerts::all()
+        );
         // Kept aside, it is neither read again nor removed by a new log,
         // and a later one of the same name is kept beside it.
         assert!(segments(&base).unwrap().is_empty());

@@ -1,0 +1,45 @@
+//! Problems found at start that the service keeps working through but
+//! only the operator can mend: records of a damaged write-ahead log that
+//! were not applied (answered requests this database no longer holds), or
+//! a server or arbiter key other than the one the database ran with. Each
+//! is logged at ERROR where it is found; [`raise`] also keeps it for `GET
+//! /api/health`'s `alerts` and counts it in the `marketplace_alerts` gauge,
+//! so a monitor notices without reading the log. Health stays `ok`: the
+//! host serves, and a load balancer taking traffic away would not undo the
+//! loss.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// One problem: what kind (`wal_damaged`, `server_key_changed`,
+/// `arbiter_key_changed`) and what to do, in words.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Alert {
+    pub kind: &'static str,
+    pub message: String,
+}
+
+static ALERTS: Mutex<Vec<Alert>> = Mutex::new(Vec::new());
+/// Whether any was raised: health, called often, then takes no lock.
+static ANY: AtomicBool = AtomicBool::new(false);
+
+/// Keep `message` of `kind` for the operator until the process ends.
+pub fn raise(kind: &'static str, message: impl Into<String>) {
+    let mut all = ALERTS.lock().unwrap_or_else(|e| e.into_inner());
+    all.push(Alert {
+        kind,
+        message: message.into(),
+    });
+    ANY.store(true, Ordering::Release);
+    crate::metrics::metrics()
+        .alerts
+        .set(i64::try_from(all.len()).unwrap_or(i64::MAX));
+}
+
+/// The alerts raised since the process started.
+pub fn all() -> Vec<Alert> {
+    if !ANY.load(Ordering::Acquire) {
+        return Vec::new();
+    }
+    ALERTS.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
