@@ -414,6 +414,68 @@ fn one_address_holds_at_most_its_share_of_connections() {
     );
 }
 
+/// A family's request bodies count against its share of
+/// `max_pending_body_bytes` as they arrive, until the request runs: clients
+/// that send bodies and stall before their last byte fill at most their
+/// family's share (here half of 32 MiB), a body past it is 503 busy at
+/// once (not read into memory), and the other families' requests go on.
+/// Once those clients are gone the family takes bodies again.
+#[test]
+fn stalled_bodies_fill_only_their_familys_share_of_body_memory() {
+    let s = server_with(false, &[("MARKETPLACE_MAX_PENDING_BODY_BYTES", "33554432")]);
+    let two_mib = 2 << 20;
+    let head = format!(
+        "POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {two_mib}\r\n\r\n"
+    );
+    let pending = || s.metric("marketplace_pending_body_bytes");
+    let wait_for = |what: &str, done: &dyn Fn(u64) -> bool| {
+        let until = Instant::now() + Duration::from_secs(30);
+        while !done(pending()) {
+            assert!(
+                Instant::now() < until,
+                "{what}: {} bytes pending",
+                pending()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    // Eight bodies of 2 MiB, each short of its last byte: 16 MiB, the
+    // timeline's whole share.
+    let stalled: Vec<TcpStream> = (0..8)
+        .map(|_| {
+            let mut c = TcpStream::connect(s.addr).unwrap();
+            c.write_all(head.as_bytes()).unwrap();
+            c.write_all(&vec![b' '; two_mib - 1]).unwrap();
+            c
+        })
+        .collect();
+    wait_for("the stalled bodies", &|n| n >= 16 << 20);
+    // A ninth timeline body finds no room: 503, with when to retry.
+    let mut ninth = TcpStream::connect(s.addr).unwrap();
+    ninth.write_all(head.as_bytes()).unwrap();
+    ninth.write_all(&[b' '; 4096]).unwrap();
+    let r = common::read_response(&mut ninth);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (503, "plugin_unavailable"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(r.header("retry-after"), Some("1"), "{}", r.text());
+    // Another family's paid request is served meanwhile (201 inside).
+    let key = s.identity("pendingbodies");
+    // Gone, the stalled bodies give their share back.
+    drop(stalled);
+    wait_for("the share given back", &|n| n == 0);
+    let r = s.post(
+        &key,
+        "after the stalled bodies",
+        serde_json::json!({}),
+        &s.mint("0.3"),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+}
+
 /// The refusals of a burst are all in the log, not only the first: those
 /// held back by the one-line-per-10-s throttle are written when the
 /// interval ends or, as here, at shutdown. (Before, the tail of a burst

@@ -53,6 +53,10 @@ pub struct Config {
     pub max_instances: u32,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// Most bytes of request bodies held before their request runs (being
+    /// received, or waiting for a slot); a family may hold its
+    /// `max_concurrent`'s share of the pool's of them.
+    pub max_pending_body_bytes: u64,
     /// Mount the test-only routes (`/_testing/...`) and load the testing plugin.
     pub testing_routes: bool,
     /// Watch the plugins directory and swap changed components in.
@@ -171,6 +175,7 @@ impl Default for Config {
             plugin_memory_mib: 64,
             max_instances: 256,
             max_body_bytes: 2 * 1024 * 1024,
+            max_pending_body_bytes: 256 << 20,
             testing_routes: false,
             watch_plugins: true,
             perf_map: false,
@@ -324,7 +329,7 @@ impl Config {
                 "RUST_LOG {rust_log:?} is not a log filter (e.g. info, or warn,marketplace=debug): {e}"
             );
         }
-        let ranges: [(&str, u64, u64, u64); 17] = [
+        let ranges: [(&str, u64, u64, u64); 18] = [
             ("store_connections", self.store_connections, 2, 10_000),
             ("store_timeout_ms", self.store_timeout_ms, 100, 600_000),
             ("request_timeout_ms", self.request_timeout_ms, 1, 60_000),
@@ -333,6 +338,12 @@ impl Config {
             ("commit_window_us", self.commit_window_us, 1, 1_000_000),
             ("commit_max_batch", self.commit_max_batch, 1, 100_000),
             ("max_body_bytes", self.max_body_bytes as u64, 1, 1 << 30),
+            (
+                "max_pending_body_bytes",
+                self.max_pending_body_bytes,
+                16 << 20,
+                1 << 40,
+            ),
             ("drain_timeout_ms", self.drain_timeout_ms, 0, 600_000),
             ("max_connections", self.max_connections.into(), 1, 1_000_000),
             (
@@ -372,6 +383,13 @@ impl Config {
             if !(min..=max).contains(&value) {
                 bail!("{name} must be {min}..={max}, got {value}");
             }
+        }
+        if self.max_pending_body_bytes < self.max_body_bytes as u64 {
+            bail!(
+                "max_pending_body_bytes ({}) must be at least max_body_bytes ({}): a body that size could never be received",
+                self.max_pending_body_bytes,
+                self.max_body_bytes
+            );
         }
         if let Some(url) = &self.cash_upstream {
             upstream_url(url).map_err(|e| anyhow::anyhow!("cash_upstream {url:?}: {e}"))?;
@@ -723,6 +741,13 @@ mod tests {
         let err =
             |env: &[(&str, &str)]| format!("{:#}", Config::load(None, &s(env), &[]).unwrap_err());
         assert!(err(&[("MARKETPLACE_MAX_BODY_BYTES", "0")]).contains("max_body_bytes"));
+        // Room for one body of the largest size, or none could be received.
+        let small = [
+            ("MARKETPLACE_MAX_BODY_BYTES", "33554432"),
+            ("MARKETPLACE_MAX_PENDING_BODY_BYTES", "16777216"),
+        ];
+        assert!(err(&small).contains("max_pending_body_bytes (16777216) must be at least"));
+        assert!(err(&[("MARKETPLACE_MAX_PENDING_BODY_BYTES", "1")]).contains("16777216.."));
         assert!(err(&[("MARKETPLACE_ADMIN_TOKEN", "short")]).contains("admin_token"));
         assert!(err(&[("MARKETPLACE_PLUGIN_FEES", "../x.wasm")]).contains("fees"));
         assert!(err(&[("MARKETPLACE_PLUGIN_FEES", "/etc/x.wasm")]).contains("fees"));

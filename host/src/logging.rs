@@ -346,6 +346,11 @@ impl Throttle {
     /// since the last line (this one included).
     pub fn note(&self) -> Option<u64> {
         let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        self.count(&mut since)
+    }
+
+    /// [`Throttle::note`] on the locked state.
+    fn count(&self, since: &mut (u64, Option<Instant>)) -> Option<u64> {
         since.0 += 1;
         if since.1.is_some_and(|t| t.elapsed() < self.every) {
             return None;
@@ -360,10 +365,12 @@ impl Throttle {
     /// count after the returned wait ([`Throttle::flush`]), so the tail of
     /// a burst is not left unlogged until another event comes.
     pub fn note_deferred(&self) -> Noted {
-        if let Some(n) = self.note() {
+        // One lock for the count and the decision: of two events at once,
+        // exactly one is the first held back.
+        let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = self.count(&mut since) {
             return Noted::Now(n);
         }
-        let since = self.since.lock().unwrap_or_else(|e| e.into_inner());
         match (since.0, since.1) {
             (1, Some(t)) => Noted::Later(self.every.saturating_sub(t.elapsed())),
             _ => Noted::Held,

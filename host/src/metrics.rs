@@ -69,6 +69,9 @@ pub struct Metrics {
     pub commit_batch: Histogram,
     pub connections: Gauge,
     pub in_flight: Gauge,
+    /// Bytes (counted in KiB) of request bodies held before their request
+    /// runs.
+    pub pending_body_bytes: Gauge,
     pub refused_connections: Counter,
     pub connections_closed_for_room: Counter,
     pub ledger_minted: LedgerGauge,
@@ -175,6 +178,7 @@ impl Metrics {
             commit_batch: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             connections: Gauge::default(),
             in_flight: Gauge::default(),
+            pending_body_bytes: Gauge::default(),
             refused_connections: Counter::default(),
             connections_closed_for_room: Counter::default(),
             ledger_minted: LedgerGauge::default(),
@@ -255,6 +259,11 @@ impl Metrics {
             "requests_in_flight",
             "Requests being served",
             m.in_flight.clone(),
+        );
+        r.register(
+            "pending_body_bytes",
+            "Bytes of request bodies held before their request runs (being received, or waiting for a slot), counted in KiB",
+            m.pending_body_bytes.clone(),
         );
         r.register(
             "ledger_minted_units",

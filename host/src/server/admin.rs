@@ -390,7 +390,9 @@ fn component_of(pairs: &[(String, String)]) -> Result<Option<String>, String> {
 /// The name of an upload sent without `?component`: the family's current
 /// name when the bytes are the ones serving, else `{family}-{12 hex of
 /// their sha256}.wasm`, so a listing never names a file whose content is
-/// not what serves.
+/// not what serves. A family of the watched `families/` directory keeps
+/// its `families/NAME.wasm`: that name is what ties the family to its
+/// file (a later change of the file swaps, its removal unmounts).
 fn unnamed_upload(
     family: &str,
     serving: Option<&crate::runtime::PluginStatus>,
@@ -399,6 +401,12 @@ fn unnamed_upload(
     let hash = crate::ids::sha256_hex(bytes);
     match serving {
         Some(s) if s.hash == hash => s.component.clone(),
+        Some(s)
+            if s.component
+                .starts_with(&format!("{}/", crate::runtime::reload::FAMILIES_DIR)) =>
+        {
+            s.component.clone()
+        }
         _ => format!("{family}-{}.wasm", &hash[..12]),
     }
 }

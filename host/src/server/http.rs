@@ -13,7 +13,7 @@ use crate::runtime::bindings::endpoint::marketplace::plugin::types as wit;
 use crate::runtime::engine::Caller;
 use crate::runtime::routes::{self, Handler, Match, Route};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -64,12 +64,10 @@ const PAYMENT_HEADERS: &[&str] = &[
 struct Gates {
     pool: Arc<Semaphore>,
     reads: Arc<Semaphore>,
-    families: std::sync::Mutex<HashMap<String, Arc<Semaphore>>>,
-    /// KiB of request bodies read and waiting for a slot (bodies are read
-    /// before admission): [`waiting_body_budget`]; past it a request is
-    /// 503 at once rather than held in memory.
-    waiting_bodies: Arc<Semaphore>,
-    waiting_budget: u32,
+    families: std::sync::Mutex<HashMap<String, FamilyGates>>,
+    /// KiB of request bodies held before their request runs (being
+    /// received, or waiting for a slot): `max_pending_body_bytes`.
+    bodies: Arc<Semaphore>,
     /// True once the server drains: every answer then closes its
     /// connection.
     draining: watch::Receiver<bool>,
@@ -85,11 +83,113 @@ pub fn write_reserve(max_instances: u32) -> u32 {
     }
 }
 
-/// KiB of request bodies that may wait in memory for a slot at once: 256
-/// MiB, or one body of `max_body_bytes` if that is more. (A larger body,
-/// of a route with a `max-body` of its own, waits for the whole budget.)
-pub fn waiting_body_budget(max_body_bytes: u64) -> u32 {
-    u32::try_from(max_body_bytes.div_ceil(1024).max(256 * 1024)).unwrap_or(u32::MAX)
+/// A family's gates: its `max_concurrent` slots, and its share of the
+/// KiB of bodies held before their request runs.
+#[derive(Clone)]
+struct FamilyGates {
+    slots: Arc<Semaphore>,
+    bodies: Arc<Semaphore>,
+}
+
+/// KiB, as the body budgets count.
+fn kib(bytes: u64) -> u32 {
+    u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX)
+}
+
+/// A family's share of `max_pending_body_bytes` (KiB of `total`): its
+/// `max_concurrent`'s share of the pool (half by default), so one
+/// family's senders leave the rest to the others; at least room for one
+/// body of the largest size a route may take.
+pub fn family_body_share(total: u32, limit: u32, max_instances: u32, max_body_bytes: usize) -> u32 {
+    let share = u64::from(total) * u64::from(limit) / u64::from(max_instances.max(1));
+    let largest = kib(max_body_bytes.max(crate::store::MAX_VALUE_BYTES) as u64);
+    u32::try_from(share)
+        .unwrap_or(u32::MAX)
+        .max(largest)
+        .min(total)
+}
+
+/// The bytes of one request's body held before it runs, counted in KiB
+/// against its family's share and the whole budget as they arrive (a
+/// body sent slowly holds only what came), and given back when it runs
+/// or ends.
+struct PendingBody {
+    family: Arc<Semaphore>,
+    all: Arc<Semaphore>,
+    held: Option<(OwnedPermit, OwnedPermit)>,
+    kib: u32,
+}
+
+impl PendingBody {
+    /// Count the body's first `bytes`: false when the family's share or
+    /// the whole budget has no room for them.
+    fn cover(&mut self, bytes: usize) -> bool {
+        let need = kib(bytes as u64);
+        if need <= self.kib {
+            return true;
+        }
+        let more = need - self.kib;
+        let Ok(family) = self.family.clone().try_acquire_many_owned(more) else {
+            return false;
+        };
+        let Ok(all) = self.all.clone().try_acquire_many_owned(more) else {
+            return false;
+        };
+        match &mut self.held {
+            Some((f, a)) => {
+                f.merge(family);
+                a.merge(all);
+            }
+            None => self.held = Some((family, all)),
+        }
+        self.kib = need;
+        metrics().pending_body_bytes.inc_by(i64::from(more) * 1024);
+        true
+    }
+}
+
+impl Drop for PendingBody {
+    fn drop(&mut self) {
+        if self.kib > 0 {
+            metrics()
+                .pending_body_bytes
+                .dec_by(i64::from(self.kib) * 1024);
+        }
+    }
+}
+
+/// Why a body was not read whole.
+enum BodyError {
+    TooLarge,
+    /// The pending-body budget had no room.
+    Busy,
+    Read(hyper::Error),
+}
+
+/// Read `body` whole, at most `max` bytes, counting it into `pending` as
+/// it arrives (a family's request).
+async fn read_body(
+    mut body: Incoming,
+    max: usize,
+    mut pending: Option<&mut PendingBody>,
+) -> Result<Vec<u8>, BodyError> {
+    let mut out: Vec<u8> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(BodyError::Read)?.into_data() else {
+            continue;
+        };
+        let len = out.len() + data.len();
+        if len > max {
+            return Err(BodyError::TooLarge);
+        }
+        if let Some(p) = pending.as_deref_mut()
+            && !p.cover(len)
+        {
+            return Err(BodyError::Busy);
+        }
+        out.extend_from_slice(&data);
+    }
+    Ok(out)
 }
 
 /// A family's `max_concurrent` when its configuration gives none: half the
@@ -124,59 +224,61 @@ impl Gates {
             pool: Arc::new(Semaphore::new(pool as usize)),
             reads: Arc::new(Semaphore::new((pool - write_reserve(pool)) as usize)),
             families: std::sync::Mutex::new(HashMap::new()),
-            waiting_bodies: Arc::new(Semaphore::new(waiting_body_budget(
-                app.config.max_body_bytes as u64,
-            ) as usize)),
-            waiting_budget: waiting_body_budget(app.config.max_body_bytes as u64),
+            bodies: Arc::new(Semaphore::new(
+                kib(app.config.max_pending_body_bytes) as usize
+            )),
             draining,
         }
     }
 
-    /// Wait for a slot of `family`, then (for a read) of the reads' share,
-    /// then of the pool, with a body of `body_len` bytes in hand. Refused
-    /// (503 with Retry-After): the family's `max_concurrent` slots stayed
-    /// taken for [`family_wait`], the bodies already waiting fill
-    /// [`Gates::waiting_bodies`], or the server is shutting down.
+    /// `family`'s gates, made at its first request.
+    fn family(&self, app: &App, family: &str) -> FamilyGates {
+        let mut families = self.families.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(g) = families.get(family) {
+            return g.clone();
+        }
+        let limit = app
+            .config
+            .family(family)
+            .and_then(|f| f.max_concurrent)
+            .unwrap_or_else(|| default_family_limit(app.config.max_instances));
+        let share = family_body_share(
+            kib(app.config.max_pending_body_bytes),
+            limit,
+            app.config.max_instances,
+            app.config.max_body_bytes,
+        );
+        let g = FamilyGates {
+            slots: Arc::new(Semaphore::new(limit as usize)),
+            bodies: Arc::new(Semaphore::new(share as usize)),
+        };
+        families.insert(family.to_string(), g.clone());
+        g
+    }
+
+    /// A body of a family's (`gates`) to count before its request runs.
+    fn pending_body(&self, gates: &FamilyGates) -> PendingBody {
+        PendingBody {
+            family: gates.bodies.clone(),
+            all: self.bodies.clone(),
+            held: None,
+            kib: 0,
+        }
+    }
+
+    /// Wait for a slot of `family` (its `gates`), then (for a read) of the
+    /// reads' share, then of the pool. Refused (503): the family's
+    /// `max_concurrent` slots stayed taken for [`family_wait`] (with
+    /// Retry-After), or the server is shutting down.
     async fn enter(
         &self,
         app: &App,
         family: &str,
+        gates: FamilyGates,
         writes: bool,
-        body_len: usize,
     ) -> Result<Admitted, Reply> {
-        let busy =
-            |why: String| Reply::error(503, "plugin_unavailable", why).retry_after_a_second();
         let shutting_down = || Reply::error(503, "plugin_unavailable", "shutting down");
-        // Held until admitted: a body in memory that waits for a slot.
-        let kib = u32::try_from(body_len.div_ceil(1024)).unwrap_or(u32::MAX);
-        let _waiting = match kib.min(self.waiting_budget) {
-            0 => None,
-            kib => match self.waiting_bodies.clone().try_acquire_many_owned(kib) {
-                Ok(permit) => Some(permit),
-                Err(_) => {
-                    return Err(busy(format!(
-                        "{family} is busy: too many request bodies are waiting for a slot; retry shortly"
-                    )));
-                }
-            },
-        };
-        let gate = {
-            let mut families = self.families.lock().unwrap_or_else(|e| e.into_inner());
-            match families.get(family) {
-                Some(g) => g.clone(),
-                None => {
-                    let limit = app
-                        .config
-                        .family(family)
-                        .and_then(|f| f.max_concurrent)
-                        .unwrap_or_else(|| default_family_limit(app.config.max_instances));
-                    let g = Arc::new(Semaphore::new(limit as usize));
-                    families.insert(family.to_string(), g.clone());
-                    g
-                }
-            }
-        };
-        let own = match tokio::time::timeout(family_wait(app), gate.acquire_owned()).await {
+        let own = match tokio::time::timeout(family_wait(app), gates.slots.acquire_owned()).await {
             Ok(permit) => permit.map_err(|_| shutting_down())?,
             Err(_) => {
                 return Err(busy(format!(
@@ -209,6 +311,11 @@ impl Gates {
 }
 
 type OwnedPermit = tokio::sync::OwnedSemaphorePermit;
+
+/// 503 `plugin_unavailable` with Retry-After.
+fn busy(why: String) -> Reply {
+    Reply::error(503, "plugin_unavailable", why).retry_after_a_second()
+}
 
 /// Serve HTTP on `listener` until `stop` turns true; then stop accepting,
 /// let every connection finish the request it is serving (idle keep-alive
@@ -872,39 +979,57 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
         add_line(&mut payment.cash, &other);
     }
     let body_timeout = Duration::from_millis(app.config.body_timeout_ms);
-    // Most reads carry no body at all: no timer, no collect, no copy.
-    let body = if hyper::body::Body::is_end_stream(req.body()) {
+    let family_gates = match &route.handler {
+        Handler::Family(family) => Some(gates.family(app, family)),
+        Handler::Host(_) => None,
+    };
+    // Most reads carry no body at all: no timer, no copy.
+    let no_body = hyper::body::Body::is_end_stream(req.body());
+    // A family's body counts, as it arrives and until its request runs,
+    // against the family's share of `max_pending_body_bytes` and the whole.
+    let mut pending = family_gates
+        .as_ref()
+        .filter(|_| !no_body)
+        .map(|g| gates.pending_body(g));
+    let body = if no_body {
         Ok(Ok(Vec::new()))
     } else {
-        let read = Limited::new(req.into_body(), max).collect();
-        tokio::time::timeout(body_timeout, read)
-            .await
-            .map(|r| r.map(|collected| collected.to_bytes().to_vec()))
+        tokio::time::timeout(
+            body_timeout,
+            read_body(req.into_body(), max, pending.as_mut()),
+        )
+        .await
     };
     let body = match body {
         Ok(Ok(body)) => body,
-        Ok(Err(e)) => {
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                return too_large(max);
-            }
+        Ok(Err(BodyError::TooLarge)) => return too_large(max),
+        Ok(Err(BodyError::Busy)) => {
+            // (Its body not read whole: the connection closes after.)
+            return closing(busy(
+                "too many request bodies are being received or waiting for a slot; retry shortly"
+                    .into(),
+            ));
+        }
+        Ok(Err(BodyError::Read(e))) => {
             return Reply::error(400, "invalid_request", format!("could not read body: {e}"));
         }
         Err(_) => return body_late(body_timeout),
     };
     // A family's request is admitted (a slot of its family and of the
-    // pool) once its body is in: a client sending its body slowly (or not
-    // at all, until the body timeout) holds no slot meanwhile, so no number
-    // of such clients can keep a family's requests from running. While it
-    // waits for a slot its body counts against `Gates::waiting_bodies`.
-    let permits = match &route.handler {
-        Handler::Family(family) => match gates.enter(app, family, route.writes, body.len()).await {
+    // pool) once its body is in: a client sending its body slowly, or not
+    // at all until the body timeout, holds no slot meanwhile, so such
+    // clients (up to the connection limits) cannot keep a family's
+    // requests from running.
+    let permits = match (&route.handler, family_gates) {
+        (Handler::Family(family), Some(g)) => match gates.enter(app, family, g, route.writes).await
+        {
             Ok(p) => Some(p),
             Err(refused) => return refused,
         },
-        Handler::Host(_) => None,
+        _ => None,
     };
+    // Running: its body is the running request's now (bounded by the pool).
+    drop(pending);
 
     let span = tracing::Span::current();
     match &route.handler {
@@ -1059,6 +1184,20 @@ pub(crate) fn too_large(max: usize) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_family_holds_its_slots_share_of_body_memory_and_room_for_the_largest_body() {
+        let mib = 1024;
+        // Half the pool's slots, half the budget (KiB).
+        assert_eq!(family_body_share(256 * mib, 128, 256, 2 << 20), 128 * mib);
+        assert_eq!(family_body_share(32 * mib, 128, 256, 2 << 20), 16 * mib);
+        // A family of one slot still takes a body of the largest size a
+        // route may take (16 MiB), or one of max_body_bytes if larger...
+        assert_eq!(family_body_share(256 * mib, 1, 256, 2 << 20), 16 * mib);
+        assert_eq!(family_body_share(256 * mib, 1, 256, 64 << 20), 64 * mib);
+        // ...within the whole budget.
+        assert_eq!(family_body_share(16 * mib, 256, 256, 2 << 20), 16 * mib);
+    }
 
     #[test]
     fn one_valid_host_per_request() {
