@@ -178,6 +178,50 @@ fn update_changes_the_post_and_what_search_finds() {
     assert_eq!(search_ids(&s, "clicky"), [id]);
 }
 
+/// An operator who does not need the original client's legacy updates
+/// (their signature signs no content: whoever holds one could update
+/// again with other content) requires the fresh form for them, post and
+/// profile; deletes and the rest stay as they were.
+#[test]
+fn an_operator_can_require_fresh_signatures_for_updates() {
+    let s = Server::with(common::Options {
+        config: Some(
+            "[settings.timeline]\nlegacy_updates = false\n\n[settings.identity]\nlegacy_updates = false\n"
+                .into(),
+        ),
+        ..Default::default()
+    });
+    let author = s.identity("freshonly");
+    let id = s.new_post(&author, "Selling a lamp", json!({}));
+    let r = update(&s, &author, &id, json!({"content": "Selling a lamp, cheap"}));
+    assert_eq!((r.status, r.code().as_str()), (401, "auth_expired"), "{}", r.text());
+    assert_eq!(s.get(&format!("/api/posts/{id}")).json()["post"]["content"], "Selling a lamp");
+    let ts = now_s();
+    let r = s.post_json(
+        "/api/posts/update",
+        &json!({"post_id": id, "author_fingerprint": author.fp(), "content": "Selling a lamp, cheap",
+                "timestamp": ts, "signature": author.sign(&format!("update_post:{id}:{ts}"))}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    // The profile alike.
+    let fp = author.fp();
+    let r = s.post_json(
+        "/api/profile/update",
+        &json!({"fingerprint": fp, "signature": author.sign(&format!("update_profile:{fp}")), "about": "x"}),
+    );
+    assert_eq!((r.status, r.code().as_str()), (401, "auth_expired"), "{}", r.text());
+    let ts = now_s();
+    let r = s.post_json(
+        "/api/profile/update",
+        &json!({"fingerprint": fp, "timestamp": ts, "about": "lamps",
+                "signature": author.sign(&format!("update_profile:{fp}:{ts}"))}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    // A legacy delete is still taken.
+    let r = delete(&s, &author, &id);
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
 #[test]
 fn delete_removes_the_post_everywhere() {
     let s = Server::start();

@@ -636,6 +636,22 @@ fn receipt_doc(r: payments::Receipt) -> Result<Value, ApiError> {
     }))
 }
 
+/// Whether the operator lets a legacy (untimestamped) signature update a
+/// post or a profile (`[settings.timeline]` and `[settings.identity]`
+/// `legacy_updates`): yes unless set otherwise, since the original client
+/// signs only that form; `false` (anything but true, yes, on or 1)
+/// requires the fresh form (401 `auth_expired`), since a legacy update
+/// signature signs neither the new content nor a time, so whoever holds
+/// one could update again with other content.
+pub fn legacy_updates() -> bool {
+    crate::endpoint_bindings::marketplace::plugin::settings::get("legacy_updates").is_none_or(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "true" | "yes" | "on" | "1"
+        )
+    })
+}
+
 /// Verify a signed statement from a request body. A missing actor or
 /// signature is 401 `auth_required`; the rest is decided by the host.
 pub fn verify(

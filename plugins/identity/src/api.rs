@@ -77,7 +77,7 @@ pub const OPS: &[Op] = &[
             "updateProfile",
             "identity",
             "Update a profile",
-            "Signed `update_profile:{fingerprint}` (or `update_profile:{fingerprint}:{timestamp}`). Free. Sets the members given: `about`, `skills` (at most 50 strings of at most 64 characters), `profile_picture` (the `s3_key` of an upload by the same identity; an empty string clears it). An identity that is not registered: 401 `auth_invalid`.",
+            "Signed `update_profile:{fingerprint}` (or `update_profile:{fingerprint}:{timestamp}`, the only form taken when the operator sets `[settings.identity] legacy_updates = false`: 401 `auth_expired` otherwise). Free. Sets the members given: `about`, `skills` (at most 50 strings of at most 64 characters), `profile_picture` (the `s3_key` of an upload by the same identity; an empty string clears it). An identity that is not registered: 401 `auth_invalid`.",
         )
     },
     Op {

@@ -60,13 +60,23 @@ pub fn public_url(req: &Request, s3_key: &str) -> String {
     format!("{}/api/storage/{s3_key}", base_url(req))
 }
 
+/// What a legacy (untimestamped) signature may do on a route.
+#[derive(Clone, Copy)]
+enum Legacy {
+    Accepted,
+    /// Accepted once: a second use is 409 `conflict`.
+    SingleUse,
+    /// The fresh form is required (401 `auth_expired`).
+    Refused,
+}
+
 /// The signer of a body's statement `{message}` (legacy or fresh form).
 fn signer(
     body: &Body,
     actor_field: &str,
     message: &str,
     timestamp: Option<u64>,
-    legacy_single_use: bool,
+    legacy: Legacy,
 ) -> Result<String, ApiError> {
     let actor = body.text(actor_field).map(|a| a.to_ascii_lowercase());
     let signature = body.text("signature");
@@ -75,8 +85,8 @@ fn signer(
         message,
         signature.as_deref(),
         timestamp,
-        false,
-        legacy_single_use,
+        matches!(legacy, Legacy::Refused),
+        matches!(legacy, Legacy::SingleUse),
     )
     .map(|a| a.to_ascii_lowercase())
 }
@@ -122,7 +132,7 @@ pub fn delete_identity(req: &Request) -> Result<Response, ApiError> {
         "fingerprint",
         &format!("delete_identity:{fingerprint}"),
         timestamp,
-        true,
+        Legacy::SingleUse,
     )?;
     kv::delete(&key)?;
     // Its registration, if legacy-signed, could be replayed by anyone to
@@ -186,7 +196,11 @@ pub fn update_profile(req: &Request) -> Result<Response, ApiError> {
         "fingerprint",
         &format!("update_profile:{fingerprint}"),
         timestamp,
-        false,
+        if marketplace_guest::legacy_updates() {
+            Legacy::Accepted
+        } else {
+            Legacy::Refused
+        },
     )?;
     if let Some(p) = picture {
         if p.is_empty() {
@@ -412,7 +426,7 @@ pub fn presign(req: &Request) -> Result<Response, ApiError> {
         "fingerprint",
         &format!("presign:{file_path}"),
         timestamp,
-        false,
+        Legacy::Accepted,
     )?;
     require_identity(&actor)?;
     // The id is unguessable (a ULID and 128 random bits), so a private

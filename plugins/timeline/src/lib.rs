@@ -584,12 +584,15 @@ fn authored_post(
     timestamp: Option<u64>,
     action: &str,
 ) -> Result<Post, ApiError> {
+    // An update's legacy signature signs no content: the operator may
+    // require the fresh form for it.
+    let require_fresh = action == "update_post" && !marketplace_guest::legacy_updates();
     let (author, reused) = verify_in_order(
         body.text("author_fingerprint").as_deref(),
         &format!("{action}:{post_id}"),
         body.text("signature").as_deref(),
         timestamp,
-        false,
+        require_fresh,
         false,
     )?;
     require_identity(&author)?;
