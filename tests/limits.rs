@@ -417,19 +417,28 @@ fn one_address_holds_at_most_its_share_of_connections() {
 /// A family's request bodies count against its share of
 /// `max_pending_body_bytes` as they arrive, until the request runs: clients
 /// that send bodies and stall before their last byte fill at most their
-/// family's share (here half of 32 MiB), a body past it is 503 busy at
+/// family's share (here half of 64 MiB), a body past it is 503 busy at
 /// once (not read into memory), and the other families' requests go on.
 /// Once those clients are gone the family takes bodies again.
 #[test]
 fn stalled_bodies_fill_only_their_familys_share_of_body_memory() {
-    let s = server_with(false, &[("MARKETPLACE_MAX_PENDING_BODY_BYTES", "33554432")]);
-    let two_mib = 2 << 20;
-    let head = format!(
-        "POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {two_mib}\r\n\r\n"
+    let s = server_with(
+        false,
+        &[
+            ("MARKETPLACE_MAX_PENDING_BODY_BYTES", "67108864"),
+            // The stalled bodies stay until the test lets them go.
+            ("MARKETPLACE_BODY_TIMEOUT_MS", "600000"),
+        ],
     );
+    let two_mib = 2 << 20;
+    let head = |len: usize| {
+        format!(
+            "POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {len}\r\n\r\n"
+        )
+    };
     let pending = || s.metric("marketplace_pending_body_bytes");
     let wait_for = |what: &str, done: &dyn Fn(u64) -> bool| {
-        let until = Instant::now() + Duration::from_secs(30);
+        let until = Instant::now() + Duration::from_secs(60);
         while !done(pending()) {
             assert!(
                 Instant::now() < until,
@@ -439,22 +448,26 @@ fn stalled_bodies_fill_only_their_familys_share_of_body_memory() {
             std::thread::sleep(Duration::from_millis(10));
         }
     };
-    // Eight bodies of 2 MiB, each short of its last byte: 16 MiB, the
-    // timeline's whole share.
-    let stalled: Vec<TcpStream> = (0..8)
+    // Sixteen bodies of 2 MiB, each short of its last byte (each counted
+    // as the 2 MiB allocated for it): 32 MiB, the timeline's whole share.
+    let stalled: Vec<TcpStream> = (0..16)
         .map(|_| {
             let mut c = TcpStream::connect(s.addr).unwrap();
-            c.write_all(head.as_bytes()).unwrap();
+            c.write_all(head(two_mib).as_bytes()).unwrap();
             c.write_all(&vec![b' '; two_mib - 1]).unwrap();
             c
         })
         .collect();
-    wait_for("the stalled bodies", &|n| n >= 16 << 20);
-    // A ninth timeline body finds no room: 503, with when to retry.
-    let mut ninth = TcpStream::connect(s.addr).unwrap();
-    ninth.write_all(head.as_bytes()).unwrap();
-    ninth.write_all(&[b' '; 4096]).unwrap();
-    let r = common::read_response(&mut ninth);
+    wait_for("the stalled bodies", &|n| n >= 32 << 20);
+    assert_eq!(pending(), 32 << 20);
+    // Another timeline request with a body finds no room: 503 with when
+    // to retry. (Sent whole in one write: nothing is left unread when the
+    // server closes the connection.)
+    let mut another = TcpStream::connect(s.addr).unwrap();
+    let mut request = head(4096).into_bytes();
+    request.extend_from_slice(&[b' '; 4096]);
+    another.write_all(&request).unwrap();
+    let r = common::read_response(&mut another);
     assert_eq!(
         (r.status, r.code().as_str()),
         (503, "plugin_unavailable"),
@@ -462,17 +475,25 @@ fn stalled_bodies_fill_only_their_familys_share_of_body_memory() {
         r.text()
     );
     assert_eq!(r.header("retry-after"), Some("1"), "{}", r.text());
-    // Another family's paid request is served meanwhile (201 inside).
-    let key = s.identity("pendingbodies");
+    // A client that waits for `100 Continue` is told 503 instead, before
+    // it sends the body.
+    let mut asks = TcpStream::connect(s.addr).unwrap();
+    asks.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut request = head(4096).into_bytes();
+    request.truncate(request.len() - 2);
+    request.extend_from_slice(b"expect: 100-continue\r\n\r\n");
+    asks.write_all(&request).unwrap();
+    let r = common::read_response(&mut asks);
+    assert_eq!(r.status, 503, "{}", r.text());
+    // Another family's paid request is served meanwhile.
+    let key = common::Key::random();
+    let r = s.register(&key, "pendingbodies", &s.mint("1"));
+    assert_eq!(r.status, 201, "{}", r.text());
     // Gone, the stalled bodies give their share back.
     drop(stalled);
     wait_for("the share given back", &|n| n == 0);
-    let r = s.post(
-        &key,
-        "after the stalled bodies",
-        serde_json::json!({}),
-        &s.mint("0.3"),
-    );
+    let r = s.post(&key, "after the stalled bodies", json!({}), &s.mint("0.3"));
     assert_eq!(r.status, 201, "{}", r.text());
 }
 

@@ -193,9 +193,22 @@ fn an_operator_can_require_fresh_signatures_for_updates() {
     });
     let author = s.identity("freshonly");
     let id = s.new_post(&author, "Selling a lamp", json!({}));
-    let r = update(&s, &author, &id, json!({"content": "Selling a lamp, cheap"}));
-    assert_eq!((r.status, r.code().as_str()), (401, "auth_expired"), "{}", r.text());
-    assert_eq!(s.get(&format!("/api/posts/{id}")).json()["post"]["content"], "Selling a lamp");
+    let r = update(
+        &s,
+        &author,
+        &id,
+        json!({"content": "Selling a lamp, cheap"}),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (401, "auth_expired"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        s.get(&format!("/api/posts/{id}")).json()["post"]["content"],
+        "Selling a lamp"
+    );
     let ts = now_s();
     let r = s.post_json(
         "/api/posts/update",
@@ -209,7 +222,12 @@ fn an_operator_can_require_fresh_signatures_for_updates() {
         "/api/profile/update",
         &json!({"fingerprint": fp, "signature": author.sign(&format!("update_profile:{fp}")), "about": "x"}),
     );
-    assert_eq!((r.status, r.code().as_str()), (401, "auth_expired"), "{}", r.text());
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (401, "auth_expired"),
+        "{}",
+        r.text()
+    );
     let ts = now_s();
     let r = s.post_json(
         "/api/profile/update",

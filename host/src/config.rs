@@ -341,7 +341,7 @@ impl Config {
             (
                 "max_pending_body_bytes",
                 self.max_pending_body_bytes,
-                16 << 20,
+                32 << 20,
                 1 << 40,
             ),
             ("drain_timeout_ms", self.drain_timeout_ms, 0, 600_000),
@@ -383,13 +383,6 @@ impl Config {
             if !(min..=max).contains(&value) {
                 bail!("{name} must be {min}..={max}, got {value}");
             }
-        }
-        if self.max_pending_body_bytes < self.max_body_bytes as u64 {
-            bail!(
-                "max_pending_body_bytes ({}) must be at least max_body_bytes ({}): a body that size could never be received",
-                self.max_pending_body_bytes,
-                self.max_body_bytes
-            );
         }
         if let Some(url) = &self.cash_upstream {
             upstream_url(url).map_err(|e| anyhow::anyhow!("cash_upstream {url:?}: {e}"))?;
@@ -553,6 +546,15 @@ impl Config {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// `max_pending_body_bytes`, or room for two bodies of the largest
+    /// size a route may take (`max_body_bytes`, or a route's own
+    /// `max-body` of up to 16 MiB) when that is more: one stalled body
+    /// never keeps out a body of that size.
+    pub fn pending_body_budget(&self) -> u64 {
+        let largest = self.max_body_bytes.max(crate::store::MAX_VALUE_BYTES) as u64;
+        self.max_pending_body_bytes.max(2 * largest)
     }
 
     /// Compiled-component cache directory.
@@ -742,12 +744,12 @@ mod tests {
             |env: &[(&str, &str)]| format!("{:#}", Config::load(None, &s(env), &[]).unwrap_err());
         assert!(err(&[("MARKETPLACE_MAX_BODY_BYTES", "0")]).contains("max_body_bytes"));
         // Room for one body of the largest size, or none could be received.
-        let small = [
-            ("MARKETPLACE_MAX_BODY_BYTES", "33554432"),
-            ("MARKETPLACE_MAX_PENDING_BODY_BYTES", "16777216"),
-        ];
-        assert!(err(&small).contains("max_pending_body_bytes (16777216) must be at least"));
-        assert!(err(&[("MARKETPLACE_MAX_PENDING_BODY_BYTES", "1")]).contains("16777216.."));
+        assert!(err(&[("MARKETPLACE_MAX_PENDING_BODY_BYTES", "1")]).contains("33554432.."));
+        // It holds at least two bodies of the largest size a route takes.
+        let c = |env: &[(&str, &str)]| Config::load(None, &s(env), &[]).unwrap();
+        assert_eq!(c(&[]).pending_body_budget(), 256 << 20);
+        let big = c(&[("MARKETPLACE_MAX_BODY_BYTES", "268435456")]);
+        assert_eq!(big.pending_body_budget(), 512 << 20);
         assert!(err(&[("MARKETPLACE_ADMIN_TOKEN", "short")]).contains("admin_token"));
         assert!(err(&[("MARKETPLACE_PLUGIN_FEES", "../x.wasm")]).contains("fees"));
         assert!(err(&[("MARKETPLACE_PLUGIN_FEES", "/etc/x.wasm")]).contains("fees"));

@@ -64,10 +64,10 @@ const PAYMENT_HEADERS: &[&str] = &[
 struct Gates {
     pool: Arc<Semaphore>,
     reads: Arc<Semaphore>,
-    families: std::sync::Mutex<HashMap<String, FamilyGates>>,
+    families: std::sync::Mutex<HashMap<String, Arc<FamilyGates>>>,
     /// KiB of request bodies held before their request runs (being
     /// received, or waiting for a slot): `max_pending_body_bytes`.
-    bodies: Arc<Semaphore>,
+    bodies: Arc<Budget>,
     /// True once the server drains: every answer then closes its
     /// connection.
     draining: watch::Receiver<bool>,
@@ -85,10 +85,9 @@ pub fn write_reserve(max_instances: u32) -> u32 {
 
 /// A family's gates: its `max_concurrent` slots, and its share of the
 /// KiB of bodies held before their request runs.
-#[derive(Clone)]
 struct FamilyGates {
     slots: Arc<Semaphore>,
-    bodies: Arc<Semaphore>,
+    bodies: Budget,
 }
 
 /// KiB, as the body budgets count.
@@ -96,27 +95,56 @@ fn kib(bytes: u64) -> u32 {
     u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX)
 }
 
+/// The largest body a route may take (KiB): `max_body_bytes`, or a
+/// route's own `max-body` (at most the largest stored value).
+fn largest_body(max_body_bytes: usize) -> u32 {
+    kib(max_body_bytes.max(crate::store::MAX_VALUE_BYTES) as u64)
+}
+
 /// A family's share of `max_pending_body_bytes` (KiB of `total`): its
 /// `max_concurrent`'s share of the pool (half by default), so one
-/// family's senders leave the rest to the others; at least room for one
-/// body of the largest size a route may take.
+/// family's senders leave the rest to the others; at least room for two
+/// bodies of the largest size a route may take, so one stalled body
+/// cannot keep out a body of that size.
 pub fn family_body_share(total: u32, limit: u32, max_instances: u32, max_body_bytes: usize) -> u32 {
     let share = u64::from(total) * u64::from(limit) / u64::from(max_instances.max(1));
-    let largest = kib(max_body_bytes.max(crate::store::MAX_VALUE_BYTES) as u64);
     u32::try_from(share)
         .unwrap_or(u32::MAX)
-        .max(largest)
+        .max(largest_body(max_body_bytes).saturating_mul(2))
         .min(total)
 }
 
+/// KiB that requests take and give back; never waited for (a body that
+/// finds no room is refused), so an atomic count does.
+struct Budget(std::sync::atomic::AtomicU32);
+
+impl Budget {
+    fn new(kib: u32) -> Budget {
+        Budget(std::sync::atomic::AtomicU32::new(kib))
+    }
+
+    /// Take `n` KiB, if there are.
+    fn take(&self, n: u32) -> bool {
+        use std::sync::atomic::Ordering;
+        self.0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+                left.checked_sub(n)
+            })
+            .is_ok()
+    }
+
+    fn give(&self, n: u32) {
+        self.0.fetch_add(n, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// The bytes of one request's body held before it runs, counted in KiB
-/// against its family's share and the whole budget as they arrive (a
-/// body sent slowly holds only what came), and given back when it runs
-/// or ends.
+/// of what is allocated for it, as it arrives (a body sent slowly holds
+/// only what came), against its family's share (none for a host route)
+/// and the whole budget, and given back when it runs or ends.
 struct PendingBody {
-    family: Arc<Semaphore>,
-    all: Arc<Semaphore>,
-    held: Option<(OwnedPermit, OwnedPermit)>,
+    family: Option<Arc<FamilyGates>>,
+    all: Arc<Budget>,
     kib: u32,
 }
 
@@ -129,18 +157,16 @@ impl PendingBody {
             return true;
         }
         let more = need - self.kib;
-        let Ok(family) = self.family.clone().try_acquire_many_owned(more) else {
+        if let Some(f) = &self.family
+            && !f.bodies.take(more)
+        {
             return false;
-        };
-        let Ok(all) = self.all.clone().try_acquire_many_owned(more) else {
-            return false;
-        };
-        match &mut self.held {
-            Some((f, a)) => {
-                f.merge(family);
-                a.merge(all);
+        }
+        if !self.all.take(more) {
+            if let Some(f) = &self.family {
+                f.bodies.give(more);
             }
-            None => self.held = Some((family, all)),
+            return false;
         }
         self.kib = need;
         metrics().pending_body_bytes.inc_by(i64::from(more) * 1024);
@@ -151,6 +177,10 @@ impl PendingBody {
 impl Drop for PendingBody {
     fn drop(&mut self) {
         if self.kib > 0 {
+            if let Some(f) = &self.family {
+                f.bodies.give(self.kib);
+            }
+            self.all.give(self.kib);
             metrics()
                 .pending_body_bytes
                 .dec_by(i64::from(self.kib) * 1024);
@@ -166,13 +196,18 @@ enum BodyError {
     Read(hyper::Error),
 }
 
-/// Read `body` whole, at most `max` bytes, counting it into `pending` as
-/// it arrives (a family's request).
+/// Read `body` whole, at most `max` bytes, counting what is allocated for
+/// it into `pending` as it arrives.
 async fn read_body(
     mut body: Incoming,
     max: usize,
-    mut pending: Option<&mut PendingBody>,
+    pending: &mut PendingBody,
 ) -> Result<Vec<u8>, BodyError> {
+    // Room for its first bytes before any is asked for: a client that
+    // sent `Expect: 100-continue` is refused without sending the body.
+    if !pending.cover(1) {
+        return Err(BodyError::Busy);
+    }
     let mut out: Vec<u8> = Vec::new();
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame.map_err(BodyError::Read)?.into_data() else {
@@ -182,10 +217,13 @@ async fn read_body(
         if len > max {
             return Err(BodyError::TooLarge);
         }
-        if let Some(p) = pending.as_deref_mut()
-            && !p.cover(len)
-        {
-            return Err(BodyError::Busy);
+        if len > out.capacity() {
+            // Grown as a Vec grows (at most `max`), and counted so.
+            let capacity = len.max(out.capacity() * 2).min(max);
+            if !pending.cover(capacity) {
+                return Err(BodyError::Busy);
+            }
+            out.reserve_exact(capacity - out.len());
         }
         out.extend_from_slice(&data);
     }
@@ -224,15 +262,13 @@ impl Gates {
             pool: Arc::new(Semaphore::new(pool as usize)),
             reads: Arc::new(Semaphore::new((pool - write_reserve(pool)) as usize)),
             families: std::sync::Mutex::new(HashMap::new()),
-            bodies: Arc::new(Semaphore::new(
-                kib(app.config.max_pending_body_bytes) as usize
-            )),
+            bodies: Arc::new(Budget::new(kib(app.config.pending_body_budget()))),
             draining,
         }
     }
 
     /// `family`'s gates, made at its first request.
-    fn family(&self, app: &App, family: &str) -> FamilyGates {
+    fn family(&self, app: &App, family: &str) -> Arc<FamilyGates> {
         let mut families = self.families.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(g) = families.get(family) {
             return g.clone();
@@ -243,25 +279,25 @@ impl Gates {
             .and_then(|f| f.max_concurrent)
             .unwrap_or_else(|| default_family_limit(app.config.max_instances));
         let share = family_body_share(
-            kib(app.config.max_pending_body_bytes),
+            kib(app.config.pending_body_budget()),
             limit,
             app.config.max_instances,
             app.config.max_body_bytes,
         );
-        let g = FamilyGates {
+        let g = Arc::new(FamilyGates {
             slots: Arc::new(Semaphore::new(limit as usize)),
-            bodies: Arc::new(Semaphore::new(share as usize)),
-        };
+            bodies: Budget::new(share),
+        });
         families.insert(family.to_string(), g.clone());
         g
     }
 
-    /// A body of a family's (`gates`) to count before its request runs.
-    fn pending_body(&self, gates: &FamilyGates) -> PendingBody {
+    /// A body to count before its request runs: of a family's (`gates`),
+    /// or of a host route's.
+    fn pending_body(&self, gates: Option<&Arc<FamilyGates>>) -> PendingBody {
         PendingBody {
-            family: gates.bodies.clone(),
+            family: gates.cloned(),
             all: self.bodies.clone(),
-            held: None,
             kib: 0,
         }
     }
@@ -274,11 +310,12 @@ impl Gates {
         &self,
         app: &App,
         family: &str,
-        gates: FamilyGates,
+        gates: Arc<FamilyGates>,
         writes: bool,
     ) -> Result<Admitted, Reply> {
         let shutting_down = || Reply::error(503, "plugin_unavailable", "shutting down");
-        let own = match tokio::time::timeout(family_wait(app), gates.slots.acquire_owned()).await {
+        let slot = gates.slots.clone().acquire_owned();
+        let own = match tokio::time::timeout(family_wait(app), slot).await {
             Ok(permit) => permit.map_err(|_| shutting_down())?,
             Err(_) => {
                 return Err(busy(format!(
@@ -985,20 +1022,14 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
     };
     // Most reads carry no body at all: no timer, no copy.
     let no_body = hyper::body::Body::is_end_stream(req.body());
-    // A family's body counts, as it arrives and until its request runs,
-    // against the family's share of `max_pending_body_bytes` and the whole.
-    let mut pending = family_gates
-        .as_ref()
-        .filter(|_| !no_body)
-        .map(|g| gates.pending_body(g));
-    let body = if no_body {
-        Ok(Ok(Vec::new()))
-    } else {
-        tokio::time::timeout(
-            body_timeout,
-            read_body(req.into_body(), max, pending.as_mut()),
-        )
-        .await
+    // A body counts, as it arrives and until its request runs, against
+    // `max_pending_body_bytes` and its family's share of it.
+    let mut pending = (!no_body).then(|| gates.pending_body(family_gates.as_ref()));
+    let body = match &mut pending {
+        None => Ok(Ok(Vec::new())),
+        Some(pending) => {
+            tokio::time::timeout(body_timeout, read_body(req.into_body(), max, pending)).await
+        }
     };
     let body = match body {
         Ok(Ok(body)) => body,
@@ -1190,13 +1221,13 @@ mod tests {
         let mib = 1024;
         // Half the pool's slots, half the budget (KiB).
         assert_eq!(family_body_share(256 * mib, 128, 256, 2 << 20), 128 * mib);
-        assert_eq!(family_body_share(32 * mib, 128, 256, 2 << 20), 16 * mib);
-        // A family of one slot still takes a body of the largest size a
-        // route may take (16 MiB), or one of max_body_bytes if larger...
-        assert_eq!(family_body_share(256 * mib, 1, 256, 2 << 20), 16 * mib);
-        assert_eq!(family_body_share(256 * mib, 1, 256, 64 << 20), 64 * mib);
+        assert_eq!(family_body_share(96 * mib, 128, 256, 2 << 20), 48 * mib);
+        // A family of one slot still takes two bodies of the largest size
+        // a route may take (16 MiB), or of max_body_bytes if larger...
+        assert_eq!(family_body_share(256 * mib, 1, 256, 2 << 20), 32 * mib);
+        assert_eq!(family_body_share(256 * mib, 1, 256, 64 << 20), 128 * mib);
         // ...within the whole budget.
-        assert_eq!(family_body_share(16 * mib, 256, 256, 2 << 20), 16 * mib);
+        assert_eq!(family_body_share(32 * mib, 128, 256, 2 << 20), 32 * mib);
     }
 
     #[test]
