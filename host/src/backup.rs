@@ -196,12 +196,15 @@ pub fn restore(file: &Path, data_dir: &Path) -> Result<()> {
 /// recorded.
 fn unpack(input: File, dir: &Path) -> Result<()> {
     // The archive's own errors can quote the bytes of a damaged header:
-    // shown escaped, never raw on the operator's terminal.
+    // shown escaped to ASCII and cut short, never raw on the operator's
+    // terminal.
     let unreadable = |e: std::io::Error| {
-        anyhow::anyhow!(
-            "reading the backup (not a backup, or damaged): {}",
-            e.to_string().escape_debug()
-        )
+        let text = e.to_string();
+        let mut shown: String = text.escape_default().take(200).collect();
+        if shown.len() < text.escape_default().count() {
+            shown.push_str("...");
+        }
+        anyhow::anyhow!("reading the backup (not a backup, or damaged): {shown}")
     };
     let mut archive = tar::Archive::new(input);
     let (mut seen_db, mut seen_key, mut seen_arbiter) = (false, false, false);
@@ -446,6 +449,24 @@ mod tests {
             tar.append_link(&mut header, name, "/etc/passwd").unwrap();
         }
         tar.finish().unwrap();
+    }
+
+    #[test]
+    fn a_file_that_is_no_archive_is_refused_in_plain_ascii() {
+        let dir = tempfile::tempdir().unwrap();
+        // Bytes a tar header parser chokes on, quoting them: control
+        // characters and ones that are not UTF-8.
+        let junk: Vec<u8> = (0..2048u32).map(|i| (i * 7 + 0x15) as u8).collect();
+        let file = dir.path().join("junk.tar");
+        std::fs::write(&file, &junk).unwrap();
+        let err = format!("{:#}", restore(&file, &dir.path().join("new")).unwrap_err());
+        assert!(err.contains("not a backup"), "{err}");
+        assert!(
+            err.is_ascii() && !err.chars().any(|c| c.is_control()),
+            "{err}"
+        );
+        assert!(err.len() < 400, "{err}");
+        assert!(!dir.path().join("new").exists());
     }
 
     #[test]
