@@ -228,6 +228,12 @@ fn search_tool_matches_get_search_and_execute_passes_through() {
             "not both",
         ),
         (json!({"tool": 5}), "tool", "must be a string"),
+        // A method that is not a string is not taken as a GET.
+        (
+            json!({"endpoint": {"method": 5, "path": "/api/fees"}}),
+            "endpoint.method",
+            "must be GET or POST",
+        ),
         (json!({}), "tool", "give tool"),
         // Arguments beside an endpoint would be dropped unseen.
         (
@@ -2135,6 +2141,23 @@ fn a_binary_attachment_is_base64_content_not_mangled_text() {
         decode(&resource["blob"]) == pdf,
         "the document's bytes, unchanged"
     );
+    // Through execute's endpoint form (the alias too), the same URI.
+    for path in [
+        format!("/api/posts/{id}/attachments/1"),
+        format!("/api/v1/posts/{id}/attachments/1"),
+    ] {
+        let doc = call_tool(
+            &s,
+            "execute",
+            json!({"endpoint": {"method": "GET", "path": path}}),
+        );
+        let resource = &doc["result"]["content"][0]["resource"];
+        assert_eq!(
+            resource["uri"],
+            format!("http://{}/api/posts/{id}/attachments/1", s.addr),
+            "{doc}"
+        );
+    }
 }
 
 #[test]

@@ -450,6 +450,26 @@ fn a_private_upload_stays_out_of_shared_caches_and_no_token_is_logged() {
         assert_eq!(r.status, 200, "{}", r.text());
         r.json()
     };
+    // What is served back as the upload's Content-Type must be a media type.
+    for bad in ["not a type", "image", "image/png; charset"] {
+        let r = s.post_json(
+            "/api/storage/presign",
+            &json!({"fingerprint": k.fp(), "file_path": "p.png", "content_type": bad,
+                    "is_public": true, "signature": k.sign("presign:p.png")}),
+        );
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_request"),
+            "{bad}: {}",
+            r.text()
+        );
+        assert_eq!(
+            r.json()["details"][0]["field"],
+            "content_type",
+            "{}",
+            r.text()
+        );
+    }
     let mut tokens = Vec::new();
     for (is_public, cache) in [
         (false, "private, no-store"),

@@ -182,6 +182,30 @@ fn update_changes_the_post_and_what_search_finds() {
 /// (their signature signs no content: whoever holds one could update
 /// again with other content) requires the fresh form for them, post and
 /// profile; deletes and the rest stay as they were.
+/// The literal update and delete paths are theirs for every method (they
+/// take precedence over `/api/posts/{id}`, PROTOCOL 10): a GET there is
+/// 405 naming POST, not a read of a post named `update`.
+#[test]
+fn the_literal_post_paths_answer_405_to_other_methods() {
+    let s = Server::start();
+    for path in [
+        "/api/posts/update",
+        "/api/v1/posts/delete",
+        "/api/arbitration/contracts/buy",
+    ] {
+        let r = s.get(path);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (405, "method_not_allowed"),
+            "{path}: {}",
+            r.text()
+        );
+        assert_eq!(r.header("allow"), Some("POST"), "{path}");
+    }
+    // A post id is still read by its route.
+    assert_eq!(s.get("/api/posts/post_01NOSUCHPOST").code(), "not_found");
+}
+
 #[test]
 fn an_operator_can_require_fresh_signatures_for_updates() {
     let s = Server::with(common::Options {

@@ -3,6 +3,7 @@
 
 pub mod amount;
 pub mod hex;
+pub mod media;
 pub mod order;
 pub mod secret;
 pub mod text;

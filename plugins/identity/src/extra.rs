@@ -406,9 +406,13 @@ pub fn presign(req: &Request) -> Result<Response, ApiError> {
     let file_path = body.required_str("file_path", 1024);
     let content_type = body.required_str("content_type", 255);
     if let Some(ct) = &content_type
-        && !ct.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && !marketplace_common::media::is_media_type(ct)
     {
-        body.problem("content_type", "must be printable ASCII");
+        // Served back as the upload's Content-Type.
+        body.problem(
+            "content_type",
+            "must be a media type like image/png (type/subtype, then ; name=value parameters)",
+        );
     }
     let is_public = match body.raw("is_public") {
         None => true,

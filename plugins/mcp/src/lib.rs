@@ -878,10 +878,12 @@ fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
                 "go with tool; an endpoint takes endpoint.query and endpoint.body",
             ));
         }
-        let method = endpoint["method"]
-            .as_str()
-            .unwrap_or("GET")
-            .to_ascii_uppercase();
+        let method = match endpoint.get("method") {
+            None | Some(Value::Null) => "GET".to_string(),
+            Some(Value::String(m)) => m.to_ascii_uppercase(),
+            // (Not taken as a GET: the caller meant something else.)
+            Some(_) => return Err(ApiError::invalid("endpoint.method", "must be GET or POST")),
+        };
         // The reads and the paid or signed actions an agent makes; uploads
         // (PUT) go to their presigned URL.
         if method != "GET" && method != "POST" {
@@ -931,7 +933,16 @@ fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
             }
         }
         let target_body = endpoint.get("body").filter(|b| !b.is_null());
-        return Ok(call(&method, path, query, target_body));
+        let mut answer = call(&method, path, query, target_body);
+        if method == "GET" {
+            // Where a binary answer came from, as for a tool's (the alias
+            // folded onto its /api path).
+            let canonical = path
+                .strip_prefix("/api/v1/")
+                .map_or_else(|| path.to_string(), |rest| format!("/api/{rest}"));
+            answer.headers.push(("content-location".into(), canonical));
+        }
+        return Ok(answer);
     }
     let tool = match body.get("tool") {
         Some(Value::String(t)) => t,

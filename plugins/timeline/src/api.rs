@@ -169,7 +169,7 @@ fn attachments() -> Value {
             ),
             (
                 "attachment_type",
-                json!({"type": "string", "maxLength": 127, "description": "a media type; default text/markdown (.md) or text/plain inline, the upload's content type for an s3_key"}),
+                json!({"type": "string", "maxLength": 127, "pattern": marketplace_common::media::MEDIA_TYPE_PATTERN, "description": "a media type (type/subtype, then ; name=value parameters); default text/markdown (.md) or text/plain inline, the upload's content type for an s3_key"}),
             ),
             (
                 "is_public",

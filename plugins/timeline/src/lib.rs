@@ -262,7 +262,7 @@ fn attachment_problems(
         let (attachment_type, typed) = match item.get("attachment_type") {
             None | Some(Value::Null) => (default_type.to_string(), false),
             Some(Value::String(t))
-                if t.contains('/') && t.len() <= 127 && !t.chars().any(char::is_control) =>
+                if t.len() <= 127 && marketplace_common::media::is_media_type(t) =>
             {
                 (t.clone(), true)
             }
