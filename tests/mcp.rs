@@ -538,6 +538,16 @@ fn jsonrpc_mcp_server() {
     assert_eq!(init["id"], 1);
     assert_eq!(init["result"]["protocolVersion"], "2025-03-26");
     assert!(init["result"]["capabilities"]["tools"].is_object());
+    // A request carrying a result, or a response with both a result and
+    // an error, is no valid message (JSON-RPC 2.0 section 5): -32600.
+    for mixed in [
+        json!({"jsonrpc": "2.0", "id": 9, "method": "ping", "result": {}}),
+        json!({"jsonrpc": "2.0", "id": 9, "result": {}, "error": {"code": 1, "message": "x"}}),
+    ] {
+        let r = rpc(&s, mixed.clone());
+        assert_eq!(r.status, 400, "{mixed}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], -32600, "{mixed}: {}", r.text());
+    }
     assert_eq!(init["result"]["serverInfo"]["name"], "marketplace");
 
     let r = rpc(

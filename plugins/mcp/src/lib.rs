@@ -1180,21 +1180,24 @@ fn invalid(id: Value, why: &str) -> Value {
 fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Value>), ApiError> {
     let refuse = |id: Value, why: &str| Ok((400, Some(invalid(id, why))));
     let id = msg.get("id").cloned();
-    let is_response = msg.get("result").is_some() || msg.get("error").is_some();
+    let (result, error) = (msg.get("result").is_some(), msg.get("error").is_some());
+    let is_response = result || error;
     let method = match msg.get("method") {
         Some(Value::String(m))
             if !m.is_empty()
+                && !is_response
                 && msg["jsonrpc"] == "2.0"
                 && matches!(msg.get("params"), None | Some(Value::Object(_))) =>
         {
             m.as_str()
         }
         // A client's answer to a server request: nothing to say back.
-        None if is_response && msg["jsonrpc"] == "2.0" => "",
+        // (One with both a result and an error is no answer: JSON-RPC 5.)
+        None if result != error && msg["jsonrpc"] == "2.0" => "",
         _ => {
             return refuse(
                 id.unwrap_or(Value::Null),
-                "a JSON-RPC 2.0 message needs \"jsonrpc\": \"2.0\", a method and object params",
+                "a JSON-RPC 2.0 message needs \"jsonrpc\": \"2.0\" and either a method with object params (a request) or one of result and error (a response)",
             );
         }
     };
