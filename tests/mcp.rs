@@ -256,6 +256,18 @@ fn search_tool_matches_get_search_and_execute_passes_through() {
             "{body}: {detail}"
         );
     }
+    // A path that could not be a header's value is still the target's
+    // answer (it was a 500: the answer named it as its Content-Location).
+    let r = s.post_json(
+        "/api/mcp/tools/execute",
+        &json!({"endpoint": {"method": "GET", "path": "/api/posts/x\n"}}),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (404, "not_found"),
+        "{}",
+        r.text()
+    );
     // (An empty `arguments` beside it says nothing, and passes.)
     let r = s.post_json("/api/mcp/tools/execute", &json!({"endpoint": {"method": "GET", "path": "/api/v1/search", "query": {"term": "walnut"}}, "arguments": {}}));
     assert_eq!(r.status, 200);
@@ -540,6 +552,13 @@ fn jsonrpc_mcp_server() {
     assert!(init["result"]["capabilities"]["tools"].is_object());
     // A request carrying a result, or a response with both a result and
     // an error, is no valid message (JSON-RPC 2.0 section 5): -32600.
+    // A loose client's response with `"error": null` beside its result is
+    // a response still (no answer).
+    let r = rpc(
+        &s,
+        json!({"jsonrpc": "2.0", "id": 9, "result": {}, "error": null}),
+    );
+    assert_eq!(r.status, 202, "{}", r.text());
     for mixed in [
         json!({"jsonrpc": "2.0", "id": 9, "method": "ping", "result": {}}),
         json!({"jsonrpc": "2.0", "id": 9, "result": {}, "error": {"code": 1, "message": "x"}}),

@@ -9,7 +9,7 @@ pub const MAX_MEDIA_TYPE: usize = 255;
 /// schemas), with the length checked apart.
 pub const MEDIA_TYPE_PATTERN: &str = concat!(
     "^ *[A-Za-z0-9!#$%&'*+.^_`|~-]+/[A-Za-z0-9!#$%&'*+.^_`|~-]+ *",
-    "(; *[A-Za-z0-9!#$%&'*+.^_`|~-]+=([A-Za-z0-9!#$%&'*+.^_`|~-]+|\"[ !#-~]*\") *)*$"
+    "(; *[A-Za-z0-9!#$%&'*+.^_`|~-]+=([A-Za-z0-9!#$%&'*+.^_`|~-]+|\"[ !#-:<-\\[\\]-~]*\") *)*$"
 );
 
 /// The characters of a type, subtype or parameter name (RFC 9110 `token`).
@@ -20,7 +20,8 @@ fn token(s: &str) -> bool {
 }
 
 /// Whether `s` is a media type: `type/subtype`, then optional `; name=value`
-/// parameters (a value a token or a quoted string of printable ASCII), at
+/// parameters (a value a token or a quoted string of printable ASCII but
+/// `"`, `;` and `\`, so no escapes to read), at
 /// most [`MAX_MEDIA_TYPE`] bytes: `image/png`, `text/markdown;
 /// charset=utf-8`. Anything else (`not a type`, a line break) is not.
 pub fn is_media_type(s: &str) -> bool {
@@ -41,7 +42,7 @@ pub fn is_media_type(s: &str) -> bool {
             let quoted = value.len() >= 2
                 && value.starts_with('"')
                 && value.ends_with('"')
-                && !value[1..value.len() - 1].contains('"');
+                && !value[1..value.len() - 1].contains(['"', '\\']);
             token(name) && (token(value) || quoted)
         })
 }
@@ -74,6 +75,8 @@ mod tests {
             "ima ge/png",
             "image/png\r\nx-evil: 1",
             "text/plain; charset=\"a\"b\"",
+            "text/plain; x=\"a;b\"",
+            "text/plain; x=\"a\\\"",
             "bild/\u{e9}",
         ] {
             assert!(!is_media_type(bad), "{bad:?}");

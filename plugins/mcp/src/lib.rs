@@ -446,6 +446,21 @@ fn call(method: &str, path: &str, query: Vec<(String, String)>, body: Option<&Va
     })
 }
 
+/// Say where a read's answer came from (`Content-Location`, its /api path,
+/// the alias folded): a binary one becomes an embedded resource of this
+/// URI in a tools/call result (see `tool_result`). A path that could not
+/// be a header's value (control characters, not ASCII, over 8 KiB) is
+/// left out; the answer stands.
+fn locate(answer: &mut Response, path: &str) {
+    let canonical = match path.strip_prefix("/api/v1") {
+        Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("/api{rest}"),
+        _ => path.to_string(),
+    };
+    if canonical.len() <= 8192 && canonical.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+        answer.headers.push(("content-location".into(), canonical));
+    }
+}
+
 /// A scalar argument as query text. A whole number written as a float
 /// (`2.0`) is an integer (JSON Schema), so it goes as `2`.
 fn text_of(v: &Value) -> Option<String> {
@@ -576,11 +591,7 @@ fn run_tool(tool: &Tool, args: &Value, wrap: Wrap, caller: &Request) -> Result<R
         ));
     }
     let mut answer = call("GET", &path, query, None);
-    // Where the answer came from: a binary one becomes an embedded
-    // resource of this URI in a tools/call result (see `tool_result`).
-    answer
-        .headers
-        .push(("content-location".into(), path.clone()));
+    locate(&mut answer, &path);
     Ok(answer)
 }
 
@@ -935,12 +946,7 @@ fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
         let target_body = endpoint.get("body").filter(|b| !b.is_null());
         let mut answer = call(&method, path, query, target_body);
         if method == "GET" {
-            // Where a binary answer came from, as for a tool's (the alias
-            // folded onto its /api path).
-            let canonical = path
-                .strip_prefix("/api/v1/")
-                .map_or_else(|| path.to_string(), |rest| format!("/api/{rest}"));
-            answer.headers.push(("content-location".into(), canonical));
+            locate(&mut answer, path);
         }
         return Ok(answer);
     }
@@ -1180,7 +1186,9 @@ fn invalid(id: Value, why: &str) -> Value {
 fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Value>), ApiError> {
     let refuse = |id: Value, why: &str| Ok((400, Some(invalid(id, why))));
     let id = msg.get("id").cloned();
-    let (result, error) = (msg.get("result").is_some(), msg.get("error").is_some());
+    // (`"error": null` beside a result, which loose clients send, is none.)
+    let result = msg.get("result").is_some();
+    let error = msg.get("error").is_some_and(|e| !e.is_null());
     let is_response = result || error;
     let method = match msg.get("method") {
         Some(Value::String(m))
