@@ -1219,8 +1219,16 @@ fn mcp_allowed_origins_and_public_url_from_settings() {
     let r = raw_post(&s, "/mcp", &[("host", &own)], &ping());
     assert_eq!(r.status, 200);
     assert_eq!(r.header("access-control-allow-origin"), None);
-    // Every answer depends on Origin, and says so (for caches).
+    // Every answer depends on Origin, and says so (for caches): the
+    // host's own answers of the path too.
     assert_eq!(r.header("vary"), Some("Origin"));
+    let r = s.get("/mcp");
+    assert_eq!(
+        (r.status, r.header("vary")),
+        (405, Some("Origin")),
+        "{}",
+        r.text()
+    );
     let pre = s.request("OPTIONS", "/mcp", &[("host", &own)], None);
     assert_eq!(pre.status, 204);
     assert_eq!(pre.header("allow"), Some("OPTIONS, POST"));

@@ -763,6 +763,17 @@ async fn handle(
     if (has_body && route.is_none()) || *gates.draining.borrow() {
         reply = closing(reply);
     }
+    // Every answer of /mcp depends on Origin (CORS), the host's own too
+    // (405, 413, a bad Host's 400): a cache must not give one origin's
+    // answer to another.
+    if path == "/mcp"
+        && !reply
+            .headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("vary"))
+    {
+        reply.headers.push(("vary".into(), "Origin".into()));
+    }
     let elapsed = start.elapsed();
     // Requests no route took (404, 405, 503 while loading) count as `-`.
     static NO_ROUTE: LazyLock<RouteMetrics> = LazyLock::new(RouteMetrics::default);
