@@ -9,6 +9,13 @@ pub fn is_fingerprint(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// The SHA-256 of `bytes`, as lower-case hex: the content id of a
+/// component, a backup file or an upload, and a secret's public hash.
+pub fn sha256(bytes: impl AsRef<[u8]>) -> String {
+    use sha2::Digest;
+    encode(&sha2::Sha256::digest(bytes))
+}
+
 /// `bytes` as lower-case hex.
 pub fn encode(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len() * 2);
@@ -49,6 +56,15 @@ fn nibble(c: u8) -> Option<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sha256_is_the_standard_digest_in_lower_case_hex() {
+        assert_eq!(
+            sha256(""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_eq!(sha256(b"abc"), sha256("abc"));
+    }
 
     #[test]
     fn encodes_every_byte_as_two_lower_case_digits() {

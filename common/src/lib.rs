@@ -1,5 +1,5 @@
-//! Pure logic shared by the host and the plugins (no dependencies, builds
-//! for both the native host and the plugins' wasm targets).
+//! Pure logic shared by the host and the plugins (no I/O, a few small
+//! crates; builds for both the native host and the plugins' wasm targets).
 
 pub mod amount;
 pub mod hex;

@@ -66,7 +66,7 @@ pub fn snapshot(storage: &Storage, data_dir: &Path, out: &mut dyn Write) -> Resu
     let mut digests = serde_json::Map::new();
     digests.insert(DB.into(), json!(sha256_of_file(&db)?));
     for (name, bytes) in &files {
-        digests.insert(name.clone(), json!(crate::ids::sha256_hex(bytes)));
+        digests.insert(name.clone(), json!(marketplace_common::hex::sha256(bytes)));
     }
     let manifest = json!({
         "format": 1,
@@ -498,7 +498,7 @@ mod tests {
             let mut entries = tampered(name, bytes);
             if name != MANIFEST && !name.is_empty() {
                 let mut m = as_backed_up.clone();
-                m["sha256"][name] = json!(crate::ids::sha256_hex(bytes));
+                m["sha256"][name] = json!(marketplace_common::hex::sha256(bytes));
                 let m = serde_json::to_vec(&m).unwrap();
                 entries
                     .iter_mut()

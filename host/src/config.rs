@@ -226,6 +226,12 @@ fn default_plugins_dir() -> PathBuf {
     })
 }
 
+/// The largest body a route may take with `max_body_bytes`: that, or a
+/// route's own `max-body` (at most the largest stored value, 16 MiB).
+pub fn largest_body_bytes(max_body_bytes: usize) -> usize {
+    max_body_bytes.max(crate::store::MAX_VALUE_BYTES)
+}
+
 impl Config {
     /// Build the configuration from an optional file, the environment and
     /// flag overrides (`key`, TOML-or-string value).
@@ -553,7 +559,7 @@ impl Config {
     /// `max-body` of up to 16 MiB) when that is more: one stalled body
     /// never keeps out a body of that size.
     pub fn pending_body_budget(&self) -> u64 {
-        let largest = self.max_body_bytes.max(crate::store::MAX_VALUE_BYTES) as u64;
+        let largest = largest_body_bytes(self.max_body_bytes) as u64;
         self.max_pending_body_bytes.max(2 * largest)
     }
 

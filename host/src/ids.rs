@@ -55,13 +55,6 @@ pub fn unix_seconds() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// The SHA-256 of `bytes`, lower-case hex: a component's or a backup
-/// file's content id.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::{Digest, Sha256};
-    marketplace_common::hex::encode(&Sha256::digest(bytes))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -218,9 +218,8 @@ const SHOWN_FEE_SETTINGS: [&str; 5] =
 /// `[settings.fees]` as the record keeps it: `{digest} {shown}`, the
 /// digest over every setting, the text over the built-in prices.
 fn settings_record(settings: &BTreeMap<String, String>) -> String {
-    use sha2::{Digest, Sha256};
     let all: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
-    let digest = marketplace_common::hex::encode(&Sha256::digest(all.join("\n")));
+    let digest = marketplace_common::hex::sha256(all.join("\n"));
     let mut shown: Vec<String> = settings
         .iter()
         .filter(|(k, _)| SHOWN_FEE_SETTINGS.contains(&k.as_str()))
@@ -285,8 +284,7 @@ fn fleet_fee_settings(storage: &Storage, settings: &BTreeMap<String, String>) ->
 /// What the database keeps of a key (`name`: `server-key`, `arbiter-key`;
 /// `hex`: the key) to know it again: a digest, never the key.
 fn key_check(name: &str, hex: &str) -> String {
-    use sha2::{Digest, Sha256};
-    marketplace_common::hex::encode(&Sha256::digest(format!("marketplace fleet {name}:{hex}")))
+    marketplace_common::hex::sha256(format!("marketplace fleet {name}:{hex}"))
 }
 
 /// Record in the embedded database the [`key_check`] of each key (`name`,
@@ -321,20 +319,16 @@ fn keys_in_use(storage: &Storage, keys: &[(&str, String)]) {
     };
     for ((name, check), first) in keys.iter().zip(firsts) {
         if first.is_some_and(|first| first != check.as_bytes()) {
-            crate::alerts::raise(
-                if *name == "server-key" {
-                    "server_key_changed"
-                } else {
-                    "arbiter_key_changed"
-                },
-                format!(
-                    "this database ran with another {name} before: what it owes under that key cannot be shown (kept answers and payouts answer 409; contracts signed by an earlier arbiter key do not verify); put that key file back from a backup of this data dir and restart"
-                ),
-            );
-            tracing::error!(
-                key = name,
+            let message = format!(
                 "this database ran with another {name} before (its file was lost and made anew, or replaced): what it owes under that key cannot be shown (kept answers and payouts answer 409; contracts signed by an earlier arbiter key do not verify against this one). Put that key file back from a backup of this data dir and restart"
             );
+            tracing::error!(key = name, "{message}");
+            let kind = if *name == "server-key" {
+                "server_key_changed"
+            } else {
+                "arbiter_key_changed"
+            };
+            crate::alerts::raise(kind, message);
         }
     }
 }

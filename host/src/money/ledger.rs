@@ -18,7 +18,7 @@ use marketplace_common::hex::{decode as decode_hex, encode as hex};
 use marketplace_common::{amount, secret};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 use std::collections::HashSet;
 use std::path::Path;
 
@@ -118,7 +118,7 @@ fn decode(b: &[u8]) -> Output {
 
 /// sha256 hex of the 64-char hex string (webcash public hash).
 pub fn public_hash(secret_hex: &str) -> String {
-    hex(&Sha256::digest(secret_hex.as_bytes()))
+    marketplace_common::hex::sha256(secret_hex)
 }
 
 /// A secret issued in this request, and how to make it again: what a
@@ -151,7 +151,7 @@ impl Derivation {
 /// sha256 of a certificate's 32 bytes (its proof).
 pub fn certificate_public(secret_hex: &str) -> String {
     let raw = decode_hex(secret_hex).unwrap_or_default();
-    hex(&Sha256::digest(&raw))
+    marketplace_common::hex::sha256(raw)
 }
 
 /// Why a secret was not accepted.

@@ -718,7 +718,7 @@ impl Runtime {
         bytes: &[u8],
         grants: &Grants,
     ) -> Result<LoadedPlugin> {
-        let hash = crate::ids::sha256_hex(bytes);
+        let hash = marketplace_common::hex::sha256(bytes);
         let component = self.compile(bytes, &hash)?;
         let imports: Vec<String> = component
             .component_type()
@@ -914,7 +914,7 @@ impl Runtime {
     /// Compile a component into the on-disk cache without loading it, so a
     /// later swap to it is fast. Invalid bytes are only logged.
     pub fn precompile(&self, bytes: &[u8]) -> bool {
-        let hash = crate::ids::sha256_hex(bytes);
+        let hash = marketplace_common::hex::sha256(bytes);
         if self.cache_path(&hash).is_file() {
             // Already compiled: loading it here would only be done again
             // by the swap that uses it.

@@ -39,7 +39,9 @@ impl Seen {
     fn now(path: &Path) -> Seen {
         Seen {
             stamp: stamp(path),
-            hash: std::fs::read(path).ok().map(|b| crate::ids::sha256_hex(&b)),
+            hash: std::fs::read(path)
+                .ok()
+                .map(|b| marketplace_common::hex::sha256(&b)),
         }
     }
 
@@ -53,7 +55,7 @@ impl Seen {
         }
         self.stamp = now;
         let bytes = std::fs::read(path).ok()?;
-        let hash = crate::ids::sha256_hex(&bytes);
+        let hash = marketplace_common::hex::sha256(&bytes);
         if self.hash.as_ref() == Some(&hash) {
             tracing::debug!(
                 "{} rewritten with the same content: nothing to swap",
@@ -71,6 +73,14 @@ impl Seen {
 /// the grants of `[families.NAME]`, or none), a change swaps it, removing
 /// the file unmounts it (its data stays).
 pub const FAMILIES_DIR: &str = "families";
+
+/// Whether a component name is a file of [`FAMILIES_DIR`]
+/// (`families/NAME.wasm`): the name that ties a family to that file.
+pub fn in_families_dir(component: &str) -> bool {
+    component
+        .strip_prefix(FAMILIES_DIR)
+        .is_some_and(|rest| rest.starts_with('/'))
+}
 
 /// What the watcher is told of the admin API's kept state (see
 /// `crate::server::uploads`), which sits above the runtime.
@@ -105,7 +115,7 @@ fn swap_in(
 ) {
     if rt
         .plugin(family)
-        .is_some_and(|p| p.hash == crate::ids::sha256_hex(bytes))
+        .is_some_and(|p| p.hash == marketplace_common::hex::sha256(bytes))
     {
         return;
     }
@@ -283,10 +293,10 @@ fn watch_families_dir(
         let configured = rt
             .config
             .family(&family)
-            .is_some_and(|f| !f.component.starts_with(FAMILIES_DIR));
+            .is_some_and(|f| !in_families_dir(&f.component));
         let elsewhere = rt
             .plugin(&family)
-            .is_some_and(|p| !p.component.starts_with(FAMILIES_DIR));
+            .is_some_and(|p| !in_families_dir(&p.component));
         if !crate::capabilities::valid_family(&family) || configured || elsewhere {
             // Said once per change of the file: an operator dropping it
             // there expects it to mount.
@@ -359,7 +369,7 @@ fn watch_families_dir(
         let _one_change = rt.one_change();
         if rt
             .plugin(family)
-            .is_some_and(|p| p.component.starts_with(FAMILIES_DIR))
+            .is_some_and(|p| in_families_dir(&p.component))
         {
             match rt.unmount(family) {
                 Ok(()) => {
@@ -370,4 +380,17 @@ fn watch_families_dir(
         }
         false
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_files_of_the_families_dir_are_its() {
+        assert!(in_families_dir("families/hello.wasm"));
+        assert!(!in_families_dir("families_old.wasm"));
+        assert!(!in_families_dir("families"));
+        assert!(!in_families_dir("hello.wasm"));
+    }
 }

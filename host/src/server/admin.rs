@@ -398,15 +398,10 @@ fn unnamed_upload(
     serving: Option<&crate::runtime::PluginStatus>,
     bytes: &[u8],
 ) -> String {
-    let hash = crate::ids::sha256_hex(bytes);
+    let hash = marketplace_common::hex::sha256(bytes);
     match serving {
         Some(s) if s.hash == hash => s.component.clone(),
-        Some(s)
-            if s.component
-                .starts_with(&format!("{}/", crate::runtime::reload::FAMILIES_DIR)) =>
-        {
-            s.component.clone()
-        }
+        Some(s) if crate::runtime::reload::in_families_dir(&s.component) => s.component.clone(),
         _ => format!("{family}-{}.wasm", &hash[..12]),
     }
 }

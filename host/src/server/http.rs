@@ -95,12 +95,6 @@ fn kib(bytes: u64) -> u32 {
     u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX)
 }
 
-/// The largest body a route may take (KiB): `max_body_bytes`, or a
-/// route's own `max-body` (at most the largest stored value).
-fn largest_body(max_body_bytes: usize) -> u32 {
-    kib(max_body_bytes.max(crate::store::MAX_VALUE_BYTES) as u64)
-}
-
 /// A family's share of `max_pending_body_bytes` (KiB of `total`): its
 /// `max_concurrent`'s share of the pool (half by default), so one
 /// family's senders leave the rest to the others; at least room for two
@@ -110,7 +104,7 @@ pub fn family_body_share(total: u32, limit: u32, max_instances: u32, max_body_by
     let share = u64::from(total) * u64::from(limit) / u64::from(max_instances.max(1));
     u32::try_from(share)
         .unwrap_or(u32::MAX)
-        .max(largest_body(max_body_bytes).saturating_mul(2))
+        .max(kib(crate::config::largest_body_bytes(max_body_bytes) as u64).saturating_mul(2))
         .min(total)
 }
 

@@ -243,7 +243,7 @@ fn file_changed(app: &App, family: &str, kept: &Kept) -> bool {
 /// there is none.
 fn file_hash(app: &App, family: &str) -> String {
     std::fs::read(family_file(app, family))
-        .map_or_else(|_| "-".to_string(), |b| crate::ids::sha256_hex(&b))
+        .map_or_else(|_| "-".to_string(), |b| marketplace_common::hex::sha256(&b))
 }
 
 /// A kept upload or unmount, to replay at start ([`pending`], [`replay`]).

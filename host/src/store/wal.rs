@@ -223,6 +223,16 @@ pub fn keep_aside(damaged: &[Damaged], database_holds_to: u64) {
             let dir = aside.parent().unwrap_or(Path::new("."));
             File::open(dir).and_then(|d| d.sync_all())
         });
+        let where_kept = match &kept {
+            Ok(()) => format!("the segment is kept as {}", aside.display()),
+            Err(e) => format!("the segment could not be moved aside ({e})"),
+        };
+        let message = format!(
+            "the write-ahead log segment {} was damaged: {} records after its byte {} were not applied (answered requests this database does not hold); restore a backup to recover them; {where_kept}",
+            segment.path.display(),
+            segment.not_applied,
+            segment.whole_to,
+        );
         tracing::error!(
             segment = %segment.path.display(),
             bytes = segment.bytes,
@@ -231,21 +241,9 @@ pub fn keep_aside(damaged: &[Damaged], database_holds_to: u64) {
             database_holds_to,
             kept_as = %aside.display(),
             kept = kept.is_ok(),
-            "the write-ahead log is damaged: records after a damaged record or a gap were not applied, so what they held (answered requests) is not in this database; restore a backup to recover it. The segment is kept aside"
+            "{message}"
         );
-        let where_kept = match &kept {
-            Ok(()) => format!("the segment is kept as {}", aside.display()),
-            Err(e) => format!("the segment could not be moved aside ({e})"),
-        };
-        crate::alerts::raise(
-            "wal_damaged",
-            format!(
-                "the write-ahead log segment {} was damaged: {} records after its byte {} were not applied (answered requests this database does not hold); restore a backup to recover them; {where_kept}",
-                segment.path.display(),
-                segment.not_applied,
-                segment.whole_to,
-            ),
-        );
+        crate::alerts::raise("wal_damaged", message);
     }
 }
 

@@ -159,10 +159,7 @@ fn witness_proof_of(secret: &str) -> Option<String> {
         return None;
     }
     let raw = hex::decode(hexpart)?;
-    Some(format!(
-        "n:{id}:public:{}",
-        hex::encode(&Sha256::digest(&raw))
-    ))
+    Some(format!("n:{id}:public:{}", hex::sha256(raw)))
 }
 
 fn valid_witness_proof(proof: &str, contract_id: &str) -> bool {
@@ -662,7 +659,7 @@ fn collect(
         if c.legacy_pickups.iter().any(|k| k == kind) {
             let public = marketplace_common::secret::parse(&secret)
                 .map(|p| {
-                    let hash = hex::encode(&Sha256::digest(p.hex.as_bytes()));
+                    let hash = hex::sha256(&p.hex);
                     marketplace_common::secret::public_string(p.amount, &hash)
                 })
                 .map_err(ApiError::internal)?;

@@ -491,10 +491,7 @@ pub fn upload(req: &Request) -> Result<Response, ApiError> {
     }
     kv::delete(&key)?;
     let size = req.body().len() as u64;
-    let sha256 = {
-        use sha2::Digest;
-        marketplace_common::hex::encode(&sha2::Sha256::digest(req.body()))
-    };
+    let sha256 = marketplace_common::hex::sha256(req.body());
     kv::put_raw(&format!("file/{}", up.id), req.body())?;
     let meta = FileMeta {
         owner: up.owner,

@@ -25,7 +25,6 @@ use marketplace_guest::prelude::*;
 use marketplace_guest::{
     Body, clear_on_fault, clock, dispatch, host, limit_time, memoized, on_fault, types,
 };
-use sha2::{Digest, Sha256};
 
 struct Mcp;
 
@@ -668,7 +667,7 @@ fn define(req: &Request) -> Result<Response, ApiError> {
     body.finish()?;
     let (name, typescript) = (name.unwrap_or_default(), typescript.unwrap_or_default());
 
-    let digest = marketplace_common::hex::encode(&Sha256::digest(typescript.as_bytes()));
+    let digest = marketplace_common::hex::sha256(&typescript);
     // A used signature's 409 comes after the 403 of another's macro.
     let (owner, mut reused) = match body.text("owner_fingerprint") {
         Some(_) => {
@@ -728,9 +727,7 @@ fn define(req: &Request) -> Result<Response, ApiError> {
                     "macro {name} had this code before: a legacy signature cannot bring it back (sign the fresh form, define:{name}:{{sha256}}:{{timestamp}})"
                 )));
             }
-            let old = marketplace_common::hex::encode(&Sha256::digest(
-                m["typescript"].as_str().unwrap_or_default().as_bytes(),
-            ));
+            let old = marketplace_common::hex::sha256(m["typescript"].as_str().unwrap_or_default());
             // A legacy signature of the code the macro has now names no
             // time and covers neither description nor schema: anyone who
             // saw it may send it again, so it may only repeat the macro as

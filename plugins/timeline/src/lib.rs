@@ -391,7 +391,7 @@ fn store_attachments(
         let (size, sha256, s3_key, url) = match &a.source {
             Source::Inline(content) => {
                 kv::put_raw(&format!("att/{post_id}/{i:04}"), content.as_bytes())?;
-                let sha256 = hex::encode(&Sha256::digest(content.as_bytes()));
+                let sha256 = hex::sha256(content);
                 (content.len(), sha256, None, None)
             }
             // The bytes stay with the identity family.
@@ -577,16 +577,15 @@ fn create(req: &Request) -> Result<Response, ApiError> {
 
 /// The post a signed author request names, checked in the protocol's
 /// order: 400 (body), 401 (signature, identity), 404 (post), 403 (not the
-/// author), 409 (a signature used already).
+/// author), 409 (a signature used already). `require_fresh`: a legacy
+/// (untimestamped) signature is refused.
 fn authored_post(
     body: &Body,
     post_id: &str,
     timestamp: Option<u64>,
     action: &str,
+    require_fresh: bool,
 ) -> Result<Post, ApiError> {
-    // An update's legacy signature signs no content: the operator may
-    // require the fresh form for it.
-    let require_fresh = action == "update_post" && !marketplace_guest::legacy_updates();
     let (author, reused) = verify_in_order(
         body.text("author_fingerprint").as_deref(),
         &format!("{action}:{post_id}"),
@@ -628,7 +627,10 @@ fn update(req: &Request) -> Result<Response, ApiError> {
             body.text("author_fingerprint").as_deref(),
         )?),
     };
-    let mut post = authored_post(&body, &post_id, timestamp, "update_post")?;
+    // An update's legacy signature signs no content: the operator may
+    // require the fresh form for it.
+    let fresh = !marketplace_guest::legacy_updates();
+    let mut post = authored_post(&body, &post_id, timestamp, "update_post", fresh)?;
     if post.is_private() && content.is_some() {
         return Err(ApiError::invalid(
             "content",
@@ -676,7 +678,7 @@ fn delete(req: &Request) -> Result<Response, ApiError> {
     let post_id = body.required_str("post_id", 64).unwrap_or_default();
     let timestamp = body.optional_u64("timestamp");
     body.finish()?;
-    let post = authored_post(&body, &post_id, timestamp, "delete_post")?;
+    let post = authored_post(&body, &post_id, timestamp, "delete_post", false)?;
     let id = &post.post_id;
     if !post.is_private() {
         index::remove(&post, || stored_markdown(&post))?;
