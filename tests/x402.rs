@@ -420,6 +420,13 @@ fn a_payment_identifier_is_an_idempotency_key() {
         r.text()
     );
     assert!(!r.text().contains("secret:"), "{}", r.text());
+    // Its message says what happened: this same request, another payment.
+    let message = r.json()["message"].as_str().unwrap().to_string();
+    assert!(
+        message.contains("this same request paid by another payment")
+            && !message.contains("body differ"),
+        "{message}"
+    );
     assert_eq!(s.cash_state(&other_secret), (json!(false), json!("1")));
 
     // Same id, same request, same payment: the stored answer.
@@ -455,6 +462,7 @@ fn a_payment_identifier_is_an_idempotency_key() {
     );
     assert_eq!(r.status, 409, "{}", r.text());
     assert_eq!(r.code(), "idempotency_conflict");
+    assert!(r.text().contains("body differ"), "{}", r.text());
     assert_eq!(s.cash_state(&third_secret), (json!(false), json!("1")));
     // Another path is another request too.
     let r = s.post_with(
@@ -696,4 +704,115 @@ fn one_identifier_for_two_requests_at_once_is_one_answer_and_one_conflict() {
         assert_eq!(conflict.header("x-cash-change"), None);
         assert!(!conflict.text().contains("secret:"), "{}", conflict.text());
     }
+}
+
+/// A JSON-RPC `tools/call` of `execute` on `POST /mcp` running `endpoint`,
+/// with these extra HTTP headers and `params._meta` (when not null).
+fn mcp_execute(s: &Server, endpoint: Value, meta: Value, headers: &[(&str, &str)]) -> Value {
+    let mut params = json!({"name": "execute", "arguments": {"endpoint": endpoint}});
+    if !meta.is_null() {
+        params["_meta"] = meta;
+    }
+    let mut h = vec![("accept", "application/json, text/event-stream")];
+    h.extend_from_slice(headers);
+    let r = s.post_with(
+        "/mcp",
+        &h,
+        &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+#[test]
+fn x402_over_mcp_pays_with_the_payload_in_meta() {
+    let s = Server::start();
+    let key = Key::random();
+    let endpoint = json!({"method": "POST", "path": "/api/identity",
+                          "body": register_body(&key, "meta_payer")});
+    // Unpaid: the endpoint's 402 body, and x402's PaymentRequired beside it
+    // in structuredContent, where an x402 MCP client looks for it.
+    let r = mcp_execute(&s, endpoint.clone(), Value::Null, &[]);
+    let result = &r["result"];
+    assert_eq!(result["isError"], true, "{r}");
+    let required = &result["structuredContent"];
+    assert_eq!(required["code"], "payment_required", "{r}");
+    assert_eq!(required["x402Version"], 2, "{r}");
+    let accepted = required["accepts"][0].clone();
+    assert_eq!(accepted["network"], "webcash:mainnet", "{r}");
+    assert_eq!(accepted["amount"], "60000000", "{r}");
+    assert!(required["resource"]["url"].is_string(), "{r}");
+    assert!(result.get("_meta").is_none(), "{r}");
+
+    // Paid with the PaymentPayload in `_meta["x402/payment"]`: created,
+    // the settlement (with the change) in the result's `_meta`.
+    let secret = s.mint("1");
+    let payload = json!({"x402Version": 2, "accepted": accepted,
+                         "payload": {"secret": secret}});
+    let meta = json!({"x402/payment": payload});
+    let r = mcp_execute(&s, endpoint.clone(), meta.clone(), &[]);
+    let result = &r["result"];
+    assert_eq!(result["isError"], false, "{r}");
+    assert_eq!(result["structuredContent"]["fingerprint"], key.fp(), "{r}");
+    let settled = &result["_meta"]["x402/payment-response"];
+    assert_eq!(settled["success"], true, "{r}");
+    assert_eq!(settled["transaction"], public_form(&secret), "{r}");
+    assert_eq!(settled["amount"], "60000000", "{r}");
+    let change = settled["extra"]["change"]
+        .as_str()
+        .expect("change")
+        .to_string();
+    assert!(change.starts_with("e0.4:secret:"), "{r}");
+    assert_eq!(
+        result["structuredContent"]["payment"]["change"],
+        change.as_str()
+    );
+    assert_eq!(s.cash_state(&secret), (json!(true), json!("1")));
+    assert_eq!(s.cash_state(&change), (json!(false), json!("0.4")));
+    // The identical call is the identical retry: the same answer, nothing
+    // spent again.
+    let again = mcp_execute(&s, endpoint.clone(), meta.clone(), &[]);
+    assert_eq!(again["result"], r["result"], "{again}");
+    // The same payload for another request: the secret is spent.
+    let other = json!({"method": "POST", "path": "/api/identity",
+                       "body": register_body(&Key::random(), "meta_other")});
+    let r = mcp_execute(&s, other.clone(), meta, &[]);
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert_eq!(
+        r["result"]["structuredContent"]["code"], "payment_spent",
+        "{r}"
+    );
+    assert_eq!(r["result"]["structuredContent"]["x402Version"], 2, "{r}");
+
+    // Its base64 header form pays too.
+    let fresh = s.mint("0.6");
+    let header = signature(&accepted, &fresh, None);
+    let r = mcp_execute(&s, other.clone(), json!({"x402/payment": header}), &[]);
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    assert_eq!(s.cash_state(&fresh), (json!(true), json!("0.6")));
+    assert_eq!(
+        r["result"]["_meta"]["x402/payment-response"]["extra"]["change"],
+        Value::Null
+    );
+
+    // A payment in `_meta` and another secret in the HTTP header: refused
+    // as malformed, neither spent.
+    let (a, b) = (s.mint("0.6"), s.mint("0.6"));
+    let third = json!({"method": "POST", "path": "/api/identity",
+                       "body": register_body(&Key::random(), "meta_two")});
+    let r = mcp_execute(
+        &s,
+        third,
+        json!({"x402/payment": {"x402Version": 2, "accepted": accepted, "payload": {"secret": a}}}),
+        &[("x-cash-secret", &b)],
+    );
+    assert_eq!(
+        r["result"]["structuredContent"]["code"], "payment_invalid",
+        "{r}"
+    );
+    assert_eq!(s.cash_state(&a), (json!(false), json!("0.6")));
+    assert_eq!(s.cash_state(&b), (json!(false), json!("0.6")));
+    // A payment that is neither a payload nor its header: invalid params.
+    let r = mcp_execute(&s, other, json!({"x402/payment": 5}), &[]);
+    assert_eq!(r["error"]["code"], -32602, "{r}");
 }

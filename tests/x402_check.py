@@ -10,9 +10,14 @@ Starts the built host, then:
   end;
 - a payload built with its types and its payment-identifier helpers is an
   idempotency key (same request: the stored answer; another: 409);
-- a malformed `PAYMENT-SIGNATURE` is 402 payment_invalid.
+- a malformed `PAYMENT-SIGNATURE` is 402 payment_invalid;
+- the SDK's MCP client (x402MCPSession over the MCP SDK's Streamable HTTP
+  client) calls the `execute` tool on a paid endpoint: it reads the
+  PaymentRequired of the unpaid result, pays with `_meta["x402/payment"]`
+  and reads the settlement from the result's `_meta`.
 Run by .ci/run after the Rust tests.
 """
+import asyncio
 import json
 import sys
 import time
@@ -20,7 +25,9 @@ from decimal import Decimal
 
 import requests
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from x402 import x402ClientSync
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from x402 import x402Client, x402ClientSync
 from x402.extensions.payment_identifier import (
     append_payment_identifier_to_extensions,
     extract_payment_identifier,
@@ -34,6 +41,7 @@ from x402.http import (
     encode_payment_signature_header,
 )
 from x402.http.clients.requests import x402_http_adapter
+from x402.mcp import x402MCPSession
 from x402.schemas import PaymentPayload, PaymentRequired, SettleResponse
 
 from service import http, mint, public, running
@@ -168,5 +176,36 @@ with running(admin_token=TOKEN) as (base, admin):
     if decode_payment_required_header(headers[PAYMENT_REQUIRED_HEADER]).accepts[0].amount != "60000000":
         fail("the payment_invalid 402 has no PAYMENT-REQUIRED")
 
+    # 5. The SDK's MCP client pays a tool call with `_meta["x402/payment"]`.
+    async def over_mcp():
+        wallet = [mint(admin, TOKEN, "1")]
+        scheme = WebcashExact(wallet)
+        client = x402Client()
+        client.register(NETWORK, scheme)
+        client.set_spend_controls(False)
+        async with streamable_http_client(base + "/mcp") as streams:
+            async with ClientSession(streams[0], streams[1]) as session:
+                paying = x402MCPSession(session, client, auto_payment=True)
+                await paying.initialize()
+                reg = registration("mcppayer")
+                result = await paying.call_tool(
+                    "execute", {"endpoint": {"method": "POST", "path": "/api/identity", "body": reg}})
+                return scheme, reg, result
+
+    scheme, reg, result = asyncio.run(over_mcp())
+    if result.is_error or not result.payment_made:
+        fail(f"the MCP client's paid call: {result!r}")
+    doc = json.loads(result.content[0].text)
+    if doc.get("fingerprint") != reg["pgp_public_key"]:
+        fail(f"the MCP client's paid call answered {doc!r}")
+    settle = result.payment_response
+    if (not isinstance(settle, SettleResponse) or not settle.success
+            or settle.transaction != public(scheme.paid[0]) or settle.amount != "60000000"
+            or not (settle.extra or {}).get("change", "").startswith("e0.4:secret:")):
+        fail(f"the MCP settlement: {settle!r}")
+    if spent(base, scheme.paid[0]) is not True or spent(base, settle.extra["change"]) is not False:
+        fail("the MCP payment's spend or its change")
+
 print("x402: the SDK decodes PAYMENT-REQUIRED and PAYMENT-RESPONSE, its client pays with "
-      "PAYMENT-SIGNATURE, payment-identifier replays and conflicts, malformed is payment_invalid")
+      "PAYMENT-SIGNATURE, payment-identifier replays and conflicts, malformed is payment_invalid, "
+      "its MCP client pays a tool call through _meta")

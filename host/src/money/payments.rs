@@ -37,6 +37,92 @@ pub struct PaymentHeaders {
     pub x402: crate::money::x402::Signature,
 }
 
+/// Request headers that carry payment secrets: read by the host, never
+/// passed to plugins and never logged.
+pub const PAYMENT_HEADERS: &[&str] = &[
+    "x-cash-secret",
+    "x-webcash-secret",
+    "x-bitcoin-secret",
+    crate::money::x402::PAYMENT_SIGNATURE,
+];
+
+/// What a payment header with bytes outside visible ASCII reads as.
+pub const NOT_ASCII: &str = "(not visible ASCII)";
+
+/// Reads a request's payment headers (an HTTP request's, or those a
+/// plugin put on a request it dispatches) into [`PaymentHeaders`].
+#[derive(Default)]
+pub struct PaymentReader {
+    payment: PaymentHeaders,
+    /// The secrets of `X-Webcash-Secret` and `PAYMENT-SIGNATURE`, joined
+    /// to `X-Cash-Secret`'s by [`PaymentReader::finish`].
+    webcash: Option<String>,
+    x402: Option<String>,
+}
+
+impl PaymentReader {
+    /// A reader that adds to `payment` (a dispatching request's own).
+    pub fn from(payment: PaymentHeaders) -> PaymentReader {
+        PaymentReader {
+            payment,
+            ..PaymentReader::default()
+        }
+    }
+
+    /// Read the header `name` (lower case) when it is a payment header
+    /// (`value` is `None` when it is not visible ASCII): whether it was.
+    pub fn read(&mut self, name: &str, value: Option<&str>) -> bool {
+        if !PAYMENT_HEADERS.contains(&name) {
+            return false;
+        }
+        // A payment header with bytes outside visible ASCII is still a
+        // payment attempt: it stands as a value no rail accepts, so it is
+        // refused as malformed (402 `payment_invalid`), not taken as
+        // missing (and its bytes go nowhere).
+        let value = value.unwrap_or(NOT_ASCII);
+        match name {
+            // Two lines of one header are one comma-separated value (RFC
+            // 9110 5.3), which no rail accepts: never one of them silently.
+            "x-cash-secret" => add_line(&mut self.payment.cash, value),
+            "x-webcash-secret" => add_line(&mut self.webcash, value),
+            "x-bitcoin-secret" => add_line(&mut self.payment.bitcoin, value),
+            // x402: base64 JSON whose `payload.secret` pays as X-Cash-Secret.
+            _ => {
+                if let Some(secret) = crate::money::x402::read_signature(&mut self.payment, value) {
+                    add_line(&mut self.x402, &secret);
+                }
+            }
+        }
+        true
+    }
+
+    /// The payment read. One secret pays: the alias and x402's only stand
+    /// in for a missing X-Cash-Secret. Two different secrets in different
+    /// headers are, like two lines of one, a malformed payment: never one
+    /// of them silently while the client thinks the other paid too.
+    pub fn finish(mut self) -> PaymentHeaders {
+        for other in [self.webcash, self.x402].into_iter().flatten() {
+            add_line(&mut self.payment.cash, &other);
+        }
+        self.payment
+    }
+}
+
+/// A payment header's line, trimmed, added to those of the same header
+/// before it as HTTP combines them: comma-separated. A secret already
+/// there is not added again (the same secret twice is one payment).
+fn add_line(slot: &mut Option<String>, line: &str) {
+    let line = line.trim();
+    match slot {
+        Some(value) if value.split(", ").any(|v| v == line) => {}
+        Some(value) => {
+            value.push_str(", ");
+            value.push_str(line);
+        }
+        None => *slot = Some(line.to_string()),
+    }
+}
+
 /// What a successful charge took.
 #[derive(Debug, Clone)]
 pub struct Charge {

@@ -437,25 +437,26 @@ pub fn record(
         return Ok(());
     };
     Ledger::record_replay_at(txn, &keys.request, reply, issued, now_ms)?;
+    let conflict = |message: String| {
+        Reply::json(
+            409,
+            &json!({"code": "idempotency_conflict", "message": message, "payment_identifier": id}),
+        )
+    };
     if issued.is_empty() {
         Ledger::record_replay_at(txn, &keys.any_payer, reply, issued, now_ms)?;
+    } else {
+        // The same request paid by another payload: its answer holds
+        // change for the payment that made it only.
+        let paid_by_another = conflict(format!(
+            "payment identifier {id} was used for this same request paid by another payment, and its answer holds change for that payment only: retry with the same PAYMENT-SIGNATURE to get it (this payment was not charged)"
+        ));
+        Ledger::record_replay_at(txn, &keys.any_payer, &paid_by_another, &[], now_ms)?;
     }
-    let conflict = Reply::json(
-        409,
-        &json!({
-            "code": "idempotency_conflict",
-            "message": format!(
-                "payment identifier {id} was used for another request (method, path or body differ){}",
-                if issued.is_empty() {
-                    ""
-                } else {
-                    ", or for this one paid by another payload: its answer holds change for that payer only (retry with the same PAYMENT-SIGNATURE)"
-                }
-            ),
-            "payment_identifier": id,
-        }),
-    );
-    Ledger::record_replay_at(txn, &keys.id, &conflict, &[], now_ms)
+    let other_request = conflict(format!(
+        "payment identifier {id} was used for another request (method, path or body differ); this payment was not charged"
+    ));
+    Ledger::record_replay_at(txn, &keys.id, &other_request, &[], now_ms)
 }
 
 /// Standard base64 with padding (Python's `base64.b64encode`).

@@ -7,7 +7,7 @@ use super::connections::{Held, Open};
 use crate::app::App;
 use crate::capabilities::{Capability, is_credential};
 use crate::metrics::{RouteMetrics, metrics};
-use crate::money::payments::PaymentHeaders;
+use crate::money::payments::PaymentReader;
 use crate::reply::Reply;
 use crate::runtime::bindings::endpoint::marketplace::plugin::types as wit;
 use crate::runtime::engine::Caller;
@@ -28,33 +28,6 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tracing::Instrument;
-
-/// What a payment header with bytes outside visible ASCII reads as.
-const NOT_ASCII: &str = "(not visible ASCII)";
-
-/// A payment header's line, trimmed, added to those of the same header
-/// before it as HTTP combines them: comma-separated. A secret already
-/// there is not added again (the same secret twice is one payment).
-fn add_line(slot: &mut Option<String>, line: &str) {
-    let line = line.trim();
-    match slot {
-        Some(value) if value.split(", ").any(|v| v == line) => {}
-        Some(value) => {
-            value.push_str(", ");
-            value.push_str(line);
-        }
-        None => *slot = Some(line.to_string()),
-    }
-}
-
-/// Request headers that carry payment secrets: read by the host, never
-/// passed to plugins and never logged.
-const PAYMENT_HEADERS: &[&str] = &[
-    "x-cash-secret",
-    "x-webcash-secret",
-    "x-bitcoin-secret",
-    crate::money::x402::PAYMENT_SIGNATURE,
-];
 
 /// Concurrency gates: the instance pool shared by every family; a gate
 /// for read (non-writing) routes that leaves part of the pool to writes, so
@@ -976,49 +949,27 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
         Err(name) => return Reply::invalid(&name, NOT_UTF8),
     };
     let (mut headers, mut credentials) = (Vec::new(), Vec::new());
-    let mut payment = PaymentHeaders::default();
-    // The secrets of X-Webcash-Secret and PAYMENT-SIGNATURE, joined to
-    // X-Cash-Secret's below.
-    let (mut webcash, mut x402) = (None, None);
+    let mut payment = PaymentReader::default();
     for (name, value) in req.headers() {
         let name = name.as_str();
-        let value = match value.to_str() {
-            Ok(v) => v,
-            // A payment header with bytes outside visible ASCII is still a
-            // payment attempt: it stands as a value no rail accepts, so it
-            // is refused as malformed (402 `payment_invalid`), not taken
-            // as missing (and its bytes go nowhere).
-            Err(_) if PAYMENT_HEADERS.contains(&name) => NOT_ASCII,
-            Err(_) => continue,
-        };
-        match name {
-            // Two lines of one header are one comma-separated value (RFC
-            // 9110 5.3), which no rail accepts: never one of them silently.
-            "x-cash-secret" => add_line(&mut payment.cash, value),
-            "x-webcash-secret" => add_line(&mut webcash, value),
-            "x-bitcoin-secret" => add_line(&mut payment.bitcoin, value),
-            // x402: base64 JSON whose `payload.secret` pays as X-Cash-Secret.
-            crate::money::x402::PAYMENT_SIGNATURE => {
-                x402 = crate::money::x402::read_signature(&mut payment, value)
-            }
-            _ if PAYMENT_HEADERS.contains(&name) => {}
-            _ if is_credential(name) => credentials.push((name.to_string(), value.to_string())),
-            _ => headers.push((name.to_string(), value.to_string())),
+        let value = value.to_str().ok();
+        if payment.read(name, value) {
+            continue;
+        }
+        let Some(value) = value else { continue };
+        if is_credential(name) {
+            credentials.push((name.to_string(), value.to_string()));
+        } else {
+            headers.push((name.to_string(), value.to_string()));
         }
     }
+    let payment = payment.finish();
     // The client's credentials reach only a family granted them.
     if !credentials.is_empty()
         && let Handler::Family(family) = &route.handler
         && app.runtime.granted(family, Capability::Credentials)
     {
         headers.append(&mut credentials);
-    }
-    // One secret pays: the alias and x402's only stand in for a missing
-    // X-Cash-Secret. Two different secrets in different headers are, like
-    // two lines of one, a malformed payment: never one of them silently
-    // while the client thinks the other paid too.
-    for other in [webcash, x402].into_iter().flatten() {
-        add_line(&mut payment.cash, &other);
     }
     let body_timeout = Duration::from_millis(app.config.body_timeout_ms);
     let family_gates = match &route.handler {
@@ -1047,7 +998,7 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
             ));
         }
         Ok(Err(BodyError::Read(e))) => {
-            return Reply::error(400, "invalid_request", format!("could not read body: {e}"));
+            return Reply::invalid("body", format!("could not be read: {e}"));
         }
         Err(_) => return body_late(body_timeout),
     };

@@ -20,6 +20,7 @@ mod origin;
 mod prompts;
 mod resources;
 mod schema;
+mod x402;
 
 use marketplace_guest::prelude::*;
 use marketplace_guest::{
@@ -93,7 +94,7 @@ const TOOLS: &[Tool] = &[
     },
     Tool {
         name: "execute",
-        description: "Run a tool ({tool, arguments}) or a public /api endpoint ({endpoint: {method, path, query?, body?}}), e.g. {\"endpoint\": {\"method\": \"POST\", \"path\": \"/api/timeline\", \"body\": {...}}}. The answer is the endpoint's status and body. A paid endpoint is paid by the payment header (X-Cash-Secret: e<amount>:secret:<hex>, or PAYMENT-SIGNATURE) sent on this MCP request's HTTP POST; without one it is an isError result with the endpoint's 402 body (its price). The change of an overpayment is the X-Cash-Change header of the HTTP answer and payment.change of the endpoint's body.",
+        description: "Run a tool ({tool, arguments}) or a public /api endpoint ({endpoint: {method, path, query?, body?}}), e.g. {\"endpoint\": {\"method\": \"POST\", \"path\": \"/api/timeline\", \"body\": {...}}}. The answer is the endpoint's status and body. A paid endpoint is paid by the payment header (X-Cash-Secret: e<amount>:secret:<hex>, or PAYMENT-SIGNATURE) sent on this MCP request's HTTP POST, or over JSON-RPC by an x402 PaymentPayload in params._meta[\"x402/payment\"]; without one it is an isError result with the endpoint's 402 body (its price) and x402's PaymentRequired (x402Version, accepts) in structuredContent. The change of an overpayment is the X-Cash-Change header of the HTTP answer and payment.change of the endpoint's body.",
         method: "POST",
         path: "/api/mcp/tools/execute",
         schema: || {
@@ -415,10 +416,11 @@ fn describe(version: &str) -> Result<Response, ApiError> {
 }
 
 thread_local! {
-    /// The client request's `host` and `x-forwarded-proto`, passed on to
-    /// the requests this one dispatches, so their absolute URLs (the x402
-    /// `resource.url` of a 402) name the service as the client reached it.
-    static ORIGIN: std::cell::RefCell<Vec<(String, String)>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Headers passed on to the requests this one dispatches: the client
+    /// request's `host` and `x-forwarded-proto`, so their absolute URLs
+    /// (the x402 `resource.url` of a 402) name the service as the client
+    /// reached it; and a tools/call's x402 payment (see [`x402`]).
+    static FORWARDED: std::cell::RefCell<Vec<(String, String)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Keep the request's origin headers for [`call`].
@@ -427,13 +429,32 @@ fn forward_origin(req: &Request) {
         .into_iter()
         .filter_map(|name| req.header(name).map(|v| (name.to_string(), v.to_string())))
         .collect();
-    ORIGIN.with(|o| *o.borrow_mut() = kept);
+    FORWARDED.with(|o| *o.borrow_mut() = kept);
+}
+
+/// Pass `name: value` on to the requests this one dispatches while the
+/// returned guard lives (one message of a batch does not pay for the next).
+fn forward(name: &str, value: String) -> Forwarding {
+    FORWARDED.with(|o| {
+        let mut o = o.borrow_mut();
+        o.push((name.to_string(), value));
+        Forwarding(o.len() - 1)
+    })
+}
+
+/// While it lives, a header of [`forward`] is passed on.
+struct Forwarding(usize);
+
+impl Drop for Forwarding {
+    fn drop(&mut self) {
+        FORWARDED.with(|o| o.borrow_mut().truncate(self.0));
+    }
 }
 
 /// Run a request through the host router.
 fn call(method: &str, path: &str, query: Vec<(String, String)>, body: Option<&Value>) -> Response {
     let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
-    ORIGIN.with(|o| headers.extend(o.borrow().iter().cloned()));
+    FORWARDED.with(|o| headers.extend(o.borrow().iter().cloned()));
     dispatch::call(&types::Request {
         method: method.into(),
         route: String::new(),
@@ -1265,7 +1286,7 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
                                     "resources": {"subscribe": false, "listChanged": false},
                                     "prompts": {"listChanged": false}, "logging": {}},
                    "serverInfo": {"name": "marketplace", "version": version},
-                   "instructions": "Search listings with `search`; read posts, threads, profiles and contracts with the get_* tools. Act (post, register, rate, trade) with `execute` on a public /api endpoint; a paid one is paid by an X-Cash-Secret (or PAYMENT-SIGNATURE) header on this MCP request's HTTP POST, and answers 402 with its price without one. Macro tools are defined by users: their descriptions are not this server's."})
+                   "instructions": "Search listings with `search`; read posts, threads, profiles and contracts with the get_* tools. Act (post, register, rate, trade) with `execute` on a public /api endpoint; a paid one is paid by an X-Cash-Secret (or PAYMENT-SIGNATURE) header on this MCP request's HTTP POST, or by an x402 PaymentPayload in the tools/call's params._meta[\"x402/payment\"], and answers 402 with its price without one. Macro tools are defined by users: their descriptions are not this server's."})
         }
         "ping" => json!({}),
         "tools/list" => {
@@ -1330,6 +1351,12 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
                         Some(rpc_error(id, -32602, "params.arguments must be an object")),
                     ));
                 }
+            };
+            // x402 over MCP: a payment in `_meta` pays the endpoint the
+            // tool runs as a PAYMENT-SIGNATURE header would.
+            let _paying = match x402::payment_header(params) {
+                Ok(header) => header.map(|h| forward("payment-signature", h)),
+                Err(why) => return Ok((200, Some(rpc_error(id, -32602, why)))),
             };
             let base = origin::base(req);
             let wrap = |r: Response| fault_answer(200, rpc_result(&id, tool_result(&r, &base)));
@@ -1396,11 +1423,12 @@ fn tool_result(resp: &Response, base: &str) -> Value {
     if unpaid {
         // The 402 body speaks of HTTP headers: say where they go over MCP.
         result["content"].as_array_mut().expect("an array").push(json!({"type": "text", "text":
-            "To pay over MCP: call this tool again with the payment header (X-Cash-Secret: e<amount>:secret:<hex>, or x402's PAYMENT-SIGNATURE) on the HTTP POST /mcp request that carries the tools/call; the change of an overpayment comes back as its X-Cash-Change header."}));
+            "To pay over MCP: call this tool again with the payment header (X-Cash-Secret: e<amount>:secret:<hex>, or x402's PAYMENT-SIGNATURE) on the HTTP POST /mcp request that carries the tools/call, or with an x402 PaymentPayload ({x402Version: 2, accepted: <the entry of structuredContent.accepts>, payload: {secret: \"e<amount>:secret:<hex>\"}}) in params._meta[\"x402/payment\"]. The change of an overpayment comes back as the HTTP answer's X-Cash-Change header, and in the result's _meta[\"x402/payment-response\"].extra.change."}));
     }
     if let Ok(v @ Value::Object(_)) = serde_json::from_slice::<Value>(&resp.body) {
         result["structuredContent"] = v;
     }
+    x402::annotate(&mut result, resp);
     result
 }
 

@@ -1,11 +1,14 @@
 //! `dispatch` (capability `dispatch`): run a public `/api/` route
-//! in-process, as if it came over HTTP with the caller's payment headers.
+//! in-process, as if it came over HTTP with the caller's payment headers,
+//! and those the dispatched request carries itself (a payment the client
+//! sent in a body, as x402 over MCP does in `_meta`).
 //! The target runs in its own instance and transaction; a family's own
 //! routes are targets only where they write; dispatched requests nest at
 //! most [`MAX_DISPATCH_DEPTH`] deep.
 
 use super::{Ctx, off_the_worker};
 use crate::capabilities::Capability;
+use crate::money::payments::{PaymentHeaders, PaymentReader};
 use crate::reply::Reply;
 use crate::runtime::Runtime;
 use crate::runtime::bindings::endpoint::marketplace::plugin::{dispatch, types};
@@ -35,8 +38,8 @@ impl dispatch::Host for Ctx {
             })
             .await
             .unwrap_or_else(|failed| failed),
-            Ok(Target::Family(rt, family, req, writes)) => {
-                let payment = self.payment.clone();
+            Ok(Target::Family(rt, family, req, payment, writes)) => {
+                let payment = *payment;
                 let from = self.as_caller();
                 if !inline {
                     rt.handle_from(&family, req, payment, writes, from)
@@ -82,8 +85,15 @@ impl dispatch::Host for Ctx {
 enum Target {
     /// A host handler, its request body.
     Host(Arc<Runtime>, &'static str, Vec<u8>),
-    /// A family's route: the family, the routed request, whether it writes.
-    Family(Arc<Runtime>, String, types::Request, bool),
+    /// A family's route: the family, the routed request, its payment,
+    /// whether it writes.
+    Family(
+        Arc<Runtime>,
+        String,
+        types::Request,
+        Box<PaymentHeaders>,
+        bool,
+    ),
 }
 
 impl Ctx {
@@ -107,6 +117,14 @@ impl Ctx {
             );
             return Err(Reply::error(500, "internal", "internal error"));
         }
+        // Payment headers are read by the host, never passed on: the
+        // caller's, plus any the dispatched request carries (the same
+        // secret twice is one payment; two different ones are refused as
+        // malformed wherever the target has to pay).
+        let mut payment = PaymentReader::from(self.payment.clone());
+        req.headers
+            .retain(|(name, value)| !payment.read(&name.to_ascii_lowercase(), Some(value)));
+        let payment = payment.finish();
         let method = req.method.to_ascii_uppercase();
         let writes = !crate::runtime::routes::is_read(&method);
         if writes && self.holds_batch() {
@@ -152,7 +170,13 @@ impl Ctx {
                         req.headers
                             .retain(|(name, _)| !crate::capabilities::is_credential(name));
                     }
-                    Ok(Target::Family(rt, f.clone(), req, route.writes))
+                    Ok(Target::Family(
+                        rt,
+                        f.clone(),
+                        req,
+                        Box::new(payment),
+                        route.writes,
+                    ))
                 }
                 Handler::Host(name) => Ok(Target::Host(rt, name, req.body)),
             },
