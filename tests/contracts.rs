@@ -704,6 +704,25 @@ fn witness_gates_delivery_and_is_burned_at_settlement() {
         states_unknown["results"][&unknown],
         json!({"spent": null, "state": null, "contract_id": null})
     );
+    // Results come in the order asked (as the cash health_check's), a
+    // proof asked twice once.
+    let (late, early) = (proof_of(&"ff".repeat(32)), proof_of(&"00".repeat(32)));
+    let r = s.post_json(
+        "/api/witness/health_check",
+        &json!([late, early, late, proof_of(&new_hex)]),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let text = r.text();
+    let at = |p: &str| {
+        text.find(&format!("\"{p}\""))
+            .unwrap_or_else(|| panic!("{p}: {text}"))
+    };
+    assert!(
+        at(&late) < at(&early) && at(&early) < at(&proof_of(&new_hex)),
+        "{text}"
+    );
+    assert_eq!(text.matches(&late).count(), 1, "{text}");
+    assert_eq!(r.json()["results"].as_object().unwrap().len(), 3, "{text}");
     assert_eq!(act(&s, &d.buyer, id, "pickup").status, 200);
     let states = s
         .post_json("/api/witness/health_check", &json!([proof_of(&new_hex)]))

@@ -453,6 +453,12 @@ fn a_built_in_family_can_be_unmounted_and_mounted_again() {
     assert_eq!(r.status, 200, "{}", r.text());
     let r = admin(&s, "DELETE", "/admin/plugins/timeline", b"");
     assert_eq!(r.status, 200, "{}", r.text());
+    // A built-in family's routes going away is a warning in the log.
+    s.wait_log("the built-in unmount's warning", |log| {
+        log.lines().any(|l| {
+            l.contains("WARN") && l.contains("built-in family unmounted") && l.contains("timeline")
+        })
+    });
     let r = s.get(&format!("/api/posts/{}", d.post));
     assert_eq!(
         (r.status, r.code().as_str()),
@@ -480,6 +486,38 @@ fn a_built_in_family_can_be_unmounted_and_mounted_again() {
     assert_eq!(r.json()["mounted"], true, "{}", r.text());
     let r = s.get(&format!("/api/posts/{}", d.post));
     assert_eq!(r.status, 200, "{}", r.text());
+}
+
+#[test]
+fn a_swap_that_drops_routes_says_which_in_the_log() {
+    // Another family's component under contracts' name: accepted (its
+    // routes conflict with no one), but the log names every route of the
+    // old version that now answers 404.
+    let s = Server::start();
+    let r = admin(
+        &s,
+        "PUT",
+        "/admin/plugins/contracts",
+        &wasm("template.wasm"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    s.wait_log("the dropped routes' warning", |log| {
+        log.lines().any(|l| {
+            l.contains("WARN")
+                && l.contains("these now answer 404")
+                && l.contains("POST /api/arbitration/contracts/buy")
+        })
+    });
+    // A swap to the same routes says nothing of the kind.
+    let r = admin(
+        &s,
+        "PUT",
+        "/admin/plugins/fees",
+        &wasm("fees_pickup_paid.wasm"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let log = s.log_text();
+    assert_eq!(log.matches("these now answer 404").count(), 1, "{log}");
 }
 
 #[test]

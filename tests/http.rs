@@ -618,5 +618,29 @@ fn a_garbage_component_is_refused_at_startup_and_logged() {
         s.get("/api/health").json()["plugins"]["search"]["status"],
         "unavailable"
     );
-    assert!(s.log_text().contains("plugin refused"), "{}", s.log_text());
+    let log = s.log_text();
+    assert!(log.contains("plugin refused"), "{log}");
+    // The ready line does not say every family loaded: it names the ones
+    // that did not, and why.
+    let ready = log
+        .lines()
+        .find(|l| l.contains("ready: "))
+        .unwrap_or_else(|| panic!("no ready line: {log}"));
+    assert!(
+        ready.contains("WARN") && ready.contains("health degraded") && ready.contains("search ("),
+        "{ready}"
+    );
+    assert!(!log.contains("every family loaded"), "{log}");
+    // So does the operator's listing of the families.
+    let listed = s.admin_request("GET", "/admin/plugins", &serde_json::Value::Null);
+    assert_eq!(listed.status, 200, "{}", listed.text());
+    let search = listed
+        .json()
+        .as_array()
+        .and_then(|all| all.iter().find(|p| p["family"] == "search").cloned())
+        .unwrap_or_else(|| panic!("search listed: {}", listed.text()));
+    assert!(
+        search["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{search}"
+    );
 }

@@ -362,6 +362,19 @@ fn private_replies_are_paid_hidden_and_readable_by_id_and_thread() {
     let r = s.post(&buyer, "", json!({"parent_id": root}), &s.mint("0.01"));
     assert_eq!(r.status, 400, "{}", r.text());
 
+    // Addressed to nobody (no registered identity): 404, nothing spent.
+    let mut nobody = body.clone();
+    nobody["recipient_fingerprint"] = json!("ab".repeat(32));
+    let secret = s.mint("0.01");
+    let r = s.post_paid("/api/timeline", &secret, &nobody);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (404, "not_found"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(s.cash_state(&secret), (json!(false), json!("0.01")));
+
     // Paid at the comment price: 201.
     let r = s.post_paid("/api/timeline", &s.mint("0.01"), &body);
     assert_eq!(r.status, 201, "{}", r.text());

@@ -680,6 +680,30 @@ fn ratings_change_the_authors_score() {
     );
     assert_eq!((r.status, r.code().as_str()), (402, "payment_required"));
     assert_eq!(r.json()["required_amount"], "0.001");
+
+    // An author whose identity was deleted has no profile a vote could
+    // rate: 404, nothing spent.
+    let fp = author.fp();
+    let r = s.post_json(
+        "/api/identity/delete",
+        &json!({"fingerprint": fp, "signature": author.sign(&format!("delete_identity:{fp}"))}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let ts = now_s() + 7;
+    let secret = s.mint("0.001");
+    let r = s.post_paid(
+        "/api/profiles/rate",
+        &secret,
+        &json!({"post_id": post, "actor_fingerprint": rater.fp(), "vote": "up", "timestamp": ts,
+                "signature": rater.sign(&format!("vote:{post}:up:{ts}"))}),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (404, "not_found"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(s.cash_state(&secret), (json!(false), json!("0.001")));
 }
 
 /// A server whose searches read every list whole (the default for lists

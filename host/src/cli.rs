@@ -38,9 +38,9 @@ enum Command {
         command: PluginsCommand,
         #[command(flatten)]
         client: Client,
-        /// Data directory whose admin.token to present (when no --token).
-        #[arg(long, value_name = "DIR", global = true)]
-        data_dir: Option<PathBuf>,
+        /// Where the admin token comes from when no --token is given.
+        #[command(flatten)]
+        settings: StoreSettings,
     },
     /// Write one consistent snapshot of the database plus the server and
     /// arbiter keys into FILE (0600). Online through the admin listener
@@ -52,7 +52,7 @@ enum Command {
         #[command(flatten)]
         client: Client,
         #[command(flatten)]
-        settings: Settings,
+        settings: StoreSettings,
     },
     /// Restore a backup into a new (missing or empty) data dir.
     Restore {
@@ -75,7 +75,7 @@ enum CashCommand {
         #[command(flatten)]
         client: Client,
         #[command(flatten)]
-        settings: Settings,
+        settings: StoreSettings,
     },
 }
 
@@ -128,6 +128,30 @@ struct Settings {
     testing_routes: bool,
 }
 
+/// The settings of the commands that open the data dir, or read the
+/// server's configuration for its admin token: the serve-only flags
+/// (listeners, plugins, logs) mean nothing to them.
+#[derive(Args, Debug, Default, Clone)]
+struct StoreSettings {
+    /// TOML configuration file (the server's: its data_dir, store and
+    /// admin_token).
+    #[arg(long, value_name = "FILE", env = "MARKETPLACE_CONFIG", global = true)]
+    config: Option<PathBuf>,
+    /// Data directory (its database; its admin.token when no --token).
+    #[arg(long, value_name = "DIR", global = true)]
+    data_dir: Option<PathBuf>,
+}
+
+impl StoreSettings {
+    fn settings(&self) -> Settings {
+        Settings {
+            config: self.config.clone(),
+            data_dir: self.data_dir.clone(),
+            ..Settings::default()
+        }
+    }
+}
+
 /// Client options of the commands that talk to a running server.
 #[derive(Args, Debug, Clone)]
 struct Client {
@@ -168,17 +192,17 @@ fn run(cli: Cli) -> Result<()> {
                     client,
                     settings,
                 },
-        } => cash_mint(&amount, &client, &settings),
+        } => cash_mint(&amount, &client, &settings.settings()),
         Command::Plugins {
             command,
             client,
-            data_dir,
-        } => plugins(command, &client, data_dir),
+            settings,
+        } => plugins(command, &client, &settings.settings()),
         Command::Backup {
             to,
             client,
             settings,
-        } => backup(&to, &client, &settings),
+        } => backup(&to, &client, &settings.settings()),
         Command::Restore { file, data_dir } => {
             crate::backup::restore(&file, &data_dir)?;
             say(&format!("restored into {}", data_dir.display()))
@@ -244,10 +268,12 @@ fn serve(config: Config) -> Result<()> {
         .on_thread_stop(crate::logging::flush)
         .max_blocking_threads(config.max_instances as usize + 16)
         .build()?;
-    let code = rt.block_on(crate::server::run(config))?;
+    let code = rt.block_on(crate::server::run(config));
     // Blocking tasks still running after the drain timeout are abandoned:
     // their requests were not answered, and their writes never commit.
     rt.shutdown_timeout(std::time::Duration::from_millis(100));
+    crate::logging::flush_all();
+    let code = code?;
     if code != 0 {
         std::process::exit(code);
     }
@@ -307,18 +333,12 @@ fn cash_mint(amount: &str, client: &Client, settings: &Settings) -> Result<()> {
     say(&secret)
 }
 
-fn plugins(command: PluginsCommand, client: &Client, data_dir: Option<PathBuf>) -> Result<()> {
+fn plugins(command: PluginsCommand, client: &Client, settings: &Settings) -> Result<()> {
     let url = client
         .admin
         .as_deref()
         .context("plugins commands talk to a running server: pass --admin URL")?;
-    let token = admin_token(
-        client,
-        &Settings {
-            data_dir,
-            ..Settings::default()
-        },
-    )?;
+    let token = admin_token(client, settings)?;
     let (status, text) = match command {
         PluginsCommand::List => admin_request(url, "GET", "/admin/plugins", &token, Vec::new())?,
         PluginsCommand::Load {

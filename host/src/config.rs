@@ -241,6 +241,8 @@ impl Config {
         flags: &[(String, String)],
     ) -> Result<Config> {
         let mut table = toml::Table::new();
+        // Where each setting came from, for an error about it.
+        let mut sources: BTreeMap<String, String> = BTreeMap::new();
         let file = file.map(Path::to_path_buf).or_else(|| {
             env.iter()
                 .find(|(k, _)| k == "MARKETPLACE_CONFIG")
@@ -252,15 +254,28 @@ impl Config {
             table = text
                 .parse::<toml::Table>()
                 .with_context(|| format!("parsing config {}", path.display()))?;
+            for key in table.keys() {
+                sources.insert(
+                    key.clone(),
+                    format!("in the config file {}", path.display()),
+                );
+            }
         }
         for (key, value) in env {
             let Some(name) = key.strip_prefix("MARKETPLACE_") else {
                 continue;
             };
             let name = name.to_ascii_lowercase();
-            if name == "config" {
+            // The test harness's own variables (README: `cargo xtask pg`
+            // prints MARKETPLACE_TEST_PG) are not settings of a server
+            // started beside them.
+            if name == "config" || name.starts_with("test_") || name == "require_pg" {
                 continue;
             }
+            sources.insert(
+                name.clone(),
+                format!("from the environment variable {key}{}", shown(&name, value)),
+            );
             // An empty switch is an unset one (`X=${X:-}` in a compose
             // file), not a wrong value.
             if value.trim().is_empty()
@@ -281,6 +296,10 @@ impl Config {
             {
                 plugins_entry(&mut table)?
                     .insert(family.to_string(), toml::Value::String(value.clone()));
+                sources.insert(
+                    "plugins".into(),
+                    format!("from the environment variable {key}"),
+                );
                 continue;
             }
             let value = scalar(&name, key, value)?;
@@ -288,6 +307,14 @@ impl Config {
         }
         for (key, value) in flags {
             let key = key.replace('-', "_");
+            sources.insert(
+                key.clone(),
+                format!(
+                    "from the flag --{}{}",
+                    key.replace('_', "-"),
+                    shown(&key, value)
+                ),
+            );
             let value = scalar(&key, &key, value)?;
             table.insert(key, value);
         }
@@ -295,10 +322,19 @@ impl Config {
             toml::Value::Table(table)
                 .try_into()
                 .map_err(|e: toml::de::Error| {
-                    anyhow::anyhow!(
-                        "invalid configuration: {}",
-                        e.to_string().trim().replace('\n', " ")
-                    )
+                    let message = e.to_string().trim().replace('\n', " ");
+                    // The setting the error names, and where it was set.
+                    let source = sources
+                        .iter()
+                        .filter_map(|(name, source)| {
+                            message
+                                .find(&format!("`{name}`"))
+                                .map(|at| (at, name, source))
+                        })
+                        .min()
+                        .map(|(_, name, source)| format!(" (`{name}` {source})"))
+                        .unwrap_or_default();
+                    anyhow::anyhow!("invalid configuration: {message}{source}")
                 })?;
         config.validate()?;
         Ok(config)
@@ -685,6 +721,17 @@ fn scalar(name: &str, given: &str, raw: &str) -> Result<toml::Value> {
     })
 }
 
+/// ` = "VALUE"` of a setting named in an error, unless the value may hold
+/// a secret (a token, a key, a URL with a password).
+fn shown(name: &str, value: &str) -> String {
+    const SECRET: &[&str] = &["token", "key", "store", "upstream"];
+    if SECRET.iter().any(|s| name.contains(s)) || value.len() > 200 {
+        String::new()
+    } else {
+        format!(" = {value:?}")
+    }
+}
+
 /// An on/off value as environments spell it: `true`/`false`, `1`/`0`,
 /// `yes`/`no`, `on`/`off`, in any case; anything else is refused, not
 /// read as off.
@@ -736,6 +783,51 @@ mod tests {
         assert_eq!(c.family("fees").unwrap().component, "fees_pickup_paid.wasm");
         let c = Config::load(Some(&file), &env, &[]).unwrap();
         assert_eq!(c.listen.port(), 2);
+    }
+
+    #[test]
+    fn an_error_names_where_the_setting_came_from() {
+        let err = |env: &[(&str, &str)], flags: &[(&str, &str)]| {
+            format!("{:#}", Config::load(None, &s(env), &s(flags)).unwrap_err())
+        };
+        let e = err(
+            &[("MARKETPLACE_MAX_CONNECTIONS", "many")],
+            &[("data_dir", "d")],
+        );
+        assert!(
+            e.contains("from the environment variable MARKETPLACE_MAX_CONNECTIONS = \"many\""),
+            "{e}"
+        );
+        // An unknown variable is named, not a setting the error lists.
+        let e = err(&[("MARKETPLACE_ZZZ", "1")], &[("data_dir", "d")]);
+        assert!(
+            e.contains("(`zzz` from the environment variable MARKETPLACE_ZZZ"),
+            "{e}"
+        );
+        let e = err(&[], &[("listen", "127.0.0.1:99999")]);
+        assert!(
+            e.contains("from the flag --listen = \"127.0.0.1:99999\""),
+            "{e}"
+        );
+        // A value that may be a secret is not repeated.
+        let e = err(
+            &[
+                ("MARKETPLACE_STORE", "postgres://u:pw@h/db"),
+                ("MARKETPLACE_STORE_TIMEOUT_MS", "x"),
+            ],
+            &[],
+        );
+        assert!(!e.contains("pw@"), "{e}");
+        // The test harness's variables are not settings.
+        let c = Config::load(
+            None,
+            &s(&[
+                ("MARKETPLACE_TEST_PG", "postgres://x"),
+                ("MARKETPLACE_REQUIRE_PG", "1"),
+            ]),
+            &[],
+        );
+        assert!(c.is_ok(), "{:?}", c.err());
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! for many requests' lines instead of one per line; when idle, a line is
 //! out before the worker sleeps. What a `kill -9` can lose is at most the
 //! info lines a busy worker gathered since it last wrote (under
-//! [`FLUSH_AT`] bytes per worker).
+//! [`FLUSH_AT`] bytes per worker); before the process exits, [`flush_all`]
+//! writes what every thread gathered, a worker still busy with a request
+//! the drain gave up on included.
 //!
 //! The one line per request ([`access`]) is made here rather than by the
 //! subscriber's formatter (about a third of a host route's own CPU went to
@@ -21,7 +23,7 @@ use crate::config::{Config, LogFormat};
 use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 /// A busy worker writes its gathered lines once they reach this size...
@@ -39,9 +41,40 @@ struct Gathered {
 }
 
 thread_local! {
-    static GATHERED: RefCell<Gathered> = const {
-        RefCell::new(Gathered { on: false, buf: Vec::new(), since: None })
+    /// This thread's; registered in [`ALL_GATHERED`] (its lock is only
+    /// ever contended by [`flush_all`]).
+    static GATHERED: Arc<Mutex<Gathered>> = {
+        let g = Arc::new(Mutex::new(Gathered { on: false, buf: Vec::new(), since: None }));
+        ALL_GATHERED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::downgrade(&g));
+        g
     };
+}
+
+/// Every thread's [`GATHERED`], for [`flush_all`].
+static ALL_GATHERED: Mutex<Vec<Weak<Mutex<Gathered>>>> = Mutex::new(Vec::new());
+
+/// This thread's [`Gathered`], locked.
+fn with_gathered<T>(f: impl FnOnce(&mut Gathered) -> T) -> Option<T> {
+    GATHERED
+        .try_with(|g| f(&mut g.lock().unwrap_or_else(|e| e.into_inner())))
+        .ok()
+}
+
+/// Write what every thread gathered (before the process exits: a worker
+/// still busy with a request the drain gave up on never parks to write
+/// its own).
+pub fn flush_all() {
+    let mut all = ALL_GATHERED.lock().unwrap_or_else(|e| e.into_inner());
+    all.retain(|g| match g.upgrade() {
+        Some(g) => {
+            write_gathered(&mut g.lock().unwrap_or_else(|e| e.into_inner()));
+            true
+        }
+        None => false,
+    });
 }
 
 /// How [`access`] writes its line (set by [`init`]).
@@ -238,16 +271,15 @@ impl tracing_subscriber::fmt::time::FormatTime for Timestamp {
 /// From now on this thread gathers its lines (an async worker that woke
 /// up: `on_thread_unpark`).
 pub fn gather() {
-    let _ = GATHERED.try_with(|g| g.borrow_mut().on = true);
+    with_gathered(|g| g.on = true);
 }
 
 /// Write out what this thread gathered, and let its lines go straight out
 /// again (an async worker about to park, or stopping; before an exit).
 pub fn flush() {
-    let _ = GATHERED.try_with(|g| {
-        let mut g = g.borrow_mut();
+    with_gathered(|g| {
         g.on = false;
-        write_gathered(&mut g);
+        write_gathered(g);
     });
 }
 
@@ -299,20 +331,18 @@ struct Stderr {
 impl Write for Stderr {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
         let gathered = self.gather
-            && GATHERED
-                .try_with(|g| {
-                    let mut g = g.borrow_mut();
-                    if !g.on {
-                        return false;
-                    }
-                    g.buf.extend_from_slice(bytes);
-                    let since = *g.since.get_or_insert_with(Instant::now);
-                    if g.buf.len() >= FLUSH_AT || since.elapsed() >= FLUSH_AFTER {
-                        write_gathered(&mut g);
-                    }
-                    true
-                })
-                .unwrap_or(false);
+            && with_gathered(|g| {
+                if !g.on {
+                    return false;
+                }
+                g.buf.extend_from_slice(bytes);
+                let since = *g.since.get_or_insert_with(Instant::now);
+                if g.buf.len() >= FLUSH_AT || since.elapsed() >= FLUSH_AFTER {
+                    write_gathered(g);
+                }
+                true
+            })
+            .unwrap_or(false);
         if !gathered {
             write_out(bytes)?;
         }
@@ -451,7 +481,7 @@ mod tests {
     /// machine does not see them written for their age.
     fn gather_without_age() {
         gather();
-        GATHERED.with(|g| g.borrow_mut().since = Some(Instant::now() + Duration::from_secs(3600)));
+        with_gathered(|g| g.since = Some(Instant::now() + Duration::from_secs(3600)));
     }
 
     #[test]

@@ -159,6 +159,9 @@ pub struct PluginStatus {
     pub routes: Vec<String>,
     /// The interfaces its component imports (empty unless loaded).
     pub imports: Vec<String>,
+    /// Why it is unavailable (its last load's failure), when it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// A family's status, borrowed from where the runtime keeps it
@@ -171,6 +174,8 @@ pub struct StatusView<'a> {
     pub status: &'static str,
     pub grants: &'a Grants,
     pub loaded: Option<&'a LoadedPlugin>,
+    /// Why its last load failed (unavailable), if it did.
+    pub error: Option<&'a str>,
 }
 
 /// Limits applied to every instance.
@@ -586,6 +591,34 @@ impl Runtime {
                     "plugin {}",
                     if known { "loaded" } else { "mounted" }
                 );
+                // A swap that drops routes the old version served (a new
+                // version that removed an endpoint, or another family's
+                // component under this one's file name): said loudly.
+                if let Some(old) = slots.get(family).and_then(|s| s.loaded.as_ref()) {
+                    let dropped: Vec<String> = old
+                        .api
+                        .routes
+                        .iter()
+                        .filter(|r| {
+                            !plugin
+                                .api
+                                .routes
+                                .iter()
+                                .any(|n| n.method == r.method && n.pattern == r.pattern)
+                        })
+                        .map(|r| format!("{} {}", r.method, r.pattern))
+                        .collect();
+                    if !dropped.is_empty() {
+                        tracing::warn!(
+                            family,
+                            component = component_name,
+                            "the new version serves {} of the old version's {} routes: these now answer 404: {}",
+                            old.api.routes.len() - dropped.len(),
+                            old.api.routes.len(),
+                            dropped.join(", ")
+                        );
+                    }
+                }
                 slots.insert(
                     family.to_string(),
                     Slot {
@@ -622,7 +655,15 @@ impl Runtime {
         match self.assemble(&slots, None) {
             Ok(served) => {
                 *self.served.write().expect("served lock") = Arc::new(served);
-                tracing::info!(family, "family unmounted; its data stays");
+                if self.state.config.start_rank(family) == 0 {
+                    tracing::warn!(
+                        family,
+                        routes = slot.loaded.as_ref().map_or(0, |p| p.api.routes.len()),
+                        "built-in family unmounted: its routes answer 404 until it is mounted again; its data stays"
+                    );
+                } else {
+                    tracing::info!(family, "family unmounted; its data stays");
+                }
                 Ok(())
             }
             Err(e) => {
@@ -1063,6 +1104,7 @@ impl Runtime {
                         Some(p) if detailed => p.imports.clone(),
                         _ => Vec::new(),
                     },
+                    error: v.error.map(str::to_string),
                 })
                 .collect()
         })
@@ -1084,6 +1126,7 @@ impl Runtime {
                 status: "ok",
                 grants: &slot.grants,
                 loaded: Some(p),
+                error: None,
             },
             None => StatusView {
                 family,
@@ -1096,6 +1139,7 @@ impl Runtime {
                 },
                 grants: &slot.grants,
                 loaded: None,
+                error: slot.error.as_deref(),
             },
         }))
     }

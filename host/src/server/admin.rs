@@ -3,8 +3,9 @@
 //! `<data_dir>/admin.token` with mode 0600).
 //!
 //! - `GET /admin/plugins` -> `[{family, component, version, status, hash,
-//!   loaded_at, grants, reads, routes, imports}]` (`imports`: the
-//!   interfaces the loaded component imports, `package:name/iface@version`)
+//!   loaded_at, grants, reads, routes, imports, error?}]` (`imports`: the
+//!   interfaces the loaded component imports, `package:name/iface@version`;
+//!   `error`: why an unavailable family's last load failed)
 //! - `PUT /admin/plugins/{family}[?grants=a,b&read=x,y]` (component bytes,
 //!   up to 64 MiB): validate, swap, then answer `{family, version, hash,
 //!   mounted, grants, reads, routes}`. An unknown family is mounted (with
@@ -359,10 +360,7 @@ impl hyper::body::Body for ChannelBody {
 }
 
 fn status_json(s: &crate::runtime::PluginStatus) -> serde_json::Value {
-    json!({"family": s.family, "component": s.component, "version": s.version,
-           "status": s.status, "hash": s.hash, "loaded_at": s.loaded_at,
-           "grants": s.grants, "reads": s.reads, "routes": s.routes,
-           "imports": s.imports})
+    serde_json::to_value(s).unwrap_or_default()
 }
 
 /// The name an upload is listed under, from `?component=NAME` (the file

@@ -124,12 +124,14 @@ pub async fn run(config: Config) -> Result<i32> {
             // (the admin API refuses such a name; a family mounted later
             // through the watched directory or the API may still come).
             let statuses = app.runtime.statuses_with(false);
+            // (A configured family an admin unmounted keeps its data: reads
+            // of it find that.)
+            let configured = app.config.families();
             for s in &statuses {
-                for read in s
-                    .reads
-                    .iter()
-                    .filter(|r| !statuses.iter().any(|o| &o.family == *r))
-                {
+                for read in s.reads.iter().filter(|r| {
+                    !statuses.iter().any(|o| &o.family == *r)
+                        && !configured.iter().any(|f| &f.name == *r)
+                }) {
                     tracing::warn!(
                         family = %s.family,
                         read = %read,
@@ -139,7 +141,24 @@ pub async fn run(config: Config) -> Result<i32> {
             }
             println!("marketplace listening on http://{addr}");
             let _ = std::io::stdout().flush();
-            tracing::info!("ready: every family loaded, serving on http://{addr}");
+            let unavailable: Vec<String> = statuses
+                .iter()
+                .filter(|s| s.status != "ok")
+                .map(|s| match &s.error {
+                    Some(why) => format!("{} ({why})", s.family),
+                    None => s.family.clone(),
+                })
+                .collect();
+            if unavailable.is_empty() {
+                tracing::info!("ready: every family loaded, serving on http://{addr}");
+            } else {
+                tracing::warn!(
+                    "ready: serving on http://{addr}, health degraded: {} of {} families unavailable: {}",
+                    unavailable.len(),
+                    statuses.len(),
+                    unavailable.join("; ")
+                );
+            }
         });
     }
 
@@ -156,7 +175,7 @@ pub async fn run(config: Config) -> Result<i32> {
         let _ = stop_tx.send(true);
         signal().await;
         tracing::warn!("second signal: exiting now");
-        crate::logging::flush();
+        crate::logging::flush_all();
         std::process::exit(130);
     });
     let drained = http::serve(app.clone(), listener, stop_rx, drain).await;
@@ -178,7 +197,11 @@ pub async fn run(config: Config) -> Result<i32> {
     if drained {
         tracing::info!(commits = app.storage.commits(), "stopped");
     } else {
-        tracing::warn!("drain timeout: requests still running were not answered");
+        tracing::warn!(
+            in_flight = crate::metrics::metrics().in_flight.get(),
+            drain_ms = drain.as_millis() as u64,
+            "drain timeout: requests still running were not answered (their writes do not commit)"
+        );
     }
     Ok(0)
 }

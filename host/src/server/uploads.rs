@@ -389,8 +389,15 @@ pub fn mount_at_start(app: &App) {
             }
         }
     }
+    let serving = app
+        .runtime
+        .statuses_with(false)
+        .iter()
+        .filter(|s| s.status == "ok")
+        .count();
     tracing::info!(
         families = specs.len(),
+        serving,
         millis = started.elapsed().as_millis() as u64,
         "families loaded"
     );

@@ -1176,7 +1176,12 @@ fn ended(
             if e.retry {
                 tracing::info!(batch, members, "{e}; its requests run again");
             } else {
-                tracing::error!(batch, members, "{e}");
+                // At most once a second: a full disk fails every batch.
+                static LINES: crate::logging::Throttle =
+                    crate::logging::Throttle::new(std::time::Duration::from_secs(1));
+                if let Some(failed) = LINES.note() {
+                    tracing::error!(batch, members, failed_batches = failed, "{e}");
+                }
             }
             outcome.set(Outcome::failure(e.retry));
         }

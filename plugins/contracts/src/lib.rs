@@ -323,7 +323,7 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
     let seller = marketplace_guest::posts::author_of(&reference_post)?;
     // A deleted seller could never accept: the buyer's money would only
     // wait in escrow for their own refund.
-    if kv::get_raw(Some("identity"), &format!("id/{seller}"))?.is_none() {
+    if !marketplace_guest::registered(&seller)? {
         return Err(ApiError::new(
             404,
             "not_found",
@@ -435,7 +435,8 @@ fn graphql(req: &Request) -> Result<Response, ApiError> {
         let message = "the body must be JSON with a `query` string";
         return Ok(json(
             400,
-            &json!({"code": "invalid_request", "message": message, "errors": [{"message": message}]}),
+            &json!({"code": "invalid_request", "message": message, "errors": [{"message": message}],
+                    "details": [{"field": "query", "problem": "must be a string in a JSON object body"}]}),
         ));
     };
     if query.len() > 10_000 {
@@ -867,18 +868,33 @@ fn witness_health(req: &Request) -> Result<Response, ApiError> {
             ));
         }
     };
-    // PROTOCOL 10: the original client reads `results[proof].spent`.
-    let mut results = serde_json::Map::new();
+    // PROTOCOL 10: the original client reads `results[proof].spent`. The
+    // members come in the order of the request (a proof asked twice, at
+    // its first place), as the cash health_check's do.
+    let mut results = String::from("{");
+    let mut seen = std::collections::HashSet::new();
     for p in proofs {
+        if !seen.insert(p.clone()) {
+            continue;
+        }
         let state: Option<Value> = kv::get(&format!("w/{p}"))?;
         let doc = match state {
             Some(w) => json!({"spent": w["state"] != "live", "state": w["state"],
                               "contract_id": w["contract_id"]}),
             None => json!({"spent": null, "state": null, "contract_id": null}),
         };
-        results.insert(p, doc);
+        if results.len() > 1 {
+            results.push(',');
+        }
+        results.push_str(&json_text(&p));
+        results.push(':');
+        results.push_str(&doc.to_string());
     }
-    Ok(json(200, &json!({"status": "success", "results": results})))
+    results.push('}');
+    Ok(json_members(
+        200,
+        &[("status", "\"success\""), ("results", &results)],
+    ))
 }
 
 marketplace_guest::endpoint_plugin!(Contracts);

@@ -740,10 +740,16 @@ pub fn precheck(
 /// 401 `auth_invalid` unless `fingerprint` has a registered identity (the
 /// identity family's `id/{fingerprint}`).
 pub fn require_identity(fingerprint: &str) -> Result<(), ApiError> {
-    if kv::get_raw(Some("identity"), &format!("id/{fingerprint}"))?.is_none() {
+    if !registered(fingerprint)? {
         return Err(unregistered());
     }
     Ok(())
+}
+
+/// Whether `fingerprint` names a registered identity (read in the
+/// `identity` keyspace: the family needs that read grant).
+pub fn registered(fingerprint: &str) -> Result<bool, ApiError> {
+    Ok(kv::get_raw(Some("identity"), &format!("id/{fingerprint}"))?.is_some())
 }
 
 /// The error for a request without a signature or its signer's

@@ -296,7 +296,7 @@ pub fn host_schemas() -> Value {
         "Raw": {"type": "string"},
         "Error": obj(&[("code", t("string")), ("message", t("string")), ("details", json!({"type": "array", "items": obj(&[("field", t("string")), ("problem", t("string"))], &[])}))], &["code", "message"]),
         "PaymentRequired": obj(&[("code", json!({"enum": ["payment_required", "payment_invalid", "payment_spent", "payment_insufficient", "payment_rail_unavailable"]})), ("message", t("string")), ("required_amount", amount()),
-            ("payment", obj(&[("action", t("string")), ("price", amount()), ("currency", json!({"const": "webcash"})), ("header", json!({"const": "X-Cash-Secret"})), ("supported_headers", json!({"type": "array", "items": t("string")})), ("format", t("string")), ("allowed_rails", json!({"type": "array", "items": t("string")})), ("fee_schedule_url", t("string"))], &[]))], &["code", "message", "required_amount", "payment"]),
+            ("payment", obj(&[("action", t("string")), ("price", amount()), ("currency", json!({"const": "webcash"})), ("header", json!({"const": "X-Cash-Secret"})), ("supported_headers", json!({"type": "array", "items": t("string")})), ("format", t("string")), ("allowed_rails", json!({"type": "array", "items": t("string")})), ("fee_schedule_url", t("string"))], &["action", "price", "currency", "header", "supported_headers", "format", "allowed_rails", "fee_schedule_url"]))], &["code", "message", "required_amount", "payment"]),
         "Success": obj(&[("status", json!({"const": "success"}))], &["status"]),
         "StringList": {"type": "array", "items": t("string"), "maxItems": 100},
     })
@@ -347,6 +347,11 @@ pub fn query_schema(name: &str, ty: &str) -> Value {
     }
 }
 
+/// A reference to a response header the host's document defines.
+fn header_ref(name: &str) -> Value {
+    json!({"$ref": format!("#/components/headers/{name}")})
+}
+
 /// The names of the `{name}` segments of a path pattern, in order.
 pub fn path_params(path: &str) -> impl Iterator<Item = &str> {
     path.split('/')
@@ -364,6 +369,9 @@ pub fn operation(o: &Op) -> Value {
     }
     if o.paid.is_some() {
         params.push(json!({"name": "X-Cash-Secret", "in": "header", "required": false, "description": "bearer cash secret e<amount>:secret:<hex> paying the fee (X-Webcash-Secret is an alias)", "schema": t("string")}));
+        params.push(json!({"name": "X-Webcash-Secret", "in": "header", "required": false, "description": "alias of X-Cash-Secret (the same secret in both is one payment; different ones are 402 payment_invalid)", "schema": t("string")}));
+        params.push(json!({"name": "PAYMENT-SIGNATURE", "in": "header", "required": false, "description": "x402 v2: base64 of the JSON X402PaymentPayload (its payload.secret pays exactly as X-Cash-Secret)",
+                           "schema": {"$ref": "#/components/headers/PAYMENT-SIGNATURE/schema"}}));
         params.push(json!({"name": "X-Bitcoin-Secret", "in": "header", "required": false, "description": "bitcoin rail (disabled unless configured: 402 payment_rail_unavailable)", "schema": t("string")}));
     }
     let mut responses = Map::new();
@@ -372,10 +380,13 @@ pub fn operation(o: &Op) -> Value {
         (None, "Raw") => "*/*",
         (None, _) => "application/json",
     };
-    responses.insert(
-        o.ok.0.to_string(),
-        json!({"description": "success", "content": {media: {"schema": r(o.ok.1)}}}),
-    );
+    let mut ok = json!({"description": "success", "content": {media: {"schema": r(o.ok.1)}}});
+    if o.paid.is_some() {
+        // The settlement of the payment, and the change of an overpayment.
+        ok["headers"] = json!({"PAYMENT-RESPONSE": header_ref("PAYMENT-RESPONSE"),
+                               "X-Cash-Change": header_ref("X-Cash-Change")});
+    }
+    responses.insert(o.ok.0.to_string(), ok);
     let mut errs: Vec<u16> = o.errors.to_vec();
     if o.paid.is_some() && !errs.contains(&402) {
         errs.push(402);
@@ -388,6 +399,12 @@ pub fn operation(o: &Op) -> Value {
         responses
             .entry(e.to_string())
             .or_insert_with(|| error_response(e));
+    }
+    if let Some(Value::Object(refused)) = responses.get_mut("402") {
+        refused.insert(
+            "headers".into(),
+            json!({"PAYMENT-REQUIRED": header_ref("PAYMENT-REQUIRED")}),
+        );
     }
     let description = match o.paid {
         Some(a) => format!("{} Paid: {a}.", o.description),
@@ -731,7 +748,19 @@ mod tests {
             .filter(|p| p["in"] == "header")
             .map(|p| &p["name"])
             .collect();
-        assert_eq!(headers, ["X-Cash-Secret", "X-Bitcoin-Secret"]);
+        assert_eq!(
+            headers,
+            [
+                "X-Cash-Secret",
+                "X-Webcash-Secret",
+                "PAYMENT-SIGNATURE",
+                "X-Bitcoin-Secret"
+            ]
+        );
+        assert_eq!(
+            o["responses"]["402"]["headers"]["PAYMENT-REQUIRED"]["$ref"],
+            "#/components/headers/PAYMENT-REQUIRED"
+        );
         assert_eq!(
             o["responses"]["402"]["content"]["application/json"]["schema"]["$ref"],
             "#/components/schemas/PaymentRequired"

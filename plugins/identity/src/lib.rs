@@ -267,6 +267,17 @@ fn rate(req: &Request) -> Result<Response, ApiError> {
             "you cannot rate your own post",
         ));
     }
+    // A vote rates the author: one whose identity was deleted has no
+    // profile to carry it.
+    if !marketplace_guest::registered(&author)? {
+        return Err(ApiError::new(
+            404,
+            "not_found",
+            format!(
+                "post {post_id}'s author has no registered identity (deleted): there is no profile to rate"
+            ),
+        ));
+    }
     reused.check()?;
 
     let vote_key = format!("vote/{post_id}/{actor}");

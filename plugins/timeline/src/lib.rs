@@ -528,6 +528,12 @@ fn create(req: &Request) -> Result<Response, ApiError> {
         ),
         None => None,
     };
+    // A private reply to nobody could never be read by its addressee.
+    if let Some(r) = &recipient
+        && !marketplace_guest::registered(r)?
+    {
+        return Err(ApiError::not_found(format!("recipient identity {r}")));
+    }
     reused.check()?;
 
     let post_id = format!("post_{}", ids::ulid());

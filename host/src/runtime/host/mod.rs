@@ -120,6 +120,20 @@ impl Limiter for Ctx {
     }
 }
 
+/// A request's commit failed: logged at most once a second (a full disk
+/// or a lost database fails every request; the store logs the cause).
+fn commit_failed(family: &str, e: &StorageError) {
+    static LINES: crate::logging::Throttle =
+        crate::logging::Throttle::new(std::time::Duration::from_secs(1));
+    if let Some(failed) = LINES.note() {
+        tracing::error!(
+            family,
+            failed,
+            "commit failed: {e} ({failed} requests since the last such line)"
+        );
+    }
+}
+
 impl Ctx {
     pub fn new(
         rt: Arc<Runtime>,
@@ -292,7 +306,7 @@ impl Ctx {
                     // Nothing was kept (shared store; no upstream there).
                     Err(StorageError::Conflict) => Err(RunAgain),
                     Err(e) => {
-                        tracing::error!(family = %self.family, "commit failed: {e}");
+                        commit_failed(&self.family, &e);
                         Ok(self.refund_upstream(Reply::error(500, "internal", "internal error")))
                     }
                 }
@@ -346,7 +360,7 @@ impl Ctx {
             Ok(()) => Ok(self.refund_upstream(kept)),
             Err(StorageError::Conflict) => Err(RunAgain),
             Err(e) => {
-                tracing::error!(family = %self.family, "commit failed: {e}");
+                commit_failed(&self.family, &e);
                 Ok(self.refund_upstream(Reply::error(500, "internal", "internal error")))
             }
         }
