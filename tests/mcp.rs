@@ -1532,6 +1532,47 @@ fn mcp_tool_input_errors_are_tool_results() {
 }
 
 #[test]
+fn execute_runs_the_mcp_components_own_reads_too() {
+    // /api/docs/search, /api/mcp and POST /api/mcp/tools/search are the
+    // mcp component's own (read) routes, which the host does not dispatch
+    // back to it: execute runs them in place, as over HTTP.
+    let s = Server::start();
+    for (endpoint, field) in [
+        (
+            json!({"path": "/api/docs/search", "query": {"q": "buy"}}),
+            "results",
+        ),
+        (json!({"path": "/api/v1/docs/search?q=buy"}), "results"),
+        (json!({"path": "/api/mcp"}), "tools"),
+        (
+            json!({"method": "POST", "path": "/api/mcp/tools/search", "body": {"term": "desk"}}),
+            "results",
+        ),
+    ] {
+        let r = call_tool(&s, "execute", json!({"endpoint": endpoint}));
+        assert_eq!(r["result"]["isError"], false, "{endpoint}: {r}");
+        assert!(
+            r["result"]["structuredContent"].get(field).is_some(),
+            "{endpoint}: {r}"
+        );
+        // The same through the REST route.
+        let rest = s.post_json("/api/mcp/tools/execute", &json!({"endpoint": endpoint}));
+        assert_eq!(rest.status, 200, "{endpoint}: {}", rest.text());
+    }
+    // Its own input checks stand.
+    let r = call_tool(
+        &s,
+        "execute",
+        json!({"endpoint": {"path": "/api/docs/search"}}),
+    );
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert_eq!(
+        r["result"]["structuredContent"]["code"], "invalid_request",
+        "{r}"
+    );
+}
+
+#[test]
 fn execute_and_define_are_tools_over_json_rpc() {
     // PROTOCOL 8: `POST /mcp` offers the tools of /api/mcp. execute runs
     // as its route does (a read that dispatches), with the JSON-RPC

@@ -815,4 +815,119 @@ fn x402_over_mcp_pays_with_the_payload_in_meta() {
     // A payment that is neither a payload nor its header: invalid params.
     let r = mcp_execute(&s, other, json!({"x402/payment": 5}), &[]);
     assert_eq!(r["error"]["code"], -32602, "{r}");
+
+    // The same payment both as the HTTP header and in `_meta` (clients
+    // that send it both ways): one payment.
+    let both = s.mint("0.6");
+    let payload = json!({"x402Version": 2, "accepted": accepted, "payload": {"secret": both}});
+    let fourth = json!({"method": "POST", "path": "/api/identity",
+                        "body": register_body(&Key::random(), "meta_both")});
+    let r = mcp_execute(
+        &s,
+        fourth,
+        json!({"x402/payment": payload}),
+        &[("payment-signature", &signature(&accepted, &both, None))],
+    );
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    assert_eq!(s.cash_state(&both), (json!(true), json!("0.6")));
+}
+
+#[test]
+fn an_unpaid_mcp_result_says_it_in_text_too_and_meta_pays_one_batch_member() {
+    let s = Server::start();
+    let endpoint = |nick: &str| {
+        json!({"method": "POST", "path": "/api/identity",
+               "body": register_body(&Key::random(), nick)})
+    };
+    // The unpaid result's first text part is its structuredContent as
+    // JSON, x402's PaymentRequired included (clients without
+    // structuredContent read it there).
+    let r = mcp_execute(&s, endpoint("text_reader"), Value::Null, &[]);
+    let result = &r["result"];
+    let text: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(text, result["structuredContent"], "{r}");
+    assert_eq!(text["x402Version"], 2, "{r}");
+    let accepted = text["accepts"][0].clone();
+
+    // A batch (MCP 2025-03-26): a member's `_meta` payment pays for that
+    // member only; the next member, unpaid, gets its 402.
+    let secret = s.mint("1");
+    let call = |id: u64, endpoint: Value, meta: Option<Value>| {
+        let mut params = json!({"name": "execute", "arguments": {"endpoint": endpoint}});
+        if let Some(meta) = meta {
+            params["_meta"] = meta;
+        }
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+    };
+    let batch = json!([
+        call(
+            1,
+            endpoint("batch_paid"),
+            Some(json!({"x402/payment":
+            {"x402Version": 2, "accepted": accepted, "payload": {"secret": secret}}}))
+        ),
+        call(2, endpoint("batch_unpaid"), None),
+    ]);
+    let r = s.post_with(
+        "/mcp",
+        &[
+            ("accept", "application/json, text/event-stream"),
+            ("mcp-protocol-version", "2025-03-26"),
+        ],
+        &batch,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let answers = r.json();
+    assert_eq!(answers[0]["result"]["isError"], false, "{answers}");
+    assert_eq!(answers[1]["result"]["isError"], true, "{answers}");
+    assert_eq!(
+        answers[1]["result"]["structuredContent"]["code"], "payment_required",
+        "{answers}"
+    );
+    assert_eq!(s.cash_state(&secret), (json!(true), json!("1")));
+}
+
+/// A component may add to a request it dispatches only an x402
+/// `PAYMENT-SIGNATURE` (a client's payment sent in a body, as MCP's
+/// `_meta` carries it): any other payment header it adds is dropped
+/// unread, so it cannot spend a secret it came across.
+#[test]
+fn a_dispatched_request_pays_only_with_an_x402_signature() {
+    let s = Server::with(common::Options {
+        testing_routes: true,
+        ..Default::default()
+    });
+    let key = Key::random();
+    let register = |nick: &str, key: &Key| register_body(key, nick);
+    let dispatch = |headers: Value, body: Value| {
+        let r = s.post_json(
+            "/api/testing/dispatch",
+            &json!({"path": "/api/identity", "headers": headers, "body": body}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    };
+    let secret = s.mint("1");
+    for header in ["x-cash-secret", "x-webcash-secret", "X-Cash-Secret"] {
+        let r = dispatch(json!([[header, secret]]), register("dispatched", &key));
+        assert_eq!(r["status"], 402, "{header}: {r}");
+        assert_eq!(r["body"]["code"], "payment_required", "{header}: {r}");
+    }
+    assert_eq!(s.cash_state(&secret), (json!(false), json!("1")));
+    // The 402's own x402 entry, paid as PAYMENT-SIGNATURE: it pays.
+    let required = dispatch(json!([]), register("dispatched", &key));
+    assert_eq!(required["status"], 402, "{required}");
+    let accepted = json!({"scheme": "exact", "network": "webcash:mainnet", "asset": "webcash",
+                          "amount": "60000000", "payTo": "marketplace", "maxTimeoutSeconds": 300});
+    let signature = b64(
+        json!({"x402Version": 2, "accepted": accepted, "payload": {"secret": secret}})
+            .to_string()
+            .as_bytes(),
+    );
+    let r = dispatch(
+        json!([["PAYMENT-SIGNATURE", signature]]),
+        register("dispatched", &key),
+    );
+    assert_eq!(r["status"], 201, "{r}");
+    assert_eq!(s.cash_state(&secret), (json!(true), json!("1")));
 }

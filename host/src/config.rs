@@ -272,10 +272,6 @@ impl Config {
             if name == "config" || name.starts_with("test_") || name == "require_pg" {
                 continue;
             }
-            sources.insert(
-                name.clone(),
-                format!("from the environment variable {key}{}", shown(&name, value)),
-            );
             // An empty switch is an unset one (`X=${X:-}` in a compose
             // file), not a wrong value.
             if value.trim().is_empty()
@@ -283,6 +279,10 @@ impl Config {
             {
                 continue;
             }
+            sources.insert(
+                name.clone(),
+                format!("from the environment variable {key}{}", shown(&name, value)),
+            );
             if name == "log_json" {
                 if boolean(key, value)? {
                     table.insert("log_format".into(), toml::Value::String("json".into()));

@@ -45,10 +45,12 @@ thread_local! {
     /// ever contended by [`flush_all`]).
     static GATHERED: Arc<Mutex<Gathered>> = {
         let g = Arc::new(Mutex::new(Gathered { on: false, buf: Vec::new(), since: None }));
-        ALL_GATHERED
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Arc::downgrade(&g));
+        let mut all = ALL_GATHERED.lock().unwrap_or_else(|e| e.into_inner());
+        // (Threads come and go: blocking threads idle out. Their entries
+        // go when a new thread registers, so the list stays as long as
+        // the threads alive.)
+        all.retain(|g| g.strong_count() > 0);
+        all.push(Arc::downgrade(&g));
         g
     };
 }

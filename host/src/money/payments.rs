@@ -204,7 +204,7 @@ pub fn presented<'a>(
     if secret.contains(',') {
         return Err(refusal(
             "payment_invalid",
-            "several different payment secrets were sent (two lines of a payment header, or X-Cash-Secret, X-Webcash-Secret and PAYMENT-SIGNATURE naming different secrets): send one; none was spent",
+            "several different payment secrets were sent (two lines of a payment header; X-Cash-Secret, X-Webcash-Secret and PAYMENT-SIGNATURE naming different secrets; or over MCP, a payment header and a different _meta[\"x402/payment\"]): send one; none was spent",
             action,
             price,
         ));
@@ -341,4 +341,87 @@ pub fn replay_key(public: &str, method: &str, path: &str, body: &[u8]) -> [u8; 3
     h.update([0]);
     h.update(Sha256::digest(body));
     h.finalize().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::money::x402::base64_encode;
+
+    fn signature(secret: &str, id: Option<&str>) -> String {
+        let mut doc = json!({"x402Version": 2,
+            "accepted": {"scheme": "exact", "network": "webcash:mainnet", "asset": "webcash", "amount": "1"},
+            "payload": {"secret": secret}});
+        if let Some(id) = id {
+            doc["extensions"] = json!({"payment-identifier": {"info": {"id": id}}});
+        }
+        base64_encode(doc.to_string().as_bytes())
+    }
+
+    fn read(headers: &[(&str, Option<&str>)]) -> PaymentHeaders {
+        let mut r = PaymentReader::default();
+        for (name, value) in headers {
+            assert!(r.read(name, *value), "{name} is a payment header");
+        }
+        r.finish()
+    }
+
+    const A: &str = "e1:secret:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const B: &str = "e1:secret:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+    #[test]
+    fn one_secret_however_many_headers_name_it() {
+        let p = read(&[
+            ("x-cash-secret", Some(A)),
+            ("x-webcash-secret", Some(A)),
+            ("payment-signature", Some(&signature(A, None))),
+            ("payment-signature", Some(&signature(A, None))),
+        ]);
+        assert_eq!(p.cash.as_deref(), Some(A));
+        assert!(p.x402.invalid.is_none());
+        // Only the payment headers are read.
+        assert!(!PaymentReader::default().read("authorization", Some("x")));
+    }
+
+    #[test]
+    fn different_secrets_are_several_and_refused() {
+        let p = read(&[("x-cash-secret", Some(A)), ("x-webcash-secret", Some(B))]);
+        assert!(p.cash.as_deref().is_some_and(|c| c.contains(',')));
+        assert!(presented(&p, "post", 1).is_err());
+        let p = read(&[("x-cash-secret", Some(A)), ("x-cash-secret", Some(B))]);
+        assert!(presented(&p, "post", 1).is_err());
+        // Two x402 payments that differ (secret, or payment identifier).
+        let p = read(&[
+            ("payment-signature", Some(&signature(A, None))),
+            ("payment-signature", Some(&signature(B, None))),
+        ]);
+        assert!(p.x402.invalid.is_some());
+        let p = read(&[
+            (
+                "payment-signature",
+                Some(&signature(A, Some("id_0123456789abcdef"))),
+            ),
+            ("payment-signature", Some(&signature(A, None))),
+        ]);
+        assert!(p.x402.invalid.is_some());
+    }
+
+    #[test]
+    fn a_value_that_is_not_ascii_is_a_malformed_payment() {
+        let p = read(&[("x-cash-secret", None)]);
+        assert_eq!(p.cash.as_deref(), Some(NOT_ASCII));
+        let p = read(&[("payment-signature", None)]);
+        assert!(p.x402.invalid.is_some());
+    }
+
+    #[test]
+    fn a_dispatched_payment_adds_to_the_callers() {
+        let caller = read(&[("x-cash-secret", Some(A))]);
+        let mut r = PaymentReader::from(caller.clone());
+        r.read("payment-signature", Some(&signature(A, None)));
+        assert_eq!(r.finish().cash.as_deref(), Some(A));
+        let mut r = PaymentReader::from(caller);
+        r.read("payment-signature", Some(&signature(B, None)));
+        assert!(r.finish().cash.as_deref().is_some_and(|c| c.contains(',')));
+    }
 }

@@ -54,8 +54,10 @@ const MAX_SIGNATURE: usize = 16 * 1024;
 /// [`PaymentHeaders::cash`] when no cash header is given).
 #[derive(Debug, Clone, Default)]
 pub struct Signature {
-    /// Whether the header was given (a second line is refused).
-    pub seen: bool,
+    /// The secret and payment identifier of the header, once given (a
+    /// second, different payment is refused; the same one again is one
+    /// payment).
+    pub seen: Option<(String, Option<String>)>,
     /// Why the header was refused: the request is `402 payment_invalid`
     /// wherever it has to pay.
     pub invalid: Option<String>,
@@ -80,22 +82,30 @@ pub struct IdempotencyKeys {
 
 /// Read a `PAYMENT-SIGNATURE` header into `payment.x402`: its secret,
 /// which pays unless `X-Cash-Secret` (or its alias) is given too. A
-/// second line of the header is refused: which payment it carries would
-/// be a guess.
+/// second, different payment (another line of the header, or an MCP call's
+/// `_meta` payment beside the header) is refused: which one pays would be
+/// a guess. The same payment again (same secret and payment identifier:
+/// a client that sends its payment both ways) is one payment.
 pub fn read_signature(payment: &mut PaymentHeaders, value: &str) -> Option<String> {
-    if payment.x402.seen {
-        payment.x402.invalid = Some("was sent twice: send one PAYMENT-SIGNATURE".into());
-        return None;
-    }
-    payment.x402.seen = true;
-    match parse_signature(value) {
-        Ok((secret, id)) => {
-            payment.x402.id = id;
-            Some(secret)
-        }
+    let (secret, id) = match parse_signature(value) {
+        Ok(read) => read,
         Err(why) => {
             payment.x402.invalid = Some(why);
+            return None;
+        }
+    };
+    match &payment.x402.seen {
+        Some((first, first_id)) if *first == secret && *first_id == id => None,
+        Some(_) => {
+            payment.x402.invalid = Some(
+                "was sent twice with different payments (two lines of the header, or the header and an MCP call's _meta[\"x402/payment\"]): send one".into(),
+            );
             None
+        }
+        None => {
+            payment.x402.seen = Some((secret.clone(), id.clone()));
+            payment.x402.id = id;
+            Some(secret)
         }
     }
 }
@@ -449,12 +459,12 @@ pub fn record(
         // The same request paid by another payload: its answer holds
         // change for the payment that made it only.
         let paid_by_another = conflict(format!(
-            "payment identifier {id} was used for this same request paid by another payment, and its answer holds change for that payment only: retry with the same PAYMENT-SIGNATURE to get it (this payment was not charged)"
+            "payment identifier {id} was used for this same request paid by another payment, and its answer holds change for that payment only: retry with the same PAYMENT-SIGNATURE to get it"
         ));
         Ledger::record_replay_at(txn, &keys.any_payer, &paid_by_another, &[], now_ms)?;
     }
     let other_request = conflict(format!(
-        "payment identifier {id} was used for another request (method, path or body differ); this payment was not charged"
+        "payment identifier {id} was used for another request (method, path or body differ)"
     ));
     Ledger::record_replay_at(txn, &keys.id, &other_request, &[], now_ms)
 }

@@ -600,11 +600,12 @@ impl Runtime {
                         .routes
                         .iter()
                         .filter(|r| {
-                            !plugin
-                                .api
-                                .routes
-                                .iter()
-                                .any(|n| n.method == r.method && n.pattern == r.pattern)
+                            // (A renamed `{name}` segment is the same route.)
+                            let shape = crate::runtime::routes::shape(&r.pattern);
+                            !plugin.api.routes.iter().any(|n| {
+                                n.method == r.method
+                                    && crate::runtime::routes::shape(&n.pattern) == shape
+                            })
                         })
                         .map(|r| format!("{} {}", r.method, r.pattern))
                         .collect();

@@ -466,6 +466,23 @@ fn call(method: &str, path: &str, query: Vec<(String, String)>, body: Option<&Va
     })
 }
 
+/// The route of this component's own that only reads and that `method
+/// path` (the `/api/v1` alias folded) names, if it is one.
+fn own_read(method: &str, path: &str) -> Option<&'static str> {
+    let canonical = match path.strip_prefix("/api/v1") {
+        Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("/api{rest}"),
+        _ => path.to_string(),
+    };
+    [
+        ("GET", "/api/mcp"),
+        ("GET", "/api/docs/search"),
+        ("POST", "/api/mcp/tools/search"),
+    ]
+    .into_iter()
+    .find(|(m, p)| *m == method && *p == canonical)
+    .map(|(_, p)| p)
+}
+
 /// Say where a read's answer came from (`Content-Location`, its /api path,
 /// the alias folded): a binary one becomes an embedded resource of this
 /// URI in a tools/call result (see `tool_result`). A path that could not
@@ -962,7 +979,33 @@ fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
             }
         }
         let target_body = endpoint.get("body").filter(|b| !b.is_null());
-        let mut answer = call(&method, path, query, target_body);
+        let mut answer = match own_read(&method, path) {
+            // This component's own reads: the host runs a family's own
+            // routes for it only where they write, so they run here.
+            Some(route) => {
+                let mut headers =
+                    vec![("content-type".to_string(), "application/json".to_string())];
+                FORWARDED.with(|o| headers.extend(o.borrow().iter().cloned()));
+                let own = Request(types::Request {
+                    method: method.clone(),
+                    route: route.into(),
+                    path: path.into(),
+                    params: vec![],
+                    query,
+                    headers,
+                    body: target_body
+                        .map(|b| b.to_string().into_bytes())
+                        .unwrap_or_default(),
+                });
+                // (Its handling starts by keeping its own origin headers:
+                // this request's, kept whole meanwhile.)
+                let kept = FORWARDED.with(|o| o.borrow().clone());
+                let answer = Mcp::handle(&own).unwrap_or_else(Response::from);
+                FORWARDED.with(|o| *o.borrow_mut() = kept);
+                answer
+            }
+            None => call(&method, path, query, target_body),
+        };
         if method == "GET" {
             locate(&mut answer, path);
         }

@@ -6,7 +6,8 @@
 //!   plugin keeps it);
 //! - a result whose endpoint answered 402 carries the x402
 //!   PaymentRequired (`x402Version`, `accepts`, `resource`, `error`) in its
-//!   `structuredContent`, beside the endpoint's own 402 body;
+//!   `structuredContent`, beside the endpoint's own 402 body, and the
+//!   same JSON as its first text part;
 //! - a paid result carries the settlement in `_meta["x402/payment-response"]`
 //!   (its `extra.change` is the change of an overpayment).
 
@@ -50,6 +51,13 @@ pub fn annotate(result: &mut Value, resp: &Response) {
                 }
             }
             slot => *slot = Value::Object(required),
+        }
+        // Its serialized JSON as the first text part too (MCP: structured
+        // content SHOULD also be given as text; clients of revisions
+        // before structuredContent, and x402 clients, read it there).
+        let text = result["structuredContent"].to_string();
+        if result["content"][0]["type"] == "text" {
+            result["content"][0]["text"] = Value::String(text);
         }
     }
     if let Some(settled @ Value::Object(_)) = header_document(resp, "payment-response") {

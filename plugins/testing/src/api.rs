@@ -196,6 +196,17 @@ pub const OPS: &[Op] = &[
             "Body {n}: dispatches POST /api/testing/relay with {n: n + 1} and answers {n, inner: {status, body}}: how deep dispatched requests nest.",
         )
     },
+    Op {
+        errors: &[400],
+        ..op(
+            "POST",
+            "/api/testing/dispatch",
+            "testingDispatch",
+            "testing",
+            "Dispatch a POST with headers of the plugin's choosing",
+            "Body {path, headers: [[name, value]], body}: dispatches POST path with those headers and that JSON body, and answers {status, body}: which headers a dispatched request may pay with.",
+        )
+    },
 ];
 
 /// What the family serves (its `describe-api` export); every schema it
@@ -227,6 +238,7 @@ mod tests {
             ("GET", "/_testing/memo", false),
             ("POST", "/_testing/hog", true),
             ("POST", "/api/testing/relay", true),
+            ("POST", "/api/testing/dispatch", true),
         ];
         assert_eq!(openapi::routes_of(&api()), expected);
     }

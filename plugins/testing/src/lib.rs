@@ -143,6 +143,41 @@ impl Endpoint for Testing {
                     &json!({"n": n, "inner": {"status": inner.status, "body": body}}),
                 ))
             }
+            "/api/testing/dispatch" => {
+                let doc = req.json_object()?;
+                let mut headers =
+                    vec![("content-type".to_string(), "application/json".to_string())];
+                for pair in doc
+                    .get("headers")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    if let (Some(name), Some(value)) = (pair[0].as_str(), pair[1].as_str()) {
+                        headers.push((name.to_string(), value.to_string()));
+                    }
+                }
+                let inner = marketplace_guest::dispatch::call(&marketplace_guest::types::Request {
+                    method: "POST".into(),
+                    route: String::new(),
+                    path: doc
+                        .get("path")
+                        .and_then(Value::as_str)
+                        .unwrap_or("/")
+                        .into(),
+                    params: vec![],
+                    query: vec![],
+                    headers,
+                    body: doc
+                        .get("body")
+                        .cloned()
+                        .unwrap_or(Value::Null)
+                        .to_string()
+                        .into_bytes(),
+                });
+                let body: Value = serde_json::from_slice(&inner.body).unwrap_or(Value::Null);
+                Ok(json(200, &json!({"status": inner.status, "body": body})))
+            }
             // Keeps `put` in the family's memo under `key` when given, then
             // answers what the memo holds there: what a request kept must
             // reach later requests of this family only, until the next load.

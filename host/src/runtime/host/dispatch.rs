@@ -1,7 +1,7 @@
 //! `dispatch` (capability `dispatch`): run a public `/api/` route
 //! in-process, as if it came over HTTP with the caller's payment headers,
-//! and those the dispatched request carries itself (a payment the client
-//! sent in a body, as x402 over MCP does in `_meta`).
+//! and the x402 `PAYMENT-SIGNATURE` the dispatched request carries itself
+//! (a payment the client sent in a body, as x402 over MCP does in `_meta`).
 //! The target runs in its own instance and transaction; a family's own
 //! routes are targets only where they write; dispatched requests nest at
 //! most [`MAX_DISPATCH_DEPTH`] deep.
@@ -117,13 +117,23 @@ impl Ctx {
             );
             return Err(Reply::error(500, "internal", "internal error"));
         }
-        // Payment headers are read by the host, never passed on: the
-        // caller's, plus any the dispatched request carries (the same
-        // secret twice is one payment; two different ones are refused as
-        // malformed wherever the target has to pay).
+        // Payment headers are read by the host, never passed on. The
+        // target pays with the caller's, and with an x402 payment the
+        // dispatched request carries itself: a client's, sent in a body
+        // (an MCP call's `_meta`) rather than as a header. That is the
+        // only one a component may add: the same payment twice is one,
+        // two different ones are refused as malformed wherever the target
+        // has to pay. Any other payment header a component puts on a
+        // request is dropped, unread.
         let mut payment = PaymentReader::from(self.payment.clone());
-        req.headers
-            .retain(|(name, value)| !payment.read(&name.to_ascii_lowercase(), Some(value)));
+        req.headers.retain(|(name, value)| {
+            let name = name.to_ascii_lowercase();
+            if name == crate::money::x402::PAYMENT_SIGNATURE {
+                payment.read(&name, Some(value));
+                return false;
+            }
+            !crate::money::payments::PAYMENT_HEADERS.contains(&name.as_str())
+        });
         let payment = payment.finish();
         let method = req.method.to_ascii_uppercase();
         let writes = !crate::runtime::routes::is_read(&method);

@@ -125,12 +125,14 @@ impl Limiter for Ctx {
 fn commit_failed(family: &str, e: &StorageError) {
     static LINES: crate::logging::Throttle =
         crate::logging::Throttle::new(std::time::Duration::from_secs(1));
-    if let Some(failed) = LINES.note() {
-        tracing::error!(
+    match LINES.note() {
+        Some(1) => tracing::error!(family, "commit failed: {e}"),
+        Some(failed) => tracing::error!(
             family,
             failed,
-            "commit failed: {e} ({failed} requests since the last such line)"
-        );
+            "commit failed: {e} ({failed} requests' commits failed since the last such line)"
+        ),
+        None => {}
     }
 }
 
