@@ -1263,13 +1263,41 @@ fn mcp_version_negotiation() {
         assert_eq!(initialize(&s, Some(v))["result"]["protocolVersion"], v);
     }
     // ... else the latest.
-    for v in [Some("2099-01-01"), Some("1.0"), None] {
+    for v in [Some("2099-01-01"), Some("1.0")] {
         assert_eq!(
             initialize(&s, v)["result"]["protocolVersion"],
             "2025-11-25",
             "{v:?}"
         );
     }
+    // InitializeRequest's params are required: protocolVersion a string,
+    // capabilities and clientInfo objects; else invalid params.
+    assert_eq!(initialize(&s, None)["error"]["code"], -32602);
+    for params in [
+        json!({"protocolVersion": 5, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+        json!({"protocolVersion": "2025-11-25", "clientInfo": {"name": "t", "version": "1"}}),
+        json!({"protocolVersion": "2025-11-25", "capabilities": {}}),
+    ] {
+        let r = rpc(
+            &s,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}),
+        );
+        assert_eq!(r.json()["error"]["code"], -32602, "{params}: {}", r.text());
+    }
+    let r = rpc(
+        &s,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize"}),
+    );
+    assert_eq!(r.json()["error"]["code"], -32602, "{}", r.text());
+    // A response whose error is not an error object is no response.
+    let r = rpc(&s, json!({"jsonrpc": "2.0", "id": 3, "error": "bad"}));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], -32600);
+    let r = rpc(
+        &s,
+        json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -1, "message": "no"}}),
+    );
+    assert_eq!(r.status, 202, "{}", r.text());
     // After initialize, the MCP-Protocol-Version header must be one of them.
     let with_header = |v: &str, body: Value| {
         s.request(

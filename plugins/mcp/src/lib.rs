@@ -1261,8 +1261,14 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
             m.as_str()
         }
         // A client's answer to a server request: nothing to say back.
-        // (One with both a result and an error is no answer: JSON-RPC 5.)
-        None if result != error && msg["jsonrpc"] == "2.0" => "",
+        // (One with both a result and an error is no answer: JSON-RPC 5;
+        // nor is an error that is not an object with an integer code.)
+        None if result != error
+            && msg["jsonrpc"] == "2.0"
+            && (!error || msg["error"]["code"].is_i64()) =>
+        {
+            ""
+        }
         _ => {
             return refuse(
                 id.unwrap_or(Value::Null),
@@ -1319,7 +1325,30 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
     }
     let result = match method {
         "initialize" => {
-            let asked = params["protocolVersion"].as_str().unwrap_or("");
+            // InitializeRequest's params: protocolVersion (a string),
+            // capabilities and clientInfo (objects).
+            let Some(asked) = params.get("protocolVersion").and_then(Value::as_str) else {
+                return Ok((
+                    200,
+                    Some(rpc_error(
+                        id,
+                        -32602,
+                        "params.protocolVersion (a string) is required",
+                    )),
+                ));
+            };
+            for member in ["capabilities", "clientInfo"] {
+                if !params.get(member).is_some_and(Value::is_object) {
+                    return Ok((
+                        200,
+                        Some(rpc_error(
+                            id,
+                            -32602,
+                            &format!("params.{member} (an object) is required"),
+                        )),
+                    ));
+                }
+            }
             let agreed = PROTOCOL_VERSIONS
                 .iter()
                 .find(|v| **v == asked)
