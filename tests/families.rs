@@ -459,6 +459,15 @@ fn a_built_in_family_can_be_unmounted_and_mounted_again() {
             l.contains("WARN") && l.contains("built-in family unmounted") && l.contains("timeline")
         })
     });
+    // Health lists it as the operator left it (not a failure: still ok),
+    // and so does the admin listing.
+    let h = health(&s);
+    assert_eq!(h["status"], "ok", "{h}");
+    assert_eq!(h["plugins"]["timeline"]["status"], "unmounted", "{h}");
+    assert_eq!(
+        plugin(&s, "timeline").map(|p| p["status"].clone()),
+        Some(json!("unmounted"))
+    );
     let r = s.get(&format!("/api/posts/{}", d.post));
     assert_eq!(
         (r.status, r.code().as_str()),

@@ -170,7 +170,8 @@ pub struct StatusView<'a> {
     pub family: &'a str,
     pub component: &'a str,
     pub version: &'a str,
-    /// `ok`, `loading` or `unavailable`.
+    /// `ok`, `loading`, `unavailable` or `unmounted` (a configured family
+    /// an admin unmounted).
     pub status: &'static str,
     pub grants: &'a Grants,
     pub loaded: Option<&'a LoadedPlugin>,
@@ -195,6 +196,9 @@ pub struct Runtime {
     plugins_dir: PathBuf,
     cache_dir: PathBuf,
     slots: RwLock<BTreeMap<String, Slot>>,
+    /// The families of the configuration (the built-in ones included):
+    /// one an admin unmounted is listed as `unmounted`.
+    configured: Vec<crate::config::FamilySpec>,
     /// The host's own routes (part of every route table).
     host_routes: Vec<Route>,
     /// The route table and OpenAPI document in force.
@@ -427,6 +431,7 @@ impl Runtime {
             plugins_dir,
             cache_dir: cache_dir.to_path_buf(),
             slots: RwLock::new(BTreeMap::new()),
+            configured: state.config.families(),
             stop_ticker,
             loading: AtomicBool::new(false),
             fee_settings: Arc::new(fee_settings),
@@ -1119,30 +1124,48 @@ impl Runtime {
     ) -> R {
         let slots = self.slots.read().expect("slots lock");
         let loading = self.loading();
-        f(&mut slots.iter().map(|(family, slot)| match &slot.loaded {
-            Some(p) => StatusView {
-                family,
-                component: &p.component,
-                version: &p.version,
-                status: "ok",
-                grants: &slot.grants,
-                loaded: Some(p),
-                error: None,
-            },
-            None => StatusView {
-                family,
-                component: &slot.component,
+        // A configured family an admin unmounted (its data stays): listed,
+        // once loading is over, as what the operator decided.
+        let unmounted = self
+            .configured
+            .iter()
+            .filter(|f| !loading && !slots.contains_key(&f.name))
+            .map(|f| StatusView {
+                family: &f.name,
+                component: &f.component,
                 version: "",
-                status: if slot.error.is_none() && loading {
-                    "loading"
-                } else {
-                    "unavailable"
-                },
-                grants: &slot.grants,
+                status: "unmounted",
+                grants: &f.grants,
                 loaded: None,
-                error: slot.error.as_deref(),
-            },
-        }))
+                error: None,
+            });
+        f(&mut slots
+            .iter()
+            .map(|(family, slot)| match &slot.loaded {
+                Some(p) => StatusView {
+                    family,
+                    component: &p.component,
+                    version: &p.version,
+                    status: "ok",
+                    grants: &slot.grants,
+                    loaded: Some(p),
+                    error: None,
+                },
+                None => StatusView {
+                    family,
+                    component: &slot.component,
+                    version: "",
+                    status: if slot.error.is_none() && loading {
+                        "loading"
+                    } else {
+                        "unavailable"
+                    },
+                    grants: &slot.grants,
+                    loaded: None,
+                    error: slot.error.as_deref(),
+                },
+            })
+            .chain(unmounted))
     }
 
     /// Why a family is unavailable, if it is.

@@ -451,7 +451,12 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
             // Applied and kept before another change (two uploads at once
             // are applied and recorded one after the other).
             let _one_change = app.runtime.one_change();
-            let current = app.runtime.status(family);
+            // (A configured family an admin unmounted is listed, but
+            // mounting it again is a mount.)
+            let current = app
+                .runtime
+                .status(family)
+                .filter(|s| s.status != "unmounted");
             let known = current.is_some();
             let pairs = match marketplace_common::url::parse_query(query) {
                 Ok(pairs) => pairs,

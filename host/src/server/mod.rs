@@ -123,15 +123,15 @@ pub async fn run(config: Config) -> Result<i32> {
             // would read nothing, silently: said once everything is loaded
             // (the admin API refuses such a name; a family mounted later
             // through the watched directory or the API may still come).
+            // (A configured family an admin unmounted is among them, as
+            // `unmounted`: it keeps its data, which reads of it find.)
             let statuses = app.runtime.statuses_with(false);
-            // (A configured family an admin unmounted keeps its data: reads
-            // of it find that.)
-            let configured = app.config.families();
             for s in &statuses {
-                for read in s.reads.iter().filter(|r| {
-                    !statuses.iter().any(|o| &o.family == *r)
-                        && !configured.iter().any(|f| &f.name == *r)
-                }) {
+                for read in s
+                    .reads
+                    .iter()
+                    .filter(|r| !statuses.iter().any(|o| &o.family == *r))
+                {
                     tracing::warn!(
                         family = %s.family,
                         read = %read,
@@ -143,7 +143,7 @@ pub async fn run(config: Config) -> Result<i32> {
             let _ = std::io::stdout().flush();
             let unavailable: Vec<String> = statuses
                 .iter()
-                .filter(|s| s.status != "ok")
+                .filter(|s| s.status == "unavailable")
                 .map(|s| match &s.error {
                     Some(why) => format!("{} ({why})", s.family),
                     None => s.family.clone(),
