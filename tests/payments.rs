@@ -77,6 +77,15 @@ fn identity_is_402_without_payment_then_201_with_change() {
     assert_eq!(p.json()["profile"]["fingerprint"], key.fp());
     assert_eq!(s.get("/api/profile?nickname=nobody").code(), "not_found");
     assert_eq!(s.get("/api/profile").status, 400);
+    // Both: they must name the same identity.
+    let both = |nick: &str| {
+        s.get(&format!(
+            "/api/profile?fingerprint={}&nickname={nick}",
+            key.fp()
+        ))
+    };
+    assert_eq!(both("Alice").json()["profile"]["nickname"], "alice");
+    assert_eq!(both("someone_else").code(), "not_found");
 }
 
 #[test]

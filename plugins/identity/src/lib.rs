@@ -226,6 +226,16 @@ fn profile(req: &Request) -> Result<Response, ApiError> {
     };
     let id: Identity =
         kv::get(&format!("id/{fingerprint}"))?.ok_or_else(|| ApiError::not_found("profile"))?;
+    // Both given: they must name the same identity (a nickname in any
+    // case), not one silently ignored.
+    if let Some(nick) = given("nickname")
+        && given("fingerprint").is_some()
+        && !nick.eq_ignore_ascii_case(&id.nickname)
+    {
+        return Err(ApiError::not_found(format!(
+            "profile with fingerprint {fingerprint} and nickname {nick}"
+        )));
+    }
     Ok(json(200, &json!({"profile": profile_json(req, &id)?})))
 }
 
