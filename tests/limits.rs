@@ -1497,3 +1497,78 @@ fn a_request_whose_client_left_stops_counting_in_flight() {
         log.contains("the client went away before its answer")
     });
 }
+
+/// Requests that take the commit batch and fail there (a stranger's
+/// valid secret that is never spent, sent with a bad signature: 401 after
+/// the charge, nothing kept) must not hold a paid post's answer until they
+/// stop coming: the post is answered while they still come.
+#[test]
+fn failing_mutations_do_not_hold_a_paid_post_until_they_stop() {
+    let s = Server::start();
+    let author = s.identity("flood_victim");
+    let bait = s.mint("0.3");
+    let stranger = common::Key::random();
+    let flood_body = json!({"author_fingerprint": stranger.fp(), "content": "spam",
+                            "signature": "00".repeat(64), "timestamp": common::now_s()})
+    .to_string();
+    let stop = Arc::new(AtomicBool::new(false));
+    let gave_up = Arc::new(AtomicBool::new(false));
+    let flooders: Vec<_> = (0..32)
+        .map(|_| {
+            let (addr, stop, gave_up) = (s.addr, stop.clone(), gave_up.clone());
+            let (body, bait) = (flood_body.clone(), bait.clone());
+            std::thread::spawn(move || {
+                // One keep-alive connection each, eight requests pipelined
+                // at a time: requests are always waiting at the server.
+                let request = format!(
+                    "POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-cash-secret: {bait}\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+                .repeat(8);
+                let until = Instant::now() + Duration::from_secs(60);
+                let mut conn = common::connect(addr);
+                while !stop.load(Ordering::Relaxed) {
+                    if Instant::now() > until {
+                        gave_up.store(true, Ordering::Relaxed);
+                        return;
+                    }
+                    if conn.write_all(request.as_bytes()).is_err() {
+                        conn = common::connect(addr);
+                        continue;
+                    }
+                    // The eight answers, all 401 (the bad signature).
+                    let mut got = Vec::new();
+                    let mut chunk = [0u8; 16384];
+                    while got.windows(13).filter(|w| w == b"HTTP/1.1 401 ").count() < 8
+                        || got.last() != Some(&b'}')
+                    {
+                        match conn.read(&mut chunk) {
+                            Ok(n) if n > 0 => got.extend_from_slice(&chunk[..n]),
+                            _ => break,
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&got);
+                    assert!(!text.contains("HTTP/1.1 2"), "{text}");
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let r = s.post(
+        &author,
+        "answered during the flood",
+        json!({}),
+        &s.mint("0.3"),
+    );
+    let flooding = !gave_up.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    for f in flooders {
+        f.join().unwrap();
+    }
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert!(
+        flooding,
+        "the paid post was answered only once the flood gave up"
+    );
+    assert_eq!(s.cash_state(&bait), (json!(false), json!("0.3")));
+}

@@ -231,47 +231,11 @@ pub fn charge(
         });
     }
     let secret = presented(headers, action, price)?;
-    let shown = amount::format(price);
-    let (public, paid) = ledger.check(txn, secret).map_err(|e| match e {
-        SecretError::Storage(e) => {
-            tracing::error!(action, "payment check: {e}");
-            Reply::error(500, "internal", "internal error")
-        }
-        SecretError::Malformed(m) => refusal(
-            "payment_invalid",
-            format!("payment secret {m}"),
-            action,
-            price,
-        ),
-        SecretError::Unknown => refusal(
-            "payment_invalid",
-            "payment secret is not known to this ledger",
-            action,
-            price,
-        ),
-        SecretError::AmountMismatch => refusal(
-            "payment_invalid",
-            "payment secret's amount does not match the ledger",
-            action,
-            price,
-        ),
-        SecretError::Spent => refusal(
-            "payment_spent",
-            "payment secret was already spent",
-            action,
-            price,
-        ),
-    })?;
+    let (public, paid) = ledger
+        .check(txn, secret)
+        .map_err(|e| secret_refused(e, action, price))?;
     if paid < price {
-        return Err(refusal(
-            "payment_insufficient",
-            format!(
-                "payment of {} is less than the price {shown}",
-                amount::format(paid)
-            ),
-            action,
-            price,
-        ));
+        return Err(insufficient(paid, action, price));
     }
     let internal = |e: anyhow::Error| {
         tracing::error!("ledger write failed: {e:#}");
@@ -309,6 +273,54 @@ pub fn charge(
         change,
         change_derivation,
     })
+}
+
+/// The 402 (or 500) of a secret the ledger refuses.
+pub fn secret_refused(e: SecretError, action: &str, price: u64) -> Reply {
+    match e {
+        SecretError::Storage(e) => {
+            tracing::error!(action, "payment check: {e}");
+            Reply::error(500, "internal", "internal error")
+        }
+        SecretError::Malformed(m) => refusal(
+            "payment_invalid",
+            format!("payment secret {m}"),
+            action,
+            price,
+        ),
+        SecretError::Unknown => refusal(
+            "payment_invalid",
+            "payment secret is not known to this ledger",
+            action,
+            price,
+        ),
+        SecretError::AmountMismatch => refusal(
+            "payment_invalid",
+            "payment secret's amount does not match the ledger",
+            action,
+            price,
+        ),
+        SecretError::Spent => refusal(
+            "payment_spent",
+            "payment secret was already spent",
+            action,
+            price,
+        ),
+    }
+}
+
+/// The 402 of a secret worth less than the price.
+pub fn insufficient(paid: u64, action: &str, price: u64) -> Reply {
+    refusal(
+        "payment_insufficient",
+        format!(
+            "payment of {} is less than the price {}",
+            amount::format(paid),
+            amount::format(price)
+        ),
+        action,
+        price,
+    )
 }
 
 /// Where a paid request's answer is kept for identical retries: the

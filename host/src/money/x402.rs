@@ -533,8 +533,13 @@ mod tests {
         let mut p = PaymentHeaders::default();
         assert_eq!(read_signature(&mut p, &b64(&ok)), Some(secret.clone()));
         assert!(p.x402.invalid.is_none());
-        // A second line is refused, whatever it says.
+        // The same payment again is the same payment (nothing added)...
         assert_eq!(read_signature(&mut p, &b64(&ok)), None);
+        assert!(p.x402.invalid.is_none());
+        // ...another one is refused.
+        let mut other = ok.clone();
+        other["payload"]["secret"] = json!(format!("e1:secret:{}", "cd".repeat(32)));
+        assert_eq!(read_signature(&mut p, &b64(&other)), None);
         assert!(p.x402.invalid.is_some());
         for bad in [
             json!({"x402Version": 1, "accepted": webcash_requirements(1), "payload": {"secret": secret}}),

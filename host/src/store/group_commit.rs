@@ -16,7 +16,10 @@
 //! With no concurrency every request is alone in its batch and commits at
 //! once: no added latency. A member that waits `window` while its batch sits
 //! idle (the requests under way are slow to reach storage) commits the
-//! batch itself.
+//! batch itself; and a batch whose first member is `window` old is
+//! committed by the next request to hand the lease on, so requests that
+//! keep taking the lease and failing (a flood of refused payments) cannot
+//! hold their batch-mates' answers.
 //!
 //! Readers see a batch only once it is committed (durable), so no read
 //! shows what is not durable, and a 2xx waits for its batch. A mutating
@@ -94,6 +97,11 @@ struct Slot {
     batch: u64,
     /// Successful requests applied to the newest batch.
     members: u64,
+    /// When its first member was applied: a batch with members is
+    /// committed once that is `window` old, even while other requests
+    /// still hold or wait for the lease (requests that fail, a stranger's
+    /// flood, must not keep a paid request's batch open).
+    first_member: Option<std::time::Instant>,
     /// A request holds the batch transaction.
     leased: bool,
     /// Requests waiting for the lease, served first come first served.
@@ -848,6 +856,7 @@ impl GroupCommit {
         }
         s.batch += 1;
         s.members = 0;
+        s.first_member = None;
         s.outcome = Arc::new(Outcome::default());
         let (batch, outcome) = (s.batch, s.outcome.clone());
         let begun = match self.backend {
@@ -952,6 +961,9 @@ impl GroupCommit {
         let mut s = self.lock();
         s.pending -= 1;
         if applied {
+            if s.members == 0 {
+                s.first_member = Some(std::time::Instant::now());
+            }
             s.members += 1;
         }
         let (batch, outcome) = (lease.batch, lease.outcome.clone());
@@ -961,7 +973,9 @@ impl GroupCommit {
                 || s.pending == 0
                 || s.members >= self.settings.max_batch
                 || lease.alone
-                || lease.txn.full());
+                || lease.txn.full()
+                || s.first_member
+                    .is_some_and(|t| t.elapsed() >= self.settings.window));
         if commit_now {
             self.commit_batch(s, lease);
             return if applied {
@@ -1510,6 +1524,7 @@ fn log_batches(shared: &Shared, group: &[Arc<Sealed>], wal: &mut Wal) {
 mod tests {
     use super::*;
     use redb::{Database, TableDefinition};
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     const T: TableDefinition<&[u8], &[u8]> = TableDefinition::new("t");
 
@@ -1732,6 +1747,41 @@ mod tests {
             "waited the window"
         );
         assert_eq!(gc.counters(), (1, 1));
+        assert_eq!(count(&gc, &db), 1);
+    }
+
+    #[test]
+    fn requests_that_keep_failing_on_the_lease_do_not_hold_a_members_batch() {
+        let (_d, db, gc) = open(Settings {
+            window: Duration::from_millis(20),
+            ..Settings::default()
+        });
+        // Another request is under way all along (so the batch is never
+        // left with nobody under way), and a flood of requests takes the
+        // lease and fails, one after another (so it is never idle).
+        let under_way = gc.enter();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flood = {
+            let (gc, stop) = (gc.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let until = std::time::Instant::now() + Duration::from_secs(30);
+                while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < until {
+                    let failing = gc.acquire(gc.enter()).unwrap();
+                    gc.release(failing, false).unwrap();
+                }
+                std::time::Instant::now() < until
+            })
+        };
+        let mut a = gc.acquire(gc.enter()).unwrap();
+        put(&mut a, 1);
+        gc.release(a, true).unwrap();
+        // Committed while the flood still runs: it did not give up first.
+        stop.store(true, Ordering::Relaxed);
+        assert!(
+            flood.join().unwrap(),
+            "the member waited for the flood to end"
+        );
+        drop(under_way);
         assert_eq!(count(&gc, &db), 1);
     }
 

@@ -371,7 +371,7 @@ impl Ctx {
     /// The answer an identical paid request (by its x402 payment
     /// identifier, else by its secret and request) committed while this
     /// one ran, as seen in this request's transaction.
-    fn kept_meanwhile(&self, rt: &Runtime, txn: &crate::store::WriteTxn) -> Option<Reply> {
+    fn kept_meanwhile(&self, rt: &Runtime, txn: &impl crate::store::Kv) -> Option<Reply> {
         let since_ms = rt.replays_kept_since_ms();
         if let Some(kept) = crate::money::x402::kept_for(&rt.ledger, txn, since_ms, &self.payment) {
             tracing::info!(family = %self.family, "same payment identifier answered meanwhile: its stored response");

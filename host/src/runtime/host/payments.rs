@@ -3,6 +3,7 @@
 
 use super::{Ctx, off_the_worker, refusal};
 use crate::capabilities::Capability;
+use crate::money::ledger::SecretError;
 use crate::money::payments::ESCROW_ACTIONS;
 use crate::reply::Reply;
 use crate::runtime::Runtime;
@@ -10,6 +11,43 @@ use crate::runtime::bindings::endpoint::marketplace::plugin::{payments, types};
 use std::sync::Arc;
 
 impl Ctx {
+    /// The 402 of a payment the ledger refuses as it stands (no secret;
+    /// a malformed, unknown or too small one; one spent by another
+    /// request), decided from a read snapshot before the request waits
+    /// for the commit batch: a flood of such requests, which a stranger
+    /// can send without paying, must not make the paying ones wait their
+    /// turn behind it. None: the charge decides, in the request's
+    /// transaction, as before (a payment that may pay; the upstream's; a
+    /// request already in its transaction; on a shared store, all but a
+    /// missing or malformed one).
+    fn refused_early(&self, action: &str, price: u64) -> Option<types::Refusal> {
+        if price == 0 || self.txn.is_some() || self.upstream_mode().is_some() {
+            return None;
+        }
+        let secret = match crate::money::payments::presented(&self.payment, action, price) {
+            Ok(secret) => secret,
+            Err(refused) => return Some(refusal(refused)),
+        };
+        // (On a shared store a read is a round trip of its own, and
+        // writers do not take turns on one batch there.)
+        let rt = self.rt.as_ref().filter(|rt| !rt.storage.is_shared())?;
+        let read = rt.storage.begin_read().ok()?;
+        match rt.ledger.check(&read, secret) {
+            Ok((_, paid)) if paid < price => Some(refusal(crate::money::payments::insufficient(
+                paid, action, price,
+            ))),
+            Ok(_) | Err(SecretError::Storage(_)) => None,
+            // Spent by this same request (an identical retry that raced
+            // the first, or the same payment identifier): its answer is
+            // kept in the same commit as the spend, and the charge's
+            // failure path gives it.
+            Err(SecretError::Spent) if self.kept_meanwhile(rt, &read).is_some() => None,
+            Err(e) => Some(refusal(crate::money::payments::secret_refused(
+                e, action, price,
+            ))),
+        }
+    }
+
     fn charge_at(
         &mut self,
         action: String,
@@ -107,6 +145,9 @@ impl payments::Host for Ctx {
         // A read is refused before the fee component is asked.
         self.must_write()?;
         let price = self.price(action.clone(), basis).await?;
+        if let Some(refused) = self.refused_early(&action, price) {
+            return Err(refused);
+        }
         self.ready().await;
         self.charge_at(action, price)
     }
@@ -121,6 +162,9 @@ impl payments::Host for Ctx {
         if !self.grants.has(Capability::Escrow) {
             tracing::error!(family = %self.family, "charge-price needs the escrow grant");
             return Err(refusal(Reply::error(500, "internal", "internal error")));
+        }
+        if let Some(refused) = self.refused_early(&action, price) {
+            return Err(refused);
         }
         self.ready().await;
         self.charge_at(action, price)
