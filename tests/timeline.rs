@@ -252,6 +252,20 @@ fn bad_limits_and_bad_attachments_are_400() {
             json!([{"filename": "bad\u{7}name", "content": "1"}]),
             "attachments[0].filename",
         ),
+        // Names that read as another: a right-to-left override (shown as
+        // "terms.md"), a zero-width space, a line separator.
+        (
+            json!([{"filename": "\u{202e}dm.smret", "content": "1"}]),
+            "attachments[0].filename",
+        ),
+        (
+            json!([{"filename": "terms\u{200b}.md", "content": "1"}]),
+            "attachments[0].filename",
+        ),
+        (
+            json!([{"filename": "a\u{2028}b.md", "content": "1"}]),
+            "attachments[0].filename",
+        ),
         (
             json!([{"filename": "big.md", "content": "x".repeat(512 * 1024 + 1)}]),
             "attachments[0].content",

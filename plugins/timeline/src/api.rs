@@ -157,7 +157,7 @@ fn attachments() -> Value {
         &[
             (
                 "filename",
-                json!({"type": "string", "minLength": 1, "maxLength": 255, "description": "unique in the post (case-insensitive), no path separators or control characters"}),
+                json!({"type": "string", "minLength": 1, "maxLength": 255, "description": "unique in the post (case-insensitive), no path separators, control characters, or invisible or bidirectional formatting characters (U+061C, U+200B-U+200F, U+2028-U+202E, U+2060-U+2069, U+FEFF)"}),
             ),
             (
                 "content",

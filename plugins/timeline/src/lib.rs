@@ -183,13 +183,15 @@ fn attachment_problems(
             problem(field("filename"), "is required, at most 255 characters");
             false
         } else if filename.contains(['/', '\\'])
-            || filename.chars().any(char::is_control)
+            || filename
+                .chars()
+                .any(|c| c.is_control() || reads_otherwise(c))
             || filename == "."
             || filename == ".."
         {
             problem(
                 field("filename"),
-                "must not contain path separators or control characters",
+                "must not contain path separators, control characters, or invisible or bidirectional formatting characters",
             );
             false
         } else {
@@ -931,16 +933,22 @@ fn attachment(req: &Request) -> Result<Response, ApiError> {
     })
 }
 
+/// A character that changes how a name reads without showing itself:
+/// bidirectional controls (a name could show its extension reversed),
+/// zero-width and other invisible format characters, line and paragraph
+/// separators.
+fn reads_otherwise(c: char) -> bool {
+    matches!(c, '\u{61c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+}
+
 /// `inline` with the attachment's name (RFC 6266): an ASCII `filename`
 /// for old clients ('_' for what is not printable ASCII, no quote or
 /// backslash) and the exact name as `filename*` (UTF-8, percent-encoded).
 /// Bidirectional controls are left out of both, so a name cannot show its
 /// extension reversed.
 fn content_disposition(filename: &str) -> String {
-    let name: String = filename
-        .chars()
-        .filter(|c| !matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'))
-        .collect();
+    // (Names taken before such characters were refused may hold them.)
+    let name: String = filename.chars().filter(|c| !reads_otherwise(*c)).collect();
     // A name of bidirectional controls only: a name all the same.
     let name = if name.is_empty() {
         "attachment".to_string()
