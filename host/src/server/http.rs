@@ -44,6 +44,18 @@ struct Gates {
     /// True once the server drains: every answer then closes its
     /// connection.
     draining: watch::Receiver<bool>,
+    /// Host routes that take a body (the cash ledger's replace and health
+    /// check) running at once: [`host_body_slots`]. The memory a handler
+    /// works in is some times its body's, which is only budgeted while it
+    /// waits; a request waiting here keeps its body counted.
+    host_bodies: Arc<Semaphore>,
+}
+
+/// Host handlers with a body that run at once: CPU-bound work on blocking
+/// threads, so more than a few per core only adds memory (each parses
+/// up to `max_body_bytes` of JSON and builds its answer).
+fn host_body_slots() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get()) * 4
 }
 
 /// Pool slots only writes may take: a quarter of the pool, at least one
@@ -231,6 +243,7 @@ impl Gates {
             families: std::sync::Mutex::new(HashMap::new()),
             bodies: Arc::new(Budget::new(kib(app.config.pending_body_budget()))),
             draining,
+            host_bodies: Arc::new(Semaphore::new(host_body_slots())),
         }
     }
 
@@ -1013,6 +1026,13 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
             Ok(p) => Some(p),
             Err(refused) => return refused,
         },
+        _ => None,
+    };
+    // A host route with a body waits its turn with its body still counted.
+    let _host_slot = match &route.handler {
+        Handler::Host(_) if !from_memory && !body.is_empty() => {
+            gates.host_bodies.clone().acquire_owned().await.ok()
+        }
         _ => None,
     };
     // Running: its body is the running request's now (bounded by the pool).
