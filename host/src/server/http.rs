@@ -44,8 +44,8 @@ struct Gates {
     /// True once the server drains: every answer then closes its
     /// connection.
     draining: watch::Receiver<bool>,
-    /// Host routes that take a body (the cash ledger's replace and health
-    /// check) running at once: [`host_body_slots`]. The memory a handler
+    /// The cash ledger's replace and health check running at once:
+    /// [`host_body_slots`]. The memory a handler
     /// works in is some times its body's, which is only budgeted while it
     /// waits; a request waiting here keeps its body counted.
     host_bodies: Arc<Semaphore>,
@@ -1028,9 +1028,10 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
         },
         _ => None,
     };
-    // A host route with a body waits its turn with its body still counted.
-    let _host_slot = match &route.handler {
-        Handler::Host(_) if !from_memory && !body.is_empty() => {
+    // The cash ledger's routes that parse a body wait their turn with it
+    // still counted (not `cash_refund`, which waits on the upstream).
+    let host_slot = match &route.handler {
+        Handler::Host("cash_replace" | "cash_health_check") if !body.is_empty() => {
             gates.host_bodies.clone().acquire_owned().await.ok()
         }
         _ => None,
@@ -1047,6 +1048,9 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
         Handler::Host(name) => {
             let (app2, name) = (app.clone(), *name);
             match tokio::task::spawn_blocking(move || {
+                // Held by the work itself: a client that goes away drops
+                // this future, not the work.
+                let _slot = host_slot;
                 span.in_scope(|| crate::runtime::native::handle(&app2.runtime, name, &body))
             })
             .await

@@ -16,10 +16,10 @@
 //! With no concurrency every request is alone in its batch and commits at
 //! once: no added latency. A member that waits `window` while its batch sits
 //! idle (the requests under way are slow to reach storage) commits the
-//! batch itself; and a batch whose first member is `window` old is
-//! committed by the next request to hand the lease on, so requests that
-//! keep taking the lease and failing (a flood of refused payments) cannot
-//! hold their batch-mates' answers.
+//! batch itself; and a request that fails and hands on a batch whose
+//! first member is `window` old commits it, so requests that keep taking
+//! the lease and failing (a flood of refused payments) cannot hold their
+//! batch-mates' answers.
 //!
 //! Readers see a batch only once it is committed (durable), so no read
 //! shows what is not durable, and a 2xx waits for its batch. A mutating
@@ -97,10 +97,11 @@ struct Slot {
     batch: u64,
     /// Successful requests applied to the newest batch.
     members: u64,
-    /// When its first member was applied: a batch with members is
-    /// committed once that is `window` old, even while other requests
-    /// still hold or wait for the lease (requests that fail, a stranger's
-    /// flood, must not keep a paid request's batch open).
+    /// When its first member was applied: a failing request that hands
+    /// on a batch with members that old (`window`) commits it, even while
+    /// other requests still hold or wait for the lease, so requests that
+    /// keep failing (a stranger's flood) cannot keep a paid request's batch
+    /// open. (Successful requests keep batching up to `max_batch`.)
     first_member: Option<std::time::Instant>,
     /// A request holds the batch transaction.
     leased: bool,
@@ -974,8 +975,9 @@ impl GroupCommit {
                 || s.members >= self.settings.max_batch
                 || lease.alone
                 || lease.txn.full()
-                || s.first_member
-                    .is_some_and(|t| t.elapsed() >= self.settings.window));
+                || (!applied
+                    && s.first_member
+                        .is_some_and(|t| t.elapsed() >= self.settings.window)));
         if commit_now {
             self.commit_batch(s, lease);
             return if applied {
