@@ -102,6 +102,14 @@ pub fn base_url(host: Option<&str>, forwarded_proto: Option<&str>) -> String {
     format!("{scheme}://{host}")
 }
 
+/// Fold the `/api/v1` compatibility alias onto `/api`.
+pub fn canonical_path(path: &str) -> String {
+    match path.strip_prefix("/api/v1") {
+        Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("/api{rest}"),
+        _ => path.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

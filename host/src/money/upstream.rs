@@ -63,7 +63,7 @@
 //!   a health check of `S`).
 
 use crate::money::ledger::{Derivation, Ledger, public_hash};
-use crate::money::payments::{Charge, PaymentHeaders, presented, refusal};
+use crate::money::payments::{Charge, PaymentHeaders, insufficient, presented, refusal};
 use crate::reply::Reply;
 use crate::state::State;
 use crate::store::{Kv, Storage, StorageError, WriteTxn};
@@ -647,16 +647,7 @@ pub fn charge(
     }
     let (input, paid) = (public_hash(&parsed.hex), parsed.amount);
     if paid < price {
-        return Err(refusal(
-            "payment_insufficient",
-            format!(
-                "payment of {} is less than the price {}",
-                amount::format(paid),
-                amount::format(price)
-            ),
-            action,
-            price,
-        ));
+        return Err(insufficient(paid, action, price));
     }
     let live = up.lock(&input).ok_or_else(|| {
         Reply::error(

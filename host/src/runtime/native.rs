@@ -65,6 +65,14 @@ pub fn runs_inline(rt: &Runtime, name: &str) -> bool {
     }
 }
 
+/// Whether host handler `name` works on its body in memory some times
+/// its size (the cash ledger's replace and health check parse up to
+/// `max_body_bytes` of JSON): such requests run a few per core at once
+/// (`server/http.rs`). Not `cash_refund`, which waits on the upstream.
+pub fn parses_body(name: &str) -> bool {
+    matches!(name, "cash_replace" | "cash_health_check")
+}
+
 /// The host's routes for the route table.
 pub fn routes(testing: bool) -> Vec<Route> {
     HOST_ROUTES

@@ -362,12 +362,7 @@ pub fn is_read(method: &str) -> bool {
 }
 
 /// Fold the `/api/v1` compatibility alias onto `/api`.
-pub fn canonical_path(path: &str) -> String {
-    match path.strip_prefix("/api/v1") {
-        Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("/api{rest}"),
-        _ => path.to_string(),
-    }
-}
+pub use marketplace_common::url::canonical_path;
 
 fn match_pattern(pattern: &str, path: &str) -> Option<Vec<(String, String)>> {
     let mut params = Vec::new();

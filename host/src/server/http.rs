@@ -44,8 +44,8 @@ struct Gates {
     /// True once the server drains: every answer then closes its
     /// connection.
     draining: watch::Receiver<bool>,
-    /// The cash ledger's replace and health check running at once:
-    /// [`host_body_slots`]. The memory a handler
+    /// Host routes that work on their body ([`crate::runtime::native::parses_body`])
+    /// running at once: [`host_body_slots`]. The memory a handler
     /// works in is some times its body's, which is only budgeted while it
     /// waits; a request waiting here keeps its body counted.
     host_bodies: Arc<Semaphore>,
@@ -1028,10 +1028,10 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
         },
         _ => None,
     };
-    // The cash ledger's routes that parse a body wait their turn with it
-    // still counted (not `cash_refund`, which waits on the upstream).
+    // A host route that works on its body waits its turn with it still
+    // counted.
     let host_slot = match &route.handler {
-        Handler::Host("cash_replace" | "cash_health_check") if !body.is_empty() => {
+        Handler::Host(name) if crate::runtime::native::parses_body(name) && !body.is_empty() => {
             gates.host_bodies.clone().acquire_owned().await.ok()
         }
         _ => None,

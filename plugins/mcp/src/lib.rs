@@ -22,6 +22,7 @@ mod resources;
 mod schema;
 mod x402;
 
+use marketplace_common::url::canonical_path;
 use marketplace_guest::prelude::*;
 use marketplace_guest::{
     Body, clear_on_fault, clock, dispatch, host, limit_time, memoized, on_fault, types,
@@ -453,26 +454,34 @@ impl Drop for Forwarding {
 
 /// Run a request through the host router.
 fn call(method: &str, path: &str, query: Vec<(String, String)>, body: Option<&Value>) -> Response {
+    dispatch::call(&outgoing(method, "", path, query, body))
+}
+
+/// A request this one makes: a JSON body, and the [`FORWARDED`] headers.
+fn outgoing(
+    method: &str,
+    route: &str,
+    path: &str,
+    query: Vec<(String, String)>,
+    body: Option<&Value>,
+) -> types::Request {
     let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
     FORWARDED.with(|o| headers.extend(o.borrow().iter().cloned()));
-    dispatch::call(&types::Request {
+    types::Request {
         method: method.into(),
-        route: String::new(),
+        route: route.into(),
         path: path.into(),
         params: vec![],
         query,
         headers,
         body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
-    })
+    }
 }
 
 /// The route of this component's own that only reads and that `method
 /// path` (the `/api/v1` alias folded) names, if it is one.
 fn own_read(method: &str, path: &str) -> Option<&'static str> {
-    let canonical = match path.strip_prefix("/api/v1") {
-        Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("/api{rest}"),
-        _ => path.to_string(),
-    };
+    let canonical = canonical_path(path);
     [
         ("GET", "/api/mcp"),
         ("GET", "/api/docs/search"),
@@ -489,10 +498,7 @@ fn own_read(method: &str, path: &str) -> Option<&'static str> {
 /// be a header's value (control characters, not ASCII, over 8 KiB) is
 /// left out; the answer stands.
 fn locate(answer: &mut Response, path: &str) {
-    let canonical = match path.strip_prefix("/api/v1") {
-        Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("/api{rest}"),
-        _ => path.to_string(),
-    };
+    let canonical = canonical_path(path);
     if canonical.len() <= 8192 && canonical.bytes().all(|b| (0x21..0x7f).contains(&b)) {
         answer.headers.push(("content-location".into(), canonical));
     }
@@ -983,20 +989,7 @@ fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
             // This component's own reads: the host runs a family's own
             // routes for it only where they write, so they run here.
             Some(route) => {
-                let mut headers =
-                    vec![("content-type".to_string(), "application/json".to_string())];
-                FORWARDED.with(|o| headers.extend(o.borrow().iter().cloned()));
-                let own = Request(types::Request {
-                    method: method.clone(),
-                    route: route.into(),
-                    path: path.into(),
-                    params: vec![],
-                    query,
-                    headers,
-                    body: target_body
-                        .map(|b| b.to_string().into_bytes())
-                        .unwrap_or_default(),
-                });
+                let own = Request(outgoing(&method, route, path, query, target_body));
                 // (Its handling starts by keeping its own origin headers:
                 // this request's, kept whole meanwhile.)
                 let kept = FORWARDED.with(|o| o.borrow().clone());
