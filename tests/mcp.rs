@@ -1626,6 +1626,8 @@ fn execute_and_define_are_tools_over_json_rpc() {
     // macro is then a tool of its own.
     let r = call_tool(&s, "define", macro_def("rpc_macro"));
     assert_eq!(r["result"]["isError"], false, "{r}");
+    // The route's own status comes with it.
+    assert_eq!(r["result"]["_meta"]["marketplace/status"], 201, "{r}");
     assert_eq!(
         r["result"]["structuredContent"]["macro"]["name"], "rpc_macro",
         "{r}"
@@ -1637,6 +1639,7 @@ fn execute_and_define_are_tools_over_json_rpc() {
     let r = call_tool(&s, "define", macro_def("rpc_macro"));
     assert_eq!(r["result"]["isError"], true, "{r}");
     assert_eq!(r["result"]["structuredContent"]["code"], "conflict", "{r}");
+    assert_eq!(r["result"]["_meta"]["marketplace/status"], 409, "{r}");
     let mut bad = macro_def("rpc_bad");
     bad["typescript"] = json!("return {term: ;");
     let r = call_tool(&s, "define", bad);
@@ -1687,6 +1690,7 @@ fn execute_and_define_are_tools_over_json_rpc() {
     );
     assert_eq!(r["result"]["isError"], false, "{r}");
     assert_eq!(r["result"]["structuredContent"], s.get("/api/fees").json());
+    assert_eq!(r["result"]["_meta"]["marketplace/status"], 200, "{r}");
     // A runaway macro: a tool error inside a JSON-RPC answer.
     assert_eq!(
         define_ts(&s, "rpc_spin", "while (true) {}", json!({})).status,
@@ -1756,6 +1760,7 @@ fn execute_and_define_are_tools_over_json_rpc() {
         r["result"]["structuredContent"]["code"], "payment_required",
         "{r}"
     );
+    assert_eq!(r["result"]["_meta"]["marketplace/status"], 402, "{r}");
     let secret = s.mint("1");
     let paid = s.request(
         "POST",

@@ -742,7 +742,8 @@ fn x402_over_mcp_pays_with_the_payload_in_meta() {
     assert_eq!(accepted["network"], "webcash:mainnet", "{r}");
     assert_eq!(accepted["amount"], "60000000", "{r}");
     assert!(required["resource"]["url"].is_string(), "{r}");
-    assert!(result.get("_meta").is_none(), "{r}");
+    // No settlement: only the endpoint's status.
+    assert_eq!(result["_meta"], json!({"marketplace/status": 402}), "{r}");
 
     // Paid with the PaymentPayload in `_meta["x402/payment"]`: created,
     // the settlement (with the change) in the result's `_meta`.
@@ -754,6 +755,7 @@ fn x402_over_mcp_pays_with_the_payload_in_meta() {
     let result = &r["result"];
     assert_eq!(result["isError"], false, "{r}");
     assert_eq!(result["structuredContent"]["fingerprint"], key.fp(), "{r}");
+    assert_eq!(result["_meta"]["marketplace/status"], 201, "{r}");
     let settled = &result["_meta"]["x402/payment-response"];
     assert_eq!(settled["success"], true, "{r}");
     assert_eq!(settled["transaction"], public_form(&secret), "{r}");

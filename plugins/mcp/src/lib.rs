@@ -95,7 +95,7 @@ const TOOLS: &[Tool] = &[
     },
     Tool {
         name: "execute",
-        description: "Run a tool ({tool, arguments}) or a public /api endpoint ({endpoint: {method, path, query?, body?}}), e.g. {\"endpoint\": {\"method\": \"POST\", \"path\": \"/api/timeline\", \"body\": {...}}}. The answer is the endpoint's status and body. A paid endpoint is paid by the payment header (X-Cash-Secret: e<amount>:secret:<hex>, or PAYMENT-SIGNATURE) sent on this MCP request's HTTP POST, or over JSON-RPC by an x402 PaymentPayload in params._meta[\"x402/payment\"]; without one it is an isError result with the endpoint's 402 body (its price) and x402's PaymentRequired (x402Version, accepts) in structuredContent. The change of an overpayment is the X-Cash-Change header of the HTTP answer and payment.change of the endpoint's body.",
+        description: "Run a tool ({tool, arguments}) or a public /api endpoint ({endpoint: {method, path, query?, body?}}), e.g. {\"endpoint\": {\"method\": \"POST\", \"path\": \"/api/timeline\", \"body\": {...}}}. The answer is the endpoint's body (isError for a status of 400 or more; the status itself in the result's _meta[\"marketplace/status\"]). A paid endpoint is paid by the payment header (X-Cash-Secret: e<amount>:secret:<hex>, or PAYMENT-SIGNATURE) sent on this MCP request's HTTP POST, or over JSON-RPC by an x402 PaymentPayload in params._meta[\"x402/payment\"]; without one it is an isError result with the endpoint's 402 body (its price) and x402's PaymentRequired (x402Version, accepts) in structuredContent. The change of an overpayment is the X-Cash-Change header of the HTTP answer and payment.change of the endpoint's body.",
         method: "POST",
         path: "/api/mcp/tools/execute",
         schema: || {
@@ -1470,6 +1470,9 @@ fn annotations(tool: &str) -> Value {
     }
 }
 
+/// Where a tools/call result carries the HTTP status its endpoint answered.
+const STATUS_META: &str = "marketplace/status";
+
 /// A tools/call result: the tool's answer as text, and as structured
 /// content when it is a JSON object. An answer that is not UTF-8 (an
 /// attachment's bytes) is not text: it comes base64-encoded, as image or
@@ -1480,7 +1483,10 @@ fn tool_result(resp: &Response, base: &str) -> Value {
         Ok(text) => json!({"type": "text", "text": text}),
         Err(_) => binary_content(resp, base),
     };
-    let mut result = json!({"content": [content], "isError": resp.status >= 400});
+    // The endpoint's HTTP status, for a program (an agent reads isError
+    // and the body); `x402::annotate` adds its settlement beside it.
+    let mut result = json!({"content": [content], "isError": resp.status >= 400,
+                            "_meta": {STATUS_META: resp.status}});
     // A 402 for want of payment (not a refused one: that header was sent).
     let unpaid = resp.status == 402
         && serde_json::from_slice::<Value>(&resp.body)

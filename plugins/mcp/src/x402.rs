@@ -61,7 +61,12 @@ pub fn annotate(result: &mut Value, resp: &Response) {
         }
     }
     if let Some(settled @ Value::Object(_)) = header_document(resp, "payment-response") {
-        result["_meta"] = json!({RESPONSE_META: settled});
+        match &mut result["_meta"] {
+            Value::Object(meta) => {
+                meta.insert(RESPONSE_META.into(), settled);
+            }
+            slot => *slot = json!({RESPONSE_META: settled}),
+        }
     }
 }
 
