@@ -1075,6 +1075,54 @@ fn runaway_macros_are_422_at_their_budget_and_the_server_stays_healthy() {
     assert_eq!(health["plugins"]["mcp"]["status"], "ok");
 }
 
+#[test]
+fn one_address_runs_two_runaway_macros_at_a_time_and_its_other_requests_go_on() {
+    // A macro run is free: a stranger holding many connections could keep
+    // every core spinning, each run until its deadline. Two calls of a
+    // family per client address run long at once; the address's further
+    // requests of that family wait to be admitted (holding no slot), its
+    // requests of other families do not.
+    let s = Server::start();
+    assert_eq!(
+        define_ts(&s, "spin", "while (true) {}", json!({})).status,
+        201
+    );
+    let addr = s.addr;
+    let spinners: Vec<_> = (0..6)
+        .map(|i| {
+            // Staggered, so the first ones run long before the others come.
+            std::thread::sleep(std::time::Duration::from_millis(if i < 2 {
+                0
+            } else {
+                100
+            }));
+            std::thread::spawn(move || {
+                let body = json!({"tool": "spin", "arguments": {}}).to_string();
+                let r = common::request(
+                    addr,
+                    "POST",
+                    "/api/mcp/tools/execute",
+                    &[("content-type", "application/json")],
+                    Some(body.as_bytes()),
+                );
+                (r.status, r.code())
+            })
+        })
+        .collect();
+    // Meanwhile the same address's requests of other families are served.
+    assert_eq!(s.get("/api/health").status, 200);
+    assert_eq!(s.get("/api/timeline").status, 200);
+    for t in spinners {
+        // Each waited its turn and then ran to its budget: none was refused.
+        assert_eq!(t.join().unwrap(), (422, "macro_error".to_string()));
+    }
+    assert!(
+        s.metric("marketplace_plugin_address_waits_total") >= 1,
+        "the later runs waited for the first ones"
+    );
+    assert_eq!(s.get("/api/health").json()["status"], "ok");
+}
+
 /// A raw HTTP/1.1 POST with exactly these headers (`host` among them),
 /// since the test client always sends the address it connects to as Host.
 fn raw_post(s: &Server, path: &str, headers: &[(&str, &str)], body: &Value) -> common::Resp {

@@ -74,6 +74,11 @@ pub struct Metrics {
     pub pending_body_bytes: Gauge,
     pub refused_connections: Counter,
     pub connections_closed_for_room: Counter,
+    /// Plugin calls that ran long and waited for a turn to go on.
+    pub long_call_waits: Counter,
+    /// Requests that waited to be admitted while their address's calls of
+    /// their family ran long.
+    pub address_waits: Counter,
     pub ledger_minted: LedgerGauge,
     pub ledger_unspent: LedgerGauge,
     pub ledger_fees: LedgerGauge,
@@ -181,6 +186,8 @@ impl Metrics {
             pending_body_bytes: Gauge::default(),
             refused_connections: Counter::default(),
             connections_closed_for_room: Counter::default(),
+            long_call_waits: Counter::default(),
+            address_waits: Counter::default(),
             ledger_minted: LedgerGauge::default(),
             ledger_unspent: LedgerGauge::default(),
             ledger_fees: LedgerGauge::default(),
@@ -280,6 +287,16 @@ impl Metrics {
             "ledger_escrow_units",
             "Cash held in contracts' escrow",
             m.ledger_escrow.clone(),
+        );
+        r.register(
+            "plugin_long_call_waits",
+            "Plugin calls that had run 10 ms on an async worker and waited for one of the turns long calls take (half the workers) to go on",
+            m.long_call_waits.clone(),
+        );
+        r.register(
+            "plugin_address_waits",
+            "Requests that waited to be admitted while two calls of their family for their client address ran long",
+            m.address_waits.clone(),
         );
         r.register(
             "alerts",

@@ -349,6 +349,9 @@ pub struct Caller {
     /// The log budget of the client's request, shared by every call it
     /// dispatches (None: a client's own request, with a budget of its own).
     pub logged: Option<crate::runtime::host::LogBudget>,
+    /// The address of the client whose request this is (see
+    /// [`crate::runtime::limiter::LONG_PER_ADDRESS`]).
+    pub client: Option<std::net::IpAddr>,
 }
 
 /// How deep dispatched requests may nest: a chain of families (or a
@@ -1044,10 +1047,9 @@ impl Runtime {
             Ok(if limiter.expired() {
                 UpdateDeadline::Interrupt
             } else if limiter.yields && !limiter.holds_batch {
-                // On an async worker: let the worker's other tasks run.
-                // tokio's yield (not a plain wake) also has the worker poll
-                // for I/O first, so a new request is seen within a tick.
-                UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now()))
+                // On an async worker: let the worker's other tasks run (a
+                // long call also waits for its turn).
+                UpdateDeadline::YieldCustom(1, limiter.yield_at_tick())
             } else {
                 UpdateDeadline::Continue(1)
             })
@@ -1351,6 +1353,7 @@ impl Runtime {
             .data_mut()
             .with_memo(plugin.memo.clone(), self.served().generation);
         store.data_mut().limiter().yields = inline;
+        store.data_mut().limiter().client = from.client.map(|a| (a, family.into()));
         store.data_mut().dispatched_by(from);
         let started = Instant::now();
         let instance = pre.instance_pre().instantiate_async(&mut store).await;

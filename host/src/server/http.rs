@@ -11,6 +11,7 @@ use crate::money::payments::PaymentReader;
 use crate::reply::Reply;
 use crate::runtime::bindings::endpoint::marketplace::plugin::types as wit;
 use crate::runtime::engine::Caller;
+use crate::runtime::limiter;
 use crate::runtime::routes::{self, Handler, Match, Route};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -22,6 +23,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::json;
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
@@ -525,12 +527,12 @@ impl Conn {
         let socket = super::drain::Socket::of(&stream);
         let (app, gates) = (self.app.clone(), self.gates.clone());
         let state = held.state.clone();
-        let service = service_fn(move |req| {
+        let service = service_fn(move |req: Request<Incoming>| {
             // Counted as hyper hands the request over, so a connection
             // chosen to make room is never closed inside a request.
             state.request_started();
             let state = state.clone();
-            let answer = handle(app.clone(), gates.clone(), req);
+            let answer = handle(app.clone(), gates.clone(), req, peer.ip());
             async move {
                 let answered = answer.await;
                 state.request_answered();
@@ -729,6 +731,7 @@ async fn handle(
     app: Arc<App>,
     gates: Arc<Gates>,
     req: Request<Incoming>,
+    client: IpAddr,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let start = Instant::now();
     let id = request_id(&req);
@@ -736,7 +739,7 @@ async fn handle(
     let path = req.uri().path().to_string();
     let in_flight = InFlight::start(&app, &id, &method, &path, start);
     let has_body = !hyper::body::Body::is_end_stream(req.body());
-    let (mut reply, route) = dispatch(&app, &gates, req, &id).await;
+    let (mut reply, route) = dispatch(&app, &gates, req, &id, client).await;
     in_flight.answered();
     // A request no route took (404, 405, 503 while loading) leaves its
     // body unread; while draining, no connection is kept for another.
@@ -857,6 +860,7 @@ async fn dispatch(
     gates: &Gates,
     req: Request<Incoming>,
     id: &str,
+    client: IpAddr,
 ) -> (Reply, Option<Arc<Route>>) {
     if let Some(problem) = host_problem(req.version(), req.headers()) {
         return (Reply::invalid("host", problem), None);
@@ -914,7 +918,9 @@ async fn dispatch(
         from_memory,
     };
     let outages = app.storage.outages();
-    let mut reply = serve_route(app, gates, req, found).instrument(span).await;
+    let mut reply = serve_route(app, gates, req, found, client)
+        .instrument(span)
+        .await;
     if let Some((routed, asked)) = alias {
         crate::money::x402::name_resource(&mut reply, &routed, &asked);
     }
@@ -938,7 +944,13 @@ struct Found {
 }
 
 /// Serve a request on the route found for it.
-async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, found: Found) -> Reply {
+async fn serve_route(
+    app: &Arc<App>,
+    gates: &Gates,
+    req: Request<Incoming>,
+    found: Found,
+    client: IpAddr,
+) -> Reply {
     let Found {
         route,
         params,
@@ -1020,6 +1032,16 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
     // at all until the body timeout, holds no slot meanwhile, so such
     // clients (up to the connection limits) cannot keep a family's
     // requests from running.
+    // A client whose calls already run long waits first, holding no slot
+    // (see LONG_PER_ADDRESS).
+    if let Handler::Family(family) = &route.handler
+        && !limiter::address_turn(client, family, family_wait(app)).await
+    {
+        return busy(format!(
+            "{family} is busy: {} of this address's requests of it are running long; retry shortly",
+            limiter::LONG_PER_ADDRESS
+        ));
+    }
     let permits = match (&route.handler, family_gates) {
         (Handler::Family(family), Some(g)) => match gates.enter(app, family, g, route.writes).await
         {
@@ -1078,22 +1100,23 @@ async fn serve_route(app: &Arc<App>, gates: &Gates, req: Request<Incoming>, foun
             };
             let writes = route.writes;
             let inline = app.runtime.runs_inline(writes);
+            let caller = Caller {
+                client: Some(client),
+                ..Caller::default()
+            };
             let result = if inline && writes {
                 app.runtime
-                    .write_as_task(family, request, payment, Caller::default(), span)
+                    .write_as_task(family, request, payment, caller, span)
                     .await
                     .map_err(|e| e.to_string())
             } else if inline {
                 // On this worker: no hand-off to a blocking thread. A
                 // panic is caught as the blocking pool would catch it.
                 use futures_util::FutureExt;
-                std::panic::AssertUnwindSafe(app.runtime.handle_inline(
-                    family,
-                    request,
-                    payment,
-                    false,
-                    Caller::default(),
-                ))
+                std::panic::AssertUnwindSafe(
+                    app.runtime
+                        .handle_inline(family, request, payment, false, caller),
+                )
                 .catch_unwind()
                 .await
                 .map_err(|_| "panicked".to_string())
