@@ -1055,6 +1055,22 @@ fn a_plugin_cannot_forge_log_lines_or_flood_the_log() {
         tail(&log)
     );
 
+    // A plugin that logs a cash secret (what it was paid with, the change
+    // it was handed) does not put it in the log.
+    let secret = s.mint("0.5");
+    let hex = secret.rsplit(':').next().unwrap().to_string();
+    let marker = unique("paid");
+    let r = s.get(&format!(
+        "/_testing/log?msg={marker}%20with%20{}",
+        secret.replace(':', "%3A")
+    ));
+    assert_eq!(r.status, 200, "{}", r.text());
+    s.wait_log("the plugin's line", |log| log.contains(&marker));
+    let log = s.log_text();
+    let line = log.lines().find(|l| l.contains(&marker)).unwrap();
+    assert!(line.contains("e0.5:secret:{redacted}"), "{line}");
+    assert!(!log.contains(&hex), "the secret is in the log:\n{line}");
+
     let flood = unique("flood");
     let r = s.get(&format!("/_testing/log?msg={flood}&times=5000"));
     assert_eq!(r.status, 200, "{}", r.text());

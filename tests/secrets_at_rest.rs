@@ -488,6 +488,20 @@ fn no_secret_at_rest(pickup_paid: bool) {
         post: r.json()["post_id"].as_str().unwrap().to_string(),
     };
 
+    // A user who pastes a secret into a message to the A2A agent: the task
+    // it keeps (history) does not hold it.
+    let pasted = w.mint(&s, "0.3");
+    let r = s.post_json(
+        "/a2a",
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+            "messageId": "m-secret", "role": "ROLE_USER",
+            "parts": [{"text": format!("logo {pasted}")}]}}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let task = &r.json()["result"]["task"];
+    let text = task["history"][0]["parts"][0]["text"].as_str().unwrap();
+    assert!(text.ends_with(":secret:{redacted}"), "{text}");
+
     // Buy with change; an identical retry replays the same answer (same
     // change secret), another body with the spent secret is refused.
     let secret = w.mint(&s, "1.5");

@@ -60,6 +60,69 @@ pub fn public_string(amount_units: u64, hash_hex: &str) -> String {
     format!("e{}:public:{hash_hex}", amount::format(amount_units))
 }
 
+/// Whether `text` may hold a bearer cash secret (`e<amount>:secret:<hex>`,
+/// in any case, either colon written as is or escaped as `%3A`): a client
+/// that put one in a path or a request id by mistake must not find it in
+/// the operator's log.
+pub fn holds_cash_secret(text: &str) -> bool {
+    let b = text.as_bytes();
+    // Most paths and ids have neither: one pass, no window compared.
+    if !b.iter().any(|&c| c == b':' || c == b'%') {
+        return false;
+    }
+    secret_markers(b).next().is_some()
+}
+
+/// Where each `secret` between two colons (as is or `%3A`) of `b` ends.
+fn secret_markers(b: &[u8]) -> impl Iterator<Item = usize> + '_ {
+    let colon_ending = |i: usize| {
+        (i >= 1 && b[i - 1] == b':') || (i >= 3 && b[i - 3..i].eq_ignore_ascii_case(b"%3a"))
+    };
+    let colon_at = |j: usize| {
+        if b.get(j) == Some(&b':') {
+            Some(j + 1)
+        } else if b
+            .get(j..j + 3)
+            .is_some_and(|w| w.eq_ignore_ascii_case(b"%3a"))
+        {
+            Some(j + 3)
+        } else {
+            None
+        }
+    };
+    (0..b.len().saturating_sub(5))
+        .filter(move |&i| b[i..i + 6].eq_ignore_ascii_case(b"secret") && colon_ending(i))
+        .filter_map(move |i| colon_at(i + 6))
+}
+
+/// `text` with the hex of every cash secret in it shown as `{redacted}`:
+/// a plugin's log line (a plugin that logs what it was paid with, or the
+/// change it was handed, must not put a spendable secret in the log), a
+/// message a component keeps.
+pub fn redact_secret_text(text: &str) -> std::borrow::Cow<'_, str> {
+    if !holds_cash_secret(text) {
+        return text.into();
+    }
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    for start in secret_markers(b) {
+        if start < copied {
+            continue;
+        }
+        let end = start
+            + b[start..]
+                .iter()
+                .take_while(|c| c.is_ascii_hexdigit())
+                .count();
+        out.push_str(&text[copied..start]);
+        out.push_str("{redacted}");
+        copied = end;
+    }
+    out.push_str(&text[copied..]);
+    out.into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -170,6 +170,42 @@ pub fn access(id: &str, a: &Access) {
 pub const MAX_METHOD: usize = 32;
 pub const MAX_PATH: usize = 2048;
 
+/// `message` on one line: control characters (a line break that would
+/// forge a log line of its own, say) written as escapes, at most
+/// `max_chars` characters. For text a plugin chose: its log lines, the
+/// names in a wasm backtrace.
+pub fn one_line(message: &str, max_chars: usize) -> std::borrow::Cow<'_, str> {
+    let cut = message
+        .char_indices()
+        .nth(max_chars)
+        .map_or(message, |(at, _)| &message[..at]);
+    if !cut.chars().any(escaped) {
+        return std::borrow::Cow::Borrowed(cut);
+    }
+    let mut out = String::with_capacity(cut.len() + 16);
+    for c in cut.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if escaped(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Written as an escape by [`one_line`]: control characters, the line and
+/// paragraph separators (which some viewers break lines at), and the
+/// bidirectional controls (which make a line read otherwise than it is).
+fn escaped(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
 /// `s` cut to at most `max` bytes (at a character boundary), marked `...`
 /// with its full length when cut.
 pub fn clip(s: &str, max: usize) -> std::borrow::Cow<'_, str> {

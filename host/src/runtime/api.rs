@@ -12,7 +12,12 @@ pub const HOST_OPENAPI: &str = include_str!("../../openapi/host.json");
 
 /// Largest OpenAPI operation of one route, and all schemas of one family.
 const MAX_OPERATION: usize = 64 * 1024;
-const MAX_SCHEMAS: usize = 1024 * 1024;
+const MAX_SCHEMAS: usize = 512 * 1024;
+/// Largest declared api of one family: its operations and schemas
+/// together. Every family's goes into the OpenAPI document, and the `mcp`
+/// component renders them all (`/docs`, `/api/docs/search`) within its
+/// memory cap: the built-in families' whole document is about 140 kB.
+const MAX_API: usize = 512 * 1024;
 
 /// A route as the WIT `route` record gives it: method, pattern, writes,
 /// paid action, OpenAPI operation (JSON text), own body limit.
@@ -44,7 +49,11 @@ impl Api {
         if routes.len() > routes::MAX_ROUTES {
             return Err(format!("at most {} routes per family", routes::MAX_ROUTES));
         }
+        if schemas.len() > MAX_SCHEMAS {
+            return Err(format!("schemas over {MAX_SCHEMAS} bytes"));
+        }
         let mut out = Vec::with_capacity(routes.len());
+        let mut total = schemas.len();
         for (method, pattern, writes, paid, openapi, max_body) in routes {
             let max_body = max_body.map(|n| n as usize);
             if max_body.is_some_and(|n| n > crate::store::MAX_VALUE_BYTES) {
@@ -57,6 +66,12 @@ impl Api {
             if openapi.len() > MAX_OPERATION {
                 return Err(format!(
                     "{method} {pattern}: OpenAPI operation over {MAX_OPERATION} bytes"
+                ));
+            }
+            total += openapi.len();
+            if total > MAX_API {
+                return Err(format!(
+                    "the OpenAPI operations and schemas together are over {MAX_API} bytes"
                 ));
             }
             let operation = match serde_json::from_str::<Value>(&openapi) {
@@ -78,9 +93,6 @@ impl Api {
                 operation,
                 max_body,
             });
-        }
-        if schemas.len() > MAX_SCHEMAS {
-            return Err(format!("schemas over {MAX_SCHEMAS} bytes"));
         }
         let schemas = match serde_json::from_str::<Value>(schemas) {
             Ok(Value::Object(m)) => m,
@@ -428,5 +440,19 @@ mod tests {
         .unwrap();
         let writes: Vec<bool> = api.routes.iter().map(|r| r.writes).collect();
         assert_eq!(writes, [false, false, true]);
+        // Operations within their own limit, too large together (the mcp
+        // component renders every family's).
+        let description = "d".repeat(60 * 1024);
+        let routes = |n: usize| -> Vec<RouteDecl> {
+            (0..n)
+                .map(|i| {
+                    let op = json!({"description": description}).to_string();
+                    ("GET".into(), format!("/api/x{i}"), false, None, op, None)
+                })
+                .collect()
+        };
+        assert!(Api::check(routes(8), "{}").is_ok());
+        let e = Api::check(routes(9), "{}").unwrap_err();
+        assert!(e.contains("together are over"), "{e}");
     }
 }

@@ -253,6 +253,12 @@ fn prune_cache(dir: &Path, now: SystemTime) -> usize {
     removed
 }
 
+/// A trap with its wasm backtrace, on one line: the backtrace names the
+/// component's own functions, which it may have named anything.
+fn backtrace(err: &wasmtime::Error) -> String {
+    crate::logging::one_line(&format!("{err:?}"), 16_384).into_owned()
+}
+
 /// The kind of a plugin fault, as metrics count it.
 fn fault_kind(err: &wasmtime::Error, memory_hit: bool) -> &'static str {
     if matches!(err.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
@@ -269,7 +275,7 @@ fn fault_kind(err: &wasmtime::Error, memory_hit: bool) -> &'static str {
 /// the trap itself (a Rust panic is an `unreachable` trap), with the wasm
 /// backtrace kept for the debug log.
 fn smoke_failure(what: &str, err: wasmtime::Error, memory_hit: bool) -> anyhow::Error {
-    tracing::debug!("{what} failed: {err:?}");
+    tracing::debug!("{what} failed: {}", backtrace(&err));
     let why = match (err.downcast_ref::<Trap>(), memory_hit) {
         (Some(Trap::Interrupt), _) => "ran past its time limit (request_timeout_ms)".to_string(),
         (_, true) => "grew past its memory cap (plugin_memory_mib)".to_string(),
@@ -280,6 +286,37 @@ fn smoke_failure(what: &str, err: wasmtime::Error, memory_hit: bool) -> anyhow::
         (None, _) => format!("{:#}", err.root_cause()),
     };
     anyhow!("{what} {why}")
+}
+
+/// Longest name, version or fee policy name a component may give
+/// (characters): they go into log lines, `GET /api/health` and the
+/// plugins list.
+const MAX_LABEL: usize = 64;
+
+/// Largest fee schedule a fee component may give (`GET /api/fees` serves
+/// it).
+const MAX_SCHEDULE_BYTES: usize = 64 << 10;
+
+/// Refuse a name or version a component gave (`what`) that is longer than
+/// [`MAX_LABEL`] characters or holds characters that are not shown as
+/// written (controls, line separators, bidi and invisible format
+/// characters): it would make a log line (or a listing) read otherwise.
+fn label(what: &str, value: &str) -> Result<()> {
+    let hidden = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+    };
+    anyhow::ensure!(
+        value.chars().count() <= MAX_LABEL,
+        "{what} is {} characters long, over {MAX_LABEL}",
+        value.chars().count()
+    );
+    anyhow::ensure!(
+        !value.chars().any(hidden),
+        "{what} holds control, line-separator or invisible characters: {:?}",
+        crate::logging::one_line(value, MAX_LABEL)
+    );
+    Ok(())
 }
 
 /// The `handle` function of an endpoint component's `handler` export.
@@ -308,7 +345,7 @@ fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool) -> Reply {
             family,
             "plugin exceeded its memory limit (plugin_memory_mib)"
         );
-        tracing::debug!(family, "after the memory limit: {err:?}");
+        tracing::debug!(family, "after the memory limit: {}", backtrace(err));
         Reply::error(
             503,
             "plugin_unavailable",
@@ -326,7 +363,7 @@ fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool) -> Reply {
             None => format!("{:#}", err.root_cause()),
         };
         tracing::error!(family, "plugin trapped: {why}");
-        tracing::debug!(family, "plugin trap: {err:?}");
+        tracing::debug!(family, "plugin trap: {}", backtrace(err));
         Reply::error(500, "internal", "internal error")
     }
 }
@@ -783,13 +820,17 @@ impl Runtime {
                 .instantiate(&mut store)
                 .map_err(|e| anyhow!("instantiating failed: {e}"))?;
             let fees = bindings.marketplace_plugin_fees();
+            let failed = |what: &str, e: wasmtime::Error, store: &Store<FeeCtx>| {
+                smoke_failure(what, e, store.data().memory_hit())
+            };
             let info = fees
                 .call_describe(&mut store)
-                .map_err(|e| anyhow!("smoke call describe() failed: {e}"))?;
+                .map_err(|e| failed("smoke call describe()", e, &store))?;
             // Its name does not change while it is loaded: asked once.
             let policy = fees
                 .call_policy(&mut store)
-                .map_err(|e| anyhow!("smoke call policy() failed: {e}"))?;
+                .map_err(|e| failed("smoke call policy()", e, &store))?;
+            label("policy()", &policy)?;
             // Every price the host asks for, once: a setting the component
             // cannot read (`[settings.fees] post = "abc"`) refuses it here,
             // naming the setting, instead of failing every paid request.
@@ -797,13 +838,24 @@ impl Runtime {
             for (action, basis) in SMOKE_QUOTES {
                 let price = fees
                     .call_quote(&mut store, action, basis)
-                    .map_err(|e| anyhow!("smoke call quote({action}) failed: {e}"))?
-                    .map_err(|e| anyhow!("the fee policy cannot price {action}: {e}"))?;
+                    .map_err(|e| failed(&format!("smoke call quote({action})"), e, &store))?
+                    .map_err(|e| {
+                        anyhow!(
+                            "the fee policy cannot price {action}: {}",
+                            crate::logging::one_line(&e, 500)
+                        )
+                    })?;
                 quotes.insert((action.to_string(), basis), price);
             }
             let schedule = fees
                 .call_schedule(&mut store)
-                .map_err(|e| anyhow!("smoke call schedule() failed: {e}"))?;
+                .map_err(|e| failed("smoke call schedule()", e, &store))?;
+            anyhow::ensure!(
+                schedule.len() <= MAX_SCHEDULE_BYTES,
+                "the fee schedule is {} bytes, over {} KiB",
+                schedule.len(),
+                MAX_SCHEDULE_BYTES >> 10
+            );
             anyhow::ensure!(
                 serde_json::from_str::<serde_json::Value>(&schedule).is_ok_and(|v| v.is_object()),
                 "the fee schedule is not a JSON object"
@@ -839,6 +891,8 @@ impl Runtime {
             let handle = handle_export(&component)?;
             (Kind::Endpoint { pre, handle }, info, api)
         };
+        label("describe().name", &info.name)?;
+        label("describe().version", &info.version)?;
         Ok(LoadedPlugin {
             family: family.to_string(),
             component: component_name.to_string(),
@@ -1466,7 +1520,17 @@ impl Runtime {
     /// The fee schedule document (JSON text).
     pub fn fee_schedule(&self) -> Result<String, Reply> {
         let plugin = self.fee_plugin()?;
-        self.call_fees(&plugin, |b, s| b.marketplace_plugin_fees().call_schedule(s))
+        let schedule =
+            self.call_fees(&plugin, |b, s| b.marketplace_plugin_fees().call_schedule(s))?;
+        if schedule.len() > MAX_SCHEDULE_BYTES {
+            tracing::error!(
+                "the fee schedule is {} bytes, over {} KiB",
+                schedule.len(),
+                MAX_SCHEDULE_BYTES >> 10
+            );
+            return Err(Reply::error(500, "internal", "internal error"));
+        }
+        Ok(schedule)
     }
 
     /// A price the loaded fee component gave before for the same action
@@ -1497,7 +1561,10 @@ impl Runtime {
                 Ok(price)
             }
             Err(e) => {
-                tracing::error!("fee policy cannot price {action}: {e}");
+                tracing::error!(
+                    "fee policy cannot price {action}: {}",
+                    crate::logging::one_line(&e, 500)
+                );
                 Err(Reply::error(500, "internal", "internal error"))
             }
         }
@@ -1614,6 +1681,26 @@ fn define_wasi_random<T: 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_and_versions_are_short_and_shown_as_written() {
+        assert!(label("describe().version", "0.1.0").is_ok());
+        assert!(label("describe().name", "fees-bid-inclusive é").is_ok());
+        assert!(label("describe().version", &"9".repeat(MAX_LABEL)).is_ok());
+        let long = label("describe().version", &"9".repeat(MAX_LABEL + 1)).unwrap_err();
+        assert!(long.to_string().contains("over 64"), "{long}");
+        for forged in [
+            "0.1.0\nZ  WARN marketplace: admin token rotated",
+            "0.1.0\u{1b}[31m",
+            "0.1.0\u{2028}next",
+            "\u{202e}0.1.0",
+            "0.1\u{200b}.0",
+        ] {
+            let e = label("describe().version", forged).unwrap_err().to_string();
+            assert!(e.contains("invisible"), "{e}");
+            assert!(!e.contains('\n') && !e.contains('\u{1b}'), "{e}");
+        }
+    }
 
     #[test]
     fn the_compile_cache_keeps_what_is_used_and_drops_the_rest() {

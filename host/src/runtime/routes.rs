@@ -72,19 +72,7 @@ impl Route {
     }
 }
 
-/// Whether `text` may hold a bearer cash secret (`e<amount>:secret:<hex>`,
-/// in any case): a client that put one in a path or a request id by
-/// mistake must not find it in the operator's log.
-pub fn holds_cash_secret(text: &str) -> bool {
-    let b = text.as_bytes();
-    // Most paths and ids have neither: one pass, no window compared.
-    if !b.iter().any(|&c| c == b':' || c == b'%') {
-        return false;
-    }
-    b.windows(8).any(|w| w.eq_ignore_ascii_case(b":secret:"))
-        || b.windows(12)
-            .any(|w| w.eq_ignore_ascii_case(b"%3Asecret%3A"))
-}
+pub use marketplace_common::secret::{holds_cash_secret, redact_secret_text};
 
 /// `path` with every segment that may hold a cash secret shown as
 /// `{redacted}`.
@@ -680,6 +668,17 @@ mod tests {
         );
         assert!(holds_cash_secret("E1:SECRET:AB"));
         assert!(!holds_cash_secret("/api/posts/post_01secret"));
+        // One colon escaped, the other not.
+        assert!(holds_cash_secret("e1%3Asecret:ab"));
+        assert!(holds_cash_secret("e1:secret%3aab"));
+        assert!(!holds_cash_secret("a secret: kept"));
+        assert_eq!(
+            redact_secret_text(&format!(
+                "paid with {secret}, change {{\"change\":\"e0.5:SECRET:ABCDEF\"}} e1%3Asecret%3A0f"
+            )),
+            "paid with e1.5:secret:{redacted}, change {\"change\":\"e0.5:SECRET:{redacted}\"} e1%3Asecret%3A{redacted}"
+        );
+        assert_eq!(redact_secret_text("no money here"), "no money here");
     }
 
     #[test]

@@ -542,16 +542,36 @@ fn send_message(req: &Request, params: &Value) -> Result<Value, RpcError> {
     } else {
         vec![]
     };
-    let task = json!({
+    // A cash secret a user pasted into the message is not kept, in its
+    // history or in what the skill made of it (no skill needs one).
+    let task = redacted(&json!({
         "id": task_id,
         "contextId": context_id,
         "status": {"state": outcome.state, "message": reply, "timestamp": rfc3339(clock::now_ms())},
         "artifacts": artifacts,
         "history": [user, reply],
         "metadata": {"skill": outcome.skill},
-    });
+    }));
     store(&task_id, &task).map_err(|e| err(INTERNAL, e.message))?;
     Ok(json!({"task": with_history(task, keep)}))
+}
+
+/// `value` with the hex of every cash secret in its strings shown as
+/// `{redacted}`.
+fn redacted(value: &Value) -> Value {
+    match value {
+        Value::String(s) => {
+            Value::String(marketplace_common::secret::redact_secret_text(s).into_owned())
+        }
+        Value::Array(items) => Value::Array(items.iter().map(redacted).collect()),
+        Value::Object(members) => Value::Object(
+            members
+                .iter()
+                .map(|(k, v)| (k.clone(), redacted(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
 }
 
 /// Keep the task; past [`MAX_TASKS`] the oldest goes (ids sort by time).

@@ -67,28 +67,10 @@ impl LogBudget {
     }
 }
 
-/// `message` on one line: control characters (a line break that would
-/// forge a host log line of its own, say) written as escapes, at most
-/// [`MAX_CHARS`] characters.
+/// `message` on one line, at most [`MAX_CHARS`] characters (see
+/// [`crate::logging::one_line`]).
 fn one_line(message: &str) -> Cow<'_, str> {
-    let cut = message
-        .char_indices()
-        .nth(MAX_CHARS)
-        .map_or(message, |(at, _)| &message[..at]);
-    if !cut.chars().any(char::is_control) {
-        return Cow::Borrowed(cut);
-    }
-    let mut out = String::with_capacity(cut.len() + 16);
-    for c in cut.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    Cow::Owned(out)
+    crate::logging::one_line(message, MAX_CHARS)
 }
 
 /// Write one plugin log line, within the call's `budget`; a line the log
@@ -101,6 +83,7 @@ pub(super) fn write_log(family: &str, budget: &LogBudget, level: log::Level, mes
                 return;
             }
             let message = one_line(message);
+            let message = crate::runtime::routes::redact_secret_text(&message);
             if budget.admit(family, message.len(), matches!(level, log::Level::Error)) {
                 tracing::$event!(plugin = family, "{message}");
             }
@@ -133,6 +116,11 @@ mod tests {
             "hi\\n2026-11-29T08:00:00Z  INFO forged\\r\\t\\u{1b}[31m"
         );
         assert_eq!(one_line(&"x".repeat(5000)).len(), MAX_CHARS);
+        // Separators some viewers break lines at, and bidi controls.
+        assert_eq!(
+            one_line("a\u{2028}b\u{2029}c\u{202e}d"),
+            "a\\u{2028}b\\u{2029}c\\u{202e}d"
+        );
     }
 
     #[test]
