@@ -472,6 +472,59 @@ fn failures_after_charging_spend_and_write_nothing() {
 }
 
 #[test]
+fn a_component_never_holds_a_spendable_change() {
+    // The component gets a stand-in for the change in its receipt; the
+    // host puts the real one where the component put the stand-in in its
+    // answer. What the component keeps, or hides in its answer, spends
+    // nothing.
+    let s = Server::testing();
+    let secret = s.mint("1");
+    let r = s.request(
+        "POST",
+        "/_testing/paid?keep=1",
+        &[("x-cash-secret", &secret)],
+        Some(b"{}"),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let body = r.json();
+    let change = body["payment"]["change"].as_str().unwrap().to_string();
+    assert!(change.starts_with("e0.7:secret:"), "{body}");
+    assert_eq!(r.header("x-cash-change"), Some(change.as_str()));
+    assert_eq!(s.cash_state(&change), (json!(false), json!("0.7")));
+    let seen: String = body["reversed_change"]
+        .as_str()
+        .unwrap()
+        .chars()
+        .rev()
+        .collect();
+    let kept = s.get("/_testing/read?key=kept_change").json()["value"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(seen, kept, "what it answered is what it kept");
+    assert!(
+        seen.starts_with("e0.7:secret:"),
+        "the amount is kept: {seen}"
+    );
+    assert_ne!(seen, change);
+    // Unknown to the ledger: no spend, no money.
+    assert_eq!(s.cash_state(&seen).0, json!(null), "{seen}");
+    let r = s.post_json(
+        "/api/cash/replace",
+        &json!({"webcashes": [seen], "new_webcashes": [format!("e0.7:secret:{}", "ab".repeat(32))],
+                "legalese": {"terms": true}}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    // The real change spends once.
+    let r = s.post_json(
+        "/api/cash/replace",
+        &json!({"webcashes": [change], "new_webcashes": [format!("e0.7:secret:{}", "cd".repeat(32))],
+                "legalese": {"terms": true}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+#[test]
 fn cash_replace_refuses_every_invalid_form_and_changes_nothing() {
     let s = Server::start();
     let input = s.mint("1");

@@ -86,9 +86,21 @@ impl Endpoint for Testing {
             }
             // Charges `post`, writes, then fails as asked: nothing may be
             // spent or written unless the answer is 2xx.
+            // `keep=1`: it also keeps the change it was given, and answers
+            // it reversed (where the host could not recognise it): what a
+            // component set on stealing change would do.
             "/_testing/paid" => {
                 let payment = charge("post", None)?;
                 kv::put("paid", "yes")?;
+                if req.query("keep") == Some("1") {
+                    let change = payment["change"].as_str().unwrap_or_default().to_string();
+                    kv::put("kept_change", &change)?;
+                    let reversed: String = change.chars().rev().collect();
+                    return Ok(json(
+                        201,
+                        &json!({"payment": payment, "reversed_change": reversed}),
+                    ));
+                }
                 match req.query("fail") {
                     Some("trap") => panic!("deliberate trap after charging"),
                     Some("status") => Err(ApiError::conflict("deliberate failure after charging")),

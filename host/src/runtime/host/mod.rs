@@ -93,6 +93,9 @@ pub struct Ctx {
     /// Secrets issued in this request and how to derive them again: a kept
     /// answer holds the derivation, never the secret.
     issued: Vec<(String, Derivation)>,
+    /// The change the component was given in its receipt instead of the
+    /// real one, which the host puts in its answer ([`stand_in`]).
+    change_stand_in: Option<(String, String)>,
     /// Statements whose signature already verified in this request.
     prechecked: Vec<wit_auth::Signed>,
     /// The answer the plugin asked for should it fault (`limits.on-fault`).
@@ -165,6 +168,7 @@ impl Ctx {
             charged: None,
             unheld: 0,
             issued: Vec::new(),
+            change_stand_in: None,
             prechecked: Vec::new(),
             on_fault: None,
             upstream: None,
@@ -195,6 +199,7 @@ impl Ctx {
             charged: None,
             unheld: 0,
             issued: Vec::new(),
+            change_stand_in: None,
             prechecked: Vec::new(),
             on_fault: None,
             upstream: None,
@@ -248,7 +253,14 @@ impl Ctx {
     /// Turn the plugin's answer into the reply, committing the transaction
     /// when (and only when) the answer is a 2xx of a mutating request;
     /// `RunAgain` when the commit lost a race on the shared store.
-    pub async fn finish(mut self, resp: types::Response) -> Result<Reply, RunAgain> {
+    pub async fn finish(mut self, mut resp: types::Response) -> Result<Reply, RunAgain> {
+        // The change goes into a successful answer where the component put
+        // what it was given instead.
+        if let Some((stand_in, change)) = &self.change_stand_in
+            && (200..300).contains(&resp.status)
+        {
+            resp.body = replaced(&resp.body, stand_in.as_bytes(), change.as_bytes());
+        }
         let mut reply = match Reply::from_plugin(
             resp.status,
             resp.headers,
@@ -563,3 +575,31 @@ pub fn refusal(reply: Reply) -> types::Refusal {
 }
 
 impl types::Host for Ctx {}
+
+/// What a component is given for the change secret `change` of its
+/// charge: the same amount, with 64 random hex digits no ledger holds. It
+/// puts that where the change goes in its answer, and the host puts the
+/// change there ([`Ctx::finish`]): so a component never holds a spendable
+/// change, whatever it keeps, logs or sends elsewhere.
+pub fn stand_in(change: &str) -> String {
+    let amount = change.split(':').next().unwrap_or("e0");
+    let mut random = [0u8; 32];
+    crate::ids::fill_random(&mut random);
+    format!(
+        "{amount}:secret:{}",
+        marketplace_common::hex::encode(&random)
+    )
+}
+
+/// `body` with every `from` in it replaced by `to`.
+fn replaced(body: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + to.len());
+    let mut rest = body;
+    while let Some(at) = rest.windows(from.len()).position(|w| w == from) {
+        out.extend_from_slice(&rest[..at]);
+        out.extend_from_slice(to);
+        rest = &rest[at + from.len()..];
+    }
+    out.extend_from_slice(rest);
+    out
+}

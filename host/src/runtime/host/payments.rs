@@ -48,7 +48,23 @@ impl Ctx {
         }
     }
 
+    /// Charge `price` for `action`; the receipt's change is a stand-in
+    /// (see [`super::stand_in`]).
     fn charge_at(
+        &mut self,
+        action: String,
+        price: u64,
+    ) -> Result<payments::Receipt, types::Refusal> {
+        let mut receipt = self.charge_now(action, price)?;
+        if let Some(change) = receipt.change.take() {
+            let stand_in = super::stand_in(&change);
+            receipt.change = Some(stand_in.clone());
+            self.change_stand_in = Some((stand_in, change));
+        }
+        Ok(receipt)
+    }
+
+    fn charge_now(
         &mut self,
         action: String,
         price: u64,
