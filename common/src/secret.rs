@@ -95,6 +95,18 @@ fn secret_markers(b: &[u8]) -> impl Iterator<Item = usize> + '_ {
         .filter_map(move |i| colon_at(i + 6))
 }
 
+/// Whether the `secret` at `i` of `b` follows `e<amount>` and its colon
+/// (as is or `%3A`): a cash secret, not prose (`:secret:`, `note:secret:`).
+fn after_amount(b: &[u8], i: usize) -> bool {
+    let colon = if b[i - 1] == b':' { i - 1 } else { i - 3 };
+    let digits = b[..colon]
+        .iter()
+        .rev()
+        .take_while(|c| c.is_ascii_digit() || **c == b'.')
+        .count();
+    digits > 0 && colon > digits && b[colon - digits - 1].eq_ignore_ascii_case(&b'e')
+}
+
 /// `text` with the hex of every cash secret in it shown as `{redacted}`:
 /// a plugin's log line (a plugin that logs what it was paid with, or the
 /// change it was handed, must not put a spendable secret in the log), a
@@ -107,14 +119,17 @@ pub fn redact_secret_text(text: &str) -> std::borrow::Cow<'_, str> {
     let mut out = String::with_capacity(text.len());
     let mut copied = 0;
     for start in secret_markers(b) {
-        if start < copied {
-            continue;
-        }
         let end = start
             + b[start..]
                 .iter()
                 .take_while(|c| c.is_ascii_hexdigit())
                 .count();
+        // Where `secret` began: its colon after, and the word itself.
+        let colon_len = if b[start - 1] == b':' { 1 } else { 3 };
+        let word = start - colon_len - 6;
+        if start < copied || end == start || !after_amount(b, word) {
+            continue;
+        }
         out.push_str(&text[copied..start]);
         out.push_str("{redacted}");
         copied = end;

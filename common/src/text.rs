@@ -9,6 +9,14 @@
 use unicode_normalization::char::is_combining_mark;
 use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
 
+/// A character that changes how text reads without showing itself:
+/// bidirectional controls (a name could show its extension reversed),
+/// zero-width and other invisible format characters, line and paragraph
+/// separators.
+pub fn reads_otherwise(c: char) -> bool {
+    matches!(c, '\u{61c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+}
+
 /// Longest token: a longer word is cut to this many characters.
 pub const MAX_TOKEN_CHARS: usize = 64;
 

@@ -195,15 +195,12 @@ pub fn one_line(message: &str, max_chars: usize) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
-/// Written as an escape by [`one_line`]: control characters, the line and
-/// paragraph separators (which some viewers break lines at), and the
-/// bidirectional controls (which make a line read otherwise than it is).
+/// Written as an escape by [`one_line`]: control characters, and those
+/// that make a line read otherwise than it is (line and paragraph
+/// separators, which some viewers break lines at; bidirectional controls;
+/// invisible format characters).
 fn escaped(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
-        )
+    c.is_control() || marketplace_common::text::reads_otherwise(c)
 }
 
 /// `s` cut to at most `max` bytes (at a character boundary), marked `...`

@@ -673,7 +673,7 @@ fn placeholder(nonce: &str, i: usize) -> String {
 
 /// `hay` with every occurrence of `from` (non-overlapping, left to right)
 /// replaced by `to`.
-fn replace_bytes(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+pub(crate) fn replace_bytes(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
     if from.is_empty() {
         return hay.to_vec();
     }

@@ -302,10 +302,7 @@ const MAX_SCHEDULE_BYTES: usize = 64 << 10;
 /// written (controls, line separators, bidi and invisible format
 /// characters): it would make a log line (or a listing) read otherwise.
 fn label(what: &str, value: &str) -> Result<()> {
-    let hidden = |c: char| {
-        c.is_control()
-            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
-    };
+    let hidden = |c: char| c.is_control() || marketplace_common::text::reads_otherwise(c);
     anyhow::ensure!(
         value.chars().count() <= MAX_LABEL,
         "{what} is {} characters long, over {MAX_LABEL}",
@@ -1097,13 +1094,19 @@ impl Runtime {
         store.data_mut().limiter().start(self.limits.deadline);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|mut cx| {
-            let limiter = cx.data_mut().limiter();
+            let data = cx.data_mut();
+            let limiter = data.limiter();
             Ok(if limiter.expired() {
                 UpdateDeadline::Interrupt
             } else if limiter.yields && !limiter.holds_batch {
                 // On an async worker: let the worker's other tasks run (a
-                // long call also waits for its turn).
-                UpdateDeadline::YieldCustom(1, limiter.yield_at_tick())
+                // long call also waits for its turn; `long_calls`).
+                if limiter.long.account() {
+                    data.count_long();
+                }
+                let limiter = data.limiter();
+                let deadline = limiter.deadline();
+                UpdateDeadline::YieldCustom(1, limiter.long.yield_now(deadline))
             } else {
                 UpdateDeadline::Continue(1)
             })
@@ -1407,7 +1410,10 @@ impl Runtime {
             .data_mut()
             .with_memo(plugin.memo.clone(), self.served().generation);
         store.data_mut().limiter().yields = inline;
-        store.data_mut().limiter().client = from.client.map(|a| (a, family.into()));
+        // A dispatched call runs in its caller's share of the long calls'.
+        let long = &mut store.data_mut().limiter().long;
+        long.takes_turns = from.depth == 0;
+        long.client = from.client.filter(|_| from.depth == 0);
         store.data_mut().dispatched_by(from);
         let started = Instant::now();
         let instance = pre.instance_pre().instantiate_async(&mut store).await;
@@ -1467,7 +1473,11 @@ impl Runtime {
                             "{cause}, answered as the plugin asked: {}",
                             e.root_cause()
                         );
-                        tracing::debug!(family, "the fault answered as the plugin asked: {e:#}");
+                        tracing::debug!(
+                            family,
+                            "the fault answered as the plugin asked: {}",
+                            backtrace(&e)
+                        );
                         chosen
                     }
                     None => fault_reply(family, &e, ctx.memory_hit()),

@@ -5,6 +5,7 @@ pub mod api;
 pub mod engine;
 pub mod host;
 pub mod limiter;
+pub mod long_calls;
 pub mod memo;
 pub mod native;
 pub mod reload;

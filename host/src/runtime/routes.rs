@@ -679,6 +679,16 @@ mod tests {
             "paid with e1.5:secret:{redacted}, change {\"change\":\"e0.5:SECRET:{redacted}\"} e1%3Asecret%3A{redacted}"
         );
         assert_eq!(redact_secret_text("no money here"), "no money here");
+        // Prose is left as written: no amount before, or no hex after.
+        for prose in [
+            ":secret: emoji",
+            "label:secret:Tuesday",
+            "note:secret:deadline",
+            "e1:secret: none",
+            "x:secret:abc",
+        ] {
+            assert_eq!(redact_secret_text(prose), prose);
+        }
     }
 
     #[test]

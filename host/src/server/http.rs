@@ -11,7 +11,7 @@ use crate::money::payments::PaymentReader;
 use crate::reply::Reply;
 use crate::runtime::bindings::endpoint::marketplace::plugin::types as wit;
 use crate::runtime::engine::Caller;
-use crate::runtime::limiter;
+use crate::runtime::long_calls;
 use crate::runtime::routes::{self, Handler, Match, Route};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -1034,14 +1034,20 @@ async fn serve_route(
     // requests from running.
     // A client whose calls already run long waits first, holding no slot
     // (see LONG_PER_ADDRESS).
-    if let Handler::Family(family) = &route.handler
-        && !limiter::address_turn(client, family, family_wait(app)).await
-    {
-        return busy(format!(
-            "{family} is busy: {} of this address's requests of it are running long; retry shortly",
-            limiter::LONG_PER_ADDRESS
-        ));
-    }
+    let counted = match &route.handler {
+        Handler::Family(family) => {
+            match long_calls::address_turn(client, family, family_wait(app)).await {
+                Ok(counted) => counted,
+                Err(()) => {
+                    return busy(format!(
+                        "{family} is busy: {} of this address's requests of it are running long; retry shortly",
+                        long_calls::PER_ADDRESS
+                    ));
+                }
+            }
+        }
+        _ => None,
+    };
     let permits = match (&route.handler, family_gates) {
         (Handler::Family(family), Some(g)) => match gates.enter(app, family, g, route.writes).await
         {
@@ -1100,8 +1106,10 @@ async fn serve_route(
             };
             let writes = route.writes;
             let inline = app.runtime.runs_inline(writes);
+            // Counted already (admitted while its address had long calls):
+            // the call does not count itself again.
             let caller = Caller {
-                client: Some(client),
+                client: Some(client).filter(|_| counted.is_none()),
                 ..Caller::default()
             };
             let result = if inline && writes {
@@ -1130,6 +1138,7 @@ async fn serve_route(
                 .map_err(|e| e.to_string())
             };
             drop(permits);
+            drop(counted);
             match result {
                 Ok(reply) => reply,
                 Err(e) => {

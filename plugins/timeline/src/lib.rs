@@ -933,13 +933,7 @@ fn attachment(req: &Request) -> Result<Response, ApiError> {
     })
 }
 
-/// A character that changes how a name reads without showing itself:
-/// bidirectional controls (a name could show its extension reversed),
-/// zero-width and other invisible format characters, line and paragraph
-/// separators.
-fn reads_otherwise(c: char) -> bool {
-    matches!(c, '\u{61c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
-}
+use marketplace_common::text::reads_otherwise;
 
 /// `inline` with the attachment's name (RFC 6266): an ASCII `filename`
 /// for old clients ('_' for what is not printable ASCII, no quote or

@@ -26,6 +26,8 @@ impl dispatch::Host for Ctx {
         // A call holding the commit batch runs a host target in place: the
         // blocking threads may all be waiting for that batch.
         let in_place = !inline || self.holds_batch();
+        // The target's time is its own, not this call's (long calls).
+        let started = std::time::Instant::now();
         let reply = match self.target(req) {
             Err(reply) => reply,
             Ok(Target::Host(rt, name, body))
@@ -64,6 +66,7 @@ impl dispatch::Host for Ctx {
                 }
             }
         };
+        self.limiter.long.waited(started.elapsed());
         // The payment headers given here are the ones this call may pass
         // on in its own answer.
         self.relayed.extend(

@@ -36,6 +36,9 @@ impl Limiter for FeeCtx {
     fn memory_hit(&self) -> bool {
         self.limiter.hit
     }
+    fn count_long(&mut self) {
+        // A fee call serves no client of its own.
+    }
 }
 
 impl types::Host for FeeCtx {}

@@ -53,6 +53,9 @@ async fn off_the_worker<R: Send + 'static>(
 pub trait Limiter: Send + 'static {
     fn limiter(&mut self) -> &mut CallLimiter;
     fn memory_hit(&self) -> bool;
+    /// Count the call against its client, with its family, as a long call
+    /// ([`crate::runtime::long_calls::LongCall::count_against`]).
+    fn count_long(&mut self);
 }
 
 /// Store data of one endpoint-plugin call.
@@ -122,6 +125,9 @@ impl Limiter for Ctx {
     }
     fn memory_hit(&self) -> bool {
         self.limiter.hit
+    }
+    fn count_long(&mut self) {
+        self.limiter.long.count_against(&self.family);
     }
 }
 
@@ -259,7 +265,11 @@ impl Ctx {
         if let Some((stand_in, change)) = &self.change_stand_in
             && (200..300).contains(&resp.status)
         {
-            resp.body = replaced(&resp.body, stand_in.as_bytes(), change.as_bytes());
+            resp.body = crate::money::ledger::replace_bytes(
+                &resp.body,
+                stand_in.as_bytes(),
+                change.as_bytes(),
+            );
         }
         let mut reply = match Reply::from_plugin(
             resp.status,
@@ -589,17 +599,4 @@ pub fn stand_in(change: &str) -> String {
         "{amount}:secret:{}",
         marketplace_common::hex::encode(&random)
     )
-}
-
-/// `body` with every `from` in it replaced by `to`.
-fn replaced(body: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(body.len() + to.len());
-    let mut rest = body;
-    while let Some(at) = rest.windows(from.len()).position(|w| w == from) {
-        out.extend_from_slice(&rest[..at]);
-        out.extend_from_slice(to);
-        rest = &rest[at + from.len()..];
-    }
-    out.extend_from_slice(rest);
-    out
 }

@@ -150,7 +150,11 @@ impl Ctx {
 
 impl payments::Host for Ctx {
     async fn quote(&mut self, action: String, basis: Option<u64>) -> Result<u64, types::Refusal> {
-        self.price(action, basis).await
+        let started = std::time::Instant::now();
+        let price = self.price(action, basis).await;
+        // (A fee call on a blocking thread is not this call's time.)
+        self.limiter.long.waited(started.elapsed());
+        price
     }
 
     async fn charge(
@@ -160,7 +164,10 @@ impl payments::Host for Ctx {
     ) -> Result<payments::Receipt, types::Refusal> {
         // A read is refused before the fee component is asked.
         self.must_write()?;
-        let price = self.price(action.clone(), basis).await?;
+        let started = std::time::Instant::now();
+        let price = self.price(action.clone(), basis).await;
+        self.limiter.long.waited(started.elapsed());
+        let price = price?;
         if let Some(refused) = self.refused_early(&action, price) {
             return Err(refused);
         }
