@@ -384,7 +384,7 @@ pub struct Caller {
     /// dispatches (None: a client's own request, with a budget of its own).
     pub logged: Option<crate::runtime::host::LogBudget>,
     /// The address of the client whose request this is (see
-    /// [`crate::runtime::limiter::LONG_PER_ADDRESS`]).
+    /// [`crate::runtime::long_calls`]).
     pub client: Option<std::net::IpAddr>,
 }
 

@@ -7,7 +7,7 @@
 //! - a keep-alive connection between requests stays open for a moment
 //!   (`DRAIN_LINGER`, in `http`), so a request on its way is served,
 //!   answered with `connection: close`; one whose next request is in its
-//!   socket when that moment ends ([`request_waiting`]) serves it too.
+//!   socket when that moment ends ([`Socket::request_waiting`]) serves it too.
 //!
 //! A request sent after that moment still meets a closing connection:
 //! HTTP/1.1 clients must expect that of any idle connection.

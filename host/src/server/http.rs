@@ -1033,7 +1033,7 @@ async fn serve_route(
     // clients (up to the connection limits) cannot keep a family's
     // requests from running.
     // A client whose calls already run long waits first, holding no slot
-    // (see LONG_PER_ADDRESS).
+    // (see `long_calls`).
     let counted = match &route.handler {
         Handler::Family(family) => {
             match long_calls::address_turn(client, family, family_wait(app)).await {
