@@ -1096,11 +1096,6 @@ impl Runtime {
         store.epoch_deadline_callback(|mut cx| {
             let data = cx.data_mut();
             let limiter = data.limiter();
-            // A wait for a long calls' turn is not the call's time.
-            let waited = limiter.long.take_turn_wait();
-            if !waited.is_zero() {
-                limiter.extend(waited);
-            }
             Ok(if limiter.expired() {
                 UpdateDeadline::Interrupt
             } else if limiter.yields && !limiter.holds_batch {
@@ -1110,8 +1105,8 @@ impl Runtime {
                     data.count_long();
                 }
                 let limiter = data.limiter();
-                let longest = limiter.extension_left();
-                UpdateDeadline::YieldCustom(1, limiter.long.yield_now(longest))
+                let deadline = limiter.deadline();
+                UpdateDeadline::YieldCustom(1, limiter.long.yield_now(deadline))
             } else {
                 UpdateDeadline::Continue(1)
             })

@@ -84,9 +84,9 @@ impl CallLimiter {
 }
 
 impl CallLimiter {
-    /// How much more [`CallLimiter::extend`] may give the call.
-    pub fn extension_left(&self) -> Duration {
-        MAX_EXTENSION.saturating_sub(self.extended)
+    /// When the call must end (as extended so far).
+    pub fn deadline(&self) -> Instant {
+        self.deadline
     }
 }
 

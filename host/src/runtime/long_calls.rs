@@ -6,10 +6,7 @@
 //! - A client's call (not one dispatched by another call: that runs in its
 //!   caller's share) that has run [`LONG_CALL`] of its own time is a long
 //!   call. It goes on only with one of the [`TURNS`] (half the workers),
-//!   waiting for one at an epoch tick; the wait is not its time either: its
-//!   deadline moves on by it (within the limiter's `MAX_EXTENSION`), so a
-//!   legitimate macro that waited for another's turn still gets its whole
-//!   budget.
+//!   waiting for one at an epoch tick no longer than its deadline.
 //! - It counts against its client address and family: while
 //!   [`PER_ADDRESS`] such calls of a family for one address exist, that
 //!   address's further requests of the family wait to be admitted
@@ -164,8 +161,6 @@ fn micros(at: Instant) -> u64 {
 /// running again, and its turn.
 struct Running {
     resumed: AtomicU64,
-    /// Microseconds waited for a turn, not yet added to the deadline.
-    turn_waited: AtomicU64,
     turn: Mutex<Option<OwnedSemaphorePermit>>,
 }
 
@@ -218,14 +213,6 @@ impl LongCall {
         self.takes_turns && self.long_of.is_none() && self.client.is_some() && self.ran >= LONG_CALL
     }
 
-    /// What the call waited for a turn since this was last asked: its
-    /// deadline moves on by it ([`crate::runtime::limiter::CallLimiter::extend`]).
-    pub fn take_turn_wait(&mut self) -> Duration {
-        self.running.as_ref().map_or(Duration::ZERO, |r| {
-            Duration::from_micros(r.turn_waited.swap(0, Ordering::Relaxed))
-        })
-    }
-
     pub fn count_against(&mut self, family: &str) {
         if let Some(addr) = self.client.take() {
             self.long_of = Some(LongOf::new(addr, family));
@@ -234,16 +221,14 @@ impl LongCall {
 
     /// The yield at an epoch tick (after [`LongCall::account`]): tokio's
     /// yield, which lets the worker's other tasks run and poll for I/O
-    /// first; a long call without a turn waits for one instead (at most
-    /// `longest`, then it goes on without, and its deadline ends it), and
-    /// keeps it until it ends.
-    pub fn yield_now(&mut self, longest: Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    /// first; a long call without a turn waits for one instead (no longer
+    /// than `deadline`), and keeps it until it ends.
+    pub fn yield_now(&mut self, deadline: Instant) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         let running = self
             .running
             .get_or_insert_with(|| {
                 Arc::new(Running {
                     resumed: AtomicU64::new(0),
-                    turn_waited: AtomicU64::new(0),
                     turn: Mutex::new(None),
                 })
             })
@@ -258,18 +243,16 @@ impl LongCall {
                 }
             }
         }
+        let deadline = tokio::time::Instant::from_std(deadline);
         Box::pin(async move {
             if wait {
                 crate::metrics::metrics().long_call_waits.inc();
-                let started = Instant::now();
                 let turn = TURNS.clone().acquire_owned();
-                // (The semaphore is never closed.)
-                if let Ok(Ok(permit)) = tokio::time::timeout(longest, turn).await {
+                // At its deadline it goes on without a turn, and the next
+                // epoch check ends it. (The semaphore is never closed.)
+                if let Ok(Ok(permit)) = tokio::time::timeout_at(deadline, turn).await {
                     *running.turn.lock().unwrap_or_else(|p| p.into_inner()) = Some(permit);
                 }
-                running
-                    .turn_waited
-                    .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
             } else {
                 tokio::task::yield_now().await;
             }
@@ -319,35 +302,6 @@ mod tests {
         let long = ADDRESSES.long.lock().unwrap();
         assert_eq!(count(&long, a, "mcp"), 0);
         assert!(long.get(&a).is_none());
-    }
-
-    #[tokio::test]
-    async fn a_wait_for_a_turn_is_given_back_to_the_deadline() {
-        LazyLock::force(&ORIGIN);
-        tokio::time::sleep(Duration::from_millis(30)).await;
-        // Every turn taken (by other long calls).
-        let all = TURNS.available_permits() as u32;
-        let held = TURNS.clone().acquire_many_owned(all).await.unwrap();
-        let mut c = LongCall {
-            takes_turns: true,
-            ..LongCall::default()
-        };
-        c.started = Some(Instant::now() - Duration::from_millis(20));
-        c.account();
-        assert!(c.ran >= LONG_CALL, "{:?}", c.ran);
-        let wait = c.yield_now(Duration::from_secs(5));
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(60)).await;
-            drop(held);
-        });
-        wait.await;
-        // What it waited goes to its deadline, once.
-        let waited = c.take_turn_wait();
-        assert!(waited >= Duration::from_millis(60), "{waited:?}");
-        assert_eq!(c.take_turn_wait(), Duration::ZERO);
-        // It holds a turn now, until it ends.
-        let running = c.running.as_ref().unwrap();
-        assert!(running.turn.lock().unwrap().is_some());
     }
 
     #[test]
