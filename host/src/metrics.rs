@@ -290,7 +290,7 @@ impl Metrics {
         );
         r.register(
             "plugin_long_call_waits",
-            "Plugin calls that had run 5 ms of their own time on an async worker and waited for one of the turns long calls take (half the workers) to go on",
+            "Plugin calls that had run 5 ms of their own time on an async worker and waited for one of the turns long calls take (one per worker) to go on",
             m.long_call_waits.clone(),
         );
         r.register(

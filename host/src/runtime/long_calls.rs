@@ -5,7 +5,7 @@
 //!
 //! - A client's call (not one dispatched by another call: that runs in its
 //!   caller's share) that has run [`LONG_CALL`] of its own time is a long
-//!   call. It goes on only with one of the [`TURNS`] (half the workers),
+//!   call. It goes on only with one of the [`TURNS`] (one per worker),
 //!   waiting for one at an epoch tick no longer than its deadline.
 //! - It counts against its client address and family: while
 //!   [`PER_ADDRESS`] such calls of a family for one address exist, that
@@ -31,11 +31,15 @@ pub const LONG_CALL: Duration = Duration::from_millis(5);
 /// once (see the module's text).
 pub const PER_ADDRESS: u32 = 2;
 
-/// The turns long calls take: half the async workers (at least one), so
-/// the other workers stay free for short requests.
+/// The turns long calls take: one per async worker. However many long
+/// calls there are, at most this many are in the workers' queues, so a
+/// short request waits behind at most one epoch tick of each; and as many
+/// legitimate long calls run at once as there are cores for them (with
+/// half the workers, two 270 ms macros on two cores took turns, and the
+/// second passed its 500 ms budget waiting).
 static TURNS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| {
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-    Arc::new(Semaphore::new((workers / 2).max(1)))
+    Arc::new(Semaphore::new(workers.max(1)))
 });
 
 /// The long calls of each client address, by family.
