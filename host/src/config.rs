@@ -78,6 +78,9 @@ pub struct Config {
     /// Most connections open at once from one client address (0: no
     /// limit); more are closed as they come.
     pub max_connections_per_ip: u32,
+    /// How many calls of one family for one client address may run long
+    /// at once (`runtime/long_calls.rs`; 0: no limit).
+    pub max_long_calls_per_ip: u32,
     /// A client must send a request's headers within this time.
     pub header_timeout_ms: u64,
     /// A client must send a request's whole body within this time (408).
@@ -185,6 +188,7 @@ impl Default for Config {
             drain_timeout_ms: 10_000,
             max_connections: 1024,
             max_connections_per_ip: 512,
+            max_long_calls_per_ip: 2,
             header_timeout_ms: 10_000,
             body_timeout_ms: 10_000,
             max_call_bytes: 32 << 20,
@@ -371,7 +375,7 @@ impl Config {
                 "RUST_LOG {rust_log:?} is not a log filter (e.g. info, or warn,marketplace=debug): {e}"
             );
         }
-        let ranges: [(&str, u64, u64, u64); 18] = [
+        let ranges: [(&str, u64, u64, u64); 19] = [
             ("store_connections", self.store_connections, 2, 10_000),
             ("store_timeout_ms", self.store_timeout_ms, 100, 600_000),
             ("request_timeout_ms", self.request_timeout_ms, 1, 60_000),
@@ -391,6 +395,12 @@ impl Config {
             (
                 "max_connections_per_ip",
                 self.max_connections_per_ip.into(),
+                0,
+                1_000_000,
+            ),
+            (
+                "max_long_calls_per_ip",
+                self.max_long_calls_per_ip.into(),
                 0,
                 1_000_000,
             ),

@@ -8,7 +8,7 @@
 //!   call. It goes on only with one of the [`TURNS`] (one per worker),
 //!   waiting for one at an epoch tick no longer than its deadline.
 //! - It counts against its client address and family: while
-//!   [`PER_ADDRESS`] such calls of a family for one address exist, that
+//!   [`PER_ADDRESS`] (2) such calls of a family for one address exist, that
 //!   address's further requests of the family wait to be admitted
 //!   ([`address_turn`]), and one admitted meanwhile counts as one of them
 //!   until it ends, so at most that many run whatever the connections.
@@ -28,8 +28,19 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 pub const LONG_CALL: Duration = Duration::from_millis(5);
 
 /// How many calls of one family for one client address may be long at
-/// once (see the module's text).
-pub const PER_ADDRESS: u32 = 2;
+/// once (see the module's text): `max_long_calls_per_ip`, set at start
+/// ([`set_per_address`]); 0, no limit.
+static PER_ADDRESS: AtomicU32 = AtomicU32::new(2);
+
+/// Set [`PER_ADDRESS`] (the server does, from its configuration).
+pub fn set_per_address(n: u32) {
+    PER_ADDRESS.store(n, Ordering::Relaxed);
+}
+
+/// The limit in force.
+pub fn per_address() -> u32 {
+    PER_ADDRESS.load(Ordering::Relaxed)
+}
 
 /// The turns long calls take: one per async worker. However many long
 /// calls there are, at most this many are in the workers' queues, so a
@@ -125,7 +136,8 @@ pub async fn address_turn(
     family: &str,
     wait: Duration,
 ) -> Result<Option<LongOf>, ()> {
-    if ADDRESSES.any.load(Ordering::Acquire) == 0 {
+    let limit = per_address();
+    if limit == 0 || ADDRESSES.any.load(Ordering::Acquire) == 0 {
         return Ok(None);
     }
     let until = tokio::time::Instant::now() + wait;
@@ -139,7 +151,7 @@ pub async fn address_turn(
             let mut long = ADDRESSES.long.lock().unwrap_or_else(|p| p.into_inner());
             match count(&long, addr, family) {
                 0 => return Ok(None),
-                n if n < PER_ADDRESS => return Ok(Some(LongOf::counted(&mut long, addr, family))),
+                n if n < limit => return Ok(Some(LongOf::counted(&mut long, addr, family))),
                 _ => {}
             }
         }

@@ -350,6 +350,7 @@ pub async fn serve(
     let gates = Arc::new(Gates::new(&app, stop.clone()));
     let connections = Arc::new(Semaphore::new(app.config.max_connections as usize));
     let open = Open::new(app.config.max_connections_per_ip);
+    long_calls::set_per_address(app.config.max_long_calls_per_ip);
     // Every connection task holds a sender: once all are dropped, every
     // connection has ended.
     let (live, mut ended) = tokio::sync::mpsc::channel::<()>(1);
@@ -1041,7 +1042,7 @@ async fn serve_route(
                 Err(()) => {
                     return busy(format!(
                         "{family} is busy: {} of this address's requests of it are running long; retry shortly",
-                        long_calls::PER_ADDRESS
+                        long_calls::per_address()
                     ));
                 }
             }
