@@ -1042,22 +1042,7 @@ fn runaway_macros_are_422_at_their_budget_and_the_server_stays_healthy() {
         );
     }
     // While two macros spin, the service answers everything else at once.
-    let addr = s.addr;
-    let spinners: Vec<_> = (0..2)
-        .map(|_| {
-            std::thread::spawn(move || {
-                let body = json!({"tool": "spin", "arguments": {}}).to_string();
-                common::request(
-                    addr,
-                    "POST",
-                    "/api/mcp/tools/execute",
-                    &[("content-type", "application/json")],
-                    Some(body.as_bytes()),
-                )
-                .status
-            })
-        })
-        .collect();
+    let spinners: Vec<_> = (0..2).map(|_| spin_in_background(&s)).collect();
     std::thread::sleep(std::time::Duration::from_millis(100));
     let started = std::time::Instant::now();
     assert_eq!(s.get("/api/health").status, 200);
@@ -1068,7 +1053,7 @@ fn runaway_macros_are_422_at_their_budget_and_the_server_stays_healthy() {
         started.elapsed()
     );
     for t in spinners {
-        assert_eq!(t.join().unwrap(), 422);
+        assert_eq!(t.join().unwrap(), (422, "macro_error".to_string()));
     }
     let health = s.get("/api/health").json();
     assert_eq!(health["status"], "ok");
@@ -1087,7 +1072,6 @@ fn one_address_runs_two_runaway_macros_at_a_time_and_its_other_requests_go_on() 
         define_ts(&s, "spin", "while (true) {}", json!({})).status,
         201
     );
-    let addr = s.addr;
     let spinners: Vec<_> = (0..6)
         .map(|i| {
             // Staggered, so the first ones run long before the others come.
@@ -1096,17 +1080,7 @@ fn one_address_runs_two_runaway_macros_at_a_time_and_its_other_requests_go_on() 
             } else {
                 100
             }));
-            std::thread::spawn(move || {
-                let body = json!({"tool": "spin", "arguments": {}}).to_string();
-                let r = common::request(
-                    addr,
-                    "POST",
-                    "/api/mcp/tools/execute",
-                    &[("content-type", "application/json")],
-                    Some(body.as_bytes()),
-                );
-                (r.status, r.code())
-            })
+            spin_in_background(&s)
         })
         .collect();
     // Meanwhile the same address's requests of other families are served.
@@ -1125,6 +1099,23 @@ fn one_address_runs_two_runaway_macros_at_a_time_and_its_other_requests_go_on() 
         );
     }
     assert_eq!(s.get("/api/health").json()["status"], "ok");
+}
+
+/// A run of the macro `spin` (defined by the caller) on a thread of its
+/// own: its status and error code.
+fn spin_in_background(s: &Server) -> std::thread::JoinHandle<(u16, String)> {
+    let addr = s.addr;
+    std::thread::spawn(move || {
+        let body = json!({"tool": "spin", "arguments": {}}).to_string();
+        let r = common::request(
+            addr,
+            "POST",
+            "/api/mcp/tools/execute",
+            &[("content-type", "application/json")],
+            Some(body.as_bytes()),
+        );
+        (r.status, r.code())
+    })
 }
 
 /// A raw HTTP/1.1 POST with exactly these headers (`host` among them),

@@ -479,12 +479,7 @@ fn a_component_never_holds_a_spendable_change() {
     // nothing.
     let s = Server::testing();
     let secret = s.mint("1");
-    let r = s.request(
-        "POST",
-        "/_testing/paid?keep=1",
-        &[("x-cash-secret", &secret)],
-        Some(b"{}"),
-    );
+    let r = s.post_paid("/_testing/paid?keep=1", &secret, &json!({}));
     assert_eq!(r.status, 201, "{}", r.text());
     let body = r.json();
     let change = body["payment"]["change"].as_str().unwrap().to_string();
@@ -507,20 +502,19 @@ fn a_component_never_holds_a_spendable_change() {
         "the amount is kept: {seen}"
     );
     assert_ne!(seen, change);
+    let replace = |input: &str, output: &str| {
+        s.post_json(
+            "/api/cash/replace",
+            &json!({"webcashes": [input], "new_webcashes": [format!("e0.7:secret:{output}")],
+                    "legalese": {"terms": true}}),
+        )
+    };
     // Unknown to the ledger: no spend, no money.
     assert_eq!(s.cash_state(&seen).0, json!(null), "{seen}");
-    let r = s.post_json(
-        "/api/cash/replace",
-        &json!({"webcashes": [seen], "new_webcashes": [format!("e0.7:secret:{}", "ab".repeat(32))],
-                "legalese": {"terms": true}}),
-    );
+    let r = replace(&seen, &"ab".repeat(32));
     assert_eq!(r.status, 400, "{}", r.text());
     // The real change spends once.
-    let r = s.post_json(
-        "/api/cash/replace",
-        &json!({"webcashes": [change], "new_webcashes": [format!("e0.7:secret:{}", "cd".repeat(32))],
-                "legalese": {"terms": true}}),
-    );
+    let r = replace(&change, &"cd".repeat(32));
     assert_eq!(r.status, 200, "{}", r.text());
 }
 

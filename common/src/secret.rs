@@ -73,8 +73,9 @@ pub fn holds_cash_secret(text: &str) -> bool {
     secret_markers(b).next().is_some()
 }
 
-/// Where each `secret` between two colons (as is or `%3A`) of `b` ends.
-fn secret_markers(b: &[u8]) -> impl Iterator<Item = usize> + '_ {
+/// Each `secret` between two colons (as is or `%3A`) of `b`: where the word
+/// begins, and where what follows its second colon begins.
+fn secret_markers(b: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
     let colon_ending = |i: usize| {
         (i >= 1 && b[i - 1] == b':') || (i >= 3 && b[i - 3..i].eq_ignore_ascii_case(b"%3a"))
     };
@@ -92,7 +93,7 @@ fn secret_markers(b: &[u8]) -> impl Iterator<Item = usize> + '_ {
     };
     (0..b.len().saturating_sub(5))
         .filter(move |&i| b[i..i + 6].eq_ignore_ascii_case(b"secret") && colon_ending(i))
-        .filter_map(move |i| colon_at(i + 6))
+        .filter_map(move |i| colon_at(i + 6).map(|hex| (i, hex)))
 }
 
 /// Whether the `secret` at `i` of `b` follows `e<amount>` and its colon
@@ -118,15 +119,12 @@ pub fn redact_secret_text(text: &str) -> std::borrow::Cow<'_, str> {
     let b = text.as_bytes();
     let mut out = String::with_capacity(text.len());
     let mut copied = 0;
-    for start in secret_markers(b) {
+    for (word, start) in secret_markers(b) {
         let end = start
             + b[start..]
                 .iter()
                 .take_while(|c| c.is_ascii_hexdigit())
                 .count();
-        // Where `secret` began: its colon after, and the word itself.
-        let colon_len = if b[start - 1] == b':' { 1 } else { 3 };
-        let word = start - colon_len - 6;
         if start < copied || end == start || !after_amount(b, word) {
             continue;
         }

@@ -383,8 +383,8 @@ pub struct Caller {
     /// The log budget of the client's request, shared by every call it
     /// dispatches (None: a client's own request, with a budget of its own).
     pub logged: Option<crate::runtime::host::LogBudget>,
-    /// The address of the client whose request this is (see
-    /// [`crate::runtime::long_calls`]).
+    /// The address of the client whose own request this is (None for a
+    /// dispatched one; see [`crate::runtime::long_calls`]).
     pub client: Option<std::net::IpAddr>,
 }
 
@@ -1413,7 +1413,7 @@ impl Runtime {
         // A dispatched call runs in its caller's share of the long calls'.
         let long = &mut store.data_mut().limiter().long;
         long.takes_turns = from.depth == 0;
-        long.client = from.client.filter(|_| from.depth == 0);
+        long.client = from.client;
         store.data_mut().dispatched_by(from);
         let started = Instant::now();
         let instance = pre.instance_pre().instantiate_async(&mut store).await;

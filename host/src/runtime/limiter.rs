@@ -54,6 +54,11 @@ impl CallLimiter {
         self.store_base = crate::store::pg::waited_here();
     }
 
+    /// When the call must end (as extended so far).
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
     /// Let the call run at most `budget` more (never longer than before).
     pub fn shorten(&mut self, budget: Duration) {
         self.deadline = self.deadline.min(Instant::now() + budget);
@@ -80,13 +85,6 @@ impl CallLimiter {
         let store = crate::store::pg::waited_here().saturating_sub(self.store_base);
         let store = store.min(MAX_EXTENSION.saturating_sub(self.extended));
         Instant::now() >= self.deadline + store
-    }
-}
-
-impl CallLimiter {
-    /// When the call must end (as extended so far).
-    pub fn deadline(&self) -> Instant {
-        self.deadline
     }
 }
 

@@ -77,8 +77,6 @@ pub struct Ctx {
     under_batch: bool,
     /// Dispatches between this request and the client's.
     depth: u8,
-    /// The address of the client whose request this call serves.
-    client: Option<std::net::IpAddr>,
     /// Runs again after losing races: its writes take a batch of their own
     /// ([`crate::store::group_commit::Pending::alone`]).
     alone: bool,
@@ -167,7 +165,6 @@ impl Ctx {
             open_failed: None,
             under_batch: false,
             depth: 0,
-            client: None,
             alone: false,
             payment,
             replay_key,
@@ -197,7 +194,6 @@ impl Ctx {
             open_failed: None,
             under_batch: false,
             depth: 0,
-            client: None,
             alone: false,
             pending: None,
             payment: PaymentHeaders::default(),
@@ -506,7 +502,6 @@ impl Ctx {
     pub fn dispatched_by(&mut self, from: crate::runtime::engine::Caller) {
         self.depth = from.depth;
         self.alone = from.alone;
-        self.client = from.client;
         if let Some(logged) = from.logged {
             self.logged = logged;
         }
@@ -523,7 +518,9 @@ impl Ctx {
             depth: self.depth.saturating_add(1),
             alone: self.alone,
             logged: Some(self.logged.clone()),
-            client: self.client,
+            // A dispatched call runs in its caller's share of the long
+            // calls' (`long_calls`): no client of its own to count.
+            client: None,
         }
     }
 
