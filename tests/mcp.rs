@@ -1104,18 +1104,82 @@ fn one_address_runs_two_runaway_macros_at_a_time_and_its_other_requests_go_on() 
 /// A run of the macro `spin` (defined by the caller) on a thread of its
 /// own: its status and error code.
 fn spin_in_background(s: &Server) -> std::thread::JoinHandle<(u16, String)> {
+    spin_forwarded_for(s, None)
+}
+
+/// [`spin_in_background`], sent as a proxy would for the client
+/// `forwarded_for` (`X-Forwarded-For`).
+fn spin_forwarded_for(
+    s: &Server,
+    forwarded_for: Option<String>,
+) -> std::thread::JoinHandle<(u16, String)> {
     let addr = s.addr;
     std::thread::spawn(move || {
         let body = json!({"tool": "spin", "arguments": {}}).to_string();
+        let mut headers = vec![("content-type", "application/json")];
+        if let Some(client) = &forwarded_for {
+            headers.push(("x-forwarded-for", client));
+        }
         let r = common::request(
             addr,
             "POST",
             "/api/mcp/tools/execute",
-            &[("content-type", "application/json")],
+            &headers,
             Some(body.as_bytes()),
         );
         (r.status, r.code())
     })
+}
+
+/// Behind a reverse proxy every client comes from the proxy's address:
+/// with `trusted_proxies`, long calls count against the client the proxy
+/// names, so one client's runaway calls hold back that client only.
+#[test]
+fn behind_a_trusted_proxy_long_calls_count_against_the_forwarded_client() {
+    let s = Server::with(common::Options {
+        env: vec![("MARKETPLACE_TRUSTED_PROXIES".into(), "127.0.0.1".into())],
+        ..Default::default()
+    });
+    assert_eq!(
+        define_ts(&s, "spin", "while (true) {}", json!({})).status,
+        201
+    );
+    // Staggered as in the test above, so the first ones run long before
+    // the others come.
+    let runs = |clients: &[&str]| {
+        let spinners: Vec<_> = clients
+            .iter()
+            .enumerate()
+            .map(|(i, client)| {
+                std::thread::sleep(std::time::Duration::from_millis(if i < 2 {
+                    0
+                } else {
+                    100
+                }));
+                spin_forwarded_for(&s, Some(client.to_string()))
+            })
+            .collect();
+        for t in spinners {
+            assert_eq!(t.join().unwrap(), (422, "macro_error".to_string()));
+        }
+    };
+    // Four clients, one runaway run each: none holds another back.
+    runs(&[
+        "198.51.100.1",
+        "198.51.100.2",
+        "198.51.100.3",
+        "198.51.100.4",
+    ]);
+    // (On a shared store every call runs on a blocking thread: the
+    // turns, and so the waits, are the async workers'.)
+    if !common::backend_is_postgres() {
+        assert_eq!(s.metric("marketplace_plugin_address_waits_total"), 0);
+    }
+    // One client with four: its later runs wait for its first ones.
+    runs(&["198.51.100.9"; 4]);
+    if !common::backend_is_postgres() {
+        assert!(s.metric("marketplace_plugin_address_waits_total") >= 1);
+    }
 }
 
 /// A raw HTTP/1.1 POST with exactly these headers (`host` among them),

@@ -1982,3 +1982,53 @@ fn the_cli_takes_the_admin_token_from_its_config() {
     assert!(secret.starts_with("e1:secret:"), "{secret}");
     assert_eq!(s.cash_state(&secret).0, json!(false));
 }
+
+/// Behind a reverse proxy (`trusted_proxies`), a request's client is the
+/// address the proxies name in `X-Forwarded-For`, read from the right past
+/// the trusted ones (what a client writes further left is not believed),
+/// and the access log shows it. From any other peer the header is ignored:
+/// anyone can send it.
+#[test]
+fn behind_a_trusted_proxy_the_access_log_names_the_forwarded_client() {
+    let line_of = |s: &Server, rid: &str| -> String {
+        let tag = format!("request{{id={rid}}}: request: ");
+        s.wait_log(rid, |log| log.lines().any(|l| l.contains(&tag)));
+        let log = s.log_text();
+        let line = log.lines().find(|l| l.contains(&tag)).unwrap();
+        line[line.find(&tag).unwrap() + tag.len()..].to_string()
+    };
+    let forwarded = |s: &Server, rid: &str, chain: &str| {
+        let r = s.request(
+            "GET",
+            "/api/health",
+            &[("x-request-id", rid), ("x-forwarded-for", chain)],
+            None,
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    };
+    let behind = Server::with(Options {
+        env: vec![(
+            "MARKETPLACE_TRUSTED_PROXIES".into(),
+            "127.0.0.1, 10.0.0.0/8".into(),
+        )],
+        ..Default::default()
+    });
+    forwarded(&behind, "proxied-1", "203.0.113.66, 198.51.100.7, 10.1.2.3");
+    assert!(
+        line_of(&behind, "proxied-1")
+            .starts_with("client=198.51.100.7 method=GET path=/api/health "),
+        "{}",
+        line_of(&behind, "proxied-1")
+    );
+    // Nothing the proxy could read as an address: the proxy itself.
+    forwarded(&behind, "proxied-2", "unknown");
+    assert!(line_of(&behind, "proxied-2").starts_with("client=127.0.0.1 "));
+    // A direct client's own header is not believed.
+    let direct = Server::start();
+    forwarded(&direct, "direct-1", "198.51.100.7");
+    assert!(
+        line_of(&direct, "direct-1").starts_with("client=127.0.0.1 method=GET "),
+        "{}",
+        line_of(&direct, "direct-1")
+    );
+}

@@ -81,6 +81,11 @@ pub struct Config {
     /// How many calls of one family for one client address may run long
     /// at once (`runtime/long_calls.rs`; 0: no limit).
     pub max_long_calls_per_ip: u32,
+    /// The reverse proxies in front of the service, as addresses or
+    /// networks (`"127.0.0.1, 10.0.0.0/8"`): a request from one of them is
+    /// taken to come from the client its `X-Forwarded-For` names (see
+    /// `server::forwarded`). Empty: every client is its connection's peer.
+    pub trusted_proxies: TrustedProxies,
     /// A client must send a request's headers within this time.
     pub header_timeout_ms: u64,
     /// A client must send a request's whole body within this time (408).
@@ -144,6 +149,59 @@ pub struct FamilyConfig {
     pub max_concurrent: Option<u32>,
 }
 
+/// `trusted_proxies`: addresses and networks, written in TOML as a list
+/// or as one comma-separated string (as an environment variable is).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustedProxies(Vec<ipnet::IpNet>);
+
+impl TrustedProxies {
+    /// Parse `10.0.0.0/8`, `192.0.2.7` or `2001:db8::/32` entries.
+    pub fn parse<'a>(entries: impl IntoIterator<Item = &'a str>) -> Result<TrustedProxies> {
+        let mut nets = Vec::new();
+        for entry in entries {
+            let entry = entry.trim();
+            let net = match entry.parse::<std::net::IpAddr>() {
+                Ok(addr) => ipnet::IpNet::from(addr.to_canonical()),
+                Err(_) => entry.parse::<ipnet::IpNet>().map_err(|_| {
+                    anyhow::anyhow!(
+                        "trusted_proxies: {entry:?} is not an address or a network (e.g. 10.0.0.1 or 10.0.0.0/8)"
+                    )
+                })?,
+            };
+            nets.push(net);
+        }
+        Ok(TrustedProxies(nets))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether `addr` (an IPv4 address written as IPv6 too) is a proxy's.
+    pub fn contains(&self, addr: std::net::IpAddr) -> bool {
+        let addr = addr.to_canonical();
+        self.0.iter().any(|net| net.contains(&addr))
+    }
+}
+
+impl<'de> Deserialize<'de> for TrustedProxies {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            One(String),
+            List(Vec<String>),
+        }
+        let entries: Vec<String> = match Written::deserialize(d)? {
+            Written::One(text) if text.trim().is_empty() => Vec::new(),
+            Written::One(text) => text.split(',').map(str::to_string).collect(),
+            Written::List(list) => list,
+        };
+        TrustedProxies::parse(entries.iter().map(String::as_str))
+            .map_err(|e| serde::de::Error::custom(format!("{e:#}")))
+    }
+}
+
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -189,6 +247,7 @@ impl Default for Config {
             max_connections: 1024,
             max_connections_per_ip: 512,
             max_long_calls_per_ip: 2,
+            trusted_proxies: TrustedProxies::default(),
             header_timeout_ms: 10_000,
             body_timeout_ms: 10_000,
             max_call_bytes: 32 << 20,
@@ -661,6 +720,7 @@ const STRING_SETTINGS: &[&str] = &[
     "store",
     "store_schema",
     "server_key",
+    "trusted_proxies",
 ];
 
 /// The upstream webcash server's base URL: `http://host[:port][/prefix]`,
@@ -984,6 +1044,49 @@ mod tests {
         ] {
             std::fs::write(&file, bad).unwrap();
             assert!(Config::load(Some(&file), &[], &[]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn trusted_proxies_are_a_list_or_a_comma_separated_string() {
+        let ip = |a: &str| a.parse::<std::net::IpAddr>().unwrap();
+        let c = Config::load(
+            None,
+            &s(&[(
+                "MARKETPLACE_TRUSTED_PROXIES",
+                "127.0.0.1, 10.0.0.0/8,2001:db8::/32",
+            )]),
+            &[],
+        )
+        .unwrap();
+        for inside in ["127.0.0.1", "10.200.0.9", "::ffff:10.1.1.1", "2001:db8::5"] {
+            assert!(c.trusted_proxies.contains(ip(inside)), "{inside}");
+        }
+        for outside in ["127.0.0.2", "11.0.0.1", "2001:db9::5", "::1"] {
+            assert!(!c.trusted_proxies.contains(ip(outside)), "{outside}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "trusted_proxies = [\"::1\", \"192.0.2.0/24\"]\n").unwrap();
+        let c = Config::load(Some(&file), &[], &[]).unwrap();
+        assert!(
+            c.trusted_proxies.contains(ip("::1")) && c.trusted_proxies.contains(ip("192.0.2.9"))
+        );
+        // Unset or empty: none.
+        assert!(
+            Config::load(None, &[], &[])
+                .unwrap()
+                .trusted_proxies
+                .is_empty()
+        );
+        let c = Config::load(None, &s(&[("MARKETPLACE_TRUSTED_PROXIES", "")]), &[]).unwrap();
+        assert!(c.trusted_proxies.is_empty());
+        for bad in ["10.0.0.0/33", "proxy.example", "10.0.0.1,,10.0.0.2", "*"] {
+            let e = format!(
+                "{:#}",
+                Config::load(None, &s(&[("MARKETPLACE_TRUSTED_PROXIES", bad)]), &[]).unwrap_err()
+            );
+            assert!(e.contains("trusted_proxies"), "{bad}: {e}");
         }
     }
 }

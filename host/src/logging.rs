@@ -122,6 +122,8 @@ pub fn init(config: &Config) {
 
 /// One answered request, for its log line.
 pub struct Access<'a> {
+    /// The client's address (behind trusted proxies, the one they name).
+    pub client: std::net::IpAddr,
     pub method: &'a str,
     pub path: &'a str,
     pub family: &'a str,
@@ -221,6 +223,7 @@ fn access_event(id: &str, a: &Access) {
     request_span(id).in_scope(|| {
         tracing::info!(
             target: "request",
+            client = %a.client,
             method = %a.method,
             path = %a.path,
             family = %a.family,
@@ -242,7 +245,8 @@ fn access_line(out: &mut String, json: bool, id: &str, a: &Access) {
         Timestamp::write(out);
         let _ = write!(
             out,
-            r#"","level":"INFO","fields":{{"method":{},"path":{},"family":{},"status":{},"micros":{}}},"target":"request","span":{{"id":{},"name":"request"}}}}"#,
+            r#"","level":"INFO","fields":{{"client":"{}","method":{},"path":{},"family":{},"status":{},"micros":{}}},"target":"request","span":{{"id":{},"name":"request"}}}}"#,
+            a.client,
             text(a.method),
             text(a.path),
             text(a.family),
@@ -254,8 +258,8 @@ fn access_line(out: &mut String, json: bool, id: &str, a: &Access) {
         Timestamp::write(out);
         let _ = write!(
             out,
-            "  INFO request{{id={id}}}: request: method={} path={} family={} status={} micros={}",
-            a.method, a.path, a.family, a.status, a.micros
+            "  INFO request{{id={id}}}: request: client={} method={} path={} family={} status={} micros={}",
+            a.client, a.method, a.path, a.family, a.status, a.micros
         );
     }
     out.push('\n');
@@ -632,6 +636,7 @@ mod tests {
     #[test]
     fn the_request_line_is_the_subscribers_line_byte_for_byte() {
         let a = Access {
+            client: "2001:db8::7".parse().unwrap(),
             method: "POST",
             path: "/api/timeline/01KAB\"x\"",
             family: "timeline",
@@ -647,6 +652,7 @@ mod tests {
             if json {
                 let v: serde_json::Value = serde_json::from_str(&ours).unwrap();
                 assert_eq!(v["fields"]["path"], a.path);
+                assert_eq!(v["fields"]["client"], "2001:db8::7");
                 assert_eq!(v["span"]["id"], "a1b2-0000000f");
             }
         }

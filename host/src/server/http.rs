@@ -679,18 +679,27 @@ struct InFlight<'a> {
     id: &'a str,
     method: &'a str,
     path: &'a str,
+    client: IpAddr,
     start: Instant,
     answered: bool,
 }
 
 impl<'a> InFlight<'a> {
-    fn start(app: &'a App, id: &'a str, method: &'a str, path: &'a str, start: Instant) -> Self {
+    fn start(
+        app: &'a App,
+        id: &'a str,
+        method: &'a str,
+        path: &'a str,
+        client: IpAddr,
+        start: Instant,
+    ) -> Self {
         metrics().in_flight.inc();
         InFlight {
             app,
             id,
             method,
             path,
+            client,
             start,
             answered: false,
         }
@@ -719,6 +728,7 @@ impl Drop for InFlight<'_> {
             let path = routes::logged(route.as_deref(), self.path).into_owned();
             tracing::info!(
                 request_id = self.id,
+                client = %self.client,
                 method = self.method,
                 path,
                 micros = self.start.elapsed().as_micros() as u64,
@@ -732,13 +742,14 @@ async fn handle(
     app: Arc<App>,
     gates: Arc<Gates>,
     req: Request<Incoming>,
-    client: IpAddr,
+    peer: IpAddr,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let start = Instant::now();
     let id = request_id(&req);
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
-    let in_flight = InFlight::start(&app, &id, &method, &path, start);
+    let client = super::forwarded::client(&app.config.trusted_proxies, peer, req.headers());
+    let in_flight = InFlight::start(&app, &id, &method, &path, client, start);
     let has_body = !hyper::body::Body::is_end_stream(req.body());
     let (mut reply, route) = dispatch(&app, &gates, req, &id, client).await;
     in_flight.answered();
@@ -770,6 +781,7 @@ async fn handle(
     crate::logging::access(
         &id,
         &crate::logging::Access {
+            client,
             method: &method,
             path: &path,
             family,

@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod connections;
 pub mod drain;
+pub mod forwarded;
 pub mod framing;
 pub mod http;
 pub mod uploads;
