@@ -75,7 +75,8 @@ pub fn key_of(fingerprint: &str) -> Option<VerifyingKey> {
 
 /// Keys kept decompressed: decompressing a key (a square root in the
 /// field) took 4.1 us against 36 us for the check itself (measured on the
-/// 2-core VM, 2026-11-25), and a signer's next request usually comes soon. At most [`KeyCache::MAX`] keys; a full cache
+/// 2-core VM, 2026-11-25; the check is about 20 us with AVX-512 IFMA,
+/// `cargo bench -p marketplace --bench verify`), and a signer's next request usually comes soon. At most [`KeyCache::MAX`] keys; a full cache
 /// starts over. Only keys that parse are kept.
 static KEYS: KeyCache = KeyCache {
     keys: std::sync::Mutex::new(None),
