@@ -161,14 +161,14 @@ impl TrustedProxies {
         for entry in entries {
             let entry = entry.trim();
             let net = match entry.parse::<std::net::IpAddr>() {
-                Ok(addr) => ipnet::IpNet::from(addr.to_canonical()),
+                Ok(addr) => ipnet::IpNet::from(addr),
                 Err(_) => entry.parse::<ipnet::IpNet>().map_err(|_| {
                     anyhow::anyhow!(
                         "trusted_proxies: {entry:?} is not an address or a network (e.g. 10.0.0.1 or 10.0.0.0/8)"
                     )
                 })?,
             };
-            nets.push(net);
+            nets.push(canonical(net));
         }
         Ok(TrustedProxies(nets))
     }
@@ -184,6 +184,18 @@ impl TrustedProxies {
     }
 }
 
+/// IPv4 written as IPv6 (`::ffff:10.0.0.0/104`) as the IPv4 network it
+/// is, since addresses are matched in their IPv4 form.
+fn canonical(net: ipnet::IpNet) -> ipnet::IpNet {
+    match net {
+        ipnet::IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.network().to_ipv4_mapped() {
+            Some(v4) => ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map_or(net, ipnet::IpNet::V4),
+            None => net,
+        },
+        _ => net,
+    }
+}
+
 impl<'de> Deserialize<'de> for TrustedProxies {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         #[derive(Deserialize)]
@@ -192,7 +204,12 @@ impl<'de> Deserialize<'de> for TrustedProxies {
             One(String),
             List(Vec<String>),
         }
-        let entries: Vec<String> = match Written::deserialize(d)? {
+        let written = Written::deserialize(d).map_err(|_| {
+            serde::de::Error::custom(
+                "trusted_proxies must be a string of addresses and networks separated by commas, or a list of them",
+            )
+        })?;
+        let entries: Vec<String> = match written {
             Written::One(text) if text.trim().is_empty() => Vec::new(),
             Written::One(text) => text.split(',').map(str::to_string).collect(),
             Written::List(list) => list,
@@ -1072,6 +1089,15 @@ mod tests {
         assert!(
             c.trusted_proxies.contains(ip("::1")) && c.trusted_proxies.contains(ip("192.0.2.9"))
         );
+        // IPv4 networks written as IPv6 match IPv4 peers.
+        std::fs::write(&file, "trusted_proxies = \"::ffff:10.0.0.0/104\"\n").unwrap();
+        let c = Config::load(Some(&file), &[], &[]).unwrap();
+        assert!(c.trusted_proxies.contains(ip("10.3.2.1")));
+        assert!(c.trusted_proxies.contains(ip("::ffff:10.3.2.1")));
+        assert!(!c.trusted_proxies.contains(ip("11.3.2.1")));
+        std::fs::write(&file, "trusted_proxies = 7\n").unwrap();
+        let e = format!("{:#}", Config::load(Some(&file), &[], &[]).unwrap_err());
+        assert!(e.contains("trusted_proxies must be a string"), "{e}");
         // Unset or empty: none.
         assert!(
             Config::load(None, &[], &[])

@@ -23,17 +23,21 @@ pub const MAX_HOPS: usize = 32;
 /// The client of a request from `peer` with these headers.
 pub fn client(trusted: &TrustedProxies, peer: IpAddr, headers: &hyper::HeaderMap) -> IpAddr {
     let mut client = peer.to_canonical();
-    if trusted.is_empty() || !trusted.contains(client) {
+    if !trusted.contains(client) {
         return client;
     }
     let mut hops = 0;
     for value in headers.get_all("x-forwarded-for").iter().rev() {
-        let Ok(text) = value.to_str() else {
-            return client;
-        };
-        for entry in text.rsplit(',') {
+        // Entry by entry: bytes that are no text in an entry a client
+        // wrote (a proxy appends to the client's own header) end the walk
+        // only when it gets there.
+        for entry in value.as_bytes().rsplit(|&b| b == b',') {
             hops += 1;
-            let Some(addr) = address(entry.trim()).filter(|_| hops <= MAX_HOPS) else {
+            let Some(addr) = std::str::from_utf8(entry)
+                .ok()
+                .and_then(|e| address(e.trim()))
+                .filter(|_| hops <= MAX_HOPS)
+            else {
                 return client;
             };
             client = addr;
@@ -46,10 +50,14 @@ pub fn client(trusted: &TrustedProxies, peer: IpAddr, headers: &hyper::HeaderMap
 }
 
 /// An entry of `X-Forwarded-For`: an address, or one with a port
-/// (`192.0.2.7:4711`, `[2001:db8::7]:4711`), as some proxies write it.
+/// (`192.0.2.7:4711`, `[2001:db8::7]:4711`) or in brackets
+/// (`[2001:db8::7]`), as some proxies write it.
 fn address(entry: &str) -> Option<IpAddr> {
-    entry
-        .parse::<IpAddr>()
+    let bare = entry
+        .strip_prefix('[')
+        .and_then(|e| e.strip_suffix(']'))
+        .unwrap_or(entry);
+    bare.parse::<IpAddr>()
         .or_else(|_| entry.parse::<SocketAddr>().map(|s| s.ip()))
         .ok()
         .map(|a| a.to_canonical())
@@ -137,6 +145,24 @@ mod tests {
             "2001:db8::7"
         );
         assert_eq!(from("::1", "::1", &["2001:db8::7"]), "2001:db8::7");
+        assert_eq!(
+            from("10.0.0.1", "10.0.0.1", &["[2001:db8::7]"]),
+            "2001:db8::7"
+        );
+    }
+
+    #[test]
+    fn bytes_that_are_no_text_in_a_clients_entry_do_not_hide_it() {
+        // nginx and Envoy append the address they saw to the client's own
+        // header value.
+        let mut headers = hyper::HeaderMap::new();
+        headers.insert(
+            "x-forwarded-for",
+            hyper::header::HeaderValue::from_bytes(b"\xff\xfe, 198.51.100.1").unwrap(),
+        );
+        let peer: IpAddr = "10.0.0.1".parse().unwrap();
+        let client = client(&trusted("10.0.0.1"), peer, &headers);
+        assert_eq!(client.to_string(), "198.51.100.1");
     }
 
     #[test]
