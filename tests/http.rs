@@ -146,6 +146,37 @@ fn a_request_without_one_valid_host_is_400() {
     }
 }
 
+/// A client that sends its whole body before it reads the answer (as a
+/// reverse proxy does: nginx sends the request, then reads) gets the 413,
+/// not a reset: the server drains what it refused before closing. Before,
+/// the socket closed with the body unread, the client's writes failed, and
+/// nginx answered its own 502 (and marked the host failed for its others).
+#[test]
+fn a_client_that_sends_its_whole_refused_body_reads_the_413() {
+    let s = Server::start();
+    for _ in 0..3 {
+        let mut stream = common::connect(s.addr);
+        write!(
+            stream,
+            "POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            3 * 1024 * 1024
+        )
+        .unwrap();
+        // The server has answered and ended its side before the body goes.
+        std::thread::sleep(Duration::from_millis(200));
+        stream
+            .write_all(&vec![b' '; 3 * 1024 * 1024])
+            .expect("the refused body is taken, not reset");
+        let r = common::read_response(&mut stream);
+        assert_eq!((r.status, r.code().as_str()), (413, "payload_too_large"));
+        let mut rest = Vec::new();
+        stream
+            .read_to_end(&mut rest)
+            .expect("the connection ends cleanly");
+        assert!(rest.is_empty());
+    }
+}
+
 #[test]
 fn oversized_body_is_413_before_it_is_read() {
     let s = Server::start();

@@ -545,7 +545,9 @@ impl Conn {
             .header_read_timeout(self.header_timeout)
             .max_buf_size(64 * 1024)
             .serve_connection(
-                TokioIo::new(super::framing::JsonErrors::new(stream)),
+                TokioIo::new(super::framing::JsonErrors::new(
+                    super::linger::Lingering::new(stream),
+                )),
                 service,
             );
         let stop = self.stop.clone();

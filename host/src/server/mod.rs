@@ -7,6 +7,7 @@ pub mod drain;
 pub mod forwarded;
 pub mod framing;
 pub mod http;
+pub mod linger;
 pub mod uploads;
 
 use crate::app::App;
