@@ -933,3 +933,36 @@ fn a_dispatched_request_pays_only_with_an_x402_signature() {
     assert_eq!(r["status"], 201, "{r}");
     assert_eq!(s.cash_state(&secret), (json!(true), json!("1")));
 }
+
+/// Behind a reverse proxy the request's `Host` is not what clients use
+/// (nginx's `$host` drops the port; TLS ends at the proxy): with
+/// `public_url` set, every absolute URL an answer carries is made from it:
+/// x402's resource, the upload URLs, the A2A card and the MCP resources.
+/// Before, only the `mcp` family's own setting existed, and the x402
+/// resource and the upload URLs still came from `Host`.
+#[test]
+fn public_url_makes_every_absolute_url_of_an_answer() {
+    let public = "https://market.example:8443";
+    let s = Server::with(common::Options {
+        env: vec![("MARKETPLACE_PUBLIC_URL".into(), format!("{public}/"))],
+        ..Default::default()
+    });
+    let r = s.post_json("/api/identity", &register_body(&Key::random(), "behind"));
+    assert_eq!(r.status, 402, "{}", r.text());
+    assert_eq!(
+        decoded(&r, "payment-required")["resource"]["url"],
+        format!("{public}/api/identity")
+    );
+    let key = s.identity("uploader");
+    let p = s.presign(&key, "avatars/a.png", "image/png");
+    for url in ["presigned_url", "public_url"] {
+        let url = p[url].as_str().unwrap();
+        assert!(url.starts_with(&format!("{public}/api/storage/")), "{p}");
+    }
+    let card = s.get("/.well-known/agent-card.json").json();
+    assert_eq!(
+        card["supportedInterfaces"][0]["url"],
+        format!("{public}/a2a"),
+        "{card}"
+    );
+}

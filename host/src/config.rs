@@ -86,6 +86,10 @@ pub struct Config {
     /// taken to come from the client its `X-Forwarded-For` names (see
     /// `server::forwarded`). Empty: every client is its connection's peer.
     pub trusted_proxies: TrustedProxies,
+    /// The origin clients reach the service at (`https://market.example`):
+    /// absolute URLs in answers are made from it instead of the request's
+    /// `Host` (see [`PublicUrl`]). Unset: from `Host`.
+    pub public_url: Option<PublicUrl>,
     /// A client must send a request's headers within this time.
     pub header_timeout_ms: u64,
     /// A client must send a request's whole body within this time (408).
@@ -219,6 +223,68 @@ impl<'de> Deserialize<'de> for TrustedProxies {
     }
 }
 
+/// `public_url`: `http(s)://host[:port]`, no path (the service's routes
+/// are at the root). Components and the host make absolute URLs from a
+/// request's `Host` and `X-Forwarded-Proto`, so with it set those two
+/// headers are given as it says ([`PublicUrl::apply`]); it is also the
+/// `mcp` family's `public_url` unless `[settings.mcp]` names another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicUrl {
+    /// `http` or `https`.
+    pub scheme: String,
+    /// `host[:port]`.
+    pub authority: String,
+}
+
+impl PublicUrl {
+    pub fn parse(url: &str) -> Result<PublicUrl> {
+        let problem = |why: &str| {
+            anyhow::anyhow!(
+                "public_url {url:?} {why}: give the origin clients use, e.g. https://market.example"
+            )
+        };
+        let uri: ureq::http::Uri = url.trim().parse().map_err(|_| problem("is not a URL"))?;
+        let scheme = match uri.scheme_str() {
+            Some(s) if s.eq_ignore_ascii_case("http") || s.eq_ignore_ascii_case("https") => {
+                s.to_ascii_lowercase()
+            }
+            _ => return Err(problem("must start with http:// or https://")),
+        };
+        let authority = uri
+            .authority()
+            .map(|a| a.as_str().to_ascii_lowercase())
+            .filter(|a| marketplace_common::url::plausible_host(a))
+            .ok_or_else(|| problem("has no host"))?;
+        if !matches!(uri.path(), "" | "/") || uri.query().is_some() || url.contains('#') {
+            return Err(problem("must have no path, query or fragment"));
+        }
+        Ok(PublicUrl { scheme, authority })
+    }
+
+    /// Give `headers` (a request's, as components see them) the `Host` and
+    /// `X-Forwarded-Proto` of this URL instead of the client's.
+    pub fn apply(&self, headers: &mut Vec<(String, String)>) {
+        headers.retain(|(name, _)| {
+            !name.eq_ignore_ascii_case("host") && !name.eq_ignore_ascii_case("x-forwarded-proto")
+        });
+        headers.push(("host".into(), self.authority.clone()));
+        headers.push(("x-forwarded-proto".into(), self.scheme.clone()));
+    }
+}
+
+impl std::fmt::Display for PublicUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}://{}", self.scheme, self.authority)
+    }
+}
+
+impl<'de> Deserialize<'de> for PublicUrl {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        PublicUrl::parse(&text).map_err(|e| serde::de::Error::custom(format!("{e:#}")))
+    }
+}
+
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -265,6 +331,7 @@ impl Default for Config {
             max_connections_per_ip: 512,
             max_long_calls_per_ip: 2,
             trusted_proxies: TrustedProxies::default(),
+            public_url: None,
             header_timeout_ms: 10_000,
             body_timeout_ms: 10_000,
             max_call_bytes: 32 << 20,
@@ -417,6 +484,15 @@ impl Config {
                     anyhow::anyhow!("invalid configuration: {message}{source}")
                 })?;
         config.validate()?;
+        let mut config = config;
+        if let Some(public) = &config.public_url {
+            config
+                .settings
+                .entry("mcp".into())
+                .or_default()
+                .entry("public_url".into())
+                .or_insert_with(|| toml::Value::String(public.to_string()));
+        }
         Ok(config)
     }
 
@@ -738,6 +814,7 @@ const STRING_SETTINGS: &[&str] = &[
     "store_schema",
     "server_key",
     "trusted_proxies",
+    "public_url",
 ];
 
 /// The upstream webcash server's base URL: `http://host[:port][/prefix]`,
@@ -1114,5 +1191,54 @@ mod tests {
             );
             assert!(e.contains("trusted_proxies"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn public_url_is_an_origin_and_the_mcp_familys_default() {
+        let load = |url: &str| Config::load(None, &s(&[("MARKETPLACE_PUBLIC_URL", url)]), &[]);
+        let c = load("HTTPS://Market.Example:8443/").unwrap();
+        let public = c.public_url.clone().unwrap();
+        assert_eq!(public.to_string(), "https://market.example:8443");
+        assert_eq!(
+            c.settings["mcp"]["public_url"].as_str(),
+            Some("https://market.example:8443")
+        );
+        let mut headers = vec![
+            ("Host".to_string(), "internal:8080".to_string()),
+            ("x-forwarded-proto".to_string(), "http".to_string()),
+            ("accept".to_string(), "*/*".to_string()),
+        ];
+        public.apply(&mut headers);
+        assert_eq!(
+            headers,
+            [
+                ("accept".to_string(), "*/*".to_string()),
+                ("host".to_string(), "market.example:8443".to_string()),
+                ("x-forwarded-proto".to_string(), "https".to_string()),
+            ]
+        );
+        for bad in [
+            "ftp://x",
+            "https://",
+            "https://a.example/market",
+            "https://a.example?x=1",
+            "market.example",
+        ] {
+            let e = format!("{:#}", load(bad).unwrap_err());
+            assert!(e.contains("public_url"), "{bad}: {e}");
+        }
+        // The mcp family's own setting wins.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(
+            &file,
+            "public_url = \"https://a.example\"\n[settings.mcp]\npublic_url = \"https://b.example\"\n",
+        )
+        .unwrap();
+        let c = Config::load(Some(&file), &[], &[]).unwrap();
+        assert_eq!(
+            c.settings["mcp"]["public_url"].as_str(),
+            Some("https://b.example")
+        );
     }
 }

@@ -1004,6 +1004,10 @@ async fn serve_route(
         }
     }
     let payment = payment.finish();
+    // Absolute URLs in answers are the configured origin's.
+    if let Some(public) = &app.config.public_url {
+        public.apply(&mut headers);
+    }
     // The client's credentials reach only a family granted them.
     if !credentials.is_empty()
         && let Handler::Family(family) = &route.handler
