@@ -966,3 +966,34 @@ fn public_url_makes_every_absolute_url_of_an_answer() {
         "{card}"
     );
 }
+
+/// Once `trusted_proxies` names the proxies, only they say which scheme
+/// clients used (`X-Forwarded-Proto`, read for absolute URLs); a request
+/// from anywhere else is answered with its own `Host`'s `http://` URLs.
+#[test]
+fn only_a_trusted_proxy_says_the_scheme_clients_used() {
+    let resource = |trusted: &str| {
+        let s = Server::with(common::Options {
+            env: vec![("MARKETPLACE_TRUSTED_PROXIES".into(), trusted.into())],
+            ..Default::default()
+        });
+        let body = register_body(&Key::random(), "scheme").to_string();
+        let r = s.request(
+            "POST",
+            "/api/identity",
+            &[
+                ("content-type", "application/json"),
+                ("x-forwarded-proto", "https"),
+            ],
+            Some(body.as_bytes()),
+        );
+        assert_eq!(r.status, 402, "{}", r.text());
+        decoded(&r, "payment-required")["resource"]["url"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    // The test client connects from 127.0.0.1.
+    assert!(resource("127.0.0.1").starts_with("https://"));
+    assert!(resource("10.0.0.1").starts_with("http://"));
+}

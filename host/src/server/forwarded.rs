@@ -17,6 +17,17 @@
 use crate::config::TrustedProxies;
 use std::net::{IpAddr, SocketAddr};
 
+/// With `trusted_proxies` set, what only a proxy may say: the scheme
+/// clients used (`X-Forwarded-Proto`, read for the absolute URLs of
+/// answers) is dropped from a request that did not come through one.
+/// Without the setting it is read from any client, as before it existed
+/// (a client can then change only its own answers' URLs).
+pub fn drop_unproxied(trusted: &TrustedProxies, peer: IpAddr, headers: &mut hyper::HeaderMap) {
+    if !trusted.is_empty() && !trusted.contains(peer) {
+        headers.remove("x-forwarded-proto");
+    }
+}
+
 /// Most entries of `X-Forwarded-For` read (from the right).
 pub const MAX_HOPS: usize = 32;
 
@@ -90,6 +101,20 @@ mod tests {
         headers.insert("x-forwarded-for", "198.51.100.1".parse().unwrap());
         let peer: IpAddr = "10.0.0.1".parse().unwrap();
         assert_eq!(client(&none, peer, &headers), peer);
+    }
+
+    #[test]
+    fn only_a_proxy_says_the_scheme_once_proxies_are_named() {
+        let mut headers = hyper::HeaderMap::new();
+        headers.insert("x-forwarded-proto", "https".parse().unwrap());
+        let direct: IpAddr = "192.0.2.7".parse().unwrap();
+        let proxy: IpAddr = "10.0.0.1".parse().unwrap();
+        drop_unproxied(&TrustedProxies::default(), direct, &mut headers);
+        assert!(headers.contains_key("x-forwarded-proto"));
+        drop_unproxied(&trusted("10.0.0.1"), proxy, &mut headers);
+        assert!(headers.contains_key("x-forwarded-proto"));
+        drop_unproxied(&trusted("10.0.0.1"), direct, &mut headers);
+        assert!(!headers.contains_key("x-forwarded-proto"));
     }
 
     #[test]

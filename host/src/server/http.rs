@@ -743,10 +743,11 @@ impl Drop for InFlight<'_> {
 async fn handle(
     app: Arc<App>,
     gates: Arc<Gates>,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
     peer: IpAddr,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let start = Instant::now();
+    super::forwarded::drop_unproxied(&app.config.trusted_proxies, peer, req.headers_mut());
     let id = request_id(&req);
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
