@@ -2032,3 +2032,66 @@ fn behind_a_trusted_proxy_the_access_log_names_the_forwarded_client() {
         line_of(&direct, "direct-1")
     );
 }
+
+/// Many systems start a process with a soft limit of 1,024 open files,
+/// under what the default `max_connections` (1,024 clients, and up to 512
+/// more connections draining after their answer) needs: past it `accept`
+/// fails and clients wait. `serve` raises its soft limit to what its
+/// configuration needs, within the hard limit, and says so.
+#[test]
+fn serve_raises_a_low_open_files_limit() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let log = std::fs::File::create(dir.path().join("log")).unwrap();
+    let mut cmd = bare_command();
+    cmd.args(["serve", "--listen", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("--plugins")
+        .arg(common::plugins_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log);
+    // SAFETY: only setrlimit (async-signal-safe) between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut limit = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+            limit.rlim_cur = 256;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+            Ok(())
+        });
+    }
+    let mut child = Kill(cmd.spawn().unwrap());
+    let stdout = child.0.stdout.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    assert!(
+        lines
+            .next()
+            .and_then(Result::ok)
+            .is_some_and(|l| l.contains("listening on")),
+        "no listening line"
+    );
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.0.id())).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let numbers: Vec<&str> = line.split_whitespace().skip(3).take(2).collect();
+    let (soft, hard) = (numbers[0], numbers[1]);
+    // max_connections 1,024 + 512 draining + 64 store connections + 256.
+    let needed = 1024 + 512 + 64 + 256;
+    let expected = match hard.parse::<u64>() {
+        Ok(hard) => hard.min(needed),
+        Err(_) => needed, // unlimited
+    };
+    assert_eq!(soft.parse::<u64>().unwrap(), expected, "{line}");
+    let log = std::fs::read_to_string(dir.path().join("log")).unwrap();
+    assert!(
+        log.contains("open-files limit raised") && log.contains("from=256"),
+        "{log}"
+    );
+}

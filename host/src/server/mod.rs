@@ -8,6 +8,7 @@ pub mod forwarded;
 pub mod framing;
 pub mod http;
 pub mod linger;
+pub mod open_files;
 pub mod uploads;
 
 use crate::app::App;
@@ -31,6 +32,7 @@ pub async fn run(config: Config) -> Result<i32> {
         "starting marketplace {}",
         crate::app::SERVICE_VERSION
     );
+    open_files::ensure(config.max_connections, config.store_connections);
     let (listen, admin_listen, metrics_listen) =
         (config.listen, config.admin_listen, config.metrics_listen);
     let drain = Duration::from_millis(config.drain_timeout_ms);
