@@ -2094,4 +2094,8 @@ fn serve_raises_a_low_open_files_limit() {
         log.contains("open-files limit raised") && log.contains("from=256"),
         "{log}"
     );
+    // A hard limit under what is needed: raised that far, and said.
+    if expected < needed {
+        assert!(log.contains("open-files limit is below"), "{log}");
+    }
 }

@@ -250,11 +250,23 @@ impl PublicUrl {
             }
             _ => return Err(problem("must start with http:// or https://")),
         };
-        let authority = uri
-            .authority()
-            .map(|a| a.as_str().to_ascii_lowercase())
-            .filter(|a| marketplace_common::url::plausible_host(a))
-            .ok_or_else(|| problem("has no host"))?;
+        let authority = uri.authority().ok_or_else(|| problem("has no host"))?;
+        if authority.as_str().contains('@') {
+            return Err(problem("must have no user name"));
+        }
+        if authority.as_str().ends_with(':') {
+            return Err(problem("has an empty port"));
+        }
+        // As browsers write an origin: the default port left out.
+        let default_port = if scheme == "https" { 443 } else { 80 };
+        let host = authority.host().to_ascii_lowercase();
+        let authority = match authority.port_u16() {
+            Some(port) if port != default_port => format!("{host}:{port}"),
+            _ => host,
+        };
+        if !marketplace_common::url::plausible_host(&authority) {
+            return Err(problem("has no host"));
+        }
         if !matches!(uri.path(), "" | "/") || uri.query().is_some() || url.contains('#') {
             return Err(problem("must have no path, query or fragment"));
         }
@@ -486,12 +498,14 @@ impl Config {
         config.validate()?;
         let mut config = config;
         if let Some(public) = &config.public_url {
-            config
-                .settings
-                .entry("mcp".into())
-                .or_default()
-                .entry("public_url".into())
-                .or_insert_with(|| toml::Value::String(public.to_string()));
+            let mcp = config.settings.entry("mcp".into()).or_default();
+            // (A blank one is an unset one, as the family reads it.)
+            let unset = mcp
+                .get("public_url")
+                .is_none_or(|v| v.as_str().is_some_and(|u| u.trim().is_empty()));
+            if unset {
+                mcp.insert("public_url".into(), toml::Value::String(public.to_string()));
+            }
         }
         Ok(config)
     }
@@ -1217,12 +1231,22 @@ mod tests {
                 ("x-forwarded-proto".to_string(), "https".to_string()),
             ]
         );
+        // As browsers write an origin: the default port left out.
+        let origin = |url: &str| load(url).unwrap().public_url.unwrap().to_string();
+        assert_eq!(
+            origin("https://Market.Example:443/"),
+            "https://market.example"
+        );
+        assert_eq!(origin("http://a.example:080"), "http://a.example");
+        assert_eq!(origin("http://[::1]:8080"), "http://[::1]:8080");
         for bad in [
             "ftp://x",
             "https://",
             "https://a.example/market",
             "https://a.example?x=1",
             "market.example",
+            "https://a.example:",
+            "https://user@a.example",
         ] {
             let e = format!("{:#}", load(bad).unwrap_err());
             assert!(e.contains("public_url"), "{bad}: {e}");

@@ -113,14 +113,33 @@ impl Drop for Lingering {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        if DRAINING.fetch_add(1, Ordering::Relaxed) >= MOST_AT_ONCE {
-            DRAINING.fetch_sub(1, Ordering::Relaxed);
+        let Some(place) = Draining::take() else {
             return;
-        }
+        };
         runtime.spawn(async move {
             drain(stream).await;
-            DRAINING.fetch_sub(1, Ordering::Relaxed);
+            drop(place);
         });
+    }
+}
+
+/// One of the [`MOST_AT_ONCE`] places, given back when dropped (also when
+/// its task is dropped unpolled, as a runtime shutting down does).
+struct Draining;
+
+impl Draining {
+    fn take() -> Option<Draining> {
+        if DRAINING.fetch_add(1, Ordering::Relaxed) >= MOST_AT_ONCE {
+            DRAINING.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(Draining)
+    }
+}
+
+impl Drop for Draining {
+    fn drop(&mut self) {
+        DRAINING.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

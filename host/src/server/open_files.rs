@@ -46,16 +46,18 @@ pub fn raise_to(needed: u64) -> Option<(u64, u64)> {
 /// Raise the limit for this configuration, and log what was done.
 pub fn ensure(max_connections: u32, store_connections: u64) {
     let needed = needed(max_connections, store_connections);
-    match raise_to(needed) {
-        Some((_, after)) if after < needed => tracing::warn!(
+    let Some((before, after)) = raise_to(needed) else {
+        return;
+    };
+    if after > before {
+        tracing::info!(from = before, to = after, "open-files limit raised");
+    }
+    if after < needed {
+        tracing::warn!(
             limit = after,
             needed,
             "the open-files limit is below what max_connections needs (raise the hard limit, e.g. LimitNOFILE= in a systemd unit, or lower max_connections): past it new connections wait"
-        ),
-        Some((before, after)) if after > before => {
-            tracing::info!(from = before, to = after, "open-files limit raised")
-        }
-        _ => {}
+        );
     }
 }
 

@@ -104,7 +104,7 @@ pub const OPS: &[Op] = &[
             "presignUpload",
             "identity",
             "Get an upload URL",
-            "Signed `presign:{file_path}` by `fingerprint` (a registered identity). Free. `presigned_url` is a single-use `PUT /api/storage/upload/{token}` on this service, valid `expires_in` seconds (900), taking at most 8 MiB. `s3_key` is `files/{id}` and `public_url` is `/api/storage/files/{id}` (absolute, from the request's Host); `s3_key` is what `profile_picture` refers to.",
+            "Signed `presign:{file_path}` by `fingerprint` (a registered identity). Free. `presigned_url` is a single-use `PUT /api/storage/upload/{token}` on this service, valid `expires_in` seconds (900), taking at most 8 MiB. `s3_key` is `files/{id}` and `public_url` is `/api/storage/files/{id}` (absolute: from the service's `public_url` setting, else the request's Host); `s3_key` is what `profile_picture` refers to.",
         )
     },
     Op {
