@@ -146,6 +146,19 @@ fn a_request_without_one_valid_host_is_400() {
     }
 }
 
+/// A connection that has sent the head of a timeline post declaring a 3
+/// MiB body (over the 2 MiB default limit), and none of the body.
+fn oversized_post_head(s: &Server) -> TcpStream {
+    let mut stream = common::connect(s.addr);
+    write!(
+        stream,
+        "POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        3 * 1024 * 1024
+    )
+    .unwrap();
+    stream
+}
+
 /// A client that sends its whole body before it reads the answer (as a
 /// reverse proxy does: nginx sends the request, then reads) gets the 413,
 /// not a reset: the server drains what it refused before closing. Before,
@@ -155,13 +168,7 @@ fn a_request_without_one_valid_host_is_400() {
 fn a_client_that_sends_its_whole_refused_body_reads_the_413() {
     let s = Server::start();
     for _ in 0..3 {
-        let mut stream = common::connect(s.addr);
-        write!(
-            stream,
-            "POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            3 * 1024 * 1024
-        )
-        .unwrap();
+        let mut stream = oversized_post_head(&s);
         // The server has answered and ended its side before the body goes.
         std::thread::sleep(Duration::from_millis(200));
         stream
@@ -182,13 +189,7 @@ fn oversized_body_is_413_before_it_is_read() {
     let s = Server::start();
     // Declared too large: answered without sending the body at all. The
     // unread body ends the connection, and a keep-alive client is told so.
-    let mut stream = common::connect(s.addr);
-    write!(
-        stream,
-        "POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-        3 * 1024 * 1024
-    )
-    .unwrap();
+    let mut stream = oversized_post_head(&s);
     let r = common::read_response(&mut stream);
     assert_eq!(r.status, 413);
     assert_eq!(r.code(), "payload_too_large");

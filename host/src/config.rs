@@ -477,7 +477,7 @@ impl Config {
             let value = scalar(&key, &key, value)?;
             table.insert(key, value);
         }
-        let config: Config =
+        let mut config: Config =
             toml::Value::Table(table)
                 .try_into()
                 .map_err(|e: toml::de::Error| {
@@ -496,7 +496,6 @@ impl Config {
                     anyhow::anyhow!("invalid configuration: {message}{source}")
                 })?;
         config.validate()?;
-        let mut config = config;
         if let Some(public) = &config.public_url {
             let mcp = config.settings.entry("mcp".into()).or_default();
             // (A blank one is an unset one, as the family reads it.)
