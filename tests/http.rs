@@ -184,6 +184,70 @@ fn a_client_that_sends_its_whole_refused_body_reads_the_413() {
     }
 }
 
+/// Draining refused bodies has a share per client address: one address
+/// trickling bytes into many refused connections holds at most 64 drains,
+/// and another address's refused body is still drained (before, all 512
+/// places were one pool anyone could take).
+#[test]
+fn one_address_holds_at_most_its_share_of_draining_sockets() {
+    let s = Server::start();
+    let refused_from = |source| {
+        let mut stream = common::connect_from(source, s.addr);
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        write!(
+            stream,
+            "POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            3 * 1024 * 1024
+        )
+        .unwrap();
+        stream
+    };
+    let mut held = Vec::new();
+    for _ in 0..65 {
+        let mut stream = refused_from([127, 0, 0, 1]);
+        assert_eq!(common::read_response(&mut stream).status, 413);
+        held.push(stream);
+    }
+    // Kept draining: a byte from each every 300 ms (a drain waits 1 s for
+    // the next and lasts at most 5 s).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let trickle = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for stream in &mut held {
+                    let _ = stream.write_all(b" ");
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(4);
+    while s.metric("marketplace_connections_not_drained_total") == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        s.metric("marketplace_connections_not_drained_total"),
+        1,
+        "the 65th of one address"
+    );
+    assert_eq!(s.metric("marketplace_connections_draining"), 64);
+
+    // Another address's refused body is drained: it reads its 413.
+    let mut stream = refused_from([127, 0, 0, 2]);
+    std::thread::sleep(Duration::from_millis(200));
+    stream
+        .write_all(&vec![b' '; 3 * 1024 * 1024])
+        .expect("the refused body is taken, not reset");
+    let r = common::read_response(&mut stream);
+    assert_eq!((r.status, r.code().as_str()), (413, "payload_too_large"));
+    assert_eq!(s.metric("marketplace_connections_not_drained_total"), 1);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    trickle.join().unwrap();
+}
+
 #[test]
 fn oversized_body_is_413_before_it_is_read() {
     let s = Server::start();

@@ -293,23 +293,6 @@ fn idle_connections_do_not_stop_new_clients() {
     }
 }
 
-/// A connection from `ip` (a loopback address) to `to`.
-fn connect_from(ip: [u8; 4], to: SocketAddr) -> TcpStream {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket
-            .bind(SocketAddr::from((ip, 0)))
-            .unwrap_or_else(|e| panic!("binding {ip:?}: {e}"));
-        let stream = socket.connect(to).await.unwrap().into_std().unwrap();
-        stream.set_nonblocking(false).unwrap();
-        stream
-    })
-}
-
 /// Two addresses holding every place (each within its share, sending
 /// nothing or half a header) do not keep a third client out for the
 /// header timeout: a connection not inside a request, of the address that
@@ -327,7 +310,7 @@ fn addresses_holding_every_place_give_way_to_a_new_client() {
     );
     // 127.0.0.3's first connection is inside a request: its head is in,
     // its body not yet.
-    let mut busy = connect_from([127, 0, 0, 3], s.addr);
+    let mut busy = common::connect_from([127, 0, 0, 3], s.addr);
     busy.write_all(
         b"POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 4\r\n\r\n{}",
     )
@@ -339,7 +322,7 @@ fn addresses_holding_every_place_give_way_to_a_new_client() {
         } else {
             [127, 0, 0, 3]
         };
-        let mut c = connect_from(ip, s.addr);
+        let mut c = common::connect_from(ip, s.addr);
         if i % 2 == 0 {
             c.write_all(b"GET /api/health HTTP/1.1\r\nx-slow: ")
                 .unwrap();

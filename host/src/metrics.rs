@@ -74,6 +74,10 @@ pub struct Metrics {
     pub pending_body_bytes: Gauge,
     pub refused_connections: Counter,
     pub connections_closed_for_room: Counter,
+    /// Connections the server ended before their client, being drained
+    /// ([`crate::server::linger`]), and those closed without it.
+    pub connections_draining: Gauge,
+    pub connections_not_drained: Counter,
     /// Plugin calls that ran long and waited for a turn to go on.
     pub long_call_waits: Counter,
     /// Requests that waited to be admitted while their address's calls of
@@ -186,6 +190,8 @@ impl Metrics {
             pending_body_bytes: Gauge::default(),
             refused_connections: Counter::default(),
             connections_closed_for_room: Counter::default(),
+            connections_draining: Gauge::default(),
+            connections_not_drained: Counter::default(),
             long_call_waits: Counter::default(),
             address_waits: Counter::default(),
             ledger_minted: LedgerGauge::default(),
@@ -261,6 +267,16 @@ impl Metrics {
             "connections_closed_for_room",
             "Connections not inside a request closed to make room for a new client at max_connections (of the address holding the most)",
             m.connections_closed_for_room.clone(),
+        );
+        r.register(
+            "connections_draining",
+            "Connections the server ended before their client (a refused body), read and dropped until the client closes so it reads its answer",
+            m.connections_draining.clone(),
+        );
+        r.register(
+            "connections_not_drained",
+            "Connections the server ended before their client closed without draining (512 draining, or 64 of one address): the client may see a reset instead of its answer",
+            m.connections_not_drained.clone(),
         );
         r.register(
             "requests_in_flight",

@@ -764,6 +764,23 @@ pub fn connect(addr: SocketAddr) -> TcpStream {
     stream
 }
 
+/// A connection from `ip` (a loopback address) to `to`.
+pub fn connect_from(ip: [u8; 4], to: SocketAddr) -> TcpStream {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(SocketAddr::from((ip, 0)))
+            .unwrap_or_else(|e| panic!("binding {ip:?}: {e}"));
+        let stream = socket.connect(to).await.unwrap().into_std().unwrap();
+        stream.set_nonblocking(false).unwrap();
+        stream
+    })
+}
+
 /// Read one response (connection: close, or content-length framed) from a
 /// stream the test wrote a raw request to.
 pub fn read_response(stream: &mut TcpStream) -> Resp {

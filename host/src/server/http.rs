@@ -526,6 +526,10 @@ impl Conn {
     ) {
         let _ = stream.set_nodelay(true);
         let socket = super::drain::Socket::of(&stream);
+        // A trusted proxy's connection carries many clients: its drain
+        // counts only against the whole.
+        let drains_as = Some(peer.ip().to_canonical())
+            .filter(|ip| !self.app.config.trusted_proxies.contains(*ip));
         let (app, gates) = (self.app.clone(), self.gates.clone());
         let state = held.state.clone();
         let service = service_fn(move |req: Request<Incoming>| {
@@ -546,7 +550,7 @@ impl Conn {
             .max_buf_size(64 * 1024)
             .serve_connection(
                 TokioIo::new(super::framing::JsonErrors::new(
-                    super::linger::Lingering::new(stream),
+                    super::linger::Lingering::new(stream, drains_as),
                 )),
                 service,
             );

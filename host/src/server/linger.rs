@@ -11,11 +11,17 @@
 //! is shut (the client reads the answer and the end), and what the client
 //! still sends is read and dropped until it closes, with bounds: at most
 //! [`QUIET`] without a byte, [`LONGEST`] in all, [`MOST_BYTES`], and
-//! [`MOST_AT_ONCE`] sockets draining at once (past that, closed as before).
+//! [`MOST_AT_ONCE`] sockets draining at once, at most [`MOST_PER_ADDRESS`]
+//! of them from one client address (past that, closed as before: one
+//! stranger trickling bytes into many refused connections cannot take
+//! every place). A trusted proxy's connections carry many clients, so
+//! they count only against the whole.
 
+use std::collections::HashMap;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -28,22 +34,29 @@ pub const LONGEST: Duration = Duration::from_secs(5);
 /// Most bytes read from a draining socket.
 pub const MOST_BYTES: usize = 64 << 20;
 /// Most sockets draining at once.
-pub const MOST_AT_ONCE: usize = 512;
+pub const MOST_AT_ONCE: u32 = 512;
+/// Most sockets of one client address draining at once.
+pub const MOST_PER_ADDRESS: u32 = 64;
 
-static DRAINING: AtomicUsize = AtomicUsize::new(0);
+static PLACES: Places = Places::new(MOST_AT_ONCE, MOST_PER_ADDRESS);
 
 /// A connection's socket, drained when dropped before its client closed
 /// its side.
 pub struct Lingering {
     stream: Option<TcpStream>,
+    /// The address its drain counts against (`None`: a trusted proxy's).
+    peer: Option<IpAddr>,
     /// The client closed its side (a read found the end).
     ended: bool,
 }
 
 impl Lingering {
-    pub fn new(stream: TcpStream) -> Lingering {
+    /// `peer` is the address the drain counts against, `None` for a
+    /// trusted proxy's connection.
+    pub fn new(stream: TcpStream, peer: Option<IpAddr>) -> Lingering {
         Lingering {
             stream: Some(stream),
+            peer,
             ended: false,
         }
     }
@@ -113,7 +126,10 @@ impl Drop for Lingering {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let Some(place) = Draining::take() else {
+        let m = crate::metrics::metrics();
+        let Some(place) = PLACES.take(self.peer) else {
+            m.connections_not_drained.inc();
+            tracing::debug!(peer = ?self.peer, "connection closed without draining: no place left");
             return;
         };
         runtime.spawn(async move {
@@ -123,23 +139,70 @@ impl Drop for Lingering {
     }
 }
 
-/// One of the [`MOST_AT_ONCE`] places, given back when dropped (also when
-/// its task is dropped unpolled, as a runtime shutting down does).
-struct Draining;
+/// The draining places taken, in all and by address.
+struct Places {
+    most: u32,
+    most_per_address: u32,
+    taken: Mutex<(u32, Option<HashMap<IpAddr, u32>>)>,
+}
 
-impl Draining {
-    fn take() -> Option<Draining> {
-        if DRAINING.fetch_add(1, Ordering::Relaxed) >= MOST_AT_ONCE {
-            DRAINING.fetch_sub(1, Ordering::Relaxed);
+impl Places {
+    const fn new(most: u32, most_per_address: u32) -> Places {
+        Places {
+            most,
+            most_per_address,
+            taken: Mutex::new((0, None)),
+        }
+    }
+
+    /// A place for a socket of `peer` (`None`: counted only in all).
+    fn take(&'static self, peer: Option<IpAddr>) -> Option<Draining> {
+        let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        let (all, by_address) = &mut *taken;
+        if *all >= self.most {
             return None;
         }
-        Some(Draining)
+        if let Some(ip) = peer {
+            let of_ip = by_address
+                .get_or_insert_with(HashMap::new)
+                .entry(ip)
+                .or_default();
+            if *of_ip >= self.most_per_address {
+                return None;
+            }
+            *of_ip += 1;
+        }
+        *all += 1;
+        crate::metrics::metrics().connections_draining.inc();
+        Some(Draining { places: self, peer })
     }
+
+    fn give_back(&self, peer: Option<IpAddr>) {
+        let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        let (all, by_address) = &mut *taken;
+        *all -= 1;
+        if let (Some(ip), Some(map)) = (peer, by_address.as_mut()) {
+            if let Some(n) = map.get_mut(&ip) {
+                *n -= 1;
+                if *n == 0 {
+                    map.remove(&ip);
+                }
+            }
+        }
+    }
+}
+
+/// One draining place, given back when dropped (also when its task is
+/// dropped unpolled, as a runtime shutting down does).
+struct Draining {
+    places: &'static Places,
+    peer: Option<IpAddr>,
 }
 
 impl Drop for Draining {
     fn drop(&mut self) {
-        DRAINING.fetch_sub(1, Ordering::Relaxed);
+        self.places.give_back(self.peer);
+        crate::metrics::metrics().connections_draining.dec();
     }
 }
 
@@ -186,7 +249,7 @@ mod tests {
             Ok::<_, io::Error>(answer)
         });
         let (stream, _) = listener.accept().await.unwrap();
-        let mut conn = Lingering::new(stream);
+        let mut conn = Lingering::new(stream, Some(addr.ip()));
         let mut head = [0u8; 16];
         conn.read_exact(&mut head).await.unwrap();
         conn.write_all(b"HTTP/1.1 413 x").await.unwrap();
@@ -206,9 +269,37 @@ mod tests {
         let c = std::net::TcpStream::connect(addr).unwrap();
         let (stream, _) = listener.accept().await.unwrap();
         drop(c);
-        let mut conn = Lingering::new(stream);
+        let mut conn = Lingering::new(stream, Some(addr.ip()));
         let mut buf = [0u8; 8];
         assert_eq!(conn.read(&mut buf).await.unwrap(), 0);
         assert!(conn.ended);
+    }
+
+    #[test]
+    fn one_address_takes_its_share_and_a_proxy_only_the_whole() {
+        static P: Places = Places::new(5, 2);
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let b: IpAddr = "192.0.2.2".parse().unwrap();
+        let a1 = P.take(Some(a)).unwrap();
+        let _a2 = P.take(Some(a)).unwrap();
+        assert!(P.take(Some(a)).is_none(), "a third of one address");
+        let _b1 = P.take(Some(b)).unwrap();
+        let _p1 = P.take(None).unwrap();
+        let _p2 = P.take(None).unwrap();
+        assert!(P.take(None).is_none(), "past the whole");
+        assert!(P.take(Some(b)).is_none(), "past the whole");
+        drop(a1);
+        assert!(
+            P.take(Some(b)).is_some(),
+            "a place given back is free for any"
+        );
+        let counts = P.taken.lock().unwrap().1.clone().unwrap();
+        assert_eq!((counts.get(&a), counts.get(&b)), (Some(&1), Some(&1)));
+        drop((_a2, _b1));
+        let counts = P.taken.lock().unwrap().1.clone().unwrap();
+        assert!(
+            counts.is_empty(),
+            "an address's count goes with its last place"
+        );
     }
 }
