@@ -181,12 +181,12 @@ impl Places {
         let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
         let (all, by_address) = &mut *taken;
         *all -= 1;
-        if let (Some(ip), Some(map)) = (peer, by_address.as_mut()) {
-            if let Some(n) = map.get_mut(&ip) {
-                *n -= 1;
-                if *n == 0 {
-                    map.remove(&ip);
-                }
+        if let (Some(ip), Some(map)) = (peer, by_address.as_mut())
+            && let Some(n) = map.get_mut(&ip)
+        {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&ip);
             }
         }
     }
