@@ -1075,3 +1075,50 @@ fn kill_9_of_one_host_during_paid_writes_loses_nothing_acknowledged() {
         );
     }
 }
+
+/// While the shared store is away every request fails the same way: their
+/// error lines are summarized (one a second, with the count held back)
+/// instead of one per request, and the store's own line says what failed.
+/// (Before, a store that refused connections gave an `ERROR` line per
+/// failed request: a client retrying at once could fill the disk.)
+#[test]
+fn an_outage_is_logged_in_a_few_lines_not_one_per_request() {
+    let test = "an_outage_is_logged_in_a_few_lines_not_one_per_request";
+    let Some(url) = common::pg_or_skip(test) else {
+        return;
+    };
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let relay = Relay::to(db_addr(&url));
+    let s = Server::with(Options {
+        env: vec![
+            ("MARKETPLACE_STORE".into(), relay.url(&url)),
+            (
+                "MARKETPLACE_STORE_SCHEMA".into(),
+                common::random_schema("outage_log"),
+            ),
+        ],
+        ..Options::default()
+    });
+    let key = s.identity(&flow::nick("outagelog"));
+    let secret = s.mint(&amount(POST_UNITS));
+    let body = post_body(&key, "through an outage");
+    relay.set(1);
+    for _ in 0..60 {
+        let r = send_post(s.addr, &secret, &body).unwrap();
+        assert_eq!((r.status, r.code().as_str()), (503, "store_unavailable"));
+    }
+    relay.set(0);
+    let log = s.log_text();
+    let errors = log
+        .lines()
+        .filter(|l| l.contains("ERROR") && l.contains("store unavailable"))
+        .count();
+    assert!(errors <= 4, "{errors} error lines for one outage:\n{log}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("while the shared store is unavailable")
+                && l.contains("lines_since_last")),
+        "the requests' own lines are summarized:\n{log}"
+    );
+    assert!(log.contains("the shared store is unavailable"));
+}

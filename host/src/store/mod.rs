@@ -663,6 +663,16 @@ impl Storage {
         }
     }
 
+    /// Whether a shared store failed for want of the database a moment ago
+    /// (never on the embedded store): see
+    /// [`pg::PgStore::unavailable_lately`].
+    pub fn unavailable_lately(&self) -> bool {
+        match &self.backend {
+            Backend::Redb(_) => false,
+            Backend::Pg(store) => store.unavailable_lately(),
+        }
+    }
+
     /// Whether the store serves: a read transaction can be opened, and on
     /// the embedded store the database still takes committed batches.
     pub fn healthy(&self) -> bool {

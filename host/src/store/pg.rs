@@ -28,6 +28,16 @@ use std::time::Duration;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls, Statement};
 
+/// How long after an outage requests' own error lines are still taken
+/// for its echoes ([`PgStore::unavailable_lately`]).
+const OUTAGE_ECHO: Duration = Duration::from_secs(2);
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Most a new connection may take.
 const CONNECT_WAIT: Duration = Duration::from_secs(3);
 /// How long the health check waits for a connection and for its answer
@@ -177,6 +187,8 @@ pub struct PgStore {
     /// layer) rather than wait for ever. Generous: a row lock held by
     /// another host's batch is waited for within it. (`store_timeout_ms`)
     timeout: Duration,
+    /// When the last outage was counted (ms since the Unix epoch).
+    last_outage_ms: std::sync::atomic::AtomicU64,
     /// This host's shard of the counters every host adds to (see
     /// `crate::money::ledger::add_total`): drawn at random at each start,
     /// so two hosts share one rarely (they then race on it, as on one row).
@@ -231,6 +243,7 @@ impl PgStore {
             outages: Default::default(),
             outage_lines: crate::logging::Throttle::new(Duration::from_secs(1)),
             timeout,
+            last_outage_ms: Default::default(),
             probe: Default::default(),
             shard: {
                 let mut r = [0u8; 2];
@@ -289,6 +302,17 @@ impl PgStore {
         self.outages.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Whether a round trip failed for want of the store within the last
+    /// [`OUTAGE_ECHO`]: requests' own error lines are then summarized
+    /// (see `crate::runtime::host::log`), the store's outage line saying
+    /// what failed.
+    pub fn unavailable_lately(&self) -> bool {
+        let last = self
+            .last_outage_ms
+            .load(std::sync::atomic::Ordering::Relaxed);
+        last != 0 && now_ms().saturating_sub(last) < OUTAGE_ECHO.as_millis() as u64
+    }
+
     /// A failed round trip as the caller sees it: an outage when the
     /// database could not be reached, else what the statement's failure is.
     fn error(&self, e: tokio_postgres::Error) -> StorageError {
@@ -304,6 +328,8 @@ impl PgStore {
     fn outage(&self, what: impl std::fmt::Display) -> StorageError {
         self.outages
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.last_outage_ms
+            .store(now_ms(), std::sync::atomic::Ordering::Relaxed);
         if let Some(failed) = self.outage_lines.note() {
             tracing::warn!(
                 failed_since_last_line = failed,

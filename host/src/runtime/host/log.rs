@@ -100,7 +100,32 @@ pub(super) fn write_log(family: &str, budget: &LogBudget, level: log::Level, mes
 
 impl log::Host for Ctx {
     fn log(&mut self, level: log::Level, message: String) {
+        if level == log::Level::Error && self.store_unavailable_lately() {
+            outage_echo(&self.family, &message);
+            return;
+        }
         write_log(&self.family, &self.logged, level, &message);
+    }
+}
+
+/// An error line of a request while the shared store is unavailable
+/// (most are the outage's echo: every request fails the same way): one a
+/// second is written, at `warn`, with the count of those held back; the
+/// store's own line says what failed.
+pub(super) fn outage_echo(family: &str, message: &str) {
+    static LINES: crate::logging::Throttle =
+        crate::logging::Throttle::new(std::time::Duration::from_secs(1));
+    if !tracing::enabled!(tracing::Level::WARN) {
+        return;
+    }
+    if let Some(n) = LINES.note() {
+        let message = one_line(message);
+        let message = crate::runtime::routes::redact_secret_text(&message);
+        tracing::warn!(
+            plugin = family,
+            lines_since_last = n,
+            "while the shared store is unavailable: {message}"
+        );
     }
 }
 

@@ -438,18 +438,34 @@ impl Ctx {
         }
     }
 
+    /// Whether the shared store is unavailable, or was a moment ago.
+    fn store_unavailable_lately(&self) -> bool {
+        self.rt
+            .as_ref()
+            .is_some_and(|rt| rt.storage.unavailable_lately())
+    }
+
     /// The request's write transaction (refused in read-only requests).
     fn write_txn(&mut self) -> Result<(&Runtime, &crate::store::WriteTxn), types::Refusal> {
-        let internal = |m: &str| {
-            tracing::error!("{m}");
-            refusal(Reply::error(500, "internal", "internal error"))
-        };
         self.must_write()?;
-        self.txn().map_err(|e| internal(&e.to_string()))?;
+        if let Err(e) = self.txn() {
+            return Err(self.internal(&e.to_string()));
+        }
         match (&self.rt, &self.txn) {
             (Some(rt), Some(Txn::Write(t))) => Ok((rt, t)),
-            _ => Err(internal("no write transaction")),
+            _ => Err(self.internal("no write transaction")),
         }
+    }
+
+    /// A 500 for `why`, logged (summarized while the shared store is
+    /// unavailable: see [`log::outage_echo`]).
+    fn internal(&self, why: &str) -> types::Refusal {
+        if self.store_unavailable_lately() {
+            log::outage_echo(&self.family, why);
+        } else {
+            tracing::error!("{why}");
+        }
+        refusal(Reply::error(500, "internal", "internal error"))
     }
 
     /// Refuse (500, logged) a money or signature call in a request that
