@@ -787,7 +787,7 @@ pub fn read_response(stream: &mut TcpStream) -> Resp {
     try_read_response(stream).unwrap_or_else(|e| panic!("reading a response: {e}"))
 }
 
-fn try_read_response(stream: &mut TcpStream) -> std::io::Result<Resp> {
+pub fn try_read_response(stream: &mut TcpStream) -> std::io::Result<Resp> {
     use std::io::{Error, ErrorKind};
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];

@@ -76,9 +76,7 @@ pub async fn run(config: Config) -> Result<i32> {
             stop_rx.clone(),
         )));
     }
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("binding {listen}"))?;
+    let listener = bind_public(listen).with_context(|| format!("binding {listen}"))?;
     let addr = listener.local_addr()?;
     tracing::info!("listening on http://{addr} (families loading)");
     // Requests are served from now on, each family's as soon as it is
@@ -250,4 +248,25 @@ pub(crate) async fn stopped(mut stop: watch::Receiver<bool>) {
             std::future::pending::<()>().await;
         }
     }
+}
+
+/// Connections the kernel keeps waiting for their accept (the kernel caps
+/// it at `net.core.somaxconn`, 4096 by default since Linux 5.4). The
+/// usual 128 overflows when many clients connect at once, or while every
+/// place is taken and new clients wait (see `connections`): an overflowed
+/// connection attempt is retried by the client's kernel only after 1 s.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// The public listener, with room for [`LISTEN_BACKLOG`] waiting
+/// connections.
+fn bind_public(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = match addr {
+        std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    // As std's and tokio's `bind` do on Unix: a restart binds at once,
+    // whatever connections of the last run linger in TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
