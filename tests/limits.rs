@@ -480,6 +480,61 @@ fn stalled_bodies_fill_only_their_familys_share_of_body_memory() {
     assert_eq!(r.status, 201, "{}", r.text());
 }
 
+/// A route that declares a larger body limit than the usual (uploads, 8
+/// MiB) has a share of its own: stalled uploads (here to a made-up token,
+/// whose body is read before the component can say 404) fill only that
+/// share, and the family's other requests (an identity's registration)
+/// still find room. (Before, four such uploads took identity's whole share
+/// and every registration was 503 until they timed out.)
+#[test]
+fn stalled_uploads_leave_room_for_their_familys_other_requests() {
+    let s = server_with(
+        false,
+        &[
+            ("MARKETPLACE_MAX_PENDING_BODY_BYTES", "67108864"),
+            ("MARKETPLACE_BODY_TIMEOUT_MS", "600000"),
+        ],
+    );
+    let eight_mib = 8 << 20;
+    let upload = || {
+        let mut c = TcpStream::connect(s.addr).unwrap();
+        write!(
+            c,
+            "PUT /api/storage/upload/{} HTTP/1.1\r\nhost: x\r\ncontent-type: image/png\r\ncontent-length: {eight_mib}\r\n\r\n",
+            "0".repeat(64)
+        )
+        .unwrap();
+        c
+    };
+    let pending = || s.metric("marketplace_pending_body_bytes");
+    // Four uploads short of their last byte: 32 MiB, identity's whole
+    // share for large bodies.
+    let stalled: Vec<TcpStream> = (0..4)
+        .map(|_| {
+            let mut c = upload();
+            c.write_all(&vec![b'x'; eight_mib - 1]).unwrap();
+            c
+        })
+        .collect();
+    let until = Instant::now() + Duration::from_secs(60);
+    while pending() < 32 << 20 {
+        assert!(Instant::now() < until, "{} bytes pending", pending());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // A fifth finds no room (told before it sends its body).
+    let mut fifth = upload();
+    fifth
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let r = common::read_response(&mut fifth);
+    assert_eq!(r.status, 503, "{}", r.text());
+    // The family's small requests still do.
+    let key = common::Key::random();
+    let r = s.register(&key, "afteruploads", &s.mint("1"));
+    assert_eq!(r.status, 201, "{}", r.text());
+    drop(stalled);
+}
+
 /// The refusals of a burst are all in the log, not only the first: those
 /// held back by the one-line-per-10-s throttle are written when the
 /// interval ends or, as here, at shutdown. (Before, the tail of a burst

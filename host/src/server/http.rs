@@ -71,10 +71,25 @@ pub fn write_reserve(max_instances: u32) -> u32 {
 }
 
 /// A family's gates: its `max_concurrent` slots, and its share of the
-/// KiB of bodies held before their request runs.
+/// KiB of bodies held before their request runs: one for its routes of
+/// the usual body limit, another as large for those that declare a larger
+/// one (uploads), so stalled large bodies cannot keep out its small
+/// requests (an identity's registration behind 17 trickled 8 MiB uploads
+/// to made-up tokens).
 struct FamilyGates {
     slots: Arc<Semaphore>,
     bodies: Budget,
+    large_bodies: Budget,
+}
+
+impl FamilyGates {
+    fn bodies(&self, large: bool) -> &Budget {
+        if large {
+            &self.large_bodies
+        } else {
+            &self.bodies
+        }
+    }
 }
 
 /// KiB, as the body budgets count.
@@ -125,6 +140,8 @@ impl Budget {
 /// and the whole budget, and given back when it runs or ends.
 struct PendingBody {
     family: Option<Arc<FamilyGates>>,
+    /// Of a route that declares a larger body limit than `max_body_bytes`.
+    large: bool,
     all: Arc<Budget>,
     kib: u32,
 }
@@ -139,13 +156,13 @@ impl PendingBody {
         }
         let more = need - self.kib;
         if let Some(f) = &self.family
-            && !f.bodies.take(more)
+            && !f.bodies(self.large).take(more)
         {
             return false;
         }
         if !self.all.take(more) {
             if let Some(f) = &self.family {
-                f.bodies.give(more);
+                f.bodies(self.large).give(more);
             }
             return false;
         }
@@ -159,7 +176,7 @@ impl Drop for PendingBody {
     fn drop(&mut self) {
         if self.kib > 0 {
             if let Some(f) = &self.family {
-                f.bodies.give(self.kib);
+                f.bodies(self.large).give(self.kib);
             }
             self.all.give(self.kib);
             metrics()
@@ -269,16 +286,19 @@ impl Gates {
         let g = Arc::new(FamilyGates {
             slots: Arc::new(Semaphore::new(limit as usize)),
             bodies: Budget::new(share),
+            large_bodies: Budget::new(share),
         });
         families.insert(family.to_string(), g.clone());
         g
     }
 
-    /// A body to count before its request runs: of a family's (`gates`),
+    /// A body to count before its request runs: of a family's (`gates`;
+    /// `large` for a route that declares a larger limit than the usual),
     /// or of a host route's.
-    fn pending_body(&self, gates: Option<&Arc<FamilyGates>>) -> PendingBody {
+    fn pending_body(&self, gates: Option<&Arc<FamilyGates>>, large: bool) -> PendingBody {
         PendingBody {
             family: gates.cloned(),
+            large,
             all: self.bodies.clone(),
             kib: 0,
         }
@@ -1032,7 +1052,8 @@ async fn serve_route(
     let no_body = hyper::body::Body::is_end_stream(req.body());
     // A body counts, as it arrives and until its request runs, against
     // `max_pending_body_bytes` and its family's share of it.
-    let mut pending = (!no_body).then(|| gates.pending_body(family_gates.as_ref()));
+    let large = max > app.config.max_body_bytes;
+    let mut pending = (!no_body).then(|| gates.pending_body(family_gates.as_ref(), large));
     let body = match &mut pending {
         None => Ok(Ok(Vec::new())),
         Some(pending) => {
