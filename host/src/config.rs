@@ -57,6 +57,9 @@ pub struct Config {
     /// received, or waiting for a slot); a family may hold its
     /// `max_concurrent`'s share of the pool's of them.
     pub max_pending_body_bytes: u64,
+    /// Most bytes of large answers (of reads) held until their clients
+    /// have read them (see `crate::server::answers`).
+    pub max_unsent_answer_bytes: u64,
     /// Mount the test-only routes (`/_testing/...`) and load the testing plugin.
     pub testing_routes: bool,
     /// Watch the plugins directory and swap changed components in.
@@ -332,6 +335,7 @@ impl Default for Config {
             max_instances: 256,
             max_body_bytes: 2 * 1024 * 1024,
             max_pending_body_bytes: 256 << 20,
+            max_unsent_answer_bytes: 256 << 20,
             testing_routes: false,
             watch_plugins: true,
             perf_map: false,
@@ -540,7 +544,7 @@ impl Config {
                 "RUST_LOG {rust_log:?} is not a log filter (e.g. info, or warn,marketplace=debug): {e}"
             );
         }
-        let ranges: [(&str, u64, u64, u64); 19] = [
+        let ranges: [(&str, u64, u64, u64); 20] = [
             ("store_connections", self.store_connections, 2, 10_000),
             ("store_timeout_ms", self.store_timeout_ms, 100, 600_000),
             ("request_timeout_ms", self.request_timeout_ms, 1, 60_000),
@@ -553,6 +557,12 @@ impl Config {
                 "max_pending_body_bytes",
                 self.max_pending_body_bytes,
                 32 << 20,
+                1 << 40,
+            ),
+            (
+                "max_unsent_answer_bytes",
+                self.max_unsent_answer_bytes,
+                1 << 20,
                 1 << 40,
             ),
             ("drain_timeout_ms", self.drain_timeout_ms, 0, 600_000),

@@ -72,6 +72,8 @@ pub struct Metrics {
     /// Bytes (counted in KiB) of request bodies held before their request
     /// runs.
     pub pending_body_bytes: Gauge,
+    /// Bytes of large answers of reads not yet sent to their clients.
+    pub unsent_answer_bytes: Gauge,
     pub refused_connections: Counter,
     pub connections_closed_for_room: Counter,
     /// Connections the server ended before their client, being drained
@@ -188,6 +190,7 @@ impl Metrics {
             connections: Gauge::default(),
             in_flight: Gauge::default(),
             pending_body_bytes: Gauge::default(),
+            unsent_answer_bytes: Gauge::default(),
             refused_connections: Counter::default(),
             connections_closed_for_room: Counter::default(),
             connections_draining: Gauge::default(),
@@ -287,6 +290,11 @@ impl Metrics {
             "pending_body_bytes",
             "Bytes of request bodies held before their request runs (being received, or waiting for a slot), counted in KiB",
             m.pending_body_bytes.clone(),
+        );
+        r.register(
+            "unsent_answer_bytes",
+            "Bytes of large answers (over 64 KiB) of reads held until their clients read them, of max_unsent_answer_bytes",
+            m.unsent_answer_bytes.clone(),
         );
         r.register(
             "ledger_minted_units",

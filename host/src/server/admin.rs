@@ -31,7 +31,7 @@ use crate::reply::Reply;
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -54,7 +54,7 @@ const UPLOAD_TIMEOUT: Duration = Duration::from_secs(60);
 pub type AdminBody = BoxBody<Bytes, std::io::Error>;
 
 /// A whole answer as an [`AdminBody`] one.
-fn boxed(resp: Response<Full<Bytes>>) -> Response<AdminBody> {
+fn boxed(resp: Response<super::answers::Answer>) -> Response<AdminBody> {
     resp.map(|b| b.map_err(|never| match never {}).boxed())
 }
 

@@ -3,6 +3,7 @@
 //! per family), request ids, metrics, JSON errors and one log line per
 //! request.
 
+use super::answers::Answer;
 use super::connections::{Held, Open};
 use crate::app::App;
 use crate::capabilities::{Capability, is_credential};
@@ -14,7 +15,7 @@ use crate::runtime::engine::Caller;
 use crate::runtime::long_calls;
 use crate::runtime::routes::{self, Handler, Match, Route};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -51,6 +52,9 @@ struct Gates {
     /// works in is some times its body's, which is only budgeted while it
     /// waits; a request waiting here keeps its body counted.
     host_bodies: Arc<Semaphore>,
+    /// Bytes of large answers of reads not sent yet:
+    /// `max_unsent_answer_bytes` ([`super::answers`]).
+    unsent: Arc<super::answers::Unsent>,
 }
 
 /// Host handlers with a body that run at once: CPU-bound work on blocking
@@ -263,6 +267,7 @@ impl Gates {
             bodies: Arc::new(Budget::new(kib(app.config.pending_body_budget()))),
             draining,
             host_bodies: Arc::new(Semaphore::new(host_body_slots())),
+            unsent: super::answers::Unsent::new(app.config.max_unsent_answer_bytes),
         }
     }
 
@@ -573,7 +578,7 @@ impl Conn {
             .max_buf_size(64 * 1024)
             .serve_connection(
                 TokioIo::new(super::framing::JsonErrors::new(
-                    super::linger::Lingering::new(stream, drains_as),
+                    super::linger::Lingering::new(stream, drains_as, self.header_timeout),
                 )),
                 service,
             );
@@ -772,7 +777,7 @@ async fn handle(
     gates: Arc<Gates>,
     mut req: Request<Incoming>,
     peer: IpAddr,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+) -> Result<Response<Answer>, Infallible> {
     let start = Instant::now();
     super::forwarded::drop_unproxied(&app.config.trusted_proxies, peer, req.headers_mut());
     let id = request_id(&req);
@@ -783,6 +788,26 @@ async fn handle(
     let has_body = !hyper::body::Body::is_end_stream(req.body());
     let (mut reply, route) = dispatch(&app, &gates, req, &id, client).await;
     in_flight.answered();
+    // A large answer of a read waits for its client with room of its own,
+    // or is refused: a write's answer is kept whatever (what it did is
+    // done).
+    let held = if reply.body.len() > super::answers::SMALL
+        && method != "HEAD"
+        && route.as_deref().is_none_or(|r| !r.writes)
+    {
+        match gates.unsent.hold(reply.body.len()) {
+            Some(held) => Some(held),
+            None => {
+                reply = busy(
+                    "too many large answers are waiting for their clients to read them; retry shortly"
+                        .into(),
+                );
+                None
+            }
+        }
+    } else {
+        None
+    };
     // A request no route took (404, 405, 503 while loading) leaves its
     // body unread; while draining, no connection is kept for another.
     if (has_body && route.is_none()) || *gates.draining.borrow() {
@@ -820,10 +845,14 @@ async fn handle(
         },
     );
     reply.headers.push(("x-request-id".into(), id));
-    Ok(to_hyper(reply, method == "HEAD"))
+    let resp = to_hyper(reply, method == "HEAD");
+    Ok(match held {
+        Some(held) => resp.map(|answer| answer.holding(held)),
+        None => resp,
+    })
 }
 
-pub(crate) fn to_hyper(reply: Reply, head: bool) -> Response<Full<Bytes>> {
+pub(crate) fn to_hyper(reply: Reply, head: bool) -> Response<Answer> {
     use hyper::header::{CONTENT_TYPE, HeaderName, HeaderValue};
     // An answer with no body (a 202 notification, a 304) names no media
     // type unless its handler gave one; every other answer is JSON unless
@@ -839,7 +868,7 @@ pub(crate) fn to_hyper(reply: Reply, head: bool) -> Response<Full<Bytes>> {
     } else {
         Bytes::from(reply.body)
     };
-    let mut resp = Response::new(Full::new(body));
+    let mut resp = Response::new(Answer::new(body));
     *resp.status_mut() =
         StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let headers = resp.headers_mut();
@@ -854,7 +883,7 @@ pub(crate) fn to_hyper(reply: Reply, head: bool) -> Response<Full<Bytes>> {
             }
             _ => {
                 tracing::error!("invalid response from handler: header {name:?} or its value");
-                let mut resp = Response::new(Full::new(Bytes::from_static(
+                let mut resp = Response::new(Answer::new(Bytes::from_static(
                     br#"{"code":"internal","message":"internal error"}"#,
                 )));
                 *resp.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;

@@ -16,8 +16,14 @@
 //! stranger trickling bytes into many refused connections cannot take
 //! every place). A trusted proxy's connections carry many clients, so
 //! they count only against the whole.
+//!
+//! The other way round, a client that reads nothing of its answer for
+//! the connection's write timeout (the header timeout) has its connection
+//! closed, not drained: it would keep the answer's bytes for as long as
+//! it liked (see `super::answers`).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
@@ -46,19 +52,52 @@ pub struct Lingering {
     stream: Option<TcpStream>,
     /// The address its drain counts against (`None`: a trusted proxy's).
     peer: Option<IpAddr>,
-    /// The client closed its side (a read found the end).
+    /// The client closed its side (a read found the end), or read nothing
+    /// for `write_timeout`: not drained.
     ended: bool,
+    /// Longest a write may wait for the client to read.
+    write_timeout: Duration,
+    /// Since a write found no room: ends at `write_timeout`.
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Lingering {
     /// `peer` is the address the drain counts against, `None` for a
     /// trusted proxy's connection.
-    pub fn new(stream: TcpStream, peer: Option<IpAddr>) -> Lingering {
+    pub fn new(stream: TcpStream, peer: Option<IpAddr>, write_timeout: Duration) -> Lingering {
         Lingering {
             stream: Some(stream),
             peer,
             ended: false,
+            write_timeout,
+            stalled: None,
         }
+    }
+
+    /// A write's outcome `written`, failed once writes have found no room
+    /// for `write_timeout`.
+    fn watch_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        written: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        if !written.is_pending() {
+            self.stalled = None;
+            return written;
+        }
+        let timeout = self.write_timeout;
+        let stalled = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        if stalled.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        self.ended = true;
+        tracing::debug!(peer = ?self.peer, "connection closed: its client read nothing of the answer for {timeout:?}");
+        Poll::Ready(Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the client read nothing of the answer in time",
+        )))
     }
 
     fn stream(&mut self) -> Pin<&mut TcpStream> {
@@ -91,7 +130,9 @@ impl AsyncWrite for Lingering {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.get_mut().stream().poll_write(cx, buf)
+        let this = self.get_mut();
+        let written = this.stream().poll_write(cx, buf);
+        this.watch_write(cx, written)
     }
 
     fn poll_write_vectored(
@@ -99,7 +140,9 @@ impl AsyncWrite for Lingering {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.get_mut().stream().poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let written = this.stream().poll_write_vectored(cx, bufs);
+        this.watch_write(cx, written)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -249,7 +292,7 @@ mod tests {
             Ok::<_, io::Error>(answer)
         });
         let (stream, _) = listener.accept().await.unwrap();
-        let mut conn = Lingering::new(stream, Some(addr.ip()));
+        let mut conn = Lingering::new(stream, Some(addr.ip()), Duration::from_secs(10));
         let mut head = [0u8; 16];
         conn.read_exact(&mut head).await.unwrap();
         conn.write_all(b"HTTP/1.1 413 x").await.unwrap();
@@ -269,7 +312,7 @@ mod tests {
         let c = std::net::TcpStream::connect(addr).unwrap();
         let (stream, _) = listener.accept().await.unwrap();
         drop(c);
-        let mut conn = Lingering::new(stream, Some(addr.ip()));
+        let mut conn = Lingering::new(stream, Some(addr.ip()), Duration::from_secs(10));
         let mut buf = [0u8; 8];
         assert_eq!(conn.read(&mut buf).await.unwrap(), 0);
         assert!(conn.ended);
@@ -301,5 +344,29 @@ mod tests {
             counts.is_empty(),
             "an address's count goes with its last place"
         );
+    }
+
+    /// A client that reads nothing: once the socket's buffers are full,
+    /// the write fails after the write timeout instead of waiting for ever.
+    #[tokio::test]
+    async fn a_client_that_reads_nothing_is_cut_off_after_the_write_timeout() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = std::net::TcpStream::connect(addr).unwrap();
+        let (stream, _) = listener.accept().await.unwrap();
+        let mut conn = Lingering::new(stream, Some(addr.ip()), Duration::from_millis(200));
+        let piece = vec![0u8; 64 << 10];
+        let mut sent = 0usize;
+        let failed = loop {
+            match tokio::time::timeout(Duration::from_secs(10), conn.write(&piece)).await {
+                Ok(Ok(n)) => sent += n,
+                Ok(Err(e)) => break e,
+                Err(_) => panic!("the write waited past its timeout"),
+            }
+            assert!(sent < 1 << 30, "the buffers never filled");
+        };
+        assert_eq!(failed.kind(), io::ErrorKind::TimedOut);
+        assert!(conn.ended, "not drained");
+        drop(client);
     }
 }

@@ -2,6 +2,7 @@
 //! life of a serving process ([`run`]): start, serve, drain on a signal.
 
 pub mod admin;
+pub mod answers;
 pub mod connections;
 pub mod drain;
 pub mod forwarded;

@@ -26,6 +26,22 @@ pub const OPS: &[Op] = &[
         "Trivial answer",
         "The dispatch benchmark's route.",
     ),
+    Op {
+        query: &[(
+            "bytes",
+            "integer",
+            false,
+            "how long the answer is (at most 8 MiB)",
+        )],
+        ..op(
+            "GET",
+            "/_testing/large",
+            "testingLarge",
+            "testing",
+            "A large answer",
+            "Answers `bytes` bytes of text: what a client that does not read holds.",
+        )
+    },
     op(
         "GET",
         "/_testing/headers",
@@ -224,6 +240,7 @@ mod tests {
         assert_eq!(openapi::check(OPS, &json!({})), Ok(()));
         let expected = [
             ("GET", "/_testing/ok", false),
+            ("GET", "/_testing/large", false),
             ("GET", "/_testing/headers", false),
             ("GET", "/_testing/framing", false),
             ("GET", "/_testing/trap", false),

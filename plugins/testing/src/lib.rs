@@ -32,6 +32,14 @@ impl Endpoint for Testing {
         }
         match req.route() {
             "/_testing/ok" => Ok(json(200, &json!({"ok": true}))),
+            "/_testing/large" => {
+                let bytes = req.query_int("bytes", 0, 8 << 20)?.unwrap_or(0) as usize;
+                Ok(Response {
+                    status: 200,
+                    headers: vec![("content-type".into(), "text/plain".into())],
+                    body: vec![b'x'; bytes],
+                })
+            }
             "/_testing/headers" => {
                 let names: Vec<&str> = req.headers().map(|(name, _)| name).collect();
                 Ok(json(200, &json!({"headers": names})))
