@@ -248,31 +248,6 @@ fn one_address_holds_at_most_its_share_of_draining_sockets() {
     trickle.join().unwrap();
 }
 
-/// A client that shuts its side of the connection once its request is
-/// sent (`nc -N`, some HTTP/1.0 clients) reads the answer: before, the
-/// end of its input made the server drop the request unanswered.
-#[test]
-fn a_client_that_half_closes_after_its_request_is_answered() {
-    let s = Server::start();
-    let body = r#"{"term":"anything"}"#;
-    for _ in 0..10 {
-        for request in [
-            "GET /api/health HTTP/1.1\r\nhost: x\r\n\r\n".to_string(),
-            format!(
-                "POST /api/mcp/tools/search HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-                body.len()
-            ),
-        ] {
-            let mut stream = common::connect(s.addr);
-            stream.write_all(request.as_bytes()).unwrap();
-            stream.shutdown(std::net::Shutdown::Write).unwrap();
-            let r = common::try_read_response(&mut stream)
-                .unwrap_or_else(|e| panic!("no answer to {request:?}: {e}"));
-            assert_eq!(r.status, 200, "{request:?}: {}", r.text());
-        }
-    }
-}
-
 #[test]
 fn oversized_body_is_413_before_it_is_read() {
     let s = Server::start();

@@ -571,9 +571,6 @@ impl Conn {
         });
         let conn = http1::Builder::new()
             .timer(TokioTimer::new())
-            // A client that shuts its side after sending a request (`nc
-            // -N`, some HTTP/1.0 clients) is answered, not dropped.
-            .half_close(true)
             .header_read_timeout(self.header_timeout)
             .max_buf_size(64 * 1024)
             .serve_connection(
