@@ -293,6 +293,53 @@ fn idle_connections_do_not_stop_new_clients() {
     }
 }
 
+/// Two addresses holding every place with requests whose bodies trickle
+/// in (a byte now and then, so they are inside a request until the body
+/// timeout) do not keep a third client out: when every connection is
+/// inside a request, one still receiving its body, of the address holding
+/// the most, is closed to make room. (Before, the newcomer waited for the
+/// body timeout, and the two could hold every place again and again.)
+#[test]
+fn bodies_trickled_from_every_place_give_way_to_a_new_client() {
+    let s = server_with(
+        false,
+        &[
+            ("MARKETPLACE_MAX_CONNECTIONS", "8"),
+            ("MARKETPLACE_MAX_CONNECTIONS_PER_IP", "4"),
+            ("MARKETPLACE_BODY_TIMEOUT_MS", "600000"),
+        ],
+    );
+    let mut trickling = Vec::new();
+    for (ip, n) in [([127, 0, 0, 2], 4), ([127, 0, 0, 3], 4)] {
+        for _ in 0..n {
+            let mut c = common::connect_from(ip, s.addr);
+            c.write_all(
+                b"POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{",
+            )
+            .unwrap();
+            trickling.push(c);
+        }
+    }
+    // Every place is held by a request receiving its body.
+    let until = Instant::now() + Duration::from_secs(30);
+    while s.metric("marketplace_connections_open") < 8 {
+        assert!(Instant::now() < until, "the places were never all taken");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let mut newcomer = common::connect_from([127, 0, 0, 4], s.addr);
+    newcomer
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    newcomer
+        .write_all(b"GET /api/health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .unwrap();
+    let r = common::read_response(&mut newcomer);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(s.metric("marketplace_connections_closed_for_room_total") >= 1);
+    drop(trickling);
+}
+
 /// Two addresses holding every place (each within its share, sending
 /// nothing or half a header) do not keep a third client out for the
 /// header timeout: a connection not inside a request, of the address that

@@ -44,6 +44,8 @@ pub struct State {
     answered: AtomicU64,
     /// Chosen to make room (once).
     chosen: AtomicBool,
+    /// Inside a request whose body is still coming (it has not run).
+    receiving: AtomicBool,
     close: Notify,
 }
 
@@ -69,6 +71,18 @@ impl State {
         self.started.load(Ordering::Acquire) == self.answered.load(Ordering::Acquire)
     }
 
+    /// While the guard lives, this connection's request is receiving its
+    /// body: it may be closed to make room (see [`Open::make_room`]).
+    pub fn receiving_body(self: &Arc<Self>) -> ReceivingBody {
+        self.receiving.store(true, Ordering::Release);
+        ReceivingBody(self.clone())
+    }
+
+    /// Whether its request is still receiving its body.
+    pub fn is_receiving(&self) -> bool {
+        self.receiving.load(Ordering::Acquire)
+    }
+
     /// Resolves once this connection is chosen to make room.
     pub async fn closing(&self) {
         self.close.notified().await
@@ -78,6 +92,15 @@ impl State {
     /// and it may be chosen again later.
     pub fn decline(&self) {
         self.chosen.store(false, Ordering::Release);
+    }
+}
+
+/// A request receiving its body ([`State::receiving_body`]).
+pub struct ReceivingBody(Arc<State>);
+
+impl Drop for ReceivingBody {
+    fn drop(&mut self) {
+        self.0.receiving.store(false, Ordering::Release);
     }
 }
 
@@ -125,9 +148,13 @@ impl Open {
     /// Choose a connection to close for room for `newcomer` (admitted,
     /// not served yet): not inside a request, of the address holding the
     /// most such connections (of those, the one holding the most in all),
-    /// the oldest of those. False when every other
-    /// connection is inside a request, or one chosen before is still
-    /// closing (one at a time: no more are closed than places needed).
+    /// the oldest of those; when every other is inside a request, one
+    /// whose request is still receiving its body (it has not run), chosen
+    /// the same way. (Bodies trickled a byte at a time from two addresses
+    /// held every place for `body_timeout_ms` at a time, again and
+    /// again.) False when every other connection is inside a running
+    /// request, or one chosen before is still closing (one at a time: no
+    /// more are closed than places needed).
     pub fn make_room(&self, newcomer: &Held) -> bool {
         let inner = self.lock();
         if inner
@@ -137,13 +164,25 @@ impl Open {
         {
             return false;
         }
-        let candidates: Vec<(&u64, &(IpAddr, Arc<State>))> = inner
-            .conns
-            .iter()
-            .filter(|(id, (_, s))| {
-                **id != newcomer.id && !s.chosen.load(Ordering::Acquire) && s.between_requests()
-            })
-            .collect();
+        let choosable = |between: bool| -> Vec<(&u64, &(IpAddr, Arc<State>))> {
+            inner
+                .conns
+                .iter()
+                .filter(|(id, (_, s))| {
+                    **id != newcomer.id
+                        && !s.chosen.load(Ordering::Acquire)
+                        && if between {
+                            s.between_requests()
+                        } else {
+                            s.is_receiving()
+                        }
+                })
+                .collect()
+        };
+        let mut candidates = choosable(true);
+        if candidates.is_empty() {
+            candidates = choosable(false);
+        }
         // Counted among the candidates: an address whose connections are
         // all inside requests but the one it opened a moment ago (whose
         // head is on its way) does not make that one the victim again and
@@ -261,5 +300,40 @@ mod tests {
         assert!(crowd[0].state.chosen.load(Ordering::Acquire));
         assert!(!crowd[0].state.never_requested());
         assert!(newcomer.state.never_requested());
+    }
+
+    #[test]
+    fn with_every_request_running_room_comes_from_a_body_still_coming() {
+        let open = Open::new(0);
+        let running = open.admit(ip(1)).unwrap();
+        running.state.request_started();
+        let trickling: Vec<Held> = (0..2).map(|_| open.admit(ip(2)).unwrap()).collect();
+        let bodies: Vec<ReceivingBody> = trickling
+            .iter()
+            .map(|h| {
+                h.state.request_started();
+                h.state.receiving_body()
+            })
+            .collect();
+        let lone = open.admit(ip(3)).unwrap();
+        lone.state.request_started();
+        let _lone_body = lone.state.receiving_body();
+        let newcomer = open.admit(ip(4)).unwrap();
+        assert!(open.make_room(&newcomer));
+        assert!(
+            trickling[0].state.chosen.load(Ordering::Acquire),
+            "the address with the most"
+        );
+        assert!(!running.state.chosen.load(Ordering::Acquire));
+        drop(bodies);
+        drop(trickling);
+        assert!(open.make_room(&newcomer));
+        assert!(lone.state.chosen.load(Ordering::Acquire));
+        drop(_lone_body);
+        drop(lone);
+        assert!(
+            !open.make_room(&newcomer),
+            "a running request is never chosen"
+        );
     }
 }

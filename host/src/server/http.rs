@@ -562,7 +562,7 @@ impl Conn {
             // chosen to make room is never closed inside a request.
             state.request_started();
             let state = state.clone();
-            let answer = handle(app.clone(), gates.clone(), req, peer.ip());
+            let answer = handle(app.clone(), gates.clone(), req, peer.ip(), state.clone());
             async move {
                 let answered = answer.await;
                 state.request_answered();
@@ -599,6 +599,12 @@ impl Conn {
                         // one declines, and another is chosen. (Waiting
                         // would hold up every later choice: one is chosen
                         // at a time.)
+                        if state.is_receiving() {
+                            // Its request has not run: closed, with the
+                            // body that was still coming.
+                            tracing::debug!(%peer, "connection closed to make room: its request's body was still coming");
+                            break Ok(());
+                        }
                         if socket.request_waiting() || !state.between_requests() {
                             state.decline();
                             continue;
@@ -774,6 +780,7 @@ async fn handle(
     gates: Arc<Gates>,
     mut req: Request<Incoming>,
     peer: IpAddr,
+    conn: Arc<super::connections::State>,
 ) -> Result<Response<Answer>, Infallible> {
     let start = Instant::now();
     super::forwarded::drop_unproxied(&app.config.trusted_proxies, peer, req.headers_mut());
@@ -783,7 +790,7 @@ async fn handle(
     let client = super::forwarded::client(&app.config.trusted_proxies, peer, req.headers());
     let in_flight = InFlight::start(&app, &id, &method, &path, client, start);
     let has_body = !hyper::body::Body::is_end_stream(req.body());
-    let (mut reply, route) = dispatch(&app, &gates, req, &id, client).await;
+    let (mut reply, route) = dispatch(&app, &gates, req, &id, client, &conn).await;
     in_flight.answered();
     // A large answer of a read waits for its client with room of its own,
     // or is refused: a write's answer is kept whatever (what it did is
@@ -930,6 +937,7 @@ async fn dispatch(
     req: Request<Incoming>,
     id: &str,
     client: IpAddr,
+    conn: &Arc<super::connections::State>,
 ) -> (Reply, Option<Arc<Route>>) {
     if let Some(problem) = host_problem(req.version(), req.headers()) {
         return (Reply::invalid("host", problem), None);
@@ -987,7 +995,7 @@ async fn dispatch(
         from_memory,
     };
     let outages = app.storage.outages();
-    let mut reply = serve_route(app, gates, req, found, client)
+    let mut reply = serve_route(app, gates, req, found, client, conn)
         .instrument(span)
         .await;
     if let Some((routed, asked)) = alias {
@@ -1019,6 +1027,7 @@ async fn serve_route(
     req: Request<Incoming>,
     found: Found,
     client: IpAddr,
+    conn: &Arc<super::connections::State>,
 ) -> Reply {
     let Found {
         route,
@@ -1083,6 +1092,8 @@ async fn serve_route(
     let body = match &mut pending {
         None => Ok(Ok(Vec::new())),
         Some(pending) => {
+            // Meanwhile the connection may be closed to make room.
+            let _receiving = conn.receiving_body();
             tokio::time::timeout(body_timeout, read_body(req.into_body(), max, pending)).await
         }
     };
