@@ -523,17 +523,21 @@ fn read_to_close(conn: &mut TcpStream) -> std::io::Result<String> {
 fn sigterm_answers_a_request_waiting_in_the_listen_backlog() {
     let dir = tempfile::tempdir().unwrap();
     // One connection at a time: later clients wait for its place.
-    let mut s = server_on(
-        &dir.path().join("data"),
-        &[("MARKETPLACE_MAX_CONNECTIONS", "1")],
-    );
-    // The first holds the only place inside a request (its body not all
-    // sent), so it cannot be closed to make room.
+    let mut s = Server::with(Options {
+        data_dir: Some(dir.path().join("data")),
+        testing_routes: true,
+        env: vec![
+            ("MARKETPLACE_MAX_CONNECTIONS".into(), "1".into()),
+            ("MARKETPLACE_REQUEST_TIMEOUT_MS".into(), "5000".into()),
+        ],
+        ..Options::default()
+    });
+    // The first holds the only place with a request that runs (a plugin
+    // call spinning until its 5 s deadline), so it cannot be closed to
+    // make room.
     let mut first = TcpStream::connect(s.addr).unwrap();
     first
-        .write_all(
-            b"POST /api/timeline HTTP/1.1\r\nhost: drain\r\ncontent-type: application/json\r\ncontent-length: 4\r\n\r\n{}",
-        )
+        .write_all(b"GET /_testing/loop HTTP/1.1\r\nhost: drain\r\n\r\n")
         .unwrap();
     let until = Instant::now() + Duration::from_secs(10);
     while in_flight(&s) < 1.0 {
@@ -566,7 +570,6 @@ fn sigterm_answers_a_request_waiting_in_the_listen_backlog() {
         );
     }
     // The first finishes its request and is answered too.
-    first.write_all(b"{}").unwrap();
     let answer = read_to_close(&mut first).unwrap_or_default();
     assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
     let status = s
