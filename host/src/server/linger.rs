@@ -57,8 +57,19 @@ pub struct Lingering {
     ended: bool,
     /// Longest a write may wait for the client to read.
     write_timeout: Duration,
-    /// Since a write found no room: ends at `write_timeout`.
-    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Since a write found no room: ends at `write_timeout`, with the
+    /// bytes the kernel still held to send then.
+    stalled: Option<(Pin<Box<tokio::time::Sleep>>, Option<u32>)>,
+}
+
+/// Bytes the kernel holds to send on `stream` (sent but not acknowledged,
+/// or not sent yet), if it says.
+fn unsent(stream: &TcpStream) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    let mut queued: libc::c_int = 0;
+    // SAFETY: TIOCOUTQ on a socket this stream owns writes one int.
+    let ok = unsafe { libc::ioctl(stream.as_raw_fd(), libc::TIOCOUTQ, &mut queued) } == 0;
+    ok.then(|| u32::try_from(queued).ok()).flatten()
 }
 
 impl Lingering {
@@ -86,11 +97,25 @@ impl Lingering {
             return written;
         }
         let timeout = self.write_timeout;
-        let stalled = self
-            .stalled
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-        if stalled.as_mut().poll(cx).is_pending() {
-            return Poll::Pending;
+        loop {
+            let queued = self.stream.as_ref().and_then(unsent);
+            let (sleep, at_start) = self
+                .stalled
+                .get_or_insert_with(|| (Box::pin(tokio::time::sleep(timeout)), queued));
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            // The kernel's queue shrank meanwhile: the client reads, only
+            // more slowly than the queue lets a write through (a few MB
+            // over a slow link, woken when half of it is read). Its time
+            // starts again.
+            if let (Some(now), Some(then)) = (queued, *at_start)
+                && now < then
+            {
+                self.stalled = None;
+                continue;
+            }
+            break;
         }
         self.ended = true;
         tracing::debug!(peer = ?self.peer, "connection closed: its client read nothing of the answer for {timeout:?}");
