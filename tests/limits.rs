@@ -347,21 +347,21 @@ fn bodies_trickled_from_every_place_give_way_to_a_new_client() {
 #[test]
 fn addresses_holding_every_place_give_way_to_a_new_client() {
     let s = server_with(
-        false,
+        true,
         &[
             ("MARKETPLACE_MAX_CONNECTIONS", "8"),
             ("MARKETPLACE_MAX_CONNECTIONS_PER_IP", "4"),
             // Far longer than this test waits: no place frees by itself.
             ("MARKETPLACE_HEADER_TIMEOUT_MS", "120000"),
+            // The busy request runs until then.
+            ("MARKETPLACE_REQUEST_TIMEOUT_MS", "8000"),
         ],
     );
-    // 127.0.0.3's first connection is inside a request: its head is in,
-    // its body not yet.
+    // 127.0.0.3's first connection is inside a request that runs (a
+    // plugin call spinning until its deadline).
     let mut busy = common::connect_from([127, 0, 0, 3], s.addr);
-    busy.write_all(
-        b"POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 4\r\n\r\n{}",
-    )
-    .unwrap();
+    busy.write_all(b"GET /_testing/loop HTTP/1.1\r\nhost: x\r\n\r\n")
+        .unwrap();
     let mut held = vec![];
     for i in 0..7 {
         let ip = if i < 4 {
@@ -392,9 +392,9 @@ fn addresses_holding_every_place_give_way_to_a_new_client() {
     assert_eq!(r.status, 200, "{}", r.text());
     let m = scrape_admin(&s);
     assert!(m.get("marketplace_connections_closed_for_room_total", &[]) >= 1.0);
-    // The connection inside a request was not the one closed.
-    busy.write_all(b"{}").unwrap();
-    busy.set_read_timeout(Some(Duration::from_secs(10)))
+    // The connection inside a request was not the one closed (the
+    // others, silent for more than a second, were).
+    busy.set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
     let mut head = [0u8; 9];
     busy.read_exact(&mut head).unwrap();

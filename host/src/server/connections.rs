@@ -36,9 +36,15 @@ struct Inner {
     next: u64,
 }
 
+/// How long a new connection has to send its first request head before
+/// it may be closed to make room (it may have connected a moment before
+/// sending, as clients that open a connection ahead do).
+pub const FIRST_HEAD_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What the host knows of one connection.
-#[derive(Default)]
 pub struct State {
+    /// When it was admitted.
+    since: std::time::Instant,
     /// Requests whose head reached the service, and those it answered.
     started: AtomicU64,
     answered: AtomicU64,
@@ -47,6 +53,19 @@ pub struct State {
     /// Inside a request whose body is still coming (it has not run).
     receiving: AtomicBool,
     close: Notify,
+}
+
+impl Default for State {
+    fn default() -> State {
+        State {
+            since: std::time::Instant::now(),
+            started: AtomicU64::new(0),
+            answered: AtomicU64::new(0),
+            chosen: AtomicBool::new(false),
+            close: Notify::new(),
+            receiving: AtomicBool::new(false),
+        }
+    }
 }
 
 impl State {
@@ -156,6 +175,15 @@ impl Open {
     /// request, or one chosen before is still closing (one at a time: no
     /// more are closed than places needed).
     pub fn make_room(&self, newcomer: &Held) -> bool {
+        self.make_room_at(newcomer, std::time::Instant::now())
+    }
+
+    /// [`Open::make_room`] at `now`: a connection that has not sent a
+    /// request head within [`FIRST_HEAD_GRACE`] of its admission is not
+    /// chosen before then. (Else, while others' bodies trickled in from
+    /// every place, each newcomer that paused a moment before sending was
+    /// the one closed.)
+    fn make_room_at(&self, newcomer: &Held, now: std::time::Instant) -> bool {
         let inner = self.lock();
         if inner
             .conns
@@ -173,6 +201,8 @@ impl Open {
                         && !s.chosen.load(Ordering::Acquire)
                         && if between {
                             s.between_requests()
+                                && !(s.never_requested()
+                                    && now.saturating_duration_since(s.since) < FIRST_HEAD_GRACE)
                         } else {
                             s.is_receiving()
                         }
@@ -231,6 +261,11 @@ mod tests {
         IpAddr::from([127, 0, 0, last])
     }
 
+    /// A moment when every connection made so far is past its grace.
+    fn later() -> std::time::Instant {
+        std::time::Instant::now() + FIRST_HEAD_GRACE * 2
+    }
+
     #[test]
     fn an_address_is_capped_and_its_places_come_back() {
         let open = Open::new(2);
@@ -256,7 +291,7 @@ mod tests {
         }
         let idle: Vec<Held> = (0..2).map(|_| open.admit(ip(3)).unwrap()).collect();
         let newcomer = open.admit(ip(7)).unwrap();
-        assert!(open.make_room(&newcomer));
+        assert!(open.make_room_at(&newcomer, later()));
         assert!(idle[0].state.chosen.load(Ordering::Acquire));
         assert!(!busy[4].state.chosen.load(Ordering::Acquire));
     }
@@ -272,31 +307,31 @@ mod tests {
         // The crowd's oldest connection is inside a request: its next one
         // is chosen, then the one after.
         crowd[0].state.request_started();
-        assert!(open.make_room(&newcomer));
+        assert!(open.make_room_at(&newcomer, later()));
         assert!(crowd[1].state.chosen.load(Ordering::Acquire));
         // One at a time: none more while the chosen one is still open.
-        assert!(!open.make_room(&newcomer));
+        assert!(!open.make_room_at(&newcomer, later()));
         drop(crowd.remove(1));
-        assert!(open.make_room(&newcomer));
+        assert!(open.make_room_at(&newcomer, later()));
         assert!(crowd[1].state.chosen.load(Ordering::Acquire));
         // One that declines (a request waited in its socket) may be chosen
         // again, and lets another be chosen meanwhile.
         crowd[1].state.decline();
-        assert!(open.make_room(&newcomer));
+        assert!(open.make_room_at(&newcomer, later()));
         assert!(crowd[1].state.chosen.load(Ordering::Acquire));
         drop(crowd.remove(1));
         // Then the lone address's (the crowd's last one is busy).
-        assert!(open.make_room(&newcomer));
+        assert!(open.make_room_at(&newcomer, later()));
         assert!(lone.state.chosen.load(Ordering::Acquire));
         drop(lone);
         assert!(
-            !open.make_room(&newcomer),
+            !open.make_room_at(&newcomer, later()),
             "only a connection inside a request is left"
         );
         assert!(!newcomer.state.chosen.load(Ordering::Acquire));
         // Answered: between requests again, so it may be chosen.
         crowd[0].state.request_answered();
-        assert!(open.make_room(&newcomer));
+        assert!(open.make_room_at(&newcomer, later()));
         assert!(crowd[0].state.chosen.load(Ordering::Acquire));
         assert!(!crowd[0].state.never_requested());
         assert!(newcomer.state.never_requested());
@@ -319,7 +354,7 @@ mod tests {
         lone.state.request_started();
         let _lone_body = lone.state.receiving_body();
         let newcomer = open.admit(ip(4)).unwrap();
-        assert!(open.make_room(&newcomer));
+        assert!(open.make_room_at(&newcomer, later()));
         assert!(
             trickling[0].state.chosen.load(Ordering::Acquire),
             "the address with the most"
@@ -327,13 +362,33 @@ mod tests {
         assert!(!running.state.chosen.load(Ordering::Acquire));
         drop(bodies);
         drop(trickling);
-        assert!(open.make_room(&newcomer));
+        assert!(open.make_room_at(&newcomer, later()));
         assert!(lone.state.chosen.load(Ordering::Acquire));
         drop(_lone_body);
         drop(lone);
         assert!(
-            !open.make_room(&newcomer),
+            !open.make_room_at(&newcomer, later()),
             "a running request is never chosen"
         );
+    }
+
+    #[test]
+    fn a_new_connection_has_a_moment_to_send_its_first_head() {
+        let open = Open::new(0);
+        let trickling = open.admit(ip(2)).unwrap();
+        trickling.state.request_started();
+        let _body = trickling.state.receiving_body();
+        let fresh = open.admit(ip(3)).unwrap();
+        let newcomer = open.admit(ip(4)).unwrap();
+        // Now: the fresh one is spared, the body still coming is closed.
+        assert!(open.make_room(&newcomer));
+        assert!(!fresh.state.chosen.load(Ordering::Acquire));
+        assert!(trickling.state.chosen.load(Ordering::Acquire));
+        drop(_body);
+        drop(trickling);
+        // Past its grace without a request head: it may be closed.
+        assert!(!open.make_room(&newcomer));
+        assert!(open.make_room_at(&newcomer, later()));
+        assert!(fresh.state.chosen.load(Ordering::Acquire));
     }
 }
