@@ -13,10 +13,11 @@
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
+use std::collections::HashMap;
 use std::convert::Infallible;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 /// Answers up to this size are not counted: a connection holds one at a
@@ -27,31 +28,44 @@ pub const SMALL: usize = 64 << 10;
 /// the client reads, so its hold ends when its last bytes are on their way.
 const CHUNK: usize = 64 << 10;
 
-/// The bytes of large answers not yet sent, of `max_unsent_answer_bytes`.
+/// The bytes of large answers not yet sent, of `max_unsent_answer_bytes`,
+/// in all and by client address: one address may hold at most an eighth
+/// of them (at least 16 MiB, or the whole when that is less), so a few
+/// sockets that never read cannot keep every other client's large answers
+/// out.
 pub struct Unsent {
-    left: AtomicU64,
+    most: u64,
+    most_per_address: u64,
+    held: Mutex<(u64, HashMap<IpAddr, u64>)>,
 }
 
 impl Unsent {
     pub fn new(bytes: u64) -> Arc<Unsent> {
         Arc::new(Unsent {
-            left: AtomicU64::new(bytes),
+            most: bytes,
+            most_per_address: (bytes / 8).max(bytes.min(16 << 20)),
+            held: Mutex::new((0, HashMap::new())),
         })
     }
 
-    /// Room for an answer of `len` bytes until it is sent, if there is.
-    pub fn hold(self: &Arc<Self>, len: usize) -> Option<Held> {
+    /// Room for an answer of `len` bytes to `client` until it is sent, if
+    /// there is.
+    pub fn hold(self: &Arc<Self>, client: IpAddr, len: usize) -> Option<Held> {
         let len = len as u64;
-        self.left
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
-                left.checked_sub(len)
-            })
-            .ok()?;
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let (all, by_address) = &mut *held;
+        let of_client = by_address.get(&client).copied().unwrap_or(0);
+        if *all + len > self.most || of_client + len > self.most_per_address {
+            return None;
+        }
+        *all += len;
+        by_address.insert(client, of_client + len);
         crate::metrics::metrics()
             .unsent_answer_bytes
             .inc_by(len as i64);
         Some(Held {
             unsent: self.clone(),
+            client,
             len,
         })
     }
@@ -60,12 +74,21 @@ impl Unsent {
 /// One answer's room, given back when it is sent or its connection ends.
 pub struct Held {
     unsent: Arc<Unsent>,
+    client: IpAddr,
     len: u64,
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.unsent.left.fetch_add(self.len, Ordering::AcqRel);
+        let mut held = self.unsent.held.lock().unwrap_or_else(|e| e.into_inner());
+        let (all, by_address) = &mut *held;
+        *all -= self.len;
+        if let Some(n) = by_address.get_mut(&self.client) {
+            *n -= self.len;
+            if *n == 0 {
+                by_address.remove(&self.client);
+            }
+        }
         crate::metrics::metrics()
             .unsent_answer_bytes
             .dec_by(self.len as i64);
@@ -125,11 +148,14 @@ mod tests {
     use super::*;
     use http_body_util::BodyExt;
 
+    const A: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1));
+    const B: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 2));
+
     #[tokio::test]
     async fn an_answer_comes_in_pieces_and_gives_its_room_back_when_sent() {
         let unsent = Unsent::new(300 << 10);
-        let held = unsent.hold(200 << 10).unwrap();
-        assert!(unsent.hold(200 << 10).is_none(), "no room left");
+        let held = unsent.hold(A, 200 << 10).unwrap();
+        assert!(unsent.hold(B, 200 << 10).is_none(), "no room left");
         let data: Vec<u8> = (0..200 << 10).map(|i| i as u8).collect();
         let mut answer = Answer::new(Bytes::from(data.clone())).holding(held);
         assert_eq!(answer.size_hint().exact(), Some(200 << 10));
@@ -141,13 +167,27 @@ mod tests {
         }
         assert_eq!(got, data);
         assert!(answer.is_end_stream());
-        let again = unsent.hold(300 << 10);
+        let again = unsent.hold(A, 300 << 10);
         assert!(again.is_some(), "the whole room is back once it is sent");
         drop(again);
         // Dropped unsent (its connection ended): given back too.
-        let unread =
-            Answer::new(Bytes::from(vec![0; 300 << 10])).holding(unsent.hold(300 << 10).unwrap());
+        let unread = Answer::new(Bytes::from(vec![0; 300 << 10]))
+            .holding(unsent.hold(A, 300 << 10).unwrap());
         drop(unread);
-        assert!(unsent.hold(300 << 10).is_some());
+        assert!(unsent.hold(A, 300 << 10).is_some());
+    }
+
+    #[test]
+    fn one_address_holds_at_most_an_eighth() {
+        let unsent = Unsent::new(256 << 20);
+        let mine: Vec<Held> = (0..4).map(|_| unsent.hold(A, 8 << 20).unwrap()).collect();
+        assert!(unsent.hold(A, 1).is_none(), "32 MiB of one address");
+        let theirs = unsent.hold(B, 8 << 20);
+        assert!(theirs.is_some(), "another address still has room");
+        drop(mine);
+        assert!(unsent.hold(A, 32 << 20).is_some());
+        // A small budget is one address's whole.
+        let small = Unsent::new(16 << 20);
+        assert!(small.hold(A, 16 << 20).is_some());
     }
 }

@@ -799,7 +799,7 @@ async fn handle(
         && method != "HEAD"
         && route.as_deref().is_none_or(|r| !r.writes)
     {
-        match gates.unsent.hold(reply.body.len()) {
+        match gates.unsent.hold(client, reply.body.len()) {
             Some(held) => Some(held),
             None => {
                 reply = busy(
