@@ -559,7 +559,8 @@ impl Conn {
         let state = held.state.clone();
         let service = service_fn(move |req: Request<Incoming>| {
             // Counted as hyper hands the request over, so a connection
-            // chosen to make room is never closed inside a request.
+            // chosen to make room is never closed inside a request (but
+            // one still receiving its body, see `make_room`).
             state.request_started();
             let state = state.clone();
             let answer = handle(app.clone(), gates.clone(), req, peer.ip(), state.clone());
