@@ -11,13 +11,13 @@
 //! nothing of its answer for the header timeout is closed
 //! ([`super::linger`]), which gives its answer's bytes back.
 
+use super::shares::Shares;
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 /// Answers up to this size are not counted: a connection holds one at a
@@ -33,33 +33,23 @@ const CHUNK: usize = 64 << 10;
 /// of them (at least 16 MiB, or the whole when that is less), so a few
 /// sockets that never read cannot keep every other client's large answers
 /// out.
-pub struct Unsent {
-    most: u64,
-    most_per_address: u64,
-    held: Mutex<(u64, HashMap<IpAddr, u64>)>,
-}
+pub struct Unsent(Shares);
 
 impl Unsent {
     pub fn new(bytes: u64) -> Arc<Unsent> {
-        Arc::new(Unsent {
-            most: bytes,
-            most_per_address: (bytes / 8).max(bytes.min(16 << 20)),
-            held: Mutex::new((0, HashMap::new())),
-        })
+        Arc::new(Unsent(Shares::new(
+            bytes,
+            (bytes / 8).max(bytes.min(16 << 20)),
+        )))
     }
 
     /// Room for an answer of `len` bytes to `client` until it is sent, if
     /// there is.
     pub fn hold(self: &Arc<Self>, client: IpAddr, len: usize) -> Option<Held> {
         let len = len as u64;
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let (all, by_address) = &mut *held;
-        let of_client = by_address.get(&client).copied().unwrap_or(0);
-        if *all + len > self.most || of_client + len > self.most_per_address {
+        if !self.0.take(Some(client), len) {
             return None;
         }
-        *all += len;
-        by_address.insert(client, of_client + len);
         crate::metrics::metrics()
             .unsent_answer_bytes
             .inc_by(len as i64);
@@ -80,15 +70,7 @@ pub struct Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        let mut held = self.unsent.held.lock().unwrap_or_else(|e| e.into_inner());
-        let (all, by_address) = &mut *held;
-        *all -= self.len;
-        if let Some(n) = by_address.get_mut(&self.client) {
-            *n -= self.len;
-            if *n == 0 {
-                by_address.remove(&self.client);
-            }
-        }
+        self.unsent.0.give(Some(self.client), self.len);
         crate::metrics::metrics()
             .unsent_answer_bytes
             .dec_by(self.len as i64);

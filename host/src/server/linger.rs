@@ -22,12 +22,11 @@
 //! closed, not drained: it would keep the answer's bytes for as long as
 //! it liked (see `super::answers`).
 
-use std::collections::HashMap;
+use super::shares::Shares;
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Mutex;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -40,11 +39,11 @@ pub const LONGEST: Duration = Duration::from_secs(5);
 /// Most bytes read from a draining socket.
 pub const MOST_BYTES: usize = 64 << 20;
 /// Most sockets draining at once.
-pub const MOST_AT_ONCE: u32 = 512;
+pub const MOST_AT_ONCE: u64 = 512;
 /// Most sockets of one client address draining at once.
-pub const MOST_PER_ADDRESS: u32 = 64;
+pub const MOST_PER_ADDRESS: u64 = 64;
 
-static PLACES: Places = Places::new(MOST_AT_ONCE, MOST_PER_ADDRESS);
+static PLACES: Shares = Shares::new(MOST_AT_ONCE, MOST_PER_ADDRESS);
 
 /// A connection's socket, drained when dropped before its client closed
 /// its side.
@@ -195,7 +194,7 @@ impl Drop for Lingering {
             return;
         };
         let m = crate::metrics::metrics();
-        let Some(place) = PLACES.take(self.peer) else {
+        let Some(place) = Draining::take(&PLACES, self.peer) else {
             m.connections_not_drained.inc();
             tracing::debug!(peer = ?self.peer, "connection closed without draining: no place left");
             return;
@@ -207,69 +206,28 @@ impl Drop for Lingering {
     }
 }
 
-/// The draining places taken, in all and by address.
-struct Places {
-    most: u32,
-    most_per_address: u32,
-    taken: Mutex<(u32, Option<HashMap<IpAddr, u32>>)>,
-}
-
-impl Places {
-    const fn new(most: u32, most_per_address: u32) -> Places {
-        Places {
-            most,
-            most_per_address,
-            taken: Mutex::new((0, None)),
-        }
-    }
-
-    /// A place for a socket of `peer` (`None`: counted only in all).
-    fn take(&'static self, peer: Option<IpAddr>) -> Option<Draining> {
-        let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
-        let (all, by_address) = &mut *taken;
-        if *all >= self.most {
-            return None;
-        }
-        if let Some(ip) = peer {
-            let of_ip = by_address
-                .get_or_insert_with(HashMap::new)
-                .entry(ip)
-                .or_default();
-            if *of_ip >= self.most_per_address {
-                return None;
-            }
-            *of_ip += 1;
-        }
-        *all += 1;
-        crate::metrics::metrics().connections_draining.inc();
-        Some(Draining { places: self, peer })
-    }
-
-    fn give_back(&self, peer: Option<IpAddr>) {
-        let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
-        let (all, by_address) = &mut *taken;
-        *all -= 1;
-        if let (Some(ip), Some(map)) = (peer, by_address.as_mut())
-            && let Some(n) = map.get_mut(&ip)
-        {
-            *n -= 1;
-            if *n == 0 {
-                map.remove(&ip);
-            }
-        }
-    }
-}
-
 /// One draining place, given back when dropped (also when its task is
 /// dropped unpolled, as a runtime shutting down does).
 struct Draining {
-    places: &'static Places,
+    places: &'static Shares,
     peer: Option<IpAddr>,
+}
+
+impl Draining {
+    /// A place of `places` for a socket of `peer` (`None`: a trusted
+    /// proxy's, counted only in all).
+    fn take(places: &'static Shares, peer: Option<IpAddr>) -> Option<Draining> {
+        if !places.take(peer, 1) {
+            return None;
+        }
+        crate::metrics::metrics().connections_draining.inc();
+        Some(Draining { places, peer })
+    }
 }
 
 impl Drop for Draining {
     fn drop(&mut self) {
-        self.places.give_back(self.peer);
+        self.places.give(self.peer, 1);
         crate::metrics::metrics().connections_draining.dec();
     }
 }
@@ -345,28 +303,30 @@ mod tests {
 
     #[test]
     fn one_address_takes_its_share_and_a_proxy_only_the_whole() {
-        static P: Places = Places::new(5, 2);
+        static P: Shares = Shares::new(5, 2);
         let a: IpAddr = "192.0.2.1".parse().unwrap();
         let b: IpAddr = "192.0.2.2".parse().unwrap();
-        let a1 = P.take(Some(a)).unwrap();
-        let _a2 = P.take(Some(a)).unwrap();
-        assert!(P.take(Some(a)).is_none(), "a third of one address");
-        let _b1 = P.take(Some(b)).unwrap();
-        let _p1 = P.take(None).unwrap();
-        let _p2 = P.take(None).unwrap();
-        assert!(P.take(None).is_none(), "past the whole");
-        assert!(P.take(Some(b)).is_none(), "past the whole");
+        let a1 = Draining::take(&P, Some(a)).unwrap();
+        let _a2 = Draining::take(&P, Some(a)).unwrap();
+        assert!(
+            Draining::take(&P, Some(a)).is_none(),
+            "a third of one address"
+        );
+        let _b1 = Draining::take(&P, Some(b)).unwrap();
+        let _p1 = Draining::take(&P, None).unwrap();
+        let _p2 = Draining::take(&P, None).unwrap();
+        assert!(Draining::take(&P, None).is_none(), "past the whole");
+        assert!(Draining::take(&P, Some(b)).is_none(), "past the whole");
         drop(a1);
         assert!(
-            P.take(Some(b)).is_some(),
+            Draining::take(&P, Some(b)).is_some(),
             "a place given back is free for any"
         );
-        let counts = P.taken.lock().unwrap().1.clone().unwrap();
-        assert_eq!((counts.get(&a), counts.get(&b)), (Some(&1), Some(&1)));
+        assert_eq!((P.held(a).0, P.held(b).0), (1, 1));
         drop((_a2, _b1));
-        let counts = P.taken.lock().unwrap().1.clone().unwrap();
-        assert!(
-            counts.is_empty(),
+        assert_eq!(
+            P.held(a).1,
+            0,
             "an address's count goes with its last place"
         );
     }

@@ -16,7 +16,7 @@ const OTHERS: u64 = 256;
 
 /// How many descriptors `max_connections` clients need.
 pub fn needed(max_connections: u32, store_connections: u64) -> u64 {
-    u64::from(max_connections) + super::linger::MOST_AT_ONCE as u64 + store_connections + OTHERS
+    u64::from(max_connections) + super::linger::MOST_AT_ONCE + store_connections + OTHERS
 }
 
 /// Raise the soft `RLIMIT_NOFILE` to `needed` (at most the hard limit);
