@@ -73,6 +73,16 @@ fn one_line(message: &str) -> Cow<'_, str> {
     crate::logging::one_line(message, MAX_CHARS)
 }
 
+/// A plugin's `message` as it is written: on one line, with the hex of any
+/// cash secret in it redacted.
+fn printable(message: &str) -> Cow<'_, str> {
+    use crate::runtime::routes::redact_secret_text;
+    match one_line(message) {
+        Cow::Borrowed(line) => redact_secret_text(line),
+        Cow::Owned(line) => Cow::Owned(redact_secret_text(&line).into_owned()),
+    }
+}
+
 /// Write one plugin log line, within the call's `budget`; a line the log
 /// filter drops costs the call nothing of it.
 pub(super) fn write_log(family: &str, budget: &LogBudget, level: log::Level, message: &str) {
@@ -82,8 +92,7 @@ pub(super) fn write_log(family: &str, budget: &LogBudget, level: log::Level, mes
             if !tracing::enabled!(tracing::Level::$level) {
                 return;
             }
-            let message = one_line(message);
-            let message = crate::runtime::routes::redact_secret_text(&message);
+            let message = printable(message);
             if budget.admit(family, message.len(), matches!(level, log::Level::Error)) {
                 tracing::$event!(plugin = family, "{message}");
             }
@@ -119,8 +128,7 @@ pub(super) fn outage_echo(family: &str, message: &str) {
         return;
     }
     if let Some(n) = LINES.note() {
-        let message = one_line(message);
-        let message = crate::runtime::routes::redact_secret_text(&message);
+        let message = printable(message);
         tracing::warn!(
             plugin = family,
             lines_since_last = n,
