@@ -149,7 +149,11 @@ fn a_request_without_one_valid_host_is_400() {
 /// A connection that has sent the head of a timeline post declaring a 3
 /// MiB body (over the 2 MiB default limit), and none of the body.
 fn oversized_post_head(s: &Server) -> TcpStream {
-    let mut stream = common::connect(s.addr);
+    send_oversized_post_head(common::connect(s.addr))
+}
+
+/// [`oversized_post_head`] on `stream`.
+fn send_oversized_post_head(mut stream: TcpStream) -> TcpStream {
     write!(
         stream,
         "POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
@@ -192,17 +196,11 @@ fn a_client_that_sends_its_whole_refused_body_reads_the_413() {
 fn one_address_holds_at_most_its_share_of_draining_sockets() {
     let s = Server::start();
     let refused_from = |source| {
-        let mut stream = common::connect_from(source, s.addr);
+        let stream = common::connect_from(source, s.addr);
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
-        write!(
-            stream,
-            "POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            3 * 1024 * 1024
-        )
-        .unwrap();
-        stream
+        send_oversized_post_head(stream)
     };
     let mut held = Vec::new();
     for _ in 0..65 {

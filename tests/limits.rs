@@ -585,17 +585,7 @@ fn stalled_uploads_leave_room_for_their_familys_other_requests() {
 /// A connection to `to` whose client reads little at a time (a 4 KiB
 /// receive buffer).
 fn connect_small_reader(to: SocketAddr) -> TcpStream {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.set_recv_buffer_size(4096).unwrap();
-        let stream = socket.connect(to).await.unwrap().into_std().unwrap();
-        stream.set_nonblocking(false).unwrap();
-        stream
-    })
+    common::connect_socket(to, |socket| socket.set_recv_buffer_size(4096).unwrap())
 }
 
 /// Large answers of reads wait for their clients within

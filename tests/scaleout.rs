@@ -527,6 +527,26 @@ impl Relay {
     }
 }
 
+/// A host on a new schema named after `schema` of the database at `url`,
+/// reaching it through a [`Relay`] the test can cut or freeze, with the
+/// settings `more`.
+fn through_a_relay(url: &str, schema: &str, more: &[(&str, &str)]) -> (Relay, Server) {
+    let relay = Relay::to(db_addr(url));
+    let mut env = vec![
+        ("MARKETPLACE_STORE".to_string(), relay.url(url)),
+        (
+            "MARKETPLACE_STORE_SCHEMA".to_string(),
+            common::random_schema(schema),
+        ),
+    ];
+    env.extend(more.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let s = Server::with(Options {
+        env,
+        ..Options::default()
+    });
+    (relay, s)
+}
+
 /// The address of the test database in `url`.
 fn db_addr(url: &str) -> SocketAddr {
     let rest = url.split_once('@').expect("user@host in the URL").1;
@@ -550,18 +570,7 @@ fn a_store_that_goes_away_or_hangs_is_503_store_unavailable_and_nothing_is_lost(
         return;
     };
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let relay = Relay::to(db_addr(&url));
-    let s = Server::with(Options {
-        env: vec![
-            ("MARKETPLACE_STORE".into(), relay.url(&url)),
-            (
-                "MARKETPLACE_STORE_SCHEMA".into(),
-                common::random_schema("outage"),
-            ),
-            ("MARKETPLACE_STORE_TIMEOUT_MS".into(), "1000".into()),
-        ],
-        ..Options::default()
-    });
+    let (relay, s) = through_a_relay(&url, "outage", &[("MARKETPLACE_STORE_TIMEOUT_MS", "1000")]);
     let key = s.identity(&flow::nick("outage"));
     let secrets: Vec<String> = (0..3).map(|_| s.mint(&amount(POST_UNITS))).collect();
     let bodies: Vec<String> = (0..3)
@@ -1088,17 +1097,7 @@ fn an_outage_is_logged_in_a_few_lines_not_one_per_request() {
         return;
     };
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let relay = Relay::to(db_addr(&url));
-    let s = Server::with(Options {
-        env: vec![
-            ("MARKETPLACE_STORE".into(), relay.url(&url)),
-            (
-                "MARKETPLACE_STORE_SCHEMA".into(),
-                common::random_schema("outage_log"),
-            ),
-        ],
-        ..Options::default()
-    });
+    let (relay, s) = through_a_relay(&url, "outage_log", &[]);
     let key = s.identity(&flow::nick("outagelog"));
     let secret = s.mint(&amount(POST_UNITS));
     let body = post_body(&key, "through an outage");

@@ -766,15 +766,23 @@ pub fn connect(addr: SocketAddr) -> TcpStream {
 
 /// A connection from `ip` (a loopback address) to `to`.
 pub fn connect_from(ip: [u8; 4], to: SocketAddr) -> TcpStream {
+    connect_socket(to, |socket| {
+        socket
+            .bind(SocketAddr::from((ip, 0)))
+            .unwrap_or_else(|e| panic!("binding {ip:?}: {e}"))
+    })
+}
+
+/// A blocking connection to `to` from a socket `prepare` set up first
+/// (its source address, its buffers).
+pub fn connect_socket(to: SocketAddr, prepare: impl FnOnce(&tokio::net::TcpSocket)) -> TcpStream {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()
         .unwrap();
     rt.block_on(async {
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket
-            .bind(SocketAddr::from((ip, 0)))
-            .unwrap_or_else(|e| panic!("binding {ip:?}: {e}"));
+        prepare(&socket);
         let stream = socket.connect(to).await.unwrap().into_std().unwrap();
         stream.set_nonblocking(false).unwrap();
         stream
