@@ -562,10 +562,9 @@ impl Conn {
             // chosen to make room is never closed inside a request (but
             // one still receiving its body, see `make_room`).
             state.request_started();
-            let state = state.clone();
-            let answer = handle(app.clone(), gates.clone(), req, peer.ip(), state.clone());
+            let (app, gates, state) = (app.clone(), gates.clone(), state.clone());
             async move {
-                let answered = answer.await;
+                let answered = handle(app, gates, req, peer.ip(), &state).await;
                 state.request_answered();
                 answered
             }
@@ -781,7 +780,7 @@ async fn handle(
     gates: Arc<Gates>,
     mut req: Request<Incoming>,
     peer: IpAddr,
-    conn: Arc<super::connections::State>,
+    conn: &Arc<super::connections::State>,
 ) -> Result<Response<Answer>, Infallible> {
     let start = Instant::now();
     super::forwarded::drop_unproxied(&app.config.trusted_proxies, peer, req.headers_mut());
@@ -791,7 +790,7 @@ async fn handle(
     let client = super::forwarded::client(&app.config.trusted_proxies, peer, req.headers());
     let in_flight = InFlight::start(&app, &id, &method, &path, client, start);
     let has_body = !hyper::body::Body::is_end_stream(req.body());
-    let (mut reply, route) = dispatch(&app, &gates, req, &id, client, &conn).await;
+    let (mut reply, route) = dispatch(&app, &gates, req, &id, client, conn).await;
     in_flight.answered();
     // A large answer of a read waits for its client with room of its own,
     // or is refused: a write's answer is kept whatever (what it did is
