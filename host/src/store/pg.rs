@@ -32,12 +32,6 @@ use tokio_postgres::{Client, NoTls, Statement};
 /// for its echoes ([`PgStore::unavailable_lately`]).
 const OUTAGE_ECHO: Duration = Duration::from_secs(2);
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// Most a new connection may take.
 const CONNECT_WAIT: Duration = Duration::from_secs(3);
 /// How long the health check waits for a connection and for its answer
@@ -187,8 +181,8 @@ pub struct PgStore {
     /// layer) rather than wait for ever. Generous: a row lock held by
     /// another host's batch is waited for within it. (`store_timeout_ms`)
     timeout: Duration,
-    /// When the last outage was counted (ms since the Unix epoch).
-    last_outage_ms: std::sync::atomic::AtomicU64,
+    /// When the last outage was counted.
+    last_outage: Mutex<Option<std::time::Instant>>,
     /// This host's shard of the counters every host adds to (see
     /// `crate::money::ledger::add_total`): drawn at random at each start,
     /// so two hosts share one rarely (they then race on it, as on one row).
@@ -243,7 +237,7 @@ impl PgStore {
             outages: Default::default(),
             outage_lines: crate::logging::Throttle::new(Duration::from_secs(1)),
             timeout,
-            last_outage_ms: Default::default(),
+            last_outage: Mutex::new(None),
             probe: Default::default(),
             shard: {
                 let mut r = [0u8; 2];
@@ -307,10 +301,10 @@ impl PgStore {
     /// (see `crate::runtime::host::log`), the store's outage line saying
     /// what failed.
     pub fn unavailable_lately(&self) -> bool {
-        let last = self
-            .last_outage_ms
-            .load(std::sync::atomic::Ordering::Relaxed);
-        last != 0 && now_ms().saturating_sub(last) < OUTAGE_ECHO.as_millis() as u64
+        self.last_outage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|at| at.elapsed() < OUTAGE_ECHO)
     }
 
     /// A failed round trip as the caller sees it: an outage when the
@@ -328,8 +322,8 @@ impl PgStore {
     fn outage(&self, what: impl std::fmt::Display) -> StorageError {
         self.outages
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.last_outage_ms
-            .store(now_ms(), std::sync::atomic::Ordering::Relaxed);
+        *self.last_outage.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(std::time::Instant::now());
         if let Some(failed) = self.outage_lines.note() {
             tracing::warn!(
                 failed_since_last_line = failed,
