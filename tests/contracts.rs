@@ -1038,3 +1038,57 @@ fn the_arbiter_signs_what_it_issues() {
         200
     );
 }
+
+/// Every member a contract answer carries is in the served OpenAPI
+/// document, at every depth its schema describes: a buy, each action, the
+/// certificate, a payout and a refund, a refused transition and a second
+/// legacy pickup (PROTOCOL 1, 7 and 10 name their extra members).
+#[test]
+fn contract_answers_hold_only_documented_members() {
+    let s = Server::start();
+    let doc = s.get("/openapi.json").json();
+    let check = |method: &str, path: &str, r: &common::Resp| {
+        let missing = common::undocumented(&doc, method, path, r.status, &r.json());
+        assert!(
+            missing.is_empty(),
+            "{method} {path} {}: undocumented {missing:?}",
+            r.status
+        );
+    };
+    let action = "/api/arbitration/contracts/{id}/";
+    let d = deal(&s);
+    let r = buy(&s, &d, "1", json!({"encrypted_witness_secret": "opaque"}));
+    assert_eq!(r.status, 201, "{}", r.text());
+    check("POST", "/api/arbitration/contracts/buy", &r);
+    let id = r.json()["contract_id"].as_str().unwrap().to_string();
+    for (key, step) in [
+        (&d.seller, "accept"),
+        (&d.seller, "deliver"),
+        (&d.buyer, "pickup"),
+    ] {
+        let r = act(&s, key, &id, step);
+        assert_eq!(r.status, 200, "{step}: {}", r.text());
+        check("POST", &format!("{action}{step}"), &r);
+        if step == "accept" {
+            assert_eq!(r.json()["witness_secret_encrypted_for_seller"], "opaque");
+        }
+    }
+    let r = s.get(&format!("/api/arbitration/contracts/{id}"));
+    check("GET", "/api/arbitration/contracts/{id}", &r);
+    let r = act(&s, &d.seller, &id, "deliver");
+    assert_eq!((r.status, r.code().as_str()), (409, "invalid_transition"));
+    check("POST", &format!("{action}deliver"), &r);
+    // The payout under a legacy signature, then again: 409 with `issued`.
+    for want in [200, 409] {
+        let r = act_with(&s, &d.seller, &id, "pickup", json!({}), None, None);
+        assert_eq!(r.status, want, "{}", r.text());
+        check("POST", &format!("{action}pickup"), &r);
+    }
+    // A refund.
+    let id = new_contract(&s, &d);
+    for step in ["refund", "pickup"] {
+        let r = act(&s, &d.buyer, &id, step);
+        assert_eq!(r.status, 200, "{step}: {}", r.text());
+        check("POST", &format!("{action}{step}"), &r);
+    }
+}

@@ -54,6 +54,14 @@ fn info_and_developers() {
     assert!(i["payment_rails"].as_array().is_some_and(|r| !r.is_empty()));
     assert!(i["fee_policy"].is_string());
     assert!(i["plugins"]["info"].is_object());
+    // What it and the agent manifest serve is what the document says.
+    let doc = s.get("/openapi.json").json();
+    for path in ["/api/info", "/.well-known/agent.json", "/api/developers"] {
+        let r = s.get(path);
+        assert_eq!(r.status, 200, "{path}");
+        let missing = common::undocumented(&doc, "GET", path, 200, &r.json());
+        assert!(missing.is_empty(), "{path}: undocumented {missing:?}");
+    }
 
     let dev = s.get("/api/developers");
     assert_eq!(dev.status, 200);

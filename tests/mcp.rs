@@ -1556,18 +1556,29 @@ fn mcp_tool_input_errors_are_tool_results() {
         fees["inputSchema"],
         json!({"type": "object", "additionalProperties": false})
     );
-    // Input that does not fit the tool's inputSchema: isError, with the reason.
+    // Input that does not fit the tool's inputSchema: isError, with the
+    // reason, its field named the same way for every tool, search included.
     for (name, args, expect) in [
-        ("search", json!({"term": "x", "limit": 500}), "limit"),
-        ("search", json!({"limit": 5}), "term"),
-        ("get_post", json!({}), "post_id"),
+        (
+            "search",
+            json!({"term": "x", "limit": 500}),
+            "arguments.limit",
+        ),
+        (
+            "search",
+            json!({"term": "x", "limit": "5"}),
+            "arguments.limit",
+        ),
+        ("search", json!({"limit": 5}), "arguments.term"),
+        ("get_post", json!({}), "arguments.post_id"),
         (
             "get_attachment",
             json!({"post_id": "post_x", "index": "first"}),
-            "index",
+            "arguments.index",
         ),
-        ("get_timeline", json!({"limit": 0}), "limit"),
-        ("get_fees", json!({"extra": 1}), "extra"),
+        ("get_timeline", json!({"limit": 0}), "arguments.limit"),
+        ("get_timeline", json!({"limit": "5"}), "arguments.limit"),
+        ("get_fees", json!({"extra": 1}), "arguments.extra"),
     ] {
         let r = call_tool(&s, name, args.clone());
         assert_eq!(r["result"]["isError"], true, "{name} {args}: {r}");

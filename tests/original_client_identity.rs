@@ -553,3 +553,55 @@ fn a_malformed_signer_fingerprint_is_401_as_on_every_signed_route() {
     );
     assert_eq!((r.status, r.code().as_str()), (401, "auth_invalid"));
 }
+
+/// A signed message holds the signer's fingerprint as the body sends it
+/// (PROTOCOL 2's `{field}`), on the identity routes as on buy and accept:
+/// upper-case hex is signed in upper case, and names the same identity.
+#[test]
+fn identity_routes_sign_the_fingerprint_as_sent() {
+    let s = Server::start();
+    let k = s.identity("upper_signer");
+    let (lower, upper) = (k.fp(), k.fp().to_ascii_uppercase());
+    let ts = now_s();
+    let update = |signed: &str, about: &str| {
+        s.post_json(
+            "/api/profile/update",
+            &json!({"fingerprint": upper, "timestamp": ts, "about": about,
+                    "signature": k.sign(&format!("update_profile:{signed}:{ts}"))}),
+        )
+    };
+    let r = update(&lower, "lower-cased message");
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (401, "auth_invalid"),
+        "{}",
+        r.text()
+    );
+    let r = update(&upper, "as sent");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(profile(&s, &k).json()["profile"]["about"], "as sent");
+
+    let delete = |signed: &str| {
+        s.post_json(
+            "/api/identity/delete",
+            &json!({"fingerprint": upper, "timestamp": ts,
+                    "signature": k.sign(&format!("delete_identity:{signed}:{ts}"))}),
+        )
+    };
+    let r = delete(&lower);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (401, "auth_invalid"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(profile(&s, &k).status, 200);
+    let r = delete(&upper);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json()["fingerprint"],
+        lower,
+        "the identity, in lower case"
+    );
+    assert_eq!(profile(&s, &k).status, 404);
+}

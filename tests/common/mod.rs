@@ -899,3 +899,80 @@ pub fn posts_of(s: &Server, author: &str) -> std::collections::HashMap<String, S
     }
     present
 }
+
+/// The members of `body` (an answer of `method path` with `status`, path as
+/// templated in the served OpenAPI document) that its documented schema
+/// does not name, as JSON paths (`contract.witness`): where an object's
+/// schema lists `properties` and no `additionalProperties`, each member
+/// must be among them, at every depth the schema describes. An empty list
+/// when every member is documented.
+pub fn undocumented(
+    doc: &Value,
+    method: &str,
+    path: &str,
+    status: u16,
+    body: &Value,
+) -> Vec<String> {
+    let op = &doc["paths"][path][method.to_ascii_lowercase()];
+    let answer = &op["responses"][status.to_string()];
+    assert!(answer.is_object(), "{method} {path} documents no {status}");
+    let schema = &answer["content"]["application/json"]["schema"];
+    let mut out = Vec::new();
+    walk_documented(doc, schema, body, "", &mut out);
+    out
+}
+
+fn walk_documented(doc: &Value, schema: &Value, value: &Value, at: &str, out: &mut Vec<String>) {
+    let schema = resolve(doc, schema);
+    // allOf, anyOf, oneOf: a member named by any branch is documented.
+    let branches: Vec<&Value> = ["allOf", "anyOf", "oneOf"]
+        .iter()
+        .filter_map(|k| schema[*k].as_array())
+        .flatten()
+        .map(|b| resolve(doc, b))
+        .chain(std::iter::once(schema))
+        .collect();
+    match value {
+        Value::Object(members) => {
+            let named: Vec<&serde_json::Map<String, Value>> = branches
+                .iter()
+                .filter_map(|b| b["properties"].as_object())
+                .collect();
+            let open = branches.iter().any(|b| {
+                b.get("additionalProperties")
+                    .is_some_and(|a| a != &Value::Bool(false))
+            });
+            for (name, v) in members {
+                let here = if at.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{at}.{name}")
+                };
+                match named.iter().find_map(|p| p.get(name)) {
+                    Some(s) => walk_documented(doc, s, v, &here, out),
+                    None if open || named.is_empty() => {}
+                    None => out.push(here),
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(s) = branches.iter().map(|b| &b["items"]).find(|i| i.is_object()) {
+                for (i, v) in items.iter().enumerate() {
+                    walk_documented(doc, s, v, &format!("{at}[{i}]"), out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A schema, its `$ref` (to `#/components/schemas/...`) followed.
+fn resolve<'a>(doc: &'a Value, schema: &'a Value) -> &'a Value {
+    match schema["$ref"].as_str() {
+        Some(r) => {
+            let name = r.rsplit('/').next().unwrap_or_default();
+            resolve(doc, &doc["components"]["schemas"][name])
+        }
+        None => schema,
+    }
+}

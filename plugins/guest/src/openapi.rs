@@ -294,7 +294,10 @@ pub fn host_schemas() -> Value {
     json!({
         "Any": {},
         "Raw": {"type": "string"},
-        "Error": obj(&[("code", t("string")), ("message", t("string")), ("details", json!({"type": "array", "items": obj(&[("field", t("string")), ("problem", t("string"))], &[])}))], &["code", "message"]),
+        "Error": obj(&[("code", t("string")), ("message", t("string")), ("details", json!({"type": "array", "items": obj(&[("field", t("string")), ("problem", t("string"))], &[])})),
+            ("current_status", json!({"type": "string", "description": "409 invalid_transition: the contract's status now"})),
+            ("allowed_actions", json!({"type": "array", "items": t("string"), "description": "409 invalid_transition: the actions some party could take now"})),
+            ("issued", json!({"type": "string", "description": "409 already_picked_up: the public form of the payout or refund handed out already"}))], &["code", "message"]),
         "PaymentRequired": obj(&[("code", json!({"enum": ["payment_required", "payment_invalid", "payment_spent", "payment_insufficient", "payment_rail_unavailable"]})), ("message", t("string")), ("required_amount", amount()),
             ("payment", obj(&[("action", t("string")), ("price", amount()), ("currency", json!({"const": "webcash"})), ("header", json!({"const": "X-Cash-Secret"})), ("supported_headers", json!({"type": "array", "items": t("string")})), ("format", t("string")), ("allowed_rails", json!({"type": "array", "items": t("string")})), ("fee_schedule_url", t("string"))], &["action", "price", "currency", "header", "supported_headers", "format", "allowed_rails", "fee_schedule_url"]))], &["code", "message", "required_amount", "payment"]),
         "Success": obj(&[("status", json!({"const": "success"}))], &["status"]),
@@ -317,7 +320,7 @@ pub fn error_response(status: u16) -> Value {
         403 => ("forbidden_party or witness_mismatch", "Error"),
         404 => ("not_found", "Error"),
         409 => (
-            "invalid_transition (with current_status, allowed_actions) or conflict",
+            "invalid_transition (with current_status, allowed_actions), conflict, or on a pickup already_picked_up (with issued)",
             "Error",
         ),
         413 => ("payload_too_large", "Error"),

@@ -91,13 +91,22 @@ fn signer(
     .map(|a| a.to_ascii_lowercase())
 }
 
-/// The identity of a signed request's `fingerprint` (its signer, read as
-/// every signed route reads its signer), lower case, with its storage key:
+/// A member of the body as the client sent it, for a signed message: a
+/// message names its signer as sent (PROTOCOL 2's `{field}`), upper-case
+/// hex included, as buy and accept do, though the identity is looked up in
+/// lower case.
+fn as_sent(body: &Body, field: &str) -> String {
+    body.text(field).unwrap_or_default()
+}
+
+/// The storage key (the fingerprint in lower case) and identity of a
+/// signed request's `fingerprint` (its signer, read as every signed route
+/// reads its signer):
 /// 401 `auth_required` when the request is not signed (no signature, or no
 /// signer: absent, or not a string), 401 `auth_invalid` when the signer is
 /// not a key or has no identity (never registered, or deleted already),
 /// as PROTOCOL section 2 says of any signer.
-fn registered(body: &Body) -> Result<(String, String, Identity), ApiError> {
+fn registered(body: &Body) -> Result<(String, Identity), ApiError> {
     let (Some(fingerprint), Some(_)) = (body.text("fingerprint"), body.text("signature")) else {
         return Err(unsigned());
     };
@@ -111,7 +120,7 @@ fn registered(body: &Body) -> Result<(String, String, Identity), ApiError> {
     let fingerprint = fingerprint.to_ascii_lowercase();
     let key = format!("id/{fingerprint}");
     match kv::get(&key)? {
-        Some(id) => Ok((fingerprint, key, id)),
+        Some(id) => Ok((key, id)),
         None => Err(unregistered()),
     }
 }
@@ -124,13 +133,13 @@ pub fn delete_identity(req: &Request) -> Result<Response, ApiError> {
     body.finish()?;
     // Looked up first, so that repeating a delete does not spend its
     // signature.
-    let (fingerprint, key, id) = registered(&body)?;
+    let (key, id) = registered(&body)?;
     // A legacy delete signature is single-use: replayed after the key
     // registers again it would delete the new identity.
     let actor = signer(
         &body,
         "fingerprint",
-        &format!("delete_identity:{fingerprint}"),
+        &format!("delete_identity:{}", as_sent(&body, "fingerprint")),
         timestamp,
         Legacy::SingleUse,
     )?;
@@ -190,11 +199,11 @@ pub fn update_profile(req: &Request) -> Result<Response, ApiError> {
     let picture = body.optional_str("profile_picture", 200);
     let timestamp = body.optional_u64("timestamp");
     body.finish()?;
-    let (fingerprint, key, mut id) = registered(&body)?;
+    let (key, mut id) = registered(&body)?;
     let actor = signer(
         &body,
         "fingerprint",
-        &format!("update_profile:{fingerprint}"),
+        &format!("update_profile:{}", as_sent(&body, "fingerprint")),
         timestamp,
         if marketplace_guest::legacy_updates() {
             Legacy::Accepted

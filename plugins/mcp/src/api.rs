@@ -202,7 +202,14 @@ fn define_answers(operation: &mut Value) {
 
 /// An endpoint's answer passes through whatever its status.
 fn execute_answers(operation: &mut Value) {
-    operation["responses"]["default"] = json!({"description": "the target endpoint's answer, its status and body unchanged (201 for a creation, 401, 403, 409 and the rest of its errors)", "content": {"application/json": {"schema": r("Any")}}});
+    // An endpoint's answer keeps its media type: an attachment comes as
+    // its own (text/markdown, an upload's type), not as JSON.
+    let content = json!({"application/json": {"schema": r("Any")}, "*/*": {"schema": r("Raw")}});
+    operation["responses"]["200"]["description"] = json!(
+        "the tool's result, or the endpoint's answer with its status, media type and body unchanged (JSON, or an attachment's own bytes and Content-Type)"
+    );
+    operation["responses"]["200"]["content"] = content.clone();
+    operation["responses"]["default"] = json!({"description": "the target endpoint's answer, its status and body unchanged (201 for a creation, 401, 403, 409 and the rest of its errors)", "content": content});
 }
 
 /// `OPTIONS /mcp` answers 204 with no body.
@@ -259,7 +266,7 @@ pub fn schemas() -> Value {
             &["name", "description", "version", "supportedInterfaces", "capabilities", "defaultInputModes", "defaultOutputModes", "skills"]),
         "A2aJsonRpcResponse": obj(&[("jsonrpc", json!({"const": "2.0"})), ("id", json!({"type": ["string", "integer", "null"]})), ("result", t("object")),
             ("error", obj(&[("code", t("integer")), ("message", t("string"))], &["code", "message"]))], &["jsonrpc", "id"]),
-        "AgentManifest": obj(&[("name", t("string")), ("version", t("string")), ("description", t("string")), ("capabilities", json!({"type": "array", "items": t("string")})), ("openapi", t("string")), ("docs", t("string")), ("mcp", obj(&[("tools_search", t("string")), ("tools_define", t("string")), ("tools_execute", t("string"))], &[])), ("a2a", obj(&[("card", t("string")), ("jsonrpc", t("string"))], &[]))], &["name", "version", "openapi", "docs", "mcp"]),
+        "AgentManifest": obj(&[("name", t("string")), ("version", t("string")), ("description", t("string")), ("capabilities", json!({"type": "array", "items": t("string")})), ("openapi", t("string")), ("docs", t("string")), ("mcp", obj(&[("tools_search", t("string")), ("tools_define", t("string")), ("tools_execute", t("string")), ("description", json!({"type": "string", "description": "the tool list (GET)"})), ("jsonrpc", json!({"type": "string", "description": "the MCP server (JSON-RPC, Streamable HTTP)"}))], &[])), ("a2a", obj(&[("card", t("string")), ("jsonrpc", t("string"))], &[])), ("fees", json!({"type": "string", "description": "the fee schedule"}))], &["name", "version", "openapi", "docs", "mcp"]),
     })
 }
 

@@ -593,6 +593,9 @@ fn run_search(args: &Value) -> Result<Response, ApiError> {
 /// of `caller` (the JSON-RPC or execute request): payment, origin.
 fn run_tool(tool: &Tool, args: &Value, wrap: Wrap, caller: &Request) -> Result<Response, ApiError> {
     if tool.name == "search" {
+        // Its inputSchema first, as for every other tool (the same
+        // `arguments.{name}` fields); then the route's own checks.
+        schema::check_arguments(&(tool.schema)(), args)?;
         return run_search(args);
     }
     if tool.method != "GET" {

@@ -14,7 +14,7 @@ pub const OPS: &[Op] = &[
                 "before",
                 "string",
                 false,
-                "post_id cursor: only older posts",
+                "post_id cursor, a position: only posts whose ids sort before it (byte order, as ids are stored), whether or not it names a post still there, so a page goes on after its last post is deleted",
             ),
             ("post_type", "string", false, "filter"),
             ("author", "string", false, "author fingerprint"),
@@ -100,7 +100,7 @@ pub const OPS: &[Op] = &[
             "after",
             "string",
             false,
-            "post_id cursor: only comments after it (a thread's `next_after`; empty: from the first)",
+            "post_id cursor, a position: only comments after it (a thread's `next_after`; empty: from the first), whether or not it names a comment of the thread",
         )],
         ok: (200, "Thread"),
         errors: &[400, 404],
@@ -140,8 +140,8 @@ pub fn schemas() -> Value {
             ("encrypted_payload", json!({"type": "string", "minLength": 1, "maxLength": 65536, "description": "private_reply only (required there): opaque text, at most 64 KiB; signed as post:{encrypted_payload}"}))],
             &["content"]),
         "UpdatePost": with_signature(vec![("post_id", nonblank(128)), ("author_fingerprint", fingerprint()), ("content", nonblank(65536)), ("keywords", keywords()),
-            ("attachments", attachments()), ("activity_metadata", json!({"type": "object", "description": "at most 16 KiB as compact JSON"}))], &["post_id", "author_fingerprint", "signature"]),
-        "DeletePost": with_signature(vec![("post_id", nonblank(128)), ("author_fingerprint", fingerprint())], &["post_id", "author_fingerprint", "signature"]),
+            ("attachments", attachments()), ("activity_metadata", json!({"type": "object", "description": "at most 16 KiB as compact JSON"}))], &["post_id"]),
+        "DeletePost": with_signature(vec![("post_id", nonblank(128)), ("author_fingerprint", fingerprint())], &["post_id"]),
         "PostDeleted": obj(&[("post_id", t("string")), ("deleted", json!({"type": "boolean", "const": true}))], &["post_id", "deleted"]),
     })
 }
