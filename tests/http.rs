@@ -56,7 +56,12 @@ fn info_and_developers() {
     assert!(i["plugins"]["info"].is_object());
     // What it and the agent manifest serve is what the document says.
     let doc = s.get("/openapi.json").json();
-    for path in ["/api/info", "/.well-known/agent.json", "/api/developers"] {
+    for path in [
+        "/api/info",
+        "/.well-known/agent.json",
+        "/.well-known/agent-card.json",
+        "/api/developers",
+    ] {
         let r = s.get(path);
         assert_eq!(r.status, 200, "{path}");
         let missing = common::undocumented(&doc, "GET", path, 200, &r.json());

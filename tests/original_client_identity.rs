@@ -232,6 +232,14 @@ fn presigned_upload_is_single_use_bounded_and_served_back() {
     let presigned = p["presigned_url"].as_str().unwrap().to_string();
     let r = put(&s, &presigned, &body);
     assert_eq!(r.status, 200, "{}", r.text());
+    let doc = s.get("/openapi.json").json();
+    for (method, path, answer) in [
+        ("POST", "/api/storage/presign", p.clone()),
+        ("PUT", "/api/storage/upload/{token}", r.json()),
+    ] {
+        let missing = common::undocumented(&doc, method, path, 200, &answer);
+        assert!(missing.is_empty(), "{path}: undocumented {missing:?}");
+    }
     let got = s.get(&path_of(&public_url));
     assert_eq!(got.status, 200);
     assert_eq!(got.header("content-type"), Some("image/png"));

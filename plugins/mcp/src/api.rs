@@ -262,7 +262,7 @@ pub fn schemas() -> Value {
             ("supportedInterfaces", json!({"type": "array", "minItems": 1, "items": obj(&[("url", t("string")), ("protocolBinding", t("string")), ("protocolVersion", t("string"))], &["url", "protocolBinding", "protocolVersion"])})),
             ("capabilities", obj(&[("streaming", t("boolean")), ("pushNotifications", t("boolean")), ("extendedAgentCard", t("boolean"))], &[])),
             ("defaultInputModes", json!({"type": "array", "items": t("string")})), ("defaultOutputModes", json!({"type": "array", "items": t("string")})),
-            ("skills", json!({"type": "array", "items": obj(&[("id", t("string")), ("name", t("string")), ("description", t("string")), ("tags", json!({"type": "array", "items": t("string")})), ("examples", json!({"type": "array", "items": t("string")}))], &["id", "name", "description", "tags"])}))],
+            ("skills", json!({"type": "array", "items": obj(&[("id", t("string")), ("name", t("string")), ("description", t("string")), ("tags", json!({"type": "array", "items": t("string")})), ("examples", json!({"type": "array", "items": t("string")})), ("inputModes", json!({"type": "array", "items": t("string")})), ("outputModes", json!({"type": "array", "items": t("string")}))], &["id", "name", "description", "tags"])}))],
             &["name", "description", "version", "supportedInterfaces", "capabilities", "defaultInputModes", "defaultOutputModes", "skills"]),
         "A2aJsonRpcResponse": obj(&[("jsonrpc", json!({"const": "2.0"})), ("id", json!({"type": ["string", "integer", "null"]})), ("result", t("object")),
             ("error", obj(&[("code", t("integer")), ("message", t("string"))], &["code", "message"]))], &["jsonrpc", "id"]),
