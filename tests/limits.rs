@@ -1093,6 +1093,10 @@ fn request_ids_reach_every_json_log_line_of_their_request() {
     // holding a cash secret (sent there by mistake: never logged).
     let long = "a".repeat(300);
     let secret = format!("e1:secret:{}", "cd".repeat(32));
+    // A secret written without its colons, and a bare key, are kept out of
+    // the log too.
+    let underscored = format!("e0.77_secret_{}", "cd".repeat(32));
+    let bare = "ef".repeat(32);
     let mut seen = Vec::new();
     for bad in [
         long.as_str(),
@@ -1100,6 +1104,8 @@ fn request_ids_reach_every_json_log_line_of_their_request() {
         "semi;colon",
         "",
         secret.as_str(),
+        underscored.as_str(),
+        bare.as_str(),
     ] {
         let r = s.request("GET", "/_testing/ok", &[("x-request-id", bad)], None);
         assert_eq!(r.status, 200);

@@ -620,6 +620,60 @@ fn sigterm_answers_a_keep_alive_request_sent_just_after_the_signal() {
     assert_eq!(status.code(), Some(0), "{}", s.log_text());
 }
 
+/// A keep-alive client whose next request comes well after the signal
+/// (slowed down, as a busy client under load is), while the drain still
+/// serves another request, is answered on its connection, not reset: it
+/// saw no `connection: close` on its last answer.
+#[test]
+fn sigterm_answers_a_late_keep_alive_request_while_others_still_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Server::with(Options {
+        data_dir: Some(dir.path().join("data")),
+        testing_routes: true,
+        env: vec![("MARKETPLACE_REQUEST_TIMEOUT_MS".into(), "4000".into())],
+        ..Options::default()
+    });
+    let request = b"GET /api/health HTTP/1.1\r\nhost: drain\r\n\r\n";
+    let mut idle = TcpStream::connect(s.addr).unwrap();
+    idle.write_all(request).unwrap();
+    let (seen, reusable) = read_response(&mut idle);
+    assert!(matches!(seen, Seen::Answered(200, _)), "{seen:?}");
+    assert!(reusable);
+    // Another request runs through the drain (a plugin call spinning
+    // until its 4 s deadline).
+    let mut running = TcpStream::connect(s.addr).unwrap();
+    running
+        .write_all(b"GET /_testing/loop HTTP/1.1\r\nhost: drain\r\n\r\n")
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while in_flight(&s) < 1.0 {
+        assert!(Instant::now() < until, "the running request never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    s.signal("TERM");
+    // Well past the half second an idle connection lingers for a request
+    // already on its way.
+    std::thread::sleep(Duration::from_millis(1500));
+    idle.write_all(request).unwrap();
+    let answer = read_to_close(&mut idle)
+        .unwrap_or_else(|e| panic!("the late request was not answered ({e})\n{}", s.log_text()));
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "{answer:?}\n{}",
+        s.log_text()
+    );
+    assert!(
+        answer.to_ascii_lowercase().contains("connection: close"),
+        "{answer}"
+    );
+    let answer = read_to_close(&mut running).unwrap_or_default();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    let status = s
+        .wait_exit(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("no exit after SIGTERM\n{}", s.log_text()));
+    assert_eq!(status.code(), Some(0), "{}", s.log_text());
+}
+
 #[test]
 fn a_short_drain_is_not_outlived_by_an_idle_keep_alive_connection() {
     // The half second an idle connection lingers at SIGTERM is cut to the

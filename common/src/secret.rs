@@ -73,6 +73,18 @@ pub fn holds_cash_secret(text: &str) -> bool {
     secret_markers(b).next().is_some()
 }
 
+/// Whether `text` holds a run of 64 hex digits or more: a secret's key
+/// written some other way than `e<amount>:secret:<hex>` (`e1_secret_<hex>`,
+/// or the bare key), which a free-form value that is logged (a request id)
+/// must not carry.
+pub fn holds_hex_key(text: &str) -> bool {
+    let mut run = 0;
+    text.bytes().any(|b| {
+        run = if b.is_ascii_hexdigit() { run + 1 } else { 0 };
+        run >= 64
+    })
+}
+
 /// Each `secret` between two colons (as is or `%3A`) of `b`: where the word
 /// begins, and where what follows its second colon begins.
 fn secret_markers(b: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
@@ -139,6 +151,20 @@ pub fn redact_secret_text(text: &str) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hex_key_is_a_run_of_64_hex_digits() {
+        let key = "aB".repeat(32);
+        assert!(holds_hex_key(&key));
+        assert!(holds_hex_key(&format!("e1_secret_{key}")));
+        assert!(holds_hex_key(&format!("x-{key}0-y")));
+        assert!(!holds_hex_key(&key[1..]), "63 digits");
+        assert!(!holds_hex_key(&format!("{}-{}", &key[..32], &key[32..])));
+        assert!(
+            !holds_hex_key("0af7651916cd43dd8448eb211c80319c"),
+            "a trace id"
+        );
+    }
 
     #[test]
     fn parses_secrets_and_publics() {

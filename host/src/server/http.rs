@@ -363,8 +363,9 @@ fn busy(why: String) -> Reply {
 
 /// Serve HTTP on `listener` until `stop` turns true; then stop accepting,
 /// let every connection finish the request it is serving (idle keep-alive
-/// connections close after [`DRAIN_LINGER`] without a request; connections
-/// with a request already sent are served first, see [`super::drain`]) and
+/// connections close after [`DRAIN_LINGER`] without a request, or once no
+/// request runs when that is later, see [`drain_linger`]; connections with
+/// a request already sent are served first, see [`super::drain`]) and
 /// return true, or false if `drain` ran out first.
 pub async fn serve(
     app: Arc<App>,
@@ -388,6 +389,7 @@ pub async fn serve(
         // an idle connection must not outlive it (and read as a request
         // the drain gave up on).
         linger: DRAIN_LINGER.min(drain / 2),
+        linger_most: drain / 2,
         live,
     };
     let stopping = super::stopped(stop);
@@ -518,6 +520,25 @@ const REFUSED_LOG_EVERY: Duration = Duration::from_secs(10);
 /// when such connections are open.
 const DRAIN_LINGER: Duration = Duration::from_millis(500);
 
+/// How often a lingering connection looks whether the drain still serves
+/// requests.
+const DRAIN_POLL: Duration = Duration::from_millis(20);
+
+/// How long a connection between requests stays open once the server
+/// drains: `linger`, then on while any request is still being served, up
+/// to `most` in all. The drain waits for those requests anyway, so a
+/// keep-alive client whose next request comes late (one busy or slowed
+/// down under load, that saw no `connection: close` on its last answer)
+/// is answered instead of finding its connection closed; once nothing
+/// runs, an idle connection closes within [`DRAIN_POLL`].
+async fn drain_linger(linger: Duration, most: Duration) {
+    let start = tokio::time::Instant::now();
+    tokio::time::sleep(linger).await;
+    while metrics().in_flight.get() > 0 && start.elapsed() < most {
+        tokio::time::sleep(DRAIN_POLL).await;
+    }
+}
+
 /// The problem of a query parameter whose escapes are not UTF-8.
 pub(crate) const NOT_UTF8: &str =
     "is not UTF-8 once percent-decoded: escape the text's UTF-8 bytes (caf%C3%A9, not caf%E9)";
@@ -536,6 +557,9 @@ struct Conn {
     /// drains ([`DRAIN_LINGER`], or half the drain's time when that is
     /// shorter).
     linger: Duration,
+    /// How long at most it stays open while other requests are still
+    /// being served (half the drain's time; see [`drain_linger`]).
+    linger_most: Duration,
     live: tokio::sync::mpsc::Sender<()>,
 }
 
@@ -582,7 +606,7 @@ impl Conn {
         let stop = self.stop.clone();
         let live = self.live.clone();
         let header_timeout = self.header_timeout;
-        let linger = self.linger;
+        let (linger, linger_most) = (self.linger, self.linger_most);
         tokio::spawn(async move {
             let m = metrics();
             m.connections.inc();
@@ -634,11 +658,12 @@ impl Conn {
                     () = super::stopped(stop.clone()) => {
                         // Every answer from now on says `connection:
                         // close` (see `handle`), and the connection ends
-                        // after it. One between requests lingers a moment
-                        // first: a keep-alive client that sent its next
-                        // request as the signal came (on its way, not yet
-                        // in the socket) is answered, not reset.
-                        let linger = tokio::time::sleep(linger);
+                        // after it. One between requests lingers first: a
+                        // keep-alive client that sent its next request as
+                        // the signal came (on its way, not yet in the
+                        // socket), or later while the drain still serves
+                        // others, is answered, not reset.
+                        let linger = drain_linger(linger, linger_most);
                         tokio::pin!(linger);
                         tokio::select! {
                             ended = conn.as_mut() => break ended,
@@ -683,8 +708,11 @@ fn request_id(req: &Request<Incoming>) -> String {
             (1..=128).contains(&v.len())
                 && v.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b))
-                // Logged with every line of the request: never a secret.
+                // Logged with every line of the request: never a secret,
+                // nor what may be one written otherwise (`e1_secret_<hex>`,
+                // a bare 64-hex key).
                 && !routes::holds_cash_secret(v)
+                && !marketplace_common::secret::holds_hex_key(v)
         });
     match given {
         Some(id) => id.to_string(),
