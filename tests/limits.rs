@@ -337,6 +337,11 @@ fn bodies_trickled_from_every_place_give_way_to_a_new_client() {
     let r = common::read_response(&mut newcomer);
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(s.metric("marketplace_connections_closed_for_room_total") >= 1);
+    // The log says why the closed one's request never ran (not that its
+    // client went away).
+    s.wait_log("the closed request's line", |log| {
+        log.contains("closed to make room while its body was still coming")
+    });
     drop(trickling);
 }
 

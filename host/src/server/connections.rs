@@ -52,6 +52,8 @@ pub struct State {
     chosen: AtomicBool,
     /// Inside a request whose body is still coming (it has not run).
     receiving: AtomicBool,
+    /// Closed to make room with such a request (see [`State::drop_receiving`]).
+    dropped_receiving: AtomicBool,
     close: Notify,
 }
 
@@ -64,6 +66,7 @@ impl Default for State {
             chosen: AtomicBool::new(false),
             close: Notify::new(),
             receiving: AtomicBool::new(false),
+            dropped_receiving: AtomicBool::new(false),
         }
     }
 }
@@ -100,6 +103,18 @@ impl State {
     /// Whether its request is still receiving its body.
     pub fn is_receiving(&self) -> bool {
         self.receiving.load(Ordering::Acquire)
+    }
+
+    /// Note that this connection is closed to make room while its
+    /// request's body was still coming: that request never ran, and its log
+    /// line says so ([`State::closed_for_room`]), not that its client left.
+    pub fn drop_receiving(&self) {
+        self.dropped_receiving.store(true, Ordering::Release);
+    }
+
+    /// Whether [`State::drop_receiving`] was called.
+    pub fn closed_for_room(&self) -> bool {
+        self.dropped_receiving.load(Ordering::Acquire)
     }
 
     /// Resolves once this connection is chosen to make room.

@@ -627,6 +627,7 @@ impl Conn {
                             // Its request has not run: closed, with the
                             // body that was still coming.
                             tracing::debug!(%peer, "connection closed to make room: its request's body was still coming");
+                            state.drop_receiving();
                             break Ok(());
                         }
                         if socket.request_waiting() || !state.between_requests() {
@@ -746,6 +747,7 @@ struct InFlight<'a> {
     path: &'a str,
     client: IpAddr,
     start: Instant,
+    conn: &'a super::connections::State,
     answered: bool,
 }
 
@@ -757,6 +759,7 @@ impl<'a> InFlight<'a> {
         path: &'a str,
         client: IpAddr,
         start: Instant,
+        conn: &'a super::connections::State,
     ) -> Self {
         metrics().in_flight.inc();
         InFlight {
@@ -766,6 +769,7 @@ impl<'a> InFlight<'a> {
             path,
             client,
             start,
+            conn,
             answered: false,
         }
     }
@@ -791,14 +795,26 @@ impl Drop for InFlight<'_> {
                 _ => None,
             };
             let path = routes::logged(route.as_deref(), self.path).into_owned();
-            tracing::info!(
-                request_id = self.id,
-                client = %self.client,
-                method = self.method,
-                path,
-                micros = self.start.elapsed().as_micros() as u64,
-                "request: the client went away before its answer"
-            );
+            let micros = self.start.elapsed().as_micros() as u64;
+            if self.conn.closed_for_room() {
+                tracing::info!(
+                    request_id = self.id,
+                    client = %self.client,
+                    method = self.method,
+                    path,
+                    micros,
+                    "request: closed to make room while its body was still coming (every connection place was taken); it did not run"
+                );
+            } else {
+                tracing::info!(
+                    request_id = self.id,
+                    client = %self.client,
+                    method = self.method,
+                    path,
+                    micros,
+                    "request: the client went away before its answer"
+                );
+            }
         }
     }
 }
@@ -816,7 +832,7 @@ async fn handle(
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     let client = super::forwarded::client(&app.config.trusted_proxies, peer, req.headers());
-    let in_flight = InFlight::start(&app, &id, &method, &path, client, start);
+    let in_flight = InFlight::start(&app, &id, &method, &path, client, start, conn);
     let has_body = !hyper::body::Body::is_end_stream(req.body());
     let (mut reply, route) = dispatch(&app, &gates, req, &id, client, conn).await;
     in_flight.answered();
