@@ -519,6 +519,30 @@ fn read_to_close(conn: &mut TcpStream) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
+/// What `conn` reads to its end after SIGTERM is a 200 that says the
+/// connection closes (`what` names the request in a failure).
+fn answered_200_and_closed(s: &Server, conn: &mut TcpStream, what: &str) {
+    let answer = read_to_close(conn)
+        .unwrap_or_else(|e| panic!("{what} was not answered ({e})\n{}", s.log_text()));
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "{what}: {answer:?}\n{}",
+        s.log_text()
+    );
+    assert!(
+        answer.to_ascii_lowercase().contains("connection: close"),
+        "{what}: {answer}"
+    );
+}
+
+/// The server exits 0 within 20 s (after a SIGTERM sent already).
+fn exits_cleanly(s: &mut Server) {
+    let status = s
+        .wait_exit(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("no exit after SIGTERM\n{}", s.log_text()));
+    assert_eq!(status.code(), Some(0), "{}", s.log_text());
+}
+
 #[test]
 fn sigterm_answers_a_request_waiting_in_the_listen_backlog() {
     let dir = tempfile::tempdir().unwrap();
@@ -557,25 +581,12 @@ fn sigterm_answers_a_request_waiting_in_the_listen_backlog() {
     s.signal("TERM");
     // Each is answered, and told the connection closes.
     for (name, waiting) in [("second", &mut second), ("third", &mut third)] {
-        let answer = read_to_close(waiting).unwrap_or_else(|e| {
-            panic!(
-                "the {name} waiting client was not answered ({e})\n{}",
-                s.log_text()
-            )
-        });
-        assert!(answer.starts_with("HTTP/1.1 200"), "{name}: {answer}");
-        assert!(
-            answer.to_ascii_lowercase().contains("connection: close"),
-            "{name}: {answer}"
-        );
+        answered_200_and_closed(&s, waiting, &format!("the {name} waiting client"));
     }
     // The first finishes its request and is answered too.
     let answer = read_to_close(&mut first).unwrap_or_default();
     assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
-    let status = s
-        .wait_exit(Duration::from_secs(20))
-        .unwrap_or_else(|| panic!("no exit after SIGTERM\n{}", s.log_text()));
-    assert_eq!(status.code(), Some(0), "{}", s.log_text());
+    exits_cleanly(&mut s);
     assert!(s.log_text().contains("listen backlog"), "{}", s.log_text());
 }
 
@@ -599,25 +610,8 @@ fn sigterm_answers_a_keep_alive_request_sent_just_after_the_signal() {
         std::thread::sleep(Duration::from_millis(5));
     }
     conn.write_all(request).unwrap();
-    let answer = read_to_close(&mut conn).unwrap_or_else(|e| {
-        panic!(
-            "the request after the signal was not answered ({e})\n{}",
-            s.log_text()
-        )
-    });
-    assert!(
-        answer.starts_with("HTTP/1.1 200"),
-        "{answer:?}\n{}",
-        s.log_text()
-    );
-    assert!(
-        answer.to_ascii_lowercase().contains("connection: close"),
-        "{answer}"
-    );
-    let status = s
-        .wait_exit(Duration::from_secs(20))
-        .unwrap_or_else(|| panic!("no exit after SIGTERM\n{}", s.log_text()));
-    assert_eq!(status.code(), Some(0), "{}", s.log_text());
+    answered_200_and_closed(&s, &mut conn, "the request after the signal");
+    exits_cleanly(&mut s);
 }
 
 /// A keep-alive client whose next request comes well after the signal
@@ -655,23 +649,10 @@ fn sigterm_answers_a_late_keep_alive_request_while_others_still_run() {
     // already on its way.
     std::thread::sleep(Duration::from_millis(1500));
     idle.write_all(request).unwrap();
-    let answer = read_to_close(&mut idle)
-        .unwrap_or_else(|e| panic!("the late request was not answered ({e})\n{}", s.log_text()));
-    assert!(
-        answer.starts_with("HTTP/1.1 200"),
-        "{answer:?}\n{}",
-        s.log_text()
-    );
-    assert!(
-        answer.to_ascii_lowercase().contains("connection: close"),
-        "{answer}"
-    );
+    answered_200_and_closed(&s, &mut idle, "the late request");
     let answer = read_to_close(&mut running).unwrap_or_default();
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
-    let status = s
-        .wait_exit(Duration::from_secs(20))
-        .unwrap_or_else(|| panic!("no exit after SIGTERM\n{}", s.log_text()));
-    assert_eq!(status.code(), Some(0), "{}", s.log_text());
+    exits_cleanly(&mut s);
 }
 
 #[test]
@@ -690,10 +671,7 @@ fn a_short_drain_is_not_outlived_by_an_idle_keep_alive_connection() {
     assert!(matches!(seen, Seen::Answered(200, _)), "{seen:?}");
     assert!(reusable);
     s.signal("TERM");
-    let status = s
-        .wait_exit(Duration::from_secs(20))
-        .unwrap_or_else(|| panic!("no exit after SIGTERM\n{}", s.log_text()));
-    assert_eq!(status.code(), Some(0), "{}", s.log_text());
+    exits_cleanly(&mut s);
     let log = s.log_text();
     assert!(log.contains("stopped"), "{log}");
     assert!(!log.contains("drain timeout"), "{log}");
@@ -766,10 +744,7 @@ fn sigterm_lets_an_online_backup_in_progress_finish() {
         "database of {db} bytes in the backup: {names:?}"
     );
     assert!(names.iter().any(|n| n == "backup.json"), "{names:?}");
-    let status = s
-        .wait_exit(Duration::from_secs(20))
-        .unwrap_or_else(|| panic!("no exit after SIGTERM\n{}", s.log_text()));
-    assert_eq!(status.code(), Some(0), "{}", s.log_text());
+    exits_cleanly(&mut s);
 }
 
 #[test]

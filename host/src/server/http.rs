@@ -795,26 +795,19 @@ impl Drop for InFlight<'_> {
                 _ => None,
             };
             let path = routes::logged(route.as_deref(), self.path).into_owned();
-            let micros = self.start.elapsed().as_micros() as u64;
-            if self.conn.closed_for_room() {
-                tracing::info!(
-                    request_id = self.id,
-                    client = %self.client,
-                    method = self.method,
-                    path,
-                    micros,
-                    "request: closed to make room while its body was still coming (every connection place was taken); it did not run"
-                );
+            let why = if self.conn.closed_for_room() {
+                "closed to make room while its body was still coming (every connection place was taken); it did not run"
             } else {
-                tracing::info!(
-                    request_id = self.id,
-                    client = %self.client,
-                    method = self.method,
-                    path,
-                    micros,
-                    "request: the client went away before its answer"
-                );
-            }
+                "the client went away before its answer"
+            };
+            tracing::info!(
+                request_id = self.id,
+                client = %self.client,
+                method = self.method,
+                path,
+                micros = self.start.elapsed().as_micros() as u64,
+                "request: {why}"
+            );
         }
     }
 }
