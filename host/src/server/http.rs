@@ -514,10 +514,11 @@ const REFUSED_LINE: &str = "connections refused: their address holds max_connect
 /// At most one line per this long about refused connections.
 const REFUSED_LOG_EVERY: Duration = Duration::from_secs(10);
 
-/// How long a connection between requests stays open once the server
-/// drains, for a request already on its way (answered with `connection:
-/// close`). Past it an idle connection closes; the drain waits for it only
-/// when such connections are open.
+/// How long a connection between requests stays open at least once the
+/// server drains, for a request already on its way (answered with
+/// `connection: close`). Past it an idle connection closes as soon as no
+/// request runs ([`drain_linger`]); the drain waits for it only when such
+/// connections are open.
 const DRAIN_LINGER: Duration = Duration::from_millis(500);
 
 /// How often a lingering connection looks whether the drain still serves
