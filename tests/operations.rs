@@ -535,6 +535,33 @@ fn answered_200_and_closed(s: &Server, conn: &mut TcpStream, what: &str) {
     );
 }
 
+/// A keep-alive connection that got one answer (a 200 of `/api/health`,
+/// the connection kept open) and is now between requests.
+fn idle_keep_alive(s: &Server) -> TcpStream {
+    let mut conn = TcpStream::connect(s.addr).unwrap();
+    conn.write_all(b"GET /api/health HTTP/1.1\r\nhost: drain\r\n\r\n")
+        .unwrap();
+    let (seen, reusable) = read_response(&mut conn);
+    assert!(matches!(seen, Seen::Answered(200, _)), "{seen:?}");
+    assert!(reusable);
+    conn
+}
+
+/// A connection inside a request that runs (a plugin call spinning until
+/// the server's request deadline), once the server counts it in flight
+/// (within 10 s).
+fn running_request(s: &Server) -> TcpStream {
+    let mut conn = TcpStream::connect(s.addr).unwrap();
+    conn.write_all(b"GET /_testing/loop HTTP/1.1\r\nhost: drain\r\n\r\n")
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while in_flight(s) < 1.0 {
+        assert!(Instant::now() < until, "the running request never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    conn
+}
+
 /// The server exits 0 within 20 s (after a SIGTERM sent already).
 fn exits_cleanly(s: &mut Server) {
     let status = s
@@ -559,15 +586,7 @@ fn sigterm_answers_a_request_waiting_in_the_listen_backlog() {
     // The first holds the only place with a request that runs (a plugin
     // call spinning until its 5 s deadline), so it cannot be closed to
     // make room.
-    let mut first = TcpStream::connect(s.addr).unwrap();
-    first
-        .write_all(b"GET /_testing/loop HTTP/1.1\r\nhost: drain\r\n\r\n")
-        .unwrap();
-    let until = Instant::now() + Duration::from_secs(10);
-    while in_flight(&s) < 1.0 {
-        assert!(Instant::now() < until, "the first request never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut first = running_request(&s);
     // The second is taken from the backlog and waits for a place; the
     // third stays in the backlog (the kernel queues it). Both send their
     // request, which nobody reads yet.
@@ -595,11 +614,7 @@ fn sigterm_answers_a_keep_alive_request_sent_just_after_the_signal() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = server_on(&dir.path().join("data"), &[]);
     let request = b"GET /api/health HTTP/1.1\r\nhost: drain\r\n\r\n";
-    let mut conn = TcpStream::connect(s.addr).unwrap();
-    conn.write_all(request).unwrap();
-    let (seen, reusable) = read_response(&mut conn);
-    assert!(matches!(seen, Seen::Answered(200, _)), "{seen:?}");
-    assert!(reusable);
+    let mut conn = idle_keep_alive(&s);
     // The connection is idle when the signal comes; its client sends the
     // next request once the server drains (it had not seen any close):
     // new connections are refused from then on.
@@ -628,22 +643,10 @@ fn sigterm_answers_a_late_keep_alive_request_while_others_still_run() {
         ..Options::default()
     });
     let request = b"GET /api/health HTTP/1.1\r\nhost: drain\r\n\r\n";
-    let mut idle = TcpStream::connect(s.addr).unwrap();
-    idle.write_all(request).unwrap();
-    let (seen, reusable) = read_response(&mut idle);
-    assert!(matches!(seen, Seen::Answered(200, _)), "{seen:?}");
-    assert!(reusable);
+    let mut idle = idle_keep_alive(&s);
     // Another request runs through the drain (a plugin call spinning
     // until its 4 s deadline).
-    let mut running = TcpStream::connect(s.addr).unwrap();
-    running
-        .write_all(b"GET /_testing/loop HTTP/1.1\r\nhost: drain\r\n\r\n")
-        .unwrap();
-    let until = Instant::now() + Duration::from_secs(10);
-    while in_flight(&s) < 1.0 {
-        assert!(Instant::now() < until, "the running request never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut running = running_request(&s);
     s.signal("TERM");
     // Well past the half second an idle connection lingers for a request
     // already on its way.
@@ -664,12 +667,7 @@ fn a_short_drain_is_not_outlived_by_an_idle_keep_alive_connection() {
         &dir.path().join("data"),
         &[("MARKETPLACE_DRAIN_TIMEOUT_MS", "400")],
     );
-    let mut conn = TcpStream::connect(s.addr).unwrap();
-    conn.write_all(b"GET /api/health HTTP/1.1\r\nhost: drain\r\n\r\n")
-        .unwrap();
-    let (seen, reusable) = read_response(&mut conn);
-    assert!(matches!(seen, Seen::Answered(200, _)), "{seen:?}");
-    assert!(reusable);
+    let conn = idle_keep_alive(&s);
     s.signal("TERM");
     exits_cleanly(&mut s);
     let log = s.log_text();
