@@ -237,8 +237,7 @@ fn presigned_upload_is_single_use_bounded_and_served_back() {
         ("POST", "/api/storage/presign", p.clone()),
         ("PUT", "/api/storage/upload/{token}", r.json()),
     ] {
-        let missing = common::undocumented(&doc, method, path, 200, &answer);
-        assert!(missing.is_empty(), "{path}: undocumented {missing:?}");
+        common::assert_documented(&doc, method, path, 200, &answer);
     }
     let got = s.get(&path_of(&public_url));
     assert_eq!(got.status, 200);

@@ -900,26 +900,23 @@ pub fn posts_of(s: &Server, author: &str) -> std::collections::HashMap<String, S
     present
 }
 
-/// The members of `body` (an answer of `method path` with `status`, path as
-/// templated in the served OpenAPI document) that its documented schema
-/// does not name, as JSON paths (`contract.witness`): where an object's
-/// schema lists `properties` and no `additionalProperties`, each member
-/// must be among them, at every depth the schema describes. An empty list
-/// when every member is documented.
-pub fn undocumented(
-    doc: &Value,
-    method: &str,
-    path: &str,
-    status: u16,
-    body: &Value,
-) -> Vec<String> {
+/// Panics naming each member of `body` (an answer of `method path` with
+/// `status`, path as templated in the served OpenAPI document `doc`) that
+/// its documented schema does not name, as JSON paths (`contract.witness`):
+/// where an object's schema lists `properties` and no
+/// `additionalProperties`, each member must be among them, at every depth
+/// the schema describes.
+pub fn assert_documented(doc: &Value, method: &str, path: &str, status: u16, body: &Value) {
     let op = &doc["paths"][path][method.to_ascii_lowercase()];
     let answer = &op["responses"][status.to_string()];
     assert!(answer.is_object(), "{method} {path} documents no {status}");
     let schema = &answer["content"]["application/json"]["schema"];
-    let mut out = Vec::new();
-    walk_documented(doc, schema, body, "", &mut out);
-    out
+    let mut missing = Vec::new();
+    walk_documented(doc, schema, body, "", &mut missing);
+    assert!(
+        missing.is_empty(),
+        "{method} {path} {status}: undocumented {missing:?}"
+    );
 }
 
 fn walk_documented(doc: &Value, schema: &Value, value: &Value, at: &str, out: &mut Vec<String>) {
