@@ -165,6 +165,10 @@ fn run_case(
             common::plugins_dir().display().to_string(),
         ),
         ("log".to_string(), "error".to_string()),
+        (
+            "cache_dir".to_string(),
+            common::compile_cache().display().to_string(),
+        ),
     ];
     let mut config = Config::load(None, &[], &flags).unwrap();
     if pickup_paid {

@@ -25,6 +25,13 @@ pub const BUILTIN_FAMILIES: [&str; 7] = [
     "fees",
 ];
 
+/// One compile cache for every server and in-process host of this build:
+/// compiling the mcp component (a JavaScript engine) per test would
+/// dominate the suite.
+pub fn compile_cache() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("compile-cache")
+}
+
 /// Directory of the built plugin components (`cargo xtask build-plugins`).
 pub fn plugins_dir() -> PathBuf {
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_marketplace"));
@@ -267,12 +274,7 @@ impl Server {
             .env_remove("MARKETPLACE_TEST_PG_SUITE")
             .env_remove("MARKETPLACE_REQUIRE_PG")
             .env("MARKETPLACE_LOG", "info")
-            // One compile cache for every server of this build: compiling the
-            // mcp component (a JavaScript engine) per test would dominate.
-            .env(
-                "MARKETPLACE_CACHE_DIR",
-                Path::new(env!("CARGO_TARGET_TMPDIR")).join("compile-cache"),
-            )
+            .env("MARKETPLACE_CACHE_DIR", compile_cache())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log_file));
