@@ -37,6 +37,25 @@ fn identity_is_402_without_payment_then_201_with_change() {
             .contains(&json!("X-Cash-Secret"))
     );
     assert_eq!(p["allowed_rails"], json!(["webcash"]));
+    // The original client's first try of a paid call sends an empty
+    // payment header to learn the price: that is no payment, not a bad one.
+    let bytes = body.to_string();
+    for header in ["X-Webcash-Secret", "X-Cash-Secret"] {
+        let r = s.request(
+            "POST",
+            "/api/identity",
+            &[(header, ""), ("content-type", "application/json")],
+            Some(bytes.as_bytes()),
+        );
+        assert_eq!(r.status, 402, "{}", r.text());
+        assert_eq!(
+            r.json()["code"],
+            "payment_required",
+            "{header}: {}",
+            r.text()
+        );
+        assert_eq!(r.json()["required_amount"], "0.6");
+    }
 
     let secret = s.mint("1");
     let r = s.post_paid("/api/identity", &secret, &body);

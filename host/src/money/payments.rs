@@ -80,6 +80,13 @@ impl PaymentReader {
         // refused as malformed (402 `payment_invalid`), not taken as
         // missing (and its bytes go nowhere).
         let value = value.unwrap_or(NOT_ASCII);
+        // An empty value carries no secret: the request is unpaid, as if
+        // the header were absent (402 `payment_required`). The original
+        // client's first try of a paid call sends `X-Webcash-Secret: `
+        // to learn the price from the 402.
+        if value.trim().is_empty() {
+            return true;
+        }
         match name {
             // Two lines of one header are one comma-separated value (RFC
             // 9110 5.3), which no rail accepts: never one of them silently.
@@ -393,6 +400,23 @@ mod tests {
         assert!(p.x402.invalid.is_none());
         // Only the payment headers are read.
         assert!(!PaymentReader::default().read("authorization", Some("x")));
+    }
+
+    #[test]
+    fn an_empty_payment_header_is_no_payment() {
+        let p = read(&[
+            ("x-webcash-secret", Some("")),
+            ("x-cash-secret", Some("  ")),
+        ]);
+        assert!(p.cash.is_none());
+        let p = read(&[
+            ("payment-signature", Some("")),
+            ("x-bitcoin-secret", Some("")),
+        ]);
+        assert!(p.cash.is_none() && p.bitcoin.is_none() && p.x402.invalid.is_none());
+        // Beside a secret, an empty line adds nothing to it.
+        let p = read(&[("x-cash-secret", Some(A)), ("x-webcash-secret", Some(""))]);
+        assert_eq!(p.cash.as_deref(), Some(A));
     }
 
     #[test]

@@ -371,7 +371,7 @@ pub fn operation(o: &Op) -> Value {
         params.push(json!({"name": name, "in": "query", "required": required, "description": desc, "schema": query_schema(name, ty)}));
     }
     if o.paid.is_some() {
-        params.push(json!({"name": "X-Cash-Secret", "in": "header", "required": false, "description": "bearer cash secret e<amount>:secret:<hex> paying the fee (X-Webcash-Secret is an alias)", "schema": t("string")}));
+        params.push(json!({"name": "X-Cash-Secret", "in": "header", "required": false, "description": "bearer cash secret e<amount>:secret:<hex> paying the fee (X-Webcash-Secret is an alias); an empty value is no payment (402 payment_required)", "schema": t("string")}));
         params.push(json!({"name": "X-Webcash-Secret", "in": "header", "required": false, "description": "alias of X-Cash-Secret (the same secret in both is one payment; different ones are 402 payment_invalid)", "schema": t("string")}));
         params.push(json!({"name": "PAYMENT-SIGNATURE", "in": "header", "required": false, "description": "x402 v2: base64 of the JSON X402PaymentPayload (its payload.secret pays exactly as X-Cash-Secret)",
                            "schema": {"$ref": "#/components/headers/PAYMENT-SIGNATURE/schema"}}));
