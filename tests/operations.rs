@@ -2129,3 +2129,92 @@ fn serve_raises_a_low_open_files_limit() {
         assert!(log.contains("open-files limit is below"), "{log}");
     }
 }
+
+/// A mint with an idempotency key can be sent again after its answer was
+/// lost: the same key and amount give the same secret and mint nothing
+/// more, through the admin API, the CLI through it, and the CLI into a
+/// stopped server's data dir.
+#[test]
+fn a_keyed_mint_repeats_its_secret_and_mints_once() {
+    let s = Server::start();
+    let mint = |body: serde_json::Value| {
+        let r = s.admin_request("POST", "/admin/cash/mint", &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["secret"].as_str().unwrap().to_string()
+    };
+    let keyed = json!({"amount": "1.5", "idempotency_key": "order-42"});
+    let secret = mint(keyed.clone());
+    assert!(secret.starts_with("e1.5:secret:"), "{secret}");
+    assert_eq!(mint(keyed.clone()), secret);
+    assert_eq!(s.metric("marketplace_ledger_minted_units"), 150_000_000);
+    // Another amount, another key or no key: another secret, minted.
+    let others = [
+        mint(json!({"amount": "1", "idempotency_key": "order-42"})),
+        mint(json!({"amount": "1.5", "idempotency_key": "order-43"})),
+        mint(json!({"amount": "1.5"})),
+        mint(json!({"amount": "1.5", "idempotency_key": null})),
+    ];
+    assert!(others.iter().all(|o| *o != secret), "{others:?}");
+    assert_eq!(s.metric("marketplace_ledger_minted_units"), 700_000_000);
+    // Spent, the key still names the same (spent) secret: no new value.
+    let out = format!("e1.5:secret:{}", "ab".repeat(32));
+    let r = s.post_json(
+        "/api/cash/replace",
+        &json!({"webcashes": [secret], "new_webcashes": [out]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(mint(keyed), secret);
+    assert_eq!(s.cash_state(&secret).0, json!(true));
+    assert_eq!(s.metric("marketplace_ledger_minted_units"), 700_000_000);
+    for bad in [json!(""), json!("a b"), json!("k".repeat(129)), json!(7)] {
+        let r = s.admin_request(
+            "POST",
+            "/admin/cash/mint",
+            &json!({"amount": "1", "idempotency_key": bad}),
+        );
+        assert_eq!((r.status, r.code().as_str()), (400, "invalid_request"));
+        assert_eq!(r.json()["details"][0]["field"], "idempotency_key");
+    }
+    assert_eq!(s.metric("marketplace_ledger_minted_units"), 700_000_000);
+
+    // The CLI, through the admin listener: the same secret again.
+    let admin = format!("http://{}", s.admin);
+    let cli = |args: &[&str]| {
+        let out = bare_command().args(args).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        text(&out.stdout).trim().to_string()
+    };
+    let through = ["cash", "mint", "1.5", "--idempotency-key", "order-42"];
+    let token = ["--admin", &admin, "--token", ADMIN_TOKEN];
+    assert_eq!(cli(&[&through[..], &token[..]].concat()), secret);
+    assert_eq!(s.metric("marketplace_ledger_minted_units"), 700_000_000);
+
+    // The CLI into a data dir, twice: one secret, minted once.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let offline = ["cash", "mint", "2", "--idempotency-key", "k1", "--data-dir"];
+    let first = cli(&[&offline[..], &[dir.to_str().unwrap()]].concat());
+    assert!(first.starts_with("e2:secret:"), "{first}");
+    assert_eq!(
+        cli(&[&offline[..], &[dir.to_str().unwrap()]].concat()),
+        first
+    );
+    let out = bare_command()
+        .args(["cash", "mint", "1", "--idempotency-key", "no spaces"])
+        .arg("--data-dir")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    assert!(text(&out.stderr).contains("--idempotency-key"), "{out:?}");
+    // The data dir is a redb file, whatever backend the suite runs on.
+    if common::backend_is_postgres() {
+        return;
+    }
+    let d = Server::with(Options {
+        data_dir: Some(dir),
+        ..Options::default()
+    });
+    assert_eq!(d.metric("marketplace_ledger_minted_units"), 200_000_000);
+    assert_eq!(d.cash_state(&first), (json!(false), json!("2")));
+}

@@ -72,6 +72,11 @@ enum CashCommand {
     Mint {
         /// Decimal amount, e.g. 1.5
         amount: String,
+        /// Makes the mint repeatable: the same key and amount give the same
+        /// secret and mint nothing more (a retry after a lost answer).
+        /// 1 to 128 of A-Z a-z 0-9 _ - . :
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
         #[command(flatten)]
         client: Client,
         #[command(flatten)]
@@ -189,10 +194,16 @@ fn run(cli: Cli) -> Result<()> {
             command:
                 CashCommand::Mint {
                     amount,
+                    idempotency_key,
                     client,
                     settings,
                 },
-        } => cash_mint(&amount, &client, &settings.settings()),
+        } => cash_mint(
+            &amount,
+            idempotency_key.as_deref(),
+            &client,
+            &settings.settings(),
+        ),
         Command::Plugins {
             command,
             client,
@@ -298,13 +309,16 @@ fn admin_token(client: &Client, settings: &Settings) -> Result<String> {
         .to_string())
 }
 
-fn cash_mint(amount: &str, client: &Client, settings: &Settings) -> Result<()> {
+fn cash_mint(amount: &str, key: Option<&str>, client: &Client, settings: &Settings) -> Result<()> {
     let units =
         marketplace_common::amount::parse(amount).map_err(|e| anyhow::anyhow!("amount {e}"))?;
     anyhow::ensure!(units > 0, "amount must be positive");
+    if let Some(problem) = key.and_then(crate::money::ledger::mint_key_problem) {
+        anyhow::bail!("--idempotency-key {problem}");
+    }
     if let Some(url) = &client.admin {
         let token = admin_token(client, settings)?;
-        let body = serde_json::json!({"amount": amount}).to_string();
+        let body = serde_json::json!({"amount": amount, "idempotency_key": key}).to_string();
         let (status, text) = admin_request(url, "POST", "/admin/cash/mint", &token, body.into())?;
         anyhow::ensure!(status == 200, "admin answered {status}: {text}");
         let v: serde_json::Value = serde_json::from_str(&text)?;
@@ -328,7 +342,10 @@ fn cash_mint(amount: &str, client: &Client, settings: &Settings) -> Result<()> {
         .context("opening the database (is the server running? then use --admin URL)")?;
     let ledger = crate::money::ledger::Ledger::open(&config.data_dir)?;
     let txn = storage.begin_write().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let secret = ledger.mint(&txn, units)?;
+    let secret = match key {
+        Some(key) => ledger.mint_keyed(&txn, units, key)?,
+        None => ledger.mint(&txn, units)?,
+    };
     storage.commit(txn).map_err(|e| anyhow::anyhow!("{e}"))?;
     say(&secret)
 }

@@ -166,6 +166,15 @@ pub enum SecretError {
     AmountMismatch,
 }
 
+/// What is wrong with a mint's idempotency key, if anything.
+pub fn mint_key_problem(key: &str) -> Option<&'static str> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "_-.:".contains(c);
+    if key.is_empty() || key.len() > 128 || !key.chars().all(allowed) {
+        return Some("must be 1 to 128 characters of A-Z a-z 0-9 _ - . :");
+    }
+    None
+}
+
 pub struct Ledger {
     key: [u8; 32],
 }
@@ -232,6 +241,23 @@ impl Ledger {
         self.create(txn, &public_hash(&secret_hex), units)?;
         add_total(txn, "minted", units as i128)?;
         Ok(secret::secret_string(units, &secret_hex))
+    }
+
+    /// Mint a secret worth `units` derived from the operator's `key` (HMAC
+    /// under the server key, as change and payouts are), so a repeat of
+    /// the same key and amount, a retry after an answer that was lost,
+    /// returns the same secret and mints nothing more. A key is 1 to 128
+    /// of `A-Z a-z 0-9 _ - . :` ([`mint_key_problem`]).
+    pub fn mint_keyed(&self, txn: &WriteTxn, units: u64, key: &str) -> Result<String> {
+        anyhow::ensure!(units > 0, "amount must be positive");
+        if let Some(problem) = mint_key_problem(key) {
+            anyhow::bail!("idempotency_key {problem}");
+        }
+        let (secret, created) = self.issue(txn, &format!("mint:{key}"), units)?;
+        if created {
+            add_total(txn, "minted", units as i128)?;
+        }
+        Ok(secret)
     }
 
     /// Create an unspent output; false when it already exists.

@@ -15,8 +15,9 @@
 //!   is 400 and the old one keeps serving.
 //! - `DELETE /admin/plugins/{family}`: unmount; its routes answer 404 again,
 //!   its data stays. 404 for an unknown family.
-//! - `POST /admin/cash/mint {"amount": "1.5"}` -> `{"secret"}` (409 in
-//!   upstream mode: mint at the upstream)
+//! - `POST /admin/cash/mint {"amount": "1.5", "idempotency_key"?}` ->
+//!   `{"secret"}` (a repeat of a key and amount: the same secret, nothing
+//!   more minted; 409 in upstream mode: mint at the upstream)
 //! - `GET /admin/cash/upstream-fees` (upstream mode): the fees earned that
 //!   are unspent at the upstream, as secrets to insert into a wallet
 //! - `POST /admin/clock {"shift_ms": n}` (only with `testing_routes`): shift
@@ -27,6 +28,7 @@
 
 use crate::app::App;
 use crate::capabilities::Grants;
+use crate::money::ledger;
 use crate::reply::Reply;
 use anyhow::{Context, Result};
 use bytes::Bytes;
@@ -567,18 +569,24 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
         }
         ("GET", ["admin", "cash", "upstream-fees"]) => crate::money::upstream::fees(&app.state),
         ("POST", ["admin", "cash", "mint"]) => {
-            let amount = serde_json::from_slice::<serde_json::Value>(body)
-                .ok()
-                .and_then(|v| v.get("amount").and_then(|a| a.as_str()).map(str::to_string));
-            let Some(amount) = amount else {
+            let request = serde_json::from_slice::<serde_json::Value>(body).unwrap_or_default();
+            let Some(amount) = request.get("amount").and_then(|a| a.as_str()) else {
                 return Reply::invalid(
                     "amount",
                     "is required: the body is {\"amount\": \"<decimal>\"}",
                 );
             };
+            let key = match request.get("idempotency_key") {
+                None | Some(serde_json::Value::Null) => None,
+                Some(serde_json::Value::String(k)) => match ledger::mint_key_problem(k) {
+                    None => Some(k.as_str()),
+                    Some(problem) => return Reply::invalid("idempotency_key", problem),
+                },
+                Some(_) => return Reply::invalid("idempotency_key", "must be a string"),
+            };
             let outages = app.storage.outages();
-            match marketplace_common::amount::parse(&amount) {
-                Ok(units) if units > 0 => match mint(app, units) {
+            match marketplace_common::amount::parse(amount) {
+                Ok(units) if units > 0 => match mint_with(app, units, key) {
                     Ok(secret) => Reply::json(200, &json!({"secret": secret})),
                     Err(e)
                         if e.downcast_ref::<crate::money::ledger::OutOfRange>()
@@ -632,11 +640,22 @@ fn admin_methods(app: &App, segments: &[&str]) -> Option<Vec<&'static str>> {
 
 /// Mint a secret worth `units` in its own transaction.
 pub fn mint(app: &App, units: u64) -> Result<String> {
+    mint_with(app, units, None)
+}
+
+/// Mint, with the operator's idempotency key when given: a repeat of the
+/// same key and amount returns the same secret and mints nothing more
+/// ([`ledger::Ledger::mint_keyed`]).
+pub fn mint_with(app: &App, units: u64, key: Option<&str>) -> Result<String> {
     let secret = app
         .storage
-        .write(|txn| app.ledger.mint(txn, units))
+        .write(|txn| match key {
+            Some(key) => app.ledger.mint_keyed(txn, units, key),
+            None => app.ledger.mint(txn, units),
+        })
         .map_err(anyhow::Error::from)??;
-    tracing::info!(target: "admin", amount = %marketplace_common::amount::format(units), "minted");
+    let amount = marketplace_common::amount::format(units);
+    tracing::info!(target: "admin", %amount, keyed = key.is_some(), "minted");
     Ok(secret)
 }
 
