@@ -253,7 +253,9 @@ impl Ledger {
         if let Some(problem) = mint_key_problem(key) {
             anyhow::bail!("idempotency_key {problem}");
         }
-        let (secret, created) = self.issue(txn, &format!("mint:{key}"), units)?;
+        // A space: no family's escrow purpose (`{family}:...`) nor change's
+        // (`change:...`) can be the same text.
+        let (secret, created) = self.issue(txn, &format!("admin mint:{key}"), units)?;
         if created {
             add_total(txn, "minted", units as i128)?;
         }
