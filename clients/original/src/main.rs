@@ -47,6 +47,28 @@ impl Report {
         }
     }
 
+    /// A cash secret taken into `wallet` (the wallet's replace runs
+    /// against the service, so the secret must be live there).
+    async fn take(&mut self, step: &str, wallet: &Wallet, secret: &str) {
+        let secret = SecretWebcash::parse(secret).expect("a cash secret");
+        let taken = wallet.insert(secret).await;
+        self.ok(step, taken.map_err(|e| Error::Other(e.into())));
+    }
+
+    /// The secret `member` of a pickup's `answer`, taken into `wallet`.
+    async fn take_member(
+        &mut self,
+        step: &str,
+        wallet: &Wallet,
+        answer: Option<Value>,
+        member: &str,
+    ) {
+        match answer.as_ref().and_then(|a| a[member].as_str()) {
+            Some(secret) => self.take(step, wallet, secret).await,
+            None => self.fail(step, format!("no {member} in {answer:?}")),
+        }
+    }
+
     fn check(&mut self, step: &str, holds: bool, what: impl std::fmt::Display) {
         if holds {
             println!("ok    {step}: {what}");
@@ -148,15 +170,9 @@ async fn main() {
     let buyer_cash = Wallet::open_memory_with_network(network.clone()).expect("wallet");
     let seller_cash = Wallet::open_memory_with_network(network).expect("wallet");
     for (who, wallet) in [("buyer", &buyer_cash), ("seller", &seller_cash)] {
-        let seed = SecretWebcash::parse(&mint(admin, &token, "5").await).expect("seed");
+        let seed = mint(admin, &token, "5").await;
         let step = format!("{who}'s wallet takes a minted secret (/api/v1/replace)");
-        report.ok(
-            &step,
-            wallet
-                .insert(seed)
-                .await
-                .map_err(|e| Error::Other(e.into())),
-        );
+        report.take(&step, wallet, &seed).await;
     }
 
     let buyer = Identity::generate();
@@ -356,21 +372,10 @@ async fn main() {
         "pickup (seller's payout)",
         client.pickup(&c1, &sfp, &seller.sign(&c1)).await,
     );
-    match payout.as_ref().and_then(|p| p["payout"].as_str()) {
-        Some(p) => {
-            let taken = seller_cash
-                .insert(SecretWebcash::parse(p).expect("payout secret"))
-                .await;
-            report.ok(
-                "the seller's wallet takes the payout",
-                taken.map_err(|e| Error::Other(e.into())),
-            );
-        }
-        None => report.fail(
-            "pickup (seller's payout)",
-            format!("no payout in {payout:?}"),
-        ),
-    }
+    let step = "the seller's wallet takes the payout";
+    report
+        .take_member(step, &seller_cash, payout, "payout")
+        .await;
     let again = client.pickup(&c1, &sfp, &seller.sign(&c1)).await;
     report.check(
         "a second legacy payout pickup is 409 already_picked_up",
@@ -401,21 +406,10 @@ async fn main() {
         "pickup (buyer's refund)",
         client.pickup(&c2, &bfp, &buyer.sign(&c2)).await,
     );
-    match refund.as_ref().and_then(|p| p["refund"].as_str()) {
-        Some(r) => {
-            let taken = buyer_cash
-                .insert(SecretWebcash::parse(r).expect("refund secret"))
-                .await;
-            report.ok(
-                "the buyer's wallet takes the refund",
-                taken.map_err(|e| Error::Other(e.into())),
-            );
-        }
-        None => report.fail(
-            "pickup (buyer's refund)",
-            format!("no refund in {refund:?}"),
-        ),
-    }
+    let step = "the buyer's wallet takes the refund";
+    report
+        .take_member(step, &buyer_cash, refund, "refund")
+        .await;
 
     // 3: the seller's release with tracking, then the buyer's pickup.
     let (c3, w3) = contracts[2].clone();

@@ -243,12 +243,15 @@ impl Ledger {
         Ok(secret::secret_string(units, &secret_hex))
     }
 
-    /// Mint a secret worth `units` derived from the operator's `key` (HMAC
-    /// under the server key, as change and payouts are), so a repeat of
-    /// the same key and amount, a retry after an answer that was lost,
-    /// returns the same secret and mints nothing more. A key is 1 to 128
-    /// of `A-Z a-z 0-9 _ - . :` ([`mint_key_problem`]).
-    pub fn mint_keyed(&self, txn: &WriteTxn, units: u64, key: &str) -> Result<String> {
+    /// Mint a secret worth `units`; with the operator's `key`, derived
+    /// from it (HMAC under the server key, as change and payouts are), so
+    /// a repeat of the same key and amount, a retry after an answer that
+    /// was lost, returns the same secret and mints nothing more. A key is
+    /// 1 to 128 of `A-Z a-z 0-9 _ - . :` ([`mint_key_problem`]).
+    pub fn mint_with_key(&self, txn: &WriteTxn, units: u64, key: Option<&str>) -> Result<String> {
+        let Some(key) = key else {
+            return self.mint(txn, units);
+        };
         anyhow::ensure!(units > 0, "amount must be positive");
         if let Some(problem) = mint_key_problem(key) {
             anyhow::bail!("idempotency_key {problem}");

@@ -645,14 +645,11 @@ pub fn mint(app: &App, units: u64) -> Result<String> {
 
 /// Mint, with the operator's idempotency key when given: a repeat of the
 /// same key and amount returns the same secret and mints nothing more
-/// ([`ledger::Ledger::mint_keyed`]).
+/// ([`ledger::Ledger::mint_with_key`]).
 pub fn mint_with(app: &App, units: u64, key: Option<&str>) -> Result<String> {
     let secret = app
         .storage
-        .write(|txn| match key {
-            Some(key) => app.ledger.mint_keyed(txn, units, key),
-            None => app.ledger.mint(txn, units),
-        })
+        .write(|txn| app.ledger.mint_with_key(txn, units, key))
         .map_err(anyhow::Error::from)??;
     let amount = marketplace_common::amount::format(units);
     tracing::info!(target: "admin", %amount, keyed = key.is_some(), "minted");
