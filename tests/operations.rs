@@ -2147,6 +2147,7 @@ fn a_keyed_mint_repeats_its_secret_and_mints_once() {
     assert!(secret.starts_with("e1.5:secret:"), "{secret}");
     assert_eq!(mint(keyed.clone()), secret);
     assert_eq!(s.metric("marketplace_ledger_minted_units"), 150_000_000);
+    s.wait_log("the repeat logged as such", |l| l.contains("mint repeated"));
     // Another amount, another key or no key: another secret, minted.
     let others = [
         mint(json!({"amount": "1", "idempotency_key": "order-42"})),

@@ -247,10 +247,16 @@ impl Ledger {
     /// from it (HMAC under the server key, as change and payouts are), so
     /// a repeat of the same key and amount, a retry after an answer that
     /// was lost, returns the same secret and mints nothing more. A key is
-    /// 1 to 128 of `A-Z a-z 0-9 _ - . :` ([`mint_key_problem`]).
-    pub fn mint_with_key(&self, txn: &WriteTxn, units: u64, key: Option<&str>) -> Result<String> {
+    /// 1 to 128 of `A-Z a-z 0-9 _ - . :` ([`mint_key_problem`]). Returns
+    /// the secret and whether it was minted now (false for a repeat).
+    pub fn mint_with_key(
+        &self,
+        txn: &WriteTxn,
+        units: u64,
+        key: Option<&str>,
+    ) -> Result<(String, bool)> {
         let Some(key) = key else {
-            return self.mint(txn, units);
+            return Ok((self.mint(txn, units)?, true));
         };
         anyhow::ensure!(units > 0, "amount must be positive");
         if let Some(problem) = mint_key_problem(key) {
@@ -262,7 +268,7 @@ impl Ledger {
         if created {
             add_total(txn, "minted", units as i128)?;
         }
-        Ok(secret)
+        Ok((secret, created))
     }
 
     /// Create an unspent output; false when it already exists.

@@ -647,12 +647,16 @@ pub fn mint(app: &App, units: u64) -> Result<String> {
 /// same key and amount returns the same secret and mints nothing more
 /// ([`ledger::Ledger::mint_with_key`]).
 pub fn mint_with(app: &App, units: u64, key: Option<&str>) -> Result<String> {
-    let secret = app
+    let (secret, minted) = app
         .storage
         .write(|txn| app.ledger.mint_with_key(txn, units, key))
         .map_err(anyhow::Error::from)??;
     let amount = marketplace_common::amount::format(units);
-    tracing::info!(target: "admin", %amount, keyed = key.is_some(), "minted");
+    if minted {
+        tracing::info!(target: "admin", %amount, keyed = key.is_some(), "minted");
+    } else {
+        tracing::info!(target: "admin", %amount, "mint repeated: its idempotency key's secret again, nothing minted");
+    }
     Ok(secret)
 }
 
