@@ -346,10 +346,11 @@ impl Ledger {
                 "webcashes and new_webcashes must both be non-empty".into(),
             ));
         }
-        if inputs.len() > MAX_REPLACE || outputs.len() > MAX_REPLACE {
-            return Err(input(format!(
-                "at most {MAX_REPLACE} inputs and {MAX_REPLACE} outputs"
-            )));
+        if inputs.len() > MAX_REPLACE {
+            return Err(input(format!("at most {MAX_REPLACE} inputs")));
+        }
+        if outputs.len() > MAX_REPLACE {
+            return Err(output(format!("at most {MAX_REPLACE} outputs")));
         }
         let internal = |e: &dyn std::fmt::Display| LedgerError::Storage(e.to_string());
         let mut seen = HashSet::new();
@@ -957,6 +958,30 @@ mod tests {
         db.commit(txn).unwrap();
         let t = Ledger::totals(&db.begin_read().unwrap()).unwrap();
         assert_eq!((t.minted, t.unspent), (100, 100));
+    }
+
+    #[test]
+    fn too_long_a_list_is_the_field_of_that_list() {
+        let (_d, db, l) = setup();
+        let txn = db.begin_write().unwrap();
+        let s = l.mint(&txn, 101).unwrap();
+        let many = |first: u8| -> Vec<String> {
+            (0..=MAX_REPLACE as u8)
+                .map(|i| secret::secret_string(1, &hexes(first.wrapping_add(i))))
+                .collect()
+        };
+        let field = |r: Result<(), LedgerError>| match r {
+            Err(LedgerError::Refused(field, _)) => field,
+            other => panic!("expected a refusal, got {other:?}"),
+        };
+        assert_eq!(
+            field(l.replace(&txn, std::slice::from_ref(&s), &many(0))),
+            "new_webcashes"
+        );
+        assert_eq!(
+            field(l.replace(&txn, &many(0), std::slice::from_ref(&s))),
+            "webcashes"
+        );
     }
 
     #[test]
