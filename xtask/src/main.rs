@@ -1,22 +1,29 @@
 //! Developer commands, run as `cargo xtask <command>`:
 //!
-//! - `build-plugins`: install the wasm targets if missing, build every
-//!   plugin crate (each `plugins/*` crate with a `cdylib`) for its target
-//!   (`wasm32-wasip2`, or what its `[package.metadata.marketplace]` says)
-//!   with the `plugin` profile and copy the components into
+//! - `build-plugins [--lint]`: install the wasm targets if missing, build
+//!   every plugin crate (each `plugins/*` crate with a `cdylib`) for its
+//!   target (`wasm32-wasip2`, or what its `[package.metadata.marketplace]`
+//!   says) with the `plugin` profile and copy the components into
 //!   `target/plugins/`.
 //! - `serve [--production] [ARGS]`: build the plugins, then run the host on
 //!   its defaults (built with the `release` profile, or with `--production`
 //!   the `production` one).
-//! - `test [ARGS]`: build the plugins, then run every test of the workspace;
-//!   when PostgreSQL's server binaries are installed, against a throwaway
-//!   cluster too (the multi-host tests, then the black-box suite once more
-//!   with `MARKETPLACE_TEST_BACKEND=postgres`; see `test`).
+//! - `test [--lint] [ARGS]`: build the plugins, then run every test of the
+//!   workspace; when PostgreSQL's server binaries are installed, against a
+//!   throwaway cluster too (the multi-host tests, then the black-box suite
+//!   once more with `MARKETPLACE_TEST_BACKEND=postgres`; see `test`).
+//!
+//!   `--lint` (CI's): the builds that plugins and tests need anyway are
+//!   also clippy's, with warnings denied (clippy's driver as cargo's
+//!   workspace wrapper: each workspace crate is linted as it is compiled,
+//!   the plugins for wasm and everything natively, every target), so the
+//!   dependencies are compiled once rather than once more for
+//!   `cargo clippy`'s check build.
 //! - `pg`: start a throwaway PostgreSQL cluster, print its
 //!   `MARKETPLACE_TEST_PG=...` URL, and stop and remove it when standard
 //!   input ends or a line is read (for running PostgreSQL tests by hand).
 //! - `bench`: build the plugins, then run the benchmarks (see README).
-//! - `ci`: format check, clippy with warnings denied, then `test`.
+//! - `ci`: format check, then `test --lint`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -28,9 +35,24 @@ fn main() -> ExitCode {
         Some((c, r)) => (c.as_str(), r),
         None => ("help", &[][..]),
     };
+    // `--lint` anywhere before a `--` (past it, the arguments are the test
+    // binaries').
+    let end = rest.iter().position(|a| a == "--").unwrap_or(rest.len());
+    let lint = rest[..end].iter().any(|a| a == "--lint");
+    let rest: Vec<String> = rest
+        .iter()
+        .enumerate()
+        .filter(|&(i, a)| !(i < end && a == "--lint"))
+        .map(|(_, a)| a.clone())
+        .collect();
+    let rest = &rest[..];
+    if lint && !matches!(cmd, "build-plugins" | "test") {
+        eprintln!("xtask: --lint is an option of build-plugins and test");
+        return ExitCode::FAILURE;
+    }
     let result = match cmd {
-        "build-plugins" => build_plugins(),
-        "serve" => build_plugins().and_then(|_| {
+        "build-plugins" => lint_env(lint).and_then(|env| build_plugins(&env)),
+        "serve" => build_plugins(&[]).and_then(|_| {
             // `--production`: the host built with the `production` profile
             // (whole-program optimization; a longer build).
             let (profile, rest) = match rest.split_first() {
@@ -49,9 +71,9 @@ fn main() -> ExitCode {
             a.extend(rest.iter().map(String::as_str));
             cargo(&a)
         }),
-        "test" => build_plugins().and_then(|_| test(rest)),
+        "test" => lint_env(lint).and_then(|env| build_plugins(&env).and_then(|_| test(rest, &env))),
         "pg" => pg_shell(),
-        "bench" => build_plugins().and_then(|_| {
+        "bench" => build_plugins(&[]).and_then(|_| {
             // The whole-process bench runs these as processes of their own.
             if rest.iter().any(|a| a == "external") {
                 cargo(&[
@@ -70,35 +92,11 @@ fn main() -> ExitCode {
             cargo(&a)
         }),
         "ci" => cargo(&["fmt", "--all", "--", "--check"])
-            .and_then(|_| build_plugins())
-            .and_then(|_| {
-                cargo(&[
-                    "clippy",
-                    "--release",
-                    "--workspace",
-                    "--all-targets",
-                    "--",
-                    "-D",
-                    "warnings",
-                ])
-            })
-            .and_then(|_| {
-                cargo(&[
-                    "clippy",
-                    "--release",
-                    "--target",
-                    "wasm32-unknown-unknown",
-                    "-p",
-                    "marketplace-guest",
-                    "--",
-                    "-D",
-                    "warnings",
-                ])
-            })
-            .and_then(|_| test(&[])),
+            .and_then(|_| lint_env(true))
+            .and_then(|env| build_plugins(&env).and_then(|_| test(&[], &env))),
         _ => {
             eprintln!(
-                "usage: cargo xtask <build-plugins | serve [--production] [ARGS] | test [ARGS] | pg | bench [ARGS] | ci>"
+                "usage: cargo xtask <build-plugins [--lint] | serve [--production] [ARGS] | test [--lint] [ARGS] | pg | bench [ARGS] | ci>"
             );
             return if cmd == "help" {
                 ExitCode::SUCCESS
@@ -130,6 +128,45 @@ fn cargo_exe() -> String {
 
 fn cargo(args: &[&str]) -> Result<(), String> {
     cargo_env(args, &[])
+}
+
+/// The environment that makes cargo's builds clippy's too (`--lint`):
+/// clippy's driver (beside the rustc of this toolchain) as the workspace
+/// wrapper, with warnings denied, as `cargo clippy` sets it up for its
+/// check builds. Dependencies are compiled by rustc alone; each workspace
+/// crate by the driver, which lints it and compiles it as rustc would.
+/// Cargo keeps the wrapper in its fingerprints, so a build with it and one
+/// without do not reuse each other's workspace crates (their
+/// dependencies, yes).
+fn lint_env(lint: bool) -> Result<Vec<(&'static str, String)>, String> {
+    if !lint {
+        return Ok(vec![]);
+    }
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let out = Command::new(&rustc)
+        .args(["--print", "sysroot"])
+        .current_dir(root())
+        .output()
+        .map_err(|e| format!("cannot run {rustc} --print sysroot: {e}"))?;
+    let sysroot = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let driver = Path::new(&sysroot)
+        .join("bin")
+        .join(format!("clippy-driver{}", std::env::consts::EXE_SUFFIX));
+    if !out.status.success() || !driver.is_file() {
+        return Err(format!(
+            "--lint needs clippy ({} not found): rustup component add clippy",
+            driver.display()
+        ));
+    }
+    Ok(vec![
+        ("RUSTC_WORKSPACE_WRAPPER", driver.display().to_string()),
+        // `cargo clippy -- -D warnings`: its arguments, each followed by
+        // this separator.
+        (
+            "CLIPPY_ARGS",
+            "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__".into(),
+        ),
+    ])
 }
 
 fn run(cmd: &mut Command) -> Result<(), String> {
@@ -277,8 +314,13 @@ fn ensure_wasm_targets(targets: &[&str]) -> Result<(), String> {
         .args(&missing))
 }
 
-/// Every test: the host's unit and black-box tests, then the plugins' unit
-/// tests natively (`--lib`: a plugin's cdylib only links for wasm).
+/// Every test: the host's unit and black-box tests, and the plugins' unit
+/// tests natively (`--lib`: a plugin's cdylib only links for wasm), in one
+/// cargo run so that they share one build (features are unified over the
+/// selected packages: two selections would compile the shared crates
+/// twice). `lint`: [`lint_env`]'s variables, or none; with them, every
+/// target of the workspace (benches and examples too) is built and linted
+/// first, then the tests run from that build.
 ///
 /// PostgreSQL (issue 18): unless `MARKETPLACE_TEST_PG` already names a
 /// server, a throwaway cluster is started under `target/` when PostgreSQL's
@@ -289,8 +331,7 @@ fn ensure_wasm_targets(targets: &[&str]) -> Result<(), String> {
 /// `MARKETPLACE_TEST_PG_SUITE=0`). Without the binaries the PostgreSQL tests
 /// are skipped, unless `MARKETPLACE_REQUIRE_PG=1`, then that is an error.
 /// The cluster is stopped and removed at the end, whatever the outcome.
-fn test(extra: &[String]) -> Result<(), String> {
-    let plugins = plugin_crates()?;
+fn test(extra: &[String], lint: &[(&'static str, String)]) -> Result<(), String> {
     let require = std::env::var("MARKETPLACE_REQUIRE_PG").is_ok_and(|v| v == "1");
     let mut cluster = None;
     let pg_url = match std::env::var("MARKETPLACE_TEST_PG") {
@@ -322,33 +363,41 @@ fn test(extra: &[String]) -> Result<(), String> {
             }
         },
     };
-    let env: Vec<(&str, String)> = match &pg_url {
-        Some(url) => vec![("MARKETPLACE_TEST_PG", url.clone())],
-        None => vec![],
-    };
+    let mut env: Vec<(&str, String)> = lint.to_vec();
+    if let Some(url) = &pg_url {
+        env.push(("MARKETPLACE_TEST_PG", url.clone()));
+    }
 
     let mut failed = Vec::new();
-    // The same selection for both runs of the host's tests, so they share
-    // one build (features are unified over the selected packages); every
-    // test binary runs even when one fails.
-    let mut selection = vec!["test", "--release", "--workspace"];
-    for p in &plugins {
-        selection.extend(["--exclude", p.name.as_str()]);
+    // The same packages for every run, so they share one build; every test
+    // binary runs even when one fails.
+    let base = ["test", "--release", "--workspace"];
+    let no_fail_fast = if extra.iter().any(|a| a == "--no-fail-fast") {
+        None
+    } else {
+        Some("--no-fail-fast")
+    };
+    if !lint.is_empty() {
+        let mut all = base.to_vec();
+        all.extend(["--all-targets", "--no-run"]);
+        if let Err(e) = cargo_env(&all, &env) {
+            // Nothing to run from a build that failed.
+            if let Some(c) = cluster.take() {
+                c.stop();
+            }
+            return Err(e);
+        }
     }
-    if !extra.iter().any(|a| a == "--no-fail-fast") {
-        selection.push("--no-fail-fast");
+    let mut run = base.to_vec();
+    run.extend(no_fail_fast);
+    // The tests' targets (not the benches, which would run, nor doc tests:
+    // the workspace's examples in docs are `ignore`d), unless the
+    // arguments pick targets of their own.
+    if !picks_targets(extra) {
+        run.extend(["--lib", "--bins", "--tests"]);
     }
-    let mut host = selection.clone();
-    host.extend(extra.iter().map(String::as_str));
-    if let Err(e) = cargo_env(&host, &env) {
-        failed.push(e);
-    }
-    let mut guests = vec!["test", "--release", "--lib"];
-    for p in &plugins {
-        guests.extend(["-p", p.name.as_str()]);
-    }
-    guests.extend(extra.iter().map(String::as_str));
-    if let Err(e) = cargo(&guests) {
+    run.extend(extra.iter().map(String::as_str));
+    if let Err(e) = cargo_env(&run, &env) {
         failed.push(e);
     }
 
@@ -356,7 +405,8 @@ fn test(extra: &[String]) -> Result<(), String> {
     match (&pg_url, suite) {
         (Some(_), true) => {
             let binaries = black_box_tests()?;
-            let mut again = selection.clone();
+            let mut again = base.to_vec();
+            again.extend(no_fail_fast);
             for t in &binaries {
                 again.extend(["--test", t.as_str()]);
             }
@@ -389,6 +439,29 @@ fn test(extra: &[String]) -> Result<(), String> {
     } else {
         Err(failed.join("\n"))
     }
+}
+
+/// Whether `cargo test` arguments (before a `--`) choose targets
+/// themselves (`--test http`, `--lib`, ...).
+fn picks_targets(args: &[String]) -> bool {
+    const FLAGS: &[&str] = &[
+        "--lib",
+        "--bins",
+        "--bin",
+        "--tests",
+        "--test",
+        "--examples",
+        "--example",
+        "--benches",
+        "--bench",
+        "--all-targets",
+        "--doc",
+    ];
+    args.iter().take_while(|a| *a != "--").any(|a| {
+        FLAGS
+            .iter()
+            .any(|f| a == f || a.strip_prefix(f).is_some_and(|r| r.starts_with('=')))
+    })
 }
 
 /// `cargo xtask pg`: a cluster for running PostgreSQL tests by hand.
@@ -699,8 +772,8 @@ fn free_port() -> Result<u16, String> {
 /// `target/plugins/` (through a `.part` file and a rename, so a server
 /// watching that directory never loads half a file; unchanged files are
 /// left alone, so it reloads only what changed) and remove the components
-/// no crate builds any more.
-fn build_plugins() -> Result<(), String> {
+/// no crate builds any more. `env`: [`lint_env`]'s, or none.
+fn build_plugins(env: &[(&str, String)]) -> Result<(), String> {
     let crates = plugin_crates()?;
     let mut targets: Vec<&str> = crates.iter().map(|p| p.target.as_str()).collect();
     targets.sort();
@@ -711,7 +784,7 @@ fn build_plugins() -> Result<(), String> {
         for c in crates.iter().filter(|c| c.target == *target) {
             args.extend(["-p", c.name.as_str()]);
         }
-        cargo(&args)?;
+        cargo_env(&args, env)?;
     }
     let out = target_dir()?.join(PLUGINS_OUT);
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
@@ -743,4 +816,26 @@ fn build_plugins() -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::picks_targets;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn target_flags_are_told_from_other_arguments() {
+        assert!(picks_targets(&args(&["--test", "http"])));
+        assert!(picks_targets(&args(&["--test=http"])));
+        assert!(picks_targets(&args(&["-p", "marketplace", "--lib"])));
+        assert!(!picks_targets(&args(&[])));
+        assert!(!picks_targets(&args(&["-p", "marketplace", "idempotency"])));
+        // `--testing` is no target flag; past `--`, arguments are the test
+        // binaries'.
+        assert!(!picks_targets(&args(&["--testing"])));
+        assert!(!picks_targets(&args(&["--", "--test"])));
+    }
 }
