@@ -134,9 +134,10 @@ fn cargo(args: &[&str]) -> Result<(), String> {
 /// clippy's driver (beside the rustc of this toolchain) as the workspace
 /// wrapper, with warnings denied, as `cargo clippy` sets it up for its
 /// check builds. Dependencies are compiled by rustc alone; each workspace
-/// crate by the driver, which lints it and then compiles it (clippy turns
-/// some of rustc's MIR optimizations off, so the code does the same but
-/// is not a build to measure: the benches build without `--lint`).
+/// crate by the driver, which lints it and then compiles it (with some
+/// compiler options of clippy's own: the code does the same but is not
+/// bit-identical, nor a build to measure; the benches build without
+/// `--lint`).
 /// Cargo keeps the wrapper in its fingerprints, so a build with it and one
 /// without do not reuse each other's workspace crates (their
 /// dependencies, yes).
