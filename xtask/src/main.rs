@@ -335,6 +335,14 @@ fn ensure_wasm_targets(targets: &[&str]) -> Result<(), String> {
 /// are skipped, unless `MARKETPLACE_REQUIRE_PG=1`, then that is an error.
 /// The cluster is stopped and removed at the end, whatever the outcome.
 fn test(extra: &[String], lint: &[(&'static str, String)]) -> Result<(), String> {
+    // The same packages for every run, so they share one build.
+    let base = ["test", "--release", "--workspace"];
+    if !lint.is_empty() {
+        // Before any cluster starts: nothing runs from a build that fails.
+        let mut all = base.to_vec();
+        all.extend(["--all-targets", "--no-run"]);
+        cargo_env(&all, lint)?;
+    }
     let require = std::env::var("MARKETPLACE_REQUIRE_PG").is_ok_and(|v| v == "1");
     let mut cluster = None;
     let pg_url = match std::env::var("MARKETPLACE_TEST_PG") {
@@ -372,25 +380,12 @@ fn test(extra: &[String], lint: &[(&'static str, String)]) -> Result<(), String>
     }
 
     let mut failed = Vec::new();
-    // The same packages for every run, so they share one build; every test
-    // binary runs even when one fails.
-    let base = ["test", "--release", "--workspace"];
+    // Every test binary runs even when one fails.
     let no_fail_fast = if extra.iter().any(|a| a == "--no-fail-fast") {
         None
     } else {
         Some("--no-fail-fast")
     };
-    if !lint.is_empty() {
-        let mut all = base.to_vec();
-        all.extend(["--all-targets", "--no-run"]);
-        if let Err(e) = cargo_env(&all, &env) {
-            // Nothing to run from a build that failed.
-            if let Some(c) = cluster.take() {
-                c.stop();
-            }
-            return Err(e);
-        }
-    }
     let mut run = base.to_vec();
     run.extend(no_fail_fast);
     // The tests' targets (not the benches, which would run, nor doc tests:
