@@ -4,7 +4,7 @@
 mod common;
 
 use common::{Key, Server, now_s};
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[test]
 fn identity_is_402_without_payment_then_201_with_change() {
@@ -175,9 +175,67 @@ fn signer_members_of_the_wrong_type_are_the_bodys_400_before_402_or_401() {
             json!({"seller_fingerprint": 5, "signature": "00"}),
             "seller_fingerprint",
         ),
+        (
+            "/api/arbitration/contracts/buy",
+            json!({"buyer_fingerprint": 5, "contract_type": "service", "amount": "1",
+                   "reference_post": "post_x", "accept_terms": true, "signature": "00"}),
+            "buyer_fingerprint",
+        ),
+        (
+            "/api/arbitration/contracts/CTR_x/deliver",
+            json!({"actor_fingerprint": 5, "delivered_text": "x", "signature": "00"}),
+            "actor_fingerprint",
+        ),
+        (
+            "/api/identity",
+            json!({"nickname": "n", "pgp_public_key": 5, "signature": "00"}),
+            "pgp_public_key",
+        ),
+        (
+            "/api/storage/presign",
+            json!({"fingerprint": 5, "file_path": "a.png", "content_type": "image/png", "signature": "00"}),
+            "fingerprint",
+        ),
+        (
+            "/api/posts/update",
+            json!({"post_id": "post_x", "author_fingerprint": 5, "signature": "00"}),
+            "author_fingerprint",
+        ),
+        (
+            "/api/mcp/tools/define",
+            json!({"name": "signed_by_five", "description": "d", "kind": "search",
+                   "typescript": "return {term: 'x'}", "input_schema": {"type": "object", "properties": {}},
+                   "owner_fingerprint": 5, "signature": "00"}),
+            "owner_fingerprint",
+        ),
     ];
+    // The contract actions, the identity routes and a post's delete, signed
+    // by `actor_fingerprint`, `fingerprint` and `author_fingerprint`.
+    let mut cases: Vec<(String, Value, &str)> = cases
+        .into_iter()
+        .map(|(path, body, field)| (path.to_string(), body, field))
+        .collect();
+    for action in ["pickup", "refund", "release"] {
+        cases.push((
+            format!("/api/arbitration/contracts/CTR_x/{action}"),
+            json!({"actor_fingerprint": 5, "signature": "00"}),
+            "actor_fingerprint",
+        ));
+    }
+    for path in ["/api/identity/delete", "/api/profile/update"] {
+        cases.push((
+            path.to_string(),
+            json!({"fingerprint": 5, "signature": "00"}),
+            "fingerprint",
+        ));
+    }
+    cases.push((
+        "/api/posts/delete".to_string(),
+        json!({"post_id": "post_x", "author_fingerprint": 5, "signature": "00"}),
+        "author_fingerprint",
+    ));
     for (path, body, field) in cases {
-        let r = s.post_json(path, &body);
+        let r = s.post_json(&path, &body);
         assert_eq!(
             (r.status, r.code().as_str()),
             (400, "invalid_request"),
@@ -194,6 +252,25 @@ fn signer_members_of_the_wrong_type_are_the_bodys_400_before_402_or_401() {
             "{path}: {details}"
         );
     }
+    // Another route's signer member is an unknown member here, ignored
+    // (PROTOCOL 1), whatever its type: the request goes on to its 402 or
+    // 401.
+    let r = s.post_json(
+        "/api/timeline",
+        &json!({"author_fingerprint": fp, "content": "hi", "signature": "00",
+                "seller_fingerprint": [[]], "actor_fingerprint": 5, "owner_fingerprint": {}}),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (402, "payment_required"),
+        "{}",
+        r.text()
+    );
+    let r = s.post_json(
+        "/api/arbitration/contracts/CTR_x/accept",
+        &json!({"seller_fingerprint": fp, "signature": "00", "actor_fingerprint": 5, "buyer_fingerprint": [1]}),
+    );
+    assert_eq!(r.status, 401, "{}", r.text());
     // A timestamp far from the clock (milliseconds, say) is no body error:
     // the request goes on to ask for payment, and paid, it is 401
     // `auth_expired` (tests/contracts.rs pays one).

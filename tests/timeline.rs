@@ -405,7 +405,7 @@ fn timeline_is_newest_first_with_cursor_and_filters() {
     }
     assert_eq!(s.get("/api/search?term=offer&post_type=").status, 200);
     // An unknown member is ignored whatever its name (PROTOCOL 1); the
-    // protocol's signer members are type-checked.
+    // route's own signer member is type-checked.
     let ts = common::now_s();
     let content = "a post with an unknown member";
     let body = |extra: (&str, Value)| {
@@ -425,10 +425,10 @@ fn timeline_is_newest_first_with_cursor_and_filters() {
     let r = s.post_with(
         "/api/timeline",
         &[("x-cash-secret", &s.mint("1"))],
-        &body(("recipient_fingerprint", json!(123))),
+        &body(("author_fingerprint", json!(123))),
     );
     assert_eq!(r.status, 400, "{}", r.text());
-    assert_eq!(r.json()["details"][0]["field"], "recipient_fingerprint");
+    assert_eq!(r.json()["details"][0]["field"], "author_fingerprint");
 }
 
 #[test]

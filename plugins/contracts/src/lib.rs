@@ -302,7 +302,7 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
         body.problem("accept_terms", "must be true");
     }
     let timestamp = body.optional_u64("timestamp");
-    body.finish()?;
+    body.finish_signed("buyer_fingerprint")?;
     let (units, reference_post) = (units.unwrap_or(0), reference_post.unwrap_or_default());
     let buyer_field = body.text("buyer_fingerprint").unwrap_or_default();
 
@@ -470,26 +470,28 @@ fn graphql(req: &Request) -> Result<Response, ApiError> {
     }
 }
 
-/// The actor member and signed message of each action.
-fn signed_message(action: Action, id: &str, body: &Body) -> (&'static str, String) {
+/// The member naming the signer of each action.
+fn signer_member(action: Action) -> &'static str {
     match action {
-        Action::Accept => (
-            "seller_fingerprint",
-            format!(
-                "accept:{id}:{}",
-                body.text("seller_fingerprint").unwrap_or_default()
-            ),
+        Action::Accept => "seller_fingerprint",
+        Action::Deliver | Action::Pickup | Action::Refund | Action::Release => "actor_fingerprint",
+    }
+}
+
+/// The signed message of each action.
+fn signed_message(action: Action, id: &str, body: &Body) -> String {
+    match action {
+        Action::Accept => format!(
+            "accept:{id}:{}",
+            body.text("seller_fingerprint").unwrap_or_default()
         ),
-        Action::Deliver => (
-            "actor_fingerprint",
-            format!(
-                "deliver:{id}:{}",
-                body.text("delivered_text").unwrap_or_default()
-            ),
+        Action::Deliver => format!(
+            "deliver:{id}:{}",
+            body.text("delivered_text").unwrap_or_default()
         ),
-        Action::Pickup => ("actor_fingerprint", id.to_string()),
-        Action::Refund => ("actor_fingerprint", format!("REFUND:{id}")),
-        Action::Release => ("actor_fingerprint", format!("release:{id}")),
+        Action::Pickup => id.to_string(),
+        Action::Refund => format!("REFUND:{id}"),
+        Action::Release => format!("release:{id}"),
     }
 }
 
@@ -505,12 +507,12 @@ fn act(req: &Request, action: Action) -> Result<Response, ApiError> {
     let tracking_number = body.optional_str("tracking_number", 200);
     let tracking_carrier = body.optional_str("tracking_carrier", 100);
     let timestamp = body.optional_u64("timestamp");
-    body.finish()?;
+    let actor_field = signer_member(action);
+    body.finish_signed(actor_field)?;
 
-    let (actor_field, message) = signed_message(action, &id, &body);
     let (actor, reused) = verify_in_order(
         body.text(actor_field).as_deref(),
-        &message,
+        &signed_message(action, &id, &body),
         body.text("signature").as_deref(),
         timestamp,
         false,

@@ -114,6 +114,13 @@ pub fn whole_number(n: &serde_json::Number) -> Option<i64> {
     })
 }
 
+/// A JSON number that is a non-negative whole number as a u64: an integer
+/// up to 2^64 - 1, or a float without a fraction ([`whole_number`]).
+pub fn whole_u64(n: &serde_json::Number) -> Option<u64> {
+    n.as_u64()
+        .or_else(|| whole_number(n).and_then(|i| u64::try_from(i).ok()))
+}
+
 fn find<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
     pairs
         .iter()
@@ -557,9 +564,7 @@ impl Body {
     /// An optional non-negative integer (a JSON number or a decimal string).
     pub fn optional_u64(&mut self, field: &str) -> Option<u64> {
         let parsed = match self.raw(field)? {
-            Value::Number(n) => n
-                .as_u64()
-                .or_else(|| whole_number(n).and_then(|i| u64::try_from(i).ok())),
+            Value::Number(n) => whole_u64(n),
             Value::String(s) => marketplace_common::uint::parse(s),
             _ => None,
         };
@@ -569,51 +574,35 @@ impl Body {
         parsed
     }
 
-    /// 400 with every recorded problem, if any. The signer's members are
-    /// checked here for every route, so that a malformed one is the body's
-    /// 400 rather than a missing one's 401 or the 402 that comes before
-    /// it (PROTOCOL 1's order): `signature` and the protocol's
-    /// `*_fingerprint` members ([`SIGNER_MEMBERS`]), when present, are
-    /// strings. Any other member a route does not read is ignored
-    /// (PROTOCOL 1), whatever its name. (A `timestamp` far from the clock,
-    /// say one in milliseconds, is well-formed: the host answers it 401
-    /// `auth_expired`, PROTOCOL 2.)
+    /// 400 with every recorded problem, if any. Members a route does not
+    /// read are ignored (PROTOCOL 1), whatever their name: a signed route
+    /// checks its own signer with [`Body::finish_signed`].
     pub fn finish(&mut self) -> Result<(), ApiError> {
-        for (field, value) in &self.map {
-            let signer = SIGNER_MEMBERS.contains(&field.as_str());
-            let problem = if signer && !value.is_null() && !value.is_string() {
-                "must be a string".to_string()
-            } else {
-                continue;
-            };
-            // A route that checked the member itself said so already.
-            if !self.problems.iter().any(|p| p.field == *field) {
-                self.problems.push(crate::Detail {
-                    field: field.clone(),
-                    problem,
-                });
-            }
-        }
         if self.problems.is_empty() {
             Ok(())
         } else {
             Err(ApiError::invalid_many(std::mem::take(&mut self.problems)))
         }
     }
-}
 
-/// The members that name or prove a signer somewhere in the protocol:
-/// type-checked on every route by [`Body::finish`].
-pub const SIGNER_MEMBERS: &[&str] = &[
-    "signature",
-    "actor_fingerprint",
-    "author_fingerprint",
-    "buyer_fingerprint",
-    "owner_fingerprint",
-    "recipient_fingerprint",
-    "seller_fingerprint",
-    "target_seller_fingerprint",
-];
+    /// [`Body::finish`] for a signed route: its `signer` member (say
+    /// `actor_fingerprint`) and `signature`, when present, must be strings,
+    /// so that a malformed one is the body's 400 rather than a missing
+    /// one's 401 or the 402 that comes before it (PROTOCOL 1's order). The
+    /// other routes' signer members are unknown members here, and ignored.
+    /// (A `timestamp` far from the clock, say one in milliseconds, is
+    /// well-formed: the host answers it 401 `auth_expired`, PROTOCOL 2.)
+    pub fn finish_signed(&mut self, signer: &str) -> Result<(), ApiError> {
+        for field in [signer, "signature"] {
+            let malformed = self.raw(field).is_some_and(|v| !v.is_string());
+            // A route that checked the member itself said so already.
+            if malformed && !self.problems.iter().any(|p| p.field == field) {
+                self.problem(field, "must be a string");
+            }
+        }
+        self.finish()
+    }
+}
 
 /// Charge this request for `action` (402 refusals pass through unchanged).
 /// Returns the `payment` member for the success body.
@@ -817,27 +806,44 @@ pub fn memoized(
 #[cfg(test)]
 mod tests {
     use super::{Body, is_blank};
+    use serde_json::json;
 
-    fn finished(body: serde_json::Value) -> Vec<String> {
+    fn finished(body: serde_json::Value, signer: Option<&str>) -> Vec<String> {
         let mut b = Body {
             map: body.as_object().unwrap().clone(),
             problems: Vec::new(),
         };
-        match b.finish() {
+        let finished = match signer {
+            Some(signer) => b.finish_signed(signer),
+            None => b.finish(),
+        };
+        match finished {
             Ok(()) => vec![],
             Err(e) => e.message.split("; ").map(str::to_string).collect(),
         }
     }
 
     #[test]
-    fn signer_members_are_strings_and_other_members_are_ignored() {
-        // Unknown members are ignored, whatever their name (PROTOCOL 1).
-        let ok = serde_json::json!({"referrer_fingerprint": 5, "extra": [1], "author_fingerprint": null});
-        assert!(finished(ok).is_empty());
-        for member in super::SIGNER_MEMBERS {
-            let problems = finished(serde_json::json!({ *member: 5 }));
+    fn a_signed_route_checks_its_own_signer_and_ignores_the_others() {
+        // Unknown members are ignored, whatever their name (PROTOCOL 1),
+        // other routes' signer members included.
+        let foreign = json!({"referrer_fingerprint": 5, "seller_fingerprint": [[]], "extra": [1]});
+        assert!(finished(foreign.clone(), None).is_empty());
+        assert!(finished(foreign, Some("actor_fingerprint")).is_empty());
+        // A null signer is an absent one (401 later, not 400).
+        assert!(
+            finished(
+                json!({"actor_fingerprint": null}),
+                Some("actor_fingerprint")
+            )
+            .is_empty()
+        );
+        for member in ["actor_fingerprint", "signature"] {
+            let problems = finished(json!({ member: 5 }), Some("actor_fingerprint"));
             assert_eq!(problems.len(), 1, "{member}: {problems:?}");
             assert!(problems[0].starts_with(member), "{problems:?}");
+            // An unsigned route does not read either.
+            assert!(finished(json!({ member: 5 }), None).is_empty());
         }
     }
 

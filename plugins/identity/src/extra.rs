@@ -103,7 +103,8 @@ fn as_sent(body: &Body, field: &str) -> String {
 /// signed request's `fingerprint` (its signer, read as every signed route
 /// reads its signer):
 /// 401 `auth_required` when the request is not signed (no signature, or no
-/// signer: absent, or not a string), 401 `auth_invalid` when the signer is
+/// signer; one that is not a string was the body's 400 already), 401
+/// `auth_invalid` when the signer is
 /// not a key or has no identity (never registered, or deleted already),
 /// as PROTOCOL section 2 says of any signer.
 fn registered(body: &Body) -> Result<(String, Identity), ApiError> {
@@ -130,7 +131,7 @@ fn registered(body: &Body) -> Result<(String, Identity), ApiError> {
 pub fn delete_identity(req: &Request) -> Result<Response, ApiError> {
     let mut body = Body::parse(req)?;
     let timestamp = body.optional_u64("timestamp");
-    body.finish()?;
+    body.finish_signed("fingerprint")?;
     // Looked up first, so that repeating a delete does not spend its
     // signature.
     let (key, id) = registered(&body)?;
@@ -198,7 +199,7 @@ pub fn update_profile(req: &Request) -> Result<Response, ApiError> {
     };
     let picture = body.optional_str("profile_picture", 200);
     let timestamp = body.optional_u64("timestamp");
-    body.finish()?;
+    body.finish_signed("fingerprint")?;
     let (key, mut id) = registered(&body)?;
     let actor = signer(
         &body,
@@ -270,17 +271,21 @@ pub fn recovery_scan(req: &Request) -> Result<Response, ApiError> {
         }
         Some(Value::Array(items)) => {
             for (i, p) in items.iter().enumerate() {
-                let index = p.get("key_index").and_then(Value::as_u64);
+                // JSON Schema's integers: 7 or 7.0.
+                let index = p
+                    .get("key_index")
+                    .and_then(Value::as_number)
+                    .and_then(marketplace_guest::whole_u64);
                 let fp = p.get("fingerprint").and_then(Value::as_str);
                 let sig = p.get("signature").and_then(Value::as_str);
                 match (index, fp, sig) {
-                    (Some(index), Some(fp), Some(sig)) if sig.len() <= 256 => {
+                    (Some(index), Some(fp), Some(sig)) if sig.chars().count() <= 256 => {
                         probes.push((index, fp.to_ascii_lowercase(), sig.to_string()))
                     }
                     _ => body.problem(
                         "probes",
                         format!(
-                            "probe {i} must have key_index (integer), fingerprint and signature (strings)"
+                            "probe {i} must have key_index (an integer from 0 to 2^64-1), fingerprint and signature (strings, the signature at most 256 characters)"
                         ),
                     ),
                 }
@@ -432,7 +437,7 @@ pub fn presign(req: &Request) -> Result<Response, ApiError> {
         }
     };
     let timestamp = body.optional_u64("timestamp");
-    body.finish()?;
+    body.finish_signed("fingerprint")?;
     let file_path = file_path.unwrap_or_default();
     let actor = signer(
         &body,

@@ -147,7 +147,7 @@ fn register(req: &Request) -> Result<Response, ApiError> {
     }
     let about = body.optional_str("about", MAX_ABOUT).unwrap_or_default();
     let timestamp = body.optional_u64("timestamp");
-    body.finish()?;
+    body.finish_signed("pgp_public_key")?;
     let (nickname, fingerprint) = (
         nickname.unwrap_or_default(),
         key.unwrap_or_default().to_ascii_lowercase(),
@@ -250,7 +250,7 @@ fn rate(req: &Request) -> Result<Response, ApiError> {
         body.problem("vote", "must be \"up\" or \"down\"");
     }
     let timestamp = body.optional_u64("timestamp");
-    body.finish()?;
+    body.finish_signed("actor_fingerprint")?;
     let (post_id, vote) = (post_id.unwrap_or_default(), vote.unwrap_or_default());
 
     let (actor, message, signature) = (

@@ -711,7 +711,7 @@ fn define(req: &Request) -> Result<Response, ApiError> {
     for field in ["owner_fingerprint", "signature"] {
         body.optional_str(field, 200);
     }
-    body.finish()?;
+    body.finish_signed("owner_fingerprint")?;
     let (name, typescript) = (name.unwrap_or_default(), typescript.unwrap_or_default());
 
     let digest = marketplace_common::hex::sha256(&typescript);

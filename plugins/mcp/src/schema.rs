@@ -29,6 +29,10 @@ const ANNOTATIONS: &[&str] = &[
     "$comment",
 ];
 
+/// The keywords of [`PROPERTY_KEYWORDS`] that apply to arrays only: on a
+/// property of another type they would check nothing, so they are refused.
+const ARRAY_KEYWORDS: [&str; 3] = ["items", "minItems", "maxItems"];
+
 /// The keywords of a property that arguments are checked against.
 const PROPERTY_KEYWORDS: &[&str] = &[
     "type",
@@ -71,7 +75,7 @@ pub fn openapi() -> Value {
         json!({"type": "object", "properties": props, "required": required, "additionalProperties": false})
     };
     let item = annotated(&mut std::iter::once(("type", types.clone())), &["type"]);
-    let property = annotated(
+    let mut property = annotated(
         &mut PROPERTY_KEYWORDS.iter().map(|&k| {
             let v = match k {
                 "type" => types.clone(),
@@ -87,6 +91,9 @@ pub fn openapi() -> Value {
         }),
         &["type"],
     );
+    // As `property_problems` refuses them elsewhere.
+    property["if"] = json!({"properties": {"type": {"const": "array"}}, "required": ["type"]});
+    property["else"] = json!({"properties": ARRAY_KEYWORDS.map(|k| (k.to_string(), Value::Bool(false))).into_iter().collect::<serde_json::Map<_, _>>()});
     let mut schema = annotated(
         &mut SCHEMA_KEYWORDS.iter().map(|&k| {
             let v = match k {
@@ -102,7 +109,7 @@ pub fn openapi() -> Value {
         &["type", "properties"],
     );
     schema["description"] = json!(format!(
-        "JSON Schema of the macro's arguments, with only the keywords they are checked against (any other keyword is 400, naming it); at most {} KiB as JSON",
+        "JSON Schema of the macro's arguments, with only the keywords they are checked against (any other keyword is 400, naming it; items, minItems and maxItems only on a property of type array); at most {} KiB as JSON",
         MAX_INPUT_SCHEMA / 1024
     ));
     schema
@@ -254,7 +261,7 @@ fn property_problems(prop: &Value) -> Vec<(&str, String)> {
         out.extend(problem.map(|p| (known, p)));
     }
     if ty != Some("array") {
-        for k in ["items", "minItems", "maxItems"] {
+        for k in ARRAY_KEYWORDS {
             if map.contains_key(k) {
                 out.push((
                     k,

@@ -126,7 +126,7 @@ fn revalidated(op: &mut Value) {
 
 /// The component schemas the operations reference (besides the host's).
 pub fn schemas() -> Value {
-    json!({
+    let mut schemas = json!({
         "Post": openapi::post(),
         "PostEnvelope": obj(&[("post", r("Post"))], &["post"]),
         "PostCreated": obj(&[("post_id", t("string")), ("post", r("Post")), ("payment", openapi::payment())], &["post_id", "post"]),
@@ -136,14 +136,25 @@ pub fn schemas() -> Value {
             ("content", json!({"type": "string", "maxLength": 65536, "description": "not blank; \"\" for a private_reply"})),
             ("post_type", pattern("^[A-Za-z0-9_-]{1,64}$")), ("parent_id", t("string")), ("keywords", keywords()),
             ("attachments", attachments()), ("activity_metadata", json!({"type": "object", "description": "at most 16 KiB as compact JSON"})),
-            ("recipient_fingerprint", json!({"type": "string", "pattern": "^[0-9a-fA-F]{64}$", "description": "private_reply only (required there): the addressee"})),
-            ("encrypted_payload", json!({"type": "string", "minLength": 1, "maxLength": 65536, "description": "private_reply only (required there): opaque text, at most 64 KiB; signed as post:{encrypted_payload}"}))],
+            ("recipient_fingerprint", json!({"description": "private_reply only (required there; ignored on other posts): the addressee, 64 hex"})),
+            ("encrypted_payload", json!({"description": "private_reply only (required there; ignored on other posts): opaque text, at most 64 KiB; signed as post:{encrypted_payload}"}))],
             &["content"]),
         "UpdatePost": with_signature(vec![("post_id", nonblank(128)), ("author_fingerprint", fingerprint()), ("content", nonblank(65536)), ("keywords", keywords()),
             ("attachments", attachments()), ("activity_metadata", json!({"type": "object", "description": "at most 16 KiB as compact JSON"}))], &["post_id"]),
         "DeletePost": with_signature(vec![("post_id", nonblank(128)), ("author_fingerprint", fingerprint())], &["post_id"]),
         "PostDeleted": obj(&[("post_id", t("string")), ("deleted", json!({"type": "boolean", "const": true}))], &["post_id", "deleted"]),
-    })
+    });
+    // A private reply's own members, read (and so checked) on it alone.
+    schemas["NewPost"]["if"] = json!({"properties": {"post_type": {"const": crate::model::PRIVATE_REPLY}}, "required": ["post_type"]});
+    schemas["NewPost"]["then"] = json!({
+        "properties": {
+            "parent_id": {"type": "string", "minLength": 1},
+            "recipient_fingerprint": {"type": "string", "pattern": "^[0-9a-fA-F]{64}$"},
+            "encrypted_payload": {"type": "string", "minLength": 1, "maxLength": 65536},
+        },
+        "required": ["parent_id", "recipient_fingerprint", "encrypted_payload"],
+    });
+    schemas
 }
 
 fn keywords() -> Value {
@@ -178,7 +189,13 @@ fn attachments() -> Value {
         ],
         &["filename"],
     );
-    item["oneOf"] = json!([{"required": ["content"]}, {"required": ["s3_key"]}]);
+    // Optional members may be null, read as absent; exactly one of
+    // content and s3_key is a string.
+    openapi::null_is_absent(&mut item);
+    item["oneOf"] = json!([
+        {"required": ["content"], "properties": {"content": {"type": "string"}}},
+        {"required": ["s3_key"], "properties": {"s3_key": {"type": "string"}}}
+    ]);
     json!({"type": "array", "maxItems": 16, "items": item})
 }
 

@@ -495,7 +495,7 @@ fn create(req: &Request) -> Result<Response, ApiError> {
     let keywords = keywords_field(&mut body).unwrap_or_default();
     let activity_metadata = metadata_field(&mut body).unwrap_or_else(|| json!({}));
     let timestamp = body.optional_u64("timestamp");
-    body.finish()?;
+    body.finish_signed("author_fingerprint")?;
     let attachments = attachments_field(&body, body.text("author_fingerprint").as_deref())?;
     let content = content.unwrap_or_default();
 
@@ -627,7 +627,7 @@ fn update(req: &Request) -> Result<Response, ApiError> {
     };
     let keywords = keywords_field(&mut body);
     let activity_metadata = metadata_field(&mut body);
-    body.finish()?;
+    body.finish_signed("author_fingerprint")?;
     let attachments = match body.raw("attachments") {
         None => None,
         Some(_) => Some(attachments_field(
@@ -685,7 +685,7 @@ fn delete(req: &Request) -> Result<Response, ApiError> {
     let mut body = Body::parse(req)?;
     let post_id = body.required_str("post_id", 64).unwrap_or_default();
     let timestamp = body.optional_u64("timestamp");
-    body.finish()?;
+    body.finish_signed("author_fingerprint")?;
     let post = authored_post(&body, &post_id, timestamp, "delete_post", false)?;
     let id = &post.post_id;
     if !post.is_private() {
