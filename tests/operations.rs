@@ -2219,3 +2219,213 @@ fn a_keyed_mint_repeats_its_secret_and_mints_once() {
     assert_eq!(d.metric("marketplace_ledger_minted_units"), 200_000_000);
     assert_eq!(d.cash_state(&first), (json!(false), json!("2")));
 }
+
+// ------------------------------------------ what a start tells the operator
+
+/// A write-ahead log segment an earlier start (or an offline command)
+/// kept aside as damaged is still an alert at every later start, until the
+/// operator removes it: an offline `cash mint --data-dir` that found the
+/// damage says so on stderr, and the next `serve` lists it in health's
+/// `alerts` rather than starting clean.
+#[test]
+fn a_damaged_log_segment_kept_aside_is_an_alert_at_every_start() {
+    if common::skip_on_postgres(
+        "a_damaged_log_segment_kept_aside_is_an_alert_at_every_start",
+        "the write-ahead log is the embedded store's",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut s = server_on(&data, &[]);
+    assert_eq!(s.get("/api/health").json()["alerts"], json!([]));
+    s.stop();
+    // What an earlier start leaves when it found the log damaged.
+    let kept = data.join("marketplace.redb-wal.00000000000000fe.damaged");
+    std::fs::write(&kept, b"whole records the database does not hold").unwrap();
+    let named = kept.display().to_string();
+
+    // An offline command opens the data dir as a start does, and says so.
+    let out = run(
+        &["cash", "mint", "1", "--data-dir", data.to_str().unwrap()],
+        &[],
+        Duration::from_secs(120),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("ERROR") && err.contains(&named),
+        "stderr: {err}"
+    );
+    assert!(text(&out.stdout).contains(":secret:"));
+
+    let mut s = server_on(&data, &[]);
+    let h = s.get("/api/health");
+    assert_eq!(h.status, 200, "{}", h.text());
+    let alerts = h.json()["alerts"].clone();
+    assert_eq!(alerts.as_array().map(Vec::len), Some(1), "{alerts}");
+    assert_eq!(alerts[0]["kind"], "wal_damaged", "{alerts}");
+    assert!(
+        alerts[0]["message"].as_str().unwrap().contains(&named),
+        "{alerts}"
+    );
+    assert_eq!(s.metric("marketplace_alerts"), 1);
+    s.stop();
+    // Removed by the operator: the next start is clean.
+    std::fs::remove_file(&kept).unwrap();
+    let s = server_on(&data, &[]);
+    assert_eq!(s.get("/api/health").json()["alerts"], json!([]));
+}
+
+/// A component uploaded through the admin API is kept for restarts; one
+/// the next start cannot load (a damaged file) leaves the configured
+/// component serving, and health says so in `alerts`, since what serves
+/// is not what the operator decided last.
+#[test]
+fn a_kept_upload_refused_at_start_is_an_alert() {
+    if common::skip_on_postgres(
+        "a_kept_upload_refused_at_start_is_an_alert",
+        "a shared store keeps uploads in the store, not in the data dir",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut s = server_on(&data, &[]);
+    let policy = |s: &Server| s.get("/api/fees").json()["arbitration"]["policy"].clone();
+    let bid_inclusive = policy(&s);
+    assert_eq!(bid_inclusive, "bid-inclusive");
+    let wasm = std::fs::read(common::plugins_dir().join("fees_pickup_paid.wasm")).unwrap();
+    let r = common::deal::admin(&s, "PUT", "/admin/plugins/fees", &wasm);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let pickup_paid = policy(&s);
+    assert_ne!(pickup_paid, bid_inclusive);
+    s.stop();
+    // Kept across a restart, as decided.
+    let mut s = server_on(&data, &[]);
+    assert_eq!(policy(&s), pickup_paid);
+    assert_eq!(s.get("/api/health").json()["alerts"], json!([]));
+    s.stop();
+
+    let file = data.join("uploads").join("fees.wasm");
+    let bytes = std::fs::read(&file).expect("the kept upload");
+    std::fs::write(&file, &bytes[..5000]).unwrap();
+    let s = server_on(&data, &[]);
+    let h = s.get("/api/health");
+    assert_eq!(policy(&s), bid_inclusive, "the configured component serves");
+    let alerts = h.json()["alerts"].clone();
+    assert_eq!(alerts[0]["kind"], "kept_upload_refused", "{}", h.text());
+    assert!(
+        alerts[0]["message"].as_str().unwrap().contains("fees"),
+        "{alerts}"
+    );
+    assert_eq!(s.metric("marketplace_alerts"), 1);
+}
+
+/// Health's `commits` counts committed mutating requests (PROTOCOL 8): none
+/// on a fresh start (the host's own start-up writes are not requests),
+/// then one per paid request.
+#[test]
+fn health_counts_requests_commits_not_the_starts_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for start in 0..2 {
+        let mut s = server_on(&data, &[]);
+        let commits = |s: &Server| s.get("/api/health").json()["storage"]["commits"].clone();
+        assert_eq!(commits(&s), json!(0), "start {start}");
+        // The operator's mint is a mutating request too.
+        let secret = s.mint("0.6");
+        assert_eq!(commits(&s), json!(1), "start {start}");
+        let r = s.register(&Key::random(), &format!("counted{start}"), &secret);
+        assert_eq!(r.status, 201, "{}", r.text());
+        assert_eq!(commits(&s), json!(2), "start {start}");
+        s.stop();
+    }
+}
+
+/// The lines scripts wait for are printed on stdout; a stdout nobody reads
+/// (a closed pipe) does not stop the server, with its admin and metrics
+/// listeners too.
+#[test]
+fn a_closed_stdout_does_not_stop_the_server() {
+    let port = |()| {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+    };
+    let (public, admin, metrics) = (port(()), port(()), port(()));
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = bare_command();
+    cmd.args([
+        "serve",
+        "--listen",
+        &public.to_string(),
+        "--admin-listen",
+        &admin.to_string(),
+        "--metrics-listen",
+        &metrics.to_string(),
+        "--data-dir",
+        dir.path().join("data").to_str().unwrap(),
+        "--plugins",
+        common::plugins_dir().to_str().unwrap(),
+    ])
+    .env("MARKETPLACE_ADMIN_TOKEN", ADMIN_TOKEN)
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null());
+    let mut child = Kill(cmd.spawn().unwrap());
+    // The read end closed before the server writes a line.
+    drop(child.0.stdout.take());
+    let until = Instant::now() + Duration::from_secs(120);
+    loop {
+        assert!(
+            child.0.try_wait().unwrap().is_none(),
+            "the server exited: {:?}",
+            child.0.try_wait()
+        );
+        // Until the listener is bound, connections are refused.
+        if TcpStream::connect(public).is_ok() {
+            let r = common::request(public, "GET", "/api/health", &[], None);
+            if r.status == 200 && r.json()["status"] == "ok" {
+                break;
+            }
+        }
+        assert!(Instant::now() < until, "never ready");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Every line has been written (or failed) by now; it still serves.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(child.0.try_wait().unwrap().is_none(), "the server exited");
+    assert_eq!(
+        common::request(public, "GET", "/api/fees", &[], None).status,
+        200
+    );
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let r = common::request(
+        admin,
+        "GET",
+        "/admin/plugins",
+        &[("authorization", &auth)],
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// The admin listener logs a path as the public one logs a path no route
+/// took: a cash secret (or a token-like segment) in it is not written.
+#[test]
+fn the_admin_listeners_access_log_shows_no_secret() {
+    let s = Server::start();
+    let secret = s.mint("0.5");
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    for headers in [vec![], vec![("authorization", auth.as_str())]] {
+        let r = common::request(s.admin, "GET", &format!("/admin/{secret}"), &headers, None);
+        assert!(matches!(r.status, 401 | 404), "{}", r.text());
+    }
+    s.wait_log("the admin access lines", |log| {
+        log.matches("path=/admin/{redacted}").count() >= 2
+    });
+    let hex = secret.rsplit(':').next().unwrap();
+    assert!(!s.log_text().contains(hex), "the secret is in the log");
+}

@@ -1,7 +1,10 @@
 //! Problems found at start that the service keeps working through but
 //! only the operator can mend: records of a damaged write-ahead log that
-//! were not applied (answered requests this database no longer holds), or
-//! a server or arbiter key other than the one the database ran with. Each
+//! were not applied (answered requests this database no longer holds), a
+//! server or arbiter key other than the one the database ran with, or a
+//! change made through the admin API (an upload or an unmount) that the
+//! start could not apply (another component serves than the operator
+//! decided last). Each
 //! is logged at ERROR where it is found; [`raise`] also keeps it for `GET
 //! /api/health`'s `alerts` and counts it in the `marketplace_alerts` gauge,
 //! so a monitor notices without reading the log. Health stays `ok`: the
@@ -12,7 +15,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// One problem: what kind (`wal_damaged`, `server_key_changed`,
-/// `arbiter_key_changed`) and what to do, in words.
+/// `arbiter_key_changed`, `kept_upload_refused`) and what to do, in words.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Alert {
     pub kind: &'static str,

@@ -56,6 +56,7 @@ impl App {
             max_instances: config.max_instances,
         };
         let state = State::open(config)?;
+        state.storage.opened();
         let runtime = Arc::new(Runtime::new(state.clone(), limits)?);
         runtime.register(&families);
         let retention = crate::retention::Retention {

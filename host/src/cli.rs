@@ -188,6 +188,16 @@ pub fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    if !matches!(cli.command, Command::Serve { .. }) {
+        // The offline commands open the data dir as `serve` does: what
+        // that finds for the operator (a damaged write-ahead log) is said
+        // on stderr, not dropped.
+        let _ = tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .try_init();
+    }
     match cli.command {
         Command::Serve { settings } => serve(load_config(&settings)?),
         Command::Cash {

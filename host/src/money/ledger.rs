@@ -343,7 +343,7 @@ impl Ledger {
         if inputs.is_empty() || outputs.is_empty() {
             let field = if inputs.is_empty() { input } else { output };
             return Err(field(
-                "webcashes and new_webcashes must both be non-empty".into(),
+                "webcashes and new_webcashes must both be non-empty (or both empty, a replace of nothing)".into(),
             ));
         }
         if inputs.len() > MAX_REPLACE {

@@ -194,7 +194,7 @@ fn health(rt: &Runtime) -> Reply {
             status,
             storage: Store {
                 backend: rt.storage.backend_name(),
-                commits: rt.storage.commits(),
+                commits: rt.storage.request_commits(),
                 status: if ok { "ok" } else { "error" },
                 syncs: rt.storage.syncs(),
             },

@@ -30,6 +30,7 @@ use crate::app::App;
 use crate::capabilities::Grants;
 use crate::money::ledger;
 use crate::reply::Reply;
+use crate::runtime::routes::logged_unrouted;
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
@@ -208,7 +209,7 @@ async fn handle(app: Arc<App>, token: Arc<String>, req: Request<Incoming>) -> Re
     let authorized = presented.is_some_and(|t| same(t.trim().as_bytes(), token.as_bytes()));
     if authorized && method == "GET" && path == "/admin/backup" {
         let resp = backup(app).await;
-        tracing::info!(target: "admin", method = %method, path = %path, status = resp.status().as_u16());
+        tracing::info!(target: "admin", method = %method, path = %logged_unrouted(&path), status = resp.status().as_u16());
         return resp;
     }
     let declared = super::http::declared_length(req.headers());
@@ -249,7 +250,9 @@ async fn handle(app: Arc<App>, token: Arc<String>, req: Request<Incoming>) -> Re
             .headers
             .push(("www-authenticate".into(), "Bearer realm=\"admin\"".into()));
     }
-    tracing::info!(target: "admin", method = %method, path = %path, status = reply.status);
+    // A path may hold anything a client typed, a cash secret included:
+    // logged as the public listener logs a path no route took.
+    tracing::info!(target: "admin", method = %method, path = %logged_unrouted(&path), status = reply.status);
     boxed(crate::server::http::to_hyper(reply, false))
 }
 

@@ -51,7 +51,9 @@ pub async fn run(config: Config) -> Result<i32> {
             .await
             .with_context(|| format!("binding admin listener {addr}"))?;
         let admin_addr = listener.local_addr()?;
-        println!("marketplace admin listening on http://{admin_addr}");
+        announce(&format!(
+            "marketplace admin listening on http://{admin_addr}"
+        ));
         tracing::info!("admin listener on http://{admin_addr}");
         listeners.push(tokio::spawn(admin::serve(
             app.clone(),
@@ -65,7 +67,9 @@ pub async fn run(config: Config) -> Result<i32> {
             .await
             .with_context(|| format!("binding metrics listener {addr}"))?;
         let metrics_addr = listener.local_addr()?;
-        println!("marketplace metrics listening on http://{metrics_addr}");
+        announce(&format!(
+            "marketplace metrics listening on http://{metrics_addr}"
+        ));
         tracing::info!("metrics listener on http://{metrics_addr}/metrics");
         if !metrics_addr.ip().is_loopback() {
             tracing::warn!(
@@ -143,8 +147,6 @@ pub async fn run(config: Config) -> Result<i32> {
                     );
                 }
             }
-            println!("marketplace listening on http://{addr}");
-            let _ = std::io::stdout().flush();
             let unavailable: Vec<String> = statuses
                 .iter()
                 .filter(|s| s.status == "unavailable")
@@ -163,6 +165,10 @@ pub async fn run(config: Config) -> Result<i32> {
                     unavailable.join("; ")
                 );
             }
+            // After the ready line, written out: a script that saw this
+            // line finds it in the log.
+            crate::logging::flush_all();
+            announce(&format!("marketplace listening on http://{addr}"));
         });
     }
 
@@ -208,6 +214,14 @@ pub async fn run(config: Config) -> Result<i32> {
         );
     }
     Ok(0)
+}
+
+/// A line on stdout for the scripts that wait for it (`marketplace ...
+/// listening on ...`). Nobody reading stdout (a closed pipe) is no reason
+/// to stop: the same line is in the log.
+fn announce(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
 
 /// When a drain that began at `started` (now, if it has not) must end.

@@ -381,9 +381,24 @@ pub fn mount_at_start(app: &App) {
         app.runtime.load_specs(&configured, started);
         for p in now {
             let family = p.family.clone();
-            if !replay(app, p)
-                && let Some(spec) = specs.iter().find(|f| f.name == family)
-            {
+            if replay(app, p) {
+                continue;
+            }
+            // Not what the operator decided last: say so where a monitor
+            // looks, not only in the log.
+            let spec = specs.iter().find(|f| f.name == family);
+            crate::alerts::raise(
+                "kept_upload_refused",
+                format!(
+                    "the change to family {family} made through the admin API (kept for restarts) could not be applied at start (the log says why): {}; upload the component again, or unmount the family, through the admin API",
+                    if spec.is_some() {
+                        "its configured component serves instead"
+                    } else {
+                        "the family serves nothing"
+                    }
+                ),
+            );
+            if let Some(spec) = spec {
                 // The upload was refused: the configured component serves.
                 app.runtime.load_specs(std::slice::from_ref(spec), started);
             }

@@ -100,6 +100,9 @@ pub struct Storage {
     gc: Arc<GroupCommit>,
     /// Most bytes of writes one write transaction may hold.
     write_budget: usize,
+    /// [`Storage::commits`] when the host's own start-up writes were done
+    /// ([`Storage::opened`]).
+    commits_at_open: std::sync::atomic::AtomicU64,
 }
 
 /// A request lost a race with another host's on the shared store: nothing
@@ -413,6 +416,7 @@ impl Storage {
         txn.set_quick_repair(true);
         txn.commit()?;
         // Only now that what could be applied is durably in the database.
+        wal::alert_kept_earlier(&wal_path);
         wal::keep_aside(&damaged, applied);
         if replayed > 0 {
             tracing::info!(
@@ -443,6 +447,7 @@ impl Storage {
             gc: GroupCommit::new(backend.clone(), commit, wal),
             backend,
             write_budget: DEFAULT_WRITE_BUDGET,
+            commits_at_open: Default::default(),
         }
     }
 
@@ -604,6 +609,23 @@ impl Storage {
     /// Successful write transactions since start.
     pub fn commits(&self) -> u64 {
         self.gc.counters().0
+    }
+
+    /// The host's own start-up writes (key checks, settings records, an
+    /// upgrade) are done: what commits from now on is requests' (and the
+    /// retention sweeps'), which [`Storage::request_commits`] counts.
+    pub fn opened(&self) {
+        self.commits_at_open
+            .store(self.commits(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Write transactions committed since [`Storage::opened`]: health's
+    /// `commits`, "committed mutating requests" (PROTOCOL 8).
+    pub fn request_commits(&self) -> u64 {
+        let at_open = self
+            .commits_at_open
+            .load(std::sync::atomic::Ordering::Relaxed);
+        self.commits().saturating_sub(at_open)
     }
 
     /// Durable commits (fsyncs) since start.

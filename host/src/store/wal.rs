@@ -247,6 +247,48 @@ pub fn keep_aside(damaged: &[Damaged], database_holds_to: u64) {
     }
 }
 
+/// Raise the alert again for each segment an earlier start (a `serve`, or
+/// an offline `backup` or `cash mint` on the data dir) kept aside as
+/// damaged: what it held past its damage is still not in the database, so
+/// every start says so, until the operator removes the kept file. Call it
+/// before [`keep_aside`] of this start's own.
+pub fn alert_kept_earlier(base: &Path) {
+    let dir = base.parent().unwrap_or(Path::new("."));
+    let prefix = format!(
+        "{}.",
+        base.file_name().unwrap_or_default().to_string_lossy()
+    );
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut kept: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_prefix(&prefix)
+                .and_then(|rest| rest.split_once(".damaged"))
+                .is_some_and(|(hex, n)| {
+                    hex.len() == 16
+                        && hex.bytes().all(|b| b.is_ascii_hexdigit())
+                        && (n.is_empty()
+                            || n.strip_prefix('.').is_some_and(|n| {
+                                !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+                            }))
+                })
+        })
+        .map(|e| e.path())
+        .collect();
+    kept.sort();
+    for path in kept {
+        let message = format!(
+            "the write-ahead log segment {} was kept aside as damaged by an earlier start: the answered requests it held past its damage are not in this database (that start's log said how many); restore a backup to recover them, then remove the file to clear this alert",
+            path.display()
+        );
+        tracing::error!(segment = %path.display(), "{message}");
+        crate::alerts::raise("wal_damaged", message);
+    }
+}
+
 /// The whole records of log `id` at the start of `bytes`, and where they
 /// end.
 fn decode_all(bytes: &[u8], id: u64) -> (Vec<(u64, Vec<Write>)>, usize) {
@@ -643,6 +685,42 @@ mod tests {
         second.push(".1");
         assert!(std::path::Path::new(&second).exists());
         assert_eq!(std::fs::read(&aside).unwrap(), flipped);
+        // A later start (after an offline `backup` kept them, say) raises
+        // the alert again for each, until the operator removes the file.
+        let earlier = |name: &str| {
+            crate::alerts::all()
+                .iter()
+                .filter(|a| {
+                    a.kind == "wal_damaged"
+                        && a.message.contains("by an earlier start")
+                        && a.message.contains(name)
+                })
+                .count()
+        };
+        let (first, second) = (named, second.to_string_lossy().into_owned());
+        assert_eq!((earlier(&first), earlier(&second)), (0, 0));
+        // Not a kept segment: a log segment, and other files.
+        std::fs::write(dir.path().join("db-wal.damaged"), b"").unwrap();
+        std::fs::write(format!("{first}.x"), b"").unwrap();
+        alert_kept_earlier(&base);
+        // `{first}` is also a prefix of `{second}`: one message each.
+        assert_eq!(
+            earlier(&format!("{first} ")),
+            1,
+            "{:?}",
+            crate::alerts::all()
+        );
+        assert_eq!(
+            earlier(&format!("{second} ")),
+            1,
+            "{:?}",
+            crate::alerts::all()
+        );
+        assert_eq!(earlier(".x "), 0);
+        std::fs::remove_file(&aside).unwrap();
+        std::fs::remove_file(&second).unwrap();
+        alert_kept_earlier(&base);
+        assert_eq!(earlier(&format!("{first} ")), 1);
     }
 
     #[test]

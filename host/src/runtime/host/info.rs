@@ -13,7 +13,7 @@ impl host::Host for Ctx {
         match &self.rt {
             Some(rt) => host::StorageStats {
                 status: if rt.storage.healthy() { "ok" } else { "error" }.into(),
-                commits: rt.storage.commits(),
+                commits: rt.storage.request_commits(),
                 syncs: rt.storage.syncs(),
             },
             None => host::StorageStats {
