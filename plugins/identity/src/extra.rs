@@ -328,16 +328,18 @@ pub fn recovery_scan(req: &Request) -> Result<Response, ApiError> {
         if !is_fingerprint(&fp) {
             continue;
         }
+        // The lookup first: a probe of a key with no identity (a stranger's
+        // hundred random keys) costs no signature check.
+        let Some(id) = kv::get::<Identity>(&format!("id/{fp}"))? else {
+            continue;
+        };
         let verifies = auth::precheck(&auth::Signed {
             actor: fp.clone(),
             message: challenge.clone(),
             signature: sig,
             timestamp: None,
         });
-        if !verifies {
-            continue;
-        }
-        if let Some(id) = kv::get::<Identity>(&format!("id/{fp}"))? {
+        if verifies {
             identities.push(json!({
                 "key_index": index,
                 "fingerprint": id.fingerprint,
