@@ -82,9 +82,10 @@ pub fn path_for(db: &Path) -> PathBuf {
     db.with_file_name(name)
 }
 
-/// The segments of the log at `base`, oldest first, with their first
-/// sequence numbers.
-fn segments(base: &Path) -> Result<Vec<(u64, PathBuf)>> {
+/// The files beside the log at `base` whose names continue its own
+/// (`{base}.{rest}`), as `(rest, path)`; none when the directory is not
+/// there.
+fn files_of(base: &Path) -> Result<Vec<(String, PathBuf)>> {
     let dir = base.parent().unwrap_or(Path::new("."));
     let prefix = format!(
         "{}.",
@@ -99,14 +100,28 @@ fn segments(base: &Path) -> Result<Vec<(u64, PathBuf)>> {
     for entry in entries {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if let Some(first) = name
-            .strip_prefix(&prefix)
-            .filter(|hex| hex.len() == 16)
-            .and_then(|hex| u64::from_str_radix(hex, 16).ok())
-        {
-            out.push((first, entry.path()));
+        if let Some(rest) = name.strip_prefix(&prefix) {
+            out.push((rest.to_string(), entry.path()));
         }
     }
+    Ok(out)
+}
+
+/// The first sequence number a segment's name suffix gives (16 hex
+/// digits), if it is one.
+fn segment_first(rest: &str) -> Option<u64> {
+    (rest.len() == 16)
+        .then(|| u64::from_str_radix(rest, 16).ok())
+        .flatten()
+}
+
+/// The segments of the log at `base`, oldest first, with their first
+/// sequence numbers.
+fn segments(base: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let mut out: Vec<(u64, PathBuf)> = files_of(base)?
+        .into_iter()
+        .filter_map(|(rest, path)| Some((segment_first(&rest)?, path)))
+        .collect();
     out.sort();
     Ok(out)
 }
@@ -253,30 +268,20 @@ pub fn keep_aside(damaged: &[Damaged], database_holds_to: u64) {
 /// every start says so, until the operator removes the kept file. Call it
 /// before [`keep_aside`] of this start's own.
 pub fn alert_kept_earlier(base: &Path) {
-    let dir = base.parent().unwrap_or(Path::new("."));
-    let prefix = format!(
-        "{}.",
-        base.file_name().unwrap_or_default().to_string_lossy()
-    );
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut kept: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.strip_prefix(&prefix)
-                .and_then(|rest| rest.split_once(".damaged"))
-                .is_some_and(|(hex, n)| {
-                    hex.len() == 16
-                        && hex.bytes().all(|b| b.is_ascii_hexdigit())
-                        && (n.is_empty()
-                            || n.strip_prefix('.').is_some_and(|n| {
-                                !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
-                            }))
-                })
+    // What `keep_aside` names them: `{segment}.damaged`, `.damaged.{n}`.
+    let kept_aside = |rest: &str| {
+        rest.split_once(".damaged").is_some_and(|(segment, n)| {
+            segment_first(segment).is_some()
+                && (n.is_empty()
+                    || n.strip_prefix('.')
+                        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())))
         })
-        .map(|e| e.path())
+    };
+    let mut kept: Vec<PathBuf> = files_of(base)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(rest, _)| kept_aside(rest))
+        .map(|(_, path)| path)
         .collect();
     kept.sort();
     for path in kept {

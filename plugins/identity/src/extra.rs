@@ -324,15 +324,20 @@ pub fn recovery_scan(req: &Request) -> Result<Response, ApiError> {
 
     let mut identities = Vec::new();
     let mut found = Vec::new();
-    for (index, fp, sig) in probes {
-        if !is_fingerprint(&fp) {
-            continue;
-        }
-        // The lookup first: a probe of a key with no identity (a stranger's
-        // hundred random keys) costs no signature check.
-        let Some(id) = kv::get::<Identity>(&format!("id/{fp}"))? else {
+    // Every probed key looked up first, in one call: a probe of a key with
+    // no identity (a stranger's hundred random keys) costs no signature
+    // check.
+    let probes: Vec<_> = probes
+        .into_iter()
+        .filter(|(_, fp, _)| is_fingerprint(fp))
+        .collect();
+    let keys: Vec<String> = probes.iter().map(|(_, fp, _)| format!("id/{fp}")).collect();
+    let found_ids = kv::get_many_raw(None, &keys)?;
+    for ((index, fp, sig), (key, bytes)) in probes.into_iter().zip(keys.iter().zip(found_ids)) {
+        let Some(bytes) = bytes else {
             continue;
         };
+        let id: Identity = kv::parse(key, &bytes)?;
         let verifies = auth::precheck(&auth::Signed {
             actor: fp.clone(),
             message: challenge.clone(),
