@@ -1760,3 +1760,47 @@ fn failing_mutations_do_not_hold_a_paid_post_until_they_stop() {
     );
     assert_eq!(s.cash_state(&bait), (json!(false), json!("0.3")));
 }
+
+/// An expectation other than `100-continue` (RFC 9110 10.1.1) is answered
+/// 417 at once, before any body: the client holding its body back for it
+/// is not left waiting for the body timeout's 408. `100-continue` still
+/// gets its `100 Continue` and the request is served.
+#[test]
+fn an_unknown_expectation_is_417_at_once() {
+    let s = server_with(false, &[("MARKETPLACE_BODY_TIMEOUT_MS", "600000")]);
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        c,
+        "POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\nexpect: 200-ok\r\n\r\n"
+    )
+    .unwrap();
+    let r = common::read_response(&mut c);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (417, "expectation_failed"),
+        "{}",
+        r.text()
+    );
+    // The body was not read: the connection is not kept for another.
+    assert_eq!(r.header("connection"), Some("close"), "{}", r.text());
+
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        c,
+        "POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\nexpect: 100-continue\r\n\r\n"
+    )
+    .unwrap();
+    let mut interim = [0u8; 25];
+    c.read_exact(&mut interim).unwrap();
+    assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n");
+    c.write_all(b"{}").unwrap();
+    let r = common::read_response(&mut c);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "invalid_request"),
+        "{}",
+        r.text()
+    );
+}

@@ -14,11 +14,21 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// One problem: what kind (`wal_damaged`, `server_key_changed`,
-/// `arbiter_key_changed`, `kept_upload_refused`) and what to do, in words.
+/// What kind of problem: its `kind` in health's `alerts`, which the
+/// host's OpenAPI document lists (a unit test below holds them together).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    WalDamaged,
+    ServerKeyChanged,
+    ArbiterKeyChanged,
+    KeptUploadRefused,
+}
+
+/// One problem: what kind and what to do, in words.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Alert {
-    pub kind: &'static str,
+    pub kind: Kind,
     pub message: String,
 }
 
@@ -27,7 +37,7 @@ static ALERTS: Mutex<Vec<Alert>> = Mutex::new(Vec::new());
 static ANY: AtomicBool = AtomicBool::new(false);
 
 /// Keep `message` of `kind` for the operator until the process ends.
-pub fn raise(kind: &'static str, message: impl Into<String>) {
+pub fn raise(kind: Kind, message: impl Into<String>) {
     let mut all = ALERTS.lock().unwrap_or_else(|e| e.into_inner());
     all.push(Alert {
         kind,
@@ -45,4 +55,44 @@ pub fn all() -> Vec<Alert> {
         return Vec::new();
     }
     ALERTS.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Kind;
+
+    /// Every kind the host raises is one the served document admits, and
+    /// the document names no other (a client validating health's answer
+    /// against it must not see an unknown kind).
+    #[test]
+    fn the_openapi_document_lists_every_kind() {
+        let all = [
+            Kind::WalDamaged,
+            Kind::ServerKeyChanged,
+            Kind::ArbiterKeyChanged,
+            Kind::KeptUploadRefused,
+        ];
+        let doc: serde_json::Value =
+            serde_json::from_str(crate::runtime::api::HOST_OPENAPI).unwrap();
+        let listed = doc["components"]["schemas"]["Health"]["properties"]["alerts"]["items"]
+            ["properties"]["kind"]["enum"]
+            .as_array()
+            .expect("the document lists the alert kinds")
+            .clone();
+        let raised: Vec<serde_json::Value> = all
+            .iter()
+            .map(|k| serde_json::to_value(k).unwrap())
+            .collect();
+        assert_eq!(listed, raised);
+        // A new kind is added to the list above (the match makes the
+        // compiler ask).
+        for k in all {
+            match k {
+                Kind::WalDamaged
+                | Kind::ServerKeyChanged
+                | Kind::ArbiterKeyChanged
+                | Kind::KeptUploadRefused => {}
+            }
+        }
+    }
 }

@@ -324,9 +324,9 @@ fn keys_in_use(storage: &Storage, keys: &[(&str, String)]) {
             );
             tracing::error!(key = name, "{message}");
             let kind = if *name == "server-key" {
-                "server_key_changed"
+                crate::alerts::Kind::ServerKeyChanged
             } else {
-                "arbiter_key_changed"
+                crate::alerts::Kind::ArbiterKeyChanged
             };
             crate::alerts::raise(kind, message);
         }

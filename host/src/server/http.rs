@@ -969,6 +969,20 @@ fn host_problem(version: hyper::Version, headers: &hyper::HeaderMap) -> Option<&
     (!valid).then_some("must be a host name or address with an optional port")
 }
 
+/// Whether every `Expect` the request names is `100-continue` (hyper
+/// answers that one when the body is first read), the only expectation
+/// HTTP defines (RFC 9110 10.1.1): any other is answered 417 at once,
+/// not waited on for a body the client may hold back.
+fn expectations_met(headers: &hyper::HeaderMap) -> bool {
+    headers.get_all(hyper::header::EXPECT).iter().all(|value| {
+        value.to_str().is_ok_and(|v| {
+            v.split(',')
+                .map(str::trim)
+                .all(|e| e.is_empty() || e.eq_ignore_ascii_case("100-continue"))
+        })
+    })
+}
+
 async fn dispatch(
     app: &Arc<App>,
     gates: &Gates,
@@ -979,6 +993,14 @@ async fn dispatch(
 ) -> (Reply, Option<Arc<Route>>) {
     if let Some(problem) = host_problem(req.version(), req.headers()) {
         return (Reply::invalid("host", problem), None);
+    }
+    if !expectations_met(req.headers()) {
+        let reply = Reply::error(
+            417,
+            "expectation_failed",
+            "the only expectation this service meets is `Expect: 100-continue`",
+        );
+        return (reply, None);
     }
     let method = req.method().as_str().to_ascii_uppercase();
     let path = routes::canonical_path(req.uri().path());
@@ -1363,6 +1385,28 @@ mod tests {
         assert_eq!(family_body_share(256 * mib, 1, 256, 64 << 20), 128 * mib);
         // ...within the whole budget.
         assert_eq!(family_body_share(32 * mib, 128, 256, 2 << 20), 32 * mib);
+    }
+
+    #[test]
+    fn only_100_continue_is_an_expectation_met() {
+        let met = |values: &[&str]| {
+            let mut headers = hyper::HeaderMap::new();
+            for v in values {
+                headers.append(
+                    hyper::header::EXPECT,
+                    hyper::header::HeaderValue::from_str(v).unwrap(),
+                );
+            }
+            expectations_met(&headers)
+        };
+        assert!(met(&[]));
+        assert!(met(&["100-continue"]));
+        assert!(met(&["100-Continue"]));
+        assert!(!met(&["200-ok"]));
+        assert!(!met(&["100-continue, 200-ok"]));
+        assert!(!met(&["100-continue", "foo"]));
+        // An empty list names no expectation.
+        assert!(met(&[""]));
     }
 
     #[test]

@@ -388,7 +388,7 @@ pub fn mount_at_start(app: &App) {
             // looks, not only in the log.
             let spec = specs.iter().find(|f| f.name == family);
             crate::alerts::raise(
-                "kept_upload_refused",
+                crate::alerts::Kind::KeptUploadRefused,
                 format!(
                     "the change to family {family} made through the admin API (kept for restarts) could not be applied at start (the log says why): {}; upload the component again, or unmount the family, through the admin API",
                     if spec.is_some() {

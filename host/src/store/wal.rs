@@ -258,7 +258,7 @@ pub fn keep_aside(damaged: &[Damaged], database_holds_to: u64) {
             kept = kept.is_ok(),
             "{message}"
         );
-        crate::alerts::raise("wal_damaged", message);
+        crate::alerts::raise(crate::alerts::Kind::WalDamaged, message);
     }
 }
 
@@ -290,7 +290,7 @@ pub fn alert_kept_earlier(base: &Path) {
             path.display()
         );
         tracing::error!(segment = %path.display(), "{message}");
-        crate::alerts::raise("wal_damaged", message);
+        crate::alerts::raise(crate::alerts::Kind::WalDamaged, message);
     }
 }
 
@@ -672,9 +672,11 @@ mod tests {
         // The operator's monitor sees it too (health's alerts, a gauge).
         let named = aside.to_string_lossy().into_owned();
         assert!(
-            crate::alerts::all().iter().any(|a| a.kind == "wal_damaged"
-                && a.message.contains(&named)
-                && a.message.contains("3 records")),
+            crate::alerts::all()
+                .iter()
+                .any(|a| a.kind == crate::alerts::Kind::WalDamaged
+                    && a.message.contains(&named)
+                    && a.message.contains("3 records")),
             "{:?}",
             crate::alerts::all()
         );
@@ -696,7 +698,7 @@ mod tests {
             crate::alerts::all()
                 .iter()
                 .filter(|a| {
-                    a.kind == "wal_damaged"
+                    a.kind == crate::alerts::Kind::WalDamaged
                         && a.message.contains("by an earlier start")
                         && a.message.contains(name)
                 })

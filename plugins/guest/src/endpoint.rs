@@ -115,10 +115,16 @@ pub fn whole_number(n: &serde_json::Number) -> Option<i64> {
 }
 
 /// A JSON number that is a non-negative whole number as a u64: an integer
-/// up to 2^64 - 1, or a float without a fraction ([`whole_number`]).
+/// up to 2^64 - 1, or a float without a fraction below 2^64.
 pub fn whole_u64(n: &serde_json::Number) -> Option<u64> {
-    n.as_u64()
-        .or_else(|| whole_number(n).and_then(|i| u64::try_from(i).ok()))
+    // 2^64: a float at or past it is out of range (every float from 2^53
+    // on is whole).
+    const END: f64 = 18_446_744_073_709_551_616.0;
+    n.as_u64().or_else(|| {
+        n.as_f64()
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < END)
+            .map(|f| f as u64)
+    })
 }
 
 fn find<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
@@ -821,6 +827,23 @@ mod tests {
             Ok(()) => vec![],
             Err(e) => e.message.split("; ").map(str::to_string).collect(),
         }
+    }
+
+    #[test]
+    fn whole_u64_takes_every_whole_number_in_range_integer_or_float() {
+        let of = |text: &str| super::whole_u64(&serde_json::from_str(text).unwrap());
+        assert_eq!(of("7"), Some(7));
+        assert_eq!(of("7.0"), Some(7));
+        assert_eq!(of("-0.0"), Some(0));
+        assert_eq!(of("18446744073709551615"), Some(u64::MAX));
+        // Floats past 2^53 are whole: taken while below 2^64.
+        assert_eq!(of("9007199254740994.0"), Some(9_007_199_254_740_994));
+        assert_eq!(of("1e19"), Some(10_000_000_000_000_000_000));
+        assert_eq!(of("1.8446744073709552e19"), None);
+        assert_eq!(of("18446744073709551616"), None);
+        assert_eq!(of("7.5"), None);
+        assert_eq!(of("-1"), None);
+        assert_eq!(of("-1.0"), None);
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub const OPS: &[Op] = &[
             "createPost",
             "posts",
             "Create a post or comment",
-            "Signed `post:{content}` by author_fingerprint. Attachments: at most 16, unique filenames without path separators; each either inline (`content`, at most 512 KiB) or an upload of the author's (`s3_key` `files/{id}` from `POST /api/storage/presign`, shown with its `url`; an unknown upload, another identity's, or both `content` and `s3_key` is 400 `invalid_attachment`, nothing spent). A private reply (`post_type` `private_reply`, `content` \"\", `parent_id`, `recipient_fingerprint`, `encrypted_payload` of at most 64 KiB) is signed `post:{encrypted_payload}` and paid as a comment; it is never listed in the timeline or search, but readable by id and in its parent's thread (with its opaque `encrypted_payload` and `recipient_fingerprint`).",
+            "Signed `post:{content}` by author_fingerprint. Attachments: at most 16, unique filenames without path separators; each either inline (`content`, at most 512 KiB) or an upload of the author's (`s3_key` `files/{id}` from `POST /api/storage/presign`, shown with its `url`; an unknown upload, another identity's, or both `content` and `s3_key` is 400 `invalid_attachment`, nothing spent). A private reply (`post_type` `private_reply`, `content` \"\", `parent_id`, `recipient_fingerprint`, `encrypted_payload` of at most 65,536 characters) is signed `post:{encrypted_payload}` and paid as a comment; it is never listed in the timeline or search, but readable by id and in its parent's thread (with its opaque `encrypted_payload` and `recipient_fingerprint`).",
         )
     },
     Op {
@@ -137,7 +137,7 @@ pub fn schemas() -> Value {
             ("post_type", pattern("^[A-Za-z0-9_-]{1,64}$")), ("parent_id", t("string")), ("keywords", keywords()),
             ("attachments", attachments()), ("activity_metadata", json!({"type": "object", "description": "at most 16 KiB as compact JSON"})),
             ("recipient_fingerprint", json!({"description": "private_reply only (required there; ignored on other posts): the addressee, 64 hex"})),
-            ("encrypted_payload", json!({"description": "private_reply only (required there; ignored on other posts): opaque text, at most 64 KiB; signed as post:{encrypted_payload}"}))],
+            ("encrypted_payload", json!({"description": "private_reply only (required there; ignored on other posts): opaque text, at most 65,536 characters; signed as post:{encrypted_payload}"}))],
             &["content"]),
         "UpdatePost": with_signature(vec![("post_id", nonblank(128)), ("author_fingerprint", fingerprint()), ("content", nonblank(65536)), ("keywords", keywords()),
             ("attachments", attachments()), ("activity_metadata", json!({"type": "object", "description": "at most 16 KiB as compact JSON"}))], &["post_id"]),

@@ -34,7 +34,8 @@ const MAX_CONTENT: usize = 64 * 1024;
 /// `activity_metadata`, as compact JSON: a post's record holds it, and
 /// listings read many records.
 const MAX_METADATA: usize = 16 * 1024;
-/// A private reply's `encrypted_payload`, in bytes.
+/// A private reply's `encrypted_payload`, in characters (as `content`,
+/// and as the document's `maxLength` counts).
 const MAX_PAYLOAD: usize = 64 * 1024;
 const MAX_KEYWORDS: usize = 32;
 const MAX_KEYWORD_CHARS: usize = 64;
@@ -482,12 +483,6 @@ fn create(req: &Request) -> Result<Response, ApiError> {
             None => None,
         };
         let payload = body.required_str("encrypted_payload", MAX_PAYLOAD);
-        if payload.as_ref().is_some_and(|p| p.len() > MAX_PAYLOAD) {
-            body.problem(
-                "encrypted_payload",
-                format!("must be at most {MAX_PAYLOAD} bytes"),
-            );
-        }
         (recipient, payload)
     } else {
         (None, None)
