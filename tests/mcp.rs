@@ -205,12 +205,25 @@ fn search_tool_matches_get_search_and_execute_passes_through() {
     );
     assert_eq!(r.status, 201, "{}", r.text());
     assert_eq!(s.cash_state(&secret).0, json!(true));
-    // Only public /api routes, and unknown ones are 404.
+    // Only public /api/ routes: another path is the arguments' 400, as
+    // the schema's pattern says; an unknown /api/ route is 404.
+    for path in ["/admin/plugins", "/openapi.json", "api/fees", "/api"] {
+        let r = s.post_json(
+            "/api/mcp/tools/execute",
+            &json!({"endpoint": {"method": "GET", "path": path}}),
+        );
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_request"),
+            "{path}"
+        );
+        assert_eq!(r.json()["details"][0]["field"], "endpoint.path", "{path}");
+    }
     let r = s.post_json(
         "/api/mcp/tools/execute",
-        &json!({"endpoint": {"method": "GET", "path": "/admin/plugins"}}),
+        &json!({"endpoint": {"method": "GET", "path": "/api/nothing-here"}}),
     );
-    assert_eq!(r.status, 404);
+    assert_eq!((r.status, r.code().as_str()), (404, "not_found"));
     // GET or POST, as the Execute schema says.
     let r = s.post_json(
         "/api/mcp/tools/execute",

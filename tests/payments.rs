@@ -352,6 +352,22 @@ fn taken_key_or_nickname_is_409_and_bad_bodies_are_400() {
     );
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["details"][0]["field"], "pgp_public_key");
+    // A key is 64 hex characters as sent: spaces or a line end around it
+    // are not taken away (the document's pattern refuses them too).
+    let c = Key::random();
+    for padded in [format!(" {}", c.fp()), format!("{}\n", c.fp())] {
+        let r = s.post_json(
+            "/api/identity",
+            &json!({"nickname": "padded", "pgp_public_key": padded,
+                    "signature": c.sign("register:padded")}),
+        );
+        assert_eq!(
+            (r.status, r.json()["details"][0]["field"].as_str()),
+            (400, Some("pgp_public_key")),
+            "{}",
+            r.text()
+        );
+    }
     let r = s.post_json(
         "/api/identity",
         &json!({"nickname": "bad nick!", "pgp_public_key": a.fp()}),

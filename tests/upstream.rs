@@ -137,9 +137,18 @@ fn payments_are_taken_at_the_upstream_and_change_is_its_cash() {
     }
     let r = m.admin_request("POST", "/admin/cash/mint", &json!({"amount": "1"}));
     assert_eq!(r.status, 409, "{}", r.text());
-    // And an embedded server has nothing to refund.
+    // And an embedded server has nothing to refund; a body that names no
+    // secret is still the body's 400 first (PROTOCOL 1).
     let r = u.post_json("/api/cash/refund", &json!({"secret": secret}));
     assert_eq!((r.status, r.code()), (404, "not_found".into()));
+    for body in [json!({}), json!({"secret": "e1:public:00"}), json!([1])] {
+        let r = u.post_json("/api/cash/refund", &body);
+        assert_eq!(
+            (r.status, r.code()),
+            (400, "invalid_request".into()),
+            "{body}"
+        );
+    }
 }
 
 #[test]

@@ -1097,17 +1097,7 @@ pub fn spawn_sweeper(state: &Arc<State>) {
 /// with `S` whose request did not succeed, as one secret at the upstream.
 /// Only the payer knows `S`, whose public hash keys the entry.
 pub fn claim(state: &State, body: &[u8]) -> Reply {
-    match &state.upstream {
-        Some(up) => claim_at(up, state, body),
-        None => Reply::error(
-            404,
-            "not_found",
-            "this server keeps its own ledger: a payment is taken only when its request succeeds, so there is nothing to refund",
-        ),
-    }
-}
-
-fn claim_at(up: &Arc<Upstream>, state: &State, body: &[u8]) -> Reply {
+    // The body first (PROTOCOL 1: 400 before 404), on either kind of server.
     let bad = |problem: &str| Reply::invalid("secret", problem);
     let doc: Value = match serde_json::from_slice(body) {
         Ok(v) => v,
@@ -1121,7 +1111,19 @@ fn claim_at(up: &Arc<Upstream>, state: &State, body: &[u8]) -> Reply {
         Ok(_) => return bad("must be the secret that paid, not its public hash"),
         Err(m) => return bad(&m),
     };
-    let input = public_hash(&parsed.hex);
+    match &state.upstream {
+        Some(up) => claim_at(up, state, &parsed.hex),
+        None => Reply::error(
+            404,
+            "not_found",
+            "this server keeps its own ledger: a payment is taken only when its request succeeds, so there is nothing to refund",
+        ),
+    }
+}
+
+/// Claim the refund of the secret of hex `secret_hex` at `up`.
+fn claim_at(up: &Arc<Upstream>, state: &State, secret_hex: &str) -> Reply {
+    let input = public_hash(secret_hex);
     let Some(_live) = up.lock(&input) else {
         return Reply::error(
             409,
@@ -1443,11 +1445,7 @@ mod tests {
         }
 
         fn claim(&self, s: &str) -> Reply {
-            claim_at(
-                &self.up,
-                &self.state,
-                json!({"secret": s}).to_string().as_bytes(),
-            )
+            claim_at(&self.up, &self.state, &secret::parse(s).unwrap().hex)
         }
 
         /// Raw bytes of the host's upstream tables.

@@ -138,6 +138,16 @@ pub fn parse_signature(value: &str) -> Result<(String, Option<String>), String> 
     if accepted.get("asset").is_some_and(|a| a != ASSET) {
         return Err(format!("`accepted.asset` must be {ASSET}"));
     }
+    // Paying someone else (another server's entry) is not paying here.
+    if accepted
+        .get("payTo")
+        .is_some_and(|p| p != crate::state::SERVICE_NAME)
+    {
+        return Err(format!(
+            "`accepted.payTo` must be {}, as the 402's entry says",
+            crate::state::SERVICE_NAME
+        ));
+    }
     // The price as the 402 gave it: units of 1e-8 as a string of digits.
     // The secret's own amount is what pays; a price that changed since the
     // 402 is not an error, a malformed one is.
@@ -545,6 +555,7 @@ mod tests {
             json!({"x402Version": 1, "accepted": webcash_requirements(1), "payload": {"secret": secret}}),
             json!({"x402Version": 2, "payload": {"secret": secret}}),
             json!({"x402Version": 2, "accepted": {"scheme": "exact", "network": "eip155:8453"}, "payload": {"secret": secret}}),
+            json!({"x402Version": 2, "accepted": {"scheme": "exact", "network": "webcash:mainnet", "payTo": "someone"}, "payload": {"secret": secret}}),
             json!({"x402Version": 2, "accepted": webcash_requirements(1), "payload": {}}),
             json!({"x402Version": 2, "accepted": webcash_requirements(1), "payload": {"secret": secret},
                    "extensions": {"payment-identifier": {"info": {"id": "short"}}}}),

@@ -129,9 +129,9 @@ fn register(req: &Request) -> Result<Response, ApiError> {
             "may contain only letters, digits, '_', '-' and '.'",
         );
     }
-    let key = body
-        .required_str("pgp_public_key", 10_000)
-        .map(|k| k.trim().to_string());
+    // As sent: a key with spaces around it is not 64 hex characters
+    // (PROTOCOL 1: malformed is 400, never quietly mended).
+    let key = body.required_str("pgp_public_key", 10_000);
     if let Some(k) = &key {
         if k.contains("BEGIN PGP") {
             body.problem(

@@ -947,6 +947,14 @@ fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
         let Some(path) = endpoint["path"].as_str() else {
             return Err(ApiError::invalid("endpoint.path", "is required"));
         };
+        // Public routes only (PROTOCOL 8), as the tool's schema says
+        // (`^/api/`): another path is the arguments' 400, not a lookup.
+        if !path.starts_with("/api/") {
+            return Err(ApiError::invalid(
+                "endpoint.path",
+                "must be a public route's path, starting /api/",
+            ));
+        }
         let (path, inline_query) = path
             .split_once('?')
             .map(|(p, q)| (p, Some(q)))

@@ -110,7 +110,7 @@ pub const OPS: &[Op] = &[
             "getThread",
             "posts",
             "A post's thread",
-            "The root post and all descendants, oldest first; `count` is the number of comments in this answer. One answer holds at most 4 MiB of stored posts (at least one comment): when more follow, `next_after` names the last comment listed, and `?after={next_after}` gives the rest (null when the thread is complete). A thread lists at most 10,000 descendants.",
+            "The root post and all descendants, oldest first; `count` is the number of comments in the whole thread (every descendant not deleted, whichever page this is). One answer holds at most 4 MiB of stored posts (at least one comment): when more follow, `next_after` names the last comment listed, and `?after={next_after}` gives the rest (null when the thread is complete). A thread lists at most 10,000 descendants.",
         )
     },
 ];
@@ -131,7 +131,7 @@ pub fn schemas() -> Value {
         "PostEnvelope": obj(&[("post", r("Post"))], &["post"]),
         "PostCreated": obj(&[("post_id", t("string")), ("post", r("Post")), ("payment", openapi::payment())], &["post_id", "post"]),
         "Timeline": obj(&[("posts", json!({"type": "array", "items": r("Post")})), ("next_before", json!({"type": ["string", "null"]}))], &["posts"]),
-        "Thread": obj(&[("root", r("Post")), ("comments", json!({"type": "array", "items": r("Post")})), ("count", t("integer")), ("next_after", json!({"type": ["string", "null"], "description": "set when more comments follow: pass as `after`"}))], &["root", "comments", "count", "next_after"]),
+        "Thread": obj(&[("root", r("Post")), ("comments", json!({"type": "array", "items": r("Post")})), ("count", json!({"type": "integer", "description": "comments in the whole thread (every descendant not deleted), not only in this answer"})), ("next_after", json!({"type": ["string", "null"], "description": "set when more comments follow: pass as `after`"}))], &["root", "comments", "count", "next_after"]),
         "NewPost": with_signature(vec![("author_fingerprint", t("string")),
             ("content", json!({"type": "string", "maxLength": 65536, "description": "not blank; \"\" for a private_reply"})),
             ("post_type", pattern("^[A-Za-z0-9_-]{1,64}$")), ("parent_id", t("string")), ("keywords", keywords()),

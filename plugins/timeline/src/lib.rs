@@ -10,7 +10,8 @@
 //!   from the identity family's `file/{id}` and `file_meta/{id}` instead)
 //! - `type/{post_type}/{post_id}`, `author/{fingerprint}/{post_id}`,
 //!   `children/{parent_id}/{post_id}` -> "" (secondary indexes; a deleted
-//!   comment keeps its `children/` entries, so threads reach its replies)
+//!   comment keeps its `children/` entries, its own marked "deleted", so
+//!   threads reach its replies and count without reading)
 //! - `author_count/{fingerprint}` -> posts by that author (read by identity)
 //! - `ix/...` -> the inverted index (see [`index`])
 //!
@@ -42,6 +43,9 @@ const MAX_KEYWORD_CHARS: usize = 64;
 const MAX_ATTACHMENTS: usize = 16;
 const MAX_ATTACHMENT_BYTES: usize = 512 * 1024;
 const MAX_THREAD: usize = 10_000;
+/// The value of a deleted comment's `children/` entry (a live one's is
+/// empty).
+const DELETED: &[u8] = b"deleted";
 /// A thread reads the records of a parent's children this many at a time.
 const THREAD_CHUNK: usize = 100;
 
@@ -692,8 +696,14 @@ fn delete(req: &Request) -> Result<Response, ApiError> {
         kv::put(&count_key, &count.saturating_sub(1))?;
     }
     if let Some(pid) = &post.parent_id {
-        // Its `children/` entry stays, and so do its replies' under it: a
-        // thread walks through a deleted comment to the replies below it.
+        // Its `children/` entry stays, marked deleted, and so do its
+        // replies' under it: a thread walks through a deleted comment to
+        // the replies below it.
+        // (None when the thread's root went first: no entry to mark.)
+        let entry = format!("children/{pid}/{id}");
+        if kv::get_raw(None, &entry)?.is_some() {
+            kv::put_raw(&entry, DELETED)?;
+        }
         if let Some(mut parent) = model::load(pid)? {
             parent.comment_count = parent.comment_count.saturating_sub(1);
             kv::put(&record_key(pid), &parent)?;
@@ -972,6 +982,8 @@ fn thread(req: &Request) -> Result<Response, ApiError> {
     // replies below it).
     let mut queue = vec![id.to_string()];
     let mut ids: Vec<String> = Vec::new();
+    // Entries walked, deleted comments' included: the walk's bound.
+    let mut walked = 0usize;
     while let Some(parent) = queue.pop() {
         let prefix = format!("children/{parent}/");
         let end = kv::prefix_end(prefix.as_bytes());
@@ -982,11 +994,16 @@ fn thread(req: &Request) -> Result<Response, ApiError> {
             false,
             MAX_THREAD as u32,
         )?;
-        for (key, _) in children.entries() {
+        for (key, value) in children.entries() {
             let child = String::from_utf8_lossy(key.get(prefix.len()..).unwrap_or_default());
             queue.push(child.clone().into_owned());
-            ids.push(child.into_owned());
-            if ids.len() >= MAX_THREAD {
+            // A comment whose entry says deleted ([`DELETED`]) has no
+            // record to read: its replies are walked, it is not listed.
+            if value != DELETED {
+                ids.push(child.into_owned());
+            }
+            walked += 1;
+            if walked >= MAX_THREAD {
                 queue.clear();
                 break;
             }
@@ -994,6 +1011,10 @@ fn thread(req: &Request) -> Result<Response, ApiError> {
     }
     // Post ids are ULIDs: id order is creation order.
     ids.sort_unstable();
+    // Every live descendant, whatever the page (PROTOCOL 5). Entries of
+    // comments deleted before deletions were marked say live: each found
+    // missing while reading is taken off below.
+    let mut count = ids.len();
     if let Some(a) = after {
         ids.retain(|c| c.as_str() > a);
     }
@@ -1010,7 +1031,10 @@ fn thread(req: &Request) -> Result<Response, ApiError> {
         read += n;
         for (child, raw) in children.iter().zip(loaded.values()) {
             // A deleted comment is not listed.
-            let Some(raw) = raw else { continue };
+            let Some(raw) = raw else {
+                count = count.saturating_sub(1);
+                continue;
+            };
             if !budget.take(raw.len()) {
                 // The next answer starts after the last one listed.
                 next_after = last_listed;
@@ -1025,7 +1049,7 @@ fn thread(req: &Request) -> Result<Response, ApiError> {
         200,
         &[
             ("comments", &model::render(&records)?),
-            ("count", &records.len().to_string()),
+            ("count", &count.to_string()),
             ("next_after", &json_text(&next_after)),
             ("root", &model::render_one(&root)?),
         ],
