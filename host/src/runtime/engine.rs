@@ -1329,8 +1329,10 @@ impl Runtime {
     ) -> Result<Reply, tokio::task::JoinError> {
         use tracing::Instrument;
         let (rt, family) = (self.clone(), family.to_string());
+        // Boxed: the task then holds a pointer, not the call's 10 KB
+        // future, which tokio would otherwise copy into its cell and out.
         tokio::spawn(
-            async move { rt.handle_inline(&family, req, payment, true, from).await }
+            Box::pin(async move { rt.handle_inline(&family, req, payment, true, from).await })
                 .instrument(span),
         )
         .await

@@ -543,7 +543,9 @@ impl Storage {
     /// [`Storage::commit_async`].
     pub async fn commit_as(&self, w: WriteTxn, task: bool) -> Result<(), StorageError> {
         if task {
-            self.commit_async(w).await
+            // Boxed: the wait is large, and held by value it would grow
+            // every request's future (reads too) by its size.
+            Box::pin(self.commit_async(w)).await
         } else {
             self.commit(w)
         }
