@@ -557,6 +557,45 @@ fn an_unbounded_allocation_is_capped() {
     assert_eq!(s.get("/api/health").status, 200);
 }
 
+/// Under a limited address space (`ulimit -v`) the pool's default
+/// reservations (4 GiB per memory slot) cannot be mapped and the server
+/// says so; with `memory_reservation_mib` it serves, and the memory cap
+/// still holds.
+#[test]
+fn a_smaller_memory_reservation_serves_under_an_address_space_limit() {
+    const LIMIT: u64 = 24 << 30;
+    let env = [("MARKETPLACE_MAX_INSTANCES", "8")];
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_marketplace"));
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .arg("--plugins")
+        .arg(common::plugins_dir())
+        .env_remove("MARKETPLACE_CONFIG")
+        .envs(env)
+        .stdin(std::process::Stdio::null());
+    common::limit_address_space(&mut cmd, LIMIT);
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("memory pool"), "{stderr}");
+
+    let s = Server::with(common::Options {
+        testing_routes: true,
+        env: [("MARKETPLACE_MEMORY_RESERVATION_MIB", "64"), env[0]]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        address_space: Some(LIMIT),
+        ..Default::default()
+    });
+    assert_eq!(s.get("/_testing/ok").status, 200);
+    let r = s.get("/_testing/alloc");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.json()["message"].as_str().unwrap().contains("memory"));
+    assert_eq!(s.get("/api/health").status, 200);
+}
+
 #[test]
 fn a_plugin_may_choose_its_fault_answer_and_shorten_its_deadline() {
     // A 3 s deadline, so that a shortened one is told apart from it with

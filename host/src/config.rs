@@ -51,6 +51,11 @@ pub struct Config {
     pub plugin_memory_mib: u64,
     /// Plugin instances that may run at once (pool size); more requests queue.
     pub max_instances: u32,
+    /// Address space reserved for each plugin linear memory, in MiB;
+    /// unset: wasmtime's 4 GiB, which lets compiled plugins skip bounds
+    /// checks. Lower where the process's address space is limited
+    /// (`ulimit -v`, valgrind): the pool reserves it for every slot.
+    pub memory_reservation_mib: Option<u64>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
     /// Most bytes of request bodies held before their request runs (being
@@ -333,6 +338,7 @@ impl Default for Config {
             request_timeout_ms: 1000,
             plugin_memory_mib: 64,
             max_instances: 256,
+            memory_reservation_mib: None,
             max_body_bytes: 2 * 1024 * 1024,
             max_pending_body_bytes: 256 << 20,
             max_unsent_answer_bytes: 256 << 20,
@@ -542,6 +548,14 @@ impl Config {
         {
             bail!(
                 "RUST_LOG {rust_log:?} is not a log filter (e.g. info, or warn,marketplace=debug): {e}"
+            );
+        }
+        if let Some(mib) = self.memory_reservation_mib
+            && !(self.plugin_memory_mib..=1 << 20).contains(&mib)
+        {
+            bail!(
+                "memory_reservation_mib must be at least plugin_memory_mib ({}) and at most 1048576, got {mib}",
+                self.plugin_memory_mib
             );
         }
         let ranges: [(&str, u64, u64, u64); 20] = [
@@ -1036,6 +1050,16 @@ mod tests {
         let big = c(&[("MARKETPLACE_MAX_BODY_BYTES", "268435456")]);
         assert_eq!(big.pending_body_budget(), 512 << 20);
         assert!(err(&[("MARKETPLACE_ADMIN_TOKEN", "short")]).contains("admin_token"));
+        // A reservation holds the memory cap.
+        assert!(
+            err(&[("MARKETPLACE_MEMORY_RESERVATION_MIB", "32")])
+                .contains("memory_reservation_mib must be at least plugin_memory_mib (64)")
+        );
+        assert_eq!(
+            c(&[("MARKETPLACE_MEMORY_RESERVATION_MIB", "64")]).memory_reservation_mib,
+            Some(64)
+        );
+        assert_eq!(c(&[]).memory_reservation_mib, None);
         assert!(err(&[("MARKETPLACE_PLUGIN_FEES", "../x.wasm")]).contains("fees"));
         assert!(err(&[("MARKETPLACE_PLUGIN_FEES", "/etc/x.wasm")]).contains("fees"));
         assert!(err(&[("MARKETPLACE_LOG_FORMAT", "xml")]).contains("log_format"));

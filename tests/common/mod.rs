@@ -226,6 +226,27 @@ pub struct Options {
     pub plugins_dir: Option<PathBuf>,
     /// A TOML configuration file's text, given as `MARKETPLACE_CONFIG`.
     pub config: Option<String>,
+    /// Most bytes of address space the server may map (`ulimit -v`).
+    pub address_space: Option<u64>,
+}
+
+/// Limit the address space of the process `cmd` starts to `bytes`.
+pub fn limit_address_space(cmd: &mut Command, bytes: u64) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setrlimit is async-signal-safe, and nothing else runs
+    // between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 impl Server {
@@ -297,6 +318,9 @@ impl Server {
         });
         for (k, v) in &opts.env {
             cmd.env(k, v);
+        }
+        if let Some(bytes) = opts.address_space {
+            limit_address_space(&mut cmd, bytes);
         }
         let mut child = cmd.spawn().expect("spawn marketplace");
         let stdout = child.stdout.take().unwrap();

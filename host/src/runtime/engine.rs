@@ -402,6 +402,11 @@ impl Runtime {
         let host_routes = crate::runtime::native::routes(config.testing_routes);
         let mut wasm_config = wasmtime::Config::new();
         wasm_config.epoch_interruption(true);
+        if let Some(mib) = config.memory_reservation_mib {
+            // Below 4 GiB the compiled code checks bounds itself; the pool's
+            // slots shrink with it.
+            wasm_config.memory_reservation(mib << 20);
+        }
         if config.perf_map {
             // Each compiled function of every component loaded from now on
             // (compiled or from the cache) gets a line in the perf map.
