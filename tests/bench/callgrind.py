@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Instructions per request of a running server, counted by callgrind.
+
+    python3 tests/bench/callgrind.py [BIN] [N]
+
+BIN (default target/release/marketplace) runs under `valgrind
+--tool=callgrind` with instrumentation off while it starts and warms up;
+then, for each of GET /_testing/ok (trivial plugin), GET /api/health and a
+durable paid POST /api/timeline, instrumentation is switched on for N
+(default 30) sequential requests on one keep-alive connection and the count
+dumped. Prints instructions per request of each: the whole server process
+(hyper, tokio, the host, wasmtime and the component), deterministic where
+the wall clock and CPU time of this shared VM are not, so two builds can be
+compared to a fraction of a percent. valgrind runs the code on its own CPU
+model (no SHA extensions, for one): compare builds with each other, not
+with figures from `perf`.
+
+Needs valgrind (Debian package) and Python's `cryptography`; the components
+in target/plugins (`cargo xtask build-plugins`). The server gets
+`memory_reservation_mib = 256` and 8 instances: valgrind cannot map the
+pool's default reservations. Its data dir, log and dumps (for
+callgrind_annotate) stay in BENCH_DIR (default /tmp/callgrind-bench).
+"""
+import atexit
+import glob
+import http.client
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target/release/marketplace")
+N = int(sys.argv[2]) if len(sys.argv) > 2 else 30
+PORT = int(os.environ.get("BENCH_PORT", "18090"))
+OUT = os.environ.get("BENCH_DIR", "/tmp/callgrind-bench")
+shutil.rmtree(OUT, ignore_errors=True)
+os.makedirs(OUT)
+DATA = os.path.join(OUT, "data")
+
+
+def mint(amount):
+    out = subprocess.run([BIN, "cash", "mint", "--data-dir", DATA, amount],
+                         check=True, capture_output=True, text=True).stdout
+    return out.strip().split()[-1]
+
+
+# Minted offline, before the server holds the database.
+funding = mint("100")
+secrets = [mint("1") for _ in range(N + 5)]
+
+env = dict(os.environ,
+           MARKETPLACE_LISTEN=f"127.0.0.1:{PORT}",
+           MARKETPLACE_TESTING_ROUTES="true",
+           MARKETPLACE_PLUGINS_DIR=os.path.join(ROOT, "target/plugins"),
+           MARKETPLACE_DATA_DIR=DATA,
+           MARKETPLACE_MAX_INSTANCES="8",
+           MARKETPLACE_MEMORY_RESERVATION_MIB="256",
+           MARKETPLACE_WATCH_PLUGINS="false",
+           MARKETPLACE_LOG="warn",
+           # Under valgrind a call runs tens of times slower.
+           MARKETPLACE_REQUEST_TIMEOUT_MS="60000")
+conn = None
+
+
+def connect():
+    global conn
+    conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=600)
+
+
+def request(method, path, body=None, headers=None):
+    conn.request(method, path, body=body, headers=headers or {})
+    r = conn.getresponse()
+    return r.status, r.read()
+
+
+def start(wrapper):
+    """The server, once every family's component is loaded."""
+    log = open(os.path.join(OUT, "server.log"), "a")
+    server = subprocess.Popen(wrapper + [BIN, "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    atexit.register(lambda: server.poll() is None and server.kill())
+    for _ in range(900):
+        try:
+            connect()
+            status, body = request("GET", "/api/health")
+            plugins = json.loads(body).get("plugins", {}) if status == 200 else {}
+            if plugins and all(p.get("status") == "ok" for p in plugins.values()):
+                return server
+        except (OSError, ValueError, http.client.HTTPException):
+            pass
+        if server.poll() is not None:
+            sys.exit(f"the server exited; see {OUT}/server.log")
+        time.sleep(1)
+    sys.exit("the components never loaded")
+
+
+# Once natively, so the components are compiled (into the data dir's cache)
+# before valgrind runs the server.
+first = start([])
+first.terminate()
+first.wait()
+server = start(["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                f"--callgrind-out-file={OUT}/callgrind.out.%p"])
+key = Ed25519PrivateKey.generate()
+fp = key.public_key().public_bytes_raw().hex()
+status, body = request(
+    "POST", "/api/identity",
+    json.dumps({"nickname": "callgrind", "pgp_public_key": fp,
+                "signature": key.sign(b"register:callgrind").hex()}),
+    {"content-type": "application/json", "x-cash-secret": funding})
+assert status == 201, (status, body)
+
+
+def post(i):
+    ts = int(time.time())
+    content = f"callgrind post {i}: durable paid writes over HTTP"
+    body = json.dumps({"author_fingerprint": fp, "content": content, "keywords": [],
+                       "post_type": "general", "timestamp": ts,
+                       "signature": key.sign(f"post:{content}:{ts}".encode()).hex()})
+    status, answer = request("POST", "/api/timeline", body,
+                             {"content-type": "application/json", "x-cash-secret": secrets[i]})
+    assert status == 201, (status, answer)
+
+
+def control(*args):
+    subprocess.run(["callgrind_control", *args, str(server.pid)], check=True, capture_output=True)
+
+
+for i in range(5):
+    request("GET", "/_testing/ok")
+    request("GET", "/api/health")
+    post(i)
+runs = [("ok", lambda i: request("GET", "/_testing/ok")),
+        ("health", lambda i: request("GET", "/api/health")),
+        ("post", lambda i: post(5 + i))]
+for name, run in runs:
+    connect()
+    request("GET", "/_testing/ok")
+    control("-z")
+    control("-i", "on")
+    for i in range(N):
+        run(i)
+    control("-i", "off")
+    control("-d", name)
+server.terminate()
+server.wait()
+for name, _ in runs:
+    total = 0
+    for dump in glob.glob(f"{OUT}/callgrind.out.*"):
+        with open(dump, errors="ignore") as f:
+            text = f.read()
+        if f"Trigger: dump {name}\n" in text:
+            total = max(int(line.split()[1]) for line in text.splitlines()
+                        if line.startswith(("summary:", "totals:")))
+    print(f"{name}: {total / N:,.0f} instructions/request ({N} requests)")
