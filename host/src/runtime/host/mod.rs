@@ -255,7 +255,7 @@ impl Ctx {
     /// Turn the plugin's answer into the reply, committing the transaction
     /// when (and only when) the answer is a 2xx of a mutating request;
     /// `RunAgain` when the commit lost a race on the shared store.
-    pub async fn finish(mut self, mut resp: types::Response) -> Result<Reply, RunAgain> {
+    pub async fn finish(&mut self, mut resp: types::Response) -> Result<Reply, RunAgain> {
         // The change goes into a successful answer where the component put
         // what it was given instead.
         if let Some((stand_in, change)) = &self.change_stand_in
