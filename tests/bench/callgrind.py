@@ -11,12 +11,19 @@ durable paid POST /api/timeline, instrumentation is switched on for N
 dumped. Prints instructions per request of each: the whole server process
 (hyper, tokio, the host, wasmtime and the component), deterministic where
 the wall clock and CPU time of this shared VM are not, so two builds can be
-compared to a fraction of a percent. valgrind runs the code on its own CPU
+compared to about a per cent (the trivial plugin's count falls in one of
+two groups, by which worker thread frees what: compare within a group). valgrind runs the code on its own CPU
 model (no SHA extensions, for one): compare builds with each other, not
 with figures from `perf`.
 
 Needs valgrind (Debian package) and Python's `cryptography`; the components
-in target/plugins (`cargo xtask build-plugins`). The server gets
+in target/plugins (`cargo xtask build-plugins`). When the plain hyper server
+of host/examples/hello.rs is built (`cargo build --release -p marketplace
+--example hello`, or HELLO_BIN), it is counted first, on PORT + 1, and its
+count is printed first. callgrind counts user-space instructions only: the
+kernel's part (the socket reads and writes, the loopback delivery), most of
+hello's CPU time, is not in any figure, so these counts compare builds, not
+the CPU-time ratios to hello of the external bench. The server gets
 `memory_reservation_mib = 256` and 8 instances: valgrind cannot map the
 pool's default reservations. Its data dir, log and dumps (for
 callgrind_annotate) stay in BENCH_DIR (default /tmp/callgrind-bench).
@@ -137,6 +144,42 @@ for i in range(5):
 runs = [("ok", lambda i: request("GET", "/_testing/ok")),
         ("health", lambda i: request("GET", "/api/health")),
         ("post", lambda i: post(5 + i))]
+
+# The reference: the plain hyper server of host/examples/hello.rs (what the
+# external bench calls hello), counted the same way, when it is built.
+HELLO = os.environ.get("HELLO_BIN", os.path.join(ROOT, "target/release/examples/hello"))
+hello = None
+if os.path.exists(HELLO):
+    hello = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+         f"--callgrind-out-file={OUT}/hello.out.%p", HELLO, f"127.0.0.1:{PORT + 1}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    atexit.register(lambda: hello.poll() is None and hello.kill())
+    for _ in range(120):
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", PORT + 1, timeout=60)
+            c.request("GET", "/")
+            c.getresponse().read()
+            break
+        except OSError:
+            time.sleep(1)
+    for _ in range(5):
+        c.request("GET", "/")
+        c.getresponse().read()
+
+    def hello_control(*args):
+        subprocess.run(["callgrind_control", *args, str(hello.pid)], check=True, capture_output=True)
+
+    hello_control("-z")
+    hello_control("-i", "on")
+    for _ in range(N):
+        c.request("GET", "/")
+        c.getresponse().read()
+    hello_control("-i", "off")
+    hello_control("-d", "hello")
+    hello.terminate()
+    hello.wait()
+
 for name, run in runs:
     connect()
     request("GET", "/_testing/ok")
@@ -148,12 +191,21 @@ for name, run in runs:
     control("-d", name)
 server.terminate()
 server.wait()
-for name, _ in runs:
-    total = 0
-    for dump in glob.glob(f"{OUT}/callgrind.out.*"):
+
+
+def counted(name):
+    """Instructions per request of the dump `name`."""
+    for dump in glob.glob(f"{OUT}/*.out.*"):
         with open(dump, errors="ignore") as f:
             text = f.read()
         if f"Trigger: dump {name}\n" in text:
-            total = max(int(line.split()[1]) for line in text.splitlines()
-                        if line.startswith(("summary:", "totals:")))
-    print(f"{name}: {total / N:,.0f} instructions/request ({N} requests)")
+            return max(int(line.split()[1]) for line in text.splitlines()
+                       if line.startswith(("summary:", "totals:"))) / N
+    return 0
+
+
+base = counted("hello") if hello else 0
+if base:
+    print(f"hello: {base:,.0f} instructions/request ({N} requests)")
+for name, _ in runs:
+    print(f"{name}: {counted(name):,.0f} instructions/request ({N} requests)")
