@@ -563,32 +563,22 @@ fn an_unbounded_allocation_is_capped() {
 /// still holds.
 #[test]
 fn a_smaller_memory_reservation_serves_under_an_address_space_limit() {
-    const LIMIT: u64 = 24 << 30;
-    let env = [("MARKETPLACE_MAX_INSTANCES", "8")];
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_marketplace"));
-    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path())
-        .arg("--plugins")
-        .arg(common::plugins_dir())
-        .env_remove("MARKETPLACE_CONFIG")
-        .envs(env)
-        .stdin(std::process::Stdio::null());
-    common::limit_address_space(&mut cmd, LIMIT);
-    let out = cmd.output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(stderr.contains("memory pool"), "{stderr}");
-
-    let s = Server::with(common::Options {
+    let under_limit = |env: &[(&str, &str)]| common::Options {
         testing_routes: true,
-        env: [("MARKETPLACE_MEMORY_RESERVATION_MIB", "64"), env[0]]
+        env: env
             .iter()
+            .chain(&[("MARKETPLACE_MAX_INSTANCES", "8")])
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
-        address_space: Some(LIMIT),
+        address_space: Some(24 << 30),
         ..Default::default()
-    });
+    };
+    let log = Server::try_with(under_limit(&[]))
+        .err()
+        .expect("started with the default reservations under the limit");
+    assert!(log.contains("memory pool"), "{log}");
+
+    let s = Server::with(under_limit(&[("MARKETPLACE_MEMORY_RESERVATION_MIB", "64")]));
     assert_eq!(s.get("/_testing/ok").status, 200);
     let r = s.get("/_testing/alloc");
     assert_eq!(r.status, 503, "{}", r.text());

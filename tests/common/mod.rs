@@ -231,7 +231,7 @@ pub struct Options {
 }
 
 /// Limit the address space of the process `cmd` starts to `bytes`.
-pub fn limit_address_space(cmd: &mut Command, bytes: u64) {
+fn limit_address_space(cmd: &mut Command, bytes: u64) {
     use std::os::unix::process::CommandExt;
     // SAFETY: setrlimit is async-signal-safe, and nothing else runs
     // between fork and exec.
@@ -262,6 +262,11 @@ impl Server {
     }
 
     pub fn with(opts: Options) -> Server {
+        Self::try_with(opts).unwrap_or_else(|log| panic!("server did not start; log:\n{log}"))
+    }
+
+    /// A server of `opts`, or its log when it did not start.
+    pub fn try_with(opts: Options) -> Result<Server, String> {
         let (tmp, data_dir) = match &opts.data_dir {
             Some(d) => (None, d.clone()),
             None => {
@@ -348,13 +353,11 @@ impl Server {
             Ok(a) => a,
             Err(_) => {
                 let _ = child.kill();
-                panic!(
-                    "server did not start; log:\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
+                let _ = child.wait();
+                return Err(std::fs::read_to_string(&log).unwrap_or_default());
             }
         };
-        Server {
+        Ok(Server {
             addr,
             admin,
             metrics,
@@ -363,7 +366,7 @@ impl Server {
             _tmp: tmp,
             _config: config,
             log,
-        }
+        })
     }
 
     pub fn get(&self, path: &str) -> Resp {
