@@ -1274,6 +1274,7 @@ const FAMILIES: &[&str] = &[
     "marketplace_request_duration_seconds",
     "marketplace_plugin_instantiate_seconds",
     "marketplace_plugin_call_seconds",
+    "marketplace_plugin_teardown_seconds",
     "marketplace_plugin_faults",
     "marketplace_plugin_swaps",
     "marketplace_payments_refused",
@@ -1480,6 +1481,11 @@ fn metrics_are_served_to_the_operator_and_count_what_happened() {
         ),
         (
             "marketplace_plugin_call_seconds_count",
+            &[("family", "testing")],
+            3.0,
+        ),
+        (
+            "marketplace_plugin_teardown_seconds_count",
             &[("family", "testing")],
             3.0,
         ),

@@ -12,6 +12,12 @@
 //! (storage opens it as the server does, and the compile cache lives in
 //! it unless `MARKETPLACE_CACHE_DIR` says otherwise): compare builds on
 //! copies of one data dir.
+//!
+//! `INPROC_TOUCH_KB=N` (default 0) writes one byte in every
+//! `INPROC_STRIDE` (default 64) of an N KiB buffer between requests,
+//! untimed: what other work does to the caches and the TLB between two
+//! calls, as the server's HTTP and kernel work does. A stride of 64 evicts
+//! cache lines, a stride of 4096 mostly TLB entries.
 
 use marketplace::money::payments::PaymentHeaders;
 use marketplace::runtime::bindings::endpoint::marketplace::plugin::types::Request;
@@ -62,7 +68,19 @@ fn main() {
         body: vec![],
     };
     let mut micros = Vec::with_capacity(count);
+    let setting = |name: &str, default: usize| {
+        std::env::var(name).map_or(default, |v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} must be a whole number"))
+        })
+    };
+    let mut sweep = vec![0u8; setting("INPROC_TOUCH_KB", 0) << 10];
+    let stride = setting("INPROC_STRIDE", 64).max(1);
     for i in 0..count {
+        for b in sweep.iter_mut().step_by(stride) {
+            *b = b.wrapping_add(1);
+        }
+        std::hint::black_box(&mut sweep);
         let started = Instant::now();
         let reply = app
             .runtime

@@ -58,6 +58,7 @@ pub struct Metrics {
     pub request_seconds: Family<RouteLabels, Histogram>,
     pub instantiate_seconds: Family<FamilyLabels, Histogram>,
     pub call_seconds: Family<FamilyLabels, Histogram>,
+    pub teardown_seconds: Family<FamilyLabels, Histogram>,
     pub faults: Family<FaultLabels, Counter>,
     pub swaps: Family<SwapLabels, Counter>,
     pub payments_refused: Family<CodeLabels, Counter>,
@@ -141,29 +142,37 @@ impl RouteMetrics {
     }
 }
 
-/// A loaded component's call histograms (instantiation, call), looked up
-/// on its first call and kept with it.
+/// A loaded component's call histograms (instantiation, call, teardown),
+/// looked up on its first call and kept with it.
 #[derive(Debug, Default)]
 pub struct PluginMetrics {
-    seconds: OnceLock<(Histogram, Histogram)>,
+    seconds: OnceLock<[Histogram; 3]>,
 }
 
 impl PluginMetrics {
-    /// Count a call of `family`'s component: `instantiate` to make its
-    /// instance, `call` to run it.
-    pub fn call(&self, family: &str, instantiate: Duration, call: Duration) {
-        let (i, c) = self.seconds.get_or_init(|| {
+    fn histograms(&self, family: &str) -> &[Histogram; 3] {
+        self.seconds.get_or_init(|| {
             let m = metrics();
             let labels = FamilyLabels {
                 family: family.into(),
             };
-            (
-                m.instantiate_seconds.get_or_create(&labels).clone(),
-                m.call_seconds.get_or_create(&labels).clone(),
-            )
-        });
+            [&m.instantiate_seconds, &m.call_seconds, &m.teardown_seconds]
+                .map(|f| f.get_or_create(&labels).clone())
+        })
+    }
+
+    /// Count a call of `family`'s component: `instantiate` to make its
+    /// instance, `call` to run it.
+    pub fn call(&self, family: &str, instantiate: Duration, call: Duration) {
+        let [i, c, _] = self.histograms(family);
         i.observe(instantiate.as_secs_f64());
         c.observe(call.as_secs_f64());
+    }
+
+    /// Count the teardown of a call's instance (its store dropped: the
+    /// pool's slots reset, most of it the memory slot's pages).
+    pub fn teardown(&self, family: &str, took: Duration) {
+        self.histograms(family)[2].observe(took.as_secs_f64());
     }
 }
 
@@ -172,14 +181,22 @@ fn seconds_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
 }
 
+/// A plugin's instantiation and a cheap handler take a few to a few tens
+/// of microseconds: with the requests' 50 us first bucket every one of
+/// them fell in it. 5 us .. ~2.6 s.
+fn plugin_seconds_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_005, 2.0, 20))
+}
+
 impl Metrics {
     fn new() -> Metrics {
         let mut registry = Registry::with_prefix("marketplace");
         let m = Metrics {
             requests: Family::default(),
             request_seconds: Family::new_with_constructor(seconds_histogram),
-            instantiate_seconds: Family::new_with_constructor(seconds_histogram),
-            call_seconds: Family::new_with_constructor(seconds_histogram),
+            instantiate_seconds: Family::new_with_constructor(plugin_seconds_histogram),
+            call_seconds: Family::new_with_constructor(plugin_seconds_histogram),
+            teardown_seconds: Family::new_with_constructor(plugin_seconds_histogram),
             faults: Family::default(),
             swaps: Family::default(),
             payments_refused: Family::default(),
@@ -224,6 +241,11 @@ impl Metrics {
             "plugin_call_seconds",
             "Time a plugin's handler ran (with its host calls)",
             m.call_seconds.clone(),
+        );
+        r.register(
+            "plugin_teardown_seconds",
+            "Time to tear a call's instance down (the pool's slots reset for the next call)",
+            m.teardown_seconds.clone(),
         );
         r.register(
             "plugin_faults",
@@ -402,6 +424,35 @@ mod tests {
         );
         assert!(text.contains("marketplace_ledger_unspent_units 70"));
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn plugin_calls_of_microseconds_fall_in_buckets_of_their_own() {
+        let m = Metrics::new();
+        let labels = FamilyLabels {
+            family: "testing".into(),
+        };
+        let instantiate = m.instantiate_seconds.get_or_create(&labels);
+        instantiate.observe(Duration::from_micros(12).as_secs_f64());
+        instantiate.observe(Duration::from_micros(40).as_secs_f64());
+        m.call_seconds
+            .get_or_create(&labels)
+            .observe(Duration::from_secs(2).as_secs_f64());
+        let text = m.render();
+        let bucket = |name: &str, le: &str| {
+            let line = format!(r#"marketplace_{name}_bucket{{le="{le}",family="testing"}} "#);
+            let at = text
+                .find(&line)
+                .unwrap_or_else(|| panic!("{line} in {text}"));
+            text[at + line.len()..].lines().next().unwrap().to_string()
+        };
+        // 12 us and 40 us no longer share the first bucket.
+        assert_eq!(bucket("plugin_instantiate_seconds", "0.00001"), "0");
+        assert_eq!(bucket("plugin_instantiate_seconds", "0.00002"), "1");
+        assert_eq!(bucket("plugin_instantiate_seconds", "0.00004"), "2");
+        // A two-second call still has a finite bucket.
+        assert_eq!(bucket("plugin_call_seconds", "2.62144"), "1");
+        assert_eq!(bucket("plugin_call_seconds", "1.31072"), "0");
     }
 
     #[test]

@@ -393,6 +393,22 @@ pub struct Caller {
 /// instances of the pool to spare.
 pub const MAX_DISPATCH_DEPTH: u8 = 4;
 
+/// A finished call's store, torn down when this drops (after the answer
+/// is made), the teardown timed into its family's histogram.
+struct Teardown<'a> {
+    store: Option<Store<Ctx>>,
+    family: &'a str,
+    metrics: &'a crate::metrics::PluginMetrics,
+}
+
+impl Drop for Teardown<'_> {
+    fn drop(&mut self) {
+        let started = Instant::now();
+        drop(self.store.take());
+        self.metrics.teardown(self.family, started.elapsed());
+    }
+}
+
 impl Runtime {
     pub fn new(state: Arc<State>, limits: Limits) -> Result<Runtime> {
         let config = &state.config;
@@ -1454,7 +1470,11 @@ impl Runtime {
         // next writer waits for) does not wait for the teardown.
         let memory_bytes = self.limits.memory_bytes;
         let mut ctx = std::mem::replace(store.data_mut(), Ctx::inert("", memory_bytes));
-        let _torn_down_last = store;
+        let _torn_down_last = Teardown {
+            store: Some(store),
+            family,
+            metrics: &plugin.metrics,
+        };
         if ctx.conflicted() {
             // Whatever the plugin made of it, its reads were not a state
             // that can be kept: run it again.
