@@ -133,8 +133,17 @@ def post(i):
     assert status == 201, (status, answer)
 
 
-def control(*args):
-    subprocess.run(["callgrind_control", *args, str(server.pid)], check=True, capture_output=True)
+def count(pid, name, run):
+    """Count `pid`'s instructions over N runs of `run` (given 0..N) into the
+    dump `name`."""
+    def control(*args):
+        subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True)
+    control("-z")
+    control("-i", "on")
+    for i in range(N):
+        run(i)
+    control("-i", "off")
+    control("-d", name)
 
 
 for i in range(5):
@@ -163,32 +172,21 @@ if os.path.exists(HELLO):
             break
         except OSError:
             time.sleep(1)
-    for _ in range(5):
+
+    def hello_get(_):
         c.request("GET", "/")
         c.getresponse().read()
 
-    def hello_control(*args):
-        subprocess.run(["callgrind_control", *args, str(hello.pid)], check=True, capture_output=True)
-
-    hello_control("-z")
-    hello_control("-i", "on")
-    for _ in range(N):
-        c.request("GET", "/")
-        c.getresponse().read()
-    hello_control("-i", "off")
-    hello_control("-d", "hello")
+    for i in range(5):
+        hello_get(i)
+    count(hello.pid, "hello", hello_get)
     hello.terminate()
     hello.wait()
 
 for name, run in runs:
     connect()
     request("GET", "/_testing/ok")
-    control("-z")
-    control("-i", "on")
-    for i in range(N):
-        run(i)
-    control("-i", "off")
-    control("-d", name)
+    count(server.pid, name, run)
 server.terminate()
 server.wait()
 
