@@ -221,6 +221,8 @@ pub struct RedbBatch {
     /// Closed batches not on disk when this one opened, oldest first.
     pub(super) below: Vec<Arc<Sealed>>,
     pub(super) writes: Overlay,
+    /// The snapshot's tables read so far.
+    pub(super) opened: super::OpenTables,
 }
 
 impl RedbBatch {
@@ -626,6 +628,7 @@ impl GroupCommit {
                     .map_err(|e| CommitError::fatal(e.to_string()))?,
                 below: live(sealed),
                 writes: Overlay::new(),
+                opened: Default::default(),
             })),
             Backend::Pg(store) => store
                 .begin_batch()
@@ -648,6 +651,7 @@ impl GroupCommit {
                 .cloned()
                 .collect(),
             writes: Overlay::new(),
+            opened: Default::default(),
         })
     }
 
@@ -1114,6 +1118,7 @@ impl GroupCommit {
             snapshot,
             below,
             writes,
+            opened,
         } = open;
         s.sealed.push_back(Arc::new(Sealed {
             writes,
@@ -1133,7 +1138,7 @@ impl GroupCommit {
         }
         Self::hand_on(&mut s);
         drop(s);
-        drop((snapshot, below));
+        drop((opened, snapshot, below));
     }
 
     /// Abandon the batch `lease` holds (its writes are in an unknown state):

@@ -984,7 +984,10 @@ impl RedbBatch {
     fn get_layered(&self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
         match self.written(table, key) {
             Some(v) => Ok(v.clone()),
-            None => self.snapshot.get_in(table, key),
+            None => match self.opened.table(&self.snapshot, table)? {
+                Some(t) => Ok(t.get(key).map_err(internal)?.map(|v| v.value().to_vec())),
+                None => Ok(None),
+            },
         }
     }
 
@@ -1009,7 +1012,7 @@ impl RedbBatch {
                 continue;
             }
             if stored.is_none() {
-                stored = Some(snapshot_table(&self.snapshot, table)?);
+                stored = Some(self.opened.table(&self.snapshot, table)?);
             }
             let guard = match stored.as_ref().expect("opened above") {
                 Some(t) => t.get(k.as_slice()).map_err(internal)?,
@@ -1050,7 +1053,7 @@ impl RedbBatch {
         if reverse {
             mine.reverse();
         }
-        let Some(t) = snapshot_table(&self.snapshot, table)? else {
+        let Some(t) = self.opened.table(&self.snapshot, table)? else {
             return merge(
                 std::iter::empty::<Result<(Vec<u8>, Vec<u8>), _>>(),
                 mine,
@@ -1075,6 +1078,38 @@ impl RedbBatch {
 
 /// A read-only table of byte keys and values.
 type BytesTable = redb::ReadOnlyTable<&'static [u8], &'static [u8]>;
+
+/// The tables of one snapshot opened so far, each opened once. Opening a
+/// table looks its name up in redb's table tree and parses its definition,
+/// about as much work as the read itself, and a paid post reads through its
+/// batch's snapshot a dozen times.
+#[derive(Default)]
+pub(super) struct OpenTables(std::sync::Mutex<Vec<(String, Option<Arc<BytesTable>>)>>);
+
+impl OpenTables {
+    /// Most tables kept open per snapshot (past them, each read opens its
+    /// table again).
+    const MAX: usize = 32;
+
+    /// `table` of `snapshot` (this snapshot's, always: one `OpenTables`
+    /// lives beside one snapshot); `None` when the snapshot has no such
+    /// table.
+    fn table(
+        &self,
+        snapshot: &redb::ReadTransaction,
+        table: &str,
+    ) -> Result<Option<Arc<BytesTable>>, StorageError> {
+        let mut open = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, t)) = open.iter().find(|(name, _)| name == table) {
+            return Ok(t.clone());
+        }
+        let t = snapshot_table(snapshot, table)?.map(Arc::new);
+        if open.len() < Self::MAX {
+            open.push((table.to_string(), t.clone()));
+        }
+        Ok(t)
+    }
+}
 
 /// A table of a batch's snapshot; `None` when it did not exist yet.
 fn snapshot_table(
@@ -1457,6 +1492,44 @@ mod tests {
 
     fn read(s: &Storage, key: &[u8]) -> Option<Vec<u8>> {
         s.begin(false).unwrap().get("a", key).unwrap()
+    }
+
+    /// A view opens each table once and keeps it: every read of it,
+    /// point, many or scan, still sees that view's own snapshot, and past
+    /// the tables a view keeps open the others are read all the same.
+    #[test]
+    fn each_view_reads_its_own_snapshot_of_the_tables_it_keeps_open() {
+        let (_d, s) = open();
+        let tables: Vec<String> = (0..OpenTables::MAX + 8).map(|i| format!("t{i}")).collect();
+        let before = s.begin_read().unwrap();
+        for t in &tables {
+            assert_eq!(before.get_in(t, b"k").unwrap(), None, "{t}");
+        }
+        let Txn::Write(w) = s.begin(true).unwrap() else {
+            unreachable!()
+        };
+        for t in &tables {
+            w.put_in(t, b"k", t.as_bytes()).unwrap();
+        }
+        s.commit(w).unwrap();
+        // In the database itself, not only in the log's layers.
+        s.gc.wait_applied();
+        let after = s.begin_read().unwrap();
+        let keys = [b"k".to_vec(), b"missing".to_vec()];
+        for t in &tables {
+            for _ in 0..2 {
+                assert_eq!(before.get_in(t, b"k").unwrap(), None, "{t}");
+                assert!(before.scan_in(t, b"", None, false, 10).unwrap().is_empty());
+                let mine = Some(t.as_bytes().to_vec());
+                assert_eq!(after.get_in(t, b"k").unwrap(), mine, "{t}");
+                assert_eq!(
+                    after.get_many_in(t, &keys).unwrap(),
+                    vec![mine.clone(), None]
+                );
+                let rows = after.scan_in(t, b"", None, false, 10).unwrap();
+                assert_eq!(rows.len(), 1, "{t}");
+            }
+        }
     }
 
     /// The log's position the database keeps: the log's id and the last
