@@ -8,7 +8,9 @@ BIN (default target/release/marketplace) runs under `valgrind
 then, for each of GET /_testing/ok (trivial plugin), GET /api/health and a
 durable paid POST /api/timeline, instrumentation is switched on for N
 (default 30) sequential requests on one keep-alive connection and the count
-dumped. Prints instructions per request of each: the whole server process
+dumped; then for N rounds of CALLGRIND_BATCH (default 8) paid posts sent at
+once on as many connections, so that they share commit batches as under
+load (one at a time, each post is a batch of its own). Prints instructions per request of each: the whole server process
 (hyper, tokio, the host, wasmtime and the component), deterministic where
 the wall clock and CPU time of this shared VM are not, so two builds can be
 compared to about a per cent (the trivial plugin's count falls in one of
@@ -36,6 +38,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -58,7 +61,10 @@ def mint(amount):
 
 # Minted offline, before the server holds the database.
 funding = mint("100")
-secrets = [mint("1") for _ in range(N + 5)]
+# Paid posts also go BATCH at a time on as many connections, so that they
+# share commit batches as under load (one at a time, each is a batch).
+BATCH = int(os.environ.get("CALLGRIND_BATCH", "8"))
+secrets = [mint("1") for _ in range(N + 5 + N * BATCH)]
 
 env = dict(os.environ,
            MARKETPLACE_LISTEN=f"127.0.0.1:{PORT}",
@@ -79,9 +85,10 @@ def connect():
     conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=600)
 
 
-def request(method, path, body=None, headers=None):
-    conn.request(method, path, body=body, headers=headers or {})
-    r = conn.getresponse()
+def request(method, path, body=None, headers=None, on=None):
+    c = on or conn
+    c.request(method, path, body=body, headers=headers or {})
+    r = c.getresponse()
     return r.status, r.read()
 
 
@@ -122,15 +129,28 @@ status, body = request(
 assert status == 201, (status, body)
 
 
-def post(i):
+def post(i, on=None):
     ts = int(time.time())
     content = f"callgrind post {i}: durable paid writes over HTTP"
     body = json.dumps({"author_fingerprint": fp, "content": content, "keywords": [],
                        "post_type": "general", "timestamp": ts,
                        "signature": key.sign(f"post:{content}:{ts}".encode()).hex()})
     status, answer = request("POST", "/api/timeline", body,
-                             {"content-type": "application/json", "x-cash-secret": secrets[i]})
+                             {"content-type": "application/json", "x-cash-secret": secrets[i]}, on)
     assert status == 201, (status, answer)
+
+
+together = [http.client.HTTPConnection("127.0.0.1", PORT, timeout=600) for _ in range(BATCH)]
+
+
+def posts_together(i):
+    """BATCH posts at once, one per connection of `together`."""
+    first = 5 + N + i * BATCH
+    threads = [threading.Thread(target=post, args=(first + j, c)) for j, c in enumerate(together)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def count(pid, name, run):
@@ -150,9 +170,11 @@ for i in range(5):
     request("GET", "/_testing/ok")
     request("GET", "/api/health")
     post(i)
-runs = [("ok", lambda i: request("GET", "/_testing/ok")),
-        ("health", lambda i: request("GET", "/api/health")),
-        ("post", lambda i: post(5 + i))]
+# (name, one run, requests per run)
+runs = [("ok", lambda i: request("GET", "/_testing/ok"), 1),
+        ("health", lambda i: request("GET", "/api/health"), 1),
+        ("post", lambda i: post(5 + i), 1),
+        (f"post-x{BATCH}", posts_together, BATCH)]
 
 # The reference: the plain hyper server of host/examples/hello.rs (what the
 # external bench calls hello), counted the same way, when it is built.
@@ -183,7 +205,7 @@ if os.path.exists(HELLO):
     hello.terminate()
     hello.wait()
 
-for name, run in runs:
+for name, run, _ in runs:
     connect()
     request("GET", "/_testing/ok")
     count(server.pid, name, run)
@@ -191,19 +213,20 @@ server.terminate()
 server.wait()
 
 
-def counted(name):
-    """Instructions per request of the dump `name`."""
+def counted(name, per_run=1):
+    """Instructions per request of the dump `name` (`per_run` requests in
+    each of its N runs)."""
     for dump in glob.glob(f"{OUT}/*.out.*"):
         with open(dump, errors="ignore") as f:
             text = f.read()
         if f"Trigger: dump {name}\n" in text:
             return max(int(line.split()[1]) for line in text.splitlines()
-                       if line.startswith(("summary:", "totals:"))) / N
+                       if line.startswith(("summary:", "totals:"))) / (N * per_run)
     return 0
 
 
 base = counted("hello") if hello else 0
 if base:
     print(f"hello: {base:,.0f} instructions/request ({N} requests)")
-for name, _ in runs:
-    print(f"{name}: {counted(name):,.0f} instructions/request ({N} requests)")
+for name, _, per_run in runs:
+    print(f"{name}: {counted(name, per_run):,.0f} instructions/request ({N * per_run} requests)")
