@@ -36,9 +36,34 @@ impl IdGen {
     }
 }
 
-/// Fill `buf` from the operating system's CSPRNG.
+/// Bytes of the operating system's CSPRNG fetched by one `getrandom` call.
+const RANDOM_POOL: usize = 256;
+
+thread_local! {
+    /// This thread's unused random bytes: `.0[.1..]` (empty at first).
+    static POOL: std::cell::RefCell<([u8; RANDOM_POOL], usize)> =
+        const { std::cell::RefCell::new(([0; RANDOM_POOL], RANDOM_POOL)) };
+}
+
+/// Fill `buf` from the operating system's CSPRNG. Requests of up to 64
+/// bytes are served from a per-thread pool that one `getrandom` call
+/// refills (a paid post asked two to three times, each a system call);
+/// each byte is handed out once and zeroed in the pool as it goes.
 pub fn fill_random(buf: &mut [u8]) {
-    getrandom::fill(buf).expect("operating system random source");
+    if buf.len() > RANDOM_POOL / 4 {
+        getrandom::fill(buf).expect("operating system random source");
+        return;
+    }
+    POOL.with_borrow_mut(|(pool, next)| {
+        if RANDOM_POOL - *next < buf.len() {
+            getrandom::fill(pool).expect("operating system random source");
+            *next = 0;
+        }
+        let taken = &mut pool[*next..*next + buf.len()];
+        buf.copy_from_slice(taken);
+        taken.fill(0);
+        *next += buf.len();
+    });
 }
 
 /// RFC 3339 UTC with second precision, e.g. `2026-11-22T03:04:05Z`.
@@ -58,6 +83,31 @@ pub fn unix_seconds() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn random_bytes_are_never_handed_out_twice() {
+        // Draws of every size up to past the pool's limit, many times over
+        // the pool: no 16-byte draw repeats another, and none is all zeros.
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..4_000usize {
+            let mut b = vec![0u8; 16 + i % 80];
+            fill_random(&mut b);
+            assert!(b.iter().any(|&x| x != 0), "draw {i} is all zeros");
+            assert!(
+                seen.insert(b[..16].to_vec()),
+                "draw {i} repeats an earlier one"
+            );
+        }
+        // Another thread has a pool of its own.
+        let there = std::thread::spawn(|| {
+            let mut b = [0u8; 16];
+            fill_random(&mut b);
+            b
+        })
+        .join()
+        .unwrap();
+        assert!(seen.insert(there.to_vec()));
+    }
 
     #[test]
     fn ulids_are_26_chars_and_sorted() {
