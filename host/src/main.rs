@@ -1,5 +1,5 @@
 // mimalloc instead of glibc's allocator: a paid post makes about 700
-// allocations, and with mimalloc the server ran 4 to 8 % fewer
+// allocations, and with mimalloc the server ran 5 to 10 % fewer
 // instructions per request (`tests/bench/callgrind.py`), 3 to 10 % less
 // CPU per request in alternating external benches, and 1.4 to 1.8 times
 // the large cash health checks per second at about the same peak memory
