@@ -984,10 +984,7 @@ impl RedbBatch {
     fn get_layered(&self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
         match self.written(table, key) {
             Some(v) => Ok(v.clone()),
-            None => match self.opened.table(&self.snapshot, table)? {
-                Some(t) => Ok(t.get(key).map_err(internal)?.map(|v| v.value().to_vec())),
-                None => Ok(None),
-            },
+            None => read_one(self.opened.table(&self.snapshot, table)?.as_deref(), key),
         }
     }
 
@@ -1108,6 +1105,14 @@ impl OpenTables {
             open.push((table.to_string(), t.clone()));
         }
         Ok(t)
+    }
+}
+
+/// The value at `key` of a snapshot's `table` (`None`: no such table).
+fn read_one(table: Option<&BytesTable>, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+    match table {
+        Some(t) => Ok(t.get(key).map_err(internal)?.map(|v| v.value().to_vec())),
+        None => Ok(None),
     }
 }
 
@@ -1233,11 +1238,7 @@ where
 
 impl Kv for redb::ReadTransaction {
     fn get_in(&self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
-        match self.open_table(def(table)) {
-            Ok(t) => Ok(t.get(key).map_err(internal)?.map(|v| v.value().to_vec())),
-            Err(TableError::TableDoesNotExist(_)) => Ok(None),
-            Err(e) => Err(internal(e)),
-        }
+        read_one(snapshot_table(self, table)?.as_ref(), key)
     }
 
     /// One table open for all the keys.
