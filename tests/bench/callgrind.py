@@ -156,13 +156,24 @@ def connect_together():
 
 
 def posts_together(i):
-    """BATCH posts at once, one per connection of `together`."""
+    """BATCH posts at once, one per connection of `together`; a post that
+    fails fails the run (a thread's exception would not)."""
     first = 5 + N + i * BATCH
-    threads = [threading.Thread(target=post, args=(first + j, c)) for j, c in enumerate(together)]
+    failed = []
+
+    def one(j, c):
+        try:
+            post(first + j, c)
+        except Exception as e:  # noqa: BLE001 (raised again below)
+            failed.append(e)
+
+    threads = [threading.Thread(target=one, args=(j, c)) for j, c in enumerate(together)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    if failed:
+        raise failed[0]
 
 
 def count(pid, name, run):
