@@ -62,13 +62,23 @@ pub fn format(units: u64) -> String {
 }
 
 /// [`format`] of a sum of amounts, which may pass u64.
+/// Written with `itoa` (a u64's division where the sum fits one): every
+/// answer with an amount formats a few, and `format!` of a u128 was among
+/// the dearest calls of a paid post.
 pub fn format_sum(units: u128) -> String {
-    let (whole, frac) = (units / UNIT as u128, units % UNIT as u128);
-    if frac == 0 {
-        return whole.to_string();
+    let (whole, frac) = match u64::try_from(units) {
+        Ok(u) => ((u / UNIT) as u128, u % UNIT),
+        Err(_) => (units / UNIT as u128, (units % UNIT as u128) as u64),
+    };
+    let mut digits = itoa::Buffer::new();
+    let mut out = String::with_capacity(24);
+    out.push_str(digits.format(whole));
+    if frac != 0 {
+        // UNIT + frac is "1" and then frac's eight digits, zero-padded.
+        out.push('.');
+        out.push_str(digits.format(UNIT + frac)[1..].trim_end_matches('0'));
     }
-    let frac = format!("{frac:08}");
-    format!("{whole}.{}", frac.trim_end_matches('0'))
+    out
 }
 
 /// floor(amount * percent / 100) in units, without overflow.
@@ -88,6 +98,16 @@ mod tests {
         assert_eq!(format(1), "0.00000001");
         assert_eq!(format(0), "0");
         assert_eq!(format(123 * UNIT + 5), "123.00000005");
+        assert_eq!(format(u64::MAX), "184467440737.09551615");
+        assert_eq!(format_sum(u64::MAX as u128 + 1), "184467440737.09551616");
+        assert_eq!(
+            format_sum(u128::MAX),
+            "3402823669209384634633746074317.68211455"
+        );
+        assert_eq!(
+            format_sum(7 * UNIT as u128 * 1_000_000_000_000),
+            "7000000000000"
+        );
         // A sum past u64 (two large outputs) is written as it is.
         assert_eq!(
             format_sum(2 * (99_999_999_999 * UNIT as u128)),

@@ -37,7 +37,8 @@
 //! server's log filter, default `info` as in production; the log goes to a
 //! file), BENCH_DIR (where the data dirs go; default: the current directory),
 //! BENCH_BIN (another `marketplace` binary to measure, e.g. a copy of an
-//! earlier build; default the one cargo built).
+//! earlier build; default the one cargo built), BENCH_PLUGINS (another
+//! directory of built components; default the target dir's `plugins`).
 //!
 //! Scale-out mode (`BENCH_PG=postgres://...`, a PostgreSQL server the bench
 //! may create schemas in): durable paid posts at BENCH_PAID_CONNECTIONS and
@@ -156,7 +157,10 @@ fn marketplace(data_dir: &Path, testing: bool) -> Server {
 }
 
 fn marketplace_with(data_dir: &Path, testing: bool, env: &[(String, String)]) -> Server {
-    let plugins = support::built_plugins();
+    // BENCH_PLUGINS: another build's components, to compare two builds
+    // of a component with the same host.
+    let plugins =
+        std::env::var_os("BENCH_PLUGINS").map_or_else(support::built_plugins, PathBuf::from);
     need(&plugins.join("info.wasm"));
     std::fs::create_dir_all(data_dir).unwrap();
     let log = std::fs::File::create(data_dir.join("server.log")).unwrap();

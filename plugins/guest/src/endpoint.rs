@@ -744,7 +744,7 @@ pub fn require_identity(fingerprint: &str) -> Result<(), ApiError> {
 /// Whether `fingerprint` names a registered identity (read in the
 /// `identity` keyspace: the family needs that read grant).
 pub fn registered(fingerprint: &str) -> Result<bool, ApiError> {
-    Ok(kv::get_raw(Some("identity"), &format!("id/{fingerprint}"))?.is_some())
+    Ok(kv::get_raw(Some("identity"), &["id/", fingerprint].concat())?.is_some())
 }
 
 /// The error for a request without a signature or its signer's

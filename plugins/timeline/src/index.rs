@@ -60,46 +60,64 @@ struct Doc {
 }
 
 fn doc_key(post_id: &str) -> String {
-    format!("ix/doc/{post_id}")
+    ["ix/doc/", post_id].concat()
 }
 
-fn load_stats() -> Result<Value, ApiError> {
-    Ok(kv::get("ix/stats")?.unwrap_or_else(|| json!({"docs": 0, "total_len": 0})))
+fn df_key(term: &str) -> String {
+    ["ix/df/", term].concat()
+}
+
+const STATS_KEY: &str = "ix/stats";
+
+/// `ix/stats`: how many posts are indexed and their weighted lengths' sum.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+struct Stats {
+    docs: u64,
+    total_len: u64,
+}
+
+fn load_stats() -> Result<Stats, ApiError> {
+    Ok(kv::get(STATS_KEY)?.unwrap_or_default())
 }
 
 /// Index a new post; `markdown` holds the text of its markdown attachments.
+/// Keys and values are put together with `concat` and `itoa` rather than
+/// `format!`: a post makes three of them per distinct word, and in a
+/// component `format!` cost about 2,400 instructions each.
 pub fn add(post: &Post, markdown: &[&str]) -> Result<(), ApiError> {
     let (tf, len) = weigh(post, markdown);
     // The statistics and every term's document frequency in one host call
     // (a paid post holds the commit batch while it runs), or one per
     // MAX_GET_MANY keys for a post of more distinct words than that.
-    let mut read = vec!["ix/stats".to_string()];
-    read.extend(tf.keys().map(|term| format!("ix/df/{term}")));
+    let mut read = vec![STATS_KEY.to_string()];
+    read.extend(tf.keys().map(|term| df_key(term)));
     let packed = read
         .chunks(kv::MAX_GET_MANY)
         .map(|chunk| kv::get_many_packed(None, chunk))
         .collect::<Result<Vec<_>, _>>()?;
     let mut values = read.iter().zip(packed.iter().flat_map(|p| p.values()));
-    let mut stats: Value = match values.next() {
+    let mut stats: Stats = match values.next() {
         Some((key, Some(v))) => kv::parse(key, v)?,
-        _ => json!({"docs": 0, "total_len": 0}),
+        _ => Stats::default(),
     };
-    let docs = stats["docs"].as_u64().unwrap_or(0) + 1;
-    let total_len = stats["total_len"].as_u64().unwrap_or(0) + len;
-    let avgdl = total_len as f64 / docs as f64;
+    stats.docs += 1;
+    stats.total_len += len;
+    let avgdl = stats.total_len as f64 / stats.docs as f64;
+    let flipped = marketplace_common::order::flip_ulid(&post.post_id);
+    let mut number = itoa::Buffer::new();
+    let len_text = number.format(len).to_string();
     let mut keys = Vec::with_capacity(tf.len());
     for ((term, f), (df_key, df)) in tf.iter().zip(values) {
-        let posting = format!("{f} {len} {}", post.post_type);
-        let key = posting_key(term, impact(*f as f64, len as f64, avgdl), &post.post_id);
+        let posting = [number.format(*f), " ", &len_text, " ", &post.post_type].concat();
+        let key = posting_key(term, impact(*f as f64, len as f64, avgdl), &flipped);
         kv::put_raw(&key, posting.as_bytes())?;
         keys.push(key);
         let df: u64 = df.map_or(Ok(0), |v| kv::parse(df_key, v))?;
-        kv::put(df_key, &(df + 1))?;
+        kv::put_raw(df_key, number.format(df + 1).as_bytes())?;
     }
     kv::put(&doc_key(&post.post_id), &Doc { len, keys })?;
-    stats["docs"] = json!(docs);
-    stats["total_len"] = json!(total_len);
-    kv::put("ix/stats", &stats)
+    kv::put(STATS_KEY, &stats)
 }
 
 /// Take a post out of the index (before an update re-adds it, or on
@@ -140,7 +158,7 @@ pub fn remove(
             .strip_prefix("ix/i/")
             .and_then(|rest| rest.split('\0').next())
             .unwrap_or_default();
-        let df_key = format!("ix/df/{term}");
+        let df_key = df_key(term);
         let df: u64 = kv::get(&df_key)?.unwrap_or(0);
         if df <= 1 {
             kv::delete(&df_key)?;
@@ -149,15 +167,13 @@ pub fn remove(
         }
     }
     let mut stats = load_stats()?;
-    let docs = stats["docs"].as_u64().unwrap_or(0).saturating_sub(1);
-    let total_len = if docs == 0 {
+    stats.docs = stats.docs.saturating_sub(1);
+    stats.total_len = if stats.docs == 0 {
         0
     } else {
-        stats["total_len"].as_u64().unwrap_or(0).saturating_sub(len)
+        stats.total_len.saturating_sub(len)
     };
-    stats["docs"] = json!(docs);
-    stats["total_len"] = json!(total_len);
-    kv::put("ix/stats", &stats)
+    kv::put(STATS_KEY, &stats)
 }
 
 /// The key of a post's posting in a term's list, found by reading the list.
@@ -193,19 +209,57 @@ pub fn impact(tf: f64, len: f64, avgdl: f64) -> f64 {
     tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / avgdl.max(1.0)))
 }
 
-/// `ix/i/{term}\0{rank}{flipped post_id}`: best impact first, then newest.
-pub fn posting_key(term: &str, impact: f64, post_id: &str) -> String {
+/// `ix/i/{term}\0{rank}{flipped post_id}`: best impact first, then newest
+/// (`flipped` is the post id through `order::flip_ulid`).
+pub fn posting_key(term: &str, impact: f64, flipped: &str) -> String {
     let scaled = (impact * 1e6).clamp(0.0, u32::MAX as f64) as u32;
-    format!(
-        "ix/i/{term}\0{:08x}{}",
-        u32::MAX - scaled,
-        marketplace_common::order::flip_ulid(post_id)
-    )
+    let mut key = String::with_capacity(5 + term.len() + 1 + 8 + flipped.len());
+    key.push_str("ix/i/");
+    key.push_str(term);
+    key.push('\0');
+    marketplace_common::hex::encode_into(&(u32::MAX - scaled).to_be_bytes(), &mut key);
+    key.push_str(flipped);
+    key
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use marketplace_common::order::flip_ulid;
+
+    /// The key of `post_id`'s posting.
+    fn posting_key(term: &str, impact: f64, post_id: &str) -> String {
+        super::posting_key(term, impact, &flip_ulid(post_id))
+    }
+
+    #[test]
+    fn posting_keys_keep_their_stored_form() {
+        // The form search and earlier versions read: 8 lower-case hex
+        // digits of the rank between the term and the flipped id.
+        for (impact, rank) in [(0.0, "ffffffff"), (1.5, "ffe91c9f"), (1e9, "00000000")] {
+            assert_eq!(
+                posting_key("rust", impact, "post_01HZX3K9Q8"),
+                format!("ix/i/rust\0{rank}{}", flip_ulid("post_01HZX3K9Q8"))
+            );
+        }
+        let scaled = (0.123456 * 1e6) as u32;
+        assert_eq!(
+            posting_key("ü", 0.123456, "post_1"),
+            format!("ix/i/ü\0{:08x}{}", u32::MAX - scaled, flip_ulid("post_1"))
+        );
+    }
+
+    #[test]
+    fn stats_keep_their_stored_form() {
+        let stats: Stats = serde_json::from_str(r#"{"docs":3,"total_len":41}"#).unwrap();
+        assert_eq!((stats.docs, stats.total_len), (3, 41));
+        assert_eq!(
+            serde_json::to_string(&stats).unwrap(),
+            r#"{"docs":3,"total_len":41}"#
+        );
+        let empty: Stats = serde_json::from_str("{}").unwrap();
+        assert_eq!((empty.docs, empty.total_len), (0, 0));
+    }
 
     #[test]
     fn better_postings_sort_first() {

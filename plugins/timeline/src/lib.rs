@@ -537,7 +537,7 @@ fn create(req: &Request) -> Result<Response, ApiError> {
     }
     reused.check()?;
 
-    let post_id = format!("post_{}", ids::ulid());
+    let post_id = ["post_", &ids::ulid()].concat();
     let meta = store_attachments(&post_id, &attachments)?;
     let post = Post {
         post_id: post_id.clone(),
@@ -558,15 +558,16 @@ fn create(req: &Request) -> Result<Response, ApiError> {
     };
     let record = post.save()?;
     if let Some(p) = parent.as_mut() {
-        kv::put_raw(&format!("children/{}/{post_id}", p.post_id), b"")?;
+        kv::put_raw(&["children/", &p.post_id, "/", &post_id].concat(), b"")?;
         p.comment_count += 1;
         kv::put(&record_key(&p.post_id), p)?;
     }
     // A private reply is reachable by id and through its parent only.
     if !private {
-        kv::put_raw(&format!("type/{post_type}/{post_id}"), b"")?;
-        kv::put_raw(&format!("author/{author}/{post_id}"), b"")?;
-        let count_key = format!("author_count/{author}");
+        // Keys put together with `concat`: `format!` is dear in a component.
+        kv::put_raw(&["type/", &post_type, "/", &post_id].concat(), b"")?;
+        kv::put_raw(&["author/", &author, "/", &post_id].concat(), b"")?;
+        let count_key = ["author_count/", &author].concat();
         let count: u64 = kv::get(&count_key)?.unwrap_or(0);
         kv::put(&count_key, &(count + 1))?;
         index::add(&post, &new_markdown(&attachments))?;
