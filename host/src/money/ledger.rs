@@ -755,7 +755,10 @@ fn keep_answer(
         kept.body = replace_found(&finder, &kept.body, mark.as_bytes());
         for (_, v) in kept.headers.iter_mut() {
             if finder.find(v.as_bytes()).is_some() {
-                *v = v.replace(secret.as_str(), &mark);
+                // ASCII replaced by ASCII: the value stays UTF-8.
+                let bytes = replace_found(&finder, v.as_bytes(), mark.as_bytes());
+                *v = String::from_utf8(bytes)
+                    .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
             }
         }
     }
