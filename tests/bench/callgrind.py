@@ -32,12 +32,20 @@ the CPU-time ratios to hello of the external bench. The server gets
 `memory_reservation_mib = 256` and 8 instances: valgrind cannot map the
 pool's default reservations. Its data dir, log and dumps (for
 callgrind_annotate) stay in BENCH_DIR (default /tmp/callgrind-bench).
+
+CALLGRIND_COMPONENTS=K also prints, for each route, the instructions per
+request spent in the components' compiled code and its K dearest
+functions: the server then writes a perf map (`perf_map`), whose names
+stand in for the addresses callgrind cannot name.
 """
 import atexit
+import bisect
+import collections
 import glob
 import http.client
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -80,6 +88,9 @@ env = dict(os.environ,
            MARKETPLACE_LOG="warn",
            # Under valgrind a call runs tens of times slower.
            MARKETPLACE_REQUEST_TIMEOUT_MS="60000")
+COMPONENTS = int(os.environ.get("CALLGRIND_COMPONENTS", "0"))
+if COMPONENTS:
+    env["MARKETPLACE_PERF_MAP"] = "true"
 conn = None
 
 
@@ -238,16 +249,55 @@ server.terminate()
 server.wait()
 
 
-def counted(name, per_run=1):
-    """Instructions per request of the dump `name` (`per_run` requests in
-    each of its N runs)."""
+def dump_of(name):
+    """The path and text of the dump `name`."""
     for dump in glob.glob(f"{OUT}/*.out.*"):
         with open(dump, errors="ignore") as f:
             text = f.read()
         if f"Trigger: dump {name}\n" in text:
-            return max(int(line.split()[1]) for line in text.splitlines()
-                       if line.startswith(("summary:", "totals:"))) / (N * per_run)
-    return 0
+            return dump, text
+    return None, ""
+
+
+def counted(name, per_run=1):
+    """Instructions per request of the dump `name` (`per_run` requests in
+    each of its N runs)."""
+    _, text = dump_of(name)
+    if not text:
+        return 0
+    return max(int(line.split()[1]) for line in text.splitlines()
+               if line.startswith(("summary:", "totals:"))) / (N * per_run)
+
+
+def component_functions(name, per_run):
+    """Instructions per request in the components' compiled code, and the
+    dearest functions, named from the server's perf map."""
+    entries = []
+    with open(f"/tmp/perf-{server.pid}.map", errors="ignore") as f:
+        for line in f:
+            parts = line.rstrip("\n").split(" ", 2)
+            if len(parts) == 3:
+                entries.append((int(parts[0], 16), int(parts[1], 16), parts[2]))
+    entries.sort()
+    starts = [e[0] for e in entries]
+    dump, _ = dump_of(name)
+    table = subprocess.run(["callgrind_annotate", "--threshold=100", dump],
+                           check=True, capture_output=True, text=True).stdout
+    by_name = collections.Counter()
+    for line in table.splitlines():
+        m = re.match(r"\s*([\d,]+) .*\?\?\?:0x([0-9a-f]+) \[\?\?\?\]", line)
+        if not m:
+            continue
+        at = int(m.group(2), 16)
+        i = bisect.bisect_right(starts, at) - 1
+        if i < 0 or at >= entries[i][0] + entries[i][1]:
+            continue
+        # Without the function's index and the mangled name's hash.
+        fn = re.sub(r"^wasm\[\d+\]::function\[\d+\]::", "", entries[i][2])
+        fn = re.sub(r"17h[0-9a-f]{16}E$", "E", fn)
+        by_name[fn] += int(m.group(1).replace(",", ""))
+    per = N * per_run
+    return sum(by_name.values()) / per, [(n / per, fn) for fn, n in by_name.most_common(COMPONENTS)]
 
 
 base = counted("hello") if hello else 0
@@ -255,3 +305,8 @@ if base:
     print(f"hello: {base:,.0f} instructions/request ({N} requests)")
 for name, _, per_run in runs:
     print(f"{name}: {counted(name, per_run):,.0f} instructions/request ({N * per_run} requests)")
+    if COMPONENTS:
+        total, dearest = component_functions(name, per_run)
+        print(f"  in components: {total:,.0f}")
+        for n, fn in dearest:
+            print(f"  {n:>9,.0f}  {fn[:110]}")
