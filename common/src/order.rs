@@ -29,11 +29,13 @@ pub fn flip_ulid(id: &str) -> String {
 /// [`flip_ulid`] of an id read as bytes (a key's suffix); bytes that are
 /// not UTF-8 come out as U+FFFD.
 pub fn flip_ulid_bytes(id: &[u8]) -> String {
-    // Only ASCII bytes are remapped (to ASCII), so UTF-8 stays UTF-8.
-    let bytes: Vec<u8> = id
-        .iter()
-        .map(|&b| if b.is_ascii() { FLIP[b as usize] } else { b })
-        .collect();
+    // Only ASCII bytes are remapped (to ASCII; `FLIP` maps every other byte
+    // to itself), so UTF-8 stays UTF-8. A copy mapped in place: collecting
+    // a mapped iterator cost a component about 35 instructions a byte.
+    let mut bytes = id.to_vec();
+    for b in &mut bytes {
+        *b = FLIP[*b as usize];
+    }
     String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
@@ -100,5 +102,11 @@ mod tests {
         assert!(flip_ulid(old).starts_with("post_"));
         assert_eq!(flip_ulid("é0Z"), "éZ0");
         assert_eq!(flip_ulid_bytes(b"\xff0Z"), "\u{fffd}Z0");
+        // The whole alphabet mirrored; every other byte kept.
+        assert_eq!(
+            flip_ulid("0123456789ABCDEFGHJKMNPQRSTVWXYZ"),
+            "ZYXWVTSRQPNMKJHGFEDCBA9876543210"
+        );
+        assert_eq!(flip_ulid("ILOU_ilou\0~\u{7f}"), "ILOU_ilou\0~\u{7f}");
     }
 }

@@ -10,7 +10,8 @@ durable paid POST /api/timeline, instrumentation is switched on for N
 (default 30) sequential requests on one keep-alive connection and the count
 dumped; then for N rounds of CALLGRIND_BATCH (default 8) paid posts sent at
 once on as many connections, so that they share commit batches as under
-load (one at a time, each post is a batch of its own). Prints instructions
+load (one at a time, each post is a batch of its own); then N searches
+for a word all those posts have (20 results). Prints instructions
 per request of each: the whole server process
 (hyper, tokio, the host, wasmtime and the component), deterministic where
 the wall clock and CPU time of this shared VM are not, so two builds can be
@@ -208,7 +209,9 @@ for i in range(5):
 runs = [("ok", lambda i: request("GET", "/_testing/ok"), 1),
         ("health", lambda i: request("GET", "/api/health"), 1),
         ("post", lambda i: post(5 + i), 1),
-        (f"post-x{BATCH}", posts_together, BATCH)]
+        (f"post-x{BATCH}", posts_together, BATCH),
+        # Over the posts made above (every one has the word): 20 results.
+        ("search", lambda i: request("GET", "/api/search?term=durable&limit=20"), 1)]
 
 # The reference: the plain hyper server of host/examples/hello.rs (what the
 # external bench calls hello), counted the same way, when it is built.

@@ -262,6 +262,7 @@ fn render_each(records: &[&str], mut emit: impl FnMut(usize, &str, &str)) -> Res
     // One buffer for every record's members: a page of posts is hundreds
     // of allocations otherwise, each a call into the plugin's allocator.
     let mut extra = String::with_capacity(160);
+    let mut digits = itoa::Buffer::new();
     for (i, (record, head)) in records.iter().zip(&heads).enumerate() {
         let nick = authors
             .binary_search_by(|a| by_bytes(a, &head.author_fingerprint.as_ref()))
@@ -273,12 +274,13 @@ fn render_each(records: &[&str], mut emit: impl FnMut(usize, &str, &str)) -> Res
         extra.clear();
         extra.push_str(r#""author_nick":"#);
         extra.push_str(nick.unwrap_or("null"));
-        // Piece by piece: `format!` with its many arguments was a tenth
-        // of a search's time.
+        // Piece by piece, the numbers with `itoa`: `format!` with its many
+        // arguments was a tenth of a search's time, and `write!` of each
+        // number still about 4 % (two a post).
         extra.push_str(r#","rating":{"up":"#);
-        let _ = write!(extra, "{}", rating.up);
+        extra.push_str(digits.format(rating.up));
         extra.push_str(r#","down":"#);
-        let _ = write!(extra, "{}", rating.down);
+        extra.push_str(digits.format(rating.down));
         extra.push('}');
         // Stored with the post since it is computed on write; older
         // records get it computed here.

@@ -392,8 +392,10 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
     // its rendered members and its score.
     let mut out = String::with_capacity(1024 * (ids.len() + 1));
     out.push_str(r#"{"term":"#);
-    out.push_str(&json!(term).to_string());
-    out.push_str(&format!(r#","total":{total},"results":["#));
+    out.push_str(&json_text(&term));
+    out.push_str(r#","total":"#);
+    out.push_str(itoa::Buffer::new().format(total));
+    out.push_str(r#","results":["#);
     marketplace_guest::posts::render_many_into(
         &ids,
         |i, members| {
