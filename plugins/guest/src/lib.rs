@@ -58,6 +58,10 @@ pub use endpoint::*;
 #[cfg(feature = "endpoint")]
 pub mod posts;
 
+/// The search index's keys and statistics (shared by timeline and search).
+#[cfg(feature = "endpoint")]
+pub mod index;
+
 /// Routes and OpenAPI of a family (the `describe-api` export).
 #[cfg(feature = "endpoint")]
 pub mod openapi;

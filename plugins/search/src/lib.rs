@@ -32,16 +32,10 @@ mod api;
 
 use marketplace_common::order::{cmp_bytes, flip_ulid_bytes};
 use marketplace_common::text::tokens;
+use marketplace_guest::index::{STATS_KEY, Stats, df_key, doc_key, term_prefix};
 use marketplace_guest::prelude::*;
 
 struct Search;
-
-/// `ix/stats`, kept by the timeline family.
-#[derive(serde::Deserialize, Default)]
-struct Stats {
-    docs: u64,
-    total_len: u64,
-}
 
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
@@ -309,8 +303,8 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
     query.truncate(MAX_TERMS);
 
     // The statistics and every term's document frequency in one call.
-    let mut keys = vec!["ix/stats".to_string()];
-    keys.extend(query.iter().map(|t| format!("ix/df/{t}")));
+    let mut keys = vec![STATS_KEY.to_string()];
+    keys.extend(query.iter().map(|t| df_key(t)));
     let packed = kv::get_many_packed(Some("timeline"), &keys)?;
     let mut values = keys.iter().zip(packed.values());
     let stats: Stats = match values.next() {
@@ -336,7 +330,7 @@ fn search(term: &str, limit: usize, post_type: Option<&str>) -> Result<String, A
         .zip(&dfs)
         .filter(|(_, df)| **df > 0)
         .map(|(t, &df)| {
-            let prefix = format!("ix/i/{t}\0");
+            let prefix = term_prefix(t);
             List {
                 idf: (1.0 + (docs - df as f64 + 0.5) / (df as f64 + 0.5)).ln(),
                 end: kv::prefix_end(prefix.as_bytes()),
@@ -655,7 +649,7 @@ fn complete(
         }
         let doc_keys: Vec<String> = chunk
             .iter()
-            .map(|&(_, i)| format!("ix/doc/{}", flip_ulid_bytes(found.id(&found.all[i]))))
+            .map(|&(_, i)| doc_key(&flip_ulid_bytes(found.id(&found.all[i]))))
             .collect();
         let packed = kv::get_many_packed(Some("timeline"), &doc_keys)?;
         for (j, doc) in packed.values().enumerate() {

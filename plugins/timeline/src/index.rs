@@ -20,6 +20,7 @@
 
 use crate::model::Post;
 use marketplace_common::text::tokens;
+use marketplace_guest::index::{STATS_KEY, Stats, df_key, doc_key, term_prefix};
 use marketplace_guest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -57,24 +58,6 @@ fn weigh(post: &Post, markdown: &[&str]) -> (BTreeMap<String, u64>, u64) {
 struct Doc {
     len: u64,
     keys: Vec<String>,
-}
-
-fn doc_key(post_id: &str) -> String {
-    ["ix/doc/", post_id].concat()
-}
-
-fn df_key(term: &str) -> String {
-    ["ix/df/", term].concat()
-}
-
-const STATS_KEY: &str = "ix/stats";
-
-/// `ix/stats`: how many posts are indexed and their weighted lengths' sum.
-#[derive(Default, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-struct Stats {
-    docs: u64,
-    total_len: u64,
 }
 
 fn load_stats() -> Result<Stats, ApiError> {
@@ -180,7 +163,7 @@ pub fn remove(
 fn find_posting(term: &str, post_id: &str) -> Result<Option<String>, ApiError> {
     const PAGE: u32 = 500;
     let suffix = marketplace_common::order::flip_ulid(post_id);
-    let prefix = format!("ix/i/{term}\0");
+    let prefix = term_prefix(term);
     let end = kv::prefix_end(prefix.as_bytes());
     let mut start = prefix.clone().into_bytes();
     loop {
@@ -213,10 +196,8 @@ pub fn impact(tf: f64, len: f64, avgdl: f64) -> f64 {
 /// (`flipped` is the post id through `order::flip_ulid`).
 pub fn posting_key(term: &str, impact: f64, flipped: &str) -> String {
     let scaled = (impact * 1e6).clamp(0.0, u32::MAX as f64) as u32;
-    let mut key = String::with_capacity(5 + term.len() + 1 + 8 + flipped.len());
-    key.push_str("ix/i/");
-    key.push_str(term);
-    key.push('\0');
+    let mut key = term_prefix(term);
+    key.reserve(8 + flipped.len());
     marketplace_common::hex::encode_into(&(u32::MAX - scaled).to_be_bytes(), &mut key);
     key.push_str(flipped);
     key
@@ -247,18 +228,6 @@ mod tests {
             posting_key("ü", 0.123456, "post_1"),
             format!("ix/i/ü\0{:08x}{}", u32::MAX - scaled, flip_ulid("post_1"))
         );
-    }
-
-    #[test]
-    fn stats_keep_their_stored_form() {
-        let stats: Stats = serde_json::from_str(r#"{"docs":3,"total_len":41}"#).unwrap();
-        assert_eq!((stats.docs, stats.total_len), (3, 41));
-        assert_eq!(
-            serde_json::to_string(&stats).unwrap(),
-            r#"{"docs":3,"total_len":41}"#
-        );
-        let empty: Stats = serde_json::from_str("{}").unwrap();
-        assert_eq!((empty.docs, empty.total_len), (0, 0));
     }
 
     #[test]
