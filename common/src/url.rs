@@ -38,7 +38,7 @@ pub fn plausible_host(h: &str) -> bool {
     !name.is_empty()
         && name
             .iter()
-            .all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(b))
+            .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
         && (port.is_empty()
             || (port.iter().all(u8::is_ascii_digit)
                 && std::str::from_utf8(port).is_ok_and(|p| p.parse::<u16>().is_ok())))
