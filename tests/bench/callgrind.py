@@ -5,7 +5,8 @@
 
 BIN (default target/release/marketplace) runs under `valgrind
 --tool=callgrind` with instrumentation off while it starts and warms up;
-then, for each of GET /_testing/ok (trivial plugin), GET /api/health and a
+then, for each of GET /_testing/native (host handler), GET /_testing/ok
+(trivial plugin), GET /api/health and a
 durable paid POST /api/timeline, instrumentation is switched on for N
 (default 30) sequential requests on one keep-alive connection and the count
 dumped; then for N rounds of CALLGRIND_BATCH (default 8) paid posts sent at
@@ -86,7 +87,9 @@ env = dict(os.environ,
            MARKETPLACE_MAX_INSTANCES="8",
            MARKETPLACE_MEMORY_RESERVATION_MIB="256",
            MARKETPLACE_WATCH_PLUGINS="false",
-           MARKETPLACE_LOG="warn",
+           # CALLGRIND_LOG=info counts the access lines too, as the
+           # external bench (and production) runs.
+           MARKETPLACE_LOG=os.environ.get("CALLGRIND_LOG", "warn"),
            # Under valgrind a call runs tens of times slower.
            MARKETPLACE_REQUEST_TIMEOUT_MS="60000")
 COMPONENTS = int(os.environ.get("CALLGRIND_COMPONENTS", "0"))
@@ -206,12 +209,18 @@ for i in range(5):
     request("GET", "/api/health")
     post(i)
 # (name, one run, requests per run)
-runs = [("ok", lambda i: request("GET", "/_testing/ok"), 1),
+runs = [("native", lambda i: request("GET", "/_testing/native"), 1),
+        ("ok", lambda i: request("GET", "/_testing/ok"), 1),
         ("health", lambda i: request("GET", "/api/health"), 1),
         ("post", lambda i: post(5 + i), 1),
         (f"post-x{BATCH}", posts_together, BATCH),
         # Over the posts made above (every one has the word): 20 results.
         ("search", lambda i: request("GET", "/api/search?term=durable&limit=20"), 1)]
+
+# CALLGRIND_ROUTES=native,ok,... counts only those rows.
+only = os.environ.get("CALLGRIND_ROUTES")
+if only:
+    runs = [r for r in runs if r[0] in only.split(",")]
 
 # The reference: the plain hyper server of host/examples/hello.rs (what the
 # external bench calls hello), counted the same way, when it is built.
