@@ -64,7 +64,8 @@ pub fn time_key(ms: u64, key: &[u8]) -> Vec<u8> {
 
 /// Table of one family keyspace.
 fn keyspace_table(family: &str) -> String {
-    format!("kv:{family}")
+    // (Without `format!`: made at every storage call of a component.)
+    ["kv:", family].concat()
 }
 
 fn def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
@@ -805,6 +806,21 @@ impl WriteTxn {
 
     /// Write `key` of `table`.
     pub fn put_in(&self, table: &str, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
+        self.check_row(table, key, value)?;
+        self.insert_row(table, key.to_vec(), Some(value.to_vec()));
+        Ok(())
+    }
+
+    /// [`WriteTxn::put_in`] of a key and value the caller hands over (a
+    /// component's host call does): not copied again.
+    pub fn put_owned(&self, table: &str, key: Vec<u8>, value: Vec<u8>) -> Result<(), StorageError> {
+        self.check_row(table, &key, &value)?;
+        self.insert_row(table, key, Some(value));
+        Ok(())
+    }
+
+    /// Refuse a row over the limits, else account for it.
+    fn check_row(&self, table: &str, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
         let max_key = match self.lease().txn() {
             BatchTxn::Redb(_) => MAX_KEY_BYTES,
             BatchTxn::Pg(_) => MAX_SHARED_KEY_BYTES,
@@ -817,13 +833,20 @@ impl WriteTxn {
                 "value over {MAX_VALUE_BYTES} bytes"
             )));
         }
-        self.hold(table, key, key.len() + value.len())?;
-        self.overlay
-            .borrow_mut()
-            .entry(table.to_string())
-            .or_default()
-            .insert(key.to_vec(), Some(value.to_vec()));
-        Ok(())
+        self.hold(table, key, key.len() + value.len())
+    }
+
+    /// Put `value` (None: a deletion) at `key` of `table` in the request's
+    /// writes; the table's name is copied only at its first write.
+    fn insert_row(&self, table: &str, key: Vec<u8>, value: Option<Vec<u8>>) {
+        let mut overlay = self.overlay.borrow_mut();
+        if !overlay.contains_key(table) {
+            overlay.insert(table.to_string(), BTreeMap::new());
+        }
+        overlay
+            .get_mut(table)
+            .expect("inserted above")
+            .insert(key, value);
     }
 
     /// Account for writing `size` bytes at `key` of `table` (replacing what
@@ -850,11 +873,7 @@ impl WriteTxn {
     pub fn delete_in(&self, table: &str, key: &[u8]) -> Result<bool, StorageError> {
         let existed = self.get_in(table, key)?.is_some();
         self.hold(table, key, key.len())?;
-        self.overlay
-            .borrow_mut()
-            .entry(table.to_string())
-            .or_default()
-            .insert(key.to_vec(), None);
+        self.insert_row(table, key.to_vec(), None);
         Ok(existed)
     }
 }
@@ -1401,8 +1420,18 @@ impl Txn {
 
     /// Write a key of a keyspace.
     pub fn put(&mut self, family: &str, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
+        self.put_owned(family, key.to_vec(), value.to_vec())
+    }
+
+    /// [`Txn::put`] of a key and value the caller hands over.
+    pub fn put_owned(
+        &mut self,
+        family: &str,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    ) -> Result<(), StorageError> {
         match self {
-            Txn::Write(t) => t.put_in(&keyspace_table(family), key, value),
+            Txn::Write(t) => t.put_owned(&keyspace_table(family), key, value),
             Txn::Read(_) => Err(StorageError::ReadOnly),
         }
     }

@@ -89,7 +89,7 @@ impl storage::Host for Ctx {
         let ks = self.family.clone();
         self.ready().await;
         self.txn()
-            .and_then(|t| t.put(&ks, &key, &value))
+            .and_then(|t| t.put_owned(&ks, key, value))
             .map_err(to_wit)
     }
 
