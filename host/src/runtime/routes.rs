@@ -216,8 +216,9 @@ pub struct Table {
     /// The routes of each pattern without parameters, by pattern, in table
     /// order: such a pattern is the most specific of any path it matches,
     /// so a path found here is answered without the scan. (Hashed with
-    /// foldhash: SipHash took more than the rest of the lookup; the keys
-    /// are the table's own, so a client's path cannot lengthen a probe.)
+    /// foldhash, seeded per process: SipHash took more than the rest of
+    /// the lookup. The keys are the table's own few, so no client's path
+    /// can make a lookup long.)
     literal: Literal,
 }
 

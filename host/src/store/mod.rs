@@ -1420,7 +1420,10 @@ impl Txn {
 
     /// Write a key of a keyspace.
     pub fn put(&mut self, family: &str, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
-        self.put_owned(family, key.to_vec(), value.to_vec())
+        match self {
+            Txn::Write(t) => t.put_in(&keyspace_table(family), key, value),
+            Txn::Read(_) => Err(StorageError::ReadOnly),
+        }
     }
 
     /// [`Txn::put`] of a key and value the caller hands over.
