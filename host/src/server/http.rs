@@ -921,7 +921,9 @@ pub(crate) fn to_hyper(reply: Reply, head: bool) -> Response<Answer> {
     *resp.status_mut() =
         StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let headers = resp.headers_mut();
-    headers.reserve(reply.headers.len() + 1);
+    // Room for the handler's headers, the content type or length added
+    // below and the request id `handle` appends: the map grows no more.
+    headers.reserve(reply.headers.len() + 3);
     for (name, value) in reply.headers {
         match (
             HeaderName::from_bytes(name.as_bytes()),
