@@ -35,7 +35,9 @@
 //! the 100,000 posts the search target names), BENCH_GENERATOR (`wrk` or
 //! `load`; default wrk when on PATH), BENCH_WRK_THREADS (2), BENCH_LOG (the
 //! server's log filter, default `info` as in production; the log goes to a
-//! file), BENCH_DIR (where the data dirs go; default: the current directory),
+//! file), BENCH_DIR (where the data dirs go; default `host/`, where cargo
+//! runs the bench; a relative path in BENCH_DIR, BENCH_BIN or BENCH_PLUGINS
+//! is taken from the workspace root),
 //! BENCH_BIN (another `marketplace` binary to measure, e.g. a copy of an
 //! earlier build; default the one cargo built), BENCH_PLUGINS (another
 //! directory of built components; default the target dir's `plugins`).
@@ -152,22 +154,24 @@ fn hello() -> Server {
     Server::start(cmd, "hello listening on http://")
 }
 
+/// BENCH_PLUGINS (another build's components, to compare two builds of a
+/// component with the same host) or the target dir's.
+fn plugins_dir() -> PathBuf {
+    let plugins = support::env_path("BENCH_PLUGINS").unwrap_or_else(support::built_plugins);
+    need(&plugins.join("info.wasm"));
+    plugins
+}
+
 fn marketplace(data_dir: &Path, testing: bool) -> Server {
     marketplace_with(data_dir, testing, &[])
 }
 
 fn marketplace_with(data_dir: &Path, testing: bool, env: &[(String, String)]) -> Server {
-    // BENCH_PLUGINS: another build's components, to compare two builds
-    // of a component with the same host.
-    let plugins =
-        std::env::var_os("BENCH_PLUGINS").map_or_else(support::built_plugins, PathBuf::from);
-    need(&plugins.join("info.wasm"));
+    let plugins = plugins_dir();
     std::fs::create_dir_all(data_dir).unwrap();
     let log = std::fs::File::create(data_dir.join("server.log")).unwrap();
-    let exe = std::env::var_os("BENCH_BIN").map_or_else(
-        || PathBuf::from(env!("CARGO_BIN_EXE_marketplace")),
-        PathBuf::from,
-    );
+    let exe = support::env_path("BENCH_BIN")
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_marketplace")));
     let mut cmd = Command::new(exe);
     cmd.arg("serve")
         .args(["--listen", "127.0.0.1:0"])
@@ -764,6 +768,12 @@ fn main() {
         _ if have_wrk => Generator::Wrk,
         _ => Generator::Load,
     };
+    // Everything the run needs, before it starts a server: a missing
+    // piece found later would leave the servers running (`need` exits).
+    plugins_dir();
+    if generator == Generator::Load {
+        need(&release_dir().join("examples/load"));
+    }
     let base = support::bench_dir();
     let work = tempfile::tempdir_in(&base).unwrap();
     let bench = Bench {

@@ -149,10 +149,18 @@ pub fn env_or(name: &str, default: u64) -> u64 {
 /// `BENCH_DIR` (default: the current directory), where a bench's data dirs
 /// go, created when missing.
 pub fn bench_dir() -> PathBuf {
-    let dir = PathBuf::from(std::env::var("BENCH_DIR").unwrap_or_else(|_| ".".into()));
+    let dir = env_path("BENCH_DIR").unwrap_or_else(|| ".".into());
     std::fs::create_dir_all(&dir)
         .unwrap_or_else(|e| panic!("creating BENCH_DIR {}: {e}", dir.display()));
     dir
+}
+
+/// The path in environment variable `name`, a relative one taken from the
+/// workspace root, where `cargo bench` is typed (cargo runs a bench in its
+/// package's directory, `host/`).
+pub fn env_path(name: &str) -> Option<PathBuf> {
+    let value = std::env::var_os(name)?;
+    Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(value))
 }
 
 /// Where `cargo xtask build-plugins` puts the components: `plugins/` in
