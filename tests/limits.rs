@@ -711,6 +711,27 @@ fn closed_by_server(stream: &mut TcpStream, within: Duration) -> bool {
     }
 }
 
+/// The header timeout counts from the connection's last answer, not from
+/// its admission: a keep-alive client whose requests come a little under
+/// the timeout apart is served past the timeout from its admission, and
+/// one that goes quiet after an answer is closed.
+#[test]
+fn the_header_timeout_counts_from_the_last_answer() {
+    let s = server_with(false, &[("MARKETPLACE_HEADER_TIMEOUT_MS", "2000")]);
+    let mut c = common::connect(s.addr);
+    for i in 0..3 {
+        std::thread::sleep(Duration::from_millis(1200));
+        write!(c, "GET /api/health HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+        let r = common::try_read_response(&mut c)
+            .unwrap_or_else(|e| panic!("request {i}, {} ms after the last answer: {e}", 1200));
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert!(
+        closed_by_server(&mut c, Duration::from_secs(10)),
+        "an idle keep-alive connection is still open 10 s after a 2 s header timeout"
+    );
+}
+
 #[test]
 fn header_timeout_frees_the_slots_of_silent_and_dribbling_clients() {
     // At most 16 connections; headers must arrive within a second.

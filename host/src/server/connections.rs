@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 /// Connections open per client address, capped (`max_connections_per_ip`),
@@ -39,15 +40,20 @@ struct Inner {
 /// How long a new connection has to send its first request head before
 /// it may be closed to make room (it may have connected a moment before
 /// sending, as clients that open a connection ahead do).
-pub const FIRST_HEAD_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+pub const FIRST_HEAD_GRACE: Duration = Duration::from_secs(1);
 
 /// What the host knows of one connection.
 pub struct State {
     /// When it was admitted.
-    since: std::time::Instant,
+    since: Instant,
     /// Requests whose head reached the service, and those it answered.
     started: AtomicU64,
     answered: AtomicU64,
+    /// When the server last wrote to it, in nanoseconds since `since`
+    /// (0: nothing yet), and whether a write waits for room, for the
+    /// header timeout ([`State::head_due`]).
+    wrote_ns: AtomicU64,
+    write_waits: AtomicBool,
     /// Chosen to make room (once).
     chosen: AtomicBool,
     /// Inside a request whose body is still coming (it has not run).
@@ -60,9 +66,11 @@ pub struct State {
 impl Default for State {
     fn default() -> State {
         State {
-            since: std::time::Instant::now(),
+            since: Instant::now(),
             started: AtomicU64::new(0),
             answered: AtomicU64::new(0),
+            wrote_ns: AtomicU64::new(0),
+            write_waits: AtomicBool::new(false),
             chosen: AtomicBool::new(false),
             close: Notify::new(),
             receiving: AtomicBool::new(false),
@@ -91,6 +99,34 @@ impl State {
     /// service was answered).
     pub fn between_requests(&self) -> bool {
         self.started.load(Ordering::Acquire) == self.answered.load(Ordering::Acquire)
+    }
+
+    /// The server wrote to this connection (a write went through).
+    pub fn wrote(&self) {
+        let ns = u64::try_from(self.since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.wrote_ns.store(ns, Ordering::Relaxed);
+    }
+
+    /// A write to it waits for room (`true`), or no longer does.
+    pub fn write_waits(&self, waits: bool) {
+        self.write_waits.store(waits, Ordering::Relaxed);
+    }
+
+    /// The header timeout, checked at `now`: `None` once the connection
+    /// has waited `timeout` for a whole request head (since it was
+    /// admitted, or since the server last wrote to it, its last answer
+    /// then out), else when to check again. Inside a request (the head
+    /// has come; its body has a timeout of its own) or while a write
+    /// waits for room (a slow client reading an answer: the write has a
+    /// timeout of its own, see `super::linger`), checked again a
+    /// `timeout` later.
+    pub fn head_due(&self, timeout: Duration, now: Instant) -> Option<Instant> {
+        if !self.between_requests() || self.write_waits.load(Ordering::Relaxed) {
+            return Some(now + timeout);
+        }
+        let due =
+            self.since + Duration::from_nanos(self.wrote_ns.load(Ordering::Relaxed)) + timeout;
+        (due > now).then_some(due)
     }
 
     /// While the guard lives, this connection's request is receiving its
@@ -190,7 +226,7 @@ impl Open {
     /// request, or one chosen before is still closing (one at a time: no
     /// more are closed than places needed).
     pub fn make_room(&self, newcomer: &Held) -> bool {
-        self.make_room_at(newcomer, std::time::Instant::now())
+        self.make_room_at(newcomer, Instant::now())
     }
 
     /// [`Open::make_room`] at `now`: a connection that has not sent a
@@ -198,7 +234,7 @@ impl Open {
     /// chosen before then. (Else, while others' bodies trickled in from
     /// every place, each newcomer that paused a moment before sending was
     /// the one closed.)
-    fn make_room_at(&self, newcomer: &Held, now: std::time::Instant) -> bool {
+    fn make_room_at(&self, newcomer: &Held, now: Instant) -> bool {
         let inner = self.lock();
         if inner
             .conns
@@ -279,6 +315,32 @@ mod tests {
     /// A moment when every connection made so far is past its grace.
     fn later() -> std::time::Instant {
         std::time::Instant::now() + FIRST_HEAD_GRACE * 2
+    }
+
+    #[test]
+    fn the_header_timeout_counts_from_admission_or_the_last_write() {
+        let t = Duration::from_secs(10);
+        let s = State::default();
+        let now = Instant::now();
+        // Due a timeout after admission.
+        assert!(s.head_due(t, now).is_some_and(|due| due <= now + t));
+        assert_eq!(s.head_due(t, now + t * 2), None);
+        // Inside a request: not due, however late.
+        s.request_started();
+        assert_eq!(s.head_due(t, now + t * 2), Some(now + t * 3));
+        s.request_answered();
+        assert_eq!(s.head_due(t, now + t * 2), None, "nothing written yet");
+        // A write moves it on.
+        std::thread::sleep(Duration::from_millis(20));
+        s.wrote();
+        let due = s.head_due(t, now).unwrap();
+        assert!(due >= now + Duration::from_millis(20) + t);
+        assert_eq!(s.head_due(t, due), None);
+        // A write waiting for room (its own timeout applies): not due.
+        s.write_waits(true);
+        assert_eq!(s.head_due(t, now + t * 5), Some(now + t * 6));
+        s.write_waits(false);
+        assert_eq!(s.head_due(t, now + t * 5), None);
     }
 
     #[test]

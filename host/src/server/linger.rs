@@ -22,11 +22,13 @@
 //! closed, not drained: it would keep the answer's bytes for as long as
 //! it liked (see `super::answers`).
 
+use super::connections::State;
 use super::shares::Shares;
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -59,6 +61,9 @@ pub struct Lingering {
     /// Since a write found no room: ends at `write_timeout`, with the
     /// bytes the kernel still held to send then.
     stalled: Option<(Pin<Box<tokio::time::Sleep>>, Option<u32>)>,
+    /// Told of every write that went through (the header timeout counts
+    /// from the last, see [`State::head_due`]).
+    state: Option<Arc<State>>,
 }
 
 /// Bytes the kernel holds to send on `stream` (sent but not acknowledged,
@@ -73,14 +78,21 @@ fn unsent(stream: &TcpStream) -> Option<u32> {
 
 impl Lingering {
     /// `peer` is the address the drain counts against, `None` for a
-    /// trusted proxy's connection.
-    pub fn new(stream: TcpStream, peer: Option<IpAddr>, write_timeout: Duration) -> Lingering {
+    /// trusted proxy's connection; `state`, the connection's, is told of
+    /// its writes.
+    pub fn new(
+        stream: TcpStream,
+        peer: Option<IpAddr>,
+        write_timeout: Duration,
+        state: Option<Arc<State>>,
+    ) -> Lingering {
         Lingering {
             stream: Some(stream),
             peer,
             ended: false,
             write_timeout,
             stalled: None,
+            state,
         }
     }
 
@@ -92,8 +104,21 @@ impl Lingering {
         written: Poll<io::Result<usize>>,
     ) -> Poll<io::Result<usize>> {
         if !written.is_pending() {
-            self.stalled = None;
+            let waited = self.stalled.take().is_some();
+            if let Some(state) = &self.state {
+                if waited {
+                    state.write_waits(false);
+                }
+                if let Poll::Ready(Ok(1..)) = written {
+                    state.wrote();
+                }
+            }
             return written;
+        }
+        if self.stalled.is_none()
+            && let Some(state) = &self.state
+        {
+            state.write_waits(true);
         }
         let timeout = self.write_timeout;
         loop {
@@ -275,7 +300,7 @@ mod tests {
             Ok::<_, io::Error>(answer)
         });
         let (stream, _) = listener.accept().await.unwrap();
-        let mut conn = Lingering::new(stream, Some(addr.ip()), Duration::from_secs(10));
+        let mut conn = Lingering::new(stream, Some(addr.ip()), Duration::from_secs(10), None);
         let mut head = [0u8; 16];
         conn.read_exact(&mut head).await.unwrap();
         conn.write_all(b"HTTP/1.1 413 x").await.unwrap();
@@ -295,7 +320,7 @@ mod tests {
         let c = std::net::TcpStream::connect(addr).unwrap();
         let (stream, _) = listener.accept().await.unwrap();
         drop(c);
-        let mut conn = Lingering::new(stream, Some(addr.ip()), Duration::from_secs(10));
+        let mut conn = Lingering::new(stream, Some(addr.ip()), Duration::from_secs(10), None);
         let mut buf = [0u8; 8];
         assert_eq!(conn.read(&mut buf).await.unwrap(), 0);
         assert!(conn.ended);
@@ -331,6 +356,55 @@ mod tests {
         );
     }
 
+    /// The connection's state hears of its writes, for the header
+    /// timeout: one that went through moves it on, one waiting for room
+    /// holds it until a write goes through again.
+    #[tokio::test]
+    async fn the_connection_hears_of_writes_and_of_writes_waiting() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut client = std::net::TcpStream::connect(addr).unwrap();
+        let (stream, _) = listener.accept().await.unwrap();
+        let state = Arc::new(State::default());
+        let t = Duration::from_secs(60);
+        let mut conn = Lingering::new(stream, Some(addr.ip()), t, Some(state.clone()));
+        let far = std::time::Instant::now() + t * 10;
+        assert_eq!(
+            state.head_due(t, far),
+            None,
+            "due a timeout after admission"
+        );
+        let before = std::time::Instant::now();
+        conn.write_all(b"x").await.unwrap();
+        assert!(
+            state
+                .head_due(t, before)
+                .is_some_and(|due| due >= before + t)
+        );
+        // Writes until one waits for room (the client reads nothing).
+        let piece = vec![0u8; 64 << 10];
+        let mut sent = 0usize;
+        while let Ok(written) =
+            tokio::time::timeout(Duration::from_millis(100), conn.write(&piece)).await
+        {
+            sent += written.unwrap();
+            assert!(sent < 1 << 30, "the buffers never filled");
+        }
+        assert_eq!(state.head_due(t, far), Some(far + t), "a write waits");
+        // The client reads it all; the next write goes through.
+        let reader = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 20];
+            let mut read = 0;
+            while read < 1 + sent {
+                read += client.read(&mut buf).unwrap();
+            }
+            client
+        });
+        conn.write_all(b"y").await.unwrap();
+        assert_eq!(state.head_due(t, far), None, "no write waits");
+        drop(reader);
+    }
+
     /// A client that reads nothing: once the socket's buffers are full,
     /// the write fails after the write timeout instead of waiting for ever.
     #[tokio::test]
@@ -339,7 +413,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let client = std::net::TcpStream::connect(addr).unwrap();
         let (stream, _) = listener.accept().await.unwrap();
-        let mut conn = Lingering::new(stream, Some(addr.ip()), Duration::from_millis(200));
+        let mut conn = Lingering::new(stream, Some(addr.ip()), Duration::from_millis(200), None);
         let piece = vec![0u8; 64 << 10];
         let mut sent = 0usize;
         let failed = loop {
