@@ -55,7 +55,9 @@ impl Route {
         if holds_cash_secret(path) {
             return redact_cash_secrets(path).into();
         }
-        if !self.pattern.contains(SECRET_PARAM) {
+        // (A pattern without parameters first, by one memchr: most
+        // requests' routes, and the substring search costs more.)
+        if !self.pattern.contains('{') || !self.pattern.contains(SECRET_PARAM) {
             return path.into();
         }
         let pattern: Vec<&str> = self.pattern.split('/').collect();
