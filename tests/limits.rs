@@ -712,24 +712,45 @@ fn closed_by_server(stream: &mut TcpStream, within: Duration) -> bool {
 }
 
 /// The header timeout counts from the connection's last answer, not from
-/// its admission: a keep-alive client whose requests come a little under
-/// the timeout apart is served past the timeout from its admission, and
-/// one that goes quiet after an answer is closed.
+/// its admission: a keep-alive client whose requests come under the
+/// timeout apart is served past the timeout from its admission, and one
+/// that goes quiet after an answer is closed.
 #[test]
 fn the_header_timeout_counts_from_the_last_answer() {
-    let s = server_with(false, &[("MARKETPLACE_HEADER_TIMEOUT_MS", "2000")]);
+    let s = server_with(false, &[("MARKETPLACE_HEADER_TIMEOUT_MS", "3000")]);
     let mut c = common::connect(s.addr);
-    for i in 0..3 {
-        std::thread::sleep(Duration::from_millis(1200));
+    for i in 0..4 {
+        std::thread::sleep(Duration::from_millis(1000));
         write!(c, "GET /api/health HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
         let r = common::try_read_response(&mut c)
-            .unwrap_or_else(|e| panic!("request {i}, {} ms after the last answer: {e}", 1200));
+            .unwrap_or_else(|e| panic!("request {i}, 1 s after the last answer: {e}"));
         assert_eq!(r.status, 200, "{}", r.text());
     }
     assert!(
-        closed_by_server(&mut c, Duration::from_secs(10)),
-        "an idle keep-alive connection is still open 10 s after a 2 s header timeout"
+        closed_by_server(&mut c, Duration::from_secs(15)),
+        "an idle keep-alive connection is still open 15 s after a 3 s header timeout"
     );
+}
+
+/// A request that runs longer than the header timeout is answered, and
+/// its connection serves the next one: the timeout is for the head.
+#[test]
+fn a_request_longer_than_the_header_timeout_keeps_its_connection() {
+    let s = server_with(true, &[("MARKETPLACE_HEADER_TIMEOUT_MS", "300")]);
+    let mut c = common::connect(s.addr);
+    // The component spins for 1.5 s: five header timeouts.
+    write!(
+        c,
+        "GET /_testing/loop?budget_ms=1500 HTTP/1.1\r\nhost: x\r\n\r\n"
+    )
+    .unwrap();
+    let r = common::try_read_response(&mut c)
+        .unwrap_or_else(|e| panic!("the long request's answer: {e}"));
+    assert_eq!(r.status, 503, "{}", r.text());
+    write!(c, "GET /api/health HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+    let r = common::try_read_response(&mut c)
+        .unwrap_or_else(|e| panic!("the next request on the same connection: {e}"));
+    assert_eq!(r.status, 200, "{}", r.text());
 }
 
 #[test]

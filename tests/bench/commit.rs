@@ -9,8 +9,8 @@
 //!
 //! Run: `cargo xtask bench --bench commit`. Settings: BENCH_SECONDS (default
 //! 5 per row), BENCH_ROWS (e.g. "group:64,baseline:64"),
-//! BENCH_COMMIT_MAX_BATCH (default 32, the service default), BENCH_DIR (where the databases go; default: the current
-//! directory, so the disk under test is the one the service would use).
+//! BENCH_COMMIT_MAX_BATCH (default 32, the service default), BENCH_DIR (where the databases go; default: the workspace
+//! root, so the disk under test is the one the service would use).
 
 use ed25519_dalek::SigningKey;
 use std::io::Write;

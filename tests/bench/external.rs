@@ -35,9 +35,9 @@
 //! the 100,000 posts the search target names), BENCH_GENERATOR (`wrk` or
 //! `load`; default wrk when on PATH), BENCH_WRK_THREADS (2), BENCH_LOG (the
 //! server's log filter, default `info` as in production; the log goes to a
-//! file), BENCH_DIR (where the data dirs go; default `host/`, where cargo
-//! runs the bench; a relative path in BENCH_DIR, BENCH_BIN or BENCH_PLUGINS
-//! is taken from the workspace root),
+//! file), BENCH_DIR (where the data dirs go; default the workspace root;
+//! a relative path in BENCH_DIR, BENCH_BIN or BENCH_PLUGINS is taken from
+//! there, not from `host/` where cargo runs the bench),
 //! BENCH_BIN (another `marketplace` binary to measure, e.g. a copy of an
 //! earlier build; default the one cargo built), BENCH_PLUGINS (another
 //! directory of built components; default the target dir's `plugins`).

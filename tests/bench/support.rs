@@ -146,10 +146,12 @@ pub fn env_or(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// `BENCH_DIR` (default: the current directory), where a bench's data dirs
-/// go, created when missing.
+/// `BENCH_DIR` (default: the workspace root; a relative one is taken from
+/// there too, see [`env_path`]), where a bench's data dirs go, created
+/// when missing.
 pub fn bench_dir() -> PathBuf {
-    let dir = env_path("BENCH_DIR").unwrap_or_else(|| ".".into());
+    let dir =
+        env_path("BENCH_DIR").unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
     std::fs::create_dir_all(&dir)
         .unwrap_or_else(|e| panic!("creating BENCH_DIR {}: {e}", dir.display()));
     dir

@@ -679,7 +679,9 @@ impl Conn {
                         let linger = drain_linger(linger, linger_most);
                         tokio::pin!(linger);
                         tokio::select! {
+                            biased;
                             ended = conn.as_mut() => break ended,
+                            () = &mut head => break Ok(()),
                             () = &mut linger => {}
                         }
                         // Still open: idle (closed now, unless a request
@@ -688,7 +690,10 @@ impl Conn {
                         if !socket.request_waiting() {
                             conn.as_mut().graceful_shutdown();
                         }
+                        // (The connection first: a request in its socket
+                        // is read before the header timeout is looked at.)
                         break tokio::select! {
+                            biased;
                             ended = conn.as_mut() => ended,
                             () = &mut head => Ok(()),
                         };
