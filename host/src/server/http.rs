@@ -1010,10 +1010,7 @@ fn host_problem(version: hyper::Version, headers: &hyper::HeaderMap) -> Option<&
     if hosts.next().is_some() {
         return Some("must be given once");
     }
-    let valid = host.is_empty()
-        || host
-            .to_str()
-            .is_ok_and(marketplace_common::url::plausible_host);
+    let valid = host.is_empty() || marketplace_common::url::plausible_host_bytes(host.as_bytes());
     (!valid).then_some("must be a host name or address with an optional port")
 }
 
