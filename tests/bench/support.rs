@@ -150,8 +150,7 @@ pub fn env_or(name: &str, default: u64) -> u64 {
 /// there too, see [`env_path`]), where a bench's data dirs go, created
 /// when missing.
 pub fn bench_dir() -> PathBuf {
-    let dir =
-        env_path("BENCH_DIR").unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
+    let dir = env_path("BENCH_DIR").unwrap_or_else(workspace_root);
     std::fs::create_dir_all(&dir)
         .unwrap_or_else(|e| panic!("creating BENCH_DIR {}: {e}", dir.display()));
     dir
@@ -162,7 +161,12 @@ pub fn bench_dir() -> PathBuf {
 /// package's directory, `host/`).
 pub fn env_path(name: &str) -> Option<PathBuf> {
     let value = std::env::var_os(name)?;
-    Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(value))
+    Some(workspace_root().join(value))
+}
+
+/// The workspace root (the host package's parent).
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// Where `cargo xtask build-plugins` puts the components: `plugins/` in

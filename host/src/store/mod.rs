@@ -840,13 +840,14 @@ impl WriteTxn {
     /// writes; the table's name is copied only at its first write.
     fn insert_row(&self, table: &str, key: Vec<u8>, value: Option<Vec<u8>>) {
         let mut overlay = self.overlay.borrow_mut();
-        if !overlay.contains_key(table) {
-            overlay.insert(table.to_string(), BTreeMap::new());
+        match overlay.get_mut(table) {
+            Some(rows) => {
+                rows.insert(key, value);
+            }
+            None => {
+                overlay.insert(table.to_string(), BTreeMap::from([(key, value)]));
+            }
         }
-        overlay
-            .get_mut(table)
-            .expect("inserted above")
-            .insert(key, value);
     }
 
     /// Account for writing `size` bytes at `key` of `table` (replacing what
