@@ -50,6 +50,7 @@
 //! store's batch stays one transaction, committed by the member that
 //! closes it.
 
+use super::key_filter::{KeyFilter, RowHash};
 use super::wal::{self, Wal};
 use super::{Backend, Overlay, StorageError, pg};
 use redb::{Database, Durability, ReadTransaction, ReadableDatabase};
@@ -229,9 +230,20 @@ impl RedbBatch {
     /// The newest write of `key` in this batch or the closed ones below:
     /// `Some(None)` for a delete, `None` when none of them wrote it.
     pub(super) fn written(&self, table: &str, key: &[u8]) -> Option<&Option<Vec<u8>>> {
-        std::iter::once(&self.writes)
-            .chain(self.below.iter().rev().map(|b| &b.writes))
-            .find_map(|w| w.get(table).and_then(|t| t.get(key)))
+        if let Some(v) = self.writes.get(table).and_then(|t| t.get(key)) {
+            return Some(v);
+        }
+        if self.below.is_empty() {
+            return None;
+        }
+        // One hash per read; the closed batches' filters rule out (almost)
+        // every batch that never wrote the row.
+        let row = RowHash::of(table, key);
+        self.below
+            .iter()
+            .rev()
+            .filter(|b| b.filter.may_hold(row))
+            .find_map(|b| b.writes.get(table).and_then(|t| t.get(key)))
     }
 
     /// Every layer of writes, oldest first (the closed batches, then this).
@@ -246,6 +258,8 @@ impl RedbBatch {
 /// A closed batch of the embedded store, on its way to disk.
 pub(super) struct Sealed {
     pub(super) writes: Overlay,
+    /// The rows `writes` holds, for reads that look through this batch.
+    filter: KeyFilter,
     batch: u64,
     members: u64,
     outcome: Arc<Outcome>,
@@ -1121,6 +1135,7 @@ impl GroupCommit {
             opened,
         } = open;
         s.sealed.push_back(Arc::new(Sealed {
+            filter: KeyFilter::of(&writes),
             writes,
             batch,
             members,

@@ -8,6 +8,7 @@
 //! request succeeded, so a failed request leaves nothing behind.
 
 pub mod group_commit;
+mod key_filter;
 pub mod pg;
 pub mod wal;
 
