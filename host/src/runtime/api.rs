@@ -246,8 +246,9 @@ pub fn assemble(host_routes: Vec<Route>, families: &[(&str, &Api)]) -> Result<Se
             }
         }
     }
-    // Every route answers 413 to a body declared over its limit, whatever
-    // the method and whatever its component (or the host's file) documents.
+    // Every route answers 413 to a body declared over its limit and 408 to
+    // one that does not arrive in time (`body_timeout_ms`), whatever the
+    // method and whatever its component (or the host's file) documents.
     let operations = doc["paths"]
         .as_object_mut()
         .into_iter()
@@ -257,9 +258,17 @@ pub fn assemble(host_routes: Vec<Route>, families: &[(&str, &Api)]) -> Result<Se
         .filter_map(Value::as_object_mut);
     for op in operations {
         if let Value::Object(responses) = op.entry("responses").or_insert_with(|| json!({})) {
-            responses.entry("413").or_insert_with(|| {
-                json!({"description": "payload_too_large", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
-            });
+            for (status, description) in [
+                (
+                    "408",
+                    "request_timeout: the body did not arrive within body_timeout_ms (nothing was kept)",
+                ),
+                ("413", "payload_too_large"),
+            ] {
+                responses.entry(status).or_insert_with(|| {
+                    json!({"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
+                });
+            }
         }
     }
     Ok(Served {
@@ -307,8 +316,13 @@ mod tests {
         // 413 is documented even where a component's operation, or the
         // host's file, leaves it out.
         for (path, method) in [("/api/a/{id}", "get"), ("/api/fees", "get")] {
-            let too_large = &doc["paths"][path][method]["responses"]["413"];
-            assert_eq!(too_large["description"], "payload_too_large", "{path}");
+            let responses = &doc["paths"][path][method]["responses"];
+            assert_eq!(
+                responses["413"]["description"], "payload_too_large",
+                "{path}"
+            );
+            let late = responses["408"]["description"].as_str().unwrap_or_default();
+            assert!(late.starts_with("request_timeout"), "{path}");
         }
         assert!(doc["paths"]["/api/fees"]["get"].is_object());
         assert!(doc["components"]["schemas"]["Error"].is_object());
