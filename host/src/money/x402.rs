@@ -317,16 +317,35 @@ fn base_url(headers: &[(String, String)]) -> String {
     marketplace_common::url::base_url(header("host"), header("x-forwarded-proto"))
 }
 
-/// The settlement document of a charge.
-pub fn settlement(charge: &Charge) -> Value {
-    json!({
-        "success": true,
-        "transaction": secret::public_string(charge.paid, &charge.public),
-        "network": NETWORK,
-        "payer": "",
-        "amount": charge.price.to_string(),
-        "extra": {"change": charge.change},
+/// The settlement document of a charge, as JSON text: its members in
+/// name order, as a `serde_json::Value` (a sorted map) wrote them, written
+/// straight from the charge (no map built per paid answer).
+pub fn settlement(charge: &Charge) -> String {
+    #[derive(serde::Serialize)]
+    struct Extra<'a> {
+        change: &'a Option<String>,
+    }
+    #[derive(serde::Serialize)]
+    struct Settlement<'a> {
+        amount: &'a str,
+        extra: Extra<'a>,
+        network: &'a str,
+        payer: &'a str,
+        success: bool,
+        transaction: &'a str,
+    }
+    let mut price = itoa::Buffer::new();
+    serde_json::to_string(&Settlement {
+        amount: price.format(charge.price),
+        extra: Extra {
+            change: &charge.change,
+        },
+        network: NETWORK,
+        payer: "",
+        success: true,
+        transaction: &secret::public_string(charge.paid, &charge.public),
     })
+    .expect("strings and a bool serialize")
 }
 
 /// Add `PAYMENT-RESPONSE` to the answer of a paid request, as JSON text
@@ -337,7 +356,7 @@ pub fn add_response(reply: &mut Reply, charge: &Charge) {
     }
     reply
         .headers
-        .push((PAYMENT_RESPONSE.into(), settlement(charge).to_string()));
+        .push((PAYMENT_RESPONSE.into(), settlement(charge)));
 }
 
 /// An answer on its way out: its `PAYMENT-RESPONSE` in base64.
@@ -613,5 +632,36 @@ mod tests {
         assert_ne!(a.request, c.request);
         assert_eq!(a.any_payer, c.any_payer);
         assert_ne!(a.any_payer, b.any_payer);
+    }
+
+    #[test]
+    fn the_settlement_text_is_the_document_it_always_was() {
+        for (paid, price, change) in [
+            (
+                300_000_000u64,
+                100_000_000u64,
+                Some("e2:secret:ab".to_string()),
+            ),
+            (1, 1, None),
+            (u64::MAX, 0, Some("quote\" and \\ back".to_string())),
+        ] {
+            let charge = Charge {
+                action: "post".into(),
+                price,
+                paid,
+                public: "cd".repeat(32),
+                change: change.clone(),
+                change_derivation: None,
+            };
+            let before = json!({
+                "success": true,
+                "transaction": secret::public_string(paid, &charge.public),
+                "network": NETWORK,
+                "payer": "",
+                "amount": price.to_string(),
+                "extra": {"change": change},
+            });
+            assert_eq!(settlement(&charge), before.to_string());
+        }
     }
 }
