@@ -313,8 +313,8 @@ mod tests {
         let doc: Value = serde_json::from_str(&served.openapi).unwrap();
         assert_eq!(doc["paths"]["/api/a/{id}"]["get"]["x-family"], "a");
         assert_eq!(doc["paths"]["/api/b/{x}"]["post"]["x-family"], "b");
-        // 413 is documented even where a component's operation, or the
-        // host's file, leaves it out.
+        // 413 and 408 are documented even where a component's operation,
+        // or the host's file, leaves them out.
         for (path, method) in [("/api/a/{id}", "get"), ("/api/fees", "get")] {
             let responses = &doc["paths"][path][method]["responses"];
             assert_eq!(
