@@ -653,6 +653,9 @@ fn witness_gates_delivery_and_is_burned_at_settlement() {
     assert_eq!(r.json()["witness_secret_encrypted_for_seller"], "enc-blob");
     let r = act(&s, &d.seller, id, "deliver");
     assert_eq!((r.status, r.code().as_str()), (403, "witness_mismatch"));
+    // The refusal names the member a client has to send.
+    let message = r.json()["message"].as_str().unwrap_or_default().to_string();
+    assert!(message.contains("witness_secret"), "{message}");
 
     let new_hex = "22".repeat(32);
     let r = s.post_json(

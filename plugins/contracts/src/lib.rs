@@ -591,7 +591,7 @@ fn act(req: &Request, action: Action) -> Result<Response, ApiError> {
                         return Err(ApiError::new(
                             403,
                             "forbidden_party",
-                            "releasing needs the contract's current witness secret",
+                            "releasing needs the contract's current witness secret in witness_secret",
                         ));
                     }
                     c.delivered_text = Some(match tracking_carrier {
@@ -766,7 +766,7 @@ fn check_witness(c: &Contract, secret: Option<&str>) -> Result<(), ApiError> {
         Err(ApiError::new(
             403,
             "witness_mismatch",
-            "deliver needs the contract's current witness secret",
+            "deliver needs the contract's current witness secret in witness_secret",
         ))
     }
 }
