@@ -63,10 +63,41 @@ pub fn time_key(ms: u64, key: &[u8]) -> Vec<u8> {
     k
 }
 
-/// Table of one family keyspace.
-fn keyspace_table(family: &str) -> String {
-    // (Without `format!`: made at every storage call of a component.)
-    ["kv:", family].concat()
+/// Table of one family keyspace, `kv:{family}`: made at every storage
+/// call of a component, so kept on the stack for the usual short names.
+fn keyspace_table(family: &str) -> KeyspaceTable {
+    let mut inline = [0u8; KeyspaceTable::INLINE];
+    let len = 3 + family.len();
+    if len > inline.len() {
+        return KeyspaceTable::Heap(["kv:", family].concat());
+    }
+    inline[..3].copy_from_slice(b"kv:");
+    inline[3..len].copy_from_slice(family.as_bytes());
+    KeyspaceTable::Inline(inline, len as u8)
+}
+
+/// The name [`keyspace_table`] makes, read as a `&str`.
+enum KeyspaceTable {
+    Inline([u8; KeyspaceTable::INLINE], u8),
+    Heap(String),
+}
+
+impl KeyspaceTable {
+    const INLINE: usize = 64;
+}
+
+impl std::ops::Deref for KeyspaceTable {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        match self {
+            // Copied from a `str` and an ASCII prefix: always UTF-8.
+            KeyspaceTable::Inline(bytes, len) => {
+                std::str::from_utf8(&bytes[..*len as usize]).unwrap_or_default()
+            }
+            KeyspaceTable::Heap(name) => name,
+        }
+    }
 }
 
 fn def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
@@ -807,21 +838,19 @@ impl WriteTxn {
 
     /// Write `key` of `table`.
     pub fn put_in(&self, table: &str, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
-        self.check_row(table, key, value)?;
-        self.insert_row(table, key.to_vec(), Some(value.to_vec()));
-        Ok(())
+        self.check_row(key, value)?;
+        self.write_row(table, key.to_vec(), Some(value.to_vec()))
     }
 
     /// [`WriteTxn::put_in`] of a key and value the caller hands over (a
     /// component's host call does): not copied again.
     pub fn put_owned(&self, table: &str, key: Vec<u8>, value: Vec<u8>) -> Result<(), StorageError> {
-        self.check_row(table, &key, &value)?;
-        self.insert_row(table, key, Some(value));
-        Ok(())
+        self.check_row(&key, &value)?;
+        self.write_row(table, key, Some(value))
     }
 
-    /// Refuse a row over the limits, else account for it.
-    fn check_row(&self, table: &str, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
+    /// Refuse a row over the limits of one key and one value.
+    fn check_row(&self, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
         let max_key = match self.lease().txn() {
             BatchTxn::Redb(_) => MAX_KEY_BYTES,
             BatchTxn::Pg(_) => MAX_SHARED_KEY_BYTES,
@@ -834,48 +863,57 @@ impl WriteTxn {
                 "value over {MAX_VALUE_BYTES} bytes"
             )));
         }
-        self.hold(table, key, key.len() + value.len())
+        Ok(())
     }
 
     /// Put `value` (None: a deletion) at `key` of `table` in the request's
-    /// writes; the table's name is copied only at its first write.
-    fn insert_row(&self, table: &str, key: Vec<u8>, value: Option<Vec<u8>>) {
+    /// writes, accounted against the request's budget (what it replaces
+    /// there no longer counts): refused, and nothing written, when it
+    /// would pass it. One lookup of the row; the table's name is copied
+    /// only at its first write.
+    fn write_row(
+        &self,
+        table: &str,
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+    ) -> Result<(), StorageError> {
+        let size = key.len() + value.as_ref().map_or(0, Vec::len);
+        let held = self.held.get();
+        let fits = |replaced: usize| {
+            let next = held - replaced + size;
+            if next > self.budget {
+                return Err(StorageError::TooLarge(format!(
+                    "this request's writes would pass {} bytes",
+                    self.budget
+                )));
+            }
+            self.held.set(next);
+            Ok(())
+        };
         let mut overlay = self.overlay.borrow_mut();
         match overlay.get_mut(table) {
-            Some(rows) => {
-                rows.insert(key, value);
-            }
+            Some(rows) => match rows.entry(key) {
+                std::collections::btree_map::Entry::Occupied(mut row) => {
+                    fits(row.key().len() + row.get().as_ref().map_or(0, Vec::len))?;
+                    row.insert(value);
+                }
+                std::collections::btree_map::Entry::Vacant(row) => {
+                    fits(0)?;
+                    row.insert(value);
+                }
+            },
             None => {
+                fits(0)?;
                 overlay.insert(table.to_string(), BTreeMap::from([(key, value)]));
             }
         }
-    }
-
-    /// Account for writing `size` bytes at `key` of `table` (replacing what
-    /// the overlay held there), refusing to pass the budget.
-    fn hold(&self, table: &str, key: &[u8], size: usize) -> Result<(), StorageError> {
-        let replaced = self
-            .overlay
-            .borrow()
-            .get(table)
-            .and_then(|t| t.get(key))
-            .map_or(0, |v| key.len() + v.as_ref().map_or(0, Vec::len));
-        let next = self.held.get() - replaced + size;
-        if next > self.budget {
-            return Err(StorageError::TooLarge(format!(
-                "this request's writes would pass {} bytes",
-                self.budget
-            )));
-        }
-        self.held.set(next);
         Ok(())
     }
 
     /// Delete `key` of `table`; true when it existed.
     pub fn delete_in(&self, table: &str, key: &[u8]) -> Result<bool, StorageError> {
         let existed = self.get_in(table, key)?.is_some();
-        self.hold(table, key, key.len())?;
-        self.insert_row(table, key.to_vec(), None);
+        self.write_row(table, key.to_vec(), None)?;
         Ok(existed)
     }
 }
@@ -1514,6 +1552,20 @@ pub(crate) fn temp_storage() -> (tempfile::TempDir, Storage) {
 mod tests {
     use super::*;
 
+    #[test]
+    fn keyspace_tables_are_named_as_ever() {
+        for family in [
+            "timeline",
+            "",
+            "ünïcode-family",
+            &"f".repeat(KeyspaceTable::INLINE - 3),
+            &"g".repeat(KeyspaceTable::INLINE - 2),
+            &"h".repeat(300),
+        ] {
+            assert_eq!(&*keyspace_table(family), format!("kv:{family}"));
+        }
+    }
+
     fn open() -> (tempfile::TempDir, Storage) {
         temp_storage()
     }
@@ -1872,6 +1924,13 @@ mod tests {
             w.put("a", b"k3", &value),
             Err(StorageError::TooLarge(_))
         ));
+        // A refused write leaves nothing: no new row, the old value kept.
+        assert_eq!(w.get("a", b"k3").unwrap(), None);
+        assert!(matches!(
+            w.put("a", b"k1", &[7u8; 6_000]),
+            Err(StorageError::TooLarge(_))
+        ));
+        assert_eq!(w.get("a", b"k1").unwrap(), Some(value.clone()));
         w.delete("a", b"k2").unwrap();
         w.put("a", b"k3", &value).unwrap();
         let Txn::Write(t) = w else { unreachable!() };
