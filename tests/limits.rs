@@ -1809,6 +1809,54 @@ fn failing_mutations_do_not_hold_a_paid_post_until_they_stop() {
     assert_eq!(s.cash_state(&bait), (json!(false), json!("0.3")));
 }
 
+/// A body framed by anything but `chunked` once (RFC 9112 6.1, 7) is
+/// answered 501 at once and the connection closed: hyper would read
+/// `gzip, chunked` as plain chunked and hand a route compressed bytes.
+/// `chunked` alone, in any case, is read as always.
+#[test]
+fn a_transfer_coding_other_than_chunked_is_501() {
+    let s = server_with(false, &[]);
+    for coding in [
+        "gzip, chunked",
+        "bogus, chunked",
+        "chunked, chunked",
+        "chunked\r\ntransfer-encoding: chunked",
+    ] {
+        let mut c = TcpStream::connect(s.addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        write!(
+            c,
+            "POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: {coding}\r\n\r\n2\r\n{{}}\r\n0\r\n\r\n"
+        )
+        .unwrap();
+        let r = common::read_response(&mut c);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (501, "not_implemented"),
+            "{coding}: {}",
+            r.text()
+        );
+        assert_eq!(r.header("connection"), Some("close"), "{coding}");
+    }
+    // `chunked` alone (any case) is read: the route answers the body.
+    for coding in ["chunked", "Chunked"] {
+        let mut c = TcpStream::connect(s.addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        write!(
+            c,
+            "POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: {coding}\r\n\r\n2\r\n{{}}\r\n0\r\n\r\n"
+        )
+        .unwrap();
+        let r = common::read_response(&mut c);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_request"),
+            "{coding}: {}",
+            r.text()
+        );
+    }
+}
+
 /// An expectation other than `100-continue` (RFC 9110 10.1.1) is answered
 /// 417 at once, before any body: the client holding its body back for it
 /// is not left waiting for the body timeout's 408. `100-continue` still

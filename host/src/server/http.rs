@@ -1028,6 +1028,28 @@ fn expectations_met(headers: &hyper::HeaderMap) -> bool {
     })
 }
 
+/// Whether the request's body, if it has one, is framed by `chunked`
+/// alone (RFC 9112 6.1, 7): hyper reads any list of codings ending in
+/// `chunked` as chunked, so `gzip, chunked` would reach a route as the
+/// still-compressed bytes, and `chunked, chunked` (which RFC 9112 7
+/// forbids) as once-chunked ones. Any other coding, or `chunked` twice,
+/// is answered 501 at once ("a transfer coding it does not understand").
+fn transfer_codings_supported(headers: &hyper::HeaderMap) -> bool {
+    let mut chunked = 0;
+    for value in headers.get_all(hyper::header::TRANSFER_ENCODING) {
+        let Ok(value) = value.to_str() else {
+            return false;
+        };
+        for coding in value.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+            if !coding.eq_ignore_ascii_case("chunked") {
+                return false;
+            }
+            chunked += 1;
+        }
+    }
+    chunked <= 1
+}
+
 async fn dispatch(
     app: &Arc<App>,
     gates: &Gates,
@@ -1044,6 +1066,14 @@ async fn dispatch(
             417,
             "expectation_failed",
             "the only expectation this service meets is `Expect: 100-continue`",
+        );
+        return (reply, None);
+    }
+    if !transfer_codings_supported(req.headers()) {
+        let reply = Reply::error(
+            501,
+            "not_implemented",
+            "the only transfer coding this service reads is `chunked`, applied once",
         );
         return (reply, None);
     }
