@@ -2176,6 +2176,20 @@ fn a_keyed_mint_repeats_its_secret_and_mints_once() {
         assert_eq!((r.status, r.code().as_str()), (400, "invalid_request"));
         assert_eq!(r.json()["details"][0]["field"], "idempotency_key");
     }
+    // An amount that is missing, or not a string, says which it is.
+    for (body, says) in [
+        (json!({}), "is required"),
+        (json!({"amount": null}), "is required"),
+        (json!({"amount": 5}), "must be a string"),
+        (json!({"amount": 1.5}), "must be a string"),
+    ] {
+        let r = s.admin_request("POST", "/admin/cash/mint", &body);
+        assert_eq!((r.status, r.code().as_str()), (400, "invalid_request"));
+        let detail = &r.json()["details"][0];
+        assert_eq!(detail["field"], "amount", "{body}");
+        let issue = detail["problem"].as_str().unwrap_or_default();
+        assert!(issue.starts_with(says), "{body}: {}", r.text());
+    }
     assert_eq!(s.metric("marketplace_ledger_minted_units"), 700_000_000);
 
     // The CLI, through the admin listener: the same secret again.

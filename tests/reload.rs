@@ -289,11 +289,11 @@ fn cli_lists_and_loads_plugins_through_the_admin_listener() {
     assert_eq!(fees["component"], "fees_pickup_paid.wasm", "{fees}");
     assert!(out.stdout.ends_with(b"]\n"), "{out:?}");
     // A refused load fails with the admin's reason on stderr (stdout
-    // empty), as `cash mint` does.
+    // empty), as `cash mint` does: a fees component is no search family.
     let out = run(&[
         "plugins",
         "load",
-        "NOT-a-family",
+        "search",
         file.to_str().unwrap(),
         "--admin",
         &url,
@@ -305,6 +305,30 @@ fn cli_lists_and_loads_plugins_through_the_admin_listener() {
         err.contains("admin answered 400") && err.contains("invalid_request"),
         "{err}"
     );
+    // A name that is no family name is refused by the CLI itself, naming
+    // the argument and the rule (sent as is, `bad name` is not a URL).
+    for name in ["NOT-a-family", "bad name"] {
+        for args in [
+            &[
+                "plugins",
+                "load",
+                name,
+                file.to_str().unwrap(),
+                "--admin",
+                &url,
+            ][..],
+            &["plugins", "unmount", name, "--admin", &url][..],
+        ] {
+            let out = run(args);
+            assert_eq!(out.status.code(), Some(1), "{out:?}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains(&format!("FAMILY {name:?} is not a family name"))
+                    && err.contains("a-z, 0-9"),
+                "{err}"
+            );
+        }
+    }
     // A name that is not a plain file name is refused, and nothing swaps.
     let bid = std::fs::read(common::plugins_dir().join("fees_bid_inclusive.wasm")).unwrap();
     let r = admin(&s, "PUT", "/admin/plugins/fees?component=..%2Fx.wasm", &bid);

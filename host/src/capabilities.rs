@@ -183,13 +183,13 @@ impl Grants {
     }
 }
 
-/// A family name: lower-case letters, digits, `_` and `-`, 1 to 32, starting
-/// with a letter; not `host`, the name logs and metrics give the host's own
-/// routes.
 /// What [`valid_family`] accepts, for messages.
 pub const FAMILY_NAME_RULE: &str =
     "1 to 32 of a-z, 0-9, _ and -, starting with a letter; not `host`";
 
+/// A family name: lower-case letters, digits, `_` and `-`, 1 to 32, starting
+/// with a letter; not `host`, the name logs and metrics give the host's own
+/// routes.
 pub fn valid_family(name: &str) -> bool {
     name != "host"
         && name.len() <= 32

@@ -362,6 +362,15 @@ fn plugins(command: PluginsCommand, client: &Client, settings: &Settings) -> Res
         .admin
         .as_deref()
         .context("plugins commands talk to a running server: pass --admin URL")?;
+    if let PluginsCommand::Load { family, .. } | PluginsCommand::Unmount { family } = &command {
+        // Said here, naming the argument: sent as is, a name with a space
+        // would not even make a URL.
+        anyhow::ensure!(
+            crate::capabilities::valid_family(family),
+            "FAMILY {family:?} is not a family name ({})",
+            crate::capabilities::FAMILY_NAME_RULE
+        );
+    }
     let token = admin_token(client, settings)?;
     let (status, text) = match command {
         PluginsCommand::List => admin_request(url, "GET", "/admin/plugins", &token, Vec::new())?,

@@ -573,11 +573,22 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
         ("GET", ["admin", "cash", "upstream-fees"]) => crate::money::upstream::fees(&app.state),
         ("POST", ["admin", "cash", "mint"]) => {
             let request = serde_json::from_slice::<serde_json::Value>(body).unwrap_or_default();
-            let Some(amount) = request.get("amount").and_then(|a| a.as_str()) else {
-                return Reply::invalid(
-                    "amount",
-                    "is required: the body is {\"amount\": \"<decimal>\"}",
-                );
+            let amount = match request.get("amount") {
+                Some(serde_json::Value::String(a)) => a,
+                // A number is refused, not read: 0.1 as a JSON number is
+                // not the decimal the operator typed.
+                Some(other) if !other.is_null() => {
+                    return Reply::invalid(
+                        "amount",
+                        "must be a string of a decimal amount, as in {\"amount\": \"1.5\"}",
+                    );
+                }
+                _ => {
+                    return Reply::invalid(
+                        "amount",
+                        "is required: the body is {\"amount\": \"<decimal>\"}",
+                    );
+                }
             };
             let key = match request.get("idempotency_key") {
                 None | Some(serde_json::Value::Null) => None,
