@@ -146,7 +146,7 @@ const TOOLS: &[Tool] = &[
     },
     Tool {
         name: "get_profile",
-        description: "A profile by fingerprint or nickname.",
+        description: "A profile by fingerprint or nickname (give one of the two).",
         method: "GET",
         path: "/api/profile",
         schema: || json!({"type": "object", "properties": {"fingerprint": {"type": "string"}, "nickname": {"type": "string"}}}),
