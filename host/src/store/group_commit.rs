@@ -430,9 +430,9 @@ fn apply(
     let last = group.iter().map(|b| b.seq()).max().unwrap_or(0);
     wal::record_applied(&txn, log_id, last)?;
     txn.set_durability(Durability::None)?;
-    let started = std::time::Instant::now();
+    let started = cost.is_some().then(std::time::Instant::now);
     txn.commit()?;
-    if let Some(cost) = cost {
+    if let (Some(cost), Some(started)) = (cost, started) {
         cost.commit = started.elapsed();
     }
     Ok(())
@@ -442,10 +442,21 @@ fn apply(
 /// then redb's commit (which writes the pages they dirtied). Shown by the
 /// applier's debug line, so that an operator (or a benchmark's kept log)
 /// can see which tables a workload's writes cost.
-#[derive(Default)]
 struct ApplyCost {
+    /// When the apply began.
+    began: std::time::Instant,
     tables: Vec<(String, usize, std::time::Duration)>,
     commit: std::time::Duration,
+}
+
+impl ApplyCost {
+    fn begin() -> ApplyCost {
+        ApplyCost {
+            began: std::time::Instant::now(),
+            tables: Vec::new(),
+            commit: std::time::Duration::ZERO,
+        }
+    }
 }
 
 impl std::fmt::Display for ApplyCost {
@@ -1397,8 +1408,8 @@ fn applier(db: &Database, shared: &Shared, base: &std::path::Path, log_id: u64) 
                 .filter(|b| b.outcome.committed())
                 .cloned()
                 .collect();
-            let started = std::time::Instant::now();
-            let mut cost = tracing::enabled!(tracing::Level::DEBUG).then(ApplyCost::default);
+            // Timed only for the debug line.
+            let mut cost = tracing::enabled!(tracing::Level::DEBUG).then(ApplyCost::begin);
             let applied = if kept.is_empty() {
                 Ok(())
             } else {
@@ -1409,7 +1420,7 @@ fn applier(db: &Database, shared: &Shared, base: &std::path::Path, log_id: u64) 
             };
             if let Some(cost) = cost {
                 tracing::debug!(
-                    took_us = started.elapsed().as_micros() as u64,
+                    took_us = cost.began.elapsed().as_micros() as u64,
                     batches = kept.len(),
                     members = kept.iter().map(|b| b.members).sum::<u64>(),
                     commit_us = cost.commit.as_micros() as u64,
@@ -1656,7 +1667,7 @@ mod tests {
             ),
             logged_batch(&[("b", b"k", Some(b"new")), ("b", b"gone", None)], 2),
         ];
-        let mut cost = ApplyCost::default();
+        let mut cost = ApplyCost::begin();
         apply(&db, &group, 7, Some(&mut cost)).unwrap();
         let rows: Vec<(&str, usize)> = cost
             .tables
