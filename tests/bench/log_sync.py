@@ -8,8 +8,10 @@ writes 1,000 scattered 4 KiB pages into DIR/big (half of them growing the
 file) and `fdatasync`s them every 200 ms, as a checkpoint does; the main
 thread appends 90 kB records to DIR/wal.MODE with an `fdatasync` after
 each, as the log does for a batch. `append` grows the log file as the
-store's log does; `overwrite` writes into a 64 MiB file written and synced
-first (no new blocks, no size change, so a sync needs no journal commit).
+store's log does (emptied once it holds 60 MiB, as a new segment starts
+empty); `overwrite` writes over and over into a 64 MiB file written and
+synced first (no new blocks, no size change, so a sync needs no journal
+commit).
 Prints the syncs done and their p50, p90, p99 and max. Used in the
 fifty-ninth session (docs/benchmarks-history.md) to ask whether a
 preallocated log would wait less behind a checkpoint: it did not.
@@ -54,7 +56,14 @@ def main():
     while time.time() < end:
         start = time.perf_counter()
         os.pwrite(fd, record, at)
-        at = 0 if at + len(record) > (60 << 20) else at + len(record)
+        at += len(record)
+        if at + len(record) > (60 << 20):
+            # `append`: a new segment, as the store's log starts one per
+            # checkpoint (the file emptied, so appends grow it again);
+            # `overwrite`: back to the start of the preallocated file.
+            if mode == "append":
+                os.ftruncate(fd, 0)
+            at = 0
         os.fdatasync(fd)
         took.append((time.perf_counter() - start) * 1000)
     stop.set()
