@@ -23,6 +23,19 @@
 //! the tables) does not take the log's id: the copy starts a log of its
 //! own.
 //!
+//! Segments are reused: once checkpointed, the newest segment a checkpoint
+//! lets go is renamed `{database}-wal.spare` instead of removed, and the
+//! next new segment is that file renamed again, written over from its
+//! start. A record written over blocks the file already has needs no
+//! change to the file's size or extents, so its sync writes the data
+//! alone, without a journal commit of the file system (on this disk a
+//! sync beside a checkpoint's writes: p99 0.23 to 0.32 ms in place
+//! against 0.42 to 0.60 ms appending; `tests/bench/log_sync.py`). Past
+//! the new records, a reused segment holds the old ones: each segment's
+//! records are read from its start only while their sequence numbers go
+//! on from the one its name gives, and the old records (all before it,
+//! all in the database) are never applied nor taken for damage.
+//!
 //! Record: `MKW1`, payload length (u32 LE), CRC-32 of what follows it,
 //! log id (u64 LE), sequence number (u64 LE), then the payload: for each
 //! write, 1 (put) or 0 (delete), the table name (u16 LE length), the key
@@ -132,15 +145,35 @@ pub(super) fn segment_path(base: &Path, first: u64) -> PathBuf {
     base.with_file_name(name)
 }
 
-/// Remove the segments of the log at `base` that hold only records before
-/// `seq` (the database holds them durably).
+/// Where a segment whose records are all in the database waits to be
+/// written over as the next new one.
+fn spare_path(base: &Path) -> PathBuf {
+    let mut name = base.file_name().unwrap_or_default().to_os_string();
+    name.push(".spare");
+    base.with_file_name(name)
+}
+
+/// Let go of the segments of the log at `base` that hold only records
+/// before `seq` (the database holds them durably): the newest becomes the
+/// spare (see the module's doc), the others are removed.
 pub fn remove_before(base: &Path, seq: u64) -> Result<()> {
     let all = segments(base)?;
-    for (i, (_, path)) in all.iter().enumerate() {
-        // A segment ends where the next one begins.
-        if all.get(i + 1).is_some_and(|(next, _)| *next <= seq) {
-            std::fs::remove_file(path).with_context(|| format!("removing {}", path.display()))?;
+    // A segment ends where the next one begins.
+    let done = all
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| all.get(i + 1).is_some_and(|(next, _)| *next <= seq))
+        .map(|(_, (_, path))| path);
+    let mut done: Vec<&PathBuf> = done.collect();
+    if let Some(newest) = done.pop() {
+        // A crash before the new name lasts leaves the segment where it
+        // was: a leftover that recovery skips.
+        if std::fs::rename(newest, spare_path(base)).is_err() {
+            done.push(newest);
         }
+    }
+    for path in done {
+        std::fs::remove_file(path).with_context(|| format!("removing {}", path.display()))?;
     }
     Ok(())
 }
@@ -182,12 +215,14 @@ pub fn recover(base: &Path, id: u64, applied: u64) -> Result<Recovered> {
     }
     let mut read = Vec::new();
     let mut chain = Vec::new();
-    for (_, path) in segments(base)? {
+    for (first, path) in segments(base)? {
         let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-        let (records, end) = decode_all(&bytes, id);
+        let (records, end) = decode_all(&bytes, id, first);
         read.push(Read {
             seqs: records.iter().map(|(seq, _)| *seq).collect(),
-            beyond: whole_records_in(bytes.get(end + 1..).unwrap_or_default(), id),
+            // From `end` itself: the record there may be whole but out of
+            // order (damage) or from the segment's earlier use.
+            beyond: whole_records_in(bytes.get(end..).unwrap_or_default(), id),
             path,
             end,
             len: bytes.len(),
@@ -294,12 +329,17 @@ pub fn alert_kept_earlier(base: &Path) {
     }
 }
 
-/// The whole records of log `id` at the start of `bytes`, and where they
-/// end.
-fn decode_all(bytes: &[u8], id: u64) -> (Vec<(u64, Vec<Write>)>, usize) {
+/// The whole records of log `id` at the start of `bytes` (a segment
+/// whose first record is `first`) that follow one another from `first`
+/// on, and where they end. What comes after them in a reused segment are
+/// records of its earlier use, with sequence numbers before `first`.
+fn decode_all(bytes: &[u8], id: u64, first: u64) -> (Vec<(u64, Vec<Write>)>, usize) {
     let mut out = Vec::new();
     let mut at = 0;
     while let Some((seq, writes, len)) = decode(&bytes[at..], id) {
+        if seq != first + out.len() as u64 {
+            break;
+        }
         at += len;
         out.push((seq, writes));
     }
@@ -416,7 +456,13 @@ impl Wal {
     /// Start the log at `base` afresh (every segment removed) for a
     /// database that holds every record up to `applied` of log `id`.
     pub fn create(base: &Path, id: u64, applied: u64) -> Result<Wal> {
-        for (_, path) in segments(base)? {
+        let mut all = segments(base)?;
+        if let Some((_, newest)) = all.pop()
+            && std::fs::rename(&newest, spare_path(base)).is_err()
+        {
+            all.push((0, newest));
+        }
+        for (_, path) in all {
             std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
         }
         let next = applied + 1;
@@ -432,10 +478,17 @@ impl Wal {
         })
     }
 
+    /// A new segment whose first record is `first`: the spare, renamed,
+    /// when there is one (written over from its start), else an empty file.
     fn segment(base: &Path, first: u64) -> Result<File> {
         let path = segment_path(base, first);
+        let reused = std::fs::rename(spare_path(base), &path).is_ok();
         let mut options = File::options();
-        options.read(true).write(true).create(true).truncate(true);
+        options
+            .read(true)
+            .write(true)
+            .create(!reused)
+            .truncate(!reused);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
         let file = options
@@ -728,6 +781,112 @@ mod tests {
         std::fs::remove_file(&second).unwrap();
         alert_kept_earlier(&base);
         assert_eq!(earlier(&format!("{first} ")), 1);
+    }
+
+    #[cfg(unix)]
+    fn inode(path: &Path) -> u64 {
+        std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(path).unwrap())
+    }
+
+    #[test]
+    fn a_checkpointed_segment_is_written_over_as_the_next_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("db-wal");
+        let mut wal = Wal::create(&base, 1, 0).unwrap();
+        for i in 0..6 {
+            put(&mut wal, &format!("first-use-{i}"));
+        }
+        let first = segment_path(&base, 1);
+        let old_len = std::fs::metadata(&first).unwrap().len();
+        let (old_ino, old_bytes) = (inode(&first), std::fs::read(&first).unwrap());
+        let second = wal.rotate().unwrap();
+        put(&mut wal, "second");
+        // The checkpoint lets the first segment go: it waits as the spare,
+        // not read by recovery.
+        remove_before(&base, second).unwrap();
+        assert!(!first.exists());
+        assert_eq!(inode(&spare_path(&base)), old_ino);
+        let left: Vec<u64> = segments(&base).unwrap().iter().map(|s| s.0).collect();
+        assert_eq!(left, [second]);
+        // The next segment is that file, written from its start: fewer
+        // records than it held, so the old ones follow the new.
+        let third = wal.rotate().unwrap();
+        let reused = segment_path(&base, third);
+        assert_eq!(inode(&reused), old_ino);
+        put(&mut wal, "third-a");
+        put(&mut wal, "third-b");
+        assert_eq!(std::fs::metadata(&reused).unwrap().len(), old_len);
+        // The database holds 1..=6 (checkpointed): from 7 on, in order,
+        // and the old records are neither applied nor damage.
+        let (records, damaged) = recover(&base, 1, 6).unwrap();
+        assert_eq!(values(&records), ["second", "third-a", "third-b"]);
+        assert!(damaged.is_empty(), "{damaged:?}");
+
+        // Every point where a crash can tear the record being written over
+        // the old ones: the whole records before it are applied, in order,
+        // and nothing is taken for damage.
+        let now = std::fs::read(&reused).unwrap();
+        let (recs, new_end) = decode_all(&now, 1, third);
+        assert_eq!(recs.len(), 2);
+        for cut in 0..new_end {
+            let mut torn = now[..cut].to_vec();
+            torn.extend_from_slice(&old_bytes[cut..]);
+            std::fs::write(&reused, &torn).unwrap();
+            let (records, damaged) = recover(&base, 1, 6).unwrap();
+            let got = values(&records);
+            let all = ["second", "third-a", "third-b"];
+            assert!(
+                !got.is_empty() && got[..] == all[..got.len()],
+                "cut {cut}: {got:?}"
+            );
+            assert!(damaged.is_empty(), "cut {cut}: {damaged:?}");
+        }
+        // A new record that ends where an old one begins: the old one is
+        // not read as the next.
+        let mut aligned = now[..new_end].to_vec();
+        let mut old_at = 0;
+        while old_at < new_end {
+            old_at += decode(&old_bytes[old_at..], 1).unwrap().2;
+        }
+        aligned.extend_from_slice(&old_bytes[old_at..]);
+        std::fs::write(&reused, &aligned).unwrap();
+        // Nor does the segment after it look like one after a gap.
+        wal.rotate().unwrap();
+        put(&mut wal, "fourth");
+        let (records, damaged) = recover(&base, 1, 6).unwrap();
+        assert_eq!(values(&records), ["second", "third-a", "third-b", "fourth"]);
+        assert!(damaged.is_empty(), "{damaged:?}");
+        // Starting afresh keeps one segment as the spare, removes the rest.
+        let newest = inode(&segment_path(&base, 10));
+        Wal::create(&base, 1, 10).unwrap();
+        let left: Vec<u64> = segments(&base).unwrap().iter().map(|s| s.0).collect();
+        assert_eq!(left, [11]);
+        assert_eq!(inode(&segment_path(&base, 11)), newest);
+        assert!(!spare_path(&base).exists());
+    }
+
+    #[test]
+    fn a_whole_record_out_of_order_is_damage_not_old() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("db-wal");
+        let mut wal = Wal::create(&base, 1, 0).unwrap();
+        for i in 0..3 {
+            put(&mut wal, &format!("v{i}"));
+        }
+        // Record 2 lost from the middle of the segment: 3 is whole, after
+        // the database's last record, and cannot be applied.
+        let segment = segment_path(&base, 1);
+        let bytes = std::fs::read(&segment).unwrap();
+        let one = decode(&bytes, 1).unwrap().2;
+        let two = decode(&bytes[one..], 1).unwrap().2;
+        let mut gap = bytes[..one].to_vec();
+        gap.extend_from_slice(&bytes[one + two..]);
+        std::fs::write(&segment, &gap).unwrap();
+        let (records, damaged) = recover(&base, 1, 0).unwrap();
+        assert_eq!(values(&records), ["v0"]);
+        assert_eq!(damaged.len(), 1);
+        assert_eq!(damaged[0].not_applied, 1);
+        assert_eq!(damaged[0].whole_to, one);
     }
 
     #[test]
