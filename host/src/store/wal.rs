@@ -635,6 +635,18 @@ mod tests {
             .unwrap();
     }
 
+    /// A log (id 1) in a temporary dir, holding records 1 to `n` with
+    /// the values `v0`, `v1`...
+    fn log_with(n: usize) -> (tempfile::TempDir, PathBuf, Wal) {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("db-wal");
+        let mut wal = Wal::create(&base, 1, 0).unwrap();
+        for i in 0..n {
+            put(&mut wal, &format!("v{i}"));
+        }
+        (dir, base, wal)
+    }
+
     fn values(records: &[(u64, Vec<Write>)]) -> Vec<String> {
         records
             .iter()
@@ -671,12 +683,7 @@ mod tests {
 
     #[test]
     fn a_torn_or_corrupt_tail_is_ignored() {
-        let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().join("db-wal");
-        let mut wal = Wal::create(&base, 1, 0).unwrap();
-        for i in 0..3 {
-            put(&mut wal, &format!("v{i}"));
-        }
+        let (_dir, base, _wal) = log_with(3);
         let segment = segment_path(&base, 1);
         let bytes = std::fs::read(&segment).unwrap();
         for cut in 0..bytes.len() {
@@ -698,12 +705,7 @@ mod tests {
 
     #[test]
     fn whole_records_after_a_damaged_one_are_kept_aside() {
-        let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().join("db-wal");
-        let mut wal = Wal::create(&base, 1, 0).unwrap();
-        for i in 0..5 {
-            put(&mut wal, &format!("v{i}"));
-        }
+        let (dir, base, _wal) = log_with(5);
         let segment = segment_path(&base, 1);
         let bytes = std::fs::read(&segment).unwrap();
         // One byte of the second record's payload flipped: records 3 to 5
@@ -790,12 +792,7 @@ mod tests {
 
     #[test]
     fn a_checkpointed_segment_is_written_over_as_the_next_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().join("db-wal");
-        let mut wal = Wal::create(&base, 1, 0).unwrap();
-        for i in 0..6 {
-            put(&mut wal, &format!("first-use-{i}"));
-        }
+        let (_dir, base, mut wal) = log_with(6);
         let first = segment_path(&base, 1);
         let old_len = std::fs::metadata(&first).unwrap().len();
         let (old_ino, old_bytes) = (inode(&first), std::fs::read(&first).unwrap());
@@ -867,12 +864,7 @@ mod tests {
 
     #[test]
     fn a_whole_record_out_of_order_is_damage_not_old() {
-        let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().join("db-wal");
-        let mut wal = Wal::create(&base, 1, 0).unwrap();
-        for i in 0..3 {
-            put(&mut wal, &format!("v{i}"));
-        }
+        let (_dir, base, _wal) = log_with(3);
         // Record 2 lost from the middle of the segment: 3 is whole, after
         // the database's last record, and cannot be applied.
         let segment = segment_path(&base, 1);
@@ -891,12 +883,7 @@ mod tests {
 
     #[test]
     fn segments_go_once_checkpointed_and_a_leftover_one_is_skipped() {
-        let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().join("db-wal");
-        let mut wal = Wal::create(&base, 1, 0).unwrap();
-        for i in 0..4 {
-            put(&mut wal, &format!("old{i}"));
-        }
+        let (_dir, base, mut wal) = log_with(4);
         let first = segment_path(&base, 1);
         let kept = std::fs::read(&first).unwrap();
         let next = wal.rotate().unwrap();
