@@ -453,8 +453,10 @@ pub struct Wal {
 }
 
 impl Wal {
-    /// Start the log at `base` afresh (every segment removed) for a
-    /// database that holds every record up to `applied` of log `id`.
+    /// Start the log at `base` afresh for a database that holds every
+    /// record up to `applied` of log `id`: the newest segment becomes the
+    /// spare (and so the new segment, written over), the others are
+    /// removed.
     pub fn create(base: &Path, id: u64, applied: u64) -> Result<Wal> {
         let mut all = segments(base)?;
         if let Some((_, newest)) = all.pop()
