@@ -283,7 +283,6 @@ fn after_kill_9_in_a_reused_log_segment_nothing_acknowledged_is_lost() {
 /// the log's current segment is a file that waited as its spare before (by
 /// inode); the contents posted.
 fn until_a_log_segment_is_reused(s: &Server, key: &Key) -> Vec<String> {
-    #[cfg(unix)]
     use std::os::unix::fs::MetadataExt;
     let files = |suffix: fn(&str) -> bool| -> Vec<u64> {
         std::fs::read_dir(&s.data_dir)
@@ -320,16 +319,8 @@ fn until_a_log_segment_is_reused(s: &Server, key: &Key) -> Vec<String> {
         );
         for _ in 0..10 {
             let content = format!("before the crash {}", posted.len());
-            let secret = s.mint("0.3");
-            let r = s.request(
-                "POST",
-                "/api/timeline",
-                &[
-                    ("content-type", "application/json"),
-                    ("x-cash-secret", secret.as_str()),
-                ],
-                Some(&post_body(key, &content)),
-            );
+            let body: Value = serde_json::from_slice(&post_body(key, &content)).unwrap();
+            let r = s.post_paid("/api/timeline", &s.mint("0.3"), &body);
             assert_eq!(r.status, 201, "{}", r.text());
             posted.push(content);
         }

@@ -154,8 +154,7 @@ fn spare_path(base: &Path) -> PathBuf {
 }
 
 /// Let go of the segments of the log at `base` that hold only records
-/// before `seq` (the database holds them durably): the newest becomes the
-/// spare (see the module's doc), the others are removed.
+/// before `seq` (the database holds them durably).
 pub fn remove_before(base: &Path, seq: u64) -> Result<()> {
     let all = segments(base)?;
     // A segment ends where the next one begins.
@@ -163,17 +162,24 @@ pub fn remove_before(base: &Path, seq: u64) -> Result<()> {
         .iter()
         .enumerate()
         .filter(|(i, _)| all.get(i + 1).is_some_and(|(next, _)| *next <= seq))
-        .map(|(_, (_, path))| path);
-    let mut done: Vec<&PathBuf> = done.collect();
+        .map(|(_, (_, path))| path.clone())
+        .collect();
+    let_go(base, done)
+}
+
+/// Of `done` (segments, oldest first, whose records are all in the
+/// database): the newest becomes the spare (see the module's doc), the
+/// others are removed.
+fn let_go(base: &Path, mut done: Vec<PathBuf>) -> Result<()> {
     if let Some(newest) = done.pop() {
         // A crash before the new name lasts leaves the segment where it
         // was: a leftover that recovery skips.
-        if std::fs::rename(newest, spare_path(base)).is_err() {
+        if std::fs::rename(&newest, spare_path(base)).is_err() {
             done.push(newest);
         }
     }
     for path in done {
-        std::fs::remove_file(path).with_context(|| format!("removing {}", path.display()))?;
+        std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
     }
     Ok(())
 }
@@ -458,15 +464,7 @@ impl Wal {
     /// spare (and so the new segment, written over), the others are
     /// removed.
     pub fn create(base: &Path, id: u64, applied: u64) -> Result<Wal> {
-        let mut all = segments(base)?;
-        if let Some((_, newest)) = all.pop()
-            && std::fs::rename(&newest, spare_path(base)).is_err()
-        {
-            all.push((0, newest));
-        }
-        for (_, path) in all {
-            std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
-        }
+        let_go(base, segments(base)?.into_iter().map(|(_, p)| p).collect())?;
         let next = applied + 1;
         Ok(Wal {
             file: Self::segment(base, next)?,
@@ -787,7 +785,6 @@ mod tests {
         assert_eq!(earlier(&format!("{first} ")), 1);
     }
 
-    #[cfg(unix)]
     fn inode(path: &Path) -> u64 {
         std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(path).unwrap())
     }
