@@ -309,6 +309,20 @@ fn buy_validation_payment_and_parties() {
         assert_eq!(r.status, 400, "{extra}: {}", r.text());
         assert_eq!(r.json()["details"][0]["field"], field, "{extra}");
     }
+    // A deadline before 1970 is a time in the past, not a malformed one.
+    for (deadline, problem) in [
+        ("1969-12-31T23:59:59Z", "must be in the future"),
+        ("0231-01-01T00:00:00Z", "must be in the future"),
+        ("1969-02-30T00:00:00Z", "must be an RFC 3339 time"),
+    ] {
+        let r = buy(&s, &d, "1", json!({"delivery_deadline": deadline}));
+        assert_eq!(r.status, 400, "{deadline}: {}", r.text());
+        let said = r.json()["details"][0]["problem"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        assert!(said.starts_with(problem), "{deadline}: {said}");
+    }
     // An empty id or proof is an absent one (signed as ""): the server
     // makes the id.
     let r = buy(&s, &d, "1", json!({"contract_id": "", "witness_proof": ""}));

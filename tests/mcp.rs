@@ -150,6 +150,9 @@ fn docs_page_and_docs_search() {
     );
     assert_eq!(s.get("/api/docs/search").status, 400);
     assert_eq!(s.get("/api/docs/search?q=x&limit=0").status, 400);
+    // Blank as the document's `\S` reads it: U+FEFF is, U+0085 is not.
+    assert_eq!(s.get("/api/docs/search?q=%EF%BB%BF").status, 400);
+    assert_eq!(s.get("/api/docs/search?q=%C2%85").status, 200);
 }
 
 #[test]
@@ -178,6 +181,17 @@ fn search_tool_matches_get_search_and_execute_passes_through() {
         s.post_json("/api/mcp/tools/search", &json!({"term": "x", "limit": 500}))
             .status,
         400
+    );
+    // Blank as the document's `\S` reads it: U+FEFF is, U+0085 is not.
+    assert_eq!(
+        s.post_json("/api/mcp/tools/search", &json!({"term": "\u{feff}"}))
+            .status,
+        400
+    );
+    assert_eq!(
+        s.post_json("/api/mcp/tools/search", &json!({"term": "\u{85}"}))
+            .status,
+        200
     );
 
     // Built-in read tool.

@@ -130,6 +130,20 @@ cases = [
                                    input_schema=prop(type="object", items={"type": "string"}))),
     ("/api/mcp/tools/define", dict(define, name="m_items_array",
                                    input_schema=prop(type="array", items={"type": "string"}, maxItems=3))),
+    # A count is an integer below 2^64, 2.0 included (JSON Schema's 2).
+    ("/api/mcp/tools/define", dict(define, name="m_count_float",
+                                   input_schema=prop(type="array", items={"type": "string"}, maxItems=2.0))),
+    ("/api/mcp/tools/define", dict(define, name="m_count_huge",
+                                   input_schema=prop(type="array", items={"type": "string"}, maxItems=2**64))),
+    # An amount to buy for has at most 11 digits before the point.
+    ("/api/arbitration/contracts/buy", dict(buy, amount="99999999999.5")),
+    ("/api/arbitration/contracts/buy", dict(buy, amount="1000000000000")),
+    # The secret to refund is a cash secret.
+    ("/api/cash/refund", {"secret": ""}),
+    ("/api/cash/refund", {"secret": "e1:secret:" + "0" * 64}),
+    # An attachment is not named "." or "..".
+    ("/api/timeline", attachment(content="x", filename="..")),
+    ("/api/timeline", attachment(content="x", filename="...")),
 ]
 disagree = []
 with running() as base:

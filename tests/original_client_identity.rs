@@ -134,6 +134,9 @@ fn profile_update_shows_about_and_skills() {
         json!({"skills": too_many}),
         json!({"skills": ["x".repeat(65)]}),
         json!({"skills": "rust"}),
+        // Blank as the document's `\S` reads it (ECMAScript's white
+        // space, U+FEFF included).
+        json!({"skills": ["\u{feff} "]}),
         json!({"about": "a".repeat(2001)}),
         json!({"profile_picture": "files/nothing"}),
     ] {
@@ -150,6 +153,21 @@ fn profile_update_shows_about_and_skills() {
                 .is_some_and(|d| !d.is_empty())
         );
     }
+
+    // U+0085 is not white space there: a skill of its own, trimmed as
+    // ECMAScript trims.
+    let r = s.post_json(
+        "/api/profile/update",
+        &json!({"fingerprint": fp, "signature": sig, "skills": ["\u{85}", " \u{feff}go\u{feff} "]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let p = profile(&s, &carol).json()["profile"].clone();
+    assert_eq!(p["skills"], json!(["\u{85}", "go"]));
+    let r = s.post_json(
+        "/api/profile/update",
+        &json!({"fingerprint": fp, "signature": sig, "skills": ["rust", "wasm"]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
 
     // Bad signature: 401.
     let r = s.post_json(

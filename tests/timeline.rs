@@ -232,6 +232,11 @@ fn bad_limits_and_bad_attachments_are_400() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(s.get("/api/search").status, 400);
     assert_eq!(s.get("/api/search?term=%20").status, 400);
+    // Blank as the document's `\S` reads it (ECMAScript's white space):
+    // U+FEFF is, U+0085 is not.
+    assert_eq!(s.get("/api/search?term=%EF%BB%BF").status, 400);
+    let r = s.get("/api/search?term=%C2%85");
+    assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(s.get("/api/search?term=x&limit=100").status, 200);
 
     let k = s.identity("attacher");

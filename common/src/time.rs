@@ -24,13 +24,18 @@ pub fn rfc3339(ms: u64) -> String {
 /// and times (February 31, hour 24, a leap second other than at the end of
 /// a UTC month) and instants before 1970 are `None`.
 pub fn parse_rfc3339(s: &str) -> Option<u64> {
+    u64::try_from(parse_rfc3339_signed(s)?).ok()
+}
+
+/// As [`parse_rfc3339`], instants before 1970 included (negative), for
+/// telling a time in the past from one that is no time at all.
+pub fn parse_rfc3339_signed(s: &str) -> Option<i128> {
     // The `time` crate takes any byte as the date/time separator.
     if !matches!(s.as_bytes().get(10), Some(b'T' | b't' | b' ')) {
         return None;
     }
     let at = OffsetDateTime::parse(s, &Rfc3339).ok()?;
-    let ms = at.to_offset(UtcOffset::UTC).unix_timestamp_nanos() / 1_000_000;
-    u64::try_from(ms).ok()
+    Some(at.to_offset(UtcOffset::UTC).unix_timestamp_nanos() / 1_000_000)
 }
 
 #[cfg(test)]
@@ -46,6 +51,18 @@ mod tests {
         assert_eq!(rfc3339(1_795_316_645_999), "2026-11-22T03:04:05Z");
         assert_eq!(rfc3339(253_402_300_799_000), "9999-12-31T23:59:59Z");
         assert_eq!(rfc3339(u64::MAX), "9999-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn a_time_before_1970_is_a_time_in_the_past() {
+        assert_eq!(parse_rfc3339("1969-12-31T23:59:59Z"), None);
+        assert_eq!(parse_rfc3339_signed("1969-12-31T23:59:59Z"), Some(-1_000));
+        assert_eq!(
+            parse_rfc3339_signed("0231-01-01T00:00:00Z").map(|ms| ms < 0),
+            Some(true)
+        );
+        assert_eq!(parse_rfc3339_signed("1969-02-30T00:00:00Z"), None);
+        assert_eq!(parse_rfc3339_signed("yesterday"), None);
     }
 
     #[test]

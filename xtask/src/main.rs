@@ -22,7 +22,9 @@
 //! - `pg`: start a throwaway PostgreSQL cluster, print its
 //!   `MARKETPLACE_TEST_PG=...` URL, and stop and remove it when standard
 //!   input ends or a line is read (for running PostgreSQL tests by hand).
-//! - `bench`: build the plugins, then run the benchmarks (see README).
+//! - `bench [--production] [ARGS]`: build the plugins, then run the
+//!   benchmarks (see README); with `--production`, the whole-process bench
+//!   runs the host built with the `production` profile.
 //! - `ci`: format check, then `test --lint`.
 
 use std::path::{Path, PathBuf};
@@ -74,6 +76,22 @@ fn main() -> ExitCode {
         "test" => lint_env(lint).and_then(|env| build_plugins(&env).and_then(|_| test(rest, &env))),
         "pg" => pg_shell(),
         "bench" => build_plugins(&[]).and_then(|_| {
+            // `--production`: the benches that start the server binary
+            // (`external`) start the one built with the `production`
+            // profile, as deployed, instead of the release one the tests
+            // use (unless BENCH_BIN names another).
+            let (production, rest) = match rest.split_first() {
+                Some((flag, rest)) if flag == "--production" => (true, rest),
+                _ => (false, rest),
+            };
+            let mut env = Vec::new();
+            if production {
+                cargo(&["build", "--profile", "production", "-p", "marketplace"])?;
+                if std::env::var_os("BENCH_BIN").is_none() {
+                    let bin = target_dir()?.join("production").join("marketplace");
+                    env.push(("BENCH_BIN", bin.to_string_lossy().into_owned()));
+                }
+            }
             // The whole-process bench runs these as processes of their own.
             if rest.iter().any(|a| a == "external") {
                 cargo(&[
@@ -89,14 +107,14 @@ fn main() -> ExitCode {
             }
             let mut a = vec!["bench", "-p", "marketplace"];
             a.extend(rest.iter().map(String::as_str));
-            cargo(&a)
+            cargo_env(&a, &env)
         }),
         "ci" => cargo(&["fmt", "--all", "--", "--check"])
             .and_then(|_| lint_env(true))
             .and_then(|env| build_plugins(&env).and_then(|_| test(&[], &env))),
         _ => {
             eprintln!(
-                "usage: cargo xtask <build-plugins [--lint] | serve [--production] [ARGS] | test [--lint] [ARGS] | pg | bench [ARGS] | ci>"
+                "usage: cargo xtask <build-plugins [--lint] | serve [--production] [ARGS] | test [--lint] [ARGS] | pg | bench [--production] [ARGS] | ci>"
             );
             return if cmd == "help" {
                 ExitCode::SUCCESS

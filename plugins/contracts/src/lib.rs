@@ -263,8 +263,8 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
     let now = clock::now_ms();
     let deadline = match body.raw("delivery_deadline").cloned() {
         None => Some(now + DEFAULT_DEADLINE_MS),
-        Some(Value::String(s)) => match marketplace_common::time::parse_rfc3339(&s) {
-            Some(ms) if ms > now => Some(ms),
+        Some(Value::String(s)) => match marketplace_common::time::parse_rfc3339_signed(&s) {
+            Some(ms) if ms > i128::from(now) => Some(u64::try_from(ms).unwrap_or(u64::MAX)),
             Some(_) => {
                 body.problem("delivery_deadline", "must be in the future");
                 None

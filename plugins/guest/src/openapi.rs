@@ -160,9 +160,11 @@ pub fn amount() -> Value {
     json!({"type": "string", "pattern": "^[0-9]+(\\.[0-9]{1,8})?$", "description": "decimal, at most 8 decimals, shortest form"})
 }
 
-/// A positive amount of cash.
+/// A positive amount of cash a client sends: at most 11 digits before the
+/// point, as the cash strings' pattern says (the ledger's range ends at
+/// 184,467,440,737.09551615, so 12 digits below that are taken too).
 pub fn positive_amount() -> Value {
-    json!({"type": "string", "pattern": "^[0-9]+(\\.[0-9]{1,8})?$", "not": {"pattern": "^0+(\\.0+)?$"}, "description": "positive decimal, at most 8 decimals"})
+    json!({"type": "string", "pattern": "^[0-9]{1,11}(\\.[0-9]{1,8})?$", "not": {"pattern": "^0+(\\.0+)?$"}, "description": "positive decimal, at most 8 decimals and 11 digits before the point"})
 }
 
 /// A 64-hex Ed25519 public key.

@@ -170,7 +170,10 @@ pub fn update_profile(req: &Request) -> Result<Response, ApiError> {
             let mut skills = Vec::new();
             let mut bad = None;
             for (i, item) in items.iter().enumerate() {
-                match item.as_str().map(str::trim) {
+                match item
+                    .as_str()
+                    .map(|s| s.trim_matches(marketplace_guest::is_js_space))
+                {
                     Some(s) if !s.is_empty() && s.chars().count() <= MAX_SKILL => {
                         skills.push(s.to_string())
                     }

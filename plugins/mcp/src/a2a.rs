@@ -400,7 +400,7 @@ fn contract_ask(id: &str) -> Result<Ask, RpcError> {
 }
 
 fn search_ask(term: &str, limit: Option<u64>, post_type: Option<String>) -> Result<Ask, RpcError> {
-    let term = term.trim();
+    let term = term.trim_matches(marketplace_guest::is_js_space);
     if term.is_empty() {
         return Err(err(INVALID_PARAMS, "the search term is empty"));
     }

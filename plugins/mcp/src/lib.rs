@@ -211,7 +211,7 @@ impl Endpoint for Mcp {
             ("GET", "/api/docs/search") => {
                 let q = req
                     .query("q")
-                    .map(str::trim)
+                    .map(|q| q.trim_matches(marketplace_guest::is_js_space))
                     .filter(|q| !q.is_empty())
                     .ok_or_else(|| ApiError::invalid("q", "is required"))?;
                 if q.chars().count() > 1000 {
@@ -521,7 +521,10 @@ fn text_of(v: &Value) -> Option<String> {
 /// The search tool: validated arguments, then the same search as GET /api/search.
 fn run_search(args: &Value) -> Result<Response, ApiError> {
     let mut problems = Vec::new();
-    let term = args["term"].as_str().map(str::trim).unwrap_or("");
+    let term = args["term"]
+        .as_str()
+        .map(|t| t.trim_matches(marketplace_guest::is_js_space))
+        .unwrap_or("");
     if term.is_empty() {
         let problem = match &args["term"] {
             Value::Null => "is required (a string)",

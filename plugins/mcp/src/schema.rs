@@ -65,7 +65,7 @@ const SCHEMA_KEYWORDS: &[&str] = &[
 /// cannot part).
 pub fn openapi() -> Value {
     let types = json!({"enum": TYPES});
-    let count = json!({"type": "integer", "minimum": 0});
+    let count = json!({"type": "integer", "minimum": 0, "maximum": u64::MAX});
     let annotated = |keywords: &mut dyn Iterator<Item = (&str, Value)>, required: &[&str]| {
         let mut props: serde_json::Map<String, Value> = ANNOTATIONS
             .iter()
@@ -236,8 +236,8 @@ fn property_problems(prop: &Value) -> Vec<(&str, String)> {
             "multipleOf" if !value.as_f64().is_some_and(|m| m > 0.0) => {
                 Some("must be a number above 0".into())
             }
-            "minLength" | "maxLength" | "minItems" | "maxItems" if !value.is_u64() => {
-                Some("must be a non-negative integer".into())
+            "minLength" | "maxLength" | "minItems" | "maxItems" if count(value).is_none() => {
+                Some("must be a non-negative integer below 2^64".into())
             }
             "items" => {
                 let item_type = value["type"].as_str().filter(|t| TYPES.contains(t));
@@ -295,6 +295,17 @@ fn same(a: &Value, b: &Value) -> bool {
     }
 }
 
+/// The value of a count keyword (`minLength`, `maxItems`, ...): a
+/// non-negative integer below 2^64, written as JSON Schema counts integers
+/// (`3`, but also `3.0` or `3e0`).
+fn count(v: &Value) -> Option<u64> {
+    v.as_u64().or_else(|| {
+        v.as_f64()
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < u64::MAX as f64)
+            .map(|f| f as u64)
+    })
+}
+
 /// What a count `n` (characters, items) breaks of the `min` and `max`
 /// keywords of `prop`: "must {verb} at least {min} {unit}" and the like.
 fn count_problems(
@@ -304,8 +315,8 @@ fn count_problems(
     verb: &str,
     unit: &str,
 ) -> impl Iterator<Item = String> {
-    let under = prop[min].as_u64().filter(|&m| n < m);
-    let over = prop[max].as_u64().filter(|&m| n > m);
+    let under = count(&prop[min]).filter(|&m| n < m);
+    let over = count(&prop[max]).filter(|&m| n > m);
     (under
         .map(|m| format!("must {verb} at least {m} {unit}"))
         .into_iter())
@@ -507,5 +518,30 @@ mod tests {
             ["multipleOf"]
         );
         assert_eq!(problems(json!({"enum": ["a"]})), [""]);
+        // A count is an integer as JSON Schema counts them (a whole float
+        // too), below 2^64.
+        let counted: Value =
+            serde_json::from_str(r#"{"type": "array", "minItems": 1.0, "maxItems": 2e0}"#).unwrap();
+        assert!(problems(counted).is_empty());
+        for bad in ["-1", "1.5", "18446744073709551616", "\"1\""] {
+            let prop: Value =
+                serde_json::from_str(&format!(r#"{{"type": "string", "minLength": {bad}}}"#))
+                    .unwrap();
+            assert_eq!(problems(prop), ["minLength"], "{bad}");
+        }
+        let largest: Value =
+            serde_json::from_str(r#"{"type": "string", "maxLength": 18446744073709551615}"#)
+                .unwrap();
+        assert!(problems(largest).is_empty());
+    }
+
+    #[test]
+    fn a_count_written_as_a_whole_float_is_enforced() {
+        let a: Value = serde_json::from_str(
+            r#"{"type": "array", "minItems": 1.0, "maxItems": 2e0, "items": {"type": "string"}}"#,
+        )
+        .unwrap();
+        assert!(!fails(a.clone(), json!(["a"])));
+        assert!(fails(a.clone(), json!([])) && fails(a, json!(["a", "b", "c"])));
     }
 }

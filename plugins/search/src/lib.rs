@@ -92,7 +92,11 @@ impl Endpoint for Search {
     fn handle(req: &Request) -> Result<Response, ApiError> {
         match (req.method(), req.route()) {
             ("GET", "/api/search") => {
-                let term = req.query("term").unwrap_or("").trim().to_string();
+                let term = req
+                    .query("term")
+                    .unwrap_or("")
+                    .trim_matches(marketplace_guest::is_js_space)
+                    .to_string();
                 if term.is_empty() {
                     return Err(ApiError::invalid("term", "is required"));
                 }

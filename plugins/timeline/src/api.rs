@@ -41,7 +41,7 @@ pub const OPS: &[Op] = &[
             "createPost",
             "posts",
             "Create a post or comment",
-            "Signed `post:{content}` by author_fingerprint. Attachments: at most 16, unique filenames without path separators; each either inline (`content`, at most 512 KiB) or an upload of the author's (`s3_key` `files/{id}` from `POST /api/storage/presign`, shown with its `url`; an unknown upload, another identity's, or both `content` and `s3_key` is 400 `invalid_attachment`, nothing spent). A private reply (`post_type` `private_reply`, `content` \"\", `parent_id`, `recipient_fingerprint`, `encrypted_payload` of at most 65,536 characters) is signed `post:{encrypted_payload}` and paid as a comment; it is never listed in the timeline or search, but readable by id and in its parent's thread (with its opaque `encrypted_payload` and `recipient_fingerprint`).",
+            "Signed `post:{content}` by author_fingerprint. Attachments: at most 16, unique filenames (not `.` or `..`) without path separators; each either inline (`content`, at most 512 KiB) or an upload of the author's (`s3_key` `files/{id}` from `POST /api/storage/presign`, shown with its `url`; an unknown upload, another identity's, or both `content` and `s3_key` is 400 `invalid_attachment`, nothing spent). A private reply (`post_type` `private_reply`, `content` \"\", `parent_id`, `recipient_fingerprint`, `encrypted_payload` of at most 65,536 characters) is signed `post:{encrypted_payload}` and paid as a comment; it is never listed in the timeline or search, but readable by id and in its parent's thread (with its opaque `encrypted_payload` and `recipient_fingerprint`).",
         )
     },
     Op {
@@ -168,7 +168,7 @@ fn attachments() -> Value {
         &[
             (
                 "filename",
-                json!({"type": "string", "minLength": 1, "maxLength": 255, "description": "unique in the post (case-insensitive), no path separators, control characters, or invisible or bidirectional formatting characters (U+061C, U+200B-U+200F, U+2028-U+202E, U+2060-U+2069, U+FEFF)"}),
+                json!({"type": "string", "minLength": 1, "maxLength": 255, "not": {"enum": [".", ".."]}, "description": "unique in the post (case-insensitive), not \".\" or \"..\", no path separators, control characters, or invisible or bidirectional formatting characters (U+061C, U+200B-U+200F, U+2028-U+202E, U+2060-U+2069, U+FEFF)"}),
             ),
             (
                 "content",

@@ -196,7 +196,7 @@ fn attachment_problems(
         {
             problem(
                 field("filename"),
-                "must not contain path separators, control characters, or invisible or bidirectional formatting characters",
+                "must not be \".\" or \"..\", nor contain path separators, control characters, or invisible or bidirectional formatting characters",
             );
             false
         } else {
