@@ -323,6 +323,15 @@ fn buy_validation_payment_and_parties() {
             .to_string();
         assert!(said.starts_with(problem), "{deadline}: {said}");
     }
+    // One past the year 9999 in UTC (written with an offset) is in the
+    // future.
+    let r = buy(
+        &s,
+        &d,
+        "1",
+        json!({"delivery_deadline": "9999-12-31T23:59:59-00:01"}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
     // An empty id or proof is an absent one (signed as ""): the server
     // makes the id.
     let r = buy(&s, &d, "1", json!({"contract_id": "", "witness_proof": ""}));

@@ -144,6 +144,13 @@ cases = [
     # An attachment is not named "." or "..".
     ("/api/timeline", attachment(content="x", filename="..")),
     ("/api/timeline", attachment(content="x", filename="...")),
+    # Nor holds a path separator, a control character or one that reads
+    # otherwise (the invisible and bidirectional ones).
+    ("/api/timeline", attachment(content="x", filename="a/b")),
+    ("/api/timeline", attachment(content="x", filename="a\\b")),
+    ("/api/timeline", attachment(content="x", filename="a\u0085b")),
+    ("/api/timeline", attachment(content="x", filename="a\u200bb.txt")),
+    ("/api/timeline", attachment(content="x", filename="caf\u00e9 \u2014 notes.txt")),
 ]
 disagree = []
 with running() as base:

@@ -133,6 +133,8 @@ fn profile_update_shows_about_and_skills() {
     for bad in [
         json!({"skills": too_many}),
         json!({"skills": ["x".repeat(65)]}),
+        // The length is the item's as sent, as the document's maxLength.
+        json!({"skills": [format!(" {}", "x".repeat(64))]}),
         json!({"skills": "rust"}),
         // Blank as the document's `\S` reads it (ECMAScript's white
         // space, U+FEFF included).
@@ -213,6 +215,16 @@ fn recovery_scan_answers_only_verified_probes() {
         "/api/recovery/scan",
         &json!({"challenge": stale, "probes": [
             {"key_index": 0, "fingerprint": good.fp(), "signature": good.sign(&stale)}]}),
+    );
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(r.code(), "auth_expired");
+    // One past the year 9999 in UTC (written with an offset) is a time
+    // too, far from the clock.
+    let far = format!("recover:{}:9999-12-31T23:59:59-00:01", root.fp());
+    let r = s.post_json(
+        "/api/recovery/scan",
+        &json!({"challenge": far, "probes": [
+            {"key_index": 0, "fingerprint": good.fp(), "signature": good.sign(&far)}]}),
     );
     assert_eq!(r.status, 401, "{}", r.text());
     assert_eq!(r.code(), "auth_expired");

@@ -235,6 +235,9 @@ fn bad_limits_and_bad_attachments_are_400() {
     // Blank as the document's `\S` reads it (ECMAScript's white space):
     // U+FEFF is, U+0085 is not.
     assert_eq!(s.get("/api/search?term=%EF%BB%BF").status, 400);
+    // The length is the term's as sent, as the document's maxLength.
+    let padded = format!("/api/search?term=x{}", "%20".repeat(1000));
+    assert_eq!(s.get(&padded).status, 400);
     let r = s.get("/api/search?term=%C2%85");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(s.get("/api/search?term=x&limit=100").status, 200);

@@ -1,8 +1,8 @@
 //! RFC 3339 UTC formatting and parsing over epoch milliseconds, on the
 //! `time` crate; shared by the host and the plugins.
 
+use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
-use time::{OffsetDateTime, UtcOffset};
 
 /// `2026-11-22T03:04:05Z` for epoch milliseconds (second precision; the
 /// milliseconds are dropped). Instants past 9999-12-31T23:59:59Z, which
@@ -35,7 +35,10 @@ pub fn parse_rfc3339_signed(s: &str) -> Option<i128> {
         return None;
     }
     let at = OffsetDateTime::parse(s, &Rfc3339).ok()?;
-    Some(at.to_offset(UtcOffset::UTC).unix_timestamp_nanos() / 1_000_000)
+    // The instant whatever its offset: no conversion to UTC, which panics
+    // past the year 9999 (`9999-12-31T23:59:59-00:01`). Milliseconds
+    // rounded down, before 1970 too.
+    Some(at.unix_timestamp_nanos().div_euclid(1_000_000))
 }
 
 #[cfg(test)]
@@ -63,6 +66,22 @@ mod tests {
         );
         assert_eq!(parse_rfc3339_signed("1969-02-30T00:00:00Z"), None);
         assert_eq!(parse_rfc3339_signed("yesterday"), None);
+        // Rounded down: half a millisecond before 1970 is before it.
+        assert_eq!(parse_rfc3339("1969-12-31T23:59:59.9995Z"), None);
+        assert_eq!(parse_rfc3339_signed("1969-12-31T23:59:59.9995Z"), Some(-1));
+    }
+
+    #[test]
+    fn an_instant_past_9999_in_utc_is_no_panic() {
+        // 10000-01-01T00:00:59Z, written with an offset.
+        assert_eq!(
+            parse_rfc3339("9999-12-31T23:59:59-00:01"),
+            Some(253_402_300_859_000)
+        );
+        assert_eq!(
+            parse_rfc3339("9999-12-31T23:59:59Z"),
+            Some(253_402_300_799_000)
+        );
     }
 
     #[test]

@@ -170,11 +170,15 @@ pub fn update_profile(req: &Request) -> Result<Response, ApiError> {
             let mut skills = Vec::new();
             let mut bad = None;
             for (i, item) in items.iter().enumerate() {
-                match item
-                    .as_str()
-                    .map(|s| s.trim_matches(marketplace_guest::is_js_space))
-                {
-                    Some(s) if !s.is_empty() && s.chars().count() <= MAX_SKILL => {
+                // Trimmed as the document's `\S` reads white space; its
+                // length is the item's as sent (the document's maxLength).
+                match item.as_str().map(|sent| {
+                    (
+                        sent.trim_matches(marketplace_guest::is_js_space),
+                        sent.chars().count(),
+                    )
+                }) {
+                    Some((s, sent)) if !s.is_empty() && sent <= MAX_SKILL => {
                         skills.push(s.to_string())
                     }
                     _ => {

@@ -331,7 +331,7 @@ fn ask_of(parts: &[Value]) -> Result<Ask, RpcError> {
     for part in parts {
         if let Some(text) = part.get("text").and_then(Value::as_str) {
             only_other = false;
-            let text = text.trim();
+            let text = text.trim_matches(marketplace_guest::is_js_space);
             if text.is_empty() {
                 continue;
             }
@@ -400,11 +400,12 @@ fn contract_ask(id: &str) -> Result<Ask, RpcError> {
 }
 
 fn search_ask(term: &str, limit: Option<u64>, post_type: Option<String>) -> Result<Ask, RpcError> {
+    let sent = term;
     let term = term.trim_matches(marketplace_guest::is_js_space);
     if term.is_empty() {
         return Err(err(INVALID_PARAMS, "the search term is empty"));
     }
-    if term.chars().count() > 1000 {
+    if sent.chars().count() > 1000 {
         return Err(err(
             INVALID_PARAMS,
             "the search term must be at most 1000 characters",
@@ -747,6 +748,16 @@ mod tests {
         assert_eq!(
             ask(json!([{"text": "  "}, {"data": {"other": 1}}, {"text": "oak"}])),
             Ok(search_of("oak"))
+        );
+        // Blank as the published schemas read white space (ECMAScript's):
+        // U+FEFF is, U+0085 is not.
+        assert_eq!(
+            ask(json!([{"text": "\u{feff}"}, {"text": "oak"}])),
+            Ok(search_of("oak"))
+        );
+        assert_eq!(
+            ask(json!([{"text": "\u{85}"}, {"text": "oak"}])),
+            Ok(search_of("\u{85}"))
         );
         assert_eq!(
             ask(json!([{"data": {"contract_id": "nope"}}])),

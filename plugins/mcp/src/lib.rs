@@ -209,12 +209,11 @@ impl Endpoint for Mcp {
             ("OPTIONS", "/mcp") => Ok(origin::preflight(req)),
             ("POST", "/a2a") => a2a::handle(req),
             ("GET", "/api/docs/search") => {
-                let q = req
-                    .query("q")
-                    .map(|q| q.trim_matches(marketplace_guest::is_js_space))
+                let sent = req.query("q").unwrap_or("");
+                let q = Some(sent.trim_matches(marketplace_guest::is_js_space))
                     .filter(|q| !q.is_empty())
                     .ok_or_else(|| ApiError::invalid("q", "is required"))?;
-                if q.chars().count() > 1000 {
+                if sent.chars().count() > 1000 {
                     return Err(ApiError::invalid("q", "must be at most 1000 characters"));
                 }
                 let limit = req.query_int("limit", 1, 50)?.unwrap_or(10) as usize;
@@ -521,10 +520,8 @@ fn text_of(v: &Value) -> Option<String> {
 /// The search tool: validated arguments, then the same search as GET /api/search.
 fn run_search(args: &Value) -> Result<Response, ApiError> {
     let mut problems = Vec::new();
-    let term = args["term"]
-        .as_str()
-        .map(|t| t.trim_matches(marketplace_guest::is_js_space))
-        .unwrap_or("");
+    let sent = args["term"].as_str().unwrap_or("");
+    let term = sent.trim_matches(marketplace_guest::is_js_space);
     if term.is_empty() {
         let problem = match &args["term"] {
             Value::Null => "is required (a string)",
@@ -570,7 +567,7 @@ fn run_search(args: &Value) -> Result<Response, ApiError> {
             problem: "must be a string".into(),
         }),
     }
-    if term.chars().count() > 1000 {
+    if sent.chars().count() > 1000 {
         problems.push(marketplace_guest::Detail {
             field: "term".into(),
             problem: "must be at most 1000 characters".into(),

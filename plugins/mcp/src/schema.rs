@@ -299,11 +299,7 @@ fn same(a: &Value, b: &Value) -> bool {
 /// non-negative integer below 2^64, written as JSON Schema counts integers
 /// (`3`, but also `3.0` or `3e0`).
 fn count(v: &Value) -> Option<u64> {
-    v.as_u64().or_else(|| {
-        v.as_f64()
-            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < u64::MAX as f64)
-            .map(|f| f as u64)
-    })
+    v.as_number().and_then(marketplace_guest::whole_u64)
 }
 
 /// What a count `n` (characters, items) breaks of the `min` and `max`

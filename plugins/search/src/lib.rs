@@ -92,15 +92,16 @@ impl Endpoint for Search {
     fn handle(req: &Request) -> Result<Response, ApiError> {
         match (req.method(), req.route()) {
             ("GET", "/api/search") => {
-                let term = req
-                    .query("term")
-                    .unwrap_or("")
+                // Trimmed as the document's `\S` reads white space; its
+                // length is the text's as sent (the document's maxLength).
+                let sent = req.query("term").unwrap_or("");
+                let term = sent
                     .trim_matches(marketplace_guest::is_js_space)
                     .to_string();
                 if term.is_empty() {
                     return Err(ApiError::invalid("term", "is required"));
                 }
-                if term.chars().count() > 1000 {
+                if sent.chars().count() > 1000 {
                     return Err(ApiError::invalid("term", "must be at most 1000 characters"));
                 }
                 let limit = req.query_int("limit", 1, 100)?.unwrap_or(20) as usize;

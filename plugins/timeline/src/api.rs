@@ -168,7 +168,7 @@ fn attachments() -> Value {
         &[
             (
                 "filename",
-                json!({"type": "string", "minLength": 1, "maxLength": 255, "not": {"enum": [".", ".."]}, "description": "unique in the post (case-insensitive), not \".\" or \"..\", no path separators, control characters, or invisible or bidirectional formatting characters (U+061C, U+200B-U+200F, U+2028-U+202E, U+2060-U+2069, U+FEFF)"}),
+                json!({"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^[^/\\\u0000-\u001f\u007f-\u009f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]+$", "not": {"enum": [".", ".."]}, "description": "unique in the post (case-insensitive), not \".\" or \"..\", no path separators, control characters, or invisible or bidirectional formatting characters (U+061C, U+200B-U+200F, U+2028-U+202E, U+2060-U+2069, U+FEFF)"}),
             ),
             (
                 "content",
