@@ -57,10 +57,8 @@ fn main() -> ExitCode {
         "serve" => build_plugins(&[]).and_then(|_| {
             // `--production`: the host built with the `production` profile
             // (whole-program optimization; a longer build).
-            let (profile, rest) = match rest.split_first() {
-                Some((flag, rest)) if flag == "--production" => ("production", rest),
-                _ => ("release", rest),
-            };
+            let (production, rest) = production_flag(rest);
+            let profile = if production { "production" } else { "release" };
             let mut a = vec![
                 "run",
                 "--profile",
@@ -80,10 +78,7 @@ fn main() -> ExitCode {
             // (`external`) start the one built with the `production`
             // profile, as deployed, instead of the release one the tests
             // use (unless BENCH_BIN names another).
-            let (production, rest) = match rest.split_first() {
-                Some((flag, rest)) if flag == "--production" => (true, rest),
-                _ => (false, rest),
-            };
+            let (production, rest) = production_flag(rest);
             let mut env = Vec::new();
             if production {
                 cargo(&["build", "--profile", "production", "-p", "marketplace"])?;
@@ -129,6 +124,15 @@ fn main() -> ExitCode {
             eprintln!("xtask: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Whether `rest` starts with `--production` (`serve`'s and `bench`'s
+/// option), and the arguments after it.
+fn production_flag(rest: &[String]) -> (bool, &[String]) {
+    match rest.split_first() {
+        Some((flag, after)) if flag == "--production" => (true, after),
+        _ => (false, rest),
     }
 }
 

@@ -210,9 +210,10 @@ impl Endpoint for Mcp {
             ("POST", "/a2a") => a2a::handle(req),
             ("GET", "/api/docs/search") => {
                 let sent = req.query("q").unwrap_or("");
-                let q = Some(sent.trim_matches(marketplace_guest::is_js_space))
-                    .filter(|q| !q.is_empty())
-                    .ok_or_else(|| ApiError::invalid("q", "is required"))?;
+                let q = sent.trim_matches(marketplace_guest::is_js_space);
+                if q.is_empty() {
+                    return Err(ApiError::invalid("q", "is required"));
+                }
                 if sent.chars().count() > 1000 {
                     return Err(ApiError::invalid("q", "must be at most 1000 characters"));
                 }
