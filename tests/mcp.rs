@@ -2174,6 +2174,27 @@ fn a2a_jsonrpc_errors() {
         )),
         -32602
     );
+    // A term's length is counted as sent, as GET /api/search counts it:
+    // 1000 characters pass, one more (a space around them) does not.
+    let word = "x".repeat(1000);
+    for part in [json!({"text": word}), json!({"data": {"term": word}})] {
+        let r = send_message(&s, json!([part]));
+        assert_eq!(
+            r["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+            "{r}"
+        );
+    }
+    for part in [
+        json!({"text": format!(" {word}")}),
+        json!({"data": {"term": format!("{word}\n")}}),
+    ] {
+        let r = send_message(&s, json!([part]));
+        assert_eq!(r["error"]["code"], -32602, "{r}");
+        assert!(
+            r["error"]["message"].as_str().unwrap().contains("1000"),
+            "{r}"
+        );
+    }
     // Another major version of A2A.
     let r = s.request(
         "POST",

@@ -20,6 +20,7 @@
 //! ProtoJSON: camelCase members, `TASK_STATE_COMPLETED`, `ROLE_USER`).
 
 use crate::{call, origin};
+use marketplace_guest::index::{TermProblem, search_term};
 use marketplace_guest::prelude::*;
 use marketplace_guest::{clock, ids, rfc3339};
 
@@ -331,11 +332,10 @@ fn ask_of(parts: &[Value]) -> Result<Ask, RpcError> {
     for part in parts {
         if let Some(text) = part.get("text").and_then(Value::as_str) {
             only_other = false;
-            let text = text.trim_matches(marketplace_guest::is_js_space);
-            if text.is_empty() {
+            if marketplace_guest::is_blank(text) {
                 continue;
             }
-            if let Some(id) = contract_in_text(text) {
+            if let Some(id) = contract_in_text(text.trim_matches(marketplace_guest::is_js_space)) {
                 return contract_ask(&id);
             }
             return search_ask(text, None, None);
@@ -400,17 +400,13 @@ fn contract_ask(id: &str) -> Result<Ask, RpcError> {
 }
 
 fn search_ask(term: &str, limit: Option<u64>, post_type: Option<String>) -> Result<Ask, RpcError> {
-    let sent = term;
-    let term = term.trim_matches(marketplace_guest::is_js_space);
-    if term.is_empty() {
-        return Err(err(INVALID_PARAMS, "the search term is empty"));
-    }
-    if sent.chars().count() > 1000 {
-        return Err(err(
-            INVALID_PARAMS,
-            "the search term must be at most 1000 characters",
-        ));
-    }
+    let term = search_term(term).map_err(|p| {
+        let problem = match p {
+            TermProblem::Blank => "is empty".to_string(),
+            TermProblem::TooLong => p.rule().to_string(),
+        };
+        err(INVALID_PARAMS, format!("the search term {problem}"))
+    })?;
     Ok(Ask::Search {
         term: term.to_string(),
         limit: limit.unwrap_or(SEARCH_LIMIT),

@@ -25,7 +25,9 @@ mod x402;
 use marketplace_common::url::canonical_path;
 use marketplace_guest::prelude::*;
 use marketplace_guest::{
-    Body, clear_on_fault, clock, dispatch, host, limit_time, memoized, on_fault, types,
+    Body, clear_on_fault, clock, dispatch, host,
+    index::{TermProblem, search_term},
+    limit_time, memoized, on_fault, types,
 };
 
 struct Mcp;
@@ -209,14 +211,8 @@ impl Endpoint for Mcp {
             ("OPTIONS", "/mcp") => Ok(origin::preflight(req)),
             ("POST", "/a2a") => a2a::handle(req),
             ("GET", "/api/docs/search") => {
-                let sent = req.query("q").unwrap_or("");
-                let q = sent.trim_matches(marketplace_guest::is_js_space);
-                if q.is_empty() {
-                    return Err(ApiError::invalid("q", "is required"));
-                }
-                if sent.chars().count() > 1000 {
-                    return Err(ApiError::invalid("q", "must be at most 1000 characters"));
-                }
+                let q = search_term(req.query("q").unwrap_or(""))
+                    .map_err(|p| ApiError::invalid("q", p.rule()))?;
                 let limit = req.query_int("limit", 1, 50)?.unwrap_or(10) as usize;
                 // Derived from the host's document alone: built once per
                 // load of components.
@@ -521,12 +517,12 @@ fn text_of(v: &Value) -> Option<String> {
 /// The search tool: validated arguments, then the same search as GET /api/search.
 fn run_search(args: &Value) -> Result<Response, ApiError> {
     let mut problems = Vec::new();
-    let sent = args["term"].as_str().unwrap_or("");
-    let term = sent.trim_matches(marketplace_guest::is_js_space);
-    if term.is_empty() {
-        let problem = match &args["term"] {
-            Value::Null => "is required (a string)",
-            Value::String(_) => "must not be blank",
+    let term = search_term(args["term"].as_str().unwrap_or(""));
+    if let Err(problem) = &term {
+        let problem = match (&args["term"], problem) {
+            (Value::Null, _) => "is required (a string)",
+            (Value::String(_), TermProblem::Blank) => "must not be blank",
+            (Value::String(_), TermProblem::TooLong) => problem.rule(),
             _ => "must be a string",
         };
         problems.push(marketplace_guest::Detail {
@@ -568,15 +564,10 @@ fn run_search(args: &Value) -> Result<Response, ApiError> {
             problem: "must be a string".into(),
         }),
     }
-    if sent.chars().count() > 1000 {
-        problems.push(marketplace_guest::Detail {
-            field: "term".into(),
-            problem: "must be at most 1000 characters".into(),
-        });
-    }
-    if !problems.is_empty() {
-        return Err(ApiError::invalid_many(problems));
-    }
+    let term = match term {
+        Ok(term) if problems.is_empty() => term,
+        _ => return Err(ApiError::invalid_many(problems)),
+    };
     let mut query = vec![("term".to_string(), term.to_string())];
     if let Some(l) = limit {
         query.push(("limit".into(), l.to_string()));

@@ -32,7 +32,7 @@ mod api;
 
 use marketplace_common::order::{cmp_bytes, flip_ulid_bytes};
 use marketplace_common::text::tokens;
-use marketplace_guest::index::{STATS_KEY, Stats, df_key, doc_key, term_prefix};
+use marketplace_guest::index::{STATS_KEY, Stats, df_key, doc_key, search_term, term_prefix};
 use marketplace_guest::prelude::*;
 
 struct Search;
@@ -92,24 +92,14 @@ impl Endpoint for Search {
     fn handle(req: &Request) -> Result<Response, ApiError> {
         match (req.method(), req.route()) {
             ("GET", "/api/search") => {
-                // Trimmed as the document's `\S` reads white space; its
-                // length is the text's as sent (the document's maxLength).
-                let sent = req.query("term").unwrap_or("");
-                let term = sent
-                    .trim_matches(marketplace_guest::is_js_space)
-                    .to_string();
-                if term.is_empty() {
-                    return Err(ApiError::invalid("term", "is required"));
-                }
-                if sent.chars().count() > 1000 {
-                    return Err(ApiError::invalid("term", "must be at most 1000 characters"));
-                }
+                let term = search_term(req.query("term").unwrap_or(""))
+                    .map_err(|p| ApiError::invalid("term", p.rule()))?;
                 let limit = req.query_int("limit", 1, 100)?.unwrap_or(20) as usize;
                 let post_type = marketplace_guest::posts::post_type_filter(req.query("post_type"))?;
                 Ok(Response {
                     status: 200,
                     headers: vec![],
-                    body: search(&term, limit, post_type)?.into_bytes(),
+                    body: search(term, limit, post_type)?.into_bytes(),
                 })
             }
             _ => Err(ApiError::not_found(format!("route {}", req.route()))),
