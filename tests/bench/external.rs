@@ -7,7 +7,10 @@
 //! `host/examples/load.rs` (a closed-loop client, one thread per keep-alive
 //! connection). The main figure is the server process's own CPU time
 //! (utime + stime of `/proc/<pid>/stat`, all threads) per answered request,
-//! and its ratio to the hello server's, measured in the same run.
+//! and its ratio to the hello server's, measured in the same run; and of
+//! it, the kernel's part (stime: the socket calls, the loopback delivery
+//! of the answers and waking the load generator, page faults, the memory
+//! slot's `PAGEMAP_SCAN`), most of the hello server's.
 //!
 //! Routes: hello `GET /`; `GET /_testing/native` (host handler);
 //! `GET /_testing/ok` (trivial plugin); `GET /api/health`; each round loads
@@ -194,17 +197,47 @@ fn marketplace_with(data_dir: &Path, testing: bool, env: &[(String, String)]) ->
     Server::start(cmd, "marketplace listening on http://")
 }
 
-/// CPU time (user + system, every thread) of process `pid`, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/pid/stat");
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    // utime and stime are fields 14 and 15 of the line (11 and 12 after the name).
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+/// CPU time of process `pid` (every thread), in clock ticks.
+#[derive(Clone, Copy, Default)]
+struct Ticks {
+    /// In the process's own code (utime).
+    user: u64,
+    /// In the kernel on its behalf (stime).
+    system: u64,
+}
+
+impl Ticks {
+    fn of(pid: u32) -> Ticks {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/pid/stat");
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        // utime and stime are fields 14 and 15 of the line (11 and 12 after the name).
+        Ticks {
+            user: fields[11].parse().unwrap(),
+            system: fields[12].parse().unwrap(),
+        }
+    }
+
+    fn of_all(servers: &[Server]) -> Ticks {
+        servers
+            .iter()
+            .map(|s| Ticks::of(s.pid()))
+            .fold(Ticks::default(), |a, b| Ticks {
+                user: a.user + b.user,
+                system: a.system + b.system,
+            })
+    }
+
+    /// The ticks from `before` to these: (all, in the kernel).
+    fn since(self, before: Ticks) -> (u64, u64) {
+        let system = self.system - before.system;
+        (self.user - before.user + system, system)
+    }
 }
 
 fn clock_ticks_per_s() -> f64 {
@@ -382,6 +415,8 @@ struct Row {
     label: String,
     rps: f64,
     cpu_us: f64,
+    /// Of `cpu_us`, the kernel's part (stime).
+    sys_us: f64,
     cores: f64,
     p50_us: f64,
     p99_us: f64,
@@ -421,7 +456,7 @@ impl Bench {
             );
         }
         let per_host = conns.div_ceil(servers.len() as u64);
-        let before: u64 = servers.iter().map(|s| cpu_ticks(s.pid())).sum();
+        let before = Ticks::of_all(servers);
         let loads: Vec<Load> = std::thread::scope(|scope| {
             let handles: Vec<_> = servers
                 .iter()
@@ -444,7 +479,7 @@ impl Bench {
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
-        let ticks = servers.iter().map(|s| cpu_ticks(s.pid())).sum::<u64>() - before;
+        let (ticks, system) = Ticks::of_all(servers).since(before);
         let requests: u64 = loads.iter().map(|l| l.requests).sum();
         let wall = loads.iter().map(|l| l.secs).fold(0.0, f64::max);
         let cpu_s = ticks as f64 * self.tick_us / 1e6;
@@ -452,6 +487,7 @@ impl Bench {
             label: label.to_string(),
             rps: loads.iter().map(|l| l.requests as f64 / l.secs).sum(),
             cpu_us: ticks as f64 * self.tick_us / requests.max(1) as f64,
+            sys_us: system as f64 * self.tick_us / requests.max(1) as f64,
             cores: cpu_s / wall,
             p50_us: loads.iter().map(|l| l.p50_us).fold(0.0, f64::max),
             p99_us: loads.iter().map(|l| l.p99_us).fold(0.0, f64::max),
@@ -470,7 +506,7 @@ impl Bench {
         secs: u64,
         posts: Option<&Path>,
     ) -> Row {
-        let before = cpu_ticks(server.pid());
+        let before = Ticks::of(server.pid());
         let load = generate(
             self.generator,
             &self.work,
@@ -480,12 +516,13 @@ impl Bench {
             secs,
             posts,
         );
-        let ticks = cpu_ticks(server.pid()) - before;
+        let (ticks, system) = Ticks::of(server.pid()).since(before);
         let cpu_s = ticks as f64 * self.tick_us / 1e6;
         let row = Row {
             label: label.to_string(),
             rps: load.requests as f64 / load.secs,
             cpu_us: ticks as f64 * self.tick_us / load.requests.max(1) as f64,
+            sys_us: system as f64 * self.tick_us / load.requests.max(1) as f64,
             cores: cpu_s / load.secs,
             p50_us: load.p50_us,
             p99_us: load.p99_us,
@@ -499,10 +536,11 @@ impl Bench {
 impl Row {
     fn print(&self) {
         println!(
-            "  {:<28} {:>9.0} req/s  {:>6.1} us CPU/req  {:.2} cores  p50 {:>7.0} us  p99 {:>7.0} us{}",
+            "  {:<28} {:>9.0} req/s  {:>6.1} us CPU/req ({:>5.1} kernel)  {:.2} cores  p50 {:>7.0} us  p99 {:>7.0} us{}",
             self.label,
             self.rps,
             self.cpu_us,
+            self.sys_us,
             self.cores,
             self.p50_us,
             self.p99_us,
@@ -822,16 +860,17 @@ fn main() {
     }
     // Medians over the rounds; ratios to hello's median CPU per request.
     println!(
-        "\n| route | requests/s | server CPU µs/request | ratio to hello | server cores busy | p50 µs | p99 µs |"
+        "\n| route | requests/s | server CPU µs/request | of it in the kernel | ratio to hello | server cores busy | p50 µs | p99 µs |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     let hello_cpu = median(rows.iter().map(|r| r[0].cpu_us).collect());
     let print_row = |label: &str, sel: &dyn Fn(&Vec<Row>) -> &Row| {
         let m = |f: &dyn Fn(&Row) -> f64| median(rows.iter().map(|r| f(sel(r))).collect());
         let cpu = m(&|r| r.cpu_us);
         println!(
-            "| {label} | {:.0} | {cpu:.1} | {:.2}x | {:.2} | {:.0} | {:.0} |",
+            "| {label} | {:.0} | {cpu:.1} | {:.1} | {:.2}x | {:.2} | {:.0} | {:.0} |",
             m(&|r| r.rps),
+            m(&|r| r.sys_us),
             cpu / hello_cpu,
             m(&|r| r.cores),
             m(&|r| r.p50_us),
@@ -867,18 +906,20 @@ fn main() {
             println!("  (data and log kept in {})", tmp.keep().display());
         }
         println!(
-            "| `POST /api/timeline` (paid, durable), {paid_conns} connections | {:.0} | {:.1} | {:.2}x | {:.2} | {:.0} | {:.0} |",
+            "| `POST /api/timeline` (paid, durable), {paid_conns} connections | {:.0} | {:.1} | {:.1} | {:.2}x | {:.2} | {:.0} | {:.0} |",
             row.rps,
             row.cpu_us,
+            row.sys_us,
             row.cpu_us / hello_cpu,
             row.cores,
             row.p50_us,
             row.p99_us
         );
         println!(
-            "| `GET /api/search?term={term}&limit=20` over about {posts} posts, {conns} connections | {:.0} | {:.1} | {:.2}x | {:.2} | {:.0} | {:.0} |",
+            "| `GET /api/search?term={term}&limit=20` over about {posts} posts, {conns} connections | {:.0} | {:.1} | {:.1} | {:.2}x | {:.2} | {:.0} | {:.0} |",
             search.rps,
             search.cpu_us,
+            search.sys_us,
             search.cpu_us / hello_cpu,
             search.cores,
             search.p50_us,
