@@ -85,6 +85,9 @@ mod tests {
         assert_eq!(search_term(&format!(" {word}")), Err(TermProblem::TooLong));
         // Blank wins over long (the field is missing, whatever its size).
         assert_eq!(search_term(&" ".repeat(2000)), Err(TermProblem::Blank));
+        // The rule names the limit the check applies.
+        let rule = TermProblem::TooLong.rule();
+        assert!(rule.contains(&MAX_TERM_CHARS.to_string()), "{rule}");
     }
 
     #[test]
