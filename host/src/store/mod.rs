@@ -584,7 +584,7 @@ impl Storage {
     }
 
     /// [`Storage::commit`], or with `task` (a call on the async workers)
-    /// [`Storage::commit_async`].
+    /// [`Storage::commit_async_then`] (only there does `handed` run).
     pub async fn commit_as(
         &self,
         w: WriteTxn,
