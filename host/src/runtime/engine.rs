@@ -401,20 +401,11 @@ struct Teardown<'a> {
     metrics: &'a crate::metrics::PluginMetrics,
 }
 
-impl Teardown<'_> {
-    /// Tear the store down now (once).
-    fn now(&mut self) {
-        if let Some(store) = self.store.take() {
-            let started = Instant::now();
-            drop(store);
-            self.metrics.teardown(self.family, started.elapsed());
-        }
-    }
-}
-
 impl Drop for Teardown<'_> {
     fn drop(&mut self) {
-        self.now();
+        let started = Instant::now();
+        drop(self.store.take());
+        self.metrics.teardown(self.family, started.elapsed());
     }
 }
 
@@ -1479,7 +1470,7 @@ impl Runtime {
         // next writer waits for) does not wait for the teardown.
         let memory_bytes = self.limits.memory_bytes;
         let mut ctx = std::mem::replace(store.data_mut(), Ctx::inert("", memory_bytes));
-        let mut teardown = Teardown {
+        let _torn_down_last = Teardown {
             store: Some(store),
             family,
             metrics: &plugin.metrics,
@@ -1495,10 +1486,7 @@ impl Runtime {
                 // By reference: a future holding the context by value was
                 // 6.3 KB, most of a request's future, which is moved
                 // (boxed) at every call. It goes before the teardown.
-                // A write's instance goes once its writes are in the
-                // batch, not after the batch is durable: its memory slot
-                // and fiber stack go back to the pool while it waits.
-                let finished = ctx.finish(resp, &mut || teardown.now()).await;
+                let finished = ctx.finish(resp).await;
                 drop(ctx);
                 finished?
             }

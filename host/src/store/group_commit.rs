@@ -1006,22 +1006,10 @@ impl GroupCommit {
     /// [`GroupCommit::release`] for a task on the async workers: the wait
     /// for the batch to be durable holds no thread.
     pub async fn release_async(&self, lease: Lease, applied: bool) -> Result<(), CommitError> {
-        self.release_async_then(lease, applied, &mut || {}).await
-    }
-
-    /// [`GroupCommit::release_async`], running `handed` once the lease is
-    /// handed on and before the wait for the batch to end.
-    pub async fn release_async_then(
-        &self,
-        lease: Lease,
-        applied: bool,
-        handed: &mut (dyn FnMut() + Send),
-    ) -> Result<(), CommitError> {
         let (batch, outcome) = match self.hand_over(lease, applied) {
             Released::Done(result) => return result,
             Released::Member { batch, outcome } => (batch, outcome),
         };
-        handed();
         loop {
             let idle = {
                 let s = self.lock();
@@ -2221,37 +2209,6 @@ mod tests {
             .unwrap()
             .unwrap();
         u64::from_be_bytes(v.try_into().unwrap())
-    }
-
-    #[test]
-    fn handed_runs_once_the_lease_is_handed_on_before_the_batch_is_durable() {
-        let (_d, db, gc) = open(Settings::default());
-        let disk = gc.stall_log();
-        let handed = Arc::new(AtomicBool::new(false));
-        let member = {
-            let (gc, handed) = (gc.clone(), handed.clone());
-            std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                rt.block_on(async {
-                    let mut l = gc.acquire_async(gc.enter()).await.unwrap();
-                    put(&mut l, 1);
-                    gc.release_async_then(l, true, &mut || handed.store(true, Ordering::Release))
-                        .await
-                })
-            })
-        };
-        wait_for("handed on", || handed.load(Ordering::Acquire));
-        // The batch waits for the stalled log: not durable, not answered,
-        // and the lease is free for the next request.
-        assert!(!member.is_finished(), "answered before it was durable");
-        assert_eq!(count(&gc, &db), 0);
-        assert!(!gc.lock().leased);
-        drop(disk);
-        member.join().unwrap().unwrap();
-        assert_eq!(count(&gc, &db), 1);
     }
 
     #[test]

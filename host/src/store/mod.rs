@@ -565,36 +565,20 @@ impl Storage {
     /// [`Storage::commit`] for a task on the async workers: the wait for
     /// the batch to be durable holds no thread.
     pub async fn commit_async(&self, w: WriteTxn) -> Result<(), StorageError> {
-        self.commit_async_then(w, &mut || {}).await
-    }
-
-    /// [`Storage::commit_async`], running `handed` once the writes are in
-    /// the batch and the lease is handed on, before the wait for the batch
-    /// to be durable.
-    pub async fn commit_async_then(
-        &self,
-        w: WriteTxn,
-        handed: &mut (dyn FnMut() + Send),
-    ) -> Result<(), StorageError> {
         let lease = self.apply_to_batch(w)?;
         self.gc
-            .release_async_then(lease, true, handed)
+            .release_async(lease, true)
             .await
             .map_err(commit_error)
     }
 
     /// [`Storage::commit`], or with `task` (a call on the async workers)
-    /// [`Storage::commit_async_then`] (only there does `handed` run).
-    pub async fn commit_as(
-        &self,
-        w: WriteTxn,
-        task: bool,
-        handed: &mut (dyn FnMut() + Send),
-    ) -> Result<(), StorageError> {
+    /// [`Storage::commit_async`].
+    pub async fn commit_as(&self, w: WriteTxn, task: bool) -> Result<(), StorageError> {
         if task {
             // Boxed: the wait is large, and held by value it would grow
             // every request's future (reads too) by its size.
-            Box::pin(self.commit_async_then(w, handed)).await
+            Box::pin(self.commit_async(w)).await
         } else {
             self.commit(w)
         }

@@ -255,13 +255,7 @@ impl Ctx {
     /// Turn the plugin's answer into the reply, committing the transaction
     /// when (and only when) the answer is a 2xx of a mutating request;
     /// `RunAgain` when the commit lost a race on the shared store.
-    /// `handed` runs once a committing request's writes are in its batch
-    /// and the batch handed on, before the wait for it to be durable.
-    pub async fn finish(
-        &mut self,
-        mut resp: types::Response,
-        handed: &mut (dyn FnMut() + Send),
-    ) -> Result<Reply, RunAgain> {
+    pub async fn finish(&mut self, mut resp: types::Response) -> Result<Reply, RunAgain> {
         // The change goes into a successful answer where the component put
         // what it was given instead.
         if let Some((stand_in, change)) = &self.change_stand_in
@@ -329,7 +323,7 @@ impl Ctx {
                 // task's, not the worker's.
                 let committed = match self.record_replay(&txn, &reply) {
                     Err(e) => Err(e),
-                    Ok(()) => rt.storage.commit_as(txn, self.limiter.yields, handed).await,
+                    Ok(()) => rt.storage.commit_as(txn, self.limiter.yields).await,
                 };
                 match committed {
                     Ok(()) => Ok(crate::money::x402::sent(reply)),
@@ -386,11 +380,7 @@ impl Ctx {
         kept: Reply,
     ) -> Result<Reply, RunAgain> {
         txn.discard_writes();
-        match rt
-            .storage
-            .commit_as(txn, self.limiter.yields, &mut || {})
-            .await
-        {
+        match rt.storage.commit_as(txn, self.limiter.yields).await {
             Ok(()) => Ok(self.refund_upstream(kept)),
             Err(StorageError::Conflict) => Err(RunAgain),
             Err(e) => {
