@@ -486,8 +486,8 @@ impl Bench {
         let row = Row {
             label: label.to_string(),
             rps: loads.iter().map(|l| l.requests as f64 / l.secs).sum(),
-            cpu_us: ticks as f64 * self.tick_us / requests.max(1) as f64,
-            sys_us: system as f64 * self.tick_us / requests.max(1) as f64,
+            cpu_us: self.per_request(ticks, requests),
+            sys_us: self.per_request(system, requests),
             cores: cpu_s / wall,
             p50_us: loads.iter().map(|l| l.p50_us).fold(0.0, f64::max),
             p99_us: loads.iter().map(|l| l.p99_us).fold(0.0, f64::max),
@@ -495,6 +495,11 @@ impl Bench {
         };
         row.print();
         row
+    }
+
+    /// Microseconds of CPU a request, of `ticks` over `requests`.
+    fn per_request(&self, ticks: u64, requests: u64) -> f64 {
+        ticks as f64 * self.tick_us / requests.max(1) as f64
     }
 
     fn measure(
@@ -521,8 +526,8 @@ impl Bench {
         let row = Row {
             label: label.to_string(),
             rps: load.requests as f64 / load.secs,
-            cpu_us: ticks as f64 * self.tick_us / load.requests.max(1) as f64,
-            sys_us: system as f64 * self.tick_us / load.requests.max(1) as f64,
+            cpu_us: self.per_request(ticks, load.requests),
+            sys_us: self.per_request(system, load.requests),
             cores: cpu_s / load.secs,
             p50_us: load.p50_us,
             p99_us: load.p99_us,
