@@ -137,8 +137,14 @@ fn production_flag(rest: &[String]) -> (bool, &[String]) {
 }
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
+    // `cargo run` (and so `cargo xtask`) names the manifest's directory at
+    // run time too; prefer it, since checkouts that share one target dir
+    // share the `xtask` binary, and the one built last would otherwise
+    // point every checkout at its own tree.
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    dir.parent()
         .expect("xtask lives in the workspace root")
         .to_path_buf()
 }
