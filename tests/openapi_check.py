@@ -163,3 +163,22 @@ with running() as base:
 if disagree:
     sys.exit("openapi: the document and the server disagree:\n" + "\n".join(disagree))
 print(f"openapi: {len(cases)} request bodies, the document and the server agree on each")
+
+# The payment header's schema and the server agree too: a value the schema
+# refuses is 402 payment_invalid, an empty one (which it admits: no
+# payment, as an empty X-Cash-Secret) 402 payment_required.
+signature_schema = doc_json["components"]["headers"]["PAYMENT-SIGNATURE"]["schema"]
+signature_validator = Draft202012Validator({**doc_json, **signature_schema})
+values = ["", "QQ", "!!", "%%% not base64", "QUJD=AAA"]
+disagree = []
+with running() as base:
+    for value in values:
+        status, _, answer = http("POST", base + "/api/profiles/rate", {"post_id": "0", "vote": "up"},
+                                 {"PAYMENT-SIGNATURE": value})
+        code = json.loads(answer).get("code") if answer.startswith(b"{") else None
+        want = "payment_required" if signature_validator.is_valid(value) else "payment_invalid"
+        if status != 402 or code != want:
+            disagree.append(f"PAYMENT-SIGNATURE {value[:40]!r}: server {status} {code}, document {want}")
+if disagree:
+    sys.exit("openapi: the payment header's schema and the server disagree:\n" + "\n".join(disagree))
+print(f"openapi: {len(values)} PAYMENT-SIGNATURE values, the document and the server agree on each")

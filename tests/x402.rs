@@ -338,6 +338,26 @@ fn a_malformed_payment_signature_is_payment_invalid() {
             .unwrap();
         common::read_response(&mut stream)
     };
+    // An empty PAYMENT-SIGNATURE is no payment, as an empty X-Cash-Secret
+    // (the document's schema admits it): 402 payment_required, not
+    // payment_invalid; beside a good X-Cash-Secret it adds nothing.
+    let r = raw(
+        &[("payment-signature", "")],
+        &register_body(&Key::random(), "alice"),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (402, "payment_required"),
+        "{}",
+        r.text()
+    );
+    let other = s.mint("1");
+    let r = raw(
+        &[("payment-signature", ""), ("x-cash-secret", &other)],
+        &register_body(&Key::random(), "dave"),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(s.cash_state(&other).0, json!(true));
     let other = s.mint("1");
     // Beside X-Cash-Secret naming another secret, whichever comes first,
     // which payment is meant is a guess too, so neither (it used to be the

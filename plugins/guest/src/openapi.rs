@@ -375,9 +375,9 @@ pub fn operation(o: &Op) -> Value {
     if o.paid.is_some() {
         params.push(json!({"name": "X-Cash-Secret", "in": "header", "required": false, "description": "bearer cash secret e<amount>:secret:<hex> paying the fee (X-Webcash-Secret is an alias); an empty value is no payment (402 payment_required)", "schema": t("string")}));
         params.push(json!({"name": "X-Webcash-Secret", "in": "header", "required": false, "description": "alias of X-Cash-Secret (the same secret in both is one payment; different ones are 402 payment_invalid)", "schema": t("string")}));
-        params.push(json!({"name": "PAYMENT-SIGNATURE", "in": "header", "required": false, "description": "x402 v2: base64 of the JSON X402PaymentPayload (its payload.secret pays exactly as X-Cash-Secret)",
+        params.push(json!({"name": "PAYMENT-SIGNATURE", "in": "header", "required": false, "description": "x402 v2: base64 of the JSON X402PaymentPayload (its payload.secret pays exactly as X-Cash-Secret); an empty value is no payment (402 payment_required)",
                            "schema": {"$ref": "#/components/headers/PAYMENT-SIGNATURE/schema"}}));
-        params.push(json!({"name": "X-Bitcoin-Secret", "in": "header", "required": false, "description": "bitcoin rail (disabled unless configured: 402 payment_rail_unavailable)", "schema": t("string")}));
+        params.push(json!({"name": "X-Bitcoin-Secret", "in": "header", "required": false, "description": "bitcoin rail (disabled unless configured: 402 payment_rail_unavailable); an empty value is no payment (402 payment_required)", "schema": t("string")}));
     }
     let mut responses = Map::new();
     let media = match (o.media, o.ok.1) {
