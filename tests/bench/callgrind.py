@@ -35,6 +35,10 @@ the CPU-time ratios to hello of the external bench. The server gets
 pool's default reservations. Its data dir, log and dumps (for
 callgrind_annotate) stay in BENCH_DIR (default /tmp/callgrind-bench).
 
+CALLGRIND_SEED=DIR starts the server on a copy of the data dir DIR (the
+external bench's paid run keeps one with BENCH_KEEP=1), so that the search
+row is a search over that many posts.
+
 CALLGRIND_COMPONENTS=K also prints, for each route, the instructions per
 request spent in the components' compiled code and its K dearest
 functions: the server then writes a perf map (`perf_map`), whose names
@@ -64,6 +68,13 @@ OUT = os.environ.get("BENCH_DIR", "/tmp/callgrind-bench")
 shutil.rmtree(OUT, ignore_errors=True)
 os.makedirs(OUT)
 DATA = os.path.join(OUT, "data")
+# CALLGRIND_SEED=<data dir>: start from a copy of it (say, the paid run's of
+# the external bench, kept with BENCH_KEEP=1), so that the search row reads
+# what a search over that many posts reads, not the whole short lists of
+# this script's own posts.
+SEED = os.environ.get("CALLGRIND_SEED")
+if SEED:
+    shutil.copytree(SEED, DATA, ignore=shutil.ignore_patterns("*.log", "cache"))
 
 
 def mint(amount):
