@@ -486,6 +486,12 @@ fn a_thread_of_a_thousand_comments_is_shown_whole() {
     assert_eq!(comments[0]["content"], "comment 0");
     assert_eq!(comments[998]["content"], "comment 998");
     assert_eq!(comments[1]["author_nick"], "beta");
+    // Each comment names its own author, the two taking turns (a page's
+    // authors are looked up once each).
+    for (i, c) in comments.iter().enumerate() {
+        let nick = if i % 2 == 0 { "alpha" } else { "beta" };
+        assert_eq!(c["author_nick"], nick, "comment {i}");
+    }
     assert_eq!(t["root"]["comment_count"], 999);
 }
 

@@ -241,6 +241,8 @@ fn render_each(records: &[&str], mut emit: impl FnMut(usize, &str, &str)) -> Res
         .iter()
         .map(|h| h.author_fingerprint.as_ref())
         .collect();
+    // (Neighbours first: a page of one author's posts is then one.)
+    authors.dedup_by(|a, b| by_bytes(a, b).is_eq());
     authors.sort_unstable_by(by_bytes);
     authors.dedup_by(|a, b| by_bytes(a, b).is_eq());
     keys.extend(authors.iter().map(|a| key("id/", a)));
