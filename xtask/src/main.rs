@@ -141,8 +141,11 @@ fn root() -> PathBuf {
     // run time too; prefer it, since checkouts that share one target dir
     // share the `xtask` binary, and the one built last would otherwise
     // point every checkout at its own tree.
+    // (Only a directory named `xtask` is this crate's: a process of some
+    // other package's, a test or a build script, names its own.)
     let dir = std::env::var_os("CARGO_MANIFEST_DIR")
         .map(PathBuf::from)
+        .filter(|dir| dir.file_name().is_some_and(|name| name == "xtask"))
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
     dir.parent()
         .expect("xtask lives in the workspace root")

@@ -719,8 +719,8 @@ fn ranks_in(doc: &[u8], needles: &[Vec<u8>], mut wanted: u32, found: &mut dyn Fn
     }
 }
 
-/// Keep the first `n` of `items` in `order`, sorted (a selection, then a
-/// sort of those `n` only).
+/// Keep the first `n` of `items` in `order`, sorted (kept as they are when
+/// in order already, else a selection, then a sort of those `n` only).
 fn top<T>(items: &mut Vec<T>, n: usize, order: impl Fn(&T, &T) -> std::cmp::Ordering) {
     if n == 0 {
         items.clear();
