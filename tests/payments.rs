@@ -368,14 +368,27 @@ fn taken_key_or_nickname_is_409_and_bad_bodies_are_400() {
             r.text()
         );
     }
-    let r = s.post_json(
-        "/api/identity",
-        &json!({"nickname": "bad nick!", "pgp_public_key": a.fp()}),
-    );
-    assert_eq!(
-        (r.status, r.json()["details"][0]["field"].as_str()),
-        (400, Some("nickname"))
-    );
+    // Nicknames are ASCII (the schema's pattern): a letter outside it is
+    // refused, and the rule says which letters.
+    for bad in ["bad nick!", "José"] {
+        let r = s.post_json(
+            "/api/identity",
+            &json!({"nickname": bad, "pgp_public_key": a.fp()}),
+        );
+        let detail = &r.json()["details"][0];
+        assert_eq!(
+            (r.status, detail["field"].as_str()),
+            (400, Some("nickname")),
+            "{bad}: {}",
+            r.text()
+        );
+        let rule = detail["problem"].as_str();
+        assert!(
+            rule.is_some_and(|m| m.contains("ASCII letters")),
+            "{bad}: {}",
+            r.text()
+        );
+    }
     let r = s.request("POST", "/api/identity", &[], Some(b"not json"));
     assert_eq!((r.status, r.code().as_str()), (400, "invalid_request"));
     let r = s.post_json("/api/identity", &json!([1, 2]));

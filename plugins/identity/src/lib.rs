@@ -126,7 +126,7 @@ fn register(req: &Request) -> Result<Response, ApiError> {
     {
         body.problem(
             "nickname",
-            "may contain only letters, digits, '_', '-' and '.'",
+            "may contain only ASCII letters and digits, '_', '-' and '.'",
         );
     }
     // As sent: a key with spaces around it is not 64 hex characters
