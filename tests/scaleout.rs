@@ -777,6 +777,93 @@ fn a_post_written_on_one_host_is_found_by_search_on_another() {
     );
 }
 
+/// The search index's counts (its statistics, each word's document
+/// frequency), which every post adds to and a delete takes from, stay
+/// exact when posts are written and deleted through different hosts:
+/// searched on any host, the posts rank with the scores one host holding
+/// the same posts gives them, and a deleted post's words count nowhere.
+#[test]
+fn index_counts_across_hosts_are_what_one_host_counts() {
+    let Some(f) = Fleet::start("index_counts_across_hosts_are_what_one_host_counts", 3) else {
+        return;
+    };
+    let [a, b, c] = [&f.hosts[0], &f.hosts[1], &f.hosts[2]];
+    let mut raw = [0u8; 6];
+    getrandom::fill(&mut raw).unwrap();
+    let word = format!("dirigible{}", common::hex(&raw));
+    let gone = format!("{word}gone");
+    let texts = [
+        format!("{word} tours"),
+        format!("Balloon {word} rides over the bay, {gone} and the hills"),
+        format!("{word} {word} repairs and spare parts"),
+        format!("Kites, gliders and {word}"),
+    ];
+    let delete = |s: &Server, key: &Key, id: &str| {
+        let r = s.post_json(
+            "/api/posts/delete",
+            &json!({
+                "post_id": id,
+                "author_fingerprint": key.fp(),
+                "signature": key.sign(&format!("delete_post:{id}")),
+            }),
+        );
+        assert_eq!(r.status, 200, "delete: {}", r.text());
+    };
+    // Written through A, B, C and A; the one written through B deleted
+    // through C.
+    let seller = a.identity(&flow::nick("seller"));
+    let ids: Vec<String> = texts
+        .iter()
+        .zip([a, b, c, a])
+        .map(|(text, h)| h.new_post(&seller, text, json!({})))
+        .collect();
+    delete(c, &seller, &ids[1]);
+    // The same posts on one host, the same one deleted.
+    let one = Server::start();
+    let key = one.identity(&flow::nick("seller"));
+    let mine: Vec<String> = texts
+        .iter()
+        .map(|text| one.new_post(&key, text, json!({})))
+        .collect();
+    delete(&one, &key, &mine[1]);
+
+    let scores = |s: &Server, term: &str| -> (Value, Vec<(String, f64)>) {
+        let r = s.get(&format!("/api/search?term={term}&limit=20"));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let found = r.json();
+        let mut hits: Vec<(String, f64)> = found["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                (
+                    h["content"].as_str().unwrap().to_string(),
+                    h["score"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        hits.sort_by(|x, y| x.0.cmp(&y.0));
+        (found["total"].clone(), hits)
+    };
+    let (total, expected) = scores(&one, &word);
+    assert_eq!(total, 3, "one host: {expected:?}");
+    for (name, s) in [("A", a), ("B", b), ("C", c)] {
+        let (total, hits) = scores(s, &word);
+        assert_eq!(total, 3, "host {name}: {hits:?}");
+        assert_eq!(hits.len(), expected.len(), "host {name}: {hits:?}");
+        for ((text, score), (want_text, want)) in hits.iter().zip(&expected) {
+            assert_eq!(text, want_text, "host {name}");
+            assert!(
+                (score - want).abs() <= 1e-9 * want.abs().max(1.0),
+                "host {name}, {text:?}: score {score}, one host {want}"
+            );
+        }
+        // The deleted post's own word is counted nowhere any more.
+        let (total, hits) = scores(s, &gone);
+        assert_eq!((total, hits.len()), (json!(0), 0), "host {name}: {hits:?}");
+    }
+}
+
 /// A fee component swapped through one host's admin API is served by the
 /// two others (they poll the fleet's record every 100 ms; how soon is
 /// printed, not asserted, so a loaded machine cannot fail it), by a host

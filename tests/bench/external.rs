@@ -51,8 +51,11 @@
 //! redb, one host on the shared store and BENCH_HOSTS (3) hosts on it, in
 //! one run; the connections are split over the hosts, one generator process
 //! per host. CPU is the hosts' (the database server's is not counted).
+//! BENCH_STORES (`redb,pg,hosts`) picks which of the three runs to make.
 //! BENCH_KEEP=1 keeps each run's data dirs and server logs (in both modes,
-//! the paid posts' data dir).
+//! the paid posts' data dir). BENCH_AUTHORS (1, at most 200): how many
+//! identities sign the paid posts, in turn (with one, every post updates
+//! that author's post counter, which hosts of a fleet then race on).
 
 use ed25519_dalek::{Signer, SigningKey};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -585,8 +588,14 @@ fn scaleout(bench: &Bench, base: &Path, url: &str, secs: u64) {
             },
         ),
     ];
+    // BENCH_STORES: which rows, of `redb`, `pg` (one host) and `hosts`.
+    let rows = std::env::var("BENCH_STORES").unwrap_or_else(|_| "redb,pg,hosts".into());
+    let rows: Vec<&str> = rows.split(',').map(str::trim).collect();
     let mut table = vec![];
-    for (name, store) in &stores {
+    for (i, (name, store)) in stores.iter().enumerate() {
+        if !rows.contains(&["redb", "pg", "hosts"][i]) {
+            continue;
+        }
         let name = name.replace("hosts", &format!("{hosts} hosts"));
         println!("{name}:");
         let tmp = tempfile::tempdir_in(base).unwrap();
@@ -734,25 +743,43 @@ fn paid_posts_on(
         })
         .collect();
     let server = &servers[0];
-    let key = SigningKey::from_bytes(&[42u8; 32]);
-    let fp = hex(key.verifying_key().as_bytes());
-    let body = serde_json::json!({
-        "nickname": "bench",
-        "pgp_public_key": fp,
-        "signature": hex(&key.sign(b"register:bench").to_bytes()),
-    })
-    .to_string();
-    let (status, text) = http(
-        &server.addr,
-        "POST",
-        "/api/identity",
-        &[
-            ("content-type", "application/json"),
-            ("x-cash-secret", &funding),
-        ],
-        &body,
-    );
-    assert_eq!(status, 201, "registering the bench identity: {text}");
+    // BENCH_AUTHORS identities (one by default), registered over HTTP, the
+    // first paid with the funding secret and the others with a post's.
+    let authors = env_or("BENCH_AUTHORS", 1).clamp(1, 200) as usize;
+    let mut secrets = secrets;
+    let keys: Vec<SigningKey> = (0..authors)
+        .map(|i| SigningKey::from_bytes(&[42u8.wrapping_add(i as u8); 32]))
+        .collect();
+    for (i, key) in keys.iter().enumerate() {
+        let fp = hex(key.verifying_key().as_bytes());
+        let nickname = if i == 0 {
+            "bench".to_string()
+        } else {
+            format!("bench{i}")
+        };
+        let body = serde_json::json!({
+            "nickname": nickname,
+            "pgp_public_key": fp,
+            "signature": hex(&key.sign(format!("register:{nickname}").as_bytes()).to_bytes()),
+        })
+        .to_string();
+        let paying = if i == 0 {
+            funding.clone()
+        } else {
+            secrets.pop().unwrap()
+        };
+        let (status, text) = http(
+            &server.addr,
+            "POST",
+            "/api/identity",
+            &[
+                ("content-type", "application/json"),
+                ("x-cash-secret", &paying),
+            ],
+            &body,
+        );
+        assert_eq!(status, 201, "registering bench identity {i}: {text}");
+    }
     // Per host, one file per wrk thread (`posts-<host>.<i>`), or one for
     // the load client.
     let per_host = conns.div_ceil(n_hosts as u64);
@@ -775,6 +802,8 @@ fn paid_posts_on(
     let ts = now_s();
     for (n, secret) in secrets.iter().enumerate() {
         let content = format!("bench post {n}: durable paid writes over HTTP");
+        let key = &keys[n % authors];
+        let fp = hex(key.verifying_key().as_bytes());
         let sig = hex(&key
             .sign(format!("post:{content}:{ts}").as_bytes())
             .to_bytes());
