@@ -10,6 +10,7 @@ pub mod text;
 pub mod time;
 pub mod uint;
 pub mod url;
+pub mod utf8;
 
 /// Most keys one storage `get-many` call may name (the WIT `storage`): the
 /// host refuses more, and plugins reading more ask in chunks of this size.

@@ -36,7 +36,7 @@ pub fn flip_ulid_bytes(id: &[u8]) -> String {
     for b in &mut bytes {
         *b = FLIP[*b as usize];
     }
-    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    crate::utf8::string_lossy(bytes)
 }
 
 /// The byte order of `a` and `b` (as `a.cmp(b)`), compared eight bytes at

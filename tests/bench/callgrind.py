@@ -37,7 +37,8 @@ callgrind_annotate) stay in BENCH_DIR (default /tmp/callgrind-bench).
 
 CALLGRIND_SEED=DIR starts the server on a copy of the data dir DIR (the
 external bench's paid run keeps one with BENCH_KEEP=1), so that the search
-row is a search over that many posts.
+row is a search over that many posts. CALLGRIND_PLUGINS=DIR serves the
+components of DIR (a copy of another build's target/plugins) instead.
 
 CALLGRIND_COMPONENTS=K also prints, for each route, the instructions per
 request spent in the components' compiled code and its K dearest
@@ -93,7 +94,10 @@ secrets = [mint("1") for _ in range(N + 5 + N * BATCH)]
 env = dict(os.environ,
            MARKETPLACE_LISTEN=f"127.0.0.1:{PORT}",
            MARKETPLACE_TESTING_ROUTES="true",
-           MARKETPLACE_PLUGINS_DIR=os.path.join(ROOT, "target/plugins"),
+           # CALLGRIND_PLUGINS: another build's components (a copy of
+           # target/plugins), to count two builds of them.
+           MARKETPLACE_PLUGINS_DIR=os.environ.get(
+               "CALLGRIND_PLUGINS", os.path.join(ROOT, "target/plugins")),
            MARKETPLACE_DATA_DIR=DATA,
            MARKETPLACE_MAX_INSTANCES="8",
            MARKETPLACE_MEMORY_RESERVATION_MIB="256",

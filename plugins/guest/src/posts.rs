@@ -385,7 +385,7 @@ pub fn render_many_into(
         .flat_map(|(first, pack)| pack.values().enumerate().map(move |(i, v)| (first + i, v)))
         .filter_map(|(i, v)| v.map(|b| (i, b)))
         .take_while(|(_, b)| budget.take(b.len()))
-        .map(|(i, b)| (i, std::str::from_utf8(b).unwrap_or("{}")))
+        .map(|(i, b)| (i, marketplace_common::utf8::from_utf8(b).unwrap_or("{}")))
         .unzip();
     render_into(&records, |n, members| extra(index[n], members), out)
 }

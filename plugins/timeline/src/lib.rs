@@ -812,8 +812,8 @@ fn timeline(req: &Request) -> Result<Response, ApiError> {
                         None => continue,
                     },
                 };
-                let record =
-                    std::str::from_utf8(raw).map_err(|e| ApiError::internal(e.to_string()))?;
+                let record = marketplace_common::utf8::from_utf8(raw)
+                    .map_err(|e| ApiError::internal(e.to_string()))?;
                 let listed: model::Listed<'_> =
                     serde_json::from_str(record).map_err(|e| ApiError::internal(e.to_string()))?;
                 if listed.post_type == model::PRIVATE_REPLY
@@ -1041,7 +1041,8 @@ fn thread(req: &Request) -> Result<Response, ApiError> {
                 next_after = last_listed;
                 break 'read;
             }
-            let record = std::str::from_utf8(raw).map_err(|e| ApiError::internal(e.to_string()))?;
+            let record = marketplace_common::utf8::from_utf8(raw)
+                .map_err(|e| ApiError::internal(e.to_string()))?;
             records.push(record.to_string());
             last_listed = Some(child);
         }

@@ -106,7 +106,7 @@ pub fn render_one(record: &str) -> Result<String, ApiError> {
 
 /// A stored record's bytes as the text they are.
 pub fn record_text(raw: Vec<u8>) -> Result<String, ApiError> {
-    String::from_utf8(raw).map_err(|e| ApiError::internal(e.to_string()))
+    marketplace_common::utf8::string_from_utf8(raw).map_err(|e| ApiError::internal(e.to_string()))
 }
 
 /// The stored record of a post (None when absent), as JSON text.
