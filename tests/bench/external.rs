@@ -572,8 +572,9 @@ fn scaleout(bench: &Bench, base: &Path, url: &str, secs: u64) {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     let stores = [
-        ("redb, 1 host", Store::Redb),
+        ("redb", "redb, 1 host", Store::Redb),
         (
+            "pg",
             "postgres, 1 host",
             Store::Pg {
                 url: url.into(),
@@ -581,6 +582,7 @@ fn scaleout(bench: &Bench, base: &Path, url: &str, secs: u64) {
             },
         ),
         (
+            "hosts",
             "postgres, hosts",
             Store::Pg {
                 url: url.into(),
@@ -588,12 +590,18 @@ fn scaleout(bench: &Bench, base: &Path, url: &str, secs: u64) {
             },
         ),
     ];
-    // BENCH_STORES: which rows, of `redb`, `pg` (one host) and `hosts`.
+    // BENCH_STORES: which rows, by their keys above.
     let rows = std::env::var("BENCH_STORES").unwrap_or_else(|_| "redb,pg,hosts".into());
     let rows: Vec<&str> = rows.split(',').map(str::trim).collect();
+    for row in &rows {
+        assert!(
+            stores.iter().any(|(key, ..)| key == row),
+            "BENCH_STORES: {row:?} is none of redb, pg, hosts"
+        );
+    }
     let mut table = vec![];
-    for (i, (name, store)) in stores.iter().enumerate() {
-        if !rows.contains(&["redb", "pg", "hosts"][i]) {
+    for (key, name, store) in &stores {
+        if !rows.contains(key) {
             continue;
         }
         let name = name.replace("hosts", &format!("{hosts} hosts"));
@@ -813,7 +821,8 @@ fn paid_posts_on(
     }
     drop(out);
     println!(
-        "  (paid posts: {budget} secrets minted and signed in {:.1} s)",
+        "  (paid posts: {} secrets minted and signed, {authors} identities registered, in {:.1} s)",
+        secrets.len(),
         t.elapsed().as_secs_f64()
     );
     let stems: Vec<PathBuf> = (0..n_hosts).map(stem).collect();

@@ -1045,14 +1045,15 @@ mod tests {
         assert_eq!(run(&redb), run(&pg));
     }
 
-    /// A get-many and a range read through the primary key even when the
-    /// statistics say a keyspace is empty that has grown since: taken
-    /// while `kv:b` held nothing, with 20,000 rows in it by now (and no
-    /// autovacuum to refresh them), PostgreSQL's own plan for these calls
-    /// read the whole keyspace through `ks` and filtered it (the get-many),
-    /// or sorted it (the range).
+    /// A get-many reads through the primary key even when the statistics
+    /// say a keyspace is empty that has grown since: taken while `kv:b`
+    /// held nothing, with 20,000 rows in it by now (and no autovacuum to
+    /// refresh them), PostgreSQL's own plan for it read the whole keyspace
+    /// through `ks` and filtered it on the keys (in 6 or 7 of 7 runs).
+    /// (The ranges' sorts seen in a bench's log did not show in this case:
+    /// a range's plan here is the key's with or without the setting.)
     #[test]
-    fn lookups_go_through_the_key_whatever_the_statistics_say() {
+    fn a_get_many_goes_through_the_key_whatever_the_statistics_say() {
         let Some(url) = url() else { return };
         let store = super::PgStore::open(&url, &schema(), 4, TIMEOUT).unwrap();
         let lent = store.take().unwrap();
@@ -1100,14 +1101,6 @@ mod tests {
             assert!(
                 cond.contains("k = ANY") && !get_many.contains("Filter"),
                 "{get_many}"
-            );
-            let range = plan(
-                "k < $3 ORDER BY k ASC",
-                "'kv:b', convert_to('ix/i/w1', 'UTF8'), convert_to('ix/i/w2', 'UTF8'), 5",
-            );
-            assert!(
-                range.contains("Index Scan using kv_pkey") && !range.contains("Sort"),
-                "{range}"
             );
         }
     }

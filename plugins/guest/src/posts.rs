@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 
 /// What [`is_post_type`] asks, as an error's problem says it.
-pub const POST_TYPE_RULE: &str = "must be 1 to 64 letters, digits, '_' or '-'";
+pub const POST_TYPE_RULE: &str = "must be 1 to 64 ASCII letters and digits, '_' or '-'";
 
 /// Whether `s` is a post type: 1 to 64 ASCII letters, digits, `_` or `-`.
 pub fn is_post_type(s: &str) -> bool {

@@ -452,7 +452,7 @@ fn create(req: &Request) -> Result<Response, ApiError> {
         .optional_str("post_type", 64)
         .unwrap_or_else(|| "general".into());
     if !posts::is_post_type(&post_type) {
-        body.problem("post_type", "letters, digits, '_' and '-' only");
+        body.problem("post_type", posts::POST_TYPE_RULE);
     }
     let private = post_type == model::PRIVATE_REPLY;
     // A private reply's text is its opaque payload; its content is "".
