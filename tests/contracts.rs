@@ -1058,6 +1058,39 @@ fn the_arbiter_signs_what_it_issues() {
         (400, "invalid_request")
     );
     assert!(malformed.json()["errors"][0]["message"].is_string());
+    // `variables` and `operationName` of another type than GraphQL over
+    // HTTP allows are refused the same way (null, an object, a name pass).
+    for (field, bad) in [
+        ("variables", json!([null, null])),
+        ("variables", json!("x")),
+        ("operationName", json!(5)),
+        ("operationName", json!({})),
+    ] {
+        let mut body = json!({"query": "{ arbiterPubkey }"});
+        body[field] = bad;
+        let r = s.post_json("/api/graphql", &body);
+        assert_eq!(
+            (
+                r.status,
+                r.code().as_str(),
+                r.json()["details"][0]["field"].as_str()
+            ),
+            (400, "invalid_request", Some(field)),
+            "{body}: {}",
+            r.text()
+        );
+        assert!(r.json()["errors"][0]["message"].is_string());
+    }
+    let fine = s.post_json(
+        "/api/graphql",
+        &json!({"query": "query Key { arbiterPubkey }", "variables": {}, "operationName": "Key"}),
+    );
+    assert_eq!(fine.json()["data"]["arbiterPubkey"], key_hex.as_str());
+    let nulls = s.post_json(
+        "/api/graphql",
+        &json!({"query": "{ arbiterPubkey }", "variables": null, "operationName": null}),
+    );
+    assert_eq!(nulls.json()["data"]["arbiterPubkey"], key_hex.as_str());
     assert_eq!(
         s.post_json("/api/v1/graphql", &json!({"query": "{ arbiterPubkey }"}))
             .status,

@@ -426,19 +426,49 @@ fn arbiter_message(c: &Contract) -> String {
 /// `{ arbiterPubkey }`; anything else is a GraphQL error (never a 404).
 fn graphql(req: &Request) -> Result<Response, ApiError> {
     let errors = |message: &str| json(200, &json!({"errors": [{"message": message}]}));
-    let query = match serde_json::from_slice::<Value>(req.body()) {
-        Ok(v) => v.get("query").and_then(Value::as_str).map(str::to_string),
-        Err(_) => None,
-    };
-    let Some(query) = query else {
-        // Both a protocol error and a GraphQL one, for either kind of client.
-        let message = "the body must be JSON with a `query` string";
-        return Ok(json(
+    // Both a protocol error and a GraphQL one, for either kind of client.
+    let refused = |message: &str, field: &str, problem: &str| {
+        json(
             400,
             &json!({"code": "invalid_request", "message": message, "errors": [{"message": message}],
-                    "details": [{"field": "query", "problem": "must be a string in a JSON object body"}]}),
+                    "details": [{"field": field, "problem": problem}]}),
+        )
+    };
+    let sent = serde_json::from_slice::<Value>(req.body()).ok();
+    let Some(query) = sent
+        .as_ref()
+        .and_then(|v| v.get("query"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    else {
+        return Ok(refused(
+            "the body must be JSON with a `query` string",
+            "query",
+            "must be a string in a JSON object body",
         ));
     };
+    // GraphQL over HTTP: `variables` is a map and `operationName` a name,
+    // when given (the one query here takes neither, but a malformed
+    // request is refused, not answered).
+    for (field, fits, kind) in [
+        (
+            "variables",
+            Value::is_object as fn(&Value) -> bool,
+            "an object or null",
+        ),
+        ("operationName", Value::is_string, "a string or null"),
+    ] {
+        if let Some(v) = sent.as_ref().and_then(|b| b.get(field))
+            && !v.is_null()
+            && !fits(v)
+        {
+            return Ok(refused(
+                &format!("`{field}` must be {kind}"),
+                field,
+                &format!("must be {kind}"),
+            ));
+        }
+    }
     if query.len() > 10_000 {
         return Ok(errors("the query is too long"));
     }
