@@ -27,18 +27,6 @@ fn update(s: &Server, key: &Key, post_id: &str, extra: Value) -> common::Resp {
     s.post_json("/api/posts/update", &body)
 }
 
-/// `POST /api/posts/delete` signed with the legacy message.
-fn delete(s: &Server, key: &Key, post_id: &str) -> common::Resp {
-    s.post_json(
-        "/api/posts/delete",
-        &json!({
-            "post_id": post_id,
-            "author_fingerprint": key.fp(),
-            "signature": key.sign(&format!("delete_post:{post_id}")),
-        }),
-    )
-}
-
 fn search_ids(s: &Server, term: &str) -> Vec<String> {
     let r = s.get(&format!("/api/search?term={term}"));
     assert_eq!(r.status, 200, "{}", r.text());
@@ -260,7 +248,7 @@ fn an_operator_can_require_fresh_signatures_for_updates() {
     );
     assert_eq!(r.status, 200, "{}", r.text());
     // A legacy delete is still taken.
-    let r = delete(&s, &author, &id);
+    let r = s.delete_post(&author, &id);
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
@@ -293,7 +281,7 @@ fn delete_removes_the_post_everywhere() {
     assert_eq!(r.code(), "forbidden_party");
     assert_eq!(s.get(&format!("/api/posts/{id}")).status, 200);
 
-    let r = delete(&s, &author, &id);
+    let r = s.delete_post(&author, &id);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json(), json!({"post_id": id, "deleted": true}));
 
@@ -311,16 +299,16 @@ fn delete_removes_the_post_everywhere() {
     );
     // Below a chain of deleted comments too.
     let deeper = s.new_post(&author, "Yes, it is", json!({"parent_id": reply}));
-    assert_eq!(delete(&s, &other, &reply).status, 200);
+    assert_eq!(s.delete_post(&other, &reply).status, 200);
     assert_eq!(thread_ids(&s, &root), std::slice::from_ref(&deeper));
-    assert_eq!(delete(&s, &author, &deeper).status, 200);
+    assert_eq!(s.delete_post(&author, &deeper).status, 200);
     assert!(thread_ids(&s, &root).is_empty());
     assert!(search_ids(&s, "sale").is_empty());
     assert_eq!(search_ids(&s, "refurbished"), std::slice::from_ref(&keep));
     assert_eq!(s.get("/api/search?term=refurbished").json()["total"], 1);
     assert_eq!(search_ids(&s, "bicycle"), std::slice::from_ref(&root));
     // A second delete finds nothing.
-    assert_eq!(delete(&s, &author, &id).status, 404);
+    assert_eq!(s.delete_post(&author, &id).status, 404);
     assert_eq!(s.get(&format!("/api/posts/{keep}")).status, 200);
 }
 
@@ -411,7 +399,7 @@ fn private_replies_are_paid_hidden_and_readable_by_id_and_thread() {
     assert_eq!(r.status, 409, "{}", r.text());
 
     // The author may delete it: it leaves the thread.
-    assert_eq!(delete(&s, &buyer, &id).status, 200);
+    assert_eq!(s.delete_post(&buyer, &id).status, 200);
     assert_eq!(s.get(&format!("/api/posts/{id}")).status, 404);
     assert_eq!(s.get(&format!("/api/thread/{root}")).json()["count"], 0);
 
@@ -587,7 +575,7 @@ fn attachments_may_refer_to_the_authors_uploads() {
     assert!(s.get(&format!("/api/posts/{id}/attachments/2")).body == png);
 
     // Deleting the post leaves the upload with its owner.
-    assert_eq!(delete(&s, &author, &id).status, 200);
+    assert_eq!(s.delete_post(&author, &id).status, 200);
     assert_eq!(s.get(&format!("/api/posts/{id}/attachments/2")).status, 404);
     assert!(s.get(&format!("/api/storage/files/{file_id}")).body == png);
 }

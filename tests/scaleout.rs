@@ -799,14 +799,7 @@ fn index_counts_across_hosts_are_what_one_host_counts() {
         format!("Kites, gliders and {word}"),
     ];
     let delete = |s: &Server, key: &Key, id: &str| {
-        let r = s.post_json(
-            "/api/posts/delete",
-            &json!({
-                "post_id": id,
-                "author_fingerprint": key.fp(),
-                "signature": key.sign(&format!("delete_post:{id}")),
-            }),
-        );
+        let r = s.delete_post(key, id);
         assert_eq!(r.status, 200, "delete: {}", r.text());
     };
     // Written through A, B, C and A; the one written through B deleted

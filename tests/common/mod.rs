@@ -577,6 +577,19 @@ impl Server {
         (ids, page["next_before"].as_str().map(str::to_string))
     }
 
+    /// `POST /api/posts/delete` signed by `key` with the legacy message
+    /// (`delete_post:{post_id}`, the original client's).
+    pub fn delete_post(&self, key: &Key, post_id: &str) -> Resp {
+        self.post_json(
+            "/api/posts/delete",
+            &json!({
+                "post_id": post_id,
+                "author_fingerprint": key.fp(),
+                "signature": key.sign(&format!("delete_post:{post_id}")),
+            }),
+        )
+    }
+
     /// Create a post paid with a fresh secret; returns its post_id.
     pub fn new_post(&self, key: &Key, content: &str, extra: Value) -> String {
         let r = self.post(key, content, extra, &self.mint("0.3"));

@@ -812,8 +812,7 @@ fn timeline(req: &Request) -> Result<Response, ApiError> {
                         None => continue,
                     },
                 };
-                let record = marketplace_common::utf8::from_utf8(raw)
-                    .map_err(|e| ApiError::internal(e.to_string()))?;
+                let record = model::record_str(raw)?;
                 let listed: model::Listed<'_> =
                     serde_json::from_str(record).map_err(|e| ApiError::internal(e.to_string()))?;
                 if listed.post_type == model::PRIVATE_REPLY
@@ -1041,8 +1040,7 @@ fn thread(req: &Request) -> Result<Response, ApiError> {
                 next_after = last_listed;
                 break 'read;
             }
-            let record = marketplace_common::utf8::from_utf8(raw)
-                .map_err(|e| ApiError::internal(e.to_string()))?;
+            let record = model::record_str(raw)?;
             records.push(record.to_string());
             last_listed = Some(child);
         }

@@ -109,6 +109,11 @@ pub fn record_text(raw: Vec<u8>) -> Result<String, ApiError> {
     marketplace_common::utf8::string_from_utf8(raw).map_err(|e| ApiError::internal(e.to_string()))
 }
 
+/// [`record_text`], borrowed.
+pub fn record_str(raw: &[u8]) -> Result<&str, ApiError> {
+    marketplace_common::utf8::from_utf8(raw).map_err(|e| ApiError::internal(e.to_string()))
+}
+
 /// The stored record of a post (None when absent), as JSON text.
 pub fn load_record(post_id: &str) -> Result<Option<String>, ApiError> {
     kv::get_raw(None, &record_key(post_id))?
