@@ -15,3 +15,7 @@ pub mod utf8;
 /// Most keys one storage `get-many` call may name (the WIT `storage`): the
 /// host refuses more, and plugins reading more ask in chunks of this size.
 pub const MAX_GET_MANY: usize = 1000;
+
+/// Largest value one storage write may hold (the WIT `storage`): the host
+/// refuses more (a post with 16 attachments of 512 KiB fits).
+pub const MAX_VALUE_BYTES: usize = 16 * 1024 * 1024;

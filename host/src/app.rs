@@ -7,7 +7,7 @@ use anyhow::Result;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use crate::state::{SERVICE_NAME, SERVICE_VERSION};
+pub use crate::config::{SERVICE_NAME, SERVICE_VERSION};
 
 /// How often expired used-signature and replay records are swept.
 const SWEEP_EVERY: Duration = Duration::from_secs(600);

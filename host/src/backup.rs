@@ -70,8 +70,8 @@ pub fn snapshot(storage: &Storage, data_dir: &Path, out: &mut dyn Write) -> Resu
     }
     let manifest = json!({
         "format": 1,
-        "service": crate::state::SERVICE_NAME,
-        "version": crate::state::SERVICE_VERSION,
+        "service": crate::config::SERVICE_NAME,
+        "version": crate::config::SERVICE_VERSION,
         "created_at": crate::ids::rfc3339(std::time::SystemTime::now()),
         "tables": tables,
         "totals": totals,

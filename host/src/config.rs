@@ -7,6 +7,11 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+/// Service name reported by info, health and the manifest.
+pub const SERVICE_NAME: &str = "marketplace";
+/// Service version (the host crate's).
+pub const SERVICE_VERSION: &str = env!("CARGO_PKG_VERSION");
+
 /// The family that serves fees.
 pub const FEES_FAMILY: &str = "fees";
 
@@ -398,7 +403,7 @@ fn default_plugins_dir() -> PathBuf {
 /// The largest body a route may take with `max_body_bytes`: that, or a
 /// route's own `max-body` (at most the largest stored value, 16 MiB).
 pub fn largest_body_bytes(max_body_bytes: usize) -> usize {
-    max_body_bytes.max(crate::store::MAX_VALUE_BYTES)
+    max_body_bytes.max(marketplace_common::MAX_VALUE_BYTES)
 }
 
 impl Config {
@@ -805,23 +810,14 @@ impl Config {
             .unwrap_or_else(|| self.data_dir.join("cache"))
     }
 
-    /// Path of the redb file.
     /// Whether the data lives in a shared (PostgreSQL-protocol) store.
     pub fn shared_store(&self) -> bool {
         self.store != "redb"
     }
 
+    /// Path of the redb file.
     pub fn db_path(&self) -> PathBuf {
         self.data_dir.join("marketplace.redb")
-    }
-
-    /// How commits are grouped.
-    pub fn commit_settings(&self) -> crate::store::group_commit::Settings {
-        crate::store::group_commit::Settings {
-            enabled: self.group_commit,
-            window: std::time::Duration::from_micros(self.commit_window_us),
-            max_batch: self.commit_max_batch,
-        }
     }
 }
 

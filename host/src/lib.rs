@@ -2,28 +2,31 @@
 //! WebAssembly plugin runtime. The binary (`src/main.rs`) is a thin CLI over
 //! this library; tests and benchmarks drive the library directly too.
 //!
-//! Layers, each importing only the ones below it ([`app`] ties the state
-//! and the runtime together for the server):
+//! Layers, each importing only the ones below it (the order, bottom
+//! first, is `layers::ORDER`, and a test holds the sources to it):
 //!
+//! - [`cli`]: the command line, over [`server::run`].
 //! - [`server`]: HTTP (hyper), the router and route table, the admin API,
 //!   the host's own routes (fees, cash) and the assembled OpenAPI document.
+//! - [`app`]: the state and the runtime together, for the server.
 //! - [`runtime`]: the wasmtime engine, families and their grants, linking
 //!   per capability, hot reload, and [`runtime::host`]: one file per WIT
-//!   interface a plugin may import.
-//! - [`money`]: the cash ledger, the 402 payment gate, escrow per contract.
-//! - [`auth`]: Ed25519 signature checks.
-//! - [`store`]: redb storage and group commit.
+//!   interface a plugin may import; beside it [`backup`] (snapshots of a
+//!   data dir and their restore) and [`retention`] (the sweeper of
+//!   used-signature and replay records).
 //! - [`state`]: configuration, storage, ledger, ids and clock, shared by
 //!   the layers above (the runtime never sees [`App`]).
-//! - [`capabilities`], [`config`], [`ids`], [`reply`]: grants, settings,
-//!   ids, hex, time; the reply type.
-//! - [`metrics`]: the process's Prometheus metrics (every layer counts);
-//!   [`alerts`]: problems found at start that need the operator (every
-//!   layer may raise one; health and a metric show them);
-//!   [`backup`]: snapshots of a data dir and their restore; [`retention`]:
-//!   the sweeper of used-signature and replay records.
-//! - [`cli`]: the command line, over [`server::run`]; [`logging`]: the log
-//!   writer (a busy async worker writes its lines in batches).
+//! - [`auth`]: Ed25519 signature checks.
+//! - [`money`]: the cash ledger, the 402 payment gate, escrow per
+//!   contract, upstream mode (which works on the state through
+//!   [`money::upstream::Books`], not by name).
+//! - [`reply`]: the answer type and its JSON errors.
+//! - [`store`]: redb storage, the shared PostgreSQL store, group commit.
+//! - [`config`] (settings), [`logging`] (the log writer: a busy async
+//!   worker writes its lines in batches), [`alerts`] (problems found at
+//!   start that need the operator; health and a metric show them).
+//! - [`ids`], [`capabilities`], [`metrics`]: ids and hex, grant names, the
+//!   process's Prometheus metrics.
 
 pub mod alerts;
 pub mod app;
@@ -33,6 +36,8 @@ pub mod capabilities;
 pub mod cli;
 pub mod config;
 pub mod ids;
+#[cfg(test)]
+mod layers;
 pub mod logging;
 pub mod metrics;
 pub mod money;

@@ -96,11 +96,13 @@ const HOP_BY_HOP: [&str; 9] = [
 /// would show a client change it was never given, or ask for a payment the
 /// host did not price. (A plugin may relay those a request it dispatched
 /// was answered with: see [`Reply::from_plugin`].)
-pub const HOST_OWNED: [&str; 3] = [
-    "x-cash-change",
-    crate::money::x402::PAYMENT_REQUIRED,
-    crate::money::x402::PAYMENT_RESPONSE,
-];
+pub const HOST_OWNED: [&str; 3] = ["x-cash-change", PAYMENT_REQUIRED, PAYMENT_RESPONSE];
+
+/// x402's header names (lower case on the wire, as hyper writes them): what
+/// a payment costs, the payment a client sends, and its settlement.
+pub const PAYMENT_REQUIRED: &str = "payment-required";
+pub const PAYMENT_SIGNATURE: &str = "payment-signature";
+pub const PAYMENT_RESPONSE: &str = "payment-response";
 
 /// Headers that set or ask for the client's credentials: a plugin's reach
 /// the client only when its family is granted `credentials` (a cookie set

@@ -6,16 +6,12 @@ use crate::config::{Config, FEES_FAMILY};
 use crate::ids::IdGen;
 use crate::money::ledger::Ledger;
 use crate::store::Storage;
+use crate::store::group_commit::Settings;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
-
-/// Service name reported by info, health and the manifest.
-pub const SERVICE_NAME: &str = "marketplace";
-/// Service version (the host crate's).
-pub const SERVICE_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Configuration, storage, ledger, ids and clock.
 pub struct State {
@@ -43,7 +39,7 @@ impl State {
                 &config.store_schema,
                 config.store_connections as usize,
                 std::time::Duration::from_millis(config.store_timeout_ms),
-                config.commit_settings(),
+                Settings::of(&config),
             )
             .with_context(|| {
                 format!("opening the shared store (schema {})", config.store_schema)
@@ -119,6 +115,22 @@ impl State {
     }
 }
 
+/// What upstream mode works on, seen from the money layer.
+impl crate::money::upstream::Books for State {
+    fn storage(&self) -> &Storage {
+        &self.storage
+    }
+    fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+    fn upstream(&self) -> Option<&Arc<crate::money::upstream::Upstream>> {
+        self.upstream.as_ref()
+    }
+    fn now_ms(&self) -> u64 {
+        State::now_ms(self)
+    }
+}
+
 /// Create `dir` and any missing parents owner-only (0700); an existing
 /// directory keeps its mode. For what lives in the data dir (the compile
 /// cache, kept uploads, a restore's folders): nothing the service writes
@@ -136,7 +148,7 @@ pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
 /// alike (the first of them to run may create both).
 pub fn open_embedded(config: &Config) -> Result<Storage> {
     private_dir(&config.data_dir)?;
-    let storage = Storage::open(&config.db_path(), config.commit_settings())?;
+    let storage = Storage::open(&config.db_path(), Settings::of(config))?;
     private_file(&config.db_path())?;
     Ok(storage)
 }

@@ -688,7 +688,7 @@ fn mint_offline(data_dir: &Path, n: usize, env: &[(String, String)]) -> (String,
                 &config.store_schema,
                 4,
                 std::time::Duration::from_millis(config.store_timeout_ms),
-                config.commit_settings(),
+                marketplace::store::group_commit::Settings::of(&config),
             )
             .unwrap(),
             marketplace::money::ledger::Ledger::from_hex(config.server_key.as_deref().unwrap())
@@ -696,7 +696,11 @@ fn mint_offline(data_dir: &Path, n: usize, env: &[(String, String)]) -> (String,
         )
     } else {
         (
-            marketplace::store::Storage::open(&config.db_path(), config.commit_settings()).unwrap(),
+            marketplace::store::Storage::open(
+                &config.db_path(),
+                marketplace::store::group_commit::Settings::of(&config),
+            )
+            .unwrap(),
             marketplace::money::ledger::Ledger::open(&config.data_dir).unwrap(),
         )
     };

@@ -1135,4 +1135,41 @@ mod tests {
         assert_eq!(l.replay(&txn, &key, 7_001), None);
         assert_eq!(l.replay_paid(&txn, &public, &key, 7_001), None);
     }
+
+    #[test]
+    fn hosts_add_to_totals_of_their_own_and_read_the_sum() {
+        use crate::store::pg::tests::{open, schema, url};
+        let Some(url) = url() else { return };
+        let schema = schema();
+        let (a, b) = (open(&url, &schema), open(&url, &schema));
+        let add = |s: &crate::store::Storage, name: &str, delta: i128| {
+            s.write(|w| add_total(w, name, delta)).unwrap()
+        };
+        add(&a, "minted", 100).unwrap();
+        add(&a, "escrow", 30).unwrap();
+        add(&b, "fees", 5).unwrap();
+        // Held through one host, released through the other.
+        add(&b, "escrow", -20).unwrap();
+        add(&b, "fees", 20).unwrap();
+        for s in [&a, &b] {
+            let r = s.begin_read().unwrap();
+            assert_eq!(total(&r, "minted").unwrap(), 100);
+            assert_eq!(total(&r, "escrow").unwrap(), 10);
+            assert_eq!(total(&r, "fees").unwrap(), 25);
+        }
+        // A decrease below zero, or a mint past u64::MAX, counts every
+        // host's share.
+        assert!(add(&a, "escrow", -11).is_err());
+        assert!(add(&b, "minted", (u64::MAX - 100) as i128 + 1).is_err());
+        add(&b, "minted", (u64::MAX - 100) as i128).unwrap();
+        let r = a.begin_read().unwrap();
+        assert_eq!(total(&r, "minted").unwrap(), u64::MAX);
+        assert_eq!(total(&r, "escrow").unwrap(), 10);
+        // Each host wrote rows of its own (unless they drew the same shard).
+        let rows = r.scan_in("cash:totals", b"", None, false, 100).unwrap();
+        assert!(rows.iter().all(|(k, _)| k.contains(&b'#')), "{rows:?}");
+        let shards = |s: &crate::store::Storage| s.counter_shard().expect("a shared store");
+        let same = shards(&a) == shards(&b);
+        assert_eq!(rows.len(), if same { 3 } else { 5 }, "{rows:?}");
+    }
 }

@@ -65,7 +65,6 @@
 use crate::money::ledger::{Derivation, Ledger, public_hash};
 use crate::money::payments::{Charge, PaymentHeaders, insufficient, presented, refusal};
 use crate::reply::Reply;
-use crate::state::State;
 use crate::store::{Kv, Storage, StorageError, WriteTxn};
 use marketplace_common::{amount, secret};
 use serde::{Deserialize, Serialize};
@@ -73,6 +72,18 @@ use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
+
+/// What upstream mode works on: the store, the ledger, the host clock and
+/// the configured upstream. The service's state is one (money sits below
+/// it and does not name it).
+pub trait Books: Send + Sync + 'static {
+    fn storage(&self) -> &Storage;
+    fn ledger(&self) -> &Ledger;
+    /// The upstream, when `cash_upstream` is set.
+    fn upstream(&self) -> Option<&Arc<Upstream>>;
+    /// Host clock in milliseconds since the Unix epoch.
+    fn now_ms(&self) -> u64;
+}
 
 /// Input public hash -> [`Entry`] (JSON).
 pub const JOURNAL: &str = "cash:upstream-journal";
@@ -195,7 +206,7 @@ impl HttpMint {
             // leave it unclear whether the call was sent.
             .max_idle_connections(0)
             .max_idle_connections_per_host(0)
-            .user_agent(format!("marketplace/{}", crate::state::SERVICE_VERSION))
+            .user_agent(format!("marketplace/{}", crate::config::SERVICE_VERSION))
             .build()
             .into();
         HttpMint {
@@ -510,9 +521,9 @@ fn derived(ledger: &Ledger, purpose: String, units: u64) -> (String, Derivation)
 
 /// Whether the server-held secret `public` is recorded as an earned fee
 /// (a settled payment's hold, kept whole when the price was the amount).
-fn fee_taken(state: &State, public: &str) -> bool {
+fn fee_taken(state: &dyn Books, public: &str) -> bool {
     state
-        .storage
+        .storage()
         .begin_read()
         .ok()
         .and_then(|txn| txn.get_in(FEES, public.as_bytes()).ok().flatten())
@@ -630,7 +641,7 @@ pub struct Held {
 /// intent is committed on its own before the call).
 pub fn charge(
     up: &Arc<Upstream>,
-    state: &State,
+    state: &dyn Books,
     headers: &PaymentHeaders,
     action: &str,
     price: u64,
@@ -656,13 +667,13 @@ pub fn charge(
             "a request paying with this secret is in progress; retry once it has answered",
         )
     })?;
-    let ledger = &state.ledger;
+    let ledger = state.ledger();
     let replay = replay
         .map(|k| marketplace_common::hex::encode(k))
         .unwrap_or_default();
     let spent_elsewhere = |m: &str| refusal("payment_spent", m.to_string(), action, price);
     // An entry of an earlier attempt: where is its value now?
-    let (hold, swap) = match read(&state.storage, &input)? {
+    let (hold, swap) = match read(state.storage(), &input)? {
         None => (hold_for(ledger, &input, paid), true),
         Some(e) => {
             let facts = up.facts(&input, &e).map_err(|err| {
@@ -704,7 +715,7 @@ pub fn charge(
         return Err(spent_elsewhere("payment secret was already spent"));
     }
     let entry = plan(ledger, hold, paid, price, replay, state.now_ms());
-    write(&state.storage, &input, Some(&entry))?;
+    write(state.storage(), &input, Some(&entry))?;
     if swap {
         let x = derive(ledger, &entry.hold)?;
         if let Err(err) = up
@@ -743,14 +754,14 @@ pub fn charge(
 /// only while the swap may still be carried out.
 fn swap_failed(
     up: &Upstream,
-    state: &State,
+    state: &dyn Books,
     input: &str,
     entry: &Entry,
     err: CallError,
     action: &str,
     price: u64,
 ) -> Result<(), Reply> {
-    let forget = || write(&state.storage, input, None);
+    let forget = || write(state.storage(), input, None);
     match &err {
         CallError::NotSent(_) => {
             forget()?;
@@ -828,8 +839,13 @@ fn swap_failed(
 /// upstream, then settle the entry and record the fee in the request's own
 /// transaction (which the caller commits). On failure the answer to give
 /// instead; `held.refundable` says whether the hold may be shown.
-pub fn settle(up: &Upstream, state: &State, txn: &WriteTxn, held: &mut Held) -> Result<(), Reply> {
-    let ledger = &state.ledger;
+pub fn settle(
+    up: &Upstream,
+    state: &dyn Books,
+    txn: &WriteTxn,
+    held: &mut Held,
+) -> Result<(), Reply> {
+    let ledger = state.ledger();
     let e = &held.entry;
     let fee = match split_of(e) {
         Some((f, c, _)) => {
@@ -909,11 +925,11 @@ pub fn settle(up: &Upstream, state: &State, txn: &WriteTxn, held: &mut Held) -> 
 /// The request failed: show the hold as `payment.refund` (body member of a
 /// JSON answer, else the `X-Cash-Refund` header) and mark the entry, in a
 /// commit of its own (the request's transaction must be gone).
-pub fn refund_into(state: &State, held: &Held, reply: &mut Reply) {
+pub fn refund_into(state: &dyn Books, held: &Held, reply: &mut Reply) {
     if !held.refundable {
         return;
     }
-    let Some(x) = held.entry.hold.derive(&state.ledger) else {
+    let Some(x) = held.entry.hold.derive(state.ledger()) else {
         tracing::error!("the hold of a failed upstream payment cannot be derived again");
         return;
     };
@@ -931,7 +947,7 @@ pub fn refund_into(state: &State, held: &Held, reply: &mut Reply) {
         _ => reply.headers.push(("x-cash-refund".into(), x)),
     }
     let marked = refund_entry(&held.entry, held.entry.hold.clone());
-    if write(&state.storage, &held.input, Some(&marked)).is_err() {
+    if write(state.storage(), &held.input, Some(&marked)).is_err() {
         // The sweep comes to the same: the hold is unspent.
         tracing::warn!("could not mark an upstream payment refunded; the sweep will");
     }
@@ -951,22 +967,22 @@ pub enum Resolved {
 /// record the outcome. None when there is no entry.
 pub fn resolve(
     up: &Upstream,
-    state: &State,
+    state: &dyn Books,
     input: &str,
     now_ms: u64,
 ) -> Result<Option<Resolved>, Reply> {
-    let Some(e) = read(&state.storage, input)? else {
+    let Some(e) = read(state.storage(), input)? else {
         return Ok(None);
     };
     let facts = up
         .facts(input, &e)
         .map_err(|err| up.call_reply(&err, "try again later"))?;
-    let ledger = &state.ledger;
+    let ledger = state.ledger();
     let owed = |hold: &Derivation| -> Result<Resolved, Reply> {
         let secret = derive(ledger, hold)?;
         let refund = refund_entry(&e, hold.clone());
         if refund != e {
-            write(&state.storage, input, Some(&refund))?;
+            write(state.storage(), input, Some(&refund))?;
         }
         Ok(Resolved::Refund {
             secret,
@@ -981,7 +997,7 @@ pub fn resolve(
             match facts.recovery {
                 Some(o) if !o.spent => return owed(r).map(Some),
                 Some(_) => {
-                    write(&state.storage, input, None)?;
+                    write(state.storage(), input, None)?;
                     return Ok(Some(Resolved::Nothing(Verdict::Closed)));
                 }
                 None => {}
@@ -1004,12 +1020,12 @@ pub fn resolve(
             owed(r).map(Some)
         }
         Verdict::Closed => {
-            write(&state.storage, input, None)?;
+            write(state.storage(), input, None)?;
             Ok(Some(Resolved::Nothing(v)))
         }
         Verdict::NotSwapped | Verdict::Gone => {
             if now_ms.saturating_sub(e.at_ms) >= GRACE_MS {
-                write(&state.storage, input, None)?;
+                write(state.storage(), input, None)?;
             }
             Ok(Some(Resolved::Nothing(v)))
         }
@@ -1029,9 +1045,9 @@ pub struct SweepStats {
 }
 
 /// Resolve every entry no request is working on.
-pub fn sweep(up: &Arc<Upstream>, state: &State) -> Result<SweepStats, Reply> {
+pub fn sweep(up: &Arc<Upstream>, state: &dyn Books) -> Result<SweepStats, Reply> {
     let inputs: Vec<String> = {
-        let txn = state.storage.begin_read().map_err(internal)?;
+        let txn = state.storage().begin_read().map_err(internal)?;
         txn.scan_in(JOURNAL, b"", None, false, usize::MAX)
             .map_err(internal)?
             .into_iter()
@@ -1046,7 +1062,7 @@ pub fn sweep(up: &Arc<Upstream>, state: &State) -> Result<SweepStats, Reply> {
         match resolve(up, state, &input, state.now_ms()) {
             Ok(Some(Resolved::Refund { .. })) => stats.refunds += 1,
             Ok(Some(Resolved::Nothing(Verdict::NotSwapped | Verdict::Gone))) => {
-                if read(&state.storage, &input)?.is_some() {
+                if read(state.storage(), &input)?.is_some() {
                     stats.pending += 1;
                 } else {
                     stats.closed += 1;
@@ -1063,17 +1079,17 @@ pub fn sweep(up: &Arc<Upstream>, state: &State) -> Result<SweepStats, Reply> {
 /// Resolve abandoned entries now (they are all abandoned at start: no
 /// request survives a restart) and every [`SWEEP_EVERY`], on a thread of
 /// its own that ends with the state.
-pub fn spawn_sweeper(state: &Arc<State>) {
-    let Some(up) = state.upstream.clone() else {
+pub fn spawn_sweeper<S: Books>(state: &Arc<S>) {
+    let Some(up) = state.upstream().cloned() else {
         return;
     };
-    let weak: Weak<State> = Arc::downgrade(state);
+    let weak: Weak<S> = Arc::downgrade(state);
     let spawned = std::thread::Builder::new()
         .name("upstream-sweep".into())
         .spawn(move || {
             loop {
                 let Some(state) = weak.upgrade() else { return };
-                match sweep(&up, &state) {
+                match sweep(&up, &*state) {
                     Ok(s) if s != SweepStats::default() => tracing::info!(
                         refunds = s.refunds,
                         closed = s.closed,
@@ -1096,7 +1112,7 @@ pub fn spawn_sweeper(state: &Arc<State>) {
 /// `POST /api/cash/refund {"secret": S}`: the value of a payment taken
 /// with `S` whose request did not succeed, as one secret at the upstream.
 /// Only the payer knows `S`, whose public hash keys the entry.
-pub fn claim(state: &State, body: &[u8]) -> Reply {
+pub fn claim(state: &dyn Books, body: &[u8]) -> Reply {
     // The body first (PROTOCOL 1: 400 before 404), on either kind of server.
     let bad = |problem: &str| Reply::invalid("secret", problem);
     let doc: Value = match serde_json::from_slice(body) {
@@ -1111,7 +1127,7 @@ pub fn claim(state: &State, body: &[u8]) -> Reply {
         Ok(_) => return bad("must be the secret that paid, not its public hash"),
         Err(m) => return bad(&m),
     };
-    match &state.upstream {
+    match state.upstream() {
         Some(up) => claim_at(up, state, &parsed.hex),
         None => Reply::error(
             404,
@@ -1122,7 +1138,7 @@ pub fn claim(state: &State, body: &[u8]) -> Reply {
 }
 
 /// Claim the refund of the secret of hex `secret_hex` at `up`.
-fn claim_at(up: &Arc<Upstream>, state: &State, secret_hex: &str) -> Reply {
+fn claim_at(up: &Arc<Upstream>, state: &dyn Books, secret_hex: &str) -> Reply {
     let input = public_hash(secret_hex);
     let Some(_live) = up.lock(&input) else {
         return Reply::error(
@@ -1161,20 +1177,25 @@ fn claim_at(up: &Arc<Upstream>, state: &State, secret_hex: &str) -> Reply {
 /// `GET /admin/cash/upstream-fees`: the fees earned in upstream mode that
 /// are still unspent at the upstream, as secrets (the operator withdraws
 /// them by inserting them into a webcash wallet), and how many were spent.
-pub fn fees(state: &State) -> Reply {
-    let Some(up) = state.upstream.clone() else {
+pub fn fees(state: &dyn Books) -> Reply {
+    let Some(up) = state.upstream().cloned() else {
         return Reply::error(404, "not_found", "this server is not in upstream mode");
     };
-    let records: Vec<FeeRecord> = match state.storage.begin_read().map_err(internal).and_then(|t| {
-        t.scan_in(FEES, b"", None, false, usize::MAX)
+    let records: Vec<FeeRecord> =
+        match state
+            .storage()
+            .begin_read()
             .map_err(internal)
-    }) {
-        Ok(rows) => rows
-            .iter()
-            .filter_map(|(_, v)| serde_json::from_slice(v).ok())
-            .collect(),
-        Err(r) => return r,
-    };
+            .and_then(|t| {
+                t.scan_in(FEES, b"", None, false, usize::MAX)
+                    .map_err(internal)
+            }) {
+            Ok(rows) => rows
+                .iter()
+                .filter_map(|(_, v)| serde_json::from_slice(v).ok())
+                .collect(),
+            Err(r) => return r,
+        };
     let mut unspent = Vec::new();
     let (mut spent, mut total) = (0u64, 0u64);
     for chunk in records.chunks(1000) {
@@ -1184,7 +1205,7 @@ pub fn fees(state: &State) -> Reply {
             Err(e) => return up.call_reply(&e, "try again later"),
         };
         for (r, s) in chunk.iter().zip(states) {
-            match (s, r.derivation.derive(&state.ledger)) {
+            match (s, r.derivation.derive(state.ledger())) {
                 (Some(o), Some(secret)) if !o.spent => {
                     let units = r.derivation.amount.unwrap_or_default();
                     total += units;
@@ -1202,8 +1223,8 @@ pub fn fees(state: &State) -> Reply {
 
 /// With `cash_upstream`: the embedded ledger's own routes answer 409
 /// naming the upstream (a wallet belongs there).
-pub fn ledger_route(state: &State) -> Option<Reply> {
-    let up = state.upstream.as_ref()?;
+pub fn ledger_route(state: &dyn Books) -> Option<Reply> {
+    let up = state.upstream()?;
     Some(Reply::error(
         409,
         "conflict",
@@ -1216,8 +1237,8 @@ pub fn ledger_route(state: &State) -> Option<Reply> {
 
 /// A `503 upstream_unavailable` answer says when to retry (the header is
 /// lost when the refusal passes through a plugin).
-pub fn add_retry_after(state: &State, reply: &mut Reply) {
-    let Some(up) = &state.upstream else { return };
+pub fn add_retry_after(state: &dyn Books, reply: &mut Reply) {
+    let Some(up) = state.upstream() else { return };
     if reply.status != 503
         || reply
             .headers
@@ -1357,20 +1378,41 @@ mod tests {
         }
     }
 
+    /// A store and a ledger of their own (the upstream is passed apart).
+    struct TestBooks {
+        storage: Storage,
+        ledger: Ledger,
+    }
+
+    impl Books for TestBooks {
+        fn storage(&self) -> &Storage {
+            &self.storage
+        }
+        fn ledger(&self) -> &Ledger {
+            &self.ledger
+        }
+        fn upstream(&self) -> Option<&Arc<Upstream>> {
+            None
+        }
+        fn now_ms(&self) -> u64 {
+            let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            since.unwrap_or_default().as_millis() as u64
+        }
+    }
+
     struct World {
         _dir: tempfile::TempDir,
-        state: Arc<State>,
+        state: TestBooks,
         fake: Arc<Fake>,
         up: Arc<Upstream>,
     }
 
     fn world() -> World {
         let dir = tempfile::tempdir().unwrap();
-        let config = crate::config::Config {
-            data_dir: dir.path().to_path_buf(),
-            ..Default::default()
+        let state = TestBooks {
+            storage: Storage::open(&dir.path().join("db.redb"), Default::default()).unwrap(),
+            ledger: Ledger::open(dir.path()).unwrap(),
         };
-        let state = State::open(config).unwrap();
         let fake = Arc::new(Fake::default());
         let up = Upstream::with_mint(
             "http://upstream.test",

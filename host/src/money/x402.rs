@@ -34,10 +34,8 @@ use sha2::{Digest, Sha256};
 
 /// The x402 version spoken.
 pub const VERSION: u64 = 2;
-/// Header names (lower case on the wire, as hyper writes them).
-pub const PAYMENT_REQUIRED: &str = "payment-required";
-pub const PAYMENT_SIGNATURE: &str = "payment-signature";
-pub const PAYMENT_RESPONSE: &str = "payment-response";
+/// Header names (defined with the answers, which name the host's own).
+pub use crate::reply::{PAYMENT_REQUIRED, PAYMENT_RESPONSE, PAYMENT_SIGNATURE};
 /// The webcash rail's `accepts` entry.
 pub const SCHEME: &str = "exact";
 pub const NETWORK: &str = "webcash:mainnet";
@@ -141,11 +139,11 @@ pub fn parse_signature(value: &str) -> Result<(String, Option<String>), String> 
     // Paying someone else (another server's entry) is not paying here.
     if accepted
         .get("payTo")
-        .is_some_and(|p| p != crate::state::SERVICE_NAME)
+        .is_some_and(|p| p != crate::config::SERVICE_NAME)
     {
         return Err(format!(
             "`accepted.payTo` must be {}, as the 402's entry says",
-            crate::state::SERVICE_NAME
+            crate::config::SERVICE_NAME
         ));
     }
     // The price as the 402 gave it: units of 1e-8 as a string of digits.
@@ -196,7 +194,7 @@ pub fn webcash_requirements(price: u64) -> Value {
         "network": NETWORK,
         "asset": ASSET,
         "amount": price.to_string(),
-        "payTo": crate::state::SERVICE_NAME,
+        "payTo": crate::config::SERVICE_NAME,
         "maxTimeoutSeconds": MAX_TIMEOUT_SECONDS,
         "extra": {"header": CASH_HEADERS[0], "price": amount::format(price)},
     })
@@ -246,10 +244,10 @@ pub fn payment_required(body: &Value, url: &str) -> Value {
     let description = match price {
         Some(p) => format!(
             "{} action `{action}`: {} webcash",
-            crate::state::SERVICE_NAME,
+            crate::config::SERVICE_NAME,
             amount::format(p)
         ),
-        None => format!("{} action `{action}`", crate::state::SERVICE_NAME),
+        None => format!("{} action `{action}`", crate::config::SERVICE_NAME),
     };
     json!({
         "x402Version": VERSION,

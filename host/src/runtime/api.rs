@@ -469,4 +469,39 @@ mod tests {
         let e = Api::check(routes(9), "{}").unwrap_err();
         assert!(e.contains("together are over"), "{e}");
     }
+
+    /// Every kind the host raises is one the served document admits, and
+    /// the document names no other (a client validating health's answer
+    /// against it must not see an unknown kind).
+    #[test]
+    fn the_openapi_document_lists_every_alert_kind() {
+        use crate::alerts::Kind;
+        let all = [
+            Kind::WalDamaged,
+            Kind::ServerKeyChanged,
+            Kind::ArbiterKeyChanged,
+            Kind::KeptUploadRefused,
+        ];
+        let doc: serde_json::Value = serde_json::from_str(HOST_OPENAPI).unwrap();
+        let listed = doc["components"]["schemas"]["Health"]["properties"]["alerts"]["items"]
+            ["properties"]["kind"]["enum"]
+            .as_array()
+            .expect("the document lists the alert kinds")
+            .clone();
+        let raised: Vec<serde_json::Value> = all
+            .iter()
+            .map(|k| serde_json::to_value(k).unwrap())
+            .collect();
+        assert_eq!(listed, raised);
+        // A new kind is added to the list above (the match makes the
+        // compiler ask).
+        for k in all {
+            match k {
+                Kind::WalDamaged
+                | Kind::ServerKeyChanged
+                | Kind::ArbiterKeyChanged
+                | Kind::KeptUploadRefused => {}
+            }
+        }
+    }
 }

@@ -1528,7 +1528,7 @@ impl Runtime {
         };
         // Every 402 also speaks x402 (`PAYMENT-REQUIRED`).
         crate::money::x402::add_required(&mut reply, &req.path, &req.headers);
-        crate::money::upstream::add_retry_after(&self.state, &mut reply);
+        crate::money::upstream::add_retry_after(&*self.state, &mut reply);
         Ok(reply)
     }
 

@@ -100,12 +100,12 @@ pub fn handle(rt: &Arc<Runtime>, name: &str, body: &[u8]) -> Reply {
         },
         // In upstream mode the payer's wallet lives at the upstream.
         "cash_replace" | "cash_health_check" if rt.upstream.is_some() => {
-            crate::money::upstream::ledger_route(&rt.state)
+            crate::money::upstream::ledger_route(&*rt.state)
                 .unwrap_or_else(|| Reply::error(500, "internal", "internal error"))
         }
         "cash_replace" => cash_replace(rt, body),
         "cash_health_check" => cash_health_check(rt, body),
-        "cash_refund" => crate::money::upstream::claim(&rt.state, body),
+        "cash_refund" => crate::money::upstream::claim(&*rt.state, body),
         "terms" => terms(rt),
         // The benchmark baseline: the same JSON as the trivial plugin route.
         "native_ok" => Reply::json(200, &json!({"ok": true})),

@@ -567,10 +567,10 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
         }
         // Upstream mode: cash is minted at the upstream, not here.
         ("POST", ["admin", "cash", "mint"]) if app.upstream.is_some() => {
-            crate::money::upstream::ledger_route(&app.state)
+            crate::money::upstream::ledger_route(&*app.state)
                 .unwrap_or_else(|| Reply::error(500, "internal", "internal error"))
         }
-        ("GET", ["admin", "cash", "upstream-fees"]) => crate::money::upstream::fees(&app.state),
+        ("GET", ["admin", "cash", "upstream-fees"]) => crate::money::upstream::fees(&*app.state),
         ("POST", ["admin", "cash", "mint"]) => {
             let request = serde_json::from_slice::<serde_json::Value>(body).unwrap_or_default();
             let amount = match request.get("amount") {

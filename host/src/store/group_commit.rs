@@ -80,6 +80,17 @@ pub struct Settings {
     pub max_batch: u64,
 }
 
+impl Settings {
+    /// How `config` groups commits.
+    pub fn of(config: &crate::config::Config) -> Settings {
+        Settings {
+            enabled: config.group_commit,
+            window: Duration::from_micros(config.commit_window_us),
+            max_batch: config.commit_max_batch,
+        }
+    }
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Settings {

@@ -27,9 +27,7 @@ pub const MAX_KEY_BYTES: usize = 4 * 1024;
 /// key) must stay under 2704 bytes.
 pub const MAX_SHARED_KEY_BYTES: usize = 2 * 1024;
 /// Most keys of one `get-many` call.
-pub use marketplace_common::MAX_GET_MANY;
-/// Largest value a plugin may write (a post with 16 attachments of 512 KiB fits).
-pub const MAX_VALUE_BYTES: usize = 16 * 1024 * 1024;
+pub use marketplace_common::{MAX_GET_MANY, MAX_VALUE_BYTES};
 
 /// The host's table of its own settings and marks (upgrades done, the
 /// write-ahead log's position, the shared store's keys).
@@ -412,6 +410,15 @@ impl Budget {
 }
 
 impl Storage {
+    /// This host's shard of the counters hosts add to (None on redb).
+    #[cfg(test)]
+    pub(crate) fn counter_shard(&self) -> Option<u16> {
+        match &self.backend {
+            Backend::Pg(store) => Some(store.shard),
+            Backend::Redb(_) => None,
+        }
+    }
+
     /// Open (or create) the database and make sure every table exists;
     /// apply what its write-ahead log holds beyond it (batches made durable
     /// there before a crash), then start the log again.

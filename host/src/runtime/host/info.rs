@@ -1,8 +1,8 @@
 //! `host` (capability `host-info`): facts about the running host.
 
 use super::Ctx;
+use crate::config::{SERVICE_NAME, SERVICE_VERSION};
 use crate::runtime::bindings::endpoint::marketplace::plugin::host;
-use crate::state::{SERVICE_NAME, SERVICE_VERSION};
 
 impl host::Host for Ctx {
     fn service(&mut self) -> (String, String) {
