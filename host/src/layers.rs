@@ -51,8 +51,42 @@ mod tests {
         }
     }
 
-    /// The top-level modules `source` names as `crate::<name>` in code
-    /// (comments left out), with the line of each first use.
+    /// What the crate root re-exports, and the module each comes from.
+    const ROOT_EXPORTS: [(&str, &str); 3] =
+        [("App", "app"), ("Config", "config"), ("Reply", "reply")];
+
+    /// The module a path after `crate::` starts with ("" for none).
+    fn module_of(path: &str) -> String {
+        let name: String = path
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        match ROOT_EXPORTS.iter().find(|(item, _)| *item == name) {
+            Some((_, module)) => module.to_string(),
+            None => name,
+        }
+    }
+
+    /// The modules a group `crate::{a::x, b::{y, z}, ..}` names (`group`
+    /// starts after its `{`): the head of each member at its first level.
+    fn group_heads(group: &str) -> Vec<String> {
+        let mut heads = vec![module_of(group.trim_start())];
+        let mut depth = 1;
+        for (i, c) in group.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 1 => break,
+                '}' => depth -= 1,
+                ',' if depth == 1 => heads.push(module_of(group[i + 1..].trim_start())),
+                _ => {}
+            }
+        }
+        heads
+    }
+
+    /// The top-level modules `source` names as `crate::<name>` or in
+    /// `crate::{<name>, ..}` in code (comments left out), with the line of
+    /// each first use.
     fn uses(source: &str) -> BTreeMap<String, usize> {
         let prefix = concat!("crate", "::");
         let mut found = BTreeMap::new();
@@ -61,11 +95,13 @@ mod tests {
             let mut rest = code;
             while let Some(at) = rest.find(prefix) {
                 let after = &rest[at + prefix.len()..];
-                let name: String = after
-                    .chars()
-                    .take_while(|c| c.is_ascii_lowercase() || *c == '_')
-                    .collect();
-                found.entry(name).or_insert(n + 1);
+                let names = match after.strip_prefix('{') {
+                    Some(group) => group_heads(group),
+                    None => vec![module_of(after)],
+                };
+                for name in names.into_iter().filter(|m| !m.is_empty()) {
+                    found.entry(name).or_insert(n + 1);
+                }
                 rest = after;
             }
         }
@@ -108,9 +144,13 @@ mod tests {
     }
 
     #[test]
-    fn uses_are_read_from_code_not_comments() {
+    fn uses_are_read_from_code_groups_and_root_exports_not_comments() {
         let text = "use crate::store::Storage;\n// crate::server\nlet x = crate::money::f(); // crate::app\n";
         let found: Vec<String> = uses(text).into_keys().collect();
         assert_eq!(found, ["money", "store"]);
+        // Groups, and what the crate root re-exports.
+        let text = "use crate::{auth::check, state::{State, X}};\nfn f(_: crate::Config) {}\n";
+        let found: Vec<String> = uses(text).into_keys().collect();
+        assert_eq!(found, ["auth", "config", "state"]);
     }
 }

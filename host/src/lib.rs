@@ -22,9 +22,9 @@
 //!   [`money::upstream::Books`], not by name).
 //! - [`reply`]: the answer type and its JSON errors.
 //! - [`store`]: redb storage, the shared PostgreSQL store, group commit.
-//! - [`config`] (settings), [`logging`] (the log writer: a busy async
-//!   worker writes its lines in batches), [`alerts`] (problems found at
-//!   start that need the operator; health and a metric show them).
+//! - [`logging`] (the log writer: a busy async worker writes its lines in
+//!   batches), [`config`] (settings), [`alerts`] (problems found at start
+//!   that need the operator; health and a metric show them).
 //! - [`ids`], [`capabilities`], [`metrics`]: ids and hex, grant names, the
 //!   process's Prometheus metrics.
 

@@ -206,7 +206,11 @@ impl HttpMint {
             // leave it unclear whether the call was sent.
             .max_idle_connections(0)
             .max_idle_connections_per_host(0)
-            .user_agent(format!("marketplace/{}", crate::config::SERVICE_VERSION))
+            .user_agent(format!(
+                "{}/{}",
+                crate::config::SERVICE_NAME,
+                crate::config::SERVICE_VERSION
+            ))
             .build()
             .into();
         HttpMint {

@@ -26,7 +26,8 @@ pub const MAX_KEY_BYTES: usize = 4 * 1024;
 /// Largest key on a shared store: a PostgreSQL btree entry (keyspace and
 /// key) must stay under 2704 bytes.
 pub const MAX_SHARED_KEY_BYTES: usize = 2 * 1024;
-/// Most keys of one `get-many` call.
+/// Most keys of one `get-many` call, and the largest value one write may
+/// hold (shared with the plugins).
 pub use marketplace_common::{MAX_GET_MANY, MAX_VALUE_BYTES};
 
 /// The host's table of its own settings and marks (upgrades done, the
@@ -410,15 +411,6 @@ impl Budget {
 }
 
 impl Storage {
-    /// This host's shard of the counters hosts add to (None on redb).
-    #[cfg(test)]
-    pub(crate) fn counter_shard(&self) -> Option<u16> {
-        match &self.backend {
-            Backend::Pg(store) => Some(store.shard),
-            Backend::Redb(_) => None,
-        }
-    }
-
     /// Open (or create) the database and make sure every table exists;
     /// apply what its write-ahead log holds beyond it (batches made durable
     /// there before a crash), then start the log again.

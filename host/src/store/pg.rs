@@ -186,7 +186,7 @@ pub struct PgStore {
     /// This host's shard of the counters every host adds to (see
     /// `crate::money::ledger::add_total`): drawn at random at each start,
     /// so two hosts share one rarely (they then race on it, as on one row).
-    pub(super) shard: u16,
+    shard: u16,
     /// The health probe in flight, if any, and the last one's answer: one
     /// at a time, on a thread of its own (see [`PgStore::healthy`]).
     probe: (Mutex<Probe>, Condvar),
