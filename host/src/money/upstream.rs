@@ -1185,21 +1185,17 @@ pub fn fees(state: &dyn Books) -> Reply {
     let Some(up) = state.upstream().cloned() else {
         return Reply::error(404, "not_found", "this server is not in upstream mode");
     };
-    let records: Vec<FeeRecord> =
-        match state
-            .storage()
-            .begin_read()
+    let storage = state.storage();
+    let records: Vec<FeeRecord> = match storage.begin_read().map_err(internal).and_then(|t| {
+        t.scan_in(FEES, b"", None, false, usize::MAX)
             .map_err(internal)
-            .and_then(|t| {
-                t.scan_in(FEES, b"", None, false, usize::MAX)
-                    .map_err(internal)
-            }) {
-            Ok(rows) => rows
-                .iter()
-                .filter_map(|(_, v)| serde_json::from_slice(v).ok())
-                .collect(),
-            Err(r) => return r,
-        };
+    }) {
+        Ok(rows) => rows
+            .iter()
+            .filter_map(|(_, v)| serde_json::from_slice(v).ok())
+            .collect(),
+        Err(r) => return r,
+    };
     let mut unspent = Vec::new();
     let (mut spent, mut total) = (0u64, 0u64);
     for chunk in records.chunks(1000) {
