@@ -141,13 +141,24 @@ fn payments_are_taken_at_the_upstream_and_change_is_its_cash() {
     // secret is still the body's 400 first (PROTOCOL 1).
     let r = u.post_json("/api/cash/refund", &json!({"secret": secret}));
     assert_eq!((r.status, r.code()), (404, "not_found".into()));
-    for body in [json!({}), json!({"secret": "e1:public:00"}), json!([1])] {
+    for (body, says) in [
+        (json!({}), "is required"),
+        (json!({"secret": null}), "is required"),
+        (json!({"secret": 5}), "must be a string"),
+        (json!({"secret": "e1:public:00"}), "64 lowercase hex"),
+        (
+            json!({"secret": format!("e1:public:{}", "ab".repeat(32))}),
+            "not its public hash",
+        ),
+        (json!([1]), "the body must be JSON"),
+    ] {
         let r = u.post_json("/api/cash/refund", &body);
         assert_eq!(
             (r.status, r.code()),
             (400, "invalid_request".into()),
             "{body}"
         );
+        assert!(r.text().contains(says), "{body}: {}", r.text());
     }
 }
 

@@ -1120,11 +1120,13 @@ pub fn claim(state: &dyn Books, body: &[u8]) -> Reply {
     // The body first (PROTOCOL 1: 400 before 404), on either kind of server.
     let bad = |problem: &str| Reply::invalid("secret", problem);
     let doc: Value = match serde_json::from_slice(body) {
-        Ok(v) => v,
-        Err(_) => return bad("the body must be JSON {\"secret\": \"e<amount>:secret:<hex>\"}"),
+        Ok(v @ Value::Object(_)) => v,
+        _ => return bad("the body must be JSON {\"secret\": \"e<amount>:secret:<hex>\"}"),
     };
-    let Some(s) = doc.get("secret").and_then(Value::as_str) else {
-        return bad("is required");
+    let s = match doc.get("secret") {
+        Some(Value::String(s)) => s,
+        None | Some(Value::Null) => return bad("is required"),
+        Some(_) => return bad("must be a string: \"e<amount>:secret:<hex>\""),
     };
     let parsed = match secret::parse(s) {
         Ok(p) if p.kind == secret::Kind::Secret => p,
