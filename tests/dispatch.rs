@@ -9,8 +9,8 @@ mod common;
 mod support;
 
 use marketplace::money::payments::PaymentHeaders;
+use marketplace::runtime::Caller;
 use marketplace::runtime::bindings::endpoint::marketplace::plugin::types::Request;
-use marketplace::runtime::engine::Caller;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use support::ok_request;
@@ -127,7 +127,7 @@ fn dispatched_requests_nest_only_so_deep() {
     // writing route may be its own family's dispatch target): the chain
     // ends where dispatches nest MAX_DISPATCH_DEPTH deep, with a 500 to
     // the last call, and every level above it answers.
-    use marketplace::runtime::engine::MAX_DISPATCH_DEPTH;
+    use marketplace::runtime::MAX_DISPATCH_DEPTH;
     let s = common::Server::testing();
     let r = s.post_json("/api/testing/relay", &serde_json::json!({"n": 0}));
     assert_eq!(r.status, 200, "{}", r.text());

@@ -57,7 +57,8 @@ impl App {
         };
         let state = State::open(config)?;
         state.storage.opened();
-        let runtime = Arc::new(Runtime::new(state.clone(), limits)?);
+        let host_routes = crate::runtime::native::routes(state.config.testing_routes);
+        let runtime = Arc::new(Runtime::new(state.clone(), limits, host_routes)?);
         runtime.register(&families);
         let retention = crate::retention::Retention {
             replays: Duration::from_secs(state.config.replay_retention_s),

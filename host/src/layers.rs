@@ -1,7 +1,9 @@
 //! The host's modules in layers: each imports only modules below it, so
 //! there is no import cycle. [`ORDER`] is the order, bottom first; the
 //! test reads the sources and fails on a use of a module above (or on a
-//! new module not placed in the order yet).
+//! new module not placed in the order yet). Inside each folder (a module
+//! of modules: `money`, `runtime`, `runtime::host`, `server`, `store`)
+//! the modules' uses of each other must form no cycle either.
 
 /// The top-level modules of the host, each allowed to use only those
 /// before it.
@@ -37,120 +39,476 @@ pub(crate) const ORDER: &[&str] = &[
 #[cfg(test)]
 mod tests {
     use super::ORDER;
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, BTreeSet};
     use std::path::{Path, PathBuf};
 
-    /// Every `.rs` file of a module (a file, or a folder of them).
-    fn files(path: &Path, out: &mut Vec<PathBuf>) {
-        if path.is_dir() {
-            for entry in std::fs::read_dir(path).unwrap() {
-                files(&entry.unwrap().path(), out);
-            }
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path.to_path_buf());
-        }
-    }
+    /// A module's path below the crate root (`["runtime", "host"]`).
+    type Module = Vec<String>;
 
-    /// What the crate root re-exports, and the module each comes from.
-    const ROOT_EXPORTS: [(&str, &str); 3] =
-        [("App", "app"), ("Config", "config"), ("Reply", "reply")];
-
-    /// The module a path after `crate::` starts with ("" for none).
-    fn module_of(path: &str) -> String {
-        let name: String = path
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        match ROOT_EXPORTS.iter().find(|(item, _)| *item == name) {
-            Some((_, module)) => module.to_string(),
-            None => name,
-        }
-    }
-
-    /// The modules a group `crate::{a::x, b::{y, z}, ..}` names (`group`
-    /// starts after its `{`): the head of each member at its first level.
-    fn group_heads(group: &str) -> Vec<String> {
-        let mut heads = vec![module_of(group.trim_start())];
-        let mut depth = 1;
-        for (i, c) in group.char_indices() {
-            match c {
-                '{' => depth += 1,
-                '}' if depth == 1 => break,
-                '}' => depth -= 1,
-                ',' if depth == 1 => heads.push(module_of(group[i + 1..].trim_start())),
-                _ => {}
-            }
-        }
-        heads
-    }
-
-    /// The top-level modules `source` names as `crate::<name>` or in
-    /// `crate::{<name>, ..}` in code (comments left out), with the line of
-    /// each first use.
-    fn uses(source: &str) -> BTreeMap<String, usize> {
-        let prefix = concat!("crate", "::");
-        let mut found = BTreeMap::new();
-        for (n, line) in source.lines().enumerate() {
-            let code = line.split("//").next().unwrap_or_default();
-            let mut rest = code;
-            while let Some(at) = rest.find(prefix) {
-                let after = &rest[at + prefix.len()..];
-                let names = match after.strip_prefix('{') {
-                    Some(group) => group_heads(group),
-                    None => vec![module_of(after)],
-                };
-                for name in names.into_iter().filter(|m| !m.is_empty()) {
-                    found.entry(name).or_insert(n + 1);
-                }
-                rest = after;
-            }
-        }
-        found
-    }
-
-    #[test]
-    fn modules_use_only_the_layers_below_them() {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let rank = |name: &str| ORDER.iter().position(|m| *m == name);
-        let mut wrong = Vec::new();
-        let mut modules = 0;
-        for entry in std::fs::read_dir(&src).unwrap() {
+    /// Every `.rs` file below `dir`, with the module it is.
+    fn modules(src: &Path, dir: &Path, out: &mut Vec<(Module, PathBuf)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
-            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-            if ["lib", "main", "layers"].contains(&name.as_str()) {
+            if path.is_dir() {
+                modules(src, &path, out);
                 continue;
             }
-            modules += 1;
-            let Some(own) = rank(&name) else {
-                wrong.push(format!("{name}: not placed in layers::ORDER"));
+            if path.extension().is_none_or(|e| e != "rs") {
                 continue;
-            };
-            let mut sources = Vec::new();
-            files(&path, &mut sources);
-            for file in sources {
-                let text = std::fs::read_to_string(&file).unwrap();
-                for (used, line) in uses(&text) {
-                    if rank(&used).is_some_and(|r| r > own) {
-                        wrong.push(format!(
-                            "{}:{line}: {name} uses {used}, a layer above it",
-                            file.strip_prefix(&src).unwrap().display()
-                        ));
+            }
+            let rel = path.strip_prefix(src).unwrap().with_extension("");
+            let mut module: Module = rel.iter().map(|c| c.to_string_lossy().into()).collect();
+            if module.last().is_some_and(|m| m == "mod") || module == ["lib"] {
+                module.pop();
+            }
+            if module != ["main"] {
+                out.push((module, path));
+            }
+        }
+    }
+
+    fn is_ident(c: char) -> bool {
+        c.is_alphanumeric() || c == '_'
+    }
+
+    /// `source` with its comments and the insides of its string and
+    /// character literals blanked (lines kept), so that only code is read.
+    fn code(source: &str) -> String {
+        let s: Vec<char> = source.chars().collect();
+        let mut out = s.clone();
+        let blank = |out: &mut Vec<char>, from: usize, to: usize| {
+            for c in &mut out[from..to.min(s.len())] {
+                if *c != '\n' {
+                    *c = ' ';
+                }
+            }
+        };
+        let mut i = 0;
+        while i < s.len() {
+            let at = |k: usize| s.get(k).copied().unwrap_or('\0');
+            let word_start = i == 0 || !is_ident(at(i - 1));
+            let raw_start = at(i) == 'r'
+                && (word_start || (at(i - 1) == 'b' && (i < 2 || !is_ident(at(i - 2)))));
+            if at(i) == '/' && at(i + 1) == '/' {
+                let end = (i..s.len()).find(|&k| s[k] == '\n').unwrap_or(s.len());
+                blank(&mut out, i, end);
+                i = end;
+            } else if at(i) == '/' && at(i + 1) == '*' {
+                let (mut depth, mut k) = (1, i + 2);
+                while k < s.len() && depth > 0 {
+                    if at(k) == '/' && at(k + 1) == '*' {
+                        depth += 1;
+                        k += 1;
+                    } else if at(k) == '*' && at(k + 1) == '/' {
+                        depth -= 1;
+                        k += 1;
+                    }
+                    k += 1;
+                }
+                blank(&mut out, i, k);
+                i = k;
+            } else if raw_start && (at(i + 1) == '"' || at(i + 1) == '#') {
+                let hashes = (i + 1..s.len()).take_while(|&k| s[k] == '#').count();
+                if at(i + 1 + hashes) != '"' {
+                    i += 1;
+                    continue;
+                }
+                let body = i + 2 + hashes;
+                let close = (body..s.len())
+                    .find(|&k| s[k] == '"' && (1..=hashes).all(|h| at(k + h) == '#'))
+                    .unwrap_or(s.len());
+                blank(&mut out, body, close);
+                i = close + 1 + hashes;
+            } else if at(i) == '"' {
+                let mut k = i + 1;
+                while k < s.len() && s[k] != '"' {
+                    k += if s[k] == '\\' { 2 } else { 1 };
+                }
+                blank(&mut out, i + 1, k);
+                i = k + 1;
+            } else if at(i) == '\'' && (at(i + 1) == '\\' || at(i + 2) == '\'') {
+                // A character literal; a lifetime (`'a`) has no closing quote.
+                let close = (i + 2..s.len()).find(|&k| s[k] == '\'').unwrap_or(s.len());
+                blank(&mut out, i + 1, close);
+                i = close + 1;
+            } else {
+                i += 1;
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    /// The paths of a use tree starting at `s[at..]` (`a::b`, `{a, b::{c}}`,
+    /// `a as b`, across lines), and where it ends. A path stops at
+    /// anything else (`(`, `<`, `;`).
+    fn tree(s: &[char], mut at: usize) -> (Vec<Module>, usize) {
+        let skip = |at: &mut usize| {
+            while s.get(*at).is_some_and(|c| c.is_whitespace()) {
+                *at += 1;
+            }
+        };
+        skip(&mut at);
+        if s.get(at) == Some(&'{') {
+            let mut paths = Vec::new();
+            at += 1;
+            loop {
+                skip(&mut at);
+                match s.get(at) {
+                    None => return (paths, at),
+                    Some('}') => return (paths, at + 1),
+                    Some(',') => at += 1,
+                    Some(_) => {
+                        let (more, end) = tree(s, at);
+                        paths.extend(more);
+                        if end == at {
+                            return (paths, at);
+                        }
+                        at = end;
                     }
                 }
             }
         }
-        assert_eq!(modules, ORDER.len(), "a module of ORDER is gone");
-        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+        let start = at;
+        while s.get(at).is_some_and(|&c| is_ident(c) || c == '*') {
+            at += 1;
+        }
+        let name: String = s[start..at].iter().collect();
+        if name.is_empty() {
+            return (vec![], at);
+        }
+        let mut after = at;
+        skip(&mut after);
+        if s.get(after) == Some(&':') && s.get(after + 1) == Some(&':') {
+            let (rest, end) = tree(s, after + 2);
+            if !rest.is_empty() {
+                let paths = rest
+                    .into_iter()
+                    .map(|mut p| {
+                        p.insert(0, name.clone());
+                        p
+                    })
+                    .collect();
+                return (paths, end);
+            }
+        }
+        (vec![vec![name]], at)
+    }
+
+    /// Every path in `code` that starts at `root` (`crate`, `super`, or
+    /// `use` for the items a `pub use` names), with its line.
+    fn paths_from(code: &str, root: &str) -> Vec<(Module, usize)> {
+        let s: Vec<char> = code.chars().collect();
+        let r: Vec<char> = root.chars().collect();
+        let mut found = Vec::new();
+        let mut line = 1;
+        for i in 0..s.len() {
+            if s[i] == '\n' {
+                line += 1;
+            }
+            let word = s[i..].starts_with(&r)
+                && (i == 0 || !is_ident(s[i - 1]))
+                && !s.get(i + r.len()).is_some_and(|&c| is_ident(c));
+            if !word {
+                continue;
+            }
+            let paths = if root == "use" {
+                tree(&s, i + r.len()).0
+            } else {
+                let (paths, _) = tree(&s, i);
+                paths.into_iter().filter(|p| p.len() > 1).collect()
+            };
+            found.extend(paths.into_iter().map(|p| (p, line)));
+        }
+        found
+    }
+
+    /// The crate's modules, and what each folder's `pub use` re-exports:
+    /// (folder and item name) -> the module it comes from.
+    struct Crate {
+        modules: BTreeSet<Module>,
+        exports: BTreeMap<Module, Module>,
+    }
+
+    impl Crate {
+        fn read(files: &[(Module, PathBuf, String)]) -> Crate {
+            let modules: BTreeSet<Module> = files.iter().map(|(m, _, _)| m.clone()).collect();
+            let mut exports = BTreeMap::new();
+            for (folder, path, text) in files {
+                let folder_file = path.ends_with("mod.rs") || path.ends_with("lib.rs");
+                if !folder_file {
+                    continue;
+                }
+                for (p, _) in paths_from(text, "use") {
+                    let child: Module = folder.iter().chain(&p[..1]).cloned().collect();
+                    if modules.contains(&child) {
+                        let item = folder.iter().chain(p.last()).cloned().collect();
+                        exports.insert(item, child);
+                    }
+                }
+            }
+            Crate { modules, exports }
+        }
+
+        /// The module `path` (from the crate root) names, through re-exports.
+        fn resolve(&self, path: &[String]) -> Option<Module> {
+            (1..=path.len()).rev().find_map(|n| {
+                let prefix = &path[..n];
+                self.exports
+                    .get(prefix)
+                    .cloned()
+                    .or_else(|| self.modules.contains(prefix).then(|| prefix.to_vec()))
+            })
+        }
+
+        /// The modules a file of `module` uses, each with the first line
+        /// naming it (`file_is_folder`: the file is a `mod.rs`).
+        fn uses(
+            &self,
+            module: &[String],
+            file_is_folder: bool,
+            code: &str,
+        ) -> BTreeMap<Module, usize> {
+            let mut used = BTreeMap::new();
+            let mut note = |target: Option<Module>, line: usize| {
+                if let Some(t) = target.filter(|t| !module.starts_with(t) && t.as_slice() != module)
+                {
+                    used.entry(t).or_insert(line);
+                }
+            };
+            for (p, line) in paths_from(code, "crate") {
+                note(self.resolve(&p[1..]), line);
+            }
+            for (p, line) in paths_from(code, "super") {
+                // `super` of a file is its folder's parent for a `mod.rs`,
+                // else its folder.
+                let mut base = module.to_vec();
+                if !file_is_folder || !base.is_empty() {
+                    base.pop();
+                }
+                let ups = p.iter().take_while(|s| *s == "super").count();
+                for _ in 1..ups {
+                    base.pop();
+                }
+                let full: Module = base.into_iter().chain(p[ups..].iter().cloned()).collect();
+                note(self.resolve(&full), line);
+            }
+            used
+        }
+    }
+
+    /// Every file of the host crate: its module, path and code.
+    fn sources() -> Vec<(Module, PathBuf, String)> {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut found = Vec::new();
+        modules(&src, &src, &mut found);
+        found
+            .into_iter()
+            .map(|(m, p)| {
+                let text = code(&std::fs::read_to_string(&p).unwrap());
+                let rel = p.strip_prefix(&src).unwrap().to_path_buf();
+                (m, rel, text)
+            })
+            .collect()
+    }
+
+    /// Each use of one module by another: (user, used) -> where.
+    fn edges(files: &[(Module, PathBuf, String)]) -> BTreeMap<(Module, Module), String> {
+        let krate = Crate::read(files);
+        let mut edges = BTreeMap::new();
+        for (module, path, text) in files {
+            let folder_file = path.ends_with("mod.rs");
+            for (used, line) in krate.uses(module, folder_file, text) {
+                edges
+                    .entry((module.clone(), used))
+                    .or_insert_with(|| format!("{}:{line}", path.display()));
+            }
+        }
+        edges
     }
 
     #[test]
-    fn uses_are_read_from_code_groups_and_root_exports_not_comments() {
-        let text = "use crate::store::Storage;\n// crate::server\nlet x = crate::money::f(); // crate::app\n";
-        let found: Vec<String> = uses(text).into_keys().collect();
-        assert_eq!(found, ["money", "store"]);
-        // Groups, and what the crate root re-exports.
-        let text = "use crate::{auth::check, state::{State, X}};\nfn f(_: crate::Config) {}\n";
-        let found: Vec<String> = uses(text).into_keys().collect();
-        assert_eq!(found, ["auth", "config", "state"]);
+    fn modules_use_only_the_layers_below_them() {
+        let files = sources();
+        let rank = |name: &str| ORDER.iter().position(|m| *m == name);
+        let mut wrong = Vec::new();
+        let tops: BTreeSet<&str> = files
+            .iter()
+            .filter_map(|(m, _, _)| m.first().map(String::as_str))
+            .filter(|m| *m != "layers")
+            .collect();
+        for top in &tops {
+            if rank(top).is_none() {
+                wrong.push(format!("{top}: not placed in layers::ORDER"));
+            }
+        }
+        for ((user, used), at) in edges(&files) {
+            let (Some(from), Some(to)) = (user.first(), used.first()) else {
+                continue;
+            };
+            if let (Some(a), Some(b)) = (rank(from), rank(to))
+                && b > a
+            {
+                wrong.push(format!("{at}: {from} uses {to}, a layer above it"));
+            }
+        }
+        assert_eq!(tops.len(), ORDER.len(), "a module of ORDER is gone");
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    /// The cycles among the modules of each folder, each as the folder,
+    /// its modules around the cycle, and where each use is.
+    fn folder_cycles(edges: &BTreeMap<(Module, Module), String>) -> Vec<String> {
+        // folder -> module -> (module it uses -> where)
+        let mut graph: BTreeMap<Module, BTreeMap<String, BTreeMap<String, String>>> =
+            BTreeMap::new();
+        for ((user, used), at) in edges {
+            let common = user.iter().zip(used).take_while(|(a, b)| a == b).count();
+            if common == 0 || common >= user.len() || common >= used.len() {
+                continue;
+            }
+            graph
+                .entry(user[..common].to_vec())
+                .or_default()
+                .entry(user[common].clone())
+                .or_default()
+                .entry(used[common].clone())
+                .or_insert_with(|| at.clone());
+        }
+        let mut cycles = Vec::new();
+        for (folder, g) in &graph {
+            // Depth first; a module met again on the path closes a cycle.
+            fn walk<'a>(
+                g: &'a BTreeMap<String, BTreeMap<String, String>>,
+                at: &'a str,
+                path: &mut Vec<&'a str>,
+                done: &mut BTreeSet<&'a str>,
+                found: &mut Option<Vec<&'a str>>,
+            ) {
+                if found.is_some() || done.contains(at) {
+                    return;
+                }
+                if let Some(i) = path.iter().position(|m| *m == at) {
+                    *found = Some(path[i..].to_vec());
+                    return;
+                }
+                path.push(at);
+                for next in g.get(at).into_iter().flat_map(|n| n.keys()) {
+                    walk(g, next, path, done, found);
+                }
+                path.pop();
+                done.insert(at);
+            }
+            let (mut done, mut found) = (BTreeSet::new(), None);
+            for start in g.keys() {
+                walk(g, start, &mut Vec::new(), &mut done, &mut found);
+            }
+            if let Some(cycle) = found {
+                let uses: Vec<String> = cycle
+                    .iter()
+                    .zip(cycle.iter().cycle().skip(1))
+                    .map(|(a, b)| format!("{a} -> {b} ({})", g[*a][*b]))
+                    .collect();
+                cycles.push(format!("{}: {}", folder.join("::"), uses.join(", ")));
+            }
+        }
+        cycles
+    }
+
+    #[test]
+    fn the_modules_of_each_folder_use_each_other_without_a_cycle() {
+        let cycles = folder_cycles(&edges(&sources()));
+        assert!(cycles.is_empty(), "{}", cycles.join("\n"));
+    }
+
+    /// Modules and the code of their files, as `sources` gives them.
+    fn crate_of(files: &[(&str, &str)]) -> Vec<(Module, PathBuf, String)> {
+        files
+            .iter()
+            .map(|(path, text)| {
+                let mut module: Module = path
+                    .trim_end_matches(".rs")
+                    .split('/')
+                    .map(String::from)
+                    .collect();
+                if module.last().is_some_and(|m| m == "mod") || module == ["lib"] {
+                    module.pop();
+                }
+                (module, PathBuf::from(path), code(text))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn uses_are_read_from_code_across_lines_groups_and_re_exports() {
+        let text = "use crate::store::Storage;\n// crate::server\nlet x = crate::money::f(); // crate::app\n\
+            let url = \"http://x/crate::cli\"; let r = r#\"crate::cli\"#; let c = '\"'; crate::auth::g();\n\
+            use crate::{\n    state::{State, X},\n    runtime :: Y,\n};\nfn f<'a>(_: &'a crate::Config) {}\n";
+        let files = crate_of(&[
+            ("lib.rs", "pub mod a;\npub use config::Config;\n"),
+            ("a.rs", text),
+            ("store/mod.rs", ""),
+            ("money/mod.rs", ""),
+            ("auth.rs", ""),
+            ("state.rs", ""),
+            (
+                "runtime/mod.rs",
+                "pub mod engine;\npub use engine::{Y, Z as W};\n",
+            ),
+            ("runtime/engine.rs", ""),
+            ("config.rs", ""),
+            ("server.rs", ""),
+            ("cli.rs", ""),
+            ("app.rs", ""),
+        ]);
+        let used: Vec<String> = edges(&files)
+            .into_keys()
+            .filter(|(user, _)| user == &["a"])
+            .map(|(_, used)| used.join("::"))
+            .collect();
+        assert_eq!(
+            used,
+            [
+                "auth",
+                "config",
+                "money",
+                "runtime::engine",
+                "state",
+                "store"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cycle_inside_a_folder_is_found_through_super_and_re_exports() {
+        let files = crate_of(&[
+            ("lib.rs", ""),
+            ("r/mod.rs", "pub use engine::Runtime;\n"),
+            ("r/engine.rs", "use super::host::Ctx;\n"),
+            ("r/host/mod.rs", "mod dispatch;\n"),
+            (
+                "r/host/dispatch.rs",
+                "use super::super::Runtime;\nuse super::Ctx;\n",
+            ),
+        ]);
+        let cycles = folder_cycles(&edges(&files));
+        assert_eq!(cycles.len(), 1, "{cycles:?}");
+        assert!(cycles[0].starts_with("r: "), "{cycles:?}");
+        assert!(
+            cycles[0].contains("engine -> host (r/engine.rs:1)"),
+            "{cycles:?}"
+        );
+        assert!(
+            cycles[0].contains("host -> engine (r/host/dispatch.rs:1)"),
+            "{cycles:?}"
+        );
+        // Without the way back, none.
+        let files = crate_of(&[
+            ("lib.rs", ""),
+            ("r/mod.rs", "pub use engine::Runtime;\n"),
+            ("r/engine.rs", "use super::host::Ctx;\n"),
+            ("r/host/mod.rs", "mod dispatch;\n"),
+            ("r/host/dispatch.rs", "use super::Ctx;\n"),
+        ]);
+        assert!(folder_cycles(&edges(&files)).is_empty());
     }
 }

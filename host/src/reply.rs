@@ -104,6 +104,11 @@ pub const PAYMENT_REQUIRED: &str = "payment-required";
 pub const PAYMENT_SIGNATURE: &str = "payment-signature";
 pub const PAYMENT_RESPONSE: &str = "payment-response";
 
+/// Header names accepted for the webcash rail, canonical first.
+pub const CASH_HEADERS: &[&str] = &["X-Cash-Secret", "X-Webcash-Secret"];
+/// Header of the bitcoin rail (disabled on this host).
+pub const BITCOIN_HEADER: &str = "X-Bitcoin-Secret";
+
 /// Headers that set or ask for the client's credentials: a plugin's reach
 /// the client only when its family is granted `credentials` (a cookie set
 /// by one family is sent to every family of the origin).

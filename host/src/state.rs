@@ -5,8 +5,8 @@
 use crate::config::{Config, FEES_FAMILY};
 use crate::ids::IdGen;
 use crate::money::ledger::Ledger;
+use crate::store::Settings;
 use crate::store::Storage;
-use crate::store::group_commit::Settings;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -688,7 +688,7 @@ fn mint_offline(data_dir: &Path, n: usize, env: &[(String, String)]) -> (String,
                 &config.store_schema,
                 4,
                 std::time::Duration::from_millis(config.store_timeout_ms),
-                marketplace::store::group_commit::Settings::of(&config),
+                marketplace::store::Settings::of(&config),
             )
             .unwrap(),
             marketplace::money::ledger::Ledger::from_hex(config.server_key.as_deref().unwrap())
@@ -698,7 +698,7 @@ fn mint_offline(data_dir: &Path, n: usize, env: &[(String, String)]) -> (String,
         (
             marketplace::store::Storage::open(
                 &config.db_path(),
-                marketplace::store::group_commit::Settings::of(&config),
+                marketplace::store::Settings::of(&config),
             )
             .unwrap(),
             marketplace::money::ledger::Ledger::open(&config.data_dir).unwrap(),

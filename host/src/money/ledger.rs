@@ -834,6 +834,34 @@ pub fn write_private(path: &Path, contents: &str) -> Result<()> {
     Ok(())
 }
 
+/// What a successful charge took.
+#[derive(Debug, Clone)]
+pub struct Charge {
+    pub action: String,
+    pub price: u64,
+    pub paid: u64,
+    /// Public hash of the spent input (empty for a free action).
+    pub public: String,
+    pub change: Option<String>,
+    /// How to derive the change secret again (kept instead of it).
+    pub change_derivation: Option<Derivation>,
+}
+
+/// Key of a paid request's replay record: the same input (`public`),
+/// method, path and body bytes.
+pub fn replay_key(public: &str, method: &str, path: &str, body: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    let mut h = Sha256::new();
+    h.update(public.as_bytes());
+    h.update([0]);
+    h.update(method.as_bytes());
+    h.update([0]);
+    h.update(path.as_bytes());
+    h.update([0]);
+    h.update(Sha256::digest(body));
+    h.finalize().into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1077,8 +1105,8 @@ mod tests {
             headers: vec![],
             body: format!("{{\"change\":\"{change}\"}}").into_bytes(),
         };
-        let key = crate::money::payments::replay_key(&public, "POST", "/api/x", b"{}");
-        let other = crate::money::payments::replay_key(&public, "POST", "/api/x", b"{ }");
+        // The keys of two requests (`payments::replay_key`, a layer above).
+        let (key, other) = ([0x11u8; 32], [0x22u8; 32]);
         l.spend(&txn, &public).unwrap();
         Ledger::record_paid_replay_at(&txn, &public, &key, &r, &[(change.clone(), d)], 5_000)
             .unwrap();
@@ -1121,7 +1149,7 @@ mod tests {
         let (_d, db, l) = setup();
         let txn = db.begin_write().unwrap();
         let public = "ab".repeat(32);
-        let key = crate::money::payments::replay_key(&public, "POST", "/api/x", b"");
+        let key = [0x33u8; 32];
         let r = crate::reply::Reply::json(201, &serde_json::json!({"id": "p1"}));
         Ledger::record_paid_replay_at(&txn, &public, &key, &r, &[], 7_000).unwrap();
         assert_eq!(

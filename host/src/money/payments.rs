@@ -7,12 +7,9 @@ use crate::reply::Reply;
 use crate::store::WriteTxn;
 use marketplace_common::amount;
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
-/// Header names accepted for the webcash rail, canonical first.
-pub const CASH_HEADERS: &[&str] = &["X-Cash-Secret", "X-Webcash-Secret"];
-/// Header of the bitcoin rail (disabled on this host).
-pub const BITCOIN_HEADER: &str = "X-Bitcoin-Secret";
+pub use crate::money::ledger::{Charge, replay_key};
+pub use crate::reply::{BITCOIN_HEADER, CASH_HEADERS};
 
 /// Payment rails of this host: (rail, header, enabled). The bitcoin rail
 /// has no verifier here, so it is always disabled.
@@ -95,7 +92,9 @@ impl PaymentReader {
             "x-bitcoin-secret" => add_line(&mut self.payment.bitcoin, value),
             // x402: base64 JSON whose `payload.secret` pays as X-Cash-Secret.
             _ => {
-                if let Some(secret) = crate::money::x402::read_signature(&mut self.payment, value) {
+                if let Some(secret) =
+                    crate::money::x402::read_signature(&mut self.payment.x402, value)
+                {
                     add_line(&mut self.x402, &secret);
                 }
             }
@@ -128,19 +127,6 @@ fn add_line(slot: &mut Option<String>, line: &str) {
         }
         None => *slot = Some(line.to_string()),
     }
-}
-
-/// What a successful charge took.
-#[derive(Debug, Clone)]
-pub struct Charge {
-    pub action: String,
-    pub price: u64,
-    pub paid: u64,
-    /// Public hash of the spent input (empty for a free action).
-    pub public: String,
-    pub change: Option<String>,
-    /// How to derive the change secret again (kept instead of it).
-    pub change_derivation: Option<crate::money::ledger::Derivation>,
 }
 
 /// A 402 with the protocol's body.
@@ -347,19 +333,6 @@ impl RetryKey {
         let key = replay_key(&public, method, path, body);
         Some(RetryKey { public, key })
     }
-}
-
-/// Key of the replay record: same input, method, path and body bytes.
-pub fn replay_key(public: &str, method: &str, path: &str, body: &[u8]) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update(public.as_bytes());
-    h.update([0]);
-    h.update(method.as_bytes());
-    h.update([0]);
-    h.update(path.as_bytes());
-    h.update([0]);
-    h.update(Sha256::digest(body));
-    h.finalize().into()
 }
 
 #[cfg(test)]

@@ -24,9 +24,8 @@
 //! kept answers take secrets out of, like the body) and turned into base64
 //! only on the way out ([`sent`]), both for a live answer and a replayed one.
 
-use crate::money::ledger::{Derivation, Ledger};
-use crate::money::payments::{CASH_HEADERS, Charge, PaymentHeaders};
-use crate::reply::Reply;
+use crate::money::ledger::{Charge, Derivation, Ledger};
+use crate::reply::{CASH_HEADERS, Reply};
 use crate::store::{Kv, WriteTxn};
 use marketplace_common::{amount, secret};
 use serde_json::{Value, json};
@@ -49,7 +48,7 @@ pub const ID_MAX: usize = 128;
 const MAX_SIGNATURE: usize = 16 * 1024;
 
 /// What a request's `PAYMENT-SIGNATURE` header said (its secret goes into
-/// [`PaymentHeaders::cash`] when no cash header is given).
+/// `payments::PaymentHeaders::cash` when no cash header is given).
 #[derive(Debug, Clone, Default)]
 pub struct Signature {
     /// The secret and payment identifier of the header, once given (a
@@ -78,31 +77,31 @@ pub struct IdempotencyKeys {
     pub id: [u8; 32],
 }
 
-/// Read a `PAYMENT-SIGNATURE` header into `payment.x402`: its secret,
+/// Read a `PAYMENT-SIGNATURE` header into `signature`: its secret,
 /// which pays unless `X-Cash-Secret` (or its alias) is given too. A
 /// second, different payment (another line of the header, or an MCP call's
 /// `_meta` payment beside the header) is refused: which one pays would be
 /// a guess. The same payment again (same secret and payment identifier:
 /// a client that sends its payment both ways) is one payment.
-pub fn read_signature(payment: &mut PaymentHeaders, value: &str) -> Option<String> {
+pub fn read_signature(signature: &mut Signature, value: &str) -> Option<String> {
     let (secret, id) = match parse_signature(value) {
         Ok(read) => read,
         Err(why) => {
-            payment.x402.invalid = Some(why);
+            signature.invalid = Some(why);
             return None;
         }
     };
-    match &payment.x402.seen {
+    match &signature.seen {
         Some((first, first_id)) if *first == secret && *first_id == id => None,
         Some(_) => {
-            payment.x402.invalid = Some(
+            signature.invalid = Some(
                 "was sent twice with different payments (two lines of the header, or the header and an MCP call's _meta[\"x402/payment\"]): send one".into(),
             );
             None
         }
         None => {
-            payment.x402.seen = Some((secret.clone(), id.clone()));
-            payment.x402.id = id;
+            signature.seen = Some((secret.clone(), id.clone()));
+            signature.id = id;
             Some(secret)
         }
     }
@@ -384,9 +383,7 @@ pub fn keys(id: &str, payer: &str, method: &str, path: &str, body: &[u8]) -> Ide
     let request = |payer: &str| {
         let mut h = base();
         h.update([0]);
-        h.update(crate::money::payments::replay_key(
-            payer, method, path, body,
-        ));
+        h.update(crate::money::ledger::replay_key(payer, method, path, body));
         h.finalize().into()
     };
     IdempotencyKeys {
@@ -398,26 +395,26 @@ pub fn keys(id: &str, payer: &str, method: &str, path: &str, body: &[u8]) -> Ide
 
 /// The answer kept for a request with a payment identifier: the stored
 /// answer of the same request, or the 409 of another one; None when the
-/// id is new (its record keys are then noted in `payment`). `payer`: the
+/// id is new (its record keys are then noted in `signature`). `payer`: the
 /// public hash of the secret the request presents (its
-/// [`crate::money::payments::RetryKey`]'s), empty without one.
+/// `payments::RetryKey`'s), empty without one.
 #[allow(clippy::too_many_arguments)]
 pub fn lookup(
     ledger: &Ledger,
     kv: &impl Kv,
     since_ms: u64,
-    payment: &mut PaymentHeaders,
+    signature: &mut Signature,
     payer: &str,
     method: &str,
     path: &str,
     body: &[u8],
 ) -> Option<Reply> {
-    let id = payment.x402.id.as_deref()?;
+    let id = signature.id.as_deref()?;
     let keys = keys(id, payer, method, path, body);
     if let Some(kept) = kept(ledger, kv, since_ms, &keys) {
         return Some(kept);
     }
-    payment.x402.keys = Some(keys);
+    signature.keys = Some(keys);
     None
 }
 
@@ -439,9 +436,9 @@ pub fn kept_for(
     ledger: &Ledger,
     kv: &impl Kv,
     since_ms: u64,
-    payment: &PaymentHeaders,
+    signature: &Signature,
 ) -> Option<Reply> {
-    kept(ledger, kv, since_ms, payment.x402.keys.as_ref()?)
+    kept(ledger, kv, since_ms, signature.keys.as_ref()?)
 }
 
 /// In a paid request's transaction, just before it commits: the answer
@@ -452,25 +449,25 @@ pub fn answered_meanwhile(
     ledger: &Ledger,
     txn: &WriteTxn,
     since_ms: u64,
-    payment: &PaymentHeaders,
+    signature: &Signature,
     charged: Option<&Charge>,
 ) -> Option<Reply> {
     if charged.is_none_or(|c| c.public.is_empty()) {
         return None;
     }
-    kept(ledger, txn, since_ms, payment.x402.keys.as_ref()?)
+    kept(ledger, txn, since_ms, signature.keys.as_ref()?)
 }
 
 /// Keep a paid answer under its payment identifier (same transaction as
 /// the charge), its secrets replaced by their derivations.
 pub fn record(
     txn: &WriteTxn,
-    payment: &PaymentHeaders,
+    signature: &Signature,
     reply: &Reply,
     issued: &[(String, Derivation)],
     now_ms: u64,
 ) -> anyhow::Result<()> {
-    let (Some(keys), Some(id)) = (&payment.x402.keys, &payment.x402.id) else {
+    let (Some(keys), Some(id)) = (&signature.keys, &signature.id) else {
         return Ok(());
     };
     Ledger::record_replay_at(txn, &keys.request, reply, issued, now_ms)?;
@@ -557,17 +554,17 @@ mod tests {
             parse_signature(&b64(&ok)).unwrap(),
             (secret.clone(), Some("pay_0123456789abcdef".to_string()))
         );
-        let mut p = PaymentHeaders::default();
+        let mut p = Signature::default();
         assert_eq!(read_signature(&mut p, &b64(&ok)), Some(secret.clone()));
-        assert!(p.x402.invalid.is_none());
+        assert!(p.invalid.is_none());
         // The same payment again is the same payment (nothing added)...
         assert_eq!(read_signature(&mut p, &b64(&ok)), None);
-        assert!(p.x402.invalid.is_none());
+        assert!(p.invalid.is_none());
         // ...another one is refused.
         let mut other = ok.clone();
         other["payload"]["secret"] = json!(format!("e1:secret:{}", "cd".repeat(32)));
         assert_eq!(read_signature(&mut p, &b64(&other)), None);
-        assert!(p.x402.invalid.is_some());
+        assert!(p.invalid.is_some());
         for bad in [
             json!({"x402Version": 1, "accepted": webcash_requirements(1), "payload": {"secret": secret}}),
             json!({"x402Version": 2, "payload": {"secret": secret}}),
@@ -581,9 +578,9 @@ mod tests {
             assert!(parse_signature(&b64(&bad)).is_err(), "{bad}");
         }
         assert!(parse_signature("not base64!").is_err());
-        let mut p = PaymentHeaders::default();
+        let mut p = Signature::default();
         assert_eq!(read_signature(&mut p, "bm90IGpzb24="), None);
-        assert!(p.x402.invalid.is_some());
+        assert!(p.invalid.is_some());
     }
 
     #[test]

@@ -11,8 +11,9 @@ use crate::capabilities::{Capability, Grants};
 use crate::money::payments::PaymentHeaders;
 use crate::reply::Reply;
 use crate::runtime::api::{self, Api, Served};
-use crate::runtime::host::{Ctx, FeeCtx, Limiter};
+use crate::runtime::host::{Caller, Ctx, FeeCtx, Limiter};
 use crate::runtime::routes::{Match, Route};
+use crate::runtime::status::PluginStatus;
 use crate::state::State;
 use crate::store::{RunAgain, run_again_on_conflict};
 use anyhow::{Context, Result, anyhow};
@@ -28,48 +29,7 @@ use wasmtime::{
     Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap, UpdateDeadline,
 };
 
-/// Bindings generated from `wit/`.
-pub mod bindings {
-    /// The `endpoint` world.
-    pub mod endpoint {
-        wasmtime::component::bindgen!({
-            path: "../wit",
-            world: "endpoint",
-            // A request's call can run on an async worker and yield there
-            // on epoch ticks ([`super::super::Runtime::handle_inline`]);
-            // off the workers, [`super::super::run_to_end`] finishes it.
-            // The imports that may wait are async: `dispatch.call`
-            // (another request), `payments.quote` and `payments.charge` (a
-            // fee component call on a blocking thread), and every import
-            // that may open a write request's transaction, which waits for
-            // the commit batch (storage, charges, signature checks that
-            // record the signature, escrow).
-            exports: { default: async },
-            imports: {
-                "marketplace:plugin/dispatch.call": async,
-                "marketplace:plugin/payments.quote": async,
-                "marketplace:plugin/payments.charge": async,
-                "marketplace:plugin/payments.charge-price": async,
-                "marketplace:plugin/auth.verify": async,
-                "marketplace:plugin/storage": async,
-                "marketplace:plugin/escrow": async,
-            },
-        });
-    }
-    /// The `fee-policy` world (sharing the `types` and `log` interfaces).
-    pub mod fees {
-        wasmtime::component::bindgen!({
-            path: "../wit",
-            world: "fee-policy",
-            with: {
-                "marketplace:plugin/types": super::endpoint::marketplace::plugin::types,
-                "marketplace:plugin/log": super::endpoint::marketplace::plugin::log,
-                "marketplace:plugin/settings": super::endpoint::marketplace::plugin::settings,
-            },
-        });
-    }
-}
-
+use crate::runtime::bindings;
 use bindings::endpoint::EndpointPre;
 use bindings::endpoint::marketplace::plugin::types as wit;
 use bindings::fees::{FeePolicy, FeePolicyPre};
@@ -140,28 +100,6 @@ struct Slot {
     loaded: Option<Arc<LoadedPlugin>>,
     /// Why the last load failed, if it did.
     error: Option<String>,
-}
-
-/// Status of one family for health/info/admin.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct PluginStatus {
-    pub family: String,
-    pub component: String,
-    pub version: String,
-    pub status: String,
-    pub hash: String,
-    pub loaded_at: String,
-    /// Capability names granted.
-    pub grants: Vec<String>,
-    /// Other keyspaces it may read.
-    pub reads: Vec<String>,
-    /// "METHOD pattern" of each route it serves.
-    pub routes: Vec<String>,
-    /// The interfaces its component imports (empty unless loaded).
-    pub imports: Vec<String>,
-    /// Why it is unavailable (its last load's failure), when it is.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
 }
 
 /// A family's status, borrowed from where the runtime keeps it
@@ -365,34 +303,6 @@ fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool) -> Reply {
     }
 }
 
-/// Who a request comes from: a client over HTTP (the default), or a
-/// plugin call that dispatched it (`dispatch.call`).
-#[derive(Clone, Default)]
-pub struct Caller {
-    /// Dispatched by a call that holds the commit batch, so this one is
-    /// treated as holding it too (it may not write, wait for a blocking
-    /// thread, or yield).
-    pub under_batch: bool,
-    /// Dispatches between this request and the client's (0: the client's
-    /// own); at most [`MAX_DISPATCH_DEPTH`].
-    pub depth: u8,
-    /// Runs again after losing races on a shared store (or was dispatched
-    /// by such a run): its writes take a commit batch of their own
-    /// ([`crate::store::group_commit::Pending::alone`]).
-    pub alone: bool,
-    /// The log budget of the client's request, shared by every call it
-    /// dispatches (None: a client's own request, with a budget of its own).
-    pub logged: Option<crate::runtime::host::LogBudget>,
-    /// The address of the client whose own request this is (None for a
-    /// dispatched one; see [`crate::runtime::long_calls`]).
-    pub client: Option<std::net::IpAddr>,
-}
-
-/// How deep dispatched requests may nest: a chain of families (or a
-/// writing route of one family) dispatching on and on ends here, with
-/// instances of the pool to spare.
-pub const MAX_DISPATCH_DEPTH: u8 = 4;
-
 /// A finished call's store, torn down when this drops (after the answer
 /// is made), the teardown timed into its family's histogram.
 struct Teardown<'a> {
@@ -410,12 +320,13 @@ impl Drop for Teardown<'_> {
 }
 
 impl Runtime {
-    pub fn new(state: Arc<State>, limits: Limits) -> Result<Runtime> {
+    /// A runtime serving `host_routes` (the host's own, `native::routes`)
+    /// beside the families it loads.
+    pub fn new(state: Arc<State>, limits: Limits, host_routes: Vec<Route>) -> Result<Runtime> {
         let config = &state.config;
         let plugins_dir = config.plugins_dir.clone();
         let cache_dir = &config.cache_path();
         let fee_settings = config.family_settings(FEES_FAMILY);
-        let host_routes = crate::runtime::native::routes(config.testing_routes);
         let mut wasm_config = wasmtime::Config::new();
         wasm_config.epoch_interruption(true);
         if let Some(mib) = config.memory_reservation_mib {
@@ -1401,7 +1312,7 @@ impl Runtime {
                 &self.state.ledger,
                 &view,
                 since_ms,
-                &mut payment,
+                &mut payment.x402,
                 replay_key.as_ref().map_or("", |r| r.public.as_str()),
                 &req.method,
                 &req.path,

@@ -52,14 +52,13 @@
 
 use super::key_filter::{KeyFilter, RowHash};
 use super::wal::{self, Wal};
-use super::{Backend, Overlay, StorageError, pg};
+use super::{Backend, Overlay, Settings, StorageError, pg};
 use redb::{Database, Durability, ReadTransaction, ReadableDatabase};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 use std::thread::Thread;
-use std::time::Duration;
 
 /// Most closed batches waiting for the write-ahead log: the member closing
 /// one more waits, still holding the lease, until the committer catches up.
@@ -67,39 +66,6 @@ const MAX_SEALED: usize = 4;
 /// Most closed batches not yet in the database (made durable while a
 /// checkpoint runs): bounds the memory they hold the same way.
 const MAX_HELD: usize = 256;
-
-/// How commits are grouped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Settings {
-    /// Off: every mutating request commits durably on its own.
-    pub enabled: bool,
-    /// Longest a member waits for its batch to be committed by a later
-    /// member before it commits the batch itself.
-    pub window: Duration,
-    /// Most requests in one batch.
-    pub max_batch: u64,
-}
-
-impl Settings {
-    /// How `config` groups commits.
-    pub fn of(config: &crate::config::Config) -> Settings {
-        Settings {
-            enabled: config.group_commit,
-            window: Duration::from_micros(config.commit_window_us),
-            max_batch: config.commit_max_batch,
-        }
-    }
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            enabled: true,
-            window: Duration::from_millis(2),
-            max_batch: 32,
-        }
-    }
-}
 
 #[derive(Default)]
 struct Slot {
@@ -1639,6 +1605,7 @@ mod tests {
     use super::*;
     use redb::{Database, TableDefinition};
     use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
 
     const T: TableDefinition<&[u8], &[u8]> = TableDefinition::new("t");
 

@@ -30,6 +30,39 @@ pub const MAX_SHARED_KEY_BYTES: usize = 2 * 1024;
 /// hold (shared with the plugins).
 pub use marketplace_common::{MAX_GET_MANY, MAX_VALUE_BYTES};
 
+/// How commits are grouped (see [`group_commit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// Off: every mutating request commits durably on its own.
+    pub enabled: bool,
+    /// Longest a member waits for its batch to be committed by a later
+    /// member before it commits the batch itself.
+    pub window: std::time::Duration,
+    /// Most requests in one batch.
+    pub max_batch: u64,
+}
+
+impl Settings {
+    /// How `config` groups commits.
+    pub fn of(config: &crate::config::Config) -> Settings {
+        Settings {
+            enabled: config.group_commit,
+            window: std::time::Duration::from_micros(config.commit_window_us),
+            max_batch: config.commit_max_batch,
+        }
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            enabled: true,
+            window: std::time::Duration::from_millis(2),
+            max_batch: 32,
+        }
+    }
+}
+
 /// The host's table of its own settings and marks (upgrades done, the
 /// write-ahead log's position, the shared store's keys).
 pub const META_TABLE: &str = "host:meta";
@@ -414,7 +447,7 @@ impl Storage {
     /// Open (or create) the database and make sure every table exists;
     /// apply what its write-ahead log holds beyond it (batches made durable
     /// there before a crash), then start the log again.
-    pub fn open(path: &Path, commit: group_commit::Settings) -> Result<Storage> {
+    pub fn open(path: &Path, commit: Settings) -> Result<Storage> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
@@ -468,13 +501,13 @@ impl Storage {
         schema: &str,
         connections: usize,
         timeout: std::time::Duration,
-        commit: group_commit::Settings,
+        commit: Settings,
     ) -> Result<Storage> {
         let store = pg::PgStore::open(url, schema, connections, timeout)?;
         Ok(Self::on(Backend::Pg(store), commit, None))
     }
 
-    fn on(backend: Backend, commit: group_commit::Settings, wal: Option<wal::Wal>) -> Storage {
+    fn on(backend: Backend, commit: Settings, wal: Option<wal::Wal>) -> Storage {
         Storage {
             gc: GroupCommit::new(backend.clone(), commit, wal),
             backend,
@@ -1539,11 +1572,7 @@ impl Txn {
 #[cfg(test)]
 pub(crate) fn temp_storage() -> (tempfile::TempDir, Storage) {
     let dir = tempfile::tempdir().unwrap();
-    let s = Storage::open(
-        &dir.path().join("db.redb"),
-        group_commit::Settings::default(),
-    )
-    .unwrap();
+    let s = Storage::open(&dir.path().join("db.redb"), Settings::default()).unwrap();
     (dir, s)
 }
 

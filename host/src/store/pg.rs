@@ -948,8 +948,7 @@ impl super::Kv for PgRead {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use crate::store::group_commit::Settings;
-    use crate::store::{Kv, Packed, Storage, StorageError};
+    use crate::store::{Kv, Packed, Settings, Storage, StorageError};
     use std::sync::Arc;
 
     /// The throwaway cluster of `cargo xtask test`, or None (skipped, unless

@@ -6,15 +6,41 @@
 //! routes are targets only where they write; dispatched requests nest at
 //! most [`MAX_DISPATCH_DEPTH`] deep.
 
-use super::{Ctx, off_the_worker};
+use super::{Ctx, Serving, off_the_worker};
 use crate::capabilities::Capability;
 use crate::money::payments::{PaymentHeaders, PaymentReader};
 use crate::reply::Reply;
-use crate::runtime::Runtime;
 use crate::runtime::bindings::endpoint::marketplace::plugin::{dispatch, types};
-use crate::runtime::engine::MAX_DISPATCH_DEPTH;
 use crate::runtime::routes::{Handler, Match};
 use std::sync::Arc;
+
+/// Who a request comes from: a client over HTTP (the default), or a
+/// plugin call that dispatched it (`dispatch.call`).
+#[derive(Clone, Default)]
+pub struct Caller {
+    /// Dispatched by a call that holds the commit batch, so this one is
+    /// treated as holding it too (it may not write, wait for a blocking
+    /// thread, or yield).
+    pub under_batch: bool,
+    /// Dispatches between this request and the client's (0: the client's
+    /// own); at most [`MAX_DISPATCH_DEPTH`].
+    pub depth: u8,
+    /// Runs again after losing races on a shared store (or was dispatched
+    /// by such a run): its writes take a commit batch of their own
+    /// ([`crate::store::group_commit::Pending::alone`]).
+    pub alone: bool,
+    /// The log budget of the client's request, shared by every call it
+    /// dispatches (None: a client's own request, with a budget of its own).
+    pub logged: Option<super::LogBudget>,
+    /// The address of the client whose own request this is (None for a
+    /// dispatched one; see [`crate::runtime::long_calls`]).
+    pub client: Option<std::net::IpAddr>,
+}
+
+/// How deep dispatched requests may nest: a chain of families (or a
+/// writing route of one family) dispatching on and on ends here, with
+/// instances of the pool to spare.
+pub const MAX_DISPATCH_DEPTH: u8 = 4;
 
 impl dispatch::Host for Ctx {
     async fn call(&mut self, req: types::Request) -> types::Response {
@@ -30,16 +56,14 @@ impl dispatch::Host for Ctx {
         let started = std::time::Instant::now();
         let reply = match self.target(req) {
             Err(reply) => reply,
-            Ok(Target::Host(rt, name, body))
-                if in_place || crate::runtime::native::runs_inline(&rt, name) =>
-            {
-                crate::runtime::native::handle(&rt, name, &body)
+            Ok(Target::Host(rt, name, body)) if in_place || rt.host_runs_inline(name) => {
+                rt.handle_host(name, &body)
             }
-            Ok(Target::Host(rt, name, body)) => off_the_worker(name, move || {
-                crate::runtime::native::handle(&rt, name, &body)
-            })
-            .await
-            .unwrap_or_else(|failed| failed),
+            Ok(Target::Host(rt, name, body)) => {
+                off_the_worker(name, move || rt.handle_host(name, &body))
+                    .await
+                    .unwrap_or_else(|failed| failed)
+            }
             Ok(Target::Family(rt, family, req, payment, writes)) => {
                 let payment = *payment;
                 let from = self.as_caller();
@@ -55,14 +79,14 @@ impl dispatch::Host for Ctx {
                 } else if writes {
                     // As a client's write: the caller's client going away
                     // does not cancel it halfway.
-                    rt.write_as_task(&family, req, payment, from, tracing::Span::current())
+                    rt.write_as_task(family.clone(), req, payment, from, tracing::Span::current())
                         .await
                         .unwrap_or_else(|e| {
                             tracing::error!(family = %family, "a dispatched write failed: {e}");
                             Reply::error(500, "internal", "internal error")
                         })
                 } else {
-                    Box::pin(rt.handle_inline(&family, req, payment, writes, from)).await
+                    rt.handle_inline(family, req, payment, writes, from).await
                 }
             }
         };
@@ -87,11 +111,11 @@ impl dispatch::Host for Ctx {
 /// What a dispatched request runs.
 enum Target {
     /// A host handler, its request body.
-    Host(Arc<Runtime>, &'static str, Vec<u8>),
+    Host(Arc<dyn Serving>, &'static str, Vec<u8>),
     /// A family's route: the family, the routed request, its payment,
     /// whether it writes.
     Family(
-        Arc<Runtime>,
+        Arc<dyn Serving>,
         String,
         types::Request,
         Box<PaymentHeaders>,

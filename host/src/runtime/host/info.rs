@@ -33,7 +33,7 @@ impl host::Host for Ctx {
 
     fn plugins(&mut self) -> Vec<host::PluginStatus> {
         let Some(rt) = &self.rt else { return vec![] };
-        rt.statuses_with(false)
+        rt.statuses()
             .into_iter()
             .map(|s| host::PluginStatus {
                 family: s.family,

@@ -20,6 +20,7 @@ mod settings;
 mod storage;
 mod upstream;
 
+pub use dispatch::{Caller, MAX_DISPATCH_DEPTH};
 pub use fees::FeeCtx;
 pub use log::LogBudget;
 
@@ -27,11 +28,82 @@ use crate::capabilities::{Capability, Grants};
 use crate::money::ledger::Derivation;
 use crate::money::payments::{Charge, PaymentHeaders, RetryKey};
 use crate::reply::Reply;
-use crate::runtime::Runtime;
+use crate::runtime::api::Served;
 use crate::runtime::bindings::endpoint::marketplace::plugin::{auth as wit_auth, types};
 use crate::runtime::limiter::CallLimiter;
+use crate::runtime::routes::Match;
+use crate::runtime::status::PluginStatus;
+use crate::state::State;
 use crate::store::{RunAgain, StorageError, Txn};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+
+/// What the host interfaces ask of the runtime that serves their call,
+/// beyond its state (configuration, storage, ledger, ids, clock: the
+/// [`State`] it derefs to): the route table and the families' statuses
+/// and grants, the fee component's prices, and running a request a call
+/// dispatches. The runtime implements it (`runtime::serving`), above the
+/// interfaces, which know it only by this: so they import nothing above
+/// themselves, though a dispatched request runs through the runtime again.
+pub trait Serving: std::ops::Deref<Target = State> + Send + Sync {
+    /// The state (`&**rt` for a `&Arc<dyn Serving>`).
+    fn state(&self) -> &State {
+        self
+    }
+    /// The route table and OpenAPI document in force.
+    fn served(&self) -> Arc<Served>;
+    /// The route `method` and `path` reach.
+    fn find(&self, method: &str, path: &str) -> Match;
+    /// Whether `family` was granted `capability`.
+    fn granted(&self, family: &str, capability: Capability) -> bool;
+    /// Whether `family` is configured (its keyspace exists).
+    fn configured(&self, family: &str) -> bool;
+    /// Every family's status, without the details only admins see.
+    fn statuses(&self) -> Vec<PluginStatus>;
+    /// The price of `action` (`basis`: the amount it is a share of), from
+    /// the fee component.
+    fn fee_quote(&self, action: &str, basis: Option<u64>) -> Result<u64, Reply>;
+    /// That price as the fee component last gave it, if it is kept.
+    fn cached_quote(&self, action: &str, basis: Option<u64>) -> Option<u64>;
+    /// The fee component's policy name.
+    fn fee_policy(&self) -> String;
+    /// Whether a request (`write`: of a writing route) may run on an
+    /// async worker.
+    fn runs_inline(&self, write: bool) -> bool;
+    /// Whether the host's own route `name` answers on an async worker.
+    fn host_runs_inline(&self, name: &str) -> bool;
+    /// Run the host's own route `name`.
+    fn handle_host(self: Arc<Self>, name: &str, body: &[u8]) -> Reply;
+    /// Run a family's request to its end on this thread (off the workers).
+    fn handle_from(
+        self: Arc<Self>,
+        family: &str,
+        req: types::Request,
+        payment: PaymentHeaders,
+        write: bool,
+        from: Caller,
+    ) -> Reply;
+    /// Run a family's request on an async worker.
+    fn handle_inline(
+        self: Arc<Self>,
+        family: String,
+        req: types::Request,
+        payment: PaymentHeaders,
+        write: bool,
+        from: Caller,
+    ) -> Pin<Box<dyn Future<Output = Reply> + Send>>;
+    /// Run a family's write as a task of its own on the workers, in
+    /// `span` (see `engine::Runtime::write_as_task`). Err: the task panicked.
+    fn write_as_task(
+        self: Arc<Self>,
+        family: String,
+        req: types::Request,
+        payment: PaymentHeaders,
+        from: Caller,
+        span: tracing::Span,
+    ) -> Pin<Box<dyn Future<Output = Result<Reply, tokio::task::JoinError>> + Send>>;
+}
 
 /// Run `f` on a blocking thread, in this request's span: the part of an
 /// inline call (on an async worker) that may wait. `Err` is the 500 for a
@@ -61,7 +133,7 @@ pub trait Limiter: Send + 'static {
 /// Store data of one endpoint-plugin call.
 pub struct Ctx {
     /// None for the inert context of a smoke call.
-    rt: Option<Arc<Runtime>>,
+    rt: Option<Arc<dyn Serving>>,
     family: String,
     /// What the family may do beyond its own keyspace.
     grants: Arc<Grants>,
@@ -147,7 +219,7 @@ fn commit_failed(family: &str, e: &StorageError) {
 
 impl Ctx {
     pub fn new(
-        rt: Arc<Runtime>,
+        rt: Arc<dyn Serving>,
         family: &str,
         grants: Arc<Grants>,
         write: bool,
@@ -306,12 +378,12 @@ impl Ctx {
                     &rt.ledger,
                     &txn,
                     rt.replays_kept_since_ms(),
-                    &self.payment,
+                    &self.payment.x402,
                     self.charged.as_ref(),
                 ) {
                     // Upstream mode: this request's payment was swapped;
                     // its hold goes back to its payer as a refund.
-                    return self.give_kept(&rt, txn, kept).await;
+                    return self.give_kept(&*rt, txn, kept).await;
                 }
                 // Upstream mode: fee and change are made at the upstream
                 // before the commit that settles them.
@@ -345,13 +417,13 @@ impl Ctx {
             (Some(Txn::Write(txn)), Some(rt))
                 if self.replay_key.is_some() || self.payment.x402.keys.is_some() =>
             {
-                let kept = self.kept_meanwhile(&rt, &txn);
+                let kept = self.kept_meanwhile(&*rt, &txn);
                 if txn.conflicted() {
                     // The lookup lost a race (shared store): run again.
                     return Err(RunAgain);
                 }
                 match kept {
-                    Some(kept) => self.give_kept(&rt, txn, kept).await,
+                    Some(kept) => self.give_kept(&*rt, txn, kept).await,
                     None => {
                         drop(txn);
                         Ok(self.refund_upstream(reply))
@@ -375,7 +447,7 @@ impl Ctx {
     /// (after the transaction, and its lease, are gone).
     async fn give_kept(
         &mut self,
-        rt: &Runtime,
+        rt: &dyn Serving,
         txn: crate::store::WriteTxn,
         kept: Reply,
     ) -> Result<Reply, RunAgain> {
@@ -393,9 +465,11 @@ impl Ctx {
     /// The answer an identical paid request (by its x402 payment
     /// identifier, else by its secret and request) committed while this
     /// one ran, as seen in this request's transaction.
-    fn kept_meanwhile(&self, rt: &Runtime, txn: &impl crate::store::Kv) -> Option<Reply> {
+    fn kept_meanwhile(&self, rt: &dyn Serving, txn: &impl crate::store::Kv) -> Option<Reply> {
         let since_ms = rt.replays_kept_since_ms();
-        if let Some(kept) = crate::money::x402::kept_for(&rt.ledger, txn, since_ms, &self.payment) {
+        if let Some(kept) =
+            crate::money::x402::kept_for(&rt.ledger, txn, since_ms, &self.payment.x402)
+        {
             tracing::info!(family = %self.family, "same payment identifier answered meanwhile: its stored response");
             return Some(kept);
         }
@@ -430,7 +504,7 @@ impl Ctx {
                 )
                 .and_then(|_| {
                     // Also under its x402 payment identifier, if it has one.
-                    crate::money::x402::record(txn, &self.payment, reply, &self.issued, now_ms)
+                    crate::money::x402::record(txn, &self.payment.x402, reply, &self.issued, now_ms)
                 })
                 .map_err(|e| StorageError::Internal(e.to_string()))
             }
@@ -446,13 +520,13 @@ impl Ctx {
     }
 
     /// The request's write transaction (refused in read-only requests).
-    fn write_txn(&mut self) -> Result<(&Runtime, &crate::store::WriteTxn), types::Refusal> {
+    fn write_txn(&mut self) -> Result<(&dyn Serving, &crate::store::WriteTxn), types::Refusal> {
         self.must_write()?;
         if let Err(e) = self.txn() {
             return Err(self.internal(&e.to_string()));
         }
         match (&self.rt, &self.txn) {
-            (Some(rt), Some(Txn::Write(t))) => Ok((rt, t)),
+            (Some(rt), Some(Txn::Write(t))) => Ok((&**rt, t)),
             _ => Err(self.internal("no write transaction")),
         }
     }
@@ -478,7 +552,7 @@ impl Ctx {
         Err(refusal(Reply::error(500, "internal", "internal error")))
     }
 
-    /// Open an inline write's transaction (see [`Runtime::runs_inline`])
+    /// Open an inline write's transaction (see [`Serving::runs_inline`])
     /// without holding its worker: the wait for the commit batch is the
     /// task's. Every import that may open a write transaction calls this
     /// first; elsewhere (a blocking thread, or a read) [`Ctx::txn`] opens
@@ -515,7 +589,7 @@ impl Ctx {
 
     /// Record who dispatched this call, if a call did: one that holds the
     /// commit batch makes this one hold it too.
-    pub fn dispatched_by(&mut self, from: crate::runtime::engine::Caller) {
+    pub fn dispatched_by(&mut self, from: Caller) {
         self.depth = from.depth;
         self.alone = from.alone;
         if let Some(logged) = from.logged {
@@ -528,8 +602,8 @@ impl Ctx {
     }
 
     /// Who this call is to a request it dispatches.
-    fn as_caller(&self) -> crate::runtime::engine::Caller {
-        crate::runtime::engine::Caller {
+    fn as_caller(&self) -> Caller {
+        Caller {
             under_batch: self.holds_batch(),
             depth: self.depth.saturating_add(1),
             alone: self.alone,

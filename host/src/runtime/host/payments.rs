@@ -1,12 +1,12 @@
 //! `payments` (capability `payments`): quote an action and charge the
 //! caller from the request's payment headers (HTTP 402 otherwise).
 
+use super::Serving;
 use super::{Ctx, off_the_worker, refusal};
 use crate::capabilities::Capability;
 use crate::money::ledger::SecretError;
 use crate::money::payments::ESCROW_ACTIONS;
 use crate::reply::Reply;
-use crate::runtime::Runtime;
 use crate::runtime::bindings::endpoint::marketplace::plugin::{payments, types};
 use std::sync::Arc;
 
@@ -41,7 +41,7 @@ impl Ctx {
             // the first, or the same payment identifier): its answer is
             // kept in the same commit as the spend, and the charge's
             // failure path gives it.
-            Err(SecretError::Spent) if self.kept_meanwhile(rt, &read).is_some() => None,
+            Err(SecretError::Spent) if self.kept_meanwhile(&**rt, &read).is_some() => None,
             Err(e) => Some(refusal(crate::money::payments::secret_refused(
                 e, action, price,
             ))),
@@ -111,7 +111,7 @@ impl Ctx {
 /// blocking threads may all be waiting for that batch. (Takes no `Ctx`:
 /// its future crosses an await, and a `&Ctx` is not `Send`.)
 async fn quote_of(
-    rt: Option<Arc<Runtime>>,
+    rt: Option<Arc<dyn Serving>>,
     elsewhere: bool,
     action: String,
     basis: Option<u64>,

@@ -25,7 +25,7 @@ impl Ctx {
             None => Ok(self.family.clone()),
             Some(k) if k == self.family || self.grants.reads.contains(&k) => Ok(k),
             Some(k) => {
-                let known = self.rt.as_ref().is_some_and(|rt| rt.grants(&k).is_some());
+                let known = self.rt.as_ref().is_some_and(|rt| rt.configured(&k));
                 if known {
                     tracing::warn!(family = %self.family, keyspace = %k, "read of a keyspace not granted: refused");
                     Err(storage::StorageError::Forbidden(k))

@@ -59,7 +59,7 @@ impl Ctx {
         let started = Instant::now();
         let taken = upstream::charge(
             &up,
-            &*rt.state,
+            rt.state(),
             &self.payment,
             &action,
             price,
@@ -91,7 +91,7 @@ impl Ctx {
             return Ok(());
         };
         match self.upstream.as_mut() {
-            Some(held) => upstream::settle(&up, &*rt.state, txn, held),
+            Some(held) => upstream::settle(&up, rt.state(), txn, held),
             None => Ok(()),
         }
     }
@@ -104,7 +104,7 @@ impl Ctx {
         };
         self.txn = None;
         if let Some(rt) = &self.rt {
-            upstream::refund_into(&*rt.state, &held, &mut reply);
+            upstream::refund_into(rt.state(), &held, &mut reply);
         }
         reply
     }
