@@ -2191,6 +2191,33 @@ fn a_keyed_mint_repeats_its_secret_and_mints_once() {
         assert!(issue.starts_with(says), "{body}: {}", r.text());
     }
     assert_eq!(s.metric("marketplace_ledger_minted_units"), 700_000_000);
+    // A member the route does not know (a misspelled key would mint again
+    // on every retry) and a body that is no JSON object are refused.
+    for (body, field) in [
+        (
+            r#"{"amount": "1", "idempotencyKey": "order-43"}"#,
+            "idempotencyKey",
+        ),
+        (r#"{"amount": "1", "extra": 1}"#, "extra"),
+        ("notjson", "body"),
+        (r#"["amount", "1"]"#, "body"),
+    ] {
+        let auth = format!("Bearer {ADMIN_TOKEN}");
+        let r = common::request(
+            s.admin,
+            "POST",
+            "/admin/cash/mint",
+            &[("authorization", &auth)],
+            Some(body.as_bytes()),
+        );
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_request"),
+            "{body}"
+        );
+        assert_eq!(r.json()["details"][0]["field"], field, "{body}");
+    }
+    assert_eq!(s.metric("marketplace_ledger_minted_units"), 700_000_000);
 
     // The CLI, through the admin listener: the same secret again.
     let admin = format!("http://{}", s.admin);
@@ -2232,6 +2259,73 @@ fn a_keyed_mint_repeats_its_secret_and_mints_once() {
     });
     assert_eq!(d.metric("marketplace_ledger_minted_units"), 200_000_000);
     assert_eq!(d.cash_state(&first), (json!(false), json!("2")));
+}
+
+/// With `server_key` configured there is no `server.key` file: the offline
+/// mint derives under the configured key as the server does (the same
+/// idempotency key gives the same secret through either), makes no key
+/// file of its own, and backups, online and offline, hold that key.
+#[test]
+fn a_configured_server_key_is_the_one_minted_under_and_backed_up() {
+    if common::skip_on_postgres(
+        "a_configured_server_key_is_the_one_minted_under_and_backed_up",
+        "backups and the offline mint are of the embedded store",
+    ) {
+        return;
+    }
+    let hex = "5a".repeat(32);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let env = [("MARKETPLACE_SERVER_KEY", hex.as_str())];
+    let mint = |extra: &[&str]| {
+        let out = run(
+            &[&["cash", "mint", "1", "--idempotency-key", "same-1"], extra].concat(),
+            &env,
+            Duration::from_secs(60),
+        );
+        assert!(out.status.success(), "{out:?}");
+        text(&out.stdout).trim().to_string()
+    };
+    let offline = mint(&["--data-dir", dir.to_str().unwrap()]);
+    assert!(!dir.join("server.key").exists(), "a key file was made");
+
+    let mut s = Server::with(Options {
+        data_dir: Some(dir.clone()),
+        env: vec![("MARKETPLACE_SERVER_KEY".into(), hex.clone())],
+        ..Options::default()
+    });
+    let admin = format!("http://{}", s.admin);
+    let online = mint(&["--admin", &admin, "--token", ADMIN_TOKEN]);
+    assert_eq!(online, offline, "one key, one secret");
+    assert_eq!(s.metric("marketplace_ledger_minted_units"), 100_000_000);
+
+    let file = tmp.path().join("online.tar");
+    let out = online_backup(&s, &file);
+    assert!(out.status.success(), "{out:?}\n{}", s.log_text());
+    s.stop();
+    let out = run(
+        &[
+            "backup",
+            "--to",
+            tmp.path().join("offline.tar").to_str().unwrap(),
+            "--data-dir",
+            dir.to_str().unwrap(),
+        ],
+        &env,
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "{out:?}");
+    for name in ["online.tar", "offline.tar"] {
+        let restored = tmp.path().join(format!("restored-{name}"));
+        let out = restore(&tmp.path().join(name), &restored);
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(
+            std::fs::read_to_string(restored.join("server.key")).unwrap(),
+            hex,
+            "{name}"
+        );
+    }
+    assert!(!dir.join("server.key").exists());
 }
 
 // ------------------------------------------ what a start tells the operator

@@ -5,7 +5,8 @@
 //!   by table inside one read transaction (so it is exactly the committed
 //!   state at one instant, taken while the server keeps serving);
 //! - `server.key`: the key every change, payout and refund secret is
-//!   derived from. The database keeps only public hashes and derivations,
+//!   derived from (the data dir's, or the configured `server_key`). The
+//!   database keeps only public hashes and derivations,
 //!   so a database restored without its key cannot pay out what it owes
 //!   (its kept answers answer 409): the two must be kept together;
 //! - `arbiter.key` when the arbiter key was generated into the data dir;
@@ -26,13 +27,19 @@ use std::io::Write;
 use std::path::Path;
 
 const DB: &str = "marketplace.redb";
-const KEYS: &[&str] = &["server.key", "arbiter.key"];
+const SERVER_KEY: &str = "server.key";
+const ARBITER_KEY: &str = "arbiter.key";
 const UPLOADS: &str = "uploads";
 const MANIFEST: &str = "backup.json";
 
-/// Write a backup of the live `storage` (data dir `data_dir`) to `out`;
-/// returns the bytes written.
-pub fn snapshot(storage: &Storage, data_dir: &Path, out: &mut dyn Write) -> Result<u64> {
+/// Write a backup of the live `storage` (data dir `data_dir`, server key
+/// `server_key`, 64 hex) to `out`; returns the bytes written.
+pub fn snapshot(
+    storage: &Storage,
+    data_dir: &Path,
+    server_key: &str,
+    out: &mut dyn Write,
+) -> Result<u64> {
     let tmp = tempfile::Builder::new()
         .prefix(".backup-")
         .tempdir_in(data_dir)
@@ -47,13 +54,12 @@ pub fn snapshot(storage: &Storage, data_dir: &Path, out: &mut dyn Write) -> Resu
     };
     // What the archive holds besides the manifest, read once to be hashed
     // (the database is hashed from its file, then streamed).
-    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
-    for key in KEYS {
-        match std::fs::read(data_dir.join(key)) {
-            Ok(bytes) => files.push((key.to_string(), bytes)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && *key != "server.key" => {}
-            Err(e) => return Err(e).with_context(|| format!("reading {key}")),
-        }
+    let mut files: Vec<(String, Vec<u8>)> = vec![(SERVER_KEY.into(), server_key.into())];
+    match std::fs::read(data_dir.join(ARBITER_KEY)) {
+        Ok(bytes) => files.push((ARBITER_KEY.into(), bytes)),
+        // Configured (`arbiter_key`), not generated into the data dir.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("reading {ARBITER_KEY}")),
     }
     if let Ok(entries) = std::fs::read_dir(data_dir.join(UPLOADS)) {
         for entry in entries.flatten() {
@@ -120,9 +126,10 @@ pub fn offline(config: &Config, to: &Path) -> Result<u64> {
         "no database at {}",
         config.db_path().display()
     );
+    let key = crate::state::embedded_server_key(config)?;
     let storage = crate::state::open_embedded(config)
         .context("opening the database (is the server running? then use --admin URL)")?;
-    write_atomically(to, |f| snapshot(&storage, &config.data_dir, f))
+    write_atomically(to, |f| snapshot(&storage, &config.data_dir, &key, f))
 }
 
 /// Write `to` through `f` into a temp file beside it (0600), fsync, then
@@ -224,7 +231,7 @@ fn unpack(input: File, dir: &Path) -> Result<()> {
         }
         let allowed = name == DB
             || name == MANIFEST
-            || KEYS.contains(&name.as_str())
+            || [SERVER_KEY, ARBITER_KEY].contains(&name.as_str())
             || name
                 .strip_prefix("uploads/")
                 .is_some_and(|n| !n.is_empty() && !n.contains('/') && !n.starts_with('.'));
@@ -238,8 +245,8 @@ fn unpack(input: File, dir: &Path) -> Result<()> {
             unpacked.push(name.clone());
         }
         seen_db |= name == DB;
-        seen_key |= name == "server.key";
-        seen_arbiter |= name == "arbiter.key";
+        seen_key |= name == SERVER_KEY;
+        seen_arbiter |= name == ARBITER_KEY;
         let target = dir.join(&name);
         if let Some(parent) = target.parent() {
             crate::state::create_private_dir(parent)?;
@@ -368,6 +375,50 @@ mod tests {
         (data, storage)
     }
 
+    /// The server key of a data dir that has its own `server.key`.
+    fn key_of(data: &Path) -> String {
+        std::fs::read_to_string(data.join(SERVER_KEY)).unwrap()
+    }
+
+    #[test]
+    fn an_offline_backup_holds_the_configured_server_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let hex = "1f".repeat(32);
+        let config = Config {
+            data_dir: dir.path().join("data"),
+            server_key: Some(hex.clone()),
+            ..Config::default()
+        };
+        {
+            let storage = crate::state::open_embedded(&config).unwrap();
+            let ledger = crate::state::embedded_ledger(&config).unwrap();
+            let txn = storage.begin_write().unwrap();
+            ledger.mint(&txn, 5).unwrap();
+            storage.commit(txn).unwrap();
+        }
+        assert!(!config.data_dir.join(SERVER_KEY).exists());
+        let file = dir.path().join("b.tar");
+        offline(&config, &file).unwrap();
+        let restored = dir.path().join("restored");
+        restore(&file, &restored).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(restored.join(SERVER_KEY)).unwrap(),
+            hex
+        );
+        // Neither configured nor in the data dir: no backup, and no key
+        // made up for it.
+        let bare = Config {
+            server_key: None,
+            ..config.clone()
+        };
+        let err = offline(&bare, &dir.path().join("c.tar")).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("no server_key is configured"),
+            "{err:#}"
+        );
+        assert!(!bare.data_dir.join(SERVER_KEY).exists());
+    }
+
     #[test]
     fn a_backup_restores_into_a_new_dir_with_its_keys() {
         let dir = tempfile::tempdir().unwrap();
@@ -376,7 +427,7 @@ mod tests {
         txn.put_in("kv:notes", b"k", b"v").unwrap();
         storage.commit(txn).unwrap();
         let file = dir.path().join("b.tar");
-        write_atomically(&file, |f| snapshot(&storage, &data, f)).unwrap();
+        write_atomically(&file, |f| snapshot(&storage, &data, &key_of(&data), f)).unwrap();
         let restored = dir.path().join("restored");
         restore(&file, &restored).unwrap();
         assert_eq!(
@@ -475,7 +526,7 @@ mod tests {
         let (data, storage) = data_dir_with_cash(dir.path());
         crate::auth::Arbiter::open(&data, None).unwrap();
         let good = dir.path().join("good.tar");
-        write_atomically(&good, |f| snapshot(&storage, &data, f)).unwrap();
+        write_atomically(&good, |f| snapshot(&storage, &data, &key_of(&data), f)).unwrap();
         let original = entries(&good);
         // An entry changed without its digest (damage, tampering)...
         let tampered = |name: &str, bytes: &[u8]| -> Entries {

@@ -61,10 +61,7 @@ impl State {
                 crate::auth::Arbiter::open(&config.data_dir, Some(&arbiter_key))?,
             )
         } else {
-            let ledger = match &config.server_key {
-                Some(hex) => Ledger::from_hex(hex)?,
-                None => Ledger::open(&config.data_dir)?,
-            };
+            let ledger = embedded_ledger(&config)?;
             let arbiter =
                 crate::auth::Arbiter::open(&config.data_dir, config.arbiter_key.as_deref())?;
             keys_in_use(
@@ -150,7 +147,40 @@ pub fn open_embedded(config: &Config) -> Result<Storage> {
     private_dir(&config.data_dir)?;
     let storage = Storage::open(&config.db_path(), Settings::of(config))?;
     private_file(&config.db_path())?;
+    // The write-ahead log's segments hold the requests' writes as the
+    // database does (made 0600; tightened here whatever a copy left).
+    for file in crate::store::wal::files(&config.db_path()) {
+        tighten(&file);
+    }
     Ok(storage)
+}
+
+/// The ledger of an embedded store: under the configured `server_key`, or
+/// the data dir's `server.key` (made on first use), for `serve` and the
+/// offline commands alike, so that both derive the same secrets.
+pub fn embedded_ledger(config: &Config) -> Result<Ledger> {
+    match &config.server_key {
+        Some(hex) => Ledger::from_hex(hex),
+        None => Ledger::open(&config.data_dir),
+    }
+}
+
+/// The server key of an embedded store's data dir as a backup holds it
+/// (64 hex): the configured `server_key`, else the data dir's
+/// `server.key`, which must exist (a backup never makes a key: one made
+/// now would not be the key the database's secrets derive from).
+pub fn embedded_server_key(config: &Config) -> Result<String> {
+    if let Some(hex) = &config.server_key {
+        return Ok(Ledger::from_hex(hex)?.key_hex());
+    }
+    let path = config.data_dir.join("server.key");
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "reading {} (and no server_key is configured)",
+            path.display()
+        )
+    })?;
+    Ok(Ledger::from_hex(&text)?.key_hex())
 }
 
 /// Create the data dir readable by the owner only (0700), or tighten it:
@@ -379,4 +409,43 @@ fn private_file(path: &std::path::Path) -> Result<()> {
             .with_context(|| format!("making {} private (0600)", path.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn an_open_makes_the_database_and_its_log_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            data_dir: dir.path().join("data"),
+            ..Config::default()
+        };
+        drop(open_embedded(&config).unwrap());
+        let mut files = crate::store::wal::files(&config.db_path());
+        assert!(!files.is_empty(), "the log has a segment");
+        // A copy that left them readable by others, and a spare.
+        let spare = config.data_dir.join("marketplace.redb-wal.spare");
+        std::fs::write(&spare, b"").unwrap();
+        files.extend([config.db_path(), spare]);
+        for f in &files {
+            std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        drop(open_embedded(&config).unwrap());
+        // Every file of the data dir: the database, the log's segments
+        // (the spare may have become one).
+        let now: Vec<_> = std::fs::read_dir(&config.data_dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_file())
+            .collect();
+        assert!(now.len() >= 2, "{now:?}");
+        for f in now {
+            let mode = std::fs::metadata(&f).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}", f.display());
+        }
+    }
 }

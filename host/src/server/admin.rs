@@ -281,7 +281,8 @@ async fn backup(app: Arc<App>) -> Response<AdminBody> {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
     tokio::task::spawn_blocking(move || {
         let mut out = std::io::BufWriter::with_capacity(64 << 10, Chunks(tx.clone()));
-        let written = crate::backup::snapshot(&app.storage, &app.config.data_dir, &mut out)
+        let key = app.state.ledger.key_hex();
+        let written = crate::backup::snapshot(&app.storage, &app.config.data_dir, &key, &mut out)
             .and_then(|n| Ok(out.flush().map(|()| n)?));
         // Never flush what an error left in the buffer after the error.
         let _ = out.into_parts();
@@ -572,7 +573,30 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
         }
         ("GET", ["admin", "cash", "upstream-fees"]) => crate::money::upstream::fees(&*app.state),
         ("POST", ["admin", "cash", "mint"]) => {
-            let request = serde_json::from_slice::<serde_json::Value>(body).unwrap_or_default();
+            // A member this route does not know is refused, not ignored: a
+            // misspelled `idempotency_key` would mint again on a retry.
+            let request = match serde_json::from_slice::<serde_json::Value>(body) {
+                Ok(serde_json::Value::Object(members)) => {
+                    if let Some(other) = members
+                        .keys()
+                        .find(|k| !["amount", "idempotency_key"].contains(&k.as_str()))
+                    {
+                        return Reply::invalid(
+                            other,
+                            "is not a member of a mint: the body is {\"amount\": \"<decimal>\", \"idempotency_key\": \"<key>\"} (the key optional)",
+                        );
+                    }
+                    serde_json::Value::Object(members)
+                }
+                Ok(serde_json::Value::Null) => serde_json::Value::Null,
+                _ if body.iter().all(u8::is_ascii_whitespace) => serde_json::Value::Null,
+                _ => {
+                    return Reply::invalid(
+                        "body",
+                        "must be a JSON object: {\"amount\": \"<decimal>\", \"idempotency_key\": \"<key>\"}",
+                    );
+                }
+            };
             let amount = match request.get("amount") {
                 Some(serde_json::Value::String(a)) => a,
                 // A number is refused, not read: 0.1 as a JSON number is

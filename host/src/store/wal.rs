@@ -95,6 +95,14 @@ pub fn path_for(db: &Path) -> PathBuf {
     db.with_file_name(name)
 }
 
+/// Every file of the log of the database at `db` (its segments, the spare,
+/// any kept aside as damaged): what the data dir's owner alone may read.
+pub fn files(db: &Path) -> Vec<PathBuf> {
+    files_of(&path_for(db))
+        .map(|files| files.into_iter().map(|(_, path)| path).collect())
+        .unwrap_or_default()
+}
+
 /// The files beside the log at `base` whose names continue its own
 /// (`{base}.{rest}`), as `(rest, path)`; none when the directory is not
 /// there.
@@ -494,6 +502,14 @@ impl Wal {
         let file = options
             .open(&path)
             .with_context(|| format!("creating {}", path.display()))?;
+        // The spare keeps its mode through the rename: owner-only all the
+        // same (it holds requests' writes).
+        #[cfg(unix)]
+        if reused {
+            use std::os::unix::fs::PermissionsExt;
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))
+                .with_context(|| format!("making {} private (0600)", path.display()))?;
+        }
         // The new name must last, or a crash could lose the records
         // synced into it.
         if let Some(dir) = path.parent() {
