@@ -1368,6 +1368,13 @@ fn metrics_are_served_to_the_operator_and_count_what_happened() {
         common::request(metrics_addr, "GET", "/admin/plugins", &[], None).status,
         404
     );
+    let r = common::request(metrics_addr, "POST", "/metrics", &[], Some(b"{}"));
+    assert_eq!(
+        (r.status, r.header("allow")),
+        (405, Some("GET")),
+        "{}",
+        r.text()
+    );
     // Nothing is served on the public listener.
     assert_eq!(s.get("/metrics").status, 404);
 

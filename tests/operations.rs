@@ -1018,6 +1018,10 @@ fn a_request_longer_than_the_drain_is_cut_off() {
     assert!(log.contains("signal received: draining"), "{log}");
     assert!(log.contains("drain timeout"), "{log}");
     assert!(log.contains("in_flight=3"), "{log}");
+    // The requests dropped are the server's doing, not their clients';
+    // and the stop is logged as any other.
+    assert!(!log.contains("the client went away"), "{log}");
+    assert!(log.contains("stopped commits="), "{log}");
     for spinning in spinning {
         let got = spinning.join().unwrap();
         assert!(got.is_err(), "a spinning request was answered: {got:?}");

@@ -151,7 +151,9 @@ pub fn write_atomically(to: &Path, f: impl FnOnce(&mut File) -> Result<u64>) -> 
     }
     let n = f(tmp.as_file_mut())?;
     tmp.as_file().sync_all()?;
+    // The rename's own error (tempfile's wraps it and repeats its text).
     tmp.persist(to)
+        .map_err(|e| e.error)
         .with_context(|| format!("writing {}", to.display()))?;
     Ok(n)
 }

@@ -682,7 +682,12 @@ impl Config {
         }
         for family in self.plugins.keys() {
             if !families.iter().any(|f| &f.name == family) {
-                bail!("unknown plugin family {family:?} in [plugins]");
+                let known: Vec<&str> = families.iter().map(|f| f.name.as_str()).collect();
+                bail!(
+                    "unknown plugin family {family:?}, named by [plugins] {family} in the config file or by MARKETPLACE_PLUGIN_{}; the families are {}",
+                    family.to_ascii_uppercase(),
+                    known.join(", ")
+                );
             }
         }
         Ok(())
@@ -1031,7 +1036,12 @@ mod tests {
     fn bad_values_are_refused() {
         assert!(Config::load(None, &[], &s(&[("admin_listen", "0.0.0.0:9")])).is_err());
         assert!(Config::load(None, &[], &s(&[("nonsense", "1")])).is_err());
-        assert!(Config::load(None, &s(&[("MARKETPLACE_PLUGIN_NOPE", "x.wasm")]), &[]).is_err());
+        let e = Config::load(None, &s(&[("MARKETPLACE_PLUGIN_NOPE", "x.wasm")]), &[]).unwrap_err();
+        let e = format!("{e:#}");
+        assert!(
+            e.contains("MARKETPLACE_PLUGIN_NOPE") && e.contains("timeline"),
+            "{e}"
+        );
         // A setting whose name starts like a family's component.
         let c = Config::load(None, &s(&[("MARKETPLACE_PLUGIN_MEMORY_MIB", "16")]), &[]).unwrap();
         assert_eq!(c.plugin_memory_mib, 16);

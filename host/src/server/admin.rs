@@ -152,6 +152,11 @@ pub async fn serve_metrics(app: Arc<App>, listener: TcpListener, stop: watch::Re
         async move {
             let reply = match (req.method().as_str(), req.uri().path()) {
                 ("GET", "/metrics") => metrics_reply(&app).await,
+                // Another method on the one path: 405 with `Allow`, as
+                // on the admin listener.
+                (method, "/metrics") => {
+                    super::http::method_not_allowed(method, "/metrics", &["GET"])
+                }
                 _ => Reply::error(404, "not_found", "only GET /metrics is served here"),
             };
             boxed(crate::server::http::to_hyper(reply, false))

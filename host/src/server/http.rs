@@ -464,9 +464,16 @@ pub async fn serve(
     drop(conn);
     tokio::select! {
         _ = ended.recv() => true,
-        _ = tokio::time::sleep(drain) => false,
+        _ = tokio::time::sleep(drain) => {
+            DRAIN_TIMED_OUT.store(true, std::sync::atomic::Ordering::Release);
+            false
+        }
     }
 }
+
+/// The drain timed out: the requests still running are dropped with the
+/// process, not by their clients (their log line says so).
+static DRAIN_TIMED_OUT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// A place for a connection from `peer`'s address. One address may not
 /// hold every connection (slow senders keeping sockets open): past its
@@ -842,6 +849,8 @@ impl Drop for InFlight<'_> {
             let path = routes::logged(route.as_deref(), self.path).into_owned();
             let why = if self.conn.closed_for_room() {
                 "closed to make room while its body was still coming (every connection place was taken); it did not run"
+            } else if DRAIN_TIMED_OUT.load(std::sync::atomic::Ordering::Acquire) {
+                "not answered: still running when the drain timed out and the server stopped (its writes do not commit)"
             } else {
                 "the client went away before its answer"
             };

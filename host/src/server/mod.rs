@@ -204,15 +204,14 @@ pub async fn run(config: Config) -> Result<i32> {
     // then the log keeps it, and the next start applies it).
     let flushing = app.clone();
     let _ = tokio::task::spawn_blocking(move || flushing.storage.flush()).await;
-    if drained {
-        tracing::info!(commits = app.storage.commits(), "stopped");
-    } else {
+    if !drained {
         tracing::warn!(
             in_flight = crate::metrics::metrics().in_flight.get(),
             drain_ms = drain.as_millis() as u64,
             "drain timeout: requests still running were not answered (their writes do not commit)"
         );
     }
+    tracing::info!(commits = app.storage.commits(), "stopped");
     Ok(0)
 }
 
