@@ -314,6 +314,8 @@ fn buy_validation_payment_and_parties() {
         ("1969-12-31T23:59:59Z", "must be in the future"),
         ("0231-01-01T00:00:00Z", "must be in the future"),
         ("1969-02-30T00:00:00Z", "must be an RFC 3339 time"),
+        // The document's `date-time`: `T` between date and time.
+        ("2099-01-01 00:00:00Z", "must be an RFC 3339 time"),
     ] {
         let r = buy(&s, &d, "1", json!({"delivery_deadline": deadline}));
         assert_eq!(r.status, 400, "{deadline}: {}", r.text());
@@ -1091,6 +1093,54 @@ fn the_arbiter_signs_what_it_issues() {
         &json!({"query": "{ arbiterPubkey }", "variables": null, "operationName": null}),
     );
     assert_eq!(nulls.json()["data"]["arbiterPubkey"], key_hex.as_str());
+    // An operation name the query does not have is a GraphQL error.
+    for (query, name) in [
+        ("{ arbiterPubkey }", "Nope"),
+        ("query Key { arbiterPubkey }", "Ke"),
+    ] {
+        let r = s.post_json(
+            "/api/graphql",
+            &json!({"query": query, "operationName": name}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(r.json()["data"].is_null(), "{}", r.text());
+        assert!(
+            r.text()
+                .contains(&format!("Unknown operation named \\\"{name}\\\"")),
+            "{}",
+            r.text()
+        );
+    }
+    // The document's maxLength of 10,000 is in characters: one more is the
+    // body's 400; 10,000 two-byte ones are a query (here a wrong one).
+    let long = format!("{{ arbiterPubkey }}{}", " ".repeat(9_984));
+    let r = s.post_json("/api/graphql", &json!({"query": long}));
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "invalid_request"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(r.json()["details"][0]["field"], "query");
+    let wide = format!("{{ arbiterPubkey }}{}", "é".repeat(9_983));
+    let r = s.post_json("/api/graphql", &json!({"query": wide}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()["errors"][0]["message"].is_string());
+    // A body the JSON parser refuses names the body and why.
+    let r = s.request(
+        "POST",
+        "/api/graphql",
+        &[("content-type", "application/json")],
+        Some(br#"{"query": "{ arbiterPubkey }", "x": 1e400}"#),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "invalid_request"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(r.json()["details"][0]["field"], "body", "{}", r.text());
+    assert!(r.text().contains("number out of range"), "{}", r.text());
     assert_eq!(
         s.post_json("/api/v1/graphql", &json!({"query": "{ arbiterPubkey }"}))
             .status,

@@ -211,9 +211,12 @@ fn recovery_scan_answers_only_verified_probes() {
 
     // A stale challenge: 401 auth_expired; so is one past the year 9999
     // in UTC (written with an offset), a time too, far from the clock.
+    // Before 1970 in UTC (an offset east of it) is long past, too.
     for when in [
         rfc3339((now_s() - 600) * 1000),
         "9999-12-31T23:59:59-00:01".to_string(),
+        "1970-01-01T00:00:00+00:01".to_string(),
+        "0000-01-01T00:00:00Z".to_string(),
     ] {
         let asked = format!("recover:{}:{when}", root.fp());
         let r = s.post_json(

@@ -120,7 +120,7 @@ pub const OPS: &[Op] = &[
             "graphql",
             "contracts",
             "Arbiter key (GraphQL)",
-            "Answers the query `{ arbiterPubkey }` with `{\"data\": {\"arbiterPubkey\": <64 hex>}}`: the key that signs `arbiter_signature` on bought contracts. Any other query gets GraphQL `errors`. A body without a `query` string, or with `variables` other than an object or null or `operationName` other than a string or null, is 400 `invalid_request` (with GraphQL `errors` too).",
+            "Answers the query `{ arbiterPubkey }` with `{\"data\": {\"arbiterPubkey\": <64 hex>}}`: the key that signs `arbiter_signature` on bought contracts. Any other query gets GraphQL `errors`. A body that is not JSON, without a `query` string, with a `query` over 10,000 characters, or with `variables` other than an object or null or `operationName` other than a string or null, is 400 `invalid_request` (with GraphQL `errors` too). An `operationName` that names no operation of the query (an anonymous one has no name) is a GraphQL error.",
         )
     },
     Op {

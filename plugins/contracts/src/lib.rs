@@ -263,6 +263,16 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
     let now = clock::now_ms();
     let deadline = match body.raw("delivery_deadline").cloned() {
         None => Some(now + DEFAULT_DEADLINE_MS),
+        // The document's `date-time` separates date and time with `T` (or
+        // `t`); the shared parser also reads RFC 3339's space, which
+        // recovery challenges allow.
+        Some(Value::String(s)) if s.as_bytes().get(10) == Some(&b' ') => {
+            body.problem(
+                "delivery_deadline",
+                "must be an RFC 3339 time like 2026-12-01T00:00:00Z (T between date and time)",
+            );
+            None
+        }
         Some(Value::String(s)) => match marketplace_common::time::parse_rfc3339_signed(&s) {
             Some(ms) if ms > i128::from(now) => Some(u64::try_from(ms).unwrap_or(u64::MAX)),
             Some(_) => {
@@ -422,6 +432,9 @@ fn arbiter_message(c: &Contract) -> String {
     format!("arbiter_issue:{}", hex::encode(&h.finalize()))
 }
 
+/// The longest GraphQL query, in characters (the document's `maxLength`).
+const MAX_GRAPHQL_QUERY: usize = 10_000;
+
 /// `POST /api/graphql`: the one query the original client sends,
 /// `{ arbiterPubkey }`; anything else is a GraphQL error (never a 404).
 fn graphql(req: &Request) -> Result<Response, ApiError> {
@@ -434,7 +447,16 @@ fn graphql(req: &Request) -> Result<Response, ApiError> {
                     "details": [{"field": field, "problem": problem}]}),
         )
     };
-    let sent = serde_json::from_slice::<Value>(req.body()).ok();
+    let sent = match serde_json::from_slice::<Value>(req.body()) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            return Ok(refused(
+                "the body must be JSON with a `query` string",
+                "body",
+                &format!("invalid JSON: {e}"),
+            ));
+        }
+    };
     let Some(query) = sent
         .as_ref()
         .and_then(|v| v.get("query"))
@@ -469,19 +491,38 @@ fn graphql(req: &Request) -> Result<Response, ApiError> {
             ));
         }
     }
-    if query.len() > 10_000 {
-        return Ok(errors("the query is too long"));
+    // The document's `maxLength`, in characters as JSON Schema counts.
+    if query.chars().count() > MAX_GRAPHQL_QUERY {
+        let most = format!("at most {MAX_GRAPHQL_QUERY} characters");
+        return Ok(refused(
+            &format!("the query is too long: {most}"),
+            "query",
+            &most,
+        ));
     }
     // Selection of the one root field, with an optional `query [Name]`.
     let body = query.trim();
-    let body = body
-        .strip_prefix("query")
-        .map(|rest| {
-            rest.trim_start()
-                .trim_start_matches(|c: char| c.is_alphanumeric() || c == '_')
-        })
-        .unwrap_or(body)
-        .trim();
+    let (name, body) = match body.strip_prefix("query") {
+        Some(rest) => {
+            let rest = rest.trim_start();
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            (Some(&rest[..end]).filter(|n| !n.is_empty()), &rest[end..])
+        }
+        None => (None, body),
+    };
+    let body = body.trim();
+    // `operationName` picks an operation of the document: here its one,
+    // by its name (an anonymous one has none to pick it by).
+    if let Some(asked) = sent
+        .as_ref()
+        .and_then(|b| b.get("operationName"))
+        .and_then(Value::as_str)
+        && name != Some(asked)
+    {
+        return Ok(errors(&format!("Unknown operation named \"{asked}\"")));
+    }
     let field = body
         .strip_prefix('{')
         .and_then(|b| b.strip_suffix('}'))

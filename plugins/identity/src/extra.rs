@@ -265,7 +265,9 @@ pub fn recovery_scan(req: &Request) -> Result<Response, ApiError> {
     let challenge_ms = challenge.as_deref().and_then(|c| {
         let (fp, at) = c.strip_prefix("recover:")?.split_once(':')?;
         (!fp.is_empty()).then_some(())?;
-        time::parse_rfc3339(at)
+        // A time before 1970 is a time long past (401 below), not a
+        // malformed challenge.
+        time::parse_rfc3339_signed(at).map(|ms| u64::try_from(ms).unwrap_or(0))
     });
     if challenge.is_some() && challenge_ms.is_none() {
         body.problem("challenge", "must be recover:{fingerprint}:{RFC 3339 time}");
