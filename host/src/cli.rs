@@ -138,8 +138,8 @@ struct Settings {
 /// (listeners, plugins, logs) mean nothing to them.
 #[derive(Args, Debug, Default, Clone)]
 struct StoreSettings {
-    /// TOML configuration file (the server's: its data_dir, store and
-    /// admin_token).
+    /// TOML configuration file (the server's: its data_dir, store,
+    /// server_key and admin_token).
     #[arg(long, value_name = "FILE", env = "MARKETPLACE_CONFIG", global = true)]
     config: Option<PathBuf>,
     /// Data directory (its database; its admin.token when no --token).
