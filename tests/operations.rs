@@ -1021,6 +1021,10 @@ fn a_request_longer_than_the_drain_is_cut_off() {
     // The requests dropped are the server's doing, not their clients';
     // and the stop is logged as any other.
     assert!(!log.contains("the client went away"), "{log}");
+    assert!(
+        log.contains("still running when the drain timed out"),
+        "{log}"
+    );
     assert!(log.contains("stopped commits="), "{log}");
     for spinning in spinning {
         let got = spinning.join().unwrap();
@@ -2265,10 +2269,11 @@ fn a_keyed_mint_repeats_its_secret_and_mints_once() {
     assert_eq!(d.cash_state(&first), (json!(false), json!("2")));
 }
 
-/// With `server_key` configured there is no `server.key` file: the offline
-/// mint derives under the configured key as the server does (the same
-/// idempotency key gives the same secret through either), makes no key
-/// file of its own, and backups, online and offline, hold that key.
+/// With `server_key` (and `arbiter_key`) configured there are no key files:
+/// the offline mint derives under the configured key as the server does
+/// (the same idempotency key gives the same secret through either), makes
+/// no key file of its own, and backups, online and offline, hold the keys
+/// in force.
 #[test]
 fn a_configured_server_key_is_the_one_minted_under_and_backed_up() {
     if common::skip_on_postgres(
@@ -2277,10 +2282,13 @@ fn a_configured_server_key_is_the_one_minted_under_and_backed_up() {
     ) {
         return;
     }
-    let hex = "5a".repeat(32);
+    let (hex, arbiter) = ("5a".repeat(32), "6b".repeat(32));
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
-    let env = [("MARKETPLACE_SERVER_KEY", hex.as_str())];
+    let env = [
+        ("MARKETPLACE_SERVER_KEY", hex.as_str()),
+        ("MARKETPLACE_ARBITER_KEY", arbiter.as_str()),
+    ];
     let mint = |extra: &[&str]| {
         let out = run(
             &[&["cash", "mint", "1", "--idempotency-key", "same-1"], extra].concat(),
@@ -2295,7 +2303,10 @@ fn a_configured_server_key_is_the_one_minted_under_and_backed_up() {
 
     let mut s = Server::with(Options {
         data_dir: Some(dir.clone()),
-        env: vec![("MARKETPLACE_SERVER_KEY".into(), hex.clone())],
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         ..Options::default()
     });
     let admin = format!("http://{}", s.admin);
@@ -2328,8 +2339,14 @@ fn a_configured_server_key_is_the_one_minted_under_and_backed_up() {
             hex,
             "{name}"
         );
+        assert_eq!(
+            std::fs::read_to_string(restored.join("arbiter.key")).unwrap(),
+            arbiter,
+            "{name}"
+        );
     }
     assert!(!dir.join("server.key").exists());
+    assert!(!dir.join("arbiter.key").exists());
 }
 
 // ------------------------------------------ what a start tells the operator

@@ -150,7 +150,7 @@ fn payments_are_taken_at_the_upstream_and_change_is_its_cash() {
             json!({"secret": format!("e1:public:{}", "ab".repeat(32))}),
             "not its public hash",
         ),
-        (json!([1]), "the body must be JSON"),
+        (json!([1]), "must be a JSON object"),
     ] {
         let r = u.post_json("/api/cash/refund", &body);
         assert_eq!(

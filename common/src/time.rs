@@ -41,6 +41,16 @@ pub fn parse_rfc3339_signed(s: &str) -> Option<i128> {
     Some(at.unix_timestamp_nanos().div_euclid(1_000_000))
 }
 
+/// As [`parse_rfc3339_signed`], for a JSON Schema `date-time`: RFC 3339's
+/// grammar, `T` or `t` between date and time (not the space its note
+/// allows, which recovery challenges take).
+pub fn parse_date_time_signed(s: &str) -> Option<i128> {
+    if !matches!(s.as_bytes().get(10), Some(b'T' | b't')) {
+        return None;
+    }
+    parse_rfc3339_signed(s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,6 +64,14 @@ mod tests {
         assert_eq!(rfc3339(1_795_316_645_999), "2026-11-22T03:04:05Z");
         assert_eq!(rfc3339(253_402_300_799_000), "9999-12-31T23:59:59Z");
         assert_eq!(rfc3339(u64::MAX), "9999-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn a_date_time_has_t_between_date_and_time() {
+        assert_eq!(parse_date_time_signed("1970-01-01T00:00:01Z"), Some(1_000));
+        assert_eq!(parse_date_time_signed("1970-01-01t00:00:01z"), Some(1_000));
+        assert_eq!(parse_date_time_signed("1970-01-01 00:00:01Z"), None);
+        assert_eq!(parse_rfc3339_signed("1970-01-01 00:00:01Z"), Some(1_000));
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //!   database keeps only public hashes and derivations,
 //!   so a database restored without its key cannot pay out what it owes
 //!   (its kept answers answer 409): the two must be kept together;
-//! - `arbiter.key` when the arbiter key was generated into the data dir;
+//! - `arbiter.key`: the arbiter key (the data dir's, or the configured
+//!   `arbiter_key`), when there is one;
 //! - `uploads/`: components uploaded through the admin API;
 //! - `backup.json`: when, which version, and the ledger totals.
 //!
@@ -32,12 +33,58 @@ const ARBITER_KEY: &str = "arbiter.key";
 const UPLOADS: &str = "uploads";
 const MANIFEST: &str = "backup.json";
 
-/// Write a backup of the live `storage` (data dir `data_dir`, server key
-/// `server_key`, 64 hex) to `out`; returns the bytes written.
+/// The keys a backup holds beside the database, each 64 hex: those the
+/// server runs with, read from the data dir or from the configuration.
+pub struct Keys {
+    pub server: String,
+    /// None: no arbiter key yet (it is made at the first start).
+    pub arbiter: Option<String>,
+}
+
+impl Keys {
+    /// The keys of a running server.
+    pub fn of(state: &crate::state::State) -> Keys {
+        Keys {
+            server: state.ledger.key_hex(),
+            arbiter: Some(state.arbiter.seed_hex()),
+        }
+    }
+
+    /// The keys of a stopped server's data dir: the configured ones, else
+    /// its files. A backup never makes a key: one made now would not be
+    /// the one the database's secrets and certificates were made with.
+    pub fn offline(config: &Config) -> Result<Keys> {
+        use crate::money::ledger::Ledger;
+        let server = match &config.server_key {
+            Some(hex) => Ledger::from_hex(hex)?.key_hex(),
+            None => {
+                let path = config.data_dir.join(SERVER_KEY);
+                let text = std::fs::read_to_string(&path).with_context(|| {
+                    format!(
+                        "reading {} (and no server_key is configured)",
+                        path.display()
+                    )
+                })?;
+                Ledger::from_hex(&text)?.key_hex()
+            }
+        };
+        let arbiter = match config.arbiter_key.as_deref() {
+            Some(hex) => Some(crate::auth::Arbiter::open(&config.data_dir, Some(hex))?.seed_hex()),
+            None if config.data_dir.join(ARBITER_KEY).is_file() => {
+                Some(crate::auth::Arbiter::open(&config.data_dir, None)?.seed_hex())
+            }
+            None => None,
+        };
+        Ok(Keys { server, arbiter })
+    }
+}
+
+/// Write a backup of the live `storage` (data dir `data_dir`, holding
+/// `keys`) to `out`; returns the bytes written.
 pub fn snapshot(
     storage: &Storage,
     data_dir: &Path,
-    server_key: &str,
+    keys: &Keys,
     out: &mut dyn Write,
 ) -> Result<u64> {
     let tmp = tempfile::Builder::new()
@@ -54,12 +101,9 @@ pub fn snapshot(
     };
     // What the archive holds besides the manifest, read once to be hashed
     // (the database is hashed from its file, then streamed).
-    let mut files: Vec<(String, Vec<u8>)> = vec![(SERVER_KEY.into(), server_key.into())];
-    match std::fs::read(data_dir.join(ARBITER_KEY)) {
-        Ok(bytes) => files.push((ARBITER_KEY.into(), bytes)),
-        // Configured (`arbiter_key`), not generated into the data dir.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("reading {ARBITER_KEY}")),
+    let mut files: Vec<(String, Vec<u8>)> = vec![(SERVER_KEY.into(), keys.server.clone().into())];
+    if let Some(arbiter) = &keys.arbiter {
+        files.push((ARBITER_KEY.into(), arbiter.clone().into()));
     }
     if let Ok(entries) = std::fs::read_dir(data_dir.join(UPLOADS)) {
         for entry in entries.flatten() {
@@ -126,10 +170,10 @@ pub fn offline(config: &Config, to: &Path) -> Result<u64> {
         "no database at {}",
         config.db_path().display()
     );
-    let key = crate::state::embedded_server_key(config)?;
+    let keys = Keys::offline(config)?;
     let storage = crate::state::open_embedded(config)
         .context("opening the database (is the server running? then use --admin URL)")?;
-    write_atomically(to, |f| snapshot(&storage, &config.data_dir, &key, f))
+    write_atomically(to, |f| snapshot(&storage, &config.data_dir, &keys, f))
 }
 
 /// Write `to` through `f` into a temp file beside it (0600), fsync, then
@@ -377,18 +421,23 @@ mod tests {
         (data, storage)
     }
 
-    /// The server key of a data dir that has its own `server.key`.
-    fn key_of(data: &Path) -> String {
-        std::fs::read_to_string(data.join(SERVER_KEY)).unwrap()
+    /// The keys of a data dir that has its own key files.
+    fn keys_of(data: &Path) -> Keys {
+        Keys::offline(&Config {
+            data_dir: data.to_path_buf(),
+            ..Config::default()
+        })
+        .unwrap()
     }
 
     #[test]
-    fn an_offline_backup_holds_the_configured_server_key() {
+    fn an_offline_backup_holds_the_configured_keys() {
         let dir = tempfile::tempdir().unwrap();
-        let hex = "1f".repeat(32);
+        let (hex, arbiter) = ("1f".repeat(32), "2e".repeat(32));
         let config = Config {
             data_dir: dir.path().join("data"),
             server_key: Some(hex.clone()),
+            arbiter_key: Some(arbiter.clone()),
             ..Config::default()
         };
         {
@@ -399,6 +448,7 @@ mod tests {
             storage.commit(txn).unwrap();
         }
         assert!(!config.data_dir.join(SERVER_KEY).exists());
+        assert!(!config.data_dir.join(ARBITER_KEY).exists());
         let file = dir.path().join("b.tar");
         offline(&config, &file).unwrap();
         let restored = dir.path().join("restored");
@@ -406,6 +456,10 @@ mod tests {
         assert_eq!(
             std::fs::read_to_string(restored.join(SERVER_KEY)).unwrap(),
             hex
+        );
+        assert_eq!(
+            std::fs::read_to_string(restored.join(ARBITER_KEY)).unwrap(),
+            arbiter
         );
         // Neither configured nor in the data dir: no backup, and no key
         // made up for it.
@@ -429,7 +483,7 @@ mod tests {
         txn.put_in("kv:notes", b"k", b"v").unwrap();
         storage.commit(txn).unwrap();
         let file = dir.path().join("b.tar");
-        write_atomically(&file, |f| snapshot(&storage, &data, &key_of(&data), f)).unwrap();
+        write_atomically(&file, |f| snapshot(&storage, &data, &keys_of(&data), f)).unwrap();
         let restored = dir.path().join("restored");
         restore(&file, &restored).unwrap();
         assert_eq!(
@@ -528,7 +582,7 @@ mod tests {
         let (data, storage) = data_dir_with_cash(dir.path());
         crate::auth::Arbiter::open(&data, None).unwrap();
         let good = dir.path().join("good.tar");
-        write_atomically(&good, |f| snapshot(&storage, &data, &key_of(&data), f)).unwrap();
+        write_atomically(&good, |f| snapshot(&storage, &data, &keys_of(&data), f)).unwrap();
         let original = entries(&good);
         // An entry changed without its digest (damage, tampering)...
         let tampered = |name: &str, bytes: &[u8]| -> Entries {

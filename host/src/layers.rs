@@ -3,7 +3,10 @@
 //! test reads the sources and fails on a use of a module above (or on a
 //! new module not placed in the order yet). Inside each folder (a module
 //! of modules: `money`, `runtime`, `runtime::host`, `server`, `store`)
-//! the modules' uses of each other must form no cycle either.
+//! the modules' uses of each other must form no cycle either; the folder's
+//! `mod.rs` is its front (its modules use what it defines, it re-exports
+//! theirs) and not one of them. Paths written only inside strings (an
+//! attribute's `with = "..."`) are not read.
 
 /// The top-level modules of the host, each allowed to use only those
 /// before it.
@@ -87,8 +90,10 @@ mod tests {
         while i < s.len() {
             let at = |k: usize| s.get(k).copied().unwrap_or('\0');
             let word_start = i == 0 || !is_ident(at(i - 1));
+            // `r"..."`, `br"..."`, `cr"..."` (and with `#`s).
             let raw_start = at(i) == 'r'
-                && (word_start || (at(i - 1) == 'b' && (i < 2 || !is_ident(at(i - 2)))));
+                && (word_start
+                    || (matches!(at(i - 1), 'b' | 'c') && (i < 2 || !is_ident(at(i - 2)))));
             if at(i) == '/' && at(i + 1) == '/' {
                 let end = (i..s.len()).find(|&k| s[k] == '\n').unwrap_or(s.len());
                 blank(&mut out, i, end);
@@ -127,8 +132,11 @@ mod tests {
                 blank(&mut out, i + 1, k);
                 i = k + 1;
             } else if at(i) == '\'' && (at(i + 1) == '\\' || at(i + 2) == '\'') {
-                // A character literal; a lifetime (`'a`) has no closing quote.
-                let close = (i + 2..s.len()).find(|&k| s[k] == '\'').unwrap_or(s.len());
+                // A character literal (`'x'`, `'\''`, `'\u{..}'`); a lifetime
+                // (`'a`) has no closing quote. An escape's next character
+                // is never the closing one.
+                let from = if at(i + 1) == '\\' { i + 3 } else { i + 2 };
+                let close = (from..s.len()).find(|&k| s[k] == '\'').unwrap_or(s.len());
                 blank(&mut out, i + 1, close);
                 i = close + 1;
             } else {
@@ -168,6 +176,10 @@ mod tests {
                 }
             }
         }
+        // A raw identifier (`r#match`) is its name.
+        if s.get(at) == Some(&'r') && s.get(at + 1) == Some(&'#') {
+            at += 2;
+        }
         let start = at;
         while s.get(at).is_some_and(|&c| is_ident(c) || c == '*') {
             at += 1;
@@ -195,10 +207,14 @@ mod tests {
     }
 
     /// Every path in `code` that starts at `root` (`crate`, `super`, or
-    /// `use` for the items a `pub use` names), with its line.
-    fn paths_from(code: &str, root: &str) -> Vec<(Module, usize)> {
+    /// `use` for the items a `pub use` names), with its line and how many
+    /// inline modules (`mod tests { .. }`) it is inside. A root that
+    /// continues a path (`super::super`), or names a visibility
+    /// (`pub(in crate::x)`), starts none.
+    fn paths_from(code: &str, root: &str) -> Vec<(Module, usize, usize)> {
         let s: Vec<char> = code.chars().collect();
         let r: Vec<char> = root.chars().collect();
+        let inline = inline_modules(&s);
         let mut found = Vec::new();
         let mut line = 1;
         for i in 0..s.len() {
@@ -211,13 +227,67 @@ mod tests {
             if !word {
                 continue;
             }
+            // What comes before it, white space skipped.
+            let before: String = s[..i]
+                .iter()
+                .rev()
+                .skip_while(|c| c.is_whitespace())
+                .take(3)
+                .collect::<String>()
+                .chars()
+                .rev()
+                .collect();
+            let visibility = before.ends_with("in")
+                && !before
+                    .chars()
+                    .nth(before.len().wrapping_sub(3))
+                    .is_some_and(is_ident);
+            if root != "use" && (before.ends_with("::") || visibility) {
+                continue;
+            }
             let paths = if root == "use" {
                 tree(&s, i + r.len()).0
             } else {
                 let (paths, _) = tree(&s, i);
                 paths.into_iter().filter(|p| p.len() > 1).collect()
             };
-            found.extend(paths.into_iter().map(|p| (p, line)));
+            let depth = inline.iter().filter(|(a, b)| *a < i && i < *b).count();
+            found.extend(paths.into_iter().map(|p| (p, line, depth)));
+        }
+        found
+    }
+
+    /// Where each inline module's body (`mod name { .. }`) begins and ends.
+    fn inline_modules(s: &[char]) -> Vec<(usize, usize)> {
+        let mut found = Vec::new();
+        for i in 0..s.len() {
+            let word = s[i..].starts_with(&['m', 'o', 'd'])
+                && (i == 0 || !is_ident(s[i - 1]))
+                && s.get(i + 3).is_some_and(|c| c.is_whitespace());
+            if !word {
+                continue;
+            }
+            let mut at = i + 3;
+            while s.get(at).is_some_and(|c| c.is_whitespace() || is_ident(*c)) {
+                at += 1;
+            }
+            if s.get(at) != Some(&'{') {
+                continue;
+            }
+            let mut depth = 0;
+            for (k, c) in s.iter().enumerate().skip(at) {
+                match c {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            found.push((at, k));
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
         }
         found
     }
@@ -232,42 +302,61 @@ mod tests {
     impl Crate {
         fn read(files: &[(Module, PathBuf, String)]) -> Crate {
             let modules: BTreeSet<Module> = files.iter().map(|(m, _, _)| m.clone()).collect();
+            let longest_module = |path: &[String]| {
+                (1..=path.len())
+                    .rev()
+                    .map(|n| path[..n].to_vec())
+                    .find(|m| modules.contains(m))
+            };
             let mut exports = BTreeMap::new();
             for (folder, path, text) in files {
                 let folder_file = path.ends_with("mod.rs") || path.ends_with("lib.rs");
                 if !folder_file {
                     continue;
                 }
-                for (p, _) in paths_from(text, "use") {
-                    let child: Module = folder.iter().chain(&p[..1]).cloned().collect();
-                    if modules.contains(&child) {
+                for (p, _, _) in paths_from(text, "use") {
+                    // `use child::x`, `use self::child::x`, `use crate::..`.
+                    let absolute: Module = match p[0].as_str() {
+                        "crate" => p[1..].to_vec(),
+                        "self" => folder.iter().chain(&p[1..]).cloned().collect(),
+                        _ => folder.iter().chain(&p).cloned().collect(),
+                    };
+                    let Some(from) = longest_module(&absolute) else {
+                        continue;
+                    };
+                    if from != *folder {
                         let item = folder.iter().chain(p.last()).cloned().collect();
-                        exports.insert(item, child);
+                        exports.insert(item, from);
                     }
                 }
             }
             Crate { modules, exports }
         }
 
-        /// The module `path` (from the crate root) names, through re-exports.
+        /// The module `path` (from the crate root) names, through
+        /// re-exports (a folder's item that another folder below re-exports
+        /// in turn is followed to where it is defined).
         fn resolve(&self, path: &[String]) -> Option<Module> {
-            (1..=path.len()).rev().find_map(|n| {
-                let prefix = &path[..n];
-                self.exports
-                    .get(prefix)
-                    .cloned()
-                    .or_else(|| self.modules.contains(prefix).then(|| prefix.to_vec()))
-            })
+            let mut path = path.to_vec();
+            for _ in 0..16 {
+                let n = (1..=path.len()).rev().find(|&n| {
+                    self.exports.contains_key(&path[..n]) || self.modules.contains(&path[..n])
+                })?;
+                let Some(from) = self.exports.get(&path[..n]) else {
+                    return Some(path[..n].to_vec());
+                };
+                let item: Module = from.iter().chain(&path[n - 1..n]).cloned().collect();
+                if !self.exports.contains_key(&item) {
+                    return Some(from.clone());
+                }
+                path = item.into_iter().chain(path[n..].iter().cloned()).collect();
+            }
+            None
         }
 
         /// The modules a file of `module` uses, each with the first line
-        /// naming it (`file_is_folder`: the file is a `mod.rs`).
-        fn uses(
-            &self,
-            module: &[String],
-            file_is_folder: bool,
-            code: &str,
-        ) -> BTreeMap<Module, usize> {
+        /// naming it.
+        fn uses(&self, module: &[String], code: &str) -> BTreeMap<Module, usize> {
             let mut used = BTreeMap::new();
             let mut note = |target: Option<Module>, line: usize| {
                 if let Some(t) = target.filter(|t| !module.starts_with(t) && t.as_slice() != module)
@@ -275,18 +364,18 @@ mod tests {
                     used.entry(t).or_insert(line);
                 }
             };
-            for (p, line) in paths_from(code, "crate") {
+            for (p, line, _) in paths_from(code, "crate") {
                 note(self.resolve(&p[1..]), line);
             }
-            for (p, line) in paths_from(code, "super") {
-                // `super` of a file is its folder's parent for a `mod.rs`,
-                // else its folder.
-                let mut base = module.to_vec();
-                if !file_is_folder || !base.is_empty() {
-                    base.pop();
-                }
+            for (p, line, depth) in paths_from(code, "super") {
+                // Inside `depth` inline modules, the first `depth` steps up
+                // only come back to the file's own module.
                 let ups = p.iter().take_while(|s| *s == "super").count();
-                for _ in 1..ups {
+                let Some(out) = ups.checked_sub(depth).filter(|&n| n > 0) else {
+                    continue;
+                };
+                let mut base = module.to_vec();
+                for _ in 0..out {
                     base.pop();
                 }
                 let full: Module = base.into_iter().chain(p[ups..].iter().cloned()).collect();
@@ -316,8 +405,7 @@ mod tests {
         let krate = Crate::read(files);
         let mut edges = BTreeMap::new();
         for (module, path, text) in files {
-            let folder_file = path.ends_with("mod.rs");
-            for (used, line) in krate.uses(module, folder_file, text) {
+            for (used, line) in krate.uses(module, text) {
                 edges
                     .entry((module.clone(), used))
                     .or_insert_with(|| format!("{}:{line}", path.display()));
@@ -475,6 +563,53 @@ mod tests {
                 "state",
                 "store"
             ]
+        );
+    }
+
+    #[test]
+    fn literals_raw_names_visibilities_and_inline_modules_are_read_right() {
+        // Escaped and quote characters, byte and C strings: none hides the
+        // uses after it, and none of their contents is a use.
+        let text = "let q = matches!(c, '\\''|'\"'); let b = b'\\''; let s = '\\\\';\n\
+            let r = cr#\"crate::cli\"#; let u = '\\u{22}';\n\
+            use crate::store::Storage;\n\
+            fn g() { crate::r#money::f() }\n\
+            pub(in crate::app) fn h() {}\n";
+        let files = crate_of(&[
+            ("lib.rs", ""),
+            ("a.rs", text),
+            ("store.rs", ""),
+            ("money.rs", ""),
+            ("app.rs", ""),
+            ("cli.rs", ""),
+        ]);
+        let used: Vec<String> = edges(&files)
+            .into_keys()
+            .map(|(_, used)| used.join("::"))
+            .collect();
+        assert_eq!(used, ["money", "store"]);
+        // `super` inside an inline module climbs it first; `super::super`
+        // is one path, not also `super::p`; a folder re-exports through
+        // `self::` and through another folder's re-export.
+        let files = crate_of(&[
+            ("lib.rs", ""),
+            ("f/mod.rs", "pub use self::h::C;\n"),
+            ("f/h/mod.rs", "pub use d::C;\n"),
+            ("f/h/d.rs", ""),
+            ("f/h/p.rs", ""),
+            (
+                "f/h/e.rs",
+                "use super::super::p::X;\nmod tests { use super::*; use super::super::d::Y; }\n",
+            ),
+            ("f/p.rs", "use crate::f::C;\n"),
+        ]);
+        let edges: Vec<String> = edges(&files)
+            .into_keys()
+            .map(|(user, used)| format!("{} -> {}", user.join("::"), used.join("::")))
+            .collect();
+        assert_eq!(
+            edges,
+            ["f::h::e -> f::h::d", "f::h::e -> f::p", "f::p -> f::h::d"]
         );
     }
 

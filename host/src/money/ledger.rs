@@ -1105,8 +1105,8 @@ mod tests {
             headers: vec![],
             body: format!("{{\"change\":\"{change}\"}}").into_bytes(),
         };
-        // The keys of two requests (`payments::replay_key`, a layer above).
-        let (key, other) = ([0x11u8; 32], [0x22u8; 32]);
+        let key = replay_key(&public, "POST", "/api/x", b"{}");
+        let other = replay_key(&public, "POST", "/api/x", b"{ }");
         l.spend(&txn, &public).unwrap();
         Ledger::record_paid_replay_at(&txn, &public, &key, &r, &[(change.clone(), d)], 5_000)
             .unwrap();
@@ -1149,7 +1149,7 @@ mod tests {
         let (_d, db, l) = setup();
         let txn = db.begin_write().unwrap();
         let public = "ab".repeat(32);
-        let key = [0x33u8; 32];
+        let key = replay_key(&public, "POST", "/api/x", b"");
         let r = crate::reply::Reply::json(201, &serde_json::json!({"id": "p1"}));
         Ledger::record_paid_replay_at(&txn, &public, &key, &r, &[], 7_000).unwrap();
         assert_eq!(

@@ -1121,7 +1121,12 @@ pub fn claim(state: &dyn Books, body: &[u8]) -> Reply {
     let bad = |problem: &str| Reply::invalid("secret", problem);
     let doc: Value = match serde_json::from_slice(body) {
         Ok(v @ Value::Object(_)) => v,
-        _ => return bad("the body must be JSON {\"secret\": \"e<amount>:secret:<hex>\"}"),
+        _ => {
+            return Reply::invalid(
+                "body",
+                "must be a JSON object {\"secret\": \"e<amount>:secret:<hex>\"}",
+            );
+        }
     };
     let s = match doc.get("secret") {
         Some(Value::String(s)) => s,

@@ -349,3 +349,32 @@ fn cash_health_check(rt: &Arc<Runtime>, body: &[u8]) -> Reply {
         Err(r) => r,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every route the host serves itself (the testing one aside) is in
+    /// the assembled document, from the host's own OpenAPI file, and in
+    /// the route table.
+    #[test]
+    fn the_host_routes_are_documented_and_routed() {
+        let host = routes(false);
+        let served = crate::runtime::api::assemble(host.clone(), &[]).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(&served.openapi).unwrap();
+        for route in &host {
+            let path = &route.pattern;
+            let op = &doc["paths"][path][route.method.to_ascii_lowercase()];
+            assert!(op.is_object(), "{} {path} is not documented", route.method);
+            assert!(
+                matches!(
+                    served.table.find(&route.method, path),
+                    crate::runtime::routes::Match::Found { .. }
+                ),
+                "{} {path} is not routed",
+                route.method
+            );
+        }
+        assert_eq!(served.table.routes().count(), host.len());
+    }
+}

@@ -286,8 +286,8 @@ async fn backup(app: Arc<App>) -> Response<AdminBody> {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
     tokio::task::spawn_blocking(move || {
         let mut out = std::io::BufWriter::with_capacity(64 << 10, Chunks(tx.clone()));
-        let key = app.state.ledger.key_hex();
-        let written = crate::backup::snapshot(&app.storage, &app.config.data_dir, &key, &mut out)
+        let keys = crate::backup::Keys::of(&app.state);
+        let written = crate::backup::snapshot(&app.storage, &app.config.data_dir, &keys, &mut out)
             .and_then(|n| Ok(out.flush().map(|()| n)?));
         // Never flush what an error left in the buffer after the error.
         let _ = out.into_parts();

@@ -502,14 +502,6 @@ impl Wal {
         let file = options
             .open(&path)
             .with_context(|| format!("creating {}", path.display()))?;
-        // The spare keeps its mode through the rename: owner-only all the
-        // same (it holds requests' writes).
-        #[cfg(unix)]
-        if reused {
-            use std::os::unix::fs::PermissionsExt;
-            file.set_permissions(std::fs::Permissions::from_mode(0o600))
-                .with_context(|| format!("making {} private (0600)", path.display()))?;
-        }
         // The new name must last, or a crash could lose the records
         // synced into it.
         if let Some(dir) = path.parent() {

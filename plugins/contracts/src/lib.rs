@@ -263,17 +263,8 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
     let now = clock::now_ms();
     let deadline = match body.raw("delivery_deadline").cloned() {
         None => Some(now + DEFAULT_DEADLINE_MS),
-        // The document's `date-time` separates date and time with `T` (or
-        // `t`); the shared parser also reads RFC 3339's space, which
-        // recovery challenges allow.
-        Some(Value::String(s)) if s.as_bytes().get(10) == Some(&b' ') => {
-            body.problem(
-                "delivery_deadline",
-                "must be an RFC 3339 time like 2026-12-01T00:00:00Z (T between date and time)",
-            );
-            None
-        }
-        Some(Value::String(s)) => match marketplace_common::time::parse_rfc3339_signed(&s) {
+        // The document's `date-time`.
+        Some(Value::String(s)) => match marketplace_common::time::parse_date_time_signed(&s) {
             Some(ms) if ms > i128::from(now) => Some(u64::try_from(ms).unwrap_or(u64::MAX)),
             Some(_) => {
                 body.problem("delivery_deadline", "must be in the future");
