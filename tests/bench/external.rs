@@ -701,7 +701,7 @@ fn mint_offline(data_dir: &Path, n: usize, env: &[(String, String)]) -> (String,
                 marketplace::store::Settings::of(&config),
             )
             .unwrap(),
-            marketplace::money::ledger::Ledger::open(&config.data_dir).unwrap(),
+            marketplace::state::embedded_ledger(&config).unwrap(),
         )
     };
     let txn = storage.begin_write().unwrap();
