@@ -159,6 +159,8 @@ fn payments_are_taken_at_the_upstream_and_change_is_its_cash() {
             "{body}"
         );
         assert!(r.text().contains(says), "{body}: {}", r.text());
+        let field = if body.is_object() { "secret" } else { "body" };
+        assert_eq!(r.json()["details"][0]["field"], field, "{body}");
     }
 }
 

@@ -68,12 +68,18 @@ impl Keys {
                 Ledger::from_hex(&text)?.key_hex()
             }
         };
+        let arbiter_of = |hex: &str| {
+            crate::auth::Arbiter::open(&config.data_dir, Some(hex)).map(|a| a.seed_hex())
+        };
         let arbiter = match config.arbiter_key.as_deref() {
-            Some(hex) => Some(crate::auth::Arbiter::open(&config.data_dir, Some(hex))?.seed_hex()),
-            None if config.data_dir.join(ARBITER_KEY).is_file() => {
-                Some(crate::auth::Arbiter::open(&config.data_dir, None)?.seed_hex())
-            }
-            None => None,
+            Some(hex) => Some(arbiter_of(hex).context("the configured arbiter_key")?),
+            // Read here, not through `Arbiter::open`, which makes a key
+            // when there is none.
+            None => match std::fs::read_to_string(config.data_dir.join(ARBITER_KEY)) {
+                Ok(text) => Some(arbiter_of(&text).context("the data dir's arbiter.key")?),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(e).context("reading the data dir's arbiter.key"),
+            },
         };
         Ok(Keys { server, arbiter })
     }
@@ -490,6 +496,10 @@ mod tests {
             std::fs::read(restored.join("server.key")).unwrap(),
             std::fs::read(data.join("server.key")).unwrap()
         );
+        // No arbiter key yet (made at the first start): none backed up,
+        // and none made by the backup.
+        assert!(!data.join(ARBITER_KEY).exists());
+        assert!(!restored.join(ARBITER_KEY).exists());
         let copy = Storage::open(&restored.join(DB), Default::default()).unwrap();
         let r = copy.begin_read().unwrap();
         use crate::store::Kv;

@@ -146,10 +146,14 @@ mod tests {
         out.into_iter().collect()
     }
 
+    /// A path, and the name a `use` binds it to when it renames it
+    /// (`a::b as c`).
+    type Named = (Module, Option<String>);
+
     /// The paths of a use tree starting at `s[at..]` (`a::b`, `{a, b::{c}}`,
     /// `a as b`, across lines), and where it ends. A path stops at
     /// anything else (`(`, `<`, `;`).
-    fn tree(s: &[char], mut at: usize) -> (Vec<Module>, usize) {
+    fn tree(s: &[char], mut at: usize) -> (Vec<Named>, usize) {
         let skip = |at: &mut usize| {
             while s.get(*at).is_some_and(|c| c.is_whitespace()) {
                 *at += 1;
@@ -195,15 +199,30 @@ mod tests {
             if !rest.is_empty() {
                 let paths = rest
                     .into_iter()
-                    .map(|mut p| {
+                    .map(|(mut p, alias)| {
                         p.insert(0, name.clone());
-                        p
+                        (p, alias)
                     })
                     .collect();
                 return (paths, end);
             }
         }
-        (vec![vec![name]], at)
+        // `name as alias`: bound to the alias.
+        if s[after..].starts_with(&['a', 's'])
+            && s.get(after + 2).is_some_and(|c| c.is_whitespace())
+        {
+            let mut from = after + 2;
+            skip(&mut from);
+            let start = from;
+            while s.get(from).is_some_and(|&c| is_ident(c)) {
+                from += 1;
+            }
+            let alias: String = s[start..from].iter().collect();
+            if !alias.is_empty() {
+                return (vec![(vec![name], Some(alias))], from);
+            }
+        }
+        (vec![(vec![name], None)], at)
     }
 
     /// Every path in `code` that starts at `root` (`crate`, `super`, or
@@ -211,7 +230,7 @@ mod tests {
     /// inline modules (`mod tests { .. }`) it is inside. A root that
     /// continues a path (`super::super`), or names a visibility
     /// (`pub(in crate::x)`), starts none.
-    fn paths_from(code: &str, root: &str) -> Vec<(Module, usize, usize)> {
+    fn paths_from(code: &str, root: &str) -> Vec<(Named, usize, usize)> {
         let s: Vec<char> = code.chars().collect();
         let r: Vec<char> = root.chars().collect();
         let inline = inline_modules(&s);
@@ -227,29 +246,29 @@ mod tests {
             if !word {
                 continue;
             }
-            // What comes before it, white space skipped.
-            let before: String = s[..i]
-                .iter()
-                .rev()
-                .skip_while(|c| c.is_whitespace())
-                .take(3)
-                .collect::<String>()
-                .chars()
-                .rev()
-                .collect();
-            let visibility = before.ends_with("in")
-                && !before
-                    .chars()
-                    .nth(before.len().wrapping_sub(3))
-                    .is_some_and(is_ident);
-            if root != "use" && (before.ends_with("::") || visibility) {
+            // What comes before it, white space skipped: `::` (it
+            // continues a path), or `(in` (a visibility, `pub(in ..)`).
+            let back = |mut k: usize| {
+                while k > 0 && s[k - 1].is_whitespace() {
+                    k -= 1;
+                }
+                k
+            };
+            let k = back(i);
+            let continues = k >= 2 && s[k - 2..k] == [':', ':'];
+            let visibility = k >= 2
+                && s[k - 2..k] == ['i', 'n']
+                && (k == 2 || !is_ident(s[k - 3]))
+                && back(k - 2) > 0
+                && s[back(k - 2) - 1] == '(';
+            if root != "use" && (continues || visibility) {
                 continue;
             }
             let paths = if root == "use" {
                 tree(&s, i + r.len()).0
             } else {
                 let (paths, _) = tree(&s, i);
-                paths.into_iter().filter(|p| p.len() > 1).collect()
+                paths.into_iter().filter(|(p, _)| p.len() > 1).collect()
             };
             let depth = inline.iter().filter(|(a, b)| *a < i && i < *b).count();
             found.extend(paths.into_iter().map(|p| (p, line, depth)));
@@ -314,7 +333,7 @@ mod tests {
                 if !folder_file {
                     continue;
                 }
-                for (p, _, _) in paths_from(text, "use") {
+                for ((p, alias), _, _) in paths_from(text, "use") {
                     // `use child::x`, `use self::child::x`, `use crate::..`.
                     let absolute: Module = match p[0].as_str() {
                         "crate" => p[1..].to_vec(),
@@ -324,8 +343,12 @@ mod tests {
                     let Some(from) = longest_module(&absolute) else {
                         continue;
                     };
-                    if from != *folder {
-                        let item = folder.iter().chain(p.last()).cloned().collect();
+                    let Some(name) = alias.or_else(|| p.last().cloned()) else {
+                        continue;
+                    };
+                    let item: Module = folder.iter().cloned().chain([name]).collect();
+                    // (A name that is a module of the folder is that module.)
+                    if from != *folder && !modules.contains(&item) {
                         exports.insert(item, from);
                     }
                 }
@@ -345,6 +368,12 @@ mod tests {
                 let Some(from) = self.exports.get(&path[..n]) else {
                     return Some(path[..n].to_vec());
                 };
+                // A module re-exported (`pub use self::h::d`): the rest of
+                // the path is inside it.
+                if from.last() == Some(&path[n - 1]) {
+                    path = from.iter().chain(&path[n..]).cloned().collect();
+                    continue;
+                }
                 let item: Module = from.iter().chain(&path[n - 1..n]).cloned().collect();
                 if !self.exports.contains_key(&item) {
                     return Some(from.clone());
@@ -364,10 +393,10 @@ mod tests {
                     used.entry(t).or_insert(line);
                 }
             };
-            for (p, line, _) in paths_from(code, "crate") {
+            for ((p, _), line, _) in paths_from(code, "crate") {
                 note(self.resolve(&p[1..]), line);
             }
-            for (p, line, depth) in paths_from(code, "super") {
+            for ((p, _), line, depth) in paths_from(code, "super") {
                 // Inside `depth` inline modules, the first `depth` steps up
                 // only come back to the file's own module.
                 let ups = p.iter().take_while(|s| *s == "super").count();
@@ -571,10 +600,11 @@ mod tests {
         // Escaped and quote characters, byte and C strings: none hides the
         // uses after it, and none of their contents is a use.
         let text = "let q = matches!(c, '\\''|'\"'); let b = b'\\''; let s = '\\\\';\n\
-            let r = cr#\"crate::cli\"#; let u = '\\u{22}';\n\
+            let r = cr#\"a\"b crate::cli\"#; let u = '\\u{22}';\n\
             use crate::store::Storage;\n\
             fn g() { crate::r#money::f() }\n\
-            pub(in crate::app) fn h() {}\n";
+            pub(in crate::app) fn h() {}\n\
+            fn k() { for x in crate::state::all() {} }\n";
         let files = crate_of(&[
             ("lib.rs", ""),
             ("a.rs", text),
@@ -582,12 +612,13 @@ mod tests {
             ("money.rs", ""),
             ("app.rs", ""),
             ("cli.rs", ""),
+            ("state.rs", ""),
         ]);
         let used: Vec<String> = edges(&files)
             .into_keys()
             .map(|(_, used)| used.join("::"))
             .collect();
-        assert_eq!(used, ["money", "store"]);
+        assert_eq!(used, ["money", "state", "store"]);
         // `super` inside an inline module climbs it first; `super::super`
         // is one path, not also `super::p`; a folder re-exports through
         // `self::` and through another folder's re-export.
@@ -645,5 +676,49 @@ mod tests {
             ("r/host/dispatch.rs", "use super::Ctx;\n"),
         ]);
         assert!(folder_cycles(&edges(&files)).is_empty());
+    }
+
+    #[test]
+    fn re_exports_are_read_by_the_names_they_bind() {
+        let files = crate_of(&[
+            ("lib.rs", ""),
+            (
+                "f/mod.rs",
+                "pub use self::h::{d as dd, C};\npub use h::q;\n",
+            ),
+            (
+                "f/h/mod.rs",
+                "use crate::g::{auth as wit_auth, types};\npub use d::C;\n",
+            ),
+            ("f/h/d.rs", ""),
+            ("f/h/q.rs", ""),
+            ("f/h/auth.rs", ""),
+            ("g.rs", ""),
+            (
+                "f/p.rs",
+                "use crate::f::dd::X;\nuse crate::f::q::sub::Y;\nuse super::h::auth::Z;\n",
+            ),
+        ]);
+        let krate = Crate::read(&files);
+        let names: Vec<String> = krate.exports.keys().map(|k| k.join("::")).collect();
+        assert_eq!(
+            names,
+            [
+                "f::C",
+                "f::dd",
+                "f::h::C",
+                "f::h::types",
+                "f::h::wit_auth",
+                "f::q"
+            ]
+        );
+        // A renamed module, a module re-exported as itself (the path goes
+        // on inside it), and a module whose name another one renames.
+        let used: Vec<String> = edges(&files)
+            .into_keys()
+            .filter(|(user, _)| user == &["f", "p"])
+            .map(|(_, used)| used.join("::"))
+            .collect();
+        assert_eq!(used, ["f::h::auth", "f::h::d", "f::h::q"]);
     }
 }
