@@ -1105,14 +1105,7 @@ fn backup_during_paid_writes_restores_a_consistent_copy() {
     }
 
     // The route itself: a tar streamed (chunked), only with the token.
-    let auth = format!("Bearer {ADMIN_TOKEN}");
-    let r = common::request(
-        s.admin,
-        "GET",
-        "/admin/backup",
-        &[("authorization", &auth)],
-        None,
-    );
+    let r = s.admin_raw("GET", "/admin/backup", None);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("content-type"), Some("application/x-tar"));
     assert_eq!(r.header("content-length"), None, "not streamed");
@@ -2210,14 +2203,7 @@ fn a_keyed_mint_repeats_its_secret_and_mints_once() {
         ("notjson", "body"),
         (r#"["amount", "1"]"#, "body"),
     ] {
-        let auth = format!("Bearer {ADMIN_TOKEN}");
-        let r = common::request(
-            s.admin,
-            "POST",
-            "/admin/cash/mint",
-            &[("authorization", &auth)],
-            Some(body.as_bytes()),
-        );
+        let r = s.admin_raw("POST", "/admin/cash/mint", Some(body.as_bytes()));
         assert_eq!(
             (r.status, r.code().as_str()),
             (400, "invalid_request"),

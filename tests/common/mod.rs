@@ -463,16 +463,16 @@ impl Server {
             .unwrap_or_else(|e| panic!("{name} {value}: {e}")) as u64
     }
 
-    /// An authenticated admin request.
+    /// An authenticated admin request with a JSON body.
     pub fn admin_request(&self, method: &str, path: &str, body: &Value) -> Resp {
+        self.admin_raw(method, path, Some(body.to_string().as_bytes()))
+    }
+
+    /// An authenticated admin request with these body bytes, if any (a
+    /// body that is no JSON, or none).
+    pub fn admin_raw(&self, method: &str, path: &str, body: Option<&[u8]>) -> Resp {
         let auth = format!("Bearer {ADMIN_TOKEN}");
-        request(
-            self.admin,
-            method,
-            path,
-            &[("authorization", &auth)],
-            Some(body.to_string().as_bytes()),
-        )
+        request(self.admin, method, path, &[("authorization", &auth)], body)
     }
 
     /// POST JSON with extra headers.
