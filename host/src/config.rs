@@ -417,6 +417,8 @@ impl Config {
         let mut table = toml::Table::new();
         // Where each setting came from, for an error about it.
         let mut sources: BTreeMap<String, String> = BTreeMap::new();
+        // The families named by `MARKETPLACE_PLUGIN_*`, as spelled there.
+        let mut env_families: Vec<String> = Vec::new();
         let file = file.map(Path::to_path_buf).or_else(|| {
             env.iter()
                 .find(|(k, _)| k == "MARKETPLACE_CONFIG")
@@ -470,6 +472,7 @@ impl Config {
             {
                 plugins_entry(&mut table)?
                     .insert(family.to_string(), toml::Value::String(value.clone()));
+                env_families.push(family.to_string());
                 sources.insert(
                     "plugins".into(),
                     format!("from the environment variable {key}"),
@@ -510,6 +513,7 @@ impl Config {
                         .unwrap_or_default();
                     anyhow::anyhow!("invalid configuration: {message}{source}")
                 })?;
+        config.dash_env_families(&env_families);
         config.validate()?;
         if let Some(public) = &config.public_url {
             let mcp = config.settings.entry("mcp".into()).or_default();
@@ -522,6 +526,24 @@ impl Config {
             }
         }
         Ok(config)
+    }
+
+    /// A shell cannot export a variable with `-` in its name, so
+    /// `MARKETPLACE_PLUGIN_MY_FAM` names the family `my-fam` when there is
+    /// no family `my_fam` (family names may hold either).
+    fn dash_env_families(&mut self, named: &[String]) {
+        let Ok(families) = self.try_families() else {
+            return; // validate() reports it
+        };
+        let known = |name: &str| families.iter().any(|f| f.name == name);
+        for name in named {
+            let dashed = name.replace('_', "-");
+            if !known(name) && dashed != *name && known(&dashed) {
+                if let Some(component) = self.plugins.remove(name) {
+                    self.plugins.insert(dashed, component);
+                }
+            }
+        }
     }
 
     fn validate(&self) -> Result<()> {
@@ -685,7 +707,7 @@ impl Config {
                 let known: Vec<&str> = families.iter().map(|f| f.name.as_str()).collect();
                 bail!(
                     "unknown plugin family {family:?}, named by [plugins] {family} in the config file or by MARKETPLACE_PLUGIN_{}; the families are {}",
-                    family.to_ascii_uppercase(),
+                    family.to_ascii_uppercase().replace('-', "_"),
                     known.join(", ")
                 );
             }
@@ -1192,6 +1214,29 @@ mod tests {
             std::fs::write(&file, bad).unwrap();
             assert!(Config::load(Some(&file), &[], &[]).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn an_environment_variable_names_a_family_with_a_dash() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        let env = s(&[("MARKETPLACE_PLUGIN_MY_FAM", "v2.wasm")]);
+        std::fs::write(&file, "[families.my-fam]\ncomponent = \"v1.wasm\"\n").unwrap();
+        let c = Config::load(Some(&file), &env, &[]).unwrap();
+        assert_eq!(c.family("my-fam").unwrap().component, "v2.wasm");
+        // A family spelled with `_` is named as it is, beside one with `-`.
+        std::fs::write(
+            &file,
+            "[families.my-fam]\ncomponent = \"v1.wasm\"\n[families.my_fam]\ncomponent = \"u1.wasm\"\n",
+        )
+        .unwrap();
+        let c = Config::load(Some(&file), &env, &[]).unwrap();
+        assert_eq!(c.family("my-fam").unwrap().component, "v1.wasm");
+        assert_eq!(c.family("my_fam").unwrap().component, "v2.wasm");
+        // An unknown family is named as a shell would spell its variable.
+        std::fs::write(&file, "[plugins]\nno-such = \"x.wasm\"\n").unwrap();
+        let e = format!("{:#}", Config::load(Some(&file), &[], &[]).unwrap_err());
+        assert!(e.contains("MARKETPLACE_PLUGIN_NO_SUCH"), "{e}");
     }
 
     #[test]
