@@ -834,6 +834,18 @@ fn x402_over_mcp_pays_with_the_payload_in_meta() {
     );
     assert_eq!(s.cash_state(&a), (json!(false), json!("0.6")));
     assert_eq!(s.cash_state(&b), (json!(false), json!("0.6")));
+    // A malformed payment in `_meta` alone: its refusal names where an MCP
+    // client put it, not only the HTTP header.
+    let versioned = json!({"x402Version": 1, "accepted": accepted, "payload": {"secret": a}});
+    let r = mcp_execute(&s, other.clone(), json!({"x402/payment": versioned}), &[]);
+    let refusal = &r["result"]["structuredContent"];
+    assert_eq!(refusal["code"], "payment_invalid", "{r}");
+    let message = refusal["message"].as_str().unwrap();
+    assert!(
+        message.contains("_meta[\"x402/payment\"]") && message.contains("x402Version 2"),
+        "{message}"
+    );
+    assert_eq!(s.cash_state(&a), (json!(false), json!("0.6")));
     // A payment that is neither a payload nor its header: invalid params.
     let r = mcp_execute(&s, other, json!({"x402/payment": 5}), &[]);
     assert_eq!(r["error"]["code"], -32602, "{r}");

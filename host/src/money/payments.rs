@@ -167,7 +167,11 @@ pub fn presented<'a>(
     if let Some(why) = &headers.x402.invalid {
         return Err(refusal(
             "payment_invalid",
-            format!("the PAYMENT-SIGNATURE header {why}"),
+            // (Over MCP the payment comes in the call's `_meta`, which the
+            // mcp family forwards as this header.)
+            format!(
+                "the x402 payment (the PAYMENT-SIGNATURE header, or _meta[\"x402/payment\"] of an MCP call) {why}"
+            ),
             action,
             price,
         ));
