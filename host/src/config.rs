@@ -538,10 +538,12 @@ impl Config {
         let known = |name: &str| families.iter().any(|f| f.name == name);
         for name in named {
             let dashed = name.replace('_', "-");
-            if !known(name) && dashed != *name && known(&dashed) {
-                if let Some(component) = self.plugins.remove(name) {
-                    self.plugins.insert(dashed, component);
-                }
+            if !known(name)
+                && dashed != *name
+                && known(&dashed)
+                && let Some(component) = self.plugins.remove(name)
+            {
+                self.plugins.insert(dashed, component);
             }
         }
     }
