@@ -675,8 +675,9 @@ fn define(req: &Request) -> Result<Response, ApiError> {
     if kind.as_deref().is_some_and(|k| k != "search") {
         body.problem("kind", "must be \"search\"");
     }
-    // 16 KiB of UTF-8 (PROTOCOL 8), counted in bytes.
-    let typescript = body.required_str("typescript", MAX_TYPESCRIPT);
+    // 16 KiB of UTF-8 (PROTOCOL 8), counted in bytes (below), not in
+    // characters: a string over it in characters is over it in bytes too.
+    let typescript = body.required_str("typescript", usize::MAX);
     if typescript
         .as_ref()
         .is_some_and(|ts| ts.len() > MAX_TYPESCRIPT)
