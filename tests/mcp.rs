@@ -465,14 +465,20 @@ fn macros_are_first_come_and_owner_updated() {
     bad["kind"] = json!("delete");
     assert_eq!(s.post_json("/api/mcp/tools/define", &bad).status, 400);
     let mut big = macro_def("too_big");
-    big["typescript"] = json!("x".repeat(16 * 1024 + 1));
-    let r = s.post_json("/api/mcp/tools/define", &big);
-    assert_eq!(r.status, 400);
-    // One problem, in the unit the limit is counted in.
-    assert_eq!(
-        r.json()["details"],
-        json!([{"field": "typescript", "problem": "must be at most 16384 bytes (UTF-8)"}])
-    );
+    // One problem, in the unit the limit is counted in: an over-long
+    // script is not parsed too (this one would not parse).
+    for script in [
+        "x".repeat(16 * 1024 + 1),
+        format!("{}(", "x".repeat(64 * 1024)),
+    ] {
+        big["typescript"] = json!(script);
+        let r = s.post_json("/api/mcp/tools/define", &big);
+        assert_eq!(r.status, 400);
+        assert_eq!(
+            r.json()["details"],
+            json!([{"field": "typescript", "problem": "must be at most 16384 bytes (UTF-8)"}])
+        );
+    }
     // 16 KiB of UTF-8: 9,000 two-byte characters are over it.
     big["typescript"] = json!(format!("return {{term: 'x'}}; // {}", "é".repeat(9000)));
     let r = s.post_json("/api/mcp/tools/define", &big);

@@ -677,7 +677,7 @@ fn define(req: &Request) -> Result<Response, ApiError> {
     }
     // 16 KiB of UTF-8 (PROTOCOL 8), counted in bytes (below), not in
     // characters: a string over it in characters is over it in bytes too.
-    let typescript = body.required_str("typescript", usize::MAX);
+    let mut typescript = body.required_str("typescript", usize::MAX);
     if typescript
         .as_ref()
         .is_some_and(|ts| ts.len() > MAX_TYPESCRIPT)
@@ -686,6 +686,9 @@ fn define(req: &Request) -> Result<Response, ApiError> {
             "typescript",
             format!("must be at most {MAX_TYPESCRIPT} bytes (UTF-8)"),
         );
+        // Its size is its one problem: a script over the limit is not
+        // parsed (up to the whole body's size).
+        typescript = None;
     }
     // Nesting deep enough to overflow the parser's stack is the author's
     // error too.
