@@ -245,7 +245,11 @@ pub fn schemas() -> Value {
         "McpSearch": obj(&[("term", nonblank(1000)), ("limit", json!({"type": ["integer", "null"], "minimum": 1, "maximum": 100})), ("post_type", json!({"type": ["string", "null"], "pattern": "^([A-Za-z0-9_-]{1,64})?$"}))], &["term"]),
         "SearchResults": openapi::search_results(),
         "Post": openapi::post(),
-        "MacroDefinition": obj(&[("name", pattern("^[a-z][a-z0-9_-]{0,63}$")), ("description", json!({"type": "string", "maxLength": 1000})), ("kind", json!({"const": "search"})), ("typescript", nonblank(16384)),
+        "MacroDefinition": obj(&[("name", pattern("^[a-z][a-z0-9_-]{0,63}$")), ("description", json!({"type": "string", "maxLength": 1000})), ("kind", json!({"const": "search"})), ("typescript", {
+                let mut ts = nonblank(16384);
+                ts["description"] = json!("The macro's TypeScript: at most 16384 bytes of UTF-8 (so at most 16384 characters, fewer when some take several bytes).");
+                ts
+            }),
             ("input_schema", crate::schema::openapi()),
             ("timestamp", json!({"type": ["integer", "null"], "minimum": 0, "maximum": u64::MAX})), ("owner_fingerprint", json!({"type": ["string", "null"]})), ("signature", json!({"type": ["string", "null"]}))], &["name", "kind", "typescript", "input_schema"]),
         "MacroEnvelope": obj(&[("macro", t("object"))], &["macro"]),
