@@ -465,8 +465,8 @@ fn macros_are_first_come_and_owner_updated() {
     bad["kind"] = json!("delete");
     assert_eq!(s.post_json("/api/mcp/tools/define", &bad).status, 400);
     let mut big = macro_def("too_big");
-    // One problem, in the unit the limit is counted in: an over-long
-    // script is not parsed too (this one would not parse).
+    // One problem, in the unit the limit is counted in; nor is an
+    // over-long script parsed (the second would not parse).
     for script in [
         "x".repeat(16 * 1024 + 1),
         format!("{}(", "x".repeat(64 * 1024)),
