@@ -1691,6 +1691,10 @@ fn cli_and_admin_refuse_what_would_silently_go_wrong() {
     let r = common::deal::admin(&s, "PUT", "/admin/plugins/notes", core);
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(r.text().contains("core WebAssembly module"), "{}", r.text());
+    // An empty body (an upload of a file that was not there) says so.
+    let r = common::deal::admin(&s, "PUT", "/admin/plugins/notes", b"");
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("the file is empty"), "{}", r.text());
     // Nothing was swapped.
     assert_eq!(
         s.get("/api/fees").json()["arbitration"]["policy"],

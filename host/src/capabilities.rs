@@ -148,6 +148,12 @@ impl Grants {
         imports: impl IntoIterator<Item = &'a str>,
     ) -> Result<(), String> {
         let mut missing: BTreeSet<&'static str> = BTreeSet::new();
+        // Every grant the component needs, for the hint: a grant given
+        // anew replaces the family's grants.
+        let mut needed: BTreeSet<&'static str> = BTreeSet::new();
+        if self.has(Capability::Credentials) {
+            needed.insert(Capability::Credentials.name());
+        }
         let mut unknown = Vec::new();
         for import in imports {
             let Some(rest) = import.strip_prefix("marketplace:plugin/") else {
@@ -158,9 +164,12 @@ impl Grants {
                 continue;
             }
             match Capability::of_interface(interface) {
-                Some(c) if self.has(c) => {}
+                Some(c) if self.has(c) => {
+                    needed.insert(c.name());
+                }
                 Some(c) => {
                     missing.insert(c.name());
+                    needed.insert(c.name());
                 }
                 None => unknown.push(interface.to_string()),
             }
@@ -173,10 +182,15 @@ impl Grants {
         }
         if !missing.is_empty() {
             let names: Vec<&str> = missing.into_iter().collect();
+            let all: Vec<&str> = needed.into_iter().collect();
+            let quoted: Vec<String> = all.iter().map(|n| format!("\"{n}\"")).collect();
             return Err(format!(
-                "family {family} is not granted the capabilit{} {} that the component imports (grant with [families.{family}] grants = [...] or PUT /admin/plugins/{family}?grants=...)",
+                "family {family} is not granted the capabilit{} {} that the component imports (grant with [families.{family}] grants = [{}], `marketplace plugins load {family} FILE --grants {}` or PUT /admin/plugins/{family}?grants={})",
                 if names.len() == 1 { "y" } else { "ies" },
-                names.join(", ")
+                names.join(", "),
+                quoted.join(", "),
+                all.join(","),
+                all.join(","),
             ));
         }
         Ok(())
@@ -263,6 +277,14 @@ mod tests {
         let err = g.admit("rogue", imports).unwrap_err();
         assert!(err.contains("family rogue"), "{err}");
         assert!(err.contains("dispatch, escrow"), "{err}");
+        // The hint grants all it needs, the grant it has too (a grant given
+        // anew replaces the family's).
+        assert!(
+            err.contains(r#"grants = ["dispatch", "escrow", "payments"]"#)
+                && err.contains("--grants dispatch,escrow,payments")
+                && err.contains("?grants=dispatch,escrow,payments"),
+            "{err}"
+        );
         assert!(
             Grants::parse(["payments", "escrow", "dispatch"], [])
                 .unwrap()

@@ -988,6 +988,10 @@ impl Runtime {
                 Err(e) => tracing::warn!("ignoring unusable cache entry {}: {e}", path.display()),
             }
         }
+        // (An upload of a file that was not there: `curl --data-binary @x`.)
+        if bytes.is_empty() {
+            anyhow::bail!("not a component: the file is empty (0 bytes)");
+        }
         // A core module (version 1) rather than a component (layer 1) is
         // a common mistake of a plugin's build: say which.
         if bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[4..8] == [1, 0, 0, 0] {
