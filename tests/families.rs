@@ -500,8 +500,8 @@ fn a_built_in_family_can_be_unmounted_and_mounted_again() {
 #[test]
 fn a_swap_that_drops_routes_says_which_in_the_log() {
     // Another family's component under contracts' name: accepted (its
-    // routes conflict with no one), but the log names every route of the
-    // old version that now answers 404.
+    // routes conflict with no one), but the answer and the log name every
+    // route of the old version that now answers 404.
     let s = Server::start();
     let r = admin(
         &s,
@@ -510,6 +510,14 @@ fn a_swap_that_drops_routes_says_which_in_the_log() {
         &wasm("template.wasm"),
     );
     assert_eq!(r.status, 200, "{}", r.text());
+    let dropped = r.json()["dropped_routes"].clone();
+    assert!(
+        dropped
+            .as_array()
+            .is_some_and(|d| d.contains(&json!("POST /api/arbitration/contracts/buy"))),
+        "{}",
+        r.text()
+    );
     s.wait_log("the dropped routes' warning", |log| {
         log.lines().any(|l| {
             l.contains("WARN")
@@ -525,6 +533,7 @@ fn a_swap_that_drops_routes_says_which_in_the_log() {
         &wasm("fees_pickup_paid.wasm"),
     );
     assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["dropped_routes"], json!([]), "{}", r.text());
     let log = s.log_text();
     assert_eq!(log.matches("these now answer 404").count(), 1, "{log}");
 }

@@ -276,6 +276,8 @@ fn cli_lists_and_loads_plugins_through_the_admin_listener() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The same routes: no warning.
+    assert!(out.stderr.is_empty(), "{out:?}");
     assert_eq!(policy(&s), "pickup-paid");
     // The listing names the file that serves now, not the configured one.
     let out = run(&["plugins", "list", "--admin", &url]);
@@ -343,6 +345,24 @@ fn cli_lists_and_loads_plugins_through_the_admin_listener() {
         s.cash_state(&secret),
         (serde_json::json!(false), serde_json::json!("0.5"))
     );
+    // A load under another family's name (a typo) swaps that family: done,
+    // but the routes it no longer serves are said on stderr too.
+    let template = common::plugins_dir().join("template.wasm");
+    let out = run(&[
+        "plugins",
+        "load",
+        "search",
+        template.to_str().unwrap(),
+        "--admin",
+        &url,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning: family search no longer serves GET /api/search"),
+        "{err}"
+    );
+    assert_eq!(s.get("/api/search?term=x").status, 404);
 }
 
 #[test]

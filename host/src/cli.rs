@@ -419,6 +419,18 @@ fn plugins(command: PluginsCommand, client: &Client, settings: &Settings) -> Res
         "admin answered {status}: {}",
         text.trim_end()
     );
+    // A swap that turned routes into 404s is said on stderr too.
+    if let Ok(doc) = serde_json::from_str::<serde_json::Value>(&text)
+        && let Some(dropped) = doc["dropped_routes"].as_array()
+        && !dropped.is_empty()
+    {
+        let routes: Vec<&str> = dropped.iter().filter_map(|r| r.as_str()).collect();
+        eprintln!(
+            "warning: family {} no longer serves {} (they answer 404 now)",
+            doc["family"].as_str().unwrap_or_default(),
+            routes.join(", ")
+        );
+    }
     say(text.trim_end())
 }
 

@@ -61,6 +61,24 @@ pub struct LoadedPlugin {
     memo: Arc<crate::runtime::memo::Memo>,
 }
 
+/// The routes `old` served that `new` does not ("METHOD pattern"; a
+/// renamed `{name}` segment is the same route): what a swap from one to
+/// the other turns into 404s.
+pub fn dropped_routes(old: &LoadedPlugin, new: &LoadedPlugin) -> Vec<String> {
+    old.api
+        .routes
+        .iter()
+        .filter(|r| {
+            let shape = crate::runtime::routes::shape(&r.pattern);
+            !new.api
+                .routes
+                .iter()
+                .any(|n| n.method == r.method && crate::runtime::routes::shape(&n.pattern) == shape)
+        })
+        .map(|r| format!("{} {}", r.method, r.pattern))
+        .collect()
+}
+
 enum Kind {
     /// An endpoint component and the export index of its `handle`
     /// function, whose type was checked at load (see
@@ -569,20 +587,7 @@ impl Runtime {
                 // version that removed an endpoint, or another family's
                 // component under this one's file name): said loudly.
                 if let Some(old) = slots.get(family).and_then(|s| s.loaded.as_ref()) {
-                    let dropped: Vec<String> = old
-                        .api
-                        .routes
-                        .iter()
-                        .filter(|r| {
-                            // (A renamed `{name}` segment is the same route.)
-                            let shape = crate::runtime::routes::shape(&r.pattern);
-                            !plugin.api.routes.iter().any(|n| {
-                                n.method == r.method
-                                    && crate::runtime::routes::shape(&n.pattern) == shape
-                            })
-                        })
-                        .map(|r| format!("{} {}", r.method, r.pattern))
-                        .collect();
+                    let dropped = dropped_routes(old, &plugin);
                     if !dropped.is_empty() {
                         tracing::warn!(
                             family,

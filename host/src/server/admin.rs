@@ -508,10 +508,11 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
             let spec = app.config.family(family);
             let component = named.unwrap_or_else(|| unnamed_upload(family, current.as_ref(), body));
             let grants = grants.or_else(|| (!known).then(|| spec.map(|s| s.grants)).flatten());
+            let before = app.runtime.plugin(family);
             let result = app.runtime.swap(family, &component, body, grants);
             crate::metrics::metrics().swap(family, if result.is_ok() { "ok" } else { "refused" });
             match result {
-                Ok(_) => {
+                Ok(plugin) => {
                     if let Err(e) = super::uploads::record(app, family, body) {
                         tracing::error!(
                             family,
@@ -535,6 +536,13 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                         .map(|s| status_json(&s))
                         .unwrap_or_default();
                     doc["mounted"] = json!(!known);
+                    // What the swap turned into 404s (logged too): a typo
+                    // in the family's name swaps another family's
+                    // component, a built-in one's too.
+                    if let Some(before) = &before {
+                        doc["dropped_routes"] =
+                            json!(crate::runtime::engine::dropped_routes(before, &plugin));
+                    }
                     Reply::json(200, &doc)
                 }
                 Err(e) => {
