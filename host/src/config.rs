@@ -746,7 +746,9 @@ impl Config {
                 Some(i) => i,
                 None => {
                     let Some(component) = &fc.component else {
-                        bail!("[families.{name}] needs a component file name");
+                        bail!(
+                            "[families.{name}] needs a component file name, relative to plugins_dir: component = \"{name}.wasm\" (or \"families/{name}.wasm\" for the watched directory's file)"
+                        );
                     };
                     out.push(FamilySpec {
                         name: name.clone(),
@@ -1208,6 +1210,9 @@ mod tests {
         let search = c.family("search").unwrap();
         assert_eq!(search.component, "search.wasm");
         assert!(search.grants.capabilities.is_empty() && search.grants.reads.is_empty());
+        std::fs::write(&file, "[families.x]\ngrants = [\"payments\"]\n").unwrap();
+        let e = format!("{:#}", Config::load(Some(&file), &[], &[]).unwrap_err());
+        assert!(e.contains(r#"component = "x.wasm""#), "{e}");
         for bad in [
             "[families.x]\ngrants = [\"payments\"]\n",
             "[families.x]\ncomponent = \"x.wasm\"\ngrants = [\"money\"]\n",
