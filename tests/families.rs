@@ -779,9 +779,20 @@ fn capabilities_are_checked_when_a_family_is_mounted() {
     let msg = r.json()["message"].as_str().unwrap_or_default().to_string();
     assert!(msg.contains("family rogue"), "{msg}");
     assert!(msg.contains("escrow"), "{msg}");
+    // What is missing names only what is not granted; the hint that
+    // follows grants all the component needs (a grant given anew replaces
+    // the family's).
+    let (missing, hint) = msg.split_once(" (grant with ").unwrap_or((&msg, ""));
     for cap in ["payments", "signatures", "host-info", "limits", "dispatch"] {
-        assert!(!msg.contains(cap), "names {cap}, which is granted: {msg}");
+        assert!(
+            !missing.contains(cap),
+            "names {cap}, which is granted: {msg}"
+        );
     }
+    assert!(
+        hint.contains("--grants ") && hint.contains("escrow"),
+        "{msg}"
+    );
     assert!(plugin(&s, "rogue").is_none());
 
     // An unknown capability name is refused.
