@@ -230,11 +230,24 @@ fn fault_kind(err: &wasmtime::Error, memory_hit: bool) -> &'static str {
 /// in words a plugin author can act on: a time limit, the memory cap, or
 /// the trap itself (a Rust panic is an `unreachable` trap), with the wasm
 /// backtrace kept for the debug log.
-fn smoke_failure(what: &str, err: wasmtime::Error, memory_hit: bool) -> anyhow::Error {
+fn smoke_failure(
+    what: &str,
+    err: wasmtime::Error,
+    memory_hit: bool,
+    panic: Option<&str>,
+) -> anyhow::Error {
     tracing::debug!("{what} failed: {}", backtrace(&err));
     let why = match (err.downcast_ref::<Trap>(), memory_hit) {
         (Some(Trap::Interrupt), _) => "ran past its time limit (request_timeout_ms)".to_string(),
         (_, true) => "grew past its memory cap (plugin_memory_mib)".to_string(),
+        // (std's panic message reads "panicked at FILE:LINE:COL: ...".)
+        (Some(Trap::UnreachableCodeReached), _) if let Some(panic) = panic => {
+            if panic.starts_with("panicked at ") {
+                panic.to_string()
+            } else {
+                format!("panicked: {panic}")
+            }
+        }
         (Some(Trap::UnreachableCodeReached), _) => {
             "trapped: unreachable code (a Rust panic traps so; the guest crate logs its message, `plugin panicked: ...`, just before)".to_string()
         }
@@ -755,7 +768,7 @@ impl Runtime {
                 .map_err(|e| anyhow!("instantiating failed: {e}"))?;
             let fees = bindings.marketplace_plugin_fees();
             let failed = |what: &str, e: wasmtime::Error, store: &Store<FeeCtx>| {
-                smoke_failure(what, e, store.data().memory_hit())
+                smoke_failure(what, e, store.data().memory_hit(), None)
             };
             let info = fees
                 .call_describe(&mut store)
@@ -922,7 +935,7 @@ impl Runtime {
         let instance =
             run_to_end(pre.instance_pre().instantiate_async(&mut store)).map_err(|e| {
                 let hit = store.data().memory_hit();
-                smoke_failure("instantiating it", e, hit)
+                smoke_failure("instantiating it", e, hit, store.data().panic_message())
             })?;
         let bindings = bindings::endpoint::Endpoint::new(&mut store, &instance)
             .map_err(|e| anyhow!("not an endpoint component: {e}"))?;
@@ -933,11 +946,21 @@ impl Runtime {
         let handler = bindings.marketplace_plugin_handler();
         let info = run_to_end(handler.call_describe(&mut store)).map_err(|e| {
             let hit = store.data().memory_hit();
-            smoke_failure("smoke call describe()", e, hit)
+            smoke_failure(
+                "smoke call describe()",
+                e,
+                hit,
+                store.data().panic_message(),
+            )
         })?;
         let declared = run_to_end(handler.call_describe_api(&mut store)).map_err(|e| {
             let hit = store.data().memory_hit();
-            smoke_failure("smoke call describe-api()", e, hit)
+            smoke_failure(
+                "smoke call describe-api()",
+                e,
+                hit,
+                store.data().panic_message(),
+            )
         })?;
         let routes = declared
             .routes

@@ -109,6 +109,14 @@ pub(super) fn write_log(family: &str, budget: &LogBudget, level: log::Level, mes
 
 impl log::Host for Ctx {
     fn log(&mut self, level: log::Level, message: String) {
+        if level == log::Level::Error
+            && self.panicked.is_none()
+            && let Some(panic) = message.strip_prefix("plugin panicked: ")
+        {
+            // ("panicked at FILE:LINE:COL:\nMESSAGE": one line.)
+            let panic = panic.replace('\n', " ");
+            self.panicked = Some(crate::logging::one_line(&printable(&panic), 500).into_owned());
+        }
         if level == log::Level::Error && self.store_unavailable_lately() {
             outage_echo(&self.family, &message);
             return;

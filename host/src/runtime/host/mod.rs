@@ -187,6 +187,9 @@ pub struct Ctx {
     /// this call's dispatched requests with: the only ones its answer may
     /// carry.
     relayed: Vec<(String, String)>,
+    /// The panic message the guest crate logged before trapping (a smoke
+    /// call's refusal quotes it).
+    panicked: Option<String>,
 }
 
 impl Limiter for Ctx {
@@ -251,6 +254,7 @@ impl Ctx {
             memo: None,
             logged: log::LogBudget::default(),
             relayed: Vec::new(),
+            panicked: None,
         }
     }
 
@@ -281,7 +285,15 @@ impl Ctx {
             memo: None,
             logged: log::LogBudget::default(),
             relayed: Vec::new(),
+            panicked: None,
         }
+    }
+
+    /// The message of a panic the component logged (`plugin panicked:
+    /// ...`, as the guest crate's panic hook writes it just before the
+    /// trap), if it did.
+    pub fn panic_message(&self) -> Option<&str> {
+        self.panicked.as_deref()
     }
 
     /// What this call's answers (its own and its fault answer) may carry
