@@ -1,20 +1,13 @@
 //! Shared flows of the black-box tests: raw admin requests, fresh
 //! timestamps, and a buyer/seller deal through the contract actions.
 
-use super::{ADMIN_TOKEN, Key, Resp, Server, now_s};
+use super::{Key, Resp, Server, now_s};
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// An authenticated admin request with raw bytes as the body.
 pub fn admin(s: &Server, method: &str, path: &str, body: &[u8]) -> Resp {
-    let auth = format!("Bearer {ADMIN_TOKEN}");
-    super::request(
-        s.admin,
-        method,
-        path,
-        &[("authorization", &auth)],
-        Some(body),
-    )
+    s.admin_raw(method, path, Some(body))
 }
 
 /// A timestamp inside the freshness window that no earlier call returned,
