@@ -198,6 +198,38 @@ fn broken_components_are_refused_and_the_old_one_keeps_serving() {
 /// nothing in: an admin upload serving instead of the configured file
 /// stays (on a fleet, the fleet's choice). A file whose content changed
 /// still swaps.
+/// The calls a load makes are not a request: a component that takes
+/// longer to describe itself than `request_timeout_ms` gives a request is
+/// still loaded (under a busy CI a large OpenAPI can take that long).
+#[test]
+fn a_component_slower_to_describe_than_a_request_may_take_is_loaded() {
+    let s = Server::with(common::Options {
+        env: vec![("MARKETPLACE_REQUEST_TIMEOUT_MS".into(), "5".into())],
+        ..Default::default()
+    });
+    // Every built-in family loaded under the short deadline too.
+    assert_eq!(s.get("/api/health").json()["status"], "ok");
+    let slow = std::fs::read(common::plugins_dir().join("testing_slow_load.wasm")).unwrap();
+    let started = Instant::now();
+    let r = admin(&s, "PUT", "/admin/plugins/slow", &slow);
+    let took = started.elapsed();
+    assert_eq!(r.status, 200, "{}", r.text());
+    // Its `describe-api` ran past the 5 ms (and the 10 ms tick after it)
+    // a request is given: what this test is about. Not a timing assertion
+    // of the service: a check that the component still computes long
+    // enough to test anything.
+    assert!(took > Duration::from_millis(40), "the load took {took:?}");
+    // Serving its route (the admin answer: every plugin call here has
+    // 5 ms, which a busy machine may not give `/openapi.json`).
+    let loaded = r.json();
+    assert_eq!(loaded["status"], "ok", "{loaded}");
+    assert_eq!(
+        loaded["routes"],
+        serde_json::json!(["GET /api/slow/ping"]),
+        "{loaded}"
+    );
+}
+
 #[test]
 fn a_component_file_rewritten_unchanged_swaps_nothing() {
     let plugins = plugin_copy();

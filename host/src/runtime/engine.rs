@@ -37,6 +37,14 @@ use bindings::fees::{FeePolicy, FeePolicyPre};
 /// Epoch tick length: deadlines are counted in these.
 const TICK: Duration = Duration::from_millis(10);
 
+/// Least time the calls a load makes (instantiation, `describe`,
+/// `describe-api`, a fee policy's quotes) are given, when
+/// `request_timeout_ms` is shorter. They run once per load, off the
+/// request path, and a busy machine must not refuse a sound component
+/// because its whole OpenAPI took longer to build than one request may
+/// take; a component that never returns is still refused.
+const LOAD_CALL_BUDGET: Duration = Duration::from_secs(10);
+
 pub use crate::config::FEES_FAMILY;
 
 /// A loaded, pre-instantiated component.
@@ -238,7 +246,10 @@ fn smoke_failure(
 ) -> anyhow::Error {
     tracing::debug!("{what} failed: {}", backtrace(&err));
     let why = match (err.downcast_ref::<Trap>(), memory_hit) {
-        (Some(Trap::Interrupt), _) => "ran past its time limit (request_timeout_ms)".to_string(),
+        (Some(Trap::Interrupt), _) => format!(
+            "ran past its time limit at load (request_timeout_ms, at least {} s)",
+            LOAD_CALL_BUDGET.as_secs()
+        ),
         (_, true) => "grew past its memory cap (plugin_memory_mib)".to_string(),
         // (std's panic message reads "panicked at FILE:LINE:COL: ...".)
         (Some(Trap::UnreachableCodeReached), _) if let Some(panic) = panic => {
@@ -762,7 +773,7 @@ impl Runtime {
         let (kind, info, api) = if family == FEES_FAMILY {
             let pre = FeePolicyPre::new(self.link(&self.fee_linker, &component)?)
                 .map_err(|e| anyhow!("not a fee-policy component: {e}"))?;
-            let mut store = self.fee_store();
+            let mut store = self.fee_store(self.load_budget());
             let bindings = pre
                 .instantiate(&mut store)
                 .map_err(|e| anyhow!("instantiating failed: {e}"))?;
@@ -931,7 +942,10 @@ impl Runtime {
     ) -> Result<(wit::PluginInfo, Api)> {
         // `describe` and `api` must not touch storage or payments; give
         // them an inert context.
-        let mut store = self.store(Ctx::inert(family, self.limits.memory_bytes));
+        let mut store = self.store_for(
+            Ctx::inert(family, self.limits.memory_bytes),
+            self.load_budget(),
+        );
         let instance =
             run_to_end(pre.instance_pre().instantiate_async(&mut store)).map_err(|e| {
                 let hit = store.data().memory_hit();
@@ -1051,11 +1065,21 @@ impl Runtime {
     }
 
     fn store<T: Limiter>(&self, data: T) -> Store<T> {
+        self.store_for(data, self.limits.deadline)
+    }
+
+    /// The time the calls of a load are given: see [`LOAD_CALL_BUDGET`].
+    fn load_budget(&self) -> Duration {
+        self.limits.deadline.max(LOAD_CALL_BUDGET)
+    }
+
+    /// A store whose calls may run for `budget`.
+    fn store_for<T: Limiter>(&self, data: T, budget: Duration) -> Store<T> {
         let mut store = Store::new(&self.engine, data);
         store.limiter(|d| d.limiter() as &mut dyn wasmtime::ResourceLimiter);
         // Checked on every tick the call runs through, so a plugin may
         // shorten its own deadline (`host.limit-time`).
-        store.data_mut().limiter().start(self.limits.deadline);
+        store.data_mut().limiter().start(budget);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|mut cx| {
             let data = cx.data_mut();
@@ -1078,11 +1102,11 @@ impl Runtime {
         store
     }
 
-    fn fee_store(&self) -> Store<FeeCtx> {
-        self.store(FeeCtx::new(
-            self.limits.memory_bytes,
-            self.fee_settings.clone(),
-        ))
+    fn fee_store(&self, budget: Duration) -> Store<FeeCtx> {
+        self.store_for(
+            FeeCtx::new(self.limits.memory_bytes, self.fee_settings.clone()),
+            budget,
+        )
     }
 
     /// The plugin currently serving `family`.
@@ -1498,7 +1522,7 @@ impl Runtime {
         let Kind::Fees { pre, .. } = &plugin.kind else {
             return Err(Reply::error(500, "internal", "internal error"));
         };
-        let mut store = self.fee_store();
+        let mut store = self.fee_store(self.limits.deadline);
         let result = pre.instantiate(&mut store).and_then(|b| f(&b, &mut store));
         let memory_hit = store.data().memory_hit();
         result.map_err(|e| fault_reply(FEES_FAMILY, &e, memory_hit))
