@@ -1067,7 +1067,30 @@ fn the_watched_families_directory_mounts_swaps_and_unmounts() {
         plugin(&s, "jotter").map(|p| p["hash"].clone()),
         Some(json!(sha256_hex(&changed)))
     );
+    // The admin view says so beside the family that kept serving (nobody
+    // got an answer to a file dropped into a directory), and so does the
+    // CLI, on stderr.
+    let p = plugin(&s, "jotter").unwrap();
+    assert_eq!(p["status"], "ok", "{p}");
+    assert_eq!(p["refused"]["file"], "families/jotter.wasm", "{p}");
+    assert_eq!(p["refused"]["hash"], sha256_hex(b"not a component"), "{p}");
+    assert!(!p["refused"]["error"].as_str().unwrap().is_empty(), "{p}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_marketplace"))
+        .args(["plugins", "list", "--admin", &format!("http://{}", s.admin)])
+        .env("MARKETPLACE_ADMIN_TOKEN", common::ADMIN_TOKEN)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("warning: families/jotter.wasm was not loaded"),
+        "{stderr}"
+    );
+    // The file back as it serves: the refusal is history.
     install(&changed, &file);
+    eventually("the restored file is seen", &s, || {
+        plugin(&s, "jotter").is_some_and(|p| p.get("refused").is_none())
+    });
 
     // Removing the file unmounts the family.
     std::fs::remove_file(&file).unwrap();
@@ -1092,8 +1115,21 @@ fn the_watched_families_directory_mounts_swaps_and_unmounts() {
             .lines()
             .any(|l| l.contains("rogue") && l.contains("not granted"))
     });
-    assert!(plugin(&s, "rogue").is_none());
+    // Listed as refused, with why, until its file is gone.
+    let rogue = plugin(&s, "rogue").expect("the refused file is listed");
+    assert_eq!(rogue["status"], "refused", "{rogue}");
+    assert_eq!(rogue["component"], "families/rogue.wasm", "{rogue}");
+    assert!(
+        rogue["error"].as_str().unwrap().contains("not granted"),
+        "{rogue}"
+    );
+    assert_eq!(rogue["refused"]["error"], rogue["error"], "{rogue}");
+    assert!(health(&s)["plugins"].get("rogue").is_none());
     assert_eq!(s.get("/_testing/ok").status, 404);
+    std::fs::remove_file(families.join("rogue.wasm")).unwrap();
+    eventually("the refusal goes with its file", &s, || {
+        plugin(&s, "rogue").is_none()
+    });
 }
 
 /// An admin unmount holds for a families-directory family whose file an
@@ -1132,6 +1168,15 @@ fn an_unmount_after_an_upload_holds_over_the_familys_file() {
     // The watcher looks while the upload serves...
     looked("Bad_Name_0");
     looked("Bad_Name_1");
+    // (A file that can never mount is listed as refused, with why; the
+    // family's own file, which the upload serves in place of, is not.)
+    let bad = plugin(&s, "Bad_Name_0").expect("listed");
+    assert_eq!(bad["status"], "refused", "{bad}");
+    assert!(
+        bad["error"].as_str().unwrap().contains("not a family name"),
+        "{bad}"
+    );
+    assert!(plugin(&s, "jotter").unwrap().get("refused").is_none());
     let r = admin(&s, "DELETE", "/admin/plugins/jotter", b"");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(notes(&s).status, 404);

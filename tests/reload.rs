@@ -186,18 +186,30 @@ fn broken_components_are_refused_and_the_old_one_keeps_serving() {
     }
     assert!(s.log_text().contains("hot reload refused"));
     assert_eq!(policy(&s), "bid-inclusive");
+    // The admin view shows the refused file beside the family it left
+    // serving, until the family loads another component.
+    let fees_status = || {
+        let list = admin(&s, "GET", "/admin/plugins", b"").json();
+        let found = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["family"] == "fees");
+        found.cloned().unwrap()
+    };
+    let p = fees_status();
+    assert_eq!(p["status"], "ok", "{p}");
+    assert_eq!(p["refused"]["file"], "fees_bid_inclusive.wasm", "{p}");
+    assert!(!p["refused"]["at"].as_str().unwrap().is_empty(), "{p}");
 
     // A good upload swaps and reports version and hash.
     let r = put("fees", &fees);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["hash"].as_str().unwrap().len(), 64);
     assert_eq!(policy(&s), "pickup-paid");
+    assert!(fees_status().get("refused").is_none());
 }
 
-/// A deploy that rewrites every component file, unchanged ones too, swaps
-/// nothing in: an admin upload serving instead of the configured file
-/// stays (on a fleet, the fleet's choice). A file whose content changed
-/// still swaps.
 /// The calls a load makes are not a request: a component that takes
 /// longer to describe itself than `request_timeout_ms` gives a request is
 /// still loaded (under a busy CI a large OpenAPI can take that long).
@@ -230,6 +242,10 @@ fn a_component_slower_to_describe_than_a_request_may_take_is_loaded() {
     );
 }
 
+/// A deploy that rewrites every component file, unchanged ones too, swaps
+/// nothing in: an admin upload serving instead of the configured file
+/// stays (on a fleet, the fleet's choice). A file whose content changed
+/// still swaps.
 #[test]
 fn a_component_file_rewritten_unchanged_swaps_nothing() {
     let plugins = plugin_copy();

@@ -431,6 +431,17 @@ fn plugins(command: PluginsCommand, client: &Client, settings: &Settings) -> Res
             routes.join(", ")
         );
     }
+    // So is a watched file that was refused (`plugins list`).
+    if let Ok(serde_json::Value::Array(list)) = serde_json::from_str(&text) {
+        for refused in list.iter().map(|p| &p["refused"]).filter(|r| r.is_object()) {
+            eprintln!(
+                "warning: {} was not loaded ({}): {}",
+                refused["file"].as_str().unwrap_or_default(),
+                refused["at"].as_str().unwrap_or_default(),
+                refused["error"].as_str().unwrap_or_default()
+            );
+        }
+    }
     say(text.trim_end())
 }
 

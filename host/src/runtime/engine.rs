@@ -170,6 +170,8 @@ pub struct Runtime {
     /// Swaps, mounts and unmounts one at a time, so a swap's grants and
     /// route check are those of the slots it replaces.
     swapping: std::sync::Mutex<()>,
+    /// Watched component files refused since their family last loaded.
+    pub refusals: crate::runtime::status::Refusals,
     /// Held by a whole change of what serves a family, from its swap until
     /// it is kept for restarts (see [`Runtime::one_change`]).
     changes: std::sync::Mutex<()>,
@@ -437,6 +439,7 @@ impl Runtime {
             host_routes,
             served: RwLock::new(Arc::new(served)),
             swapping: std::sync::Mutex::new(()),
+            refusals: Default::default(),
             changes: std::sync::Mutex::new(()),
             limits,
             plugins_dir,
@@ -633,6 +636,7 @@ impl Runtime {
                     },
                 );
                 *self.served.write().expect("served lock") = Arc::new(served);
+                self.refusals.loaded(family);
                 Ok(plugin)
             }
             Err(e) => {

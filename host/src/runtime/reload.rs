@@ -117,6 +117,8 @@ fn swap_in(
         .plugin(family)
         .is_some_and(|p| p.hash == marketplace_common::hex::sha256(bytes))
     {
+        // The file is back to what serves: nothing refused any more.
+        rt.refusals.loaded(family);
         return;
     }
     let started = Instant::now();
@@ -135,6 +137,9 @@ fn swap_in(
             file_serves(family);
         }
         Err(e) => {
+            // Listed before it is logged: a reader of the log finds it.
+            rt.refusals
+                .note(family, path, component, Some(bytes), format!("{e:#}"));
             tracing::warn!(family = %family, "hot reload refused {}: {e:#}", path.display());
         }
     }
@@ -211,6 +216,7 @@ pub fn spawn(rt: Arc<Runtime>, stop: Arc<AtomicBool>, kept: Kept) -> std::io::Re
                         }
                     }
                 }
+                rt.refusals.forget_removed();
                 // Sleep until a notification (then drain the burst) or POLL.
                 if rx.recv_timeout(POLL).is_ok() {
                     while rx.try_recv().is_ok() {}
@@ -300,12 +306,7 @@ fn watch_families_dir(
         if !crate::capabilities::valid_family(&family) || configured || elsewhere {
             // Said once per change of the file: an operator dropping it
             // there expects it to mount.
-            if ignored
-                .entry(path.clone())
-                .or_default()
-                .changed(&path)
-                .is_some()
-            {
+            if let Some(bytes) = ignored.entry(path.clone()).or_default().changed(&path) {
                 let why = if !crate::capabilities::valid_family(&family) {
                     format!(
                         "its name is not a family name ({})",
@@ -328,6 +329,13 @@ fn watch_families_dir(
                         served.unwrap_or_else(|| "its configured component".into())
                     )
                 };
+                // Listed only when it can never mount: otherwise the
+                // family is served, by what this file gives way to.
+                if !crate::capabilities::valid_family(&family) {
+                    let file = format!("{FAMILIES_DIR}/{family}.wasm");
+                    rt.refusals
+                        .note(&family, &path, &file, Some(&bytes), why.clone());
+                }
                 tracing::warn!("{} not mounted: {why}", path.display());
             }
             if elsewhere && !configured && crate::capabilities::valid_family(&family) {
@@ -355,7 +363,9 @@ fn watch_families_dir(
             match rt.swap(&family, &component, &bytes, Some(spec.grants)) {
                 Ok(_) => file_serves(&family),
                 Err(e) => {
-                    tracing::warn!(family = %family, "mount refused {}: {e:#}", path.display())
+                    rt.refusals
+                        .note(&family, &path, &component, Some(&bytes), format!("{e:#}"));
+                    tracing::warn!(family = %family, "mount refused {}: {e:#}", path.display());
                 }
             }
             continue;

@@ -3,9 +3,13 @@
 //! `<data_dir>/admin.token` with mode 0600).
 //!
 //! - `GET /admin/plugins` -> `[{family, component, version, status, hash,
-//!   loaded_at, grants, reads, routes, imports, error?}]` (`imports`: the
-//!   interfaces the loaded component imports, `package:name/iface@version`;
-//!   `error`: why an unavailable family's last load failed)
+//!   loaded_at, grants, reads, routes, imports, error?, refused?}]`
+//!   (`imports`: the interfaces the loaded component imports,
+//!   `package:name/iface@version`; `error`: why an unavailable family's last
+//!   load failed; `refused`: `{file, hash, at, error}`, the last change of a
+//!   watched file of the family that was not loaded, until the family loads
+//!   or the file is gone; a refused file of no listed family is listed with
+//!   status `refused`)
 //! - `PUT /admin/plugins/{family}[?grants=a,b&read=x,y]` (component bytes,
 //!   up to 64 MiB): validate, swap, then answer `{family, version, hash,
 //!   mounted, grants, reads, routes}`. An unknown family is mounted (with
@@ -374,6 +378,34 @@ fn status_json(s: &crate::runtime::PluginStatus) -> serde_json::Value {
     serde_json::to_value(s).unwrap_or_default()
 }
 
+/// `GET /admin/plugins`: every family's status, with `refused` (the last
+/// watched file of it that was not loaded) where there is one; a refused
+/// file whose family is not listed is an entry of its own, status
+/// `refused`.
+fn plugins_json(app: &App) -> serde_json::Value {
+    let mut refusals = app.runtime.refusals.list();
+    let mut list: Vec<_> = app
+        .runtime
+        .statuses()
+        .iter()
+        .map(|s| {
+            let mut v = status_json(s);
+            if let Some(r) = refusals.remove(&s.family) {
+                v["refused"] = json!(r);
+            }
+            v
+        })
+        .collect();
+    list.extend(refusals.into_iter().map(|(family, r)| {
+        json!({
+            "family": family, "component": r.file, "version": "", "status": "refused",
+            "hash": "", "loaded_at": "", "grants": [], "reads": [], "routes": [],
+            "imports": [], "error": r.error, "refused": r,
+        })
+    }));
+    json!(list)
+}
+
 /// The name an upload is listed under, from `?component=NAME` (the file
 /// it came from, as `plugins load` sends it): a plain file name. Without
 /// it see [`unnamed_upload`].
@@ -443,10 +475,7 @@ fn grants_of(
 fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> Reply {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match (method, segments.as_slice()) {
-        ("GET", ["admin", "plugins"]) => {
-            let list: Vec<_> = app.runtime.statuses().iter().map(status_json).collect();
-            Reply::json(200, &json!(list))
-        }
+        ("GET", ["admin", "plugins"]) => Reply::json(200, &plugins_json(app)),
         ("PUT", ["admin", "plugins", family]) => {
             if !crate::capabilities::valid_family(family) {
                 return Reply::invalid(
