@@ -118,6 +118,14 @@ cases = [
                            recipient_fingerprint=123, encrypted_payload="sealed")),
     ("/api/timeline", dict(post, post_type="private_reply", content="", parent_id="post_x",
                            recipient_fingerprint=FP)),
+    # A post's content is not blank (ECMAScript's \s: NBSP too); a
+    # private reply's is "".
+    ("/api/timeline", dict(post, content="")),
+    ("/api/timeline", dict(post, content="   ")),
+    ("/api/timeline", dict(post, content="\u00a0\t")),
+    ("/api/timeline", dict(post, content=" x ")),
+    ("/api/timeline", dict(post, post_type="private_reply", content="x", parent_id="post_x",
+                           recipient_fingerprint=FP, encrypted_payload="sealed")),
     # "" is an absent contract id and witness proof; a short id is not.
     ("/api/arbitration/contracts/buy", dict(buy, contract_id="", witness_proof="")),
     ("/api/arbitration/contracts/buy", dict(buy, contract_id="CTR_")),

@@ -541,7 +541,7 @@ impl Body {
             None => None,
             Some(Value::String(s)) => {
                 if required && is_blank(s) {
-                    self.problem(field, "must not be empty");
+                    self.problem(field, "must not be empty or blank");
                     None
                 } else if s.chars().count() > max_chars {
                     self.problem(field, format!("must be at most {max_chars} characters"));

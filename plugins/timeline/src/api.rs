@@ -148,11 +148,16 @@ pub fn schemas() -> Value {
     schemas["NewPost"]["if"] = json!({"properties": {"post_type": {"const": crate::model::PRIVATE_REPLY}}, "required": ["post_type"]});
     schemas["NewPost"]["then"] = json!({
         "properties": {
+            "content": {"const": ""},
             "parent_id": {"type": "string", "minLength": 1},
             "recipient_fingerprint": {"type": "string", "pattern": "^[0-9a-fA-F]{64}$"},
             "encrypted_payload": {"type": "string", "minLength": 1, "maxLength": 65536},
         },
         "required": ["parent_id", "recipient_fingerprint", "encrypted_payload"],
+    });
+    // Any other post's content is not blank (what `nonblank` says).
+    schemas["NewPost"]["else"] = json!({
+        "properties": {"content": {"type": "string", "minLength": 1, "pattern": "\\S"}},
     });
     schemas
 }
