@@ -1501,6 +1501,36 @@ fn uploads_survive_a_restart() {
     stop(&mut r, Duration::from_secs(30));
 }
 
+/// A second `serve` on a data dir another server holds says so, and what
+/// to do, rather than only redb's "Cannot acquire lock".
+#[test]
+fn a_second_server_on_a_held_data_dir_says_what_holds_it() {
+    let s = Server::start();
+    let plugins = common::plugins_dir();
+    let data = s.data_dir.to_str().unwrap().to_string();
+    let out = run(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            &data,
+            "--plugins",
+            plugins.to_str().unwrap(),
+        ],
+        &[],
+        Duration::from_secs(60),
+    );
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("another process has it open") && err.contains("start once it has exited"),
+        "{err}"
+    );
+    // The first one serves on.
+    assert_eq!(s.get("/api/health").status, 200);
+}
+
 #[test]
 fn serve_creates_a_missing_data_dir() {
     use std::io::BufRead;

@@ -451,7 +451,14 @@ impl Storage {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        let db = Database::create(path).with_context(|| format!("opening {}", path.display()))?;
+        let db = match Database::create(path) {
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => anyhow::bail!(
+                "opening {}: another process has it open (a server still running on this data \
+                 directory, or one still exiting after SIGTERM): start once it has exited",
+                path.display()
+            ),
+            db => db.with_context(|| format!("opening {}", path.display()))?,
+        };
         let mut txn = db.begin_write()?;
         for table in HOST_TABLES {
             txn.open_table(def(table)).with_context(|| {
