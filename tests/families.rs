@@ -58,7 +58,8 @@ fn plugins(s: &Server) -> Vec<Value> {
     r.json().as_array().expect("a JSON list").clone()
 }
 
-/// The admin status object of one family, if it is mounted.
+/// The admin entry of one family (mounted, unmounted or a refused file),
+/// if it is listed.
 fn plugin(s: &Server, family: &str) -> Option<Value> {
     plugins(s).into_iter().find(|p| p["family"] == family)
 }
@@ -1129,6 +1130,11 @@ fn the_watched_families_directory_mounts_swaps_and_unmounts() {
     std::fs::remove_file(families.join("rogue.wasm")).unwrap();
     eventually("the refusal goes with its file", &s, || {
         plugin(&s, "rogue").is_none()
+    });
+    // Put back as it was, it is looked at, and refused, again.
+    install(&wasm("testing.wasm"), &families.join("rogue.wasm"));
+    eventually("the file put back is refused again", &s, || {
+        plugin(&s, "rogue").is_some_and(|p| p["status"] == "refused")
     });
 }
 

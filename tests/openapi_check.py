@@ -126,6 +126,13 @@ cases = [
     ("/api/timeline", dict(post, content=" x ")),
     ("/api/timeline", dict(post, post_type="private_reply", content="x", parent_id="post_x",
                            recipient_fingerprint=FP, encrypted_payload="sealed")),
+    ("/api/timeline", dict({k: v for k, v in post.items() if k != "content"},
+                           post_type="private_reply", parent_id="post_x",
+                           recipient_fingerprint=FP, encrypted_payload="sealed")),
+    ("/api/timeline", dict(post, post_type="private_reply", content=None, parent_id="post_x",
+                           recipient_fingerprint=FP, encrypted_payload="sealed")),
+    ("/api/timeline", dict({k: v for k, v in post.items() if k != "content"})),
+    ("/api/timeline", dict(post, content=None)),
     # "" is an absent contract id and witness proof; a short id is not.
     ("/api/arbitration/contracts/buy", dict(buy, contract_id="", witness_proof="")),
     ("/api/arbitration/contracts/buy", dict(buy, contract_id="CTR_")),

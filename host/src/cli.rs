@@ -434,11 +434,16 @@ fn plugins(command: PluginsCommand, client: &Client, settings: &Settings) -> Res
     // So is a watched file that was refused (`plugins list`).
     if let Ok(serde_json::Value::Array(list)) = serde_json::from_str(&text) {
         for refused in list.iter().map(|p| &p["refused"]).filter(|r| r.is_object()) {
+            // (A file name or a component's panic may hold any character.)
+            let field = |name: &str| {
+                crate::logging::one_line(refused[name].as_str().unwrap_or_default(), 2000)
+                    .into_owned()
+            };
             eprintln!(
                 "warning: {} was not loaded ({}): {}",
-                refused["file"].as_str().unwrap_or_default(),
-                refused["at"].as_str().unwrap_or_default(),
-                refused["error"].as_str().unwrap_or_default()
+                field("file"),
+                field("at"),
+                field("error")
             );
         }
     }

@@ -47,7 +47,13 @@ impl State {
             tracing::info!(schema = %config.store_schema, "shared store (postgres)");
             storage
         } else {
-            open_embedded(&config)?
+            open_embedded(&config).map_err(|e| {
+                if e.downcast_ref::<crate::store::HeldElsewhere>().is_some() {
+                    anyhow::anyhow!("{e:#}: start this server once it has exited")
+                } else {
+                    e
+                }
+            })?
         };
         storage.set_write_budget(config.max_request_write_bytes);
         let (ledger, arbiter) = if config.shared_store() {

@@ -38,12 +38,12 @@ use bindings::fees::{FeePolicy, FeePolicyPre};
 const TICK: Duration = Duration::from_millis(10);
 
 /// Least time the calls a load makes (instantiation, `describe`,
-/// `describe-api`, a fee policy's quotes) are given, when
-/// `request_timeout_ms` is shorter. They run once per load, off the
+/// `describe-api`, a fee policy's quotes: one deadline for them together)
+/// are given, when `request_timeout_ms` is shorter. They run once per load, off the
 /// request path, and a busy machine must not refuse a sound component
 /// because its whole OpenAPI took longer to build than one request may
 /// take; a component that never returns is still refused.
-const LOAD_CALL_BUDGET: Duration = Duration::from_secs(10);
+const MIN_LOAD_BUDGET: Duration = Duration::from_secs(10);
 
 pub use crate::config::FEES_FAMILY;
 
@@ -250,7 +250,7 @@ fn smoke_failure(
     let why = match (err.downcast_ref::<Trap>(), memory_hit) {
         (Some(Trap::Interrupt), _) => format!(
             "ran past its time limit at load (request_timeout_ms, at least {} s)",
-            LOAD_CALL_BUDGET.as_secs()
+            MIN_LOAD_BUDGET.as_secs()
         ),
         (_, true) => "grew past its memory cap (plugin_memory_mib)".to_string(),
         // (std's panic message reads "panicked at FILE:LINE:COL: ...".)
@@ -636,6 +636,7 @@ impl Runtime {
                     },
                 );
                 *self.served.write().expect("served lock") = Arc::new(served);
+                drop(slots);
                 self.refusals.loaded(family);
                 Ok(plugin)
             }
@@ -1072,9 +1073,9 @@ impl Runtime {
         self.store_for(data, self.limits.deadline)
     }
 
-    /// The time the calls of a load are given: see [`LOAD_CALL_BUDGET`].
+    /// The time the calls of a load are given: see [`MIN_LOAD_BUDGET`].
     fn load_budget(&self) -> Duration {
-        self.limits.deadline.max(LOAD_CALL_BUDGET)
+        self.limits.deadline.max(MIN_LOAD_BUDGET)
     }
 
     /// A store whose calls may run for `budget`.

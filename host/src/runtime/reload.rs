@@ -138,8 +138,11 @@ fn swap_in(
         }
         Err(e) => {
             // Listed before it is logged: a reader of the log finds it.
+            // (A configured file's refusal stays if the file goes: the
+            // same bytes back would not be looked at again.)
+            let gone_with = in_families_dir(component).then_some(path);
             rt.refusals
-                .note(family, path, component, Some(bytes), format!("{e:#}"));
+                .note(family, gone_with, component, bytes, format!("{e:#}"));
             tracing::warn!(family = %family, "hot reload refused {}: {e:#}", path.display());
         }
     }
@@ -278,6 +281,7 @@ fn watch_families_dir(
 ) {
     let FamiliesDir { mounted, ignored } = state;
     let mut present = Vec::new();
+    let mut listed = Vec::new();
     for path in std::fs::read_dir(dir)
         .into_iter()
         .flatten()
@@ -287,6 +291,7 @@ fn watch_families_dir(
         if path.extension().is_none_or(|e| e != "wasm") {
             continue;
         }
+        listed.push(path.clone());
         let Some(family) = path
             .file_stem()
             .and_then(|s| s.to_str())
@@ -334,7 +339,7 @@ fn watch_families_dir(
                 if !crate::capabilities::valid_family(&family) {
                     let file = format!("{FAMILIES_DIR}/{family}.wasm");
                     rt.refusals
-                        .note(&family, &path, &file, Some(&bytes), why.clone());
+                        .note(&family, Some(&path), &file, &bytes, why.clone());
                 }
                 tracing::warn!("{} not mounted: {why}", path.display());
             }
@@ -364,7 +369,7 @@ fn watch_families_dir(
                 Ok(_) => file_serves(&family),
                 Err(e) => {
                     rt.refusals
-                        .note(&family, &path, &component, Some(&bytes), format!("{e:#}"));
+                        .note(&family, Some(&path), &component, &bytes, format!("{e:#}"));
                     tracing::warn!(family = %family, "mount refused {}: {e:#}", path.display());
                 }
             }
@@ -372,6 +377,9 @@ fn watch_families_dir(
         }
         swap_in(rt, &family, &component, &path, &bytes, file_serves);
     }
+    // A file not mounted that is gone: put back, it is said (and listed
+    // as refused) again.
+    ignored.retain(|path, _| listed.contains(path));
     mounted.retain(|family, _| {
         if present.contains(family) {
             return true;

@@ -1,8 +1,12 @@
 //! What health, info and the admin API show of each family: its status,
-//! version, grants, routes and imports.
+//! version, grants, routes and imports, and the watched files refused.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 
 /// Status of one family for health/info/admin.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct PluginStatus {
     pub family: String,
     pub component: String,
@@ -28,70 +32,85 @@ pub struct PluginStatus {
 /// why. `GET /admin/plugins` shows it beside the family, since nobody got
 /// an answer to a file dropped into a directory.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Refusal {
+pub struct RefusedFile {
     /// The file, under the plugins directory (`families/NAME.wasm`).
     pub file: String,
-    /// sha256 of the refused bytes (empty when they were not read).
+    /// sha256 of the refused bytes.
     pub hash: String,
     /// When it was refused (RFC 3339).
     pub at: String,
     pub error: String,
 }
 
+/// A refusal kept, and the file to watch for it going away (a file of the
+/// families directory; `None` for a configured family's file, whose
+/// watcher would not say a refusal again if the same bytes came back).
+type Kept = (Option<PathBuf>, RefusedFile);
+
 /// The refusals of watched files, by family (by file name for a file
 /// whose name is not a family's). One is kept until its family loads a
-/// component (from any source) or its file is gone.
+/// component (from any source), its file is back to the bytes that serve,
+/// or its `families/` file is gone.
 #[derive(Default)]
-pub struct Refusals(std::sync::Mutex<std::collections::BTreeMap<String, (PathBuf, Refusal)>>);
-
-use std::path::PathBuf;
+pub struct Refusals(Mutex<BTreeMap<String, Kept>>);
 
 impl Refusals {
-    /// `file` (at `path`), a change for `family`, was refused for `error`.
+    /// `file`, a change for `family` whose bytes are `bytes`, was refused
+    /// for `error`; `gone_with` is the path whose removal forgets it.
     pub fn note(
         &self,
         family: &str,
-        path: &std::path::Path,
+        gone_with: Option<&Path>,
         file: &str,
-        bytes: Option<&[u8]>,
+        bytes: &[u8],
         error: String,
     ) {
-        let refusal = Refusal {
+        let refused = RefusedFile {
             file: file.to_string(),
-            hash: bytes
-                .map(marketplace_common::hex::sha256)
-                .unwrap_or_default(),
+            hash: marketplace_common::hex::sha256(bytes),
             at: crate::ids::rfc3339(std::time::SystemTime::now()),
             error,
         };
-        self.lock()
-            .insert(family.to_string(), (path.to_path_buf(), refusal));
+        let kept = (gone_with.map(Path::to_path_buf), refused);
+        self.lock().insert(family.to_string(), kept);
     }
 
-    /// `family` loaded a component: its refusal is history.
+    /// `family` loaded a component, or its file is back to what serves:
+    /// its refusal is history.
     pub fn loaded(&self, family: &str) {
         self.lock().remove(family);
     }
 
-    /// Forget the refusals whose file is gone.
+    /// Forget the refusals whose file is gone (looked at without the lock:
+    /// a slow filesystem holds up no reader).
     pub fn forget_removed(&self) {
-        let mut map = self.lock();
-        if !map.is_empty() {
-            map.retain(|_, (path, _)| path.exists());
+        let watched: Vec<(String, PathBuf)> = self
+            .lock()
+            .iter()
+            .filter_map(|(family, (path, _))| Some((family.clone(), path.clone()?)))
+            .collect();
+        for (family, path) in watched {
+            if !path.exists() {
+                let mut map = self.lock();
+                if map
+                    .get(&family)
+                    .is_some_and(|(p, _)| p.as_ref() == Some(&path))
+                {
+                    map.remove(&family);
+                }
+            }
         }
     }
 
     /// Every refusal kept, by family.
-    pub fn list(&self) -> std::collections::BTreeMap<String, Refusal> {
+    pub fn list(&self) -> BTreeMap<String, RefusedFile> {
         self.lock()
             .iter()
             .map(|(f, (_, r))| (f.clone(), r.clone()))
             .collect()
     }
 
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<String, (PathBuf, Refusal)>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Kept>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

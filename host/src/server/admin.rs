@@ -383,26 +383,32 @@ fn status_json(s: &crate::runtime::PluginStatus) -> serde_json::Value {
 /// file whose family is not listed is an entry of its own, status
 /// `refused`.
 fn plugins_json(app: &App) -> serde_json::Value {
+    // Statuses first: a swap clears its family's refusal after it serves.
+    let statuses = app.runtime.statuses();
     let mut refusals = app.runtime.refusals.list();
-    let mut list: Vec<_> = app
-        .runtime
-        .statuses()
+    let mut list: Vec<_> = statuses
         .iter()
-        .map(|s| {
-            let mut v = status_json(s);
-            if let Some(r) = refusals.remove(&s.family) {
+        .map(|s| (status_json(s), refusals.remove(&s.family)))
+        .collect();
+    list.extend(refusals.into_iter().map(|(family, r)| {
+        let status = crate::runtime::PluginStatus {
+            family,
+            component: r.file.clone(),
+            status: "refused".into(),
+            error: Some(r.error.clone()),
+            ..Default::default()
+        };
+        (status_json(&status), Some(r))
+    }));
+    let list: Vec<_> = list
+        .into_iter()
+        .map(|(mut v, refused)| {
+            if let Some(r) = refused {
                 v["refused"] = json!(r);
             }
             v
         })
         .collect();
-    list.extend(refusals.into_iter().map(|(family, r)| {
-        json!({
-            "family": family, "component": r.file, "version": "", "status": "refused",
-            "hash": "", "loaded_at": "", "grants": [], "reads": [], "routes": [],
-            "imports": [], "error": r.error, "refused": r,
-        })
-    }));
     json!(list)
 }
 

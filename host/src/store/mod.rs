@@ -443,6 +443,24 @@ impl Budget {
     }
 }
 
+/// The database file is open in another process (redb's lock): a server
+/// on the same data directory, running or still exiting.
+#[derive(Debug)]
+pub struct HeldElsewhere(pub std::path::PathBuf);
+
+impl std::fmt::Display for HeldElsewhere {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "opening {}: another process has it open (a server on this data directory, \
+             still running or still exiting after SIGTERM)",
+            self.0.display()
+        )
+    }
+}
+
+impl std::error::Error for HeldElsewhere {}
+
 impl Storage {
     /// Open (or create) the database and make sure every table exists;
     /// apply what its write-ahead log holds beyond it (batches made durable
@@ -452,11 +470,9 @@ impl Storage {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
         let db = match Database::create(path) {
-            Err(redb::DatabaseError::DatabaseAlreadyOpen) => anyhow::bail!(
-                "opening {}: another process has it open (a server still running on this data \
-                 directory, or one still exiting after SIGTERM): start once it has exited",
-                path.display()
-            ),
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                return Err(HeldElsewhere(path.to_path_buf()).into());
+            }
             db => db.with_context(|| format!("opening {}", path.display()))?,
         };
         let mut txn = db.begin_write()?;

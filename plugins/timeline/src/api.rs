@@ -133,13 +133,13 @@ pub fn schemas() -> Value {
         "Timeline": obj(&[("posts", json!({"type": "array", "items": r("Post")})), ("next_before", json!({"type": ["string", "null"]}))], &["posts"]),
         "Thread": obj(&[("root", r("Post")), ("comments", json!({"type": "array", "items": r("Post")})), ("count", json!({"type": "integer", "description": "comments in the whole thread (every descendant not deleted), not only in this answer"})), ("next_after", json!({"type": ["string", "null"], "description": "set when more comments follow: pass as `after`"}))], &["root", "comments", "count", "next_after"]),
         "NewPost": with_signature(vec![("author_fingerprint", t("string")),
-            ("content", json!({"type": "string", "maxLength": 65536, "description": "not blank; \"\" for a private_reply"})),
+            ("content", json!({"type": ["string", "null"], "maxLength": crate::MAX_CONTENT, "description": "required and not blank; \"\", null or absent for a private_reply"})),
             ("post_type", pattern("^[A-Za-z0-9_-]{1,64}$")), ("parent_id", t("string")), ("keywords", keywords()),
             ("attachments", attachments()), ("activity_metadata", json!({"type": "object", "description": "at most 16 KiB as compact JSON"})),
             ("recipient_fingerprint", json!({"description": "private_reply only (required there; ignored on other posts): the addressee, 64 hex"})),
             ("encrypted_payload", json!({"description": "private_reply only (required there; ignored on other posts): opaque text, at most 65,536 characters; signed as post:{encrypted_payload}"}))],
-            &["content"]),
-        "UpdatePost": with_signature(vec![("post_id", nonblank(128)), ("author_fingerprint", fingerprint()), ("content", nonblank(65536)), ("keywords", keywords()),
+            &[]),
+        "UpdatePost": with_signature(vec![("post_id", nonblank(128)), ("author_fingerprint", fingerprint()), ("content", nonblank(crate::MAX_CONTENT)), ("keywords", keywords()),
             ("attachments", attachments()), ("activity_metadata", json!({"type": "object", "description": "at most 16 KiB as compact JSON"}))], &["post_id"]),
         "DeletePost": with_signature(vec![("post_id", nonblank(128)), ("author_fingerprint", fingerprint())], &["post_id"]),
         "PostDeleted": obj(&[("post_id", t("string")), ("deleted", json!({"type": "boolean", "const": true}))], &["post_id", "deleted"]),
@@ -148,16 +148,17 @@ pub fn schemas() -> Value {
     schemas["NewPost"]["if"] = json!({"properties": {"post_type": {"const": crate::model::PRIVATE_REPLY}}, "required": ["post_type"]});
     schemas["NewPost"]["then"] = json!({
         "properties": {
-            "content": {"const": ""},
+            "content": {"enum": ["", null]},
             "parent_id": {"type": "string", "minLength": 1},
             "recipient_fingerprint": {"type": "string", "pattern": "^[0-9a-fA-F]{64}$"},
             "encrypted_payload": {"type": "string", "minLength": 1, "maxLength": 65536},
         },
         "required": ["parent_id", "recipient_fingerprint", "encrypted_payload"],
     });
-    // Any other post's content is not blank (what `nonblank` says).
+    // Any other post has a content that is not blank.
     schemas["NewPost"]["else"] = json!({
-        "properties": {"content": {"type": "string", "minLength": 1, "pattern": "\\S"}},
+        "properties": {"content": nonblank(crate::MAX_CONTENT)},
+        "required": ["content"],
     });
     schemas
 }

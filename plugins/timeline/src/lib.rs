@@ -31,7 +31,7 @@ use sha2::{Digest, Sha256};
 
 struct Timeline;
 
-const MAX_CONTENT: usize = 64 * 1024;
+pub(crate) const MAX_CONTENT: usize = 64 * 1024;
 /// `activity_metadata`, as compact JSON: a post's record holds it, and
 /// listings read many records.
 const MAX_METADATA: usize = 16 * 1024;
