@@ -386,24 +386,23 @@ fn plugins_json(app: &App) -> serde_json::Value {
     // Statuses first: a swap clears its family's refusal after it serves.
     let statuses = app.runtime.statuses();
     let mut refusals = app.runtime.refusals.list();
-    let mut list: Vec<_> = statuses
+    let refused_only: Vec<_> = refusals
         .iter()
-        .map(|s| (status_json(s), refusals.remove(&s.family)))
-        .collect();
-    list.extend(refusals.into_iter().map(|(family, r)| {
-        let status = crate::runtime::PluginStatus {
-            family,
+        .filter(|(family, _)| !statuses.iter().any(|s| &s.family == *family))
+        .map(|(family, r)| crate::runtime::PluginStatus {
+            family: family.clone(),
             component: r.file.clone(),
             status: "refused".into(),
             error: Some(r.error.clone()),
             ..Default::default()
-        };
-        (status_json(&status), Some(r))
-    }));
-    let list: Vec<_> = list
-        .into_iter()
-        .map(|(mut v, refused)| {
-            if let Some(r) = refused {
+        })
+        .collect();
+    let list: Vec<_> = statuses
+        .iter()
+        .chain(&refused_only)
+        .map(|s| {
+            let mut v = status_json(s);
+            if let Some(r) = refusals.remove(&s.family) {
                 v["refused"] = json!(r);
             }
             v
