@@ -1097,6 +1097,11 @@ fn the_watched_families_directory_mounts_swaps_and_unmounts() {
     std::fs::remove_file(&file).unwrap();
     eventually("jotter is unmounted", &s, || notes(&s).status == 404);
     assert_eq!(notes(&s).code(), "not_found");
+    // Counted as the admin API's unmounts are.
+    assert_eq!(
+        s.metric(r#"marketplace_plugin_swaps_total{family="jotter",result="unmounted"}"#),
+        1
+    );
     assert!(plugin(&s, "jotter").is_none());
     assert!(openapi(&s)["paths"].get("/api/template/notes").is_none());
     assert!(health(&s)["plugins"].get("jotter").is_none());

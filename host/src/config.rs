@@ -406,6 +406,41 @@ pub fn largest_body_bytes(max_body_bytes: usize) -> usize {
     max_body_bytes.max(marketplace_common::MAX_VALUE_BYTES)
 }
 
+/// A URL as an error may show it: quoted, with what stands before an `@`
+/// (a user and password) left out.
+fn without_credentials(url: &str) -> String {
+    match url.rsplit_once('@') {
+        Some((before, after)) => {
+            let scheme = before.split_once("//").map_or("", |(s, _)| s);
+            format!("{:?}", format!("{scheme}//(credentials left out)@{after}"))
+        }
+        None => format!("{url:?}"),
+    }
+}
+
+/// Check a log filter as `EnvFilter` reads it, and more strictly: a
+/// directive with no `=` must be a level or a module path (`a::b`). A
+/// bare word is otherwise a target's name to `EnvFilter`, so a misspelt
+/// level (`wran`) would be a filter for a target of that name and silence
+/// every line, the access log included.
+fn log_filter(filter: &str) -> std::result::Result<(), String> {
+    tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| e.to_string())?;
+    for directive in filter.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let bare = !directive.contains(['=', '[', ':']);
+        if bare
+            && directive != "marketplace"
+            && directive
+                .parse::<tracing_subscriber::filter::LevelFilter>()
+                .is_err()
+        {
+            return Err(format!(
+                "{directive:?} is neither a level (trace, debug, info, warn, error, off) nor TARGET=LEVEL"
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl Config {
     /// Build the configuration from an optional file, the environment and
     /// flag overrides (`key`, TOML-or-string value).
@@ -564,7 +599,7 @@ impl Config {
         {
             bail!("admin_listen must be a loopback address, got {addr}");
         }
-        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log) {
+        if let Err(e) = log_filter(&self.log) {
             bail!(
                 "log {:?} is not a log filter (e.g. info, or warn,marketplace=debug): {e}",
                 self.log
@@ -573,7 +608,7 @@ impl Config {
         // RUST_LOG wins over `log`, so it is held to the same rule: a typo
         // would otherwise lose the access log for the life of the process.
         if let Ok(rust_log) = std::env::var("RUST_LOG")
-            && let Err(e) = tracing_subscriber::EnvFilter::try_new(&rust_log)
+            && let Err(e) = log_filter(&rust_log)
         {
             bail!(
                 "RUST_LOG {rust_log:?} is not a log filter (e.g. info, or warn,marketplace=debug): {e}"
@@ -655,15 +690,17 @@ impl Config {
             }
         }
         if let Some(url) = &self.cash_upstream {
-            upstream_url(url).map_err(|e| anyhow::anyhow!("cash_upstream {url:?}: {e}"))?;
+            upstream_url(url)
+                .map_err(|e| anyhow::anyhow!("cash_upstream {}: {e}", without_credentials(url)))?;
         }
         if self.store != "redb"
             && !self.store.starts_with("postgres://")
             && !self.store.starts_with("postgresql://")
         {
+            // Not echoed whole: a URL may carry a password.
             bail!(
-                "store must be \"redb\" or a postgres://user@host:port/database URL, got {:?}",
-                self.store
+                "store must be \"redb\" or a postgres://user@host:port/database URL, got {}",
+                without_credentials(&self.store)
             );
         }
         if self.shared_store() && self.cash_upstream.is_some() {
@@ -974,6 +1011,43 @@ fn boolean(given: &str, raw: &str) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_url_in_an_error_shows_no_credentials() {
+        let shown = without_credentials("Postgres://u:SECRETPW@h/db");
+        assert!(
+            !shown.contains("SECRETPW") && shown.contains("h/db"),
+            "{shown}"
+        );
+        assert_eq!(without_credentials("http://h:1"), "\"http://h:1\"");
+        let bad = Config {
+            store: "redis://u:SECRETPW@h/db".into(),
+            ..Config::default()
+        };
+        let e = bad.validate().unwrap_err().to_string();
+        assert!(
+            !e.contains("SECRETPW") && e.contains("store must be"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_misspelt_level_is_not_taken_for_a_target() {
+        for ok in [
+            "info",
+            "WARN",
+            "off",
+            "warn,marketplace=debug",
+            "marketplace",
+            "marketplace::store",
+            "info,hyper=warn",
+        ] {
+            assert!(log_filter(ok).is_ok(), "{ok}");
+        }
+        for bad in ["wran", "info,debgu", "zz?z", "hyper"] {
+            assert!(log_filter(bad).is_err(), "{bad}");
+        }
+    }
 
     fn s(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs

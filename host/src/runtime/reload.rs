@@ -365,7 +365,10 @@ fn watch_families_dir(
         {
             // A family the config grants but that has no slot yet.
             let _one_change = rt.one_change();
-            match rt.swap(&family, &component, &bytes, Some(spec.grants)) {
+            let result = rt.swap(&family, &component, &bytes, Some(spec.grants));
+            let counted = if result.is_ok() { "ok" } else { "refused" };
+            crate::metrics::metrics().swap(&family, counted);
+            match result {
                 Ok(_) => file_serves(&family),
                 Err(e) => {
                     rt.refusals
@@ -391,6 +394,7 @@ fn watch_families_dir(
         {
             match rt.unmount(family) {
                 Ok(()) => {
+                    crate::metrics::metrics().swap(family, "unmounted");
                     tracing::info!(family = %family, "component file removed: family unmounted")
                 }
                 Err(e) => tracing::warn!(family = %family, "unmount refused: {e:#}"),
