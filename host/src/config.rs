@@ -805,8 +805,18 @@ impl Config {
             if fc.grants.is_some() || fc.read.is_some() {
                 let caps = fc.grants.iter().flatten().map(String::as_str);
                 let reads = fc.read.iter().flatten().map(String::as_str);
-                out[i].grants = Grants::parse(caps, reads)
+                let mut given = Grants::parse(caps, reads)
                     .map_err(|e| anyhow::anyhow!("[families.{name}]: {e}"))?;
+                // Each replaces its own half: a built-in family given only
+                // `read` keeps the capabilities it needs, and the reverse.
+                let before = &out[i].grants;
+                if fc.grants.is_none() {
+                    given.capabilities = before.capabilities.clone();
+                }
+                if fc.read.is_none() {
+                    given.reads = before.reads.clone();
+                }
+                out[i].grants = given;
             }
         }
         for f in out.iter_mut() {
@@ -1272,7 +1282,7 @@ mod tests {
         let file = dir.path().join("c.toml");
         std::fs::write(
             &file,
-            "[families.notes]\ncomponent = \"notes.wasm\"\ngrants = [\"payments\"]\nread = [\"timeline\"]\n[families.search]\ngrants = []\n",
+            "[families.notes]\ncomponent = \"notes.wasm\"\ngrants = [\"payments\"]\nread = [\"timeline\"]\n[families.search]\ngrants = []\n[families.timeline]\nread = []\n",
         )
         .unwrap();
         let c = Config::load(Some(&file), &[], &[]).unwrap();
@@ -1280,10 +1290,21 @@ mod tests {
         assert_eq!(notes.component, "notes.wasm");
         assert!(notes.grants.has(Capability::Payments));
         assert!(notes.grants.reads.contains("timeline"));
-        // A built-in family named with grants takes exactly those.
+        // A built-in family named with grants takes exactly those, and
+        // keeps its reads; named with reads, it keeps its capabilities.
         let search = c.family("search").unwrap();
         assert_eq!(search.component, "search.wasm");
-        assert!(search.grants.capabilities.is_empty() && search.grants.reads.is_empty());
+        assert!(search.grants.capabilities.is_empty());
+        assert_eq!(
+            search.grants.reads,
+            crate::capabilities::builtin("search").reads
+        );
+        let timeline = c.family("timeline").unwrap();
+        assert!(timeline.grants.reads.is_empty());
+        assert_eq!(
+            timeline.grants.capabilities,
+            crate::capabilities::builtin("timeline").capabilities
+        );
         std::fs::write(&file, "[families.x]\ngrants = [\"payments\"]\n").unwrap();
         let e = format!("{:#}", Config::load(Some(&file), &[], &[]).unwrap_err());
         assert!(e.contains(r#"component = "x.wasm""#), "{e}");
