@@ -406,6 +406,32 @@ pub fn largest_body_bytes(max_body_bytes: usize) -> usize {
     max_body_bytes.max(marketplace_common::MAX_VALUE_BYTES)
 }
 
+/// ` (`name` where it was set)` for the first setting of `sources` an
+/// error's `message` names (quoted in backticks as serde's errors do, or
+/// as a whole word as ours do), or nothing.
+fn named_source(message: &str, sources: &BTreeMap<String, String>, quoted: bool) -> String {
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+    sources
+        .iter()
+        .filter_map(|(name, source)| {
+            let at = if quoted {
+                message.find(&format!("`{name}`"))
+            } else {
+                message
+                    .match_indices(name.as_str())
+                    .map(|(at, _)| at)
+                    .find(|&at| {
+                        !word(message[..at].chars().next_back())
+                            && !word(message[at + name.len()..].chars().next())
+                    })
+            }?;
+            Some((at, name, source))
+        })
+        .min()
+        .map(|(_, name, source)| format!(" (`{name}` {source})"))
+        .unwrap_or_default()
+}
+
 /// A URL as an error may show it: quoted, with what stands before an `@`
 /// (a user and password) left out.
 fn without_credentials(url: &str) -> String {
@@ -535,21 +561,15 @@ impl Config {
                 .try_into()
                 .map_err(|e: toml::de::Error| {
                     let message = e.to_string().trim().replace('\n', " ");
-                    // The setting the error names, and where it was set.
-                    let source = sources
-                        .iter()
-                        .filter_map(|(name, source)| {
-                            message
-                                .find(&format!("`{name}`"))
-                                .map(|at| (at, name, source))
-                        })
-                        .min()
-                        .map(|(_, name, source)| format!(" (`{name}` {source})"))
-                        .unwrap_or_default();
+                    let source = named_source(&message, &sources, true);
                     anyhow::anyhow!("invalid configuration: {message}{source}")
                 })?;
         config.dash_env_families(&env_families);
-        config.validate()?;
+        config.validate().map_err(|e| {
+            let message = format!("{e:#}");
+            let source = named_source(&message, &sources, false);
+            anyhow::anyhow!("{message}{source}")
+        })?;
         if let Some(public) = &config.public_url {
             let mcp = config.settings.entry("mcp".into()).or_default();
             // (A blank one is an unset one, as the family reads it.)
@@ -720,10 +740,15 @@ impl Config {
                 self.store_schema
             );
         }
-        if let Some(key) = &self.server_key
-            && (key.trim().len() != 64 || !key.trim().bytes().all(|b| b.is_ascii_hexdigit()))
-        {
-            bail!("server_key must be 64 hex characters");
+        for (name, key) in [
+            ("server_key", &self.server_key),
+            ("arbiter_key", &self.arbiter_key),
+        ] {
+            if let Some(key) = key
+                && (key.trim().len() != 64 || !key.trim().bytes().all(|b| b.is_ascii_hexdigit()))
+            {
+                bail!("{name} must be 64 hex characters");
+            }
         }
         if let Some(token) = &self.admin_token
             && token.len() < 32
@@ -1119,6 +1144,18 @@ mod tests {
         let e = err(&[], &[("listen", "127.0.0.1:99999")]);
         assert!(
             e.contains("from the flag --listen = \"127.0.0.1:99999\""),
+            "{e}"
+        );
+        // So do the checks made once it is read (ranges, formats); a key's
+        // value is not repeated.
+        let e = err(&[("MARKETPLACE_MAX_BODY_BYTES", "0")], &[]);
+        assert!(
+            e.contains("(`max_body_bytes` from the environment variable MARKETPLACE_MAX_BODY_BYTES = \"0\")"),
+            "{e}"
+        );
+        let e = err(&[("MARKETPLACE_ARBITER_KEY", "zz")], &[]);
+        assert!(
+            e.contains("arbiter_key must be 64 hex characters (`arbiter_key` from the environment variable MARKETPLACE_ARBITER_KEY)"),
             "{e}"
         );
         // A value that may be a secret is not repeated.
