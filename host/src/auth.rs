@@ -292,7 +292,7 @@ impl Arbiter {
         };
         let seed: [u8; 32] = marketplace_common::hex::decode(&seed_hex)
             .and_then(|b| b.try_into().ok())
-            .context("the arbiter key (arbiter_key, or <data_dir>/arbiter.key) must be 64 hex characters")?;
+            .context("the arbiter key must be 64 hex characters (arbiter_key, or <data_dir>/arbiter.key)")?;
         Ok(Arbiter(ed25519_dalek::SigningKey::from_bytes(&seed)))
     }
 
