@@ -419,9 +419,9 @@ fn plugins(command: PluginsCommand, client: &Client, settings: &Settings) -> Res
         "admin answered {status}: {}",
         text.trim_end()
     );
+    let doc = serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default();
     // A swap that turned routes into 404s is said on stderr too.
-    if let Ok(doc) = serde_json::from_str::<serde_json::Value>(&text)
-        && let Some(dropped) = doc["dropped_routes"].as_array()
+    if let Some(dropped) = doc["dropped_routes"].as_array()
         && !dropped.is_empty()
     {
         let routes: Vec<&str> = dropped.iter().filter_map(|r| r.as_str()).collect();
@@ -432,20 +432,23 @@ fn plugins(command: PluginsCommand, client: &Client, settings: &Settings) -> Res
         );
     }
     // So is a watched file that was refused (`plugins list`).
-    if let Ok(serde_json::Value::Array(list)) = serde_json::from_str(&text) {
-        for refused in list.iter().map(|p| &p["refused"]).filter(|r| r.is_object()) {
-            // (A file name or a component's panic may hold any character.)
-            let field = |name: &str| {
-                crate::logging::one_line(refused[name].as_str().unwrap_or_default(), 2000)
-                    .into_owned()
-            };
-            eprintln!(
-                "warning: {} was not loaded ({}): {}",
-                field("file"),
-                field("at"),
-                field("error")
-            );
-        }
+    for refused in doc
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| &p["refused"])
+        .filter(|r| r.is_object())
+    {
+        // (A file name or a component's panic may hold any character.)
+        let field = |name: &str| {
+            crate::logging::one_line(refused[name].as_str().unwrap_or_default(), 2000).into_owned()
+        };
+        eprintln!(
+            "warning: {} was not loaded ({}): {}",
+            field("file"),
+            field("at"),
+            field("error")
+        );
     }
     say(text.trim_end())
 }

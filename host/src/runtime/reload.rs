@@ -103,14 +103,16 @@ impl Default for Kept {
     }
 }
 
-/// Swap the component `bytes`, read from `path`, in for `family`, logging
-/// the outcome; once it serves, `file_serves` (in the same change).
+/// Swap the component `bytes`, read from `path`, in for `family` (with
+/// `grants`, or those it has), counting and logging the outcome and
+/// keeping a refusal; once it serves, `file_serves` (in the same change).
 fn swap_in(
     rt: &Runtime,
     family: &str,
     component: &str,
     path: &Path,
     bytes: &[u8],
+    grants: Option<crate::capabilities::Grants>,
     file_serves: &dyn Fn(&str),
 ) {
     if rt
@@ -123,7 +125,7 @@ fn swap_in(
     }
     let started = Instant::now();
     let _one_change = rt.one_change();
-    let result = rt.swap(family, component, bytes, None);
+    let result = rt.swap(family, component, bytes, grants);
     crate::metrics::metrics().swap(family, if result.is_ok() { "ok" } else { "refused" });
     match result {
         Ok(p) => {
@@ -192,7 +194,15 @@ pub fn spawn(rt: Arc<Runtime>, stop: Arc<AtomicBool>, kept: Kept) -> std::io::Re
                     let path = dir.join(&f.component);
                     let last = seen.entry(f.name.clone()).or_default();
                     if let Some(bytes) = last.changed(&path) {
-                        swap_in(&rt, &f.name, &f.component, &path, &bytes, &*file_serves);
+                        swap_in(
+                            &rt,
+                            &f.name,
+                            &f.component,
+                            &path,
+                            &bytes,
+                            None,
+                            &*file_serves,
+                        );
                     }
                 }
                 watch_families_dir(&rt, &families_dir, &mut mounted, &*file_serves);
@@ -299,6 +309,7 @@ fn watch_families_dir(
         else {
             continue;
         };
+        let component = format!("{FAMILIES_DIR}/{family}.wasm");
         // Only families of their own: a built-in or configured family
         // keeps its configured component.
         let configured = rt
@@ -337,9 +348,8 @@ fn watch_families_dir(
                 // Listed only when it can never mount: otherwise the
                 // family is served, by what this file gives way to.
                 if !crate::capabilities::valid_family(&family) {
-                    let file = format!("{FAMILIES_DIR}/{family}.wasm");
                     rt.refusals
-                        .note(&family, Some(&path), &file, &bytes, why.clone());
+                        .note(&family, Some(&path), &component, &bytes, why.clone());
                 }
                 tracing::warn!("{} not mounted: {why}", path.display());
             }
@@ -359,26 +369,13 @@ fn watch_families_dir(
         let Some(bytes) = mounted.entry(family.clone()).or_default().changed(&path) else {
             continue;
         };
-        let component = format!("{FAMILIES_DIR}/{family}.wasm");
-        if rt.grants(&family).is_none()
-            && let Some(spec) = rt.config.family(&family)
-        {
-            // A family the config grants but that has no slot yet.
-            let _one_change = rt.one_change();
-            let result = rt.swap(&family, &component, &bytes, Some(spec.grants));
-            let counted = if result.is_ok() { "ok" } else { "refused" };
-            crate::metrics::metrics().swap(&family, counted);
-            match result {
-                Ok(_) => file_serves(&family),
-                Err(e) => {
-                    rt.refusals
-                        .note(&family, Some(&path), &component, &bytes, format!("{e:#}"));
-                    tracing::warn!(family = %family, "mount refused {}: {e:#}", path.display());
-                }
-            }
-            continue;
-        }
-        swap_in(rt, &family, &component, &path, &bytes, file_serves);
+        // A family the config grants but that has no slot yet is mounted
+        // with those grants.
+        let grants = match rt.grants(&family) {
+            None => rt.config.family(&family).map(|spec| spec.grants),
+            Some(_) => None,
+        };
+        swap_in(rt, &family, &component, &path, &bytes, grants, file_serves);
     }
     // A file not mounted that is gone: put back, it is said (and listed
     // as refused) again.

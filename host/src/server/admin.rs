@@ -7,9 +7,9 @@
 //!   (`imports`: the interfaces the loaded component imports,
 //!   `package:name/iface@version`; `error`: why an unavailable family's last
 //!   load failed; `refused`: `{file, hash, at, error}`, the last change of a
-//!   watched file of the family that was not loaded, until the family loads
-//!   or the file is gone; a refused file of no listed family is listed with
-//!   status `refused`)
+//!   watched file of the family that was not loaded, until the family loads,
+//!   the file is back to the bytes that serve or (in `families/`) is gone;
+//!   a refused file of no listed family is listed with status `refused`)
 //! - `PUT /admin/plugins/{family}[?grants=a,b&read=x,y]` (component bytes,
 //!   up to 64 MiB): validate, swap, then answer `{family, version, hash,
 //!   mounted, grants, reads, routes}`. An unknown family is mounted (with
