@@ -1515,3 +1515,68 @@ fn a_kept_upload_survives_a_change_of_configuration() {
         s.log_text()
     );
 }
+
+/// A component checks the operator's settings of its family at every load
+/// (`describe`): a value it cannot use refuses it, naming the setting; a
+/// key it does not read is logged, and so is a `[settings.X]` table for no
+/// family. A list is given to a component as its items joined by commas.
+#[test]
+fn settings_are_checked_when_a_component_loads() {
+    let s = Server::with(Options {
+        config: Some(
+            "[settings.fee]\npost = \"0.3\"\n\
+             [settings.search]\nwhole_reads = \"5\"\n\
+             [settings.contracts]\nanything = 1\n\
+             [settings.timeline]\nlegacy_updates = \"nope\"\n\
+             [settings.mcp]\nallowed_origins = [\"https://a.example\", \"https://b.example\"]\n"
+                .into(),
+        ),
+        ..Default::default()
+    });
+    let health = s.get("/api/health");
+    assert_eq!(health.status, 503, "{}", health.text());
+    let plugins = &health.json()["plugins"];
+    assert_eq!(plugins["timeline"]["status"], "unavailable", "{plugins}");
+    for family in ["search", "contracts", "mcp", "fees"] {
+        assert_eq!(plugins[family]["status"], "ok", "{family}: {plugins}");
+    }
+    let listed = s.admin_raw("GET", "/admin/plugins", None);
+    let timeline = listed
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["family"] == "timeline")
+        .cloned()
+        .unwrap();
+    let error = timeline["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("setting legacy_updates = \"nope\" must be true or false"),
+        "{timeline}"
+    );
+    let log = s.log_text();
+    for line in [
+        "[settings.fee] is for no family of this configuration",
+        "setting \\\"whole_reads\\\" has no effect: this component reads whole_read",
+        "setting \\\"anything\\\" has no effect: this component reads no setting",
+    ] {
+        assert!(
+            log.contains(line) || log.contains(&line.replace("\\\"", "\"")),
+            "{line}: {log}"
+        );
+    }
+    // The list reached the component as `a,b`: both origins are admitted.
+    let host = s.addr.to_string();
+    for origin in ["https://a.example", "https://b.example"] {
+        let r = s.raw_post(
+            "/mcp",
+            &[
+                ("host", host.as_bytes()),
+                ("accept", b"application/json, text/event-stream"),
+                ("origin", origin.as_bytes()),
+            ],
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+        );
+        assert_eq!(r.status, 200, "{origin}: {}", r.text());
+    }
+}

@@ -931,8 +931,14 @@ fn fee_schedule_follows_the_plugin_and_settings() {
 #[test]
 fn a_fee_setting_the_policy_cannot_read_refuses_the_fee_component() {
     for (setting, named) in [
-        ("post = \"abc\"", "price of post (abc)"),
-        ("arbitration_percent = \"500\"", "arbitration_percent (500)"),
+        (
+            "post = \"abc\"",
+            "setting post = \"abc\" must be a decimal amount",
+        ),
+        (
+            "arbitration_percent = \"500\"",
+            "setting arbitration_percent = \"500\" must be a whole number from 0 to 100",
+        ),
     ] {
         let s = Server::with(common::Options {
             config: Some(format!("[settings.fees]\n{setting}\n")),

@@ -50,6 +50,9 @@ impl App {
     /// registered but not loaded yet ([`App::load_families`]).
     pub fn open(config: Config) -> Result<Arc<App>> {
         let families = config.families();
+        for line in config.settings_for_no_family() {
+            tracing::warn!("{line}");
+        }
         let limits = Limits {
             deadline: Duration::from_millis(config.request_timeout_ms),
             memory_bytes: (config.plugin_memory_mib as usize) << 20,

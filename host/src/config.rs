@@ -415,7 +415,10 @@ fn named_source(message: &str, sources: &BTreeMap<String, String>, quoted: bool)
         .iter()
         .filter_map(|(name, source)| {
             let at = if quoted {
-                message.find(&format!("`{name}`"))
+                // (A table's field is named `table.key`.)
+                message
+                    .find(&format!("`{name}`"))
+                    .or_else(|| message.find(&format!("`{name}.")))
             } else {
                 message
                     .match_indices(name.as_str())
@@ -430,6 +433,38 @@ fn named_source(message: &str, sources: &BTreeMap<String, String>, quoted: bool)
         .min()
         .map(|(_, name, source)| format!(" (`{name}` {source})"))
         .unwrap_or_default()
+}
+
+/// The host's own settings table, `[settings.cash]`, and its keys.
+pub const CASH_SETTINGS: &str = "cash";
+const CASH_KEYS: &[&str] = &["terms"];
+
+/// A setting as a component reads it: a string as written, a number or
+/// boolean in TOML form (`0.5`, `true`), a list as its items joined by
+/// commas (`allowed_origins = ["https://a", "https://b"]`).
+fn setting_text(value: &toml::Value) -> String {
+    match value {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Array(items) => items.iter().map(setting_text).collect::<Vec<_>>().join(","),
+        toml::Value::Integer(i) => i.to_string(),
+        toml::Value::Float(f) => f.to_string(),
+        toml::Value::Boolean(b) => b.to_string(),
+        toml::Value::Datetime(d) => d.to_string(),
+        // (Refused at start: see `plain_setting`.)
+        toml::Value::Table(_) => String::new(),
+    }
+}
+
+/// Whether a setting's value is one [`setting_text`] writes as a
+/// component expects: a scalar, or a list of scalars.
+fn plain_setting(value: &toml::Value) -> bool {
+    match value {
+        toml::Value::Table(_) => false,
+        toml::Value::Array(items) => items
+            .iter()
+            .all(|i| !matches!(i, toml::Value::Table(_) | toml::Value::Array(_))),
+        _ => true,
+    }
 }
 
 /// A URL as an error may show it: quoted, with what stands before an `@`
@@ -521,9 +556,10 @@ impl Config {
                 format!("from the environment variable {key}{}", shown(&name, value)),
             );
             if name == "log_json" {
-                if boolean(key, value)? {
-                    table.insert("log_format".into(), toml::Value::String("json".into()));
-                }
+                // Either way it is the environment's word over the file's
+                // `log_format`.
+                let format = if boolean(key, value)? { "json" } else { "text" };
+                table.insert("log_format".into(), toml::Value::String(format.into()));
                 continue;
             }
             // `MARKETPLACE_PLUGIN_{FAMILY}` names a family's component,
@@ -766,6 +802,21 @@ impl Config {
                 bail!("[families.{}] max_concurrent must be at least 1", f.name);
             }
         }
+        for (family, table) in &self.settings {
+            for (key, value) in table {
+                if !plain_setting(value) {
+                    bail!(
+                        "[settings.{family}] {key}: a setting is a string, a number, a boolean or a list of them"
+                    );
+                }
+                if family == CASH_SETTINGS && !CASH_KEYS.contains(&key.as_str()) {
+                    bail!(
+                        "[settings.cash] {key}: unknown setting of the host's cash (it reads {})",
+                        CASH_KEYS.join(", ")
+                    );
+                }
+            }
+        }
         for family in self.plugins.keys() {
             if !families.iter().any(|f| &f.name == family) {
                 let known: Vec<&str> = families.iter().map(|f| f.name.as_str()).collect();
@@ -882,19 +933,29 @@ impl Config {
             .get(family)
             .map(|m| {
                 m.iter()
-                    .map(|(k, v)| {
-                        let v = match v {
-                            toml::Value::String(s) => s.clone(),
-                            toml::Value::Integer(i) => i.to_string(),
-                            toml::Value::Float(f) => f.to_string(),
-                            toml::Value::Boolean(b) => b.to_string(),
-                            other => format!("{other:?}"),
-                        };
-                        (k.clone(), v)
-                    })
+                    .map(|(k, v)| (k.clone(), setting_text(v)))
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// The `[settings.<family>]` tables for no family of this
+    /// configuration, each a line to log at start: a family of that name
+    /// mounted later (the admin API, `families/`) reads them, but a typo
+    /// (`[settings.fee]`) would otherwise go unnoticed.
+    pub fn settings_for_no_family(&self) -> Vec<String> {
+        let families = self.families();
+        let names: Vec<&str> = families.iter().map(|f| f.name.as_str()).collect();
+        self.settings
+            .keys()
+            .filter(|f| f.as_str() != CASH_SETTINGS && !names.contains(&f.as_str()))
+            .map(|f| {
+                format!(
+                    "[settings.{f}] is for no family of this configuration (they are {}, and `cash` for the host's cash): it has effect only once a family named {f:?} is mounted",
+                    names.join(", ")
+                )
+            })
+            .collect()
     }
 
     /// `max_pending_body_bytes`, or room for two bodies of the largest
@@ -1180,6 +1241,56 @@ mod tests {
     }
 
     #[test]
+    fn plugin_settings_are_plain_values_and_cash_has_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        let load = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            Config::load(Some(&file), &[], &[]).map_err(|e| format!("{e:#}"))
+        };
+        let c = load(
+            "[settings.mcp]\nallowed_origins = [\"https://a\", \"https://b\"]\nunsigned_macros = 7\n\
+             [settings.fees]\npost = 0.5\n[settings.fee]\npost = \"1\"\n",
+        )
+        .unwrap();
+        let mcp = c.family_settings("mcp");
+        assert_eq!(mcp["allowed_origins"], "https://a,https://b");
+        assert_eq!(mcp["unsigned_macros"], "7");
+        assert_eq!(c.family_settings("fees")["post"], "0.5");
+        let unused = c.settings_for_no_family();
+        assert_eq!(unused.len(), 1, "{unused:?}");
+        assert!(
+            unused[0].starts_with("[settings.fee] is for no family"),
+            "{unused:?}"
+        );
+        // What a component could not read as a text is refused at start,
+        // naming the file.
+        for (text, named) in [
+            (
+                "[settings.mcp]\nx = { a = 1 }\n",
+                "[settings.mcp] x: a setting is",
+            ),
+            (
+                "[settings.mcp]\nx = [[1]]\n",
+                "[settings.mcp] x: a setting is",
+            ),
+            (
+                "[settings.cash]\nterm = \"t\"\n",
+                "[settings.cash] term: unknown setting",
+            ),
+        ] {
+            let e = load(text).unwrap_err();
+            assert!(e.contains(named), "{text}: {e}");
+            assert!(e.contains("in the config file"), "{text}: {e}");
+        }
+        assert!(load("[settings.cash]\nterms = \"t\"\n").is_ok());
+        // A misspelt field of a family's table names the file too.
+        let e = load("[families.timeline]\ngrant = [\"payments\"]\n").unwrap_err();
+        assert!(e.contains("unknown field `grant`"), "{e}");
+        assert!(e.contains("(`families` in the config file"), "{e}");
+    }
+
+    #[test]
     fn bad_values_are_refused() {
         assert!(Config::load(None, &[], &s(&[("admin_listen", "0.0.0.0:9")])).is_err());
         assert!(Config::load(None, &[], &s(&[("nonsense", "1")])).is_err());
@@ -1301,6 +1412,12 @@ mod tests {
         .unwrap();
         assert_eq!(c.log_format, LogFormat::Text);
         assert!(c.group_commit);
+        // Off in the environment wins over a file's json.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "log_format = \"json\"\n").unwrap();
+        let c = Config::load(Some(&file), &s(&[("MARKETPLACE_LOG_JSON", "0")]), &[]).unwrap();
+        assert_eq!(c.log_format, LogFormat::Text);
         // An empty path is refused, not taken as the working directory.
         for name in ["DATA_DIR", "PLUGINS_DIR", "CACHE_DIR"] {
             let e = format!(

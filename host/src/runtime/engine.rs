@@ -784,7 +784,8 @@ impl Runtime {
                 .map_err(|e| anyhow!("instantiating failed: {e}"))?;
             let fees = bindings.marketplace_plugin_fees();
             let failed = |what: &str, e: wasmtime::Error, store: &Store<FeeCtx>| {
-                smoke_failure(what, e, store.data().memory_hit(), None)
+                let data = store.data();
+                smoke_failure(what, e, data.memory_hit(), data.panic_message())
             };
             let info = fees
                 .call_describe(&mut store)
@@ -948,7 +949,8 @@ impl Runtime {
         // `describe` and `api` must not touch storage or payments; give
         // them an inert context.
         let mut store = self.store_for(
-            Ctx::inert(family, self.limits.memory_bytes),
+            Ctx::inert(family, self.limits.memory_bytes)
+                .with_settings(self.state.config.family_settings(family)),
             self.load_budget(),
         );
         let instance =

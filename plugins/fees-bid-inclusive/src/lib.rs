@@ -10,6 +10,7 @@ struct BidInclusive;
 impl FeePolicy for BidInclusive {
     const NAME: &'static str = "fees-bid-inclusive";
     const POLICY: &'static str = "bid-inclusive";
+    const SETTINGS: Option<&'static [marketplace_guest::Setting]> = Some(standard::SETTINGS);
 
     fn quote(action: &str, basis: Option<u64>) -> Result<u64, String> {
         standard::quote(Pickup::Free, action, basis)

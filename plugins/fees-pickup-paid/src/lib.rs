@@ -10,6 +10,7 @@ struct PickupPaid;
 impl FeePolicy for PickupPaid {
     const NAME: &'static str = "fees-pickup-paid";
     const POLICY: &'static str = "pickup-paid";
+    const SETTINGS: Option<&'static [marketplace_guest::Setting]> = Some(standard::SETTINGS);
 
     fn quote(action: &str, basis: Option<u64>) -> Result<u64, String> {
         standard::quote(Pickup::FirstPaid, action, basis)

@@ -24,6 +24,10 @@ pub type Response = types::Response;
 pub trait Endpoint {
     /// The plugin's name as reported by `describe`.
     const NAME: &'static str;
+    /// The operator's settings this component reads: when declared, each
+    /// load refuses a value a setting's check refuses and logs a key not
+    /// among them ([`crate::settings`]); `None` checks nothing.
+    const SETTINGS: Option<&'static [crate::Setting]> = None;
     /// Handle one request; an `Err` becomes the JSON error answer.
     fn handle(req: &Request) -> Result<Response, ApiError>;
     /// The routes this family serves and their OpenAPI, exported as
@@ -470,6 +474,7 @@ macro_rules! endpoint_plugin {
             }
             fn describe() -> $crate::PluginInfo {
                 $crate::log_panics();
+                $crate::settings::check_endpoint(<$ty as $crate::Endpoint>::SETTINGS);
                 $crate::PluginInfo {
                     name: <$ty as $crate::Endpoint>::NAME.to_string(),
                     version: env!("CARGO_PKG_VERSION").to_string(),
@@ -634,18 +639,20 @@ fn receipt_doc(r: payments::Receipt) -> Result<Value, ApiError> {
 /// Whether the operator lets a legacy (untimestamped) signature update a
 /// post or a profile (`[settings.timeline]` and `[settings.identity]`
 /// `legacy_updates`): yes unless set otherwise, since the original client
-/// signs only that form; `false` (anything but true, yes, on or 1)
-/// requires the fresh form (401 `auth_expired`), since a legacy update
+/// signs only that form; false (or no, off, 0; another value refuses the
+/// load, see [`LEGACY_UPDATES`]) requires the fresh form (401 `auth_expired`), since a legacy update
 /// signature signs neither the new content nor a time, so whoever holds
 /// one could update again with other content.
 pub fn legacy_updates() -> bool {
-    crate::endpoint_bindings::marketplace::plugin::settings::get("legacy_updates").is_none_or(|v| {
-        matches!(
-            v.trim().to_ascii_lowercase().as_str(),
-            "true" | "yes" | "on" | "1"
-        )
-    })
+    crate::endpoint_bindings::marketplace::plugin::settings::get("legacy_updates")
+        .is_none_or(|v| crate::settings::switch(&v).unwrap_or(false))
 }
+
+/// The `legacy_updates` setting, for [`Endpoint::SETTINGS`].
+pub const LEGACY_UPDATES: crate::Setting = crate::Setting {
+    key: "legacy_updates",
+    check: |v| crate::settings::switch(v).map(drop),
+};
 
 /// Verify a signed statement from a request body. A missing actor or
 /// signature is 401 `auth_required`; the rest is decided by the host.

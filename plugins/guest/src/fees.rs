@@ -9,6 +9,10 @@ pub trait FeePolicy {
     const NAME: &'static str;
     /// Policy name, e.g. "bid-inclusive".
     const POLICY: &'static str;
+    /// The operator's settings this component reads, as
+    /// [`crate::Endpoint::SETTINGS`] (the standard schedule's:
+    /// [`standard::SETTINGS`]).
+    const SETTINGS: Option<&'static [crate::Setting]> = None;
     /// Price in units of `action` for the basis amount.
     fn quote(action: &str, basis: Option<u64>) -> Result<u64, String>;
     /// The document served by GET /api/fees (the host adds `rails`).
@@ -31,6 +35,37 @@ pub mod standard {
         ("comment", "0.01"),
         ("rate", "0.001"),
     ];
+
+    /// The settings the standard schedule reads: a price for each of
+    /// [`FIXED`] and `arbitration_percent`.
+    pub const SETTINGS: &[crate::Setting] = &[
+        crate::Setting {
+            key: "identity",
+            check: |v| price(v),
+        },
+        crate::Setting {
+            key: "post",
+            check: |v| price(v),
+        },
+        crate::Setting {
+            key: "comment",
+            check: |v| price(v),
+        },
+        crate::Setting {
+            key: "rate",
+            check: |v| price(v),
+        },
+        crate::Setting {
+            key: "arbitration_percent",
+            check: |v| crate::settings::whole(v, 0, 100).map(drop),
+        },
+    ];
+
+    fn price(text: &str) -> Result<(), String> {
+        amount::parse(text)
+            .map(drop)
+            .map_err(|_| "a decimal amount with at most 8 decimals, e.g. \"0.3\"".to_string())
+    }
 
     /// Whether the first pickup pays the fee ("pickup-paid") or the fee is
     /// inside the bid ("bid-inclusive").
@@ -130,6 +165,7 @@ macro_rules! fee_plugin {
                 <$ty as $crate::FeePolicy>::POLICY.to_string()
             }
             fn describe() -> $crate::fee_bindings::marketplace::plugin::types::PluginInfo {
+                $crate::settings::check_fees(<$ty as $crate::FeePolicy>::SETTINGS);
                 $crate::fee_bindings::marketplace::plugin::types::PluginInfo {
                     name: <$ty as $crate::FeePolicy>::NAME.to_string(),
                     version: env!("CARGO_PKG_VERSION").to_string(),

@@ -49,6 +49,10 @@ static HEAP: small_alloc::Small<dlmalloc::GlobalDlmalloc> =
 
 pub mod small_alloc;
 
+/// The operator's settings a component declares and checks at load.
+pub mod settings;
+pub use settings::Setting;
+
 #[cfg(feature = "endpoint")]
 mod endpoint;
 #[cfg(feature = "endpoint")]
@@ -107,5 +111,6 @@ pub mod prelude {
     pub use crate::error::{ApiError, Detail};
     #[cfg(feature = "fee-policy")]
     pub use crate::fees::{FeePolicy, standard};
+    pub use crate::settings::Setting;
     pub use serde_json::{Value, json};
 }

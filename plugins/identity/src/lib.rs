@@ -68,6 +68,8 @@ impl Tally {
 
 impl Endpoint for IdentityFamily {
     const NAME: &'static str = "identity";
+    const SETTINGS: Option<&'static [marketplace_guest::Setting]> =
+        Some(&[marketplace_guest::LEGACY_UPDATES]);
 
     fn api() -> marketplace_guest::types::Api {
         api::api()

@@ -10,6 +10,7 @@ struct Info;
 
 impl Endpoint for Info {
     const NAME: &'static str = "info";
+    const SETTINGS: Option<&'static [marketplace_guest::Setting]> = Some(&[]);
 
     fn api() -> marketplace_guest::types::Api {
         api::api()

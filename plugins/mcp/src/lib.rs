@@ -179,6 +179,7 @@ const TOOLS: &[Tool] = &[
 
 impl Endpoint for Mcp {
     const NAME: &'static str = "mcp";
+    const SETTINGS: Option<&'static [marketplace_guest::Setting]> = Some(origin::SETTINGS);
 
     fn api() -> marketplace_guest::types::Api {
         api::api()
@@ -301,20 +302,17 @@ fn unsigned_macros() -> Result<u64, ApiError> {
     Ok(unsigned)
 }
 
-/// The operator's cap on macros without an owner (`unsigned_macros`).
+/// The operator's cap on macros without an owner (`unsigned_macros`; a
+/// load refuses any value but a whole number up to [`MAX_MACROS`]).
 fn unsigned_cap() -> u64 {
-    let Some(v) = origin::setting("unsigned_macros") else {
-        return UNSIGNED_MACROS;
-    };
-    match v.parse::<u64>() {
-        Ok(n) => n.min(MAX_MACROS),
-        Err(_) => {
-            marketplace_guest::log_error(&format!(
-                "[settings.mcp] unsigned_macros = {v:?} is not a whole number; using {UNSIGNED_MACROS}"
-            ));
-            UNSIGNED_MACROS
-        }
-    }
+    origin::setting("unsigned_macros")
+        .and_then(|v| marketplace_guest::settings::whole(&v, 0, MAX_MACROS).ok())
+        .unwrap_or(UNSIGNED_MACROS)
+}
+
+/// The `unsigned_macros` setting's check.
+pub fn unsigned_macros_setting(value: &str) -> Result<(), String> {
+    marketplace_guest::settings::whole(value, 0, MAX_MACROS).map(drop)
 }
 
 /// What a listing reads of a stored macro (its TypeScript is skipped).

@@ -9,8 +9,59 @@
 //! - `unsigned_macros` (read in `lib.rs`): how many of the 1,000 macros
 //!   may have no owner (default 500).
 
+use marketplace_guest::Setting;
 use marketplace_guest::endpoint_bindings::marketplace::plugin::settings;
 use marketplace_guest::prelude::*;
+
+/// The settings this family reads (a load checks them).
+pub const SETTINGS: &[Setting] = &[
+    Setting {
+        key: "public_url",
+        check: |v| {
+            if v.trim().is_empty() || normalize_base(v.trim()).is_some() {
+                Ok(())
+            } else {
+                Err("an http(s) URL, e.g. https://market.example".into())
+            }
+        },
+    },
+    Setting {
+        key: "allowed_origins",
+        check: |v| {
+            let bad = v
+                .split(',')
+                .map(str::trim)
+                .filter(|o| !o.is_empty())
+                .find(|o| !is_origin(o));
+            match bad {
+                None => Ok(()),
+                Some(o) => Err(format!(
+                    "a comma-separated list of origins, each http(s)://host[:port] (not {o:?})"
+                )),
+            }
+        },
+    },
+    Setting {
+        key: "unsigned_macros",
+        check: crate::unsigned_macros_setting,
+    },
+];
+
+/// Whether an `allowed_origins` entry is an origin a browser may send:
+/// `http(s)://` and a host, with a path of at most `/`.
+fn is_origin(entry: &str) -> bool {
+    let lower = entry.to_ascii_lowercase();
+    let Some(rest) = lower
+        .strip_prefix("http://")
+        .or_else(|| lower.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    !authority.is_empty()
+        && !authority.contains(['/', '?', '#', '@', '*'])
+        && !authority.chars().any(char::is_whitespace)
+}
 
 /// An operator setting of this family, trimmed; `None` when unset or blank.
 pub fn setting(key: &str) -> Option<String> {
@@ -221,6 +272,25 @@ pub fn refused_origin(refused: &str) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allowed_origins_are_origins() {
+        let check = SETTINGS[1].check;
+        assert!(check("https://a.example, http://b.example:8080/").is_ok());
+        assert!(check("").is_ok());
+        for bad in [
+            "*",
+            "a.example",
+            "https://a.example/app",
+            "https://",
+            "ftp://a",
+        ] {
+            assert!(check(bad).is_err(), "{bad}");
+        }
+        let public_url = SETTINGS[0].check;
+        assert!(public_url("https://market.example").is_ok());
+        assert!(public_url("market.example").is_err());
+    }
 
     fn list(items: &[&str]) -> Vec<String> {
         items.iter().map(|s| s.to_string()).collect()

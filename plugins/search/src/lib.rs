@@ -34,6 +34,7 @@ use marketplace_common::order::{cmp_bytes, flip_ulid_bytes};
 use marketplace_common::text::tokens;
 use marketplace_guest::index::{STATS_KEY, Stats, df_key, doc_key, search_term, term_prefix};
 use marketplace_guest::prelude::*;
+use marketplace_guest::{Setting, settings};
 
 struct Search;
 
@@ -74,16 +75,23 @@ const WHOLE_READ: u64 = 1_000;
 /// is seen to end rather than taken as capped.
 const MAX_WHOLE_READ: u64 = 4_000;
 
-/// [`WHOLE_READ`], or the operator's `whole_read` when it is a whole
-/// number (at most [`MAX_WHOLE_READ`]); any other value leaves the default.
+/// [`WHOLE_READ`], or the operator's `whole_read` (a load refuses any
+/// value but a whole number up to [`MAX_WHOLE_READ`]).
 fn whole_read() -> u64 {
     marketplace_guest::endpoint_bindings::marketplace::plugin::settings::get("whole_read")
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map_or(WHOLE_READ, |n| n.min(MAX_WHOLE_READ))
+        .and_then(|v| settings::whole(&v, 0, MAX_WHOLE_READ).ok())
+        .unwrap_or(WHOLE_READ)
 }
+
+/// The settings search reads.
+const SETTINGS: &[Setting] = &[Setting {
+    key: "whole_read",
+    check: |v| settings::whole(v, 0, MAX_WHOLE_READ).map(drop),
+}];
 
 impl Endpoint for Search {
     const NAME: &'static str = "search";
+    const SETTINGS: Option<&'static [Setting]> = Some(SETTINGS);
 
     fn api() -> marketplace_guest::types::Api {
         api::api()

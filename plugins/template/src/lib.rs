@@ -34,6 +34,10 @@ struct Template;
 
 impl Endpoint for Template {
     const NAME: &'static str = "template";
+    // The operator's settings it reads (`[settings.<family>]`), each with
+    // a check: a load refuses a value a check refuses and logs a key not
+    // listed. It reads none.
+    const SETTINGS: Option<&'static [marketplace_guest::Setting]> = Some(&[]);
 
     fn api() -> marketplace_guest::types::Api {
         api::api()

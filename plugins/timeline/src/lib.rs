@@ -51,6 +51,8 @@ const THREAD_CHUNK: usize = 100;
 
 impl Endpoint for Timeline {
     const NAME: &'static str = "timeline";
+    const SETTINGS: Option<&'static [marketplace_guest::Setting]> =
+        Some(&[marketplace_guest::LEGACY_UPDATES]);
 
     fn api() -> marketplace_guest::types::Api {
         api::api()

@@ -11,6 +11,8 @@ pub struct FeeCtx {
     limiter: CallLimiter,
     settings: Arc<BTreeMap<String, String>>,
     logged: super::log::LogBudget,
+    /// The panic message logged before a trap (a smoke call quotes it).
+    panicked: Option<String>,
 }
 
 impl FeeCtx {
@@ -19,13 +21,23 @@ impl FeeCtx {
             limiter: CallLimiter::new(memory_bytes),
             settings,
             logged: Default::default(),
+            panicked: None,
         }
+    }
+
+    /// The message of a panic the component logged, if it did.
+    pub fn panic_message(&self) -> Option<&str> {
+        self.panicked.as_deref()
     }
 }
 
 impl settings::Host for FeeCtx {
     fn get(&mut self, key: String) -> Option<String> {
         self.settings.get(&key).cloned()
+    }
+
+    fn keys(&mut self) -> Vec<String> {
+        self.settings.keys().cloned().collect()
     }
 }
 
@@ -45,6 +57,7 @@ impl types::Host for FeeCtx {}
 
 impl log::Host for FeeCtx {
     fn log(&mut self, level: log::Level, message: String) {
+        super::log::note_panic(&mut self.panicked, level, &message);
         super::log::write_log("fees", &self.logged, level, &message);
     }
 }

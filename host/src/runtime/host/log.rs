@@ -107,16 +107,23 @@ pub(super) fn write_log(family: &str, budget: &LogBudget, level: log::Level, mes
     }
 }
 
+/// The message of a panic the guest crate logs just before its instance
+/// traps (`plugin panicked: ...` at `error`), on one line, kept once per
+/// call in `panicked` (a smoke call's refusal quotes it).
+pub(super) fn note_panic(panicked: &mut Option<String>, level: log::Level, message: &str) {
+    if level == log::Level::Error
+        && panicked.is_none()
+        && let Some(panic) = message.strip_prefix("plugin panicked: ")
+    {
+        // ("panicked at FILE:LINE:COL:\nMESSAGE": one line.)
+        let panic = panic.replace('\n', " ");
+        *panicked = Some(crate::logging::one_line(&printable(&panic), 500).into_owned());
+    }
+}
+
 impl log::Host for Ctx {
     fn log(&mut self, level: log::Level, message: String) {
-        if level == log::Level::Error
-            && self.panicked.is_none()
-            && let Some(panic) = message.strip_prefix("plugin panicked: ")
-        {
-            // ("panicked at FILE:LINE:COL:\nMESSAGE": one line.)
-            let panic = panic.replace('\n', " ");
-            self.panicked = Some(crate::logging::one_line(&printable(&panic), 500).into_owned());
-        }
+        note_panic(&mut self.panicked, level, &message);
         if level == log::Level::Error && self.store_unavailable_lately() {
             outage_echo(&self.family, &message);
             return;

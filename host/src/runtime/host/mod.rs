@@ -35,6 +35,7 @@ use crate::runtime::routes::Match;
 use crate::runtime::status::PluginStatus;
 use crate::state::State;
 use crate::store::{RunAgain, StorageError, Txn};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -190,6 +191,9 @@ pub struct Ctx {
     /// The panic message the guest crate logged before trapping (a smoke
     /// call's refusal quotes it).
     panicked: Option<String>,
+    /// The family's settings, for a smoke call (which has no `rt` to read
+    /// them from): `describe` may check them.
+    smoke_settings: Option<Arc<BTreeMap<String, String>>>,
 }
 
 impl Limiter for Ctx {
@@ -255,6 +259,7 @@ impl Ctx {
             logged: log::LogBudget::default(),
             relayed: Vec::new(),
             panicked: None,
+            smoke_settings: None,
         }
     }
 
@@ -286,7 +291,14 @@ impl Ctx {
             logged: log::LogBudget::default(),
             relayed: Vec::new(),
             panicked: None,
+            smoke_settings: None,
         }
+    }
+
+    /// This smoke call's context with the family's `settings`.
+    pub fn with_settings(mut self, settings: BTreeMap<String, String>) -> Ctx {
+        self.smoke_settings = Some(Arc::new(settings));
+        self
     }
 
     /// The message of a panic the component logged (`plugin panicked:
