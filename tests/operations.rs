@@ -1712,6 +1712,36 @@ fn cli_and_admin_refuse_what_would_silently_go_wrong() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     assert!(text(&out.stdout).contains("\"family\""), "{out:?}");
+    // Without a token source, the error says where one comes from; the
+    // public listener given as --admin, and a wrong token, say what to
+    // check.
+    let list = |admin: &str, extra: &[&str]| {
+        let out = bare_command()
+            .current_dir(tmp.path())
+            .env_remove("MARKETPLACE_ADMIN_TOKEN")
+            .args(["plugins", "list", "--admin", admin])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{out:?}");
+        text(&out.stderr)
+    };
+    let admin_url = format!("http://{}", s.admin);
+    let err = list(&admin_url, &[]);
+    assert!(
+        err.contains("no admin token") && err.contains("--data-dir") && err.contains("--token"),
+        "{err}"
+    );
+    let err = list(&format!("http://{}", s.addr), &["--token", ADMIN_TOKEN]);
+    assert!(
+        err.contains("admin answered 404") && err.contains("is not the admin listener"),
+        "{err}"
+    );
+    let err = list(&admin_url, &["--token", &"x".repeat(40)]);
+    assert!(
+        err.contains("admin answered 401") && err.contains("admin.token"),
+        "{err}"
+    );
 
     let fees = std::fs::read(common::plugins_dir().join("fees_pickup_paid.wasm")).unwrap();
     for (query, field) in [("grant=payments", "grant"), ("read=nosuch", "read")] {

@@ -173,7 +173,7 @@ pub fn offline(config: &Config, to: &Path) -> Result<u64> {
     );
     anyhow::ensure!(
         config.db_path().is_file(),
-        "no database at {}",
+        "no database at {}: name the server's data dir (--data-dir DIR), or back up a running server (--admin URL)",
         config.db_path().display()
     );
     let keys = Keys::offline(config)?;

@@ -314,7 +314,12 @@ fn admin_token(client: &Client, settings: &Settings) -> Result<String> {
     }
     let path = config.data_dir.join("admin.token");
     Ok(std::fs::read_to_string(&path)
-        .with_context(|| format!("no --token given and {} is unreadable", path.display()))?
+        .with_context(|| {
+            format!(
+                "no admin token: {} is unreadable; give the server's --data-dir (its token is generated there), its --config (admin_token), or --token / MARKETPLACE_ADMIN_TOKEN",
+                path.display()
+            )
+        })?
         .trim()
         .to_string())
 }
@@ -330,7 +335,9 @@ fn cash_mint(amount: &str, key: Option<&str>, client: &Client, settings: &Settin
         let token = admin_token(client, settings)?;
         let body = serde_json::json!({"amount": amount, "idempotency_key": key}).to_string();
         let (status, text) = admin_request(url, "POST", "/admin/cash/mint", &token, body.into())?;
-        anyhow::ensure!(status == 200, "admin answered {status}: {text}");
+        if status != 200 {
+            return Err(admin_refused(url, status, &text));
+        }
         let v: serde_json::Value = serde_json::from_str(&text)?;
         return say(v["secret"].as_str().unwrap_or_default());
     }
@@ -414,11 +421,9 @@ fn plugins(command: PluginsCommand, client: &Client, settings: &Settings) -> Res
     };
     // A refusal's reason goes with the error (stderr), as `cash mint`'s
     // does: a script that keeps only stderr for errors still reads it.
-    anyhow::ensure!(
-        status == 200,
-        "admin answered {status}: {}",
-        text.trim_end()
-    );
+    if status != 200 {
+        return Err(admin_refused(url, status, &text));
+    }
     let doc = serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default();
     // A swap that turned routes into 404s is said on stderr too.
     if let Some(dropped) = doc["dropped_routes"].as_array()
@@ -462,7 +467,7 @@ fn backup(to: &std::path::Path, client: &Client, settings: &Settings) -> Result<
                 let status = resp.status().as_u16();
                 if status != 200 {
                     let text = resp.body_mut().read_to_string().unwrap_or_default();
-                    anyhow::bail!("admin answered {status}: {text}");
+                    return Err(admin_refused(url, status, &text));
                 }
                 let mut reader = resp.into_body().into_reader();
                 Ok(std::io::copy(&mut reader, file)?)
@@ -477,6 +482,20 @@ fn backup(to: &std::path::Path, client: &Client, settings: &Settings) -> Result<
         "backup written to {} ({written} bytes)",
         to.display()
     ))
+}
+
+/// An admin answer other than 200 as the error to report: its status and
+/// body, and what to check when it is not the admin listener's refusal.
+fn admin_refused(url: &str, status: u16, text: &str) -> anyhow::Error {
+    let hint = match status {
+        // The public listener's answer to a path it has no route for.
+        404 if text.contains("\"no route for ") => format!(
+            " ({url} is not the admin listener: --admin takes the address of the server's admin_listen)"
+        ),
+        401 | 403 => " (the token is the server's admin_token, else <data_dir>/admin.token: give --token, MARKETPLACE_ADMIN_TOKEN, or the server's --config or --data-dir)".to_string(),
+        _ => String::new(),
+    };
+    anyhow::anyhow!("admin answered {status}: {}{hint}", text.trim_end())
 }
 
 /// One request to the admin listener (http://host:port); the raw answer.

@@ -49,7 +49,7 @@ pub async fn run(config: Config) -> Result<i32> {
         let token = admin::token(app.config.admin_token.as_deref(), &app.config.data_dir)?;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .with_context(|| format!("binding admin listener {addr}"))?;
+            .with_context(|| format!("binding the admin listener (admin_listen) {addr}"))?;
         let admin_addr = listener.local_addr()?;
         announce(&format!(
             "marketplace admin listening on http://{admin_addr}"
@@ -65,7 +65,7 @@ pub async fn run(config: Config) -> Result<i32> {
     if let Some(addr) = metrics_listen {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .with_context(|| format!("binding metrics listener {addr}"))?;
+            .with_context(|| format!("binding the metrics listener (metrics_listen) {addr}"))?;
         let metrics_addr = listener.local_addr()?;
         announce(&format!(
             "marketplace metrics listening on http://{metrics_addr}"
@@ -82,7 +82,8 @@ pub async fn run(config: Config) -> Result<i32> {
             stop_rx.clone(),
         )));
     }
-    let listener = bind_public(listen).with_context(|| format!("binding {listen}"))?;
+    let listener = bind_public(listen)
+        .with_context(|| format!("binding the public listener (listen) {listen}"))?;
     let addr = listener.local_addr()?;
     tracing::info!("listening on http://{addr} (families loading)");
     // Requests are served from now on, each family's as soon as it is

@@ -160,6 +160,49 @@ impl Drop for Logged {
 }
 
 /// The shared store: a pool of connections to one schema.
+/// Where a connection goes, as an operator wrote it: `host:port` (or the
+/// socket directory), each of a list; never the user or password.
+fn target_of(config: &tokio_postgres::Config) -> String {
+    let ports = config.get_ports();
+    let targets: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            match host {
+                tokio_postgres::config::Host::Tcp(name) if name.contains(':') => {
+                    format!("[{name}]:{port}")
+                }
+                tokio_postgres::config::Host::Tcp(name) => format!("{name}:{port}"),
+                tokio_postgres::config::Host::Unix(dir) => {
+                    format!("{}/.s.PGSQL.{port}", dir.display())
+                }
+            }
+        })
+        .collect();
+    if targets.is_empty() {
+        "the default host".into()
+    } else {
+        targets.join(", ")
+    }
+}
+
+/// An error with its causes (`error connecting to server: Connection
+/// refused (os error 111)`): tokio-postgres says what failed only in them.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        cause = c.source();
+    }
+    text
+}
+
 pub struct PgStore {
     rt: tokio::runtime::Runtime,
     url: String,
@@ -338,6 +381,7 @@ impl PgStore {
             .url
             .parse()
             .map_err(|e| StorageError::Internal(format!("postgres url: {e}")))?;
+        let target = target_of(&config);
         let connect_wait = CONNECT_WAIT.min(self.timeout);
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(connect_wait);
@@ -352,9 +396,11 @@ impl PgStore {
             Ok::<_, tokio_postgres::Error>(client)
         });
         let client = block_on_within(task, connect_wait + Duration::from_millis(500))
-            .ok_or_else(|| self.outage("connecting took too long"))?
+            .ok_or_else(|| self.outage(format_args!("connecting to {target} took too long")))?
             .map_err(|e| StorageError::Internal(format!("postgres connect: {e}")))?
-            .map_err(|e| self.outage(format_args!("connecting: {e}")))?;
+            .map_err(|e| {
+                self.outage(format_args!("connecting to {target}: {}", with_causes(&e)))
+            })?;
         Ok((client, ()))
     }
 
@@ -950,6 +996,40 @@ impl super::Kv for PgRead {
 pub(crate) mod tests {
     use crate::store::{Kv, Packed, Settings, Storage, StorageError};
     use std::sync::Arc;
+
+    #[test]
+    fn a_connection_failure_names_where_and_why() {
+        let config = |url: &str| url.parse::<tokio_postgres::Config>().unwrap();
+        assert_eq!(
+            super::target_of(&config("postgres://u:pw@db.example:6543/x")),
+            "db.example:6543"
+        );
+        assert_eq!(
+            super::target_of(&config("postgres://u@a,b:7/x")),
+            "a:5432, b:7"
+        );
+        assert_eq!(
+            super::target_of(&config("host=/run/pg port=5433 user=u")),
+            "/run/pg/.s.PGSQL.5433"
+        );
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("error connecting to server")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        assert_eq!(
+            super::with_causes(&Outer(io)),
+            "error connecting to server: refused"
+        );
+    }
 
     /// The throwaway cluster of `cargo xtask test`, or None (skipped, unless
     /// MARKETPLACE_REQUIRE_PG=1).
