@@ -187,7 +187,7 @@ pub fn schemas() -> Value {
             ("updated_at", t("string")),
             (
                 "history",
-                json!({"type": "array", "items": obj(&[("action", t("string")), ("actor", t("string")), ("at", t("string"))], &[])}),
+                json!({"type": "array", "description": "every transition, oldest first, and each party's first pickup of a settled or refunded contract (the seller's payout, the buyer's certificate or refund); a pickup that fetches the same secret again is not repeated", "items": obj(&[("action", t("string")), ("actor", json!({"type": "string", "description": "the fingerprint of the party that acted"})), ("at", json!({"type": "string", "format": "date-time"}))], &[])}),
             ),
         ],
         &["contract_id", "status"],

@@ -174,6 +174,8 @@ fn valid_witness_proof(proof: &str, contract_id: &str) -> bool {
 
 impl Endpoint for Contracts {
     const NAME: &'static str = "contracts";
+    // It reads no setting: any `[settings.contracts]` key is logged.
+    const SETTINGS: Option<&'static [marketplace_guest::Setting]> = Some(&[]);
 
     fn api() -> marketplace_guest::types::Api {
         api::api()
@@ -676,29 +678,41 @@ fn act(req: &Request, action: Action) -> Result<Response, ApiError> {
                 extra.extend(certificate_doc(&c)?);
             }
         }
-        Verdict::Collect(kind) => match kind {
-            Collect::Certificate => {
-                pay_first_pickup(&mut c, &mut extra)?;
-                extra.extend(certificate_doc(&c)?);
+        Verdict::Collect(kind) => {
+            // A party's first pickup in a settled or refunded contract (its
+            // payout, refund or certificate) is in the history; one that
+            // fetches it again is not.
+            if !c
+                .history
+                .iter()
+                .any(|e| e.action == "pickup" && e.actor == actor)
+            {
+                c.record(Action::Pickup.name(), &actor);
             }
-            Collect::Payout => {
-                pay_first_pickup(&mut c, &mut extra)?;
-                let out = if c.fee_policy == "bid-inclusive" {
-                    c.amount - c.fee
-                } else {
-                    c.amount
-                };
-                let secret = collect(&mut c, "payout", out, timestamp)?;
-                extra.insert("payout".into(), json!(secret));
-                extra.insert("payout_amount".into(), json!(amount::format(out)));
+            match kind {
+                Collect::Certificate => {
+                    pay_first_pickup(&mut c, &mut extra)?;
+                    extra.extend(certificate_doc(&c)?);
+                }
+                Collect::Payout => {
+                    pay_first_pickup(&mut c, &mut extra)?;
+                    let out = if c.fee_policy == "bid-inclusive" {
+                        c.amount - c.fee
+                    } else {
+                        c.amount
+                    };
+                    let secret = collect(&mut c, "payout", out, timestamp)?;
+                    extra.insert("payout".into(), json!(secret));
+                    extra.insert("payout_amount".into(), json!(amount::format(out)));
+                }
+                Collect::RefundSecret => {
+                    let units = c.amount;
+                    let secret = collect(&mut c, "refund", units, timestamp)?;
+                    extra.insert("refund".into(), json!(secret));
+                    extra.insert("refund_amount".into(), json!(amount::format(units)));
+                }
             }
-            Collect::RefundSecret => {
-                let units = c.amount;
-                let secret = collect(&mut c, "refund", units, timestamp)?;
-                extra.insert("refund".into(), json!(secret));
-                extra.insert("refund_amount".into(), json!(amount::format(units)));
-            }
-        },
+        }
     }
     c.save()?;
     let mut doc =
