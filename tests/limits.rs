@@ -484,10 +484,11 @@ fn stalled_bodies_fill_only_their_familys_share_of_body_memory() {
         }
     };
     // Sixteen bodies of 2 MiB, each short of its last byte (each counted
-    // as the 2 MiB allocated for it): 32 MiB, the timeline's whole share.
-    let stalled: Vec<TcpStream> = (0..16)
-        .map(|_| {
-            let mut c = TcpStream::connect(s.addr).unwrap();
+    // as the 2 MiB allocated for it): 32 MiB, the timeline's whole share,
+    // from two addresses (each within its own share).
+    let stalled: Vec<TcpStream> = (0..16u8)
+        .map(|i| {
+            let mut c = common::connect_from([127, 0, 0, 2 + i % 2], s.addr);
             c.write_all(head(two_mib).as_bytes()).unwrap();
             c.write_all(&vec![b' '; two_mib - 1]).unwrap();
             c
@@ -532,6 +533,55 @@ fn stalled_bodies_fill_only_their_familys_share_of_body_memory() {
     assert_eq!(r.status, 201, "{}", r.text());
 }
 
+/// One client address holds at most its share of body memory (an eighth
+/// of `max_pending_body_bytes`, at least two of the largest bodies): its
+/// stalled bodies past that are refused while the family still has room
+/// for others. (Before, 64 stalled 2 MiB posts from one address, sent
+/// again every `body_timeout_ms`, kept every client's posts out.)
+#[test]
+fn one_address_holds_only_its_share_of_body_memory() {
+    let s = server_with(false, &[("MARKETPLACE_BODY_TIMEOUT_MS", "600000")]);
+    let two_mib = 2 << 20;
+    let head = |len: usize| {
+        format!(
+            "POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {len}\r\n\r\n"
+        )
+    };
+    let pending = || s.metric("marketplace_pending_body_bytes");
+    // The address's share of the default 256 MiB: 32 MiB, sixteen bodies.
+    let stalled: Vec<TcpStream> = (0..16)
+        .map(|_| {
+            let mut c = common::connect_from([127, 0, 0, 2], s.addr);
+            c.write_all(head(two_mib).as_bytes()).unwrap();
+            c.write_all(&vec![b' '; two_mib - 1]).unwrap();
+            c
+        })
+        .collect();
+    let until = Instant::now() + Duration::from_secs(60);
+    while pending() < 32 << 20 {
+        assert!(Instant::now() < until, "{} bytes pending", pending());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // A seventeenth from that address: 503, told before it sends its body.
+    let mut more = common::connect_from([127, 0, 0, 2], s.addr);
+    more.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut request = head(two_mib).into_bytes();
+    request.truncate(request.len() - 2);
+    request.extend_from_slice(b"expect: 100-continue\r\n\r\n");
+    more.write_all(&request).unwrap();
+    let r = common::read_response(&mut more);
+    assert_eq!(r.status, 503, "{}", r.text());
+    // Another address's post is served meanwhile (the timeline's share,
+    // 128 MiB, has room).
+    let key = common::Key::random();
+    s.register(&key, "othersender", &s.mint("1"));
+    let r = s.post(&key, "beside a stalled sender", json!({}), &s.mint("0.3"));
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(pending(), 32 << 20);
+    drop(stalled);
+}
+
 /// A route that declares a larger body limit than the usual (uploads, 8
 /// MiB) has a share of its own: stalled uploads (here to a made-up token,
 /// whose body is read before the component can say 404) fill only that
@@ -548,8 +598,7 @@ fn stalled_uploads_leave_room_for_their_familys_other_requests() {
         ],
     );
     let eight_mib = 8 << 20;
-    let upload = || {
-        let mut c = TcpStream::connect(s.addr).unwrap();
+    let upload = |mut c: TcpStream| {
         write!(
             c,
             "PUT /api/storage/upload/{} HTTP/1.1\r\nhost: x\r\ncontent-type: image/png\r\ncontent-length: {eight_mib}\r\n\r\n",
@@ -560,10 +609,10 @@ fn stalled_uploads_leave_room_for_their_familys_other_requests() {
     };
     let pending = || s.metric("marketplace_pending_body_bytes");
     // Four uploads short of their last byte: 32 MiB, identity's whole
-    // share for large bodies.
-    let stalled: Vec<TcpStream> = (0..4)
-        .map(|_| {
-            let mut c = upload();
+    // share for large bodies, from two addresses.
+    let stalled: Vec<TcpStream> = (0..4u8)
+        .map(|i| {
+            let mut c = upload(common::connect_from([127, 0, 0, 2 + i % 2], s.addr));
             c.write_all(&vec![b'x'; eight_mib - 1]).unwrap();
             c
         })
@@ -574,7 +623,7 @@ fn stalled_uploads_leave_room_for_their_familys_other_requests() {
         std::thread::sleep(Duration::from_millis(10));
     }
     // A fifth finds no room (told before it sends its body).
-    let mut fifth = upload();
+    let mut fifth = upload(common::connect_from([127, 0, 0, 4], s.addr));
     fifth
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();

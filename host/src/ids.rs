@@ -1,4 +1,5 @@
-//! Identifiers and time formatting.
+//! Identifiers and time formatting, and the client key per-address
+//! limits count by.
 
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -80,9 +81,38 @@ pub fn unix_seconds() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// The key by which per-address limits count a client (connections,
+/// long calls, pending bodies, unsent answers): an IPv4 address (one
+/// mapped into IPv6 too), or an IPv6 address's /64 network, which one
+/// customer is usually given whole, so that the 2^64 addresses of one
+/// network are one client to the limits.
+pub fn client_key(ip: std::net::IpAddr) -> std::net::IpAddr {
+    use std::net::{IpAddr, Ipv6Addr};
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let network = u128::from(v6) & !((1u128 << 64) - 1);
+                IpAddr::V6(Ipv6Addr::from(network))
+            }
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_is_an_ipv4_address_or_an_ipv6_network() {
+        let key = |s: &str| client_key(s.parse().unwrap()).to_string();
+        assert_eq!(key("192.0.2.7"), "192.0.2.7");
+        assert_eq!(key("::ffff:192.0.2.7"), "192.0.2.7");
+        assert_eq!(key("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::");
+        assert_eq!(key("2001:db8:1:2:ffff:ffff:ffff:ffff"), "2001:db8:1:2::");
+        assert_eq!(key("2001:db8:1:3::1"), "2001:db8:1:3::");
+    }
 
     #[test]
     fn random_bytes_are_never_handed_out_twice() {

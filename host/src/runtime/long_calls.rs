@@ -140,6 +140,7 @@ pub async fn address_turn(
     if limit == 0 || ADDRESSES.any.load(Ordering::Acquire) == 0 {
         return Ok(None);
     }
+    let addr = crate::ids::client_key(addr);
     let until = tokio::time::Instant::now() + wait;
     let mut counted = false;
     loop {
@@ -231,7 +232,7 @@ impl LongCall {
 
     pub fn count_against(&mut self, family: &str) {
         if let Some(addr) = self.client.take() {
-            self.long_of = Some(LongOf::new(addr, family));
+            self.long_of = Some(LongOf::new(crate::ids::client_key(addr), family));
         }
     }
 

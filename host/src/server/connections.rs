@@ -197,6 +197,7 @@ impl Open {
     /// A place for one more connection from `ip`, unless it holds its cap
     /// (`max_per_ip` 0: no cap, never refused).
     pub fn admit(&self, ip: IpAddr) -> Option<Held> {
+        let ip = crate::ids::client_key(ip);
         let mut inner = self.lock();
         let n = inner.per_ip.entry(ip).or_insert(0);
         if self.max_per_ip != 0 && *n >= self.max_per_ip {

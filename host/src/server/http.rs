@@ -46,6 +46,8 @@ struct Gates {
     /// KiB of request bodies held before their request runs (being
     /// received, or waiting for a slot): `max_pending_body_bytes`.
     bodies: Arc<Budget>,
+    /// The same KiB by client address: [`address_body_share`] each.
+    bodies_by_address: Arc<super::shares::Shares>,
     /// True once the server drains: every answer then closes its
     /// connection.
     draining: watch::Receiver<bool>,
@@ -116,6 +118,17 @@ pub fn family_body_share(total: u32, limit: u32, max_instances: u32, max_body_by
         .min(total)
 }
 
+/// An address's share of `max_pending_body_bytes` (KiB of `total`): an
+/// eighth, at least room for two bodies of the largest size a route may
+/// take (or the whole when that is less), so that the stalled bodies of
+/// a few addresses cannot keep every other client's bodies out of a
+/// family.
+pub fn address_body_share(total: u32, max_body_bytes: usize) -> u32 {
+    let two_largest =
+        kib(crate::config::largest_body_bytes(max_body_bytes) as u64).saturating_mul(2);
+    (total / 8).max(two_largest).min(total)
+}
+
 /// KiB that requests take and give back; never waited for (a body that
 /// finds no room is refused), so an atomic count does.
 struct Budget(std::sync::atomic::AtomicU32);
@@ -149,6 +162,9 @@ struct PendingBody {
     /// Of a route that declares a larger body limit than `max_body_bytes`.
     large: bool,
     all: Arc<Budget>,
+    /// The sender's address and the shares by address.
+    client: IpAddr,
+    by_address: Arc<super::shares::Shares>,
     kib: u32,
 }
 
@@ -166,10 +182,18 @@ impl PendingBody {
         {
             return false;
         }
-        if !self.all.take(more) {
+        let give_back_family = || {
             if let Some(f) = &self.family {
                 f.bodies(self.large).give(more);
             }
+        };
+        if !self.all.take(more) {
+            give_back_family();
+            return false;
+        }
+        if !self.by_address.take(Some(self.client), u64::from(more)) {
+            self.all.give(more);
+            give_back_family();
             return false;
         }
         self.kib = need;
@@ -185,6 +209,7 @@ impl Drop for PendingBody {
                 f.bodies(self.large).give(self.kib);
             }
             self.all.give(self.kib);
+            self.by_address.give(Some(self.client), u64::from(self.kib));
             metrics()
                 .pending_body_bytes
                 .dec_by(i64::from(self.kib) * 1024);
@@ -267,6 +292,13 @@ impl Gates {
             reads: Arc::new(Semaphore::new((pool - write_reserve(pool)) as usize)),
             families: std::sync::Mutex::new(HashMap::default()),
             bodies: Arc::new(Budget::new(kib(app.config.pending_body_budget()))),
+            bodies_by_address: Arc::new(super::shares::Shares::new(
+                u64::MAX,
+                u64::from(address_body_share(
+                    kib(app.config.pending_body_budget()),
+                    app.config.max_body_bytes,
+                )),
+            )),
             draining,
             host_bodies: Arc::new(Semaphore::new(host_body_slots())),
             unsent: super::answers::Unsent::new(app.config.max_unsent_answer_bytes),
@@ -302,11 +334,18 @@ impl Gates {
     /// A body to count before its request runs: of a family's (`gates`;
     /// `large` for a route that declares a larger limit than the usual),
     /// or of a host route's.
-    fn pending_body(&self, gates: Option<&Arc<FamilyGates>>, large: bool) -> PendingBody {
+    fn pending_body(
+        &self,
+        gates: Option<&Arc<FamilyGates>>,
+        large: bool,
+        client: IpAddr,
+    ) -> PendingBody {
         PendingBody {
             family: gates.cloned(),
             large,
             all: self.bodies.clone(),
+            client,
+            by_address: self.bodies_by_address.clone(),
             kib: 0,
         }
     }
@@ -1211,7 +1250,7 @@ async fn serve_route(
     // A body counts, as it arrives and until its request runs, against
     // `max_pending_body_bytes` and its family's share of it.
     let large = max > app.config.max_body_bytes;
-    let mut pending = (!no_body).then(|| gates.pending_body(family_gates.as_ref(), large));
+    let mut pending = (!no_body).then(|| gates.pending_body(family_gates.as_ref(), large, client));
     let body = match &mut pending {
         None => Ok(Ok(Vec::new())),
         Some(pending) => {

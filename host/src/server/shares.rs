@@ -26,6 +26,7 @@ impl Shares {
     /// Take `n` for `address` (`None`: counted only in all, as a trusted
     /// proxy's connection is), if both bounds leave room for it.
     pub fn take(&self, address: Option<IpAddr>, n: u64) -> bool {
+        let address = address.map(crate::ids::client_key);
         let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
         let (all, by_address) = &mut *taken;
         if *all + n > self.most {
@@ -47,6 +48,7 @@ impl Shares {
 
     /// Give back `n` that `address` took.
     pub fn give(&self, address: Option<IpAddr>, n: u64) {
+        let address = address.map(crate::ids::client_key);
         let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
         let (all, by_address) = &mut *taken;
         *all -= n;
@@ -63,6 +65,7 @@ impl Shares {
     /// What `address` holds now, and how many addresses hold any.
     #[cfg(test)]
     pub fn held(&self, address: IpAddr) -> (u64, usize) {
+        let address = crate::ids::client_key(address);
         let taken = self.taken.lock().unwrap();
         let map = taken.1.as_ref();
         (
