@@ -559,6 +559,53 @@ fn an_unbounded_allocation_is_capped() {
     assert_eq!(s.get("/api/health").status, 200);
 }
 
+/// The memory of all calls in progress together is bounded
+/// (`plugin_memory_total_mib`): a call whose growth would pass it fails as
+/// at its own cap, and a warn line says why; the memory comes back when
+/// the calls end.
+#[test]
+fn the_memory_of_all_calls_together_is_bounded() {
+    let s = Server::with(common::Options {
+        testing_routes: true,
+        env: [
+            ("MARKETPLACE_PLUGIN_MEMORY_MIB", "48"),
+            ("MARKETPLACE_PLUGIN_MEMORY_TOTAL_MIB", "64"),
+            ("MARKETPLACE_REQUEST_TIMEOUT_MS", "3000"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+        ..Default::default()
+    });
+    let held = || s.metric("marketplace_plugin_memory_bytes");
+    // One call holds 40 MiB while it spins (until its 3 s deadline).
+    let addr = s.addr;
+    let holder = std::thread::spawn(move || {
+        common::request(addr, "GET", "/_testing/loop?hold_mib=40", &[], None)
+    });
+    let until = Instant::now() + Duration::from_secs(20);
+    while held() < 40 << 20 {
+        assert!(Instant::now() < until, "{} bytes held", held());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Another may not grow to its own cap (48 MiB) beside it.
+    let r = s.get("/_testing/alloc");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.json()["message"].as_str().unwrap().contains("memory"));
+    assert_eq!(holder.join().unwrap().status, 503);
+    s.wait_log("the total's warn line", |log| {
+        log.contains("plugin calls hold plugin_memory_total_mib (64 MiB) of memory in all")
+    });
+    // Both ended (each instance is torn down once answered): nothing is
+    // held.
+    let until = Instant::now() + Duration::from_secs(20);
+    while held() != 0 {
+        assert!(Instant::now() < until, "{} bytes held", held());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(s.get("/_testing/ok").status, 200);
+}
+
 /// Under a limited address space (`ulimit -v`) the pool's default
 /// reservations (4 GiB per memory slot) cannot be mapped and the server
 /// says so; with `memory_reservation_mib` it serves, and the memory cap

@@ -54,6 +54,9 @@ pub struct Config {
     pub request_timeout_ms: u64,
     /// Memory cap of one plugin instance, in MiB.
     pub plugin_memory_mib: u64,
+    /// Most linear memory all plugin calls in progress hold together, in
+    /// MiB.
+    pub plugin_memory_total_mib: u64,
     /// Plugin instances that may run at once (pool size); more requests queue.
     pub max_instances: u32,
     /// Address space reserved for each plugin linear memory, in MiB;
@@ -342,6 +345,7 @@ impl Default for Config {
             plugins: BTreeMap::new(),
             request_timeout_ms: 1000,
             plugin_memory_mib: 64,
+            plugin_memory_total_mib: 1024,
             max_instances: 256,
             memory_reservation_mib: None,
             max_body_bytes: 2 * 1024 * 1024,
@@ -563,9 +567,12 @@ impl Config {
                 continue;
             }
             // `MARKETPLACE_PLUGIN_{FAMILY}` names a family's component,
-            // except the one setting whose own name starts that way.
+            // except the settings whose own names start that way.
             if let Some(family) = name.strip_prefix("plugin_")
-                && name != "plugin_memory_mib"
+                && !matches!(
+                    name.as_str(),
+                    "plugin_memory_mib" | "plugin_memory_total_mib"
+                )
             {
                 plugins_entry(&mut table)?
                     .insert(family.to_string(), toml::Value::String(value.clone()));
@@ -678,11 +685,17 @@ impl Config {
                 self.plugin_memory_mib
             );
         }
-        let ranges: [(&str, u64, u64, u64); 20] = [
+        let ranges: [(&str, u64, u64, u64); 21] = [
             ("store_connections", self.store_connections, 2, 10_000),
             ("store_timeout_ms", self.store_timeout_ms, 100, 600_000),
             ("request_timeout_ms", self.request_timeout_ms, 1, 60_000),
             ("plugin_memory_mib", self.plugin_memory_mib, 1, 4096),
+            (
+                "plugin_memory_total_mib",
+                self.plugin_memory_total_mib,
+                self.plugin_memory_mib,
+                1 << 20,
+            ),
             ("max_instances", self.max_instances.into(), 1, 10_000),
             ("commit_window_us", self.commit_window_us, 1, 1_000_000),
             ("commit_max_batch", self.commit_max_batch, 1, 100_000),
@@ -1301,8 +1314,16 @@ mod tests {
             "{e}"
         );
         // A setting whose name starts like a family's component.
-        let c = Config::load(None, &s(&[("MARKETPLACE_PLUGIN_MEMORY_MIB", "16")]), &[]).unwrap();
-        assert_eq!(c.plugin_memory_mib, 16);
+        let c = Config::load(
+            None,
+            &s(&[
+                ("MARKETPLACE_PLUGIN_MEMORY_MIB", "16"),
+                ("MARKETPLACE_PLUGIN_MEMORY_TOTAL_MIB", "32"),
+            ]),
+            &[],
+        )
+        .unwrap();
+        assert_eq!((c.plugin_memory_mib, c.plugin_memory_total_mib), (16, 32));
         let err =
             |env: &[(&str, &str)]| format!("{:#}", Config::load(None, &s(env), &[]).unwrap_err());
         assert!(err(&[("MARKETPLACE_MAX_BODY_BYTES", "0")]).contains("max_body_bytes"));

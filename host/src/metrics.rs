@@ -75,6 +75,8 @@ pub struct Metrics {
     pub pending_body_bytes: Gauge,
     /// Bytes of large answers of reads not yet sent to their clients.
     pub unsent_answer_bytes: Gauge,
+    /// Bytes of linear memory the plugin calls in progress hold.
+    pub plugin_memory_bytes: Gauge,
     pub refused_connections: Counter,
     pub connections_closed_for_room: Counter,
     /// Connections the server ended before their client, being drained
@@ -208,6 +210,7 @@ impl Metrics {
             in_flight: Gauge::default(),
             pending_body_bytes: Gauge::default(),
             unsent_answer_bytes: Gauge::default(),
+            plugin_memory_bytes: Gauge::default(),
             refused_connections: Counter::default(),
             connections_closed_for_room: Counter::default(),
             connections_draining: Gauge::default(),
@@ -312,6 +315,11 @@ impl Metrics {
             "pending_body_bytes",
             "Bytes of request bodies held before their request runs (being received, or waiting for a slot), counted in KiB",
             m.pending_body_bytes.clone(),
+        );
+        r.register(
+            "plugin_memory_bytes",
+            "Bytes of linear memory the plugin calls in progress hold, of plugin_memory_total_mib",
+            m.plugin_memory_bytes.clone(),
         );
         r.register(
             "unsent_answer_bytes",

@@ -322,7 +322,7 @@ fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool) -> Reply {
         // the cause: kept for the debug log.)
         tracing::warn!(
             family,
-            "plugin exceeded its memory limit (plugin_memory_mib)"
+            "plugin exceeded its memory limit (plugin_memory_mib, or plugin_memory_total_mib for all calls)"
         );
         tracing::debug!(family, "after the memory limit: {}", backtrace(err));
         Reply::error(
@@ -371,6 +371,9 @@ impl Runtime {
         let plugins_dir = config.plugins_dir.clone();
         let cache_dir = &config.cache_path();
         let fee_settings = config.family_settings(FEES_FAMILY);
+        super::limiter::set_total(
+            usize::try_from(config.plugin_memory_total_mib << 20).unwrap_or(usize::MAX),
+        );
         let mut wasm_config = wasmtime::Config::new();
         wasm_config.epoch_interruption(true);
         if let Some(mib) = config.memory_reservation_mib {
@@ -1468,19 +1471,25 @@ impl Runtime {
                 let answer = match ctx.take_on_fault() {
                     Some(chosen) => {
                         crate::metrics::metrics().fault(family, fault_kind(&e, ctx.memory_hit()));
-                        let cause = if ctx.memory_hit() {
-                            "memory cap"
-                        } else {
-                            "trap or deadline"
-                        };
                         // One line: strangers can cause these (a
-                        // runaway macro); the backtrace is at debug.
-                        tracing::info!(
-                            family,
-                            status = chosen.status,
-                            "{cause}, answered as the plugin asked: {}",
-                            e.root_cause()
-                        );
+                        // runaway macro); the backtrace is at debug. What
+                        // failed after the memory cap was hit (a wasip2
+                        // guest's report reaching for an import it lacks)
+                        // is not the cause.
+                        if ctx.memory_hit() {
+                            tracing::info!(
+                                family,
+                                status = chosen.status,
+                                "memory cap (plugin_memory_mib, or plugin_memory_total_mib for all calls), answered as the plugin asked"
+                            );
+                        } else {
+                            tracing::info!(
+                                family,
+                                status = chosen.status,
+                                "trap or deadline, answered as the plugin asked: {}",
+                                e.root_cause()
+                            );
+                        }
                         tracing::debug!(
                             family,
                             "the fault answered as the plugin asked: {}",

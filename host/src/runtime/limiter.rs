@@ -2,14 +2,34 @@
 //! hit) and a deadline the store's epoch callback checks.
 
 use crate::runtime::long_calls::LongCall;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use wasmtime::ResourceLimiter;
+
+/// Bytes of linear memory the calls in progress hold, and the most they
+/// may hold together (`plugin_memory_total_mib`): without it, a flood of
+/// free calls that each grow to their own cap (macros from many
+/// addresses) held gigabytes at once.
+static IN_USE: AtomicUsize = AtomicUsize::new(0);
+static TOTAL: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Set the most linear memory all calls may hold together.
+pub fn set_total(bytes: usize) {
+    TOTAL.store(bytes, Ordering::Relaxed);
+}
+
+/// The linear memory calls in progress hold now.
+pub fn in_use() -> usize {
+    IN_USE.load(Ordering::Relaxed)
+}
 
 /// The limits of one plugin call: caps linear memory growth (remembering
 /// whether the cap was hit) and holds the call's deadline.
 pub struct CallLimiter {
     max_bytes: usize,
     pub(crate) hit: bool,
+    /// Bytes of linear memory this call holds, counted in [`IN_USE`].
+    granted: usize,
     /// When the call must end; the store's epoch callback checks it.
     deadline: Instant,
     /// How much [`CallLimiter::extend`] gave the call so far.
@@ -29,6 +49,30 @@ pub struct CallLimiter {
     pub(crate) long: LongCall,
 }
 
+impl Drop for CallLimiter {
+    fn drop(&mut self) {
+        if self.granted > 0 {
+            IN_USE.fetch_sub(self.granted, Ordering::AcqRel);
+            crate::metrics::metrics()
+                .plugin_memory_bytes
+                .dec_by(self.granted as i64);
+        }
+    }
+}
+
+/// A call's growth was refused since every call's memory together would
+/// pass `total`: one line a second at most (a flood refuses many).
+fn total_used_up(total: usize) {
+    static LINES: crate::logging::Throttle = crate::logging::Throttle::new(Duration::from_secs(1));
+    if let Some(n) = LINES.note() {
+        tracing::warn!(
+            refused_since_last_line = n,
+            "plugin calls hold plugin_memory_total_mib ({} MiB) of memory in all: a call's growth was refused (it fails as at its own cap)",
+            total >> 20
+        );
+    }
+}
+
 /// Most a call's deadline is extended by host time in all: a plugin that
 /// keeps the host busy for it (store round trips in a loop) still ends.
 pub const MAX_EXTENSION: Duration = Duration::from_secs(30);
@@ -38,6 +82,7 @@ impl CallLimiter {
         CallLimiter {
             max_bytes,
             hit: false,
+            granted: 0,
             deadline: Instant::now() + Duration::from_secs(3600),
             extended: Duration::ZERO,
             store_base: Duration::ZERO,
@@ -91,13 +136,28 @@ impl CallLimiter {
 impl ResourceLimiter for CallLimiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         if desired > self.max_bytes {
             self.hit = true;
             return Ok(false);
+        }
+        let more = desired.saturating_sub(current);
+        if more > 0 {
+            let before = IN_USE.fetch_add(more, Ordering::AcqRel);
+            let total = TOTAL.load(Ordering::Relaxed);
+            if before.saturating_add(more) > total {
+                IN_USE.fetch_sub(more, Ordering::AcqRel);
+                self.hit = true;
+                total_used_up(total);
+                return Ok(false);
+            }
+            self.granted += more;
+            crate::metrics::metrics()
+                .plugin_memory_bytes
+                .inc_by(more as i64);
         }
         Ok(true)
     }

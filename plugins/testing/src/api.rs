@@ -73,7 +73,17 @@ pub const OPS: &[Op] = &[
         )
     },
     Op {
-        query: FAULT,
+        query: &[
+            FAULT[0],
+            FAULT[1],
+            FAULT[2],
+            (
+                "hold_mib",
+                "integer",
+                false,
+                "MiB of memory held while it spins",
+            ),
+        ],
         ..op(
             "GET",
             "/_testing/loop",

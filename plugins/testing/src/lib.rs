@@ -71,6 +71,10 @@ impl Endpoint for Testing {
             }
             "/_testing/trap" => panic!("deliberate trap"),
             "/_testing/loop" => {
+                // `hold_mib`: memory held while it spins.
+                let hold = req.query_int("hold_mib", 0, 1024)?.unwrap_or(0) as usize;
+                let held = vec![1u8; hold << 20];
+                std::hint::black_box(&held);
                 let mut n: u64 = 0;
                 loop {
                     n = std::hint::black_box(n.wrapping_add(1));
