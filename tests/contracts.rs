@@ -499,6 +499,17 @@ fn bid_inclusive_happy_path_pays_out_amount_less_fee() {
     let r = act(&s, &d.seller, &id, "pickup");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["payout"], payout.as_str());
+    // The history shows the payout's first pickup, by the seller, once.
+    let pickups = |id: &str| -> Vec<String> {
+        s.get(&format!("/api/arbitration/contracts/{id}")).json()["history"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["action"] == "pickup")
+            .map(|e| e["actor"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(pickups(&id), [d.buyer.fp(), d.seller.fp()]);
 
     // Refund path: the buyer gets the whole amount back, the same way.
     let id = contract_in(&s, &d, "refunded");
@@ -517,6 +528,7 @@ fn bid_inclusive_happy_path_pays_out_amount_less_fee() {
         act(&s, &d.buyer, &id, "pickup").json()["refund"],
         refund.as_str()
     );
+    assert_eq!(pickups(&id), [d.buyer.fp()]);
 }
 
 /// `e{amount}:public:{sha256 of the 64-hex string}`, computed here.
