@@ -237,10 +237,36 @@ fn requests_the_http_layer_refuses_get_json_errors() {
         assert_eq!(v["code"], code, "{answer}");
         assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()));
     }
+    // Each was counted, and the log says so.
+    let counted = scrape_admin(&s).get(
+        "marketplace_requests_total",
+        &[("family", "-"), ("route", "-"), ("status", "431")],
+    );
+    assert!(counted >= 2.0, "{counted}");
+    s.wait_log("the refusal's line", |log| {
+        log.contains("refused a request that could not be parsed")
+    });
     // The server is fine, and its own answers are untouched.
     let r = s.get("/api/health");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(s.get("/api/nope").json()["code"], "not_found");
+    // A long path is not echoed whole in a 404 or a 405.
+    let long = format!("/api/{}", "x".repeat(30_000));
+    let r = s.get(&long);
+    assert_eq!(r.status, 404);
+    assert!(r.text().len() < 500, "{} bytes", r.text().len());
+    let r = s.request(
+        "DELETE",
+        &format!("/api/posts/{}", "y".repeat(30_000)),
+        &[],
+        None,
+    );
+    assert!(
+        r.text().len() < 500,
+        "{}: {} bytes",
+        r.status,
+        r.text().len()
+    );
 }
 
 #[test]

@@ -1742,6 +1742,12 @@ fn cli_and_admin_refuse_what_would_silently_go_wrong() {
         err.contains("admin answered 401") && err.contains("admin.token"),
         "{err}"
     );
+    // The server says who presented it.
+    s.wait_log("the wrong token's warn line", |log| {
+        log.lines().any(|l| {
+            l.contains("a wrong admin token was presented") && l.contains("peer=127.0.0.1:")
+        })
+    });
 
     let fees = std::fs::read(common::plugins_dir().join("fees_pickup_paid.wasm")).unwrap();
     for (query, field) in [("grant=payments", "grant"), ("read=nosuch", "read")] {

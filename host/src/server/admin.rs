@@ -90,7 +90,7 @@ pub fn token(configured: Option<&str>, data_dir: &Path) -> Result<String> {
 /// return once every connection has ended.
 async fn accept_loop<F, Fut>(listener: TcpListener, stop: watch::Receiver<bool>, handle: F)
 where
-    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(std::net::SocketAddr, Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = Response<AdminBody>> + Send + 'static,
 {
     let stopping = super::stopped(stop.clone());
@@ -103,7 +103,7 @@ where
             a = listener.accept() => a,
             _ = &mut stopping => break,
         };
-        let Ok((stream, _)) = accepted else {
+        let Ok((stream, peer)) = accepted else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
@@ -111,7 +111,7 @@ where
         let (stop, live) = (stop.clone(), live.clone());
         tokio::spawn(async move {
             let service = service_fn(move |req| {
-                let fut = handle(req);
+                let fut = handle(peer, req);
                 async move { Ok::<_, std::convert::Infallible>(fut.await) }
             });
             let conn = http1::Builder::new()
@@ -143,15 +143,15 @@ pub async fn serve(
     stop: watch::Receiver<bool>,
 ) {
     let token = Arc::new(token);
-    accept_loop(listener, stop, move |req| {
-        handle(app.clone(), token.clone(), req)
+    accept_loop(listener, stop, move |peer, req| {
+        handle(app.clone(), token.clone(), peer, req)
     })
     .await
 }
 
 /// Serve `GET /metrics` (no token) on `listener` until `stop`.
 pub async fn serve_metrics(app: Arc<App>, listener: TcpListener, stop: watch::Receiver<bool>) {
-    accept_loop(listener, stop, move |req| {
+    accept_loop(listener, stop, move |_, req| {
         let app = app.clone();
         async move {
             let reply = match (req.method().as_str(), req.uri().path()) {
@@ -206,7 +206,12 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     Sha256::digest(a).ct_eq(&Sha256::digest(b)).into()
 }
 
-async fn handle(app: Arc<App>, token: Arc<String>, req: Request<Incoming>) -> Response<AdminBody> {
+async fn handle(
+    app: Arc<App>,
+    token: Arc<String>,
+    peer: std::net::SocketAddr,
+    req: Request<Incoming>,
+) -> Response<AdminBody> {
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or_default().to_string();
@@ -229,6 +234,7 @@ async fn handle(app: Arc<App>, token: Arc<String>, req: Request<Incoming>) -> Re
             "send Authorization: Bearer <admin token>",
         ),
         Some(t) if !same(t.trim().as_bytes(), token.as_bytes()) => {
+            wrong_token(peer);
             Reply::error(401, "auth_invalid", "admin token does not match")
         }
         Some(_) if method == "GET" && path == "/metrics" => metrics_reply(&app).await,
@@ -263,6 +269,15 @@ async fn handle(app: Arc<App>, token: Arc<String>, req: Request<Incoming>) -> Re
     // logged as the public listener logs a path no route took.
     tracing::info!(target: "admin", method = %method, path = %logged_unrouted(&path), status = reply.status);
     boxed(crate::server::http::to_hyper(reply, false))
+}
+
+/// A wrong admin token was presented: a `warn` line naming the peer, one
+/// a second at most (a process guessing tokens presents many).
+fn wrong_token(peer: std::net::SocketAddr) {
+    static LINES: crate::logging::Throttle = crate::logging::Throttle::new(Duration::from_secs(1));
+    if let Some(n) = LINES.note() {
+        tracing::warn!(target: "admin", %peer, refused_since_last_line = n, "a wrong admin token was presented");
+    }
 }
 
 /// The token of an `Authorization: Bearer <token>` value (the scheme in

@@ -17,15 +17,18 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// error answers.
 pub struct JsonErrors<S> {
     inner: S,
+    /// The client, for the line that says what was refused.
+    peer: std::net::IpAddr,
     /// A rewritten answer still to be written, and how much of it was.
     pending: Vec<u8>,
     written: usize,
 }
 
 impl<S> JsonErrors<S> {
-    pub fn new(inner: S) -> Self {
+    pub fn new(inner: S, peer: std::net::IpAddr) -> Self {
         JsonErrors {
             inner,
+            peer,
             pending: Vec::new(),
             written: 0,
         }
@@ -47,6 +50,35 @@ fn json_answer(status: &[u8]) -> Option<Reply> {
         ),
         _ => return None,
     })
+}
+
+/// A request refused before it was parsed is counted as a request no
+/// route took (`marketplace_requests_total{family="-"}`) and logged, one
+/// line a second at most (it has no method or path to write an access
+/// line with; a flood of them would be one line per request).
+fn refused(peer: std::net::IpAddr, status: &[u8]) {
+    let status: u16 = std::str::from_utf8(status)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(400);
+    crate::metrics::metrics()
+        .requests
+        .get_or_create(&crate::metrics::RequestLabels {
+            family: "-".into(),
+            route: "-".into(),
+            status,
+        })
+        .inc();
+    static LINES: crate::logging::Throttle =
+        crate::logging::Throttle::new(std::time::Duration::from_secs(1));
+    if let Some(n) = LINES.note() {
+        tracing::info!(
+            %peer,
+            status,
+            refused_since_last_line = n,
+            "refused a request that could not be parsed (its request line or head)"
+        );
+    }
 }
 
 /// `head` (a whole answer hyper wrote) with a JSON error body, when it is
@@ -111,6 +143,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for JsonErrors<S> {
         if buf.starts_with(b"HTTP/1.1 4")
             && let Some(answer) = rewrite(buf)
         {
+            refused(this.peer, &buf[9..12]);
             this.pending = answer;
             this.written = 0;
             // Taken whole: the rest goes out before anything else.

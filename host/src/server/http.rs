@@ -653,6 +653,7 @@ impl Conn {
                         self.header_timeout,
                         Some(held.state.clone()),
                     ),
+                    peer.ip(),
                 )),
                 service,
             );
@@ -1143,7 +1144,11 @@ async fn dispatch(
                 Reply::error(
                     404,
                     "not_found",
-                    format!("no route for {method} {}", req.uri().path()),
+                    // (A path may be 64 KiB: not echoed whole.)
+                    format!(
+                        "no route for {method} {}",
+                        crate::logging::clip(req.uri().path(), SHOWN_PATH)
+                    ),
                 ),
                 None,
             );
@@ -1154,7 +1159,11 @@ async fn dispatch(
                 allowed.insert(at + 1, "HEAD".into());
             }
             return (
-                method_not_allowed(&method, req.uri().path(), &allowed),
+                method_not_allowed(
+                    &method,
+                    &crate::logging::clip(req.uri().path(), SHOWN_PATH),
+                    &allowed,
+                ),
                 None,
             );
         }
@@ -1461,6 +1470,9 @@ pub(crate) fn declared_length(headers: &hyper::HeaderMap) -> Option<u64> {
 
 /// 405 `method_not_allowed` with the methods `path` answers, also in
 /// `Allow`.
+/// Most bytes of a request's path an error message repeats.
+const SHOWN_PATH: usize = 200;
+
 pub(crate) fn method_not_allowed<S: AsRef<str> + serde::Serialize>(
     method: &str,
     path: &str,
