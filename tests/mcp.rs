@@ -1474,6 +1474,61 @@ fn mcp_version_negotiation() {
 }
 
 #[test]
+/// A batch stops running its requests once its answers pass 4 MiB: the
+/// later ones are answered -32000 saying so, in order, instead of the
+/// instance running into its memory cap (when every request of the batch
+/// failed).
+#[test]
+fn a_batch_whose_answers_grow_large_answers_the_rest_as_not_run() {
+    let s = Server::start();
+    let k = s.identity("bigbatch");
+    let content = "walnut chessboard ".repeat(3_400);
+    for i in 0..20 {
+        s.new_post(&k, &format!("{i} {content}"), json!({}));
+    }
+    let batch = Value::Array(
+        (0..16)
+            .map(|i| {
+                json!({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                       "params": {"name": "search", "arguments": {"term": "walnut", "limit": 100}}})
+            })
+            .collect(),
+    );
+    let r = s.request(
+        "POST",
+        "/mcp",
+        &[
+            ("content-type", "application/json"),
+            ("accept", "application/json, text/event-stream"),
+        ],
+        Some(batch.to_string().as_bytes()),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let answers = r.json();
+    let answers = answers.as_array().unwrap();
+    assert_eq!(answers.len(), 16);
+    let ran = answers
+        .iter()
+        .take_while(|a| a.get("result").is_some())
+        .count();
+    assert!((1..16).contains(&ran), "{ran} ran");
+    assert_eq!(
+        answers[0]["result"]["structuredContent"]["results"]
+            .as_array()
+            .map(Vec::len),
+        Some(20)
+    );
+    for (i, a) in answers.iter().enumerate().skip(ran) {
+        assert_eq!(a["id"], i, "{a}");
+        assert_eq!(a["error"]["code"], -32000, "{a}");
+        assert!(
+            a["error"]["message"].as_str().unwrap().contains("4 MiB"),
+            "{a}"
+        );
+    }
+}
+
+#[test]
 fn mcp_batches_for_clients_of_2025_03_26() {
     let s = Server::start();
     let k = s.identity("batchseller");
