@@ -588,10 +588,21 @@ fn the_memory_of_all_calls_together_is_bounded() {
         assert!(Instant::now() < until, "{} bytes held", held());
         std::thread::sleep(Duration::from_millis(5));
     }
-    // Another may not grow to its own cap (48 MiB) beside it.
-    let r = s.get("/_testing/alloc");
+    // Another may not take 30 MiB beside it, within its own cap (48 MiB)
+    // but not within the total: a memory fault at once, not its deadline.
+    let start = Instant::now();
+    let r = s.get("/_testing/loop?hold_mib=30");
     assert_eq!(r.status, 503, "{}", r.text());
-    assert!(r.json()["message"].as_str().unwrap().contains("memory"));
+    assert!(
+        r.json()["message"].as_str().unwrap().contains("memory"),
+        "{}",
+        r.text()
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
     assert_eq!(holder.join().unwrap().status, 503);
     s.wait_log("the total's warn line", |log| {
         log.contains("plugin calls hold plugin_memory_total_mib (64 MiB) of memory in all")

@@ -18,11 +18,6 @@ pub fn set_total(bytes: usize) {
     TOTAL.store(bytes, Ordering::Relaxed);
 }
 
-/// The linear memory calls in progress hold now.
-pub fn in_use() -> usize {
-    IN_USE.load(Ordering::Relaxed)
-}
-
 /// The limits of one plugin call: caps linear memory growth (remembering
 /// whether the cap was hit) and holds the call's deadline.
 pub struct CallLimiter {
@@ -30,6 +25,9 @@ pub struct CallLimiter {
     pub(crate) hit: bool,
     /// Bytes of linear memory this call holds, counted in [`IN_USE`].
     granted: usize,
+    /// Not held to the total: a load's calls, so that a flood of requests
+    /// cannot refuse a sound component.
+    outside_total: bool,
     /// When the call must end; the store's epoch callback checks it.
     deadline: Instant,
     /// How much [`CallLimiter::extend`] gave the call so far.
@@ -83,6 +81,7 @@ impl CallLimiter {
             max_bytes,
             hit: false,
             granted: 0,
+            outside_total: false,
             deadline: Instant::now() + Duration::from_secs(3600),
             extended: Duration::ZERO,
             store_base: Duration::ZERO,
@@ -90,6 +89,14 @@ impl CallLimiter {
             holds_batch: false,
             long: LongCall::default(),
         }
+    }
+
+    /// The limits of a load's call: its memory is not held to the
+    /// requests' total.
+    pub fn outside_total(max_bytes: usize) -> Self {
+        let mut limiter = CallLimiter::new(max_bytes);
+        limiter.outside_total = true;
+        limiter
     }
 
     /// Start the call's clock: it may run for `budget` from now.
@@ -145,7 +152,7 @@ impl ResourceLimiter for CallLimiter {
             return Ok(false);
         }
         let more = desired.saturating_sub(current);
-        if more > 0 {
+        if more > 0 && !self.outside_total {
             let before = IN_USE.fetch_add(more, Ordering::AcqRel);
             let total = TOTAL.load(Ordering::Relaxed);
             if before.saturating_add(more) > total {

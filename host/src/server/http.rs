@@ -292,12 +292,19 @@ impl Gates {
             reads: Arc::new(Semaphore::new((pool - write_reserve(pool)) as usize)),
             families: std::sync::Mutex::new(HashMap::default()),
             bodies: Arc::new(Budget::new(kib(app.config.pending_body_budget()))),
+            // None per address where the operator counts no address
+            // (`max_connections_per_ip = 0`: every client may come
+            // through one proxy that is not a trusted one).
             bodies_by_address: Arc::new(super::shares::Shares::new(
                 u64::MAX,
-                u64::from(address_body_share(
-                    kib(app.config.pending_body_budget()),
-                    app.config.max_body_bytes,
-                )),
+                if app.config.max_connections_per_ip == 0 {
+                    u64::MAX
+                } else {
+                    u64::from(address_body_share(
+                        kib(app.config.pending_body_budget()),
+                        app.config.max_body_bytes,
+                    ))
+                },
             )),
             draining,
             host_bodies: Arc::new(Semaphore::new(host_body_slots())),
@@ -1468,11 +1475,11 @@ pub(crate) fn declared_length(headers: &hyper::HeaderMap) -> Option<u64> {
         .and_then(|v| v.parse::<u64>().ok())
 }
 
-/// 405 `method_not_allowed` with the methods `path` answers, also in
-/// `Allow`.
 /// Most bytes of a request's path an error message repeats.
 const SHOWN_PATH: usize = 200;
 
+/// 405 `method_not_allowed` with the methods `path` answers, also in
+/// `Allow`.
 pub(crate) fn method_not_allowed<S: AsRef<str> + serde::Serialize>(
     method: &str,
     path: &str,

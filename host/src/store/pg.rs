@@ -159,7 +159,6 @@ impl Drop for Logged {
     }
 }
 
-/// The shared store: a pool of connections to one schema.
 /// Where a connection goes, as an operator wrote it: `host:port` (or the
 /// socket directory), each of a list; never the user or password.
 fn target_of(config: &tokio_postgres::Config) -> String {
@@ -203,6 +202,7 @@ fn with_causes(e: &dyn std::error::Error) -> String {
     text
 }
 
+/// The shared store: a pool of connections to one schema.
 pub struct PgStore {
     rt: tokio::runtime::Runtime,
     url: String,

@@ -1174,19 +1174,22 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
                 .is_some_and(|b| b.answered.len() >= MAX_BATCH_ANSWER)
         });
         if full {
-            for id in batch[i..]
-                .iter()
-                .filter(|m| m.get("method").is_some_and(Value::is_string))
-                .filter_map(|m| m.get("id").filter(|v| is_request_id(v)).cloned())
-            {
-                let error = rpc_error(
-                    id,
-                    -32000,
-                    &format!(
-                        "not run: the batch's answer reached {} MiB; send this request again on its own or in a later batch",
-                        MAX_BATCH_ANSWER >> 20
-                    ),
-                );
+            for m in &batch[i..] {
+                // As each would be answered, but a request is not run.
+                let error = match invalid_member(m) {
+                    Some(invalid) => invalid,
+                    None => match m.get("id").filter(|v| is_request_id(v)) {
+                        Some(id) if m.get("method").is_some_and(Value::is_string) => rpc_error(
+                            id.clone(),
+                            -32000,
+                            &format!(
+                                "not run: the batch's answer reached {} MiB; send this request again on its own or in a later batch",
+                                MAX_BATCH_ANSWER >> 20
+                            ),
+                        ),
+                        _ => continue,
+                    },
+                };
                 BATCH.with(|b| {
                     if let Some(batch) = b.borrow_mut().as_mut() {
                         batch.answered.push(',');
@@ -1208,18 +1211,9 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
             }
         });
         answer_faults_with_id(m.get("id").filter(|v| is_request_id(v)).cloned());
-        let answer = if !m.is_object() {
-            Some(invalid(Value::Null, "a batch member is a JSON-RPC object"))
-        } else if m.get("method").is_some_and(|m| m == "initialize") {
-            // MCP 2025-03-26: initialize must not be part of a batch.
-            let id = m
-                .get("id")
-                .filter(|v| is_request_id(v))
-                .cloned()
-                .unwrap_or(Value::Null);
-            Some(invalid(id, "initialize must be sent alone, not in a batch"))
-        } else {
-            message(m, req, version)?.1
+        let answer = match invalid_member(m) {
+            Some(invalid) => Some(invalid),
+            None => message(m, req, version)?.1,
         };
         if let Some(answer) = answer {
             BATCH.with(|b| {
@@ -1241,6 +1235,23 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
     } else {
         raw(format!("[{answered}]"), "application/json")
     })
+}
+
+/// The -32600 answer of a batch member that is not one: not an object, or
+/// an `initialize` (MCP 2025-03-26: never part of a batch).
+fn invalid_member(m: &Value) -> Option<Value> {
+    if !m.is_object() {
+        Some(invalid(Value::Null, "a batch member is a JSON-RPC object"))
+    } else if m.get("method").is_some_and(|m| m == "initialize") {
+        let id = m
+            .get("id")
+            .filter(|v| is_request_id(v))
+            .cloned()
+            .unwrap_or(Value::Null);
+        Some(invalid(id, "initialize must be sent alone, not in a batch"))
+    } else {
+        None
+    }
 }
 
 /// Revisions that have JSON-RPC batches (a client that sends no

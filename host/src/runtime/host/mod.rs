@@ -286,7 +286,8 @@ impl Ctx {
             prechecked: Vec::new(),
             on_fault: None,
             upstream: None,
-            limiter: CallLimiter::new(memory_bytes),
+            // (A smoke call's memory is not held to the requests' total.)
+            limiter: CallLimiter::outside_total(memory_bytes),
             memo: None,
             logged: log::LogBudget::default(),
             relayed: Vec::new(),
