@@ -41,25 +41,30 @@ pub mod standard {
     pub const SETTINGS: &[crate::Setting] = &[
         crate::Setting {
             key: "identity",
-            check: |v| price(v),
+            check: price,
         },
         crate::Setting {
             key: "post",
-            check: |v| price(v),
+            check: price,
         },
         crate::Setting {
             key: "comment",
-            check: |v| price(v),
+            check: price,
         },
         crate::Setting {
             key: "rate",
-            check: |v| price(v),
+            check: price,
         },
         crate::Setting {
             key: "arbitration_percent",
-            check: |v| crate::settings::whole(v, 0, 100).map(drop),
+            check: |v| arbitration_percent_of(v).map(drop),
         },
     ];
+
+    /// An `arbitration_percent` setting's value.
+    fn arbitration_percent_of(text: &str) -> Result<u64, String> {
+        crate::settings::whole(text, 0, 100)
+    }
 
     fn price(text: &str) -> Result<(), String> {
         amount::parse(text)
@@ -93,12 +98,8 @@ pub mod standard {
     pub fn arbitration_percent() -> Result<u64, String> {
         match crate::fee_bindings::marketplace::plugin::settings::get("arbitration_percent") {
             None => Ok(ARBITRATION_PERCENT),
-            Some(text) => match text.trim().parse::<u64>() {
-                Ok(p) if p <= 100 => Ok(p),
-                _ => Err(format!(
-                    "arbitration_percent ({text}) must be an integer from 0 to 100"
-                )),
-            },
+            Some(text) => arbitration_percent_of(&text)
+                .map_err(|must| format!("arbitration_percent ({text}) must be {must}")),
         }
     }
 

@@ -44,40 +44,53 @@ pub fn review(
     Ok(unread)
 }
 
-/// Refuse the load: the host quotes `why` (a line logged as the panic hook
-/// writes one) in its refusal, then the instance traps.
-pub fn refuse(log_error: impl Fn(&str), why: &str) -> ! {
-    log_error(&format!("plugin panicked: {why}"));
-    std::process::abort()
+/// Check the operator's settings against `declared` at `describe` (none
+/// declared: nothing is checked): `keys` and `get` are the world's
+/// settings functions, `warn` and `error` its log at those levels. A key
+/// not declared is a warning; an unusable value refuses the load: the
+/// host quotes `why` (a line logged as the panic hook writes one) in its
+/// refusal, then the instance traps.
+fn check(
+    declared: Option<&[Setting]>,
+    keys: impl FnOnce() -> Vec<String>,
+    get: impl Fn(&str) -> Option<String>,
+    warn: impl Fn(&str),
+    error: impl Fn(&str),
+) {
+    let Some(declared) = declared else { return };
+    match review(declared, keys(), get) {
+        Ok(unread) => unread.iter().for_each(|line| warn(line)),
+        Err(why) => {
+            error(&format!("plugin panicked: {why}"));
+            std::process::abort()
+        }
+    }
 }
 
-/// Check the settings of an endpoint family against those its component
-/// declared (none declared: nothing is checked), at `describe`.
+/// [`check`] for an endpoint family's component.
 #[cfg(feature = "endpoint")]
 pub fn check_endpoint(declared: Option<&[Setting]>) {
     use crate::endpoint_bindings::marketplace::plugin::{log, settings};
-    if let Some(declared) = declared {
-        match review(declared, settings::keys(), settings::get) {
-            Ok(unread) => unread
-                .iter()
-                .for_each(|line| log::log(log::Level::Warn, line)),
-            Err(why) => refuse(|line| log::log(log::Level::Error, line), &why),
-        }
-    }
+    check(
+        declared,
+        settings::keys,
+        settings::get,
+        |line| log::log(log::Level::Warn, line),
+        |line| log::log(log::Level::Error, line),
+    );
 }
 
-/// [`check_endpoint`] for a fee policy.
+/// [`check`] for a fee policy.
 #[cfg(feature = "fee-policy")]
 pub fn check_fees(declared: Option<&[Setting]>) {
     use crate::fee_bindings::marketplace::plugin::{log, settings};
-    if let Some(declared) = declared {
-        match review(declared, settings::keys(), settings::get) {
-            Ok(unread) => unread
-                .iter()
-                .for_each(|line| log::log(log::Level::Warn, line)),
-            Err(why) => refuse(|line| log::log(log::Level::Error, line), &why),
-        }
-    }
+    check(
+        declared,
+        settings::keys,
+        settings::get,
+        |line| log::log(log::Level::Warn, line),
+        |line| log::log(log::Level::Error, line),
+    );
 }
 
 /// A switch: true, yes, on or 1; false, no, off or 0 (any case).
