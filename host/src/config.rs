@@ -952,6 +952,19 @@ impl Config {
             .unwrap_or_default()
     }
 
+    /// One setting of one family, as [`Config::family_settings`] gives it.
+    pub fn family_setting(&self, family: &str, key: &str) -> Option<String> {
+        self.settings.get(family)?.get(key).map(setting_text)
+    }
+
+    /// The keys of one family's settings, sorted.
+    pub fn family_setting_keys(&self, family: &str) -> Vec<String> {
+        self.settings
+            .get(family)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// The `[settings.<family>]` tables for no family of this
     /// configuration, each a line to log at start: a family of that name
     /// mounted later (the admin API, `families/`) reads them, but a typo

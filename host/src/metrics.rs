@@ -75,7 +75,8 @@ pub struct Metrics {
     pub pending_body_bytes: Gauge,
     /// Bytes of large answers of reads not yet sent to their clients.
     pub unsent_answer_bytes: Gauge,
-    /// Bytes of linear memory the plugin calls in progress hold.
+    /// Bytes of linear memory the plugin calls in progress hold (set
+    /// from the runtime's count when the metrics are read).
     pub plugin_memory_bytes: Gauge,
     pub refused_connections: Counter,
     pub connections_closed_for_room: Counter,

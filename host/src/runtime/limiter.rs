@@ -18,6 +18,12 @@ pub fn set_total(bytes: usize) {
     TOTAL.store(bytes, Ordering::Relaxed);
 }
 
+/// The linear memory the calls in progress hold now (the
+/// `marketplace_plugin_memory_bytes` gauge, set when metrics are read).
+pub fn in_use() -> usize {
+    IN_USE.load(Ordering::Relaxed)
+}
+
 /// The limits of one plugin call: caps linear memory growth (remembering
 /// whether the cap was hit) and holds the call's deadline.
 pub struct CallLimiter {
@@ -51,9 +57,6 @@ impl Drop for CallLimiter {
     fn drop(&mut self) {
         if self.granted > 0 {
             IN_USE.fetch_sub(self.granted, Ordering::AcqRel);
-            crate::metrics::metrics()
-                .plugin_memory_bytes
-                .dec_by(self.granted as i64);
         }
     }
 }
@@ -162,9 +165,6 @@ impl ResourceLimiter for CallLimiter {
                 return Ok(false);
             }
             self.granted += more;
-            crate::metrics::metrics()
-                .plugin_memory_bytes
-                .inc_by(more as i64);
         }
         Ok(true)
     }

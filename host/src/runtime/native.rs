@@ -251,8 +251,7 @@ fn string_list(v: Option<&serde_json::Value>, field: &str) -> Result<Vec<String>
 fn terms(rt: &Arc<Runtime>) -> Reply {
     let text = rt
         .config
-        .family_settings(crate::config::CASH_SETTINGS)
-        .remove("terms")
+        .family_setting(crate::config::CASH_SETTINGS, "terms")
         .filter(|t| !t.trim().is_empty())
         .unwrap_or_else(|| DEFAULT_TERMS.to_string());
     Reply {

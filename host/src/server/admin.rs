@@ -181,6 +181,8 @@ async fn metrics_reply(app: &Arc<App>) -> Reply {
         Some((t("minted")?, t("fees")?, t("escrow")?))
     });
     let m = crate::metrics::metrics();
+    m.plugin_memory_bytes
+        .set(i64::try_from(crate::runtime::limiter::in_use()).unwrap_or(i64::MAX));
     match tokio::time::timeout(LEDGER_READ_WAIT, read).await {
         Ok(Ok(Some((minted, fees, escrow)))) => m.ledger(minted, fees, escrow),
         _ => tracing::debug!("ledger totals not read for the metrics: the last ones are shown"),

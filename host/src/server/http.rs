@@ -46,8 +46,9 @@ struct Gates {
     /// KiB of request bodies held before their request runs (being
     /// received, or waiting for a slot): `max_pending_body_bytes`.
     bodies: Arc<Budget>,
-    /// The same KiB by client address: [`address_body_share`] each.
-    bodies_by_address: Arc<super::shares::Shares>,
+    /// The same KiB by client address: [`address_body_share`] each (none
+    /// counted with `max_connections_per_ip = 0`).
+    bodies_by_address: Option<Arc<super::shares::Shares>>,
     /// True once the server drains: every answer then closes its
     /// connection.
     draining: watch::Receiver<bool>,
@@ -162,9 +163,9 @@ struct PendingBody {
     /// Of a route that declares a larger body limit than `max_body_bytes`.
     large: bool,
     all: Arc<Budget>,
-    /// The sender's address and the shares by address.
+    /// The sender's address and the shares by address, if counted.
     client: IpAddr,
-    by_address: Arc<super::shares::Shares>,
+    by_address: Option<Arc<super::shares::Shares>>,
     kib: u32,
 }
 
@@ -191,7 +192,9 @@ impl PendingBody {
             give_back_family();
             return false;
         }
-        if !self.by_address.take(Some(self.client), u64::from(more)) {
+        if let Some(shares) = &self.by_address
+            && !shares.take(Some(self.client), u64::from(more))
+        {
             self.all.give(more);
             give_back_family();
             return false;
@@ -209,7 +212,9 @@ impl Drop for PendingBody {
                 f.bodies(self.large).give(self.kib);
             }
             self.all.give(self.kib);
-            self.by_address.give(Some(self.client), u64::from(self.kib));
+            if let Some(shares) = &self.by_address {
+                shares.give(Some(self.client), u64::from(self.kib));
+            }
             metrics()
                 .pending_body_bytes
                 .dec_by(i64::from(self.kib) * 1024);
@@ -295,17 +300,15 @@ impl Gates {
             // None per address where the operator counts no address
             // (`max_connections_per_ip = 0`: every client may come
             // through one proxy that is not a trusted one).
-            bodies_by_address: Arc::new(super::shares::Shares::new(
-                u64::MAX,
-                if app.config.max_connections_per_ip == 0 {
-                    u64::MAX
-                } else {
+            bodies_by_address: (app.config.max_connections_per_ip != 0).then(|| {
+                Arc::new(super::shares::Shares::new(
+                    u64::MAX,
                     u64::from(address_body_share(
                         kib(app.config.pending_body_budget()),
                         app.config.max_body_bytes,
-                    ))
-                },
-            )),
+                    )),
+                ))
+            }),
             draining,
             host_bodies: Arc::new(Semaphore::new(host_body_slots())),
             unsent: super::answers::Unsent::new(app.config.max_unsent_answer_bytes),

@@ -640,7 +640,8 @@ fn receipt_doc(r: payments::Receipt) -> Result<Value, ApiError> {
 /// post or a profile (`[settings.timeline]` and `[settings.identity]`
 /// `legacy_updates`): yes unless set otherwise, since the original client
 /// signs only that form; false (or no, off, 0; another value refuses the
-/// load, see [`LEGACY_UPDATES`]) requires the fresh form (401 `auth_expired`), since a legacy update
+/// load, see [`LEGACY_UPDATES`]) requires the fresh form (401
+/// `auth_expired`), since a legacy update
 /// signature signs neither the new content nor a time, so whoever holds
 /// one could update again with other content.
 pub fn legacy_updates() -> bool {

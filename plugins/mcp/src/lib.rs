@@ -306,13 +306,14 @@ fn unsigned_macros() -> Result<u64, ApiError> {
 /// load refuses any value but a whole number up to [`MAX_MACROS`]).
 fn unsigned_cap() -> u64 {
     origin::setting("unsigned_macros")
-        .and_then(|v| marketplace_guest::settings::whole(&v, 0, MAX_MACROS).ok())
+        .and_then(|v| unsigned_macros_of(&v).ok())
         .unwrap_or(UNSIGNED_MACROS)
 }
 
-/// The `unsigned_macros` setting's check.
-pub fn unsigned_macros_setting(value: &str) -> Result<(), String> {
-    marketplace_guest::settings::whole(value, 0, MAX_MACROS).map(drop)
+/// An `unsigned_macros` setting's value, as [`unsigned_cap`] reads it and
+/// a load checks it.
+pub fn unsigned_macros_of(text: &str) -> Result<u64, String> {
+    marketplace_guest::settings::whole(text, 0, MAX_MACROS)
 }
 
 /// What a listing reads of a stored macro (its TypeScript is skipped).
@@ -1178,8 +1179,8 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
                 // As each would be answered, but a request is not run.
                 let error = match invalid_member(m) {
                     Some(invalid) => invalid,
-                    None => match m.get("id").filter(|v| is_request_id(v)) {
-                        Some(id) if m.get("method").is_some_and(Value::is_string) => rpc_error(
+                    None => match request_id(m) {
+                        Some(id) => rpc_error(
                             id.clone(),
                             -32000,
                             &format!(
@@ -1187,7 +1188,7 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
                                 MAX_BATCH_ANSWER >> 20
                             ),
                         ),
-                        _ => continue,
+                        None => continue,
                     },
                 };
                 BATCH.with(|b| {
@@ -1202,8 +1203,7 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
         // Should this message fault, the batch is still answered whole.
         let later = batch[i + 1..]
             .iter()
-            .filter(|m| m.get("method").is_some_and(Value::is_string))
-            .filter_map(|m| m.get("id").filter(|v| is_request_id(v)).cloned())
+            .filter_map(|m| request_id(m).cloned())
             .collect();
         BATCH.with(|b| {
             if let Some(batch) = b.borrow_mut().as_mut() {
@@ -1235,6 +1235,15 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
     } else {
         raw(format!("[{answered}]"), "application/json")
     })
+}
+
+/// The id of a batch member that is a request (a method and a request
+/// id), which is owed an answer.
+fn request_id(m: &Value) -> Option<&Value> {
+    m.get("method")
+        .is_some_and(Value::is_string)
+        .then(|| m.get("id").filter(|v| is_request_id(v)))
+        .flatten()
 }
 
 /// The -32600 answer of a batch member that is not one: not an object, or

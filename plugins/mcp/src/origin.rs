@@ -43,7 +43,7 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         key: "unsigned_macros",
-        check: crate::unsigned_macros_setting,
+        check: |v| crate::unsigned_macros_of(v).map(drop),
     },
 ];
 

@@ -79,14 +79,20 @@ const MAX_WHOLE_READ: u64 = 4_000;
 /// value but a whole number up to [`MAX_WHOLE_READ`]).
 fn whole_read() -> u64 {
     marketplace_guest::endpoint_bindings::marketplace::plugin::settings::get("whole_read")
-        .and_then(|v| settings::whole(&v, 0, MAX_WHOLE_READ).ok())
+        .and_then(|v| whole_read_of(&v).ok())
         .unwrap_or(WHOLE_READ)
+}
+
+/// A `whole_read` setting's value, as [`whole_read`] reads it and a load
+/// checks it.
+fn whole_read_of(text: &str) -> Result<u64, String> {
+    settings::whole(text, 0, MAX_WHOLE_READ)
 }
 
 /// The settings search reads.
 const SETTINGS: &[Setting] = &[Setting {
     key: "whole_read",
-    check: |v| settings::whole(v, 0, MAX_WHOLE_READ).map(drop),
+    check: |v| whole_read_of(v).map(drop),
 }];
 
 impl Endpoint for Search {

@@ -2,26 +2,23 @@
 
 use super::Ctx;
 use crate::runtime::bindings::endpoint::marketplace::plugin::settings;
-use std::collections::BTreeMap;
-
-impl Ctx {
-    /// The calling family's settings: the configuration's, or those a
-    /// smoke call was given.
-    fn family_settings(&self) -> BTreeMap<String, String> {
-        match (&self.rt, &self.smoke_settings) {
-            (Some(rt), _) => rt.config.family_settings(&self.family),
-            (None, Some(settings)) => (**settings).clone(),
-            (None, None) => BTreeMap::new(),
-        }
-    }
-}
 
 impl settings::Host for Ctx {
+    /// The configuration's value (one lookup: a family's component may
+    /// ask on every request), or, for a smoke call, the one it was given.
     fn get(&mut self, key: String) -> Option<String> {
-        self.family_settings().remove(&key)
+        match (&self.rt, &self.smoke_settings) {
+            (Some(rt), _) => rt.config.family_setting(&self.family, &key),
+            (None, Some(settings)) => settings.get(&key).cloned(),
+            (None, None) => None,
+        }
     }
 
     fn keys(&mut self) -> Vec<String> {
-        self.family_settings().into_keys().collect()
+        match (&self.rt, &self.smoke_settings) {
+            (Some(rt), _) => rt.config.family_setting_keys(&self.family),
+            (None, Some(settings)) => settings.keys().cloned().collect(),
+            (None, None) => Vec::new(),
+        }
     }
 }
