@@ -1720,7 +1720,9 @@ fn metrics_are_served_to_the_operator_and_count_what_happened() {
 /// A plugin frames nothing: its `Content-Length`, `Transfer-Encoding` and
 /// `Connection` are dropped and the host frames its whole body, so what
 /// follows on the connection is the next request's answer, not text the
-/// plugin wrote. A status that is not final is a 500.
+/// plugin wrote. A status that is not final is a 500; a bodiless error of
+/// the plugin's goes out as it is (not as hyper's answer to a request it
+/// could not parse).
 #[test]
 fn a_plugin_cannot_frame_its_own_answer() {
     let s = server_with(true, &[]);
@@ -1744,6 +1746,22 @@ fn a_plugin_cannot_frame_its_own_answer() {
     assert!(second.starts_with("HTTP/1.1 200"), "{second}");
     assert!(second.contains("\"storage\""), "{second}");
     assert!(!second.contains("smuggled"), "{second}");
+
+    // A component's own bodiless error goes out as it is: only hyper's
+    // answers to what it could not parse are given a JSON body.
+    for status in [400, 431] {
+        let out = raw_answer(
+            &s,
+            format!(
+                "GET /_testing/framing?status={status}&empty=1 HTTP/1.1\r\nhost: t\r\n\r\nGET /api/health HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        let (head, rest) = out.split_once("\r\n\r\n").expect("an answer");
+        assert!(head.starts_with(&format!("HTTP/1.1 {status} ")), "{head}");
+        assert!(head.contains("\r\ncontent-length: 0"), "{head}");
+        assert!(rest.starts_with("HTTP/1.1 200"), "{status}: {rest}");
+    }
 
     for status in [101, 199] {
         let r = s.get(&format!("/_testing/framing?status={status}"));

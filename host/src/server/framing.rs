@@ -4,8 +4,8 @@
 //! 400, 414 or 431 itself, with no body, and closes the connection. Every
 //! error of this service is JSON (PROTOCOL section 1), so the connection's
 //! writer ([`JsonErrors`]) recognises those answers (one of these statuses
-//! with `content-length: 0`; every answer of ours to an error has a body)
-//! and writes them with the JSON body instead.
+//! with `content-length: 0` and no `x-request-id`, which every answer of
+//! ours carries) and writes them with the JSON body instead.
 
 use crate::reply::Reply;
 use std::io;
@@ -92,6 +92,13 @@ fn rewrite(head: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     let lines = &head[..end + 2];
+    // Every answer that went through a route or the host's dispatch
+    // carries the request's id; hyper's own answers never do. So a
+    // component's bodiless 400, or the answer to a HEAD (no body whatever
+    // its status), is left as it is.
+    if memchr::memmem::find(lines, b"\r\nx-request-id:").is_some() {
+        return None;
+    }
     let empty = memchr::memmem::find(lines, b"\r\ncontent-length: 0\r\n")?;
     let mut out = Vec::with_capacity(head.len() + body.len() + 64);
     out.extend_from_slice(&lines[..empty + 2]);
@@ -214,6 +221,8 @@ mod tests {
             "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n",
             "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
             "HTTP/1.1 400 Bad Request\r\ncontent-length: 10\r\n\r\n",
+            "HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nx-request-id: a-1\r\n\r\n",
+            "HTTP/1.1 431 Request Header Fields Too Large\r\nx-request-id: b\r\ncontent-length: 0\r\n\r\n",
         ] {
             assert!(rewrite(other.as_bytes()).is_none(), "{other}");
         }

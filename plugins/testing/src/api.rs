@@ -51,7 +51,15 @@ pub const OPS: &[Op] = &[
         "Answers with the names of the request headers the host passed.",
     ),
     Op {
-        query: &[("status", "integer", false, "the status to answer")],
+        query: &[
+            ("status", "integer", false, "the status to answer"),
+            (
+                "empty",
+                "integer",
+                false,
+                "1: answer the status alone, without headers or body",
+            ),
+        ],
         ..op(
             "GET",
             "/_testing/framing",

@@ -48,6 +48,16 @@ impl Endpoint for Testing {
             // second answer after it: the host must frame it itself.
             "/_testing/framing" => {
                 let status = req.query_int("status", 0, 999)?.unwrap_or(200) as u16;
+                // `empty=1`: the status alone, no header nor body (which
+                // the host must pass on as it is, not take for one of
+                // hyper's own bodiless answers).
+                if req.query_int("empty", 0, 1)? == Some(1) {
+                    return Ok(Response {
+                        status,
+                        headers: vec![],
+                        body: vec![],
+                    });
+                }
                 let body = b"{}HTTP/1.1 200 OK\r\ncontent-length: 19\r\n\r\n{\"smuggled\": true }";
                 Ok(Response {
                     status,
