@@ -85,19 +85,30 @@ pub fn unix_seconds() -> u64 {
 /// long calls, pending bodies, unsent answers): an IPv4 address (one
 /// mapped into IPv6 too), or an IPv6 address's /64 network, which one
 /// customer is usually given whole, so that the 2^64 addresses of one
-/// network are one client to the limits.
+/// network are one client to the limits. Prefixes that carry another
+/// client's IPv4 address in them count as that IPv4 address: a
+/// translator's (`64:ff9b::/96` and the local-use `64:ff9b:1::/48`, RFC
+/// 6052 and 8215: every IPv4 client of an IPv6-only server behind one
+/// shares a /64) and Teredo's (`2001::/32`, RFC 4380: every client of one
+/// Teredo server shares a /64; the client's address is the last 32 bits,
+/// inverted).
 pub fn client_key(ip: std::net::IpAddr) -> std::net::IpAddr {
-    use std::net::{IpAddr, Ipv6Addr};
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let network = u128::from(v6) & !((1u128 << 64) - 1);
-                IpAddr::V6(Ipv6Addr::from(network))
-            }
-        },
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let IpAddr::V6(v6) = ip else {
+        return ip;
+    };
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return IpAddr::V4(v4);
     }
+    let bits = u128::from(v6);
+    let low = bits as u32;
+    if bits >> 32 == 0x0064_ff9b_0000_0000_0000_0000 || bits >> 80 == 0x0064_ff9b_0001 {
+        return IpAddr::V4(Ipv4Addr::from(low));
+    }
+    if bits >> 96 == 0x2001_0000 {
+        return IpAddr::V4(Ipv4Addr::from(!low));
+    }
+    IpAddr::V6(Ipv6Addr::from(bits & !((1u128 << 64) - 1)))
 }
 
 #[cfg(test)]
@@ -112,6 +123,16 @@ mod tests {
         assert_eq!(key("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::");
         assert_eq!(key("2001:db8:1:2:ffff:ffff:ffff:ffff"), "2001:db8:1:2::");
         assert_eq!(key("2001:db8:1:3::1"), "2001:db8:1:3::");
+        // IPv4 clients through a translator, or by Teredo, are their IPv4
+        // addresses, not one /64 for all.
+        assert_eq!(key("64:ff9b::192.0.2.7"), "192.0.2.7");
+        assert_eq!(key("64:ff9b::198.51.100.1"), "198.51.100.1");
+        assert_eq!(key("64:ff9b:1:2::203.0.113.9"), "203.0.113.9");
+        // RFC 4380's example: server 65.54.227.120, client 192.0.2.45.
+        assert_eq!(key("2001:0:4136:e378:8000:63bf:3fff:fdd2"), "192.0.2.45");
+        // Near them, ordinary /64s.
+        assert_eq!(key("64:ff9b:0:0:1::1"), "64:ff9b::");
+        assert_eq!(key("2001:1::1"), "2001:1::");
     }
 
     #[test]
