@@ -110,13 +110,19 @@ struct Settings {
     /// TOML configuration file.
     #[arg(long, value_name = "FILE", env = "MARKETPLACE_CONFIG")]
     config: Option<PathBuf>,
-    /// Public HTTP listener, e.g. 127.0.0.1:8080
+    /// Public HTTP listener, e.g. 127.0.0.1:8080 [default:
+    /// MARKETPLACE_LISTEN, else the config's `listen`, else 127.0.0.1:8080]
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
-    /// Data directory (database, keys, admin token, compile cache).
+    /// Data directory (database, keys, admin token, compile cache)
+    /// [default: MARKETPLACE_DATA_DIR, else the config's `data_dir`, else
+    /// ./data]
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
-    /// Directory of the plugin components.
+    /// Directory of the plugin components [default: MARKETPLACE_PLUGINS_DIR,
+    /// else the config's `plugins_dir`, else <target>/plugins beside a
+    /// <target>/<profile>/marketplace binary when it holds info.wasm, else
+    /// ./target/plugins when that does, else ./plugins]
     #[arg(long = "plugins", value_name = "DIR")]
     plugins_dir: Option<PathBuf>,
     /// Admin listener (loopback), e.g. 127.0.0.1:9090
