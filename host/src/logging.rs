@@ -444,6 +444,40 @@ impl Write for Stderr {
     }
 }
 
+/// A request's error line: while the shared store is unavailable
+/// (`outage`, [`crate::store::Storage::unavailable_lately`]) most such
+/// lines are the outage's echo, every request failing the same way, so one
+/// a second is written, at `warn`, with the count of those held back (the
+/// store's own line says what failed); otherwise it is an `error` line.
+/// `plugin`: the family whose component logged it (its log field); none
+/// for the host's own routes.
+pub fn request_error(outage: bool, plugin: Option<&str>, message: &str) {
+    if !outage {
+        match plugin {
+            Some(plugin) => tracing::error!(plugin, "{message}"),
+            None => tracing::error!("{message}"),
+        }
+        return;
+    }
+    static LINES: Throttle = Throttle::new(Duration::from_secs(1));
+    if !tracing::enabled!(tracing::Level::WARN) {
+        return;
+    }
+    if let Some(n) = LINES.note() {
+        match plugin {
+            Some(plugin) => tracing::warn!(
+                plugin,
+                lines_since_last = n,
+                "while the shared store is unavailable: {message}"
+            ),
+            None => tracing::warn!(
+                lines_since_last = n,
+                "while the shared store is unavailable: {message}"
+            ),
+        }
+    }
+}
+
 /// At most one log line per interval about an event that can repeat
 /// without bound (a flood of refused connections, a store that fails every
 /// request): [`Throttle::note`] counts the event and says when a line is

@@ -295,14 +295,20 @@ fn cash_replace(rt: &Arc<Runtime>, body: &[u8]) -> Reply {
         Ok(Ok(())) => Reply::json(200, &json!({"status": "success"})),
         Ok(Err(LedgerError::Refused(field, problem))) => Reply::invalid(field, problem),
         Ok(Err(LedgerError::Storage(e))) => {
-            tracing::error!("cash replace: {e}");
+            storage_error(rt, &format!("cash replace: {e}"));
             Reply::error(500, "internal", "internal error")
         }
         Err(e) => {
-            tracing::error!("cash replace: {e}");
+            storage_error(rt, &format!("cash replace: {e}"));
             crate::reply::storage_failure(&e)
         }
     }
+}
+
+/// Log a host route's storage failure (summarized while the shared store
+/// is unavailable).
+fn storage_error(rt: &Runtime, message: &str) {
+    crate::logging::request_error(rt.storage.unavailable_lately(), None, message);
 }
 
 /// `POST /api/cash/health_check`: `[public strings]` -> states, the
@@ -317,7 +323,7 @@ fn cash_health_check(rt: &Arc<Runtime>, body: &[u8]) -> Reply {
         Err(e) => return Reply::invalid("body", format!("invalid JSON: {e}")),
     };
     let result = rt.storage.begin_read().map_err(|e| {
-        tracing::error!("cash health_check: {e}");
+        storage_error(rt, &format!("cash health_check: {e}"));
         Reply::error(500, "internal", "internal error")
     });
     match result {
@@ -341,7 +347,7 @@ fn cash_health_check(rt: &Arc<Runtime>, body: &[u8]) -> Reply {
             }
             Err(LedgerError::Refused(field, problem)) => Reply::invalid(field, problem),
             Err(LedgerError::Storage(e)) => {
-                tracing::error!("cash health_check: {e}");
+                storage_error(rt, &format!("cash health_check: {e}"));
                 Reply::error(500, "internal", "internal error")
             }
         },

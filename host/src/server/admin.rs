@@ -770,7 +770,7 @@ pub fn mint_with(app: &App, units: u64, key: Option<&str>) -> Result<String> {
 /// logged.
 fn mint_failure(e: &anyhow::Error, unreachable: bool) -> Reply {
     if unreachable {
-        tracing::error!("mint failed: {e:#}");
+        crate::logging::request_error(true, None, &format!("mint failed: {e:#}"));
         return Reply::store_unavailable();
     }
     match e.downcast_ref::<crate::store::StorageError>() {

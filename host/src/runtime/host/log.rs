@@ -125,30 +125,18 @@ impl log::Host for Ctx {
     fn log(&mut self, level: log::Level, message: String) {
         note_panic(&mut self.panicked, level, &message);
         if level == log::Level::Error && self.store_unavailable_lately() {
-            outage_echo(&self.family, &message);
+            crate::logging::request_error(true, Some(&self.family), &printable(&message));
             return;
         }
+        // A lost race is routine on a shared store (logged by the host at
+        // `info`, and the request runs again): what the component says of
+        // it is not an error of the service.
+        let level = if level == log::Level::Error && self.lost_race {
+            log::Level::Debug
+        } else {
+            level
+        };
         write_log(&self.family, &self.logged, level, &message);
-    }
-}
-
-/// An error line of a request while the shared store is unavailable
-/// (most are the outage's echo: every request fails the same way): one a
-/// second is written, at `warn`, with the count of those held back; the
-/// store's own line says what failed.
-pub(super) fn outage_echo(family: &str, message: &str) {
-    static LINES: crate::logging::Throttle =
-        crate::logging::Throttle::new(std::time::Duration::from_secs(1));
-    if !tracing::enabled!(tracing::Level::WARN) {
-        return;
-    }
-    if let Some(n) = LINES.note() {
-        let message = printable(message);
-        tracing::warn!(
-            plugin = family,
-            lines_since_last = n,
-            "while the shared store is unavailable: {message}"
-        );
     }
 }
 

@@ -191,6 +191,10 @@ pub struct Ctx {
     /// The panic message the guest crate logged before trapping (a smoke
     /// call's refusal quotes it).
     panicked: Option<String>,
+    /// A storage call of this request lost a race with another host's
+    /// (the request runs again): the component's error lines after it are
+    /// written at `debug`.
+    lost_race: bool,
     /// The family's settings, for a smoke call (which has no `rt` to read
     /// them from): `describe` may check them.
     smoke_settings: Option<Arc<BTreeMap<String, String>>>,
@@ -259,6 +263,7 @@ impl Ctx {
             logged: log::LogBudget::default(),
             relayed: Vec::new(),
             panicked: None,
+            lost_race: false,
             smoke_settings: None,
         }
     }
@@ -292,6 +297,7 @@ impl Ctx {
             logged: log::LogBudget::default(),
             relayed: Vec::new(),
             panicked: None,
+            lost_race: false,
             smoke_settings: None,
         }
     }
@@ -557,10 +563,10 @@ impl Ctx {
     }
 
     /// A 500 for `why`, logged (summarized while the shared store is
-    /// unavailable: see [`log::outage_echo`]).
+    /// unavailable: see [`crate::logging::request_error`]).
     fn internal(&self, why: &str) -> types::Refusal {
         if self.store_unavailable_lately() {
-            log::outage_echo(&self.family, why);
+            crate::logging::request_error(true, Some(&self.family), why);
         } else {
             tracing::error!("{why}");
         }

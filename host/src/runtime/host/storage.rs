@@ -19,6 +19,16 @@ fn to_wit(e: StorageError) -> storage::StorageError {
 }
 
 impl Ctx {
+    /// A storage error as the component sees it. A lost race (a shared
+    /// store) is noted: the request runs again whatever the component does,
+    /// so the error lines it logs about it are not the operator's errors.
+    fn lost(&mut self, e: StorageError) -> storage::StorageError {
+        if matches!(e, StorageError::Conflict) {
+            self.lost_race = true;
+        }
+        to_wit(e)
+    }
+
     /// The keyspace a read names: the own one, or a granted one.
     fn keyspace(&self, requested: Option<String>) -> Result<String, storage::StorageError> {
         match requested {
@@ -68,7 +78,9 @@ impl storage::Host for Ctx {
     ) -> Result<Option<Vec<u8>>, storage::StorageError> {
         let ks = self.keyspace(keyspace)?;
         self.ready().await;
-        self.txn().and_then(|t| t.get(&ks, &key)).map_err(to_wit)
+        self.txn()
+            .and_then(|t| t.get(&ks, &key))
+            .map_err(|e| self.lost(e))
     }
 
     async fn get_many(
@@ -82,7 +94,7 @@ impl storage::Host for Ctx {
         let budget = self.call_budget();
         self.txn()
             .and_then(|t| t.get_many(&ks, &keys, budget))
-            .map_err(to_wit)
+            .map_err(|e| self.lost(e))
     }
 
     async fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> Result<(), storage::StorageError> {
@@ -90,13 +102,15 @@ impl storage::Host for Ctx {
         self.ready().await;
         self.txn()
             .and_then(|t| t.put_owned(&ks, key, value))
-            .map_err(to_wit)
+            .map_err(|e| self.lost(e))
     }
 
     async fn delete(&mut self, key: Vec<u8>) -> Result<bool, storage::StorageError> {
         let ks = self.family.clone();
         self.ready().await;
-        self.txn().and_then(|t| t.delete(&ks, &key)).map_err(to_wit)
+        self.txn()
+            .and_then(|t| t.delete(&ks, &key))
+            .map_err(|e| self.lost(e))
     }
 
     async fn scan(
@@ -114,7 +128,7 @@ impl storage::Host for Ctx {
         let rows = self
             .txn()
             .and_then(|t| t.scan_bounded(&ks, &start, end.as_deref(), reverse, limit, budget))
-            .map_err(to_wit)?;
+            .map_err(|e| self.lost(e))?;
         Ok(rows
             .into_iter()
             .map(|(key, value)| storage::Entry { key, value })
@@ -136,7 +150,7 @@ impl storage::Host for Ctx {
         let budget = self.call_budget();
         self.txn()
             .and_then(|t| t.scan_packed(&ks, &start, end.as_deref(), reverse, limit, budget))
-            .map_err(to_wit)
+            .map_err(|e| self.lost(e))
     }
 
     /// Values are copied from the database into the packed buffer as read.
@@ -151,6 +165,6 @@ impl storage::Host for Ctx {
         let budget = self.call_budget();
         self.txn()
             .and_then(|t| t.get_many_packed(&ks, &keys, budget))
-            .map_err(to_wit)
+            .map_err(|e| self.lost(e))
     }
 }
