@@ -86,10 +86,10 @@ pub fn unix_seconds() -> u64 {
 /// mapped into IPv6 too), or an IPv6 address's /64 network, which one
 /// customer is usually given whole, so that the 2^64 addresses of one
 /// network are one client to the limits. Prefixes that carry another
-/// client's IPv4 address in them count as that IPv4 address: a
-/// translator's (`64:ff9b::/96` and the local-use `64:ff9b:1::/48`, RFC
-/// 6052 and 8215: every IPv4 client of an IPv6-only server behind one
-/// shares a /64) and Teredo's (`2001::/32`, RFC 4380: every client of one
+/// client's IPv4 address in them count by it: a translator's
+/// (`64:ff9b::/96` as that IPv4 address, the local-use `64:ff9b:1::/48`,
+/// whose prefix length varies, as the whole address; RFC 6052 and 8215:
+/// every IPv4 client of an IPv6-only server behind one shares a /64) and Teredo's (`2001::/32`, RFC 4380: every client of one
 /// Teredo server shares a /64; the client's address is the last 32 bits,
 /// inverted).
 pub fn client_key(ip: std::net::IpAddr) -> std::net::IpAddr {
@@ -102,8 +102,14 @@ pub fn client_key(ip: std::net::IpAddr) -> std::net::IpAddr {
     }
     let bits = u128::from(v6);
     let low = bits as u32;
-    if bits >> 32 == 0x0064_ff9b_0000_0000_0000_0000 || bits >> 80 == 0x0064_ff9b_0001 {
+    if bits >> 32 == 0x0064_ff9b_0000_0000_0000_0000 {
         return IpAddr::V4(Ipv4Addr::from(low));
+    }
+    // The local-use prefix takes any RFC 6052 length (/48 to /96), which
+    // places the IPv4 address differently: the whole address, one to one
+    // with it, is the key.
+    if bits >> 80 == 0x0064_ff9b_0001 {
+        return ip;
     }
     if bits >> 96 == 0x2001_0000 {
         return IpAddr::V4(Ipv4Addr::from(!low));
@@ -127,7 +133,9 @@ mod tests {
         // addresses, not one /64 for all.
         assert_eq!(key("64:ff9b::192.0.2.7"), "192.0.2.7");
         assert_eq!(key("64:ff9b::198.51.100.1"), "198.51.100.1");
-        assert_eq!(key("64:ff9b:1:2::203.0.113.9"), "203.0.113.9");
+        assert_eq!(key("64:ff9b:1:2::203.0.113.9"), "64:ff9b:1:2::cb00:7109");
+        // 192.0.2.45 under a /48 of the local-use prefix (RFC 6052 2.2).
+        assert_eq!(key("64:ff9b:1:c000:2:2d00::"), "64:ff9b:1:c000:2:2d00::");
         // RFC 4380's example: server 65.54.227.120, client 192.0.2.45.
         assert_eq!(key("2001:0:4136:e378:8000:63bf:3fff:fdd2"), "192.0.2.45");
         // Near them, ordinary /64s.

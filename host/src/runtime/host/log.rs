@@ -131,7 +131,7 @@ impl log::Host for Ctx {
         // A lost race is routine on a shared store (logged by the host at
         // `info`, and the request runs again): what the component says of
         // it is not an error of the service.
-        let level = if level == log::Level::Error && self.lost_race {
+        let level = if level == log::Level::Error && self.conflicted() {
             log::Level::Debug
         } else {
             level

@@ -191,10 +191,6 @@ pub struct Ctx {
     /// The panic message the guest crate logged before trapping (a smoke
     /// call's refusal quotes it).
     panicked: Option<String>,
-    /// A storage call of this request lost a race with another host's
-    /// (the request runs again): the component's error lines after it are
-    /// written at `debug`.
-    lost_race: bool,
     /// The family's settings, for a smoke call (which has no `rt` to read
     /// them from): `describe` may check them.
     smoke_settings: Option<Arc<BTreeMap<String, String>>>,
@@ -263,7 +259,6 @@ impl Ctx {
             logged: log::LogBudget::default(),
             relayed: Vec::new(),
             panicked: None,
-            lost_race: false,
             smoke_settings: None,
         }
     }
@@ -297,7 +292,6 @@ impl Ctx {
             logged: log::LogBudget::default(),
             relayed: Vec::new(),
             panicked: None,
-            lost_race: false,
             smoke_settings: None,
         }
     }

@@ -19,16 +19,6 @@ fn to_wit(e: StorageError) -> storage::StorageError {
 }
 
 impl Ctx {
-    /// A storage error as the component sees it. A lost race (a shared
-    /// store) is noted: the request runs again whatever the component does,
-    /// so the error lines it logs about it are not the operator's errors.
-    fn lost(&mut self, e: StorageError) -> storage::StorageError {
-        if matches!(e, StorageError::Conflict) {
-            self.lost_race = true;
-        }
-        to_wit(e)
-    }
-
     /// The keyspace a read names: the own one, or a granted one.
     fn keyspace(&self, requested: Option<String>) -> Result<String, storage::StorageError> {
         match requested {
@@ -78,9 +68,7 @@ impl storage::Host for Ctx {
     ) -> Result<Option<Vec<u8>>, storage::StorageError> {
         let ks = self.keyspace(keyspace)?;
         self.ready().await;
-        self.txn()
-            .and_then(|t| t.get(&ks, &key))
-            .map_err(|e| self.lost(e))
+        self.txn().and_then(|t| t.get(&ks, &key)).map_err(to_wit)
     }
 
     async fn get_many(
@@ -94,7 +82,7 @@ impl storage::Host for Ctx {
         let budget = self.call_budget();
         self.txn()
             .and_then(|t| t.get_many(&ks, &keys, budget))
-            .map_err(|e| self.lost(e))
+            .map_err(to_wit)
     }
 
     async fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> Result<(), storage::StorageError> {
@@ -102,15 +90,13 @@ impl storage::Host for Ctx {
         self.ready().await;
         self.txn()
             .and_then(|t| t.put_owned(&ks, key, value))
-            .map_err(|e| self.lost(e))
+            .map_err(to_wit)
     }
 
     async fn delete(&mut self, key: Vec<u8>) -> Result<bool, storage::StorageError> {
         let ks = self.family.clone();
         self.ready().await;
-        self.txn()
-            .and_then(|t| t.delete(&ks, &key))
-            .map_err(|e| self.lost(e))
+        self.txn().and_then(|t| t.delete(&ks, &key)).map_err(to_wit)
     }
 
     async fn scan(
@@ -128,7 +114,7 @@ impl storage::Host for Ctx {
         let rows = self
             .txn()
             .and_then(|t| t.scan_bounded(&ks, &start, end.as_deref(), reverse, limit, budget))
-            .map_err(|e| self.lost(e))?;
+            .map_err(to_wit)?;
         Ok(rows
             .into_iter()
             .map(|(key, value)| storage::Entry { key, value })
@@ -150,7 +136,7 @@ impl storage::Host for Ctx {
         let budget = self.call_budget();
         self.txn()
             .and_then(|t| t.scan_packed(&ks, &start, end.as_deref(), reverse, limit, budget))
-            .map_err(|e| self.lost(e))
+            .map_err(to_wit)
     }
 
     /// Values are copied from the database into the packed buffer as read.
@@ -165,6 +151,6 @@ impl storage::Host for Ctx {
         let budget = self.call_budget();
         self.txn()
             .and_then(|t| t.get_many_packed(&ks, &keys, budget))
-            .map_err(|e| self.lost(e))
+            .map_err(to_wit)
     }
 }
