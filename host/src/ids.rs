@@ -86,12 +86,12 @@ pub fn unix_seconds() -> u64 {
 /// mapped into IPv6 too), or an IPv6 address's /64 network, which one
 /// customer is usually given whole, so that the 2^64 addresses of one
 /// network are one client to the limits. Prefixes that carry another
-/// client's IPv4 address in them count by it: a translator's
-/// (`64:ff9b::/96` as that IPv4 address, the local-use `64:ff9b:1::/48`,
-/// whose prefix length varies, as the whole address; RFC 6052 and 8215:
-/// every IPv4 client of an IPv6-only server behind one shares a /64) and Teredo's (`2001::/32`, RFC 4380: every client of one
-/// Teredo server shares a /64; the client's address is the last 32 bits,
-/// inverted).
+/// client's IPv4 address in them count by it, since every IPv4 client of
+/// an IPv6-only server behind a translator (RFC 6052, 8215), or of one
+/// Teredo server (RFC 4380), shares a /64: `64:ff9b::/96` as that IPv4
+/// address; the local-use `64:ff9b:1::/48`, whose prefix length varies,
+/// as the whole address; Teredo's `2001::/32` as the last 32 bits,
+/// inverted.
 pub fn client_key(ip: std::net::IpAddr) -> std::net::IpAddr {
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
     let IpAddr::V6(v6) = ip else {
