@@ -150,6 +150,11 @@ fn docs_page_and_docs_search() {
     );
     assert_eq!(s.get("/api/docs/search").status, 400);
     assert_eq!(s.get("/api/docs/search?q=x&limit=0").status, 400);
+    // An empty limit is an absent one, as the document says.
+    assert_eq!(
+        s.get("/api/docs/search?q=refund&limit=").json(),
+        s.get("/api/docs/search?q=refund").json()
+    );
     // Blank as the document's `\S` reads it: U+FEFF is, U+0085 is not.
     assert_eq!(s.get("/api/docs/search?q=%EF%BB%BF").status, 400);
     assert_eq!(s.get("/api/docs/search?q=%C2%85").status, 200);

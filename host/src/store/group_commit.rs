@@ -393,11 +393,9 @@ fn apply(
     for table in tables {
         let started = cost.is_some().then(std::time::Instant::now);
         let mut t = txn.open_table(super::def(table))?;
-        let mut n = 0;
-        for (key, value) in last_writes(group, table) {
-            super::put_row(&mut t, key, value)?;
-            n += 1;
-        }
+        let rows = last_writes(group, table);
+        let n = rows.len();
+        super::write_sorted(&mut t, &rows)?;
         drop(t);
         if let (Some(cost), Some(started)) = (cost.as_deref_mut(), started) {
             cost.tables.push((table.clone(), n, started.elapsed()));

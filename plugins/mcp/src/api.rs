@@ -112,7 +112,12 @@ pub const OPS: &[Op] = &[
         patch: Some(docs_limit),
         query: &[
             ("q", "string", true, "words to find"),
-            ("limit", "integer", false, "1 to 50, default 10"),
+            (
+                "limit",
+                "integer",
+                false,
+                "1 to 50, default 10 (also when empty)",
+            ),
         ],
         ok: (200, "DocsResults"),
         errors: &[400],
