@@ -138,6 +138,13 @@ cases = [
     ("/api/arbitration/contracts/buy", dict(buy, contract_id="CTR_")),
     # A key index is an integer from 0 to 2^64-1 (7.0 is JSON Schema's 7).
     ("/api/recovery/scan", dict(scan, probes=[{"key_index": 7.0, "fingerprint": FP, "signature": "00"}])),
+    # A recovery challenge's time exists: no 30 February, 29 February in
+    # leap years only, no leap second (the route refuses `:60`).
+    *[("/api/recovery/scan", {"challenge": f"recover:{FP}:{at}", "probes": []}) for at in (
+        "2024-02-29T12:00:00Z", "2000-02-29 12:00:00+01:00", "2023-02-29T12:00:00Z",
+        "2100-02-29T12:00:00Z", "2026-02-30T12:00:00Z", "2026-04-31T12:00:00Z",
+        "2026-12-31T23:59:60Z", "2026-11-28T10:15:60Z", "2026-11-28T10:15:59.123456789012Z",
+        "1969-12-31T23:59:59Z")],
     ("/api/recovery/scan", dict(scan, probes=[{"key_index": 2**64 - 1, "fingerprint": FP, "signature": "00"}])),
     ("/api/recovery/scan", dict(scan, probes=[{"key_index": -1, "fingerprint": FP, "signature": "00"}])),
     ("/api/recovery/scan", dict(scan, probes=[{"key_index": 2**64, "fingerprint": FP, "signature": "00"}])),

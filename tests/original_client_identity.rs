@@ -228,12 +228,22 @@ fn recovery_scan_answers_only_verified_probes() {
         assert_eq!(r.code(), "auth_expired", "{when}");
     }
 
-    // Malformed challenge and too many probes: 400.
-    let r = s.post_json(
-        "/api/recovery/scan",
-        &json!({"challenge": "recover:nonsense", "probes": []}),
-    );
-    assert_eq!(r.status, 400, "{}", r.text());
+    // Malformed challenge and too many probes: 400. So is a time that
+    // does not exist (30 February, 29 February of a common year) and a
+    // leap second, even the one RFC 3339 admits at a month's end.
+    for asked in [
+        "recover:nonsense".to_string(),
+        format!("recover:{}:2026-02-30T12:00:00Z", root.fp()),
+        format!("recover:{}:2100-02-29T12:00:00Z", root.fp()),
+        format!("recover:{}:2026-12-31T23:59:60Z", root.fp()),
+    ] {
+        let r = s.post_json(
+            "/api/recovery/scan",
+            &json!({"challenge": asked, "probes": []}),
+        );
+        assert_eq!(r.status, 400, "{asked}: {}", r.text());
+        assert_eq!(r.json()["details"][0]["field"], "challenge", "{asked}");
+    }
     let probes: Vec<Value> = (0..101)
         .map(|i| json!({"key_index": i, "fingerprint": good.fp(), "signature": "00"}))
         .collect();

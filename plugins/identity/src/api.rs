@@ -143,6 +143,28 @@ fn raw_body(op: &mut Value) {
     op["requestBody"] = json!({"required": true, "content": {"*/*": {"schema": r("Raw")}}});
 }
 
+/// A recovery challenge, `recover:{fingerprint}:{RFC 3339 time}`, as
+/// exactly as the route reads it: a date that exists (30 February does
+/// not; 29 February in leap years only), seconds to 59 (the route refuses
+/// a leap second's `:60`, which no client clock writes). A year before
+/// 1970 is a time long past (401), not a malformed challenge.
+fn recovery_challenge() -> Value {
+    const YEAR: &str = "[0-9]{4}";
+    // Years divisible by 4 but not by 100, and those divisible by 400.
+    const LEAP_YEAR: &str =
+        "([0-9]{2}(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)";
+    let date = format!(
+        "({YEAR}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))|{LEAP_YEAR}-02-29)"
+    );
+    let time = "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?";
+    let offset = "([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+    json!({
+        "type": "string",
+        "maxLength": 300,
+        "pattern": format!("^recover:[^:]+:{date}[Tt ]{time}{offset}$"),
+    })
+}
+
 /// The component schemas the operations reference (besides the host's).
 pub fn schemas() -> Value {
     let profile = obj(
@@ -185,7 +207,7 @@ pub fn schemas() -> Value {
         "DeleteIdentity": with_signature(vec![("fingerprint", openapi::fingerprint())], &[]),
         "IdentityDeleted": obj(&[("fingerprint", t("string")), ("deleted", t("boolean"))], &["fingerprint", "deleted"]),
         "UpdateProfile": with_signature(vec![("fingerprint", openapi::fingerprint()), ("about", json!({"type": "string", "maxLength": 2000})), ("skills", json!({"type": "array", "maxItems": 50, "items": {"type": "string", "minLength": 1, "maxLength": 64, "pattern": "\\S", "description": "trimmed; not blank"}})), ("profile_picture", json!({"type": "string", "maxLength": 200, "description": "an s3_key from /api/storage/presign, or \"\" to clear"}))], &[]),
-        "RecoveryScan": obj(&[("challenge", pattern("^recover:[^:]+:(19[7-9][0-9]|[2-9][0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$")), ("probes", json!({"type": "array", "maxItems": 100, "items": obj(&[("key_index", json!({"type": "integer", "minimum": 0, "maximum": 18446744073709551615u64})), ("fingerprint", openapi::fingerprint()), ("signature", json!({"type": "string", "maxLength": 256}))], &["key_index", "fingerprint", "signature"])})), ("include_contracts", t("boolean")), ("contract_limit", json!({"type": "integer", "minimum": 1, "maximum": 500}))], &["challenge", "probes"]),
+        "RecoveryScan": obj(&[("challenge", recovery_challenge()), ("probes", json!({"type": "array", "maxItems": 100, "items": obj(&[("key_index", json!({"type": "integer", "minimum": 0, "maximum": 18446744073709551615u64})), ("fingerprint", openapi::fingerprint()), ("signature", json!({"type": "string", "maxLength": 256}))], &["key_index", "fingerprint", "signature"])})), ("include_contracts", t("boolean")), ("contract_limit", json!({"type": "integer", "minimum": 1, "maximum": 500}))], &["challenge", "probes"]),
         "RecoveryScanResult": obj(&[("challenge", t("string")), ("identities", json!({"type": "array", "items": obj(&[("key_index", t("integer")), ("fingerprint", t("string")), ("nickname", t("string")), ("pub_key", t("string"))], &["key_index", "fingerprint", "nickname", "pub_key"])})), ("contracts", json!({"type": "array", "items": obj(&[("contract_id", t("string")), ("contract_type", t("string")), ("status", t("string")), ("buyer_fingerprint", t("string")), ("seller_fingerprint", t("string")), ("amount", openapi::amount()), ("witness_proof", json!({"type": ["string", "null"]})), ("reference_post", t("string")), ("delivery_deadline", t("string")), ("created_at", t("string")), ("updated_at", t("string"))], &["contract_id", "status"])}))], &["challenge", "identities", "contracts"]),
         "Presign": with_signature(vec![("fingerprint", openapi::fingerprint()), ("file_path", nonblank(1024)), ("content_type", json!({"type": "string", "minLength": 3, "maxLength": 255, "pattern": marketplace_common::media::MEDIA_TYPE_PATTERN, "description": "a media type (type/subtype, then ; name=value parameters), served back as the upload's Content-Type"})), ("is_public", json!({"type": "boolean", "description": "false: served only to holders of its URL, kept out of shared caches"}))], &["file_path", "content_type"]),
         "Presigned": obj(&[("presigned_url", t("string")), ("s3_key", t("string")), ("public_url", t("string")), ("expires_in", t("integer")), ("method", json!({"const": "PUT", "description": "how to send the bytes to presigned_url"})), ("max_bytes", json!({"type": "integer", "description": "the largest upload presigned_url takes (413 above it)"}))], &["presigned_url", "s3_key", "public_url", "expires_in"]),

@@ -265,6 +265,10 @@ pub fn recovery_scan(req: &Request) -> Result<Response, ApiError> {
     let challenge_ms = challenge.as_deref().and_then(|c| {
         let (fp, at) = c.strip_prefix("recover:")?.split_once(':')?;
         (!fp.is_empty()).then_some(())?;
+        // No leap second (`HH:MM:60`): RFC 3339 admits one at the end of a
+        // month, but no client's clock writes it, and the documented
+        // pattern stays a plain one.
+        (at.get(17..19) != Some("60")).then_some(())?;
         // A time before 1970 is a time long past (401 below), not a
         // malformed challenge.
         time::parse_rfc3339_signed(at).map(|ms| u64::try_from(ms).unwrap_or(0))
