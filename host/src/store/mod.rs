@@ -7,6 +7,7 @@
 //! [`crate::store::group_commit`]); they reach the batch only when the whole
 //! request succeeded, so a failed request leaves nothing behind.
 
+mod file;
 pub mod group_commit;
 mod key_filter;
 pub mod pg;
@@ -532,7 +533,16 @@ impl Storage {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        let db = match Database::create(path) {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        let db = match file::DatabaseFile::new(file)
+            .and_then(|f| redb::Builder::new().create_with_backend(f))
+        {
             Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
                 return Err(HeldElsewhere(path.to_path_buf()).into());
             }
