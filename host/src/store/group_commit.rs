@@ -66,6 +66,16 @@ const MAX_SEALED: usize = 4;
 /// Most closed batches not yet in the database (made durable while a
 /// checkpoint runs): bounds the memory they hold the same way.
 const MAX_HELD: usize = 256;
+/// Most batches one apply (one non-durable redb commit) takes. After a
+/// checkpoint a few hundred wait; applied all in one go they stay in the
+/// list (which new batches count against `MAX_HELD`) until the last of
+/// them is in, 130 ms and more of the applier, while requests closing a
+/// batch wait at `MAX_HELD`. In pieces, each piece leaves the list as soon
+/// as it is in (seventy-second session: the server's p99 28.6 against 31.4 ms
+/// on average over four alternating pairs of paid runs, p99.9 49.8
+/// against 54.5 ms, no dearer a post). Under steady load an apply takes a
+/// handful.
+const MAX_APPLY: usize = 64;
 
 #[derive(Default)]
 struct Slot {
@@ -173,6 +183,9 @@ struct Shared {
     /// Tests: held, the write-ahead log stalls like a slow disk.
     #[cfg(test)]
     log_gate: Mutex<()>,
+    /// Tests: the applier's applies (redb commits) so far.
+    #[cfg(test)]
+    applies: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -652,6 +665,8 @@ impl GroupCommit {
             fail_next: AtomicBool::new(false),
             #[cfg(test)]
             log_gate: Mutex::new(()),
+            #[cfg(test)]
+            applies: Default::default(),
         });
         let committer = match &backend {
             Backend::Redb(db) => {
@@ -746,6 +761,12 @@ impl GroupCommit {
     pub(super) fn hold_apply(&self, on: bool) {
         self.lock().hold_apply = on;
         self.shared.logged.notify_all();
+    }
+
+    /// The applier's applies so far (tests).
+    #[cfg(test)]
+    pub(super) fn applies(&self) -> u64 {
+        self.shared.applies.load(Ordering::Relaxed)
     }
 
     /// A checkpoint was asked for and has not ended (tests).
@@ -1398,7 +1419,8 @@ fn applier(db: &Database, shared: &Shared, base: &std::path::Path, log_id: u64) 
             s = shared.logged.wait(s).unwrap_or_else(|p| p.into_inner());
         }
         if can_apply(&s) {
-            let done: Vec<Arc<Sealed>> = s.sealed.range(..s.logged).cloned().collect();
+            let done: Vec<Arc<Sealed>> =
+                s.sealed.range(..s.logged.min(MAX_APPLY)).cloned().collect();
             drop(s);
             let kept: Vec<Arc<Sealed>> = done
                 .iter()
@@ -1415,6 +1437,10 @@ fn applier(db: &Database, shared: &Shared, base: &std::path::Path, log_id: u64) 
                 }))
                 .unwrap_or_else(|_| Err(anyhow::anyhow!("applying the batches panicked")))
             };
+            #[cfg(test)]
+            if !kept.is_empty() {
+                shared.applies.fetch_add(1, Ordering::Relaxed);
+            }
             if let Some(cost) = cost {
                 tracing::debug!(
                     took_us = cost.began.elapsed().as_micros() as u64,

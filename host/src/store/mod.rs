@@ -1848,6 +1848,30 @@ mod tests {
     }
 
     #[test]
+    fn batches_held_back_go_into_the_database_in_pieces() {
+        let (_dir, s) = open();
+        // As while a checkpoint runs: 150 batches (one request each) wait.
+        s.gc.hold_apply(true);
+        let before = s.gc.applies();
+        for i in 0..150u32 {
+            put(&s, format!("k{i:03}").as_bytes(), &i.to_le_bytes());
+        }
+        s.gc.hold_apply(false);
+        s.gc.wait_applied();
+        // At most 64 batches an apply: three at least, each leaving the
+        // list (and the batches closing meanwhile) as soon as it is in.
+        let applies = s.gc.applies() - before;
+        assert!((3..=150).contains(&applies), "{applies} applies");
+        assert_eq!(s.gc.sealed_len(), 0);
+        for i in [0u32, 63, 64, 127, 128, 149] {
+            assert_eq!(
+                read(&s, format!("k{i:03}").as_bytes()).as_deref(),
+                Some(&i.to_le_bytes()[..])
+            );
+        }
+    }
+
+    #[test]
     fn a_checkpoint_waits_for_the_batches_logged_before_it_and_writes_go_on() {
         let (dir, s) = open();
         // The applier takes no batch: a checkpoint asked for now must not
