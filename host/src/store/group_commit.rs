@@ -74,7 +74,7 @@ const MAX_HELD: usize = 256;
 /// as it is in (seventy-second session: the server's p99 28.6 against 31.4 ms
 /// on average over four alternating pairs of paid runs, p99.9 49.8
 /// against 54.5 ms, no dearer a post). Under steady load an apply takes a
-/// handful.
+/// handful. A piece ends with a whole log record ([`piece_end`]).
 const MAX_APPLY: usize = 64;
 
 #[derive(Default)]
@@ -1419,8 +1419,11 @@ fn applier(db: &Database, shared: &Shared, base: &std::path::Path, log_id: u64) 
             s = shared.logged.wait(s).unwrap_or_else(|p| p.into_inner());
         }
         if can_apply(&s) {
-            let done: Vec<Arc<Sealed>> =
-                s.sealed.range(..s.logged.min(MAX_APPLY)).cloned().collect();
+            let done: Vec<Arc<Sealed>> = s
+                .sealed
+                .range(..piece_end(&s.sealed, s.logged))
+                .cloned()
+                .collect();
             drop(s);
             let kept: Vec<Arc<Sealed>> = done
                 .iter()
@@ -1556,6 +1559,20 @@ fn can_apply(s: &Slot) -> bool {
     s.logged > 0 && s.broken.is_none()
 }
 
+/// Where the applier's next piece of the first `logged` closed batches
+/// ends: after [`MAX_APPLY`] of them, and then at the end of the log
+/// record the last of those is in. An apply marks its last record as in
+/// the database (what recovery skips after a crash), so a piece never ends
+/// inside one: a checkpoint between two pieces would make that mark
+/// durable without the record's other batches.
+fn piece_end(sealed: &VecDeque<Arc<Sealed>>, logged: usize) -> usize {
+    let mut end = logged.min(MAX_APPLY);
+    while end > 0 && end < logged && sealed[end].seq() == sealed[end - 1].seq() {
+        end += 1;
+    }
+    end
+}
+
 /// Whether a checkpoint is to begin: due (or the store is stopping, or a
 /// flush wants one), none under way, batches can still reach the
 /// database, and no new log segment failed to start lately.
@@ -1674,6 +1691,26 @@ mod tests {
             below: Vec::new(),
             seq: seq.into(),
         })
+    }
+
+    #[test]
+    fn a_piece_of_the_applier_ends_with_a_whole_log_record() {
+        // Records of one, three and two batches: 62 of one batch each
+        // (seq 1 to 62), then seq 63 holding batches 62 to 64, seq 64
+        // holding 65 and 66, and more.
+        let mut seqs: Vec<u64> = (1..=62).collect();
+        seqs.extend([63, 63, 63, 64, 64]);
+        seqs.extend(65..100);
+        let sealed: VecDeque<Arc<Sealed>> = seqs.iter().map(|&q| logged_batch(&[], q)).collect();
+        // The 64th batch is the second of record 63: the piece takes the
+        // third too.
+        assert_eq!(piece_end(&sealed, sealed.len()), 65);
+        // Only what is logged, however a record goes on.
+        assert_eq!(piece_end(&sealed, 64), 64);
+        assert_eq!(piece_end(&sealed, 10), 10);
+        // A record that starts right after the 64th is the next piece's.
+        let ones: VecDeque<Arc<Sealed>> = (1..=100).map(|q| logged_batch(&[], q)).collect();
+        assert_eq!(piece_end(&ones, 100), 64);
     }
 
     #[test]
