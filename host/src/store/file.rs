@@ -16,6 +16,7 @@ use redb::{BackendError, StorageBackend};
 use std::fs::File;
 use std::io::Error as IoError;
 use std::ops::Bound;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bytes written between two starts of the kernel's writeback.
@@ -34,11 +35,19 @@ pub struct DatabaseFile {
 }
 
 impl DatabaseFile {
-    pub fn new(file: File) -> Result<DatabaseFile, redb::DatabaseError> {
+    /// The file at `path`, opened (or created) as redb's `Database::create`
+    /// opens it. redb takes its lock when the database is opened on it.
+    pub fn open(path: &Path) -> std::io::Result<DatabaseFile> {
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
         #[cfg(target_os = "linux")]
         let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
         Ok(DatabaseFile {
-            inner: FileBackend::new(file)?,
+            inner: FileBackend::new(file).map_err(std::io::Error::other)?,
             #[cfg(target_os = "linux")]
             fd,
             unsent: AtomicU64::new(0),
@@ -134,28 +143,14 @@ mod tests {
 
     const T: TableDefinition<u64, &[u8]> = TableDefinition::new("t");
 
-    fn open(path: &std::path::Path) -> Result<Database, redb::DatabaseError> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .unwrap();
-        redb::Builder::new().create_with_backend(DatabaseFile::new(file)?)
+    fn open(path: &Path) -> Result<Database, redb::DatabaseError> {
+        redb::Builder::new().create_with_backend(DatabaseFile::open(path).unwrap())
     }
 
     #[test]
     fn writeback_starts_once_a_mebibyte_and_the_sync_counts_afresh() {
         let dir = tempfile::tempdir().unwrap();
-        let file = File::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(dir.path().join("f"))
-            .unwrap();
-        let f = DatabaseFile::new(file).unwrap();
+        let f = DatabaseFile::open(&dir.path().join("f")).unwrap();
         let page = vec![7u8; 4096];
         // 255 pages: not yet; the 256th: once.
         for i in 0..255 {

@@ -533,16 +533,9 @@ impl Storage {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
+        let file = file::DatabaseFile::open(path)
             .with_context(|| format!("opening {}", path.display()))?;
-        let db = match file::DatabaseFile::new(file)
-            .and_then(|f| redb::Builder::new().create_with_backend(f))
-        {
+        let db = match redb::Builder::new().create_with_backend(file) {
             Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
                 return Err(HeldElsewhere(path.to_path_buf()).into());
             }
