@@ -37,7 +37,7 @@ pub struct DatabaseFile {
 impl DatabaseFile {
     /// The file at `path`, opened (or created) as redb's `Database::create`
     /// opens it. redb takes its lock when the database is opened on it.
-    pub fn open(path: &Path) -> std::io::Result<DatabaseFile> {
+    pub fn open(path: &Path) -> Result<DatabaseFile, IoError> {
         let file = File::options()
             .read(true)
             .write(true)
@@ -47,7 +47,7 @@ impl DatabaseFile {
         #[cfg(target_os = "linux")]
         let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
         Ok(DatabaseFile {
-            inner: FileBackend::new(file).map_err(std::io::Error::other)?,
+            inner: FileBackend::new(file).map_err(IoError::other)?,
             #[cfg(target_os = "linux")]
             fd,
             unsent: AtomicU64::new(0),
