@@ -287,6 +287,17 @@ fn serve(config: Config) -> Result<()> {
         config.plugins_dir.display()
     );
     crate::logging::init(&config);
+    if !config.heap_huge_pages {
+        match crate::heap::use_small_pages() {
+            Ok(bytes) => tracing::info!(
+                arena_mib = bytes >> 20,
+                "heap: small pages (heap_huge_pages = false)"
+            ),
+            Err(errno) => tracing::warn!(
+                "heap: no arena of small pages could be reserved (errno {errno}); the heap may use huge pages"
+            ),
+        }
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         // A busy worker gathers its log lines and writes them when idle.

@@ -80,6 +80,10 @@ pub struct Config {
     /// Write `/tmp/perf-<pid>.map`, naming each compiled function of the
     /// loaded components, so `perf` can attribute samples inside plugins.
     pub perf_map: bool,
+    /// Let the heap use transparent huge pages (mimalloc's way, the
+    /// default); off, `serve` moves it to an arena of 4 KiB pages
+    /// (`crate::heap`).
+    pub heap_huge_pages: bool,
     /// Log filter (tracing-subscriber EnvFilter syntax), e.g. "info".
     pub log: String,
     /// `text` (colours only on a terminal) or `json` (one object per line).
@@ -354,6 +358,7 @@ impl Default for Config {
             testing_routes: false,
             watch_plugins: true,
             perf_map: false,
+            heap_huge_pages: true,
             log: "info".into(),
             log_format: LogFormat::Text,
             metrics_listen: None,
@@ -1085,6 +1090,7 @@ const BOOL_SETTINGS: &[&str] = &[
     "testing_routes",
     "watch_plugins",
     "perf_map",
+    "heap_huge_pages",
     "group_commit",
 ];
 

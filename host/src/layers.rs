@@ -11,7 +11,8 @@
 /// The top-level modules of the host, each allowed to use only those
 /// before it.
 pub(crate) const ORDER: &[&str] = &[
-    // Leaves: ids and hex, grant names, the process's metrics.
+    // Leaves: the heap, ids and hex, grant names, the process's metrics.
+    "heap",
     "ids",
     "capabilities",
     "metrics",

@@ -26,7 +26,8 @@
 //!   batches), [`config`] (settings), [`alerts`] (problems found at start
 //!   that need the operator; health and a metric show them).
 //! - [`ids`], [`capabilities`], [`metrics`]: ids and hex, grant names, the
-//!   process's Prometheus metrics.
+//!   process's Prometheus metrics; [`heap`]: the binary's allocator
+//!   (mimalloc; in an arena of small pages with `heap_huge_pages = false`).
 
 pub mod alerts;
 pub mod app;
@@ -35,6 +36,7 @@ pub mod backup;
 pub mod capabilities;
 pub mod cli;
 pub mod config;
+pub mod heap;
 pub mod ids;
 #[cfg(test)]
 mod layers;

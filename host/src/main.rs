@@ -4,8 +4,10 @@
 // CPU per request in alternating external benches, and 1.4 to 1.8 times
 // the large cash health checks per second at about the same peak memory
 // (docs/benchmarks-history.md, "mimalloc, measured by instructions").
+// With `heap_huge_pages = false`, `serve` moves it to an arena of small
+// pages (`marketplace::heap`).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: marketplace::heap::Heap = marketplace::heap::Heap;
 
 fn main() -> std::process::ExitCode {
     marketplace::cli::main()
