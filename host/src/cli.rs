@@ -289,8 +289,9 @@ fn serve(config: Config) -> Result<()> {
     crate::logging::init(&config);
     if !config.heap_huge_pages {
         match crate::heap::use_small_pages() {
-            Ok(bytes) => tracing::info!(
-                arena_mib = bytes >> 20,
+            Ok(arena) => tracing::info!(
+                arena_mib = arena.bytes >> 20,
+                at = format_args!("{:#x}", arena.start),
                 "heap: small pages (heap_huge_pages = false)"
             ),
             Err(errno) => tracing::warn!(

@@ -10,27 +10,58 @@
 //! (its page cache is on this heap) that happened about a dozen times a
 //! second under paid load. Where fresh memory is cheap, huge pages cost
 //! nothing of the kind and save CPU, so they stay the default; with
-//! `heap_huge_pages = false`, [`use_small_pages`] puts every allocation from
-//! then on in an arena of 4 KiB pages (one arena of reserved address
-//! space, touched page by page as it is used): a first touch then costs one
-//! page's backing, spread over the requests instead of gathered into a
-//! stall (`heap_huge_pages`, README "Configuration"; figures in
+//! `heap_huge_pages = false`, [`use_small_pages`] puts the allocations from
+//! then on in an arena of 4 KiB pages (address space mapped once and
+//! marked `MADV_NOHUGEPAGE`, so even where the kernel gives huge pages to
+//! every mapping; touched page by page as it is used): a first touch then
+//! costs one page's backing, spread over the requests instead of gathered
+//! into a stall (`heap_huge_pages`, README "Configuration"; figures in
 //! docs/benchmarks-history.md, "Huge pages and the paid tail").
 //!
 //! [`Heap`] is the global allocator of the `marketplace` binary. Until
-//! [`use_small_pages`] is called, and whenever the arena cannot give a
-//! block (it is full), a block comes from mimalloc's own heap; either kind
-//! is freed by `mi_free`, from any thread.
+//! [`use_small_pages`] is called, for alignments above 64 KiB (which an
+//! arena of mimalloc's own choosing must serve), and once the arena has
+//! been full (a full arena makes each allocation that misses mimalloc's
+//! fast path collect and purge before it fails, so the first failure
+//! sends every later block to mimalloc's heap), a block comes from
+//! mimalloc's own heap; either kind is freed by `mi_free`, from any
+//! thread.
 
 use libmimalloc_sys as mi;
 use std::alloc::{GlobalAlloc, Layout};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 /// The heap allocations go to: null until [`use_small_pages`], then a
 /// mimalloc heap that allocates only in the small-page arena (a mimalloc
 /// heap serves any thread: each has its own part of it).
 static SMALL: AtomicPtr<mi::mi_heap_t> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The arena refused a block once: it is full, and every later block
+/// comes from mimalloc's heap.
+static FULL: AtomicBool = AtomicBool::new(false);
+
+/// The largest alignment the arena's heap can give (mimalloc's slice).
+const ARENA_ALIGN: usize = 64 << 10;
+
+/// The small-page heap, when a block of `align` should come from it.
+#[inline]
+fn small(align: usize) -> Option<*mut mi::mi_heap_t> {
+    let heap = SMALL.load(Ordering::Acquire);
+    (!heap.is_null() && align <= ARENA_ALIGN && !FULL.load(Ordering::Relaxed)).then_some(heap)
+}
+
+/// A block from the small-page heap, or null (and the arena taken for
+/// full) when it had none.
+#[inline]
+fn from_arena(p: *mut c_void) -> Option<*mut u8> {
+    if p.is_null() {
+        FULL.store(true, Ordering::Relaxed);
+        None
+    } else {
+        Some(p.cast())
+    }
+}
 
 /// mimalloc, through the small-page arena once it is set up.
 pub struct Heap;
@@ -42,12 +73,11 @@ pub struct Heap;
 unsafe impl GlobalAlloc for Heap {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let heap = SMALL.load(Ordering::Relaxed);
-        if !heap.is_null() {
+        if let Some(heap) = small(layout.align()) {
             // SAFETY: `heap` lives as long as the process.
             let p = unsafe { mi::mi_heap_malloc_aligned(heap, layout.size(), layout.align()) };
-            if !p.is_null() {
-                return p.cast();
+            if let Some(p) = from_arena(p) {
+                return p;
             }
         }
         // SAFETY: plain mimalloc allocation.
@@ -56,12 +86,11 @@ unsafe impl GlobalAlloc for Heap {
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let heap = SMALL.load(Ordering::Relaxed);
-        if !heap.is_null() {
+        if let Some(heap) = small(layout.align()) {
             // SAFETY: as in `alloc`.
             let p = unsafe { mi::mi_heap_zalloc_aligned(heap, layout.size(), layout.align()) };
-            if !p.is_null() {
-                return p.cast();
+            if let Some(p) = from_arena(p) {
+                return p;
             }
         }
         // SAFETY: plain mimalloc allocation.
@@ -76,15 +105,14 @@ unsafe impl GlobalAlloc for Heap {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let heap = SMALL.load(Ordering::Relaxed);
-        if !heap.is_null() {
+        if let Some(heap) = small(layout.align()) {
             // SAFETY: `ptr` came from one of mimalloc's heaps; on null it
             // is left as it was.
             let p = unsafe {
                 mi::mi_heap_realloc_aligned(heap, ptr.cast::<c_void>(), new_size, layout.align())
             };
-            if !p.is_null() {
-                return p.cast();
+            if let Some(p) = from_arena(p) {
+                return p;
             }
         }
         // SAFETY: as above.
@@ -92,9 +120,10 @@ unsafe impl GlobalAlloc for Heap {
     }
 }
 
-/// How much address space the arena reserves: the machine's memory, at
-/// most 4 GiB (a reservation larger than the memory is refused where the
-/// kernel checks overcommit). Past it blocks come from mimalloc's heap.
+/// How much address space the arena maps: the machine's memory, in
+/// whole 64 MiB, at least 64 MiB and at most 8 GiB (mimalloc 3 takes
+/// external memory of up to 15 GiB as one arena). None of it is used
+/// until touched (`MAP_NORESERVE`).
 fn arena_bytes() -> usize {
     // SAFETY: sysconf only reads.
     let (pages, page) = unsafe {
@@ -106,36 +135,82 @@ fn arena_bytes() -> usize {
     let physical = usize::try_from(pages.max(0))
         .unwrap_or(0)
         .saturating_mul(usize::try_from(page.max(0)).unwrap_or(0));
-    physical.clamp(64 << 20, 4 << 30)
+    physical.clamp(64 << 20, 8 << 30) & !((64 << 20) - 1)
 }
 
-/// Reserve an arena of `bytes` without huge pages and make it where
-/// [`Heap`] allocates. The arena's size, or the error mimalloc gave (then
-/// allocations stay in mimalloc's heap). Called once, at the start of
-/// `serve`; a second call keeps the first arena.
-pub fn use_small_pages() -> Result<usize, i32> {
+/// The small-page arena, once set up.
+#[derive(Clone, Copy, Debug)]
+pub struct Arena {
+    /// Where it starts.
+    pub start: usize,
+    /// How many bytes it spans.
+    pub bytes: usize,
+}
+
+/// Map an arena without huge pages and make it where [`Heap`] allocates;
+/// the arena, or the error (then allocations stay in mimalloc's heap).
+/// Called once, at the start of `serve`; a second call keeps the first
+/// arena.
+pub fn use_small_pages() -> Result<Arena, i32> {
     use_small_pages_of(arena_bytes())
 }
 
-fn use_small_pages_of(bytes: usize) -> Result<usize, i32> {
-    static ARENA: std::sync::OnceLock<Result<usize, i32>> = std::sync::OnceLock::new();
+fn use_small_pages_of(bytes: usize) -> Result<Arena, i32> {
+    static ARENA: std::sync::OnceLock<Result<Arena, i32>> = std::sync::OnceLock::new();
     *ARENA.get_or_init(|| {
-        let mut id: mi::mi_arena_id_t = std::ptr::null_mut();
-        // Committed (read-write at once: this is Linux's overcommit, no
-        // memory is used until touched), no large pages, exclusive (only
-        // the heap made for it allocates there).
-        // SAFETY: `id` is a valid place for the arena's id.
-        let err = unsafe { mi::mi_reserve_os_memory_ex(bytes, true, false, true, &mut id) };
-        if err != 0 {
-            return Err(err);
+        // One slice more, to start the arena on a slice (mimalloc would
+        // otherwise drop a whole 32 MiB chunk of it).
+        let mapped = bytes + ARENA_ALIGN;
+        // SAFETY: a new private anonymous mapping; nothing else uses it.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                mapped,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::ENOMEM));
         }
-        // SAFETY: `id` names the arena just reserved.
-        let heap = unsafe { mi::mi_heap_new_in_arena(id) };
+        let start = (base as usize).next_multiple_of(ARENA_ALIGN);
+        // SAFETY: `start..start + bytes` lies inside the mapping. Small
+        // pages even where the kernel gives huge pages to every mapping.
+        unsafe { libc::madvise(start as *mut c_void, bytes, libc::MADV_NOHUGEPAGE) };
+        let mut id: mi::mi_arena_id_t = std::ptr::null_mut();
+        // Committed (read-write), not pinned (mimalloc may give back what
+        // it frees), zeroed (fresh), any NUMA node, exclusive (only the
+        // heap made for it allocates there).
+        // SAFETY: the range is ours for the life of the process.
+        let managed = unsafe {
+            mi::mi_manage_os_memory_ex(
+                start as *const c_void,
+                bytes,
+                true,
+                false,
+                true,
+                -1,
+                true,
+                &mut id,
+            )
+        };
+        // SAFETY: `id` names the arena just made.
+        let heap = if managed {
+            unsafe { mi::mi_heap_new_in_arena(id) }
+        } else {
+            std::ptr::null_mut()
+        };
         if heap.is_null() {
+            // SAFETY: the mapping made above, which nothing uses.
+            unsafe { libc::munmap(base, mapped) };
             return Err(libc::ENOMEM);
         }
-        SMALL.store(heap, Ordering::Relaxed);
-        Ok(bytes)
+        SMALL.store(heap, Ordering::Release);
+        Ok(Arena { start, bytes })
     })
 }
 
@@ -152,7 +227,7 @@ mod tests {
     /// that a test can fill it).
     fn small_heap() -> *mut mi::mi_heap_t {
         use_small_pages_of(64 << 20).expect("an arena of 64 MiB");
-        SMALL.load(Ordering::Relaxed)
+        SMALL.load(Ordering::Acquire)
     }
 
     /// One test: a test filling the arena while another checks where its
@@ -160,24 +235,38 @@ mod tests {
     #[test]
     fn blocks_come_from_the_arena_and_then_from_mimallocs_heap() {
         let heap = small_heap();
+        let arena = use_small_pages_of(64 << 20).unwrap();
+        assert_eq!(arena.start % ARENA_ALIGN, 0);
         blocks_come_from_the_arena_keep_their_contents_and_alignment(heap);
         a_full_arena_leaves_allocations_to_mimallocs_heap(heap);
     }
 
     fn blocks_come_from_the_arena_keep_their_contents_and_alignment(heap: *mut mi::mi_heap_t) {
-        for (size, align) in [(1, 1), (24, 8), (4096, 4096), (100_000, 64), (3 << 20, 16)] {
+        let cases = [
+            (1, 1),
+            (24, 8),
+            (4096, 4096),
+            (100_000, 64),
+            (3 << 20, 16),
+            (8, 1 << 20),
+        ];
+        for (size, align) in cases {
             let layout = Layout::from_size_align(size, align).unwrap();
+            // Past a slice's alignment, only mimalloc's own arenas can.
+            let in_arena = align <= ARENA_ALIGN;
             unsafe {
                 let p = Heap.alloc(layout);
                 assert!(!p.is_null());
                 assert_eq!(p as usize % align, 0, "alignment {align}");
-                assert!(
+                assert_eq!(
                     mi_heap_contains(heap, p.cast()),
-                    "{size} bytes in the arena"
+                    in_arena,
+                    "{size} bytes, {align}"
                 );
                 std::ptr::write_bytes(p, 0xA5, size);
                 let q = Heap.realloc(p, layout, size * 2 + 7);
                 assert_eq!(q as usize % align, 0);
+                assert_eq!(mi_heap_contains(heap, q.cast()), in_arena, "grown {size}");
                 assert!(
                     std::slice::from_raw_parts(q, size)
                         .iter()
@@ -185,16 +274,19 @@ mod tests {
                 );
                 Heap.dealloc(q, Layout::from_size_align(size * 2 + 7, align).unwrap());
                 let z = Heap.alloc_zeroed(layout);
+                assert_eq!(mi_heap_contains(heap, z.cast()), in_arena, "zeroed {size}");
                 assert!(std::slice::from_raw_parts(z, size).iter().all(|&b| b == 0));
                 Heap.dealloc(z, layout);
             }
         }
+        assert!(!FULL.load(Ordering::Relaxed));
     }
 
     fn a_full_arena_leaves_allocations_to_mimallocs_heap(heap: *mut mi::mi_heap_t) {
         let layout = Layout::from_size_align(1 << 20, 8).unwrap();
-        // 96 MiB of live blocks from a 64 MiB arena: all given, some
-        // from elsewhere, and every one usable and freed.
+        // 96 MiB of live blocks from a 64 MiB arena: all given, the first
+        // ones from the arena, those after its first refusal from
+        // mimalloc's heap; every one usable and freed.
         let blocks: Vec<*mut u8> = (0..96)
             .map(|i| unsafe {
                 let p = Heap.alloc(layout);
@@ -203,16 +295,23 @@ mod tests {
                 p
             })
             .collect();
-        let inside = blocks
+        let inside: Vec<bool> = blocks
             .iter()
-            .filter(|&&p| unsafe { mi_heap_contains(heap, p.cast()) })
-            .count();
-        assert!(inside > 0 && inside < 96, "{inside} of 96 in the arena");
+            .map(|&p| unsafe { mi_heap_contains(heap, p.cast()) })
+            .collect();
+        let first_out = inside.iter().position(|&i| !i).expect("a block outside");
+        assert!(first_out > 0, "no block in the arena");
+        assert!(inside[first_out..].iter().all(|&i| !i), "{inside:?}");
+        assert!(FULL.load(Ordering::Relaxed));
         for (i, p) in blocks.into_iter().enumerate() {
             unsafe {
                 assert_eq!(p.read(), i as u8);
                 Heap.dealloc(p, layout);
             }
         }
+        // Room again, but the arena stays passed over.
+        let p = unsafe { Heap.alloc(Layout::from_size_align(64, 8).unwrap()) };
+        assert!(!unsafe { mi_heap_contains(heap, p.cast()) });
+        unsafe { Heap.dealloc(p, Layout::from_size_align(64, 8).unwrap()) };
     }
 }
