@@ -66,6 +66,27 @@ fn from_arena(p: *mut c_void) -> Option<*mut u8> {
 /// mimalloc, through the small-page arena once it is set up.
 pub struct Heap;
 
+/// A block of `layout` from the small-page heap through `in_heap`, else
+/// from mimalloc's heap through `plain`.
+///
+/// # Safety
+/// `in_heap` and `plain` are mimalloc's aligned allocation functions.
+#[inline]
+unsafe fn allocate(
+    layout: Layout,
+    in_heap: unsafe extern "C" fn(*mut mi::mi_heap_t, usize, usize) -> *mut c_void,
+    plain: unsafe extern "C" fn(usize, usize) -> *mut c_void,
+) -> *mut u8 {
+    if let Some(heap) = small(layout.align()) {
+        // SAFETY: `heap` lives as long as the process.
+        if let Some(p) = from_arena(unsafe { in_heap(heap, layout.size(), layout.align()) }) {
+            return p;
+        }
+    }
+    // SAFETY: plain mimalloc allocation.
+    unsafe { plain(layout.size(), layout.align()).cast() }
+}
+
 // SAFETY: every block comes from mimalloc with the layout's size and
 // alignment, and `mi_free`/`mi_realloc_aligned` take a block of any of
 // its heaps; a null from the arena falls back to mimalloc's own heap,
@@ -73,28 +94,14 @@ pub struct Heap;
 unsafe impl GlobalAlloc for Heap {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if let Some(heap) = small(layout.align()) {
-            // SAFETY: `heap` lives as long as the process.
-            let p = unsafe { mi::mi_heap_malloc_aligned(heap, layout.size(), layout.align()) };
-            if let Some(p) = from_arena(p) {
-                return p;
-            }
-        }
-        // SAFETY: plain mimalloc allocation.
-        unsafe { mi::mi_malloc_aligned(layout.size(), layout.align()).cast() }
+        // SAFETY: mimalloc's allocation functions, plain and zeroed.
+        unsafe { allocate(layout, mi::mi_heap_malloc_aligned, mi::mi_malloc_aligned) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if let Some(heap) = small(layout.align()) {
-            // SAFETY: as in `alloc`.
-            let p = unsafe { mi::mi_heap_zalloc_aligned(heap, layout.size(), layout.align()) };
-            if let Some(p) = from_arena(p) {
-                return p;
-            }
-        }
-        // SAFETY: plain mimalloc allocation.
-        unsafe { mi::mi_zalloc_aligned(layout.size(), layout.align()).cast() }
+        // SAFETY: as in `alloc`.
+        unsafe { allocate(layout, mi::mi_heap_zalloc_aligned, mi::mi_zalloc_aligned) }
     }
 
     #[inline]
