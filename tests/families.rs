@@ -1097,7 +1097,12 @@ fn the_watched_families_directory_mounts_swaps_and_unmounts() {
     std::fs::remove_file(&file).unwrap();
     eventually("jotter is unmounted", &s, || notes(&s).status == 404);
     assert_eq!(notes(&s).code(), "not_found");
-    // Counted as the admin API's unmounts are.
+    // Counted as the admin API's unmounts are (the count follows the
+    // route table's change by a moment: its log line follows the count).
+    eventually("the unmount is logged", &s, || {
+        s.log_text()
+            .contains("component file removed: family unmounted")
+    });
     assert_eq!(
         s.metric(r#"marketplace_plugin_swaps_total{family="jotter",result="unmounted"}"#),
         1
