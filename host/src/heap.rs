@@ -7,7 +7,7 @@
 //! the first touch of a huge page stops the thread for about 12 ms while
 //! 2 MiB are backed and zeroed; a thread holding the commit batch's lease
 //! then holds every paid request up with it, and while the database grows
-//! (its page cache is on this heap) that happened about a dozen times a
+//! (redb keeps its pages on this heap) that happened about a dozen times a
 //! second under paid load. Where fresh memory is cheap, huge pages cost
 //! nothing of the kind and save CPU, so they stay the default; with
 //! `heap_huge_pages = false`, [`use_small_pages`] puts the allocations from
