@@ -230,20 +230,14 @@ mod tests {
         fn mi_heap_contains(heap: *const mi::mi_heap_t, p: *const c_void) -> bool;
     }
 
-    /// The heap the allocator is using, once set up (64 MiB of arena, so
-    /// that a test can fill it).
-    fn small_heap() -> *mut mi::mi_heap_t {
-        use_small_pages_of(64 << 20).expect("an arena of 64 MiB");
-        SMALL.load(Ordering::Acquire)
-    }
-
     /// One test: a test filling the arena while another checks where its
     /// blocks come from would race it.
     #[test]
     fn blocks_come_from_the_arena_and_then_from_mimallocs_heap() {
-        let heap = small_heap();
-        let arena = use_small_pages_of(64 << 20).unwrap();
+        // 64 MiB of arena, so that the test can fill it.
+        let arena = use_small_pages_of(64 << 20).expect("an arena of 64 MiB");
         assert_eq!(arena.start % ARENA_ALIGN, 0);
+        let heap = SMALL.load(Ordering::Acquire);
         blocks_come_from_the_arena_keep_their_contents_and_alignment(heap);
         a_full_arena_leaves_allocations_to_mimallocs_heap(heap);
     }
