@@ -102,6 +102,17 @@ fn listing_without_terms_is_not_verified() {
         s.get(&format!("/api/posts/{id}")).json()["post"]["listing"]["verified"],
         false
     );
+    // `is_public` is accepted (a boolean, or null for absent) and ignored.
+    let id = s.new_post(
+        &k,
+        "Flagged attachments",
+        json!({"attachments": [
+            {"filename": "a.md", "content": "A", "is_public": false},
+            {"filename": "b.md", "content": "B", "is_public": null}
+        ]}),
+    );
+    let post = s.get(&format!("/api/posts/{id}")).json()["post"].clone();
+    assert_eq!(post["attachments"].as_array().map(Vec::len), Some(2));
 }
 
 #[test]
@@ -281,6 +292,14 @@ fn bad_limits_and_bad_attachments_are_400() {
         (
             json!([{"filename": "nocontent.md"}]),
             "attachments[0].content",
+        ),
+        (
+            json!([{"filename": "flag.md", "content": "1", "is_public": "yes"}]),
+            "attachments[0].is_public",
+        ),
+        (
+            json!([{"filename": "flag.md", "content": "1", "is_public": {}}]),
+            "attachments[0].is_public",
         ),
         (json!(many), "attachments"),
         (json!("not a list"), "attachments"),

@@ -190,7 +190,7 @@ fn attachments() -> Value {
             ),
             (
                 "is_public",
-                json!({"type": "boolean", "description": "accepted and ignored (the original client sends it)"}),
+                json!({"type": "boolean", "description": "accepted and ignored (the original client sends it); any other type is 400 invalid_attachment"}),
             ),
         ],
         &["filename"],

@@ -217,6 +217,11 @@ fn attachment_problems(
             );
         }
         names.push(name);
+        // Accepted and ignored (the original client sends it), but of the
+        // type the document gives it.
+        if member("is_public").is_some_and(|v| !v.is_boolean()) {
+            problem(field("is_public"), "must be true or false (it is ignored)");
+        }
         let source = match (content, s3_key) {
             (Some(_), Some(_)) => {
                 problem(
