@@ -113,6 +113,19 @@ fn listing_without_terms_is_not_verified() {
     );
     let post = s.get(&format!("/api/posts/{id}")).json()["post"].clone();
     assert_eq!(post["attachments"].as_array().map(Vec::len), Some(2));
+    // An update's attachments are checked as a post's, as the body's 400
+    // before a missing signature's 401 (PROTOCOL 1's order).
+    let bad = json!({"post_id": id, "attachments": [
+        {"filename": "c.md", "content": "C", "is_public": "yes"}
+    ]});
+    let r = s.post_json("/api/posts/update", &bad);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "invalid_attachment"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(r.json()["details"][0]["field"], "attachments[0].is_public");
 }
 
 #[test]
