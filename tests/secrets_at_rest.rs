@@ -569,6 +569,19 @@ fn no_secret_at_rest(pickup_paid: bool) {
     let r = act(&s, &d.buyer, &id, "pickup");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["certificate_secret"], cert_secret);
+    // Pasted into a message to the A2A agent, as a cash secret was above:
+    // whoever holds it can take the certificate over, so the kept task
+    // does not hold it either (the scan below checks the files).
+    let r = s.post_json(
+        "/a2a",
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {"message": {
+            "messageId": "m-certificate", "role": "ROLE_USER",
+            "parts": [{"text": format!("transfer {cert_secret}")}]}}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let task = &r.json()["result"]["task"];
+    let text = task["history"][0]["parts"][0]["text"].as_str().unwrap();
+    assert!(text.ends_with(":secret:{redacted}"), "{text}");
 
     // The seller's payout.
     let r = act(&s, &d.seller, &id, "pickup");

@@ -120,10 +120,36 @@ fn after_amount(b: &[u8], i: usize) -> bool {
     digits > 0 && colon > digits && b[colon - digits - 1].eq_ignore_ascii_case(&b'e')
 }
 
-/// `text` with the hex of every cash secret in it shown as `{redacted}`:
-/// a plugin's log line (a plugin that logs what it was paid with, or the
-/// change it was handed, must not put a spendable secret in the log), a
-/// message a component keeps.
+/// Whether the `secret` at `i` of `b` follows `n:<id>` and its colon (each
+/// colon as is or `%3A`): a bearer witness or certificate secret,
+/// `n:{contract or certificate id}:secret:{hex}`, which moves a contract
+/// to whoever holds it (`POST /api/witness/replace`).
+fn after_witness_id(b: &[u8], i: usize) -> bool {
+    let colon = if b[i - 1] == b':' { i - 1 } else { i - 3 };
+    let id = b[..colon]
+        .iter()
+        .rev()
+        .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_' || **c == b'-')
+        .count();
+    let start = colon - id;
+    if start < 2 {
+        return false;
+    }
+    // The separator before the id: a colon, or `%3A` (whose `3A` the run
+    // above took for the id's).
+    let id = match b[start - 1] {
+        b':' => id,
+        b'%' if b[start..].len() >= 2 && b[start..start + 2].eq_ignore_ascii_case(b"3a") => id - 2,
+        _ => return false,
+    };
+    let n = start - 2;
+    id > 0 && b[n].eq_ignore_ascii_case(&b'n') && (n == 0 || !b[n - 1].is_ascii_alphanumeric())
+}
+
+/// `text` with the hex of every cash, witness or certificate secret in it
+/// shown as `{redacted}`: a plugin's log line (a plugin that logs what it
+/// was paid with, or the change it was handed, must not put a spendable
+/// secret in the log), a message a component keeps.
 pub fn redact_secret_text(text: &str) -> std::borrow::Cow<'_, str> {
     if !holds_cash_secret(text) {
         return text.into();
@@ -137,7 +163,7 @@ pub fn redact_secret_text(text: &str) -> std::borrow::Cow<'_, str> {
                 .iter()
                 .take_while(|c| c.is_ascii_hexdigit())
                 .count();
-        if start < copied || end == start || !after_amount(b, word) {
+        if start < copied || end == start || !(after_amount(b, word) || after_witness_id(b, word)) {
             continue;
         }
         out.push_str(&text[copied..start]);
@@ -164,6 +190,39 @@ mod tests {
             !holds_hex_key("0af7651916cd43dd8448eb211c80319c"),
             "a trace id"
         );
+    }
+
+    #[test]
+    fn witness_and_certificate_secrets_are_redacted_as_cash_is() {
+        let h = "ab".repeat(32);
+        for (text, want) in [
+            (
+                format!("take n:CTR_2026-x_1:secret:{h} now"),
+                "take n:CTR_2026-x_1:secret:{redacted} now",
+            ),
+            (
+                format!("{{\"w\":\"N:CRT_01J:SECRET:{h}\"}}"),
+                "{\"w\":\"N:CRT_01J:SECRET:{redacted}\"}",
+            ),
+            (
+                format!("n%3ACTR_1%3Asecret%3A{h}"),
+                "n%3ACTR_1%3Asecret%3A{redacted}",
+            ),
+            (
+                format!("e1:secret:{h} and n:CTR_1:secret:{h}"),
+                "e1:secret:{redacted} and n:CTR_1:secret:{redacted}",
+            ),
+        ] {
+            assert_eq!(redact_secret_text(&text), want);
+        }
+        // Not a witness: no `n:` before the id, or a word ending in n.
+        for prose in [
+            format!("CTR_1:secret:{h}"),
+            format!("plan:CTR_1:secret:{h}"),
+            format!("n::secret:{h}"),
+        ] {
+            assert_eq!(redact_secret_text(&prose), prose);
+        }
     }
 
     #[test]
