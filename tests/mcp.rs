@@ -350,6 +350,44 @@ fn macro_def(name: &str) -> Value {
 }
 
 #[test]
+fn a_macro_that_is_defined_also_runs_however_it_nests() {
+    // Nested parentheses: 100 deep is defined and runs (the engine's parser
+    // once ran out of stack at 15, after a define had accepted it); 300
+    // deep, past what the engine that runs macros can parse, is refused at
+    // define, not stored to fail on every call.
+    let s = Server::start();
+    let nested = |n: usize| {
+        let mut def = macro_def(&format!("nested_{n}"));
+        def["typescript"] = json!(format!(
+            "return {{ term: {}'deep'{} }};",
+            "(".repeat(n),
+            ")".repeat(n)
+        ));
+        def
+    };
+    let r = s.post_json("/api/mcp/tools/define", &nested(100));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let r = s.post_json(
+        "/api/mcp/tools/execute",
+        &json!({"tool": "nested_100", "arguments": {"style": "any"}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["term"], "deep");
+    let r = s.post_json("/api/mcp/tools/define", &nested(300));
+    assert_eq!(
+        (r.status, r.json()["details"][0]["problem"].as_str()),
+        (400, Some("nests too deeply to parse")),
+        "{}",
+        r.text()
+    );
+    let r = s.post_json(
+        "/api/mcp/tools/execute",
+        &json!({"tool": "nested_300", "arguments": {"style": "any"}}),
+    );
+    assert_eq!(r.status, 404, "{}", r.text());
+}
+
+#[test]
 fn macros_are_first_come_and_owner_updated() {
     let s = Server::start();
     let owner = s.identity("macroowner");

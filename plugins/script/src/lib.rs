@@ -95,10 +95,31 @@ impl Default for Limits {
     }
 }
 
+/// Load a program from [`compile`] into a fresh engine without calling its
+/// function: the engine parses and compiles all of it, as [`run`] does
+/// first, so a program that passes has nothing the engine refuses to load.
+/// (Nesting deep enough to overflow the plugin's stack traps here as it
+/// would in [`run`]; the caller tells the host how to answer that.)
+pub fn check(js: &str) -> Result<(), String> {
+    let mut ctx = engine(0, Limits::default())?;
+    load(js, &mut ctx).map(|_| ())
+}
+
 /// Run a program from [`compile`] with `args` (as JSON), and return what the
 /// function returned, as JSON (`None` for `undefined`). `now_ms` is the wall
 /// clock JavaScript sees. Errors are the engine's messages.
 pub fn run(js: &str, args: &Value, now_ms: i64, limits: Limits) -> Result<Option<Value>, String> {
+    let mut ctx = engine(now_ms, limits)?;
+    let function = load(js, &mut ctx)?;
+    let args = JsValue::from_json(args, &mut ctx).map_err(|e| message(e, &mut ctx))?;
+    let out = function
+        .call(&JsValue::undefined(), &[args], &mut ctx)
+        .map_err(|e| message(e, &mut ctx))?;
+    out.to_json(&mut ctx).map_err(|e| message(e, &mut ctx))
+}
+
+/// A fresh engine with the host's clock and `limits`.
+fn engine(now_ms: i64, limits: Limits) -> Result<Context, String> {
     let mut ctx = ContextBuilder::default()
         .clock(Rc::new(HostClock(now_ms)))
         .host_hooks(Rc::new(Utc))
@@ -110,34 +131,37 @@ pub fn run(js: &str, args: &Value, now_ms: i64, limits: Limits) -> Result<Option
     if limits.loop_iterations > 0 {
         runtime.set_loop_iteration_limit(limits.loop_iterations);
     }
-    // The first line: the engine appends a stack trace in wrapper positions.
-    let message = |e: boa_engine::JsError, ctx: &mut Context| {
-        let text = match e.try_native(ctx) {
-            Ok(native) => native.to_string(),
-            Err(_) => e.to_string(),
-        };
-        // ... and positions of the wrapped source, which would mislead.
-        let first = text.lines().next().unwrap_or_default();
-        match first.rfind(" (unknown at ") {
-            Some(i) if first.ends_with(')') => first[..i].to_string(),
-            _ => first.to_string(),
-        }
-    };
+    Ok(ctx)
+}
+
+/// Evaluate the program (it only declares the function) and return the
+/// function.
+fn load(js: &str, ctx: &mut Context) -> Result<boa_engine::object::JsObject, String> {
     if let Err(e) = ctx.eval(Source::from_bytes(js)) {
-        return Err(message(e, &mut ctx));
+        return Err(message(e, ctx));
     }
     let entry = ctx
         .global_object()
-        .get(js_string!(ENTRY), &mut ctx)
-        .map_err(|e| message(e, &mut ctx))?;
-    let Some(function) = entry.as_callable() else {
-        return Err("the macro did not define its function".into());
+        .get(js_string!(ENTRY), ctx)
+        .map_err(|e| message(e, ctx))?;
+    match entry.as_callable() {
+        Some(function) => Ok(function.clone()),
+        None => Err("the macro did not define its function".into()),
+    }
+}
+
+/// An engine error's first line: the engine appends a stack trace in
+/// wrapper positions, and positions of the wrapped source would mislead.
+fn message(e: boa_engine::JsError, ctx: &mut Context) -> String {
+    let text = match e.try_native(ctx) {
+        Ok(native) => native.to_string(),
+        Err(_) => e.to_string(),
     };
-    let args = JsValue::from_json(args, &mut ctx).map_err(|e| message(e, &mut ctx))?;
-    let out = function
-        .call(&JsValue::undefined(), &[args], &mut ctx)
-        .map_err(|e| message(e, &mut ctx))?;
-    out.to_json(&mut ctx).map_err(|e| message(e, &mut ctx))
+    let first = text.lines().next().unwrap_or_default();
+    match first.rfind(" (unknown at ") {
+        Some(i) if first.ends_with(')') => first[..i].to_string(),
+        _ => first.to_string(),
+    }
 }
 
 /// The host's wall clock, fixed for one run: the sandbox has no clock of its
