@@ -2272,6 +2272,20 @@ fn a2a_jsonrpc_errors() {
         )),
         -32005
     );
+    // Parts of the wrong shape are invalid parameters, not another content
+    // type, and say what is wrong.
+    for (parts, says) in [
+        (json!([5]), "each part must be an object"),
+        (json!([{"text": 5}]), "text part: text must be a string"),
+        (
+            json!([{"data": {"contract_id": 5}}]),
+            "data part: contract_id must be a string",
+        ),
+    ] {
+        let r = a2a(&s, req("SendMessage", json!({"message": {"parts": parts}})));
+        assert_eq!(r["error"]["code"], -32602, "{r}");
+        assert_eq!(r["error"]["message"], says, "{r}");
+    }
     assert_eq!(
         code(req(
             "SendMessage",

@@ -330,6 +330,12 @@ fn contract_in_text(text: &str) -> Option<String> {
 fn ask_of(parts: &[Value]) -> Result<Ask, RpcError> {
     let mut only_other = true;
     for part in parts {
+        if !part.is_object() {
+            return Err(err(INVALID_PARAMS, "each part must be an object"));
+        }
+        if part.get("text").is_some_and(|t| !t.is_string()) {
+            return Err(err(INVALID_PARAMS, "text part: text must be a string"));
+        }
         if let Some(text) = part.get("text").and_then(Value::as_str) {
             only_other = false;
             if marketplace_guest::is_blank(text) {
@@ -343,7 +349,12 @@ fn ask_of(parts: &[Value]) -> Result<Ask, RpcError> {
         if let Some(data) = part.get("data") {
             only_other = false;
             if let Some(id) = data.get("contract_id") {
-                let id = id.as_str().unwrap_or_default();
+                let Some(id) = id.as_str() else {
+                    return Err(err(
+                        INVALID_PARAMS,
+                        "data part: contract_id must be a string",
+                    ));
+                };
                 return contract_ask(id);
             }
             if let Some(term) = data.get("term") {

@@ -707,8 +707,9 @@ fn define(req: &Request) -> Result<Response, ApiError> {
     }
     // Nesting deep enough to overflow the parser's stack is the author's
     // error too. The engine that runs the macro loads it here as well
-    // (its parser nests deeper a level than the checker's), with less
-    // stack than a run has, so that what is defined also loads when run.
+    // (its parser takes far more stack a level of nesting than the
+    // checker's), with less stack than a run has, so that what is defined
+    // also loads when run.
     on_fault(&ApiError::invalid("typescript", "nests too deeply to parse").into());
     if let Some(ts) = &typescript {
         match marketplace_script::compile(ts) {

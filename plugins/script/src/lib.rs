@@ -243,6 +243,16 @@ mod tests {
     }
 
     #[test]
+    fn check_loads_without_running() {
+        // The body would throw if it ran: loading does not run it.
+        assert_eq!(check(&compile("throw new Error('ran');").unwrap()), Ok(()));
+        assert!(eval("throw new Error('ran');", Value::Null).is_err());
+        // What the engine refuses to load is the check's error.
+        assert!(check("function __macro(args) { return 1 +; }").is_err());
+        assert!(check("const x = 1;").is_err(), "no function");
+    }
+
+    #[test]
     fn typed_body_runs() {
         let out = eval(
             "interface Q { term: string; limit?: number }\n\
