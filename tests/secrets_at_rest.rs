@@ -62,6 +62,22 @@ fn mode(path: &Path) -> u32 {
         & 0o777
 }
 
+/// Send `text` to the A2A agent as a user's message; the text of that
+/// message as the task it answered keeps it (its history).
+fn a2a_kept_text(s: &Server, text: &str) -> String {
+    let r = s.post_json(
+        "/a2a",
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+            "messageId": "m-pasted", "role": "ROLE_USER", "parts": [{"text": text}]}}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let task = &r.json()["result"]["task"];
+    task["history"][0]["parts"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no kept text: {task}"))
+        .to_string()
+}
+
 fn is_hex64(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
@@ -491,15 +507,7 @@ fn no_secret_at_rest(pickup_paid: bool) {
     // A user who pastes a secret into a message to the A2A agent: the task
     // it keeps (history) does not hold it.
     let pasted = w.mint(&s, "0.3");
-    let r = s.post_json(
-        "/a2a",
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
-            "messageId": "m-secret", "role": "ROLE_USER",
-            "parts": [{"text": format!("logo {pasted}")}]}}}),
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    let task = &r.json()["result"]["task"];
-    let text = task["history"][0]["parts"][0]["text"].as_str().unwrap();
+    let text = a2a_kept_text(&s, &format!("logo {pasted}"));
     assert!(text.ends_with(":secret:{redacted}"), "{text}");
 
     // Buy with change; an identical retry replays the same answer (same
@@ -572,15 +580,7 @@ fn no_secret_at_rest(pickup_paid: bool) {
     // Pasted into a message to the A2A agent, as a cash secret was above:
     // whoever holds it can take the certificate over, so the kept task
     // does not hold it either (the scan below checks the files).
-    let r = s.post_json(
-        "/a2a",
-        &json!({"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {"message": {
-            "messageId": "m-certificate", "role": "ROLE_USER",
-            "parts": [{"text": format!("transfer {cert_secret}")}]}}}),
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    let task = &r.json()["result"]["task"];
-    let text = task["history"][0]["parts"][0]["text"].as_str().unwrap();
+    let text = a2a_kept_text(&s, &format!("transfer {cert_secret}"));
     assert!(text.ends_with(":secret:{redacted}"), "{text}");
 
     // The seller's payout.
