@@ -267,6 +267,17 @@ fn search_tool_matches_get_search_and_execute_passes_through() {
             "must be GET or POST",
         ),
         (json!({}), "tool", "give tool"),
+        // A path that is not a string says so; a missing one is required.
+        (
+            json!({"endpoint": {"method": "GET", "path": 5}}),
+            "endpoint.path",
+            "must be a string",
+        ),
+        (
+            json!({"endpoint": {"method": "GET"}}),
+            "endpoint.path",
+            "is required",
+        ),
         // Arguments beside an endpoint would be dropped unseen.
         (
             json!({"endpoint": {"method": "GET", "path": "/api/fees"},

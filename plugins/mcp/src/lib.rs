@@ -965,8 +965,10 @@ fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
         if method != "GET" && method != "POST" {
             return Err(ApiError::invalid("endpoint.method", "must be GET or POST"));
         }
-        let Some(path) = endpoint["path"].as_str() else {
-            return Err(ApiError::invalid("endpoint.path", "is required"));
+        let path = match &endpoint["path"] {
+            Value::String(path) => path.as_str(),
+            Value::Null => return Err(ApiError::invalid("endpoint.path", "is required")),
+            _ => return Err(ApiError::invalid("endpoint.path", "must be a string")),
         };
         // Public routes only (PROTOCOL 8), as the tool's schema says
         // (`^/api/`): another path is the arguments' 400, not a lookup.
