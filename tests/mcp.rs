@@ -200,8 +200,8 @@ fn search_tool_matches_get_search_and_execute_passes_through() {
     );
 
     // Built-in read tool.
-    let r = s.post_json(
-        "/api/mcp/tools/execute",
+    let r = execute(
+        &s,
         &json!({"tool": "get_post", "arguments": {"post_id": id}}),
     );
     assert_eq!(r.status, 200);
@@ -209,8 +209,8 @@ fn search_tool_matches_get_search_and_execute_passes_through() {
     // Endpoint form: a paid target without payment answers its own 402.
     let body = json!({"author_fingerprint": k.fp(), "content": "x", "signature": k.sign("post:x")});
     let upstream = s.post_json("/api/timeline", &body);
-    let r = s.post_json(
-        "/api/mcp/tools/execute",
+    let r = execute(
+        &s,
         &json!({"endpoint": {"method": "POST", "path": "/api/timeline", "body": body}}),
     );
     assert_eq!(r.status, 402);
@@ -227,10 +227,7 @@ fn search_tool_matches_get_search_and_execute_passes_through() {
     // Only public /api/ routes: another path is the arguments' 400, as
     // the schema's pattern says; an unknown /api/ route is 404.
     for path in ["/admin/plugins", "/openapi.json", "api/fees", "/api"] {
-        let r = s.post_json(
-            "/api/mcp/tools/execute",
-            &json!({"endpoint": {"method": "GET", "path": path}}),
-        );
+        let r = execute(&s, &json!({"endpoint": {"method": "GET", "path": path}}));
         assert_eq!(
             (r.status, r.code().as_str()),
             (400, "invalid_request"),
@@ -238,14 +235,14 @@ fn search_tool_matches_get_search_and_execute_passes_through() {
         );
         assert_eq!(r.json()["details"][0]["field"], "endpoint.path", "{path}");
     }
-    let r = s.post_json(
-        "/api/mcp/tools/execute",
+    let r = execute(
+        &s,
         &json!({"endpoint": {"method": "GET", "path": "/api/nothing-here"}}),
     );
     assert_eq!((r.status, r.code().as_str()), (404, "not_found"));
     // GET or POST, as the Execute schema says.
-    let r = s.post_json(
-        "/api/mcp/tools/execute",
+    let r = execute(
+        &s,
         &json!({"endpoint": {"method": "DELETE", "path": "/api/fees"}}),
     );
     assert_eq!((r.status, r.code().as_str()), (400, "invalid_request"));
@@ -286,7 +283,7 @@ fn search_tool_matches_get_search_and_execute_passes_through() {
             "go with tool",
         ),
     ] {
-        let r = s.post_json("/api/mcp/tools/execute", &body);
+        let r = execute(&s, &body);
         assert_eq!(
             (r.status, r.code().as_str()),
             (400, "invalid_request"),
@@ -301,8 +298,8 @@ fn search_tool_matches_get_search_and_execute_passes_through() {
     }
     // A path that could not be a header's value is still the target's
     // answer (it was a 500: the answer named it as its Content-Location).
-    let r = s.post_json(
-        "/api/mcp/tools/execute",
+    let r = execute(
+        &s,
         &json!({"endpoint": {"method": "GET", "path": "/api/posts/x\n"}}),
     );
     assert_eq!(
@@ -312,7 +309,10 @@ fn search_tool_matches_get_search_and_execute_passes_through() {
         r.text()
     );
     // (An empty `arguments` beside it says nothing, and passes.)
-    let r = s.post_json("/api/mcp/tools/execute", &json!({"endpoint": {"method": "GET", "path": "/api/v1/search", "query": {"term": "walnut"}}, "arguments": {}}));
+    let r = execute(
+        &s,
+        &json!({"endpoint": {"method": "GET", "path": "/api/v1/search", "query": {"term": "walnut"}}, "arguments": {}}),
+    );
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["total"], 1);
     // A host route that writes (it waits for the commit batch), from a
@@ -320,8 +320,8 @@ fn search_tool_matches_get_search_and_execute_passes_through() {
     // commits, on a blocking thread.
     let old = s.mint("0.2");
     let new = format!("e0.2:secret:{}", "d".repeat(64));
-    let r = s.post_json(
-        "/api/mcp/tools/execute",
+    let r = execute(
+        &s,
         &json!({"endpoint": {"method": "POST", "path": "/api/cash/replace",
                              "body": {"webcashes": [old], "new_webcashes": [new]}}}),
     );
@@ -331,8 +331,8 @@ fn search_tool_matches_get_search_and_execute_passes_through() {
     assert_eq!(s.cash_state(&new), (json!(false), json!("0.2")));
     // ... and a fee quote from such a call (the fee component, on a
     // blocking thread too).
-    let r = s.post_json(
-        "/api/mcp/tools/execute",
+    let r = execute(
+        &s,
         &json!({"endpoint": {"method": "GET", "path": "/api/fees"}}),
     );
     assert_eq!(r.status, 200, "{}", r.text());
@@ -378,8 +378,8 @@ fn a_macro_that_is_defined_also_runs_however_it_nests() {
     };
     let r = s.post_json("/api/mcp/tools/define", &nested(100));
     assert_eq!(r.status, 201, "{}", r.text());
-    let r = s.post_json(
-        "/api/mcp/tools/execute",
+    let r = execute(
+        &s,
         &json!({"tool": "nested_100", "arguments": {"style": "any"}}),
     );
     assert_eq!(r.status, 200, "{}", r.text());
@@ -391,8 +391,8 @@ fn a_macro_that_is_defined_also_runs_however_it_nests() {
         "{}",
         r.text()
     );
-    let r = s.post_json(
-        "/api/mcp/tools/execute",
+    let r = execute(
+        &s,
         &json!({"tool": "nested_300", "arguments": {"style": "any"}}),
     );
     assert_eq!(r.status, 404, "{}", r.text());
@@ -463,8 +463,8 @@ fn macros_are_first_come_and_owner_updated() {
         "{}",
         r.text()
     );
-    let r = s.post_json(
-        "/api/mcp/tools/execute",
+    let r = execute(
+        &s,
         &json!({"tool": "legacy_owned", "arguments": {"style": "any"}}),
     );
     assert_eq!(r.status, 200, "{}", r.text());
@@ -540,18 +540,15 @@ fn macros_are_first_come_and_owner_updated() {
     assert_eq!(r.json()["details"][0]["field"], "typescript");
 
     // Arguments are checked against the input schema before anything runs.
-    let r = s.post_json(
-        "/api/mcp/tools/execute",
+    let r = execute(
+        &s,
         &json!({"tool": "logo_search", "arguments": {"style": 7}}),
     );
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["details"][0]["field"], "arguments.style");
-    let r = s.post_json(
-        "/api/mcp/tools/execute",
-        &json!({"tool": "logo_search", "arguments": {}}),
-    );
+    let r = execute(&s, &json!({"tool": "logo_search", "arguments": {}}));
     assert_eq!(r.status, 400);
-    let r = s.post_json("/api/mcp/tools/execute", &json!({"tool": "no_such_tool"}));
+    let r = execute(&s, &json!({"tool": "no_such_tool"}));
     assert_eq!(r.status, 404);
 
     // A listed schema is a promise: every keyword it may hold is enforced,
@@ -570,10 +567,7 @@ fn macros_are_first_come_and_owner_updated() {
         (json!({"price": 0}), "arguments.price"),
         (json!({"price": 1.25}), "arguments.price"),
     ] {
-        let r = s.post_json(
-            "/api/mcp/tools/execute",
-            &json!({"tool": "by_wood", "arguments": args}),
-        );
+        let r = execute(&s, &json!({"tool": "by_wood", "arguments": args}));
         assert_eq!(
             (r.status, r.code().as_str()),
             (400, "invalid_request"),
@@ -582,8 +576,8 @@ fn macros_are_first_come_and_owner_updated() {
         );
         assert_eq!(r.json()["details"][0]["field"], field, "{}", r.text());
     }
-    let r = s.post_json(
-        "/api/mcp/tools/execute",
+    let r = execute(
+        &s,
         &json!({"tool": "by_wood", "arguments": {"style": "oak", "sizes": [1], "price": 2.5}}),
     );
     assert_eq!(r.status, 200, "{}", r.text());
@@ -935,10 +929,7 @@ fn define_ts(s: &Server, name: &str, typescript: &str, props: Value) -> common::
 }
 
 fn run_tool(s: &Server, name: &str, arguments: Value) -> common::Resp {
-    s.post_json(
-        "/api/mcp/tools/execute",
-        &json!({"tool": name, "arguments": arguments}),
-    )
+    execute(s, &json!({"tool": name, "arguments": arguments}))
 }
 
 #[test]
@@ -1672,6 +1663,11 @@ fn mcp_batches_for_clients_of_2025_03_26() {
     }
 }
 
+/// `POST /api/mcp/tools/execute` with this body.
+fn execute(s: &Server, body: &Value) -> common::Resp {
+    s.post_json("/api/mcp/tools/execute", body)
+}
+
 fn call_tool(s: &Server, name: &str, arguments: Value) -> Value {
     let r = rpc(
         s,
@@ -1763,8 +1759,8 @@ fn mcp_tool_input_errors_are_tool_results() {
         assert_eq!(r["result"]["isError"], true, "{post_id}: {r}");
         let answer = &r["result"]["structuredContent"];
         assert_eq!(answer["code"], "not_found", "{post_id}: {r}");
-        let r = s.post_json(
-            "/api/mcp/tools/execute",
+        let r = execute(
+            &s,
             &json!({"tool": "get_post", "arguments": {"post_id": post_id}}),
         );
         assert_eq!(
@@ -1789,15 +1785,15 @@ fn mcp_tool_input_errors_are_tool_results() {
         (json!({"limit": {"n": 1}}), "endpoint.query.limit"),
         (json!("limit=1"), "endpoint.query"),
     ] {
-        let r = s.post_json(
-            "/api/mcp/tools/execute",
+        let r = execute(
+            &s,
             &json!({"endpoint": {"path": "/api/timeline", "query": query}}),
         );
         assert_eq!(r.status, 400, "{query}: {}", r.text());
         assert_eq!(r.json()["details"][0]["field"], field, "{query}");
     }
-    let r = s.post_json(
-        "/api/mcp/tools/execute",
+    let r = execute(
+        &s,
         &json!({"endpoint": {"path": "/api/search?term=oak%20shelf&limit=5", "query": {"post_type": null}}}),
     );
     assert_eq!(r.status, 200, "{}", r.text());
@@ -1805,8 +1801,8 @@ fn mcp_tool_input_errors_are_tool_results() {
     assert_eq!(r.json()["results"][0]["post_id"], id.as_str());
     // ... and escapes that are not UTF-8 are refused there as over HTTP,
     // never searched for as replacement characters.
-    let r = s.post_json(
-        "/api/mcp/tools/execute",
+    let r = execute(
+        &s,
         &json!({"endpoint": {"path": "/api/search?term=caf%E9"}}),
     );
     assert_eq!(r.status, 400, "{}", r.text());
@@ -1852,7 +1848,7 @@ fn execute_runs_the_mcp_components_own_reads_too() {
             "{endpoint}: {r}"
         );
         // The same through the REST route.
-        let rest = s.post_json("/api/mcp/tools/execute", &json!({"endpoint": endpoint}));
+        let rest = execute(&s, &json!({"endpoint": endpoint}));
         assert_eq!(rest.status, 200, "{endpoint}: {}", rest.text());
     }
     // Its own input checks stand.
@@ -1921,8 +1917,8 @@ fn execute_and_define_are_tools_over_json_rpc() {
         1
     );
     // The tool form of HTTP execute reaches define too.
-    let r = s.post_json(
-        "/api/mcp/tools/execute",
+    let r = execute(
+        &s,
         &json!({"tool": "define", "arguments": macro_def("http_macro")}),
     );
     assert_eq!(r.status, 201, "{}", r.text());
@@ -1937,12 +1933,11 @@ fn execute_and_define_are_tools_over_json_rpc() {
     assert_eq!(r["result"]["structuredContent"]["code"], "not_found", "{r}");
 
     // execute: a macro by name, answered as POST /api/mcp/tools/execute.
-    let via_http = s
-        .post_json(
-            "/api/mcp/tools/execute",
-            &json!({"tool": "rpc_macro", "arguments": {"style": "walnut"}}),
-        )
-        .json();
+    let via_http = execute(
+        &s,
+        &json!({"tool": "rpc_macro", "arguments": {"style": "walnut"}}),
+    )
+    .json();
     let r = call_tool(
         &s,
         "execute",
