@@ -5,8 +5,10 @@ through the admin API, registers an identity and posts a listing (signed
 with Ed25519), then with the SDK: resolves the agent card from
 /.well-known/agent-card.json, creates a client from it, sends a message
 (the search skill) and reads the completed task's results, reads the task
-again with GetTask, asks for an unknown contract (a failed task), and checks
-that an unknown task id is the SDK's TaskNotFoundError. Run by .ci/run after
+again with GetTask, lists the context's tasks with ListTasks (in pages, by
+state, with artifacts, and a page size out of range as the SDK's
+InvalidParamsError), asks for an unknown contract (a failed task), and
+checks that an unknown task id is the SDK's TaskNotFoundError. Run by .ci/run after
 the tests (`pip install "a2a-sdk>=1,<2"`).
 """
 import asyncio
@@ -19,13 +21,14 @@ import httpx
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.types.a2a_pb2 import (
     GetTaskRequest,
+    ListTasksRequest,
     Message,
     Part,
     Role,
     SendMessageRequest,
     TaskState,
 )
-from a2a.utils.errors import TaskNotFoundError
+from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from google.protobuf.json_format import MessageToDict
 from service import running
@@ -131,6 +134,33 @@ async def check(base, admin):
         assert missing.status.state == TaskState.TASK_STATE_FAILED, missing.status
         assert "CTR_A2A_NONE" in missing.status.message.parts[0].text, missing.status
 
+        # ListTasks: the tasks of a context, newest first, in pages. The
+        # first message made the context; a second names it.
+        follow = user_message(data={"term": "walnut"})
+        follow.message.context_id = task.context_id
+        second = await send(client, follow)
+        assert second.context_id == task.context_id, second
+        listed = await client.list_tasks(ListTasksRequest(context_id=task.context_id))
+        assert [t.id for t in listed.tasks] == [second.id, task.id], listed
+        assert listed.total_size == 2 and listed.next_page_token == "", listed
+        assert not listed.tasks[0].artifacts, listed.tasks[0]
+        page = await client.list_tasks(ListTasksRequest(context_id=task.context_id, page_size=1))
+        assert [t.id for t in page.tasks] == [second.id] and page.next_page_token, page
+        rest = await client.list_tasks(
+            ListTasksRequest(context_id=task.context_id, page_size=1, page_token=page.next_page_token)
+        )
+        assert [t.id for t in rest.tasks] == [task.id] and rest.next_page_token == "", rest
+        with_artifacts = await client.list_tasks(
+            ListTasksRequest(context_id=task.context_id, include_artifacts=True, status=TaskState.TASK_STATE_COMPLETED)
+        )
+        assert with_artifacts.tasks[1].artifacts == task.artifacts, with_artifacts
+        try:
+            await client.list_tasks(ListTasksRequest(context_id=task.context_id, page_size=101))
+        except InvalidParamsError:
+            pass
+        else:
+            sys.exit("ListTasks with pageSize 101 did not raise InvalidParamsError")
+
         # An unknown task id is the SDK's TaskNotFoundError (-32001).
         try:
             await client.get_task(GetTaskRequest(id="task_00000000000000000000000000"))
@@ -139,7 +169,7 @@ async def check(base, admin):
         else:
             sys.exit("GetTask of an unknown id did not raise TaskNotFoundError")
         await client.close()
-    print(f"a2a client: card, SendMessage (search by text and data, contract), GetTask ok ({task.id})")
+    print(f"a2a client: card, SendMessage (search by text and data, contract), GetTask, ListTasks ok ({task.id})")
 
 
 with running(admin_token=TOKEN) as (base, admin):

@@ -2228,7 +2228,6 @@ fn a2a_jsonrpc_errors() {
     assert_eq!(code(req("GetTask", json!({}))), -32602);
     assert_eq!(code(req("CancelTask", json!({"id": task["id"]}))), -32002);
     assert_eq!(code(req("SendStreamingMessage", json!({}))), -32004);
-    assert_eq!(code(req("ListTasks", json!({}))), -32004);
     assert_eq!(
         code(req("CreateTaskPushNotificationConfig", json!({}))),
         -32003
@@ -2260,49 +2259,95 @@ fn a2a_jsonrpc_errors() {
     let doc = s.get("/openapi.json").json();
     assert!(doc["paths"]["/a2a"]["post"]["responses"]["202"].is_object());
     assert_eq!(code(req("SendMessage", json!({}))), -32602);
+    // A user's message with these members (each case names the rest).
+    let message = |members: Value| {
+        let mut m = json!({"messageId": "m-2", "role": "ROLE_USER"});
+        m.as_object_mut()
+            .unwrap()
+            .extend(members.as_object().unwrap().clone());
+        json!({ "message": m })
+    };
     assert_eq!(
-        code(req("SendMessage", json!({"message": {"parts": []}}))),
+        code(req("SendMessage", message(json!({"parts": []})))),
         -32602
     );
-    assert_eq!(
-        code(req(
+    // The message's id and role are required (a2a.proto), as the
+    // official SDK's server has them; the role by name or number.
+    for (members, says) in [
+        (
+            json!({"messageId": null, "parts": [{"text": "x"}]}),
+            "message.messageId is required (the sender's id of the message)",
+        ),
+        (
+            json!({"messageId": "", "parts": [{"text": "x"}]}),
+            "message.messageId is required (the sender's id of the message)",
+        ),
+        (
+            json!({"role": null, "parts": [{"text": "x"}]}),
+            "message.role is required (ROLE_USER)",
+        ),
+        (
+            json!({"role": "ROLE_AGENT", "parts": [{"text": "x"}]}),
+            "message.role must be ROLE_USER",
+        ),
+    ] {
+        let mut params = message(members);
+        let m = params["message"].as_object_mut().unwrap();
+        m.retain(|_, v| !v.is_null());
+        let r = a2a(&s, req("SendMessage", params));
+        assert_eq!(r["error"]["code"], -32602, "{r}");
+        assert_eq!(r["error"]["message"], says, "{r}");
+    }
+    let r = a2a(
+        &s,
+        req(
             "SendMessage",
-            json!({"message": {"role": "ROLE_AGENT", "parts": [{"text": "x"}]}})
-        )),
-        -32602
+            message(json!({"role": 1, "parts": [{"text": "x"}]})),
+        ),
     );
     assert_eq!(
-        code(req(
-            "SendMessage",
-            json!({"message": {"parts": [{"url": "https://x.example/a.png"}]}})
-        )),
-        -32005
+        r["result"]["task"]["history"][0]["role"], "ROLE_USER",
+        "{r}"
     );
+    // A file is another content type wherever it comes in the message.
+    for parts in [
+        json!([{"url": "https://x.example/a.png"}]),
+        json!([{"text": "oak"}, {"raw": "AAAA", "mediaType": "image/png"}]),
+    ] {
+        assert_eq!(
+            code(req("SendMessage", message(json!({ "parts": parts })))),
+            -32005
+        );
+    }
     // Parts of the wrong shape are invalid parameters, not another content
     // type, and say what is wrong.
     for (parts, says) in [
         (json!([5]), "each part must be an object"),
         (json!([{"text": 5}]), "text part: text must be a string"),
         (
+            json!([{"text": "oak"}, {"metadata": {}}]),
+            "each part needs its content: text, data, url or raw",
+        ),
+        (
             json!([{"data": {"contract_id": 5}}]),
             "data part: contract_id must be a string",
         ),
     ] {
-        let r = a2a(&s, req("SendMessage", json!({"message": {"parts": parts}})));
+        let r = a2a(&s, req("SendMessage", message(json!({ "parts": parts }))));
         assert_eq!(r["error"]["code"], -32602, "{r}");
         assert_eq!(r["error"]["message"], says, "{r}");
     }
     assert_eq!(
         code(req(
             "SendMessage",
-            json!({"message": {"taskId": task["id"], "parts": [{"text": "more"}]}})
+            message(json!({"taskId": task["id"], "parts": [{"text": "more"}]}))
         )),
         -32004
     );
     assert_eq!(
         code(req(
             "SendMessage",
-            json!({"message": {"parts": [{"text": "x".repeat(20_000)}]}})
+            message(json!({"parts": [{"text": "x".repeat(20_000)}]}))
         )),
         -32602
     );
@@ -2350,6 +2395,159 @@ fn a2a_jsonrpc_errors() {
         (r.status, r.json()["error"]["code"].as_i64()),
         (200, Some(-32700))
     );
+}
+
+#[test]
+fn a2a_list_tasks_of_a_context() {
+    let s = Server::start();
+    let req = |method: &str, params: Value| json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let list = |params: Value| a2a(&s, req("ListTasks", params));
+    let send = |context: Option<&str>, text: &str| {
+        let mut m = json!({"messageId": "m", "role": "ROLE_USER", "parts": [{"text": text}]});
+        if let Some(c) = context {
+            m["contextId"] = json!(c);
+        }
+        let r = a2a(&s, req("SendMessage", json!({ "message": m })));
+        r["result"]["task"].clone()
+    };
+    // The agent makes a context for a first message; later messages name it.
+    let first = send(None, "walnut");
+    let ctx = first["contextId"].as_str().unwrap().to_string();
+    assert!(ctx.starts_with("ctx_"), "{first}");
+    let failed = send(Some(&ctx), "contract CTR_NOT_THERE");
+    assert_eq!(failed["status"]["state"], "TASK_STATE_FAILED");
+    let third = send(Some(&ctx), "oak");
+    // Another context (one a client chose, holding a '/' that must not
+    // reach into another context's rows) is not listed with it.
+    let other = send(Some(&format!("{ctx}/x")), "maple");
+
+    let ids = |r: &Value| -> Vec<String> {
+        r["result"]["tasks"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{r}"))
+            .iter()
+            .map(|t| t["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let id = |t: &Value| t["id"].as_str().unwrap().to_string();
+    // Newest first; artifacts only when asked for; every member present.
+    let r = list(json!({ "contextId": ctx }));
+    assert_eq!(ids(&r), [id(&third), id(&failed), id(&first)], "{r}");
+    assert_eq!(r["result"]["totalSize"], 3);
+    assert_eq!(r["result"]["pageSize"], 50);
+    assert_eq!(r["result"]["nextPageToken"], "");
+    assert!(r["result"]["tasks"][0].get("artifacts").is_none(), "{r}");
+    assert_eq!(r["result"]["tasks"][0]["history"], third["history"]);
+    let r = list(json!({"contextId": ctx, "includeArtifacts": true, "historyLength": 1}));
+    assert_eq!(r["result"]["tasks"][0]["artifacts"], third["artifacts"]);
+    assert_eq!(
+        r["result"]["tasks"][0]["history"].as_array().unwrap().len(),
+        1
+    );
+    // Pages of one, each naming the next, the last none.
+    let mut seen = vec![];
+    let mut token = String::new();
+    loop {
+        let r = list(json!({"contextId": ctx, "pageSize": 1, "pageToken": token}));
+        assert_eq!(r["result"]["totalSize"], 3, "{r}");
+        seen.extend(ids(&r));
+        token = r["result"]["nextPageToken"].as_str().unwrap().to_string();
+        if token.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(seen, [id(&third), id(&failed), id(&first)]);
+    // Filters: a state by name or number; a status time at or after.
+    let r = list(json!({"contextId": ctx, "status": "TASK_STATE_FAILED"}));
+    assert_eq!(ids(&r), [id(&failed)]);
+    assert_eq!(r["result"]["totalSize"], 1);
+    let r = list(json!({"contextId": ctx, "status": 3}));
+    assert_eq!(ids(&r), [id(&third), id(&first)]);
+    let r = list(json!({"contextId": ctx, "status": "TASK_STATE_UNSPECIFIED"}));
+    assert_eq!(r["result"]["totalSize"], 3);
+    let r = list(json!({"contextId": ctx, "statusTimestampAfter": "2000-01-01T00:00:00Z"}));
+    assert_eq!(r["result"]["totalSize"], 3);
+    let r = list(json!({"contextId": ctx, "statusTimestampAfter": "2999-01-01T00:00:00+01:00"}));
+    assert_eq!((ids(&r).len(), &r["result"]["totalSize"]), (0, &json!(0)));
+    // The other context holds its own task only; no context names none
+    // (a task is visible by its id or its context's).
+    assert_eq!(
+        ids(&list(json!({"contextId": format!("{ctx}/x")}))),
+        [id(&other)]
+    );
+    assert_eq!(
+        ids(&list(json!({"contextId": "ctx_unknown"}))),
+        Vec::<String>::new()
+    );
+    let r = list(json!({}));
+    assert_eq!(
+        r["result"],
+        json!({"tasks": [], "nextPageToken": "", "pageSize": 50, "totalSize": 0})
+    );
+    // Parameters out of their range are invalid, and say which.
+    for (params, names) in [
+        (json!({"pageSize": 0}), "pageSize"),
+        (json!({"pageSize": -1}), "pageSize"),
+        (json!({"pageSize": 101}), "pageSize"),
+        (json!({"pageToken": "page-2"}), "pageToken"),
+        (json!({"status": "DONE"}), "status"),
+        (json!({"status": 9}), "status"),
+        (json!({"contextId": 5}), "contextId"),
+        (
+            json!({"statusTimestampAfter": "yesterday"}),
+            "statusTimestampAfter",
+        ),
+        (json!({"includeArtifacts": "yes"}), "includeArtifacts"),
+        (json!({"historyLength": -1}), "historyLength"),
+    ] {
+        let r = list(params.clone());
+        assert_eq!(r["error"]["code"], -32602, "{params}: {r}");
+        assert!(
+            r["error"]["message"].as_str().unwrap().contains(names),
+            "{params}: {r}"
+        );
+    }
+}
+
+/// The newest 1000 tasks are kept: the oldest goes, and with it its row
+/// in its context's list.
+#[test]
+fn a2a_tasks_past_the_newest_1000_leave_their_context() {
+    let s = Server::start();
+    let send = |context: &str| {
+        let r = a2a(
+            &s,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+                "messageId": "m", "role": "ROLE_USER", "contextId": context,
+                "parts": [{"text": "contract CTR_NONE"}]}}}),
+        );
+        r["result"]["task"]["id"].as_str().unwrap().to_string()
+    };
+    let list = |context: &str| {
+        a2a(
+            &s,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"contextId": context, "pageSize": 100}}),
+        )["result"]
+            .clone()
+    };
+    let oldest = send("ctx-old");
+    let second = send("ctx-old");
+    for _ in 0..998 {
+        send("ctx-new");
+    }
+    assert_eq!(list("ctx-old")["totalSize"], 2);
+    send("ctx-new");
+    let old = list("ctx-old");
+    assert_eq!(old["totalSize"], 1, "{old}");
+    assert_eq!(old["tasks"][0]["id"], second.as_str());
+    let get = a2a(
+        &s,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": oldest}}),
+    );
+    assert_eq!(get["error"]["code"], -32001, "{get}");
+    let new = list("ctx-new");
+    assert_eq!(new["totalSize"], 999);
+    assert_eq!(new["tasks"].as_array().unwrap().len(), 100);
 }
 
 #[test]

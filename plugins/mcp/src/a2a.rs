@@ -12,11 +12,13 @@
 //! Both run through the host's in-process dispatch (the same routes as
 //! `GET /api/search` and `GET /api/arbitration/contracts/{id}/status`).
 //! A task is a snapshot of what was answered, so `SendMessage` stores it
-//! (keyspace `mcp`: `a2a/task/{id}`, the newest [`MAX_TASKS`] kept) and
-//! `GetTask` answers it again by id: the route is a write.
+//! (keyspace `mcp`: `a2a/task/{id}`, the newest [`MAX_TASKS`] kept, and a
+//! row in its context's list) and `GetTask` answers it again by id,
+//! `ListTasks` by its context: the route is a write.
 //!
 //! Method names and JSON shapes are the ones of the binding as the official
-//! `a2a-sdk` 1.x client sends and reads them (`SendMessage`, `GetTask`;
+//! `a2a-sdk` 1.x client sends and reads them (`SendMessage`, `GetTask`,
+//! `ListTasks`;
 //! ProtoJSON: camelCase members, `TASK_STATE_COMPLETED`, `ROLE_USER`).
 
 use crate::{call, origin};
@@ -174,10 +176,7 @@ pub fn handle(req: &Request) -> Result<Response, ApiError> {
             UNSUPPORTED_OPERATION,
             "streaming is not supported (capabilities.streaming is false); use SendMessage",
         )),
-        "ListTasks" => Err(err(
-            UNSUPPORTED_OPERATION,
-            "tasks are not listed; read one by its id with GetTask",
-        )),
+        "ListTasks" => list_tasks(params),
         "CreateTaskPushNotificationConfig"
         | "GetTaskPushNotificationConfig"
         | "ListTaskPushNotificationConfigs"
@@ -325,19 +324,51 @@ fn contract_in_text(text: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// Each part holds one content (a2a.proto's `oneof`): text, data, url or
+/// raw (`file`: A2A 0.3's). This agent reads text and data; a file of
+/// either kind is another content type, wherever it comes in the message.
+fn check_parts(parts: &[Value]) -> Result<(), RpcError> {
+    for part in parts {
+        let Some(members) = part.as_object() else {
+            return Err(err(INVALID_PARAMS, "each part must be an object"));
+        };
+        if members.get("text").is_some_and(|t| !t.is_string()) {
+            return Err(err(INVALID_PARAMS, "text part: text must be a string"));
+        }
+        let mut contents = ["text", "data", "url", "raw", "file"]
+            .into_iter()
+            .filter(|c| members.contains_key(*c));
+        match (contents.next(), contents.next()) {
+            (None, _) => {
+                return Err(err(
+                    INVALID_PARAMS,
+                    "each part needs its content: text, data, url or raw",
+                ));
+            }
+            (Some(_), Some(_)) => {
+                return Err(err(
+                    INVALID_PARAMS,
+                    "a part holds one content: text, data, url or raw",
+                ));
+            }
+            (Some("text" | "data"), None) => {}
+            (Some(_), None) => {
+                return Err(err(
+                    CONTENT_TYPE_NOT_SUPPORTED,
+                    "this agent reads text and data parts only (no files or URLs)",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Read what the message's parts ask: the first text or data part this
 /// agent understands decides.
 fn ask_of(parts: &[Value]) -> Result<Ask, RpcError> {
-    let mut only_other = true;
+    check_parts(parts)?;
     for part in parts {
-        if !part.is_object() {
-            return Err(err(INVALID_PARAMS, "each part must be an object"));
-        }
-        if part.get("text").is_some_and(|t| !t.is_string()) {
-            return Err(err(INVALID_PARAMS, "text part: text must be a string"));
-        }
         if let Some(text) = part.get("text").and_then(Value::as_str) {
-            only_other = false;
             if marketplace_guest::is_blank(text) {
                 continue;
             }
@@ -347,7 +378,6 @@ fn ask_of(parts: &[Value]) -> Result<Ask, RpcError> {
             return search_ask(text, None, None);
         }
         if let Some(data) = part.get("data") {
-            only_other = false;
             if let Some(id) = data.get("contract_id") {
                 let Some(id) = id.as_str() else {
                     return Err(err(
@@ -386,12 +416,6 @@ fn ask_of(parts: &[Value]) -> Result<Ask, RpcError> {
                 return search_ask(term, limit, post_type);
             }
         }
-    }
-    if only_other && !parts.is_empty() {
-        return Err(err(
-            CONTENT_TYPE_NOT_SUPPORTED,
-            "this agent reads text and data parts only (no files or URLs)",
-        ));
     }
     Err(err(
         INVALID_PARAMS,
@@ -471,9 +495,14 @@ fn send_message(req: &Request, params: &Value) -> Result<Value, RpcError> {
             format!("the message must be at most {MAX_MESSAGE_BYTES} bytes"),
         ));
     }
+    // Both required (a2a.proto), as the official SDK's server has them;
+    // the role as its name or its ProtoJSON number.
     match message.get("role") {
-        None | Some(Value::Null) => {}
+        None | Some(Value::Null) => {
+            return Err(err(INVALID_PARAMS, "message.role is required (ROLE_USER)"));
+        }
         Some(Value::String(r)) if r == "ROLE_USER" => {}
+        Some(Value::Number(n)) if n.as_u64() == Some(1) => {}
         Some(_) => return Err(err(INVALID_PARAMS, "message.role must be ROLE_USER")),
     }
     let text_id = |field: &str| -> Result<Option<String>, RpcError> {
@@ -489,7 +518,12 @@ fn send_message(req: &Request, params: &Value) -> Result<Value, RpcError> {
             )),
         }
     };
-    let message_id = text_id("messageId")?.unwrap_or_else(|| new_id("msg"));
+    let Some(message_id) = text_id("messageId")? else {
+        return Err(err(
+            INVALID_PARAMS,
+            "message.messageId is required (the sender's id of the message)",
+        ));
+    };
     let context_id = text_id("contextId")?.unwrap_or_else(|| new_id("ctx"));
     if let Some(task_id) = text_id("taskId")? {
         // Every task this agent makes is already final.
@@ -552,15 +586,19 @@ fn send_message(req: &Request, params: &Value) -> Result<Value, RpcError> {
     };
     // A cash secret a user pasted into the message is not kept, in its
     // history or in what the skill made of it (no skill needs one).
+    // The status timestamp as shown (to the second) is the one
+    // `ListTasks` filters and orders by.
+    let at_ms = clock::now_ms() / 1000 * 1000;
     let task = redacted(&json!({
         "id": task_id,
         "contextId": context_id,
-        "status": {"state": outcome.state, "message": reply, "timestamp": rfc3339(clock::now_ms())},
+        "status": {"state": outcome.state, "message": reply, "timestamp": rfc3339(at_ms)},
         "artifacts": artifacts,
         "history": [user, reply],
         "metadata": {"skill": outcome.skill},
     }));
-    store(&task_id, &task).map_err(|e| err(INTERNAL, e.message))?;
+    store(&task_id, &context_id, outcome.state, at_ms, &task)
+        .map_err(|e| err(INTERNAL, e.message))?;
     Ok(json!({"task": with_history(task, keep)}))
 }
 
@@ -582,17 +620,185 @@ fn redacted(value: &Value) -> Value {
     }
 }
 
-/// Keep the task; past [`MAX_TASKS`] the oldest goes (ids sort by time).
-fn store(task_id: &str, task: &Value) -> Result<(), ApiError> {
+/// Keep the task and its row in its context's list; past [`MAX_TASKS`]
+/// the oldest goes, with its row (ids sort by time).
+fn store(
+    task_id: &str,
+    context_id: &str,
+    state: &str,
+    at_ms: u64,
+    task: &Value,
+) -> Result<(), ApiError> {
     let count: u64 = kv::get("a2a/task_count")?.unwrap_or(0);
     if count >= MAX_TASKS {
-        if let Some((oldest, _)) = kv::scan_prefix(None, "a2a/task/", false, 1)?.pop() {
+        if let Some((oldest, value)) = kv::scan_prefix(None, "a2a/task/", false, 1)?.pop() {
             kv::delete(&oldest)?;
+            let old: Value = kv::parse(&oldest, &value)?;
+            if let (Some(id), Some(context)) =
+                (oldest.strip_prefix("a2a/task/"), old["contextId"].as_str())
+            {
+                kv::delete(&format!("{}{id}", context_prefix(context)))?;
+            }
         }
     } else {
         kv::put("a2a/task_count", &(count + 1))?;
     }
-    kv::put(&task_key(task_id), task)
+    kv::put(&task_key(task_id), task)?;
+    kv::put(
+        &format!("{}{task_id}", context_prefix(context_id)),
+        &json!([at_ms, state]),
+    )
+}
+
+/// Where a context's tasks are listed: `a2a/ctx/{hex of its id}/`, then
+/// each task's id, with `[status timestamp ms, state]` (tasks made before
+/// `ListTasks` was offered have no row).
+fn context_prefix(context_id: &str) -> String {
+    format!(
+        "a2a/ctx/{}/",
+        marketplace_common::hex::encode(context_id.as_bytes())
+    )
+}
+
+/// The states of a task, in a2a.proto's order (ProtoJSON takes a state's
+/// name or its number).
+const STATES: [&str; 9] = [
+    "TASK_STATE_UNSPECIFIED",
+    "TASK_STATE_SUBMITTED",
+    "TASK_STATE_WORKING",
+    "TASK_STATE_COMPLETED",
+    "TASK_STATE_FAILED",
+    "TASK_STATE_CANCELED",
+    "TASK_STATE_INPUT_REQUIRED",
+    "TASK_STATE_REJECTED",
+    "TASK_STATE_AUTH_REQUIRED",
+];
+
+/// Tasks a page of `ListTasks` holds: by default and at most.
+const LIST_PAGE: u64 = 50;
+const LIST_PAGE_MAX: u64 = 100;
+
+/// `ListTasks`: the tasks of one context, newest status first, in pages.
+///
+/// This agent has no accounts: a task is visible to whoever holds its id
+/// (`GetTask`) or its context's id, which the agent makes unguessable
+/// when the first message names none (a context id a client chooses is as
+/// private as it is hard to guess). So the tasks listed are those of the
+/// `contextId` named; without one, none are visible and the list is empty.
+fn list_tasks(params: &Value) -> Result<Value, RpcError> {
+    let context = match params.get("contextId") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(c)) if c.is_empty() => None,
+        Some(Value::String(c)) => Some(c.as_str()),
+        Some(_) => return Err(err(INVALID_PARAMS, "contextId must be a string")),
+    };
+    let status = match params.get("status") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.is_empty() => None,
+        Some(Value::String(s)) => match STATES.iter().position(|name| name == s) {
+            Some(i) => Some(i),
+            None => {
+                return Err(err(
+                    INVALID_PARAMS,
+                    format!("status must be a task state (TASK_STATE_COMPLETED, ...), not {s:?}"),
+                ));
+            }
+        },
+        Some(v) => match whole(v).filter(|n| (*n as usize) < STATES.len()) {
+            Some(n) => Some(n as usize),
+            None => {
+                return Err(err(
+                    INVALID_PARAMS,
+                    "status must be a task state's name or number",
+                ));
+            }
+        },
+    }
+    // TASK_STATE_UNSPECIFIED filters nothing (proto3's default).
+    .filter(|i| *i != 0)
+    .map(|i| STATES[i]);
+    let page_size = match params.get("pageSize") {
+        None | Some(Value::Null) => LIST_PAGE,
+        Some(v) => whole(v)
+            .filter(|n| (1..=LIST_PAGE_MAX).contains(n))
+            .ok_or_else(|| {
+                err(
+                    INVALID_PARAMS,
+                    format!("pageSize must be an integer from 1 to {LIST_PAGE_MAX}"),
+                )
+            })?,
+    };
+    let after_task = match params.get("pageToken") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(t)) if t.is_empty() => None,
+        Some(Value::String(t)) if valid_task_id(t) => Some(t.as_str()),
+        Some(_) => {
+            return Err(err(
+                INVALID_PARAMS,
+                "pageToken is not one this agent gave (a nextPageToken of ListTasks)",
+            ));
+        }
+    };
+    let since_ms = match params.get("statusTimestampAfter") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(t)) => Some(
+            marketplace_common::time::parse_rfc3339_signed(t).ok_or_else(|| {
+                err(
+                    INVALID_PARAMS,
+                    "statusTimestampAfter must be an RFC 3339 time (2026-12-04T10:00:00Z)",
+                )
+            })?,
+        ),
+        Some(_) => {
+            return Err(err(
+                INVALID_PARAMS,
+                "statusTimestampAfter must be an RFC 3339 time (2026-12-04T10:00:00Z)",
+            ));
+        }
+    };
+    let include_artifacts = match params.get("includeArtifacts") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(err(INVALID_PARAMS, "includeArtifacts must be a boolean")),
+    };
+    let keep = history_length(params)?;
+    let page = |tasks: Vec<Value>, next: &str, total: usize| json!({"tasks": tasks, "nextPageToken": next, "pageSize": page_size, "totalSize": total});
+    let Some(context) = context else {
+        return Ok(page(vec![], "", 0));
+    };
+    // The context's rows, newest first: at most MAX_TASKS (older tasks are
+    // dropped with their rows), each a few dozen bytes.
+    let prefix = context_prefix(context);
+    let rows = kv::scan_prefix(None, &prefix, true, MAX_TASKS as u32)
+        .map_err(|e| err(INTERNAL, e.message))?;
+    let matching: Vec<String> = rows
+        .into_iter()
+        .filter_map(|(key, value)| {
+            let (at_ms, state): (u64, String) = serde_json::from_slice(&value).ok()?;
+            let wanted = status.is_none_or(|s| s == state)
+                && since_ms.is_none_or(|since| i128::from(at_ms) >= since);
+            wanted.then(|| key[prefix.len()..].to_string())
+        })
+        .collect();
+    let total = matching.len();
+    // After the page token's task: those older than it.
+    let start = after_task.map_or(0, |t| matching.partition_point(|id| id.as_str() >= t));
+    let ids = &matching[start..(start + page_size as usize).min(total)];
+    let mut tasks = Vec::with_capacity(ids.len());
+    for id in ids {
+        let Some(mut task) = load_task(id)? else {
+            continue;
+        };
+        if !include_artifacts && let Some(members) = task.as_object_mut() {
+            members.remove("artifacts");
+        }
+        tasks.push(with_history(task, keep));
+    }
+    let next = match ids.last() {
+        Some(last) if start + ids.len() < total => last.as_str(),
+        _ => "",
+    };
+    Ok(page(tasks, next, total))
 }
 
 fn truncate(s: &str, max: usize) -> (String, bool) {
@@ -797,6 +1003,21 @@ mod tests {
             Err(CONTENT_TYPE_NOT_SUPPORTED)
         );
         assert_eq!(ask(json!([{"data": {}}])), Err(INVALID_PARAMS));
+        // A file part is refused wherever it comes, not skipped.
+        assert_eq!(
+            ask(json!([{"text": "oak"}, {"raw": "AAAA", "mediaType": "image/png"}])),
+            Err(CONTENT_TYPE_NOT_SUPPORTED)
+        );
+        assert_eq!(
+            ask(json!([{"kind": "file", "file": {"uri": "https://x.example/a"}}])),
+            Err(CONTENT_TYPE_NOT_SUPPORTED)
+        );
+        // A part without content, or with two, is malformed.
+        assert_eq!(ask(json!([{"text": "oak"}, {}])), Err(INVALID_PARAMS));
+        assert_eq!(
+            ask(json!([{"text": "oak", "url": "https://x.example/a"}])),
+            Err(INVALID_PARAMS)
+        );
     }
 
     #[test]

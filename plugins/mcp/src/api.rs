@@ -105,7 +105,7 @@ pub const OPS: &[Op] = &[
             "a2aJsonRpc",
             "mcp",
             "A2A agent (JSON-RPC binding, A2A 1.0)",
-            "The agent of `/.well-known/agent-card.json`. Methods `SendMessage` and `GetTask` (`CancelTask` answers that a task is final; streaming, push notifications, `ListTasks` and the extended card are not offered). A text part is a search term, or names a contract (`contract CTR_...`); a data part is `{term, limit?, post_type?}` or `{contract_id}`. `SendMessage` answers `{task}`: a completed task whose artifact holds a short text and a data part (the search results, or the contract's status and allowed actions); an unknown contract gives a failed task. The task is stored and `GetTask {id}` answers it again (the newest 1000 are kept). A notification (a request without `id`) is answered 202 with no body and runs nothing. Errors are JSON-RPC errors with HTTP 200 (an internal error: 500): -32700 parse, -32600 invalid request, -32601 unknown method, -32602 invalid params, -32001 task not found, -32002 not cancelable, -32003 push notifications, -32004 unsupported operation, -32005 content type, -32007 no extended card, -32009 an `A2A-Version` header other than 1.x.",
+            "The agent of `/.well-known/agent-card.json`. Methods `SendMessage`, `GetTask` and `ListTasks` (`CancelTask` answers that a task is final; streaming, push notifications and the extended card are not offered). A message needs `messageId` and `role` `ROLE_USER`. A text part is a search term, or names a contract (`contract CTR_...`); a data part is `{term, limit?, post_type?}` or `{contract_id}`. `SendMessage` answers `{task}`: a completed task whose artifact holds a short text and a data part (the search results, or the contract's status and allowed actions); an unknown contract gives a failed task. The task is stored and `GetTask {id}` answers it again (the newest 1000 are kept). `ListTasks {contextId, status?, pageSize? (1-100, default 50), pageToken?, statusTimestampAfter?, historyLength?, includeArtifacts?}` answers `{tasks, nextPageToken, pageSize, totalSize}`: the tasks of that context, newest first (a task is visible by its id or its context's id; without `contextId` the list is empty). A notification (a request without `id`) is answered 202 with no body and runs nothing. Errors are JSON-RPC errors with HTTP 200 (an internal error: 500): -32700 parse, -32600 invalid request, -32601 unknown method, -32602 invalid params, -32001 task not found, -32002 not cancelable, -32003 push notifications, -32004 unsupported operation, -32005 content type (a file or URL part), -32007 no extended card, -32009 an `A2A-Version` header other than 1.x.",
         )
     },
     Op {
@@ -229,7 +229,7 @@ fn preflight_answers(operation: &mut Value) {
 fn a2a_answers(operation: &mut Value) {
     let responses = &mut operation["responses"];
     responses["200"]["description"] = json!(
-        "a JSON-RPC response: `result` (SendMessage: `{task}`; GetTask: the task) or `error`"
+        "a JSON-RPC response: `result` (SendMessage: `{task}`; GetTask: the task; ListTasks: `{tasks, nextPageToken, pageSize, totalSize}`) or `error`"
     );
     responses["202"] = json!({"description": "a notification (a request without `id`): accepted, nothing run, no body"});
 }
