@@ -2309,16 +2309,29 @@ fn a2a_jsonrpc_errors() {
         r["result"]["task"]["history"][0]["role"], "ROLE_USER",
         "{r}"
     );
-    // A file is another content type wherever it comes in the message.
+    // Files alone are another content type; beside a text they are passed
+    // over (the A2A TCK sends a text with a binary part and expects an
+    // answer).
     for parts in [
         json!([{"url": "https://x.example/a.png"}]),
-        json!([{"text": "oak"}, {"raw": "AAAA", "mediaType": "image/png"}]),
+        json!([{"url": "https://x.example/a.png"}, {"raw": "AAAA"}]),
     ] {
         assert_eq!(
             code(req("SendMessage", message(json!({ "parts": parts })))),
             -32005
         );
     }
+    let r = a2a(
+        &s,
+        req(
+            "SendMessage",
+            message(json!({"parts": [{"text": "oak"}, {"raw": "AAAA", "mediaType": "image/png"}]})),
+        ),
+    );
+    assert_eq!(
+        r["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{r}"
+    );
     // Parts of the wrong shape are invalid parameters, not another content
     // type, and say what is wrong.
     for (parts, says) in [
@@ -2434,7 +2447,7 @@ fn a2a_list_tasks_of_a_context() {
     let r = list(json!({ "contextId": ctx }));
     assert_eq!(ids(&r), [id(&third), id(&failed), id(&first)], "{r}");
     assert_eq!(r["result"]["totalSize"], 3);
-    assert_eq!(r["result"]["pageSize"], 50);
+    assert_eq!(r["result"]["pageSize"], 3);
     assert_eq!(r["result"]["nextPageToken"], "");
     assert!(r["result"]["tasks"][0].get("artifacts").is_none(), "{r}");
     assert_eq!(r["result"]["tasks"][0]["history"], third["history"]);
@@ -2450,6 +2463,7 @@ fn a2a_list_tasks_of_a_context() {
     loop {
         let r = list(json!({"contextId": ctx, "pageSize": 1, "pageToken": token}));
         assert_eq!(r["result"]["totalSize"], 3, "{r}");
+        assert_eq!(r["result"]["pageSize"], 1, "{r}");
         seen.extend(ids(&r));
         token = r["result"]["nextPageToken"].as_str().unwrap().to_string();
         if token.is_empty() {
@@ -2482,7 +2496,7 @@ fn a2a_list_tasks_of_a_context() {
     let r = list(json!({}));
     assert_eq!(
         r["result"],
-        json!({"tasks": [], "nextPageToken": "", "pageSize": 50, "totalSize": 0})
+        json!({"tasks": [], "nextPageToken": "", "pageSize": 0, "totalSize": 0})
     );
     // Parameters out of their range are invalid, and say which.
     for (params, names) in [

@@ -325,9 +325,12 @@ fn contract_in_text(text: &str) -> Option<String> {
 }
 
 /// Each part holds one content (a2a.proto's `oneof`): text, data, url or
-/// raw (`file`: A2A 0.3's). This agent reads text and data; a file of
-/// either kind is another content type, wherever it comes in the message.
+/// raw (`file`: A2A 0.3's). This agent reads text and data: a file of
+/// either kind beside them is passed over (as the A2A TCK expects of a
+/// text with a binary part), a message of files only is another content
+/// type.
 fn check_parts(parts: &[Value]) -> Result<(), RpcError> {
+    let mut files_only = true;
     for part in parts {
         let Some(members) = part.as_object() else {
             return Err(err(INVALID_PARAMS, "each part must be an object"));
@@ -351,14 +354,15 @@ fn check_parts(parts: &[Value]) -> Result<(), RpcError> {
                     "a part holds one content: text, data, url or raw",
                 ));
             }
-            (Some("text" | "data"), None) => {}
-            (Some(_), None) => {
-                return Err(err(
-                    CONTENT_TYPE_NOT_SUPPORTED,
-                    "this agent reads text and data parts only (no files or URLs)",
-                ));
-            }
+            (Some("text" | "data"), None) => files_only = false,
+            (Some(_), None) => {}
         }
+    }
+    if files_only && !parts.is_empty() {
+        return Err(err(
+            CONTENT_TYPE_NOT_SUPPORTED,
+            "this agent reads text and data parts only (no files or URLs)",
+        ));
     }
     Ok(())
 }
@@ -762,7 +766,12 @@ fn list_tasks(params: &Value) -> Result<Value, RpcError> {
         Some(_) => return Err(err(INVALID_PARAMS, "includeArtifacts must be a boolean")),
     };
     let keep = history_length(params)?;
-    let page = |tasks: Vec<Value>, next: &str, total: usize| json!({"tasks": tasks, "nextPageToken": next, "pageSize": page_size, "totalSize": total});
+    // `pageSize` answers the tasks this page holds (the A2A TCK's reading
+    // of "the page size used for this response": 0 for an empty list).
+    let page = |tasks: Vec<Value>, next: &str, total: usize| {
+        let held = tasks.len();
+        json!({"tasks": tasks, "nextPageToken": next, "pageSize": held, "totalSize": total})
+    };
     let Some(context) = context else {
         return Ok(page(vec![], "", 0));
     };
@@ -1003,10 +1012,10 @@ mod tests {
             Err(CONTENT_TYPE_NOT_SUPPORTED)
         );
         assert_eq!(ask(json!([{"data": {}}])), Err(INVALID_PARAMS));
-        // A file part is refused wherever it comes, not skipped.
+        // A file beside a text is passed over; files alone are refused.
         assert_eq!(
-            ask(json!([{"text": "oak"}, {"raw": "AAAA", "mediaType": "image/png"}])),
-            Err(CONTENT_TYPE_NOT_SUPPORTED)
+            ask(json!([{"raw": "AAAA", "mediaType": "image/png"}, {"text": "oak"}])),
+            Ok(search_of("oak"))
         );
         assert_eq!(
             ask(json!([{"kind": "file", "file": {"uri": "https://x.example/a"}}])),
