@@ -2158,6 +2158,21 @@ fn a2a_card_send_message_and_get_task() {
         .map(|s| s["id"].as_str().unwrap())
         .collect();
     assert_eq!(skills, ["search", "contract_status"]);
+    // Behind a proxy that terminates TLS (no trusted_proxies here: the
+    // header is read from any client), its URLs are https.
+    let proxied = s
+        .request(
+            "GET",
+            "/.well-known/agent-card.json",
+            &[("host", "shop.example"), ("x-forwarded-proto", "https")],
+            None,
+        )
+        .json();
+    assert_eq!(
+        proxied["supportedInterfaces"][0]["url"],
+        "https://shop.example/a2a"
+    );
+    assert_eq!(proxied["documentationUrl"], "https://shop.example/docs");
 
     // Search: the text is the term.
     let k = s.identity("a2aseller");
@@ -2507,6 +2522,7 @@ fn a2a_list_tasks_of_a_context() {
         (json!({"status": "DONE"}), "status"),
         (json!({"status": 9}), "status"),
         (json!({"contextId": 5}), "contextId"),
+        (json!({"contextId": "c".repeat(129)}), "contextId"),
         (
             json!({"statusTimestampAfter": "yesterday"}),
             "statusTimestampAfter",

@@ -237,6 +237,22 @@ fn task_not_found(id: &str) -> RpcError {
     )
 }
 
+/// An id a client gives (a message's, a context's, a task's): at most 128
+/// visible ASCII characters; absent, null or "" is none.
+fn id_param(value: Option<&Value>, name: &str) -> Result<Option<String>, RpcError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.is_empty() => Ok(None),
+        Some(Value::String(s)) if s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic()) => {
+            Ok(Some(s.clone()))
+        }
+        Some(_) => Err(err(
+            INVALID_PARAMS,
+            format!("{name} must be at most 128 visible ASCII characters"),
+        )),
+    }
+}
+
 /// `historyLength`: absent = all of the history, else at most that many of
 /// the newest messages.
 fn history_length(params: &Value) -> Result<Option<usize>, RpcError> {
@@ -509,19 +525,7 @@ fn send_message(req: &Request, params: &Value) -> Result<Value, RpcError> {
         Some(Value::Number(n)) if n.as_u64() == Some(1) => {}
         Some(_) => return Err(err(INVALID_PARAMS, "message.role must be ROLE_USER")),
     }
-    let text_id = |field: &str| -> Result<Option<String>, RpcError> {
-        match message.get(field) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) if s.is_empty() => Ok(None),
-            Some(Value::String(s)) if s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic()) => {
-                Ok(Some(s.clone()))
-            }
-            Some(_) => Err(err(
-                INVALID_PARAMS,
-                format!("message.{field} must be at most 128 visible ASCII characters"),
-            )),
-        }
-    };
+    let text_id = |field: &str| id_param(message.get(field), &format!("message.{field}"));
     let Some(message_id) = text_id("messageId")? else {
         return Err(err(
             INVALID_PARAMS,
@@ -588,11 +592,11 @@ fn send_message(req: &Request, params: &Value) -> Result<Value, RpcError> {
     } else {
         vec![]
     };
-    // A cash secret a user pasted into the message is not kept, in its
-    // history or in what the skill made of it (no skill needs one).
     // The status timestamp as shown (to the second) is the one
     // `ListTasks` filters and orders by.
     let at_ms = clock::now_ms() / 1000 * 1000;
+    // A cash secret a user pasted into the message is not kept, in its
+    // history or in what the skill made of it (no skill needs one).
     let task = redacted(&json!({
         "id": task_id,
         "contextId": context_id,
@@ -690,12 +694,7 @@ const LIST_PAGE_MAX: u64 = 100;
 /// private as it is hard to guess). So the tasks listed are those of the
 /// `contextId` named; without one, none are visible and the list is empty.
 fn list_tasks(params: &Value) -> Result<Value, RpcError> {
-    let context = match params.get("contextId") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(c)) if c.is_empty() => None,
-        Some(Value::String(c)) => Some(c.as_str()),
-        Some(_) => return Err(err(INVALID_PARAMS, "contextId must be a string")),
-    };
+    let context = id_param(params.get("contextId"), "contextId")?;
     let status = match params.get("status") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if s.is_empty() => None,
@@ -777,7 +776,7 @@ fn list_tasks(params: &Value) -> Result<Value, RpcError> {
     };
     // The context's rows, newest first: at most MAX_TASKS (older tasks are
     // dropped with their rows), each a few dozen bytes.
-    let prefix = context_prefix(context);
+    let prefix = context_prefix(&context);
     let rows = kv::scan_prefix(None, &prefix, true, MAX_TASKS as u32)
         .map_err(|e| err(INTERNAL, e.message))?;
     let matching: Vec<String> = rows

@@ -94,16 +94,22 @@ pub fn host(req: &Request) -> Option<&str> {
         .filter(|h| marketplace_common::url::plausible_host(h))
 }
 
-/// The base of absolute URLs in answers: `public_url`, else `http://` + the
-/// request's `Host` (`http://localhost` without one).
+/// The base of absolute URLs in answers: `public_url`, else the request's
+/// scheme (`https` when `X-Forwarded-Proto` says so, which the host passes
+/// on only from a trusted proxy when `trusted_proxies` is set, or from the
+/// host's own `public_url`) + its `Host` (`http://localhost` without one).
 pub fn base(req: &Request) -> String {
-    base_of(public_url().as_deref(), host(req))
+    base_of(
+        public_url().as_deref(),
+        host(req),
+        req.header("x-forwarded-proto"),
+    )
 }
 
-fn base_of(public_url: Option<&str>, host: Option<&str>) -> String {
+fn base_of(public_url: Option<&str>, host: Option<&str>, forwarded_proto: Option<&str>) -> String {
     match (public_url, host) {
         (Some(u), _) => u.to_string(),
-        (None, Some(h)) => format!("http://{h}"),
+        (None, Some(h)) => marketplace_common::url::base_url(Some(h), forwarded_proto),
         (None, None) => "http://localhost".into(),
     }
 }
@@ -385,14 +391,23 @@ mod tests {
         assert_eq!(normalize_base("ftp://m.example"), None);
         assert_eq!(normalize_base("https://"), None);
         assert_eq!(
-            base_of(Some("https://m.example"), Some("h:1")),
+            base_of(Some("https://m.example"), Some("h:1"), Some("http")),
             "https://m.example"
         );
         assert_eq!(
-            base_of(None, Some("127.0.0.1:8080")),
+            base_of(None, Some("127.0.0.1:8080"), None),
             "http://127.0.0.1:8080"
         );
-        assert_eq!(base_of(None, None), "http://localhost");
+        // Behind a proxy that terminates TLS.
+        assert_eq!(
+            base_of(None, Some("m.example"), Some("https")),
+            "https://m.example"
+        );
+        assert_eq!(
+            base_of(None, Some("m.example"), Some("gopher")),
+            "http://m.example"
+        );
+        assert_eq!(base_of(None, None, Some("https")), "http://localhost");
         assert!(marketplace_common::url::plausible_host("[::1]:8080"));
         assert!(!marketplace_common::url::plausible_host("a b"));
         assert!(!marketplace_common::url::plausible_host("a/b"));
