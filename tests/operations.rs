@@ -1540,7 +1540,6 @@ fn a_second_server_on_a_held_data_dir_says_what_holds_it() {
 
 #[test]
 fn serve_creates_a_missing_data_dir() {
-    use std::io::BufRead;
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("new").join("deeper");
     let plugins = common::plugins_dir();
@@ -1568,32 +1567,13 @@ fn serve_creates_a_missing_data_dir() {
         let _ = stderr.read_to_string(&mut b);
         b
     });
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            let _ = tx.send(line);
-        }
-    });
-    let mut admin: Option<SocketAddr> = None;
-    let mut public: Option<SocketAddr> = None;
-    let until = Instant::now() + Duration::from_secs(120);
-    while public.is_none() {
-        let left = until.saturating_duration_since(Instant::now());
-        let Ok(line) = rx.recv_timeout(left) else {
-            let _ = child.0.kill();
-            panic!(
-                "no listening line; stderr:\n{}",
-                err_t.join().unwrap_or_default()
-            );
-        };
-        if let Some(a) = line.strip_prefix("marketplace admin listening on http://") {
-            admin = Some(a.parse().unwrap());
-        }
-        if let Some(a) = line.strip_prefix("marketplace listening on http://") {
-            public = Some(a.parse().unwrap());
-        }
-    }
+    let Some((admin, public)) = listening_addrs(stdout) else {
+        let _ = child.0.kill();
+        panic!(
+            "no listening line; stderr:\n{}",
+            err_t.join().unwrap_or_default()
+        );
+    };
     assert!(data.is_dir());
     assert_eq!(mode(&data), 0o700, "the new data dir's mode");
     let token_file = data.join("admin.token");
@@ -1610,7 +1590,7 @@ fn serve_creates_a_missing_data_dir() {
         None,
     );
     assert_eq!(r.status, 200, "the generated token works: {}", r.text());
-    let r = common::request(public.unwrap(), "GET", "/api/health", &[], None);
+    let r = common::request(public, "GET", "/api/health", &[], None);
     assert_eq!(r.status, 200);
     let pid = child.0.id().to_string();
     assert!(
@@ -1629,6 +1609,103 @@ fn serve_creates_a_missing_data_dir() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(status.code(), Some(0), "{}", err_t.join().unwrap());
+}
+
+/// The admin and public addresses `serve` writes on stdout, once it has
+/// written the public one; `None` when stdout ends or 120 s pass first.
+fn listening_addrs(stdout: std::process::ChildStdout) -> Option<(Option<SocketAddr>, SocketAddr)> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    let mut admin = None;
+    let until = Instant::now() + Duration::from_secs(120);
+    loop {
+        let line = rx
+            .recv_timeout(until.saturating_duration_since(Instant::now()))
+            .ok()?;
+        if let Some(a) = line.strip_prefix("marketplace admin listening on http://") {
+            admin = Some(a.parse().unwrap());
+        }
+        if let Some(a) = line.strip_prefix("marketplace listening on http://") {
+            return Some((admin, a.parse().unwrap()));
+        }
+    }
+}
+
+/// Log lines that cannot be written (stderr full, or its reader gone)
+/// are dropped, not a panic: the server starts, answers a request that
+/// logs a warning (a wrong admin token), and exits 0 on SIGTERM; a
+/// refused command still exits 1.
+#[test]
+fn an_unwritable_stderr_stops_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("d");
+    let full = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap()
+    };
+    let mut cmd = bare_command();
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ])
+    .arg("--data-dir")
+    .arg(&data)
+    .arg("--plugins")
+    .arg(common::plugins_dir())
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(full());
+    let mut child = cmd.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut child = Kill(child);
+    let (admin, public) = listening_addrs(stdout).expect("a listening line");
+    let r = common::request(
+        admin.expect("an admin listener"),
+        "GET",
+        "/admin/plugins",
+        &[("authorization", "Bearer not-the-token-0123456789abcdef")],
+        None,
+    );
+    assert_eq!(r.status, 401, "{}", r.text());
+    let r = common::request(public, "GET", "/api/health", &[], None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let pid = child.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let until = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(st) = child.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < until, "no exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+    let out = bare_command()
+        .args(["cash", "mint", "0", "--data-dir"])
+        .arg(&data)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(full())
+        .status()
+        .unwrap();
+    assert_eq!(out.code(), Some(1));
 }
 
 /// The offline commands create a missing data dir as `serve` does:
@@ -1884,6 +1961,19 @@ fn cli_help_and_config_errors() {
             "{var}={value}: it served"
         );
     }
+    // RUST_LOG is no setting: beside a good MARKETPLACE_LOG, its error is
+    // not put on that variable.
+    let out = run(
+        &serve,
+        &[("RUST_LOG", "wran"), ("MARKETPLACE_LOG", "info")],
+        limit,
+    );
+    let stderr = text(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("RUST_LOG \"wran\""),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("MARKETPLACE_LOG"), "{stderr}");
     assert!(!data.join("marketplace.redb").exists());
     // A plugins dir that is missing (a typo) or not a directory would serve
     // no route at all: refused, named.

@@ -187,7 +187,7 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            complain(format_args!("error: {e:#}"));
             ExitCode::FAILURE
         }
     }
@@ -235,6 +235,13 @@ fn run(cli: Cli) -> Result<()> {
             say(&format!("restored into {}", data_dir.display()))
         }
     }
+}
+
+/// Print a line on stderr, if it can be written: a stderr that is full or
+/// closed does not turn a refusal or a warning into a panic (`eprintln!`).
+fn complain(line: std::fmt::Arguments) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 /// Print a line on stdout. A reader that went away (`| head`) ends the
@@ -448,11 +455,11 @@ fn plugins(command: PluginsCommand, client: &Client, settings: &Settings) -> Res
         && !dropped.is_empty()
     {
         let routes: Vec<&str> = dropped.iter().filter_map(|r| r.as_str()).collect();
-        eprintln!(
+        complain(format_args!(
             "warning: family {} no longer serves {} (they answer 404 now)",
             doc["family"].as_str().unwrap_or_default(),
             routes.join(", ")
-        );
+        ));
     }
     // So is a watched file that was refused (`plugins list`).
     for refused in doc
@@ -466,12 +473,12 @@ fn plugins(command: PluginsCommand, client: &Client, settings: &Settings) -> Res
         let field = |name: &str| {
             crate::logging::one_line(refused[name].as_str().unwrap_or_default(), 2000).into_owned()
         };
-        eprintln!(
+        complain(format_args!(
             "warning: {} was not loaded ({}): {}",
             field("file"),
             field("at"),
             field("error")
-        );
+        ));
     }
     say(text.trim_end())
 }

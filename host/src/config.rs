@@ -418,6 +418,18 @@ pub fn largest_body_bytes(max_body_bytes: usize) -> usize {
 /// ` (`name` where it was set)` for the first setting of `sources` an
 /// error's `message` names (quoted in backticks as serde's errors do, or
 /// as a whole word as ours do), or nothing.
+/// The command-line flag that sets `setting` (`--plugins` for
+/// `plugins_dir`, else the setting's name with dashes).
+fn flag_of(setting: &str) -> String {
+    match setting {
+        "plugins_dir" => "plugins".into(),
+        other => other.replace('_', "-"),
+    }
+}
+
+/// Where the setting an error message names first came from, as ` (`name`
+/// source)`; of names found at one place, the longest (`plugins.fees`, an
+/// environment variable's, over the file's `plugins` table).
 fn named_source(message: &str, sources: &BTreeMap<String, String>, quoted: bool) -> String {
     let word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
     sources
@@ -437,10 +449,10 @@ fn named_source(message: &str, sources: &BTreeMap<String, String>, quoted: bool)
                             && !word(message[at + name.len()..].chars().next())
                     })
             }?;
-            Some((at, name, source))
+            Some((at, std::cmp::Reverse(name.len()), name, source))
         })
         .min()
-        .map(|(_, name, source)| format!(" (`{name}` {source})"))
+        .map(|(_, _, name, source)| format!(" (`{name}` {source})"))
         .unwrap_or_default()
 }
 
@@ -583,7 +595,7 @@ impl Config {
                     .insert(family.to_string(), toml::Value::String(value.clone()));
                 env_families.push(family.to_string());
                 sources.insert(
-                    "plugins".into(),
+                    format!("plugins.{family}"),
                     format!("from the environment variable {key}"),
                 );
                 continue;
@@ -593,13 +605,25 @@ impl Config {
         }
         for (key, value) in flags {
             let key = key.replace('-', "_");
+            // A value the flag overrides is still checked: it is set, and
+            // would be read once the flag is gone.
+            if let Some(before) = table.get(&key) {
+                let alone = toml::Table::from_iter([(key.clone(), before.clone())]);
+                let checked = toml::Value::Table(alone)
+                    .try_into::<Config>()
+                    .map_err(|e| e.to_string().trim().replace('\n', " "))
+                    .and_then(|c| c.validate().map_err(|e| format!("{e:#}")));
+                if let Err(message) = checked {
+                    let source = sources.get(&key).map(String::as_str).unwrap_or_default();
+                    bail!(
+                        "invalid configuration: {message} (`{key}` {source}, which the flag --{} overrides)",
+                        flag_of(&key)
+                    );
+                }
+            }
             sources.insert(
                 key.clone(),
-                format!(
-                    "from the flag --{}{}",
-                    key.replace('_', "-"),
-                    shown(&key, value)
-                ),
+                format!("from the flag --{}{}", flag_of(&key), shown(&key, value)),
             );
             let value = scalar(&key, &key, value)?;
             table.insert(key, value);
@@ -618,6 +642,16 @@ impl Config {
             let source = named_source(&message, &sources, false);
             anyhow::anyhow!("{message}{source}")
         })?;
+        // RUST_LOG wins over `log`, so it is held to the same rule: a typo
+        // would otherwise lose the access log for the life of the process.
+        // (No setting: its error names no setting's source.)
+        if let Ok(rust_log) = std::env::var("RUST_LOG")
+            && let Err(e) = log_filter(&rust_log)
+        {
+            bail!(
+                "RUST_LOG {rust_log:?} is not a log filter (e.g. info, or warn,marketplace=debug): {e}"
+            );
+        }
         if let Some(public) = &config.public_url {
             let mcp = config.settings.entry("mcp".into()).or_default();
             // (A blank one is an unset one, as the family reads it.)
@@ -671,15 +705,6 @@ impl Config {
             bail!(
                 "log {:?} is not a log filter (e.g. info, or warn,marketplace=debug): {e}",
                 self.log
-            );
-        }
-        // RUST_LOG wins over `log`, so it is held to the same rule: a typo
-        // would otherwise lose the access log for the life of the process.
-        if let Ok(rust_log) = std::env::var("RUST_LOG")
-            && let Err(e) = log_filter(&rust_log)
-        {
-            bail!(
-                "RUST_LOG {rust_log:?} is not a log filter (e.g. info, or warn,marketplace=debug): {e}"
             );
         }
         if let Some(mib) = self.memory_reservation_mib
@@ -814,8 +839,19 @@ impl Config {
         }
         let families = self.try_families()?;
         for f in &families {
-            confined(&f.component)
-                .map_err(|e| anyhow::anyhow!("the component of family {}: {e}", f.name))?;
+            // Named as it was set: `[plugins]` (or MARKETPLACE_PLUGIN_*)
+            // over `[families.*] component`.
+            confined(&f.component).map_err(|e| {
+                if self.plugins.contains_key(&f.name) {
+                    anyhow::anyhow!(
+                        "plugins.{}: the component of family {}: {e}",
+                        f.name,
+                        f.name
+                    )
+                } else {
+                    anyhow::anyhow!("[families.{}] component: {e}", f.name)
+                }
+            })?;
             if f.max_concurrent == Some(0) {
                 bail!("[families.{}] max_concurrent must be at least 1", f.name);
             }
@@ -839,7 +875,7 @@ impl Config {
             if !families.iter().any(|f| &f.name == family) {
                 let known: Vec<&str> = families.iter().map(|f| f.name.as_str()).collect();
                 bail!(
-                    "unknown plugin family {family:?}, named by [plugins] {family} in the config file or by MARKETPLACE_PLUGIN_{}; the families are {}",
+                    "plugins.{family}: unknown plugin family {family:?}, named by [plugins] {family} in the config file or by MARKETPLACE_PLUGIN_{}; the families are {}",
                     family.to_ascii_uppercase().replace('-', "_"),
                     known.join(", ")
                 );
@@ -1260,6 +1296,45 @@ mod tests {
             &[],
         );
         assert!(!e.contains("pw@"), "{e}");
+        // A family's component names the variable that set it, and the
+        // flag by its own name (`--plugins`, not `--plugins-dir`).
+        let e = err(
+            &[("MARKETPLACE_PLUGIN_FEES", "../x.wasm")],
+            &[("plugins_dir", "/p")],
+        );
+        assert!(
+            e.ends_with("(`plugins.fees` from the environment variable MARKETPLACE_PLUGIN_FEES)"),
+            "{e}"
+        );
+        // A bad value a flag overrides is refused too, named where it was.
+        let e = err(&[("MARKETPLACE_LISTEN", "5")], &[("listen", "127.0.0.1:1")]);
+        assert!(
+            e.contains("(`listen` from the environment variable MARKETPLACE_LISTEN = \"5\", which the flag --listen overrides)"),
+            "{e}"
+        );
+        let e = err(&[("MARKETPLACE_PLUGINS_DIR", "")], &[("plugins_dir", "/p")]);
+        assert!(
+            e.contains("plugins_dir must not be empty")
+                && e.contains("which the flag --plugins overrides"),
+            "{e}"
+        );
+        let e = err(&[], &[("plugins_dir", "")]);
+        assert!(e.contains("from the flag --plugins = \"\""), "{e}");
+        // Of two families' variables, the unknown one's.
+        let e = err(
+            &[
+                ("MARKETPLACE_PLUGIN_MY_FAM", "template.wasm"),
+                ("MARKETPLACE_PLUGIN_FEES", "fees_pickup_paid.wasm"),
+            ],
+            &[],
+        );
+        assert!(
+            e.contains("unknown plugin family \"my_fam\"")
+                && e.ends_with(
+                    "(`plugins.my_fam` from the environment variable MARKETPLACE_PLUGIN_MY_FAM)"
+                ),
+            "{e}"
+        );
         // The test harness's variables are not settings.
         let c = Config::load(
             None,
@@ -1270,6 +1345,26 @@ mod tests {
             &[],
         );
         assert!(c.is_ok(), "{:?}", c.err());
+    }
+
+    #[test]
+    fn a_bad_component_in_the_file_names_its_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "[families.notes]\ncomponent = \"../t.wasm\"\n").unwrap();
+        let e = format!("{:#}", Config::load(Some(&file), &[], &[]).unwrap_err());
+        assert!(
+            e.starts_with("[families.notes] component: \"../t.wasm\" must be a file name")
+                && e.contains("(`families` in the config file"),
+            "{e}"
+        );
+        std::fs::write(&file, "[plugins]\nfees = \"/abs.wasm\"\n").unwrap();
+        let e = format!("{:#}", Config::load(Some(&file), &[], &[]).unwrap_err());
+        assert!(
+            e.starts_with("plugins.fees: the component of family fees")
+                && e.contains("(`plugins` in the config file"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -433,8 +433,11 @@ impl Write for Stderr {
                 true
             })
             .unwrap_or(false);
+        // A line that cannot be written (stderr full, or its reader gone)
+        // is dropped: an error here would make tracing-subscriber report
+        // it with `eprintln!`, which panics on that same stderr.
         if !gathered {
-            write_out(bytes)?;
+            let _ = write_out(bytes);
         }
         Ok(bytes.len())
     }
