@@ -2305,6 +2305,12 @@ fn a2a_jsonrpc_errors() {
             json!({"role": "ROLE_AGENT", "parts": [{"text": "x"}]}),
             "message.role must be ROLE_USER",
         ),
+        // An id is kept whole (a context's in its list's key too): one
+        // holding a secret is refused, not kept.
+        (
+            json!({"contextId": format!("e1:secret:{}", "ab".repeat(32)), "parts": [{"text": "x"}]}),
+            "message.contextId must not hold a secret (ids are kept)",
+        ),
     ] {
         let mut params = message(members);
         let m = params["message"].as_object_mut().unwrap();
@@ -2475,7 +2481,7 @@ fn a2a_list_tasks_of_a_context() {
     // Pages of one, each naming the next, the last none.
     let mut seen = vec![];
     let mut token = String::new();
-    loop {
+    for _ in 0..4 {
         let r = list(json!({"contextId": ctx, "pageSize": 1, "pageToken": token}));
         assert_eq!(r["result"]["totalSize"], 3, "{r}");
         assert_eq!(r["result"]["pageSize"], 1, "{r}");
@@ -2486,6 +2492,10 @@ fn a2a_list_tasks_of_a_context() {
         }
     }
     assert_eq!(seen, [id(&third), id(&failed), id(&first)]);
+    assert!(
+        token.is_empty(),
+        "a page token after the last page: {token}"
+    );
     // Filters: a state by name or number; a status time at or after.
     let r = list(json!({"contextId": ctx, "status": "TASK_STATE_FAILED"}));
     assert_eq!(ids(&r), [id(&failed)]);
@@ -2496,6 +2506,14 @@ fn a2a_list_tasks_of_a_context() {
     assert_eq!(r["result"]["totalSize"], 3);
     let r = list(json!({"contextId": ctx, "statusTimestampAfter": "2000-01-01T00:00:00Z"}));
     assert_eq!(r["result"]["totalSize"], 3);
+    // At or after: a task's own (whole-second) timestamp takes it, half a
+    // second past it does not.
+    let own = third["status"]["timestamp"].as_str().unwrap();
+    let r = list(json!({"contextId": ctx, "statusTimestampAfter": own}));
+    assert!(ids(&r).contains(&id(&third)), "{own}: {r}");
+    let later = own.replace('Z', ".500Z");
+    let r = list(json!({"contextId": ctx, "statusTimestampAfter": later}));
+    assert!(!ids(&r).contains(&id(&third)), "{later}: {r}");
     let r = list(json!({"contextId": ctx, "statusTimestampAfter": "2999-01-01T00:00:00+01:00"}));
     assert_eq!((ids(&r).len(), &r["result"]["totalSize"]), (0, &json!(0)));
     // The other context holds its own task only; no context names none
@@ -2523,6 +2541,10 @@ fn a2a_list_tasks_of_a_context() {
         (json!({"status": 9}), "status"),
         (json!({"contextId": 5}), "contextId"),
         (json!({"contextId": "c".repeat(129)}), "contextId"),
+        (
+            json!({"contextId": format!("n:7:secret:{}", "cd".repeat(32))}),
+            "contextId",
+        ),
         (
             json!({"statusTimestampAfter": "yesterday"}),
             "statusTimestampAfter",

@@ -122,7 +122,10 @@ pub fn base_url(host: Option<&str>, forwarded_proto: Option<&str>) -> String {
     let Some(host) = host.map(str::trim).filter(|h| plausible_host(h)) else {
         return String::new();
     };
-    let scheme = match forwarded_proto {
+    // Proxies in a chain may each append theirs (`https, http`): the
+    // first is the scheme the client used.
+    let first = forwarded_proto.and_then(|p| p.split(',').next());
+    let scheme = match first {
         Some(p) if p.trim().eq_ignore_ascii_case("https") => "https",
         _ => "http",
     };
@@ -154,6 +157,15 @@ mod tests {
         assert_eq!(base_url(Some("evil/path"), None), "");
         assert_eq!(base_url(Some(""), None), "");
         assert_eq!(base_url(None, Some("https")), "");
+        // A chain of proxies: the first one's scheme, the client's.
+        assert_eq!(
+            base_url(Some("a.example"), Some("https, http")),
+            "https://a.example"
+        );
+        assert_eq!(
+            base_url(Some("a.example"), Some("http,https")),
+            "http://a.example"
+        );
     }
 
     #[test]

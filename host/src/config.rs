@@ -606,7 +606,9 @@ impl Config {
         for (key, value) in flags {
             let key = key.replace('-', "_");
             // A value the flag overrides is still checked: it is set, and
-            // would be read once the flag is gone.
+            // would be read once the flag is gone. Checked on its own
+            // (with the defaults), which holds for the settings flags set:
+            // none has a rule that reads another setting.
             if let Some(before) = table.get(&key) {
                 let alone = toml::Table::from_iter([(key.clone(), before.clone())]);
                 let checked = toml::Value::Table(alone)

@@ -238,11 +238,20 @@ fn task_not_found(id: &str) -> RpcError {
 }
 
 /// An id a client gives (a message's, a context's, a task's): at most 128
-/// visible ASCII characters; absent, null or "" is none.
+/// visible ASCII characters; absent, null or "" is none. An id is kept and
+/// answered whole (a context's also in the key of its list), so one that
+/// holds a cash, witness or certificate secret is refused rather than
+/// kept.
 fn id_param(value: Option<&Value>, name: &str) -> Result<Option<String>, RpcError> {
     match value {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if s.is_empty() => Ok(None),
+        Some(Value::String(s)) if marketplace_common::secret::redact_secret_text(s) != *s => {
+            Err(err(
+                INVALID_PARAMS,
+                format!("{name} must not hold a secret (ids are kept)"),
+            ))
+        }
         Some(Value::String(s)) if s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic()) => {
             Ok(Some(s.clone()))
         }
