@@ -188,6 +188,28 @@ impl ColdStart {
     }
 }
 
+impl Kill {
+    /// SIGTERM, then its exit status (30 s at most).
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.0.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(st) = self.0.try_wait().unwrap() {
+                return st;
+            }
+            assert!(Instant::now() < until, "no exit after SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 impl Drop for Kill {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -1542,23 +1564,7 @@ fn a_second_server_on_a_held_data_dir_says_what_holds_it() {
 fn serve_creates_a_missing_data_dir() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("new").join("deeper");
-    let plugins = common::plugins_dir();
-    let mut cmd = bare_command();
-    cmd.args([
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--admin-listen",
-        "127.0.0.1:0",
-    ])
-    .arg("--data-dir")
-    .arg(&data)
-    .arg("--plugins")
-    .arg(&plugins)
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
+    let mut child = serve_command(&data).stderr(Stdio::piped()).spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
     let mut stderr = child.stderr.take().unwrap();
     let mut child = Kill(child);
@@ -1592,23 +1598,28 @@ fn serve_creates_a_missing_data_dir() {
     assert_eq!(r.status, 200, "the generated token works: {}", r.text());
     let r = common::request(public, "GET", "/api/health", &[], None);
     assert_eq!(r.status, 200);
-    let pid = child.0.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let until = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(st) = child.0.try_wait().unwrap() {
-            break st;
-        }
-        assert!(Instant::now() < until, "no exit after SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = child.terminate();
     assert_eq!(status.code(), Some(0), "{}", err_t.join().unwrap());
+}
+
+/// `serve` on `data` with the built components, public and admin
+/// listeners on free ports, stdout piped (see [`listening_addrs`]).
+fn serve_command(data: &Path) -> Command {
+    let mut cmd = bare_command();
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ])
+    .arg("--data-dir")
+    .arg(data)
+    .arg("--plugins")
+    .arg(common::plugins_dir())
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped());
+    cmd
 }
 
 /// The admin and public addresses `serve` writes on stdout, once it has
@@ -1651,22 +1662,7 @@ fn an_unwritable_stderr_stops_nothing() {
             .open("/dev/full")
             .unwrap()
     };
-    let mut cmd = bare_command();
-    cmd.args([
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--admin-listen",
-        "127.0.0.1:0",
-    ])
-    .arg("--data-dir")
-    .arg(&data)
-    .arg("--plugins")
-    .arg(common::plugins_dir())
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(full());
-    let mut child = cmd.spawn().unwrap();
+    let mut child = serve_command(&data).stderr(full()).spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
     let mut child = Kill(child);
     let (admin, public) = listening_addrs(stdout).expect("a listening line");
@@ -1680,22 +1676,7 @@ fn an_unwritable_stderr_stops_nothing() {
     assert_eq!(r.status, 401, "{}", r.text());
     let r = common::request(public, "GET", "/api/health", &[], None);
     assert_eq!(r.status, 200, "{}", r.text());
-    let pid = child.0.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let until = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(st) = child.0.try_wait().unwrap() {
-            break st;
-        }
-        assert!(Instant::now() < until, "no exit after SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = child.terminate();
     assert_eq!(status.code(), Some(0));
     let out = bare_command()
         .args(["cash", "mint", "0", "--data-dir"])

@@ -753,20 +753,16 @@ fn list_tasks(params: &Value) -> Result<Value, RpcError> {
     };
     let since_ms = match params.get("statusTimestampAfter") {
         None | Some(Value::Null) => None,
-        Some(Value::String(t)) => Some(
-            marketplace_common::time::parse_rfc3339_signed(t).ok_or_else(|| {
-                err(
-                    INVALID_PARAMS,
-                    "statusTimestampAfter must be an RFC 3339 time (2026-12-04T10:00:00Z)",
-                )
-            })?,
+        Some(t) => Some(
+            t.as_str()
+                .and_then(marketplace_common::time::parse_rfc3339_signed)
+                .ok_or_else(|| {
+                    err(
+                        INVALID_PARAMS,
+                        "statusTimestampAfter must be an RFC 3339 time (2026-12-04T10:00:00Z)",
+                    )
+                })?,
         ),
-        Some(_) => {
-            return Err(err(
-                INVALID_PARAMS,
-                "statusTimestampAfter must be an RFC 3339 time (2026-12-04T10:00:00Z)",
-            ));
-        }
     };
     let include_artifacts = match params.get("includeArtifacts") {
         None | Some(Value::Null) => false,
