@@ -415,9 +415,6 @@ pub fn largest_body_bytes(max_body_bytes: usize) -> usize {
     max_body_bytes.max(marketplace_common::MAX_VALUE_BYTES)
 }
 
-/// ` (`name` where it was set)` for the first setting of `sources` an
-/// error's `message` names (quoted in backticks as serde's errors do, or
-/// as a whole word as ours do), or nothing.
 /// The command-line flag that sets `setting` (`--plugins` for
 /// `plugins_dir`, else the setting's name with dashes).
 fn flag_of(setting: &str) -> String {
@@ -427,9 +424,11 @@ fn flag_of(setting: &str) -> String {
     }
 }
 
-/// Where the setting an error message names first came from, as ` (`name`
-/// source)`; of names found at one place, the longest (`plugins.fees`, an
-/// environment variable's, over the file's `plugins` table).
+/// ` (`name` where it was set)` for the first setting of `sources` an
+/// error's `message` names (quoted in backticks as serde's errors do, or
+/// as a whole word as ours do), or nothing. Of names found at one place,
+/// the longest (`plugins.fees`, an environment variable's, over the
+/// file's `plugins` table).
 fn named_source(message: &str, sources: &BTreeMap<String, String>, quoted: bool) -> String {
     let word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
     sources
