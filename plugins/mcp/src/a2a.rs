@@ -797,11 +797,15 @@ fn list_tasks(params: &Value) -> Result<Value, RpcError> {
     // After the page token's task: those older than it.
     let start = after_task.map_or(0, |t| matching.partition_point(|id| id.as_str() >= t));
     let ids = &matching[start..(start + page_size as usize).min(total)];
+    // The page's tasks in one storage call (at most LIST_PAGE_MAX keys).
+    let keys: Vec<String> = ids.iter().map(|id| task_key(id)).collect();
+    let values = kv::get_many_raw(None, &keys).map_err(|e| err(INTERNAL, e.message))?;
     let mut tasks = Vec::with_capacity(ids.len());
-    for id in ids {
-        let Some(mut task) = load_task(id)? else {
+    for (key, value) in keys.iter().zip(values) {
+        let Some(value) = value else {
             continue;
         };
+        let mut task: Value = kv::parse(key, &value).map_err(|e| err(INTERNAL, e.message))?;
         if !include_artifacts && let Some(members) = task.as_object_mut() {
             members.remove("artifacts");
         }
