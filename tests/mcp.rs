@@ -2123,6 +2123,11 @@ fn a2a(s: &Server, body: Value) -> Value {
     r.json()
 }
 
+/// A JSON-RPC request to the A2A agent (id 1).
+fn a2a_req(method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+}
+
 fn send_message(s: &Server, parts: Value) -> Value {
     a2a(
         s,
@@ -2228,28 +2233,33 @@ fn a2a_card_send_message_and_get_task() {
 fn a2a_jsonrpc_errors() {
     let s = Server::start();
     let code = |body: Value| a2a(&s, body)["error"]["code"].as_i64().unwrap();
-    let req = |method: &str, params: Value| json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
     let task = send_message(&s, json!([{"text": "anything"}]))["result"]["task"].clone();
     assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED");
 
     assert_eq!(
-        code(req(
+        code(a2a_req(
             "GetTask",
             json!({"id": "task_00000000000000000000000000"})
         )),
         -32001
     );
-    assert_eq!(code(req("GetTask", json!({"id": "../../macro/x"}))), -32001);
-    assert_eq!(code(req("GetTask", json!({}))), -32602);
-    assert_eq!(code(req("CancelTask", json!({"id": task["id"]}))), -32002);
-    assert_eq!(code(req("SendStreamingMessage", json!({}))), -32004);
     assert_eq!(
-        code(req("CreateTaskPushNotificationConfig", json!({}))),
+        code(a2a_req("GetTask", json!({"id": "../../macro/x"}))),
+        -32001
+    );
+    assert_eq!(code(a2a_req("GetTask", json!({}))), -32602);
+    assert_eq!(
+        code(a2a_req("CancelTask", json!({"id": task["id"]}))),
+        -32002
+    );
+    assert_eq!(code(a2a_req("SendStreamingMessage", json!({}))), -32004);
+    assert_eq!(
+        code(a2a_req("CreateTaskPushNotificationConfig", json!({}))),
         -32003
     );
-    assert_eq!(code(req("GetExtendedAgentCard", json!({}))), -32007);
+    assert_eq!(code(a2a_req("GetExtendedAgentCard", json!({}))), -32007);
     // A2A 0.3 method names are not this binding's.
-    assert_eq!(code(req("message/send", json!({}))), -32601);
+    assert_eq!(code(a2a_req("message/send", json!({}))), -32601);
     assert_eq!(
         code(json!({"jsonrpc": "1.0", "id": 1, "method": "GetTask"})),
         -32600
@@ -2273,7 +2283,7 @@ fn a2a_jsonrpc_errors() {
     assert_eq!((r.status, r.body.len()), (202, 0), "{}", r.text());
     let doc = s.get("/openapi.json").json();
     assert!(doc["paths"]["/a2a"]["post"]["responses"]["202"].is_object());
-    assert_eq!(code(req("SendMessage", json!({}))), -32602);
+    assert_eq!(code(a2a_req("SendMessage", json!({}))), -32602);
     // A user's message with these members (each case names the rest).
     let message = |members: Value| {
         let mut m = json!({"messageId": "m-2", "role": "ROLE_USER"});
@@ -2283,7 +2293,7 @@ fn a2a_jsonrpc_errors() {
         json!({ "message": m })
     };
     assert_eq!(
-        code(req("SendMessage", message(json!({"parts": []})))),
+        code(a2a_req("SendMessage", message(json!({"parts": []})))),
         -32602
     );
     // The message's id and role are required (a2a.proto), as the
@@ -2315,13 +2325,13 @@ fn a2a_jsonrpc_errors() {
         let mut params = message(members);
         let m = params["message"].as_object_mut().unwrap();
         m.retain(|_, v| !v.is_null());
-        let r = a2a(&s, req("SendMessage", params));
+        let r = a2a(&s, a2a_req("SendMessage", params));
         assert_eq!(r["error"]["code"], -32602, "{r}");
         assert_eq!(r["error"]["message"], says, "{r}");
     }
     let r = a2a(
         &s,
-        req(
+        a2a_req(
             "SendMessage",
             message(json!({"role": 1, "parts": [{"text": "x"}]})),
         ),
@@ -2338,13 +2348,13 @@ fn a2a_jsonrpc_errors() {
         json!([{"url": "https://x.example/a.png"}, {"raw": "AAAA"}]),
     ] {
         assert_eq!(
-            code(req("SendMessage", message(json!({ "parts": parts })))),
+            code(a2a_req("SendMessage", message(json!({ "parts": parts })))),
             -32005
         );
     }
     let r = a2a(
         &s,
-        req(
+        a2a_req(
             "SendMessage",
             message(json!({"parts": [{"text": "oak"}, {"raw": "AAAA", "mediaType": "image/png"}]})),
         ),
@@ -2367,19 +2377,22 @@ fn a2a_jsonrpc_errors() {
             "data part: contract_id must be a string",
         ),
     ] {
-        let r = a2a(&s, req("SendMessage", message(json!({ "parts": parts }))));
+        let r = a2a(
+            &s,
+            a2a_req("SendMessage", message(json!({ "parts": parts }))),
+        );
         assert_eq!(r["error"]["code"], -32602, "{r}");
         assert_eq!(r["error"]["message"], says, "{r}");
     }
     assert_eq!(
-        code(req(
+        code(a2a_req(
             "SendMessage",
             message(json!({"taskId": task["id"], "parts": [{"text": "more"}]}))
         )),
         -32004
     );
     assert_eq!(
-        code(req(
+        code(a2a_req(
             "SendMessage",
             message(json!({"parts": [{"text": "x".repeat(20_000)}]}))
         )),
@@ -2412,7 +2425,7 @@ fn a2a_jsonrpc_errors() {
         "/a2a",
         &[("content-type", "application/json"), ("a2a-version", "0.3")],
         Some(
-            req("GetTask", json!({"id": task["id"]}))
+            a2a_req("GetTask", json!({"id": task["id"]}))
                 .to_string()
                 .as_bytes(),
         ),
@@ -2434,14 +2447,13 @@ fn a2a_jsonrpc_errors() {
 #[test]
 fn a2a_list_tasks_of_a_context() {
     let s = Server::start();
-    let req = |method: &str, params: Value| json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let list = |params: Value| a2a(&s, req("ListTasks", params));
+    let list = |params: Value| a2a(&s, a2a_req("ListTasks", params));
     let send = |context: Option<&str>, text: &str| {
         let mut m = json!({"messageId": "m", "role": "ROLE_USER", "parts": [{"text": text}]});
         if let Some(c) = context {
             m["contextId"] = json!(c);
         }
-        let r = a2a(&s, req("SendMessage", json!({ "message": m })));
+        let r = a2a(&s, a2a_req("SendMessage", json!({ "message": m })));
         r["result"]["task"].clone()
     };
     // The agent makes a context for a first message; later messages name it.
@@ -2569,16 +2581,18 @@ fn a2a_tasks_past_the_newest_1000_leave_their_context() {
     let send = |context: &str| {
         let r = a2a(
             &s,
-            json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
-                "messageId": "m", "role": "ROLE_USER", "contextId": context,
-                "parts": [{"text": "contract CTR_NONE"}]}}}),
+            a2a_req(
+                "SendMessage",
+                json!({"message": {"messageId": "m", "role": "ROLE_USER", "contextId": context,
+                                   "parts": [{"text": "contract CTR_NONE"}]}}),
+            ),
         );
         r["result"]["task"]["id"].as_str().unwrap().to_string()
     };
     let list = |context: &str| {
         a2a(
             &s,
-            json!({"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"contextId": context, "pageSize": 100}}),
+            a2a_req("ListTasks", json!({"contextId": context, "pageSize": 100})),
         )["result"]
             .clone()
     };
@@ -2592,10 +2606,7 @@ fn a2a_tasks_past_the_newest_1000_leave_their_context() {
     let old = list("ctx-old");
     assert_eq!(old["totalSize"], 1, "{old}");
     assert_eq!(old["tasks"][0]["id"], second.as_str());
-    let get = a2a(
-        &s,
-        json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": oldest}}),
-    );
+    let get = a2a(&s, a2a_req("GetTask", json!({ "id": oldest })));
     assert_eq!(get["error"]["code"], -32001, "{get}");
     let new = list("ctx-new");
     assert_eq!(new["totalSize"], 999);
