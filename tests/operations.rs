@@ -184,7 +184,7 @@ impl ColdStart {
     }
 
     fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        common::read_log(&self.log)
     }
 }
 

@@ -604,7 +604,7 @@ impl Server {
     }
 
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        read_log(&self.log)
     }
 
     /// Wait up to 30 s (a loaded machine) for the log to satisfy `pred`: a
@@ -1014,4 +1014,13 @@ fn resolve<'a>(doc: &'a Value, schema: &'a Value) -> &'a Value {
         }
         None => schema,
     }
+}
+
+/// A server log's whole lines: a line the server is writing as the file is
+/// read (a write spanning a page boundary shows up a page at a time) waits
+/// for the next read.
+pub fn read_log(path: &std::path::Path) -> String {
+    let mut text = std::fs::read_to_string(path).unwrap_or_default();
+    text.truncate(text.rfind('\n').map_or(0, |i| i + 1));
+    text
 }
