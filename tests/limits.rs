@@ -681,7 +681,9 @@ fn clients_that_read_nothing_hold_a_bounded_amount_of_answers() {
         true,
         &[
             ("MARKETPLACE_MAX_UNSENT_ANSWER_BYTES", "16777216"),
-            ("MARKETPLACE_HEADER_TIMEOUT_MS", "1000"),
+            // Long enough for the third request to be answered before the
+            // two idle clients are cut off, on a loaded machine.
+            ("MARKETPLACE_HEADER_TIMEOUT_MS", "3000"),
         ],
     );
     let unsent = || s.metric("marketplace_unsent_answer_bytes");
@@ -719,7 +721,7 @@ fn clients_that_read_nothing_hold_a_bounded_amount_of_answers() {
     assert_eq!(r.header("retry-after"), Some("1"));
     // Small answers are served meanwhile.
     assert_eq!(s.get("/_testing/ok").status, 200);
-    // The two are cut off after reading nothing for 1 s: their room is back.
+    // The two are cut off after reading nothing for 3 s: their room is back.
     let until = Instant::now() + Duration::from_secs(30);
     while unsent() > 0 {
         assert!(Instant::now() < until, "{} bytes still unsent", unsent());
@@ -811,12 +813,20 @@ fn the_header_timeout_counts_from_the_last_answer() {
 /// its connection serves the next one: the timeout is for the head.
 #[test]
 fn a_request_longer_than_the_header_timeout_keeps_its_connection() {
-    let s = server_with(true, &[("MARKETPLACE_HEADER_TIMEOUT_MS", "300")]);
+    // A timeout long enough for the next request to follow the answer on
+    // a loaded machine.
+    let s = server_with(
+        true,
+        &[
+            ("MARKETPLACE_HEADER_TIMEOUT_MS", "1000"),
+            ("MARKETPLACE_REQUEST_TIMEOUT_MS", "5000"),
+        ],
+    );
     let mut c = common::connect(s.addr);
-    // The component spins for 1.5 s: five header timeouts.
+    // The component spins for 3 s: three header timeouts.
     write!(
         c,
-        "GET /_testing/loop?budget_ms=1500 HTTP/1.1\r\nhost: x\r\n\r\n"
+        "GET /_testing/loop?budget_ms=3000 HTTP/1.1\r\nhost: x\r\n\r\n"
     )
     .unwrap();
     let r = common::try_read_response(&mut c)

@@ -153,13 +153,9 @@ struct ColdStart {
 impl ColdStart {
     /// Its log, compile cache and listener come from `tmp`.
     fn on(tmp: &Path, data: &Path) -> ColdStart {
-        let addr: SocketAddr = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap()
-        };
         let log = tmp.join("server.log");
         let mut cmd = bare_command();
-        cmd.args(["serve", "--listen", &addr.to_string(), "--data-dir"])
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data)
             .arg("--plugins")
             .arg(common::plugins_dir())
@@ -175,16 +171,38 @@ impl ColdStart {
             let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
             let _ = tx.send(line);
         });
+        let mut child = Kill(child);
         ColdStart {
-            addr,
+            addr: logged_addr(&mut child, &log, "listening on http://"),
             ready,
             log,
-            _child: Kill(child),
+            _child: child,
         }
     }
 
     fn log_text(&self) -> String {
         common::read_log(&self.log)
+    }
+}
+
+/// The address after `prefix` in the log at `log` of a server started on
+/// port 0 (its listener is bound when the line is written), waited for
+/// (120 s at most; not if the server exits first).
+fn logged_addr(server: &mut Kill, log: &Path, prefix: &str) -> SocketAddr {
+    let until = Instant::now() + Duration::from_secs(120);
+    loop {
+        let text = common::read_log(log);
+        if let Some(at) = text.find(prefix) {
+            let rest = &text[at + prefix.len()..];
+            let end = rest.find(|c: char| c.is_whitespace()).unwrap_or(rest.len());
+            return rest[..end].trim_end_matches("/metrics").parse().unwrap();
+        }
+        assert!(
+            server.0.try_wait().unwrap().is_none(),
+            "the server exited:\n{text}"
+        );
+        assert!(Instant::now() < until, "no {prefix:?} in the log:\n{text}");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -687,7 +705,7 @@ fn a_short_drain_is_not_outlived_by_an_idle_keep_alive_connection() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = server_on(
         &dir.path().join("data"),
-        &[("MARKETPLACE_DRAIN_TIMEOUT_MS", "400")],
+        &[("MARKETPLACE_DRAIN_TIMEOUT_MS", "900")],
     );
     let conn = idle_keep_alive(&s);
     s.signal("TERM");
@@ -2611,23 +2629,17 @@ fn health_counts_requests_commits_not_the_starts_own() {
 /// listeners too.
 #[test]
 fn a_closed_stdout_does_not_stop_the_server() {
-    let port = |()| {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-    };
-    let (public, admin, metrics) = (port(()), port(()), port(()));
     let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
     let mut cmd = bare_command();
     cmd.args([
         "serve",
         "--listen",
-        &public.to_string(),
+        "127.0.0.1:0",
         "--admin-listen",
-        &admin.to_string(),
+        "127.0.0.1:0",
         "--metrics-listen",
-        &metrics.to_string(),
+        "127.0.0.1:0",
         "--data-dir",
         dir.path().join("data").to_str().unwrap(),
         "--plugins",
@@ -2636,10 +2648,14 @@ fn a_closed_stdout_does_not_stop_the_server() {
     .env("MARKETPLACE_ADMIN_TOKEN", ADMIN_TOKEN)
     .stdin(Stdio::null())
     .stdout(Stdio::piped())
-    .stderr(Stdio::null());
+    .stderr(std::fs::File::create(&log).unwrap());
     let mut child = Kill(cmd.spawn().unwrap());
     // The read end closed before the server writes a line.
     drop(child.0.stdout.take());
+    // Each listener says where it is in the log (stdout has no reader).
+    let public = logged_addr(&mut child, &log, "listening on http://");
+    let admin = logged_addr(&mut child, &log, "admin listener on http://");
+    logged_addr(&mut child, &log, "metrics listener on http://");
     let until = Instant::now() + Duration::from_secs(120);
     loop {
         assert!(
@@ -2647,12 +2663,9 @@ fn a_closed_stdout_does_not_stop_the_server() {
             "the server exited: {:?}",
             child.0.try_wait()
         );
-        // Until the listener is bound, connections are refused.
-        if TcpStream::connect(public).is_ok() {
-            let r = common::request(public, "GET", "/api/health", &[], None);
-            if r.status == 200 && r.json()["status"] == "ok" {
-                break;
-            }
+        let r = common::request(public, "GET", "/api/health", &[], None);
+        if r.status == 200 && r.json()["status"] == "ok" {
+            break;
         }
         assert!(Instant::now() < until, "never ready");
         std::thread::sleep(Duration::from_millis(100));

@@ -24,8 +24,14 @@ fn plugin_copy() -> tempfile::TempDir {
 
 /// Replace a file the way an operator's deploy does: write aside, rename.
 fn install(from: &Path, to: &Path) {
+    install_bytes(&std::fs::read(from).unwrap(), to);
+}
+
+/// Put `bytes` at `to` in one step, as a deploy does (written aside, then
+/// renamed), so the watcher sees the file once, whole.
+fn install_bytes(bytes: &[u8], to: &Path) {
     let tmp = to.with_extension("part");
-    std::fs::copy(from, &tmp).unwrap();
+    std::fs::write(&tmp, bytes).unwrap();
     std::fs::rename(&tmp, to).unwrap();
 }
 
@@ -110,11 +116,11 @@ fn fee_plugin_swaps_under_load_without_failures() {
         "requests failed during the swap"
     );
     assert!(ok.load(Ordering::Relaxed) > 100);
+    let swapped =
+        |l: &str| l.contains("hot reload: swapped in") && l.contains("fees_bid_inclusive.wasm");
+    s.wait_log("the swap", |log| log.lines().any(swapped));
     let log = s.log_text();
-    let line = log
-        .lines()
-        .find(|l| l.contains("hot reload: swapped in") && l.contains("fees_bid_inclusive.wasm"))
-        .unwrap_or_else(|| panic!("no swap logged:\n{log}"));
+    let line = log.lines().find(|l| swapped(l)).unwrap();
     let millis: u64 = line
         .split("millis=")
         .nth(1)
@@ -175,11 +181,10 @@ fn broken_components_are_refused_and_the_old_one_keeps_serving() {
     assert_eq!(s.get("/api/health").status, 200);
 
     // Through the watched directory: refused, logged, old one serving.
-    std::fs::write(
-        plugins.path().join("fees_bid_inclusive.wasm"),
+    install_bytes(
         b"not a component",
-    )
-    .unwrap();
+        &plugins.path().join("fees_bid_inclusive.wasm"),
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     while !s.log_text().contains("hot reload refused") && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));

@@ -1020,7 +1020,7 @@ fn resolve<'a>(doc: &'a Value, schema: &'a Value) -> &'a Value {
 /// read (a write spanning a page boundary shows up a page at a time) waits
 /// for the next read.
 pub fn read_log(path: &std::path::Path) -> String {
-    let mut text = std::fs::read_to_string(path).unwrap_or_default();
-    text.truncate(text.rfind('\n').map_or(0, |i| i + 1));
-    text
+    let mut bytes = std::fs::read(path).unwrap_or_default();
+    bytes.truncate(bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1));
+    String::from_utf8_lossy(&bytes).into_owned()
 }
