@@ -959,12 +959,13 @@ fn the_arbiter_signs_what_it_issues() {
     use ed25519_dalek::{Signature, VerifyingKey};
     let s = Server::start();
     let d = deal(&s);
+    // A deadline is kept to the second, as it is shown and signed.
     let deadline = "2031-05-01T12:00:00Z";
     let r = buy(
         &s,
         &d,
         "1.5",
-        json!({"work_spec": "three logo drafts", "delivery_deadline": deadline}),
+        json!({"work_spec": "three logo drafts", "delivery_deadline": "2031-05-01T12:00:00.750Z"}),
     );
     assert_eq!(r.status, 201, "{}", r.text());
     let bought = r.json();

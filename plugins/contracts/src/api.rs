@@ -3,6 +3,9 @@
 use marketplace_guest::openapi::{self, Op, nonblank, obj, op, pattern, r, t, with_signature};
 use marketplace_guest::prelude::*;
 
+/// What `work_spec` may be, and how the arbiter signs it (PROTOCOL 10).
+const WORK_SPEC: &str = "the work: text, or any JSON value (an object of terms, say), at most 65,536 bytes as compact JSON; kept as given. The arbiter signs a text as it is, another value as its compact JSON with object keys sorted, and none as \"Contract deliverable\" (which the contract then shows)";
+
 /// Every operation of the family.
 pub const OPS: &[Op] = &[
     Op {
@@ -168,10 +171,10 @@ pub fn schemas() -> Value {
             ("buyer_fingerprint", t("string")),
             ("target_seller_fingerprint", t("string")),
             ("reference_post", t("string")),
-            ("work_spec", json!({})),
+            ("work_spec", json!({"description": WORK_SPEC})),
             (
                 "delivery_deadline",
-                json!({"type": "string", "format": "date-time"}),
+                json!({"type": "string", "format": "date-time", "description": "to the second, as the arbiter signed it"}),
             ),
             ("fee_policy", t("string")),
             ("arbitration_fee", openapi::amount()),
@@ -195,7 +198,7 @@ pub fn schemas() -> Value {
     let witness_secret = pattern("^n:CTR_[A-Za-z0-9_-]{1,64}:secret:[0-9a-f]{64}$");
     json!({
         "Buy": with_signature(vec![("buyer_fingerprint", t("string")), ("contract_type", json!({"enum": ["service", "product_digital", "product_physical"]})), ("amount", openapi::positive_amount()), ("reference_post", nonblank(128)),
-            ("contract_id", json!({"type": "string", "pattern": "^(CTR_[A-Za-z0-9_-]{1,64})?$", "description": "an id of the buyer's choosing; absent or \"\" (signed as the empty string): the server makes CTR_<ULID>"})), ("work_spec", json!({})), ("delivery_deadline", json!({"type": "string", "format": "date-time", "description": "must be in the future"})), ("witness_proof", json!({"type": "string", "pattern": "^(n:CTR_[A-Za-z0-9_-]{1,64}:public:[0-9a-f]{64})?$", "description": "needs a client-supplied contract_id; \"\" is none (signed as the empty string)"})), ("encrypted_witness_secret", t("string")), ("accept_terms", json!({"const": true}))],
+            ("contract_id", json!({"type": "string", "pattern": "^(CTR_[A-Za-z0-9_-]{1,64})?$", "description": "an id of the buyer's choosing; absent or \"\" (signed as the empty string): the server makes CTR_<ULID>"})), ("work_spec", json!({"description": WORK_SPEC})), ("delivery_deadline", json!({"type": "string", "format": "date-time", "description": "must be in the future; kept to the second (a fraction is dropped); default 7 days from now"})), ("witness_proof", json!({"type": "string", "pattern": "^(n:CTR_[A-Za-z0-9_-]{1,64}:public:[0-9a-f]{64})?$", "description": "needs a client-supplied contract_id; \"\" is none (signed as the empty string)"})), ("encrypted_witness_secret", json!({"type": "string", "maxLength": 8192})), ("accept_terms", json!({"const": true}))],
             &["contract_type", "amount", "reference_post", "accept_terms"]),
         "Bought": obj(&[("contract_id", t("string")), ("status", t("string")), ("allowed_actions", json!({"type": "array", "items": t("string")})), ("target_seller_fingerprint", t("string")), ("arbiter_signature", t("string")), ("contract", r("Contract")), ("payment", openapi::payment())], &["contract_id", "status", "contract"]),
         "Release": with_signature(vec![("actor_fingerprint", t("string")), ("tracking_number", json!({"type": "string", "maxLength": 200})), ("tracking_carrier", json!({"type": "string", "maxLength": 100})), ("witness_secret", t("string"))], &[]),

@@ -263,28 +263,12 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
         body.problem("work_spec", "is too large");
     }
     let now = clock::now_ms();
-    let deadline = match body.raw("delivery_deadline").cloned() {
-        None => Some(now + DEFAULT_DEADLINE_MS),
-        // The document's `date-time`.
-        Some(Value::String(s)) => match marketplace_common::time::parse_date_time_signed(&s) {
-            Some(ms) if ms > i128::from(now) => Some(u64::try_from(ms).unwrap_or(u64::MAX)),
-            Some(_) => {
-                body.problem("delivery_deadline", "must be in the future");
-                None
-            }
-            None => {
-                body.problem(
-                    "delivery_deadline",
-                    "must be an RFC 3339 time like 2026-12-01T00:00:00Z",
-                );
-                None
-            }
-        },
-        Some(_) => {
-            body.problem("delivery_deadline", "must be an RFC 3339 string");
-            None
-        }
-    };
+    // (0 when refused: the body's problems end the request below.)
+    let deadline =
+        delivery_deadline(body.raw("delivery_deadline"), now).unwrap_or_else(|problem| {
+            body.problem("delivery_deadline", problem);
+            0
+        });
     let witness_proof = body
         .optional_str("witness_proof", 200)
         .filter(|p| !p.is_empty());
@@ -366,7 +350,7 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
         target_seller_fingerprint: seller.clone(),
         reference_post,
         work_spec,
-        delivery_deadline_ms: deadline.unwrap_or(now + DEFAULT_DEADLINE_MS),
+        delivery_deadline_ms: deadline,
         fee_policy: payments::policy(),
         fee: payments::quote("arbitration", Some(units))?,
         created_at: now_text.clone(),
@@ -390,6 +374,23 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
                 "arbiter_signature": c.arbiter_signature,
                 "allowed_actions": c.allowed(), "contract": c.public(), "payment": payment}),
     ))
+}
+
+/// A buy's `delivery_deadline` (absent: 7 days from `now`), in ms, kept
+/// to the second as it is shown and signed (PROTOCOL 10): a fraction is
+/// dropped, so the contract's own field is its deadline.
+fn delivery_deadline(given: Option<&Value>, now: u64) -> Result<u64, &'static str> {
+    let ms = match given {
+        None => i128::from(now + DEFAULT_DEADLINE_MS),
+        Some(Value::String(s)) => marketplace_common::time::parse_date_time_signed(s)
+            .ok_or("must be an RFC 3339 time like 2026-12-01T00:00:00Z")?,
+        Some(_) => return Err("must be an RFC 3339 string"),
+    };
+    let ms = ms - ms.rem_euclid(1000);
+    if ms <= i128::from(now) {
+        return Err("must be in the future");
+    }
+    Ok(u64::try_from(ms).unwrap_or(u64::MAX))
 }
 
 /// The work_spec of a contract bought without one.
@@ -976,3 +977,35 @@ fn witness_health(req: &Request) -> Result<Response, ApiError> {
 }
 
 marketplace_guest::endpoint_plugin!(Contracts);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deadline_is_kept_to_the_second() {
+        let now = 1_800_000_000_123;
+        let at = |s: &str| delivery_deadline(Some(&json!(s)), now);
+        // A fraction is dropped, whatever its offset or digits.
+        assert_eq!(at("2031-05-01T12:00:00.750Z"), at("2031-05-01T12:00:00Z"));
+        assert_eq!(
+            at("2031-05-01T14:00:00.999999+02:00"),
+            at("2031-05-01T12:00:00Z")
+        );
+        assert_eq!(at("2031-05-01T12:00:00Z").unwrap() % 1000, 0);
+        // The default: 7 days from now, to the second.
+        let default = delivery_deadline(None, now).unwrap();
+        assert_eq!(default, now + DEFAULT_DEADLINE_MS - 123);
+        // Within the second that has begun is not in the future.
+        let this_second = marketplace_guest::rfc3339(now);
+        assert_eq!(
+            delivery_deadline(Some(&json!(format!("{}.900Z", &this_second[..19]))), now),
+            Err("must be in the future")
+        );
+        assert_eq!(
+            delivery_deadline(Some(&json!(5)), now),
+            Err("must be an RFC 3339 string")
+        );
+        assert!(at("tomorrow").is_err());
+    }
+}
