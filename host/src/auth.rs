@@ -223,7 +223,20 @@ pub fn verify(
         _ => {}
     }
     if st.timestamp.is_some() || legacy_single_use {
-        let conflict = || Reply::error(409, "conflict", "this signature was already used");
+        // A fresh signature repeats when the same message is signed again
+        // within its second (Ed25519 signs deterministically).
+        let conflict = || {
+            Reply::error(
+                409,
+                "conflict",
+                match st.timestamp {
+                    Some(_) => {
+                        "this signature was already used: a signature is single use, and the same message signed at the same second gives the same one (sign with a later timestamp)"
+                    }
+                    None => "this signature was already used",
+                },
+            )
+        };
         // A legacy use, or a fresh one an earlier version recorded.
         if txn
             .get_in(USED, k.as_bytes())
