@@ -649,10 +649,18 @@ fn sigterm_answers_a_request_waiting_in_the_listen_backlog() {
     assert!(s.log_text().contains("listen backlog"), "{}", s.log_text());
 }
 
+/// An idle keep-alive connection lingers at SIGTERM for a request on its
+/// way (`drain_linger_ms`, half a second by default; 5 s here, so that a
+/// test thread slowed down on a loaded machine still sends within it, and
+/// so that the request sent a second after the signal shows the setting
+/// is what kept the connection open: nothing else runs).
 #[test]
 fn sigterm_answers_a_keep_alive_request_sent_just_after_the_signal() {
     let dir = tempfile::tempdir().unwrap();
-    let mut s = server_on(&dir.path().join("data"), &[]);
+    let mut s = server_on(
+        &dir.path().join("data"),
+        &[("MARKETPLACE_DRAIN_LINGER_MS", "5000")],
+    );
     let request = b"GET /api/health HTTP/1.1\r\nhost: drain\r\n\r\n";
     let mut conn = idle_keep_alive(&s);
     // The connection is idle when the signal comes; its client sends the
@@ -664,8 +672,9 @@ fn sigterm_answers_a_keep_alive_request_sent_just_after_the_signal() {
         assert!(Instant::now() < until, "the server never began to drain");
         std::thread::sleep(Duration::from_millis(5));
     }
+    std::thread::sleep(Duration::from_secs(1));
     conn.write_all(request).unwrap();
-    answered_200_and_closed(&s, &mut conn, "the request after the signal");
+    answered_200_and_closed(&s, &mut conn, "the request a second after the signal");
     exits_cleanly(&mut s);
 }
 

@@ -93,6 +93,10 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
     /// On SIGTERM/SIGINT, how long requests in flight may take to finish.
     pub drain_timeout_ms: u64,
+    /// On SIGTERM/SIGINT, how long a keep-alive connection between
+    /// requests stays open for a request already on its way (at most half
+    /// of `drain_timeout_ms`; longer while other requests still run).
+    pub drain_linger_ms: u64,
     /// Most client connections open at once; more wait in the backlog.
     pub max_connections: u32,
     /// Most connections open at once from one client address (0: no
@@ -363,6 +367,7 @@ impl Default for Config {
             log_format: LogFormat::Text,
             metrics_listen: None,
             drain_timeout_ms: 10_000,
+            drain_linger_ms: 500,
             max_connections: 1024,
             max_connections_per_ip: 512,
             max_long_calls_per_ip: 2,
@@ -716,7 +721,7 @@ impl Config {
                 self.plugin_memory_mib
             );
         }
-        let ranges: [(&str, u64, u64, u64); 21] = [
+        let ranges: [(&str, u64, u64, u64); 22] = [
             ("store_connections", self.store_connections, 2, 10_000),
             ("store_timeout_ms", self.store_timeout_ms, 100, 600_000),
             ("request_timeout_ms", self.request_timeout_ms, 1, 60_000),
@@ -744,6 +749,7 @@ impl Config {
                 1 << 40,
             ),
             ("drain_timeout_ms", self.drain_timeout_ms, 0, 600_000),
+            ("drain_linger_ms", self.drain_linger_ms, 0, 600_000),
             ("max_connections", self.max_connections.into(), 1, 1_000_000),
             (
                 "max_connections_per_ip",

@@ -5,7 +5,7 @@
 //! - a connection still in the listen backlog (connected, not accepted)
 //!   when the signal comes is accepted and served ([`take_backlog`]);
 //! - a keep-alive connection between requests stays open for a moment
-//!   (`DRAIN_LINGER`, in `http`), so a request on its way is served,
+//!   (`drain_linger_ms`, in `http`), so a request on its way is served,
 //!   answered with `connection: close`; one whose next request is in its
 //!   socket when that moment ends ([`Socket::request_waiting`]) serves it too.
 //!

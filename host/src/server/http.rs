@@ -414,7 +414,7 @@ fn busy(why: String) -> Reply {
 
 /// Serve HTTP on `listener` until `stop` turns true; then stop accepting,
 /// let every connection finish the request it is serving (idle keep-alive
-/// connections close after [`DRAIN_LINGER`] without a request, or once no
+/// connections close after `drain_linger_ms` without a request, or once no
 /// request runs when that is later, see [`drain_linger`]; connections with
 /// a request already sent are served first, see [`super::drain`]) and
 /// return true, or false if `drain` ran out first.
@@ -439,7 +439,7 @@ pub async fn serve(
         // Well inside the drain itself: with a short `drain_timeout_ms`
         // an idle connection must not outlive it (and read as a request
         // the drain gave up on).
-        linger: DRAIN_LINGER.min(drain / 2),
+        linger: Duration::from_millis(app.config.drain_linger_ms).min(drain / 2),
         linger_most: drain / 2,
         live,
     };
@@ -572,13 +572,6 @@ const REFUSED_LINE: &str = "connections refused: their address holds max_connect
 /// At most one line per this long about refused connections.
 const REFUSED_LOG_EVERY: Duration = Duration::from_secs(10);
 
-/// How long a connection between requests stays open at least once the
-/// server drains, for a request already on its way (answered with
-/// `connection: close`). Past it an idle connection closes as soon as no
-/// request runs ([`drain_linger`]); the drain waits for it only when such
-/// connections are open.
-const DRAIN_LINGER: Duration = Duration::from_millis(500);
-
 /// How often a lingering connection looks whether the drain still serves
 /// requests.
 const DRAIN_POLL: Duration = Duration::from_millis(20);
@@ -613,7 +606,7 @@ struct Conn {
     stop: watch::Receiver<bool>,
     header_timeout: Duration,
     /// How long a connection between requests stays open once the server
-    /// drains ([`DRAIN_LINGER`], or half the drain's time when that is
+    /// drains (`drain_linger_ms`, or half the drain's time when that is
     /// shorter).
     linger: Duration,
     /// How long at most it stays open while other requests are still
