@@ -2640,24 +2640,10 @@ fn health_counts_requests_commits_not_the_starts_own() {
 fn a_closed_stdout_does_not_stop_the_server() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("server.log");
-    let mut cmd = bare_command();
-    cmd.args([
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--admin-listen",
-        "127.0.0.1:0",
-        "--metrics-listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        dir.path().join("data").to_str().unwrap(),
-        "--plugins",
-        common::plugins_dir().to_str().unwrap(),
-    ])
-    .env("MARKETPLACE_ADMIN_TOKEN", ADMIN_TOKEN)
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(std::fs::File::create(&log).unwrap());
+    let mut cmd = serve_command(&dir.path().join("data"));
+    cmd.args(["--metrics-listen", "127.0.0.1:0"])
+        .env("MARKETPLACE_ADMIN_TOKEN", ADMIN_TOKEN)
+        .stderr(std::fs::File::create(&log).unwrap());
     let mut child = Kill(cmd.spawn().unwrap());
     // The read end closed before the server writes a line.
     drop(child.0.stdout.take());

@@ -288,8 +288,7 @@ fn a_component_file_rewritten_unchanged_swaps_nothing() {
     // section appended.
     let mut changed = std::fs::read(&same).unwrap();
     changed.extend_from_slice(b"\x00\x06\x05probe");
-    std::fs::write(&same, &changed).unwrap();
-    install(&same, &configured);
+    install_bytes(&changed, &configured);
     let until = Instant::now() + Duration::from_secs(10);
     while policy(&s) != "bid-inclusive" {
         assert!(Instant::now() < until, "no swap after a change");
