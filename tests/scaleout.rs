@@ -1231,3 +1231,101 @@ fn an_outage_is_logged_in_a_few_lines_not_one_per_request() {
     );
     assert!(log.contains("the shared store is unavailable"));
 }
+
+/// A client that saw host A acknowledge a write, then sends host B a
+/// request that depends on it, gets an answer that counts it, though B's
+/// open commit batch took its snapshot before A's commit: a paid post with
+/// change made on A is created (not 402 "not known"), and a replace of
+/// that change is done (not 400). B runs such a refusal again in a batch
+/// of its own (`marketplace_store_stale_refusals_total`). The batch is
+/// held open by a testing request that read, then holds for `hold_ms`;
+/// should the machine be too slow to send both requests within it, the
+/// round is tried again with a longer hold.
+#[test]
+fn a_refusal_never_comes_from_a_snapshot_older_than_the_request() {
+    let test = "a_refusal_never_comes_from_a_snapshot_older_than_the_request";
+    let Some(url) = common::pg_or_skip(test) else {
+        return;
+    };
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let schema = common::random_schema("scaleout");
+    // A request may hold its batch (and run) for seconds.
+    let host = || {
+        Server::with(Options {
+            testing_routes: true,
+            env: vec![
+                ("MARKETPLACE_STORE".into(), url.clone()),
+                ("MARKETPLACE_STORE_SCHEMA".into(), schema.clone()),
+            ],
+            config: Some("request_timeout_ms = 20000\n".into()),
+            ..Options::default()
+        })
+    };
+    let (a, b) = (host(), host());
+    let key = a.identity(&flow::nick("late"));
+    let stale = "marketplace_store_stale_refusals_total";
+    for (round, hold_ms) in [1500u64, 4000, 10_000].into_iter().enumerate() {
+        let before = b.metric(stale);
+        // B's batch: the holder reads (the batch's snapshot is taken), then
+        // holds the batch.
+        let holder = {
+            let path = format!("/_testing/write?key=holder&read=mark{round}&hold_ms={hold_ms}");
+            let addr = b.addr;
+            std::thread::spawn(move || common::request(addr, "POST", &path, &[], None))
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        // On A, acknowledged before B is asked: a mark the holder did not
+        // see, and two secrets of one post each.
+        let marked = a.request(
+            "POST",
+            &format!("/_testing/write?key=mark{round}&value=set"),
+            &[],
+            None,
+        );
+        assert_eq!(marked.status, 200, "{}", marked.text());
+        let minted = a.mint(&amount(2 * POST_UNITS));
+        let (for_post, for_replace) = (new_secret(POST_UNITS), new_secret(POST_UNITS));
+        let r = a.post_json(
+            "/api/cash/replace",
+            &json!({"webcashes": [minted], "new_webcashes": [for_post, for_replace]}),
+        );
+        assert_eq!(r.status, 200, "replace on A: {}", r.text());
+        // On B, each on a connection of its own while the holder holds.
+        let post = {
+            let body = post_body(&key, &format!("after A's replace, round {round}"));
+            let (addr, secret) = (b.addr, for_post.clone());
+            std::thread::spawn(move || send_post(addr, &secret, &body).expect("an answer"))
+        };
+        let replaced = new_secret(POST_UNITS);
+        let replace = {
+            let body = json!({"webcashes": [for_replace], "new_webcashes": [replaced]}).to_string();
+            let addr = b.addr;
+            std::thread::spawn(move || {
+                common::request(
+                    addr,
+                    "POST",
+                    "/api/cash/replace",
+                    &[("content-type", "application/json")],
+                    Some(body.as_bytes()),
+                )
+            })
+        };
+        let (post, replace) = (post.join().unwrap(), replace.join().unwrap());
+        let held = holder.join().unwrap();
+        assert_eq!(held.status, 200, "holder: {}", held.text());
+        // Whatever B's batch had read, both count A's replace.
+        assert_eq!(post.status, 201, "post on B: {}", post.text());
+        assert_eq!(replace.status, 200, "replace on B: {}", replace.text());
+        assert_eq!(b.cash_state(&for_post).0, json!(true));
+        assert_eq!(a.cash_state(&replaced).0, json!(false));
+        let ran_again = b.metric(stale) - before;
+        eprintln!(
+            "round {round}: hold {hold_ms} ms, holder read {}, {ran_again} refusals run again",
+            held.json()["read"]
+        );
+        if ran_again >= 2 {
+            return;
+        }
+    }
+    panic!("B's batch never held a snapshot older than A's commits while both requests came");
+}

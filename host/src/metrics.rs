@@ -66,6 +66,9 @@ pub struct Metrics {
     /// Runs again of requests (and host writes) that lost a race on the
     /// shared store.
     pub conflict_retries: Counter,
+    /// Refusals on the shared store read from a batch begun before their
+    /// request, run again in a batch of their own.
+    pub stale_refusals: Counter,
     pub fsyncs: Counter,
     pub commit_batch: Histogram,
     pub connections: Gauge,
@@ -205,6 +208,7 @@ impl Metrics {
             payments_refused: Family::default(),
             commits: Counter::default(),
             conflict_retries: Counter::default(),
+            stale_refusals: Counter::default(),
             fsyncs: Counter::default(),
             commit_batch: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             connections: Gauge::default(),
@@ -271,6 +275,11 @@ impl Metrics {
             "store_conflict_retries",
             "Requests run again after losing a race on the shared store",
             m.conflict_retries.clone(),
+        );
+        r.register(
+            "store_stale_refusals",
+            "Refusals read from a shared-store batch begun before their request, run again in a batch of their own",
+            m.stale_refusals.clone(),
         );
         r.register(
             "fsyncs",

@@ -1269,7 +1269,7 @@ impl Runtime {
             };
             run_to_end(self.handle_once(family, &req, payment.clone(), write, false, from))
         })
-        .unwrap_or_else(|RunAgain| {
+        .unwrap_or_else(|_: RunAgain| {
             tracing::warn!(family, "still losing races after every run again: 503");
             Reply::conflict()
         })
@@ -1310,7 +1310,7 @@ impl Runtime {
         // inline.
         self.handle_once(family, &req, payment, write, true, from)
             .await
-            .unwrap_or_else(|RunAgain| Reply::conflict())
+            .unwrap_or_else(|_: RunAgain| Reply::conflict())
     }
 
     /// [`Runtime::handle_inline`] of a write as a task of its own on the
@@ -1456,7 +1456,7 @@ impl Runtime {
             // Whatever the plugin made of it, its reads were not a state
             // that can be kept: run it again.
             drop(ctx);
-            return Err(RunAgain);
+            return Err(RunAgain::LostRace);
         }
         let mut reply = match result {
             Ok(resp) => {

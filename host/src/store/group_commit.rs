@@ -386,6 +386,14 @@ impl BatchTxn {
     fn full(&self) -> bool {
         matches!(self, BatchTxn::Pg(lent) if lent.pending_bytes() >= pg::PENDING_BATCH_BYTES)
     }
+
+    /// A shared store's batch begun before `t`: its snapshot may miss a
+    /// commit another host acknowledged before `t`. (The embedded store's
+    /// batches begin after the previous one's commit, and no other process
+    /// writes it: never.)
+    pub fn begun_before(&self, t: std::time::Instant) -> bool {
+        matches!(self, BatchTxn::Pg(lent) if lent.taken() < t)
+    }
 }
 
 /// Apply batches made durable in the write-ahead log to the database,
@@ -926,8 +934,13 @@ impl GroupCommit {
         let alone = alone && matches!(self.backend, Backend::Pg(_));
         let mut s = self.lock();
         s.leased = true;
+        // An open batch nobody is a member of, which a lone request does
+        // not take: begun before it ran, perhaps, its snapshot could be
+        // older than the request (see `Ctx::finish`). Rolled back outside
+        // the lock (a round trip).
+        let mut unused = None;
         if let Some(txn) = s.txn.take() {
-            if !alone || s.members == 0 {
+            if !alone {
                 return Ok(Lease {
                     txn,
                     batch: s.batch,
@@ -935,9 +948,13 @@ impl GroupCommit {
                     alone,
                 });
             }
-            // Its members wait for it: commit it here, keeping the lease.
-            let (batch, members, outcome) = (s.batch, s.members, s.outcome.clone());
-            s = self.commit_shared(s, txn, batch, members, &outcome);
+            if s.members == 0 {
+                unused = Some(txn);
+            } else {
+                // Its members wait for it: commit it here, keeping the lease.
+                let (batch, members, outcome) = (s.batch, s.members, s.outcome.clone());
+                s = self.commit_shared(s, txn, batch, members, &outcome);
+            }
         }
         while s.committing {
             s = self.shared.ended.wait(s).unwrap_or_else(|p| p.into_inner());
@@ -952,6 +969,7 @@ impl GroupCommit {
             Backend::Pg(_) => None,
         };
         drop(s);
+        drop(unused);
         // A shared store's outside the lock (a round trip).
         match begun.unwrap_or_else(|| self.begin(&VecDeque::new())) {
             Ok(txn) => Ok(Lease {

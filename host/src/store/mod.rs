@@ -234,10 +234,19 @@ pub struct Storage {
     commits_at_open: std::sync::atomic::AtomicU64,
 }
 
-/// A request lost a race with another host's on the shared store: nothing
-/// of it was kept, and it may run again from the start.
-#[derive(Debug)]
-pub struct RunAgain;
+/// Why a request is to run again from the start (on the shared store only;
+/// nothing of it was kept).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunAgain {
+    /// It lost a race with another host's request.
+    LostRace,
+    /// It was refused from what a batch read, where the batch had begun
+    /// before the request: another host's commit acknowledged meanwhile,
+    /// which the client may have waited for before sending it, could be
+    /// missing from that read. Its next run takes a batch of its own,
+    /// begun after it ([`WriteTxn::begun_before`]).
+    Stale,
+}
 
 /// How many times a request that lost a race runs again at least before
 /// the host answers 503 `storage_conflict`...
@@ -271,14 +280,22 @@ pub const ALONE_FROM_RUN: u32 = 2;
 /// runs: at least [`CONFLICT_RETRIES`] times more, then while
 /// [`CONFLICT_BUDGET`] has not passed since the first; `RunAgain` when it
 /// lost every time. `once` is told whether it is to run alone (from the
-/// [`ALONE_FROM_RUN`]th run again).
+/// [`ALONE_FROM_RUN`]th run again, or at once after a refusal from a stale
+/// read: [`RunAgain::Stale`], which is not a lost race and is not counted
+/// as one).
 pub fn run_again_on_conflict<T>(
     mut once: impl FnMut(bool) -> Result<T, RunAgain>,
 ) -> Result<T, RunAgain> {
     let (mut attempt, started) = (0, std::time::Instant::now());
+    let mut fresh = false;
     loop {
-        match once(attempt >= ALONE_FROM_RUN) {
-            Err(RunAgain) if attempt < CONFLICT_RETRIES || started.elapsed() < CONFLICT_BUDGET => {
+        match once(fresh || attempt >= ALONE_FROM_RUN) {
+            // (A lone run's batch begins after it: never stale again.)
+            Err(RunAgain::Stale) if !fresh => {
+                fresh = true;
+                crate::metrics::metrics().stale_refusals.inc();
+            }
+            Err(_) if attempt < CONFLICT_RETRIES || started.elapsed() < CONFLICT_BUDGET => {
                 attempt += 1;
                 crate::metrics::metrics().conflict_retries.inc();
                 std::thread::sleep(conflict_backoff(attempt));
@@ -742,20 +759,24 @@ impl Storage {
     ) -> Result<Result<T, E>, StorageError> {
         // The store's own errors other than a lost race end it at once.
         let once = |alone: bool| -> Result<Result<Result<T, E>, StorageError>, RunAgain> {
+            let started = std::time::Instant::now();
             let txn = match self.begin_write_for(self.enter().alone(alone)) {
                 Ok(t) => t,
                 Err(e) => return Ok(Err(e)),
             };
             let result = f(&txn);
             if txn.conflicted() {
-                return Err(RunAgain);
+                return Err(RunAgain::LostRace);
             }
             match result {
                 Ok(v) => match self.commit(txn) {
                     Ok(()) => Ok(Ok(Ok(v))),
-                    Err(StorageError::Conflict) => Err(RunAgain),
+                    Err(StorageError::Conflict) => Err(RunAgain::LostRace),
                     Err(e) => Ok(Err(e)),
                 },
+                // A refusal (an input not known, say) from a snapshot
+                // older than this call is not given (see `RunAgain::Stale`).
+                Err(_) if txn.begun_before(started) => Err(RunAgain::Stale),
                 Err(e) => Ok(Ok(Err(e))),
             }
         };
@@ -947,6 +968,13 @@ impl WriteTxn {
     /// Whether this request lost a race and must run again.
     pub fn conflicted(&self) -> bool {
         self.conflict.get()
+    }
+
+    /// Whether this transaction's batch (on a shared store) began before
+    /// `t`, so that what it reads may miss another host's commit
+    /// acknowledged before `t` ([`RunAgain::Stale`]).
+    pub fn begun_before(&self, t: std::time::Instant) -> bool {
+        self.lease.as_ref().is_some_and(|l| l.txn().begun_before(t))
     }
 
     /// Note a conflict on the way out.

@@ -117,6 +117,18 @@ pub const OPS: &[Op] = &[
             ("key", "string", false, "default k"),
             ("value", "string", false, "default v"),
             ("status", "integer", false, "answer status, default 200"),
+            (
+                "read",
+                "string",
+                false,
+                "a key read first, its value answered",
+            ),
+            (
+                "hold_ms",
+                "integer",
+                false,
+                "then hold the request (and its commit batch) this long",
+            ),
         ],
         errors: &[400],
         ..op(

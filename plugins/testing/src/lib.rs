@@ -98,13 +98,27 @@ impl Endpoint for Testing {
                 }
             }
             // Writes `key`=`value`, then answers `status`: writes must only
-            // persist when the status is 2xx.
+            // persist when the status is 2xx. `read=K` reads K first (its
+            // value is answered); `hold_ms=N` then holds the request, and
+            // so the commit batch it is in, N ms (stale-read tests).
             "/_testing/write" => {
                 let key = req.query("key").unwrap_or("k");
                 let value = req.query("value").unwrap_or("v");
                 let status = req.query_int("status", 100, 599)?.unwrap_or(200) as u16;
+                let read: Option<String> = match req.query("read") {
+                    Some(k) => kv::get(k)?,
+                    None => None,
+                };
                 kv::put(key, value)?;
-                Ok(json(status, &json!({"key": key, "value": value})))
+                let hold = req.query_int("hold_ms", 0, 60_000)?.unwrap_or(0);
+                let until = marketplace_guest::clock::now_ms().saturating_add(hold);
+                while marketplace_guest::clock::now_ms() < until {
+                    std::hint::spin_loop();
+                }
+                Ok(json(
+                    status,
+                    &json!({"key": key, "value": value, "read": read}),
+                ))
             }
             // Charges `post`, writes, then fails as asked: nothing may be
             // spent or written unless the answer is 2xx.

@@ -135,6 +135,8 @@ pub trait Limiter: Send + 'static {
 pub struct Ctx {
     /// None for the inert context of a smoke call.
     rt: Option<Arc<dyn Serving>>,
+    /// When this run of the request began (see [`Ctx::refused_from_fresh`]).
+    started: std::time::Instant,
     family: String,
     /// What the family may do beyond its own keyspace.
     grants: Arc<Grants>,
@@ -237,6 +239,7 @@ impl Ctx {
         Ctx {
             pending: write.then(|| rt.storage.enter()),
             rt: Some(rt),
+            started: std::time::Instant::now(),
             family: family.to_string(),
             grants,
             write,
@@ -268,6 +271,7 @@ impl Ctx {
     pub fn inert(family: &str, memory_bytes: usize) -> Ctx {
         Ctx {
             rt: None,
+            started: std::time::Instant::now(),
             family: family.to_string(),
             grants: Arc::new(Grants::default()),
             write: false,
@@ -351,7 +355,8 @@ impl Ctx {
 
     /// Turn the plugin's answer into the reply, committing the transaction
     /// when (and only when) the answer is a 2xx of a mutating request;
-    /// `RunAgain` when the commit lost a race on the shared store.
+    /// `RunAgain` when the commit lost a race on the shared store, or a
+    /// refusal may come from a stale read ([`Ctx::refused_from_fresh`]).
     pub async fn finish(&mut self, mut resp: types::Response) -> Result<Reply, RunAgain> {
         // The change goes into a successful answer where the component put
         // what it was given instead.
@@ -425,7 +430,7 @@ impl Ctx {
                 match committed {
                     Ok(()) => Ok(crate::money::x402::sent(reply)),
                     // Nothing was kept (shared store; no upstream there).
-                    Err(StorageError::Conflict) => Err(RunAgain),
+                    Err(StorageError::Conflict) => Err(RunAgain::LostRace),
                     Err(e) => {
                         commit_failed(&self.family, &e);
                         Ok(self.refund_upstream(Reply::error(500, "internal", "internal error")))
@@ -445,11 +450,12 @@ impl Ctx {
                 let kept = self.kept_meanwhile(&*rt, &txn);
                 if txn.conflicted() {
                     // The lookup lost a race (shared store): run again.
-                    return Err(RunAgain);
+                    return Err(RunAgain::LostRace);
                 }
                 match kept {
                     Some(kept) => self.give_kept(&*rt, txn, kept).await,
                     None => {
+                        self.refused_from_fresh(&txn, &reply)?;
                         drop(txn);
                         Ok(self.refund_upstream(reply))
                     }
@@ -458,10 +464,34 @@ impl Ctx {
             // Read transactions end here; failed writes (and spends) are
             // discarded (and a payment taken upstream is refunded).
             (txn, _) => {
+                if let Some(Txn::Write(txn)) = &txn {
+                    self.refused_from_fresh(txn, &reply)?;
+                }
                 drop(txn);
                 Ok(self.refund_upstream(reply))
             }
         }
+    }
+
+    /// A refusal (4xx) of a write that read from a shared-store batch
+    /// begun before this run is not given: another host's commit that the
+    /// client saw acknowledged before sending this request (a replace, a
+    /// delivery) could be missing from that read, and a request that
+    /// writes nothing has nothing checked at commit. It runs again in a
+    /// batch of its own, begun after it ([`RunAgain::Stale`]). A 402 to a
+    /// request that presents no payment at all does not depend on what was
+    /// read (it is every x402 client's first answer): given as it is.
+    fn refused_from_fresh(
+        &self,
+        txn: &crate::store::WriteTxn,
+        reply: &Reply,
+    ) -> Result<(), RunAgain> {
+        let unpaid =
+            reply.status == 402 && self.payment.cash.is_none() && self.payment.bitcoin.is_none();
+        if (400..500).contains(&reply.status) && !unpaid && txn.begun_before(self.started) {
+            return Err(RunAgain::Stale);
+        }
+        Ok(())
     }
 
     /// Answer `kept` (another request's stored answer) instead of this
@@ -479,7 +509,7 @@ impl Ctx {
         txn.discard_writes();
         match rt.storage.commit_as(txn, self.limiter.yields).await {
             Ok(()) => Ok(self.refund_upstream(kept)),
-            Err(StorageError::Conflict) => Err(RunAgain),
+            Err(StorageError::Conflict) => Err(RunAgain::LostRace),
             Err(e) => {
                 commit_failed(&self.family, &e);
                 Ok(self.refund_upstream(Reply::error(500, "internal", "internal error")))
