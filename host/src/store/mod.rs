@@ -776,7 +776,12 @@ impl Storage {
                 },
                 // A refusal (an input not known, say) from a snapshot
                 // older than this call is not given (see `RunAgain::Stale`).
-                Err(_) if txn.begun_before(started) => Err(RunAgain::Stale),
+                Err(_) if txn.begun_before(started) => {
+                    tracing::debug!(
+                        "a host write refused from a batch begun before it: run again in a batch of its own"
+                    );
+                    Err(RunAgain::Stale)
+                }
                 Err(e) => Ok(Ok(Err(e))),
             }
         };

@@ -489,6 +489,11 @@ impl Ctx {
         let unpaid =
             reply.status == 402 && self.payment.cash.is_none() && self.payment.bitcoin.is_none();
         if (400..500).contains(&reply.status) && !unpaid && txn.begun_before(self.started) {
+            tracing::debug!(
+                family = %self.family,
+                status = reply.status,
+                "refused from a batch begun before this request: run again in a batch of its own"
+            );
             return Err(RunAgain::Stale);
         }
         Ok(())
