@@ -1273,7 +1273,8 @@ fn a_refusal_never_comes_from_a_snapshot_older_than_the_request() {
             let addr = b.addr;
             std::thread::spawn(move || common::request(addr, "POST", &path, &[], None))
         };
-        std::thread::sleep(Duration::from_millis(300));
+        // (A fifth of the hold for the holder to take its snapshot.)
+        std::thread::sleep(Duration::from_millis(hold_ms / 5));
         // On A, acknowledged before B is asked: a mark the holder did not
         // see, and two secrets of one post each.
         let marked = a.request(

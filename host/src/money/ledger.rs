@@ -797,9 +797,10 @@ fn keep_answer(
     let mut kept = reply.clone();
     for (i, (secret, _)) in issued.iter().enumerate() {
         let mark = placeholder(&nonce, i);
-        // One searcher for the body and every header (headers are short);
-        // headers without the secret are left as they are.
-        let searcher = Searcher::new(secret.as_bytes(), kept.body.len());
+        // One searcher for the body and every header; headers without the
+        // secret are left as they are.
+        let longest = kept.headers.iter().map(|(_, v)| v.len());
+        let searcher = Searcher::new(secret.as_bytes(), longest.fold(kept.body.len(), usize::max));
         kept.body = replace_found(&searcher, &kept.body, mark.as_bytes());
         for (_, v) in kept.headers.iter_mut() {
             if searcher.find(v.as_bytes()).is_some() {

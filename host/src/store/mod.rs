@@ -244,7 +244,7 @@ pub enum RunAgain {
     /// before the request: another host's commit acknowledged meanwhile,
     /// which the client may have waited for before sending it, could be
     /// missing from that read. Its next run takes a batch of its own,
-    /// begun after it ([`WriteTxn::begun_before`]).
+    /// begun after it ([`WriteTxn::may_be_stale`]).
     Stale,
 }
 
@@ -691,6 +691,7 @@ impl Storage {
             budget: self.write_budget,
             gc: self.gc.clone(),
             conflict: std::cell::Cell::new(false),
+            read: std::cell::Cell::new(false),
         }
     }
 
@@ -776,7 +777,7 @@ impl Storage {
                 },
                 // A refusal (an input not known, say) from a snapshot
                 // older than this call is not given (see `RunAgain::Stale`).
-                Err(_) if txn.begun_before(started) => {
+                Err(_) if txn.may_be_stale(started) => {
                     tracing::debug!(
                         "a host write refused from a batch begun before it: run again in a batch of its own"
                     );
@@ -928,6 +929,8 @@ pub struct WriteTxn {
     /// A read or write lost a race (shared store): the batch is lost and
     /// this request must run again.
     conflict: std::cell::Cell<bool>,
+    /// It read something (see [`WriteTxn::may_be_stale`]).
+    read: std::cell::Cell<bool>,
 }
 
 impl WriteTxn {
@@ -980,6 +983,19 @@ impl WriteTxn {
     /// acknowledged before `t` ([`RunAgain::Stale`]).
     pub fn begun_before(&self, t: std::time::Instant) -> bool {
         self.lease.as_ref().is_some_and(|l| l.txn().begun_before(t))
+    }
+
+    /// Whether what this transaction read may miss a commit acknowledged
+    /// before `t`, so that a refusal made from it is not to be given
+    /// ([`RunAgain::Stale`]): it read something, from a batch begun before
+    /// `t`, and no statement of the batch failed (then the store is what
+    /// failed, and running again would only wait for it once more).
+    pub fn may_be_stale(&self, t: std::time::Instant) -> bool {
+        self.read.get()
+            && self
+                .lease
+                .as_ref()
+                .is_some_and(|l| l.txn().begun_before(t) && !l.txn().is_aborted())
     }
 
     /// Note a conflict on the way out.
@@ -1082,6 +1098,7 @@ impl Kv for WriteTxn {
         max_bytes: usize,
         out: &mut dyn ValueSink,
     ) -> Result<(), StorageError> {
+        self.read.set(true);
         let batch = match self.lease().txn() {
             BatchTxn::Pg(batch) => batch,
             BatchTxn::Redb(batch) => {
@@ -1123,6 +1140,7 @@ impl Kv for WriteTxn {
     }
 
     fn get_in(&self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        self.read.set(true);
         if let Some(v) = self.overlay.borrow().get(table).and_then(|t| t.get(key)) {
             return Ok(v.clone());
         }
@@ -1148,6 +1166,7 @@ impl Kv for WriteTxn {
         max_bytes: usize,
         out: &mut dyn RowSink,
     ) -> Result<(), StorageError> {
+        self.read.set(true);
         if end.is_some_and(|e| e <= start) {
             return Ok(());
         }

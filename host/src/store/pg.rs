@@ -624,8 +624,9 @@ pub struct Lent {
     /// Bytes of keys and values added to `pending` (overwrites counted
     /// again): a batch past [`PENDING_BATCH_BYTES`] is closed.
     pending_bytes: std::cell::Cell<usize>,
-    /// When it was taken from the pool: its transaction (begun after) has
-    /// a snapshot of no earlier a moment ([`Lent::taken`]).
+    /// When it was taken from the pool. Its transaction begins after, and
+    /// PostgreSQL takes the snapshot at its first statement: so the
+    /// snapshot holds every commit acknowledged before this instant.
     taken: std::time::Instant,
 }
 
@@ -1371,6 +1372,15 @@ pub(crate) mod tests {
         assert!(joined.begun_before(std::time::Instant::now()));
         assert_eq!(joined.get_in("kv:t", b"k").unwrap(), None);
         drop(joined);
+        // A refusal made without reading anything is given as it is.
+        let mut runs = 0;
+        let refused = b
+            .write(|_| {
+                runs += 1;
+                Err::<(), _>("refused")
+            })
+            .unwrap();
+        assert_eq!((refused, runs), (Err("refused"), 1));
         let stale_before = crate::metrics::metrics().stale_refusals.get();
         let mut runs = 0;
         let seen = b

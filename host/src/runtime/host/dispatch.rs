@@ -54,6 +54,8 @@ impl dispatch::Host for Ctx {
         let in_place = !inline || self.holds_batch();
         // The target's time is its own, not this call's (long calls).
         let started = std::time::Instant::now();
+        // (A dispatched `GET` or `HEAD` only reads.)
+        let writes = !matches!(req.method.as_str(), "GET" | "HEAD");
         let reply = match self.target(req) {
             Err(reply) => reply,
             Ok(Target::Host(rt, name, body)) if in_place || rt.host_runs_inline(name) => {
@@ -91,6 +93,9 @@ impl dispatch::Host for Ctx {
             }
         };
         self.limiter.long.waited(started.elapsed());
+        if writes && reply.is_success() {
+            self.dispatched_write = true;
+        }
         // The payment headers given here are the ones this call may pass
         // on in its own answer.
         self.relayed.extend(

@@ -137,6 +137,9 @@ pub struct Ctx {
     rt: Option<Arc<dyn Serving>>,
     /// When this run of the request began (see [`Ctx::refused_from_fresh`]).
     started: std::time::Instant,
+    /// It dispatched a write that succeeded (committed on its own): it
+    /// must not run again for a stale refusal, which would repeat it.
+    dispatched_write: bool,
     family: String,
     /// What the family may do beyond its own keyspace.
     grants: Arc<Grants>,
@@ -240,6 +243,7 @@ impl Ctx {
             pending: write.then(|| rt.storage.enter()),
             rt: Some(rt),
             started: std::time::Instant::now(),
+            dispatched_write: false,
             family: family.to_string(),
             grants,
             write,
@@ -272,6 +276,7 @@ impl Ctx {
         Ctx {
             rt: None,
             started: std::time::Instant::now(),
+            dispatched_write: false,
             family: family.to_string(),
             grants: Arc::new(Grants::default()),
             write: false,
@@ -478,9 +483,12 @@ impl Ctx {
     /// client saw acknowledged before sending this request (a replace, a
     /// delivery) could be missing from that read, and a request that
     /// writes nothing has nothing checked at commit. It runs again in a
-    /// batch of its own, begun after it ([`RunAgain::Stale`]). A 402 to a
-    /// request that presents no payment at all does not depend on what was
-    /// read (it is every x402 client's first answer): given as it is.
+    /// batch of its own, begun after it ([`RunAgain::Stale`]). Given as it
+    /// is: a refusal made before reading anything (a malformed payment
+    /// header, say), a 402 to a request that presents no payment secret
+    /// (it does not depend on what was read: it is every x402 client's
+    /// first answer), and the refusal of a call that dispatched a write
+    /// that succeeded (committed on its own: a run again would repeat it).
     fn refused_from_fresh(
         &self,
         txn: &crate::store::WriteTxn,
@@ -488,7 +496,11 @@ impl Ctx {
     ) -> Result<(), RunAgain> {
         let unpaid =
             reply.status == 402 && self.payment.cash.is_none() && self.payment.bitcoin.is_none();
-        if (400..500).contains(&reply.status) && !unpaid && txn.begun_before(self.started) {
+        if (400..500).contains(&reply.status)
+            && !unpaid
+            && !self.dispatched_write
+            && txn.may_be_stale(self.started)
+        {
             tracing::debug!(
                 family = %self.family,
                 status = reply.status,
