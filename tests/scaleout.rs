@@ -50,6 +50,17 @@ impl Fleet {
     /// `n` hosts on a fresh schema, started all at once when `at_once`
     /// (they race to create the schema, the table and the keys).
     fn start_with(test: &str, n: usize, at_once: bool) -> Option<Fleet> {
+        Self::start_of(test, n, at_once, host_on)
+    }
+
+    /// [`Fleet::start_with`], each host started by `host` (given the
+    /// store's URL and the schema).
+    fn start_of(
+        test: &str,
+        n: usize,
+        at_once: bool,
+        host: fn(&str, &str) -> Server,
+    ) -> Option<Fleet> {
         let url = common::pg_or_skip(test)?;
         let serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let schema = common::random_schema("scaleout");
@@ -57,12 +68,12 @@ impl Fleet {
             let threads: Vec<_> = (0..n)
                 .map(|_| {
                     let (url, schema) = (url.clone(), schema.clone());
-                    std::thread::spawn(move || host_on(&url, &schema))
+                    std::thread::spawn(move || host(&url, &schema))
                 })
                 .collect();
             threads.into_iter().map(|t| t.join().unwrap()).collect()
         } else {
-            (0..n).map(|_| host_on(&url, &schema)).collect()
+            (0..n).map(|_| host(&url, &schema)).collect()
         };
         eprintln!("{test}: {n} hosts on schema {schema}");
         Some(Fleet {
@@ -87,14 +98,28 @@ fn host_on(url: &str, schema: &str) -> Server {
 
 /// [`host_on`], with a configuration file's text.
 fn host_with(url: &str, schema: &str, config: Option<&str>) -> Server {
+    Server::with(options_on(url, schema, config))
+}
+
+/// [`host_on`] with the testing routes, where a request may hold its
+/// batch (and run) for seconds.
+fn testing_host(url: &str, schema: &str) -> Server {
     Server::with(Options {
+        testing_routes: true,
+        ..options_on(url, schema, Some("request_timeout_ms = 20000\n"))
+    })
+}
+
+/// The options of a host on `schema`, with a configuration file's text.
+fn options_on(url: &str, schema: &str, config: Option<&str>) -> Options {
+    Options {
         env: vec![
             ("MARKETPLACE_STORE".into(), url.into()),
             ("MARKETPLACE_STORE_SCHEMA".into(), schema.into()),
         ],
         config: config.map(str::to_string),
         ..Options::default()
-    })
+    }
 }
 
 /// Units as the protocol writes amounts: shortest decimal.
@@ -1244,24 +1269,10 @@ fn an_outage_is_logged_in_a_few_lines_not_one_per_request() {
 #[test]
 fn a_refusal_never_comes_from_a_snapshot_older_than_the_request() {
     let test = "a_refusal_never_comes_from_a_snapshot_older_than_the_request";
-    let Some(url) = common::pg_or_skip(test) else {
+    let Some(f) = Fleet::start_of(test, 2, false, testing_host) else {
         return;
     };
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let schema = common::random_schema("scaleout");
-    // A request may hold its batch (and run) for seconds.
-    let host = || {
-        Server::with(Options {
-            testing_routes: true,
-            env: vec![
-                ("MARKETPLACE_STORE".into(), url.clone()),
-                ("MARKETPLACE_STORE_SCHEMA".into(), schema.clone()),
-            ],
-            config: Some("request_timeout_ms = 20000\n".into()),
-            ..Options::default()
-        })
-    };
-    let (a, b) = (host(), host());
+    let (a, b) = (&f.hosts[0], &f.hosts[1]);
     let key = a.identity(&flow::nick("late"));
     let stale = "marketplace_store_stale_refusals_total";
     for (round, hold_ms) in [1500u64, 4000, 10_000].into_iter().enumerate() {

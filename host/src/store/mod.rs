@@ -992,10 +992,8 @@ impl WriteTxn {
     /// failed, and running again would only wait for it once more).
     pub fn may_be_stale(&self, t: std::time::Instant) -> bool {
         self.read.get()
-            && self
-                .lease
-                .as_ref()
-                .is_some_and(|l| l.txn().begun_before(t) && !l.txn().is_aborted())
+            && self.begun_before(t)
+            && !self.lease.as_ref().is_some_and(|l| l.txn().is_aborted())
     }
 
     /// Note a conflict on the way out.

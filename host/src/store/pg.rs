@@ -761,9 +761,7 @@ impl Lent {
         self.aborted.get()
     }
 
-    /// When the connection was taken for this transaction: its snapshot
-    /// (taken by PostgreSQL at its first statement) shows every commit
-    /// acknowledged before then, and maybe some after.
+    /// When the connection was taken for this transaction (see the field).
     pub fn taken(&self) -> std::time::Instant {
         self.taken
     }
