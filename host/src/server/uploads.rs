@@ -246,6 +246,9 @@ fn file_hash(app: &App, family: &str) -> String {
         .map_or_else(|_| "-".to_string(), |b| marketplace_common::hex::sha256(&b))
 }
 
+/// Proof that the caller holds the one change of what serves.
+type Held<'a> = std::sync::MutexGuard<'a, ()>;
+
 /// A kept upload or unmount, to replay at start ([`pending`], [`replay`]).
 struct Pending {
     family: String,
@@ -337,8 +340,9 @@ fn pending(app: &App) -> Vec<Pending> {
     out
 }
 
-/// Serve what `p` keeps; whether that is what serves now.
-fn replay(app: &App, p: Pending) -> bool {
+/// Serve what `p` keeps; whether that is what serves now. The caller
+/// holds [`crate::runtime::Runtime::one_change`] (`_held`).
+fn replay(app: &App, p: Pending, _held: &Held) -> bool {
     let Pending {
         family,
         kept,
@@ -381,7 +385,7 @@ pub fn mount_at_start(app: &App) {
         app.runtime.load_specs(&configured, started);
         for p in now {
             let family = p.family.clone();
-            if replay(app, p) {
+            if replay(app, p, &app.runtime.one_change()) {
                 continue;
             }
             // Not what the operator decided last: say so where a monitor
@@ -419,9 +423,9 @@ pub fn mount_at_start(app: &App) {
 }
 
 /// Serve what `kept` says of `family`: its component (`bytes`), or
-/// nothing; whether that is what serves now.
+/// nothing; whether that is what serves now (under the caller's
+/// `one_change`).
 fn apply(app: &App, family: &str, kept: &Kept, bytes: impl FnOnce() -> Result<Vec<u8>>) -> bool {
-    let _one_change = app.runtime.one_change();
     if kept.unmounted {
         if app.runtime.grants(family).is_some() {
             match app.runtime.unmount(family) {
@@ -528,10 +532,18 @@ fn fleet_pending(app: &App) -> Result<Vec<Pending>> {
 }
 
 /// Apply the shared store's uploads this host does not serve yet.
+///
+/// The records are read under `one_change`, as an upload through this
+/// host's own admin API swaps, records and marks its record applied: a
+/// record read then is applied here already or newer than what serves.
+/// (Read before taking it, a record this host had just written could be
+/// taken for another host's, and served again over the uploads that came
+/// after it, until the next poll.)
 fn sync(app: &App) -> Result<()> {
+    let held = app.runtime.one_change();
     for p in fleet_pending(app)? {
         tracing::info!(family = %p.family, upload = %p.kept.upload, "applying an upload of the fleet");
-        replay(app, p);
+        replay(app, p, &held);
     }
     Ok(())
 }
