@@ -1341,3 +1341,71 @@ fn a_refusal_never_comes_from_a_snapshot_older_than_the_request() {
     }
     panic!("B's batch never held a snapshot older than A's commits while both requests came");
 }
+
+/// A refusal read from a batch older than the request runs again, except
+/// after a write it dispatched succeeded: that write committed on its own,
+/// and a run again would make it twice. Two requests alike wait in B's
+/// held batch, each reading, then refusing 409; the one that first
+/// dispatched a write (`POST /api/testing/relay`, a write route that
+/// answers 200) is answered as it is, only the other runs again. Should
+/// the machine be too slow to send both within the hold, the round is
+/// tried again with a longer hold.
+#[test]
+fn a_refusal_after_a_dispatched_write_is_not_run_again() {
+    let test = "a_refusal_after_a_dispatched_write_is_not_run_again";
+    let Some(f) = Fleet::start_of(test, 1, false, testing_host) else {
+        return;
+    };
+    let b = &f.hosts[0];
+    let stale = "marketplace_store_stale_refusals_total";
+    for hold_ms in [1500u64, 4000, 10_000] {
+        let before = b.metric(stale);
+        let holder = {
+            let path = format!("/_testing/write?key=holder&read=holder&hold_ms={hold_ms}");
+            let addr = b.addr;
+            std::thread::spawn(move || common::request(addr, "POST", &path, &[], None))
+        };
+        std::thread::sleep(Duration::from_millis(hold_ms / 5));
+        let send = |dispatch: bool| {
+            let body = json!({
+                "read": "holder",
+                "status": 409,
+                "path": dispatch.then_some("/api/testing/relay"),
+                "body": {"n": 0},
+            })
+            .to_string();
+            let addr = b.addr;
+            std::thread::spawn(move || {
+                common::request(
+                    addr,
+                    "POST",
+                    "/api/testing/dispatch",
+                    &[("content-type", "application/json")],
+                    Some(body.as_bytes()),
+                )
+            })
+        };
+        let (plain, dispatching) = (send(false), send(true));
+        let (plain, dispatching) = (plain.join().unwrap(), dispatching.join().unwrap());
+        let held = holder.join().unwrap();
+        assert_eq!(held.status, 200, "holder: {}", held.text());
+        assert_eq!(plain.status, 409, "{}", plain.text());
+        assert_eq!(dispatching.status, 409, "{}", dispatching.text());
+        assert_eq!(
+            dispatching.json()["status"],
+            200,
+            "the dispatched write: {}",
+            dispatching.text()
+        );
+        let ran_again = b.metric(stale) - before;
+        eprintln!("hold {hold_ms} ms: {ran_again} refusals run again");
+        if ran_again >= 1 {
+            assert_eq!(
+                ran_again, 1,
+                "the refusal after a dispatched write ran again"
+            );
+            return;
+        }
+    }
+    panic!("B's batch never held a snapshot older than the requests while both came");
+}

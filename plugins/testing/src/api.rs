@@ -250,7 +250,7 @@ pub const OPS: &[Op] = &[
             "testingDispatch",
             "testing",
             "Dispatch a POST with headers of the plugin's choosing",
-            "Body {path, headers: [[name, value]], body}: dispatches POST path with those headers and that JSON body, and answers {status, body}: which headers a dispatched request may pay with.",
+            "Body {path, headers: [[name, value]], body, read, status}: dispatches POST path (when given) with those headers and that JSON body, then reads the key `read` (when given), and answers {status, body, read} (the dispatched answer's status and body, the value read) with status `status` (200 when absent): which headers a dispatched request may pay with, and what a refusal after a dispatched write does.",
         )
     },
 ];

@@ -193,38 +193,62 @@ impl Endpoint for Testing {
             }
             "/api/testing/dispatch" => {
                 let doc = req.json_object()?;
-                let mut headers =
-                    vec![("content-type".to_string(), "application/json".to_string())];
-                for pair in doc
-                    .get("headers")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
-                    if let (Some(name), Some(value)) = (pair[0].as_str(), pair[1].as_str()) {
-                        headers.push((name.to_string(), value.to_string()));
+                // `status`: the answer's status; `read`: a key read after
+                // the dispatch (a request that holds the commit batch may
+                // not dispatch a write), so a refusal after a dispatched
+                // write can come from a stale snapshot; no `path`: nothing
+                // dispatched.
+                let status = match doc.get("status") {
+                    None | Some(Value::Null) => 200,
+                    Some(s) => s
+                        .as_u64()
+                        .filter(|s| (200..600).contains(s))
+                        .ok_or_else(|| ApiError::invalid("status", "a status from 200 to 599"))?
+                        as u16,
+                };
+                let inner = doc.get("path").and_then(Value::as_str).map(|path| {
+                    let mut headers =
+                        vec![("content-type".to_string(), "application/json".to_string())];
+                    for pair in doc
+                        .get("headers")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                    {
+                        if let (Some(name), Some(value)) = (pair[0].as_str(), pair[1].as_str()) {
+                            headers.push((name.to_string(), value.to_string()));
+                        }
                     }
-                }
-                let inner = marketplace_guest::dispatch::call(&marketplace_guest::types::Request {
-                    method: "POST".into(),
-                    route: String::new(),
-                    path: doc
-                        .get("path")
-                        .and_then(Value::as_str)
-                        .unwrap_or("/")
-                        .into(),
-                    params: vec![],
-                    query: vec![],
-                    headers,
-                    body: doc
-                        .get("body")
-                        .cloned()
-                        .unwrap_or(Value::Null)
-                        .to_string()
-                        .into_bytes(),
+                    marketplace_guest::dispatch::call(&marketplace_guest::types::Request {
+                        method: "POST".into(),
+                        route: String::new(),
+                        path: path.into(),
+                        params: vec![],
+                        query: vec![],
+                        headers,
+                        body: doc
+                            .get("body")
+                            .cloned()
+                            .unwrap_or(Value::Null)
+                            .to_string()
+                            .into_bytes(),
+                    })
                 });
-                let body: Value = serde_json::from_slice(&inner.body).unwrap_or(Value::Null);
-                Ok(json(200, &json!({"status": inner.status, "body": body})))
+                let read: Option<String> = match doc.get("read").and_then(Value::as_str) {
+                    Some(k) => kv::get(k)?,
+                    None => None,
+                };
+                let (inner_status, body) = match &inner {
+                    Some(r) => (
+                        json!(r.status),
+                        serde_json::from_slice(&r.body).unwrap_or(Value::Null),
+                    ),
+                    None => (Value::Null, Value::Null),
+                };
+                Ok(json(
+                    status,
+                    &json!({"status": inner_status, "body": body, "read": read}),
+                ))
             }
             // Keeps `put` in the family's memo under `key` when given, then
             // answers what the memo holds there: what a request kept must
