@@ -709,12 +709,17 @@ fn sigterm_answers_a_late_keep_alive_request_while_others_still_run() {
 
 #[test]
 fn a_short_drain_is_not_outlived_by_an_idle_keep_alive_connection() {
-    // The half second an idle connection lingers at SIGTERM is cut to the
-    // drain's own time: a clean stop, not a drain that gave up on it.
+    // The time an idle connection lingers at SIGTERM (`drain_linger_ms`)
+    // is cut to half the drain's: a clean stop, not a drain that gave up
+    // on it. (A linger of 5 s cut to 1.5 s leaves the drain 1.5 s more, so
+    // a loaded machine's late timer does not take the cut for the drain.)
     let dir = tempfile::tempdir().unwrap();
     let mut s = server_on(
         &dir.path().join("data"),
-        &[("MARKETPLACE_DRAIN_TIMEOUT_MS", "900")],
+        &[
+            ("MARKETPLACE_DRAIN_TIMEOUT_MS", "3000"),
+            ("MARKETPLACE_DRAIN_LINGER_MS", "5000"),
+        ],
     );
     let conn = idle_keep_alive(&s);
     s.signal("TERM");
@@ -2021,10 +2026,13 @@ fn cli_help_and_config_errors() {
 }
 
 /// A family decided by an admin upload never serves its configured
-/// component at start, not even while the other families load: the kept
-/// upload is applied first. (It used to be applied after every configured
-/// family had loaded, so for seconds the configured fee policy served, and
-/// a contract bought then kept it.)
+/// component at start, not even while the other families load: it serves
+/// nothing (503) until its kept upload is applied. (It used to serve the
+/// configured component until every configured family had loaded, so for
+/// seconds the configured fee policy served, and a contract bought then
+/// kept it.) The upload is applied just before the host is ready, so an
+/// answer before the ready line is not required, only that every answer
+/// is the upload's.
 #[test]
 fn a_kept_upload_serves_from_the_first_answer_of_a_start() {
     if common::skip_on_postgres(
@@ -2045,9 +2053,12 @@ fn a_kept_upload_serves_from_the_first_answer_of_a_start() {
     let (addr, rx, log_text) = (start.addr, &start.ready, || start.log_text());
     let until = Instant::now() + Duration::from_secs(120);
     let mut answered = 0;
-    while rx.try_recv().is_err() {
+    let mut ready = false;
+    while !ready {
+        ready = rx.try_recv().is_ok();
         assert!(Instant::now() < until, "never ready\n{}", log_text());
-        if let Ok(r) = common::try_request(addr, "GET", "/api/fees", &[], None)
+        let r = common::try_request(addr, "GET", "/api/fees", &[], None);
+        if let Ok(r) = &r
             && r.status == 200
         {
             answered += 1;
@@ -2057,10 +2068,12 @@ fn a_kept_upload_serves_from_the_first_answer_of_a_start() {
                 "the configured fee policy served at start\n{}",
                 log_text()
             );
+        } else if ready {
+            panic!("no fee schedule once ready: {r:?}\n{}", log_text());
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert!(answered > 0, "no fee schedule answered before ready");
+    eprintln!("{answered} fee schedules answered, the last once ready");
 }
 
 /// A first start (empty compile cache): each family serves as soon as its
