@@ -8,7 +8,7 @@
 mod common;
 
 use common::deal::{act_ok, admin, buy, deal};
-use common::{Options, Server};
+use common::{Options, Server, with_custom_section};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -142,31 +142,6 @@ fn install(bytes: &[u8], to: &Path) {
     let tmp = to.with_extension("part");
     std::fs::write(&tmp, bytes).unwrap();
     std::fs::rename(&tmp, to).unwrap();
-}
-
-/// The same component with a custom section appended: a different file
-/// (another hash) that serves exactly the same.
-fn with_custom_section(bytes: &[u8], name: &str, payload: &[u8]) -> Vec<u8> {
-    fn leb(mut n: usize, out: &mut Vec<u8>) {
-        loop {
-            let byte = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                out.push(byte);
-                return;
-            }
-            out.push(byte | 0x80);
-        }
-    }
-    let mut content = Vec::new();
-    leb(name.len(), &mut content);
-    content.extend_from_slice(name.as_bytes());
-    content.extend_from_slice(payload);
-    let mut out = bytes.to_vec();
-    out.push(0); // custom section id
-    leb(content.len(), &mut out);
-    out.extend_from_slice(&content);
-    out
 }
 
 /// Poll `check` until it holds (behaviour, not timing: the deadline is

@@ -143,8 +143,10 @@ struct Kill(std::process::Child);
 /// mcp most), so a test can watch it before it says it is ready.
 struct ColdStart {
     addr: SocketAddr,
-    /// The first line on stdout, sent once the server writes it (the
-    /// ready line scripts wait for).
+    /// Its admin listener (with [`ColdStart::with_admin`]).
+    admin: Option<SocketAddr>,
+    /// The ready line scripts wait for on stdout, sent once the server
+    /// writes it.
     ready: std::sync::mpsc::Receiver<String>,
     log: std::path::PathBuf,
     _child: Kill,
@@ -153,9 +155,24 @@ struct ColdStart {
 impl ColdStart {
     /// Its log, compile cache and listener come from `tmp`.
     fn on(tmp: &Path, data: &Path) -> ColdStart {
+        ColdStart::start(tmp, data, false)
+    }
+
+    /// [`ColdStart::on`], with an admin listener (token [`ADMIN_TOKEN`]).
+    fn with_admin(tmp: &Path, data: &Path) -> ColdStart {
+        ColdStart::start(tmp, data, true)
+    }
+
+    fn start(tmp: &Path, data: &Path, admin: bool) -> ColdStart {
         let log = tmp.join("server.log");
         let mut cmd = bare_command();
-        cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        if admin {
+            cmd.args(["serve", "--admin-listen", "127.0.0.1:0"])
+                .env("MARKETPLACE_ADMIN_TOKEN", ADMIN_TOKEN);
+        } else {
+            cmd.arg("serve");
+        }
+        cmd.args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data)
             .arg("--plugins")
             .arg(common::plugins_dir())
@@ -167,12 +184,19 @@ impl ColdStart {
         let stdout = child.stdout.take().unwrap();
         let (tx, ready) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
+            // (The admin listener's line comes first, when there is one.)
+            let mut stdout = std::io::BufReader::new(stdout);
             let mut line = String::new();
-            let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
+            while std::io::BufRead::read_line(&mut stdout, &mut line).is_ok_and(|n| n > 0)
+                && line.starts_with("marketplace admin listening on")
+            {
+                line.clear();
+            }
             let _ = tx.send(line);
         });
         let mut child = Kill(child);
         ColdStart {
+            admin: admin.then(|| logged_addr(&mut child, &log, "admin listener on http://")),
             addr: logged_addr(&mut child, &log, "listening on http://"),
             ready,
             log,
@@ -2074,6 +2098,90 @@ fn a_kept_upload_serves_from_the_first_answer_of_a_start() {
         std::thread::sleep(Duration::from_millis(5));
     }
     eprintln!("{answered} fee schedules answered, the last once ready");
+}
+
+/// An upload through the admin API while the host starts is what serves
+/// once it is ready, and what a restart serves: the start replays the
+/// upload kept from before first, and the new one waits for it. (The
+/// start read the kept records, then replayed the older one over the
+/// upload made meanwhile: the new file served under the old record's
+/// name and grants.) A cold start (an empty compile cache: seconds of
+/// compiling) leaves the upload time to come while the families load.
+#[test]
+fn an_upload_while_the_host_starts_is_not_undone_by_the_start() {
+    if common::skip_on_postgres(
+        "an_upload_while_the_host_starts_is_not_undone_by_the_start",
+        "this test starts a host by hand on a data dir; the fleet's records are replayed by the same code",
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let pickup = std::fs::read(common::plugins_dir().join("fees_pickup_paid.wasm")).unwrap();
+    let (before, during) = (
+        common::with_custom_section(&pickup, "upload", b"before"),
+        common::with_custom_section(&pickup, "upload", b"during"),
+    );
+    let mut s = server_on(&data, &[]);
+    let r = common::deal::admin(&s, "PUT", "/admin/plugins/fees", &before);
+    assert_eq!(r.status, 200, "{}", r.text());
+    stop(&mut s, Duration::from_secs(30));
+
+    let fees = |admin: SocketAddr| {
+        let auth = format!("Bearer {ADMIN_TOKEN}");
+        let r = common::request(
+            admin,
+            "GET",
+            "/admin/plugins",
+            &[("authorization", &auth)],
+            None,
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        let fees = r
+            .json()
+            .as_array()
+            .expect("a JSON list")
+            .iter()
+            .find(|p| p["family"] == "fees")
+            .cloned()
+            .expect("fees listed");
+        (fees["hash"].clone(), fees["component"].clone())
+    };
+    let start = ColdStart::with_admin(tmp.path(), &data);
+    let admin = start.admin.unwrap();
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    if let Ok(line) = start.ready.try_recv() {
+        panic!(
+            "ready ({line:?}) before the upload was sent: nothing tested\n{}",
+            start.log_text()
+        );
+    }
+    let r = common::request(
+        admin,
+        "PUT",
+        "/admin/plugins/fees",
+        &[("authorization", &auth)],
+        Some(&during),
+    );
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), start.log_text());
+    let uploaded = (r.json()["hash"].clone(), r.json()["component"].clone());
+    assert_eq!(
+        uploaded.0,
+        marketplace_common::hex::sha256(&during).as_str()
+    );
+    start
+        .ready
+        .recv_timeout(Duration::from_secs(120))
+        .expect("ready");
+    assert_eq!(fees(admin), uploaded, "{}", start.log_text());
+    drop(start);
+
+    let again = ColdStart::with_admin(tmp.path(), &data);
+    again
+        .ready
+        .recv_timeout(Duration::from_secs(120))
+        .expect("ready");
+    assert_eq!(fees(again.admin.unwrap()), uploaded, "{}", again.log_text());
 }
 
 /// A first start (empty compile cache): each family serves as soon as its

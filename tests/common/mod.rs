@@ -1024,3 +1024,28 @@ pub fn read_log(path: &std::path::Path) -> String {
     bytes.truncate(bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1));
     String::from_utf8_lossy(&bytes).into_owned()
 }
+
+/// The same component with a custom section appended: a different file
+/// (another hash) that serves exactly the same.
+pub fn with_custom_section(bytes: &[u8], name: &str, payload: &[u8]) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let mut content = Vec::new();
+    leb(name.len(), &mut content);
+    content.extend_from_slice(name.as_bytes());
+    content.extend_from_slice(payload);
+    let mut out = bytes.to_vec();
+    out.push(0); // custom section id
+    leb(content.len(), &mut out);
+    out.extend_from_slice(&content);
+    out
+}

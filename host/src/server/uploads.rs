@@ -366,9 +366,17 @@ fn replay(app: &App, p: Pending, _held: &Held) -> bool {
 /// kept uploads and unmounts; a family an upload or unmount decides never
 /// serves its configured component meanwhile (a contract bought then
 /// would keep the wrong fee policy), unless the upload is refused.
+///
+/// The kept records are read and replayed under `one_change`, held until
+/// every family is loaded: an upload or unmount through the admin API
+/// while the host starts waits for it, then applies over what the start
+/// decided. (Read before, a record the admin API replaced meanwhile was
+/// replayed over the newer change: its name and grants beside the new
+/// file, or on a shared store its component, until the next poll.)
 pub fn mount_at_start(app: &App) {
     let started = std::time::Instant::now();
     let config = &app.config;
+    let held = app.runtime.one_change();
     let mut pending = pending(app);
     let specs = config.families();
     for rank in 0..=2 {
@@ -385,7 +393,7 @@ pub fn mount_at_start(app: &App) {
         app.runtime.load_specs(&configured, started);
         for p in now {
             let family = p.family.clone();
-            if replay(app, p, &app.runtime.one_change()) {
+            if replay(app, p, &held) {
                 continue;
             }
             // Not what the operator decided last: say so where a monitor
@@ -408,6 +416,7 @@ pub fn mount_at_start(app: &App) {
             }
         }
     }
+    drop(held);
     let serving = app
         .runtime
         .statuses_with(false)
