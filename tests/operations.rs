@@ -2100,17 +2100,18 @@ fn a_kept_upload_serves_from_the_first_answer_of_a_start() {
     eprintln!("{answered} fee schedules answered, the last once ready");
 }
 
-/// An upload through the admin API while the host starts is what serves
-/// once it is ready, and what a restart serves: the start replays the
-/// upload kept from before first, and the new one waits for it. (The
-/// start read the kept records, then replayed the older one over the
-/// upload made meanwhile: the new file served under the old record's
-/// name and grants.) A cold start (an empty compile cache: seconds of
-/// compiling) leaves the upload time to come while the families load.
+/// Uploads and unmounts through the admin API are refused while the host
+/// starts (503 `plugin_unavailable`, `Retry-After`): until every family
+/// is loaded the start decides what serves. (An upload made while the
+/// start had read the kept records and not yet replayed them was partly
+/// undone: the new file served under the old record's name and grants.)
+/// Sent again once the host is ready, it is what serves, and what a
+/// restart serves. A cold start (an empty compile cache: seconds of
+/// compiling) leaves the change time to come while the families load.
 #[test]
-fn an_upload_while_the_host_starts_is_not_undone_by_the_start() {
+fn an_admin_change_while_the_host_starts_waits_for_it_to_be_ready() {
     if common::skip_on_postgres(
-        "an_upload_while_the_host_starts_is_not_undone_by_the_start",
+        "an_admin_change_while_the_host_starts_waits_for_it_to_be_ready",
         "this test starts a host by hand on a data dir; the fleet's records are replayed by the same code",
     ) {
         return;
@@ -2118,24 +2119,22 @@ fn an_upload_while_the_host_starts_is_not_undone_by_the_start() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
     let pickup = std::fs::read(common::plugins_dir().join("fees_pickup_paid.wasm")).unwrap();
-    let (before, during) = (
+    let (before, after) = (
         common::with_custom_section(&pickup, "upload", b"before"),
-        common::with_custom_section(&pickup, "upload", b"during"),
+        common::with_custom_section(&pickup, "upload", b"after"),
     );
     let mut s = server_on(&data, &[]);
     let r = common::deal::admin(&s, "PUT", "/admin/plugins/fees", &before);
     assert_eq!(r.status, 200, "{}", r.text());
+    let kept = (r.json()["hash"].clone(), r.json()["component"].clone());
     stop(&mut s, Duration::from_secs(30));
 
-    let fees = |admin: SocketAddr| {
-        let auth = format!("Bearer {ADMIN_TOKEN}");
-        let r = common::request(
-            admin,
-            "GET",
-            "/admin/plugins",
-            &[("authorization", &auth)],
-            None,
-        );
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let admin = |at: SocketAddr, method: &str, path: &str, body: Option<&[u8]>| {
+        common::request(at, method, path, &[("authorization", &auth)], body)
+    };
+    let fees = |at: SocketAddr| {
+        let r = admin(at, "GET", "/admin/plugins", None);
         assert_eq!(r.status, 200, "{}", r.text());
         let fees = r
             .json()
@@ -2148,32 +2147,36 @@ fn an_upload_while_the_host_starts_is_not_undone_by_the_start() {
         (fees["hash"].clone(), fees["component"].clone())
     };
     let start = ColdStart::with_admin(tmp.path(), &data);
-    let admin = start.admin.unwrap();
-    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let at = start.admin.unwrap();
+    let refused = [
+        admin(at, "PUT", "/admin/plugins/fees", Some(&after)),
+        admin(at, "DELETE", "/admin/plugins/fees", None),
+    ];
     if let Ok(line) = start.ready.try_recv() {
         panic!(
-            "ready ({line:?}) before the upload was sent: nothing tested\n{}",
+            "ready ({line:?}) before the changes were answered: nothing tested\n{}",
             start.log_text()
         );
     }
-    let r = common::request(
-        admin,
-        "PUT",
-        "/admin/plugins/fees",
-        &[("authorization", &auth)],
-        Some(&during),
-    );
-    assert_eq!(r.status, 200, "{}\n{}", r.text(), start.log_text());
-    let uploaded = (r.json()["hash"].clone(), r.json()["component"].clone());
-    assert_eq!(
-        uploaded.0,
-        marketplace_common::hex::sha256(&during).as_str()
-    );
+    for r in &refused {
+        assert_eq!(
+            (r.status, r.code().as_str(), r.header("retry-after")),
+            (503, "plugin_unavailable", Some("1")),
+            "{}",
+            r.text()
+        );
+    }
     start
         .ready
         .recv_timeout(Duration::from_secs(120))
         .expect("ready");
-    assert_eq!(fees(admin), uploaded, "{}", start.log_text());
+    // What the start replayed serves, untouched by the refused changes.
+    assert_eq!(fees(at), kept, "{}", start.log_text());
+    let r = admin(at, "PUT", "/admin/plugins/fees", Some(&after));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let uploaded = (r.json()["hash"].clone(), r.json()["component"].clone());
+    assert_eq!(uploaded.0, marketplace_common::hex::sha256(&after).as_str());
+    assert_eq!(fees(at), uploaded);
     drop(start);
 
     let again = ColdStart::with_admin(tmp.path(), &data);

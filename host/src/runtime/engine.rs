@@ -151,6 +151,13 @@ pub struct Limits {
     pub max_instances: u32,
 }
 
+/// Held while what serves a family changes, and its record is kept
+/// ([`Runtime::one_change`]): a function that takes `&OneChange` runs
+/// under it.
+pub struct OneChange<'a> {
+    _guard: std::sync::MutexGuard<'a, ()>,
+}
+
 pub struct Runtime {
     /// Configuration, storage, ledger, ids and clock.
     pub state: Arc<State>,
@@ -738,8 +745,10 @@ impl Runtime {
     /// upload of the fleet): what is kept for restarts is then what
     /// serves. Not reentrant: hold it around swaps, never around another
     /// holder.
-    pub fn one_change(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.changes.lock().unwrap_or_else(|e| e.into_inner())
+    pub fn one_change(&self) -> OneChange<'_> {
+        OneChange {
+            _guard: self.changes.lock().unwrap_or_else(|e| e.into_inner()),
+        }
     }
 
     /// Whether `family` has a slot granted `capability` (no copy of its

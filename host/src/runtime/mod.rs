@@ -24,6 +24,6 @@ pub mod routes;
 pub mod serving;
 pub mod status;
 
-pub use engine::{FEES_FAMILY, Limits, LoadedPlugin, Runtime};
+pub use engine::{FEES_FAMILY, Limits, LoadedPlugin, OneChange, Runtime};
 pub use host::{Caller, MAX_DISPATCH_DEPTH};
 pub use status::PluginStatus;

@@ -498,6 +498,15 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match (method, segments.as_slice()) {
         ("GET", ["admin", "plugins"]) => Reply::json(200, &plugins_json(app)),
+        // Until the start is done it decides what serves (the kept
+        // uploads replayed, the families directory mounted): a change now
+        // could be undone by it.
+        ("PUT" | "DELETE", ["admin", "plugins", _]) if app.runtime.loading() => Reply::error(
+            503,
+            "plugin_unavailable",
+            "the service is starting: its families are still loading; send the change again once it is ready",
+        )
+        .retry_after_a_second(),
         ("PUT", ["admin", "plugins", family]) => {
             if !crate::capabilities::valid_family(family) {
                 return Reply::invalid(

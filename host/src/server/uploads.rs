@@ -12,6 +12,7 @@
 
 use crate::app::App;
 use crate::capabilities::Grants;
+use crate::runtime::OneChange;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -246,9 +247,6 @@ fn file_hash(app: &App, family: &str) -> String {
         .map_or_else(|_| "-".to_string(), |b| marketplace_common::hex::sha256(&b))
 }
 
-/// Proof that the caller holds the one change of what serves.
-type Held<'a> = std::sync::MutexGuard<'a, ()>;
-
 /// A kept upload or unmount, to replay at start ([`pending`], [`replay`]).
 struct Pending {
     family: String,
@@ -340,16 +338,15 @@ fn pending(app: &App) -> Vec<Pending> {
     out
 }
 
-/// Serve what `p` keeps; whether that is what serves now. The caller
-/// holds [`crate::runtime::Runtime::one_change`] (`_held`).
-fn replay(app: &App, p: Pending, _held: &Held) -> bool {
+/// Serve what `p` keeps; whether that is what serves now.
+fn replay(app: &App, p: Pending, held: &OneChange) -> bool {
     let Pending {
         family,
         kept,
         bytes,
         row,
     } = p;
-    let served = apply(app, &family, &kept, || bytes.read());
+    let served = apply(app, &family, &kept, || bytes.read(), held);
     // Applied or refused: a fleet's record is not tried again until it
     // changes.
     if let Some(row) = row {
@@ -367,12 +364,13 @@ fn replay(app: &App, p: Pending, _held: &Held) -> bool {
 /// serves its configured component meanwhile (a contract bought then
 /// would keep the wrong fee policy), unless the upload is refused.
 ///
-/// The kept records are read and replayed under `one_change`, held until
-/// every family is loaded: an upload or unmount through the admin API
-/// while the host starts waits for it, then applies over what the start
-/// decided. (Read before, a record the admin API replaced meanwhile was
-/// replayed over the newer change: its name and grants beside the new
-/// file, or on a shared store its component, until the next poll.)
+/// The admin API refuses uploads and unmounts until the start is done
+/// (`Runtime::loading`: the families directory is mounted after this):
+/// one made while the start had read the kept records and not yet
+/// replayed them was partly undone (the new file served under the old
+/// record's name and grants, or on a shared store the old component,
+/// until the next poll). The records are read and replayed under
+/// `one_change` all the same, as every change of what serves is.
 pub fn mount_at_start(app: &App) {
     let started = std::time::Instant::now();
     let config = &app.config;
@@ -432,9 +430,14 @@ pub fn mount_at_start(app: &App) {
 }
 
 /// Serve what `kept` says of `family`: its component (`bytes`), or
-/// nothing; whether that is what serves now (under the caller's
-/// `one_change`).
-fn apply(app: &App, family: &str, kept: &Kept, bytes: impl FnOnce() -> Result<Vec<u8>>) -> bool {
+/// nothing; whether that is what serves now.
+fn apply(
+    app: &App,
+    family: &str,
+    kept: &Kept,
+    bytes: impl FnOnce() -> Result<Vec<u8>>,
+    _held: &OneChange,
+) -> bool {
     if kept.unmounted {
         if app.runtime.grants(family).is_some() {
             match app.runtime.unmount(family) {
@@ -542,13 +545,19 @@ fn fleet_pending(app: &App) -> Result<Vec<Pending>> {
 
 /// Apply the shared store's uploads this host does not serve yet.
 ///
-/// The records are read under `one_change`, as an upload through this
+/// What is applied is read under `one_change`, as an upload through this
 /// host's own admin API swaps, records and marks its record applied: a
 /// record read then is applied here already or newer than what serves.
 /// (Read before taking it, a record this host had just written could be
 /// taken for another host's, and served again over the uploads that came
-/// after it, until the next poll.)
+/// after it, until the next poll.) A first read without it finds whether
+/// there is anything to apply: a store that is away makes a read wait
+/// (`store_timeout_ms`), and the watcher's swaps and the admin API's
+/// changes do not wait with it.
 fn sync(app: &App) -> Result<()> {
+    if fleet_pending(app)?.is_empty() {
+        return Ok(());
+    }
     let held = app.runtime.one_change();
     for p in fleet_pending(app)? {
         tracing::info!(family = %p.family, upload = %p.kept.upload, "applying an upload of the fleet");
