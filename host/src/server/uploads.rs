@@ -500,21 +500,30 @@ fn apply(
     served
 }
 
+fn store_error(e: crate::store::StorageError) -> anyhow::Error {
+    anyhow::anyhow!("{e}")
+}
+
+/// The shared store's records (family, record) this host has not applied
+/// yet, read from `snapshot`.
+fn unapplied(app: &App, snapshot: &impl crate::store::Kv) -> Result<Vec<(String, Vec<u8>)>> {
+    let rows = snapshot
+        .scan_in(ROWS, b"", None, false, 10_000)
+        .map_err(store_error)?;
+    Ok(rows
+        .into_iter()
+        .map(|(family, row)| (String::from_utf8_lossy(&family).into_owned(), row))
+        .filter(|(family, row)| !app.uploads_applied.is(family, row))
+        .collect())
+}
+
 /// The shared store's uploads and unmounts this host has not applied yet.
 fn fleet_pending(app: &App) -> Result<Vec<Pending>> {
     use crate::store::Kv;
-    let err = |e: crate::store::StorageError| anyhow::anyhow!("{e}");
     // One snapshot for the records and their components.
-    let snapshot = app.storage.begin_read().map_err(err)?;
-    let rows = snapshot
-        .scan_in(ROWS, b"", None, false, 10_000)
-        .map_err(err)?;
+    let snapshot = app.storage.begin_read().map_err(store_error)?;
     let mut out = Vec::new();
-    for (family, row) in rows {
-        let family = String::from_utf8_lossy(&family).into_owned();
-        if app.uploads_applied.is(&family, &row) {
-            continue;
-        }
+    for (family, row) in unapplied(app, &snapshot)? {
         match serde_json::from_slice::<Kept>(&row) {
             Ok(kept) => {
                 let bytes = if kept.unmounted {
@@ -523,7 +532,7 @@ fn fleet_pending(app: &App) -> Result<Vec<Pending>> {
                     Component::Read(
                         snapshot
                             .get_in(BLOBS, family.as_bytes())
-                            .map_err(err)
+                            .map_err(store_error)
                             .and_then(|b| b.context("the component of the upload is missing")),
                     )
                 };
@@ -550,14 +559,16 @@ fn fleet_pending(app: &App) -> Result<Vec<Pending>> {
 /// record read then is applied here already or newer than what serves.
 /// (Read before taking it, a record this host had just written could be
 /// taken for another host's, and served again over the uploads that came
-/// after it, until the next poll.) A first read without it finds whether
-/// there is anything to apply: a store that is away makes a read wait
-/// (`store_timeout_ms`), and the watcher's swaps and the admin API's
-/// changes do not wait with it.
+/// after it, until the next poll.) A first read of the records alone,
+/// without it, finds whether there is anything to apply: a store that is
+/// away makes a read wait (`store_timeout_ms`), and the watcher's swaps
+/// and the admin API's changes do not wait with it.
 fn sync(app: &App) -> Result<()> {
-    if fleet_pending(app)?.is_empty() {
+    let first = app.storage.begin_read().map_err(store_error)?;
+    if unapplied(app, &first)?.is_empty() {
         return Ok(());
     }
+    drop(first);
     let held = app.runtime.one_change();
     for p in fleet_pending(app)? {
         tracing::info!(family = %p.family, upload = %p.kept.upload, "applying an upload of the fleet");

@@ -54,9 +54,8 @@ impl dispatch::Host for Ctx {
         let in_place = !inline || self.holds_batch();
         // The target's time is its own, not this call's (long calls).
         let started = std::time::Instant::now();
-        // (A dispatched `GET` or `HEAD` only reads.)
-        let writes = !matches!(req.method.as_str(), "GET" | "HEAD");
-        let reply = match self.target(req) {
+        let writes = !crate::runtime::routes::is_read(&req.method.to_ascii_uppercase());
+        let reply = match self.target(req, writes) {
             Err(reply) => reply,
             Ok(Target::Host(rt, name, body)) if in_place || rt.host_runs_inline(name) => {
                 rt.handle_host(name, &body)
@@ -129,8 +128,9 @@ enum Target {
 }
 
 impl Ctx {
-    /// Route a dispatched request, or the answer refusing it.
-    fn target(&mut self, mut req: types::Request) -> Result<Target, Reply> {
+    /// Route a dispatched request (`writes`: its method is not a read),
+    /// or the answer refusing it.
+    fn target(&mut self, mut req: types::Request, writes: bool) -> Result<Target, Reply> {
         let Some(rt) = self.rt.clone() else {
             return Err(Reply::error(500, "internal", "internal error"));
         };
@@ -168,7 +168,6 @@ impl Ctx {
         });
         let payment = payment.finish();
         let method = req.method.to_ascii_uppercase();
-        let writes = !crate::runtime::routes::is_read(&method);
         if writes && self.holds_batch() {
             tracing::error!(family = %self.family, "dispatch of a mutation from a request that holds the commit batch");
             return Err(Reply::error(500, "internal", "internal error"));
