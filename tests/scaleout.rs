@@ -1257,6 +1257,33 @@ fn an_outage_is_logged_in_a_few_lines_not_one_per_request() {
     assert!(log.contains("the shared store is unavailable"));
 }
 
+/// On its own thread: a testing request on `host` that reads `read`
+/// (its commit batch takes its snapshot), then holds that batch
+/// `hold_ms`.
+fn hold_batch(host: &Server, read: &str, hold_ms: u64) -> std::thread::JoinHandle<Resp> {
+    let path = format!("/_testing/write?key=holder&read={read}&hold_ms={hold_ms}");
+    let addr = host.addr;
+    std::thread::spawn(move || common::request(addr, "POST", &path, &[], None))
+}
+
+/// On its own thread and connection: `POST path` with a JSON `body`.
+fn post_json_apart(
+    host: &Server,
+    path: &'static str,
+    body: &Value,
+) -> std::thread::JoinHandle<Resp> {
+    let (addr, body) = (host.addr, body.to_string());
+    std::thread::spawn(move || {
+        common::request(
+            addr,
+            "POST",
+            path,
+            &[("content-type", "application/json")],
+            Some(body.as_bytes()),
+        )
+    })
+}
+
 /// A client that saw host A acknowledge a write, then sends host B a
 /// request that depends on it, gets an answer that counts it, though B's
 /// open commit batch took its snapshot before A's commit: a paid post with
@@ -1279,11 +1306,7 @@ fn a_refusal_never_comes_from_a_snapshot_older_than_the_request() {
         let before = b.metric(stale);
         // B's batch: the holder reads (the batch's snapshot is taken), then
         // holds the batch.
-        let holder = {
-            let path = format!("/_testing/write?key=holder&read=mark{round}&hold_ms={hold_ms}");
-            let addr = b.addr;
-            std::thread::spawn(move || common::request(addr, "POST", &path, &[], None))
-        };
+        let holder = hold_batch(b, &format!("mark{round}"), hold_ms);
         // (A fifth of the hold for the holder to take its snapshot.)
         std::thread::sleep(Duration::from_millis(hold_ms / 5));
         // On A, acknowledged before B is asked: a mark the holder did not
@@ -1309,19 +1332,11 @@ fn a_refusal_never_comes_from_a_snapshot_older_than_the_request() {
             std::thread::spawn(move || send_post(addr, &secret, &body).expect("an answer"))
         };
         let replaced = new_secret(POST_UNITS);
-        let replace = {
-            let body = json!({"webcashes": [for_replace], "new_webcashes": [replaced]}).to_string();
-            let addr = b.addr;
-            std::thread::spawn(move || {
-                common::request(
-                    addr,
-                    "POST",
-                    "/api/cash/replace",
-                    &[("content-type", "application/json")],
-                    Some(body.as_bytes()),
-                )
-            })
-        };
+        let replace = post_json_apart(
+            b,
+            "/api/cash/replace",
+            &json!({"webcashes": [for_replace], "new_webcashes": [replaced]}),
+        );
         let (post, replace) = (post.join().unwrap(), replace.join().unwrap());
         let held = holder.join().unwrap();
         assert_eq!(held.status, 200, "holder: {}", held.text());
@@ -1360,11 +1375,7 @@ fn a_refusal_after_a_dispatched_write_is_not_run_again() {
     let stale = "marketplace_store_stale_refusals_total";
     for hold_ms in [1500u64, 4000, 10_000] {
         let before = b.metric(stale);
-        let holder = {
-            let path = format!("/_testing/write?key=holder&read=holder&hold_ms={hold_ms}");
-            let addr = b.addr;
-            std::thread::spawn(move || common::request(addr, "POST", &path, &[], None))
-        };
+        let holder = hold_batch(b, "holder", hold_ms);
         std::thread::sleep(Duration::from_millis(hold_ms / 5));
         let send = |dispatch: bool| {
             let body = json!({
@@ -1372,18 +1383,8 @@ fn a_refusal_after_a_dispatched_write_is_not_run_again() {
                 "status": 409,
                 "path": dispatch.then_some("/api/testing/relay"),
                 "body": {"n": 0},
-            })
-            .to_string();
-            let addr = b.addr;
-            std::thread::spawn(move || {
-                common::request(
-                    addr,
-                    "POST",
-                    "/api/testing/dispatch",
-                    &[("content-type", "application/json")],
-                    Some(body.as_bytes()),
-                )
-            })
+            });
+            post_json_apart(b, "/api/testing/dispatch", &body)
         };
         let (plain, dispatching) = (send(false), send(true));
         let (plain, dispatching) = (plain.join().unwrap(), dispatching.join().unwrap());
