@@ -1862,6 +1862,31 @@ fn execute_runs_the_mcp_components_own_reads_too() {
         r["result"]["structuredContent"]["code"], "invalid_request",
         "{r}"
     );
+    // execute does not run itself: the caller's input names it, a 400
+    // naming endpoint.path (it was a 404, as if the route did not exist).
+    for path in ["/api/mcp/tools/execute", "/api/v1/mcp/tools/execute?x=1"] {
+        let inner = json!({"endpoint": {"path": "/api/fees"}});
+        let endpoint = json!({"method": "POST", "path": path, "body": inner});
+        let r = execute(&s, &json!({"endpoint": endpoint}));
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_request"),
+            "{path}: {}",
+            r.text()
+        );
+        assert_eq!(
+            r.json()["details"][0]["field"],
+            "endpoint.path",
+            "{}",
+            r.text()
+        );
+        let r = call_tool(&s, "execute", json!({"endpoint": endpoint}));
+        assert_eq!(r["result"]["isError"], true, "{r}");
+        assert_eq!(
+            r["result"]["structuredContent"]["code"], "invalid_request",
+            "{r}"
+        );
+    }
 }
 
 #[test]
@@ -1923,14 +1948,17 @@ fn execute_and_define_are_tools_over_json_rpc() {
     );
     assert_eq!(r.status, 201, "{}", r.text());
     assert_eq!(r.json()["macro"]["name"], "http_macro");
-    // A read route of the family is still not a target of its own calls.
+    // execute does not run itself (400 naming endpoint.path).
     let r = call_tool(
         &s,
         "execute",
         json!({"endpoint": {"method": "POST", "path": "/api/mcp/tools/execute", "body": {"tool": "search"}}}),
     );
     assert_eq!(r["result"]["isError"], true, "{r}");
-    assert_eq!(r["result"]["structuredContent"]["code"], "not_found", "{r}");
+    assert_eq!(
+        r["result"]["structuredContent"]["code"], "invalid_request",
+        "{r}"
+    );
 
     // execute: a macro by name, answered as POST /api/mcp/tools/execute.
     let via_http = execute(

@@ -196,6 +196,19 @@ with running() as base:
         want = "payment_required" if signature_validator.is_valid(value) else "payment_invalid"
         if status != 402 or code != want:
             disagree.append(f"PAYMENT-SIGNATURE {value[:40]!r}: server {status} {code}, document {want}")
+# A settled contract's certificate moves by witness/replace as a bearer
+# contract's witness does (tests/contracts.rs moves one): the document
+# admits both kinds of id (an outside audit found it refusing certificates).
+replace_validator = request_validator("/api/witness/replace")
+certificate = "n:CRT_01M91XVYSHE8R7KA78HZNCN5YT:secret:" + "ab" * 32
+witness = "n:CTR_2026_000123:secret:" + "cd" * 32
+for admitted, secret in [(True, certificate), (True, witness),
+                         (False, "n:XYZ_1:secret:" + "ab" * 32),
+                         (False, "n:CRT_short:secret:" + "ab" * 32)]:
+    body = {"secrets": [secret], "new_secrets": [secret]}
+    if replace_validator.is_valid(body) != admitted:
+        disagree.append(f"POST /api/witness/replace {json.dumps(body)}: the document "
+                        f"{'refuses' if admitted else 'admits'} it")
 if disagree:
     sys.exit("openapi: the document and the server disagree:\n" + "\n".join(disagree))
 print(f"openapi: {len(cases)} request bodies and {len(values)} PAYMENT-SIGNATURE values, "

@@ -195,7 +195,9 @@ pub fn schemas() -> Value {
         ],
         &["contract_id", "status"],
     );
-    let witness_secret = pattern("^n:CTR_[A-Za-z0-9_-]{1,64}:secret:[0-9a-f]{64}$");
+    // A bearer contract's witness, or a settled contract's certificate.
+    let witness_secret =
+        pattern("^n:(CTR_[A-Za-z0-9_-]{1,64}|CRT_[0-9A-Za-z]{26}):secret:[0-9a-f]{64}$");
     json!({
         "Buy": with_signature(vec![("buyer_fingerprint", t("string")), ("contract_type", json!({"enum": ["service", "product_digital", "product_physical"]})), ("amount", openapi::positive_amount()), ("reference_post", nonblank(128)),
             ("contract_id", json!({"type": "string", "pattern": "^(CTR_[A-Za-z0-9_-]{1,64})?$", "description": "an id of the buyer's choosing; absent or \"\" (signed as the empty string): the server makes CTR_<ULID>"})), ("work_spec", json!({"description": WORK_SPEC})), ("delivery_deadline", json!({"type": "string", "format": "date-time", "description": "must be in the future; kept to the second (a fraction is dropped); default 7 days from now"})), ("witness_proof", json!({"type": "string", "pattern": "^(n:CTR_[A-Za-z0-9_-]{1,64}:public:[0-9a-f]{64})?$", "description": "needs a client-supplied contract_id; \"\" is none (signed as the empty string)"})), ("encrypted_witness_secret", json!({"type": "string", "maxLength": 8192})), ("accept_terms", json!({"const": true}))],

@@ -885,7 +885,8 @@ fn witness_replace(req: &Request) -> Result<Response, ApiError> {
     }
     body.finish()?;
     for (o, n) in old.iter().zip(&new) {
-        const SHAPE: &str = "witness secrets look like n:{contract_id}:secret:{64 hex}";
+        const SHAPE: &str =
+            "witness secrets look like n:{contract_id or certificate_id}:secret:{64 hex}";
         let Some(old_proof) = witness_proof_of(o) else {
             return Err(ApiError::invalid("secrets", SHAPE));
         };
@@ -896,7 +897,7 @@ fn witness_replace(req: &Request) -> Result<Response, ApiError> {
         if new_proof.split(':').nth(1) != Some(id.as_str()) {
             return Err(ApiError::invalid(
                 "new_secrets",
-                "a new secret must name the same contract",
+                "a new secret must name the same contract or certificate",
             ));
         }
         // A bearer contract's witness must also be its contract's current

@@ -982,6 +982,14 @@ fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
             .split_once('?')
             .map(|(p, q)| (p, Some(q)))
             .unwrap_or((path, None));
+        // Not this route: it could only run itself again (the host does not
+        // dispatch a family's reads back to it; the others run here).
+        if canonical_path(path) == "/api/mcp/tools/execute" {
+            return Err(ApiError::invalid(
+                "endpoint.path",
+                "names execute itself: give the route it should run",
+            ));
+        }
         // Decoded as the HTTP server decodes a request's query (escapes of
         // bytes that are not UTF-8 are refused, as there).
         let mut query: Vec<(String, String)> = match inline_query

@@ -194,11 +194,12 @@ impl Ctx {
                 // a read route (a JSON-RPC call) may run its family's
                 // writing route as a request of its own; a read never runs
                 // itself, and a writing route that does stops at the
-                // depth cap above.
-                Handler::Family(f) if *f == self.family && !route.writes => Err(Reply::error(
-                    404,
-                    "not_found",
-                    format!("{path} cannot be executed from itself"),
+                // depth cap above. (The caller's input named it: a 400.)
+                Handler::Family(f) if *f == self.family && !route.writes => Err(Reply::invalid(
+                    "path",
+                    format!(
+                        "{path} is a route of the calling family that only reads: it cannot be dispatched from there"
+                    ),
                 )),
                 Handler::Family(f) => {
                     req.method = method;
