@@ -1184,6 +1184,69 @@ fn an_unmount_after_an_upload_holds_over_the_familys_file() {
     eventually("the changed file mounts", &s, || notes(&s).status == 200);
 }
 
+/// A families-directory file that changes (or appears) after an admin
+/// upload of its family serves, as a configured family's changed file
+/// does and as a restart would decide: with the directory's grants, the
+/// kept upload dropped. An admin unmount after it holds until the file
+/// changes again. Before, the running host ignored the changed file, and
+/// mounted it right after the admin unmounted the family.
+#[test]
+fn a_families_file_changed_after_an_upload_serves() {
+    let (_plugins_dir, s, families) = watching_families();
+    let file = families.join("jotter.wasm");
+    let template = wasm("template.wasm");
+    let upload = |bytes: &[u8]| {
+        let r = admin(
+            &s,
+            "PUT",
+            "/admin/plugins/jotter?component=jotter_v1.wasm&grants=payments",
+            bytes,
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        let p = plugin(&s, "jotter").unwrap();
+        assert_eq!(p["hash"], sha256_hex(bytes), "{p}");
+        assert_eq!(names(&p["grants"]), set(&["payments"]), "{p}");
+    };
+    let serves_file = |what: &str, bytes: &[u8]| {
+        eventually(what, &s, || {
+            plugin(&s, "jotter").is_some_and(|p| p["hash"] == sha256_hex(bytes))
+        });
+        let p = plugin(&s, "jotter").unwrap();
+        assert_eq!(p["component"], "families/jotter.wasm", "{p}");
+        assert_eq!(names(&p["grants"]), set(&[]), "{p}");
+        assert_eq!(notes(&s).status, 200);
+    };
+    // Uploaded first; then a file for it appears.
+    upload(&with_custom_section(&template, "upload", b"1"));
+    install(&template, &file);
+    serves_file("the new file serves", &template);
+    assert!(
+        s.log_text()
+            .contains("the admin upload kept for restarts is dropped"),
+        "{}",
+        s.log_text()
+    );
+    // Uploaded again over the file; then the file changes.
+    upload(&with_custom_section(&template, "upload", b"2"));
+    let deployed = with_custom_section(&template, "deploy", b"3");
+    install(&deployed, &file);
+    serves_file("the changed file serves", &deployed);
+    // Unmounted: it stays so over two looks of the watcher at the
+    // unchanged file (a misnamed file it reports proves each look).
+    let r = admin(&s, "DELETE", "/admin/plugins/jotter", b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    for bad in ["Bad_Name_0", "Bad_Name_1"] {
+        install(&template, &families.join(format!("{bad}.wasm")));
+        eventually("the watcher looked again", &s, || {
+            s.log_text().contains(&format!("{bad}.wasm not mounted"))
+        });
+    }
+    assert_eq!(notes(&s).status, 404, "{}", s.log_text());
+    let redeployed = with_custom_section(&template, "deploy", b"4");
+    install(&redeployed, &file);
+    serves_file("the file changed after the unmount serves", &redeployed);
+}
+
 /// A restart serves what the operator decided last, between the admin API
 /// and the plugins directory: an admin unmount of a families-directory
 /// family stays unmounted (until its file changes), and a component file
@@ -1572,4 +1635,104 @@ fn settings_are_checked_when_a_component_loads() {
         );
         assert_eq!(r.status, 200, "{origin}: {}", r.text());
     }
+}
+
+/// A fee component is held to what it publishes: a schedule (`GET
+/// /api/fees`) that disagrees with its quotes is refused at load, naming
+/// the action, since a client paying the published price would be refused.
+/// The fees family takes no grants or reads (its world imports neither).
+/// A fee component's panic is logged with its message, at load and on a
+/// request. Found by a plugin author's walkthrough: the mismatch loaded,
+/// the grants were listed, the panics' messages were lost.
+#[test]
+fn a_fee_component_says_what_it_charges_takes_no_grants_and_logs_its_panics() {
+    let s = Server::with(Options {
+        config: Some("[settings.fees]\nschedule_post = \"0.05\"\n".into()),
+        ..Default::default()
+    });
+    let r = admin(&s, "PUT", "/admin/plugins/fees", &wasm("testing_fees.wasm"));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text()
+            .contains(r#"actions.post.price is \"0.05\", but quote(post) charges 0.3"#),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        s.get("/api/fees").json()["plugin"]["name"],
+        "fees-bid-inclusive"
+    );
+    for (query, field) in [("grants=payments", "grants"), ("read=timeline", "read")] {
+        let r = admin(
+            &s,
+            "PUT",
+            &format!("/admin/plugins/fees?{query}"),
+            &wasm("fees_pickup_paid.wasm"),
+        );
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_request"),
+            "{query}: {}",
+            r.text()
+        );
+        assert_eq!(r.json()["details"][0]["field"], field, "{}", r.text());
+        assert!(
+            r.text().contains("takes no grants or reads"),
+            "{}",
+            r.text()
+        );
+    }
+    assert_eq!(
+        s.get("/api/fees").json()["arbitration"]["policy"],
+        "bid-inclusive"
+    );
+    // Without them it swaps (and lists none).
+    let r = admin(
+        &s,
+        "PUT",
+        "/admin/plugins/fees?grants=&read=",
+        &wasm("fees_pickup_paid.wasm"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(names(&r.json()["grants"]), set(&[]), "{}", r.text());
+    drop(s);
+
+    // A panic at load: the refusal quotes it.
+    let s = Server::with(Options {
+        config: Some("[settings.fees]\npanic_on = \"post\"\n".into()),
+        ..Default::default()
+    });
+    let r = admin(&s, "PUT", "/admin/plugins/fees", &wasm("testing_fees.wasm"));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text().contains("deliberate panic quoting post"),
+        "{}",
+        r.text()
+    );
+    drop(s);
+    // A panic on a request: the buy is a 500, its secret unspent, and the
+    // log says why before the host's `plugin trapped` line.
+    let s = Server::with(Options {
+        config: Some("[settings.fees]\npanic_on = \"arbitration\"\n".into()),
+        ..Default::default()
+    });
+    let r = admin(&s, "PUT", "/admin/plugins/fees", &wasm("testing_fees.wasm"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let d = deal(&s);
+    let secret = s.mint("1");
+    let r = s.post_paid(
+        "/api/arbitration/contracts/buy",
+        &secret,
+        &common::deal::buy_body(&d, "1"),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (500, "internal"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(s.cash_state(&secret).0, json!(false));
+    s.wait_log("the fee component's panic", |log| {
+        log.contains("plugin panicked: ") && log.contains("deliberate panic quoting arbitration")
+    });
 }

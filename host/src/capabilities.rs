@@ -141,10 +141,14 @@ impl Grants {
     }
 
     /// Check a component's imports: `Err` names every capability it
-    /// imports but `family` was not granted.
+    /// imports but `family` was not granted. `unconfigured`: the
+    /// component's file name, when the configuration does not name the
+    /// family (its hint then names the file too, as a `[families.NAME]`
+    /// table must).
     pub fn admit<'a>(
         &self,
         family: &str,
+        unconfigured: Option<&str>,
         imports: impl IntoIterator<Item = &'a str>,
     ) -> Result<(), String> {
         let mut missing: BTreeSet<&'static str> = BTreeSet::new();
@@ -184,8 +188,11 @@ impl Grants {
             let names: Vec<&str> = missing.into_iter().collect();
             let all: Vec<&str> = needed.into_iter().collect();
             let quoted: Vec<String> = all.iter().map(|n| format!("\"{n}\"")).collect();
+            let file = unconfigured
+                .map(|c| format!(" component = \"{c}\" and"))
+                .unwrap_or_default();
             return Err(format!(
-                "family {family} is not granted the capabilit{} {} that the component imports (grant with [families.{family}] grants = [{}], `marketplace plugins load {family} FILE --grants {}` or PUT /admin/plugins/{family}?grants={})",
+                "family {family} is not granted the capabilit{} {} that the component imports (grant with [families.{family}]{file} grants = [{}], `marketplace plugins load {family} FILE --grants {}` or PUT /admin/plugins/{family}?grants={})",
                 if names.len() == 1 { "y" } else { "ies" },
                 names.join(", "),
                 quoted.join(", "),
@@ -261,7 +268,10 @@ mod tests {
         );
         assert_eq!(Capability::of_interface(""), None);
         let g = Grants::parse(["credentials"], []).unwrap();
-        assert!(g.admit("f", ["marketplace:plugin/storage@0.2.0"]).is_ok());
+        assert!(
+            g.admit("f", None, ["marketplace:plugin/storage@0.2.0"])
+                .is_ok()
+        );
     }
 
     #[test]
@@ -274,7 +284,7 @@ mod tests {
             "marketplace:plugin/dispatch@0.2.0",
             "wasi:random/insecure-seed@0.2.0",
         ];
-        let err = g.admit("rogue", imports).unwrap_err();
+        let err = g.admit("rogue", None, imports).unwrap_err();
         assert!(err.contains("family rogue"), "{err}");
         assert!(err.contains("dispatch, escrow"), "{err}");
         // The hint grants all it needs, the grant it has too (a grant given
@@ -285,15 +295,24 @@ mod tests {
                 && err.contains("?grants=dispatch,escrow,payments"),
             "{err}"
         );
+        // A family the configuration does not name: its table needs the
+        // file too, or the host refuses to start.
+        let err = g
+            .admit("rogue", Some("families/rogue.wasm"), imports)
+            .unwrap_err();
+        assert!(
+            err.contains(r#"[families.rogue] component = "families/rogue.wasm" and grants = ["#),
+            "{err}"
+        );
         assert!(
             Grants::parse(["payments", "escrow", "dispatch"], [])
                 .unwrap()
-                .admit("rogue", imports)
+                .admit("rogue", None, imports)
                 .is_ok()
         );
         assert!(
             Grants::default()
-                .admit("x", ["marketplace:plugin/log@0.2.0"])
+                .admit("x", None, ["marketplace:plugin/log@0.2.0"])
                 .is_ok()
         );
         assert!(Grants::parse(["money"], []).is_err());

@@ -15,6 +15,18 @@ pub const SERVICE_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The family that serves fees.
 pub const FEES_FAMILY: &str = "fees";
 
+/// Whether `family` can be given `grants`: the fees family's world
+/// (`fee-policy`) imports `log` and `settings` only, so a capability or a
+/// keyspace to read would be listed for it (health, admin) but never used.
+pub fn grants_fit(family: &str, grants: &crate::capabilities::Grants) -> Result<(), String> {
+    if family == FEES_FAMILY && (!grants.capabilities.is_empty() || !grants.reads.is_empty()) {
+        return Err(format!(
+            "the {FEES_FAMILY} family takes no grants or reads: its world (fee-policy) imports log and settings only"
+        ));
+    }
+    Ok(())
+}
+
 /// Plugin families and the component file each loads by default.
 pub const DEFAULT_PLUGINS: &[(&str, &str)] = &[
     ("info", "info.wasm"),
@@ -953,6 +965,7 @@ impl Config {
                 if fc.read.is_none() {
                     given.reads = before.reads.clone();
                 }
+                grants_fit(name, &given).map_err(|e| anyhow::anyhow!("[families.{name}]: {e}"))?;
                 out[i].grants = given;
             }
         }

@@ -119,6 +119,50 @@ const SMOKE_QUOTES: [(&str, Option<u64>); 5] = [
     ("arbitration", Some(10_000_000_000)),
 ];
 
+/// A fee schedule (`GET /api/fees`) must say what the component charges:
+/// a client pays the price it reads there, so a schedule that disagrees
+/// with `quote` would have every such payment refused. Checked at load
+/// against the smoke quotes: each fixed action's `price` (PROTOCOL 4:
+/// `actions.{identity,post,comment,rate}.price`), and `arbitration`'s
+/// `policy` and `rate` (the fee on the smoke basis).
+fn schedule_says_what_is_charged(
+    schedule: &serde_json::Value,
+    policy: &str,
+    quotes: &HashMap<(String, Option<u64>), u64>,
+) -> Result<()> {
+    use marketplace_common::amount;
+    for ((action, basis), quote) in quotes {
+        let charged = amount::format(*quote);
+        match basis {
+            None => {
+                let said = &schedule["actions"][action.as_str()]["price"];
+                anyhow::ensure!(
+                    said.as_str().and_then(|p| amount::parse(p).ok()) == Some(*quote),
+                    "the fee schedule's actions.{action}.price is {said}, but quote({action}) charges {charged}: GET /api/fees must say what is charged"
+                );
+            }
+            Some(basis) => {
+                let said = &schedule[action.as_str()]["policy"];
+                anyhow::ensure!(
+                    said.as_str() == Some(policy),
+                    "the fee schedule's {action}.policy is {said}, but policy() is {policy:?}"
+                );
+                let rate = &schedule[action.as_str()]["rate"];
+                let fee = rate
+                    .as_str()
+                    .and_then(|r| amount::parse(r).ok())
+                    .map(|r| u128::from(*basis) * u128::from(r) / u128::from(amount::UNIT));
+                anyhow::ensure!(
+                    fee == Some(u128::from(*quote)),
+                    "the fee schedule's {action}.rate is {rate}, but quote({action}) on {} charges {charged}: GET /api/fees must say what is charged",
+                    amount::format(*basis)
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// One configured family and what is loaded for it.
 struct Slot {
     component: String,
@@ -243,6 +287,9 @@ fn fault_kind(err: &wasmtime::Error, memory_hit: bool) -> &'static str {
     }
 }
 
+/// What an endpoint component's exports must be, for refusals.
+const ENDPOINT_EXPORTS: &str = "its exports must have the types of the `endpoint` world of marketplace:plugin@0.2.0 in wit/marketplace.wit: the `handler` interface's handle(request) -> response, describe() -> plugin-info and describe-api() -> api";
+
 /// Why a call at load (`describe`, `describe-api`, instantiation) failed,
 /// in words a plugin author can act on: a time limit, the memory cap, or
 /// the trap itself (a Rust panic is an `unreachable` trap), with the wasm
@@ -272,9 +319,24 @@ fn smoke_failure(
             "trapped: unreachable code (a Rust panic traps so; the guest crate logs its message, `plugin panicked: ...`, just before)".to_string()
         }
         (Some(trap), _) => format!("trapped: {trap}"),
-        (None, _) => format!("{:#}", err.root_cause()),
+        (None, _) => root_cause(&err),
     };
     anyhow!("{what} {why}")
+}
+
+/// A call's failure that is not a trap, in one line. A WASI import (std's
+/// `println!`, `SystemTime::now`, of a `wasm32-wasip2` build) is linked
+/// only as a trap, so that components std makes import it still load:
+/// its message says what to use instead.
+fn root_cause(err: &wasmtime::Error) -> String {
+    let cause = format!("{:#}", err.root_cause());
+    if cause.contains("unknown import: `wasi:") || cause.contains("unknown import: wasi:") {
+        format!(
+            "{cause} (the host gives plugins no WASI: log through the `log` interface, read the time from `clock`; README \"Writing a plugin\")"
+        )
+    } else {
+        cause
+    }
 }
 
 /// Longest name, version or fee policy name a component may give
@@ -346,7 +408,7 @@ fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool) -> Reply {
                     .to_string()
             }
             Some(trap) => trap.to_string(),
-            None => format!("{:#}", err.root_cause()),
+            None => root_cause(err),
         };
         tracing::error!(family, "plugin trapped: {why}");
         tracing::debug!(family, "plugin trap: {}", backtrace(err));
@@ -789,7 +851,11 @@ impl Runtime {
             .collect();
         let (kind, info, api) = if family == FEES_FAMILY {
             let pre = FeePolicyPre::new(self.link(&self.fee_linker, &component)?)
-                .map_err(|e| anyhow!("not a fee-policy component: {e}"))?;
+                .map_err(|e| {
+                    anyhow!(
+                        "not a fee-policy component: {e:#} (it exports the `fees` interface of the `fee-policy` world of marketplace:plugin@0.2.0, wit/marketplace.wit: quote, schedule, policy, describe)"
+                    )
+                })?;
             let mut store = self.fee_store(self.load_budget());
             let bindings = pre
                 .instantiate(&mut store)
@@ -832,10 +898,11 @@ impl Runtime {
                 schedule.len(),
                 MAX_SCHEDULE_BYTES >> 10
             );
-            anyhow::ensure!(
-                serde_json::from_str::<serde_json::Value>(&schedule).is_ok_and(|v| v.is_object()),
-                "the fee schedule is not a JSON object"
-            );
+            let document = serde_json::from_str::<serde_json::Value>(&schedule)
+                .ok()
+                .filter(|v| v.is_object())
+                .ok_or_else(|| anyhow!("the fee schedule is not a JSON object"))?;
+            schedule_says_what_is_charged(&document, &policy, &quotes)?;
             (
                 Kind::Fees {
                     pre,
@@ -847,12 +914,19 @@ impl Runtime {
             )
         } else {
             grants
-                .admit(family, imports.iter().map(String::as_str))
+                .admit(
+                    family,
+                    self.config
+                        .family(family)
+                        .is_none()
+                        .then_some(component_name),
+                    imports.iter().map(String::as_str),
+                )
                 .map_err(|e| anyhow!(e))?;
             let linker = self.endpoint_linker(grants)?;
             let endpoint = |component: &Component| {
                 EndpointPre::new(self.link(&linker, component)?)
-                    .map_err(|e| anyhow!("not an endpoint component: {e}"))
+                    .map_err(|e| anyhow!("not an endpoint component: {e:#} ({ENDPOINT_EXPORTS})"))
             };
             let pre = endpoint(&component)?;
             // The smoke calls run on a copy of the compiled component (see
@@ -971,11 +1045,13 @@ impl Runtime {
                 smoke_failure("instantiating it", e, hit, store.data().panic_message())
             })?;
         let bindings = bindings::endpoint::Endpoint::new(&mut store, &instance)
-            .map_err(|e| anyhow!("not an endpoint component: {e}"))?;
+            .map_err(|e| anyhow!("not an endpoint component: {e:#} ({ENDPOINT_EXPORTS})"))?;
         let handle = handle_export(pre.instance_pre().component())?;
         instance
             .get_typed_func::<(&wit::Request,), (wit::Response,)>(&mut store, &handle)
-            .map_err(|e| anyhow!("not an endpoint component: handle: {e}"))?;
+            .map_err(|e| {
+                anyhow!("not an endpoint component: handle: {e:#} ({ENDPOINT_EXPORTS})")
+            })?;
         let handler = bindings.marketplace_plugin_handler();
         let info = run_to_end(handler.call_describe(&mut store)).map_err(|e| {
             let hit = store.data().memory_hit();
@@ -1060,8 +1136,18 @@ impl Runtime {
                 "a core WebAssembly module, not a component: build for wasm32-wasip2 (or with cargo-component), or wrap it with `wasm-tools component new`"
             );
         }
-        let component = Component::new(&self.engine, bytes)
-            .map_err(|e| anyhow!("not a valid component: {e}"))?;
+        let component = Component::new(&self.engine, bytes).map_err(|e| {
+            // The pool's slots are as large as the memory cap: a module
+            // whose initial memory is larger cannot be given one.
+            if format!("{e:#}").contains("memory does not fit") {
+                anyhow!(
+                    "the component's initial memory is larger than a plugin may have (plugin_memory_mib = {} MiB; a build's --initial-memory counts): {e}",
+                    self.limits.memory_bytes >> 20
+                )
+            } else {
+                anyhow!("not a valid component: {e}")
+            }
+        })?;
         match component.serialize() {
             Ok(native) => {
                 // A unique name: servers sharing the cache may compile the

@@ -115,8 +115,9 @@ fn swap_in(
     grants: Option<crate::capabilities::Grants>,
     file_serves: &dyn Fn(&str),
 ) {
-    if rt
-        .plugin(family)
+    let serving = rt.plugin(family);
+    if serving
+        .as_ref()
         .is_some_and(|p| p.hash == marketplace_common::hex::sha256(bytes))
     {
         // The file is back to what serves: nothing refused any more.
@@ -133,7 +134,8 @@ fn swap_in(
                 family = %family,
                 version = %p.version,
                 millis = started.elapsed().as_millis() as u64,
-                "hot reload: swapped in {}",
+                "hot reload: {} {}",
+                if serving.is_some() { "swapped in" } else { "mounted" },
                 path.display()
             );
             file_serves(family);
@@ -143,9 +145,16 @@ fn swap_in(
             // (A configured file's refusal stays if the file goes: the
             // same bytes back would not be looked at again.)
             let gone_with = in_families_dir(component).then_some(path);
+            let mut why = format!("{e:#}");
+            if why.contains("failed to parse") {
+                // The watcher may see a file its writer has not finished.
+                why.push_str(
+                    " (a file still being written reads so: write it beside the directory's files and rename it into place)",
+                );
+            }
             rt.refusals
-                .note(family, gone_with, component, bytes, format!("{e:#}"));
-            tracing::warn!(family = %family, "hot reload refused {}: {e:#}", path.display());
+                .note(family, gone_with, component, bytes, why.clone());
+            tracing::warn!(family = %family, "hot reload refused {}: {why}", path.display());
         }
     }
 }
@@ -179,6 +188,7 @@ pub fn spawn(rt: Arc<Runtime>, stop: Arc<AtomicBool>, kept: Kept) -> std::io::Re
             })
             .collect(),
         ignored: HashMap::new(),
+        looked: false,
     };
     let file_serves = kept.file_serves;
     let (tx, rx) = std::sync::mpsc::channel::<()>();
@@ -280,6 +290,8 @@ struct FamiliesDir {
     mounted: HashMap<String, Seen>,
     /// Files it does not mount (said once per change of the file).
     ignored: HashMap<PathBuf, Seen>,
+    /// It has been looked at once (at start, before the host is ready).
+    looked: bool,
 }
 
 /// Mount, swap or unmount the families of the families directory.
@@ -289,7 +301,11 @@ fn watch_families_dir(
     state: &mut FamiliesDir,
     file_serves: &dyn Fn(&str),
 ) {
-    let FamiliesDir { mounted, ignored } = state;
+    let FamiliesDir {
+        mounted,
+        ignored,
+        looked,
+    } = state;
     let mut present = Vec::new();
     let mut listed = Vec::new();
     for path in std::fs::read_dir(dir)
@@ -316,10 +332,52 @@ fn watch_families_dir(
             .config
             .family(&family)
             .is_some_and(|f| !in_families_dir(&f.component));
-        let elsewhere = rt
-            .plugin(&family)
+        let served = rt.plugin(&family);
+        let elsewhere = served
+            .as_ref()
             .is_some_and(|p| !in_families_dir(&p.component));
-        if !crate::capabilities::valid_family(&family) || configured || elsewhere {
+        // Served by an admin upload in place of this file: the file is
+        // weighed against what it was when the upload came, and a change
+        // of it serves, as a configured family's changed file does and as
+        // a restart would (README "Admin API"). At the first look (the
+        // start replayed the upload over this file as it is) that is the
+        // file as it is; later a file not seen before is new.
+        let uploaded = elsewhere && !configured && crate::capabilities::valid_family(&family);
+        if uploaded {
+            present.push(family.clone());
+            let first_look = !*looked;
+            let Some(bytes) = mounted
+                .entry(family.clone())
+                .or_insert_with(|| {
+                    if first_look {
+                        Seen::now(&path)
+                    } else {
+                        Seen::default()
+                    }
+                })
+                .changed(&path)
+            else {
+                continue;
+            };
+            // With the grants a file of this directory mounts with (its
+            // [families.NAME], or none), not the upload's.
+            let grants = rt
+                .config
+                .family(&family)
+                .map(|spec| spec.grants)
+                .unwrap_or_default();
+            swap_in(
+                rt,
+                &family,
+                &component,
+                &path,
+                &bytes,
+                Some(grants),
+                file_serves,
+            );
+            continue;
+        }
+        if !crate::capabilities::valid_family(&family) || configured {
             // Said once per change of the file: an operator dropping it
             // there expects it to mount.
             if let Some(bytes) = ignored.entry(path.clone()).or_default().changed(&path) {
@@ -328,16 +386,8 @@ fn watch_families_dir(
                         "its name is not a family name ({})",
                         crate::capabilities::FAMILY_NAME_RULE
                     )
-                } else if !configured && let Some(p) = rt.plugin(&family) {
-                    // Its configuration names this file, but an admin
-                    // upload (kept across restarts) serves in its place.
-                    format!(
-                        "family {family} is served by {}, uploaded through the admin API, in place of this file",
-                        p.component
-                    )
                 } else {
-                    let served = rt
-                        .plugin(&family)
+                    let served = served
                         .map(|p| p.component.clone())
                         .or_else(|| rt.config.family(&family).map(|f| f.component));
                     format!(
@@ -352,16 +402,6 @@ fn watch_families_dir(
                         .note(&family, Some(&path), &component, &bytes, why.clone());
                 }
                 tracing::warn!("{} not mounted: {why}", path.display());
-            }
-            if elsewhere && !configured && crate::capabilities::valid_family(&family) {
-                // Its family is served by an admin upload meanwhile: the
-                // file counts as seen as it is (as it was when the upload
-                // came, if it was mounted then), so that an unmount of the
-                // upload does not mount it again until it changes.
-                mounted
-                    .entry(family.clone())
-                    .or_insert_with(|| Seen::now(&path));
-                present.push(family.clone());
             }
             continue;
         }
@@ -380,6 +420,7 @@ fn watch_families_dir(
     // A file not mounted that is gone: put back, it is said (and listed
     // as refused) again.
     ignored.retain(|path, _| listed.contains(path));
+    *looked = true;
     mounted.retain(|family, _| {
         if present.contains(family) {
             return true;

@@ -549,6 +549,14 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                 Ok(g) => g,
                 Err(e) => return Reply::invalid("grants", e),
             };
+            if let Some(Err(e)) = grants.as_ref().map(|g| crate::config::grants_fit(family, g)) {
+                let field = if pairs.iter().any(|(n, v)| n == "grants" && !v.is_empty()) {
+                    "grants"
+                } else {
+                    "read"
+                };
+                return Reply::invalid(field, e);
+            }
             // A keyspace to read names a family that exists (mounted or
             // configured): a typo would otherwise read nothing, silently.
             if let Some(unknown) = grants.as_ref().and_then(|g| {

@@ -400,11 +400,17 @@ pub fn mount_at_start(app: &App) {
             crate::alerts::raise(
                 crate::alerts::Kind::KeptUploadRefused,
                 format!(
-                    "the change to family {family} made through the admin API (kept for restarts) could not be applied at start (the log says why): {}; upload the component again, or unmount the family, through the admin API",
+                    "the change to family {family} made through the admin API (kept for restarts) could not be applied at start (the log says why): {}; upload the component again{}, through the admin API",
                     if spec.is_some() {
                         "its configured component serves instead"
                     } else {
                         "the family serves nothing"
+                    },
+                    // (The fee family can only be swapped.)
+                    if family == crate::config::FEES_FAMILY {
+                        " (or the configured one)"
+                    } else {
+                        ", or unmount the family"
                     }
                 ),
             );

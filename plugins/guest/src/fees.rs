@@ -1,7 +1,22 @@
 //! Fee-policy plugins, and the standard schedule both shipped policies use.
 
-use marketplace_common::amount;
+/// Amounts in units (10^-8 webcash): parse and format the decimal
+/// strings of the protocol (`amount::parse("0.3")`, `amount::format(n)`),
+/// and a percentage of an amount rounded down (`amount::percent`).
+pub use marketplace_common::amount;
 use serde_json::{Value, json};
+
+/// Log a panic's message through the host before the instance traps (the
+/// default hook would write to a standard stream, which the host does not
+/// give a plugin): each export of [`fee_plugin!`] calls it first, so the
+/// host's `plugin trapped` line follows a `plugin panicked: ...` line
+/// naming where and why.
+pub fn log_fee_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        use crate::fee_bindings::marketplace::plugin::log;
+        log::log(log::Level::Error, &format!("plugin panicked: {info}"));
+    }));
+}
 
 /// What a fee-policy plugin implements.
 pub trait FeePolicy {
@@ -157,15 +172,18 @@ macro_rules! fee_plugin {
             for __MarketplaceExport
         {
             fn quote(action: String, basis: Option<u64>) -> Result<u64, String> {
+                $crate::log_fee_panics();
                 <$ty as $crate::FeePolicy>::quote(&action, basis)
             }
             fn schedule() -> String {
+                $crate::log_fee_panics();
                 <$ty as $crate::FeePolicy>::schedule().to_string()
             }
             fn policy() -> String {
                 <$ty as $crate::FeePolicy>::POLICY.to_string()
             }
             fn describe() -> $crate::fee_bindings::marketplace::plugin::types::PluginInfo {
+                $crate::log_fee_panics();
                 $crate::settings::check_fees(<$ty as $crate::FeePolicy>::SETTINGS);
                 $crate::fee_bindings::marketplace::plugin::types::PluginInfo {
                     name: <$ty as $crate::FeePolicy>::NAME.to_string(),

@@ -110,7 +110,7 @@ pub mod prelude {
     };
     pub use crate::error::{ApiError, Detail};
     #[cfg(feature = "fee-policy")]
-    pub use crate::fees::{FeePolicy, standard};
+    pub use crate::fees::{FeePolicy, amount, standard};
     pub use crate::settings::Setting;
     pub use serde_json::{Value, json};
 }
