@@ -15,6 +15,20 @@ pub const SERVICE_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The family that serves fees.
 pub const FEES_FAMILY: &str = "fees";
 
+/// The subdirectory of the plugins directory whose components are
+/// families of their own: `families/NAME.wasm` mounts family NAME (with
+/// the grants of `[families.NAME]`, or none), a change swaps it, removing
+/// the file unmounts it (its data stays).
+pub const FAMILIES_DIR: &str = "families";
+
+/// Whether a component name is a file of [`FAMILIES_DIR`]
+/// (`families/NAME.wasm`): the name that ties a family to that file.
+pub fn in_families_dir(component: &str) -> bool {
+    component
+        .strip_prefix(FAMILIES_DIR)
+        .is_some_and(|rest| rest.starts_with('/'))
+}
+
 /// Whether `family` can be given `grants`: the fees family's world
 /// (`fee-policy`) imports `log` and `settings` only, so a capability or a
 /// keyspace to read would be listed for it (health, admin) but never used.

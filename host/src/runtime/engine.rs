@@ -123,8 +123,9 @@ const SMOKE_QUOTES: [(&str, Option<u64>); 5] = [
 /// a client pays the price it reads there, so a schedule that disagrees
 /// with `quote` would have every such payment refused. Checked at load
 /// against the smoke quotes: each fixed action's `price` (PROTOCOL 4:
-/// `actions.{identity,post,comment,rate}.price`), and `arbitration`'s
-/// `policy` and `rate` (the fee on the smoke basis).
+/// `actions.{identity,post,comment,rate}.price`, a decimal string), and
+/// `arbitration`'s `policy` and `rate` (the fee on the smoke basis is
+/// that rate of it, to the rate's 8 decimals).
 fn schedule_says_what_is_charged(
     schedule: &serde_json::Value,
     policy: &str,
@@ -147,13 +148,16 @@ fn schedule_says_what_is_charged(
                     said.as_str() == Some(policy),
                     "the fee schedule's {action}.policy is {said}, but policy() is {policy:?}"
                 );
+                // The rate of the amount, to the rate's own precision (8
+                // decimals: a third is written 0.33333333).
                 let rate = &schedule[action.as_str()]["rate"];
                 let fee = rate
                     .as_str()
                     .and_then(|r| amount::parse(r).ok())
                     .map(|r| u128::from(*basis) * u128::from(r) / u128::from(amount::UNIT));
+                let slack = u128::from(*basis) / u128::from(amount::UNIT);
                 anyhow::ensure!(
-                    fee == Some(u128::from(*quote)),
+                    fee.is_some_and(|fee| fee.abs_diff(u128::from(*quote)) <= slack),
                     "the fee schedule's {action}.rate is {rate}, but quote({action}) on {} charges {charged}: GET /api/fees must say what is charged",
                     amount::format(*basis)
                 );
@@ -656,6 +660,14 @@ impl Runtime {
                 .get(family)
                 .map_or_else(Grants::default, |s| s.grants.clone())
         });
+        // The fee family's world imports nothing to grant: what an older
+        // record or configuration gave it would only be listed (the admin
+        // API and the configuration refuse such grants: `grants_fit`).
+        let grants = if family == FEES_FAMILY {
+            Grants::default()
+        } else {
+            grants
+        };
         let result = self.prepare(family, component_name, bytes, &grants);
         // Assembled under the read lock: requests find their family's
         // component meanwhile (only holders of `swapping` change what is
@@ -916,10 +928,11 @@ impl Runtime {
             grants
                 .admit(
                     family,
-                    self.config
-                        .family(family)
-                        .is_none()
-                        .then_some(component_name),
+                    // (The hint's table names the file only where a
+                    // configuration can: in the families directory.)
+                    (self.config.family(family).is_none()
+                        && crate::config::in_families_dir(component_name))
+                    .then_some(component_name),
                     imports.iter().map(String::as_str),
                 )
                 .map_err(|e| anyhow!(e))?;
@@ -1139,9 +1152,9 @@ impl Runtime {
         let component = Component::new(&self.engine, bytes).map_err(|e| {
             // The pool's slots are as large as the memory cap: a module
             // whose initial memory is larger cannot be given one.
-            if format!("{e:#}").contains("memory does not fit") {
+            if format!("{e:#}").contains("minimum byte size") {
                 anyhow!(
-                    "the component's initial memory is larger than a plugin may have (plugin_memory_mib = {} MiB; a build's --initial-memory counts): {e}",
+                    "the component's initial memory is larger than a plugin may have (plugin_memory_mib = {} MiB; a build's --initial-memory counts): {e:#}",
                     self.limits.memory_bytes >> 20
                 )
             } else {
@@ -1803,6 +1816,75 @@ fn define_wasi_random<T: 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fee_schedule_must_say_what_is_charged() {
+        let basis = 100 * marketplace_common::amount::UNIT;
+        let quotes = |post: u64, arbitration: u64| {
+            HashMap::from([
+                (("post".to_string(), None), post),
+                (("arbitration".to_string(), Some(basis)), arbitration),
+            ])
+        };
+        let schedule = |post: serde_json::Value, rate: &str| {
+            serde_json::json!({
+                "actions": {"post": {"price": post, "basis": "fixed"}},
+                "arbitration": {"policy": "bid-inclusive", "rate": rate},
+            })
+        };
+        let check =
+            |s: &serde_json::Value, q| schedule_says_what_is_charged(s, "bid-inclusive", &q);
+        // The standard schedule: 0.3 a post, 3 % of 100 webcash.
+        assert!(
+            check(
+                &schedule("0.3".into(), "0.03"),
+                quotes(30_000_000, 300_000_000)
+            )
+            .is_ok()
+        );
+        // A third, to the rate's 8 decimals.
+        assert!(
+            check(
+                &schedule("0.3".into(), "0.33333333"),
+                quotes(30_000_000, 3_333_333_333)
+            )
+            .is_ok()
+        );
+        let refused = |s: &serde_json::Value, q| check(s, q).unwrap_err().to_string();
+        assert!(
+            refused(
+                &schedule("0.05".into(), "0.03"),
+                quotes(30_000_000, 300_000_000)
+            )
+            .contains("actions.post.price is \"0.05\", but quote(post) charges 0.3")
+        );
+        // An amount is a decimal string.
+        assert!(
+            refused(
+                &schedule(0.3.into(), "0.03"),
+                quotes(30_000_000, 300_000_000)
+            )
+            .contains("actions.post.price")
+        );
+        assert!(
+            refused(
+                &schedule("0.3".into(), "0.05"),
+                quotes(30_000_000, 300_000_000)
+            )
+            .contains("arbitration.rate")
+        );
+        let other = schedule_says_what_is_charged(
+            &schedule("0.3".into(), "0.03"),
+            "pickup-paid",
+            &quotes(30_000_000, 300_000_000),
+        );
+        assert!(
+            other
+                .unwrap_err()
+                .to_string()
+                .contains("arbitration.policy")
+        );
+    }
 
     #[test]
     fn names_and_versions_are_short_and_shown_as_written() {

@@ -68,19 +68,10 @@ impl Seen {
     }
 }
 
-/// The subdirectory of the plugins directory whose components are
-/// families of their own: `families/NAME.wasm` mounts family NAME (with
-/// the grants of `[families.NAME]`, or none), a change swaps it, removing
-/// the file unmounts it (its data stays).
-pub const FAMILIES_DIR: &str = "families";
+pub use crate::config::{FAMILIES_DIR, in_families_dir};
 
-/// Whether a component name is a file of [`FAMILIES_DIR`]
-/// (`families/NAME.wasm`): the name that ties a family to that file.
-pub fn in_families_dir(component: &str) -> bool {
-    component
-        .strip_prefix(FAMILIES_DIR)
-        .is_some_and(|rest| rest.starts_with('/'))
-}
+/// The sha256 a family's kept admin change recorded of its file.
+pub type RecordedFile = dyn Fn(&str) -> Option<String> + Send;
 
 /// What the watcher is told of the admin API's kept state (see
 /// `crate::server::uploads`), which sits above the runtime.
@@ -91,6 +82,10 @@ pub struct Kept {
     /// Called once a file's component serves (swapped in or mounted): the
     /// file decides from then on, over an older admin upload or unmount.
     pub file_serves: Box<dyn Fn(&str) + Send>,
+    /// The sha256 of a family's file as its kept admin change (upload or
+    /// unmount) recorded it ("-": none), if one is kept: that change
+    /// stands while the file is the one it was made over.
+    pub recorded_file: Box<RecordedFile>,
 }
 
 impl Default for Kept {
@@ -99,6 +94,7 @@ impl Default for Kept {
         Kept {
             unmounted: Vec::new(),
             file_serves: Box::new(|_| {}),
+            recorded_file: Box::new(|_| None),
         }
     }
 }
@@ -106,6 +102,10 @@ impl Default for Kept {
 /// Swap the component `bytes`, read from `path`, in for `family` (with
 /// `grants`, or those it has), counting and logging the outcome and
 /// keeping a refusal; once it serves, `file_serves` (in the same change).
+/// An admin change kept for the family (an upload serving in the file's
+/// place, or an unmount) stands while the file is the one it was made
+/// over, as at a start; a file changed since replaces an upload with the
+/// grants a start would give it (the configuration's).
 fn swap_in(
     rt: &Runtime,
     family: &str,
@@ -113,19 +113,38 @@ fn swap_in(
     path: &Path,
     bytes: &[u8],
     grants: Option<crate::capabilities::Grants>,
-    file_serves: &dyn Fn(&str),
+    kept: &Kept,
 ) {
+    let started = Instant::now();
+    // What serves is read under the lock every change takes, so that an
+    // admin change made meanwhile is weighed, not undone.
+    let _one_change = rt.one_change();
+    let hash = marketplace_common::hex::sha256(bytes);
     let serving = rt.plugin(family);
-    if serving
-        .as_ref()
-        .is_some_and(|p| p.hash == marketplace_common::hex::sha256(bytes))
-    {
+    if serving.as_ref().is_some_and(|p| p.hash == hash) {
         // The file is back to what serves: nothing refused any more.
         rt.refusals.loaded(family);
         return;
     }
-    let started = Instant::now();
-    let _one_change = rt.one_change();
+    let recorded = (kept.recorded_file)(family);
+    if recorded.as_ref() == Some(&hash) {
+        tracing::info!(
+            family = %family,
+            "{} is the file the admin API's change to the family was made over: that change stands",
+            path.display()
+        );
+        return;
+    }
+    // (A kept record and something serving: the upload serves.)
+    let grants = match (&recorded, &serving) {
+        (Some(_), Some(_)) => Some(
+            rt.config
+                .family(family)
+                .map(|spec| spec.grants)
+                .unwrap_or_default(),
+        ),
+        _ => grants,
+    };
     let result = rt.swap(family, component, bytes, grants);
     crate::metrics::metrics().swap(family, if result.is_ok() { "ok" } else { "refused" });
     match result {
@@ -138,7 +157,7 @@ fn swap_in(
                 if serving.is_some() { "swapped in" } else { "mounted" },
                 path.display()
             );
-            file_serves(family);
+            (kept.file_serves)(family);
         }
         Err(e) => {
             // Listed before it is logged: a reader of the log finds it.
@@ -190,11 +209,10 @@ pub fn spawn(rt: Arc<Runtime>, stop: Arc<AtomicBool>, kept: Kept) -> std::io::Re
         ignored: HashMap::new(),
         looked: false,
     };
-    let file_serves = kept.file_serves;
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let mut watcher = notifier(&dir, &families_dir, tx);
     // Mounted before the host says it is ready.
-    watch_families_dir(&rt, &families_dir, &mut mounted, &*file_serves);
+    watch_families_dir(&rt, &families_dir, &mut mounted, &kept);
     std::thread::Builder::new()
         .name("plugin-watch".into())
         .spawn(move || {
@@ -204,18 +222,10 @@ pub fn spawn(rt: Arc<Runtime>, stop: Arc<AtomicBool>, kept: Kept) -> std::io::Re
                     let path = dir.join(&f.component);
                     let last = seen.entry(f.name.clone()).or_default();
                     if let Some(bytes) = last.changed(&path) {
-                        swap_in(
-                            &rt,
-                            &f.name,
-                            &f.component,
-                            &path,
-                            &bytes,
-                            None,
-                            &*file_serves,
-                        );
+                        swap_in(&rt, &f.name, &f.component, &path, &bytes, None, &kept);
                     }
                 }
-                watch_families_dir(&rt, &families_dir, &mut mounted, &*file_serves);
+                watch_families_dir(&rt, &families_dir, &mut mounted, &kept);
                 // Staged components: precompile new or changed ones.
                 for path in std::fs::read_dir(&dir)
                     .into_iter()
@@ -286,7 +296,8 @@ fn notifier(
 
 /// What the watcher knows of the families directory.
 struct FamiliesDir {
-    /// Families mounted from it, with their file.
+    /// Families of its files (mounted from them, or served by an admin
+    /// upload in their place), with the file as last seen.
     mounted: HashMap<String, Seen>,
     /// Files it does not mount (said once per change of the file).
     ignored: HashMap<PathBuf, Seen>,
@@ -295,12 +306,7 @@ struct FamiliesDir {
 }
 
 /// Mount, swap or unmount the families of the families directory.
-fn watch_families_dir(
-    rt: &Runtime,
-    dir: &Path,
-    state: &mut FamiliesDir,
-    file_serves: &dyn Fn(&str),
-) {
+fn watch_families_dir(rt: &Runtime, dir: &Path, state: &mut FamiliesDir, kept: &Kept) {
     let FamiliesDir {
         mounted,
         ignored,
@@ -326,68 +332,25 @@ fn watch_families_dir(
             continue;
         };
         let component = format!("{FAMILIES_DIR}/{family}.wasm");
+        let valid = crate::capabilities::valid_family(&family);
         // Only families of their own: a built-in or configured family
         // keeps its configured component.
         let configured = rt
             .config
             .family(&family)
             .is_some_and(|f| !in_families_dir(&f.component));
-        let served = rt.plugin(&family);
-        let elsewhere = served
-            .as_ref()
-            .is_some_and(|p| !in_families_dir(&p.component));
-        // Served by an admin upload in place of this file: the file is
-        // weighed against what it was when the upload came, and a change
-        // of it serves, as a configured family's changed file does and as
-        // a restart would (README "Admin API"). At the first look (the
-        // start replayed the upload over this file as it is) that is the
-        // file as it is; later a file not seen before is new.
-        let uploaded = elsewhere && !configured && crate::capabilities::valid_family(&family);
-        if uploaded {
-            present.push(family.clone());
-            let first_look = !*looked;
-            let Some(bytes) = mounted
-                .entry(family.clone())
-                .or_insert_with(|| {
-                    if first_look {
-                        Seen::now(&path)
-                    } else {
-                        Seen::default()
-                    }
-                })
-                .changed(&path)
-            else {
-                continue;
-            };
-            // With the grants a file of this directory mounts with (its
-            // [families.NAME], or none), not the upload's.
-            let grants = rt
-                .config
-                .family(&family)
-                .map(|spec| spec.grants)
-                .unwrap_or_default();
-            swap_in(
-                rt,
-                &family,
-                &component,
-                &path,
-                &bytes,
-                Some(grants),
-                file_serves,
-            );
-            continue;
-        }
-        if !crate::capabilities::valid_family(&family) || configured {
+        if !valid || configured {
             // Said once per change of the file: an operator dropping it
             // there expects it to mount.
             if let Some(bytes) = ignored.entry(path.clone()).or_default().changed(&path) {
-                let why = if !crate::capabilities::valid_family(&family) {
+                let why = if !valid {
                     format!(
                         "its name is not a family name ({})",
                         crate::capabilities::FAMILY_NAME_RULE
                     )
                 } else {
-                    let served = served
+                    let served = rt
+                        .plugin(&family)
                         .map(|p| p.component.clone())
                         .or_else(|| rt.config.family(&family).map(|f| f.component));
                     format!(
@@ -397,7 +360,7 @@ fn watch_families_dir(
                 };
                 // Listed only when it can never mount: otherwise the
                 // family is served, by what this file gives way to.
-                if !crate::capabilities::valid_family(&family) {
+                if !valid {
                     rt.refusals
                         .note(&family, Some(&path), &component, &bytes, why.clone());
                 }
@@ -406,7 +369,25 @@ fn watch_families_dir(
             continue;
         }
         present.push(family.clone());
-        let Some(bytes) = mounted.entry(family.clone()).or_default().changed(&path) else {
+        // At the first look a family an admin upload serves in this file's
+        // place takes the file as it is (the start weighed the upload
+        // against it); from then on a file not seen before is new, and a
+        // change of it (against the upload's record: `swap_in`) serves.
+        let first_look_under_upload = !*looked
+            && rt
+                .plugin(&family)
+                .is_some_and(|p| !in_families_dir(&p.component));
+        let Some(bytes) = mounted
+            .entry(family.clone())
+            .or_insert_with(|| {
+                if first_look_under_upload {
+                    Seen::now(&path)
+                } else {
+                    Seen::default()
+                }
+            })
+            .changed(&path)
+        else {
             continue;
         };
         // A family the config grants but that has no slot yet is mounted
@@ -415,7 +396,7 @@ fn watch_families_dir(
             None => rt.config.family(&family).map(|spec| spec.grants),
             Some(_) => None,
         };
-        swap_in(rt, &family, &component, &path, &bytes, grants, file_serves);
+        swap_in(rt, &family, &component, &path, &bytes, grants, kept);
     }
     // A file not mounted that is gone: put back, it is said (and listed
     // as refused) again.

@@ -108,6 +108,10 @@ pub async fn run(config: Config) -> Result<i32> {
                             let app = loading.clone();
                             move |family| uploads::file_serves(&app, family)
                         }),
+                        recorded_file: Box::new({
+                            let app = loading.clone();
+                            move |family| uploads::recorded_file(&app, family)
+                        }),
                     };
                     if let Err(e) =
                         crate::runtime::reload::spawn(loading.runtime.clone(), stop, kept)

@@ -149,6 +149,30 @@ pub fn record_unmount(app: &App, family: &str) -> Result<()> {
     Ok(())
 }
 
+/// The sha256 of `family`'s file in the plugins directory as the admin
+/// change kept for it (an upload or an unmount) recorded it ("-": there
+/// was none), or None when nothing is kept (or the record is older than
+/// that field). The watcher leaves the change standing while the file is
+/// the one it was made over, as a start does ([`file_changed`]).
+pub fn recorded_file(app: &App, family: &str) -> Option<String> {
+    let row = if app.storage.is_shared() {
+        use crate::store::Kv;
+        app.storage
+            .begin_read()
+            .ok()?
+            .get_in(ROWS, family.as_bytes())
+            .ok()??
+    } else {
+        std::fs::read(dir(app).join(format!("{family}.json"))).ok()?
+    };
+    let kept: Kept = serde_json::from_slice(&row).ok()?;
+    // The file it was weighed against, if the configuration still names it.
+    kept.path
+        .is_some_and(|path| path == family_component(app, family))
+        .then_some(kept.file)
+        .flatten()
+}
+
 /// The families kept unmounted through the admin API (the watcher does
 /// not mount their files in the families directory until they change).
 pub fn kept_unmounts(app: &App) -> Vec<String> {

@@ -215,9 +215,7 @@ pub fn log_info(message: &str) {
 /// (the default hook would write to a standard stream, which the host
 /// does not give a plugin). Each export calls it first.
 pub fn log_panics() {
-    std::panic::set_hook(Box::new(|info| {
-        log::log(log::Level::Error, &format!("plugin panicked: {info}"));
-    }));
+    crate::log_panics_with(|line| log::log(log::Level::Error, line));
 }
 
 /// Run a handler: panics are logged through the host before the instance

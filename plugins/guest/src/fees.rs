@@ -6,16 +6,12 @@
 pub use marketplace_common::amount;
 use serde_json::{Value, json};
 
-/// Log a panic's message through the host before the instance traps (the
-/// default hook would write to a standard stream, which the host does not
-/// give a plugin): each export of [`fee_plugin!`] calls it first, so the
-/// host's `plugin trapped` line follows a `plugin panicked: ...` line
-/// naming where and why.
+/// Log a panic's message through the host before the instance traps: each
+/// export of [`fee_plugin!`] calls it first, so the host's `plugin trapped`
+/// line follows a `plugin panicked: ...` line naming where and why.
 pub fn log_fee_panics() {
-    std::panic::set_hook(Box::new(|info| {
-        use crate::fee_bindings::marketplace::plugin::log;
-        log::log(log::Level::Error, &format!("plugin panicked: {info}"));
-    }));
+    use crate::fee_bindings::marketplace::plugin::log;
+    crate::log_panics_with(|line| log::log(log::Level::Error, line));
 }
 
 /// What a fee-policy plugin implements.

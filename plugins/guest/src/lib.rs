@@ -53,6 +53,17 @@ pub mod small_alloc;
 pub mod settings;
 pub use settings::Setting;
 
+/// Log a panic's message with `log` (the world's host log, at error
+/// level) before the instance traps: the default hook would write to a
+/// standard stream, which the host does not give a plugin. Each export of
+/// the plugin macros sets it first.
+#[cfg(any(feature = "endpoint", feature = "fee-policy"))]
+pub(crate) fn log_panics_with(log: fn(&str)) {
+    std::panic::set_hook(Box::new(move |info| {
+        log(&format!("plugin panicked: {info}"));
+    }));
+}
+
 #[cfg(feature = "endpoint")]
 mod endpoint;
 #[cfg(feature = "endpoint")]
