@@ -1194,7 +1194,7 @@ fn an_unmount_after_an_upload_holds_over_the_familys_file() {
 /// family.
 #[test]
 fn a_families_file_changed_after_an_upload_serves() {
-    let (_plugins_dir, s, families) = watching_families();
+    let (plugins_dir, s, families) = watching_families();
     let file = families.join("jotter.wasm");
     let template = wasm("template.wasm");
     let upload = |bytes: &[u8]| {
@@ -1256,10 +1256,14 @@ fn a_families_file_changed_after_an_upload_serves() {
         "{}",
         s.log_text()
     );
-    // A changed file serves.
+    // A changed file serves; and so does the file the upload was made
+    // over, put back once the upload no longer serves (on a shared store
+    // its record stays, but it is not what this host serves).
     let deployed = with_custom_section(&template, "deploy", b"3");
     install(&deployed, &file);
     serves_file("the changed file serves", &deployed);
+    install(&template, &file);
+    serves_file("the file rolled back serves", &template);
     // Unmounted: it stays so over two looks at the unchanged file.
     let r = admin(&s, "DELETE", "/admin/plugins/jotter", b"");
     assert_eq!(r.status, 200, "{}", r.text());
@@ -1268,6 +1272,21 @@ fn a_families_file_changed_after_an_upload_serves() {
     let redeployed = with_custom_section(&template, "deploy", b"4");
     install(&redeployed, &file);
     serves_file("the file changed after the unmount serves", &redeployed);
+
+    // A built-in family an admin unmounted: its changed file mounts it
+    // again with the grants a start gives it (it was refused before, for
+    // want of them).
+    let r = admin(&s, "DELETE", "/admin/plugins/identity", b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let identity = with_custom_section(&wasm("identity.wasm"), "deploy", b"5");
+    install(&identity, &plugins_dir.path().join("identity.wasm"));
+    eventually("the changed identity file mounts", &s, || {
+        plugin(&s, "identity").is_some_and(|p| p["hash"] == sha256_hex(&identity))
+    });
+    let p = plugin(&s, "identity").unwrap();
+    assert_eq!(p["status"], "ok", "{p}");
+    assert_eq!(names(&p["grants"]), set(&["payments", "signatures"]), "{p}");
+    assert_eq!(names(&p["reads"]), set(&["contracts", "timeline"]), "{p}");
 }
 
 /// A restart serves what the operator decided last, between the admin API

@@ -70,8 +70,31 @@ impl Seen {
 
 pub use crate::config::{FAMILIES_DIR, in_families_dir};
 
-/// The sha256 a family's kept admin change recorded of its file.
-pub type RecordedFile = dyn Fn(&str) -> Option<String> + Send;
+/// An admin API change kept for a family (see `crate::server::uploads`).
+pub struct KeptChange {
+    /// It unmounted the family (else it uploaded a component).
+    pub unmounted: bool,
+    /// The uploaded component's sha256 (absent in older records).
+    pub component: Option<String>,
+    /// The sha256 of the family's file in the plugins directory it was
+    /// made over ("-": there was none), when recorded and the
+    /// configuration still names that file.
+    pub file: Option<String>,
+}
+
+impl KeptChange {
+    /// Whether this change is what `serving` is (an unmount: nothing; an
+    /// upload: its component), so that it still stands on this host.
+    fn in_force(&self, serving: Option<&crate::runtime::LoadedPlugin>) -> bool {
+        match serving {
+            None => self.unmounted,
+            Some(p) => !self.unmounted && self.component.as_ref().is_none_or(|h| *h == p.hash),
+        }
+    }
+}
+
+/// The change kept for a family, if any (`Err`: the store could not say).
+pub type KeptChanges = dyn Fn(&str) -> Result<Option<KeptChange>, String> + Send;
 
 /// What the watcher is told of the admin API's kept state (see
 /// `crate::server::uploads`), which sits above the runtime.
@@ -82,10 +105,9 @@ pub struct Kept {
     /// Called once a file's component serves (swapped in or mounted): the
     /// file decides from then on, over an older admin upload or unmount.
     pub file_serves: Box<dyn Fn(&str) + Send>,
-    /// The sha256 of a family's file as its kept admin change (upload or
-    /// unmount) recorded it ("-": none), if one is kept: that change
-    /// stands while the file is the one it was made over.
-    pub recorded_file: Box<RecordedFile>,
+    /// The admin change kept for a family: it stands while it is what
+    /// this host serves and the file is the one it was made over.
+    pub kept_change: Box<KeptChanges>,
 }
 
 impl Default for Kept {
@@ -94,57 +116,79 @@ impl Default for Kept {
         Kept {
             unmounted: Vec::new(),
             file_serves: Box::new(|_| {}),
-            recorded_file: Box::new(|_| None),
+            kept_change: Box::new(|_| Ok(None)),
         }
     }
 }
 
-/// Swap the component `bytes`, read from `path`, in for `family` (with
-/// `grants`, or those it has), counting and logging the outcome and
-/// keeping a refusal; once it serves, `file_serves` (in the same change).
-/// An admin change kept for the family (an upload serving in the file's
-/// place, or an unmount) stands while the file is the one it was made
-/// over, as at a start; a file changed since replaces an upload with the
-/// grants a start would give it (the configuration's).
+/// Swap the component `bytes`, read from `path`, in for `family`, counting
+/// and logging the outcome and keeping a refusal; once it serves,
+/// `file_serves` (in the same change). An admin change kept for the family
+/// (an upload serving in the file's place, or an unmount) stands while it
+/// is what serves and the file is the one it was made over, as at a start;
+/// a file that replaces such a change, or mounts a family that serves
+/// nothing, gets the grants a start gives it (the configuration's). False
+/// when it could not be decided (the store holding the kept changes did
+/// not answer): the caller looks again.
 fn swap_in(
     rt: &Runtime,
     family: &str,
     component: &str,
     path: &Path,
     bytes: &[u8],
-    grants: Option<crate::capabilities::Grants>,
     kept: &Kept,
-) {
+) -> bool {
     let started = Instant::now();
-    // What serves is read under the lock every change takes, so that an
-    // admin change made meanwhile is weighed, not undone.
-    let _one_change = rt.one_change();
     let hash = marketplace_common::hex::sha256(bytes);
+    let read = || {
+        (kept.kept_change)(family)
+            .map_err(|e| {
+                tracing::warn!(
+                    family = %family,
+                    "{} changed, but the admin API's kept changes could not be read ({e}): it is looked at again",
+                    path.display()
+                );
+            })
+            .ok()
+    };
+    // Read before the lock every change takes (a store that is away holds
+    // up no admin change meanwhile), and again under it if what serves
+    // changed in between: an admin change made meanwhile is weighed, not
+    // undone.
+    let before = rt.plugin(family).map(|p| p.hash.clone());
+    let Some(mut change) = read() else {
+        return false;
+    };
+    let _one_change = rt.one_change();
     let serving = rt.plugin(family);
+    if serving.as_ref().map(|p| &p.hash) != before.as_ref() {
+        let Some(again) = read() else {
+            return false;
+        };
+        change = again;
+    }
     if serving.as_ref().is_some_and(|p| p.hash == hash) {
         // The file is back to what serves: nothing refused any more.
         rt.refusals.loaded(family);
-        return;
+        return true;
     }
-    let recorded = (kept.recorded_file)(family);
-    if recorded.as_ref() == Some(&hash) {
+    if change
+        .as_ref()
+        .is_some_and(|c| c.in_force(serving.as_deref()) && c.file.as_ref() == Some(&hash))
+    {
         tracing::info!(
             family = %family,
             "{} is the file the admin API's change to the family was made over: that change stands",
             path.display()
         );
-        return;
+        return true;
     }
-    // (A kept record and something serving: the upload serves.)
-    let grants = match (&recorded, &serving) {
-        (Some(_), Some(_)) => Some(
-            rt.config
-                .family(family)
-                .map(|spec| spec.grants)
-                .unwrap_or_default(),
-        ),
-        _ => grants,
-    };
+    let grants = (change.is_some() || serving.is_none()).then(|| {
+        rt.config
+            .family(family)
+            .map(|spec| spec.grants)
+            .unwrap_or_default()
+    });
     let result = rt.swap(family, component, bytes, grants);
     crate::metrics::metrics().swap(family, if result.is_ok() { "ok" } else { "refused" });
     match result {
@@ -176,6 +220,7 @@ fn swap_in(
             tracing::warn!(family = %family, "hot reload refused {}: {why}", path.display());
         }
     }
+    true
 }
 
 /// Start watching `rt`'s plugins directory on a background thread, until
@@ -221,8 +266,11 @@ pub fn spawn(rt: Arc<Runtime>, stop: Arc<AtomicBool>, kept: Kept) -> std::io::Re
                 for f in &families {
                     let path = dir.join(&f.component);
                     let last = seen.entry(f.name.clone()).or_default();
-                    if let Some(bytes) = last.changed(&path) {
-                        swap_in(&rt, &f.name, &f.component, &path, &bytes, None, &kept);
+                    let before = last.clone();
+                    if let Some(bytes) = last.changed(&path)
+                        && !swap_in(&rt, &f.name, &f.component, &path, &bytes, &kept)
+                    {
+                        *last = before;
                     }
                 }
                 watch_families_dir(&rt, &families_dir, &mut mounted, &kept);
@@ -377,26 +425,19 @@ fn watch_families_dir(rt: &Runtime, dir: &Path, state: &mut FamiliesDir, kept: &
             && rt
                 .plugin(&family)
                 .is_some_and(|p| !in_families_dir(&p.component));
-        let Some(bytes) = mounted
-            .entry(family.clone())
-            .or_insert_with(|| {
-                if first_look_under_upload {
-                    Seen::now(&path)
-                } else {
-                    Seen::default()
-                }
-            })
-            .changed(&path)
-        else {
-            continue;
-        };
-        // A family the config grants but that has no slot yet is mounted
-        // with those grants.
-        let grants = match rt.grants(&family) {
-            None => rt.config.family(&family).map(|spec| spec.grants),
-            Some(_) => None,
-        };
-        swap_in(rt, &family, &component, &path, &bytes, grants, kept);
+        let last = mounted.entry(family.clone()).or_insert_with(|| {
+            if first_look_under_upload {
+                Seen::now(&path)
+            } else {
+                Seen::default()
+            }
+        });
+        let before = last.clone();
+        if let Some(bytes) = last.changed(&path)
+            && !swap_in(rt, &family, &component, &path, &bytes, kept)
+        {
+            *last = before;
+        }
     }
     // A file not mounted that is gone: put back, it is said (and listed
     // as refused) again.
@@ -407,17 +448,26 @@ fn watch_families_dir(rt: &Runtime, dir: &Path, state: &mut FamiliesDir, kept: &
             return true;
         }
         let _one_change = rt.one_change();
-        if rt
-            .plugin(family)
-            .is_some_and(|p| in_families_dir(&p.component))
-        {
-            match rt.unmount(family) {
-                Ok(()) => {
-                    crate::metrics::metrics().swap(family, "unmounted");
-                    tracing::info!(family = %family, "component file removed: family unmounted")
-                }
-                Err(e) => tracing::warn!(family = %family, "unmount refused: {e:#}"),
+        let serving = rt.plugin(family);
+        if serving.as_ref().is_none_or(|p| !in_families_dir(&p.component)) {
+            return false;
+        }
+        // An admin upload may carry the file's name (one sent without
+        // `?component=`): it is not the file's to unmount.
+        match (kept.kept_change)(family) {
+            Ok(Some(c)) if c.in_force(serving.as_deref()) => return false,
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(family = %family, "its file was removed, but the admin API's kept changes could not be read ({e}): it is looked at again");
+                return true;
             }
+        }
+        match rt.unmount(family) {
+            Ok(()) => {
+                crate::metrics::metrics().swap(family, "unmounted");
+                tracing::info!(family = %family, "component file removed: family unmounted")
+            }
+            Err(e) => tracing::warn!(family = %family, "unmount refused: {e:#}"),
         }
         false
     });

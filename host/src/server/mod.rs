@@ -108,9 +108,9 @@ pub async fn run(config: Config) -> Result<i32> {
                             let app = loading.clone();
                             move |family| uploads::file_serves(&app, family)
                         }),
-                        recorded_file: Box::new({
+                        kept_change: Box::new({
                             let app = loading.clone();
-                            move |family| uploads::recorded_file(&app, family)
+                            move |family| uploads::kept_change(&app, family)
                         }),
                     };
                     if let Err(e) =

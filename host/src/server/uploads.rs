@@ -49,6 +49,10 @@ struct Kept {
     /// upload still serves, since no file it was weighed against changed.
     #[serde(default)]
     path: Option<String>,
+    /// The uploaded component's sha256 (none for an unmount; absent in
+    /// older records): whether the upload is what a host serves.
+    #[serde(default)]
+    hash: Option<String>,
 }
 
 /// Keep `kept` (and the component, when given) in the shared store.
@@ -111,6 +115,7 @@ pub fn record(app: &App, family: &str, bytes: &[u8]) -> Result<()> {
         upload: String::new(),
         file: Some(file_hash(app, family)),
         path: Some(family_component(app, family)),
+        hash: Some(marketplace_common::hex::sha256(bytes)),
     };
     if app.storage.is_shared() {
         return record_shared(app, family, &mut kept, Some(bytes));
@@ -135,6 +140,7 @@ pub fn record_unmount(app: &App, family: &str) -> Result<()> {
         upload: String::new(),
         file: Some(file_hash(app, family)),
         path: Some(family_component(app, family)),
+        hash: None,
     };
     if app.storage.is_shared() {
         return record_shared(app, family, &mut kept, None);
@@ -149,28 +155,37 @@ pub fn record_unmount(app: &App, family: &str) -> Result<()> {
     Ok(())
 }
 
-/// The sha256 of `family`'s file in the plugins directory as the admin
-/// change kept for it (an upload or an unmount) recorded it ("-": there
-/// was none), or None when nothing is kept (or the record is older than
-/// that field). The watcher leaves the change standing while the file is
-/// the one it was made over, as a start does ([`file_changed`]).
-pub fn recorded_file(app: &App, family: &str) -> Option<String> {
+/// The admin change kept for `family` (an upload or an unmount), as the
+/// watcher weighs it against the family's file: it stands while it is
+/// what serves and the file is the one it was made over, as at a start
+/// ([`file_changed`]). `Err` when the shared store did not answer.
+pub fn kept_change(
+    app: &App,
+    family: &str,
+) -> Result<Option<crate::runtime::reload::KeptChange>, String> {
     let row = if app.storage.is_shared() {
         use crate::store::Kv;
         app.storage
             .begin_read()
-            .ok()?
-            .get_in(ROWS, family.as_bytes())
-            .ok()??
+            .and_then(|r| r.get_in(ROWS, family.as_bytes()))
+            .map_err(|e| e.to_string())?
     } else {
-        std::fs::read(dir(app).join(format!("{family}.json"))).ok()?
+        std::fs::read(dir(app).join(format!("{family}.json"))).ok()
     };
-    let kept: Kept = serde_json::from_slice(&row).ok()?;
+    let Some(kept) = row.and_then(|row| serde_json::from_slice::<Kept>(&row).ok()) else {
+        return Ok(None);
+    };
     // The file it was weighed against, if the configuration still names it.
-    kept.path
+    let file = kept
+        .path
         .is_some_and(|path| path == family_component(app, family))
         .then_some(kept.file)
-        .flatten()
+        .flatten();
+    Ok(Some(crate::runtime::reload::KeptChange {
+        unmounted: kept.unmounted,
+        component: kept.hash,
+        file,
+    }))
 }
 
 /// The families kept unmounted through the admin API (the watcher does
