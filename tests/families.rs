@@ -1248,14 +1248,17 @@ fn a_families_file_changed_after_an_upload_serves() {
     upload(&second);
     std::fs::remove_file(&file).unwrap();
     look_twice();
+    // (A broken file meanwhile is refused and listed; the file put back
+    // makes that refusal history.)
+    install(b"not a component", &file);
+    eventually("the broken file is refused", &s, || {
+        plugin(&s, "jotter").is_some_and(|p| p["refused"].is_object())
+    });
     install(&template, &file);
     look_twice();
-    assert_eq!(
-        plugin(&s, "jotter").map(|p| p["hash"].clone()),
-        Some(json!(sha256_hex(&second))),
-        "{}",
-        s.log_text()
-    );
+    let p = plugin(&s, "jotter").unwrap();
+    assert_eq!(p["hash"], sha256_hex(&second), "{}", s.log_text());
+    assert!(p.get("refused").is_none(), "{p}");
     // A changed file serves; and so does the file the upload was made
     // over, put back once the upload no longer serves (on a shared store
     // its record stays, but it is not what this host serves).
@@ -1688,11 +1691,17 @@ fn settings_are_checked_when_a_component_loads() {
 /// the grants were listed, the panics' messages were lost.
 #[test]
 fn a_fee_component_says_what_it_charges_takes_no_grants_and_logs_its_panics() {
-    let s = Server::with(Options {
-        config: Some("[settings.fees]\nschedule_post = \"0.05\"\n".into()),
-        ..Default::default()
-    });
-    let r = admin(&s, "PUT", "/admin/plugins/fees", &wasm("testing_fees.wasm"));
+    // A host whose fee settings make the test component misbehave, and
+    // its answer to that component's upload.
+    let misbehaving = |setting: &str| {
+        let s = Server::with(Options {
+            config: Some(format!("[settings.fees]\n{setting}\n")),
+            ..Default::default()
+        });
+        let r = admin(&s, "PUT", "/admin/plugins/fees", &wasm("testing_fees.wasm"));
+        (s, r)
+    };
+    let (s, r) = misbehaving(r#"schedule_post = "0.05""#);
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(
         r.text()
@@ -1740,11 +1749,7 @@ fn a_fee_component_says_what_it_charges_takes_no_grants_and_logs_its_panics() {
     drop(s);
 
     // A panic at load: the refusal quotes it.
-    let s = Server::with(Options {
-        config: Some("[settings.fees]\npanic_on = \"post\"\n".into()),
-        ..Default::default()
-    });
-    let r = admin(&s, "PUT", "/admin/plugins/fees", &wasm("testing_fees.wasm"));
+    let (s, r) = misbehaving(r#"panic_on = "post""#);
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(
         r.text().contains("deliberate panic quoting post"),
@@ -1754,11 +1759,7 @@ fn a_fee_component_says_what_it_charges_takes_no_grants_and_logs_its_panics() {
     drop(s);
     // A panic on a request: the buy is a 500, its secret unspent, and the
     // log says why before the host's `plugin trapped` line.
-    let s = Server::with(Options {
-        config: Some("[settings.fees]\npanic_on = \"arbitration\"\n".into()),
-        ..Default::default()
-    });
-    let r = admin(&s, "PUT", "/admin/plugins/fees", &wasm("testing_fees.wasm"));
+    let (s, r) = misbehaving(r#"panic_on = "arbitration""#);
     assert_eq!(r.status, 200, "{}", r.text());
     let d = deal(&s);
     let secret = s.mint("1");

@@ -181,6 +181,8 @@ fn swap_in(
             "{} is the file the admin API's change to the family was made over: that change stands",
             path.display()
         );
+        // A file refused meanwhile is no longer there to act on.
+        rt.refusals.loaded(family);
         return true;
     }
     let grants = (change.is_some() || serving.is_none()).then(|| {
