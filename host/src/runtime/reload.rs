@@ -121,6 +121,42 @@ impl Default for Kept {
     }
 }
 
+/// The lock every change takes, what serves a family, and the admin
+/// change kept for it ([`weigh`]).
+type Weighed<'a> = (
+    crate::runtime::OneChange<'a>,
+    Option<Arc<crate::runtime::LoadedPlugin>>,
+    Option<KeptChange>,
+);
+
+/// What serves `family` and the admin change kept for it, read under the
+/// lock every change takes (held in the result): the record is read before
+/// taking it (a store that is away holds up no admin change meanwhile) and
+/// again under it if what serves changed in between, so that an admin
+/// change made meanwhile is weighed, not undone. None when the record could
+/// not be read (logged, naming `what` happened to the file): the caller
+/// looks again.
+fn weigh<'a>(rt: &'a Runtime, family: &str, kept: &Kept, what: &str) -> Option<Weighed<'a>> {
+    let read = || {
+        (kept.kept_change)(family)
+            .map_err(|e| {
+                tracing::warn!(
+                    family = %family,
+                    "{what}, but the admin API's kept changes could not be read ({e}): it is looked at again"
+                );
+            })
+            .ok()
+    };
+    let before = rt.plugin(family).map(|p| p.hash.clone());
+    let mut change = read()?;
+    let held = rt.one_change();
+    let serving = rt.plugin(family);
+    if serving.as_ref().map(|p| &p.hash) != before.as_ref() {
+        change = read()?;
+    }
+    Some((held, serving, change))
+}
+
 /// Swap the component `bytes`, read from `path`, in for `family`, counting
 /// and logging the outcome and keeping a refusal; once it serves,
 /// `file_serves` (in the same change). An admin change kept for the family
@@ -140,33 +176,10 @@ fn swap_in(
 ) -> bool {
     let started = Instant::now();
     let hash = marketplace_common::hex::sha256(bytes);
-    let read = || {
-        (kept.kept_change)(family)
-            .map_err(|e| {
-                tracing::warn!(
-                    family = %family,
-                    "{} changed, but the admin API's kept changes could not be read ({e}): it is looked at again",
-                    path.display()
-                );
-            })
-            .ok()
-    };
-    // Read before the lock every change takes (a store that is away holds
-    // up no admin change meanwhile), and again under it if what serves
-    // changed in between: an admin change made meanwhile is weighed, not
-    // undone.
-    let before = rt.plugin(family).map(|p| p.hash.clone());
-    let Some(mut change) = read() else {
+    let what = format!("{} changed", path.display());
+    let Some((_one_change, serving, change)) = weigh(rt, family, kept, &what) else {
         return false;
     };
-    let _one_change = rt.one_change();
-    let serving = rt.plugin(family);
-    if serving.as_ref().map(|p| &p.hash) != before.as_ref() {
-        let Some(again) = read() else {
-            return false;
-        };
-        change = again;
-    }
     if serving.as_ref().is_some_and(|p| p.hash == hash) {
         // The file is back to what serves: nothing refused any more.
         rt.refusals.loaded(family);
@@ -449,20 +462,22 @@ fn watch_families_dir(rt: &Runtime, dir: &Path, state: &mut FamiliesDir, kept: &
         if present.contains(family) {
             return true;
         }
-        let _one_change = rt.one_change();
-        let serving = rt.plugin(family);
-        if serving.as_ref().is_none_or(|p| !in_families_dir(&p.component)) {
+        let from_file = |p: Option<&crate::runtime::LoadedPlugin>| {
+            p.is_some_and(|p| in_families_dir(&p.component))
+        };
+        if !from_file(rt.plugin(family).as_deref()) {
             return false;
         }
         // An admin upload may carry the file's name (one sent without
-        // `?component=`): it is not the file's to unmount.
-        match (kept.kept_change)(family) {
-            Ok(Some(c)) if c.in_force(serving.as_deref()) => return false,
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(family = %family, "its file was removed, but the admin API's kept changes could not be read ({e}): it is looked at again");
-                return true;
-            }
+        // `?component=`): it is not the file's to unmount. Unread, the
+        // file's removal is looked at again.
+        let what = format!("the component file of family {family} was removed");
+        let Some((_one_change, serving, change)) = weigh(rt, family, kept, &what) else {
+            return true;
+        };
+        if !from_file(serving.as_deref()) || change.is_some_and(|c| c.in_force(serving.as_deref()))
+        {
+            return false;
         }
         match rt.unmount(family) {
             Ok(()) => {
