@@ -238,6 +238,18 @@ fn swap_in(
     true
 }
 
+/// Swap `family`'s file at `path` in when it changed since `last` (see
+/// [`swap_in`]); when that could not be decided, it stays unseen, to be
+/// looked at again.
+fn look_at(rt: &Runtime, family: &str, component: &str, path: &Path, last: &mut Seen, kept: &Kept) {
+    let before = last.clone();
+    if let Some(bytes) = last.changed(path)
+        && !swap_in(rt, family, component, path, &bytes, kept)
+    {
+        *last = before;
+    }
+}
+
 /// Start watching `rt`'s plugins directory on a background thread, until
 /// `stop` is set: filesystem notifications (inotify through `notify`) wake
 /// it at once; it also looks every [`POLL`] in case a notification is lost
@@ -281,12 +293,7 @@ pub fn spawn(rt: Arc<Runtime>, stop: Arc<AtomicBool>, kept: Kept) -> std::io::Re
                 for f in &families {
                     let path = dir.join(&f.component);
                     let last = seen.entry(f.name.clone()).or_default();
-                    let before = last.clone();
-                    if let Some(bytes) = last.changed(&path)
-                        && !swap_in(&rt, &f.name, &f.component, &path, &bytes, &kept)
-                    {
-                        *last = before;
-                    }
+                    look_at(&rt, &f.name, &f.component, &path, last, &kept);
                 }
                 watch_families_dir(&rt, &families_dir, &mut mounted, &kept);
                 // Staged components: precompile new or changed ones.
@@ -447,12 +454,7 @@ fn watch_families_dir(rt: &Runtime, dir: &Path, state: &mut FamiliesDir, kept: &
                 Seen::default()
             }
         });
-        let before = last.clone();
-        if let Some(bytes) = last.changed(&path)
-            && !swap_in(rt, &family, &component, &path, &bytes, kept)
-        {
-            *last = before;
-        }
+        look_at(rt, &family, &component, &path, last, kept);
     }
     // A file not mounted that is gone: put back, it is said (and listed
     // as refused) again.

@@ -175,16 +175,10 @@ pub fn kept_change(
     let Some(kept) = row.and_then(|row| serde_json::from_slice::<Kept>(&row).ok()) else {
         return Ok(None);
     };
-    // The file it was weighed against, if the configuration still names it.
-    let file = kept
-        .path
-        .is_some_and(|path| path == family_component(app, family))
-        .then_some(kept.file)
-        .flatten();
     Ok(Some(crate::runtime::reload::KeptChange {
         unmounted: kept.unmounted,
+        file: weighed_file(app, family, &kept).map(str::to_string),
         component: kept.hash,
-        file,
     }))
 }
 
@@ -263,20 +257,24 @@ fn family_component(app: &App, family: &str) -> String {
 /// is not there cannot serve, and one the configuration names only since
 /// is no change of what the upload was weighed against.
 fn file_changed(app: &App, family: &str, kept: &Kept) -> bool {
-    let Some(recorded) = &kept.file else {
-        return false;
-    };
-    // Another path configured now: the recorded file is not the one that
-    // changed (and nothing need be read).
-    if kept
+    // (Nothing need be read when no recorded file is the one to weigh.)
+    weighed_file(app, family, kept).is_some_and(|recorded| {
+        let now = file_hash(app, family);
+        now != "-" && recorded != now
+    })
+}
+
+/// The sha256 `kept` recorded of `family`'s file ("-": none), when that
+/// file is still the family's: another path configured now is not the
+/// file the change was weighed against (a record older than its `path`
+/// is taken as made over the file configured now).
+fn weighed_file<'a>(app: &App, family: &str, kept: &'a Kept) -> Option<&'a str> {
+    let recorded = kept.file.as_deref()?;
+    let moved = kept
         .path
         .as_ref()
-        .is_some_and(|path| *path != family_component(app, family))
-    {
-        return false;
-    }
-    let now = file_hash(app, family);
-    now != "-" && *recorded != now
+        .is_some_and(|path| *path != family_component(app, family));
+    (!moved).then_some(recorded)
 }
 
 /// The sha256 (hex) of `family`'s file in the plugins directory, "-" when
