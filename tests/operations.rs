@@ -2433,7 +2433,8 @@ fn serve_raises_a_low_open_files_limit() {
 /// A mint with an idempotency key can be sent again after its answer was
 /// lost: the same key and amount give the same secret and mint nothing
 /// more, through the admin API, the CLI through it, and the CLI into a
-/// stopped server's data dir.
+/// stopped server's data dir; the key with another amount is refused (a
+/// key names one mint), nothing minted.
 #[test]
 fn a_keyed_mint_repeats_its_secret_and_mints_once() {
     let s = Server::start();
@@ -2448,9 +2449,25 @@ fn a_keyed_mint_repeats_its_secret_and_mints_once() {
     assert_eq!(mint(keyed.clone()), secret);
     assert_eq!(s.metric("marketplace_ledger_minted_units"), 150_000_000);
     s.wait_log("the repeat logged as such", |l| l.contains("mint repeated"));
-    // Another amount, another key or no key: another secret, minted.
+    // The key with another amount: 409, naming what it minted first.
+    for amount in ["1", "1.50000001", "15"] {
+        let r = s.admin_request(
+            "POST",
+            "/admin/cash/mint",
+            &json!({"amount": amount, "idempotency_key": "order-42"}),
+        );
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (409, "idempotency_conflict"),
+            "{amount}: {}",
+            r.text()
+        );
+        assert!(r.text().contains("already minted 1.5"), "{}", r.text());
+    }
+    assert_eq!(s.metric("marketplace_ledger_minted_units"), 150_000_000);
+    // Another key or no key: another secret, minted.
     let others = [
-        mint(json!({"amount": "1", "idempotency_key": "order-42"})),
+        mint(json!({"amount": "1", "idempotency_key": "order-44"})),
         mint(json!({"amount": "1.5", "idempotency_key": "order-43"})),
         mint(json!({"amount": "1.5"})),
         mint(json!({"amount": "1.5", "idempotency_key": null})),
@@ -2542,6 +2559,24 @@ fn a_keyed_mint_repeats_its_secret_and_mints_once() {
         .unwrap();
     assert!(!out.status.success(), "{out:?}");
     assert!(text(&out.stderr).contains("--idempotency-key"), "{out:?}");
+    // The key with another amount, offline and through the admin API: a
+    // refusal that says what the key minted, nothing minted.
+    let out = bare_command()
+        .args(["cash", "mint", "3", "--idempotency-key", "k1"])
+        .arg("--data-dir")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    assert!(text(&out.stderr).contains("already minted 2"), "{out:?}");
+    let out = bare_command()
+        .args(["cash", "mint", "2", "--idempotency-key", "order-42"])
+        .args(token)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    assert!(text(&out.stderr).contains("409"), "{out:?}");
+    assert_eq!(s.metric("marketplace_ledger_minted_units"), 700_000_000);
     // The data dir is a redb file, whatever backend the suite runs on.
     if common::backend_is_postgres() {
         return;

@@ -28,6 +28,10 @@ use std::path::Path;
 const OUTPUTS: &str = "cash:outputs";
 /// total name -> u64 BE.
 const TOTALS: &str = "cash:totals";
+/// An operator's mint idempotency key -> the units minted under it (u64
+/// BE): a key names one mint, so its repeat with another amount is
+/// refused ([`MintKeyReused`]) rather than minting a second secret.
+pub const MINT_KEYS: &str = "cash:mint-keys";
 /// replay key -> where its kept answer is: [`encode_pointer`], the
 /// milliseconds it was recorded at. Records of older versions hold the
 /// stored reply itself (with that time, or none in the oldest). An answer
@@ -246,9 +250,11 @@ impl Ledger {
     /// Mint a secret worth `units`; with the operator's `key`, derived
     /// from it (HMAC under the server key, as change and payouts are), so
     /// a repeat of the same key and amount, a retry after an answer that
-    /// was lost, returns the same secret and mints nothing more. A key is
-    /// 1 to 128 of `A-Z a-z 0-9 _ - . :` ([`mint_key_problem`]). Returns
-    /// the secret and whether it was minted now (false for a repeat).
+    /// was lost, returns the same secret and mints nothing more; the same
+    /// key with another amount is [`MintKeyReused`], nothing minted. A key
+    /// is 1 to 128 of `A-Z a-z 0-9 _ - . :` ([`mint_key_problem`]).
+    /// Returns the secret and whether it was minted now (false for a
+    /// repeat).
     pub fn mint_with_key(
         &self,
         txn: &WriteTxn,
@@ -261,6 +267,21 @@ impl Ledger {
         anyhow::ensure!(units > 0, "amount must be positive");
         if let Some(problem) = mint_key_problem(key) {
             anyhow::bail!("idempotency_key {problem}");
+        }
+        match txn.get_in(MINT_KEYS, key.as_bytes())? {
+            Some(v) => {
+                let first = u64::from_be_bytes(
+                    v.as_slice()
+                        .try_into()
+                        .context("a mint key's record is 8 bytes")?,
+                );
+                if first != units {
+                    return Err(MintKeyReused { first }.into());
+                }
+            }
+            // A key minted with before keys were recorded has no row: its
+            // repeat with the same amount still finds its output.
+            None => txn.put_in(MINT_KEYS, key.as_bytes(), &units.to_be_bytes())?,
         }
         // A space: no family's escrow purpose (`{family}:...`) nor change's
         // (`change:...`) can be the same text.
@@ -582,6 +603,27 @@ impl Ledger {
         })
     }
 }
+
+/// A mint idempotency key sent again with another amount than its first
+/// mint's: refused (409 `idempotency_conflict` from the admin API), nothing
+/// minted.
+#[derive(Debug)]
+pub struct MintKeyReused {
+    /// The units the key first minted.
+    pub first: u64,
+}
+
+impl std::fmt::Display for MintKeyReused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "this idempotency_key already minted {}: a key names one mint; use another key for another amount",
+            marketplace_common::amount::format(self.first)
+        )
+    }
+}
+
+impl std::error::Error for MintKeyReused {}
 
 /// A named total that a change would take below zero or past `u64::MAX`
 /// units: the change is refused (a mint too large for the ledger is the

@@ -21,7 +21,8 @@
 //!   its data stays. 404 for an unknown family.
 //! - `POST /admin/cash/mint {"amount": "1.5", "idempotency_key"?}` ->
 //!   `{"secret"}` (a repeat of a key and amount: the same secret, nothing
-//!   more minted; 409 in upstream mode: mint at the upstream)
+//!   more minted; the key with another amount: 409 `idempotency_conflict`;
+//!   409 in upstream mode: mint at the upstream)
 //! - `GET /admin/cash/upstream-fees` (upstream mode): the fees earned that
 //!   are unspent at the upstream, as secrets to insert into a wallet
 //! - `POST /admin/clock {"shift_ms": n}` (only with `testing_routes`): shift
@@ -718,6 +719,9 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                                 marketplace_common::amount::format(u64::MAX)
                             ),
                         )
+                    }
+                    Err(e) if e.downcast_ref::<ledger::MintKeyReused>().is_some() => {
+                        Reply::error(409, "idempotency_conflict", e.to_string())
                     }
                     Err(e) => mint_failure(&e, app.storage.outages() != outages),
                 },

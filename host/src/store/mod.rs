@@ -72,6 +72,7 @@ pub const META_TABLE: &str = "host:meta";
 pub const HOST_TABLES: &[&str] = &[
     "cash:outputs",
     "cash:totals",
+    "cash:mint-keys",
     "cash:replays",
     "cash:replays-by-time",
     "auth:used",

@@ -347,6 +347,17 @@ impl Ctx {
         }
     }
 
+    /// The answer to a request that failed in the host after its plugin
+    /// answered (an invalid answer, a charge not held, a failed commit):
+    /// 500, nothing of it kept, a payment held at the upstream refunded, and
+    /// the payment answers of requests it dispatched (which stand) passed
+    /// on, as with any failure.
+    fn internal_error(&mut self) -> Reply {
+        let mut failed = self.refund_upstream(Reply::error(500, "internal", "internal error"));
+        self.pass_on_payment_answers(&mut failed);
+        failed
+    }
+
     /// The answer the plugin chose for its own fault, if it did.
     pub fn take_on_fault(&mut self) -> Option<Reply> {
         self.on_fault.take()
@@ -383,16 +394,15 @@ impl Ctx {
             Ok(reply) => reply,
             Err(why) => {
                 tracing::error!(family = %self.family, "plugin answered an invalid response: {why}");
-                let mut reply =
-                    self.refund_upstream(Reply::error(500, "internal", "internal error"));
-                self.pass_on_payment_answers(&mut reply);
-                return Ok(reply);
+                return Ok(self.internal_error());
             }
         };
         self.pass_on_payment_answers(&mut reply);
         if reply.is_success() && self.unheld > 0 {
             tracing::error!(family = %self.family, units = self.unheld, "escrow charge not held in a contract's account: nothing is kept");
-            return Ok(Reply::error(500, "internal", "internal error"));
+            // As any failure: the answers of requests it dispatched (their
+            // payments stand) go with it.
+            return Ok(self.internal_error());
         }
         if reply.is_success()
             && let Some(change) = self.charged.as_ref().and_then(|c| c.change.clone())
@@ -438,7 +448,7 @@ impl Ctx {
                     Err(StorageError::Conflict) => Err(RunAgain::LostRace),
                     Err(e) => {
                         commit_failed(&self.family, &e);
-                        Ok(self.refund_upstream(Reply::error(500, "internal", "internal error")))
+                        Ok(self.internal_error())
                     }
                 }
             }
@@ -529,7 +539,7 @@ impl Ctx {
             Err(StorageError::Conflict) => Err(RunAgain::LostRace),
             Err(e) => {
                 commit_failed(&self.family, &e);
-                Ok(self.refund_upstream(Reply::error(500, "internal", "internal error")))
+                Ok(self.internal_error())
             }
         }
     }
