@@ -22,24 +22,45 @@ pub const MAX_TOKEN_CHARS: usize = 64;
 
 /// The tokens of `text`, in order (duplicates kept).
 pub fn tokens(text: &str) -> Vec<String> {
+    let mut all = Vec::new();
+    each_token(text, |t| {
+        all.push(t);
+        true
+    });
+    all
+}
+
+/// Hand the tokens of `text` to `each` in order (as [`tokens`] lists
+/// them) until it returns false: a caller that wants only the first so
+/// many words of a long text makes no more of them.
+pub fn each_token(text: &str, mut each: impl FnMut(String) -> bool) {
     // ASCII (most text) is NFC already and has no combining mark.
     if text.is_ascii() {
-        return text
+        for t in text
             .split(|c: char| !c.is_ascii_alphanumeric())
             .filter(|t| !t.is_empty())
-            .map(|t| t[..t.len().min(MAX_TOKEN_CHARS)].to_ascii_lowercase())
-            .collect();
+        {
+            if !each(t[..t.len().min(MAX_TOKEN_CHARS)].to_ascii_lowercase()) {
+                return;
+            }
+        }
+        return;
     }
     let composed = nfc(text);
     let text = composed.as_deref().unwrap_or(text);
     // (Combining marks start at U+0300: no table lookup below it.)
-    text.split(|c: char| !(c.is_alphanumeric() || (c >= '\u{300}' && is_combining_mark(c))))
+    for t in text
+        .split(|c: char| !(c.is_alphanumeric() || (c >= '\u{300}' && is_combining_mark(c))))
         .filter(|t| !t.is_empty())
-        .map(|t| match t.char_indices().nth(MAX_TOKEN_CHARS) {
+    {
+        let token = match t.char_indices().nth(MAX_TOKEN_CHARS) {
             Some((cut, _)) => t[..cut].to_lowercase(),
             None => t.to_lowercase(),
-        })
-        .collect()
+        };
+        if !each(token) {
+            return;
+        }
+    }
 }
 
 /// `text` in Unicode NFC, or `None` when it already is (ASCII always is).
@@ -53,6 +74,18 @@ pub fn nfc(text: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_token_stops_when_asked() {
+        for text in ["one two three four", "ünï two three four"] {
+            let mut seen = Vec::new();
+            each_token(text, |t| {
+                seen.push(t);
+                seen.len() < 2
+            });
+            assert_eq!(seen, tokens(text)[..2]);
+        }
+    }
 
     #[test]
     fn splits_and_lowercases() {

@@ -17,9 +17,12 @@
 //!   indexed before this record existed are found by their terms instead)
 //!
 //! Field weights (BM25F-style): content 3, keywords 2, markdown attachments 1.
+//!
+//! A post is indexed by its first [`MAX_TOKENS`] words and, of their
+//! distinct terms, the [`MAX_TERMS`] it uses most ([`weigh`]).
 
 use crate::model::Post;
-use marketplace_common::text::tokens;
+use marketplace_common::text::each_token;
 use marketplace_guest::index::{STATS_KEY, Stats, df_key, doc_key, term_prefix};
 use marketplace_guest::prelude::*;
 use std::collections::BTreeMap;
@@ -33,15 +36,41 @@ pub fn is_markdown(filename: &str, attachment_type: &str) -> bool {
     filename.to_ascii_lowercase().ends_with(".md") || attachment_type.starts_with("text/markdown")
 }
 
-/// The weighted term frequencies of a post and its weighted length.
-fn weigh(post: &Post, markdown: &[&str]) -> (BTreeMap<String, u64>, u64) {
-    let mut tf: BTreeMap<String, u64> = BTreeMap::new();
-    let mut len = 0u64;
+/// The words of a post the index reads: its content's, then its
+/// keywords', then its markdown attachments', each in order; the rest is
+/// not searchable. (64 KiB of English prose is about 10,000 words.)
+pub const MAX_TOKENS: usize = 16_384;
+
+/// The distinct terms a post is indexed under, at most: of the words
+/// read, the terms of highest weighted frequency (ties: the one met
+/// first). Each costs a posting, a document frequency and a place in the
+/// post's `ix/doc` record, written while the post holds the writers' turn
+/// (about 4 µs each to add, as much to take out on an update); unbounded,
+/// a post of three 500 KiB attachments of distinct words ran past its
+/// memory cap after 0.4 s, and ten of 1 MB added 440 MB to the database.
+/// (A long article of 10,000 words has about 2,000 distinct ones.)
+pub const MAX_TERMS: usize = 2_048;
+
+/// The weighted term frequencies of a post and its weighted length (of
+/// the words read). `bounded`: within [`MAX_TOKENS`] and [`MAX_TERMS`], as
+/// posts are indexed now; unbounded for a post indexed before its `ix/doc`
+/// record existed (and before the bounds), found again by all its terms.
+fn weigh(post: &Post, markdown: &[&str], bounded: bool) -> (BTreeMap<String, u64>, u64) {
+    let max_tokens = if bounded { MAX_TOKENS } else { usize::MAX };
+    // term -> (weighted frequency, the order it was first met in)
+    let mut tf: BTreeMap<String, (u64, usize)> = BTreeMap::new();
+    let (mut read, mut len) = (0usize, 0u64);
     let mut count = |text: &str, weight: u64| {
-        for t in tokens(text) {
-            *tf.entry(t).or_default() += weight;
-            len += weight;
+        if read >= max_tokens {
+            return;
         }
+        each_token(text, |t| {
+            let first = tf.len();
+            tf.entry(t).or_insert((0, first)).0 += weight;
+            len += weight;
+            read += 1;
+            read < max_tokens
+        });
     };
     count(&post.content, CONTENT_WEIGHT);
     for k in &post.keywords {
@@ -50,7 +79,20 @@ fn weigh(post: &Post, markdown: &[&str]) -> (BTreeMap<String, u64>, u64) {
     for m in markdown {
         count(m, ATTACHMENT_WEIGHT);
     }
-    (tf, len)
+    if bounded && tf.len() > MAX_TERMS {
+        let mut ranked: Vec<(String, (u64, usize))> = tf.into_iter().collect();
+        ranked.sort_unstable_by(|(_, (fa, a)), (_, (fb, b))| fb.cmp(fa).then(a.cmp(b)));
+        ranked.truncate(MAX_TERMS);
+        tf = ranked.into_iter().collect();
+    }
+    (tf.into_iter().map(|(t, (f, _))| (t, f)).collect(), len)
+}
+
+/// The values of `keys`, one host call per [`kv::MAX_GET_MANY`] of them.
+fn get_all(keys: &[String]) -> Result<Vec<kv::Packed>, ApiError> {
+    keys.chunks(kv::MAX_GET_MANY)
+        .map(|chunk| kv::get_many_packed(None, chunk))
+        .collect()
 }
 
 /// What a post added to the index (`ix/doc/{post_id}`).
@@ -69,16 +111,13 @@ fn load_stats() -> Result<Stats, ApiError> {
 /// `format!`: a post makes three of them per distinct word, and in a
 /// component `format!` cost about 2,400 instructions each.
 pub fn add(post: &Post, markdown: &[&str]) -> Result<(), ApiError> {
-    let (tf, len) = weigh(post, markdown);
+    let (tf, len) = weigh(post, markdown, true);
     // The statistics and every term's document frequency in one host call
     // (a paid post holds the commit batch while it runs), or one per
     // MAX_GET_MANY keys for a post of more distinct words than that.
     let mut read = vec![STATS_KEY.to_string()];
     read.extend(tf.keys().map(|term| df_key(term)));
-    let packed = read
-        .chunks(kv::MAX_GET_MANY)
-        .map(|chunk| kv::get_many_packed(None, chunk))
-        .collect::<Result<Vec<_>, _>>()?;
+    let packed = get_all(&read)?;
     let mut values = read.iter().zip(packed.iter().flat_map(|p| p.values()));
     let mut stats: Stats = match values.next() {
         Some((key, Some(v))) => kv::parse(key, v)?,
@@ -120,7 +159,7 @@ pub fn remove(
         None => {
             let texts = markdown()?;
             let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-            let (tf, len) = weigh(post, &texts);
+            let (tf, len) = weigh(post, &texts, false);
             let mut keys = Vec::new();
             for term in tf.keys() {
                 if let Some(k) = find_posting(term, &post.post_id)? {
@@ -133,20 +172,27 @@ pub fn remove(
             (len, keys)
         }
     };
+    // The postings, then the document frequencies of the terms whose
+    // posting was there, read in one host call per MAX_GET_MANY (one
+    // posting per term and post: no term comes twice).
+    let mut df_keys = Vec::with_capacity(keys.len());
     for k in &keys {
-        if !kv::delete(k)? {
-            continue;
+        if kv::delete(k)? {
+            let term = k
+                .strip_prefix("ix/i/")
+                .and_then(|rest| rest.split('\0').next())
+                .unwrap_or_default();
+            df_keys.push(df_key(term));
         }
-        let term = k
-            .strip_prefix("ix/i/")
-            .and_then(|rest| rest.split('\0').next())
-            .unwrap_or_default();
-        let df_key = df_key(term);
-        let df: u64 = kv::get(&df_key)?.unwrap_or(0);
+    }
+    let packed = get_all(&df_keys)?;
+    let mut number = itoa::Buffer::new();
+    for (df_key, df) in df_keys.iter().zip(packed.iter().flat_map(|p| p.values())) {
+        let df: u64 = df.map_or(Ok(0), |v| kv::parse(df_key, v))?;
         if df <= 1 {
-            kv::delete(&df_key)?;
+            kv::delete(df_key)?;
         } else {
-            kv::put(&df_key, &(df - 1))?;
+            kv::put_raw(df_key, number.format(df - 1).as_bytes())?;
         }
     }
     let mut stats = load_stats()?;
@@ -211,6 +257,58 @@ mod tests {
     /// The key of `post_id`'s posting.
     fn posting_key(term: &str, impact: f64, post_id: &str) -> String {
         super::posting_key(term, impact, &flip_ulid(post_id))
+    }
+
+    fn post(content: &str, keywords: &[&str]) -> Post {
+        Post {
+            post_id: "post_1".into(),
+            parent_id: None,
+            author_fingerprint: "ab".into(),
+            content: content.into(),
+            post_type: "post".into(),
+            keywords: keywords.iter().map(|k| k.to_string()).collect(),
+            attachments: vec![],
+            activity_metadata: serde_json::Value::Null,
+            created_at: String::new(),
+            comment_count: 0,
+            recipient_fingerprint: None,
+            encrypted_payload: None,
+            listing: None,
+        }
+    }
+
+    #[test]
+    fn a_post_is_indexed_by_its_most_used_terms() {
+        // More distinct words than MAX_TERMS: the most frequent (weighted)
+        // stay, then those met first; the length counts every word read.
+        let many: Vec<String> = (0..MAX_TERMS + 500).map(|i| format!("w{i}")).collect();
+        // A word met late, and often: kept.
+        let late = format!("w{}", MAX_TERMS + 400);
+        let markdown = [many.join(" "), [late.as_str(); 4].join(" ")];
+        let markdown: Vec<&str> = markdown.iter().map(String::as_str).collect();
+        let p = post("alpha alpha", &["beta"]);
+        let (tf, len) = weigh(&p, &markdown, true);
+        assert_eq!(tf.len(), MAX_TERMS);
+        assert_eq!(tf["alpha"], 2 * CONTENT_WEIGHT);
+        assert_eq!(tf["beta"], KEYWORD_WEIGHT);
+        assert_eq!(tf[&late], 5);
+        assert!(tf.contains_key("w0") && tf.contains_key(&format!("w{}", MAX_TERMS - 4)));
+        assert!(!tf.contains_key(&format!("w{}", MAX_TERMS - 3)));
+        let words = 2 + 1 + many.len() + 4;
+        assert_eq!(len, 2 * CONTENT_WEIGHT + KEYWORD_WEIGHT + words as u64 - 3);
+        // Unbounded (a post indexed before the bounds): every term.
+        let (all, _) = weigh(&p, &markdown, false);
+        assert_eq!(all.len(), MAX_TERMS + 500 + 2);
+    }
+
+    #[test]
+    fn words_past_the_first_max_tokens_are_not_read() {
+        let content = "a ".repeat(MAX_TOKENS - 1) + "last";
+        let (tf, len) = weigh(&post(&content, &["never"]), &["never either"], true);
+        assert_eq!(tf.keys().collect::<Vec<_>>(), ["a", "last"]);
+        assert_eq!(len, MAX_TOKENS as u64 * CONTENT_WEIGHT);
+        let (tf, _) = weigh(&post(&content, &["seen"]), &[], false);
+        assert!(tf.contains_key("seen"));
     }
 
     #[test]
