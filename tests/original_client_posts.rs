@@ -163,7 +163,24 @@ fn update_changes_the_post_and_what_search_finds() {
     assert_eq!(r.json()["post"]["keywords"], json!(["clicky"]));
     assert_eq!(search_ids(&s, "typewriters"), std::slice::from_ref(&id));
     assert!(search_ids(&s, "keyboards").is_empty());
-    assert_eq!(search_ids(&s, "clicky"), [id]);
+    assert_eq!(search_ids(&s, "clicky"), std::slice::from_ref(&id));
+
+    // The metadata alone, or the same text again: the index stays as it
+    // is (not taken out and put back), every word found once.
+    for extra in [
+        json!({"activity_metadata": {"state": "sold out"}}),
+        json!({"content": "Selling typewriters again", "keywords": ["clicky"]}),
+    ] {
+        let r = update(&s, &author, &id, extra.clone());
+        assert_eq!(r.status, 200, "{extra}: {}", r.text());
+        for word in ["typewriters", "clicky", "shipping"] {
+            let r = s.get(&format!("/api/search?term={word}")).json();
+            assert_eq!(r["total"], 1, "{extra} {word}: {r}");
+            assert_eq!(r["results"][0]["post_id"], id.as_str());
+        }
+    }
+    let p = s.get(&format!("/api/posts/{id}")).json()["post"].clone();
+    assert_eq!(p["activity_metadata"], json!({"state": "sold out"}));
 }
 
 /// An operator who does not need the original client's legacy updates

@@ -966,6 +966,60 @@ fn a_post_of_many_distinct_words_is_indexed_by_its_most_used() {
     }
 }
 
+/// A post as large as the limits allow, of made-up words in markdown
+/// attachments, is posted and found by its first words: its index is
+/// bounded (README, Search), where it had run the timeline component
+/// past its memory cap (503, every time) and, updated, held the writers'
+/// turn for a second.
+#[test]
+fn a_post_of_the_largest_markdown_of_distinct_words_is_taken_and_found() {
+    let s = Server::start();
+    let k = s.identity("prolix");
+    // Three attachments of 500 KiB, words of 7 letters, none twice: about
+    // 190,000 distinct words (a word's letters are its number in base 26).
+    let word = |n: usize| -> String {
+        (0..7)
+            .map(|i| (b'a' + (n / 26usize.pow(i) % 26) as u8) as char)
+            .collect()
+    };
+    let attachments: Vec<Value> = (0..3)
+        .map(|a| {
+            let words: Vec<String> = (0..65_000).map(|i| word(a * 65_000 + i)).collect();
+            let text = words.join(" ");
+            json!({"filename": format!("part{a}.md"), "content": &text[..500 * 1024]})
+        })
+        .collect();
+    let secret = s.mint("0.3");
+    let r = s.post(
+        &k,
+        "zqlargest listing",
+        json!({"attachments": attachments}),
+        &secret,
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(s.cash_state(&secret).0, json!(true));
+    let id = r.json()["post_id"].as_str().unwrap().to_string();
+    let found = |w: &str| s.get(&format!("/api/search?term={w}")).json()["total"].clone();
+    assert_eq!(found("zqlargest"), 1);
+    // Of the words read (the content's, then the first attachment's to
+    // 128 KiB), the content's two and the first 2,046 others are kept.
+    for (n, total) in [(0, 1), (2_045, 1), (2_046, 0), (60_000, 0), (65_000, 0)] {
+        assert_eq!(found(&word(n)), total, "{}", word(n));
+    }
+    // A free update with the same attachments and new content is taken
+    // too, and the index follows it.
+    let r = s.post_json(
+        "/api/posts/update",
+        &json!({"post_id": id, "author_fingerprint": k.fp(), "content": "zqupdated listing",
+                "attachments": attachments,
+                "signature": k.sign(&format!("update_post:{id}"))}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(found("zqlargest"), 0);
+    assert_eq!(found("zqupdated"), 1);
+    assert_eq!(found(&word(0)), 1);
+}
+
 #[test]
 fn a_word_is_one_word_however_its_accents_are_typed() {
     let s = Server::start();

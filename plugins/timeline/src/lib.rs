@@ -652,7 +652,14 @@ fn update(req: &Request) -> Result<Response, ApiError> {
             "a private reply has no content (its text is the encrypted_payload)",
         ));
     }
-    if !post.is_private() {
+    // The index follows what it is made of: an update of the metadata
+    // alone, or of the same text, leaves it (re-indexing reads the stored
+    // attachments again).
+    let reindex = !post.is_private()
+        && (content.as_ref().is_some_and(|c| *c != post.content)
+            || keywords.as_ref().is_some_and(|k| *k != post.keywords)
+            || attachments.is_some());
+    if reindex {
         index::remove(&post, || stored_markdown(&post))?;
     }
     if let Some(c) = content {
@@ -674,7 +681,7 @@ fn update(req: &Request) -> Result<Response, ApiError> {
         ));
     }
     let record = post.save()?;
-    if !post.is_private() {
+    if reindex {
         match &attachments {
             Some(list) => index::add(&post, &new_markdown(list))?,
             None => {
