@@ -332,11 +332,7 @@ fn run_case(
 }
 
 proptest! {
-    // PROPTEST_CASES, when set, overrides the count (a deeper run by hand).
-    #![proptest_config(ProptestConfig {
-        cases: if std::env::var_os("PROPTEST_CASES").is_some() { ProptestConfig::default().cases } else { 32 },
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
     #[test]
     fn contracts_follow_the_table_and_conserve_money(

@@ -77,11 +77,7 @@ fn check(db: &Storage, wallet: &[Entry]) {
 }
 
 proptest! {
-    // PROPTEST_CASES, when set, overrides the count (a deeper run by hand).
-    #![proptest_config(ProptestConfig {
-        cases: if std::env::var_os("PROPTEST_CASES").is_some() { ProptestConfig::default().cases } else { 48 },
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
     fn value_is_conserved(ops in proptest::collection::vec(op(), 1..40)) {

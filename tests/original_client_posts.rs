@@ -165,8 +165,8 @@ fn update_changes_the_post_and_what_search_finds() {
     assert!(search_ids(&s, "keyboards").is_empty());
     assert_eq!(search_ids(&s, "clicky"), std::slice::from_ref(&id));
 
-    // The metadata alone, or the same text again: the index stays as it
-    // is (not taken out and put back), every word found once.
+    // The metadata alone (the index is left as it is) or the same text
+    // again (taken out and put back): every word is still found, once.
     for extra in [
         json!({"activity_metadata": {"state": "sold out"}}),
         json!({"content": "Selling typewriters again", "keywords": ["clicky"]}),

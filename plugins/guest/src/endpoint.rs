@@ -272,6 +272,17 @@ pub mod kv {
             .map_err(map_err)
     }
 
+    /// [`get_many_packed`] of any number of keys: one host call per
+    /// [`MAX_GET_MANY`] of them, the buffers in the keys' order.
+    pub fn get_many_chunked(
+        keyspace: Option<&str>,
+        keys: &[String],
+    ) -> Result<Vec<Packed>, ApiError> {
+        keys.chunks(MAX_GET_MANY)
+            .map(|chunk| get_many_packed(keyspace, chunk))
+            .collect()
+    }
+
     /// A range scan in one buffer (`scan-packed`): read it in place with
     /// [`Packed::entries`].
     pub fn scan_packed(

@@ -247,10 +247,7 @@ fn render_each(records: &[&str], mut emit: impl FnMut(usize, &str, &str)) -> Res
     authors.dedup_by(|a, b| by_bytes(a, b).is_eq());
     keys.extend(authors.iter().map(|a| key("id/", a)));
     // A long thread names more keys than one call may: a call per chunk.
-    let packs: Vec<kv::Packed> = keys
-        .chunks(kv::MAX_GET_MANY)
-        .map(|chunk| kv::get_many_packed(Some("identity"), chunk))
-        .collect::<Result<_, _>>()?;
+    let packs = kv::get_many_chunked(Some("identity"), &keys)?;
     let values: Vec<Option<&[u8]>> = packs.iter().flat_map(kv::Packed::values).collect();
     // Each author's nickname as JSON text, made once per author.
     let nicks: Vec<Option<String>> = values[heads.len()..]

@@ -653,12 +653,11 @@ fn update(req: &Request) -> Result<Response, ApiError> {
         ));
     }
     // The index follows what it is made of: an update of the metadata
-    // alone, or of the same text, leaves it (re-indexing reads the stored
-    // attachments again).
-    let reindex = !post.is_private()
-        && (content.as_ref().is_some_and(|c| *c != post.content)
-            || keywords.as_ref().is_some_and(|k| *k != post.keywords)
-            || attachments.is_some());
+    // alone leaves it (re-indexing reads the stored attachments again).
+    // One that sends any of them re-indexes, even unchanged: that is how
+    // a post indexed under older rules is brought up to date.
+    let reindex =
+        !post.is_private() && (content.is_some() || keywords.is_some() || attachments.is_some());
     if reindex {
         index::remove(&post, || stored_markdown(&post))?;
     }

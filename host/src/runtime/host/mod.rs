@@ -351,7 +351,7 @@ impl Ctx {
     /// answered (an invalid answer, a charge not held, a failed commit):
     /// 500, nothing of it kept, a payment held at the upstream refunded, and
     /// the payment answers of requests it dispatched (which stand) passed
-    /// on, as with any failure.
+    /// on, as with the plugin's own failures and an upstream's refusal.
     fn internal_error(&mut self) -> Reply {
         let mut failed = self.refund_upstream(Reply::error(500, "internal", "internal error"));
         self.pass_on_payment_answers(&mut failed);
@@ -434,7 +434,9 @@ impl Ctx {
                 // before the commit that settles them.
                 if let Err(failed) = self.settle_upstream(&txn) {
                     drop(txn);
-                    return Ok(self.refund_upstream(failed));
+                    let mut failed = self.refund_upstream(failed);
+                    self.pass_on_payment_answers(&mut failed);
+                    return Ok(failed);
                 }
                 // Inline, the wait for the batch to be durable is the
                 // task's, not the worker's.
