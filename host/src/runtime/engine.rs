@@ -1610,8 +1610,7 @@ impl Runtime {
                 // A payment taken at an upstream webcash server comes back;
                 // those of requests it dispatched stand (each committed on
                 // its own), and their change is the client's.
-                let mut answer = ctx.refund_upstream(answer);
-                ctx.pass_on_payment_answers(&mut answer);
+                let answer = ctx.failing(answer);
                 // Its transaction (and any hold on the batch) goes first.
                 drop(ctx);
                 answer

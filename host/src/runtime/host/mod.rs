@@ -347,15 +347,21 @@ impl Ctx {
         }
     }
 
-    /// The answer to a request that failed in the host after its plugin
-    /// answered (an invalid answer, a charge not held, a failed commit):
-    /// 500, nothing of it kept, a payment held at the upstream refunded, and
-    /// the payment answers of requests it dispatched (which stand) passed
-    /// on, as with the plugin's own failures and an upstream's refusal.
-    fn internal_error(&mut self) -> Reply {
-        let mut failed = self.refund_upstream(Reply::error(500, "internal", "internal error"));
+    /// `failed`, the answer to a request that fails (a fault, a refusal of
+    /// the upstream, the host's own error): nothing of it is kept, a payment
+    /// held at the upstream is refunded, and the payment answers of
+    /// requests it dispatched (which stand) are passed on.
+    pub fn failing(&mut self, failed: Reply) -> Reply {
+        let mut failed = self.refund_upstream(failed);
         self.pass_on_payment_answers(&mut failed);
         failed
+    }
+
+    /// [`Ctx::failing`] with a 500: the request failed in the host after
+    /// its plugin answered (an invalid answer, a charge not held, a failed
+    /// commit).
+    fn internal_error(&mut self) -> Reply {
+        self.failing(Reply::error(500, "internal", "internal error"))
     }
 
     /// The answer the plugin chose for its own fault, if it did.
@@ -434,9 +440,7 @@ impl Ctx {
                 // before the commit that settles them.
                 if let Err(failed) = self.settle_upstream(&txn) {
                     drop(txn);
-                    let mut failed = self.refund_upstream(failed);
-                    self.pass_on_payment_answers(&mut failed);
-                    return Ok(failed);
+                    return Ok(self.failing(failed));
                 }
                 // Inline, the wait for the batch to be durable is the
                 // task's, not the worker's.
