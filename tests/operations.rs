@@ -2536,6 +2536,12 @@ fn a_keyed_mint_repeats_its_secret_and_mints_once() {
         assert!(out.status.success(), "{out:?}");
         text(&out.stdout).trim().to_string()
     };
+    // A command refused, saying `says` on stderr.
+    let refused = |args: &[&str], says: &str| {
+        let out = bare_command().args(args).output().unwrap();
+        assert!(!out.status.success(), "{out:?}");
+        assert!(text(&out.stderr).contains(says), "{out:?}");
+    };
     let through = ["cash", "mint", "1.5", "--idempotency-key", "order-42"];
     let token = ["--admin", &admin, "--token", ADMIN_TOKEN];
     assert_eq!(cli(&[&through[..], &token[..]].concat()), secret);
@@ -2544,38 +2550,19 @@ fn a_keyed_mint_repeats_its_secret_and_mints_once() {
     // The CLI into a data dir, twice: one secret, minted once.
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
-    let offline = ["cash", "mint", "2", "--idempotency-key", "k1", "--data-dir"];
-    let first = cli(&[&offline[..], &[dir.to_str().unwrap()]].concat());
+    let offline = ["cash", "mint", "2", "--idempotency-key", "k1"];
+    let in_dir = ["--data-dir", dir.to_str().unwrap()];
+    let first = cli(&[&offline[..], &in_dir].concat());
     assert!(first.starts_with("e2:secret:"), "{first}");
-    assert_eq!(
-        cli(&[&offline[..], &[dir.to_str().unwrap()]].concat()),
-        first
-    );
-    let out = bare_command()
-        .args(["cash", "mint", "1", "--idempotency-key", "no spaces"])
-        .arg("--data-dir")
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "{out:?}");
-    assert!(text(&out.stderr).contains("--idempotency-key"), "{out:?}");
+    assert_eq!(cli(&[&offline[..], &in_dir].concat()), first);
+    let bad_key = ["cash", "mint", "1", "--idempotency-key", "no spaces"];
+    refused(&[&bad_key[..], &in_dir].concat(), "--idempotency-key");
     // The key with another amount, offline and through the admin API: a
     // refusal that says what the key minted, nothing minted.
-    let out = bare_command()
-        .args(["cash", "mint", "3", "--idempotency-key", "k1"])
-        .arg("--data-dir")
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "{out:?}");
-    assert!(text(&out.stderr).contains("already minted 2"), "{out:?}");
-    let out = bare_command()
-        .args(["cash", "mint", "2", "--idempotency-key", "order-42"])
-        .args(token)
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "{out:?}");
-    assert!(text(&out.stderr).contains("409"), "{out:?}");
+    let other_amount = ["cash", "mint", "3", "--idempotency-key", "k1"];
+    refused(&[&other_amount[..], &in_dir].concat(), "already minted 2");
+    let other_amount = ["cash", "mint", "2", "--idempotency-key", "order-42"];
+    refused(&[&other_amount[..], &token].concat(), "409");
     assert_eq!(s.metric("marketplace_ledger_minted_units"), 700_000_000);
     // The data dir is a redb file, whatever backend the suite runs on.
     if common::backend_is_postgres() {
