@@ -61,18 +61,21 @@ pub const MAX_TEXT_BYTES: usize = 128 << 10;
 /// (A long article of 10,000 words has about 2,000 distinct ones.)
 pub const MAX_TERMS: usize = 2_048;
 
+/// A post's terms: term -> (weighted frequency, the order it was first
+/// met in).
+type Weights = BTreeMap<String, (u64, usize)>;
+
 /// The weighted term frequencies of a post and its weighted length (of
 /// the words read). `bounded`: within [`MAX_TEXT_BYTES`], [`MAX_TOKENS`]
 /// and [`MAX_TERMS`], as posts are indexed now; unbounded for a post
 /// indexed before its `ix/doc` record existed (and before the bounds),
 /// found again by all its terms.
-fn weigh(post: &Post, markdown: &[&str], bounded: bool) -> (BTreeMap<String, u64>, u64) {
+fn weigh(post: &Post, markdown: &[&str], bounded: bool) -> (Weights, u64) {
     let (max_tokens, mut bytes_left) = match bounded {
         true => (MAX_TOKENS, MAX_TEXT_BYTES),
         false => (usize::MAX, usize::MAX),
     };
-    // term -> (weighted frequency, the order it was first met in)
-    let mut tf: BTreeMap<String, (u64, usize)> = BTreeMap::new();
+    let mut tf = Weights::new();
     let (mut read, mut len) = (0usize, 0u64);
     let mut count = |text: &str, weight: u64| {
         if read >= max_tokens || bytes_left == 0 {
@@ -101,7 +104,7 @@ fn weigh(post: &Post, markdown: &[&str], bounded: bool) -> (BTreeMap<String, u64
         ranked.truncate(MAX_TERMS);
         tf = ranked.into_iter().collect();
     }
-    (tf.into_iter().map(|(t, (f, _))| (t, f)).collect(), len)
+    (tf, len)
 }
 
 /// What a post added to the index (`ix/doc/{post_id}`).
@@ -139,7 +142,7 @@ pub fn add(post: &Post, markdown: &[&str]) -> Result<(), ApiError> {
     let mut number = itoa::Buffer::new();
     let len_text = number.format(len).to_string();
     let mut keys = Vec::with_capacity(tf.len());
-    for ((term, f), (df_key, df)) in tf.iter().zip(values) {
+    for ((term, (f, _)), (df_key, df)) in tf.iter().zip(values) {
         let posting = [number.format(*f), " ", &len_text, " ", &post.post_type].concat();
         let key = posting_key(term, impact(*f as f64, len as f64, avgdl), &flipped);
         kv::put_raw(&key, posting.as_bytes())?;
@@ -298,9 +301,9 @@ mod tests {
         let p = post("alpha alpha", &["beta"]);
         let (tf, len) = weigh(&p, &markdown, true);
         assert_eq!(tf.len(), MAX_TERMS);
-        assert_eq!(tf["alpha"], 2 * CONTENT_WEIGHT);
-        assert_eq!(tf["beta"], KEYWORD_WEIGHT);
-        assert_eq!(tf[&late], 5);
+        assert_eq!(tf["alpha"].0, 2 * CONTENT_WEIGHT);
+        assert_eq!(tf["beta"].0, KEYWORD_WEIGHT);
+        assert_eq!(tf[&late].0, 5);
         assert!(tf.contains_key("w0") && tf.contains_key(&format!("w{}", MAX_TERMS - 4)));
         assert!(!tf.contains_key(&format!("w{}", MAX_TERMS - 3)));
         let words = 2 + 1 + many.len() + 4;
