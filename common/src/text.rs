@@ -49,10 +49,7 @@ pub fn each_token(text: &str, mut each: impl FnMut(String) -> bool) {
     let composed = nfc(text);
     let text = composed.as_deref().unwrap_or(text);
     // (Combining marks start at U+0300: no table lookup below it.)
-    for t in text
-        .split(|c: char| !(c.is_alphanumeric() || (c >= '\u{300}' && is_combining_mark(c))))
-        .filter(|t| !t.is_empty())
-    {
+    for t in text.split(|c: char| !in_word(c)).filter(|t| !t.is_empty()) {
         let token = match t.char_indices().nth(MAX_TOKEN_CHARS) {
             Some((cut, _)) => t[..cut].to_lowercase(),
             None => t.to_lowercase(),
@@ -61,6 +58,39 @@ pub fn each_token(text: &str, mut each: impl FnMut(String) -> bool) {
             return;
         }
     }
+}
+
+/// Whether `c` belongs to a word: what [`each_token`] keeps (a letter,
+/// a digit or a combining mark).
+fn in_word(c: char) -> bool {
+    c.is_alphanumeric() || (c >= '\u{300}' && is_combining_mark(c))
+}
+
+/// `text` cut to at most `max_bytes` where no word is cut in two: at a
+/// character boundary and, when a word runs over the cut, before that
+/// word, so a reader of the first bytes of a text makes no term of a
+/// word's first letters. A word whose part before the cut is already
+/// longer than a token ([`MAX_TOKEN_CHARS`], counted four times over as
+/// composing a text can join up to three characters into one) gives its
+/// token either way and is kept; so the scan back is short whatever the
+/// text.
+pub fn cut_between_words(text: &str, max_bytes: usize) -> &str {
+    if text.len() <= max_bytes {
+        return text;
+    }
+    let (head, tail) = text.split_at(text.floor_char_boundary(max_bytes));
+    if !tail.chars().next().is_some_and(in_word) {
+        return head;
+    }
+    for (seen, (i, c)) in head.char_indices().rev().enumerate() {
+        if !in_word(c) {
+            return &head[..i + c.len_utf8()];
+        }
+        if seen >= 4 * MAX_TOKEN_CHARS {
+            return head;
+        }
+    }
+    ""
 }
 
 /// `text` in Unicode NFC, or `None` when it already is (ASCII always is).
@@ -102,6 +132,37 @@ mod tests {
         );
         assert_eq!(tokens(&"é".repeat(70)), ["é".repeat(64)]);
         assert_eq!(tokens(&"X".repeat(64)), ["x".repeat(64)]);
+    }
+
+    #[test]
+    fn a_cut_falls_between_words() {
+        // Within the bound: the text whole.
+        assert_eq!(cut_between_words("alpha beta", 10), "alpha beta");
+        // At a space, or on one: the words before it.
+        assert_eq!(cut_between_words("alpha beta", 6), "alpha ");
+        assert_eq!(cut_between_words("alpha beta", 5), "alpha");
+        // Inside a word: before it, never its first letters.
+        assert_eq!(cut_between_words("alpha beta", 8), "alpha ");
+        assert_eq!(cut_between_words("alpha", 3), "");
+        // Inside a character, and before a combining mark (part of the
+        // word it follows: "cafe" of "café" typed as e + U+0301 is not a
+        // word of this text).
+        assert_eq!(cut_between_words("ab \u{e9}\u{e9}", 6), "ab ");
+        assert_eq!(cut_between_words("x cafe\u{301}", 6), "x ");
+        // A word longer than a token before the cut is kept: its token is
+        // the same whole or cut.
+        let long = "w".repeat(4 * MAX_TOKEN_CHARS + 10);
+        let text = format!("a {long}");
+        let cut = cut_between_words(&text, text.len() - 1);
+        assert_eq!(cut.len(), text.len() - 1);
+        assert_eq!(tokens(cut), tokens(&text));
+        // What is left is tokens of the text, in order.
+        let text = "Ünïcode wörds, cut ánywhere ok";
+        for max in 0..=text.len() {
+            let cut = cut_between_words(text, max);
+            assert!(cut.len() <= max && text.starts_with(cut));
+            assert_eq!(tokens(cut), tokens(text)[..tokens(cut).len()], "{max}");
+        }
     }
 
     #[test]

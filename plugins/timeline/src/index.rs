@@ -23,7 +23,7 @@
 //! uses most ([`weigh`]).
 
 use crate::model::Post;
-use marketplace_common::text::each_token;
+use marketplace_common::text::{cut_between_words, each_token};
 use marketplace_guest::index::{STATS_KEY, Stats, df_key, doc_key, term_prefix};
 use marketplace_guest::prelude::*;
 use std::collections::BTreeMap;
@@ -43,7 +43,8 @@ pub fn is_markdown(filename: &str, attachment_type: &str) -> bool {
 pub const MAX_TOKENS: usize = 16_384;
 
 /// The bytes of text the index reads of a post, at most, in the same
-/// order (a text is cut at a character boundary): telling a character of
+/// order (a text is cut before the word the bound falls in, so no term is
+/// made of a word's first letters): telling a character of
 /// some scripts (Hangul jamo, Thai) a letter costs about 0.4 µs in a
 /// component, and a word of them has no end to stop at, so four 170,000
 /// character attachments of jamo, one word each, took 200 ms on every
@@ -81,8 +82,12 @@ fn weigh(post: &Post, markdown: &[&str], bounded: bool) -> (Weights, u64) {
         if read >= max_tokens || bytes_left == 0 {
             return;
         }
-        let text = &text[..text.floor_char_boundary(bytes_left)];
-        bytes_left -= text.len();
+        let cut = cut_between_words(text, bytes_left);
+        bytes_left = match cut.len() < text.len() {
+            true => 0,
+            false => bytes_left - cut.len(),
+        };
+        let text = cut;
         each_token(text, |t| {
             let first = tf.len();
             tf.entry(t).or_insert((0, first)).0 += weight;
@@ -332,6 +337,20 @@ mod tests {
         let (tf, len) = weigh(&post(&text, &[]), &[], true);
         assert_eq!(tf.len(), 2);
         assert_eq!(len, 2 * CONTENT_WEIGHT);
+    }
+
+    #[test]
+    fn no_term_is_made_of_the_first_letters_of_a_word_the_bound_cuts() {
+        // "zebra" runs over the byte bound: neither it nor "ze" is a
+        // term, and nothing after it is read (the keyword either).
+        let x = "x".repeat(64);
+        let content = format!("{} zebra", "x".repeat(MAX_TEXT_BYTES - 3));
+        let (tf, _) = weigh(&post(&content, &["later"]), &[], true);
+        assert_eq!(tf.keys().collect::<Vec<_>>(), [&x]);
+        // A bound that falls on the word's end takes it whole.
+        let content = format!("{} zebra and more", "x".repeat(MAX_TEXT_BYTES - 7));
+        let (tf, _) = weigh(&post(&content, &[]), &[], true);
+        assert_eq!(tf.keys().collect::<Vec<_>>(), [&x, "zebra"]);
     }
 
     #[test]
