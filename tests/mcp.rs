@@ -1772,6 +1772,24 @@ fn mcp_tool_input_errors_are_tool_results() {
     // A whole number written as a float is an integer (JSON Schema).
     let r = call_tool(&s, "get_attachment", json!({"post_id": id, "index": 0.0}));
     assert_eq!(r["result"]["isError"], false, "{r}");
+    // However large: an index past 2^64 is named by its digits, as the
+    // route names it.
+    let r = call_tool(&s, "get_attachment", json!({"post_id": id, "index": 1e20}));
+    let answer = &r["result"]["structuredContent"];
+    assert_eq!(answer["code"], "not_found", "{r}");
+    let by_route = s.get(&format!(
+        "/api/posts/{id}/attachments/100000000000000000000"
+    ));
+    assert_eq!(by_route.status, 404);
+    assert_eq!(answer["message"], by_route.json()["message"], "{r}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("100000000000000000000")
+            && !answer["message"].as_str().unwrap().contains('.'),
+        "{r}"
+    );
     let r = call_tool(&s, "get_timeline", json!({"limit": 1.0}));
     assert_eq!(r["result"]["isError"], false, "{r}");
     let posts = &r["result"]["structuredContent"]["posts"];

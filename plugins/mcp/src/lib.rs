@@ -500,13 +500,18 @@ fn locate(answer: &mut Response, path: &str) {
 }
 
 /// A scalar argument as query text. A whole number written as a float
-/// (`2.0`) is an integer (JSON Schema), so it goes as `2`.
+/// (`2.0`, `1e20`) is an integer (JSON Schema), so it goes as its digits
+/// (`2`, `100000000000000000000`), however large.
 fn text_of(v: &Value) -> Option<String> {
     match v {
         Value::String(s) => Some(s.clone()),
-        Value::Number(n) if n.is_f64() => Some(
-            marketplace_guest::whole_number(n).map_or_else(|| n.to_string(), |i| i.to_string()),
-        ),
+        Value::Number(n) if n.is_f64() => Some(match marketplace_guest::whole_number(n) {
+            Some(i) => i.to_string(),
+            None => n
+                .as_f64()
+                .filter(|f| f.fract() == 0.0)
+                .map_or_else(|| n.to_string(), |f| format!("{f:.0}")),
+        }),
         Value::Number(n) => Some(n.to_string()),
         Value::Bool(b) => Some(b.to_string()),
         _ => None,
