@@ -532,7 +532,10 @@ impl Ctx {
     /// once that batch is durable. This request's writes go; committing
     /// the rest waits for its own batch, which comes after every batch it
     /// read. A payment taken upstream goes back to its payer as a refund
-    /// (after the transaction, and its lease, are gone).
+    /// (after the transaction, and its lease, are gone); the payment
+    /// answers of requests this one dispatched (committed on their own:
+    /// they stand) go with it, as with any answer not its own
+    /// ([`Ctx::failing`]).
     async fn give_kept(
         &mut self,
         rt: &dyn Serving,
@@ -541,7 +544,7 @@ impl Ctx {
     ) -> Result<Reply, RunAgain> {
         txn.discard_writes();
         match rt.storage.commit_as(txn, self.limiter.yields).await {
-            Ok(()) => Ok(self.refund_upstream(kept)),
+            Ok(()) => Ok(self.failing(kept)),
             Err(StorageError::Conflict) => Err(RunAgain::LostRace),
             Err(e) => {
                 commit_failed(&self.family, &e);
