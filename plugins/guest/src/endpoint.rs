@@ -859,6 +859,15 @@ mod tests {
         assert_eq!(of("1.8446744073709552e19"), None);
         assert_eq!(of("18446744073709551616"), None);
         assert_eq!(of("7.5"), None);
+        // Read exactly (serde_json's `float_roundtrip`): without it some
+        // sixteen-digit whole numbers read half a unit off (a fraction).
+        for whole in [
+            4_066_452_749_427_722u64,
+            4_204_811_195_382_938,
+            4_162_850_254_820_186,
+        ] {
+            assert_eq!(of(&format!("{whole}.0")), Some(whole));
+        }
         assert_eq!(of("-1"), None);
         assert_eq!(of("-1.0"), None);
     }
