@@ -244,6 +244,22 @@ fn recovery_scan_answers_only_verified_probes() {
         assert_eq!(r.status, 400, "{asked}: {}", r.text());
         assert_eq!(r.json()["details"][0]["field"], "challenge", "{asked}");
     }
+    // A probe's fingerprint is a key's SHA-256, 64 hexadecimal digits.
+    for fp in ["not-hex", "", &good.fp()[1..], &format!("{}0", good.fp())] {
+        let r = s.post_json(
+            "/api/recovery/scan",
+            &json!({"challenge": challenge, "probes": [
+                {"key_index": 0, "fingerprint": good.fp(), "signature": good.sign(&challenge)},
+                {"key_index": 1, "fingerprint": fp, "signature": "00"}]}),
+        );
+        assert_eq!(r.status, 400, "{fp:?}: {}", r.text());
+        let detail = &r.json()["details"][0];
+        assert_eq!(detail["field"], "probes", "{fp:?}");
+        assert!(
+            detail["problem"].as_str().unwrap().contains("probe 1"),
+            "{detail}"
+        );
+    }
     let probes: Vec<Value> = (0..101)
         .map(|i| json!({"key_index": i, "fingerprint": good.fp(), "signature": "00"}))
         .collect();

@@ -292,6 +292,12 @@ pub fn recovery_scan(req: &Request) -> Result<Response, ApiError> {
                 let fp = p.get("fingerprint").and_then(Value::as_str);
                 let sig = p.get("signature").and_then(Value::as_str);
                 match (index, fp, sig) {
+                    (Some(_), Some(fp), Some(_)) if !is_fingerprint(fp) => body.problem(
+                        "probes",
+                        format!(
+                            "probe {i}'s fingerprint must be 64 hexadecimal digits (the SHA-256 of its key)"
+                        ),
+                    ),
                     (Some(index), Some(fp), Some(sig)) if sig.chars().count() <= 256 => {
                         probes.push((index, fp.to_ascii_lowercase(), sig.to_string()))
                     }
@@ -340,10 +346,6 @@ pub fn recovery_scan(req: &Request) -> Result<Response, ApiError> {
     // Every probed key looked up first, in one call: a probe of a key with
     // no identity (a stranger's hundred random keys) costs no signature
     // check.
-    let probes: Vec<_> = probes
-        .into_iter()
-        .filter(|(_, fp, _)| is_fingerprint(fp))
-        .collect();
     let keys: Vec<String> = probes.iter().map(|(_, fp, _)| format!("id/{fp}")).collect();
     let found_ids = kv::get_many_raw(None, &keys)?;
     for ((index, fp, sig), (key, bytes)) in probes.into_iter().zip(keys.iter().zip(found_ids)) {
