@@ -138,9 +138,14 @@ pub const OPS: &[Op] = &[
 /// Largest upload (bytes).
 pub const MAX_UPLOAD: u32 = 8 * 1024 * 1024;
 
-/// The upload takes raw bytes rather than JSON.
+/// The upload takes raw bytes rather than JSON: any bytes under any
+/// media type (no schema), none included.
 fn raw_body(op: &mut Value) {
-    op["requestBody"] = json!({"required": true, "content": {"*/*": {"schema": r("Raw")}}});
+    op["requestBody"] = json!({
+        "required": false,
+        "description": "The file's bytes, whatever they are (served back with the content_type given at presign, not this request's); an empty body stores an empty file.",
+        "content": {"*/*": {}},
+    });
 }
 
 /// A recovery challenge, `recover:{fingerprint}:{RFC 3339 time}`, as
