@@ -507,10 +507,11 @@ fn text_of(v: &Value) -> Option<String> {
         Value::String(s) => Some(s.clone()),
         Value::Number(n) if n.is_f64() => Some(match marketplace_guest::whole_number(n) {
             Some(i) => i.to_string(),
+            // (Display writes a float's shortest digits, never an exponent.)
             None => n
                 .as_f64()
                 .filter(|f| f.fract() == 0.0)
-                .map_or_else(|| n.to_string(), |f| format!("{f:.0}")),
+                .map_or_else(|| n.to_string(), |f| format!("{f}")),
         }),
         Value::Number(n) => Some(n.to_string()),
         Value::Bool(b) => Some(b.to_string()),
@@ -1710,7 +1711,20 @@ mod tests {
         assert_eq!(text_of(&json!(-0.0)).as_deref(), Some("0"));
         assert_eq!(text_of(&json!(2.5)).as_deref(), Some("2.5"));
         assert_eq!(text_of(&json!(7)).as_deref(), Some("7"));
-        assert_eq!(text_of(&json!(1e300)).as_deref(), Some("1e+300"));
+        // However large, as the digits of an integer.
+        assert_eq!(
+            text_of(&json!(1e20)).as_deref(),
+            Some("100000000000000000000")
+        );
+        assert_eq!(
+            text_of(&json!(1e300)),
+            Some(format!("1{}", "0".repeat(300)))
+        );
+        assert_eq!(
+            text_of(&json!(-1e23)).as_deref(),
+            Some("-100000000000000000000000")
+        );
+        assert_eq!(text_of(&json!(1e-300)).as_deref(), Some("1e-300"));
         assert_eq!(text_of(&json!([1])), None);
     }
 }
