@@ -1275,6 +1275,22 @@ fn a_families_file_changed_after_an_upload_serves() {
     let redeployed = with_custom_section(&template, "deploy", b"4");
     install(&redeployed, &file);
     serves_file("the file changed after the unmount serves", &redeployed);
+    // An upload, then the file given the upload's own bytes: a changed
+    // file, which serves (as a restart would decide: the configuration's
+    // grants, the kept upload dropped), so the file the upload was made
+    // over, put back, serves too. (The same bytes were taken for no
+    // change: the upload stood, and the file put back was "the file it
+    // was made over", so the operator could not go back.)
+    let third = with_custom_section(&template, "upload", b"6");
+    upload(&third);
+    install(&third, &file);
+    serves_file("the file of the upload's bytes serves", &third);
+    if !common::backend_is_postgres() {
+        // (On a shared store the fleet's record stays, and the upload
+        // serves: the file it was made over is weighed against it.)
+        install(&redeployed, &file);
+        serves_file("the file the upload was made over serves", &redeployed);
+    }
 
     // A built-in family an admin unmounted: its changed file mounts it
     // again with the grants a start gives it (it was refused before, for

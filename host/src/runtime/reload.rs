@@ -180,7 +180,16 @@ fn swap_in(
     let Some((_one_change, serving, change)) = weigh(rt, family, kept, &what) else {
         return false;
     };
-    if serving.as_ref().is_some_and(|p| p.hash == hash) {
+    // The file now holds what an admin upload in force serves, made over
+    // another file: a changed file, which decides from now on (swapped in
+    // as a start would serve it, the upload dropped), so that the file it
+    // was made over, put back later, serves too. (Taken for no change, it
+    // left the upload standing, and that file put back "the file the
+    // change was made over": the operator could not go back.)
+    let upload_in_file = change.as_ref().is_some_and(|c| {
+        !c.unmounted && c.in_force(serving.as_deref()) && c.file.as_ref() != Some(&hash)
+    });
+    if serving.as_ref().is_some_and(|p| p.hash == hash) && !upload_in_file {
         // The file is back to what serves: nothing refused any more.
         rt.refusals.loaded(family);
         return true;
