@@ -388,7 +388,7 @@ fn a_changed_server_key_never_pays_twice() {
     s.kill();
     // ...until the right key file is back.
     std::fs::write(&key_file, &old_key).unwrap();
-    let s = Server::with(opts);
+    let mut s = Server::with(opts.clone());
     let h = s.get("/api/health");
     assert_eq!(h.status, 200);
     assert_eq!(h.json()["alerts"], json!([]), "{}", h.text());
@@ -397,6 +397,24 @@ fn a_changed_server_key_never_pays_twice() {
         log.matches("starting marketplace").count() == 4
     });
     assert_eq!(s.log_text().matches(changed).count(), 2, "{}", s.log_text());
+    s.kill();
+    // A configured key overrides the file: another one is told as the
+    // setting to mend, not the file (which is right already).
+    let mut configured = opts;
+    configured
+        .env
+        .push(("MARKETPLACE_SERVER_KEY".into(), "ab".repeat(32)));
+    let s = Server::with(configured);
+    s.wait_log("the changed configured key", |log| {
+        log.matches(changed).count() == 3
+    });
+    let log = s.log_text();
+    let line = log.lines().filter(|l| l.contains(changed)).nth(2).unwrap();
+    assert!(
+        line.contains("the configured `server_key` (MARKETPLACE_SERVER_KEY")
+            && !line.contains("back from a backup"),
+        "{line}"
+    );
 }
 
 /// The level of the first log line containing `what` (text format).

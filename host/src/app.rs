@@ -53,6 +53,9 @@ impl App {
         for line in config.settings_for_no_family() {
             tracing::warn!("{line}");
         }
+        if let Some(line) = config.drain_linger().1 {
+            tracing::warn!("{line}");
+        }
         let limits = Limits {
             deadline: Duration::from_millis(config.request_timeout_ms),
             memory_bytes: (config.plugin_memory_mib as usize) << 20,

@@ -553,9 +553,12 @@ fn admin_call(
         request = request.header("expect", "100-continue");
     }
     let request = request.body(body)?;
-    agent
-        .run(request)
-        .with_context(|| format!("asking the admin listener at {url}"))
+    agent.run(request).with_context(|| {
+        format!(
+            "asking the admin listener at {url} (is the server running with its admin listener there? \
+             It is off unless `admin_listen` is set: --admin-listen, MARKETPLACE_ADMIN_LISTEN or the config file)"
+        )
+    })
 }
 
 /// One request to the admin listener; (status, body text).

@@ -6,6 +6,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Service name reported by info, health and the manifest.
 pub const SERVICE_NAME: &str = "marketplace";
@@ -908,7 +909,7 @@ impl Config {
             if !families.iter().any(|f| &f.name == family) {
                 let known: Vec<&str> = families.iter().map(|f| f.name.as_str()).collect();
                 bail!(
-                    "plugins.{family}: unknown plugin family {family:?}, named by [plugins] {family} in the config file or by MARKETPLACE_PLUGIN_{}; the families are {}",
+                    "plugins.{family}: unknown plugin family {family:?}, named by [plugins] {family} in the config file or by MARKETPLACE_PLUGIN_{}; the families are {} (a new family is mounted with [families.{family}] in the config file)",
                     family.to_ascii_uppercase().replace('-', "_"),
                     known.join(", ")
                 );
@@ -1038,6 +1039,23 @@ impl Config {
             .get(family)
             .map(|m| m.keys().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// `drain_linger_ms` as a drain uses it: at most half of
+    /// `drain_timeout_ms` (an idle connection must not outlive the drain),
+    /// and a line to log at start when that cut it.
+    pub fn drain_linger(&self) -> (Duration, Option<String>) {
+        let half = Duration::from_millis(self.drain_timeout_ms) / 2;
+        let linger = Duration::from_millis(self.drain_linger_ms);
+        let cut = (linger > half).then(|| {
+            format!(
+                "drain_linger_ms {} is more than half of drain_timeout_ms {}: a drain lingers {} ms",
+                self.drain_linger_ms,
+                self.drain_timeout_ms,
+                half.as_millis()
+            )
+        });
+        (linger.min(half), cut)
     }
 
     /// The `[settings.<family>]` tables for no family of this
@@ -1209,6 +1227,32 @@ fn boolean(given: &str, raw: &str) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_drain_lingers_at_most_half_its_time_and_a_longer_linger_is_said() {
+        let config = |linger, timeout| Config {
+            drain_linger_ms: linger,
+            drain_timeout_ms: timeout,
+            ..Config::default()
+        };
+        assert_eq!(
+            config(500, 10_000).drain_linger(),
+            (Duration::from_millis(500), None)
+        );
+        assert_eq!(config(5_000, 10_000).drain_linger().1, None);
+        let (linger, said) = config(9_000, 10_000).drain_linger();
+        assert_eq!(linger, Duration::from_secs(5));
+        assert_eq!(
+            said.as_deref(),
+            Some(
+                "drain_linger_ms 9000 is more than half of drain_timeout_ms 10000: a drain lingers 5000 ms"
+            )
+        );
+        assert_eq!(
+            config(500, 300).drain_linger().0,
+            Duration::from_millis(150)
+        );
+    }
 
     #[test]
     fn a_url_in_an_error_shows_no_credentials() {

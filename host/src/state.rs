@@ -73,8 +73,16 @@ impl State {
             keys_in_use(
                 &storage,
                 &[
-                    ("server-key", key_check("server-key", &ledger.key_hex())),
-                    ("arbiter-key", key_check("arbiter-key", &arbiter.seed_hex())),
+                    KeyInUse {
+                        name: "server-key",
+                        check: key_check("server-key", &ledger.key_hex()),
+                        configured: config.server_key.is_some(),
+                    },
+                    KeyInUse {
+                        name: "arbiter-key",
+                        check: key_check("arbiter-key", &arbiter.seed_hex()),
+                        configured: config.arbiter_key.is_some(),
+                    },
                 ],
             );
             (ledger, arbiter)
@@ -328,17 +336,17 @@ fn key_check(name: &str, hex: &str) -> String {
 /// payouts) answers 409, and contracts signed by the old arbiter key do not
 /// verify against the published one. Putting the right key file back ends
 /// it.
-fn keys_in_use(storage: &Storage, keys: &[(&str, String)]) {
+fn keys_in_use(storage: &Storage, keys: &[KeyInUse]) {
     use crate::store::Kv;
     const META: &str = crate::store::META_TABLE;
     let firsts = storage
         .write(|txn| {
             let mut firsts = Vec::with_capacity(keys.len());
-            for (name, check) in keys {
-                let key = format!("{name}-check");
-                let first = txn.get_in(META, key.as_bytes())?;
+            for key in keys {
+                let row = format!("{}-check", key.name);
+                let first = txn.get_in(META, row.as_bytes())?;
                 if first.is_none() {
-                    txn.put_in(META, key.as_bytes(), check.as_bytes())?;
+                    txn.put_in(META, row.as_bytes(), key.check.as_bytes())?;
                 }
                 firsts.push(first);
             }
@@ -349,18 +357,58 @@ fn keys_in_use(storage: &Storage, keys: &[(&str, String)]) {
         Ok(firsts) => firsts,
         Err(e) => return tracing::warn!("recording the keys in use: {e}"),
     };
-    for ((name, check), first) in keys.iter().zip(firsts) {
-        if first.is_some_and(|first| first != check.as_bytes()) {
-            let message = format!(
-                "this database ran with another {name} before (its file was lost and made anew, or replaced): what it owes under that key cannot be shown (kept answers and payouts answer 409; contracts signed by an earlier arbiter key do not verify against this one). Put that key file back from a backup of this data dir and restart"
-            );
-            tracing::error!(key = name, "{message}");
-            let kind = if *name == "server-key" {
+    for (key, first) in keys.iter().zip(firsts) {
+        if first.is_some_and(|first| first != key.check.as_bytes()) {
+            let message = key.changed_message();
+            tracing::error!(key = key.name, "{message}");
+            let kind = if key.name == "server-key" {
                 crate::alerts::Kind::ServerKeyChanged
             } else {
                 crate::alerts::Kind::ArbiterKeyChanged
             };
             crate::alerts::raise(kind, message);
+        }
+    }
+}
+
+/// A key a start runs with, as [`keys_in_use`] weighs it.
+struct KeyInUse {
+    /// `server-key` or `arbiter-key`.
+    name: &'static str,
+    /// Its [`key_check`].
+    check: String,
+    /// From the configuration (`server_key`, `arbiter_key`), which
+    /// overrides the data dir's key file.
+    configured: bool,
+}
+
+impl KeyInUse {
+    /// What a start with another key than the database's first says: what
+    /// that costs, and where the key to put back goes (the setting, when
+    /// one is configured: putting the file back would change nothing).
+    fn changed_message(&self) -> String {
+        let (cost, setting, file) = match self.name {
+            "server-key" => (
+                "what it owes under that key cannot be shown (kept answers and payouts answer 409)",
+                "server_key",
+                "server.key",
+            ),
+            _ => (
+                "contracts signed by the earlier arbiter key do not verify against this one",
+                "arbiter_key",
+                "arbiter.key",
+            ),
+        };
+        let env = format!("MARKETPLACE_{}", setting.to_ascii_uppercase());
+        match self.configured {
+            true => format!(
+                "this database ran with another {} before: {cost}. This one is the configured `{setting}` ({env} or the config file), which overrides the data dir's {file}: set it to the key this database ran with (or leave it unset, if the data dir's {file} is that key) and restart",
+                self.name
+            ),
+            false => format!(
+                "this database ran with another {} before (its file was lost and made anew, or replaced): {cost}. Put the data dir's {file} back from a backup of this data dir (or configure `{setting}` as that key) and restart",
+                self.name
+            ),
         }
     }
 }

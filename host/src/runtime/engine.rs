@@ -383,7 +383,10 @@ fn handle_export(component: &Component) -> Result<ComponentExportIndex> {
 fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool) -> Reply {
     crate::metrics::metrics().fault(family, fault_kind(err, memory_hit));
     if matches!(err.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
-        tracing::warn!(family, "plugin exceeded its time limit");
+        tracing::warn!(
+            family,
+            "plugin exceeded its time limit (request_timeout_ms)"
+        );
         Reply::error(
             503,
             "plugin_unavailable",

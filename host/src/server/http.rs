@@ -439,7 +439,7 @@ pub async fn serve(
         // Well inside the drain itself: with a short `drain_timeout_ms`
         // an idle connection must not outlive it (and read as a request
         // the drain gave up on).
-        linger: Duration::from_millis(app.config.drain_linger_ms).min(drain / 2),
+        linger: app.config.drain_linger().0.min(drain / 2),
         linger_most: drain / 2,
         live,
     };
