@@ -71,7 +71,8 @@ fn in_word(c: char) -> bool {
 /// word, so a reader of the first bytes of a text makes no term of a
 /// word's first letters. A word whose part before the cut is already
 /// longer than a token ([`MAX_TOKEN_CHARS`], counted four times over as
-/// composing a text can join up to three characters into one) gives its
+/// composing a text can join up to four characters into one, as α with
+/// three marks is U+1F86) gives its
 /// token either way and is kept; so the scan back is short whatever the
 /// text.
 pub fn cut_between_words(text: &str, max_bytes: usize) -> &str {

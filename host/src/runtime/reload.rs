@@ -102,6 +102,10 @@ pub struct Kept {
     /// Families unmounted through the admin API: their files in the
     /// families directory are not mounted again until they change.
     pub unmounted: Vec<String>,
+    /// Whether a file that serves drops the admin change kept for its
+    /// family ([`Kept::file_serves`]): on one host; a shared store keeps
+    /// the fleet's record over one host's directory.
+    pub file_drops_kept: bool,
     /// Called once a file's component serves (swapped in or mounted): the
     /// file decides from then on, over an older admin upload or unmount.
     pub file_serves: Box<dyn Fn(&str) + Send>,
@@ -115,6 +119,7 @@ impl Default for Kept {
     fn default() -> Kept {
         Kept {
             unmounted: Vec::new(),
+            file_drops_kept: true,
             file_serves: Box::new(|_| {}),
             kept_change: Box::new(|_| Ok(None)),
         }
@@ -181,14 +186,16 @@ fn swap_in(
         return false;
     };
     // The file now holds what an admin upload in force serves, made over
-    // another file: a changed file, which decides from now on (swapped in
-    // as a start would serve it, the upload dropped), so that the file it
-    // was made over, put back later, serves too. (Taken for no change, it
-    // left the upload standing, and that file put back "the file the
-    // change was made over": the operator could not go back.)
-    let upload_in_file = change.as_ref().is_some_and(|c| {
-        !c.unmounted && c.in_force(serving.as_deref()) && c.file.as_ref() != Some(&hash)
-    });
+    // another file: on one host a changed file, which decides from now on
+    // (swapped in as a start would serve it, the upload dropped), so that
+    // the file it was made over, put back later, serves too. (Taken for no
+    // change, it left the upload standing, and that file put back "the
+    // file the change was made over": the operator could not go back.) On
+    // a shared store the fleet's upload stays, with its grants: no change.
+    let upload_in_file = kept.file_drops_kept
+        && change.as_ref().is_some_and(|c| {
+            !c.unmounted && c.in_force(serving.as_deref()) && c.file.as_ref() != Some(&hash)
+        });
     if serving.as_ref().is_some_and(|p| p.hash == hash) && !upload_in_file {
         // The file is back to what serves: nothing refused any more.
         rt.refusals.loaded(family);

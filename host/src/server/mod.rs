@@ -104,6 +104,8 @@ pub async fn run(config: Config) -> Result<i32> {
                 if watch_plugins {
                     let kept = crate::runtime::reload::Kept {
                         unmounted: uploads::kept_unmounts(&loading),
+                        // On a shared store the fleet's record stays.
+                        file_drops_kept: !loading.storage.is_shared(),
                         file_serves: Box::new({
                             let app = loading.clone();
                             move |family| uploads::file_serves(&app, family)
