@@ -667,7 +667,12 @@ impl Config {
                 .map_err(|e: toml::de::Error| {
                     let message = e.to_string().trim().replace('\n', " ");
                     let source = named_source(&message, &sources, true);
-                    anyhow::anyhow!("invalid configuration: {message}{source}")
+                    // (std's words for `localhost:8080` say nothing of why.)
+                    let hint = match message.contains("invalid socket address syntax") {
+                        true => ": a listener is an IP address and a port, e.g. 127.0.0.1:8080 or [::1]:8080 (a host name is not looked up)",
+                        false => "",
+                    };
+                    anyhow::anyhow!("invalid configuration: {message}{source}{hint}")
                 })?;
         config.dash_env_families(&env_families);
         config.validate().map_err(|e| {
@@ -1351,6 +1356,13 @@ mod tests {
         let e = err(&[], &[("listen", "127.0.0.1:99999")]);
         assert!(
             e.contains("from the flag --listen = \"127.0.0.1:99999\""),
+            "{e}"
+        );
+        // A host name is no listener: the error says what is.
+        let e = err(&[], &[("listen", "localhost:8080")]);
+        assert!(
+            e.contains("from the flag --listen = \"localhost:8080\"")
+                && e.ends_with("(a host name is not looked up)"),
             "{e}"
         );
         // So do the checks made once it is read (ranges, formats); a key's
