@@ -252,6 +252,61 @@ fn payment_signature_pays_like_x_cash_secret() {
     assert_eq!((r.status, r.code().as_str()), (402, "payment_invalid"));
 }
 
+/// `accepted.amount` is the most the payer agreed to pay: a price above
+/// it (risen since the 402) is refused with nothing spent, a price at or
+/// below it is charged (the secret's rest is change), as is any price when
+/// the amount is left out.
+#[test]
+fn an_x402_payment_pays_at_most_its_accepted_amount() {
+    let s = Server::start();
+    let accepted = identity_requirements(&s);
+    assert_eq!(accepted["amount"], "60000000");
+    let secret = s.mint("1");
+    let with_amount = |units: &str| {
+        let mut a = accepted.clone();
+        a["amount"] = json!(units);
+        a
+    };
+    // Agreed to one unit: refused, nothing spent; the answer says why
+    // and carries the 402's requirements at the price.
+    let body = register_body(&Key::random(), "cheap");
+    let header = signature(&with_amount("1"), &secret, None);
+    let r = s.post_with("/api/identity", &[("PAYMENT-SIGNATURE", &header)], &body);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (402, "payment_insufficient"),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("accepted.amount"), "{}", r.text());
+    assert_eq!(
+        decoded(&r, "payment-required")["accepts"][0]["amount"],
+        "60000000"
+    );
+    assert_eq!(s.cash_state(&secret), (json!(false), json!("1")));
+    // Agreed to more than the price: the price is charged.
+    let header = signature(&with_amount("70000000"), &secret, None);
+    let r = s.post_with("/api/identity", &[("PAYMENT-SIGNATURE", &header)], &body);
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(decoded(&r, "payment-response")["amount"], "60000000");
+    assert!(
+        r.header("x-cash-change")
+            .unwrap()
+            .starts_with("e0.4:secret:")
+    );
+    // No amount: the price.
+    let mut open = accepted.clone();
+    open.as_object_mut().unwrap().remove("amount");
+    let other = s.mint("0.6");
+    let header = signature(&open, &other, None);
+    let r = s.post_with(
+        "/api/identity",
+        &[("PAYMENT-SIGNATURE", &header)],
+        &register_body(&Key::random(), "open"),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+}
+
 #[test]
 fn a_malformed_payment_signature_is_payment_invalid() {
     let s = Server::start();

@@ -196,6 +196,21 @@ pub fn presented<'a>(
             price,
         ));
     };
+    // An x402 payment agreed to its 402's amount: a price risen since
+    // (another fee component, another body) is not charged to it.
+    if let Some(accepted) = headers.x402.accepted.filter(|a| *a < price)
+        && headers.x402.seen.as_ref().is_some_and(|(s, _)| s == secret)
+    {
+        return Err(refusal(
+            "payment_insufficient",
+            format!(
+                "{action} costs {shown}, more than the {} the x402 payment's `accepted.amount` agreed to: pay again with the 402's entry; nothing was spent",
+                amount::format(accepted)
+            ),
+            action,
+            price,
+        ));
+    }
     // (No secret holds a comma: this is several, from two lines of one
     // header or from different payment headers.)
     if secret.contains(',') {

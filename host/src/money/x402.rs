@@ -60,6 +60,9 @@ pub struct Signature {
     pub invalid: Option<String>,
     /// The `payment-identifier` id, when one was given.
     pub id: Option<String>,
+    /// `accepted.amount`: the most the payer agreed to pay (units), when
+    /// given. A price above it (changed since the 402) is not charged.
+    pub accepted: Option<u64>,
     /// Keys of the idempotency records, set once the lookup found none.
     pub keys: Option<IdempotencyKeys>,
 }
@@ -84,7 +87,7 @@ pub struct IdempotencyKeys {
 /// a guess. The same payment again (same secret and payment identifier:
 /// a client that sends its payment both ways) is one payment.
 pub fn read_signature(signature: &mut Signature, value: &str) -> Option<String> {
-    let (secret, id) = match parse_signature(value) {
+    let (secret, id, accepted) = match parse_signature(value) {
         Ok(read) => read,
         Err(why) => {
             signature.invalid = Some(why);
@@ -102,13 +105,15 @@ pub fn read_signature(signature: &mut Signature, value: &str) -> Option<String> 
         None => {
             signature.seen = Some((secret.clone(), id.clone()));
             signature.id = id;
+            signature.accepted = accepted;
             Some(secret)
         }
     }
 }
 
-/// The secret and payment identifier of a `PAYMENT-SIGNATURE` value.
-pub fn parse_signature(value: &str) -> Result<(String, Option<String>), String> {
+/// The secret, payment identifier and accepted amount (units) of a
+/// `PAYMENT-SIGNATURE` value.
+pub fn parse_signature(value: &str) -> Result<(String, Option<String>, Option<u64>), String> {
     let value = value.trim();
     if value.len() > MAX_SIGNATURE {
         return Err(format!("is over {MAX_SIGNATURE} characters"));
@@ -145,18 +150,16 @@ pub fn parse_signature(value: &str) -> Result<(String, Option<String>), String> 
             crate::config::SERVICE_NAME
         ));
     }
-    // The price as the 402 gave it: units of 1e-8 as a string of digits.
-    // The secret's own amount is what pays; a price that changed since the
-    // 402 is not an error, a malformed one is.
-    if accepted.get("amount").is_some_and(|a| {
-        a.as_str()
-            .and_then(marketplace_common::uint::parse)
-            .is_none()
-    }) {
-        return Err(
-            "`accepted.amount` must be the 402's amount: units as a string of digits".into(),
-        );
-    }
+    // The price as the 402 gave it: units of 1e-8 as a string of digits,
+    // the most the payer agreed to pay (a price risen since the 402 is
+    // refused at the charge; a lower one is charged).
+    let amount =
+        match accepted.get("amount") {
+            None => None,
+            Some(a) => Some(a.as_str().and_then(marketplace_common::uint::parse).ok_or(
+                "`accepted.amount` must be the 402's amount: units as a string of digits",
+            )?),
+        };
     let secret = doc
         .get("payload")
         .and_then(|p| p.get("secret"))
@@ -176,7 +179,7 @@ pub fn parse_signature(value: &str) -> Result<(String, Option<String>), String> 
             ));
         }
     };
-    Ok((secret.trim().to_string(), id))
+    Ok((secret.trim().to_string(), id, amount))
 }
 
 fn valid_id(id: &str) -> bool {
@@ -552,11 +555,16 @@ mod tests {
         });
         assert_eq!(
             parse_signature(&b64(&ok)).unwrap(),
-            (secret.clone(), Some("pay_0123456789abcdef".to_string()))
+            (
+                secret.clone(),
+                Some("pay_0123456789abcdef".to_string()),
+                Some(30_000_000)
+            )
         );
         let mut p = Signature::default();
         assert_eq!(read_signature(&mut p, &b64(&ok)), Some(secret.clone()));
         assert!(p.invalid.is_none());
+        assert_eq!(p.accepted, Some(30_000_000));
         // The same payment again is the same payment (nothing added)...
         assert_eq!(read_signature(&mut p, &b64(&ok)), None);
         assert!(p.invalid.is_none());
