@@ -344,6 +344,20 @@ fn buy_validation_payment_and_parties() {
             .unwrap()
             .starts_with("CTR_")
     );
+    // A signer given under another action's member: 401 auth_required
+    // naming the member this action reads (accept's is the seller's).
+    let id = r.json()["contract_id"].as_str().unwrap().to_string();
+    let ts = fresh_ts(0);
+    let wrong = json!({"actor_fingerprint": d.seller.fp(), "timestamp": ts,
+                       "signature": d.seller.sign(&format!("accept:{id}:{}:{ts}", d.seller.fp()))});
+    let r = s.post_json(&format!("/api/arbitration/contracts/{id}/accept"), &wrong);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (401, "auth_required"),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("`seller_fingerprint`"), "{}", r.text());
     // A timestamp in milliseconds is well-formed, only far from the clock.
     let ts_ms = now_s() * 1000;
     let msg = format!("buy_contract:{}:{}:::{ts_ms}", d.buyer.fp(), d.post);

@@ -295,6 +295,7 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
 
     let payment = charge("buy", Some(units))?;
     let (buyer, reused) = verify_in_order(
+        "buyer_fingerprint",
         body.text("buyer_fingerprint").as_deref(),
         &format!(
             "buy_contract:{buyer_field}:{reference_post}:{}:{}",
@@ -576,6 +577,7 @@ fn act(req: &Request, action: Action) -> Result<Response, ApiError> {
     body.finish_signed(actor_field)?;
 
     let (actor, reused) = verify_in_order(
+        actor_field,
         body.text(actor_field).as_deref(),
         &signed_message(action, &id, &body),
         body.text("signature").as_deref(),

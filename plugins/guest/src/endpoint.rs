@@ -664,9 +664,11 @@ pub const LEGACY_UPDATES: crate::Setting = crate::Setting {
     check: |v| crate::settings::switch(v).map(drop),
 };
 
-/// Verify a signed statement from a request body. A missing actor or
-/// signature is 401 `auth_required`; the rest is decided by the host.
+/// Verify a signed statement from a request body. A missing actor (the
+/// body's `signer` member) or signature is 401 `auth_required`, naming
+/// that member; the rest is decided by the host.
 pub fn verify(
+    signer: &str,
     actor: Option<&str>,
     message: &str,
     signature: Option<&str>,
@@ -675,7 +677,7 @@ pub fn verify(
     legacy_single_use: bool,
 ) -> Result<String, ApiError> {
     let (Some(actor), Some(signature)) = (actor, signature) else {
-        return Err(unsigned());
+        return Err(unsigned(signer));
     };
     let statement = auth::Signed {
         actor: actor.to_string(),
@@ -693,6 +695,7 @@ pub fn verify(
 /// ([`Reused::check`]); every 401 comes first, as from `verify`. The actor
 /// is lower case.
 pub fn verify_in_order(
+    signer: &str,
     actor: Option<&str>,
     message: &str,
     signature: Option<&str>,
@@ -701,6 +704,7 @@ pub fn verify_in_order(
     legacy_single_use: bool,
 ) -> Result<(String, Reused), ApiError> {
     match verify(
+        signer,
         actor,
         message,
         signature,
@@ -765,12 +769,16 @@ pub fn registered(fingerprint: &str) -> Result<bool, ApiError> {
 }
 
 /// The error for a request without a signature or its signer's
-/// fingerprint: 401 `auth_required` (PROTOCOL section 2).
-pub fn unsigned() -> ApiError {
+/// fingerprint (the body's `signer` member, named: it differs between
+/// routes, and between a contract's actions): 401 `auth_required`
+/// (PROTOCOL section 2).
+pub fn unsigned(signer: &str) -> ApiError {
     ApiError::new(
         401,
         "auth_required",
-        "a signature and the signer's fingerprint are required",
+        format!(
+            "a signature and the signer's fingerprint are required (`signature` and `{signer}`)"
+        ),
     )
 }
 

@@ -81,6 +81,7 @@ fn signer(
     let actor = body.text(actor_field).map(|a| a.to_ascii_lowercase());
     let signature = body.text("signature");
     verify(
+        actor_field,
         actor.as_deref(),
         message,
         signature.as_deref(),
@@ -109,7 +110,7 @@ fn as_sent(body: &Body, field: &str) -> String {
 /// as PROTOCOL section 2 says of any signer.
 fn registered(body: &Body) -> Result<(String, Identity), ApiError> {
     let (Some(fingerprint), Some(_)) = (body.text("fingerprint"), body.text("signature")) else {
-        return Err(unsigned());
+        return Err(unsigned("fingerprint"));
     };
     if !is_fingerprint(&fingerprint) {
         return Err(ApiError::new(

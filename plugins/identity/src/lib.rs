@@ -165,6 +165,7 @@ fn register(req: &Request) -> Result<Response, ApiError> {
     );
     let payment = charge("identity", None)?;
     verify(
+        "pgp_public_key",
         Some(&fingerprint),
         &message,
         signature.as_deref(),
@@ -263,6 +264,7 @@ fn rate(req: &Request) -> Result<Response, ApiError> {
     precheck(actor.as_deref(), &message, signature.as_deref(), timestamp);
     let payment = charge("rate", None)?;
     let (actor, reused) = verify_in_order(
+        "actor_fingerprint",
         actor.as_deref(),
         &message,
         signature.as_deref(),

@@ -746,6 +746,7 @@ fn define(req: &Request) -> Result<Response, ApiError> {
     let (owner, mut reused) = match body.text("owner_fingerprint") {
         Some(_) => {
             let (owner, reused) = verify_in_order(
+                "owner_fingerprint",
                 body.text("owner_fingerprint").as_deref(),
                 &format!("define:{name}:{digest}"),
                 body.text("signature").as_deref(),

@@ -522,6 +522,7 @@ fn create(req: &Request) -> Result<Response, ApiError> {
         None,
     )?;
     let (author, reused) = verify_in_order(
+        "author_fingerprint",
         author.as_deref(),
         &message,
         signature.as_deref(),
@@ -602,6 +603,7 @@ fn authored_post(
     require_fresh: bool,
 ) -> Result<Post, ApiError> {
     let (author, reused) = verify_in_order(
+        "author_fingerprint",
         body.text("author_fingerprint").as_deref(),
         &format!("{action}:{post_id}"),
         body.text("signature").as_deref(),
