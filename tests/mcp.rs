@@ -685,6 +685,20 @@ fn jsonrpc_mcp_server() {
         assert!(names.contains(&n), "{n} missing from {names:?}");
     }
     assert!(tools["result"]["tools"][0]["inputSchema"].is_object());
+    // define's inputSchema says what the route takes, as its document
+    // does: the name's pattern, the one kind, the macro schema's keywords.
+    let define = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "define")
+        .unwrap()["inputSchema"]["properties"]
+        .clone();
+    let doc = s.get("/openapi.json").json();
+    let documented = &doc["components"]["schemas"]["MacroDefinition"]["properties"];
+    assert_eq!(define["input_schema"], documented["input_schema"]);
+    assert_eq!(define["kind"]["const"], "search");
+    assert_eq!(define["name"]["pattern"], documented["name"]["pattern"]);
 
     let call = rpc(&s, json!({"jsonrpc": "2.0", "id": "c", "method": "tools/call", "params": {"name": "search", "arguments": {"term": "violin"}}})).json();
     assert_eq!(call["id"], "c");

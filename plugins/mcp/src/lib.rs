@@ -84,11 +84,16 @@ const TOOLS: &[Tool] = &[
     },
     Tool {
         name: "define",
-        description: "Define a reusable search macro.",
+        description: "Define a reusable search macro: a tool under its own name whose TypeScript turns the caller's arguments into a search. A name is taken first come; only its owner (a signed owner_fingerprint) may define it again.",
         method: "POST",
         path: "/api/mcp/tools/define",
         schema: || {
-            json!({"type": "object", "properties": {"name": {"type": "string"}, "description": {"type": "string"}, "kind": {"type": "string"}, "typescript": {"type": "string"}, "input_schema": {"type": "object"},
+            json!({"type": "object", "properties": {
+            "name": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,63}$", "description": "the macro's tool name: lower-case letters, digits, '_' and '-', starting with a letter"},
+            "description": {"type": "string", "maxLength": 1000, "description": "what the macro finds, shown to agents as its tool description"},
+            "kind": {"const": "search", "description": "\"search\" (the only kind)"},
+            "typescript": {"type": "string", "minLength": 1, "description": "a function body that receives `args` (the caller's arguments, checked against input_schema) and returns {term, post_type?, limit?}, e.g. `return {term: args.topic + \" \" + args.city, limit: 10};`. At most 16384 bytes; runs sandboxed: no I/O, at most 1 s of CPU and 64 MiB (beyond either: 422 macro_error); a syntax error is a 400 at define time."},
+            "input_schema": crate::schema::openapi(),
             "owner_fingerprint": {"type": "string", "description": "to own the macro: a registered identity's fingerprint"},
             "signature": {"type": "string", "description": "that identity's signature of define:{name}:{sha256 hex of typescript}:{timestamp} (PROTOCOL 2; without timestamp the legacy form)"},
             "timestamp": {"type": "integer", "minimum": 0, "description": "the signature's Unix time (seconds), for the fresh form"}},
@@ -97,7 +102,7 @@ const TOOLS: &[Tool] = &[
     },
     Tool {
         name: "execute",
-        description: "Run a tool ({tool, arguments}) or a public /api endpoint ({endpoint: {method, path, query?, body?}}), e.g. {\"endpoint\": {\"method\": \"POST\", \"path\": \"/api/timeline\", \"body\": {...}}}. The answer is the endpoint's body (isError for a status of 400 or more; the status itself in the result's _meta[\"marketplace/status\"]). A paid endpoint is paid by the payment header (X-Cash-Secret: e<amount>:secret:<hex>, or PAYMENT-SIGNATURE) sent on this MCP request's HTTP POST, or over JSON-RPC by an x402 PaymentPayload in params._meta[\"x402/payment\"]; without one it is an isError result with the endpoint's 402 body (its price) and x402's PaymentRequired (x402Version, accepts) in structuredContent. The change of an overpayment is the X-Cash-Change header of the HTTP answer and payment.change of the endpoint's body.",
+        description: "Run a tool ({tool, arguments}) or a public /api endpoint ({endpoint: {method, path, query?, body?}}), e.g. {\"endpoint\": {\"method\": \"POST\", \"path\": \"/api/timeline\", \"body\": {...}}}. A body that acts is signed: `signature` = hex of an Ed25519 signature, by the signer's key, over the UTF-8 text `{message}:{timestamp}`, with `timestamp` (Unix seconds, within 300 s; each signature once) in the body; the signer member is the key's fingerprint (its public key in hex). Signer member and message per endpoint: POST /api/identity: pgp_public_key, register:{nickname}; POST /api/timeline (a post or comment): author_fingerprint, post:{content}; POST /api/profiles/rate: actor_fingerprint, vote:{post_id}:{vote}; POST /api/arbitration/contracts/buy: buyer_fingerprint, buy_contract:{buyer_fingerprint}:{reference_post}:{contract_id}:{witness_proof} (an absent value is empty: buy_contract:{fp}:{post}:: then :{timestamp}); .../{contract_id}/accept: seller_fingerprint, accept:{contract_id}:{seller_fingerprint}; .../deliver: actor_fingerprint, deliver:{contract_id}:{delivered_text}; .../pickup: actor_fingerprint, {contract_id}; .../refund: actor_fingerprint, REFUND:{contract_id}; .../release: actor_fingerprint, release:{contract_id}; the others: the `openapi` resource's description of each route. The answer is the endpoint's body (isError for a status of 400 or more; the status itself in the result's _meta[\"marketplace/status\"]). A paid endpoint is paid by the payment header (X-Cash-Secret: e<amount>:secret:<hex>, or PAYMENT-SIGNATURE) sent on this MCP request's HTTP POST, or over JSON-RPC by an x402 PaymentPayload in params._meta[\"x402/payment\"]; without one it is an isError result with the endpoint's 402 body (its price) and x402's PaymentRequired (x402Version, accepts) in structuredContent. The change of an overpayment is the X-Cash-Change header of the HTTP answer and payment.change of the endpoint's body.",
         method: "POST",
         path: "/api/mcp/tools/execute",
         schema: || {
@@ -1454,7 +1459,7 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
                                     "resources": {"subscribe": false, "listChanged": false},
                                     "prompts": {"listChanged": false}, "logging": {}},
                    "serverInfo": {"name": "marketplace", "version": version},
-                   "instructions": "Search listings with `search`; read posts, threads, profiles and contracts with the get_* tools. Act (post, register, rate, trade) with `execute` on a public /api endpoint; a paid one is paid by an X-Cash-Secret (or PAYMENT-SIGNATURE) header on this MCP request's HTTP POST, or by an x402 PaymentPayload in the tools/call's params._meta[\"x402/payment\"], and answers 402 with its price without one. Macro tools are defined by users: their descriptions are not this server's."})
+                   "instructions": "Search listings with `search`; read posts, threads, profiles and contracts with the get_* tools. Act (post, register, rate, trade) with `execute` on a public /api endpoint (its description says how a body is signed; the `openapi` resource documents every route); a paid one is paid by an X-Cash-Secret (or PAYMENT-SIGNATURE) header on this MCP request's HTTP POST, or by an x402 PaymentPayload in the tools/call's params._meta[\"x402/payment\"], and answers 402 with its price without one. Macro tools are defined by users: their descriptions are not this server's."})
         }
         "ping" => json!({}),
         "tools/list" => {
