@@ -96,7 +96,7 @@ pub const OPS: &[Op] = &[
             "refund",
             "contracts",
             "Refund",
-            "Signed `REFUND:{id}`; see the transition table.",
+            "Signed `REFUND:{id}`. By the buyer: issued -> refunded, or active -> refunded once `delivery_deadline` has passed. By the seller: active or delivered -> refunded. The refund is the buyer's to pick up (`pickup`). Who may act now: `actions_by_role` of the contract's status.",
         )
     },
     Op {
@@ -207,7 +207,7 @@ pub fn schemas() -> Value {
         "GraphQl": obj(&[("query", json!({"type": "string", "maxLength": 10000})), ("operationName", json!({"type": ["string", "null"]})), ("variables", json!({"type": ["object", "null"]}))], &["query"]),
         "GraphQlAnswer": obj(&[("data", json!({"type": ["object", "null"]})), ("errors", json!({"type": "array", "items": obj(&[("message", t("string"))], &["message"])}))], &[]),
         "Contract": contract,
-        "ContractStatus": obj(&[("contract_id", t("string")), ("status", t("string")), ("allowed_actions", json!({"type": "array", "items": t("string")})), ("updated_at", t("string"))], &["contract_id", "status", "allowed_actions"]),
+        "ContractStatus": obj(&[("contract_id", t("string")), ("status", t("string")), ("allowed_actions", json!({"type": "array", "items": t("string")})), ("actions_by_role", json!({"type": "object", "description": "allowed_actions split by who may take them now: the buyer's and the seller's (a pickup may be both parties', each collecting their own)", "properties": {"buyer": {"type": "array", "items": t("string")}, "seller": {"type": "array", "items": t("string")}}, "required": ["buyer", "seller"]})), ("updated_at", t("string"))], &["contract_id", "status", "allowed_actions"]),
         "Action": with_signature(vec![("actor_fingerprint", t("string"))], &[]),
         "Accept": with_signature(vec![("seller_fingerprint", t("string"))], &[]),
         "Deliver": with_signature(vec![("actor_fingerprint", t("string")), ("delivered_text", nonblank(65536)), ("witness_secret", t("string"))], &["delivered_text"]),

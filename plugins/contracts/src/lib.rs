@@ -88,6 +88,12 @@ impl Contract {
         machine::allowed_actions(self.status, self.deadline_passed())
     }
 
+    /// [`Contract::allowed`] per party: who may act next.
+    fn allowed_by_role(&self) -> Value {
+        let of = |role| machine::actions_of(self.status, role, self.deadline_passed());
+        json!({"buyer": of(machine::Role::Buyer), "seller": of(machine::Role::Seller)})
+    }
+
     /// The public document (never a secret).
     fn public(&self) -> Value {
         json!({
@@ -192,7 +198,8 @@ impl Endpoint for Contracts {
                 Ok(json(
                     200,
                     &json!({"contract_id": c.contract_id, "status": c.status.name(),
-                            "allowed_actions": c.allowed(), "updated_at": c.updated_at}),
+                            "allowed_actions": c.allowed(),
+                            "actions_by_role": c.allowed_by_role(), "updated_at": c.updated_at}),
                 ))
             }
             ("POST", "/api/arbitration/contracts/{id}/accept") => act(req, Action::Accept),

@@ -191,6 +191,21 @@ pub fn allowed_actions(state: State, deadline_passed: bool) -> Vec<&'static str>
     out
 }
 
+/// The actions `role` may take in `state` now (a move or a pickup that
+/// collects): who must act next, which [`allowed_actions`] does not say.
+pub fn actions_of(state: State, role: Role, deadline_passed: bool) -> Vec<&'static str> {
+    [Accept, Deliver, Pickup, Release, Refund]
+        .into_iter()
+        .filter(|a| {
+            matches!(
+                decide(state, *a, role, deadline_passed),
+                Verdict::Move(_) | Verdict::Collect(_)
+            )
+        })
+        .map(Action::name)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,5 +256,32 @@ mod tests {
         );
         assert_eq!(allowed_actions(Settled, false), ["pickup"]);
         assert_eq!(allowed_actions(Refunded, false), ["pickup"]);
+    }
+
+    #[test]
+    fn actions_per_role_are_the_allowed_ones_split() {
+        let of = |s, r, d| actions_of(s, r, d);
+        assert_eq!(of(Issued, Seller, false), ["accept"]);
+        assert_eq!(of(Issued, Buyer, false), ["refund"]);
+        assert_eq!(of(Active, Seller, false), ["deliver", "release", "refund"]);
+        assert_eq!(of(Active, Buyer, false), ["release"]);
+        assert_eq!(of(Active, Buyer, true), ["release", "refund"]);
+        assert_eq!(of(Delivered, Buyer, false), ["pickup", "release"]);
+        assert_eq!(of(Delivered, Seller, false), ["refund"]);
+        assert_eq!(of(Settled, Buyer, false), ["pickup"]);
+        assert_eq!(of(Settled, Seller, false), ["pickup"]);
+        assert_eq!(of(Refunded, Buyer, false), ["pickup"]);
+        assert!(of(Refunded, Seller, false).is_empty());
+        // Together, every allowed action and nothing else.
+        for s in [Issued, Active, Delivered, Settled, Refunded] {
+            for d in [false, true] {
+                let mut both = [of(s, Buyer, d), of(s, Seller, d)].concat();
+                both.sort_unstable();
+                both.dedup();
+                let mut allowed = allowed_actions(s, d);
+                allowed.sort_unstable();
+                assert_eq!(both, allowed, "{s:?} {d}");
+            }
+        }
     }
 }

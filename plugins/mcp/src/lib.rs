@@ -167,7 +167,7 @@ const TOOLS: &[Tool] = &[
     },
     Tool {
         name: "get_contract_status",
-        description: "A contract's status and allowed actions.",
+        description: "A contract's status, the actions allowed now, and who may take each (actions_by_role: the buyer's and the seller's).",
         method: "GET",
         path: "/api/arbitration/contracts/{contract_id}/status",
         schema: contract_id_schema,

@@ -103,7 +103,7 @@ const PROMPTS: &[Prompt] = &[
             format!(
                 "Where does arbitration contract {id} stand?\n\
                  Call `get_contract_status` with contract_id {id} (and `get_contract` for its terms), then explain in plain words its state, \
-                 who must act next, the actions allowed now and their deadlines, and what happens to the escrowed money in each case."
+                 who must act next (its actions_by_role), the actions allowed now and their deadlines, and what happens to the escrowed money in each case."
             )
         },
     },
