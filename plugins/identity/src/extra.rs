@@ -296,7 +296,7 @@ pub fn recovery_scan(req: &Request) -> Result<Response, ApiError> {
                     (Some(_), Some(fp), Some(_)) if !is_fingerprint(fp) => body.problem(
                         "probes",
                         format!(
-                            "probe {i}'s fingerprint must be 64 hexadecimal digits (the SHA-256 of its key)"
+                            "probe {i}'s fingerprint must be 64 hexadecimal digits (its Ed25519 public key)"
                         ),
                     ),
                     (Some(index), Some(fp), Some(sig)) if sig.chars().count() <= 256 => {
