@@ -176,32 +176,37 @@ pub fn decide(state: State, action: Action, role: Role, deadline_passed: bool) -
     }
 }
 
-/// Every action some party could take in `state`.
-pub fn allowed_actions(state: State, deadline_passed: bool) -> Vec<&'static str> {
-    let mut out: Vec<&'static str> = Vec::new();
-    for a in [Accept, Deliver, Pickup, Release, Refund] {
-        let possible = TABLE
-            .iter()
-            .any(|r| r.action == a && r.from == state && applies(r, deadline_passed))
-            || (a == Pickup && PICKUPS.iter().any(|(s, _, _)| *s == state));
-        if possible {
-            out.push(a.name());
-        }
-    }
-    out
+/// Every action, in the order answers list them.
+const ACTIONS: [Action; 5] = [Accept, Deliver, Pickup, Release, Refund];
+
+/// Whether `role` may take `action` in `state` now (a move, or a pickup
+/// that collects).
+fn may(state: State, action: Action, role: Role, deadline_passed: bool) -> bool {
+    matches!(
+        decide(state, action, role, deadline_passed),
+        Verdict::Move(_) | Verdict::Collect(_)
+    )
 }
 
-/// The actions `role` may take in `state` now (a move or a pickup that
-/// collects): who must act next, which [`allowed_actions`] does not say.
-pub fn actions_of(state: State, role: Role, deadline_passed: bool) -> Vec<&'static str> {
-    [Accept, Deliver, Pickup, Release, Refund]
+/// Every action some party could take in `state`.
+pub fn allowed_actions(state: State, deadline_passed: bool) -> Vec<&'static str> {
+    ACTIONS
         .into_iter()
         .filter(|a| {
-            matches!(
-                decide(state, *a, role, deadline_passed),
-                Verdict::Move(_) | Verdict::Collect(_)
-            )
+            [Buyer, Seller]
+                .into_iter()
+                .any(|r| may(state, *a, r, deadline_passed))
         })
+        .map(Action::name)
+        .collect()
+}
+
+/// The actions `role` may take in `state` now: who must act next, which
+/// [`allowed_actions`] does not say.
+pub fn actions_of(state: State, role: Role, deadline_passed: bool) -> Vec<&'static str> {
+    ACTIONS
+        .into_iter()
+        .filter(|a| may(state, *a, role, deadline_passed))
         .map(Action::name)
         .collect()
 }
