@@ -259,20 +259,31 @@ pub fn post() -> Value {
                 "rating",
                 obj(&[("up", t("integer")), ("down", t("integer"))], &[]),
             ),
-            (
-                "listing",
-                obj(
-                    &[
-                        ("terms", t("boolean")),
-                        ("descriptor", json!({"type": ["string", "null"]})),
-                        ("verified", t("boolean")),
-                    ],
-                    &[],
-                ),
-            ),
+            ("listing", listing()),
         ],
         &["post_id", "author_fingerprint", "content", "post_type"],
     )
+}
+
+/// A post's listing check (PROTOCOL 5), from its attachments' names.
+fn listing() -> Value {
+    let mut names: Vec<Value> = crate::posts::DESCRIPTORS.iter().map(|d| json!(d)).collect();
+    names.push(Value::Null);
+    let mut schema = obj(
+        &[
+            ("terms", t("boolean")),
+            (
+                "descriptor",
+                json!({"type": ["string", "null"], "enum": names}),
+            ),
+            ("verified", t("boolean")),
+        ],
+        &[],
+    );
+    schema["description"] = json!(
+        "From the attachments' names, compared ignoring ASCII case: `terms` when one is named terms.md; `descriptor` the first of service.md, product.md, skill.md and description.md that one is named, written in lower case whatever the attachment's own case (null: none); `verified` both."
+    );
+    schema
 }
 
 /// The `SearchResults` schema (GET /api/search, the MCP search tool).
