@@ -74,7 +74,7 @@ pub(crate) fn account(family: &str, contract: &str) -> Result<String, Reply> {
 }
 
 fn internal(e: impl std::fmt::Display) -> Reply {
-    tracing::error!("escrow: {e}");
+    crate::store::log_failure("escrow", &e);
     Reply::error(500, "internal", "internal error")
 }
 

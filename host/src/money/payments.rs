@@ -250,7 +250,7 @@ pub fn charge(
         return Err(insufficient(paid, action, price));
     }
     let internal = |e: anyhow::Error| {
-        tracing::error!("ledger write failed: {e:#}");
+        crate::store::log_failure("ledger write failed", &format_args!("{e:#}"));
         Reply::error(500, "internal", "internal error")
     };
     ledger.spend(txn, &public).map_err(internal)?;
@@ -291,7 +291,7 @@ pub fn charge(
 pub fn secret_refused(e: SecretError, action: &str, price: u64) -> Reply {
     match e {
         SecretError::Storage(e) => {
-            tracing::error!(action, "payment check: {e}");
+            crate::store::log_failure(&format!("payment check ({action})"), &e);
             Reply::error(500, "internal", "internal error")
         }
         SecretError::Malformed(m) => refusal(

@@ -330,6 +330,23 @@ pub enum ReadTxn {
     Pg(pg::PgRead),
 }
 
+/// What a lost race ([`StorageError::Conflict`]) says.
+pub const CONFLICT: &str = "conflict with a concurrent transaction";
+
+/// Log the host's own storage operation that failed (`what` failed:
+/// `error`): a lost race on the shared store at `debug`, since its request
+/// runs again from the start (the host logs that at `info`), anything
+/// else at `error`. The error may come as text (the ledger's), so a lost
+/// race is known by what it says.
+pub fn log_failure(what: &str, error: &dyn std::fmt::Display) {
+    let text = error.to_string();
+    if text.ends_with(CONFLICT) {
+        tracing::debug!("{what}: {text}");
+    } else {
+        tracing::error!("{what}: {text}");
+    }
+}
+
 /// Why a storage operation failed.
 #[derive(Debug)]
 pub enum StorageError {
@@ -348,7 +365,7 @@ impl std::fmt::Display for StorageError {
             StorageError::ReadOnly => write!(f, "read-only transaction"),
             StorageError::UnknownKeyspace(k) => write!(f, "unknown keyspace {k}"),
             StorageError::TooLarge(m) => write!(f, "too large: {m}"),
-            StorageError::Conflict => write!(f, "conflict with a concurrent transaction"),
+            StorageError::Conflict => f.write_str(CONFLICT),
             StorageError::Internal(m) => write!(f, "storage: {m}"),
         }
     }
@@ -1719,6 +1736,43 @@ pub(crate) fn temp_storage() -> (tempfile::TempDir, Storage) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lost_race_is_logged_at_debug_and_other_failures_at_error() {
+        use std::sync::{Arc, Mutex};
+        let lines = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let sink = lines.clone();
+        let dispatch: tracing::Dispatch = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || CaptureWriter(sink.clone()))
+            .finish()
+            .into();
+        tracing::dispatcher::with_default(&dispatch, || {
+            log_failure("escrow", &StorageError::Conflict);
+            // As the ledger passes it on: text.
+            log_failure("payment check", &StorageError::Conflict.to_string());
+            log_failure("escrow", &StorageError::Internal("disk full".into()));
+        });
+        let text = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
+        let levels: Vec<&str> = text
+            .lines()
+            .map(|l| l.split_whitespace().nth(1).unwrap_or_default())
+            .collect();
+        assert_eq!(levels, ["DEBUG", "DEBUG", "ERROR"], "{text}");
+        assert!(text.contains("escrow: storage: disk full"), "{text}");
+    }
+
+    struct CaptureWriter(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for CaptureWriter {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
 
     #[test]
     fn keyspace_tables_are_named_as_ever() {
