@@ -1188,14 +1188,11 @@ fn one_address_runs_two_runaway_macros_at_a_time_and_its_other_requests_go_on() 
         // Each waited its turn and then ran to its budget: none was refused.
         assert_eq!(t.join().unwrap(), (422, "macro_error".to_string()));
     }
-    // (On a shared store every call runs on a blocking thread, where the
-    // OS shares the cores between them: the turns are the async workers'.)
-    if !common::backend_is_postgres() {
-        assert!(
-            s.metric("marketplace_plugin_address_waits_total") >= 1,
-            "the later runs waited for the first ones"
-        );
-    }
+    // (On a shared store too, where every call runs on a blocking thread.)
+    assert!(
+        s.metric("marketplace_plugin_address_waits_total") >= 1,
+        "the later runs waited for the first ones"
+    );
     assert_eq!(s.get("/api/health").json()["status"], "ok");
 }
 
@@ -1268,16 +1265,10 @@ fn behind_a_trusted_proxy_long_calls_count_against_the_forwarded_client() {
         "198.51.100.3",
         "198.51.100.4",
     ]);
-    // (On a shared store every call runs on a blocking thread: the
-    // turns, and so the waits, are the async workers'.)
-    if !common::backend_is_postgres() {
-        assert_eq!(s.metric("marketplace_plugin_address_waits_total"), 0);
-    }
+    assert_eq!(s.metric("marketplace_plugin_address_waits_total"), 0);
     // One client with four: its later runs wait for its first ones.
     runs(&["198.51.100.9"; 4]);
-    if !common::backend_is_postgres() {
-        assert!(s.metric("marketplace_plugin_address_waits_total") >= 1);
-    }
+    assert!(s.metric("marketplace_plugin_address_waits_total") >= 1);
 }
 
 /// A raw HTTP/1.1 POST with exactly these headers (`host` among them),

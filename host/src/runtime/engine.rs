@@ -1207,17 +1207,25 @@ impl Runtime {
             let limiter = data.limiter();
             Ok(if limiter.expired() {
                 UpdateDeadline::Interrupt
-            } else if limiter.yields && !limiter.holds_batch {
-                // On an async worker: let the worker's other tasks run (a
-                // long call also waits for its turn; `long_calls`).
-                if limiter.long.account() {
+            } else if limiter.holds_batch {
+                UpdateDeadline::Continue(1)
+            } else {
+                // A long call counts against its client address, wherever
+                // it runs (`long_calls`).
+                if limiter.account_long() {
                     data.count_long();
                 }
                 let limiter = data.limiter();
-                let deadline = limiter.deadline();
-                UpdateDeadline::YieldCustom(1, limiter.long.yield_now(deadline))
-            } else {
-                UpdateDeadline::Continue(1)
+                if limiter.yields {
+                    // On an async worker: let the worker's other tasks run
+                    // (a long call also waits for its turn).
+                    let deadline = limiter.deadline();
+                    UpdateDeadline::YieldCustom(1, limiter.long.yield_now(deadline))
+                } else {
+                    // On a blocking thread (every call, on a shared store):
+                    // the operating system shares the cores.
+                    UpdateDeadline::Continue(1)
+                }
             })
         });
         store

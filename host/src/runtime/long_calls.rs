@@ -188,7 +188,8 @@ pub struct LongCall {
     pub takes_turns: bool,
     /// The client's address, while the call may still count against it.
     pub client: Option<IpAddr>,
-    /// When the call started.
+    /// When the call started, or, for one that never yields, when its
+    /// time was last counted.
     started: Option<Instant>,
     /// Its own time so far, counted at its ticks.
     ran: Duration,
@@ -215,7 +216,8 @@ impl LongCall {
     /// it is now long and should count against its client (with its
     /// family: [`LongCall::count_against`]).
     pub fn account(&mut self) -> bool {
-        let now = micros(Instant::now());
+        let at = Instant::now();
+        let now = micros(at);
         let since = match &self.running {
             Some(r) => r.resumed.load(Ordering::Relaxed),
             None => self.started.map_or(now, micros),
@@ -223,9 +225,11 @@ impl LongCall {
         let ran = Duration::from_micros(now.saturating_sub(since));
         self.ran += ran.saturating_sub(self.waited);
         self.waited = Duration::ZERO;
-        if let Some(r) = &self.running {
-            // Counted up to now (a tick that does not yield runs on).
-            r.resumed.store(now, Ordering::Relaxed);
+        // Counted up to now (a tick that does not yield runs on).
+        match &self.running {
+            Some(r) => r.resumed.store(now, Ordering::Relaxed),
+            // (A call that never yields: one on a blocking thread.)
+            None => self.started = Some(at),
         }
         self.takes_turns && self.long_of.is_none() && self.client.is_some() && self.ran >= LONG_CALL
     }

@@ -1395,7 +1395,10 @@ async fn serve_route(
                 let app2 = app.clone();
                 let family_name = family.clone();
                 tokio::task::spawn_blocking(move || {
-                    span.in_scope(|| app2.runtime.handle(&family_name, request, payment, writes))
+                    span.in_scope(|| {
+                        app2.runtime
+                            .handle_from(&family_name, request, payment, writes, caller)
+                    })
                 })
                 .await
                 .map_err(|e| e.to_string())
