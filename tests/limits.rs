@@ -432,6 +432,86 @@ fn addresses_holding_every_place_give_way_to_a_new_client() {
     assert_eq!(&head, b"HTTP/1.1 ");
 }
 
+/// Two addresses holding every place with requests that wait their turn
+/// (each address's runaway calls running at its long-call limit, the next
+/// requests queued behind them) do not keep a third client out: a
+/// connection whose request waits to be admitted gives way, answered 503
+/// and closed. The running ones are kept.
+#[test]
+fn requests_waiting_their_turn_give_way_to_a_new_client() {
+    let s = server_with(
+        true,
+        &[
+            ("MARKETPLACE_MAX_CONNECTIONS", "8"),
+            ("MARKETPLACE_MAX_CONNECTIONS_PER_IP", "4"),
+            ("MARKETPLACE_HEADER_TIMEOUT_MS", "120000"),
+            // The loops run until then, and the waiting ones wait.
+            ("MARKETPLACE_REQUEST_TIMEOUT_MS", "20000"),
+        ],
+    );
+    let loop_request = b"GET /_testing/loop HTTP/1.1\r\nhost: x\r\n\r\n";
+    let mut running = vec![];
+    for ip in [[127, 0, 0, 2], [127, 0, 0, 3]] {
+        for _ in 0..2 {
+            let mut c = common::connect_from(ip, s.addr);
+            c.write_all(loop_request).unwrap();
+            running.push(c);
+        }
+    }
+    // Each address's two calls run long (past 5 ms of their own time)...
+    let until = Instant::now() + Duration::from_secs(20);
+    while s.metric("marketplace_requests_in_flight") < 4 {
+        assert!(Instant::now() < until, "the loops never all began");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // ... so each address's next two wait for their turn, holding the
+    // other four places.
+    let mut waiting = vec![];
+    for ip in [[127, 0, 0, 2], [127, 0, 0, 3]] {
+        for _ in 0..2 {
+            let mut c = common::connect_from(ip, s.addr);
+            c.write_all(loop_request).unwrap();
+            waiting.push(c);
+        }
+    }
+    while s.metric("marketplace_plugin_address_waits_total") < 4 {
+        assert!(Instant::now() < until, "the requests never waited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = common::try_request(s.addr, "GET", "/api/health", &[], None)
+        .unwrap_or_else(|e| panic!("the new client was not served: {e}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(s.metric("marketplace_connections_closed_for_room_total") >= 1);
+    // One waiting request was answered 503, its connection closed; the
+    // running ones are still running.
+    let mut gave_way = None;
+    while gave_way.is_none() {
+        assert!(Instant::now() < until, "no waiting request gave way");
+        for c in &mut waiting {
+            c.set_nonblocking(true).unwrap();
+            let ready = matches!(c.peek(&mut [0u8; 1]), Ok(n) if n > 0);
+            c.set_nonblocking(false).unwrap();
+            if ready {
+                gave_way = Some(common::read_response(c));
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = gave_way.unwrap();
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (503, "plugin_unavailable"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(r.header("retry-after").is_some());
+    assert!(s.metric("marketplace_requests_in_flight") >= 4);
+    drop((running, waiting));
+}
+
 #[test]
 fn one_address_holds_at_most_its_share_of_connections() {
     let s = server_with(false, &[("MARKETPLACE_MAX_CONNECTIONS_PER_IP", "3")]);

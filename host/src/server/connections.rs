@@ -10,7 +10,10 @@
 //! whole request head is closed at once (nothing of it was read), one
 //! between requests as hyper's graceful shutdown closes it (at once when
 //! idle, else after its answer; dropped if that answer is not read within
-//! the header timeout). A connection inside a request is never chosen, and
+//! the header timeout). When every connection is inside a request, one
+//! whose request has not run is chosen: one still receiving its body is
+//! closed, one waiting to be admitted is answered 503 and closed. A
+//! connection inside a running request is never chosen, and
 //! one whose socket holds a request hyper has not read yet declines (it
 //! is not closed; another is chosen). One is chosen at a time.
 
@@ -60,6 +63,11 @@ pub struct State {
     receiving: AtomicBool,
     /// Closed to make room with such a request (see [`State::drop_receiving`]).
     dropped_receiving: AtomicBool,
+    /// Inside a request waiting to be admitted (its address's turn among
+    /// its long calls, or a slot): it has not run.
+    waiting: AtomicBool,
+    /// Tells that waiting request to give its place up.
+    give_way: Notify,
     close: Notify,
 }
 
@@ -75,6 +83,8 @@ impl Default for State {
             close: Notify::new(),
             receiving: AtomicBool::new(false),
             dropped_receiving: AtomicBool::new(false),
+            waiting: AtomicBool::new(false),
+            give_way: Notify::new(),
         }
     }
 }
@@ -141,6 +151,31 @@ impl State {
         self.receiving.load(Ordering::Acquire)
     }
 
+    /// While the guard lives, this connection's request waits to be
+    /// admitted: it may be told to give way to make room (see
+    /// [`Open::make_room`], [`State::given_way`]).
+    pub fn waiting_for_admission(self: &Arc<Self>) -> WaitingForAdmission {
+        self.waiting.store(true, Ordering::Release);
+        WaitingForAdmission(self.clone())
+    }
+
+    /// Whether its request still waits to be admitted.
+    pub fn is_waiting(&self) -> bool {
+        self.waiting.load(Ordering::Acquire)
+    }
+
+    /// Tell the request waiting to be admitted to give way (it is answered
+    /// 503 and the connection closes after).
+    pub fn tell_to_give_way(&self) {
+        self.give_way.notify_one();
+    }
+
+    /// Resolves once the request waiting to be admitted is told to give
+    /// way.
+    pub async fn given_way(&self) {
+        self.give_way.notified().await
+    }
+
     /// Note that this connection is closed to make room while its
     /// request's body was still coming: that request never ran, and its log
     /// line says so ([`State::closed_for_room`]), not that its client left.
@@ -171,6 +206,15 @@ pub struct ReceivingBody(Arc<State>);
 impl Drop for ReceivingBody {
     fn drop(&mut self) {
         self.0.receiving.store(false, Ordering::Release);
+    }
+}
+
+/// A request waiting to be admitted ([`State::waiting_for_admission`]).
+pub struct WaitingForAdmission(Arc<State>);
+
+impl Drop for WaitingForAdmission {
+    fn drop(&mut self) {
+        self.0.waiting.store(false, Ordering::Release);
     }
 }
 
@@ -220,10 +264,12 @@ impl Open {
     /// not served yet): not inside a request, of the address holding the
     /// most such connections (of those, the one holding the most in all),
     /// the oldest of those; when every other is inside a request, one
-    /// whose request is still receiving its body (it has not run), chosen
-    /// the same way. (Bodies trickled a byte at a time from two addresses
-    /// held every place for `body_timeout_ms` at a time, again and
-    /// again.) False when every other connection is inside a running
+    /// whose request has not run (its body is still coming, or it waits
+    /// to be admitted), chosen the same way. (Bodies trickled a byte at a
+    /// time from two addresses held every place for `body_timeout_ms` at
+    /// a time, again and again; two addresses' runaway macros, each
+    /// connection with the next request queued behind its own, held every
+    /// place as long as they kept sending.) False when every other connection is inside a running
     /// request, or one chosen before is still closing (one at a time: no
     /// more are closed than places needed).
     pub fn make_room(&self, newcomer: &Held) -> bool {
@@ -256,7 +302,7 @@ impl Open {
                                 && !(s.never_requested()
                                     && now.saturating_duration_since(s.since) < FIRST_HEAD_GRACE)
                         } else {
-                            s.is_receiving()
+                            s.is_receiving() || s.is_waiting()
                         }
                 })
                 .collect()
@@ -444,6 +490,37 @@ mod tests {
         assert!(lone.state.chosen.load(Ordering::Acquire));
         drop(_lone_body);
         drop(lone);
+        assert!(
+            !open.make_room_at(&newcomer, later()),
+            "a running request is never chosen"
+        );
+    }
+
+    #[test]
+    fn with_every_request_running_room_comes_from_one_waiting_its_turn() {
+        let open = Open::new(0);
+        let running = open.admit(ip(1)).unwrap();
+        running.state.request_started();
+        let queued: Vec<Held> = (0..2).map(|_| open.admit(ip(2)).unwrap()).collect();
+        let waits: Vec<WaitingForAdmission> = queued
+            .iter()
+            .map(|h| {
+                h.state.request_started();
+                h.state.waiting_for_admission()
+            })
+            .collect();
+        let newcomer = open.admit(ip(4)).unwrap();
+        assert!(open.make_room_at(&newcomer, later()));
+        assert!(queued[0].state.chosen.load(Ordering::Acquire));
+        assert!(!running.state.chosen.load(Ordering::Acquire));
+        // Told to give way, the waiting request hears it (its permit is
+        // kept until it listens).
+        queued[0].state.tell_to_give_way();
+        let heard = queued[0].state.given_way();
+        assert!(futures_util::FutureExt::now_or_never(heard).is_some());
+        // Admitted meanwhile, it runs: never chosen then.
+        drop(waits);
+        queued[0].state.chosen.store(false, Ordering::Release);
         assert!(
             !open.make_room_at(&newcomer, later()),
             "a running request is never chosen"

@@ -692,7 +692,13 @@ impl Conn {
                             state.drop_receiving();
                             break Ok(());
                         }
-                        if socket.request_waiting() || !state.between_requests() {
+                        let gives_way = state.is_waiting();
+                        if gives_way {
+                            // Its request waits to be admitted (it has not
+                            // run): answered 503 now, then closed.
+                            tracing::debug!(%peer, "connection closed to make room: its request was waiting to be admitted");
+                            state.tell_to_give_way();
+                        } else if socket.request_waiting() || !state.between_requests() {
                             state.decline();
                             continue;
                         }
@@ -701,9 +707,10 @@ impl Conn {
                             tracing::debug!(%peer, "connection closed to make room: no request yet");
                             break Ok(());
                         }
-                        // Between requests: closed when idle, or after the
-                        // answer it has begun meanwhile; one whose answer
-                        // is not read within the header timeout is dropped.
+                        // Between requests (or giving way): closed when
+                        // idle, or after the answer it has begun meanwhile;
+                        // one whose answer is not read within the header
+                        // timeout is dropped.
                         conn.as_mut().graceful_shutdown();
                         break loop {
                             match tokio::time::timeout(header_timeout, conn.as_mut()).await {
@@ -1292,28 +1299,51 @@ async fn serve_route(
     // clients (up to the connection limits) cannot keep a family's
     // requests from running.
     // A client whose calls already run long waits first, holding no slot
-    // (see `long_calls`).
-    let counted = match &route.handler {
-        Handler::Family(family) => {
-            match long_calls::address_turn(client, family, family_wait(app)).await {
-                Ok(counted) => counted,
-                Err(()) => {
-                    return busy(format!(
-                        "{family} is busy: {} of this address's requests of it are running long; retry shortly",
-                        long_calls::per_address()
+    // (see `long_calls`). While it waits, its connection may be chosen to
+    // make room: then it gives its place up, answered 503.
+    let admitted = async {
+        let counted = match &route.handler {
+            Handler::Family(family) => {
+                match long_calls::address_turn(client, family, family_wait(app)).await {
+                    Ok(counted) => counted,
+                    Err(()) => {
+                        return Err(busy(format!(
+                            "{family} is busy: {} of this address's requests of it are running long; retry shortly",
+                            long_calls::per_address()
+                        )));
+                    }
+                }
+            }
+            _ => None,
+        };
+        let permits = match (&route.handler, family_gates) {
+            (Handler::Family(family), Some(g)) => {
+                Some(gates.enter(app, family, g, route.writes).await?)
+            }
+            _ => None,
+        };
+        Ok((counted, permits))
+    };
+    let mut admitted = std::pin::pin!(admitted);
+    // Most are admitted at once: no waiting noted, no second future.
+    let admitted = match futures_util::FutureExt::now_or_never(admitted.as_mut()) {
+        Some(admitted) => admitted,
+        None => {
+            let _waiting = conn.waiting_for_admission();
+            tokio::select! {
+                biased;
+                admitted = admitted => admitted,
+                () = conn.given_way() => {
+                    return closing(busy(
+                        "every connection place is taken: this request, waiting its turn, gave its place to another client; retry shortly".into(),
                     ));
                 }
             }
         }
-        _ => None,
     };
-    let permits = match (&route.handler, family_gates) {
-        (Handler::Family(family), Some(g)) => match gates.enter(app, family, g, route.writes).await
-        {
-            Ok(p) => Some(p),
-            Err(refused) => return refused,
-        },
-        _ => None,
+    let (counted, permits) = match admitted {
+        Ok(admitted) => admitted,
+        Err(refused) => return refused,
     };
     // A host route that works on its body waits its turn with it still
     // counted.
