@@ -1097,6 +1097,32 @@ fn a_query_parameter_that_is_not_utf8_is_refused_not_replaced() {
     assert_eq!(s.get("/api/search?term=caf%C3%A9").status, 200);
 }
 
+/// A parameter a route declares given twice is 400 naming it, not its
+/// first value taken and the other dropped (PROTOCOL 1); a parameter no
+/// route reads may repeat, as trackers' do.
+#[test]
+fn a_query_parameter_given_twice_is_refused() {
+    let s = Server::start();
+    for (path, field) in [
+        ("/api/search?term=translate&limit=1&limit=abc", "limit"),
+        ("/api/search?term=a&term=b", "term"),
+        ("/api/timeline?limit=1&limit=2", "limit"),
+        ("/api/timeline?limit=2&limit=2", "limit"),
+        ("/api/docs/search?q=post&q=post", "q"),
+    ] {
+        let r = s.get(path);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_request"),
+            "{path}: {}",
+            r.text()
+        );
+        assert_eq!(r.json()["details"][0]["field"], field, "{path}");
+    }
+    assert_eq!(s.get("/api/timeline?limit=2&utm=a&utm=b").status, 200);
+    assert_eq!(s.get("/api/search?term=a&limit=1").status, 200);
+}
+
 /// A 404 names what was asked for, but not all of a long id a stranger
 /// sent: the message is clipped.
 #[test]

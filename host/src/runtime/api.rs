@@ -118,6 +118,18 @@ pub struct Served {
     pub generation: u64,
 }
 
+/// The names of the query parameters an OpenAPI operation declares inline
+/// (`parameters` entries with `in: query`).
+fn declared_query(operation: &Value) -> Box<[String]> {
+    operation["parameters"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["in"] == "query")
+        .filter_map(|p| p["name"].as_str().map(str::to_string))
+        .collect()
+}
+
 /// The first `$ref` in `value` that does not resolve in `doc` (one outside
 /// the document counts as not resolving).
 fn dangling_ref<'v>(doc: &Value, value: &'v Value) -> Option<&'v str> {
@@ -155,6 +167,7 @@ pub fn assemble(host_routes: Vec<Route>, families: &[(&str, &Api)]) -> Result<Se
                 writes: d.writes,
                 paid: d.paid.clone(),
                 max_body: d.max_body,
+                query: declared_query(&d.operation),
                 metrics: Default::default(),
             });
         }
@@ -298,6 +311,7 @@ mod tests {
             writes: false,
             paid: None,
             max_body: None,
+            query: Box::default(),
             metrics: Default::default(),
         })
         .collect()
@@ -438,6 +452,19 @@ mod tests {
         let h = with_id("/api/h", &host_id);
         let err = assemble(vec![], &[("h", &h)]).unwrap_err();
         assert!(err.contains("the host"), "{err}");
+    }
+
+    #[test]
+    fn a_routes_declared_query_parameters_are_its_inline_query_entries() {
+        let op = json!({"parameters": [
+            {"name": "id", "in": "path", "required": true},
+            {"name": "term", "in": "query"},
+            {"$ref": "#/components/parameters/x"},
+            {"name": "limit", "in": "query"},
+            {"name": "x-trace", "in": "header"},
+        ]});
+        assert_eq!(&*declared_query(&op), ["term", "limit"]);
+        assert!(declared_query(&json!({})).is_empty());
     }
 
     #[test]

@@ -85,6 +85,7 @@ pub fn routes(testing: bool) -> Vec<Route> {
             writes: *writes,
             paid: None,
             max_body: None,
+            query: Box::default(),
             metrics: Default::default(),
         })
         .collect()

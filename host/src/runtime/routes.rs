@@ -28,6 +28,9 @@ pub struct Route {
     pub paid: Option<String>,
     /// Its own body limit (bytes), instead of the host's `max_body_bytes`.
     pub max_body: Option<usize>,
+    /// The query parameters its OpenAPI operation declares: each may be
+    /// given once (a second value is 400, never silently dropped).
+    pub query: Box<[String]>,
     /// Its request counters and latency histogram, found on first use.
     pub metrics: crate::metrics::RouteMetrics,
 }
@@ -36,6 +39,16 @@ impl Route {
     /// Whether this route answers `method` (HEAD is served by GET routes).
     pub fn serves(&self, method: &str) -> bool {
         self.method == method || (method == "HEAD" && self.method == "GET")
+    }
+
+    /// The first of its declared query parameters `query` gives more than
+    /// once: which value a client meant is not for the server to guess
+    /// (PROTOCOL 1: malformed parameters are 400, never silently dropped).
+    pub fn repeated_query<'q>(&self, query: &'q [(String, String)]) -> Option<&'q str> {
+        query.iter().enumerate().find_map(|(i, (name, _))| {
+            (self.query.contains(name) && query[..i].iter().any(|(n, _)| n == name))
+                .then_some(name.as_str())
+        })
     }
 
     /// Who serves it, for logs and errors.
@@ -101,6 +114,9 @@ pub fn logged<'p>(route: Option<&Route>, path: &'p str) -> std::borrow::Cow<'p, 
         None => logged_unrouted(path),
     }
 }
+
+/// The problem of a declared query parameter given twice.
+pub const REPEATED: &str = "is given more than once: give it once";
 
 /// A path no route took (404, 405, 503 while the families load) as logs
 /// may show it: with no route to name its parameters, a segment that could
@@ -437,6 +453,7 @@ mod tests {
             writes: !is_read(method),
             paid: None,
             max_body: None,
+            query: Box::default(),
             metrics: Default::default(),
         }
     }
@@ -465,6 +482,33 @@ mod tests {
             },
         ])
         .unwrap()
+    }
+
+    #[test]
+    fn a_declared_query_parameter_given_twice_is_named() {
+        let pairs = |q: &[(&str, &str)]| -> Vec<(String, String)> {
+            q.iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect()
+        };
+        let route = Route {
+            query: ["term".to_string(), "limit".to_string()].into(),
+            ..fam("GET", "/api/search", "search")
+        };
+        let repeated = |q: &[(String, String)]| route.repeated_query(q).map(str::to_string);
+        let q = pairs(&[("term", "a"), ("limit", "1"), ("limit", "abc")]);
+        assert_eq!(repeated(&q).as_deref(), Some("limit"));
+        // The same value twice is still twice.
+        let q = pairs(&[("limit", "1"), ("term", "a"), ("limit", "1")]);
+        assert_eq!(repeated(&q).as_deref(), Some("limit"));
+        // Once each, or repeated but not declared: nothing to say.
+        let q = pairs(&[("term", "a"), ("limit", "1"), ("utm", "x"), ("utm", "y")]);
+        assert_eq!(repeated(&q), None);
+        let undeclared = fam("GET", "/api/search", "search");
+        assert_eq!(
+            undeclared.repeated_query(&pairs(&[("a", ""), ("a", "")])),
+            None
+        );
     }
 
     #[test]

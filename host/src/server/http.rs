@@ -1254,6 +1254,9 @@ async fn serve_route(
         Ok(query) => query.unwrap_or_default(),
         Err(name) => return Reply::invalid(&name, NOT_UTF8),
     };
+    if let Some(name) = route.repeated_query(&query) {
+        return Reply::invalid(name, crate::runtime::routes::REPEATED);
+    }
     // A host handler reads none of them.
     let (headers, payment) = match &route.handler {
         Handler::Family(family) => component_headers(app, family, req.headers()),

@@ -189,39 +189,46 @@ impl Ctx {
                     allowed.join(", ")
                 ),
             )),
-            Match::Found { route, params } => match &route.handler {
-                // A family reaches its own routes only where they write:
-                // a read route (a JSON-RPC call) may run its family's
-                // writing route as a request of its own; a read never runs
-                // itself, and a writing route that does stops at the
-                // depth cap above. (The caller's input named it: a 400.)
-                Handler::Family(f) if *f == self.family && !route.writes => Err(Reply::invalid(
-                    "path",
-                    format!(
-                        "{path} is a route of the calling family that only reads: it cannot be dispatched from there"
-                    ),
-                )),
-                Handler::Family(f) => {
-                    req.method = method;
-                    req.route = route.pattern.clone();
-                    req.path = path;
-                    req.params = params;
-                    // Credentials reach a family only by its own grant,
-                    // whoever passes them on.
-                    if !rt.granted(f, Capability::Credentials) {
-                        req.headers
-                            .retain(|(name, _)| !crate::capabilities::is_credential(name));
-                    }
-                    Ok(Target::Family(
-                        rt,
-                        f.clone(),
-                        req,
-                        Box::new(payment),
-                        route.writes,
-                    ))
+            Match::Found { route, params } => {
+                if let Some(name) = route.repeated_query(&req.query) {
+                    return Err(Reply::invalid(name, crate::runtime::routes::REPEATED));
                 }
-                Handler::Host(name) => Ok(Target::Host(rt, name, req.body)),
-            },
+                match &route.handler {
+                    // A family reaches its own routes only where they write:
+                    // a read route (a JSON-RPC call) may run its family's
+                    // writing route as a request of its own; a read never runs
+                    // itself, and a writing route that does stops at the
+                    // depth cap above. (The caller's input named it: a 400.)
+                    Handler::Family(f) if *f == self.family && !route.writes => {
+                        Err(Reply::invalid(
+                            "path",
+                            format!(
+                                "{path} is a route of the calling family that only reads: it cannot be dispatched from there"
+                            ),
+                        ))
+                    }
+                    Handler::Family(f) => {
+                        req.method = method;
+                        req.route = route.pattern.clone();
+                        req.path = path;
+                        req.params = params;
+                        // Credentials reach a family only by its own grant,
+                        // whoever passes them on.
+                        if !rt.granted(f, Capability::Credentials) {
+                            req.headers
+                                .retain(|(name, _)| !crate::capabilities::is_credential(name));
+                        }
+                        Ok(Target::Family(
+                            rt,
+                            f.clone(),
+                            req,
+                            Box::new(payment),
+                            route.writes,
+                        ))
+                    }
+                    Handler::Host(name) => Ok(Target::Host(rt, name, req.body)),
+                }
+            }
         }
     }
 }
