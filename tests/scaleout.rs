@@ -650,8 +650,12 @@ fn a_store_that_goes_away_or_hangs_is_503_store_unavailable_and_nothing_is_lost(
             Some(br#"{"amount":"0.01"}"#),
         );
         unavailable(name, &mint);
-        // An admin upload serves here but cannot be recorded for the fleet.
-        let fees = std::fs::read(common::plugins_dir().join("fees_bid_inclusive.wasm")).unwrap();
+        // An admin upload cannot be recorded for the fleet: undone here
+        // too, so this host does not serve another fee policy than the
+        // fleet's (before, it kept it until a restart).
+        let policy = || s.get("/api/fees").json()["actions"]["pickup"].clone();
+        let before = policy();
+        let fees = std::fs::read(common::plugins_dir().join("fees_pickup_paid.wasm")).unwrap();
         let upload = common::request(
             s.admin,
             "PUT",
@@ -660,6 +664,15 @@ fn a_store_that_goes_away_or_hangs_is_503_store_unavailable_and_nothing_is_lost(
             Some(&fees),
         );
         unavailable(name, &upload);
+        assert!(
+            upload.json()["message"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("nothing changed"),
+            "{name}: {}",
+            upload.text()
+        );
+        assert_eq!(policy(), before, "{name}: the upload was not undone");
         let health = s.get("/api/health");
         assert_eq!(health.status, 503, "{name}: {}", health.text());
         assert_eq!(health.json()["storage"]["status"], "error", "{name}");

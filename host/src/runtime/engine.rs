@@ -167,7 +167,11 @@ fn schedule_says_what_is_charged(
     Ok(())
 }
 
+/// What a family's slot held before a change ([`Runtime::previous`]).
+pub struct Previous(Option<Slot>);
+
 /// One configured family and what is loaded for it.
+#[derive(Clone)]
 struct Slot {
     component: String,
     grants: Grants,
@@ -733,6 +737,41 @@ impl Runtime {
                 {
                     slot.error = Some(format!("{e:#}"));
                 }
+                Err(e)
+            }
+        }
+    }
+
+    /// What serves `family` now, to put back with [`Runtime::put_back`].
+    pub fn previous(&self, family: &str) -> Previous {
+        Previous(self.slots.read().expect("slots lock").get(family).cloned())
+    }
+
+    /// Put `previous` back in `family`'s place (a change that could not be
+    /// kept: an admin upload or unmount the shared store could not record
+    /// for the fleet). The caller holds [`Runtime::one_change`] since it
+    /// took `previous`.
+    pub fn put_back(&self, family: &str, previous: Previous) -> Result<()> {
+        let _one_at_a_time = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slots = self.slots.write().expect("slots lock");
+        let current = match previous.0 {
+            Some(slot) => slots.insert(family.to_string(), slot),
+            None => slots.remove(family),
+        };
+        match self.assemble(&slots, None) {
+            Ok(served) => {
+                *self.served.write().expect("served lock") = Arc::new(served);
+                tracing::info!(
+                    family,
+                    "the change was not kept: what served before serves again"
+                );
+                Ok(())
+            }
+            Err(e) => {
+                match current {
+                    Some(slot) => slots.insert(family.to_string(), slot),
+                    None => slots.remove(family),
+                };
                 Err(e)
             }
         }

@@ -457,6 +457,41 @@ fn component_of(pairs: &[(String, String)]) -> Result<Option<String>, String> {
 /// not what serves. A family of the watched `families/` directory keeps
 /// its `families/NAME.wasm`: that name is what ties the family to its
 /// file (a later change of the file swaps, its removal unmounts).
+/// The answer to an upload or unmount (`what`) the shared store could not
+/// record for the fleet: undone on this host too (what served before
+/// serves again), so the fleet does not split, and 503 to try again.
+fn not_recorded(
+    app: &App,
+    family: &str,
+    previous: crate::runtime::engine::Previous,
+    what: &str,
+    e: &anyhow::Error,
+) -> Reply {
+    tracing::error!(
+        family,
+        "the {what} could not be recorded for the fleet, so it is undone here too: {e:#}"
+    );
+    if let Err(undo) = app.runtime.put_back(family, previous) {
+        tracing::error!(family, "the {what} could not be undone here: {undo:#}");
+        return Reply::error(
+            503,
+            "store_unavailable",
+            format!(
+                "the {what} applies on this host only: it could not be recorded for the fleet ({e:#}), nor undone here; {what} again"
+            ),
+        )
+        .retry_after_a_second();
+    }
+    Reply::error(
+        503,
+        "store_unavailable",
+        format!(
+            "nothing changed: the {what} could not be recorded for the fleet ({e:#}); {what} again"
+        ),
+    )
+    .retry_after_a_second()
+}
+
 fn unnamed_upload(
     family: &str,
     serving: Option<&crate::runtime::PluginStatus>,
@@ -578,26 +613,21 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
             let component = named.unwrap_or_else(|| unnamed_upload(family, current.as_ref(), body));
             let grants = grants.or_else(|| (!known).then(|| spec.map(|s| s.grants)).flatten());
             let before = app.runtime.plugin(family);
+            let previous = app.runtime.previous(family);
             let result = app.runtime.swap(family, &component, body, grants);
             crate::metrics::metrics().swap(family, if result.is_ok() { "ok" } else { "refused" });
             match result {
                 Ok(plugin) => {
                     if let Err(e) = super::uploads::record(app, family, body) {
+                        if app.storage.is_shared() {
+                            // The fleet would not follow: this host does
+                            // not either (nothing changed).
+                            return not_recorded(app, family, previous, "upload", &e);
+                        }
                         tracing::error!(
                             family,
                             "the upload serves now but was not kept for restarts: {e:#}"
                         );
-                        if app.storage.is_shared() {
-                            // The fleet would not follow: say so.
-                            return Reply::error(
-                                503,
-                                "store_unavailable",
-                                format!(
-                                    "the component serves on this host only: it could not be recorded for the fleet ({e:#}); upload it again"
-                                ),
-                            )
-                            .retry_after_a_second();
-                        }
                     }
                     let mut doc = app
                         .runtime
@@ -627,21 +657,15 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
             if app.runtime.grants(family).is_none() {
                 return Reply::error(404, "not_found", format!("no plugin family {family}"));
             }
+            let previous = app.runtime.previous(family);
             match app.runtime.unmount(family) {
                 Ok(()) => {
                     crate::metrics::metrics().swap(family, "unmounted");
                     if let Err(e) = super::uploads::record_unmount(app, family) {
-                        tracing::error!(family, "the unmount was not kept for restarts: {e:#}");
                         if app.storage.is_shared() {
-                            return Reply::error(
-                                503,
-                                "store_unavailable",
-                                format!(
-                                    "unmounted on this host only: it could not be recorded for the fleet ({e:#}); unmount again"
-                                ),
-                            )
-                            .retry_after_a_second();
+                            return not_recorded(app, family, previous, "unmount", &e);
                         }
+                        tracing::error!(family, "the unmount was not kept for restarts: {e:#}");
                     }
                     Reply::json(200, &json!({"family": family, "unmounted": true}))
                 }
