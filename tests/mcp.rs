@@ -785,6 +785,55 @@ fn macros_without_an_owner_cannot_take_every_name() {
 }
 
 #[test]
+fn one_identity_owns_at_most_its_share_of_macros() {
+    // A registration is paid once: one identity alone must not take every
+    // name left (an outside probe took 500 in 1.5 s).
+    let s = Server::with(common::Options {
+        config: Some("[settings.mcp]\nmacros_per_owner = \"2\"\n".into()),
+        ..Default::default()
+    });
+    let (first, second) = (s.identity("ownerone"), s.identity("ownertwo"));
+    for name in ["owned_a", "owned_b"] {
+        let mut def = macro_def(name);
+        sign_define(&mut def, &first);
+        let r = s.post_json("/api/mcp/tools/define", &def);
+        assert_eq!(r.status, 201, "{name}: {}", r.text());
+    }
+    let mut def = macro_def("owned_c");
+    sign_define(&mut def, &first);
+    let r = s.post_json("/api/mcp/tools/define", &def);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "conflict"),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("owns its maximum of 2"), "{}", r.text());
+    // Its own macros it still updates; another identity still defines.
+    let mut def = macro_def("owned_a");
+    def["typescript"] = json!("return { term: 'updated' };");
+    sign_define(&mut def, &first);
+    assert_eq!(s.post_json("/api/mcp/tools/define", &def).status, 200);
+    let mut def = macro_def("owned_c");
+    sign_define(&mut def, &second);
+    assert_eq!(s.post_json("/api/mcp/tools/define", &def).status, 201);
+    // A description carries no control characters (each one is six bytes
+    // of escapes in every listing), but line breaks and tabs.
+    let mut def = macro_def("controls");
+    def["description"] = json!("finds\u{1}things");
+    let r = s.post_json("/api/mcp/tools/define", &def);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "invalid_request"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(r.json()["details"][0]["field"], "description");
+    def["description"] = json!("finds\n\tthings");
+    assert_eq!(s.post_json("/api/mcp/tools/define", &def).status, 201);
+}
+
+#[test]
 fn macro_schemas_are_bounded_and_tools_list_pages() {
     // Definitions are free: each schema is bounded, and `tools/list` gives
     // the macros a page at a time (MCP pagination), so no number of them

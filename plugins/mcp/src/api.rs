@@ -41,7 +41,7 @@ pub const OPS: &[Op] = &[
             "mcpDefine",
             "mcp",
             "Define a macro",
-            "Stores a reusable search macro; names are first come; only the signed owner may update. At most 1,000 macros, of which at most 500 (`[settings.mcp] unsigned_macros`) without an owner: past either, a new name is 409 `conflict`. The TypeScript is a function body that receives `args` and returns `{term, post_type?, limit?}`. It is parsed as TypeScript (oxc) and its types erased; syntax and type-syntax errors, and TypeScript with runtime semantics (enum, namespace, parameter properties), are 400 with `details` naming `typescript` and the line and column.",
+            "Stores a reusable search macro; names are first come; only the signed owner may update. At most 1,000 macros, of which at most 500 (`[settings.mcp] unsigned_macros`) without an owner and at most 50 (`macros_per_owner`) owned by one identity: past any of these, a new name is 409 `conflict`. A description holds no control character but line breaks and tabs (400). The TypeScript is a function body that receives `args` and returns `{term, post_type?, limit?}`. It is parsed as TypeScript (oxc) and its types erased; syntax and type-syntax errors, and TypeScript with runtime semantics (enum, namespace, parameter properties), are 400 with `details` naming `typescript` and the line and column.",
         )
     },
     Op {
@@ -250,7 +250,7 @@ pub fn schemas() -> Value {
         "McpSearch": obj(&[("term", nonblank(1000)), ("limit", json!({"type": ["integer", "null"], "minimum": 1, "maximum": 100})), ("post_type", json!({"type": ["string", "null"], "pattern": "^([A-Za-z0-9_-]{1,64})?$"}))], &["term"]),
         "SearchResults": openapi::search_results(),
         "Post": openapi::post(),
-        "MacroDefinition": obj(&[("name", pattern("^[a-z][a-z0-9_-]{0,63}$")), ("description", json!({"type": "string", "maxLength": 1000})), ("kind", json!({"const": "search"})), ("typescript", {
+        "MacroDefinition": obj(&[("name", pattern("^[a-z][a-z0-9_-]{0,63}$")), ("description", json!({"type": "string", "maxLength": 1000, "pattern": "^[^\\u0000-\\u0008\\u000b-\\u001f\\u007f-\\u009f]*$", "description": "no control character but line breaks and tabs"})), ("kind", json!({"const": "search"})), ("typescript", {
                 let mut ts = nonblank(16384);
                 ts["description"] = json!("The macro's TypeScript: at most 16384 bytes of UTF-8 (so at most 16384 characters, fewer when some take several bytes).");
                 ts

@@ -3,7 +3,8 @@
 //! OpenAPI document, the HTML reference and docs search.
 //!
 //! Keyspace `mcp`: `macro/{name}` -> macro definition, `macro_count`,
-//! `macro_count_unsigned` (macros without an owner);
+//! `macro_count_unsigned` (macros without an owner),
+//! `macro_count_owner/{fingerprint}` (the macros an identity owns);
 //! `a2a/task/{id}` -> an A2A task, `a2a/task_count`.
 //!
 //! Built-in tools run through the host's in-process dispatch, so they answer
@@ -38,6 +39,11 @@ const MAX_MACROS: u64 = 1000;
 /// strangers alone cannot take every name and leave none for registered
 /// identities (whose registration is paid).
 const UNSIGNED_MACROS: u64 = 500;
+/// Of those, macros one identity owns at most (`[settings.mcp]
+/// macros_per_owner`, 0 to [`MAX_MACROS`]): a registration is paid once, so
+/// one identity alone could otherwise take every name left (and make every
+/// listing megabytes).
+const MACROS_PER_OWNER: u64 = 50;
 const MAX_TYPESCRIPT: usize = 16 * 1024;
 /// Earlier versions of a macro's code kept per macro (their sha256), so a
 /// replayed legacy definition of one is refused.
@@ -90,7 +96,7 @@ const TOOLS: &[Tool] = &[
         schema: || {
             json!({"type": "object", "properties": {
             "name": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,63}$", "description": "the macro's tool name: lower-case letters, digits, '_' and '-', starting with a letter"},
-            "description": {"type": "string", "maxLength": 1000, "description": "what the macro finds, shown to agents as its tool description"},
+            "description": {"type": "string", "maxLength": 1000, "pattern": "^[^\\u0000-\\u0008\\u000b-\\u001f\\u007f-\\u009f]*$", "description": "what the macro finds, shown to agents as its tool description (no control character but line breaks and tabs)"},
             "kind": {"const": "search", "description": "\"search\" (the only kind)"},
             "typescript": {"type": "string", "minLength": 1, "description": "a function body that receives `args` (the caller's arguments, checked against input_schema) and returns {term, post_type?, limit?}, e.g. `return {term: args.topic + \" \" + args.city, limit: 10};`. At most 16384 bytes; runs sandboxed: no I/O, at most 1 s of CPU and 64 MiB (beyond either: 422 macro_error); a syntax error is a 400 at define time."},
             "input_schema": crate::schema::openapi(),
@@ -307,17 +313,42 @@ fn unsigned_macros() -> Result<u64, ApiError> {
     Ok(unsigned)
 }
 
+/// How many macros `owner` owns (counted once from the macros themselves
+/// on a database older than the count).
+fn owned_macros(owner: &str) -> Result<u64, ApiError> {
+    if let Some(n) = kv::get(&format!("macro_count_owner/{owner}"))? {
+        return Ok(n);
+    }
+    let mut owned = 0;
+    each_macro_page(MAX_MACROS as u32, |page| {
+        owned += page
+            .iter()
+            .filter(|m| m.owner_fingerprint.as_deref() == Some(owner))
+            .count() as u64;
+        true
+    })?;
+    Ok(owned)
+}
+
+/// The operator's cap on the macros one identity owns (`macros_per_owner`;
+/// a load refuses any value but a whole number up to [`MAX_MACROS`]).
+fn owner_cap() -> u64 {
+    origin::setting("macros_per_owner")
+        .and_then(|v| macro_cap_of(&v).ok())
+        .unwrap_or(MACROS_PER_OWNER)
+}
+
 /// The operator's cap on macros without an owner (`unsigned_macros`; a
 /// load refuses any value but a whole number up to [`MAX_MACROS`]).
 fn unsigned_cap() -> u64 {
     origin::setting("unsigned_macros")
-        .and_then(|v| unsigned_macros_of(&v).ok())
+        .and_then(|v| macro_cap_of(&v).ok())
         .unwrap_or(UNSIGNED_MACROS)
 }
 
-/// An `unsigned_macros` setting's value, as [`unsigned_cap`] reads it and
-/// a load checks it.
-pub fn unsigned_macros_of(text: &str) -> Result<u64, String> {
+/// An `unsigned_macros` or `macros_per_owner` setting's value, as
+/// [`unsigned_cap`] and [`owner_cap`] read it and a load checks it.
+pub fn macro_cap_of(text: &str) -> Result<u64, String> {
     marketplace_guest::settings::whole(text, 0, MAX_MACROS)
 }
 
@@ -697,6 +728,18 @@ fn define(req: &Request) -> Result<Response, ApiError> {
         );
     }
     let description = body.optional_str("description", 1000).unwrap_or_default();
+    // Every listing carries every description: no control character (a
+    // thousand of them were six thousand bytes of escapes each), but line
+    // breaks and tabs.
+    if description
+        .chars()
+        .any(|c| c.is_control() && !matches!(c, '\n' | '\t'))
+    {
+        body.problem(
+            "description",
+            "must hold no control character but line breaks and tabs",
+        );
+    }
     let kind = body.required_str("kind", 32);
     if kind.as_deref().is_some_and(|k| k != "search") {
         body.problem("kind", "must be \"search\"");
@@ -838,6 +881,16 @@ fn define(req: &Request) -> Result<Response, ApiError> {
                 return Err(ApiError::conflict(format!(
                     "the service holds its maximum of {MAX_MACROS} macros"
                 )));
+            }
+            if let Some(owner) = &owner {
+                let owned = owned_macros(owner)?;
+                let cap = owner_cap();
+                if owned >= cap {
+                    return Err(ApiError::conflict(format!(
+                        "identity {owner:.16}... owns its maximum of {cap} macros"
+                    )));
+                }
+                kv::put(&format!("macro_count_owner/{owner}"), &(owned + 1))?;
             }
             if owner.is_none() {
                 let unsigned = unsigned_macros()?;

@@ -7,7 +7,9 @@
 //! - `allowed_origins`: comma-separated browser origins allowed to call
 //!   `POST /mcp`, e.g. `https://a.example,https://b.example`;
 //! - `unsigned_macros` (read in `lib.rs`): how many of the 1,000 macros
-//!   may have no owner (default 500).
+//!   may have no owner (default 500);
+//! - `macros_per_owner` (read in `lib.rs`): how many one identity may own
+//!   (default 50).
 
 use marketplace_guest::Setting;
 use marketplace_guest::endpoint_bindings::marketplace::plugin::settings;
@@ -43,7 +45,11 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         key: "unsigned_macros",
-        check: |v| crate::unsigned_macros_of(v).map(drop),
+        check: |v| crate::macro_cap_of(v).map(drop),
+    },
+    Setting {
+        key: "macros_per_owner",
+        check: |v| crate::macro_cap_of(v).map(drop),
     },
 ];
 
