@@ -829,7 +829,7 @@ fn one_identity_owns_at_most_its_share_of_macros() {
         r.text()
     );
     assert_eq!(r.json()["details"][0]["field"], "description");
-    def["description"] = json!("finds\n\tthings");
+    def["description"] = json!("finds\r\n\tthings");
     assert_eq!(s.post_json("/api/mcp/tools/define", &def).status, 201);
 }
 

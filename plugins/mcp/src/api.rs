@@ -250,7 +250,7 @@ pub fn schemas() -> Value {
         "McpSearch": obj(&[("term", nonblank(1000)), ("limit", json!({"type": ["integer", "null"], "minimum": 1, "maximum": 100})), ("post_type", json!({"type": ["string", "null"], "pattern": "^([A-Za-z0-9_-]{1,64})?$"}))], &["term"]),
         "SearchResults": openapi::search_results(),
         "Post": openapi::post(),
-        "MacroDefinition": obj(&[("name", pattern("^[a-z][a-z0-9_-]{0,63}$")), ("description", json!({"type": "string", "maxLength": 1000, "pattern": "^[^\\u0000-\\u0008\\u000b-\\u001f\\u007f-\\u009f]*$", "description": "no control character but line breaks and tabs"})), ("kind", json!({"const": "search"})), ("typescript", {
+        "MacroDefinition": obj(&[("name", pattern("^[a-z][a-z0-9_-]{0,63}$")), ("description", json!({"type": "string", "maxLength": 1000, "pattern": "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f]*$", "description": "no control character but line breaks and tabs"})), ("kind", json!({"const": "search"})), ("typescript", {
                 let mut ts = nonblank(16384);
                 ts["description"] = json!("The macro's TypeScript: at most 16384 bytes of UTF-8 (so at most 16384 characters, fewer when some take several bytes).");
                 ts

@@ -4,7 +4,8 @@
 //!
 //! Keyspace `mcp`: `macro/{name}` -> macro definition, `macro_count`,
 //! `macro_count_unsigned` (macros without an owner),
-//! `macro_count_owner/{fingerprint}` (the macros an identity owns);
+//! `macro_count_owner/{fingerprint}` (the macros an identity owns,
+//! defined since owners were capped);
 //! `a2a/task/{id}` -> an A2A task, `a2a/task_count`.
 //!
 //! Built-in tools run through the host's in-process dispatch, so they answer
@@ -96,7 +97,7 @@ const TOOLS: &[Tool] = &[
         schema: || {
             json!({"type": "object", "properties": {
             "name": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,63}$", "description": "the macro's tool name: lower-case letters, digits, '_' and '-', starting with a letter"},
-            "description": {"type": "string", "maxLength": 1000, "pattern": "^[^\\u0000-\\u0008\\u000b-\\u001f\\u007f-\\u009f]*$", "description": "what the macro finds, shown to agents as its tool description (no control character but line breaks and tabs)"},
+            "description": {"type": "string", "maxLength": 1000, "pattern": "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f]*$", "description": "what the macro finds, shown to agents as its tool description (no control character but line breaks and tabs)"},
             "kind": {"const": "search", "description": "\"search\" (the only kind)"},
             "typescript": {"type": "string", "minLength": 1, "description": "a function body that receives `args` (the caller's arguments, checked against input_schema) and returns {term, post_type?, limit?}, e.g. `return {term: args.topic + \" \" + args.city, limit: 10};`. At most 16384 bytes; runs sandboxed: no I/O, at most 1 s of CPU and 64 MiB (beyond either: 422 macro_error); a syntax error is a 400 at define time."},
             "input_schema": crate::schema::openapi(),
@@ -313,21 +314,12 @@ fn unsigned_macros() -> Result<u64, ApiError> {
     Ok(unsigned)
 }
 
-/// How many macros `owner` owns (counted once from the macros themselves
-/// on a database older than the count).
+/// How many macros `owner` owns, as counted from the first version that
+/// capped them on (a macro defined before is not counted: counting them
+/// here would read every macro, holding the commit batch, at each new
+/// identity's first define).
 fn owned_macros(owner: &str) -> Result<u64, ApiError> {
-    if let Some(n) = kv::get(&format!("macro_count_owner/{owner}"))? {
-        return Ok(n);
-    }
-    let mut owned = 0;
-    each_macro_page(MAX_MACROS as u32, |page| {
-        owned += page
-            .iter()
-            .filter(|m| m.owner_fingerprint.as_deref() == Some(owner))
-            .count() as u64;
-        true
-    })?;
-    Ok(owned)
+    Ok(kv::get(&format!("macro_count_owner/{owner}"))?.unwrap_or(0))
 }
 
 /// The operator's cap on the macros one identity owns (`macros_per_owner`;
@@ -733,11 +725,11 @@ fn define(req: &Request) -> Result<Response, ApiError> {
     // breaks and tabs.
     if description
         .chars()
-        .any(|c| c.is_control() && !matches!(c, '\n' | '\t'))
+        .any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
     {
         body.problem(
             "description",
-            "must hold no control character but line breaks and tabs",
+            "must hold no control character but line breaks (CR, LF) and tabs",
         );
     }
     let kind = body.required_str("kind", 32);
