@@ -42,9 +42,6 @@ pub struct CallLimiter {
     /// ([`crate::store::pg::waited_here`]): the wait since is not the
     /// plugin's time either.
     store_base: Duration,
-    /// That wait when the call's own time was last counted
-    /// ([`CallLimiter::account_long`]).
-    long_store_base: Duration,
     /// The call runs on an async worker: it yields to the worker's other
     /// tasks on every epoch tick instead of running on.
     pub(crate) yields: bool,
@@ -91,7 +88,6 @@ impl CallLimiter {
             deadline: Instant::now() + Duration::from_secs(3600),
             extended: Duration::ZERO,
             store_base: Duration::ZERO,
-            long_store_base: Duration::ZERO,
             yields: false,
             holds_batch: false,
             long: LongCall::default(),
@@ -111,18 +107,18 @@ impl CallLimiter {
         self.long.start();
         self.deadline = Instant::now() + budget;
         self.store_base = crate::store::pg::waited_here();
-        self.long_store_base = self.store_base;
     }
 
-    /// At an epoch tick: count the call's own time since the last tick
-    /// (not its waits: a shared store's round trips are counted apart, on
-    /// this thread). True once it is a long call that should count against
-    /// its client address ([`LongCall::account`]).
+    /// At an epoch tick: count the call's own time since the last tick.
+    /// True once it is a long call that should count against its client
+    /// address ([`LongCall::account`], [`LongCall::account_cpu`] for a call
+    /// that never yields).
     pub fn account_long(&mut self) -> bool {
-        let store = crate::store::pg::waited_here();
-        self.long.waited(store.saturating_sub(self.long_store_base));
-        self.long_store_base = store;
-        self.long.account()
+        if self.yields {
+            self.long.account()
+        } else {
+            self.long.account_cpu()
+        }
     }
 
     /// When the call must end (as extended so far).

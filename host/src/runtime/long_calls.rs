@@ -1,12 +1,15 @@
-//! Long calls: plugin calls on the async workers that run on and on (a
-//! free macro run spins until its deadline). A stranger holding many
-//! connections of them would otherwise keep every core busy, every other
-//! request waiting behind them in the workers' queues.
+//! Long calls: plugin calls that run on and on (a free macro run spins
+//! until its deadline). A stranger holding many connections of them would
+//! otherwise keep every core busy, every other request waiting behind them
+//! in the workers' queues.
 //!
 //! - A client's call (not one dispatched by another call: that runs in its
 //!   caller's share) that has run [`LONG_CALL`] of its own time is a long
-//!   call. It goes on only with one of the [`TURNS`] (one per worker),
-//!   waiting for one at an epoch tick no longer than its deadline.
+//!   call. On an async worker it goes on only with one of the [`TURNS`]
+//!   (one per worker), waiting for one at an epoch tick no longer than its
+//!   deadline; on a blocking thread (every call, on a shared store) the
+//!   operating system shares the cores, and its own time is its thread's
+//!   CPU time.
 //! - It counts against its client address and family: while
 //!   [`PER_ADDRESS`] (2) such calls of a family for one address exist, that
 //!   address's further requests of the family wait to be admitted
@@ -166,6 +169,19 @@ pub async fn address_turn(
     }
 }
 
+/// The CPU time the calling thread has been given (`CLOCK_THREAD_CPUTIME_ID`).
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only the timespec it is given.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
 /// Instants as microseconds since the process's first use of them, so a
 /// yield's future can note when its call runs again in an atomic.
 static ORIGIN: LazyLock<Instant> = LazyLock::new(Instant::now);
@@ -188,9 +204,11 @@ pub struct LongCall {
     pub takes_turns: bool,
     /// The client's address, while the call may still count against it.
     pub client: Option<IpAddr>,
-    /// When the call started, or, for one that never yields, when its
-    /// time was last counted.
+    /// When the call started.
     started: Option<Instant>,
+    /// For a call that never yields, its thread's CPU time when last
+    /// counted ([`LongCall::account_cpu`]).
+    cpu: Option<Duration>,
     /// Its own time so far, counted at its ticks.
     ran: Duration,
     /// Time since it last ran on that was not its own (see [`LONG_CALL`]).
@@ -216,8 +234,7 @@ impl LongCall {
     /// it is now long and should count against its client (with its
     /// family: [`LongCall::count_against`]).
     pub fn account(&mut self) -> bool {
-        let at = Instant::now();
-        let now = micros(at);
+        let now = micros(Instant::now());
         let since = match &self.running {
             Some(r) => r.resumed.load(Ordering::Relaxed),
             None => self.started.map_or(now, micros),
@@ -225,12 +242,28 @@ impl LongCall {
         let ran = Duration::from_micros(now.saturating_sub(since));
         self.ran += ran.saturating_sub(self.waited);
         self.waited = Duration::ZERO;
-        // Counted up to now (a tick that does not yield runs on).
-        match &self.running {
-            Some(r) => r.resumed.store(now, Ordering::Relaxed),
-            // (A call that never yields: one on a blocking thread.)
-            None => self.started = Some(at),
+        if let Some(r) = &self.running {
+            // Counted up to now (a tick that does not yield runs on).
+            r.resumed.store(now, Ordering::Relaxed);
         }
+        self.is_long()
+    }
+
+    /// [`LongCall::account`] for a call that never yields (one on a
+    /// blocking thread: every call, on a shared store): its own time is the
+    /// CPU time its thread was given since the last tick, so neither its
+    /// waits (a shared store's round trips, a dispatched request's) nor the
+    /// time other threads had the core count. Counted from its first tick.
+    pub fn account_cpu(&mut self) -> bool {
+        let now = thread_cpu_time();
+        if let Some(last) = self.cpu.replace(now) {
+            self.ran += now.saturating_sub(last);
+        }
+        self.is_long()
+    }
+
+    /// Whether it has run long and should now count against its client.
+    fn is_long(&self) -> bool {
         self.takes_turns && self.long_of.is_none() && self.client.is_some() && self.ran >= LONG_CALL
     }
 
@@ -323,6 +356,27 @@ mod tests {
         let long = ADDRESSES.long.lock().unwrap();
         assert_eq!(count(&long, a, "mcp"), 0);
         assert!(long.get(&a).is_none());
+    }
+
+    #[test]
+    fn a_call_that_never_yields_counts_its_threads_cpu_time_not_its_waits() {
+        let mut c = LongCall {
+            takes_turns: true,
+            client: Some("192.0.2.9".parse().unwrap()),
+            ..LongCall::default()
+        };
+        // Its first tick starts the count.
+        assert!(!c.account_cpu());
+        // A wait (a store's round trip, another thread on the core) is not
+        // its own time, however long.
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(!c.account_cpu(), "{:?}", c.ran);
+        // Work is.
+        let spin_until = thread_cpu_time() + LONG_CALL + Duration::from_millis(2);
+        while thread_cpu_time() < spin_until {
+            std::hint::black_box(0u64);
+        }
+        assert!(c.account_cpu(), "{:?}", c.ran);
     }
 
     #[test]
