@@ -445,8 +445,9 @@ fn requests_waiting_their_turn_give_way_to_a_new_client() {
             ("MARKETPLACE_MAX_CONNECTIONS", "8"),
             ("MARKETPLACE_MAX_CONNECTIONS_PER_IP", "4"),
             ("MARKETPLACE_HEADER_TIMEOUT_MS", "120000"),
-            // The loops run until then, and the waiting ones wait.
-            ("MARKETPLACE_REQUEST_TIMEOUT_MS", "20000"),
+            // The loops run until then (past this test's own bounds), and
+            // the waiting ones wait.
+            ("MARKETPLACE_REQUEST_TIMEOUT_MS", "60000"),
         ],
     );
     let loop_request = b"GET /_testing/loop HTTP/1.1\r\nhost: x\r\n\r\n";

@@ -164,10 +164,18 @@ impl State {
         self.waiting.load(Ordering::Acquire)
     }
 
-    /// Tell the request waiting to be admitted to give way (it is answered
-    /// 503 and the connection closes after).
-    pub fn tell_to_give_way(&self) {
-        self.give_way.notify_one();
+    /// Tell its request to give way if it still waits to be admitted (it
+    /// is answered 503 and the connection closes after): false when it
+    /// waits no longer (admitted meanwhile, it runs).
+    pub fn give_way_if_waiting(&self) -> bool {
+        let told = self
+            .waiting
+            .compare_exchange(true, false, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if told {
+            self.give_way.notify_one();
+        }
+        told
     }
 
     /// Resolves once the request waiting to be admitted is told to give
@@ -211,6 +219,15 @@ impl Drop for ReceivingBody {
 
 /// A request waiting to be admitted ([`State::waiting_for_admission`]).
 pub struct WaitingForAdmission(Arc<State>);
+
+impl WaitingForAdmission {
+    /// Its request was admitted: true when it may run, false when it was
+    /// told to give way first ([`State::give_way_if_waiting`]), which it
+    /// must then do.
+    pub fn admitted(self) -> bool {
+        self.0.waiting.swap(false, Ordering::AcqRel)
+    }
+}
 
 impl Drop for WaitingForAdmission {
     fn drop(&mut self) {
@@ -514,12 +531,17 @@ mod tests {
         assert!(queued[0].state.chosen.load(Ordering::Acquire));
         assert!(!running.state.chosen.load(Ordering::Acquire));
         // Told to give way, the waiting request hears it (its permit is
-        // kept until it listens).
-        queued[0].state.tell_to_give_way();
+        // kept until it listens), and may not run even if admitted
+        // meanwhile.
+        let mut waits = waits.into_iter();
+        let (told, other) = (waits.next().unwrap(), waits.next().unwrap());
+        assert!(queued[0].state.give_way_if_waiting());
         let heard = queued[0].state.given_way();
         assert!(futures_util::FutureExt::now_or_never(heard).is_some());
-        // Admitted meanwhile, it runs: never chosen then.
-        drop(waits);
+        assert!(!told.admitted());
+        // One admitted first runs, and is told nothing after.
+        assert!(other.admitted());
+        assert!(!queued[1].state.give_way_if_waiting());
         queued[0].state.chosen.store(false, Ordering::Release);
         assert!(
             !open.make_room_at(&newcomer, later()),

@@ -692,12 +692,12 @@ impl Conn {
                             state.drop_receiving();
                             break Ok(());
                         }
-                        let gives_way = state.is_waiting();
-                        if gives_way {
+                        if state.give_way_if_waiting() {
                             // Its request waits to be admitted (it has not
-                            // run): answered 503 now, then closed.
+                            // run): answered 503 now, then closed (a
+                            // request behind it in the socket is dropped
+                            // unread: it never ran either).
                             tracing::debug!(%peer, "connection closed to make room: its request was waiting to be admitted");
-                            state.tell_to_give_way();
                         } else if socket.request_waiting() || !state.between_requests() {
                             state.decline();
                             continue;
@@ -1327,19 +1327,28 @@ async fn serve_route(
         };
         Ok((counted, permits))
     };
-    let mut admitted = std::pin::pin!(admitted);
-    // Most are admitted at once: no waiting noted, no second future.
-    let admitted = match futures_util::FutureExt::now_or_never(admitted.as_mut()) {
-        Some(admitted) => admitted,
-        None => {
-            let _waiting = conn.waiting_for_admission();
-            tokio::select! {
-                biased;
-                admitted = admitted => admitted,
-                () = conn.given_way() => {
-                    return closing(busy(
-                        "every connection place is taken: this request, waiting its turn, gave its place to another client; retry shortly".into(),
-                    ));
+    // (Pinned in a block of its own: the future is gone once admitted,
+    // not kept in this one's state across the call.)
+    let admitted = {
+        let mut admitted = std::pin::pin!(admitted);
+        // Most are admitted at once: no waiting noted, no second future.
+        match futures_util::FutureExt::now_or_never(admitted.as_mut()) {
+            Some(admitted) => admitted,
+            None => {
+                let waiting = conn.waiting_for_admission();
+                let admitted = tokio::select! {
+                    biased;
+                    admitted = admitted => Some(admitted),
+                    () = conn.given_way() => None,
+                };
+                // Told to give way meanwhile, it does, admitted or not.
+                match admitted {
+                    Some(admitted) if waiting.admitted() => admitted,
+                    _ => {
+                        return closing(busy(
+                            "every connection place is taken: this request, waiting its turn, gave its place to another client; retry shortly".into(),
+                        ));
+                    }
                 }
             }
         }
