@@ -784,6 +784,45 @@ fn macros_without_an_owner_cannot_take_every_name() {
     assert_eq!(listed, ["free_one", "free_three", "free_two"]);
 }
 
+/// Through `execute` as over HTTP: a query parameter given twice is 400
+/// naming where, the mcp family's own reads (run in the component) and
+/// the other families' (dispatched by the host) alike.
+#[test]
+fn execute_refuses_a_query_parameter_given_twice() {
+    let s = Server::start();
+    for (endpoint, field) in [
+        (
+            json!({"path": "/api/docs/search?q=post&q=post"}),
+            "endpoint.path",
+        ),
+        (
+            json!({"path": "/api/search?term=a&term=b"}),
+            "endpoint.path",
+        ),
+        (
+            json!({"path": "/api/search?term=a", "query": {"term": "b"}}),
+            "endpoint.query.term",
+        ),
+        (
+            json!({"path": "/api/docs/search", "query": {"q": "post"}, "method": "GET"}),
+            "",
+        ),
+    ] {
+        let r = s.post_json("/api/mcp/tools/execute", &json!({"endpoint": endpoint}));
+        if field.is_empty() {
+            assert_eq!(r.status, 200, "{endpoint}: {}", r.text());
+            continue;
+        }
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_request"),
+            "{endpoint}: {}",
+            r.text()
+        );
+        assert_eq!(r.json()["details"][0]["field"], field, "{endpoint}");
+    }
+}
+
 #[test]
 fn one_identity_owns_at_most_its_share_of_macros() {
     // A registration is paid once: one identity alone must not take every

@@ -118,14 +118,15 @@ pub struct Served {
     pub generation: u64,
 }
 
-/// The names of the query parameters an OpenAPI operation declares inline
-/// (`parameters` entries with `in: query`).
+/// The names of the single-valued query parameters an OpenAPI operation
+/// declares inline (`parameters` entries with `in: query`; not an array,
+/// which a client may send as the parameter repeated).
 fn declared_query(operation: &Value) -> Box<[String]> {
     operation["parameters"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|p| p["in"] == "query")
+        .filter(|p| p["in"] == "query" && p["schema"]["type"] != "array")
         .filter_map(|p| p["name"].as_str().map(str::to_string))
         .collect()
 }
@@ -461,6 +462,7 @@ mod tests {
             {"name": "term", "in": "query"},
             {"$ref": "#/components/parameters/x"},
             {"name": "limit", "in": "query"},
+            {"name": "tag", "in": "query", "schema": {"type": "array"}},
             {"name": "x-trace", "in": "header"},
         ]});
         assert_eq!(&*declared_query(&op), ["term", "limit"]);

@@ -1061,6 +1061,7 @@ fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
                 ));
             }
         };
+        let from_path = query.len();
         let given = match endpoint.get("query") {
             None | Some(Value::Null) => None,
             Some(Value::Object(q)) => Some(q),
@@ -1082,6 +1083,25 @@ fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
                     ));
                 }
             }
+        }
+        // A parameter given twice (in the path and in `query`, or twice in
+        // the path) is the input's 400, as the host answers it over HTTP
+        // for the parameters a route declares: which value was meant is
+        // not for the server to guess.
+        if let Some((i, (name, _))) = query
+            .iter()
+            .enumerate()
+            .find(|(i, (name, _))| query[..*i].iter().any(|(n, _)| n == name))
+        {
+            let field = if i < from_path {
+                "endpoint.path".to_string()
+            } else {
+                format!("endpoint.query.{name}")
+            };
+            return Err(ApiError::invalid(
+                &field,
+                format!("gives the query parameter {name:?} more than once: give it once"),
+            ));
         }
         let target_body = endpoint.get("body").filter(|b| !b.is_null());
         let mut answer = match own_read(&method, path) {
