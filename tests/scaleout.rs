@@ -668,7 +668,7 @@ fn a_store_that_goes_away_or_hangs_is_503_store_unavailable_and_nothing_is_lost(
             upload.json()["message"]
                 .as_str()
                 .unwrap_or_default()
-                .starts_with("nothing changed"),
+                .starts_with("not applied"),
             "{name}: {}",
             upload.text()
         );

@@ -486,7 +486,7 @@ fn not_recorded(
         503,
         "store_unavailable",
         format!(
-            "nothing changed: the {what} could not be recorded for the fleet ({e:#}); {what} again"
+            "not applied: the {what} could not be recorded for the fleet ({e:#}), so this host serves what it served before; {what} again"
         ),
     )
     .retry_after_a_second()
