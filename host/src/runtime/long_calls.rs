@@ -128,6 +128,12 @@ impl Drop for LongOf {
     }
 }
 
+/// Whether no address has a long call now (or there is no limit): every
+/// request is admitted at once by [`address_turn`], uncounted.
+pub fn no_address_turns() -> bool {
+    per_address() == 0 || ADDRESSES.any.load(Ordering::Acquire) == 0
+}
+
 /// Admit a request of `family` from the client address `addr`: at once
 /// when the address has no long call of the family (`Ok(None)`: the call
 /// counts itself if it runs long); while it has fewer than
@@ -139,10 +145,10 @@ pub async fn address_turn(
     family: &str,
     wait: Duration,
 ) -> Result<Option<LongOf>, ()> {
-    let limit = per_address();
-    if limit == 0 || ADDRESSES.any.load(Ordering::Acquire) == 0 {
+    if no_address_turns() {
         return Ok(None);
     }
+    let limit = per_address();
     let addr = crate::ids::client_key(addr);
     let until = tokio::time::Instant::now() + wait;
     let mut counted = false;

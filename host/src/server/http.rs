@@ -364,6 +364,20 @@ impl Gates {
     /// reads' share, then of the pool. Refused (503): the family's
     /// `max_concurrent` slots stayed taken for [`family_wait`] (with
     /// Retry-After), or the server is shutting down.
+    /// [`Gates::enter`] when every permit is free now, without waiting.
+    fn try_enter(&self, gates: &Arc<FamilyGates>, writes: bool) -> Option<Admitted> {
+        let own = gates.slots.clone().try_acquire_owned().ok()?;
+        let read = match writes {
+            true => None,
+            false => Some(self.reads.clone().try_acquire_owned().ok()?),
+        };
+        Some(Admitted {
+            _pool: self.pool.clone().try_acquire_owned().ok()?,
+            _read: read,
+            _family: own,
+        })
+    }
+
     async fn enter(
         &self,
         app: &App,
@@ -1303,59 +1317,24 @@ async fn serve_route(
     // requests from running.
     // A client whose calls already run long waits first, holding no slot
     // (see `long_calls`). While it waits, its connection may be chosen to
-    // make room: then it gives its place up, answered 503.
-    let admitted = async {
-        let counted = match &route.handler {
-            Handler::Family(family) => {
-                match long_calls::address_turn(client, family, family_wait(app)).await {
-                    Ok(counted) => counted,
-                    Err(()) => {
-                        return Err(busy(format!(
-                            "{family} is busy: {} of this address's requests of it are running long; retry shortly",
-                            long_calls::per_address()
-                        )));
-                    }
-                }
-            }
-            _ => None,
-        };
-        let permits = match (&route.handler, family_gates) {
-            (Handler::Family(family), Some(g)) => {
-                Some(gates.enter(app, family, g, route.writes).await?)
-            }
-            _ => None,
-        };
-        Ok((counted, permits))
-    };
-    // (Pinned in a block of its own: the future is gone once admitted,
-    // not kept in this one's state across the call.)
-    let admitted = {
-        let mut admitted = std::pin::pin!(admitted);
-        // Most are admitted at once: no waiting noted, no second future.
-        match futures_util::FutureExt::now_or_never(admitted.as_mut()) {
-            Some(admitted) => admitted,
-            None => {
-                let waiting = conn.waiting_for_admission();
-                let admitted = tokio::select! {
-                    biased;
-                    admitted = admitted => Some(admitted),
-                    () = conn.given_way() => None,
-                };
-                // Told to give way meanwhile, it does, admitted or not.
-                match admitted {
-                    Some(admitted) if waiting.admitted() => admitted,
-                    _ => {
-                        return closing(busy(
-                            "every connection place is taken: this request, waiting its turn, gave its place to another client; retry shortly".into(),
-                        ));
+    // make room: then it gives its place up, answered 503. (Most are
+    // admitted at once: nothing waited for, nothing noted.)
+    let (counted, permits) = match (&route.handler, family_gates) {
+        (Handler::Family(family), Some(g)) => {
+            let at_once = long_calls::no_address_turns()
+                .then(|| gates.try_enter(&g, route.writes))
+                .flatten();
+            match at_once {
+                Some(permits) => (None, Some(permits)),
+                None => {
+                    match admit_waiting(app, gates, family, g, route.writes, client, conn).await {
+                        Ok((counted, permits)) => (counted, Some(permits)),
+                        Err(refused) => return refused,
                     }
                 }
             }
         }
-    };
-    let (counted, permits) = match admitted {
-        Ok(admitted) => admitted,
-        Err(refused) => return refused,
+        _ => (None, None),
     };
     // A host route that works on its body waits its turn with it still
     // counted.
@@ -1455,6 +1434,47 @@ async fn serve_route(
                 }
             }
         }
+    }
+}
+
+/// Admit a family's request that has to wait (its address's turn among its
+/// long calls, then its slots), unless its connection is chosen to make
+/// room meanwhile: then it gives way, answered 503 (the connection closes
+/// after).
+async fn admit_waiting(
+    app: &Arc<App>,
+    gates: &Gates,
+    family: &str,
+    family_gates: Arc<FamilyGates>,
+    writes: bool,
+    client: IpAddr,
+    conn: &Arc<super::connections::State>,
+) -> Result<(Option<long_calls::LongOf>, Admitted), Reply> {
+    let admitted = async {
+        let counted = match long_calls::address_turn(client, family, family_wait(app)).await {
+            Ok(counted) => counted,
+            Err(()) => {
+                return Err(busy(format!(
+                    "{family} is busy: {} of this address's requests of it are running long; retry shortly",
+                    long_calls::per_address()
+                )));
+            }
+        };
+        let permits = gates.enter(app, family, family_gates, writes).await?;
+        Ok((counted, permits))
+    };
+    let waiting = conn.waiting_for_admission();
+    let admitted = tokio::select! {
+        biased;
+        admitted = admitted => Some(admitted),
+        () = conn.given_way() => None,
+    };
+    // Told to give way meanwhile, it does, admitted or not.
+    match admitted {
+        Some(admitted) if waiting.admitted() => admitted,
+        _ => Err(closing(busy(
+            "every connection place is taken: this request, waiting its turn, gave its place to another client; retry shortly".into(),
+        ))),
     }
 }
 
