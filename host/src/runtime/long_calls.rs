@@ -27,7 +27,8 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 /// How much of its own time (on its worker, not waiting for it, nor in a
 /// host call that waits: for the commit batch, a dispatched request, a
-/// blocking thread) a call runs before it is a long call.
+/// blocking thread; on a blocking thread, the CPU time the thread was
+/// given) a call runs before it is a long call.
 pub const LONG_CALL: Duration = Duration::from_millis(5);
 
 /// How many calls of one family for one client address may be long at
