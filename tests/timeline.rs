@@ -1073,6 +1073,19 @@ fn a_word_is_one_word_however_its_accents_are_typed() {
     assert_eq!(r.status, 400, "{}", r.text());
 }
 
+/// `GET path`, checked to be 400 `invalid_request` naming `field`.
+fn refused_naming(s: &Server, path: &str, field: &str) -> common::Resp {
+    let r = s.get(path);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "invalid_request"),
+        "{path}: {}",
+        r.text()
+    );
+    assert_eq!(r.json()["details"][0]["field"], field, "{path}");
+    r
+}
+
 #[test]
 fn a_query_parameter_that_is_not_utf8_is_refused_not_replaced() {
     let s = Server::start();
@@ -1083,14 +1096,7 @@ fn a_query_parameter_that_is_not_utf8_is_refused_not_replaced() {
         ("/api/profile?nickname=%FF", "nickname"),
         ("/api/timeline?author=%C3", "author"),
     ] {
-        let r = s.get(path);
-        assert_eq!(
-            (r.status, r.code().as_str()),
-            (400, "invalid_request"),
-            "{path}: {}",
-            r.text()
-        );
-        assert_eq!(r.json()["details"][0]["field"], field, "{path}");
+        let r = refused_naming(&s, path, field);
         assert!(!r.text().contains('\u{FFFD}'), "{}", r.text());
     }
     // UTF-8 escapes decode as before.
@@ -1110,14 +1116,7 @@ fn a_query_parameter_given_twice_is_refused() {
         ("/api/timeline?limit=2&limit=2", "limit"),
         ("/api/docs/search?q=post&q=post", "q"),
     ] {
-        let r = s.get(path);
-        assert_eq!(
-            (r.status, r.code().as_str()),
-            (400, "invalid_request"),
-            "{path}: {}",
-            r.text()
-        );
-        assert_eq!(r.json()["details"][0]["field"], field, "{path}");
+        refused_naming(&s, path, field);
     }
     assert_eq!(s.get("/api/timeline?limit=2&utm=a&utm=b").status, 200);
     assert_eq!(s.get("/api/search?term=a&limit=1").status, 200);
