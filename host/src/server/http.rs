@@ -360,10 +360,6 @@ impl Gates {
         }
     }
 
-    /// Wait for a slot of `family` (its `gates`), then (for a read) of the
-    /// reads' share, then of the pool. Refused (503): the family's
-    /// `max_concurrent` slots stayed taken for [`family_wait`] (with
-    /// Retry-After), or the server is shutting down.
     /// [`Gates::enter`] when every permit is free now, without waiting.
     fn try_enter(&self, gates: &Arc<FamilyGates>, writes: bool) -> Option<Admitted> {
         let own = gates.slots.clone().try_acquire_owned().ok()?;
@@ -378,6 +374,10 @@ impl Gates {
         })
     }
 
+    /// Wait for a slot of `family` (its `gates`), then (for a read) of the
+    /// reads' share, then of the pool. Refused (503): the family's
+    /// `max_concurrent` slots stayed taken for [`family_wait`] (with
+    /// Retry-After), or the server is shutting down.
     async fn enter(
         &self,
         app: &App,
