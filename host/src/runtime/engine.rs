@@ -754,10 +754,12 @@ impl Runtime {
     pub fn put_back(&self, family: &str, previous: Previous) -> Result<()> {
         let _one_at_a_time = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
         let mut slots = self.slots.write().expect("slots lock");
-        let current = match previous.0 {
+        // `family`'s slot made `slot` (none: removed); what it was.
+        let place = |slots: &mut BTreeMap<String, Slot>, slot: Option<Slot>| match slot {
             Some(slot) => slots.insert(family.to_string(), slot),
             None => slots.remove(family),
         };
+        let current = place(&mut slots, previous.0);
         match self.assemble(&slots, None) {
             Ok(served) => {
                 *self.served.write().expect("served lock") = Arc::new(served);
@@ -768,10 +770,7 @@ impl Runtime {
                 Ok(())
             }
             Err(e) => {
-                match current {
-                    Some(slot) => slots.insert(family.to_string(), slot),
-                    None => slots.remove(family),
-                };
+                place(&mut slots, current);
                 Err(e)
             }
         }

@@ -451,12 +451,6 @@ fn component_of(pairs: &[(String, String)]) -> Result<Option<String>, String> {
     Ok(Some(name))
 }
 
-/// The name of an upload sent without `?component`: the family's current
-/// name when the bytes are the ones serving, else `{family}-{12 hex of
-/// their sha256}.wasm`, so a listing never names a file whose content is
-/// not what serves. A family of the watched `families/` directory keeps
-/// its `families/NAME.wasm`: that name is what ties the family to its
-/// file (a later change of the file swaps, its removal unmounts).
 /// The answer to an upload or unmount (`what`) the shared store could not
 /// record for the fleet: undone on this host too (what served before
 /// serves again), so the fleet does not split, and 503 to try again.
@@ -471,27 +465,26 @@ fn not_recorded(
         family,
         "the {what} could not be recorded for the fleet, so it is undone here too: {e:#}"
     );
-    if let Err(undo) = app.runtime.put_back(family, previous) {
-        tracing::error!(family, "the {what} could not be undone here: {undo:#}");
-        return Reply::error(
-            503,
-            "store_unavailable",
-            format!(
-                "the {what} applies on this host only: it could not be recorded for the fleet ({e:#}), nor undone here; {what} again"
-            ),
-        )
-        .retry_after_a_second();
-    }
-    Reply::error(
-        503,
-        "store_unavailable",
-        format!(
+    let message = match app.runtime.put_back(family, previous) {
+        Ok(()) => format!(
             "not applied: the {what} could not be recorded for the fleet ({e:#}), so this host serves what it served before; {what} again"
         ),
-    )
-    .retry_after_a_second()
+        Err(undo) => {
+            tracing::error!(family, "the {what} could not be undone here: {undo:#}");
+            format!(
+                "the {what} applies on this host only: it could not be recorded for the fleet ({e:#}), nor undone here; {what} again"
+            )
+        }
+    };
+    Reply::error(503, "store_unavailable", message).retry_after_a_second()
 }
 
+/// The name of an upload sent without `?component`: the family's current
+/// name when the bytes are the ones serving, else `{family}-{12 hex of
+/// their sha256}.wasm`, so a listing never names a file whose content is
+/// not what serves. A family of the watched `families/` directory keeps
+/// its `families/NAME.wasm`: that name is what ties the family to its
+/// file (a later change of the file swaps, its removal unmounts).
 fn unnamed_upload(
     family: &str,
     serving: Option<&crate::runtime::PluginStatus>,
