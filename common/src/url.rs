@@ -94,6 +94,15 @@ fn query_component(s: &str) -> Option<String> {
     }
 }
 
+/// The index of the first of `pairs` whose name an earlier pair has too,
+/// among the names `counted` takes: a parameter given more than once.
+pub fn first_repeated(pairs: &[(String, String)], counted: impl Fn(&str) -> bool) -> Option<usize> {
+    (0..pairs.len()).find(|&i| {
+        let name = &pairs[i].0;
+        counted(name) && pairs[..i].iter().any(|(n, _)| n == name)
+    })
+}
+
 /// A query string as ordered, decoded pairs (empty pairs skipped, only
 /// the first `=` splits). A name or value whose escapes are not UTF-8
 /// (`%E9` of Latin-1) is malformed, never silently replaced: `Err` with the
@@ -143,6 +152,15 @@ pub fn canonical_path(path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_repeated_pair_is_found_among_the_counted_names() {
+        let q = parse_query("a=1&b=2&a=3&c=&c=").unwrap();
+        assert_eq!(first_repeated(&q, |_| true), Some(2));
+        assert_eq!(first_repeated(&q, |n| n == "c"), Some(4));
+        assert_eq!(first_repeated(&q, |n| n == "b"), None);
+        assert_eq!(first_repeated(&[], |_| true), None);
+    }
 
     #[test]
     fn base_urls_come_from_sane_hosts_only() {

@@ -559,6 +559,30 @@ pub enum Noted {
     Held,
 }
 
+/// A log sink for tests: what a subscriber writes to it, kept.
+#[cfg(test)]
+#[derive(Clone, Default)]
+pub(crate) struct Captured(Arc<Mutex<Vec<u8>>>);
+
+#[cfg(test)]
+impl Captured {
+    /// Everything written so far.
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+#[cfg(test)]
+impl Write for Captured {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -678,19 +702,7 @@ mod tests {
     /// What the subscriber, set up as [`init`] sets it up (no colours),
     /// writes for the event [`access`] replaces.
     fn subscriber_line(json: bool, id: &str, a: &Access) -> String {
-        use std::sync::{Arc, Mutex};
-        #[derive(Clone, Default)]
-        struct Capture(Arc<Mutex<Vec<u8>>>);
-        impl Write for Capture {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let capture = Capture::default();
+        let capture = Captured::default();
         let writer = capture.clone();
         let builder = tracing_subscriber::fmt()
             .with_writer(move || writer.clone())
@@ -707,7 +719,7 @@ mod tests {
             builder.finish().into()
         };
         tracing::dispatcher::with_default(&dispatch, || access_event(id, a));
-        String::from_utf8(capture.0.lock().unwrap().clone()).unwrap()
+        capture.text()
     }
 
     /// The line with its timestamp (always 27 characters) blanked.

@@ -45,10 +45,8 @@ impl Route {
     /// once: which value a client meant is not for the server to guess
     /// (PROTOCOL 1: malformed parameters are 400, never silently dropped).
     pub fn repeated_query<'q>(&self, query: &'q [(String, String)]) -> Option<&'q str> {
-        query.iter().enumerate().find_map(|(i, (name, _))| {
-            (self.query.contains(name) && query[..i].iter().any(|(n, _)| n == name))
-                .then_some(name.as_str())
-        })
+        let declared = |name: &str| self.query.iter().any(|d| d == name);
+        marketplace_common::url::first_repeated(query, declared).map(|i| query[i].0.as_str())
     }
 
     /// Who serves it, for logs and errors.

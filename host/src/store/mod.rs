@@ -1739,13 +1739,12 @@ mod tests {
 
     #[test]
     fn a_lost_race_is_logged_at_debug_and_other_failures_at_error() {
-        use std::sync::{Arc, Mutex};
-        let lines = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let lines = crate::logging::Captured::default();
         let sink = lines.clone();
         let dispatch: tracing::Dispatch = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::TRACE)
             .with_ansi(false)
-            .with_writer(move || CaptureWriter(sink.clone()))
+            .with_writer(move || sink.clone())
             .finish()
             .into();
         tracing::dispatcher::with_default(&dispatch, || {
@@ -1754,24 +1753,13 @@ mod tests {
             log_failure("payment check", &StorageError::Conflict.to_string());
             log_failure("escrow", &StorageError::Internal("disk full".into()));
         });
-        let text = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
+        let text = lines.text();
         let levels: Vec<&str> = text
             .lines()
             .map(|l| l.split_whitespace().nth(1).unwrap_or_default())
             .collect();
         assert_eq!(levels, ["DEBUG", "DEBUG", "ERROR"], "{text}");
         assert!(text.contains("escrow: storage: disk full"), "{text}");
-    }
-
-    struct CaptureWriter(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-    impl std::io::Write for CaptureWriter {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
     }
 
     #[test]

@@ -874,25 +874,27 @@ fn define(req: &Request) -> Result<Response, ApiError> {
                     "the service holds its maximum of {MAX_MACROS} macros"
                 )));
             }
-            if let Some(owner) = &owner {
-                let owned = owned_macros(owner)?;
-                let cap = owner_cap();
-                if owned >= cap {
-                    return Err(ApiError::conflict(format!(
-                        "identity {owner:.16}... owns its maximum of {cap} macros"
-                    )));
+            match &owner {
+                Some(owner) => {
+                    let owned = owned_macros(owner)?;
+                    let cap = owner_cap();
+                    if owned >= cap {
+                        return Err(ApiError::conflict(format!(
+                            "identity {owner:.16}... owns its maximum of {cap} macros"
+                        )));
+                    }
+                    kv::put(&format!("macro_count_owner/{owner}"), &(owned + 1))?;
                 }
-                kv::put(&format!("macro_count_owner/{owner}"), &(owned + 1))?;
-            }
-            if owner.is_none() {
-                let unsigned = unsigned_macros()?;
-                let cap = unsigned_cap();
-                if unsigned >= cap {
-                    return Err(ApiError::conflict(format!(
-                        "the service holds its maximum of {cap} macros without an owner: sign the definition (owner_fingerprint, signature) with a registered identity"
-                    )));
+                None => {
+                    let unsigned = unsigned_macros()?;
+                    let cap = unsigned_cap();
+                    if unsigned >= cap {
+                        return Err(ApiError::conflict(format!(
+                            "the service holds its maximum of {cap} macros without an owner: sign the definition (owner_fingerprint, signature) with a registered identity"
+                        )));
+                    }
+                    kv::put("macro_count_unsigned", &(unsigned + 1))?;
                 }
-                kv::put("macro_count_unsigned", &(unsigned + 1))?;
             }
             kv::put("macro_count", &(count + 1))?;
             (201, json!(now))
@@ -1088,11 +1090,8 @@ fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
         // the path) is the input's 400, as the host answers it over HTTP
         // for the parameters a route declares: which value was meant is
         // not for the server to guess.
-        if let Some((i, (name, _))) = query
-            .iter()
-            .enumerate()
-            .find(|(i, (name, _))| query[..*i].iter().any(|(n, _)| n == name))
-        {
+        if let Some(i) = marketplace_common::url::first_repeated(&query, |_| true) {
+            let name = &query[i].0;
             let field = if i < from_path {
                 "endpoint.path".to_string()
             } else {
