@@ -1338,9 +1338,20 @@ async fn serve_route(
     };
     // A host route that works on its body waits its turn with it still
     // counted.
+    // Meanwhile, as a family's request waiting, it may give way.
     let host_slot = match &route.handler {
         Handler::Host(name) if crate::runtime::native::parses_body(name) && !body.is_empty() => {
-            gates.host_bodies.clone().acquire_owned().await.ok()
+            let slots = &gates.host_bodies;
+            match slots.clone().try_acquire_owned() {
+                Ok(slot) => Some(slot),
+                Err(_) => {
+                    let turn = async { Ok(slots.clone().acquire_owned().await.ok()) };
+                    match unless_giving_way(conn, turn).await {
+                        Ok(slot) => slot,
+                        Err(gave_way) => return gave_way,
+                    }
+                }
+            }
         }
         _ => None,
     };
@@ -1463,13 +1474,23 @@ async fn admit_waiting(
         let permits = gates.enter(app, family, family_gates, writes).await?;
         Ok((counted, permits))
     };
+    unless_giving_way(conn, admitted).await
+}
+
+/// Wait for `admission` unless the connection is chosen to make room
+/// meanwhile ([`super::connections::State::give_way_if_waiting`]): then its
+/// request gives way, admitted or not, answered 503 (the connection closes
+/// after).
+async fn unless_giving_way<T>(
+    conn: &Arc<super::connections::State>,
+    admission: impl std::future::Future<Output = Result<T, Reply>>,
+) -> Result<T, Reply> {
     let waiting = conn.waiting_for_admission();
     let admitted = tokio::select! {
         biased;
-        admitted = admitted => Some(admitted),
+        admitted = admission => Some(admitted),
         () = conn.given_way() => None,
     };
-    // Told to give way meanwhile, it does, admitted or not.
     match admitted {
         Some(admitted) if waiting.admitted() => admitted,
         _ => Err(closing(busy(
@@ -1594,6 +1615,39 @@ pub(crate) fn too_large(max: usize) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_request_waiting_its_turn_gives_way_when_told_and_runs_when_admitted_first() {
+        let conn = Arc::new(super::super::connections::State::default());
+        // Admitted at once: it runs, and its connection waits no longer.
+        let ran = unless_giving_way(&conn, async { Ok::<_, Reply>(7) }).await;
+        assert_eq!(ran.ok(), Some(7));
+        assert!(!conn.is_waiting());
+        // Still waiting (a slot that never comes) when room is made: it
+        // gives way, 503 and the connection closes after.
+        let never = std::future::pending::<Result<(), Reply>>();
+        let both = async {
+            tokio::join!(unless_giving_way(&conn, never), async {
+                tokio::task::yield_now().await;
+                conn.give_way_if_waiting()
+            })
+        };
+        // (A wait that never heeds being told would hang here.)
+        let (gave_way, told) = tokio::time::timeout(std::time::Duration::from_secs(30), both)
+            .await
+            .expect("told to give way, it stops waiting");
+        assert!(told);
+        let reply = gave_way.unwrap_err();
+        assert_eq!(reply.status, 503);
+        assert!(
+            reply
+                .headers
+                .iter()
+                .any(|(n, v)| n == "connection" && v == "close")
+        );
+        // Nothing waits now: a later make_room finds none to tell.
+        assert!(!conn.give_way_if_waiting());
+    }
 
     #[test]
     fn a_family_holds_its_slots_share_of_body_memory_and_room_for_the_largest_body() {
