@@ -171,6 +171,8 @@ pub fn access(id: &str, a: &Access) {
 /// Longest request method and path an access line shows.
 pub const MAX_METHOD: usize = 32;
 pub const MAX_PATH: usize = 2048;
+/// Most bytes of a request's path an error message repeats.
+pub const SHOWN_PATH: usize = 200;
 
 /// `message` on one line: control characters (a line break that would
 /// forge a log line of its own, say) written as escapes, at most

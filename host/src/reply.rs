@@ -21,6 +21,34 @@ impl Reply {
         }
     }
 
+    /// 405 `method_not_allowed` with the methods `path` answers, also in
+    /// `Allow`: the same answer from the HTTP server, the admin listener
+    /// and a request a component dispatches (MCP `execute`).
+    pub fn method_not_allowed<S: AsRef<str> + serde::Serialize>(
+        method: &str,
+        path: &str,
+        allowed: &[S],
+    ) -> Reply {
+        let allow = allowed
+            .iter()
+            .map(AsRef::as_ref)
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut reply = Reply::json(
+            405,
+            &json!({
+                "code": "method_not_allowed",
+                "message": format!(
+                    "{} is not allowed on {path}; allowed: {allow}",
+                    crate::logging::clip(method, crate::logging::MAX_METHOD),
+                ),
+                "allowed_methods": allowed,
+            }),
+        );
+        reply.headers.push(("allow".into(), allow));
+        reply
+    }
+
     /// A protocol error `{"code", "message"}`.
     pub fn error(status: u16, code: &str, message: impl Into<String>) -> Reply {
         Reply::json(status, &json!({"code": code, "message": message.into()}))

@@ -382,14 +382,17 @@ impl Table {
 
 impl Match {
     /// No route of the path serves the method: 405 with the methods that
-    /// do, or 404 when none does.
+    /// do (HEAD after GET: a GET route answers it, and RFC 9110's `Allow`
+    /// lists it), or 404 when none does.
     fn other_methods(mut allowed: Vec<String>) -> Match {
         if allowed.is_empty() {
-            Match::NotFound
-        } else {
-            allowed.sort();
-            Match::MethodNotAllowed(allowed)
+            return Match::NotFound;
         }
+        allowed.sort();
+        if let Some(at) = allowed.iter().position(|m| m == "GET") {
+            allowed.insert(at + 1, "HEAD".into());
+        }
+        Match::MethodNotAllowed(allowed)
     }
 }
 
@@ -589,6 +592,17 @@ mod tests {
             }
             allowed.sort();
             allowed.dedup();
+            // A GET route also answers HEAD.
+            if allowed.contains(&"GET".to_string()) {
+                allowed.push("HEAD".into());
+                allowed.sort_by_key(|m| {
+                    if m == "HEAD" {
+                        "GET\u{1}".to_string()
+                    } else {
+                        m.clone()
+                    }
+                });
+            }
             format!("other {allowed:?}")
         };
         let said = |m: Match| match m {
@@ -623,7 +637,7 @@ mod tests {
     #[test]
     fn wrong_method_lists_allowed() {
         match table().find("DELETE", "/api/timeline") {
-            Match::MethodNotAllowed(m) => assert_eq!(m, vec!["GET", "POST"]),
+            Match::MethodNotAllowed(m) => assert_eq!(m, vec!["GET", "HEAD", "POST"]),
             m => panic!("{m:?}"),
         }
         assert!(matches!(table().find("GET", "/api/nope"), Match::NotFound));

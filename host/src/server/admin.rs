@@ -159,9 +159,7 @@ pub async fn serve_metrics(app: Arc<App>, listener: TcpListener, stop: watch::Re
                 ("GET", "/metrics") => metrics_reply(&app).await,
                 // Another method on the one path: 405 with `Allow`, as
                 // on the admin listener.
-                (method, "/metrics") => {
-                    super::http::method_not_allowed(method, "/metrics", &["GET"])
-                }
+                (method, "/metrics") => Reply::method_not_allowed(method, "/metrics", &["GET"]),
                 _ => Reply::error(404, "not_found", "only GET /metrics is served here"),
             };
             boxed(crate::server::http::to_hyper(reply, false))
@@ -759,7 +757,7 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
             }
         }
         _ => match admin_methods(app, segments.as_slice()) {
-            Some(allowed) => super::http::method_not_allowed(method, path, &allowed),
+            Some(allowed) => Reply::method_not_allowed(method, path, &allowed),
             None => Reply::error(404, "not_found", format!("no admin route {method} {path}")),
         },
     }

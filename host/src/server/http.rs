@@ -1171,21 +1171,17 @@ async fn dispatch(
                     // (A path may be 64 KiB: not echoed whole.)
                     format!(
                         "no route for {method} {}",
-                        crate::logging::clip(req.uri().path(), SHOWN_PATH)
+                        crate::logging::clip(req.uri().path(), crate::logging::SHOWN_PATH)
                     ),
                 ),
                 None,
             );
         }
-        Match::MethodNotAllowed(mut allowed) => {
-            // A GET route answers HEAD too (RFC 9110: Allow lists it).
-            if let Some(at) = allowed.iter().position(|m| m == "GET") {
-                allowed.insert(at + 1, "HEAD".into());
-            }
+        Match::MethodNotAllowed(allowed) => {
             return (
-                method_not_allowed(
+                Reply::method_not_allowed(
                     &method,
-                    &crate::logging::clip(req.uri().path(), SHOWN_PATH),
+                    &crate::logging::clip(req.uri().path(), crate::logging::SHOWN_PATH),
                     &allowed,
                 ),
                 None,
@@ -1555,36 +1551,6 @@ pub(crate) fn declared_length(headers: &hyper::HeaderMap) -> Option<u64> {
         .get(hyper::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok())
-}
-
-/// Most bytes of a request's path an error message repeats.
-const SHOWN_PATH: usize = 200;
-
-/// 405 `method_not_allowed` with the methods `path` answers, also in
-/// `Allow`.
-pub(crate) fn method_not_allowed<S: AsRef<str> + serde::Serialize>(
-    method: &str,
-    path: &str,
-    allowed: &[S],
-) -> Reply {
-    let allow = allowed
-        .iter()
-        .map(AsRef::as_ref)
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut reply = Reply::json(
-        405,
-        &json!({
-            "code": "method_not_allowed",
-            "message": format!(
-                "{} is not allowed on {path}; allowed: {allow}",
-                crate::logging::clip(method, crate::logging::MAX_METHOD),
-            ),
-            "allowed_methods": allowed,
-        }),
-    );
-    reply.headers.push(("allow".into(), allow));
-    reply
 }
 
 /// 408 `request_timeout`: the body did not arrive within `limit`; the

@@ -181,13 +181,10 @@ impl Ctx {
                 "not_found",
                 format!("no route for {method} {path}"),
             )),
-            Match::MethodNotAllowed(allowed) => Err(Reply::error(
-                405,
-                "method_not_allowed",
-                format!(
-                    "{method} is not allowed on {path}; allowed: {}",
-                    allowed.join(", ")
-                ),
+            Match::MethodNotAllowed(allowed) => Err(Reply::method_not_allowed(
+                &method,
+                &crate::logging::clip(&path, crate::logging::SHOWN_PATH),
+                &allowed,
             )),
             Match::Found { route, params } => {
                 if let Some(name) = route.repeated_query(&req.query) {
