@@ -3035,3 +3035,108 @@ fn macro_tools_say_who_wrote_them_and_a_402_says_how_to_pay_over_mcp() {
         "{r}"
     );
 }
+
+/// What an agent reads of a read tool matches what its route takes: the
+/// listed schema carries the route's parameter constraints, a null
+/// argument is an absent one (as a body's member), a blank search term is
+/// worded alike over HTTP and MCP, and `execute` answers a 405 with the
+/// route's own body (outside probe, eighty-third session).
+#[test]
+fn read_tools_say_what_their_routes_take() {
+    let s = Server::start();
+    let doc = s.get("/openapi.json").json();
+    let parameter = |path: &str, name: &str| -> Value {
+        doc["paths"][path]["get"]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{path} has no parameter {name}"))["schema"]
+            .clone()
+    };
+    let tools = rpc(
+        &s,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    )
+    .json();
+    let listed = |tool: &str, argument: &str| -> Value {
+        tools["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == tool)
+            .unwrap()["inputSchema"]["properties"][argument]
+            .clone()
+    };
+    for (tool, route, argument) in [
+        ("search", "/api/search", "post_type"),
+        ("search", "/api/search", "term"),
+        ("get_timeline", "/api/timeline", "post_type"),
+        ("get_timeline", "/api/timeline", "author"),
+        ("get_timeline", "/api/timeline", "before"),
+        ("get_thread", "/api/thread/{post_id}", "after"),
+    ] {
+        let pattern = &parameter(route, argument)["pattern"];
+        assert!(pattern.is_string(), "{route} {argument}");
+        assert_eq!(
+            &listed(tool, argument)["pattern"],
+            pattern,
+            "{tool} {argument}"
+        );
+    }
+    // GET /api/mcp lists the same schemas.
+    let described = s.get("/api/mcp").json();
+    let search = described["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "search")
+        .unwrap();
+    assert_eq!(
+        search["input_schema"]["properties"]["post_type"],
+        listed("search", "post_type")
+    );
+
+    // null is absent: the same answer as the HTTP tool route's.
+    let over_http = s.post_json(
+        "/api/mcp/tools/search",
+        &json!({"term": "violin", "limit": null}),
+    );
+    assert_eq!(over_http.status, 200, "{}", over_http.text());
+    let called = call_tool(&s, "search", json!({"term": "violin", "limit": null}));
+    assert_eq!(called["result"]["isError"], false, "{called}");
+    assert_eq!(called["result"]["structuredContent"], over_http.json());
+    // A required one sent as null is missing.
+    let called = call_tool(&s, "get_post", json!({"post_id": null}));
+    assert_eq!(called["result"]["isError"], true, "{called}");
+    assert!(called.to_string().contains("is required"), "{called}");
+
+    // A blank term is "must not be blank" both ways; an absent one is
+    // required.
+    for (path, problem) in [
+        ("/api/search?term=%20%20", "must not be blank"),
+        ("/api/search?term=", "must not be blank"),
+        ("/api/search", "is required"),
+        ("/api/docs/search?q=%20", "must not be blank"),
+    ] {
+        let r = s.get(path);
+        assert_eq!(r.status, 400, "{path}");
+        assert_eq!(r.json()["details"][0]["problem"], problem, "{path}");
+    }
+    let called = call_tool(&s, "search", json!({"term": "  "}));
+    assert_eq!(
+        called["result"]["structuredContent"]["details"][0]["problem"], "must not be blank",
+        "{called}"
+    );
+
+    // execute's 405 is the route's own body.
+    let direct = s.post_json("/api/fees", &json!({}));
+    assert_eq!(direct.status, 405);
+    let through = execute(
+        &s,
+        &json!({"endpoint": {"method": "POST", "path": "/api/fees", "body": {}}}),
+    );
+    assert_eq!(through.status, 405);
+    assert_eq!(through.json(), direct.json());
+    assert_eq!(direct.json()["allowed_methods"], json!(["GET", "HEAD"]));
+}

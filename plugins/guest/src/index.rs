@@ -47,7 +47,7 @@ impl TermProblem {
     /// The rule, worded for a field's error detail.
     pub fn rule(&self) -> &'static str {
         match self {
-            TermProblem::Blank => "is required",
+            TermProblem::Blank => "must not be blank",
             TermProblem::TooLong => "must be at most 1000 characters",
         }
     }

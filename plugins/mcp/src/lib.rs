@@ -27,9 +27,8 @@ mod x402;
 use marketplace_common::url::canonical_path;
 use marketplace_guest::prelude::*;
 use marketplace_guest::{
-    Body, clear_on_fault, clock, dispatch, host,
-    index::{TermProblem, search_term},
-    limit_time, memoized, on_fault, types,
+    Body, clear_on_fault, clock, dispatch, host, index::search_term, limit_time, memoized,
+    on_fault, types,
 };
 
 struct Mcp;
@@ -63,6 +62,80 @@ struct Tool {
     method: &'static str,
     path: &'static str,
     schema: fn() -> Value,
+}
+
+impl Tool {
+    /// The route whose OpenAPI operation states what this tool's arguments
+    /// may be: a read tool's own, the search tool's `GET /api/search`.
+    fn read_route(&self) -> Option<&'static str> {
+        match (self.name, self.method) {
+            ("search", _) => Some("/api/search"),
+            (_, "GET") => Some(self.path),
+            _ => None,
+        }
+    }
+}
+
+/// Keywords of a route's parameter schema that constrain its value.
+const CONSTRAINTS: &[&str] = &[
+    "pattern",
+    "minLength",
+    "maxLength",
+    "minimum",
+    "maximum",
+    "enum",
+];
+
+/// `schema` (a tool's own) with each argument that is a parameter of
+/// `operation` given the constraints that parameter's schema states and
+/// the argument's does not: the route refuses what they exclude, so the
+/// listed schema says so too (a `pattern` is the route's to check).
+fn tightened(mut schema: Value, operation: &Value) -> Value {
+    let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) else {
+        return schema;
+    };
+    for param in operation["parameters"].as_array().into_iter().flatten() {
+        let (Some(name), Some(stated)) = (param["name"].as_str(), param["schema"].as_object())
+        else {
+            continue;
+        };
+        if !matches!(param["in"].as_str(), Some("query" | "path")) {
+            continue;
+        }
+        let Some(argument) = properties.get_mut(name).and_then(Value::as_object_mut) else {
+            continue;
+        };
+        for &key in CONSTRAINTS {
+            if let Some(value) = stated.get(key)
+                && !argument.contains_key(key)
+            {
+                argument.insert(key.into(), value.clone());
+            }
+        }
+    }
+    schema
+}
+
+/// Every built-in tool's input schema as listed and checked (by name):
+/// its own, [`tightened`] by its route's operation in the service's
+/// document; rendered once per load of components.
+fn tool_schemas() -> Result<Value, ApiError> {
+    let text = memoized("tool-schemas.json", || {
+        let document = openapi::document()?;
+        let schemas: serde_json::Map<String, Value> = TOOLS
+            .iter()
+            .map(|t| {
+                let own = (t.schema)();
+                let schema = match t.read_route() {
+                    Some(path) => tightened(own, &document["paths"][path]["get"]),
+                    None => own,
+                };
+                (t.name.to_string(), schema)
+            })
+            .collect();
+        Ok(Value::Object(schemas).to_string())
+    })?;
+    serde_json::from_str(&text).map_err(|e| ApiError::internal(format!("the tools' schemas: {e}")))
 }
 
 fn search_schema() -> Value {
@@ -99,10 +172,10 @@ const TOOLS: &[Tool] = &[
             "name": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,63}$", "description": "the macro's tool name: lower-case letters, digits, '_' and '-', starting with a letter"},
             "description": {"type": "string", "maxLength": 1000, "pattern": "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f]*$", "description": "what the macro finds, shown to agents as its tool description (no control character but line breaks and tabs)"},
             "kind": {"const": "search", "description": "\"search\" (the only kind)"},
-            "typescript": {"type": "string", "minLength": 1, "description": "a function body that receives `args` (the caller's arguments, checked against input_schema) and returns {term, post_type?, limit?}, e.g. `return {term: args.topic + \" \" + args.city, limit: 10};`. At most 16384 bytes; runs sandboxed: no I/O, at most 1 s of CPU and 64 MiB (beyond either: 422 macro_error); a syntax error is a 400 at define time."},
+            "typescript": {"type": "string", "minLength": 1, "description": format!("a function body that receives `args` (the caller's arguments, checked against input_schema) and returns {{term, post_type?, limit?}}, e.g. `return {{term: args.topic + \" \" + args.city, limit: 10}};`. At most 16384 bytes; runs sandboxed: no I/O, at most {MACRO_BUDGET_MS} ms (its engine's start included) and 64 MiB (beyond either: 422 macro_error); a syntax error is a 400 at define time.")},
             "input_schema": crate::schema::openapi(),
             "owner_fingerprint": {"type": "string", "description": "to own the macro: a registered identity's fingerprint"},
-            "signature": {"type": "string", "description": "that identity's signature of define:{name}:{sha256 hex of typescript}:{timestamp} (PROTOCOL 2; without timestamp the legacy form)"},
+            "signature": {"type": "string", "description": "hex of that identity's Ed25519 signature of the UTF-8 text define:{name}:{sha256 hex of typescript}:{timestamp}, timestamp within 300 s of the server's clock (without timestamp, the legacy form define:{name}:{sha256 hex of typescript})"},
             "timestamp": {"type": "integer", "minimum": 0, "description": "the signature's Unix time (seconds), for the fresh form"}},
             "required": ["name", "kind", "typescript", "input_schema"]})
         },
@@ -224,8 +297,10 @@ impl Endpoint for Mcp {
             ("OPTIONS", "/mcp") => Ok(origin::preflight(req)),
             ("POST", "/a2a") => a2a::handle(req),
             ("GET", "/api/docs/search") => {
-                let q = search_term(req.query("q").unwrap_or(""))
-                    .map_err(|p| ApiError::invalid("q", p.rule()))?;
+                let q = req
+                    .query("q")
+                    .ok_or_else(|| ApiError::invalid("q", "is required"))?;
+                let q = search_term(q).map_err(|p| ApiError::invalid("q", p.rule()))?;
                 let limit = req.query_int("limit", 1, 50)?.unwrap_or(10) as usize;
                 // Derived from the host's document alone: built once per
                 // load of components.
@@ -413,9 +488,10 @@ fn each_macro_page(most: u32, mut each: impl FnMut(&[Listed]) -> bool) -> Result
 /// `GET /api/mcp`: written as text a page of macros at a time, so that
 /// a thousand macros' schemas are never all parsed at once.
 fn describe(version: &str) -> Result<Response, ApiError> {
+    let mut schemas = tool_schemas()?;
     let tools: Vec<Value> = TOOLS
         .iter()
-        .map(|t| json!({"name": t.name, "description": t.description, "method": t.method, "path": t.path, "input_schema": (t.schema)()}))
+        .map(|t| json!({"name": t.name, "description": t.description, "method": t.method, "path": t.path, "input_schema": schemas[t.name].take()}))
         .collect();
     let mut out = json!({"name": "marketplace", "version": version, "tools": tools}).to_string();
     out.pop();
@@ -552,10 +628,9 @@ fn run_search(args: &Value) -> Result<Response, ApiError> {
     let mut problems = Vec::new();
     let term = search_term(args["term"].as_str().unwrap_or(""));
     if let Err(problem) = &term {
-        let problem = match (&args["term"], problem) {
-            (Value::Null, _) => "is required (a string)",
-            (Value::String(_), TermProblem::Blank) => "must not be blank",
-            (Value::String(_), TermProblem::TooLong) => problem.rule(),
+        let problem = match &args["term"] {
+            Value::Null => "is required (a string)",
+            Value::String(_) => problem.rule(),
             _ => "must be a string",
         };
         problems.push(marketplace_guest::Detail {
@@ -620,7 +695,7 @@ fn run_tool(tool: &Tool, args: &Value, wrap: Wrap, caller: &Request) -> Result<R
     if tool.name == "search" {
         // Its inputSchema first, as for every other tool (the same
         // `arguments.{name}` fields); then the route's own checks.
-        schema::check_arguments(&(tool.schema)(), args)?;
+        schema::check_arguments(&tool_schemas()?[tool.name], args)?;
         return run_search(args);
     }
     if tool.method != "GET" {
@@ -631,7 +706,7 @@ fn run_tool(tool: &Tool, args: &Value, wrap: Wrap, caller: &Request) -> Result<R
             dispatch::call(&post.0)
         });
     }
-    schema::check_arguments(&(tool.schema)(), args)?;
+    schema::check_arguments(&tool_schemas()?[tool.name], args)?;
     let mut path = tool.path.to_string();
     let mut query = Vec::new();
     if let Some(map) = args.as_object() {
@@ -910,6 +985,8 @@ fn define(req: &Request) -> Result<Response, ApiError> {
 /// the caller's own response (the JSON-RPC server wraps it in a result); it
 /// shapes the answer the host gives if a macro runs away.
 fn run_named(name: &str, args: &Value, wrap: Wrap, caller: &Request) -> Result<Response, ApiError> {
+    // An argument sent as null is absent, as a body's member is.
+    let args = &schema::nulls_absent(args);
     if let Some(tool) = TOOLS.iter().find(|t| t.name == name) {
         return run_tool(tool, args, wrap, caller);
     }
@@ -1527,9 +1604,10 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
         }
         "ping" => json!({}),
         "tools/list" => {
+            let mut schemas = tool_schemas()?;
             let mut tools: Vec<Value> = TOOLS
                 .iter()
-                .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": (t.schema)(),
+                .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": schemas[t.name].take(),
                                 "annotations": annotations(t.name)}))
                 .collect();
             // Pages of macros (MCP pagination): the built-in tools and the
@@ -1774,6 +1852,49 @@ marketplace_guest::endpoint_plugin!(Mcp);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tool_schema_takes_its_routes_query_constraints_it_lacks() {
+        let operation = json!({"parameters": [
+            {"in": "query", "name": "post_type", "schema": {"type": "string", "pattern": "^x$", "maxLength": 64}},
+            {"in": "query", "name": "limit", "schema": {"type": "integer", "minimum": 1, "maximum": 100}},
+            {"in": "query", "name": "unlisted", "schema": {"type": "string", "pattern": "^y$"}},
+            {"in": "header", "name": "term", "schema": {"type": "string", "pattern": "^z$"}}]});
+        let own = json!({"type": "object", "properties": {
+            "post_type": {"type": "string"},
+            "limit": {"type": "integer", "maximum": 50},
+            "term": {"type": "string"}}});
+        let schema = tightened(own, &operation);
+        let p = &schema["properties"];
+        assert_eq!(
+            p["post_type"],
+            json!({"type": "string", "pattern": "^x$", "maxLength": 64})
+        );
+        // The tool's own bound stands; only what it lacks is added.
+        assert_eq!(
+            p["limit"],
+            json!({"type": "integer", "minimum": 1, "maximum": 50})
+        );
+        // A header is no argument; a parameter the tool lacks adds none.
+        assert_eq!(p["term"], json!({"type": "string"}));
+        assert!(p.get("unlisted").is_none());
+        // No operation (the route's family unmounted): the tool's own.
+        assert_eq!(tightened(search_schema(), &Value::Null), search_schema());
+        // A schema without properties stays without.
+        let none = json!({"type": "object", "additionalProperties": false});
+        assert_eq!(tightened(none.clone(), &operation), none);
+    }
+
+    #[test]
+    fn every_read_tool_reads_through_a_get_route() {
+        for t in TOOLS {
+            match t.read_route() {
+                Some(route) if t.name == "search" => assert_eq!(route, "/api/search"),
+                Some(route) => assert_eq!((t.method, route), ("GET", t.path)),
+                None => assert_eq!(t.method, "POST", "{}", t.name),
+            }
+        }
+    }
 
     #[test]
     fn whole_floats_go_as_integers() {

@@ -85,7 +85,7 @@ const PROMPTS: &[Prompt] = &[
                 "Help me sell {item}{price} on this marketplace.\n\
                  1. Search for similar listings with the `search` tool and say how their prices compare.\n\
                  2. Draft a short, honest listing (what it is, its condition, the price, how it is delivered) and show it to me before publishing. A listing clients rely on has two attachments: `terms.md` (the terms of sale) and `product.md` (or `service.md`, `skill.md`, `description.md`: what is offered); draft both.\n\
-                 3. Publishing is a paid request signed with my Ed25519 key: check its price with `get_fees`, then send `POST /api/timeline` through the `execute` tool with the signed body, the two attachments, and the payment header on the MCP request (the OpenAPI resource describes both); its answer's `listing.verified` must be true. Never publish without my approval."
+                 3. Publishing is a paid request signed with my Ed25519 key: check its price with `get_fees`, then send `POST /api/timeline` through the `execute` tool with the signed body, the two attachments, and the payment header on the MCP request (the OpenAPI resource describes both); its answer's `post.listing.verified` must be true. Never publish without my approval."
             )
         },
     },

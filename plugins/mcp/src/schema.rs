@@ -319,6 +319,22 @@ fn count_problems(
     .chain(over.map(|m| format!("must {verb} at most {m} {unit}")))
 }
 
+/// `args` without its members that are null: such an argument is absent,
+/// as a request body's member sent as null is (a required one is then
+/// missing). Anything but an object is left for [`check_arguments`] to
+/// refuse.
+pub fn nulls_absent(args: &Value) -> std::borrow::Cow<'_, Value> {
+    match args.as_object() {
+        Some(map) if map.values().any(Value::is_null) => std::borrow::Cow::Owned(Value::Object(
+            map.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        )),
+        _ => std::borrow::Cow::Borrowed(args),
+    }
+}
+
 /// Validate arguments against a tool's input schema (400 with details):
 /// each property's `type`, `enum`, `const`, `minimum`/`maximum` and their
 /// exclusive forms, `multipleOf`, `minLength`/`maxLength` (in characters),
@@ -423,6 +439,25 @@ pub fn check_arguments(schema: &Value, args: &Value) -> Result<(), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_null_argument_is_absent() {
+        let schema = json!({"type": "object", "properties": {
+            "limit": {"type": "integer"}, "term": {"type": "string"}}, "required": ["term"]});
+        let sent = json!({"term": "x", "limit": null});
+        assert_eq!(*nulls_absent(&sent), json!({"term": "x"}));
+        assert!(check_arguments(&schema, &nulls_absent(&sent)).is_ok());
+        // As sent, null is no integer.
+        assert!(check_arguments(&schema, &sent).is_err());
+        // A required one sent as null is missing.
+        let missing = check_arguments(&schema, &nulls_absent(&json!({"term": null}))).unwrap_err();
+        assert!(
+            format!("{missing:?}").contains("is required"),
+            "{missing:?}"
+        );
+        // Not an object: left as it is, for the check to refuse.
+        assert_eq!(*nulls_absent(&json!([null])), json!([null]));
+    }
 
     #[test]
     fn a_listed_schema_has_the_shape_mcp_requires() {

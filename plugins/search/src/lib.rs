@@ -106,8 +106,10 @@ impl Endpoint for Search {
     fn handle(req: &Request) -> Result<Response, ApiError> {
         match (req.method(), req.route()) {
             ("GET", "/api/search") => {
-                let term = search_term(req.query("term").unwrap_or(""))
-                    .map_err(|p| ApiError::invalid("term", p.rule()))?;
+                let term = req
+                    .query("term")
+                    .ok_or_else(|| ApiError::invalid("term", "is required"))?;
+                let term = search_term(term).map_err(|p| ApiError::invalid("term", p.rule()))?;
                 let limit = req.query_int("limit", 1, 100)?.unwrap_or(20) as usize;
                 let post_type = marketplace_guest::posts::post_type_filter(req.query("post_type"))?;
                 Ok(Response {
