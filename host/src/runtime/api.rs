@@ -74,7 +74,7 @@ impl Api {
                     "the OpenAPI operations and schemas together are over {MAX_API} bytes"
                 ));
             }
-            let operation = match serde_json::from_str::<Value>(&openapi) {
+            let mut operation = match serde_json::from_str::<Value>(&openapi) {
                 Ok(v @ Value::Object(_)) => v,
                 _ if openapi.trim().is_empty() => Value::Object(Map::new()),
                 _ => {
@@ -83,6 +83,8 @@ impl Api {
                     ));
                 }
             };
+            path_parameters(&pattern, &mut operation)
+                .map_err(|why| format!("{method} {pattern}: {why}"))?;
             out.push(Declared {
                 // A read method never gets a write transaction, whatever
                 // the component declares.
@@ -104,6 +106,69 @@ impl Api {
             schemas,
         })
     }
+}
+
+/// Make `operation`'s path parameters those of `pattern` (OpenAPI: each
+/// `{name}` of the path declared once, `in: path`, required): one the
+/// pattern lacks, or declared twice or not required, is refused (it would
+/// make the service's whole document invalid); one the operation leaves
+/// out is added, a string (unless it refers to parameters elsewhere,
+/// which may declare it).
+fn path_parameters(pattern: &str, operation: &mut Value) -> Result<(), String> {
+    let names: Vec<&str> = pattern
+        .split('/')
+        .filter_map(|s| s.strip_prefix('{')?.strip_suffix('}'))
+        .collect();
+    let Value::Object(op) = operation else {
+        return Ok(());
+    };
+    let parameters = match op.get_mut("parameters") {
+        None => None,
+        Some(Value::Array(list)) => Some(list),
+        Some(_) => return Err("`parameters` is not an array".into()),
+    };
+    let mut declared = Vec::new();
+    let mut referred = false;
+    for p in parameters.iter().flat_map(|list| list.iter()) {
+        referred |= p.get("$ref").is_some();
+        if p["in"] != "path" {
+            continue;
+        }
+        let name = p["name"].as_str().unwrap_or_default();
+        if !names.contains(&name) {
+            return Err(format!(
+                "the OpenAPI operation declares path parameter {name:?}, which the pattern does not have"
+            ));
+        }
+        if declared.contains(&name) {
+            return Err(format!(
+                "the OpenAPI operation declares path parameter {name:?} twice"
+            ));
+        }
+        if p["required"] != true {
+            return Err(format!(
+                "the OpenAPI operation's path parameter {name:?} must say `required: true`"
+            ));
+        }
+        declared.push(name);
+    }
+    if referred {
+        return Ok(());
+    }
+    let missing: Vec<Value> = names
+        .iter()
+        .filter(|n| !declared.contains(n))
+        .map(|n| json!({"name": n, "in": "path", "required": true, "schema": {"type": "string"}}))
+        .collect();
+    if !missing.is_empty() {
+        let list = op
+            .entry("parameters")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Value::Array(list) = list {
+            list.extend(missing);
+        }
+    }
+    Ok(())
 }
 
 /// The route table and the OpenAPI document (JSON text) in force. Both are
@@ -296,6 +361,57 @@ pub fn assemble(host_routes: Vec<Route>, families: &[(&str, &Api)]) -> Result<Se
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_operations_path_parameters_are_its_patterns() {
+        let check = |pattern: &str, operation: Value| {
+            Api::check(
+                vec![(
+                    "GET".into(),
+                    pattern.into(),
+                    false,
+                    None,
+                    operation.to_string(),
+                    None,
+                )],
+                "{}",
+            )
+            .map(|api| api.routes[0].operation["parameters"].clone())
+        };
+        let id =
+            json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string"}});
+        // Declared as the pattern has it: kept as it is.
+        assert_eq!(
+            check("/api/x/{id}", json!({"parameters": [id]})).unwrap(),
+            json!([id])
+        );
+        // Left out: added (an operation may say nothing at all).
+        assert_eq!(check("/api/x/{id}", json!({})).unwrap(), json!([id]));
+        let term = json!({"name": "term", "in": "query"});
+        assert_eq!(
+            check("/api/x/{id}", json!({"parameters": [term]})).unwrap(),
+            json!([term, id])
+        );
+        // A pattern without parameters gets none.
+        assert_eq!(check("/api/x", json!({})).unwrap(), Value::Null);
+        // One the pattern lacks, twice, or not required: refused.
+        let other = json!({"name": "other", "in": "path", "required": true});
+        let why = check("/api/x/{id}", json!({"parameters": [other]})).unwrap_err();
+        assert!(
+            why.contains("GET /api/x/{id}") && why.contains("\"other\""),
+            "{why}"
+        );
+        assert!(check("/api/x/{id}", json!({"parameters": [id, id]})).is_err());
+        let optional = json!({"name": "id", "in": "path"});
+        assert!(check("/api/x/{id}", json!({"parameters": [optional]})).is_err());
+        assert!(check("/api/x/{id}", json!({"parameters": {}})).is_err());
+        // A reference may declare it: nothing is added.
+        let referred = json!({"$ref": "#/components/parameters/Id"});
+        assert_eq!(
+            check("/api/x/{id}", json!({"parameters": [referred]})).unwrap(),
+            json!([referred])
+        );
+    }
 
     /// Host routes as `runtime::native` declares them (that module is
     /// above this one): two of them, documented in the host's file.

@@ -52,7 +52,9 @@ pub struct Op {
     /// payment headers, a 402 answer and "Paid: ..." to the description.
     pub paid: Option<&'static str>,
     /// Whether a call gets a write transaction; `None` = every method but
-    /// GET and OPTIONS. A POST that only reads says `Some(false)`.
+    /// GET and OPTIONS. A POST that only reads says `Some(false)`; a GET
+    /// or OPTIONS never writes (the host gives it no write transaction
+    /// whatever it declares, and [`check`] refuses `Some(true)` on one).
     pub writes: Option<bool>,
     pub query: &'static [Query],
     /// Request body schema name in components (a required JSON body).
@@ -573,6 +575,12 @@ pub fn check(ops: &[Op], schemas: &Value) -> Result<(), String> {
         if !routes.insert((o.method, shape.join("/"))) {
             return Err(format!("{} {} twice", o.method, o.path));
         }
+        if o.writes == Some(true) && marketplace_common::url::read_only_method(o.method) {
+            return Err(format!(
+                "{} {} declares writes, but a {} never writes: make it a POST",
+                o.method, o.path, o.method
+            ));
+        }
         refs(&operation(o), &mut used);
     }
     refs(schemas, &mut used);
@@ -827,6 +835,21 @@ mod tests {
             op("GET", "/api/things/{x}/parts/{y}", "other", "t", "", ""),
         ];
         assert!(check(&same_shape, &schemas()).is_err());
+        // A GET never writes: declaring it is a mistake to be told of.
+        let get_writes = [Op {
+            writes: Some(true),
+            ..op("GET", "/api/things/{x}/touch", "touch", "t", "", "")
+        }];
+        let why = check(&get_writes, &schemas()).unwrap_err();
+        assert!(why.contains("make it a POST"), "{why}");
+        let post_reads: Vec<Op> = OPS
+            .iter()
+            .map(|o| Op {
+                writes: Some(false),
+                ..*o
+            })
+            .collect();
+        assert_eq!(check(&post_reads, &schemas()), Ok(()));
     }
 
     #[test]
