@@ -137,10 +137,21 @@ pub const CASH_HEADERS: &[&str] = &["X-Cash-Secret", "X-Webcash-Secret"];
 /// Header of the bitcoin rail (disabled on this host).
 pub const BITCOIN_HEADER: &str = "X-Bitcoin-Secret";
 
-/// Headers that set or ask for the client's credentials: a plugin's reach
-/// the client only when its family is granted `credentials` (a cookie set
-/// by one family is sent to every family of the origin).
-const CREDENTIAL_SETTERS: [&str; 3] = ["set-cookie", "www-authenticate", "proxy-authenticate"];
+/// Headers that set, clear or ask for the client's credentials: a
+/// plugin's reach the client only when its family is granted
+/// `credentials` (a cookie set by one family is sent to every family of
+/// the origin; `Clear-Site-Data` wipes every family's).
+const CREDENTIAL_SETTERS: [&str; 4] = [
+    "set-cookie",
+    "clear-site-data",
+    "www-authenticate",
+    "proxy-authenticate",
+];
+
+/// Headers that set a policy of the whole origin (how clients reach it
+/// and report on it): the operator's (say at its TLS proxy), never a
+/// family's, whose `max-age=0` would turn HSTS off for every family.
+const ORIGIN_POLICIES: [&str; 4] = ["strict-transport-security", "alt-svc", "nel", "report-to"];
 
 /// What a plugin's answer may carry beyond its own headers: the payment
 /// headers the host answered its dispatched requests with, and whether its
@@ -165,7 +176,8 @@ impl Reply {
     /// dropped, [`HOST_OWNED`] ones but those `may.relayed` holds (what the
     /// host answered the plugin's dispatched requests with: the MCP
     /// `execute` tool passes a 402's `PAYMENT-REQUIRED` or a paid call's
-    /// change on), and [`CREDENTIAL_SETTERS`] without `may.credentials`;
+    /// change on), [`CREDENTIAL_SETTERS`] without `may.credentials`, and
+    /// [`ORIGIN_POLICIES`];
     /// names lower-cased (a name already so is kept as given). Every
     /// answer of a plugin comes through here, its fault answer too.
     pub fn from_plugin(
@@ -209,6 +221,9 @@ impl Reply {
                 continue;
             }
             if !may.credentials && CREDENTIAL_SETTERS.contains(&name.as_str()) {
+                continue;
+            }
+            if ORIGIN_POLICIES.contains(&name.as_str()) {
                 continue;
             }
             kept.push((name, value));
@@ -292,6 +307,30 @@ mod plugin_answer_tests {
         };
         let kept = Reply::from_plugin(200, cookie, vec![], with).unwrap();
         assert_eq!(kept.headers.len(), 2);
+        // Clearing every family's cookies is a credential header too; the
+        // origin's transport and reporting policies are no family's, even
+        // one granted credentials (outside plugin-author probe).
+        let origin_wide = h(&[
+            ("Clear-Site-Data", "\"cookies\""),
+            ("Strict-Transport-Security", "max-age=0"),
+            ("alt-svc", "h3=\"evil.example:443\""),
+            ("NEL", "{}"),
+            ("Report-To", "{}"),
+            ("access-control-allow-origin", "*"),
+        ]);
+        let without = Reply::from_plugin(200, origin_wide.clone(), vec![], Default::default());
+        assert_eq!(
+            without.unwrap().headers,
+            h(&[("access-control-allow-origin", "*")])
+        );
+        let with = Reply::from_plugin(200, origin_wide, vec![], with).unwrap();
+        assert_eq!(
+            with.headers,
+            h(&[
+                ("clear-site-data", "\"cookies\""),
+                ("access-control-allow-origin", "*")
+            ])
+        );
     }
 
     #[test]
