@@ -2751,11 +2751,19 @@ fn a_kept_upload_refused_at_start_is_an_alert() {
     assert_eq!(policy(&s), bid_inclusive, "the configured component serves");
     let alerts = h.json()["alerts"].clone();
     assert_eq!(alerts[0]["kind"], "kept_upload_refused", "{}", h.text());
+    let message = alerts[0]["message"].as_str().unwrap();
     assert!(
-        alerts[0]["message"].as_str().unwrap().contains("fees"),
+        message.contains("fees") && message.contains("fees_bid_inclusive.wasm serves instead"),
         "{alerts}"
     );
     assert_eq!(s.metric("marketplace_alerts"), 1);
+    // Doing what it asks (the upload again) settles it (plugin-author
+    // probe: it stayed until the next restart).
+    let r = common::deal::admin(&s, "PUT", "/admin/plugins/fees", &wasm);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(policy(&s), pickup_paid);
+    assert_eq!(s.get("/api/health").json()["alerts"], json!([]));
+    assert_eq!(s.metric("marketplace_alerts"), 0);
 }
 
 /// Health's `commits` counts committed mutating requests (PROTOCOL 8): none

@@ -30,6 +30,10 @@ pub enum Kind {
 pub struct Alert {
     pub kind: Kind,
     pub message: String,
+    /// The family it is about, when the operator's next admin change to
+    /// that family settles it ([`settled`]).
+    #[serde(skip)]
+    pub family: Option<String>,
 }
 
 static ALERTS: Mutex<Vec<Alert>> = Mutex::new(Vec::new());
@@ -38,12 +42,41 @@ static ANY: AtomicBool = AtomicBool::new(false);
 
 /// Keep `message` of `kind` for the operator until the process ends.
 pub fn raise(kind: Kind, message: impl Into<String>) {
-    let mut all = ALERTS.lock().unwrap_or_else(|e| e.into_inner());
-    all.push(Alert {
+    keep(Alert {
         kind,
         message: message.into(),
+        family: None,
     });
+}
+
+/// Keep `message` of `kind` about `family` until the process ends or an
+/// admin change to that family settles it ([`settled`]).
+pub fn raise_about(kind: Kind, family: &str, message: impl Into<String>) {
+    keep(Alert {
+        kind,
+        message: message.into(),
+        family: Some(family.to_string()),
+    });
+}
+
+fn keep(alert: Alert) {
+    let mut all = ALERTS.lock().unwrap_or_else(|e| e.into_inner());
+    all.push(alert);
     ANY.store(true, Ordering::Release);
+    crate::metrics::metrics()
+        .alerts
+        .set(i64::try_from(all.len()).unwrap_or(i64::MAX));
+}
+
+/// The operator changed `family` through the admin API (an upload or an
+/// unmount, recorded): the alerts about it are settled, gone from health
+/// and the gauge.
+pub fn settled(family: &str) {
+    if !ANY.load(Ordering::Acquire) {
+        return;
+    }
+    let mut all = ALERTS.lock().unwrap_or_else(|e| e.into_inner());
+    all.retain(|a| a.family.as_deref() != Some(family));
     crate::metrics::metrics()
         .alerts
         .set(i64::try_from(all.len()).unwrap_or(i64::MAX));

@@ -620,6 +620,8 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                             "the upload serves now but was not kept for restarts: {e:#}"
                         );
                     }
+                    // What the operator decided last serves now.
+                    crate::alerts::settled(family);
                     let mut doc = app
                         .runtime
                         .status(family)
@@ -658,6 +660,7 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                         }
                         tracing::error!(family, "the unmount was not kept for restarts: {e:#}");
                     }
+                    crate::alerts::settled(family);
                     Reply::json(200, &json!({"family": family, "unmounted": true}))
                 }
                 Err(e) => Reply::invalid("family", format!("{e:#}")),

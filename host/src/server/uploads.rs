@@ -434,14 +434,29 @@ pub fn mount_at_start(app: &App) {
             // Not what the operator decided last: say so where a monitor
             // looks, not only in the log.
             let spec = specs.iter().find(|f| f.name == family);
-            crate::alerts::raise(
+            if let Some(spec) = spec {
+                // The upload was refused: the configured component serves,
+                // if it loads.
+                app.runtime.load_specs(std::slice::from_ref(spec), started);
+            }
+            let serves = app
+                .runtime
+                .status(&family)
+                .is_some_and(|s| s.status == "ok");
+            crate::alerts::raise_about(
                 crate::alerts::Kind::KeptUploadRefused,
+                &family,
                 format!(
-                    "the change to family {family} made through the admin API (kept for restarts) could not be applied at start (the log says why): {}; upload the component again{}, through the admin API",
-                    if spec.is_some() {
-                        "its configured component serves instead"
-                    } else {
-                        "the family serves nothing"
+                    "the change to family {family} made through the admin API (kept for restarts, in {}) could not be applied at start (the log says why): {}; upload the component again{}, through the admin API",
+                    dir(app).display(),
+                    match (spec, serves) {
+                        (Some(spec), true) =>
+                            format!("its configured component {} serves instead", spec.component),
+                        (Some(spec), false) => format!(
+                            "its configured component {} did not load either: the family serves nothing",
+                            spec.component
+                        ),
+                        (None, _) => "the family serves nothing".to_string(),
                     },
                     // (The fee family can only be swapped.)
                     if family == crate::config::FEES_FAMILY {
@@ -451,10 +466,6 @@ pub fn mount_at_start(app: &App) {
                     }
                 ),
             );
-            if let Some(spec) = spec {
-                // The upload was refused: the configured component serves.
-                app.runtime.load_specs(std::slice::from_ref(spec), started);
-            }
         }
     }
     drop(held);
