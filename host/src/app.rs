@@ -50,9 +50,6 @@ impl App {
     /// registered but not loaded yet ([`App::load_families`]).
     pub fn open(config: Config) -> Result<Arc<App>> {
         let families = config.families();
-        for line in config.settings_for_no_family() {
-            tracing::warn!("{line}");
-        }
         if let Some(line) = config.drain_linger().1 {
             tracing::warn!("{line}");
         }

@@ -1064,12 +1064,18 @@ impl Config {
     }
 
     /// The `[settings.<family>]` tables for no family of this
-    /// configuration, each a line to log at start: a family of that name
-    /// mounted later (the admin API, `families/`) reads them, but a typo
-    /// (`[settings.fee]`) would otherwise go unnoticed.
-    pub fn settings_for_no_family(&self) -> Vec<String> {
+    /// configuration nor of those `mounted` at start (kept uploads, the
+    /// families directory), each a line to log: a family of that name
+    /// mounted later reads them, but a typo (`[settings.fee]`) would
+    /// otherwise go unnoticed.
+    pub fn settings_for_no_family(&self, mounted: &[String]) -> Vec<String> {
         let families = self.families();
-        let names: Vec<&str> = families.iter().map(|f| f.name.as_str()).collect();
+        let mut names: Vec<&str> = families.iter().map(|f| f.name.as_str()).collect();
+        for f in mounted {
+            if !names.contains(&f.as_str()) {
+                names.push(f);
+            }
+        }
         self.settings
             .keys()
             .filter(|f| f.as_str() != CASH_SETTINGS && !names.contains(&f.as_str()))
@@ -1474,12 +1480,15 @@ mod tests {
         assert_eq!(mcp["allowed_origins"], "https://a,https://b");
         assert_eq!(mcp["unsigned_macros"], "7");
         assert_eq!(c.family_settings("fees")["post"], "0.5");
-        let unused = c.settings_for_no_family();
+        let unused = c.settings_for_no_family(&[]);
         assert_eq!(unused.len(), 1, "{unused:?}");
         assert!(
             unused[0].starts_with("[settings.fee] is for no family"),
             "{unused:?}"
         );
+        // A family mounted at start (an upload kept, the families
+        // directory) is one.
+        assert!(c.settings_for_no_family(&["fee".into()]).is_empty());
         // What a component could not read as a text is refused at start,
         // naming the file.
         for (text, named) in [

@@ -121,6 +121,16 @@ pub async fn run(config: Config) -> Result<i32> {
                         tracing::error!("cannot watch the plugins directory: {e:#}");
                     }
                 }
+                // Every family the start mounts is known now.
+                let mounted: Vec<String> = loading
+                    .runtime
+                    .statuses_with(false)
+                    .into_iter()
+                    .map(|s| s.family)
+                    .collect();
+                for line in loading.config.settings_for_no_family(&mounted) {
+                    tracing::warn!("{line}");
+                }
                 loading.runtime.loaded();
             })
             .await;
