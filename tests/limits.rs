@@ -821,6 +821,34 @@ fn clients_that_read_nothing_hold_a_bounded_amount_of_answers() {
     assert_eq!((r.status, r.body.len()), (200, 8 << 20));
 }
 
+/// An answer larger than one client's share of `max_unsent_answer_bytes`
+/// could never be sent: a 500 saying so (and a warning in the log), not a
+/// 503 to retry forever (outside plugin-author probe).
+#[test]
+fn an_answer_larger_than_a_clients_share_is_refused_for_good() {
+    let s = server_with(true, &[("MARKETPLACE_MAX_UNSENT_ANSWER_BYTES", "4194304")]);
+    let r = s.get(&format!("/_testing/large?bytes={}", 5 << 20));
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (500, "internal"),
+        "{}",
+        r.text()
+    );
+    assert!(
+        r.text().contains("larger than this service sends"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(r.header("retry-after"), None);
+    // One within the share is sent whole.
+    let r = s.get(&format!("/_testing/large?bytes={}", 3 << 20));
+    assert_eq!((r.status, r.body.len()), (200, 3 << 20));
+    assert!(
+        s.log_text()
+            .contains("an answer larger than one client may be sent")
+    );
+}
+
 /// The refusals of a burst are all in the log, not only the first: those
 /// held back by the one-line-per-10-s throttle are written when the
 /// interval ends or, as here, at shutdown. (Before, the tail of a burst

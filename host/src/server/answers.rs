@@ -43,6 +43,12 @@ impl Unsent {
         )))
     }
 
+    /// The largest answer of a read one client may be sent: its
+    /// address's share. A larger one is never sent.
+    pub fn largest(&self) -> u64 {
+        self.0.most_per_address()
+    }
+
     /// Room for an answer of `len` bytes to `client` until it is sent, if
     /// there is.
     pub fn hold(self: &Arc<Self>, client: IpAddr, len: usize) -> Option<Held> {

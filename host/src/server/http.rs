@@ -956,6 +956,23 @@ async fn handle(
     {
         match gates.unsent.hold(client, reply.body.len()) {
             Some(held) => Some(held),
+            // Never to be sent, however long the client waits: not busy.
+            None if reply.body.len() as u64 > gates.unsent.largest() => {
+                tracing::warn!(
+                    bytes = reply.body.len(),
+                    largest = gates.unsent.largest(),
+                    "an answer larger than one client may be sent (an eighth of max_unsent_answer_bytes, at least 16 MiB) was refused"
+                );
+                reply = Reply::error(
+                    500,
+                    "internal",
+                    format!(
+                        "the answer is larger than this service sends to one client ({} bytes)",
+                        gates.unsent.largest()
+                    ),
+                );
+                None
+            }
             None => {
                 reply = busy(
                     "too many large answers are waiting for their clients to read them; retry shortly"
