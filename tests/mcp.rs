@@ -3084,8 +3084,26 @@ fn read_tools_say_what_their_routes_take() {
             "{tool} {argument}"
         );
     }
-    // GET /api/mcp lists the same schemas.
+    // GET /api/mcp lists the same schemas; every read tool's route is in
+    // the document (a renamed route would leave its tool untightened).
     let described = s.get("/api/mcp").json();
+    let shape = |p: &str| -> String {
+        p.split('/')
+            .map(|s| if s.starts_with('{') { "{}" } else { s })
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    for tool in described["tools"].as_array().unwrap() {
+        if tool["method"] == "GET" {
+            let path = shape(tool["path"].as_str().unwrap());
+            let found = doc["paths"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .any(|(p, item)| shape(p) == path && item["get"].is_object());
+            assert!(found, "{tool}");
+        }
+    }
     let search = described["tools"]
         .as_array()
         .unwrap()
@@ -3139,4 +3157,18 @@ fn read_tools_say_what_their_routes_take() {
     assert_eq!(through.status, 405);
     assert_eq!(through.json(), direct.json());
     assert_eq!(direct.json()["allowed_methods"], json!(["GET", "HEAD"]));
+    // Its Allow is the route's: not on execute's own answer.
+    assert_eq!(direct.header("allow"), Some("GET, HEAD"));
+    assert_eq!(through.header("allow"), None);
+
+    // execute's `arguments: null` is no arguments, over HTTP as over
+    // JSON-RPC.
+    let r = execute(&s, &json!({"tool": "get_fees", "arguments": null}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let called = call_tool(
+        &s,
+        "execute",
+        json!({"tool": "get_fees", "arguments": null}),
+    );
+    assert_eq!(called["result"]["isError"], false, "{called}");
 }

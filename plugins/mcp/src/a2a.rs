@@ -22,7 +22,7 @@
 //! ProtoJSON: camelCase members, `TASK_STATE_COMPLETED`, `ROLE_USER`).
 
 use crate::{call, origin};
-use marketplace_guest::index::{TermProblem, search_term};
+use marketplace_guest::index::search_term;
 use marketplace_guest::prelude::*;
 use marketplace_guest::{clock, ids, rfc3339};
 
@@ -464,13 +464,8 @@ fn contract_ask(id: &str) -> Result<Ask, RpcError> {
 }
 
 fn search_ask(term: &str, limit: Option<u64>, post_type: Option<String>) -> Result<Ask, RpcError> {
-    let term = search_term(term).map_err(|p| {
-        let problem = match p {
-            TermProblem::Blank => "is empty".to_string(),
-            TermProblem::TooLong => p.rule().to_string(),
-        };
-        err(INVALID_PARAMS, format!("the search term {problem}"))
-    })?;
+    let term = search_term(term)
+        .map_err(|p| err(INVALID_PARAMS, format!("the search term {}", p.rule())))?;
     Ok(Ask::Search {
         term: term.to_string(),
         limit: limit.unwrap_or(SEARCH_LIMIT),

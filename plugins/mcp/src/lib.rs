@@ -116,26 +116,38 @@ fn tightened(mut schema: Value, operation: &Value) -> Value {
     schema
 }
 
-/// Every built-in tool's input schema as listed and checked (by name):
-/// its own, [`tightened`] by its route's operation in the service's
-/// document; rendered once per load of components.
-fn tool_schemas() -> Result<Value, ApiError> {
-    let text = memoized("tool-schemas.json", || {
+/// The GET operation of `document` whose path is `path` but for the names
+/// of its `{parameters}` (a tool may name one otherwise than its route
+/// does: `{contract_id}` for `{id}`); null when there is none.
+fn operation_at(document: &Value, path: &str) -> Value {
+    let shape = |p: &str| -> Vec<bool> { p.split('/').map(|s| s.starts_with('{')).collect() };
+    let same = |p: &str| {
+        shape(p) == shape(path)
+            && p.split('/')
+                .zip(path.split('/'))
+                .all(|(a, b)| a == b || (a.starts_with('{') && b.starts_with('{')))
+    };
+    document["paths"]
+        .as_object()
+        .and_then(|paths| paths.iter().find(|(p, _)| same(p)))
+        .map_or(Value::Null, |(_, item)| item["get"].clone())
+}
+
+/// A built-in tool's input schema as listed and checked: its own,
+/// [`tightened`] by its route's operation in the service's document;
+/// rendered once per load of components (each tool's apart: a call reads
+/// only its own). Its own alone should the document fail to parse.
+fn tool_schema(tool: &Tool) -> Value {
+    let Some(path) = tool.read_route() else {
+        return (tool.schema)();
+    };
+    let text = memoized(&format!("tool-schema/{}.json", tool.name), || {
         let document = openapi::document()?;
-        let schemas: serde_json::Map<String, Value> = TOOLS
-            .iter()
-            .map(|t| {
-                let own = (t.schema)();
-                let schema = match t.read_route() {
-                    Some(path) => tightened(own, &document["paths"][path]["get"]),
-                    None => own,
-                };
-                (t.name.to_string(), schema)
-            })
-            .collect();
-        Ok(Value::Object(schemas).to_string())
-    })?;
-    serde_json::from_str(&text).map_err(|e| ApiError::internal(format!("the tools' schemas: {e}")))
+        Ok(tightened((tool.schema)(), &operation_at(&document, path)).to_string())
+    });
+    text.ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_else(|| (tool.schema)())
 }
 
 fn search_schema() -> Value {
@@ -488,10 +500,9 @@ fn each_macro_page(most: u32, mut each: impl FnMut(&[Listed]) -> bool) -> Result
 /// `GET /api/mcp`: written as text a page of macros at a time, so that
 /// a thousand macros' schemas are never all parsed at once.
 fn describe(version: &str) -> Result<Response, ApiError> {
-    let mut schemas = tool_schemas()?;
     let tools: Vec<Value> = TOOLS
         .iter()
-        .map(|t| json!({"name": t.name, "description": t.description, "method": t.method, "path": t.path, "input_schema": schemas[t.name].take()}))
+        .map(|t| json!({"name": t.name, "description": t.description, "method": t.method, "path": t.path, "input_schema": tool_schema(t)}))
         .collect();
     let mut out = json!({"name": "marketplace", "version": version, "tools": tools}).to_string();
     out.pop();
@@ -695,7 +706,7 @@ fn run_tool(tool: &Tool, args: &Value, wrap: Wrap, caller: &Request) -> Result<R
     if tool.name == "search" {
         // Its inputSchema first, as for every other tool (the same
         // `arguments.{name}` fields); then the route's own checks.
-        schema::check_arguments(&tool_schemas()?[tool.name], args)?;
+        schema::check_arguments(&tool_schema(tool), args)?;
         return run_search(args);
     }
     if tool.method != "GET" {
@@ -706,7 +717,7 @@ fn run_tool(tool: &Tool, args: &Value, wrap: Wrap, caller: &Request) -> Result<R
             dispatch::call(&post.0)
         });
     }
-    schema::check_arguments(&tool_schemas()?[tool.name], args)?;
+    schema::check_arguments(&tool_schema(tool), args)?;
     let mut path = tool.path.to_string();
     let mut query = Vec::new();
     if let Some(map) = args.as_object() {
@@ -1214,7 +1225,12 @@ fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
             ));
         }
     };
-    let args = body.get("arguments").cloned().unwrap_or_else(|| json!({}));
+    // (null: no arguments, as over JSON-RPC.)
+    let args = body
+        .get("arguments")
+        .filter(|a| !a.is_null())
+        .cloned()
+        .unwrap_or_else(|| json!({}));
     run_named(tool, &args, wrap, req)
 }
 
@@ -1604,10 +1620,9 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
         }
         "ping" => json!({}),
         "tools/list" => {
-            let mut schemas = tool_schemas()?;
             let mut tools: Vec<Value> = TOOLS
                 .iter()
-                .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": schemas[t.name].take(),
+                .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": tool_schema(t),
                                 "annotations": annotations(t.name)}))
                 .collect();
             // Pages of macros (MCP pagination): the built-in tools and the
@@ -1883,6 +1898,24 @@ mod tests {
         // A schema without properties stays without.
         let none = json!({"type": "object", "additionalProperties": false});
         assert_eq!(tightened(none.clone(), &operation), none);
+    }
+
+    #[test]
+    fn a_tools_route_is_found_whatever_its_parameters_are_named() {
+        let document = json!({"paths": {
+            "/api/things/{id}": {"get": {"operationId": "thing"}},
+            "/api/things/{id}/parts": {"get": {"operationId": "parts"}},
+            "/api/things/buy": {"post": {}}}});
+        assert_eq!(
+            operation_at(&document, "/api/things/{thing_id}")["operationId"],
+            "thing"
+        );
+        assert_eq!(
+            operation_at(&document, "/api/things/{x}/parts")["operationId"],
+            "parts"
+        );
+        assert!(operation_at(&document, "/api/things").is_null());
+        assert!(operation_at(&document, "/api/things/buy").is_null());
     }
 
     #[test]
