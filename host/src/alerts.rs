@@ -69,8 +69,9 @@ fn keep(alert: Alert) {
 }
 
 /// The operator changed `family` through the admin API (an upload or an
-/// unmount, recorded): the alerts about it are settled, gone from health
-/// and the gauge.
+/// unmount, applied on this host, through it or another host of the
+/// fleet): the alerts about it are settled, gone from health and the
+/// gauge.
 pub fn settled(family: &str) {
     if !ANY.load(Ordering::Acquire) {
         return;

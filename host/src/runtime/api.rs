@@ -115,10 +115,7 @@ impl Api {
 /// out is added, a string (unless it refers to parameters elsewhere,
 /// which may declare it).
 fn path_parameters(pattern: &str, operation: &mut Value) -> Result<(), String> {
-    let names: Vec<&str> = pattern
-        .split('/')
-        .filter_map(|s| s.strip_prefix('{')?.strip_suffix('}'))
-        .collect();
+    let names: Vec<&str> = routes::param_names(pattern).collect();
     let Value::Object(op) = operation else {
         return Ok(());
     };

@@ -162,6 +162,14 @@ fn is_param(segment: &str) -> bool {
     segment.starts_with('{') && segment.ends_with('}')
 }
 
+/// The names of a pattern's `{name}` segments, in order.
+pub fn param_names(pattern: &str) -> impl Iterator<Item = &str> {
+    pattern
+        .split('/')
+        .filter(|s| is_param(s))
+        .map(|s| &s[1..s.len() - 1])
+}
+
 /// Why a declared route cannot be served, if it cannot.
 pub fn check(method: &str, pattern: &str) -> Result<(), String> {
     if !METHODS.contains(&method) {

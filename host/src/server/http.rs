@@ -961,7 +961,7 @@ async fn handle(
                 tracing::warn!(
                     bytes = reply.body.len(),
                     largest = gates.unsent.largest(),
-                    "an answer larger than one client may be sent (an eighth of max_unsent_answer_bytes, at least 16 MiB) was refused"
+                    "an answer larger than one client may be sent at once (its address's share of max_unsent_answer_bytes) was refused"
                 );
                 reply = Reply::error(
                     500,

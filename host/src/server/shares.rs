@@ -23,13 +23,13 @@ impl Shares {
         }
     }
 
-    /// Take `n` for `address` (`None`: counted only in all, as a trusted
-    /// proxy's connection is), if both bounds leave room for it.
     /// The most one address may hold at once.
     pub fn most_per_address(&self) -> u64 {
         self.most_per_address
     }
 
+    /// Take `n` for `address` (`None`: counted only in all, as a trusted
+    /// proxy's connection is), if both bounds leave room for it.
     pub fn take(&self, address: Option<IpAddr>, n: u64) -> bool {
         let address = address.map(crate::ids::client_key);
         let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());

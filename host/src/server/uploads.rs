@@ -447,8 +447,12 @@ pub fn mount_at_start(app: &App) {
                 crate::alerts::Kind::KeptUploadRefused,
                 &family,
                 format!(
-                    "the change to family {family} made through the admin API (kept for restarts, in {}) could not be applied at start (the log says why): {}; upload the component again{}, through the admin API",
-                    dir(app).display(),
+                    "the change to family {family} made through the admin API (kept for restarts{}) could not be applied at start (the log says why): {}; upload the component again{}, through the admin API",
+                    if app.storage.is_shared() {
+                        ", in the shared store".to_string()
+                    } else {
+                        format!(", in {}", dir(app).display())
+                    },
                     match (spec, serves) {
                         (Some(spec), true) =>
                             format!("its configured component {} serves instead", spec.component),
@@ -458,11 +462,13 @@ pub fn mount_at_start(app: &App) {
                         ),
                         (None, _) => "the family serves nothing".to_string(),
                     },
-                    // (The fee family can only be swapped.)
-                    if family == crate::config::FEES_FAMILY {
-                        " (or the configured one)"
-                    } else {
-                        ", or unmount the family"
+                    // (The fee family can only be swapped; a family
+                    // that is not configured has nothing to unmount.)
+                    match spec {
+                        Some(_) if family == crate::config::FEES_FAMILY =>
+                            " (or the configured one)",
+                        Some(_) => " (or the configured one), or unmount the family",
+                        None => "",
                     }
                 ),
             );
@@ -626,7 +632,12 @@ fn sync(app: &App) -> Result<()> {
     let held = app.runtime.one_change();
     for p in fleet_pending(app)? {
         tracing::info!(family = %p.family, upload = %p.kept.upload, "applying an upload of the fleet");
-        replay(app, p, &held);
+        let family = p.family.clone();
+        if replay(app, p, &held) {
+            // The operator's change, made through another host, settles
+            // what this host's start found of that family.
+            crate::alerts::settled(&family);
+        }
     }
     Ok(())
 }
