@@ -1786,11 +1786,11 @@ fn a_fee_component_says_what_it_charges_takes_no_grants_and_logs_its_panics() {
     let (s, r) = misbehaving(r#"panic_on = "arbitration""#);
     assert_eq!(r.status, 200, "{}", r.text());
     let d = deal(&s);
-    let secret = s.mint("1");
+    let secret = s.mint("2");
     let r = s.post_paid(
         "/api/arbitration/contracts/buy",
         &secret,
-        &common::deal::buy_body(&d, "1"),
+        &common::deal::buy_body(&d, "2"),
     );
     assert_eq!(
         (r.status, r.code().as_str()),
@@ -1801,5 +1801,52 @@ fn a_fee_component_says_what_it_charges_takes_no_grants_and_logs_its_panics() {
     assert_eq!(s.cash_state(&secret).0, json!(false));
     s.wait_log("the fee component's panic", |log| {
         log.contains("plugin panicked: ") && log.contains("deliberate panic quoting arbitration")
+    });
+    drop(s);
+
+    // What no policy may price otherwise (outside fee-policy probe: a buy
+    // charged other than the contract amount stranded or lost escrow; a fee
+    // over the amount let no party settle): refused at load...
+    for (setting, rule) in [
+        (
+            r#"buy_plus = "1""#,
+            "a buy moves the contract amount into escrow",
+        ),
+        (
+            r#"arbitration_twice = "true""#,
+            "a contract's fee is at most its amount",
+        ),
+    ] {
+        let (s, r) = misbehaving(setting);
+        assert_eq!(r.status, 400, "{setting}: {}", r.text());
+        assert!(r.text().contains(rule), "{setting}: {}", r.text());
+        assert_eq!(
+            s.get("/api/fees").json()["plugin"]["name"],
+            "fees-bid-inclusive"
+        );
+    }
+    // ...and on the amounts the load did not try: the buy is refused,
+    // its secret unspent.
+    let (s, r) = misbehaving(r#"buy_plus_later = "1""#);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let d = deal(&s);
+    let secret = s.mint("3");
+    let body = common::deal::buy_body(&d, "2");
+    let r = s.post_paid("/api/arbitration/contracts/buy", &secret, &body);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (500, "internal"),
+        "{}",
+        r.text()
+    );
+    assert!(
+        r.text().contains("the fee policy could not price buy"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(s.cash_state(&secret).0, json!(false));
+    s.wait_log("the broken rule", |log| {
+        log.contains("fee policy cannot price buy")
+            && log.contains("a buy moves the contract amount")
     });
 }

@@ -119,6 +119,37 @@ const SMOKE_QUOTES: [(&str, Option<u64>); 5] = [
     ("arbitration", Some(10_000_000_000)),
 ];
 
+/// The arbitration policies the contracts know (PROTOCOL 4 and 7): a fee
+/// policy naming another would have contracts that pay no fee at all.
+const POLICIES: [&str; 2] = ["bid-inclusive", "pickup-paid"];
+
+/// Contract amounts a fee component's `buy` and `arbitration` prices are
+/// checked on at load ([`quote_keeps_the_rules`]): a unit, a webcash and a
+/// hundred. (A policy may refuse some amounts: a refusal there passes.)
+const RULE_BASES: [u64; 3] = [1, 100_000_000, 10_000_000_000];
+
+/// What no fee policy may price otherwise, whatever its schedule says:
+/// a buy moves the contract amount into escrow, no more and no less (a
+/// payout or refund is that amount), and a contract's arbitration fee is
+/// paid out of that amount, so it is at most the amount (a larger one
+/// would let no party settle).
+fn quote_keeps_the_rules(action: &str, basis: Option<u64>, price: u64) -> Result<(), String> {
+    use marketplace_common::amount::format;
+    match (action, basis) {
+        ("buy", Some(amount)) if price != amount => Err(format!(
+            "quote(buy) on {} is {}: a buy moves the contract amount into escrow",
+            format(amount),
+            format(price)
+        )),
+        ("arbitration", Some(amount)) if price > amount => Err(format!(
+            "quote(arbitration) on {} is {}: a contract's fee is at most its amount",
+            format(amount),
+            format(price)
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// A fee schedule (`GET /api/fees`) must say what the component charges:
 /// a client pays the price it reads there, so a schedule that disagrees
 /// with `quote` would have every such payment refused. Checked at load
@@ -926,6 +957,11 @@ impl Runtime {
                 .call_policy(&mut store)
                 .map_err(|e| failed("smoke call policy()", e, &store))?;
             label("policy()", &policy)?;
+            anyhow::ensure!(
+                POLICIES.contains(&policy.as_str()),
+                "policy() is {policy:?}, not one the contracts know ({})",
+                POLICIES.join(", ")
+            );
             // Every price the host asks for, once: a setting the component
             // cannot read (`[settings.fees] post = "abc"`) refuses it here,
             // naming the setting, instead of failing every paid request.
@@ -941,6 +977,17 @@ impl Runtime {
                         )
                     })?;
                 quotes.insert((action.to_string(), basis), price);
+            }
+            for action in ["buy", "arbitration"] {
+                for basis in RULE_BASES {
+                    let priced = fees
+                        .call_quote(&mut store, action, Some(basis))
+                        .map_err(|e| failed(&format!("smoke call quote({action})"), e, &store))?;
+                    if let Ok(price) = priced {
+                        quote_keeps_the_rules(action, Some(basis), price)
+                            .map_err(|why| anyhow!("the fee policy breaks a rule: {why}"))?;
+                    }
+                }
             }
             let schedule = fees
                 .call_schedule(&mut store)
@@ -1730,9 +1777,16 @@ impl Runtime {
         if let Some(price) = kept_quote(&plugin, action, basis) {
             return Ok(price);
         }
-        match self.call_fees(&plugin, |b, s| {
+        let priced = self.call_fees(&plugin, |b, s| {
             b.marketplace_plugin_fees().call_quote(s, action, basis)
-        })? {
+        })?;
+        // (Checked at load on a few amounts; here on every one.)
+        let priced = priced.and_then(|price| {
+            quote_keeps_the_rules(action, basis, price)
+                .map(|()| price)
+                .map_err(|why| format!("it breaks a rule: {why}"))
+        });
+        match priced {
             Ok(price) => {
                 if let Kind::Fees { quotes, .. } = &plugin.kind {
                     let mut quotes = quotes.lock().unwrap_or_else(|p| p.into_inner());
@@ -1748,7 +1802,13 @@ impl Runtime {
                     "fee policy cannot price {action}: {}",
                     crate::logging::one_line(&e, 500)
                 );
-                Err(Reply::error(500, "internal", "internal error"))
+                Err(Reply::error(
+                    500,
+                    "internal",
+                    format!(
+                        "the fee policy could not price {action} (the operator's log says why)"
+                    ),
+                ))
             }
         }
     }
@@ -1864,6 +1924,21 @@ fn define_wasi_random<T: 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_policy_prices_a_buy_or_a_fee_past_the_contract_amount() {
+        assert!(quote_keeps_the_rules("buy", Some(200), 200).is_ok());
+        for price in [0, 199, 201] {
+            let why = quote_keeps_the_rules("buy", Some(200), price).unwrap_err();
+            assert!(why.contains("contract amount into escrow"), "{why}");
+        }
+        assert!(quote_keeps_the_rules("arbitration", Some(200), 0).is_ok());
+        assert!(quote_keeps_the_rules("arbitration", Some(200), 200).is_ok());
+        assert!(quote_keeps_the_rules("arbitration", Some(200), 201).is_err());
+        // Fixed prices and a pickup fee have no such rule here.
+        assert!(quote_keeps_the_rules("post", None, u64::MAX).is_ok());
+        assert!(quote_keeps_the_rules("pickup", Some(200), 6).is_ok());
+    }
 
     #[test]
     fn a_fee_schedule_must_say_what_is_charged() {
