@@ -300,6 +300,13 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
     let (units, reference_post) = (units.unwrap_or(0), reference_post.unwrap_or_default());
     let buyer_field = body.text("buyer_fingerprint").unwrap_or_default();
 
+    // The fee is fixed at buy: quoted before the charge, which joins the
+    // commit batch (a fee component slow to quote keeps no other paid
+    // write waiting).
+    let (fee_policy, fee) = (
+        payments::policy(),
+        payments::quote("arbitration", Some(units))?,
+    );
     let payment = charge("buy", Some(units))?;
     let (buyer, reused) = verify_in_order(
         "buyer_fingerprint",
@@ -359,8 +366,8 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
         reference_post,
         work_spec,
         delivery_deadline_ms: deadline,
-        fee_policy: payments::policy(),
-        fee: payments::quote("arbitration", Some(units))?,
+        fee_policy,
+        fee,
         created_at: now_text.clone(),
         updated_at: now_text,
         history: vec![],
