@@ -42,7 +42,7 @@ fn deal(s: &Server) -> Deal {
     }
 }
 
-fn buy(s: &Server, d: &Deal, amount: &str, extra: Value) -> common::Resp {
+fn buy_body(d: &Deal, amount: &str, extra: Value) -> Value {
     let ts = fresh_ts(0);
     let cid = extra["contract_id"].as_str().unwrap_or("").to_string();
     let proof = extra["witness_proof"].as_str().unwrap_or("").to_string();
@@ -58,7 +58,17 @@ fn buy(s: &Server, d: &Deal, amount: &str, extra: Value) -> common::Resp {
     for (k, v) in extra.as_object().unwrap() {
         body[k] = v.clone();
     }
-    s.post_paid("/api/arbitration/contracts/buy", &s.mint(amount), &body)
+    body
+}
+
+fn buy(s: &Server, d: &Deal, amount: &str, extra: Value) -> common::Resp {
+    buy_with(s, d, amount, extra, &s.mint(amount))
+}
+
+/// [`buy`] paid with `secret`.
+fn buy_with(s: &Server, d: &Deal, amount: &str, extra: Value, secret: &str) -> common::Resp {
+    let body = buy_body(d, amount, extra);
+    s.post_paid("/api/arbitration/contracts/buy", secret, &body)
 }
 
 fn new_contract(s: &Server, d: &Deal) -> String {
@@ -280,9 +290,18 @@ fn status_and_contract_reads() {
         !c.to_string().contains("secret"),
         "no secret in a contract read: {c}"
     );
-    // A taken id is a conflict; unknown ids are 404.
-    let r = buy(&s, &d, "1", json!({"contract_id": "CTR_2026_000123"}));
-    assert_eq!((r.status, r.code().as_str()), (409, "conflict"));
+    // A taken id is a conflict (found after the charge: the payment is
+    // not spent); unknown ids are 404.
+    let secret = s.mint("1");
+    let taken = buy_with(
+        &s,
+        &d,
+        "1",
+        json!({"contract_id": "CTR_2026_000123"}),
+        &secret,
+    );
+    assert_eq!((taken.status, taken.code().as_str()), (409, "conflict"));
+    assert_eq!(s.cash_state(&secret).0, json!(false));
     assert_eq!(
         s.get("/api/arbitration/contracts/CTR_nope").code(),
         "not_found"

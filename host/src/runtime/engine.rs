@@ -110,7 +110,9 @@ const MAX_QUOTES: usize = 4096;
 
 /// The quotes a fee component must answer when it is loaded: every fixed
 /// action, and the arbitration fee of a contract (here of 100 webcash).
-/// (`buy` and `pickup` are left out: a policy may refuse some amounts.)
+/// (`buy` and `arbitration` are also tried on [`RULE_BASES`], where a
+/// policy may refuse an amount; `pickup` is not: contracts charge the fee
+/// fixed at buy.)
 const SMOKE_QUOTES: [(&str, Option<u64>); 5] = [
     ("identity", None),
     ("post", None),
@@ -146,8 +148,19 @@ fn quote_keeps_the_rules(action: &str, basis: Option<u64>, price: u64) -> Result
             format(amount),
             format(price)
         )),
+        ("buy" | "arbitration", None) => Err(format!("{action} is priced on a contract amount")),
         _ => Ok(()),
     }
+}
+
+/// A fee component's `policy()` must be one of [`POLICIES`].
+fn known_policy(policy: &str) -> Result<()> {
+    anyhow::ensure!(
+        POLICIES.contains(&policy),
+        "policy() is {policy:?}, not one the contracts know ({})",
+        POLICIES.join(", ")
+    );
+    Ok(())
 }
 
 /// A fee schedule (`GET /api/fees`) must say what the component charges:
@@ -957,11 +970,7 @@ impl Runtime {
                 .call_policy(&mut store)
                 .map_err(|e| failed("smoke call policy()", e, &store))?;
             label("policy()", &policy)?;
-            anyhow::ensure!(
-                POLICIES.contains(&policy.as_str()),
-                "policy() is {policy:?}, not one the contracts know ({})",
-                POLICIES.join(", ")
-            );
+            known_policy(&policy)?;
             // Every price the host asks for, once: a setting the component
             // cannot read (`[settings.fees] post = "abc"`) refuses it here,
             // naming the setting, instead of failing every paid request.
@@ -1935,9 +1944,19 @@ mod tests {
         assert!(quote_keeps_the_rules("arbitration", Some(200), 0).is_ok());
         assert!(quote_keeps_the_rules("arbitration", Some(200), 200).is_ok());
         assert!(quote_keeps_the_rules("arbitration", Some(200), 201).is_err());
+        // Both are priced on an amount.
+        assert!(quote_keeps_the_rules("buy", None, 0).is_err());
+        assert!(quote_keeps_the_rules("arbitration", None, 0).is_err());
         // Fixed prices and a pickup fee have no such rule here.
         assert!(quote_keeps_the_rules("post", None, u64::MAX).is_ok());
         assert!(quote_keeps_the_rules("pickup", Some(200), 6).is_ok());
+        // Only the policies the contracts know.
+        assert!(known_policy("bid-inclusive").is_ok());
+        assert!(known_policy("pickup-paid").is_ok());
+        for other in ["free-money", "", "Bid-Inclusive"] {
+            let why = known_policy(other).unwrap_err().to_string();
+            assert!(why.contains("not one the contracts know"), "{why}");
+        }
     }
 
     #[test]
