@@ -71,6 +71,23 @@ fn port_number(port: &[u8]) -> bool {
     true
 }
 
+/// A route pattern (or a path template) with its `{name}` segments made
+/// anonymous: two patterns of one shape match the same paths, whatever
+/// their parameters are called.
+pub fn pattern_shape(pattern: &str) -> String {
+    pattern
+        .split('/')
+        .map(|s| {
+            if s.starts_with('{') && s.ends_with('}') {
+                "{}"
+            } else {
+                s
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
 /// Whether a request of `method` (upper case) only reads: GET, its HEAD,
 /// and OPTIONS never get a write transaction, whatever a route declares.
 pub fn read_only_method(method: &str) -> bool {
@@ -152,6 +169,17 @@ pub fn canonical_path(path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_patterns_shape_ignores_its_parameters_names() {
+        assert_eq!(pattern_shape("/api/c/{id}/status"), "/api/c/{}/status");
+        assert_eq!(
+            pattern_shape("/api/c/{contract_id}/status"),
+            "/api/c/{}/status"
+        );
+        assert_eq!(pattern_shape("/api/c/buy"), "/api/c/buy");
+        assert_eq!(pattern_shape("/api/{a}/{b}"), "/api/{}/{}");
+    }
 
     #[test]
     fn the_first_repeated_pair_is_found_among_the_counted_names() {

@@ -151,11 +151,7 @@ pub const MAX_ROUTES: usize = 256;
 /// The pattern with its `{name}` segments made anonymous: two routes of one
 /// method and one shape would serve the same requests.
 pub fn shape(pattern: &str) -> String {
-    pattern
-        .split('/')
-        .map(|s| if is_param(s) { "{}" } else { s })
-        .collect::<Vec<_>>()
-        .join("/")
+    marketplace_common::url::pattern_shape(pattern)
 }
 
 fn is_param(segment: &str) -> bool {

@@ -567,12 +567,7 @@ pub fn check(ops: &[Op], schemas: &Value) -> Result<(), String> {
         if !ids.insert(o.id) {
             return Err(format!("operationId {} twice", o.id));
         }
-        let shape: Vec<&str> = o
-            .path
-            .split('/')
-            .map(|s| if s.starts_with('{') { "{}" } else { s })
-            .collect();
-        if !routes.insert((o.method, shape.join("/"))) {
+        if !routes.insert((o.method, marketplace_common::url::pattern_shape(o.path))) {
             return Err(format!("{} {} twice", o.method, o.path));
         }
         if o.writes == Some(true) && marketplace_common::url::read_only_method(o.method) {

@@ -120,16 +120,11 @@ fn tightened(mut schema: Value, operation: &Value) -> Value {
 /// of its `{parameters}` (a tool may name one otherwise than its route
 /// does: `{contract_id}` for `{id}`); null when there is none.
 fn operation_at(document: &Value, path: &str) -> Value {
-    let shape = |p: &str| -> Vec<bool> { p.split('/').map(|s| s.starts_with('{')).collect() };
-    let same = |p: &str| {
-        shape(p) == shape(path)
-            && p.split('/')
-                .zip(path.split('/'))
-                .all(|(a, b)| a == b || (a.starts_with('{') && b.starts_with('{')))
-    };
+    use marketplace_common::url::pattern_shape;
+    let shape = pattern_shape(path);
     document["paths"]
         .as_object()
-        .and_then(|paths| paths.iter().find(|(p, _)| same(p)))
+        .and_then(|paths| paths.iter().find(|(p, _)| pattern_shape(p) == shape))
         .map_or(Value::Null, |(_, item)| item["get"].clone())
 }
 
