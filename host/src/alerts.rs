@@ -63,6 +63,11 @@ fn keep(alert: Alert) {
     let mut all = ALERTS.lock().unwrap_or_else(|e| e.into_inner());
     all.push(alert);
     ANY.store(true, Ordering::Release);
+    gauge(&all);
+}
+
+/// `marketplace_alerts`: how many are kept now.
+fn gauge(all: &[Alert]) {
     crate::metrics::metrics()
         .alerts
         .set(i64::try_from(all.len()).unwrap_or(i64::MAX));
@@ -78,9 +83,7 @@ pub fn settled(family: &str) {
     }
     let mut all = ALERTS.lock().unwrap_or_else(|e| e.into_inner());
     all.retain(|a| a.family.as_deref() != Some(family));
-    crate::metrics::metrics()
-        .alerts
-        .set(i64::try_from(all.len()).unwrap_or(i64::MAX));
+    gauge(&all);
 }
 
 /// The alerts raised since the process started.

@@ -22,31 +22,37 @@ impl Reply {
     }
 
     /// 405 `method_not_allowed` with the methods `path` answers, also in
-    /// `Allow`: the same answer from the HTTP server, the admin listener
-    /// and a request a component dispatches (MCP `execute`).
+    /// `Allow`: the HTTP server's and the admin listener's answer.
     pub fn method_not_allowed<S: AsRef<str> + serde::Serialize>(
         method: &str,
         path: &str,
         allowed: &[S],
     ) -> Reply {
-        let allow = allowed
-            .iter()
-            .map(AsRef::as_ref)
-            .collect::<Vec<_>>()
-            .join(", ");
-        let mut reply = Reply::json(
+        let mut reply = Reply::method_refused(method, path, allowed);
+        reply.headers.push(("allow".into(), allowed_list(allowed)));
+        reply
+    }
+
+    /// [`Reply::method_not_allowed`]'s body alone: the answer to a request
+    /// a component dispatches (MCP `execute`), whose `Allow` would speak of
+    /// the component's own route.
+    pub fn method_refused<S: AsRef<str> + serde::Serialize>(
+        method: &str,
+        path: &str,
+        allowed: &[S],
+    ) -> Reply {
+        Reply::json(
             405,
             &json!({
                 "code": "method_not_allowed",
                 "message": format!(
-                    "{} is not allowed on {path}; allowed: {allow}",
+                    "{} is not allowed on {path}; allowed: {}",
                     crate::logging::clip(method, crate::logging::MAX_METHOD),
+                    allowed_list(allowed),
                 ),
                 "allowed_methods": allowed,
             }),
-        );
-        reply.headers.push(("allow".into(), allow));
-        reply
+        )
     }
 
     /// A protocol error `{"code", "message"}`.
@@ -101,6 +107,15 @@ impl Reply {
     pub fn is_success(&self) -> bool {
         (200..300).contains(&self.status)
     }
+}
+
+/// Methods as `Allow` lists them.
+fn allowed_list<S: AsRef<str>>(allowed: &[S]) -> String {
+    allowed
+        .iter()
+        .map(AsRef::as_ref)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Headers that say how the message is framed or how the connection goes

@@ -181,17 +181,11 @@ impl Ctx {
                 "not_found",
                 format!("no route for {method} {path}"),
             )),
-            Match::MethodNotAllowed(allowed) => {
-                // The route's own body; its `Allow` is the target's, not
-                // that of the request the component answers.
-                let mut refused = Reply::method_not_allowed(
-                    &method,
-                    &crate::logging::clip(&path, crate::logging::SHOWN_PATH),
-                    &allowed,
-                );
-                refused.headers.retain(|(name, _)| name != "allow");
-                Err(refused)
-            }
+            Match::MethodNotAllowed(allowed) => Err(Reply::method_refused(
+                &method,
+                &crate::logging::clip(&path, crate::logging::SHOWN_PATH),
+                &allowed,
+            )),
             Match::Found { route, params } => {
                 if let Some(name) = route.repeated_query(&req.query) {
                     return Err(Reply::invalid(name, crate::runtime::routes::REPEATED));
