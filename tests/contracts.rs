@@ -680,6 +680,22 @@ fn buyer_may_refund_an_active_contract_after_the_deadline() {
     let id = contract_in(&s, &d, "active");
     let r = act(&s, &d.buyer, &id, "refund");
     assert_eq!((r.status, r.code().as_str()), (403, "forbidden_party"));
+    // The refusal says when the buyer may.
+    let deadline = s.get(&format!("/api/arbitration/contracts/{id}")).json()["delivery_deadline"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let said = r.json()["message"].as_str().unwrap().to_string();
+    assert!(
+        said.contains(&format!(
+            "once its delivery_deadline ({deadline}) has passed"
+        )),
+        "{said}"
+    );
+    // The seller's refusal of the buyer's action says nothing of it.
+    let r = act(&s, &d.seller, &id, "pickup");
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert!(!r.text().contains("delivery_deadline"), "{}", r.text());
     let shift = 8 * 86_400;
     let r = s.admin_request("POST", "/admin/clock", &json!({"shift_ms": shift * 1000}));
     assert_eq!(r.status, 200);
@@ -694,6 +710,51 @@ fn buyer_may_refund_an_active_contract_after_the_deadline() {
     );
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["status"], "refunded");
+}
+
+/// A retry of an action that went through, its answer lost, sends the
+/// same signature again: 409 `conflict` (single use), which shows where
+/// the contract stands, so the client sees its action took.
+#[test]
+fn a_used_signature_on_an_action_shows_where_the_contract_stands() {
+    let s = Server::start();
+    let d = deal(&s);
+    let id = new_contract(&s, &d);
+    let ts = fresh_ts(0);
+    let accept = || act_with(&s, &d.seller, &id, "accept", json!({}), Some(ts), None);
+    let first = accept();
+    assert_eq!(first.status, 200, "{}", first.text());
+    let again = accept();
+    assert_eq!((again.status, again.code().as_str()), (409, "conflict"));
+    let doc = again.json();
+    assert_eq!(doc["current_status"], "active", "{doc}");
+    assert_eq!(
+        doc["allowed_actions"],
+        first.json()["allowed_actions"],
+        "{doc}"
+    );
+}
+
+/// A fee policy may price arbitration at the whole amount (the rule is
+/// at most the amount): the seller's pickup then collects nothing, a 200
+/// saying so, and no secret worth nothing is made.
+#[test]
+fn a_fee_of_the_whole_amount_leaves_the_seller_no_payout() {
+    let s = Server::with(common::Options {
+        config: Some("[settings.fees]\narbitration_percent = \"100\"\n".into()),
+        ..Default::default()
+    });
+    let d = deal(&s);
+    let id = contract_in(&s, &d, "settled");
+    let unspent = s.metric("marketplace_ledger_unspent_units");
+    let r = act(&s, &d.seller, &id, "pickup");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let doc = r.json();
+    assert_eq!(doc["payout_amount"], "0", "{doc}");
+    assert!(doc.get("payout").is_none(), "{doc}");
+    assert_eq!(doc["status"], "settled", "{doc}");
+    // Nothing was issued.
+    assert_eq!(s.metric("marketplace_ledger_unspent_units"), unspent);
 }
 
 #[test]

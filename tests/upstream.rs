@@ -474,3 +474,76 @@ fn an_exact_payment_pays_once_and_its_refund_cannot_pay_again() {
     );
     assert_eq!(at(&u, &refund), unspent("0.3"), "the refund is the payer's");
 }
+
+/// Escrow is the embedded ledger's: a server started in upstream mode with
+/// contracts bought before in embedded mode says so in health, and their
+/// payouts and refunds are 409 with nothing issued (their secrets would
+/// be worth nothing at the upstream); back in embedded mode they are paid.
+#[test]
+fn escrow_bought_in_embedded_mode_waits_for_it() {
+    use common::deal as flow;
+    let mut first = Server::start();
+    let d = flow::deal(&first);
+    let settled = flow::buy(&first, &d, "2");
+    flow::act_ok(&first, &d.seller, &settled, "accept");
+    flow::act_ok(&first, &d.seller, &settled, "deliver");
+    flow::act_ok(&first, &d.buyer, &settled, "pickup");
+    let refunded = flow::buy(&first, &d, "1");
+    flow::act_ok(&first, &d.buyer, &refunded, "refund");
+    assert!(
+        first.get("/api/health").json()["alerts"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    first.kill();
+
+    // Nothing reaches the upstream here: the port need not answer.
+    let mut m = Server::with(Options {
+        data_dir: Some(first.data_dir.clone()),
+        env: vec![(
+            "MARKETPLACE_CASH_UPSTREAM".into(),
+            "http://127.0.0.1:9".into(),
+        )],
+        ..Options::default()
+    });
+    let health = m.get("/api/health").json();
+    let alerts = health["alerts"].as_array().unwrap();
+    assert_eq!(alerts.len(), 1, "{health}");
+    assert_eq!(alerts[0]["kind"], "escrow_left_behind", "{health}");
+    // 2 less the 3 % fee, and 1.
+    let message = alerts[0]["message"].as_str().unwrap();
+    assert!(message.contains("hold 2.94 in escrow"), "{message}");
+    for (key, id) in [(&d.seller, &settled), (&d.buyer, &refunded)] {
+        let r = flow::act(&m, key, id, "pickup");
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (409, "conflict"),
+            "{}",
+            r.text()
+        );
+        assert!(r.text().contains("nothing was issued"), "{}", r.text());
+    }
+    m.kill();
+
+    let s = Server::with(Options {
+        data_dir: Some(first.data_dir.clone()),
+        ..Options::default()
+    });
+    assert!(
+        s.get("/api/health").json()["alerts"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let payout = flow::act_ok(&s, &d.seller, &settled, "pickup");
+    let refund = flow::act_ok(&s, &d.buyer, &refunded, "pickup");
+    assert_eq!(
+        s.cash_state(payout["payout"].as_str().unwrap()),
+        (json!(false), json!("1.94"))
+    );
+    assert_eq!(
+        s.cash_state(refund["refund"].as_str().unwrap()),
+        (json!(false), json!("1"))
+    );
+}

@@ -4,7 +4,8 @@
 //! server or arbiter key other than the one the database ran with, or a
 //! change made through the admin API (an upload or an unmount) that the
 //! start could not apply (another component serves than the operator
-//! decided last). Each
+//! decided last), or escrow the embedded ledger holds while the host
+//! takes payments at an upstream webcash server. Each
 //! is logged at ERROR where it is found; [`raise`] also keeps it for `GET
 //! /api/health`'s `alerts` and counts it in the `marketplace_alerts` gauge,
 //! so a monitor notices without reading the log. Health stays `ok`: the
@@ -23,6 +24,7 @@ pub enum Kind {
     ServerKeyChanged,
     ArbiterKeyChanged,
     KeptUploadRefused,
+    EscrowLeftBehind,
 }
 
 /// One problem: what kind and what to do, in words.

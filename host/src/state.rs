@@ -92,6 +92,9 @@ impl State {
         }
         crate::money::upgrade::run(&storage, &ledger).context("upgrading the database")?;
         let upstream = crate::money::upstream::Upstream::from_config(&config);
+        if upstream.is_some() {
+            escrow_left_behind(&storage);
+        }
         Ok(Arc::new(State {
             config,
             storage,
@@ -368,6 +371,30 @@ fn keys_in_use(storage: &Storage, keys: &[KeyInUse]) {
             };
             crate::alerts::raise(kind, message);
         }
+    }
+}
+
+/// Upstream mode pays nothing out of the embedded ledger (its secrets are
+/// not the upstream's), so the escrow of contracts bought in embedded mode
+/// stays where it is: their payouts and refunds answer 409 until the
+/// server runs in embedded mode again. A start in upstream mode with such
+/// escrow says so loudly.
+fn escrow_left_behind(storage: &Storage) {
+    let held = storage
+        .begin_read()
+        .map_err(anyhow::Error::from)
+        .and_then(|r| crate::money::ledger::total(&r, "escrow"));
+    match held {
+        Ok(0) => {}
+        Ok(units) => {
+            let message = format!(
+                "contracts bought in embedded mode hold {} in escrow in the embedded ledger, which pays nothing out in upstream mode (cash_upstream): their payouts and refunds answer 409 until the server runs without cash_upstream again (switch modes with no open contracts)",
+                marketplace_common::amount::format(units)
+            );
+            tracing::error!("{message}");
+            crate::alerts::raise(crate::alerts::Kind::EscrowLeftBehind, message);
+        }
+        Err(e) => tracing::warn!("reading the escrow held: {e:#}"),
     }
 }
 

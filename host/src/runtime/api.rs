@@ -643,6 +643,7 @@ mod tests {
             Kind::ServerKeyChanged,
             Kind::ArbiterKeyChanged,
             Kind::KeptUploadRefused,
+            Kind::EscrowLeftBehind,
         ];
         let doc: serde_json::Value = serde_json::from_str(HOST_OPENAPI).unwrap();
         let listed = doc["components"]["schemas"]["Health"]["properties"]["alerts"]["items"]
@@ -662,7 +663,8 @@ mod tests {
                 Kind::WalDamaged
                 | Kind::ServerKeyChanged
                 | Kind::ArbiterKeyChanged
-                | Kind::KeptUploadRefused => {}
+                | Kind::KeptUploadRefused
+                | Kind::EscrowLeftBehind => {}
             }
         }
     }

@@ -616,20 +616,28 @@ fn act(req: &Request, action: Action) -> Result<Response, ApiError> {
     // The other party's action is a 403, answered before a used
     // signature's 409.
     if !matches!(verdict, Verdict::OtherParty) {
-        reused.check()?;
+        // A retry of an action that went through (its answer lost) shows
+        // where the contract stands now.
+        reused.check().map_err(|e| {
+            e.with("current_status", json!(c.status.name()))
+                .with("allowed_actions", json!(c.allowed()))
+        })?;
     }
     let mut extra = serde_json::Map::new();
     match verdict {
         Verdict::OtherParty => {
-            return Err(ApiError::new(
-                403,
-                "forbidden_party",
-                format!(
-                    "only the other party can {} contract {id} while it is {}",
-                    action.name(),
-                    c.status.name()
-                ),
-            ));
+            let mut message = format!(
+                "only the other party can {} contract {id} while it is {}",
+                action.name(),
+                c.status.name()
+            );
+            if machine::after_deadline(c.status, action, role) {
+                message.push_str(&format!(
+                    "; this party can once its delivery_deadline ({}) has passed",
+                    marketplace_guest::rfc3339(c.delivery_deadline_ms)
+                ));
+            }
+            return Err(ApiError::new(403, "forbidden_party", message));
         }
         Verdict::Invalid => {
             return Err(ApiError::new(
@@ -718,8 +726,12 @@ fn act(req: &Request, action: Action) -> Result<Response, ApiError> {
                     } else {
                         c.amount
                     };
-                    let secret = collect(&mut c, "payout", out, timestamp)?;
-                    extra.insert("payout".into(), json!(secret));
+                    // A fee policy may take the whole amount: nothing is
+                    // left to pay out, and no secret is worth nothing.
+                    if out > 0 {
+                        let secret = collect(&mut c, "payout", out, timestamp)?;
+                        extra.insert("payout".into(), json!(secret));
+                    }
                     extra.insert("payout_amount".into(), json!(amount::format(out)));
                 }
                 Collect::RefundSecret => {

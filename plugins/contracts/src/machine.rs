@@ -176,6 +176,15 @@ pub fn decide(state: State, action: Action, role: Role, deadline_passed: bool) -
     }
 }
 
+/// Whether `role` may take `action` in `state` once the delivery deadline
+/// has passed (the buyer's refund of an active contract), for the message
+/// of a refusal before it.
+pub fn after_deadline(state: State, action: Action, role: Role) -> bool {
+    TABLE
+        .iter()
+        .any(|r| r.action == action && r.from == state && r.who == role && r.when == AfterDeadline)
+}
+
 /// Every action, in the order answers list them.
 const ACTIONS: [Action; 5] = [Accept, Deliver, Pickup, Release, Refund];
 

@@ -785,7 +785,11 @@ pub fn unsigned(signer: &str) -> ApiError {
 /// The error for a signer with no registered identity: 401 `auth_invalid`
 /// (PROTOCOL section 2).
 pub fn unregistered() -> ApiError {
-    ApiError::new(401, "auth_invalid", "the signer has no registered identity")
+    ApiError::new(
+        401,
+        "auth_invalid",
+        "the signer has no registered identity (register the key with POST /api/identity first; a deleted identity may register again with the same key to act on its posts and contracts)",
+    )
 }
 
 /// Milliseconds since the epoch as RFC 3339 UTC (second precision).

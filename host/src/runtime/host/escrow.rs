@@ -4,6 +4,7 @@
 
 use super::{Ctx, refusal};
 use crate::money::escrow;
+use crate::reply::Reply;
 use crate::runtime::bindings::endpoint::marketplace::plugin::{escrow as wit, types};
 
 impl wit::Host for Ctx {
@@ -36,6 +37,17 @@ impl wit::Host for Ctx {
         amount: u64,
     ) -> Result<String, types::Refusal> {
         let family = self.family.clone();
+        if self.upstream_mode().is_some() {
+            // The escrow is the embedded ledger's; its secret would be
+            // worth nothing at the upstream, where the payee's wallet is.
+            return Err(refusal(Reply::error(
+                409,
+                "conflict",
+                format!(
+                    "the escrow of {contract} is held in this server's own ledger, which pays nothing out while it takes payments at an upstream webcash server: nothing was issued and the contract is unchanged; it can be collected once the server runs in embedded mode again"
+                ),
+            )));
+        }
         self.ready().await;
         let (rt, txn) = self.write_txn()?;
         let (secret, derivation) =
