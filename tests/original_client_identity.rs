@@ -350,36 +350,64 @@ fn presigned_upload_is_single_use_bounded_and_served_back() {
     assert_eq!(r.status, 400, "{}", r.text());
 }
 
-#[test]
-fn recovery_scan_lists_contracts_when_the_operator_grants_the_read() {
-    let s = Server::with(common::Options {
+/// The identity family with the read of the contracts keyspace.
+fn reading_contracts() -> common::Options {
+    common::Options {
         config: Some(
             "[families.identity]\ncomponent = \"identity.wasm\"\n\
          grants = [\"payments\", \"signatures\"]\nread = [\"timeline\", \"contracts\"]\n"
                 .into(),
         ),
         ..Default::default()
-    });
+    }
+}
+
+/// A recovery scan of `key`'s identity (probe index 3) listing at most
+/// `limit` contracts.
+fn scan_contracts(s: &Server, key: &Key, limit: u64) -> Value {
+    let challenge = format!("recover:{}:{}", key.fp(), rfc3339(now_s() * 1000));
+    let r = s.post_json(
+        "/api/recovery/scan",
+        &json!({"challenge": challenge, "include_contracts": true, "contract_limit": limit,
+                "probes": [{"key_index": 3, "fingerprint": key.fp(),
+                            "signature": key.sign(&challenge)}]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+fn contract_ids(scan: &Value) -> Vec<String> {
+    scan["contracts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["contract_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn recovery_scan_lists_contracts_when_the_operator_grants_the_read() {
+    let s = Server::with(reading_contracts());
     let d = common::deal::deal(&s);
     let id = common::deal::buy(&s, &d, "1");
     let challenge = format!("recover:{}:{}", d.buyer.fp(), rfc3339(now_s() * 1000));
-    let scan = |limit: u64| {
-        let r = s.post_json(
-            "/api/recovery/scan",
-            &json!({"challenge": challenge, "include_contracts": true, "contract_limit": limit,
-                    "probes": [{"key_index": 3, "fingerprint": d.buyer.fp(),
-                                "signature": d.buyer.sign(&challenge)}]}),
-        );
-        assert_eq!(r.status, 200, "{}", r.text());
-        r.json()
-    };
-    let v = scan(10);
+    let v = scan_contracts(&s, &d.buyer, 10);
     assert_eq!(v["identities"][0]["key_index"], 3);
     let c = &v["contracts"][0];
     assert_eq!(c["contract_id"], id, "{v}");
     assert_eq!(c["buyer_fingerprint"], d.buyer.fp());
     assert_eq!(c["amount"], "1");
     assert_eq!(v["contracts"].as_array().unwrap().len(), 1);
+    // Another deal's contracts are not this buyer's; its seller's are
+    // the seller's, in the order of their ids, at most the limit.
+    let other = common::deal::deal(&s);
+    common::deal::buy(&s, &other, "2");
+    let second = common::deal::buy(&s, &d, "3");
+    assert_eq!(contract_ids(&scan_contracts(&s, &d.buyer, 10)).len(), 2);
+    let mut both = vec![id.clone(), second];
+    both.sort();
+    assert_eq!(contract_ids(&scan_contracts(&s, &d.seller, 10)), both);
+    assert_eq!(contract_ids(&scan_contracts(&s, &d.seller, 1)), both[..1]);
     // Without include_contracts: none.
     let r = s.post_json(
         "/api/recovery/scan",
@@ -387,6 +415,63 @@ fn recovery_scan_lists_contracts_when_the_operator_grants_the_read() {
                 "signature": d.buyer.sign(&challenge)}]}),
     );
     assert_eq!(r.json()["contracts"], json!([]));
+}
+
+/// A database from before the contracts' index by party (no `by/` rows,
+/// no progress): the scan finds its contracts by reading them all, and the
+/// contracts family's next write indexes them.
+#[test]
+fn recovery_scan_finds_contracts_from_before_the_party_index() {
+    use marketplace::store::Kv;
+    let mut first = Server::with(reading_contracts());
+    let d = common::deal::deal(&first);
+    let mut mine: Vec<String> = (0..3).map(|_| common::deal::buy(&first, &d, "1")).collect();
+    mine.sort();
+    let other = common::deal::deal(&first);
+    common::deal::buy(&first, &other, "1");
+    first.kill();
+    const TABLE: &str = "kv:contracts";
+    let index_rows = |data_dir: &std::path::Path| -> Vec<Vec<u8>> {
+        let db = common::open_store(data_dir);
+        let read = db.begin_read().unwrap();
+        read.scan_in(TABLE, b"by/", Some(b"by0"), false, usize::MAX)
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect()
+    };
+    // Four contracts of two deals: each party's row.
+    assert_eq!(index_rows(&first.data_dir).len(), 8);
+    let db = common::open_store(&first.data_dir);
+    db.write(|txn| {
+        for (k, _) in txn.scan_in(TABLE, b"by/", Some(b"by0"), false, usize::MAX)? {
+            txn.delete_in(TABLE, &k)?;
+        }
+        txn.delete_in(TABLE, b"meta/by-party")
+    })
+    .unwrap()
+    .unwrap();
+    drop(db);
+    assert!(index_rows(&first.data_dir).is_empty());
+
+    let opts = common::Options {
+        data_dir: Some(first.data_dir.clone()),
+        ..reading_contracts()
+    };
+    let mut s = Server::with(opts.clone());
+    assert_eq!(contract_ids(&scan_contracts(&s, &d.buyer, 10)), mine);
+    // Any write of the family catches the index up.
+    common::deal::act_ok(&s, &d.seller, &mine[0], "accept");
+    assert_eq!(contract_ids(&scan_contracts(&s, &d.buyer, 10)), mine);
+    s.kill();
+    assert_eq!(index_rows(&first.data_dir).len(), 8);
+    let db = common::open_store(&first.data_dir);
+    let progress = db
+        .begin_read()
+        .unwrap()
+        .get_in(TABLE, b"meta/by-party")
+        .unwrap();
+    assert_eq!(progress.as_deref(), Some(&b"complete"[..]));
 }
 
 /// Presigning is free, so one identity may hold at most 64 uploads: the

@@ -5,6 +5,7 @@ pub mod amount;
 pub mod hex;
 pub mod media;
 pub mod order;
+pub mod parties;
 pub mod secret;
 pub mod text;
 pub mod time;

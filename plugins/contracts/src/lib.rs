@@ -6,6 +6,8 @@
 //! - `w/{witness proof}` -> `{"contract_id", "state": live|spent|burned}`,
 //!   and for a certificate (a bearer witness of its own, `n:CRT_...`) also
 //!   `"certificate_id"`
+//! - `by/{fingerprint}/{contract_id}` -> empty: the contracts of each party
+//!   ([`parties`]), `meta/by-party` how far the index covers older ones
 //!
 //! Money goes through the host's escrow, one account per contract: buy
 //! charges the amount and holds it in the contract's account; settlement
@@ -16,6 +18,7 @@
 
 mod api;
 pub mod machine;
+mod parties;
 
 use machine::{Action, Collect, Role, State, Verdict};
 use marketplace_common::{amount, hex};
@@ -382,6 +385,8 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
     c.arbiter_signature = Some(arbiter::sign(&arbiter_message(&c)));
     c.record("buy", &buyer);
     escrow::hold(&id)?;
+    parties::catch_up()?;
+    parties::index(&id, &buyer, &seller)?;
     c.save()?;
     Ok(json(
         201,
@@ -743,6 +748,7 @@ fn act(req: &Request, action: Action) -> Result<Response, ApiError> {
             }
         }
     }
+    parties::catch_up()?;
     c.save()?;
     let mut doc =
         json!({"contract_id": id, "status": c.status.name(), "allowed_actions": c.allowed()});

@@ -381,46 +381,69 @@ pub fn recovery_scan(req: &Request) -> Result<Response, ApiError> {
     ))
 }
 
-/// The contracts where one of `parties` is buyer or seller, when the
-/// family may read the `contracts` keyspace; empty otherwise.
+/// The contracts where one of `parties` is buyer or seller, in the order
+/// of their ids, when the family may read the `contracts` keyspace; empty
+/// otherwise. Read through the contracts family's index by party once it
+/// covers every contract, else by reading the contracts themselves.
 fn contracts_of(parties: &[String], limit: usize) -> Result<Vec<Value>, ApiError> {
+    use marketplace_common::parties as index;
+    match storage::get(Some("contracts"), index::PROGRESS.as_bytes()) {
+        // Not granted (the default) or no contracts family: nothing.
+        Err(storage::StorageError::Forbidden(_))
+        | Err(storage::StorageError::UnknownKeyspace(_)) => Ok(Vec::new()),
+        Err(e) => Err(ApiError::internal(format!("storage: {e:?}"))),
+        Ok(Some(p)) if p == index::COMPLETE => indexed(parties, limit),
+        Ok(_) => scanned(parties, limit),
+    }
+}
+
+/// [`contracts_of`] through the index: each party's first `limit` ids, the
+/// first `limit` of them all, then those contracts.
+fn indexed(parties: &[String], limit: usize) -> Result<Vec<Value>, ApiError> {
+    use marketplace_common::parties as index;
+    let mut ids = std::collections::BTreeSet::new();
+    for party in parties {
+        let prefix = index::prefix(party);
+        for (key, _) in kv::scan_prefix(Some("contracts"), &prefix, false, limit as u32)? {
+            ids.insert(key[prefix.len()..].to_string());
+        }
+    }
+    let keys: Vec<String> = ids
+        .into_iter()
+        .take(limit)
+        .map(|id| format!("c/{id}"))
+        .collect();
+    let mut out = Vec::with_capacity(keys.len());
+    let mut chunk = keys.len().max(1);
+    let mut done = 0;
+    while done < keys.len() {
+        let (page, n) = kv::get_many_fitting(Some("contracts"), &keys[done..], &mut chunk)?;
+        for value in page.values().flatten() {
+            if let Some(c) = summary(value, parties) {
+                out.push(c);
+            }
+        }
+        done += n;
+    }
+    Ok(out)
+}
+
+/// [`contracts_of`] by reading the contracts in order (a database whose
+/// contracts from before the index are not all indexed yet).
+fn scanned(parties: &[String], limit: usize) -> Result<Vec<Value>, ApiError> {
     let mut out = Vec::new();
     let end = kv::prefix_end(b"c/");
     let mut start = b"c/".to_vec();
     for _ in 0..SCAN_PAGES {
-        let page = match storage::scan(Some("contracts"), &start, end.as_deref(), false, SCAN_PAGE)
-        {
-            Ok(page) => page,
-            // Not granted (the default) or no contracts family: nothing.
-            Err(storage::StorageError::Forbidden(_))
-            | Err(storage::StorageError::UnknownKeyspace(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(ApiError::internal(format!("storage: {e:?}"))),
-        };
+        let page = storage::scan(Some("contracts"), &start, end.as_deref(), false, SCAN_PAGE)
+            .map_err(|e| ApiError::internal(format!("storage: {e:?}")))?;
         let full = page.len() == SCAN_PAGE as usize;
         for entry in &page {
-            let Ok(c) = serde_json::from_slice::<Value>(&entry.value) else {
-                continue;
-            };
-            let s = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or_default();
-            let (buyer, seller) = (s("buyer_fingerprint"), s("target_seller_fingerprint"));
-            if !parties.iter().any(|p| p == buyer || p == seller) {
-                continue;
-            }
-            out.push(json!({
-                "contract_id": s("contract_id"),
-                "contract_type": s("contract_type"),
-                "status": c.get("status").cloned().unwrap_or(Value::Null),
-                "buyer_fingerprint": buyer,
-                "seller_fingerprint": seller,
-                "amount": amount::format(c.get("amount").and_then(Value::as_u64).unwrap_or(0)),
-                "witness_proof": c.get("witness_proof").cloned().unwrap_or(Value::Null),
-                "reference_post": s("reference_post"),
-                "delivery_deadline": time::rfc3339(c.get("delivery_deadline_ms").and_then(Value::as_u64).unwrap_or(0)),
-                "created_at": s("created_at"),
-                "updated_at": s("updated_at"),
-            }));
-            if out.len() >= limit {
-                return Ok(out);
+            if let Some(c) = summary(&entry.value, parties) {
+                out.push(c);
+                if out.len() >= limit {
+                    return Ok(out);
+                }
             }
         }
         match page.last() {
@@ -432,6 +455,30 @@ fn contracts_of(parties: &[String], limit: usize) -> Result<Vec<Value>, ApiError
         }
     }
     Ok(out)
+}
+
+/// What a scan shows of a stored contract, when one of `parties` is its
+/// buyer or seller.
+fn summary(stored: &[u8], parties: &[String]) -> Option<Value> {
+    let c = serde_json::from_slice::<Value>(stored).ok()?;
+    let s = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or_default();
+    let (buyer, seller) = (s("buyer_fingerprint"), s("target_seller_fingerprint"));
+    if !parties.iter().any(|p| p == buyer || p == seller) {
+        return None;
+    }
+    Some(json!({
+        "contract_id": s("contract_id"),
+        "contract_type": s("contract_type"),
+        "status": c.get("status").cloned().unwrap_or(Value::Null),
+        "buyer_fingerprint": buyer,
+        "seller_fingerprint": seller,
+        "amount": amount::format(c.get("amount").and_then(Value::as_u64).unwrap_or(0)),
+        "witness_proof": c.get("witness_proof").cloned().unwrap_or(Value::Null),
+        "reference_post": s("reference_post"),
+        "delivery_deadline": time::rfc3339(c.get("delivery_deadline_ms").and_then(Value::as_u64).unwrap_or(0)),
+        "created_at": s("created_at"),
+        "updated_at": s("updated_at"),
+    }))
 }
 
 /// `POST /api/storage/presign`: a single-use upload URL on this service.
