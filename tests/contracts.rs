@@ -757,6 +757,55 @@ fn a_fee_of_the_whole_amount_leaves_the_seller_no_payout() {
     assert_eq!(s.metric("marketplace_ledger_unspent_units"), unspent);
 }
 
+/// A buy refunded before acceptance gives its whole amount back, so buys
+/// are counted per identity and UTC day (`buys_per_day`): past it 429
+/// `rate_limited` with `Retry-After`, nothing spent; another identity, or
+/// the next day, buys again.
+#[test]
+fn one_identity_buys_a_bounded_number_of_contracts_a_day() {
+    use common::deal as flow;
+    let s = Server::with(common::Options {
+        testing_routes: true,
+        config: Some("[settings.contracts]\nbuys_per_day = \"2\"\n".into()),
+        ..Default::default()
+    });
+    let d = flow::deal(&s);
+    for _ in 0..2 {
+        let id = flow::buy(&s, &d, "0.00000001");
+        flow::act_ok(&s, &d.buyer, &id, "refund");
+    }
+    let secret = s.mint("0.00000001");
+    let r = s.post_paid(
+        "/api/arbitration/contracts/buy",
+        &secret,
+        &flow::buy_body(&d, "0.00000001"),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (429, "rate_limited"),
+        "{}",
+        r.text()
+    );
+    let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=86_400).contains(&wait), "{wait}");
+    assert_eq!(s.cash_state(&secret).0, json!(false));
+    assert!(s.documents("POST", "/api/arbitration/contracts/buy", 429));
+    // Another buyer is not affected.
+    let other = flow::deal(&s);
+    flow::buy(&s, &other, "0.00000001");
+    // The next day the first buys again.
+    let shift_ms = wait * 1000;
+    let r = s.admin_request("POST", "/admin/clock", &json!({"shift_ms": shift_ms}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut body = flow::buy_body(&d, "0.00000001");
+    let ts = body["timestamp"].as_u64().unwrap() + wait;
+    let msg = format!("buy_contract:{}:{}:::{ts}", d.buyer.fp(), d.post);
+    body["timestamp"] = json!(ts);
+    body["signature"] = json!(d.buyer.sign(&msg));
+    let r = s.post_paid("/api/arbitration/contracts/buy", &secret, &body);
+    assert_eq!(r.status, 201, "{}", r.text());
+}
+
 #[test]
 fn witness_gates_delivery_and_is_burned_at_settlement() {
     let s = Server::start();

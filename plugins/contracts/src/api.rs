@@ -12,14 +12,14 @@ pub const OPS: &[Op] = &[
         paid: Some("buy (the contract amount, held in escrow)"),
         body: Some("Buy"),
         ok: (201, "Bought"),
-        errors: &[400, 401, 402, 403, 404, 409],
+        errors: &[400, 401, 402, 403, 404, 409, 429],
         ..op(
             "POST",
             "/api/arbitration/contracts/buy",
             "buy",
             "contracts",
             "Buy: open a contract",
-            "Signed `buy_contract:{buyer}:{reference_post}:{contract_id}:{witness_proof}`. The seller is the reference post's author: 404 `not_found` when the post is absent or its author's identity was deleted (nobody could accept), 403 `forbidden_party` when it is the buyer.",
+            "Signed `buy_contract:{buyer}:{reference_post}:{contract_id}:{witness_proof}`. The seller is the reference post's author: 404 `not_found` when the post is absent or its author's identity was deleted (nobody could accept), 403 `forbidden_party` when it is the buyer. One identity buys at most 100 contracts a UTC day (`[settings.contracts] buys_per_day`): past it 429 `rate_limited` with `Retry-After` (the seconds to the next day), nothing spent.",
         )
     },
     Op {

@@ -8,6 +8,7 @@
 //!   `"certificate_id"`
 //! - `by/{fingerprint}/{contract_id}` -> empty: the contracts of each party
 //!   ([`parties`]), `meta/by-party` how far the index covers older ones
+//! - `q/{fingerprint}` -> the buyer's buys of the current UTC day
 //!
 //! Money goes through the host's escrow, one account per contract: buy
 //! charges the amount and holds it in the contract's account; settlement
@@ -184,7 +185,11 @@ fn valid_witness_proof(proof: &str, contract_id: &str) -> bool {
 impl Endpoint for Contracts {
     const NAME: &'static str = "contracts";
     // It reads no setting: any `[settings.contracts]` key is logged.
-    const SETTINGS: Option<&'static [marketplace_guest::Setting]> = Some(&[]);
+    const SETTINGS: Option<&'static [marketplace_guest::Setting]> =
+        Some(&[marketplace_guest::Setting {
+            key: "buys_per_day",
+            check: |v| marketplace_guest::settings::whole(v, 1, MAX_BUYS_PER_DAY).map(drop),
+        }]);
 
     fn api() -> marketplace_guest::types::Api {
         api::api()
@@ -216,6 +221,63 @@ impl Endpoint for Contracts {
             _ => Err(ApiError::not_found(format!("route {}", req.route()))),
         }
     }
+}
+
+/// Most contracts one identity buys in a UTC day, unless the operator
+/// sets `buys_per_day` (1 to [`MAX_BUYS_PER_DAY`]). A buy refunded before
+/// acceptance gives back its whole amount, so without a limit a stranger
+/// could store contracts (each with up to 64 KiB of terms) endlessly for
+/// the price of one identity (an outside probe wrote 2.5 GB in 75 s).
+const BUYS_PER_DAY: u64 = 100;
+const MAX_BUYS_PER_DAY: u64 = 1_000_000;
+const DAY_MS: u64 = 86_400_000;
+
+/// An identity's buys of one UTC day (`q/{fingerprint}`).
+#[derive(Serialize, Deserialize)]
+struct Bought {
+    /// Days since the epoch.
+    day: u64,
+    count: u64,
+}
+
+/// Count a buy against `buyer`'s day (kept only if the buy is), or the
+/// 429 answer when the day's buys are used up.
+fn count_buy(buyer: &str) -> Result<Option<Response>, ApiError> {
+    let now = clock::now_ms();
+    let day = now / DAY_MS;
+    let key = format!("q/{buyer}");
+    let count = kv::get::<Bought>(&key)?
+        .filter(|b| b.day == day)
+        .map_or(0, |b| b.count);
+    let cap =
+        marketplace_guest::endpoint_bindings::marketplace::plugin::settings::get("buys_per_day")
+            .and_then(|v| marketplace_guest::settings::whole(&v, 1, MAX_BUYS_PER_DAY).ok())
+            .unwrap_or(BUYS_PER_DAY);
+    if count >= cap {
+        let next = (day + 1) * DAY_MS;
+        let mut refused: Response = ApiError::new(
+            429,
+            "rate_limited",
+            format!(
+                "this identity has bought {count} contracts today, the most one identity may buy a day (UTC); it may buy again from {}",
+                marketplace_guest::rfc3339(next)
+            ),
+        )
+        .into();
+        refused.headers.push((
+            "retry-after".into(),
+            (next - now).div_ceil(1000).to_string(),
+        ));
+        return Ok(Some(refused));
+    }
+    kv::put(
+        &key,
+        &Bought {
+            day,
+            count: count + 1,
+        },
+    )?;
+    Ok(None)
 }
 
 fn parse_amount(body: &mut Body) -> Option<u64> {
@@ -345,6 +407,9 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
         ));
     }
     reused.check()?;
+    if let Some(refused) = count_buy(&buyer)? {
+        return Ok(refused);
+    }
     let id = contract_id.unwrap_or_else(|| format!("CTR_{}", ids::ulid()));
     if kv::get_raw(None, &format!("c/{id}"))?.is_some() {
         return Err(ApiError::conflict(format!("contract id {id} is taken")));

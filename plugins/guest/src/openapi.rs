@@ -340,6 +340,10 @@ pub fn error_response(status: u16) -> Value {
         ),
         413 => ("payload_too_large", "Error"),
         422 => ("macro_error", "Error"),
+        429 => (
+            "rate_limited: past a limit per identity and day; retry after Retry-After (seconds)",
+            "Error",
+        ),
         503 => (
             "plugin_unavailable, upstream_unavailable, or on a shared store storage_conflict (the request kept losing races with other hosts' and nothing of it was kept) or store_unavailable (the store could not be reached); retry after Retry-After",
             "Error",
