@@ -959,6 +959,63 @@ fn a_fee_component_swapped_on_one_host_is_served_by_all() {
     }
 }
 
+/// A change made through another host while a host loads is applied
+/// before that host says it is ready: from its first answer it serves the
+/// fleet's fee component (a contract bought on it would otherwise keep the
+/// policy the fleet had left). A family that takes a while to load after
+/// the fee family's makes the window; a try whose change came after the
+/// start had read the fleet's records again tests nothing and is made
+/// again.
+#[test]
+fn a_change_made_while_a_host_loads_is_served_once_it_is_ready() {
+    let Some(f) = Fleet::start(
+        "a_change_made_while_a_host_loads_is_served_once_it_is_ready",
+        1,
+    ) else {
+        return;
+    };
+    let slow = "[families.slow]\ncomponent = \"testing_slow_load.wasm\"\n";
+    let pickup = std::fs::read(common::plugins_dir().join("fees_pickup_paid.wasm")).unwrap();
+    let bid = std::fs::read(common::plugins_dir().join("fees_bid_inclusive.wasm")).unwrap();
+    for attempt in 1..=5 {
+        // The fleet back on bid-inclusive (the first try: as started).
+        let r = flow::admin(&f.hosts[0], "PUT", "/admin/plugins/fees", &bid);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let dir = tempfile::tempdir().unwrap();
+        let data_dir = dir.path().join("data");
+        let log = data_dir.join(format!("server-{}.log", std::process::id()));
+        let opts = Options {
+            data_dir: Some(data_dir.clone()),
+            ..options_on(&f.url, &f.schema, Some(slow))
+        };
+        let starting = std::thread::spawn(move || Server::with(opts));
+        let until = Instant::now() + Duration::from_secs(60);
+        while !common::read_log(&log)
+            .lines()
+            .any(|l| l.contains("plugin loaded family=\"fees\""))
+        {
+            assert!(Instant::now() < until, "{}", common::read_log(&log));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let r = flow::admin(&f.hosts[0], "PUT", "/admin/plugins/fees", &pickup);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let b = starting.join().unwrap();
+        let text = b.log_text();
+        let at = |what: &str| text.lines().position(|l| l.contains(what));
+        let (applied, done) = (at("applying an upload of the fleet"), at("families loaded"));
+        match (applied, done) {
+            (Some(applied), Some(done)) if applied < done => {
+                assert_eq!(policy(&b), "pickup-paid", "{text}");
+                return;
+            }
+            _ => eprintln!(
+                "try {attempt}: not applied within the start (log lines {applied:?}, {done:?})"
+            ),
+        }
+    }
+    panic!("no try changed the fleet while the host loaded");
+}
+
 /// Fee settings are each host's own: a host whose `[settings.fees]`
 /// differ from those of the host started before it says so at start,
 /// naming both; a host like the one before it says nothing.

@@ -474,6 +474,15 @@ pub fn mount_at_start(app: &App) {
             );
         }
     }
+    // On a shared store, what the fleet changed while this host loaded
+    // (through another host: this one's admin API waits for the start) is
+    // applied before the start is done, not after it says it is ready (a
+    // contract bought meanwhile would keep the fee policy the fleet left).
+    if app.storage.is_shared()
+        && let Err(e) = apply_fleet(app, &held)
+    {
+        tracing::warn!("uploads of the fleet made during the start: {e:#}");
+    }
     drop(held);
     let serving = app
         .runtime
@@ -629,11 +638,16 @@ fn sync(app: &App) -> Result<()> {
         return Ok(());
     }
     drop(first);
-    let held = app.runtime.one_change();
+    apply_fleet(app, &app.runtime.one_change())
+}
+
+/// Apply the fleet's uploads and unmounts this host has not applied yet,
+/// holding `one_change`.
+fn apply_fleet(app: &App, held: &OneChange) -> Result<()> {
     for p in fleet_pending(app)? {
         tracing::info!(family = %p.family, upload = %p.kept.upload, "applying an upload of the fleet");
         let family = p.family.clone();
-        if replay(app, p, &held) {
+        if replay(app, p, held) {
             // The operator's change, made through another host, settles
             // what this host's start found of that family.
             crate::alerts::settled(&family);
