@@ -2073,6 +2073,44 @@ fn a_transfer_coding_other_than_chunked_is_501() {
     }
 }
 
+/// A body under a content coding (`Content-Encoding: gzip`) is answered
+/// 415 at once, naming `identity` in `Accept-Encoding` (RFC 9110
+/// 15.5.16): no route decodes one, and a gzip-labelled `[]` was read as
+/// plain JSON. `identity`, or no body, is served as ever.
+#[test]
+fn a_body_under_a_content_coding_is_415() {
+    let s = server_with(false, &[]);
+    let post = |coding: &str| {
+        let mut c = TcpStream::connect(s.addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        write!(
+            c,
+            "POST /api/timeline HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-encoding: {coding}\r\ncontent-length: 2\r\n\r\n{{}}"
+        )
+        .unwrap();
+        common::read_response(&mut c)
+    };
+    for coding in ["gzip", "br", "identity, gzip"] {
+        let r = post(coding);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (415, "unsupported_media_type"),
+            "{coding}: {}",
+            r.text()
+        );
+        assert_eq!(r.header("accept-encoding"), Some("identity"), "{coding}");
+    }
+    // `identity` is no coding: the route reads the body (and refuses `{}`).
+    let r = post("identity");
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "invalid_request"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(s.get("/api/health").status, 200);
+}
+
 /// An expectation other than `100-continue` (RFC 9110 10.1.1) is answered
 /// 417 at once, before any body: the client holding its body back for it
 /// is not left waiting for the body timeout's 408. `100-continue` still

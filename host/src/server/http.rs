@@ -1140,6 +1140,29 @@ fn transfer_codings_supported(headers: &hyper::HeaderMap) -> bool {
     chunked <= 1
 }
 
+/// Whether the request's body, if it has one, comes without a content
+/// coding (`Content-Encoding` absent or `identity`): no route decodes one,
+/// so a gzip body would reach it as the compressed bytes (an outside probe
+/// found a gzip-labelled `[]` answered as plain JSON). Any other is
+/// answered 415 at once (RFC 9110 15.5.16).
+fn content_codings_supported(headers: &hyper::HeaderMap) -> bool {
+    let has_body = headers.contains_key(hyper::header::TRANSFER_ENCODING)
+        || headers
+            .get(hyper::header::CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes() != b"0");
+    !has_body
+        || headers
+            .get_all(hyper::header::CONTENT_ENCODING)
+            .iter()
+            .all(|value| {
+                value.to_str().is_ok_and(|v| {
+                    v.split(',')
+                        .map(str::trim)
+                        .all(|c| c.is_empty() || c.eq_ignore_ascii_case("identity"))
+                })
+            })
+}
+
 async fn dispatch(
     app: &Arc<App>,
     gates: &Gates,
@@ -1165,6 +1188,17 @@ async fn dispatch(
             "not_implemented",
             "the only transfer coding this service reads is `chunked`, applied once",
         );
+        return (reply, None);
+    }
+    if !content_codings_supported(req.headers()) {
+        let mut reply = Reply::error(
+            415,
+            "unsupported_media_type",
+            "a request body is read as sent: no content coding (Content-Encoding: gzip, ...) is decoded; send it uncompressed",
+        );
+        reply
+            .headers
+            .push(("accept-encoding".into(), "identity".into()));
         return (reply, None);
     }
     let method = req.method().as_str().to_ascii_uppercase();
@@ -1644,6 +1678,40 @@ mod tests {
         assert_eq!(family_body_share(256 * mib, 1, 256, 64 << 20), 128 * mib);
         // ...within the whole budget.
         assert_eq!(family_body_share(32 * mib, 128, 256, 2 << 20), 32 * mib);
+    }
+
+    #[test]
+    fn a_body_with_a_content_coding_is_refused() {
+        let of = |pairs: &[(&str, &str)]| {
+            let mut headers = hyper::HeaderMap::new();
+            for (k, v) in pairs {
+                headers.append(
+                    hyper::header::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                    v.parse().unwrap(),
+                );
+            }
+            content_codings_supported(&headers)
+        };
+        assert!(of(&[]));
+        assert!(of(&[("content-length", "2")]));
+        assert!(of(&[
+            ("content-length", "2"),
+            ("content-encoding", "identity")
+        ]));
+        assert!(of(&[("content-length", "0"), ("content-encoding", "gzip")]));
+        assert!(!of(&[
+            ("content-length", "2"),
+            ("content-encoding", "gzip")
+        ]));
+        assert!(!of(&[
+            ("transfer-encoding", "chunked"),
+            ("content-encoding", "br")
+        ]));
+        assert!(!of(&[
+            ("content-length", "2"),
+            ("content-encoding", "identity"),
+            ("content-encoding", "deflate"),
+        ]));
     }
 
     #[test]
