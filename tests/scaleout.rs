@@ -582,6 +582,28 @@ fn through_a_relay(url: &str, schema: &str, more: &[(&str, &str)]) -> (Relay, Se
     (relay, s)
 }
 
+/// A host whose store goes away before anything scraped its metrics
+/// shows the ledger totals read at its start, not zeros (the fleet's
+/// money, minted through another host before it started).
+#[test]
+fn the_ledger_gauges_hold_the_starts_totals_before_any_scrape() {
+    let test = "the_ledger_gauges_hold_the_starts_totals_before_any_scrape";
+    let Some(f) = Fleet::start(test, 1) else {
+        return;
+    };
+    f.hosts[0].mint("1.5");
+    let (relay, s) = through_a_relay(
+        &f.url,
+        "unused",
+        &[
+            ("MARKETPLACE_STORE_SCHEMA", f.schema.as_str()),
+            ("MARKETPLACE_STORE_TIMEOUT_MS", "1000"),
+        ],
+    );
+    relay.set(1);
+    assert_eq!(s.metric("marketplace_ledger_minted_units"), 150_000_000);
+}
+
 /// The address of the test database in `url`.
 fn db_addr(url: &str) -> SocketAddr {
     let rest = url.split_once('@').expect("user@host in the URL").1;

@@ -174,17 +174,15 @@ pub async fn serve_metrics(app: Arc<App>, listener: TcpListener, stop: watch::Re
 /// graph does not drop to nothing during an outage.
 async fn metrics_reply(app: &Arc<App>) -> Reply {
     let app = app.clone();
-    let read = tokio::task::spawn_blocking(move || {
-        let txn = app.storage.begin_read().ok()?;
-        let t = |name| crate::money::ledger::total(&txn, name).ok();
-        Some((t("minted")?, t("fees")?, t("escrow")?))
-    });
+    let read = tokio::task::spawn_blocking(move || read_ledger_gauges(&app));
     let m = crate::metrics::metrics();
     m.plugin_memory_bytes
         .set(i64::try_from(crate::runtime::limiter::in_use()).unwrap_or(i64::MAX));
-    match tokio::time::timeout(LEDGER_READ_WAIT, read).await {
-        Ok(Ok(Some((minted, fees, escrow)))) => m.ledger(minted, fees, escrow),
-        _ => tracing::debug!("ledger totals not read for the metrics: the last ones are shown"),
+    if !matches!(
+        tokio::time::timeout(LEDGER_READ_WAIT, read).await,
+        Ok(Ok(true))
+    ) {
+        tracing::debug!("ledger totals not read for the metrics: the last ones are shown");
     }
     Reply {
         status: 200,
@@ -193,6 +191,23 @@ async fn metrics_reply(app: &Arc<App>) -> Reply {
             "application/openmetrics-text; version=1.0.0; charset=utf-8".into(),
         )],
         body: m.render().into_bytes(),
+    }
+}
+
+/// Set the ledger gauges from the totals read now; whether they could be
+/// read. Also called at start, so that a store away before the first
+/// scrape leaves the totals of the start, not zeros.
+pub fn read_ledger_gauges(app: &App) -> bool {
+    let Ok(txn) = app.storage.begin_read() else {
+        return false;
+    };
+    let t = |name| crate::money::ledger::total(&txn, name).ok();
+    match (t("minted"), t("fees"), t("escrow")) {
+        (Some(minted), Some(fees), Some(escrow)) => {
+            crate::metrics::metrics().ledger(minted, fees, escrow);
+            true
+        }
+        _ => false,
     }
 }
 

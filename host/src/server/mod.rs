@@ -42,6 +42,10 @@ pub async fn run(config: Config) -> Result<i32> {
     // App::open creates the data dir (0700) before anything is written in
     // it; the families load once the listeners are up.
     let app = tokio::task::spawn_blocking(move || App::open(config)).await??;
+    {
+        let app = app.clone();
+        tokio::task::spawn_blocking(move || admin::read_ledger_gauges(&app)).await?;
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let stop_watcher = Arc::new(AtomicBool::new(false));
     let mut listeners = Vec::new();
