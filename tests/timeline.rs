@@ -1231,3 +1231,50 @@ fn refused_unspent(s: &Server, path: &str, secret: &str, body: &Value, want: (u1
     assert_eq!((r.status, r.code().as_str()), want, "{}", r.text());
     assert_eq!(s.cash_state(secret).0, json!(false), "nothing spent");
 }
+
+/// Updates are free and re-index the post, so one author's are counted
+/// per hour (`updates_per_hour`): past it 429 `rate_limited` with
+/// `Retry-After`, the post unchanged; another author, or the next hour,
+/// updates again.
+#[test]
+fn one_author_updates_a_bounded_number_of_times_an_hour() {
+    let s = Server::with(common::Options {
+        testing_routes: true,
+        config: Some("[settings.timeline]\nupdates_per_hour = \"2\"\n".into()),
+        ..Default::default()
+    });
+    let update = |key: &Key, id: &str, content: &str| {
+        s.post_json(
+            "/api/posts/update",
+            &json!({"post_id": id, "author_fingerprint": key.fp(), "content": content,
+                    "signature": key.sign(&format!("update_post:{id}"))}),
+        )
+    };
+    let author = s.identity("updater");
+    let id = s.new_post(&author, "first words", json!({}));
+    for n in 0..2 {
+        let r = update(&author, &id, &format!("words {n}"));
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let r = update(&author, &id, "one too many");
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (429, "rate_limited"),
+        "{}",
+        r.text()
+    );
+    let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=3600).contains(&wait), "{wait}");
+    assert!(s.documents("POST", "/api/posts/update", 429));
+    let shown = s.get(&format!("/api/posts/{id}")).json();
+    assert_eq!(shown["post"]["content"], "words 1", "{shown}");
+    // Another author is not affected.
+    let other = s.identity("updater2");
+    let theirs = s.new_post(&other, "their words", json!({}));
+    assert_eq!(update(&other, &theirs, "changed").status, 200);
+    // The next hour, the first updates again.
+    let r = s.admin_request("POST", "/admin/clock", &json!({"shift_ms": wait * 1000}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = update(&author, &id, "an hour later");
+    assert_eq!(r.status, 200, "{}", r.text());
+}

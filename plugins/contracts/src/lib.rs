@@ -24,6 +24,7 @@ mod parties;
 use machine::{Action, Collect, Role, State, Verdict};
 use marketplace_common::{amount, hex};
 use marketplace_guest::prelude::*;
+use marketplace_guest::quota::Quota;
 use marketplace_guest::{arbiter, clock, escrow, ids, payments};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -184,11 +185,10 @@ fn valid_witness_proof(proof: &str, contract_id: &str) -> bool {
 
 impl Endpoint for Contracts {
     const NAME: &'static str = "contracts";
-    // It reads no setting: any `[settings.contracts]` key is logged.
     const SETTINGS: Option<&'static [marketplace_guest::Setting]> =
         Some(&[marketplace_guest::Setting {
-            key: "buys_per_day",
-            check: |v| marketplace_guest::settings::whole(v, 1, MAX_BUYS_PER_DAY).map(drop),
+            key: BUYS.setting,
+            check: |v| BUYS.check(v),
         }]);
 
     fn api() -> marketplace_guest::types::Api {
@@ -223,61 +223,25 @@ impl Endpoint for Contracts {
     }
 }
 
-/// Most contracts one identity buys in a UTC day, unless the operator
-/// sets `buys_per_day` (1 to [`MAX_BUYS_PER_DAY`]). A buy refunded before
-/// acceptance gives back its whole amount, so without a limit a stranger
-/// could store contracts (each with up to 64 KiB of terms) endlessly for
-/// the price of one identity (an outside probe wrote 2.5 GB in 75 s).
-const BUYS_PER_DAY: u64 = 100;
-const MAX_BUYS_PER_DAY: u64 = 1_000_000;
-const DAY_MS: u64 = 86_400_000;
+/// Contracts one identity buys in a UTC day (`buys_per_day`, 1 to a
+/// million; default 100). A buy refunded before acceptance gives back its
+/// whole amount, so without a cap a stranger could store contracts (each
+/// with up to 64 KiB of terms) endlessly for the price of one identity (an
+/// outside probe wrote 2.5 GB in 75 s).
+const BUYS: Quota = Quota {
+    setting: "buys_per_day",
+    default: 100,
+    max: 1_000_000,
+    window_ms: 86_400_000,
+};
 
-/// An identity's buys of one UTC day (`q/{fingerprint}`).
-#[derive(Serialize, Deserialize)]
-struct Bought {
-    /// Days since the epoch.
-    day: u64,
-    count: u64,
-}
-
-/// Count a buy against `buyer`'s day (kept only if the buy is), or the
-/// 429 answer when the day's buys are used up.
+/// Count a buy against `buyer`'s day (`q/{fingerprint}`), or the 429.
 fn count_buy(buyer: &str) -> Result<Option<Response>, ApiError> {
-    let now = clock::now_ms();
-    let day = now / DAY_MS;
-    let key = format!("q/{buyer}");
-    let count = kv::get::<Bought>(&key)?
-        .filter(|b| b.day == day)
-        .map_or(0, |b| b.count);
-    let cap =
-        marketplace_guest::endpoint_bindings::marketplace::plugin::settings::get("buys_per_day")
-            .and_then(|v| marketplace_guest::settings::whole(&v, 1, MAX_BUYS_PER_DAY).ok())
-            .unwrap_or(BUYS_PER_DAY);
-    if count >= cap {
-        let next = (day + 1) * DAY_MS;
-        let mut refused: Response = ApiError::new(
-            429,
-            "rate_limited",
-            format!(
-                "this identity has bought {count} contracts today, the most one identity may buy a day (UTC); it may buy again from {}",
-                marketplace_guest::rfc3339(next)
-            ),
+    BUYS.take(&format!("q/{buyer}"), |count, next| {
+        format!(
+            "this identity has bought {count} contracts today, the most one identity may buy a day (UTC); it may buy again from {next}"
         )
-        .into();
-        refused.headers.push((
-            "retry-after".into(),
-            (next - now).div_ceil(1000).to_string(),
-        ));
-        return Ok(Some(refused));
-    }
-    kv::put(
-        &key,
-        &Bought {
-            day,
-            count: count + 1,
-        },
-    )?;
-    Ok(None)
+    })
 }
 
 fn parse_amount(body: &mut Body) -> Option<u64> {

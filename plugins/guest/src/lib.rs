@@ -69,6 +69,10 @@ mod endpoint;
 #[cfg(feature = "endpoint")]
 pub use endpoint::*;
 
+/// Per-actor caps on writes per window of time (429 `rate_limited`).
+#[cfg(feature = "endpoint")]
+pub mod quota;
+
 /// The public post document (shared by timeline, search and mcp).
 #[cfg(feature = "endpoint")]
 pub mod posts;

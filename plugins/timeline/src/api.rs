@@ -47,14 +47,14 @@ pub const OPS: &[Op] = &[
     Op {
         body: Some("UpdatePost"),
         ok: (200, "PostEnvelope"),
-        errors: &[400, 401, 403, 404, 409],
+        errors: &[400, 401, 403, 404, 409, 429],
         ..op(
             "POST",
             "/api/posts/update",
             "updatePost",
             "posts",
             "Update a post",
-            "Free. The author replaces the members sent (content, keywords, attachments, activity_metadata; attachments are replaced as a whole, inline or the author's uploads as for a new post); search follows. Signed `update_post:{post_id}` by author_fingerprint (the fresh form `update_post:{post_id}:{timestamp}` only, 401 `auth_expired` otherwise, when the operator sets `[settings.timeline] legacy_updates = false`); another identity is 403 `forbidden_party`. Answers the updated post.",
+            "Free. The author replaces the members sent (content, keywords, attachments, activity_metadata; attachments are replaced as a whole, inline or the author's uploads as for a new post); search follows. Signed `update_post:{post_id}` by author_fingerprint (the fresh form `update_post:{post_id}:{timestamp}` only, 401 `auth_expired` otherwise, when the operator sets `[settings.timeline] legacy_updates = false`); another identity is 403 `forbidden_party`. One identity updates at most 120 times an hour (`[settings.timeline] updates_per_hour`): past it 429 `rate_limited` with `Retry-After` (the seconds to the next hour). Answers the updated post.",
         )
     },
     Op {

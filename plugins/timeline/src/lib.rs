@@ -14,6 +14,7 @@
 //!   threads reach its replies and count without reading)
 //! - `author_count/{fingerprint}` -> posts by that author (read by identity)
 //! - `ix/...` -> the inverted index (see [`index`])
+//! - `updates/{fingerprint}` -> the author's updates this hour (a cap)
 //!
 //! Private replies (`post_type` `private_reply`) have a `post/` record and a
 //! `children/` entry only: never in the type, author or search indexes.
@@ -25,6 +26,7 @@ mod model;
 use marketplace_common::hex;
 use marketplace_guest::posts::{self, Budget, record_key};
 use marketplace_guest::prelude::*;
+use marketplace_guest::quota::Quota;
 use marketplace_guest::{Body, ids};
 use model::{Attachment, Post};
 use sha2::{Digest, Sha256};
@@ -51,8 +53,13 @@ const THREAD_CHUNK: usize = 100;
 
 impl Endpoint for Timeline {
     const NAME: &'static str = "timeline";
-    const SETTINGS: Option<&'static [marketplace_guest::Setting]> =
-        Some(&[marketplace_guest::LEGACY_UPDATES]);
+    const SETTINGS: Option<&'static [marketplace_guest::Setting]> = Some(&[
+        marketplace_guest::LEGACY_UPDATES,
+        marketplace_guest::Setting {
+            key: UPDATES.setting,
+            check: |v| UPDATES.check(v),
+        },
+    ]);
 
     fn api() -> marketplace_guest::types::Api {
         api::api()
@@ -625,6 +632,18 @@ fn authored_post(
     Ok(post)
 }
 
+/// Updates one author makes in an hour (`updates_per_hour`, 1 to a
+/// million; default 120). An update is free and re-indexes the post: an
+/// outside probe sent one author's 1.5 MB update again and again from 32
+/// addresses (a legacy signature is reusable) and held paid posts for
+/// seconds.
+const UPDATES: Quota = Quota {
+    setting: "updates_per_hour",
+    default: 120,
+    max: 1_000_000,
+    window_ms: 3_600_000,
+};
+
 /// `POST /api/posts/update`: the author replaces members of a post (free).
 fn update(req: &Request) -> Result<Response, ApiError> {
     let mut body = Body::parse(req)?;
@@ -648,6 +667,14 @@ fn update(req: &Request) -> Result<Response, ApiError> {
     // require the fresh form for it.
     let fresh = !marketplace_guest::legacy_updates();
     let mut post = authored_post(&body, &post_id, timestamp, "update_post", fresh)?;
+    let counted = UPDATES.take(&format!("updates/{}", post.author_fingerprint), |count, next| {
+        format!(
+            "this identity has updated posts {count} times this hour, the most one identity may an hour; it may update again from {next}"
+        )
+    })?;
+    if let Some(refused) = counted {
+        return Ok(refused);
+    }
     if post.is_private() && content.is_some() {
         return Err(ApiError::invalid(
             "content",
