@@ -1652,6 +1652,7 @@ fn settings_are_checked_when_a_component_loads() {
             "[settings.fee]\npost = \"0.3\"\n\
              [settings.search]\nwhole_reads = \"5\"\n\
              [settings.contracts]\nanything = 1\n\
+             [settings.info]\nanything = 1\n\
              [settings.timeline]\nlegacy_updates = \"nope\"\n\
              [settings.mcp]\nallowed_origins = [\"https://a.example\", \"https://b.example\"]\n"
                 .into(),
@@ -1683,6 +1684,7 @@ fn settings_are_checked_when_a_component_loads() {
     for line in [
         "[settings.fee] is for no family of this configuration",
         "setting \\\"whole_reads\\\" has no effect: this component reads whole_read",
+        "setting \\\"anything\\\" has no effect: this component reads buys_per_day",
         "setting \\\"anything\\\" has no effect: this component reads no setting",
     ] {
         assert!(

@@ -2099,6 +2099,7 @@ fn a_body_under_a_content_coding_is_415() {
             r.text()
         );
         assert_eq!(r.header("accept-encoding"), Some("identity"), "{coding}");
+        assert_eq!(r.header("connection"), Some("close"), "{coding}");
     }
     // `identity` is no coding: the route reads the body (and refuses `{}`).
     let r = post("identity");

@@ -419,13 +419,15 @@ fn recovery_scan_lists_contracts_when_the_operator_grants_the_read() {
 
 /// A database from before the contracts' index by party (no `by/` rows,
 /// no progress): the scan finds its contracts by reading them all, and the
-/// contracts family's next write indexes them.
+/// contracts family's writes index them, 20 a write.
 #[test]
 fn recovery_scan_finds_contracts_from_before_the_party_index() {
     use marketplace::store::Kv;
     let mut first = Server::with(reading_contracts());
     let d = common::deal::deal(&first);
-    let mut mine: Vec<String> = (0..3).map(|_| common::deal::buy(&first, &d, "1")).collect();
+    let mut mine: Vec<String> = (0..24)
+        .map(|_| common::deal::buy(&first, &d, "1"))
+        .collect();
     mine.sort();
     let other = common::deal::deal(&first);
     common::deal::buy(&first, &other, "1");
@@ -440,8 +442,8 @@ fn recovery_scan_finds_contracts_from_before_the_party_index() {
             .map(|(k, _)| k)
             .collect()
     };
-    // Four contracts of two deals: each party's row.
-    assert_eq!(index_rows(&first.data_dir).len(), 8);
+    // 25 contracts of two deals: each party's row.
+    assert_eq!(index_rows(&first.data_dir).len(), 50);
     let db = common::open_store(&first.data_dir);
     db.write(|txn| {
         for (k, _) in txn.scan_in(TABLE, b"by/", Some(b"by0"), false, usize::MAX)? {
@@ -458,20 +460,42 @@ fn recovery_scan_finds_contracts_from_before_the_party_index() {
         data_dir: Some(first.data_dir.clone()),
         ..reading_contracts()
     };
+    let progress = || {
+        let db = common::open_store(&first.data_dir);
+        let read = db.begin_read().unwrap();
+        read.get_in(TABLE, b"meta/by-party").unwrap()
+    };
     let mut s = Server::with(opts.clone());
-    assert_eq!(contract_ids(&scan_contracts(&s, &d.buyer, 10)), mine);
-    // Any write of the family catches the index up.
+    assert_eq!(contract_ids(&scan_contracts(&s, &d.buyer, 100)), mine);
+    assert_eq!(contract_ids(&scan_contracts(&s, &d.buyer, 5)), mine[..5]);
+    // A write of the family indexes the first 20 contracts...
     common::deal::act_ok(&s, &d.seller, &mine[0], "accept");
-    assert_eq!(contract_ids(&scan_contracts(&s, &d.buyer, 10)), mine);
+    assert_eq!(contract_ids(&scan_contracts(&s, &d.buyer, 100)), mine);
     s.kill();
-    assert_eq!(index_rows(&first.data_dir).len(), 8);
-    let db = common::open_store(&first.data_dir);
-    let progress = db
-        .begin_read()
-        .unwrap()
-        .get_in(TABLE, b"meta/by-party")
-        .unwrap();
-    assert_eq!(progress.as_deref(), Some(&b"complete"[..]));
+    assert_eq!(index_rows(&first.data_dir).len(), 40);
+    let halfway = progress().expect("the progress of the index");
+    assert!(halfway.starts_with(b"c/"), "{halfway:?}");
+    // ... the next the rest, and the index is complete.
+    let mut s = Server::with(opts.clone());
+    common::deal::act_ok(&s, &d.seller, &mine[1], "accept");
+    assert_eq!(contract_ids(&scan_contracts(&s, &d.buyer, 100)), mine);
+    assert_eq!(contract_ids(&scan_contracts(&s, &d.buyer, 5)), mine[..5]);
+    // Both parties of one deal at once: each contract once.
+    let both = {
+        let challenge = format!("recover:{}:{}", d.buyer.fp(), rfc3339(now_s() * 1000));
+        let probe = |k: &Key, i: u64| json!({"key_index": i, "fingerprint": k.fp(), "signature": k.sign(&challenge)});
+        let r = s.post_json(
+            "/api/recovery/scan",
+            &json!({"challenge": challenge, "include_contracts": true, "contract_limit": 100,
+                    "probes": [probe(&d.buyer, 1), probe(&d.seller, 2)]}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    };
+    assert_eq!(contract_ids(&both), mine);
+    s.kill();
+    assert_eq!(index_rows(&first.data_dir).len(), 50);
+    assert_eq!(progress().as_deref(), Some(&b"complete"[..]));
 }
 
 /// Presigning is free, so one identity may hold at most 64 uploads: the

@@ -1268,6 +1268,17 @@ fn one_author_updates_a_bounded_number_of_times_an_hour() {
     assert!(s.documents("POST", "/api/posts/update", 429));
     let shown = s.get(&format!("/api/posts/{id}")).json();
     assert_eq!(shown["post"]["content"], "words 1", "{shown}");
+    // Those were legacy signatures, which whoever holds one may send
+    // again: the author's fresh ones are counted apart.
+    let fresh = |content: &str| {
+        let ts = now_s();
+        s.post_json(
+            "/api/posts/update",
+            &json!({"post_id": id, "author_fingerprint": author.fp(), "content": content,
+                    "timestamp": ts, "signature": author.sign(&format!("update_post:{id}:{ts}"))}),
+        )
+    };
+    assert_eq!(fresh("fresh words").status, 200);
     // Another author is not affected.
     let other = s.identity("updater2");
     let theirs = s.new_post(&other, "their words", json!({}));

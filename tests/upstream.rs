@@ -522,7 +522,7 @@ fn escrow_bought_in_embedded_mode_waits_for_it() {
             "{}",
             r.text()
         );
-        assert!(r.text().contains("nothing was issued"), "{}", r.text());
+        assert!(r.text().contains("the contract is unchanged"), "{}", r.text());
     }
     m.kill();
 

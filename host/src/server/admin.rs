@@ -174,15 +174,15 @@ pub async fn serve_metrics(app: Arc<App>, listener: TcpListener, stop: watch::Re
 /// graph does not drop to nothing during an outage.
 async fn metrics_reply(app: &Arc<App>) -> Reply {
     let app = app.clone();
-    let read = tokio::task::spawn_blocking(move || read_ledger_gauges(&app));
+    let read = tokio::task::spawn_blocking(move || ledger_totals(&app));
     let m = crate::metrics::metrics();
     m.plugin_memory_bytes
         .set(i64::try_from(crate::runtime::limiter::in_use()).unwrap_or(i64::MAX));
-    if !matches!(
-        tokio::time::timeout(LEDGER_READ_WAIT, read).await,
-        Ok(Ok(true))
-    ) {
-        tracing::debug!("ledger totals not read for the metrics: the last ones are shown");
+    // (A read that comes after the wait sets nothing: a later scrape's
+    // may have shown newer totals meanwhile.)
+    match tokio::time::timeout(LEDGER_READ_WAIT, read).await {
+        Ok(Ok(Some((minted, fees, escrow)))) => m.ledger(minted, fees, escrow),
+        _ => tracing::debug!("ledger totals not read for the metrics: the last ones are shown"),
     }
     Reply {
         status: 200,
@@ -194,20 +194,18 @@ async fn metrics_reply(app: &Arc<App>) -> Reply {
     }
 }
 
-/// Set the ledger gauges from the totals read now; whether they could be
-/// read. Also called at start, so that a store away before the first
-/// scrape leaves the totals of the start, not zeros.
-pub fn read_ledger_gauges(app: &App) -> bool {
-    let Ok(txn) = app.storage.begin_read() else {
-        return false;
-    };
+/// The ledger's totals (minted, fees, escrow) read now, if they can be.
+fn ledger_totals(app: &App) -> Option<(u64, u64, u64)> {
+    let txn = app.storage.begin_read().ok()?;
     let t = |name| crate::money::ledger::total(&txn, name).ok();
-    match (t("minted"), t("fees"), t("escrow")) {
-        (Some(minted), Some(fees), Some(escrow)) => {
-            crate::metrics::metrics().ledger(minted, fees, escrow);
-            true
-        }
-        _ => false,
+    Some((t("minted")?, t("fees")?, t("escrow")?))
+}
+
+/// Set the ledger gauges from the totals read now, at start: a store away
+/// before the first scrape then leaves the start's totals, not zeros.
+pub fn read_ledger_gauges(app: &App) {
+    if let Some((minted, fees, escrow)) = ledger_totals(app) {
+        crate::metrics::metrics().ledger(minted, fees, escrow);
     }
 }
 

@@ -1190,17 +1190,6 @@ async fn dispatch(
         );
         return (reply, None);
     }
-    if !content_codings_supported(req.headers()) {
-        let mut reply = Reply::error(
-            415,
-            "unsupported_media_type",
-            "a request body is read as sent: no content coding (Content-Encoding: gzip, ...) is decoded; send it uncompressed",
-        );
-        reply
-            .headers
-            .push(("accept-encoding".into(), "identity".into()));
-        return (reply, None);
-    }
     let method = req.method().as_str().to_ascii_uppercase();
     let path = routes::canonical_path(req.uri().path());
     let (route, params) = match app.runtime.find(&method, &path) {
@@ -1305,6 +1294,17 @@ async fn serve_route(
     let max = route.max_body.unwrap_or(app.config.max_body_bytes);
     if declared_length(req.headers()).is_some_and(|n| n > max as u64) {
         return too_large(max);
+    }
+    if !content_codings_supported(req.headers()) {
+        let mut reply = closing(Reply::error(
+            415,
+            "unsupported_media_type",
+            "a request body is read as sent: no content coding (Content-Encoding: gzip, ...) is decoded; send it uncompressed",
+        ));
+        reply
+            .headers
+            .push(("accept-encoding".into(), "identity".into()));
+        return reply;
     }
     let query = match req
         .uri()

@@ -473,15 +473,20 @@ pub fn mount_at_start(app: &App) {
                 ),
             );
         }
-    }
-    // On a shared store, what the fleet changed while this host loaded
-    // (through another host: this one's admin API waits for the start) is
-    // applied before the start is done, not after it says it is ready (a
-    // contract bought meanwhile would keep the fee policy the fleet left).
-    if app.storage.is_shared()
-        && let Err(e) = apply_fleet(app, &held)
-    {
-        tracing::warn!("uploads of the fleet made during the start: {e:#}");
+        // On a shared store, what the fleet changed while this rank loaded
+        // (through another host: this one's admin API waits for the start)
+        // is applied before the next rank loads and before the start is
+        // done, not only once it says it is ready (a contract bought
+        // meanwhile would keep the fee policy the fleet left). The fee and
+        // contracts families are of the first rank. Only this rank's and
+        // those before: a later rank's family is mounted in its turn, and
+        // its record read at the start replayed then must not come after
+        // a newer one.
+        if app.storage.is_shared()
+            && let Err(e) = apply_fleet(app, &held, |family| config.start_rank(family) <= rank)
+        {
+            tracing::warn!("uploads of the fleet made during the start: {e:#}");
+        }
     }
     drop(held);
     let serving = app
@@ -638,13 +643,13 @@ fn sync(app: &App) -> Result<()> {
         return Ok(());
     }
     drop(first);
-    apply_fleet(app, &app.runtime.one_change())
+    apply_fleet(app, &app.runtime.one_change(), |_| true)
 }
 
 /// Apply the fleet's uploads and unmounts this host has not applied yet,
-/// holding `one_change`.
-fn apply_fleet(app: &App, held: &OneChange) -> Result<()> {
-    for p in fleet_pending(app)? {
+/// of the families `of` takes, holding `one_change`.
+fn apply_fleet(app: &App, held: &OneChange, of: impl Fn(&str) -> bool) -> Result<()> {
+    for p in fleet_pending(app)?.into_iter().filter(|p| of(&p.family)) {
         tracing::info!(family = %p.family, upload = %p.kept.upload, "applying an upload of the fleet");
         let family = p.family.clone();
         if replay(app, p, held) {

@@ -371,9 +371,6 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
         ));
     }
     reused.check()?;
-    if let Some(refused) = count_buy(&buyer)? {
-        return Ok(refused);
-    }
     let id = contract_id.unwrap_or_else(|| format!("CTR_{}", ids::ulid()));
     if kv::get_raw(None, &format!("c/{id}"))?.is_some() {
         return Err(ApiError::conflict(format!("contract id {id} is taken")));
@@ -413,6 +410,10 @@ fn buy(req: &Request) -> Result<Response, ApiError> {
     };
     c.arbiter_signature = Some(arbiter::sign(&arbiter_message(&c)));
     c.record("buy", &buyer);
+    // After the 409s of a taken id or witness (PROTOCOL 1's order).
+    if let Some(refused) = count_buy(&buyer)? {
+        return Ok(refused);
+    }
     escrow::hold(&id)?;
     parties::catch_up()?;
     parties::index(&id, &buyer, &seller)?;

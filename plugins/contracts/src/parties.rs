@@ -7,8 +7,11 @@ use marketplace_common::parties;
 use marketplace_guest::prelude::*;
 use serde::Deserialize;
 
-/// Contracts one write indexes at most while the index catches up.
-const CATCH_UP_PAGE: u32 = 100;
+/// Contracts one write indexes at most while the index catches up (few:
+/// each is read into the write's transaction, and on a shared store every
+/// catching-up write also writes the progress, so concurrent contract
+/// writes conflict until it is complete).
+const CATCH_UP_PAGE: u32 = 20;
 
 /// Index the contract `contract_id` under both its parties.
 pub fn index(contract_id: &str, buyer: &str, seller: &str) -> Result<(), ApiError> {

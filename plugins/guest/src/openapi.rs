@@ -341,7 +341,7 @@ pub fn error_response(status: u16) -> Value {
         413 => ("payload_too_large", "Error"),
         422 => ("macro_error", "Error"),
         429 => (
-            "rate_limited: past a limit per identity and day; retry after Retry-After (seconds)",
+            "rate_limited: past a cap on one identity's writes per window of time (a day, an hour); retry after Retry-After (seconds)",
             "Error",
         ),
         503 => (

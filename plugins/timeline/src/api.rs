@@ -54,7 +54,7 @@ pub const OPS: &[Op] = &[
             "updatePost",
             "posts",
             "Update a post",
-            "Free. The author replaces the members sent (content, keywords, attachments, activity_metadata; attachments are replaced as a whole, inline or the author's uploads as for a new post); search follows. Signed `update_post:{post_id}` by author_fingerprint (the fresh form `update_post:{post_id}:{timestamp}` only, 401 `auth_expired` otherwise, when the operator sets `[settings.timeline] legacy_updates = false`); another identity is 403 `forbidden_party`. One identity updates at most 120 times an hour (`[settings.timeline] updates_per_hour`): past it 429 `rate_limited` with `Retry-After` (the seconds to the next hour). Answers the updated post.",
+            "Free. The author replaces the members sent (content, keywords, attachments, activity_metadata; attachments are replaced as a whole, inline or the author's uploads as for a new post); search follows. Signed `update_post:{post_id}` by author_fingerprint (the fresh form `update_post:{post_id}:{timestamp}` only, 401 `auth_expired` otherwise, when the operator sets `[settings.timeline] legacy_updates = false`); another identity is 403 `forbidden_party`. One identity updates at most 120 times an hour with fresh signatures, and as many with legacy ones (counted apart: a legacy signature can be sent again by whoever holds it) (`[settings.timeline] updates_per_hour`): past it 429 `rate_limited` with `Retry-After` (the seconds to the next hour). Answers the updated post.",
         )
     },
     Op {

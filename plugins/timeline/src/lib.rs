@@ -14,7 +14,8 @@
 //!   threads reach its replies and count without reading)
 //! - `author_count/{fingerprint}` -> posts by that author (read by identity)
 //! - `ix/...` -> the inverted index (see [`index`])
-//! - `updates/{fingerprint}` -> the author's updates this hour (a cap)
+//! - `updates/{fingerprint}`, `updates/legacy/{fingerprint}` -> the
+//!   author's updates this hour, fresh and legacy-signed (a cap each)
 //!
 //! Private replies (`post_type` `private_reply`) have a `post/` record and a
 //! `children/` entry only: never in the type, author or search indexes.
@@ -633,7 +634,7 @@ fn authored_post(
 }
 
 /// Updates one author makes in an hour (`updates_per_hour`, 1 to a
-/// million; default 120). An update is free and re-indexes the post: an
+/// million; default 120), freshly signed and legacy-signed counted apart. An update is free and re-indexes the post: an
 /// outside probe sent one author's 1.5 MB update again and again from 32
 /// addresses (a legacy signature is reusable) and held paid posts for
 /// seconds.
@@ -667,7 +668,11 @@ fn update(req: &Request) -> Result<Response, ApiError> {
     // require the fresh form for it.
     let fresh = !marketplace_guest::legacy_updates();
     let mut post = authored_post(&body, &post_id, timestamp, "update_post", fresh)?;
-    let counted = UPDATES.take(&format!("updates/{}", post.author_fingerprint), |count, next| {
+    // A legacy signature is reusable by whoever holds it: its updates are
+    // counted apart, so that they cannot use up the author's own.
+    let bucket = if timestamp.is_some() { "" } else { "legacy/" };
+    let key = format!("updates/{bucket}{}", post.author_fingerprint);
+    let counted = UPDATES.take(&key, |count, next| {
         format!(
             "this identity has updated posts {count} times this hour, the most one identity may an hour; it may update again from {next}"
         )

@@ -44,7 +44,7 @@ impl wit::Host for Ctx {
                 409,
                 "conflict",
                 format!(
-                    "the escrow of {contract} is held in this server's own ledger, which pays nothing out while it takes payments at an upstream webcash server: nothing was issued and the contract is unchanged; it can be collected once the server runs in embedded mode again"
+                    "the escrow of {contract} is held in this server's own ledger, whose secrets are worth nothing at the upstream webcash server this server takes payments at now: the contract is unchanged, and its payout or refund can be collected once the server runs in embedded mode again"
                 ),
             )));
         }
