@@ -522,7 +522,11 @@ fn escrow_bought_in_embedded_mode_waits_for_it() {
             "{}",
             r.text()
         );
-        assert!(r.text().contains("the contract is unchanged"), "{}", r.text());
+        assert!(
+            r.text().contains("the contract is unchanged"),
+            "{}",
+            r.text()
+        );
     }
     m.kill();
 
