@@ -780,14 +780,7 @@ fn one_identity_buys_a_bounded_number_of_contracts_a_day() {
         &secret,
         &flow::buy_body(&d, "0.00000001"),
     );
-    assert_eq!(
-        (r.status, r.code().as_str()),
-        (429, "rate_limited"),
-        "{}",
-        r.text()
-    );
-    let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
-    assert!((1..=86_400).contains(&wait), "{wait}");
+    let wait = common::rate_limited(&r, 86_400);
     assert_eq!(s.cash_state(&secret).0, json!(false));
     assert!(s.documents("POST", "/api/arbitration/contracts/buy", 429));
     // Another buyer is not affected.

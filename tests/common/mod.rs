@@ -702,6 +702,24 @@ impl Resp {
     }
 }
 
+/// `r` is `429 rate_limited` (a per-identity cap, `marketplace_guest::
+/// quota`) with a `Retry-After` of 1 to `window_s` seconds: that wait.
+pub fn rate_limited(r: &Resp, window_s: u64) -> u64 {
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (429, "rate_limited"),
+        "{}",
+        r.text()
+    );
+    let wait: u64 = r
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .expect("Retry-After in seconds");
+    assert!((1..=window_s).contains(&wait), "Retry-After {wait}");
+    wait
+}
+
 /// The path (and query) of an absolute URL or of a path.
 pub fn path_of(url: &str) -> String {
     match url.split_once("://") {
