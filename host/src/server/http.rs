@@ -1109,11 +1109,17 @@ fn host_problem(version: hyper::Version, headers: &hyper::HeaderMap) -> Option<&
 /// HTTP defines (RFC 9110 10.1.1): any other is answered 417 at once,
 /// not waited on for a body the client may hold back.
 fn expectations_met(headers: &hyper::HeaderMap) -> bool {
-    headers.get_all(hyper::header::EXPECT).iter().all(|value| {
+    lists_only(headers, hyper::header::EXPECT, "100-continue")
+}
+
+/// Whether every item of every `name` header (a comma-separated list) is
+/// `only`, in any case (an empty item is none).
+fn lists_only(headers: &hyper::HeaderMap, name: hyper::header::HeaderName, only: &str) -> bool {
+    headers.get_all(name).iter().all(|value| {
         value.to_str().is_ok_and(|v| {
             v.split(',')
                 .map(str::trim)
-                .all(|e| e.is_empty() || e.eq_ignore_ascii_case("100-continue"))
+                .all(|item| item.is_empty() || item.eq_ignore_ascii_case(only))
         })
     })
 }
@@ -1147,20 +1153,8 @@ fn transfer_codings_supported(headers: &hyper::HeaderMap) -> bool {
 /// answered 415 at once (RFC 9110 15.5.16).
 fn content_codings_supported(headers: &hyper::HeaderMap) -> bool {
     let has_body = headers.contains_key(hyper::header::TRANSFER_ENCODING)
-        || headers
-            .get(hyper::header::CONTENT_LENGTH)
-            .is_some_and(|v| v.as_bytes() != b"0");
-    !has_body
-        || headers
-            .get_all(hyper::header::CONTENT_ENCODING)
-            .iter()
-            .all(|value| {
-                value.to_str().is_ok_and(|v| {
-                    v.split(',')
-                        .map(str::trim)
-                        .all(|c| c.is_empty() || c.eq_ignore_ascii_case("identity"))
-                })
-            })
+        || declared_length(headers).is_some_and(|n| n > 0);
+    !has_body || lists_only(headers, hyper::header::CONTENT_ENCODING, "identity")
 }
 
 async fn dispatch(

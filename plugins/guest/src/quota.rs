@@ -17,7 +17,7 @@ struct Counted {
 }
 
 /// A cap on one actor's writes per window, which an operator setting
-/// (`key`, a whole number from 1 to `max`) may change.
+/// (`setting`, a whole number from 1 to `max`) may change.
 pub struct Quota {
     /// The setting (declared in [`crate::Endpoint::SETTINGS`] with
     /// [`Quota::check`]).
