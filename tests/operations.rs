@@ -2935,3 +2935,74 @@ fn the_heap_moves_to_small_pages_when_huge_pages_are_turned_off() {
     assert_eq!(plain.get("/api/health").status, 200);
     assert!(!plain.log_text().contains("heap: small pages"));
 }
+
+/// A data dir's disk with less free space than `min_free_disk_mib` (here a
+/// reserve no disk has) refuses writing requests before they run, 503
+/// `disk_full` with Retry-After, nothing spent, directly or dispatched
+/// from an MCP tool call; reads, the webcash health check and the
+/// operator's mint go on, and health says why it is degraded. A start with
+/// room takes the same secret. (A full disk made the write-ahead log's
+/// checkpoint fail, every write after it until a restart, and the next
+/// start itself.)
+#[test]
+fn a_disk_under_its_reserve_refuses_writes_and_serves_reads() {
+    if common::skip_on_postgres(
+        "a_disk_under_its_reserve_refuses_writes_and_serves_reads",
+        "the reserve is the embedded store's data dir's",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut s = server_on(&data, &[]);
+    let key = Key::random();
+    let r = s.register(&key, "roomy", &s.mint("0.6"));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let before = s.post(&key, "written before", json!({}), &s.mint("0.3"));
+    assert_eq!(before.status, 201, "{}", before.text());
+    s.stop();
+
+    let mut s = server_on(&data, &[("MARKETPLACE_MIN_FREE_DISK_MIB", "1073741824")]);
+    let h = s.get("/api/health");
+    assert_eq!(h.status, 503, "{}", h.text());
+    assert_eq!(h.json()["status"], "degraded");
+    assert_eq!(h.json()["storage"]["status"], "disk_full");
+    assert!(s.metric("marketplace_disk_free_bytes") > 0);
+    let refused = |r: &common::Resp| {
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (503, "disk_full"),
+            "{}",
+            r.text()
+        );
+        assert_eq!(r.header("retry-after"), Some("30"));
+    };
+    let secret = s.mint("0.3");
+    refused(&s.post(&key, "written while full", json!({}), &secret));
+    let change = format!("e0.3:secret:{}", "c".repeat(64));
+    let replace = json!({"webcashes": [secret], "new_webcashes": [change]});
+    refused(&s.post_json("/api/cash/replace", &replace));
+    let r = s.post_json(
+        "/api/mcp/tools/execute",
+        &json!({"endpoint": {"method": "POST", "path": "/api/cash/replace", "body": replace}}),
+    );
+    refused(&r);
+    assert_eq!(s.cash_state(&secret), (json!(false), json!("0.3")));
+    assert_eq!(s.cash_state(&change).0, Value::Null, "never created");
+    let r = s.get("/api/timeline");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["posts"][0]["content"], "written before");
+    let r = s.get("/api/search?term=written");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        s.log_text()
+            .contains("the data dir's disk is nearly full: writing requests are refused"),
+        "logged for the operator"
+    );
+    s.stop();
+
+    let s = server_on(&data, &[]);
+    assert_eq!(s.get("/api/health").json()["storage"]["status"], "ok");
+    let r = s.post(&key, "written with room", json!({}), &secret);
+    assert_eq!(r.status, 201, "{}", r.text());
+}

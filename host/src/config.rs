@@ -152,6 +152,10 @@ pub struct Config {
     pub max_request_write_bytes: usize,
     /// How long a paid answer is kept for identical retries, in seconds.
     pub replay_retention_s: u64,
+    /// Free space, in MiB, kept on the data dir's filesystem (embedded
+    /// store): below it writing requests are refused with 503 `disk_full`
+    /// (see `store::disk`); 0: none kept.
+    pub min_free_disk_mib: u64,
     /// Let concurrent mutating requests share one durable commit.
     pub group_commit: bool,
     /// Longest a committed request waits, in microseconds, for a batch-mate
@@ -405,6 +409,7 @@ impl Default for Config {
             max_call_bytes: 32 << 20,
             max_request_write_bytes: 64 << 20,
             replay_retention_s: 24 * 3600,
+            min_free_disk_mib: 256,
             group_commit: true,
             commit_window_us: 2000,
             commit_max_batch: 32,
@@ -753,7 +758,7 @@ impl Config {
                 self.plugin_memory_mib
             );
         }
-        let ranges: [(&str, u64, u64, u64); 22] = [
+        let ranges: [(&str, u64, u64, u64); 23] = [
             ("store_connections", self.store_connections, 2, 10_000),
             ("store_timeout_ms", self.store_timeout_ms, 100, 600_000),
             ("request_timeout_ms", self.request_timeout_ms, 1, 60_000),
@@ -815,6 +820,7 @@ impl Config {
                 60,
                 365 * 24 * 3600,
             ),
+            ("min_free_disk_mib", self.min_free_disk_mib, 0, 1 << 30),
             (
                 "cash_upstream_timeout_ms",
                 self.cash_upstream_timeout_ms,

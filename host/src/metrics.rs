@@ -81,6 +81,9 @@ pub struct Metrics {
     /// Bytes of linear memory the plugin calls in progress hold (set
     /// from the runtime's count when the metrics are read).
     pub plugin_memory_bytes: Gauge,
+    /// Bytes free on the data dir's filesystem (embedded store with a
+    /// `min_free_disk_mib`), read every 250 ms.
+    pub disk_free_bytes: Gauge,
     pub refused_connections: Counter,
     pub connections_closed_for_room: Counter,
     /// Connections the server ended before their client, being drained
@@ -216,6 +219,7 @@ impl Metrics {
             pending_body_bytes: Gauge::default(),
             unsent_answer_bytes: Gauge::default(),
             plugin_memory_bytes: Gauge::default(),
+            disk_free_bytes: Gauge::default(),
             refused_connections: Counter::default(),
             connections_closed_for_room: Counter::default(),
             connections_draining: Gauge::default(),
@@ -330,6 +334,11 @@ impl Metrics {
             "plugin_memory_bytes",
             "Bytes of linear memory the plugin calls in progress hold, of plugin_memory_total_mib",
             m.plugin_memory_bytes.clone(),
+        );
+        r.register(
+            "disk_free_bytes",
+            "Bytes free on the data dir's filesystem (the embedded store with min_free_disk_mib set); below min_free_disk_mib writes are refused with 503 disk_full",
+            m.disk_free_bytes.clone(),
         );
         r.register(
             "unsent_answer_bytes",

@@ -97,6 +97,19 @@ impl Reply {
         .retry_after_a_second()
     }
 
+    /// 503 `disk_full`: a writing request refused before it ran, while the
+    /// embedded store's disk has less free space than its reserve
+    /// (`crate::store::disk`); nothing was done or spent.
+    pub fn disk_full() -> Reply {
+        let mut reply = Reply::error(
+            503,
+            "disk_full",
+            "the server's disk is nearly full: writes are refused until its operator frees space (reads go on); nothing was done or spent, try again later",
+        );
+        reply.headers.push(("retry-after".into(), "30".into()));
+        reply
+    }
+
     /// This reply with `Retry-After: 1`: the condition (a lost race, a
     /// store or components not there yet) may pass any moment.
     pub fn retry_after_a_second(mut self) -> Reply {

@@ -56,6 +56,7 @@ impl State {
             })?
         };
         storage.set_write_budget(config.max_request_write_bytes);
+        storage.guard_disk(&config.data_dir, config.min_free_disk_mib << 20);
         let (ledger, arbiter) = if config.shared_store() {
             // Every host of the fleet derives the same secrets: the keys
             // come from the config, or from the store (made once).

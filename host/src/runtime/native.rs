@@ -18,11 +18,11 @@ const HOST_ROUTES: &[(&str, &str, &str, bool)] = &[
     ("GET", "/api/health", "health", false),
     ("GET", "/api/fees", "fees", false),
     ("POST", "/api/cash/replace", "cash_replace", true),
-    ("POST", "/api/cash/health_check", "cash_health_check", true),
+    ("POST", "/api/cash/health_check", "cash_health_check", false),
     // Where webcash wallets look: `{base}/api/v1/replace` and
     // `{base}/api/v1/health_check` (the alias folds `/api/v1` to `/api`).
     ("POST", "/api/replace", "cash_replace", true),
-    ("POST", "/api/health_check", "cash_health_check", true),
+    ("POST", "/api/health_check", "cash_health_check", false),
     // Upstream webcash mode: the value of a payment whose request failed.
     ("POST", "/api/cash/refund", "cash_refund", true),
     // The terms a wallet's `legalese.terms` accepts, as the public webcash
@@ -171,7 +171,10 @@ fn health(rt: &Runtime) -> Reply {
         }
     }
 
-    let ok = rt.storage.healthy();
+    // A disk under its reserve refuses writes until the operator frees
+    // space: not a host to send writes to.
+    let disk_full = rt.storage.disk_low().is_some();
+    let ok = rt.storage.healthy() && !disk_full;
     // A configured family whose component was refused (or never found)
     // serves none of its routes: not a host to send traffic to.
     let families_ok = rt.with_statuses(|statuses| {
@@ -196,7 +199,11 @@ fn health(rt: &Runtime) -> Reply {
             storage: Store {
                 backend: rt.storage.backend_name(),
                 commits: rt.storage.request_commits(),
-                status: if ok { "ok" } else { "error" },
+                status: match (ok, disk_full) {
+                    (true, _) => "ok",
+                    (false, true) => "disk_full",
+                    (false, false) => "error",
+                },
                 syncs: rt.storage.syncs(),
             },
         };

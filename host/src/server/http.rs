@@ -1312,6 +1312,12 @@ async fn serve_route(
     if let Some(name) = route.repeated_query(&query) {
         return Reply::invalid(name, crate::runtime::routes::REPEATED);
     }
+    // Refused before its body is read: the connection closes after.
+    if route.writes && app.storage.disk_low().is_some() {
+        let refused = Reply::disk_full();
+        let ended = hyper::body::Body::is_end_stream(req.body());
+        return if ended { refused } else { closing(refused) };
+    }
     // A host handler reads none of them.
     let (headers, payment) = match &route.handler {
         Handler::Family(family) => component_headers(app, family, req.headers()),

@@ -7,6 +7,7 @@
 //! [`crate::store::group_commit`]); they reach the batch only when the whole
 //! request succeeded, so a failed request leaves nothing behind.
 
+pub mod disk;
 mod file;
 pub mod group_commit;
 mod key_filter;
@@ -233,6 +234,8 @@ pub struct Storage {
     /// [`Storage::commits`] when the host's own start-up writes were done
     /// ([`Storage::opened`]).
     commits_at_open: std::sync::atomic::AtomicU64,
+    /// The embedded store's disk reserve ([`Storage::guard_disk`]).
+    disk: Option<Arc<disk::Guard>>,
 }
 
 /// Why a request is to run again from the start (on the shared store only;
@@ -637,6 +640,7 @@ impl Storage {
             backend,
             write_budget: DEFAULT_WRITE_BUDGET,
             commits_at_open: Default::default(),
+            disk: None,
         }
     }
 
@@ -657,6 +661,20 @@ impl Storage {
     /// before it commits; a write past it is refused with `TooLarge`.
     pub fn set_write_budget(&mut self, bytes: usize) {
         self.write_budget = bytes;
+    }
+
+    /// Keep `reserve` bytes free on the filesystem of `dir` (the data
+    /// dir, on the embedded store): see [`disk`]. 0: no reserve.
+    pub fn guard_disk(&mut self, dir: &Path, reserve: u64) {
+        if !self.is_shared() {
+            self.disk = disk::Guard::watch(dir, reserve);
+        }
+    }
+
+    /// The free bytes and the reserve, while fewer than the reserve are
+    /// free: writing requests are to be refused (503 `disk_full`).
+    pub fn disk_low(&self) -> Option<(u64, u64)> {
+        self.disk.as_ref()?.low()
     }
 
     /// Begin a request transaction.

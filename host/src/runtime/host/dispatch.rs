@@ -190,6 +190,9 @@ impl Ctx {
                 if let Some(name) = route.repeated_query(&req.query) {
                     return Err(Reply::invalid(name, crate::runtime::routes::REPEATED));
                 }
+                if route.writes && rt.state().storage.disk_low().is_some() {
+                    return Err(Reply::disk_full());
+                }
                 match &route.handler {
                     // A family reaches its own routes only where they write:
                     // a read route (a JSON-RPC call) may run its family's

@@ -1,0 +1,143 @@
+//! The embedded store's disk: writes stop while the data dir's filesystem
+//! has less free space than a reserve (`min_free_disk_mib`), so that it
+//! never fills. A full disk makes redb refuse the write-ahead log's
+//! checkpoint (every write fails from then until a restart) and the next
+//! start itself fail on opening the database; with the reserve kept, the
+//! checkpoint, a restart and the operator's `backup` still have room, reads
+//! go on, and writing requests are refused before they run (503
+//! `disk_full`, nothing spent) until space is freed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// How often the free space is read: at the most a write flood can add
+/// in this time (a few MB) is what the reserve must hold beyond a
+/// checkpoint.
+const EVERY: Duration = Duration::from_millis(250);
+
+pub struct Guard {
+    dir: PathBuf,
+    reserve: u64,
+    free: AtomicU64,
+    low: AtomicBool,
+}
+
+impl Guard {
+    /// Watch `dir`'s filesystem from a thread of its own, refusing writes
+    /// while fewer than `reserve` bytes are free (read once before this
+    /// returns). `None` for a reserve of 0 (no guard).
+    pub fn watch(dir: &Path, reserve: u64) -> Option<Arc<Guard>> {
+        if reserve == 0 {
+            return None;
+        }
+        let guard = Arc::new(Guard {
+            dir: dir.to_path_buf(),
+            reserve,
+            free: AtomicU64::new(u64::MAX),
+            low: AtomicBool::new(false),
+        });
+        guard.read();
+        let watched = Arc::downgrade(&guard);
+        let spawned = std::thread::Builder::new()
+            .name("disk-guard".into())
+            .spawn(move || {
+                while let Some(guard) = watched.upgrade() {
+                    guard.read();
+                    drop(guard);
+                    std::thread::sleep(EVERY);
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("the free disk space will not be watched: {e}");
+        }
+        Some(guard)
+    }
+
+    /// Read the free space now; log when it crosses the reserve.
+    fn read(&self) {
+        let free = match free_bytes(&self.dir) {
+            Ok(free) => free,
+            Err(e) => {
+                static LINES: crate::logging::Throttle =
+                    crate::logging::Throttle::new(Duration::from_secs(60));
+                if LINES.note().is_some() {
+                    tracing::warn!(dir = %self.dir.display(), "free disk space not read: {e}");
+                }
+                return;
+            }
+        };
+        self.free.store(free, Ordering::Relaxed);
+        crate::metrics::metrics()
+            .disk_free_bytes
+            .set(i64::try_from(free).unwrap_or(i64::MAX));
+        let low = free < self.reserve;
+        if self.low.swap(low, Ordering::AcqRel) != low {
+            let (free_mib, reserve_mib) = (free >> 20, self.reserve >> 20);
+            if low {
+                tracing::error!(
+                    dir = %self.dir.display(),
+                    free_mib,
+                    reserve_mib,
+                    "the data dir's disk is nearly full: writing requests are refused (503 disk_full) until more than min_free_disk_mib is free; reads go on"
+                );
+            } else {
+                tracing::info!(
+                    dir = %self.dir.display(),
+                    free_mib,
+                    "the data dir's disk has room again: writes are accepted"
+                );
+            }
+        }
+    }
+
+    /// Free bytes and the reserve, while fewer than the reserve are free.
+    pub fn low(&self) -> Option<(u64, u64)> {
+        self.low
+            .load(Ordering::Acquire)
+            .then(|| (self.free.load(Ordering::Relaxed), self.reserve))
+    }
+}
+
+/// Bytes an unprivileged writer may still use on `dir`'s filesystem.
+fn free_bytes(dir: &Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::other("a path with a NUL byte"))?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is a NUL-terminated string and `st` is written by
+    // statvfs before it is read (only on success).
+    let st = unsafe {
+        if libc::statvfs(path.as_ptr(), st.as_mut_ptr()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        st.assume_init()
+    };
+    #[allow(clippy::unnecessary_cast)] // the field types differ by platform
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reserve_beyond_the_free_space_is_low_and_zero_is_no_guard() {
+        let dir = tempfile::tempdir().unwrap();
+        let free = free_bytes(dir.path()).unwrap();
+        assert!(free > 0);
+        assert!(Guard::watch(dir.path(), 0).is_none());
+        let roomy = Guard::watch(dir.path(), 1).unwrap();
+        assert_eq!(roomy.low(), None);
+        let full = Guard::watch(dir.path(), u64::MAX).unwrap();
+        let (seen, reserve) = full.low().expect("low");
+        assert_eq!(reserve, u64::MAX);
+        assert!(seen > 0 && seen < u64::MAX);
+    }
+
+    #[test]
+    fn a_missing_dir_is_an_error_not_a_free_disk() {
+        assert!(free_bytes(Path::new("/nonexistent/marketplace/disk")).is_err());
+    }
+}
