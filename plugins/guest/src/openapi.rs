@@ -345,7 +345,7 @@ pub fn error_response(status: u16) -> Value {
             "Error",
         ),
         503 => (
-            "plugin_unavailable, upstream_unavailable, or on a shared store storage_conflict (the request kept losing races with other hosts' and nothing of it was kept) or store_unavailable (the store could not be reached); retry after Retry-After",
+            "plugin_unavailable, upstream_unavailable, disk_full (a writing request while the server's disk is nearly full: nothing was done, retry after Retry-After), or on a shared store storage_conflict (the request kept losing races with other hosts' and nothing of it was kept) or store_unavailable (the store could not be reached); retry after Retry-After",
             "Error",
         ),
         _ => ("internal", "Error"),
@@ -380,6 +380,24 @@ pub fn path_params(path: &str) -> impl Iterator<Item = &str> {
         .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
 }
 
+/// The request headers that pay for a paid operation (PROTOCOL 3).
+pub fn payment_parameters() -> Vec<Value> {
+    vec![
+        json!({"name": "X-Cash-Secret", "in": "header", "required": false, "description": "bearer cash secret e<amount>:secret:<hex> paying the fee (X-Webcash-Secret is an alias); an empty value is no payment (402 payment_required)", "schema": t("string")}),
+        json!({"name": "X-Webcash-Secret", "in": "header", "required": false, "description": "alias of X-Cash-Secret (the same secret in both is one payment; different ones are 402 payment_invalid)", "schema": t("string")}),
+        json!({"name": "PAYMENT-SIGNATURE", "in": "header", "required": false, "description": "x402 v2: base64 of the JSON X402PaymentPayload (its payload.secret pays exactly as X-Cash-Secret); an empty value is no payment (402 payment_required)",
+             "schema": {"$ref": "#/components/headers/PAYMENT-SIGNATURE/schema"}}),
+        json!({"name": "X-Bitcoin-Secret", "in": "header", "required": false, "description": "bitcoin rail (disabled unless configured: 402 payment_rail_unavailable); an empty value is no payment (402 payment_required)", "schema": t("string")}),
+    ]
+}
+
+/// The headers of a paid answer: the settlement of the payment, and the
+/// change of an overpayment.
+pub fn payment_answer_headers() -> Value {
+    json!({"PAYMENT-RESPONSE": header_ref("PAYMENT-RESPONSE"),
+           "X-Cash-Change": header_ref("X-Cash-Change")})
+}
+
 /// The OpenAPI 3.1 Operation Object of one operation.
 pub fn operation(o: &Op) -> Value {
     let mut params = Vec::new();
@@ -390,11 +408,7 @@ pub fn operation(o: &Op) -> Value {
         params.push(json!({"name": name, "in": "query", "required": required, "description": desc, "schema": query_schema(name, ty)}));
     }
     if o.paid.is_some() {
-        params.push(json!({"name": "X-Cash-Secret", "in": "header", "required": false, "description": "bearer cash secret e<amount>:secret:<hex> paying the fee (X-Webcash-Secret is an alias); an empty value is no payment (402 payment_required)", "schema": t("string")}));
-        params.push(json!({"name": "X-Webcash-Secret", "in": "header", "required": false, "description": "alias of X-Cash-Secret (the same secret in both is one payment; different ones are 402 payment_invalid)", "schema": t("string")}));
-        params.push(json!({"name": "PAYMENT-SIGNATURE", "in": "header", "required": false, "description": "x402 v2: base64 of the JSON X402PaymentPayload (its payload.secret pays exactly as X-Cash-Secret); an empty value is no payment (402 payment_required)",
-                           "schema": {"$ref": "#/components/headers/PAYMENT-SIGNATURE/schema"}}));
-        params.push(json!({"name": "X-Bitcoin-Secret", "in": "header", "required": false, "description": "bitcoin rail (disabled unless configured: 402 payment_rail_unavailable); an empty value is no payment (402 payment_required)", "schema": t("string")}));
+        params.extend(payment_parameters());
     }
     let mut responses = Map::new();
     let media = match (o.media, o.ok.1) {
@@ -405,8 +419,7 @@ pub fn operation(o: &Op) -> Value {
     let mut ok = json!({"description": "success", "content": {media: {"schema": r(o.ok.1)}}});
     if o.paid.is_some() {
         // The settlement of the payment, and the change of an overpayment.
-        ok["headers"] = json!({"PAYMENT-RESPONSE": header_ref("PAYMENT-RESPONSE"),
-                               "X-Cash-Change": header_ref("X-Cash-Change")});
+        ok["headers"] = payment_answer_headers();
     }
     responses.insert(o.ok.0.to_string(), ok);
     let mut errs: Vec<u16> = o.errors.to_vec();

@@ -23,7 +23,7 @@ pub const OPS: &[Op] = &[
             "getProfile",
             "identity",
             "A profile",
-            "By fingerprint or nickname (fingerprint first when both are given; an empty one counts as absent, neither is 400; one naming no profile, well-formed or not, is 404).",
+            "By fingerprint or nickname (when both are given they must name the same profile, else 404; an empty one counts as absent, neither is 400; one naming no profile, well-formed or not, is 404).",
         )
     },
     Op {

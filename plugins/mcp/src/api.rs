@@ -215,6 +215,17 @@ fn execute_answers(operation: &mut Value) {
     );
     operation["responses"]["200"]["content"] = content.clone();
     operation["responses"]["default"] = json!({"description": "the target endpoint's answer, its status and body unchanged (201 for a creation, 401, 403, 409 and the rest of its errors)", "content": content});
+    // The payment headers pay what it runs, as on the target's own route,
+    // and its settlement and change come back on this answer.
+    let params = operation["parameters"].as_array_mut();
+    if let Some(params) = params {
+        params.extend(openapi::payment_parameters());
+    } else {
+        operation["parameters"] = Value::Array(openapi::payment_parameters());
+    }
+    for answer in ["200", "default"] {
+        operation["responses"][answer]["headers"] = openapi::payment_answer_headers();
+    }
 }
 
 /// `OPTIONS /mcp` answers 204 with no body.

@@ -92,7 +92,7 @@ pub const OPS: &[Op] = &[
             "getAttachment",
             "posts",
             "One attachment",
-            "The raw attachment bytes with their content type and an ETag (If-None-Match gives 304). An upload's bytes and content type are read from the identity family when served (404 if the upload is gone).",
+            "The raw attachment bytes with their content type and an ETag (If-None-Match gives 304). `index` is the attachment's index as the post lists it (0, 1, ...): any other text (`01`, `-1`, `abc`) names no attachment, 404 like an index past the last. An upload's bytes and content type are read from the identity family when served (404 if the upload is gone).",
         )
     },
     Op {
