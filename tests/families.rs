@@ -1852,3 +1852,40 @@ fn a_fee_component_says_what_it_charges_takes_no_grants_and_logs_its_panics() {
             && log.contains("a buy moves the contract amount")
     });
 }
+
+/// What lands in the watched families directory is read only if it is a
+/// component file: a FIFO (a blocking open of one held the watcher for
+/// good: no swap or mount after it), a link to a device (read until
+/// memory ran out) or a file over 64 MiB is refused with a log line, and
+/// the next real component still mounts.
+#[test]
+fn the_families_dir_reads_only_regular_component_files() {
+    let (_dir, s, families) = watching_families();
+    let fifo = families.join("pipe.wasm");
+    let path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    std::os::unix::fs::symlink("/dev/zero", families.join("zeros.wasm")).unwrap();
+    let huge = std::fs::File::create(families.join("huge.wasm")).unwrap();
+    huge.set_len(65 << 20).unwrap();
+    eventually("the three are refused", &s, || {
+        let log = s.log_text();
+        ["pipe.wasm", "zeros.wasm", "huge.wasm"]
+            .iter()
+            .all(|f| log.contains(&format!("{f} not read")))
+    });
+    install(&wasm("template.wasm"), &families.join("jotter.wasm"));
+    eventually("a component dropped after them mounts", &s, || {
+        notes(&s).status == 200
+    });
+    let log = s.log_text();
+    assert!(
+        log.contains("pipe.wasm not read: not a regular file"),
+        "{log}"
+    );
+    assert!(
+        log.contains("huge.wasm not read: 68157440 bytes, over the"),
+        "{log}"
+    );
+    assert_eq!(s.get("/api/health").json()["status"], "ok");
+}

@@ -1500,6 +1500,34 @@ fn a_plugin_cannot_forge_log_lines_or_flood_the_log() {
         tail(&log)
     );
     assert_eq!(flooded(&log), 100);
+
+    // Many such requests at once: the family's lines together stop at
+    // 1 MiB a second (about 250 of these 4 KiB lines), said once.
+    let line = "x".repeat(4000);
+    let burst = unique("burst");
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..8 {
+            scope.spawn(|| {
+                for _ in 0..5 {
+                    let r = s.get(&format!("/_testing/log?msg={burst}{line}&times=100"));
+                    assert_eq!(r.status, 200, "{}", r.text());
+                }
+            });
+        }
+    });
+    s.wait_log("the family's cap", |log| {
+        log.contains("this family's log lines are dropped for the rest of this second")
+    });
+    // 40 requests of 100 lines: 4,000 written without it; with it, about
+    // 262 lines in each second (or part of one) the burst lasted.
+    let seconds = started.elapsed().as_secs() as usize + 2;
+    let log = s.log_text();
+    let written = log.lines().filter(|l| l.contains(&burst)).count();
+    assert!(
+        written <= seconds * ((1 << 20) / 4000 + 1),
+        "{written} lines of the burst written in {seconds} s"
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -1886,6 +1914,28 @@ fn a_plugin_cannot_frame_its_own_answer() {
         let r = s.get(&format!("/_testing/framing?status={status}"));
         assert_eq!(r.status, 500, "{status}");
         assert_eq!(r.json()["code"], "internal");
+    }
+
+    // A redirect stays on the service's origin: one elsewhere would have
+    // its client send the request there again, payment headers included
+    // (plugin-author probe: a 307 to another host got a client's
+    // X-Cash-Secret sent there).
+    let r = s.get("/_testing/framing?status=307&location=/docs");
+    assert_eq!((r.status, r.header("location")), (307, Some("/docs")));
+    for away in [
+        "https://a.example/steal",
+        "//a.example/steal",
+        "/%5Ca.example",
+    ] {
+        let r = s.get(&format!("/_testing/framing?status=307&location={away}"));
+        let decoded = away.replace("%5C", "\\");
+        assert_eq!((r.status, r.code().as_str()), (500, "internal"), "{away}");
+        assert!(r.header("location").is_none(), "{away}");
+        assert!(
+            s.log_text()
+                .contains(&format!("off the service's origin (Location {decoded:?})")),
+            "{away}"
+        );
     }
 
     // Nor does it send payment headers (only the host writes what the

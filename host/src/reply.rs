@@ -132,13 +132,15 @@ fn allowed_list<S: AsRef<str>>(allowed: &[S]) -> String {
 }
 
 /// Headers that say how the message is framed or how the connection goes
-/// on, and the host's request id: the host's HTTP layer sets them, so a
-/// plugin's are dropped (a plugin's `content-length` could otherwise end
-/// its body early and make the rest of it the next answer on the
-/// connection).
-const HOP_BY_HOP: [&str; 9] = [
+/// on, the host's request id, and the answer's `Date` and `Server`: the
+/// host's HTTP layer sets them, so a plugin's are dropped (a plugin's
+/// `content-length` could otherwise end its body early and make the rest
+/// of it the next answer on the connection).
+const HOP_BY_HOP: [&str; 11] = [
     "connection",
     "content-length",
+    "date",
+    "server",
     "keep-alive",
     "proxy-connection",
     "te",
@@ -180,6 +182,31 @@ const CREDENTIAL_SETTERS: [&str; 4] = [
 /// and report on it): the operator's (say at its TLS proxy), never a
 /// family's, whose `max-age=0` would turn HSTS off for every family.
 const ORIGIN_POLICIES: [&str; 4] = ["strict-transport-security", "alt-svc", "nel", "report-to"];
+
+/// Headers an answer has at most one of: a plugin's second is dropped
+/// (two `Content-Type`s leave a client to guess which it meant).
+const SINGLE: [&str; 6] = [
+    "content-type",
+    "content-disposition",
+    "etag",
+    "last-modified",
+    "location",
+    "retry-after",
+];
+
+/// Whether a redirect to `location` would take the client off this
+/// service's origin: an absolute URL (a scheme), a network-path reference
+/// (`//host`), or what browsers read as one (`/\\host`, `\\host`). A
+/// client following it would send the other server the request again,
+/// its payment header included.
+fn leaves_origin(location: &str) -> bool {
+    let l = location.trim_start();
+    if l.starts_with("//") || l.starts_with("/\\") || l.starts_with('\\') {
+        return true;
+    }
+    l.find([':', '/', '?', '#'])
+        .is_some_and(|i| l.as_bytes()[i] == b':')
+}
 
 /// What a plugin's answer may carry beyond its own headers: the payment
 /// headers the host answered its dispatched requests with, and whether its
@@ -254,6 +281,15 @@ impl Reply {
             if ORIGIN_POLICIES.contains(&name.as_str()) {
                 continue;
             }
+            if SINGLE.contains(&name.as_str()) && kept.iter().any(|(n, _)| *n == name) {
+                continue;
+            }
+            if name == "location" && (300..400).contains(&status) && leaves_origin(&value) {
+                return Err(format!(
+                    "a redirect ({status}) off the service's origin (Location {:?}): its client would send the request there again, payment headers included; a redirect names a path",
+                    crate::logging::clip(&value, 200)
+                ));
+            }
             kept.push((name, value));
         }
         Ok(Reply {
@@ -301,6 +337,49 @@ mod plugin_answer_tests {
         .unwrap();
         assert_eq!(reply.headers, h(&[("etag", "\"v1\"")]));
         assert_eq!(reply.body, b"{}HTTP/1.1 200 OK");
+    }
+
+    #[test]
+    fn a_plugin_redirects_only_within_the_origin_and_sets_no_date() {
+        let answer = |status, location: &str| {
+            Reply::from_plugin(
+                status,
+                h(&[("Location", location), ("Date", "x"), ("Server", "rogue")]),
+                vec![],
+                Default::default(),
+            )
+        };
+        for here in ["/docs/", "next", "/api/x?to=https://a.example", "#top"] {
+            let reply = answer(307, here).unwrap();
+            assert_eq!(reply.headers, h(&[("location", here)]), "{here}");
+        }
+        for away in [
+            "https://a.example/steal",
+            "//a.example/steal",
+            "/\\a.example",
+            "\\\\a.example",
+            " http://a.example",
+            "javascript:alert(1)",
+        ] {
+            for status in [301, 302, 303, 307, 308] {
+                let e = answer(status, away).unwrap_err();
+                assert!(e.contains("off the service's origin"), "{away}: {e}");
+            }
+        }
+        // A created resource's absolute Location is no redirect.
+        assert!(answer(201, "https://a.example/x").is_ok());
+        // One of each single-valued header: the first.
+        let reply = Reply::from_plugin(
+            200,
+            h(&[
+                ("Content-Type", "text/plain"),
+                ("content-type", "text/html"),
+            ]),
+            vec![],
+            Default::default(),
+        )
+        .unwrap();
+        assert_eq!(reply.headers, h(&[("content-type", "text/plain")]));
     }
 
     #[test]

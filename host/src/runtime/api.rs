@@ -18,6 +18,12 @@ const MAX_SCHEMAS: usize = 512 * 1024;
 /// component renders them all (`/docs`, `/api/docs/search`) within its
 /// memory cap: the built-in families' whole document is about 140 kB.
 const MAX_API: usize = 512 * 1024;
+/// Deepest nesting of arrays and objects in one operation or schema: the
+/// assembled document puts them three or four levels down, and it must
+/// stay within what JSON and YAML readers take (serde_json's 128, which
+/// the `mcp` component's `/docs` parses it with). No real schema nests
+/// deeper than a few dozen.
+const MAX_DEPTH: usize = 64;
 
 /// A route as the WIT `route` record gives it: method, pattern, writes,
 /// paid action, OpenAPI operation (JSON text), own body limit.
@@ -74,15 +80,24 @@ impl Api {
                     "the OpenAPI operations and schemas together are over {MAX_API} bytes"
                 ));
             }
-            let mut operation = match serde_json::from_str::<Value>(&openapi) {
+            let mut operation = match parse(&openapi) {
                 Ok(v @ Value::Object(_)) => v,
                 _ if openapi.trim().is_empty() => Value::Object(Map::new()),
-                _ => {
+                Ok(_) => {
                     return Err(format!(
                         "{method} {pattern}: the OpenAPI operation is not a JSON object"
                     ));
                 }
+                Err(why) => return Err(format!("{method} {pattern}: the OpenAPI operation {why}")),
             };
+            // Where clients send the operation's requests is this
+            // service's origin: another server named here would have a
+            // generated client send it the request's payment.
+            if operation.get("servers").is_some() {
+                return Err(format!(
+                    "{method} {pattern}: the OpenAPI operation names `servers`: every route is served at the service's own origin"
+                ));
+            }
             path_parameters(&pattern, &mut operation)
                 .map_err(|why| format!("{method} {pattern}: {why}"))?;
             out.push(Declared {
@@ -96,16 +111,36 @@ impl Api {
                 max_body,
             });
         }
-        let schemas = match serde_json::from_str::<Value>(schemas) {
+        let schemas = match parse(schemas) {
             Ok(Value::Object(m)) => m,
             _ if schemas.trim().is_empty() => Map::new(),
-            _ => return Err("schemas must be a JSON object".into()),
+            Ok(_) => return Err("schemas must be a JSON object".into()),
+            Err(why) => return Err(format!("the schemas {why}")),
         };
         Ok(Api {
             routes: out,
             schemas,
         })
     }
+}
+
+/// `text` as JSON nested at most [`MAX_DEPTH`] deep, or why not.
+fn parse(text: &str) -> Result<Value, String> {
+    let value =
+        serde_json::from_str::<Value>(text).map_err(|e| format!("is not valid JSON: {e}"))?;
+    fn depth(v: &Value) -> usize {
+        match v {
+            Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
+            Value::Object(m) => 1 + m.values().map(depth).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+    if depth(&value) > MAX_DEPTH {
+        return Err(format!(
+            "nests arrays and objects more than {MAX_DEPTH} deep (the assembled OpenAPI document must stay readable)"
+        ));
+    }
+    Ok(value)
 }
 
 /// Make `operation`'s path parameters those of `pattern` (OpenAPI: each
@@ -595,6 +630,42 @@ mod tests {
         assert!(bad("GET", "/api/x", "{}", "[]"));
         assert!(bad("TRACE", "/api/x", "{}", "{}"));
         assert!(!bad("GET", "/api/x", "", ""));
+        // Nesting within what JSON readers take; no other server.
+        let nested = |n: usize| format!("{}0{}", "{\"a\":".repeat(n), "}".repeat(n));
+        assert!(!bad(
+            "GET",
+            "/api/x",
+            &nested(MAX_DEPTH),
+            &nested(MAX_DEPTH)
+        ));
+        let e = Api::check(
+            vec![(
+                "GET".into(),
+                "/api/x".into(),
+                false,
+                None,
+                "{}".into(),
+                None,
+            )],
+            &nested(MAX_DEPTH + 1),
+        )
+        .unwrap_err();
+        assert!(e.contains("more than 64 deep"), "{e}");
+        let e = Api::check(
+            vec![(
+                "GET".into(),
+                "/api/x".into(),
+                false,
+                None,
+                nested(200),
+                None,
+            )],
+            "{}",
+        )
+        .unwrap_err();
+        assert!(e.contains("is not valid JSON: recursion limit"), "{e}");
+        let servers = r#"{"servers": [{"url": "https://elsewhere.example"}]}"#;
+        assert!(bad("POST", "/api/x", servers, "{}"));
         // A GET or an OPTIONS never writes, whatever it declares; a POST
         // does what it declares.
         let api = Api::check(

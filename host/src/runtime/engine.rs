@@ -634,7 +634,7 @@ impl Runtime {
             .iter()
             .map(|spec| {
                 let path = self.plugins_dir.join(&spec.component);
-                let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()));
+                let bytes = read_component(&path).map_err(|e| format!("{}: {e}", path.display()));
                 (spec, bytes)
             })
             .collect();
@@ -1928,6 +1928,42 @@ fn define_wasi_random<T: 'static>(
         }
     }
     Ok(())
+}
+
+/// Largest component file, as the admin API's largest upload.
+pub const MAX_COMPONENT_BYTES: usize = 64 << 20;
+
+/// The bytes of the component file at `path` (a symlink followed): only a
+/// regular file of at most [`MAX_COMPONENT_BYTES`]. A FIFO is opened
+/// without waiting for a writer (a blocking open held the watcher for
+/// good), and a device or a huge file is refused before it is read (a
+/// link to `/dev/zero` would be read until memory ran out).
+pub fn read_component(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    if meta.len() > MAX_COMPONENT_BYTES as u64 {
+        return Err(std::io::Error::other(format!(
+            "{} bytes, over the {MAX_COMPONENT_BYTES} a component may have",
+            meta.len()
+        )));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_COMPONENT_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() > MAX_COMPONENT_BYTES {
+        return Err(std::io::Error::other(format!(
+            "over the {MAX_COMPONENT_BYTES} bytes a component may have"
+        )));
+    }
+    Ok(bytes)
 }
 
 #[cfg(test)]

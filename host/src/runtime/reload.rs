@@ -39,7 +39,7 @@ impl Seen {
     fn now(path: &Path) -> Seen {
         Seen {
             stamp: stamp(path),
-            hash: std::fs::read(path)
+            hash: super::engine::read_component(path)
                 .ok()
                 .map(|b| marketplace_common::hex::sha256(&b)),
         }
@@ -54,7 +54,13 @@ impl Seen {
             return None;
         }
         self.stamp = now;
-        let bytes = std::fs::read(path).ok()?;
+        let bytes = match super::engine::read_component(path) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                tracing::warn!("{} not read: {e}", path.display());
+                return None;
+            }
+        };
         let hash = marketplace_common::hex::sha256(&bytes);
         if self.hash.as_ref() == Some(&hash) {
             tracing::debug!(
@@ -325,7 +331,7 @@ pub fn spawn(rt: Arc<Runtime>, stop: Arc<AtomicBool>, kept: Kept) -> std::io::Re
                     let now = stamp(&path);
                     if staged.get(&path) != Some(&now) {
                         staged.insert(path.clone(), now);
-                        if let Ok(bytes) = std::fs::read(&path)
+                        if let Ok(bytes) = super::engine::read_component(&path)
                             && rt.precompile(&bytes)
                         {
                             tracing::info!(

@@ -53,7 +53,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 /// Largest component upload.
-pub const MAX_UPLOAD: usize = 64 * 1024 * 1024;
+pub const MAX_UPLOAD: usize = crate::runtime::engine::MAX_COMPONENT_BYTES;
 /// Longest the admin listener waits for a request body (64 MiB at about
 /// 1 MiB/s): a stalled sender does not hold a connection for ever.
 const UPLOAD_TIMEOUT: Duration = Duration::from_secs(60);

@@ -51,6 +51,15 @@ impl Endpoint for Testing {
                 // `empty=1`: the status alone, no header nor body (which
                 // the host must pass on as it is, not take for one of
                 // hyper's own bodiless answers).
+                // `location=`: that status with that Location (a redirect
+                // off the origin is refused by the host).
+                if let Some(location) = req.query("location") {
+                    return Ok(Response {
+                        status,
+                        headers: vec![("location".into(), location.to_string())],
+                        body: vec![],
+                    });
+                }
                 if req.query_int("empty", 0, 1)? == Some(1) {
                     return Ok(Response {
                         status,
