@@ -2940,7 +2940,8 @@ fn the_heap_moves_to_small_pages_when_huge_pages_are_turned_off() {
 /// reserve no disk has) refuses writing requests before they run, 503
 /// `disk_full` with Retry-After, nothing spent, directly or dispatched
 /// from an MCP tool call; reads, the webcash health check and the
-/// operator's mint go on, and health says why it is degraded. A start with
+/// operator's mint go on, health's alert says why, and an online backup
+/// (a copy of the database in the data dir first) is refused. A start with
 /// room takes the same secret. (A full disk made the write-ahead log's
 /// checkpoint fail, every write after it until a restart, and the next
 /// start itself.)
@@ -2963,11 +2964,23 @@ fn a_disk_under_its_reserve_refuses_writes_and_serves_reads() {
     s.stop();
 
     let mut s = server_on(&data, &[("MARKETPLACE_MIN_FREE_DISK_MIB", "1073741824")]);
+    // Health says so, in an alert; its status stays ok (taking the host
+    // out of a load balancer would stop its reads and free nothing).
     let h = s.get("/api/health");
-    assert_eq!(h.status, 503, "{}", h.text());
-    assert_eq!(h.json()["status"], "degraded");
+    assert_eq!(h.status, 200, "{}", h.text());
+    assert_eq!(h.json()["status"], "ok");
     assert_eq!(h.json()["storage"]["status"], "disk_full");
+    assert_eq!(h.json()["alerts"][0]["kind"], "disk_full", "{}", h.text());
     assert!(s.metric("marketplace_disk_free_bytes") > 0);
+    // An online backup, which first copies the database into the data
+    // dir, is refused too.
+    let r = s.admin_raw("GET", "/admin/backup", None);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (507, "insufficient_storage"),
+        "{}",
+        r.text()
+    );
     let refused = |r: &common::Resp| {
         assert_eq!(
             (r.status, r.code().as_str()),
@@ -3002,7 +3015,11 @@ fn a_disk_under_its_reserve_refuses_writes_and_serves_reads() {
     s.stop();
 
     let s = server_on(&data, &[]);
-    assert_eq!(s.get("/api/health").json()["storage"]["status"], "ok");
+    let h = s.get("/api/health").json();
+    assert_eq!(
+        (&h["storage"]["status"], &h["alerts"]),
+        (&json!("ok"), &json!([]))
+    );
     let r = s.post(&key, "written with room", json!({}), &secret);
     assert_eq!(r.status, 201, "{}", r.text());
 }

@@ -25,6 +25,9 @@ pub enum Kind {
     ArbiterKeyChanged,
     KeptUploadRefused,
     EscrowLeftBehind,
+    /// Not kept: shown while the data dir's disk is under its reserve
+    /// ([`disk_full`]).
+    DiskFull,
 }
 
 /// One problem: what kind and what to do, in words.
@@ -86,6 +89,21 @@ pub fn settled(family: &str) {
     let mut all = ALERTS.lock().unwrap_or_else(|e| e.into_inner());
     all.retain(|a| a.family.as_deref() != Some(family));
     gauge(&all);
+}
+
+/// The alert health shows while the data dir's disk has `free` bytes, fewer
+/// than the `reserve` kept (`crate::store::disk`): it passes with the
+/// condition, so it is made when health is asked, never kept.
+pub fn disk_full(free: u64, reserve: u64) -> Alert {
+    Alert {
+        kind: Kind::DiskFull,
+        message: format!(
+            "the data dir's disk has {} MiB free, under min_free_disk_mib ({} MiB): writing requests are refused (503 disk_full) until space is freed; reads go on",
+            free >> 20,
+            reserve >> 20
+        ),
+        family: None,
+    }
 }
 
 /// The alerts raised since the process started.

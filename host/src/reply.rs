@@ -97,10 +97,15 @@ impl Reply {
         .retry_after_a_second()
     }
 
-    /// 503 `disk_full`: a writing request refused before it ran, while the
-    /// embedded store's disk has less free space than its reserve
-    /// (`crate::store::disk`); nothing was done or spent.
-    pub fn disk_full() -> Reply {
+    /// 503 `disk_full` for a request that `writes`, while the embedded
+    /// store's disk has less free space than its reserve
+    /// (`crate::store::disk`): refused before it runs, directly or
+    /// dispatched, nothing done or spent.
+    pub fn refusing_writes(storage: &crate::store::Storage, writes: bool) -> Option<Reply> {
+        (writes && storage.disk_low().is_some()).then(Reply::disk_full)
+    }
+
+    fn disk_full() -> Reply {
         let mut reply = Reply::error(
             503,
             "disk_full",
@@ -196,11 +201,17 @@ const SINGLE: [&str; 6] = [
 
 /// Whether a redirect to `location` would take the client off this
 /// service's origin: an absolute URL (a scheme), a network-path reference
-/// (`//host`), or what browsers read as one (`/\\host`, `\\host`). A
+/// (`//host`), or what browsers read as one (`/\\host`, `\\host`), read as
+/// a WHATWG URL parser reads it: tabs and line breaks anywhere removed,
+/// leading controls and spaces trimmed (`/\t/host` is `//host` to it). A
 /// client following it would send the other server the request again,
 /// its payment header included.
 fn leaves_origin(location: &str) -> bool {
-    let l = location.trim_start();
+    let l: String = location
+        .trim_start_matches(|c: char| c <= ' ')
+        .chars()
+        .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
+        .collect();
     if l.starts_with("//") || l.starts_with("/\\") || l.starts_with('\\') {
         return true;
     }
@@ -360,6 +371,10 @@ mod plugin_answer_tests {
             "\\\\a.example",
             " http://a.example",
             "javascript:alert(1)",
+            "/\t/a.example/steal",
+            "\t//a.example",
+            "/\t\\a.example",
+            "ht\ttps://a.example",
         ] {
             for status in [301, 302, 303, 307, 308] {
                 let e = answer(status, away).unwrap_err();

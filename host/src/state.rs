@@ -50,6 +50,12 @@ impl State {
             open_embedded(&config).map_err(|e| {
                 if e.downcast_ref::<crate::store::HeldElsewhere>().is_some() {
                     anyhow::anyhow!("{e:#}: start this server once it has exited")
+                } else if e.chain().any(no_space_left) {
+                    // Opening applies the write-ahead log and writes.
+                    anyhow::anyhow!(
+                        "{e:#}: the data dir's disk ({}) is full; free space on it and start again (a running server keeps min_free_disk_mib free, refusing writes below it)",
+                        config.data_dir.display()
+                    )
                 } else {
                     e
                 }
@@ -156,6 +162,13 @@ pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
     #[cfg(unix)]
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
     builder.create(dir)
+}
+
+/// Whether `e` is a full disk's (ENOSPC), however the store wrapped it.
+fn no_space_left(e: &(dyn std::error::Error + 'static)) -> bool {
+    e.downcast_ref::<std::io::Error>()
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::StorageFull)
+        || e.to_string().contains("os error 28")
 }
 
 /// The embedded database of `config`'s data dir, the dir made owner-only

@@ -93,9 +93,9 @@ impl Api {
             // Where clients send the operation's requests is this
             // service's origin: another server named here would have a
             // generated client send it the request's payment.
-            if operation.get("servers").is_some() {
+            if let Some(why) = names_a_server(&operation) {
                 return Err(format!(
-                    "{method} {pattern}: the OpenAPI operation names `servers`: every route is served at the service's own origin"
+                    "{method} {pattern}: the OpenAPI operation {why}: every route is served at the service's own origin"
                 ));
             }
             path_parameters(&pattern, &mut operation)
@@ -122,6 +122,31 @@ impl Api {
             schemas,
         })
     }
+}
+
+/// Where an OpenAPI operation would name a server its clients send
+/// requests to: its `servers`, a response link's `server`, or a callback
+/// (requests described elsewhere, which a component does not make).
+fn names_a_server(operation: &Value) -> Option<&'static str> {
+    if operation.get("servers").is_some() {
+        return Some("names `servers`");
+    }
+    if operation.get("callbacks").is_some() {
+        return Some("declares `callbacks`");
+    }
+    let links = operation
+        .get("responses")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|r| r.values())
+        .filter_map(|response| response.get("links")?.as_object())
+        .flat_map(|links| links.values());
+    for link in links {
+        if link.get("server").is_some() {
+            return Some("names a `server` in a response link");
+        }
+    }
+    None
 }
 
 /// `text` as JSON nested at most [`MAX_DEPTH`] deep, or why not.
@@ -666,6 +691,12 @@ mod tests {
         assert!(e.contains("is not valid JSON: recursion limit"), "{e}");
         let servers = r#"{"servers": [{"url": "https://elsewhere.example"}]}"#;
         assert!(bad("POST", "/api/x", servers, "{}"));
+        let link = r#"{"responses": {"200": {"description": "ok", "links": {"next": {"operationId": "x", "server": {"url": "https://elsewhere.example"}}}}}}"#;
+        assert!(bad("POST", "/api/x", link, "{}"));
+        assert!(bad("POST", "/api/x", r#"{"callbacks": {}}"#, "{}"));
+        // A schema's member named `server` is no server.
+        let member = r#"{"requestBody": {"content": {"application/json": {"schema": {"properties": {"server": {"type": "string"}, "servers": {"type": "array"}}}}}}}"#;
+        assert!(!bad("POST", "/api/x", member, "{}"));
         // A GET or an OPTIONS never writes, whatever it declares; a POST
         // does what it declares.
         let api = Api::check(
@@ -715,6 +746,7 @@ mod tests {
             Kind::ArbiterKeyChanged,
             Kind::KeptUploadRefused,
             Kind::EscrowLeftBehind,
+            Kind::DiskFull,
         ];
         let doc: serde_json::Value = serde_json::from_str(HOST_OPENAPI).unwrap();
         let listed = doc["components"]["schemas"]["Health"]["properties"]["alerts"]["items"]
@@ -735,7 +767,8 @@ mod tests {
                 | Kind::ServerKeyChanged
                 | Kind::ArbiterKeyChanged
                 | Kind::KeptUploadRefused
-                | Kind::EscrowLeftBehind => {}
+                | Kind::EscrowLeftBehind
+                | Kind::DiskFull => {}
             }
         }
     }

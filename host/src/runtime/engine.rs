@@ -1934,26 +1934,48 @@ fn define_wasi_random<T: 'static>(
 pub const MAX_COMPONENT_BYTES: usize = 64 << 20;
 
 /// The bytes of the component file at `path` (a symlink followed): only a
-/// regular file of at most [`MAX_COMPONENT_BYTES`]. A FIFO is opened
-/// without waiting for a writer (a blocking open held the watcher for
-/// good), and a device or a huge file is refused before it is read (a
-/// link to `/dev/zero` would be read until memory ran out).
+/// regular file of at most [`MAX_COMPONENT_BYTES`]. What is not one (a
+/// FIFO, whose blocking open held the watcher for good; a device, which
+/// an open may act on, or `/dev/zero`, read until memory ran out) is
+/// refused before it is opened, and a file swapped for one between the
+/// look and the open is opened without blocking or becoming a terminal
+/// and refused as well; a larger file is refused before it is read.
 pub fn read_component(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let regular = |meta: &std::fs::Metadata| {
+        if !meta.is_file() {
+            return Err(std::io::Error::other("not a regular file"));
+        }
+        if meta.len() > MAX_COMPONENT_BYTES as u64 {
+            return Err(std::io::Error::other(format!(
+                "{} bytes, over the {MAX_COMPONENT_BYTES} a component may have",
+                meta.len()
+            )));
+        }
+        Ok(())
+    };
+    let looked = std::fs::metadata(path)?;
+    regular(&looked)?;
     let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)?;
     let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
+    regular(&meta)?;
+    if (meta.dev(), meta.ino()) != (looked.dev(), looked.ino()) {
+        return Err(std::io::Error::other("replaced while being opened"));
     }
-    if meta.len() > MAX_COMPONENT_BYTES as u64 {
-        return Err(std::io::Error::other(format!(
-            "{} bytes, over the {MAX_COMPONENT_BYTES} a component may have",
-            meta.len()
-        )));
+    // Read as any file (a network filesystem may answer EAGAIN to a
+    // non-blocking read).
+    // SAFETY: fcntl on a descriptor this function owns.
+    unsafe {
+        use std::os::fd::AsRawFd;
+        let fd = file.as_raw_fd();
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
     }
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     file.take(MAX_COMPONENT_BYTES as u64 + 1)

@@ -171,10 +171,11 @@ fn health(rt: &Runtime) -> Reply {
         }
     }
 
+    let ok = rt.storage.healthy();
     // A disk under its reserve refuses writes until the operator frees
-    // space: not a host to send writes to.
-    let disk_full = rt.storage.disk_low().is_some();
-    let ok = rt.storage.healthy() && !disk_full;
+    // space: an alert, the status staying `ok` (a load balancer taking
+    // the host out, or a restart, would stop its reads and free nothing).
+    let disk = rt.storage.disk_low();
     // A configured family whose component was refused (or never found)
     // serves none of its routes: not a host to send traffic to.
     let families_ok = rt.with_statuses(|statuses| {
@@ -192,17 +193,21 @@ fn health(rt: &Runtime) -> Reply {
         (true, false, true) => "ok",
     };
     rt.with_statuses(|statuses| {
+        let mut alerts = crate::alerts::all();
+        if let Some((free, reserve)) = disk {
+            alerts.push(crate::alerts::disk_full(free, reserve));
+        }
         let health = Health {
-            alerts: crate::alerts::all(),
+            alerts,
             plugins: Plugins(RefCell::new(statuses)),
             status,
             storage: Store {
                 backend: rt.storage.backend_name(),
                 commits: rt.storage.request_commits(),
-                status: match (ok, disk_full) {
-                    (true, _) => "ok",
-                    (false, true) => "disk_full",
-                    (false, false) => "error",
+                status: match (ok, disk) {
+                    (false, _) => "error",
+                    (true, Some(_)) => "disk_full",
+                    (true, None) => "ok",
                 },
                 syncs: rt.storage.syncs(),
             },

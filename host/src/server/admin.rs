@@ -316,6 +316,26 @@ async fn backup(app: Arc<App>) -> Response<AdminBody> {
             false,
         ));
     }
+    // The snapshot is a copy of the database in the data dir first: one
+    // that would eat into the disk's reserve is refused (it would fill
+    // the disk the reserve keeps room on).
+    let database = std::fs::metadata(app.config.db_path()).map_or(0, |m| m.len());
+    if let Some(room) = app.storage.disk_room()
+        && room < database
+    {
+        return boxed(crate::server::http::to_hyper(
+            Reply::error(
+                507,
+                "insufficient_storage",
+                format!(
+                    "a backup first copies the database ({} MiB) into the data dir, whose disk has {} MiB free beyond min_free_disk_mib: free space on it first",
+                    database >> 20,
+                    room >> 20
+                ),
+            ),
+            false,
+        ));
+    }
     let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
     tokio::task::spawn_blocking(move || {
         let mut out = std::io::BufWriter::with_capacity(64 << 10, Chunks(tx.clone()));

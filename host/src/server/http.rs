@@ -1313,8 +1313,7 @@ async fn serve_route(
         return Reply::invalid(name, crate::runtime::routes::REPEATED);
     }
     // Refused before its body is read: the connection closes after.
-    if route.writes && app.storage.disk_low().is_some() {
-        let refused = Reply::disk_full();
+    if let Some(refused) = Reply::refusing_writes(&app.storage, route.writes) {
         let ended = hyper::body::Body::is_end_stream(req.body());
         return if ended { refused } else { closing(refused) };
     }

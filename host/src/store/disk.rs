@@ -22,6 +22,8 @@ pub struct Guard {
     reserve: u64,
     free: AtomicU64,
     low: AtomicBool,
+    /// Reads the free bytes of a directory's filesystem ([`free_bytes`]).
+    reader: fn(&Path) -> std::io::Result<u64>,
 }
 
 impl Guard {
@@ -32,12 +34,7 @@ impl Guard {
         if reserve == 0 {
             return None;
         }
-        let guard = Arc::new(Guard {
-            dir: dir.to_path_buf(),
-            reserve,
-            free: AtomicU64::new(u64::MAX),
-            low: AtomicBool::new(false),
-        });
+        let guard = Arc::new(Guard::new(dir, reserve, free_bytes));
         guard.read();
         let watched = Arc::downgrade(&guard);
         let spawned = std::thread::Builder::new()
@@ -55,9 +52,22 @@ impl Guard {
         Some(guard)
     }
 
-    /// Read the free space now; log when it crosses the reserve.
+    fn new(dir: &Path, reserve: u64, reader: fn(&Path) -> std::io::Result<u64>) -> Guard {
+        Guard {
+            dir: dir.to_path_buf(),
+            reserve,
+            free: AtomicU64::new(u64::MAX),
+            low: AtomicBool::new(false),
+            reader,
+        }
+    }
+
+    /// Read the free space now; log when it crosses the reserve. Writes
+    /// stop below the reserve and come back above it by a sixteenth more,
+    /// so that a disk hovering at the reserve does not flip (and log) four
+    /// times a second.
     fn read(&self) {
-        let free = match free_bytes(&self.dir) {
+        let free = match (self.reader)(&self.dir) {
             Ok(free) => free,
             Err(e) => {
                 static LINES: crate::logging::Throttle =
@@ -72,7 +82,11 @@ impl Guard {
         crate::metrics::metrics()
             .disk_free_bytes
             .set(i64::try_from(free).unwrap_or(i64::MAX));
-        let low = free < self.reserve;
+        let low = if self.low.load(Ordering::Acquire) {
+            free < self.reserve.saturating_add(self.reserve / 16)
+        } else {
+            free < self.reserve
+        };
         if self.low.swap(low, Ordering::AcqRel) != low {
             let (free_mib, reserve_mib) = (free >> 20, self.reserve >> 20);
             if low {
@@ -90,6 +104,13 @@ impl Guard {
                 );
             }
         }
+    }
+
+    /// Free bytes beyond the reserve, as last read.
+    pub fn room(&self) -> u64 {
+        self.free
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.reserve)
     }
 
     /// Free bytes and the reserve, while fewer than the reserve are free.
@@ -134,6 +155,30 @@ mod tests {
         let (seen, reserve) = full.low().expect("low");
         assert_eq!(reserve, u64::MAX);
         assert!(seen > 0 && seen < u64::MAX);
+    }
+
+    static FREE: AtomicU64 = AtomicU64::new(0);
+
+    fn free_now(_: &Path) -> std::io::Result<u64> {
+        Ok(FREE.load(Ordering::Relaxed))
+    }
+
+    #[test]
+    fn writes_stop_under_the_reserve_and_come_back_a_sixteenth_above_it() {
+        let guard = Guard::new(Path::new("/"), 1600, free_now);
+        let at = |free: u64| {
+            FREE.store(free, Ordering::Relaxed);
+            guard.read();
+            guard.low()
+        };
+        assert_eq!(at(5000), None);
+        assert_eq!(at(1600), None);
+        assert_eq!(at(1599), Some((1599, 1600)));
+        assert_eq!(at(1600), Some((1600, 1600)), "not yet a sixteenth above");
+        assert_eq!(at(1699), Some((1699, 1600)));
+        assert_eq!(at(1700), None);
+        assert_eq!(at(1650), None, "the margin is only for coming back");
+        assert_eq!(at(0), Some((0, 1600)));
     }
 
     #[test]

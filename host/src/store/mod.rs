@@ -677,6 +677,13 @@ impl Storage {
         self.disk.as_ref()?.low()
     }
 
+    /// Free bytes beyond the reserve on the data dir's disk (`None`: no
+    /// reserve kept): what may still be written outside the requests (an
+    /// online backup's copy of the database).
+    pub fn disk_room(&self) -> Option<u64> {
+        Some(self.disk.as_ref()?.room())
+    }
+
     /// Begin a request transaction.
     pub fn begin(&self, write: bool) -> Result<Txn, StorageError> {
         if write {

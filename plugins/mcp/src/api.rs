@@ -196,6 +196,8 @@ fn jsonrpc_answers(operation: &mut Value) {
     responses["202"] = json!({"description": "a notification (or a batch of only notifications and responses): accepted, no body"});
     responses["400"] = json!({"description": "JSON-RPC parse error, invalid request, an unsupported MCP-Protocol-Version header, or a batch that is empty, over 16 messages or sent under a revision without batches", "content": {"application/json": {"schema": r("JsonRpcError")}}});
     responses["403"] = json!({"description": "the Origin is not allowed (a JSON-RPC error without id)", "content": {"application/json": {"schema": r("JsonRpcError")}}});
+    // A tools/call of a paid route (execute, define) pays with them.
+    pays_what_it_runs(operation, &["200"]);
 }
 
 /// A define by the macro's owner updates it: 200.
@@ -215,16 +217,18 @@ fn execute_answers(operation: &mut Value) {
     );
     operation["responses"]["200"]["content"] = content.clone();
     operation["responses"]["default"] = json!({"description": "the target endpoint's answer, its status and body unchanged (201 for a creation, 401, 403, 409 and the rest of its errors)", "content": content});
-    // The payment headers pay what it runs, as on the target's own route,
-    // and its settlement and change come back on this answer.
-    let params = operation["parameters"].as_array_mut();
-    if let Some(params) = params {
-        params.extend(openapi::payment_parameters());
-    } else {
-        operation["parameters"] = Value::Array(openapi::payment_parameters());
+    pays_what_it_runs(operation, &["200", "default"]);
+}
+
+/// The payment headers pay what the operation runs, as on the target's
+/// own route, and its settlement and change come back on its `answers`.
+fn pays_what_it_runs(operation: &mut Value, answers: &[&str]) {
+    match operation["parameters"].as_array_mut() {
+        Some(params) => params.extend(openapi::payment_parameters()),
+        None => operation["parameters"] = Value::Array(openapi::payment_parameters()),
     }
-    for answer in ["200", "default"] {
-        operation["responses"][answer]["headers"] = openapi::payment_answer_headers();
+    for answer in answers {
+        operation["responses"][*answer]["headers"] = openapi::payment_answer_headers();
     }
 }
 

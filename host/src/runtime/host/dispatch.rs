@@ -190,8 +190,8 @@ impl Ctx {
                 if let Some(name) = route.repeated_query(&req.query) {
                     return Err(Reply::invalid(name, crate::runtime::routes::REPEATED));
                 }
-                if route.writes && rt.state().storage.disk_low().is_some() {
-                    return Err(Reply::disk_full());
+                if let Some(refused) = Reply::refusing_writes(&rt.state().storage, route.writes) {
+                    return Err(refused);
                 }
                 match &route.handler {
                     // A family reaches its own routes only where they write:

@@ -22,36 +22,44 @@ const FAMILY_BYTES_PER_SECOND: usize = 1 << 20;
 static FAMILY_WINDOWS: std::sync::Mutex<Option<std::collections::HashMap<String, (u64, usize)>>> =
     std::sync::Mutex::new(None);
 
-/// Whether `family` may log `len` more bytes this second; its first line
-/// refused in a second says that the family's lines are being dropped.
-fn family_admits(family: &str, len: usize) -> bool {
-    let second = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let mut windows = FAMILY_WINDOWS.lock().unwrap_or_else(|e| e.into_inner());
-    let windows = windows.get_or_insert_with(Default::default);
-    let window = match windows.get_mut(family) {
-        Some(w) => w,
-        None => windows.entry(family.to_string()).or_insert((second, 0)),
-    };
-    if window.0 != second {
-        *window = (second, 0);
-    }
-    let full = window.1 >= FAMILY_BYTES_PER_SECOND;
-    if window.1 + len > FAMILY_BYTES_PER_SECOND {
-        // Said once a second: past the cap, a byte more marks it said.
-        if !full {
-            window.1 = FAMILY_BYTES_PER_SECOND;
-            tracing::warn!(
-                plugin = family,
-                "this family's log lines are dropped for the rest of this second (a family logs at most {} KiB a second, its calls together)",
-                FAMILY_BYTES_PER_SECOND >> 10
-            );
+/// Whether `family` may log `len` more bytes in `second` (of the Unix
+/// clock); its first line refused in a second says that the family's
+/// lines are being dropped (written once the windows' lock is let go).
+fn family_admits(family: &str, len: usize, second: u64) -> bool {
+    let (admitted, newly_full) = {
+        let mut windows = FAMILY_WINDOWS.lock().unwrap_or_else(|e| e.into_inner());
+        let windows = windows.get_or_insert_with(Default::default);
+        let window = match windows.get_mut(family) {
+            Some(w) => w,
+            None => windows.entry(family.to_string()).or_insert((second, 0)),
+        };
+        if window.0 != second {
+            *window = (second, 0);
         }
-        return false;
+        if window.1 + len <= FAMILY_BYTES_PER_SECOND {
+            window.1 += len;
+            (true, false)
+        } else {
+            // Past the cap, marked full: said once a second.
+            let newly_full = window.1 < FAMILY_BYTES_PER_SECOND;
+            window.1 = FAMILY_BYTES_PER_SECOND;
+            (false, newly_full)
+        }
+    };
+    if newly_full {
+        tracing::warn!(
+            plugin = family,
+            "this family's log lines are dropped for the rest of this second (a family logs at most {} KiB a second, its calls together)",
+            FAMILY_BYTES_PER_SECOND >> 10
+        );
     }
-    window.1 += len;
-    true
+    admitted
+}
+
+fn unix_second() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// What one client request has logged, through its own call and every
@@ -74,11 +82,21 @@ struct Logged {
     errors_past: u32,
     bytes: usize,
     said: bool,
+    /// The call's panic message went out past the family's cap.
+    panic_passed: bool,
 }
 
 impl LogBudget {
     fn shared(&self) -> &std::sync::Arc<std::sync::Mutex<Logged>> {
         self.0.get_or_init(Default::default)
+    }
+
+    /// Whether this is the first panic message of the request's calls: it
+    /// is written even past the family's cap (an operator needs to see
+    /// why a call trapped), once.
+    fn first_panic(&self) -> bool {
+        let mut logged = self.shared().lock().unwrap_or_else(|e| e.into_inner());
+        !std::mem::replace(&mut logged.panic_passed, true)
     }
 
     /// Whether a line of `len` bytes may still be written (an error line
@@ -134,8 +152,10 @@ pub(super) fn write_log(family: &str, budget: &LogBudget, level: log::Level, mes
                 return;
             }
             let message = printable(message);
-            if budget.admit(family, message.len(), matches!(level, log::Level::Error))
-                && family_admits(family, message.len())
+            let error = matches!(level, log::Level::Error);
+            if budget.admit(family, message.len(), error)
+                && (family_admits(family, message.len(), unix_second())
+                    || (error && message.starts_with(PANIC_PREFIX) && budget.first_panic()))
             {
                 tracing::$event!(plugin = family, "{message}");
             }
@@ -150,13 +170,16 @@ pub(super) fn write_log(family: &str, budget: &LogBudget, level: log::Level, mes
     }
 }
 
+/// How the guest crate's panic hook begins the line it logs.
+const PANIC_PREFIX: &str = "plugin panicked: ";
+
 /// The message of a panic the guest crate logs just before its instance
 /// traps (`plugin panicked: ...` at `error`), on one line, kept once per
 /// call in `panicked` (a smoke call's refusal quotes it).
 pub(super) fn note_panic(panicked: &mut Option<String>, level: log::Level, message: &str) {
     if level == log::Level::Error
         && panicked.is_none()
-        && let Some(panic) = message.strip_prefix("plugin panicked: ")
+        && let Some(panic) = message.strip_prefix(PANIC_PREFIX)
     {
         // ("panicked at FILE:LINE:COL:\nMESSAGE": one line.)
         let panic = panic.replace('\n', " ");
@@ -204,23 +227,24 @@ mod tests {
 
     #[test]
     fn a_family_logs_a_bounded_amount_a_second() {
-        // (A family name of this test's own: the windows are the process's.)
+        // (Family names of this test's own: the windows are the process's.)
         let family = "log-window-test";
         let line = 60 << 10;
-        let mut admitted = 0;
-        // Within one second (or two, on a slow machine), at most the cap.
-        let started = std::time::Instant::now();
-        while started.elapsed() < std::time::Duration::from_millis(100) && admitted < 100 {
-            if family_admits(family, line) {
-                admitted += 1;
-            } else {
-                break;
-            }
-        }
-        assert!(admitted * line <= 2 * FAMILY_BYTES_PER_SECOND, "{admitted}");
-        assert!(!family_admits(family, FAMILY_BYTES_PER_SECOND + 1));
-        // Another family has its own.
-        assert!(family_admits("log-window-other", line));
+        let fits = FAMILY_BYTES_PER_SECOND / line;
+        assert!((0..fits).all(|_| family_admits(family, line, 7)));
+        assert!(!family_admits(family, line, 7));
+        assert!(
+            !family_admits(family, 1, 7),
+            "full for the rest of the second"
+        );
+        // Another family has its own; the next second starts again.
+        assert!(family_admits("log-window-other", line, 7));
+        assert!((0..fits).all(|_| family_admits(family, line, 8)));
+        assert!(!family_admits(family, line, 8));
+        // A first panic message per request passes the family's cap.
+        let budget = LogBudget::default();
+        assert!(budget.first_panic());
+        assert!(!budget.first_panic());
     }
 
     #[test]
