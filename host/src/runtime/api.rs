@@ -663,31 +663,13 @@ mod tests {
             &nested(MAX_DEPTH),
             &nested(MAX_DEPTH)
         ));
-        let e = Api::check(
-            vec![(
-                "GET".into(),
-                "/api/x".into(),
-                false,
-                None,
-                "{}".into(),
-                None,
-            )],
-            &nested(MAX_DEPTH + 1),
-        )
-        .unwrap_err();
+        let refusal = |op: String, schemas: String| {
+            let route = ("GET".into(), "/api/x".into(), false, None, op, None);
+            Api::check(vec![route], &schemas).unwrap_err()
+        };
+        let e = refusal("{}".into(), nested(MAX_DEPTH + 1));
         assert!(e.contains("more than 64 deep"), "{e}");
-        let e = Api::check(
-            vec![(
-                "GET".into(),
-                "/api/x".into(),
-                false,
-                None,
-                nested(200),
-                None,
-            )],
-            "{}",
-        )
-        .unwrap_err();
+        let e = refusal(nested(200), "{}".into());
         assert!(e.contains("is not valid JSON: recursion limit"), "{e}");
         let servers = r#"{"servers": [{"url": "https://elsewhere.example"}]}"#;
         assert!(bad("POST", "/api/x", servers, "{}"));
