@@ -1866,11 +1866,13 @@ fn the_families_dir_reads_only_regular_component_files() {
     // SAFETY: a NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
     std::os::unix::fs::symlink("/dev/zero", families.join("zeros.wasm")).unwrap();
+    // A /proc file says it is empty (some block when read: /proc/kmsg).
+    std::os::unix::fs::symlink("/proc/self/status", families.join("proc.wasm")).unwrap();
     let huge = std::fs::File::create(families.join("huge.wasm")).unwrap();
     huge.set_len(65 << 20).unwrap();
     eventually("the three are refused", &s, || {
         let log = s.log_text();
-        ["pipe.wasm", "zeros.wasm", "huge.wasm"]
+        ["pipe.wasm", "zeros.wasm", "huge.wasm", "proc.wasm"]
             .iter()
             .all(|f| log.contains(&format!("{f} not read")))
     });
@@ -1887,5 +1889,6 @@ fn the_families_dir_reads_only_regular_component_files() {
         log.contains("huge.wasm not read: 68157440 bytes, over the"),
         "{log}"
     );
+    assert!(log.contains("proc.wasm not read: an empty file"), "{log}");
     assert_eq!(s.get("/api/health").json()["status"], "ok");
 }

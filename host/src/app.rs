@@ -60,6 +60,11 @@ impl App {
         };
         let state = State::open(config)?;
         state.storage.opened();
+        // The database held, no backup of this data dir runs: a copy one
+        // left (as large as the database) is a killed one's.
+        if !state.storage.is_shared() {
+            crate::backup::remove_stale_copies(&state.config.data_dir);
+        }
         let host_routes = crate::runtime::native::routes(state.config.testing_routes);
         let runtime = Arc::new(Runtime::new(state.clone(), limits, host_routes)?);
         runtime.register(&families);

@@ -85,6 +85,30 @@ impl Keys {
     }
 }
 
+/// Where a snapshot copies the database first: `.backup-*` in the data
+/// dir.
+const COPY_PREFIX: &str = ".backup-";
+
+/// Remove the copies backups of `data_dir` that were killed left behind
+/// (called with the database held, so that none is running: at `serve`'s
+/// start and by an offline backup).
+pub fn remove_stale_copies(data_dir: &Path) {
+    for entry in std::fs::read_dir(data_dir).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with(COPY_PREFIX) {
+            match std::fs::remove_dir_all(entry.path()) {
+                Ok(()) => tracing::info!(
+                    dir = %entry.path().display(),
+                    "removed the database copy a killed backup left"
+                ),
+                Err(e) => {
+                    tracing::warn!(dir = %entry.path().display(), "a killed backup's copy not removed: {e}")
+                }
+            }
+        }
+    }
+}
+
 /// Write a backup of the live `storage` (data dir `data_dir`, holding
 /// `keys`) to `out`; returns the bytes written.
 pub fn snapshot(
@@ -94,7 +118,7 @@ pub fn snapshot(
     out: &mut dyn Write,
 ) -> Result<u64> {
     let tmp = tempfile::Builder::new()
-        .prefix(".backup-")
+        .prefix(COPY_PREFIX)
         .tempdir_in(data_dir)
         .context("making a temp dir for the snapshot")?;
     let db = tmp.path().join(DB);
@@ -179,6 +203,7 @@ pub fn offline(config: &Config, to: &Path) -> Result<u64> {
     let keys = Keys::offline(config)?;
     let storage = crate::state::open_embedded(config)
         .context("opening the database (is the server running? then use --admin URL)")?;
+    remove_stale_copies(&config.data_dir);
     write_atomically(to, |f| snapshot(&storage, &config.data_dir, &keys, f))
 }
 

@@ -409,7 +409,7 @@ impl Default for Config {
             max_call_bytes: 32 << 20,
             max_request_write_bytes: 64 << 20,
             replay_retention_s: 24 * 3600,
-            min_free_disk_mib: 256,
+            min_free_disk_mib: 512,
             group_commit: true,
             commit_window_us: 2000,
             commit_max_batch: 32,

@@ -268,9 +268,13 @@ impl Reply {
         let mut kept = Vec::with_capacity(headers.len());
         for (name, value) in headers {
             let Ok(parsed) = HeaderName::from_bytes(name.as_bytes()) else {
+                // (Quoted clipped: the reason is logged, and a name may
+                // be 64 KiB.)
+                let name = crate::logging::clip(&name, 100);
                 return Err(format!("header name {name:?} is not valid"));
             };
             if HeaderValue::from_str(&value).is_err() {
+                let name = crate::logging::clip(&name, 100);
                 return Err(format!("the value of header {name:?} is not valid"));
             }
             if HOP_BY_HOP.contains(&parsed.as_str()) {
@@ -312,10 +316,12 @@ impl Reply {
 }
 
 /// The answer to a storage failure of the host's own: 503
-/// `storage_conflict` for a lost race, else a 500 (logged by the caller).
+/// `storage_conflict` for a lost race, 503 `disk_full` for a commit the
+/// disk's reserve refused, else a 500 (logged by the caller).
 pub fn storage_failure(e: &crate::store::StorageError) -> Reply {
     match e {
         crate::store::StorageError::Conflict => Reply::conflict(),
+        crate::store::StorageError::DiskFull => Reply::disk_full(),
         _ => Reply::error(500, "internal", "internal error"),
     }
 }

@@ -1947,6 +1947,11 @@ pub fn read_component(path: &Path) -> std::io::Result<Vec<u8>> {
         if !meta.is_file() {
             return Err(std::io::Error::other("not a regular file"));
         }
+        // (No component is empty; `/proc` files say they are, and some
+        // block when read, `/proc/kmsg`.)
+        if meta.len() == 0 {
+            return Err(std::io::Error::other("an empty file"));
+        }
         if meta.len() > MAX_COMPONENT_BYTES as u64 {
             return Err(std::io::Error::other(format!(
                 "{} bytes, over the {MAX_COMPONENT_BYTES} a component may have",

@@ -2,10 +2,11 @@
 //! has less free space than a reserve (`min_free_disk_mib`), so that it
 //! never fills. A full disk makes redb refuse the write-ahead log's
 //! checkpoint (every write fails from then until a restart) and the next
-//! start itself fail on opening the database; with the reserve kept, the
-//! checkpoint, a restart and the operator's `backup` still have room, reads
-//! go on, and writing requests are refused before they run (503
-//! `disk_full`, nothing spent) until space is freed.
+//! start itself fail on opening the database; with the reserve kept, a
+//! checkpoint and a restart still have room, reads go on, and writing
+//! requests are refused before they run (503 `disk_full`, nothing spent)
+//! until space is freed, as is a large commit that would not fit in the
+//! room left ([`Guard::charge`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,11 +18,23 @@ use std::time::Duration;
 /// checkpoint.
 const EVERY: Duration = Duration::from_millis(250);
 
+/// What a checkpoint may write at once, at most: the write-ahead log
+/// since the last one (at most `wal::CHECKPOINT_BYTES`) grew the database
+/// by up to about 3.5 times its size in a probe.
+pub const CHECKPOINT_NEED: u64 = 4 * super::wal::CHECKPOINT_BYTES;
+
+/// What a commit is charged against the room, per byte of its writes.
+const COMMIT_COST: u64 = 3;
+/// Writes of a commit that passes whatever the room.
+const SMALL_COMMIT: u64 = 64 << 10;
+
 pub struct Guard {
     dir: PathBuf,
     reserve: u64,
     free: AtomicU64,
     low: AtomicBool,
+    /// Bytes commits were charged since the free space was last read.
+    spent: AtomicU64,
     /// Reads the free bytes of a directory's filesystem ([`free_bytes`]).
     reader: fn(&Path) -> std::io::Result<u64>,
 }
@@ -36,6 +49,7 @@ impl Guard {
         }
         let guard = Arc::new(Guard::new(dir, reserve, free_bytes));
         guard.read();
+        guard.say_if_misfit();
         let watched = Arc::downgrade(&guard);
         let spawned = std::thread::Builder::new()
             .name("disk-guard".into())
@@ -58,7 +72,33 @@ impl Guard {
             reserve,
             free: AtomicU64::new(u64::MAX),
             low: AtomicBool::new(false),
+            spent: AtomicU64::new(0),
             reader,
+        }
+    }
+
+    /// Warn at start of a reserve that cannot work as meant: one the whole
+    /// filesystem is smaller than (every write refused for good), or one
+    /// smaller than a checkpoint may write at once (the write-ahead log's
+    /// batches since the last one, copied into the database's pages: up
+    /// to about [`CHECKPOINT_NEED`]), which could then fill the disk and
+    /// stop every write until a restart.
+    fn say_if_misfit(&self) {
+        let mib = |b: u64| b >> 20;
+        if let Ok(size) = filesystem_bytes(&self.dir)
+            && size <= self.reserve
+        {
+            tracing::warn!(
+                size_mib = mib(size),
+                reserve_mib = mib(self.reserve),
+                "min_free_disk_mib is more than the data dir's whole filesystem: every writing request will be refused"
+            );
+        } else if self.reserve < CHECKPOINT_NEED {
+            tracing::warn!(
+                reserve_mib = mib(self.reserve),
+                "min_free_disk_mib is less than a checkpoint may write at once (up to about {} MiB): below the reserve a checkpoint could fill the disk, and then every write fails until a restart",
+                mib(CHECKPOINT_NEED)
+            );
         }
     }
 
@@ -79,6 +119,9 @@ impl Guard {
             }
         };
         self.free.store(free, Ordering::Relaxed);
+        // What was charged is on the disk now (or is the checkpoint's, which
+        // the charge's multiple and the reserve hold).
+        self.spent.store(0, Ordering::Relaxed);
         crate::metrics::metrics()
             .disk_free_bytes
             .set(i64::try_from(free).unwrap_or(i64::MAX));
@@ -106,11 +149,31 @@ impl Guard {
         }
     }
 
-    /// Free bytes beyond the reserve, as last read.
+    /// Free bytes beyond the reserve, as last read, less what commits were
+    /// charged since.
     pub fn room(&self) -> u64 {
         self.free
             .load(Ordering::Relaxed)
             .saturating_sub(self.reserve)
+            .saturating_sub(self.spent.load(Ordering::Relaxed))
+    }
+
+    /// Charge a commit of `bytes` of writes, if the room left takes it: it
+    /// is written to the write-ahead log, then to the database at a
+    /// checkpoint, whose copied pages may take as much again
+    /// ([`COMMIT_COST`] times its bytes are charged). Between two reads of
+    /// the free space, the requests admitted while there was room (each
+    /// may hold 64 MiB of writes, many share a batch) would otherwise
+    /// write past the reserve. A small commit always passes (a writing
+    /// request is refused before it runs while the disk is low): the
+    /// operator's mint goes on.
+    pub fn charge(&self, bytes: u64) -> bool {
+        let cost = bytes.saturating_mul(COMMIT_COST);
+        if bytes > SMALL_COMMIT && self.room() < cost {
+            return false;
+        }
+        self.spent.fetch_add(cost, Ordering::Relaxed);
+        true
     }
 
     /// Free bytes and the reserve, while fewer than the reserve are free.
@@ -123,6 +186,21 @@ impl Guard {
 
 /// Bytes an unprivileged writer may still use on `dir`'s filesystem.
 fn free_bytes(dir: &Path) -> std::io::Result<u64> {
+    statvfs(dir).map(|st| {
+        #[allow(clippy::unnecessary_cast)] // the field types differ by platform
+        (st.f_bavail as u64).saturating_mul(st.f_frsize as u64)
+    })
+}
+
+/// The size of `dir`'s filesystem.
+fn filesystem_bytes(dir: &Path) -> std::io::Result<u64> {
+    statvfs(dir).map(|st| {
+        #[allow(clippy::unnecessary_cast)] // the field types differ by platform
+        (st.f_blocks as u64).saturating_mul(st.f_frsize as u64)
+    })
+}
+
+fn statvfs(dir: &Path) -> std::io::Result<libc::statvfs> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::other("a path with a NUL byte"))?;
@@ -135,8 +213,7 @@ fn free_bytes(dir: &Path) -> std::io::Result<u64> {
         }
         st.assume_init()
     };
-    #[allow(clippy::unnecessary_cast)] // the field types differ by platform
-    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+    Ok(st)
 }
 
 #[cfg(test)]
@@ -179,6 +256,30 @@ mod tests {
         assert_eq!(at(1700), None);
         assert_eq!(at(1650), None, "the margin is only for coming back");
         assert_eq!(at(0), Some((0, 1600)));
+    }
+
+    #[test]
+    fn large_commits_are_charged_against_the_room_until_the_next_read() {
+        static ROOM: AtomicU64 = AtomicU64::new(0);
+        fn roomy(_: &Path) -> std::io::Result<u64> {
+            Ok(ROOM.load(Ordering::Relaxed))
+        }
+        let mib = 1 << 20;
+        ROOM.store(100 * mib, Ordering::Relaxed);
+        let guard = Guard::new(Path::new("/"), 10 * mib, roomy);
+        guard.read();
+        // 90 MiB of room: a 20 MiB commit costs 60.
+        assert!(guard.charge(20 * mib));
+        assert_eq!(guard.room(), 30 * mib);
+        assert!(!guard.charge(20 * mib), "two would pass the reserve");
+        assert!(guard.charge(SMALL_COMMIT), "a small one passes");
+        guard.read();
+        assert_eq!(guard.room(), 90 * mib, "read again: what the disk says");
+        ROOM.store(5 * mib, Ordering::Relaxed);
+        guard.read();
+        assert_eq!(guard.room(), 0);
+        assert!(!guard.charge(SMALL_COMMIT + 1));
+        assert!(guard.charge(1));
     }
 
     #[test]

@@ -359,6 +359,9 @@ pub enum StorageError {
     /// The transaction lost a race with another one (a shared store's
     /// serialization failure): the whole request runs again.
     Conflict,
+    /// The commit's writes would pass the disk's reserve
+    /// ([`disk::Guard::charge`]): nothing of it was kept.
+    DiskFull,
     Internal(String),
 }
 
@@ -369,6 +372,7 @@ impl std::fmt::Display for StorageError {
             StorageError::UnknownKeyspace(k) => write!(f, "unknown keyspace {k}"),
             StorageError::TooLarge(m) => write!(f, "too large: {m}"),
             StorageError::Conflict => f.write_str(CONFLICT),
+            StorageError::DiskFull => f.write_str("the disk's free space is under its reserve"),
             StorageError::Internal(m) => write!(f, "storage: {m}"),
         }
     }
@@ -769,6 +773,13 @@ impl Storage {
     /// Put a write transaction's writes into its batch; its lease, to hand
     /// on.
     fn apply_to_batch(&self, mut w: WriteTxn) -> Result<Lease, StorageError> {
+        // Refused before its writes join the batch: dropped, the
+        // transaction hands the batch on without them.
+        if let Some(disk) = &self.disk
+            && !disk.charge(w.held.get() as u64)
+        {
+            return Err(StorageError::DiskFull);
+        }
         let lease = w.lease.take().expect("live until committed or dropped");
         if w.conflict.get() {
             self.gc.poison(lease, true);

@@ -119,6 +119,14 @@ impl Endpoint for Testing {
                     None => None,
                 };
                 kv::put(key, value)?;
+                // `fill_mib=N`: N more keys of 1 MiB each (a large commit).
+                let fill = req.query_int("fill_mib", 0, 1024)?.unwrap_or(0);
+                if fill > 0 {
+                    let mib = vec![b'x'; 1 << 20];
+                    for i in 0..fill {
+                        kv::put_raw(&format!("fill/{i}"), &mib)?;
+                    }
+                }
                 let hold = req.query_int("hold_ms", 0, 60_000)?.unwrap_or(0);
                 let until = marketplace_guest::clock::now_ms().saturating_add(hold);
                 while marketplace_guest::clock::now_ms() < until {

@@ -17,6 +17,9 @@ const MAX_BYTES: usize = 64 << 10;
 /// together: a call's own budget bounds one request, this one a flood of
 /// them (a plugin writing 21 KB a request filled 227 MiB of log in 5 s).
 const FAMILY_BYTES_PER_SECOND: usize = 1 << 20;
+/// What a line costs beyond its message: the time, level, request span
+/// and family the log writes with it (an empty message is a line too).
+const LINE_COST: usize = 128;
 
 /// Each family's second and the bytes it logged in it.
 static FAMILY_WINDOWS: std::sync::Mutex<Option<std::collections::HashMap<String, (u64, usize)>>> =
@@ -154,7 +157,7 @@ pub(super) fn write_log(family: &str, budget: &LogBudget, level: log::Level, mes
             let message = printable(message);
             let error = matches!(level, log::Level::Error);
             if budget.admit(family, message.len(), error)
-                && (family_admits(family, message.len(), unix_second())
+                && (family_admits(family, message.len() + LINE_COST, unix_second())
                     || (error && message.starts_with(PANIC_PREFIX) && budget.first_panic()))
             {
                 tracing::$event!(plugin = family, "{message}");

@@ -452,6 +452,10 @@ impl Ctx {
                     Ok(()) => Ok(crate::money::x402::sent(reply)),
                     // Nothing was kept (shared store; no upstream there).
                     Err(StorageError::Conflict) => Err(RunAgain::LostRace),
+                    // Nothing was kept: its writes would pass the reserve.
+                    Err(e @ StorageError::DiskFull) => {
+                        Ok(self.failing(crate::reply::storage_failure(&e)))
+                    }
                     Err(e) => {
                         commit_failed(&self.family, &e);
                         Ok(self.internal_error())

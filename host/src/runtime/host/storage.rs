@@ -11,6 +11,7 @@ fn to_wit(e: StorageError) -> storage::StorageError {
         StorageError::UnknownKeyspace(k) => storage::StorageError::UnknownKeyspace(k),
         StorageError::TooLarge(m) => storage::StorageError::TooLarge(m),
         StorageError::Internal(m) => storage::StorageError::Internal(m),
+        StorageError::DiskFull => storage::StorageError::Internal("the disk is full".into()),
         // The host runs the whole request again, whatever the plugin does.
         StorageError::Conflict => {
             storage::StorageError::Internal("conflict with a concurrent request".into())
