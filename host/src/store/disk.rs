@@ -169,11 +169,18 @@ impl Guard {
     /// operator's mint goes on.
     pub fn charge(&self, bytes: u64) -> bool {
         let cost = bytes.saturating_mul(COMMIT_COST);
-        if bytes > SMALL_COMMIT && self.room() < cost {
-            return false;
-        }
-        self.spent.fetch_add(cost, Ordering::Relaxed);
-        true
+        let room = self
+            .free
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.reserve);
+        // (Checked and charged at once: two commits at a time do not both
+        // take the last of the room.)
+        self.spent
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |spent| {
+                let fits = room.saturating_sub(spent) >= cost;
+                (bytes <= SMALL_COMMIT || fits).then(|| spent.saturating_add(cost))
+            })
+            .is_ok()
     }
 
     /// Free bytes and the reserve, while fewer than the reserve are free.
