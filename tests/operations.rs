@@ -3044,14 +3044,8 @@ fn a_commit_larger_than_the_disks_room_is_refused() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let path = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).unwrap();
-    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: a NUL-terminated path; `st` is read only on success.
-    let free_mib = unsafe {
-        assert_eq!(libc::statvfs(path.as_ptr(), st.as_mut_ptr()), 0);
-        let st = st.assume_init();
-        (st.f_bavail * st.f_frsize) >> 20
-    };
+    // What the server's guard reads, read the same way.
+    let free_mib = marketplace::store::disk::free_bytes(dir.path()).unwrap() >> 20;
     if free_mib < 1024 {
         eprintln!("a_commit_larger_than_the_disks_room_is_refused: skipped, {free_mib} MiB free");
         return;

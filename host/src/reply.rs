@@ -106,19 +106,24 @@ impl Reply {
     }
 
     fn disk_full() -> Reply {
-        let mut reply = Reply::error(
+        Reply::error(
             503,
             "disk_full",
             "the server's disk is nearly full: writes are refused until its operator frees space (reads go on); nothing was done or spent, try again later",
-        );
-        reply.headers.push(("retry-after".into(), "30".into()));
-        reply
+        )
+        .retry_after(30)
     }
 
     /// This reply with `Retry-After: 1`: the condition (a lost race, a
     /// store or components not there yet) may pass any moment.
-    pub fn retry_after_a_second(mut self) -> Reply {
-        self.headers.push(("retry-after".into(), "1".into()));
+    pub fn retry_after_a_second(self) -> Reply {
+        self.retry_after(1)
+    }
+
+    /// This reply with `Retry-After: {seconds}`.
+    fn retry_after(mut self, seconds: u32) -> Reply {
+        self.headers
+            .push(("retry-after".into(), seconds.to_string()));
         self
     }
 

@@ -152,10 +152,15 @@ impl Guard {
     /// Free bytes beyond the reserve, as last read, less what commits were
     /// charged since.
     pub fn room(&self) -> u64 {
+        self.beyond_reserve()
+            .saturating_sub(self.spent.load(Ordering::Relaxed))
+    }
+
+    /// Free bytes beyond the reserve, as last read.
+    fn beyond_reserve(&self) -> u64 {
         self.free
             .load(Ordering::Relaxed)
             .saturating_sub(self.reserve)
-            .saturating_sub(self.spent.load(Ordering::Relaxed))
     }
 
     /// Charge a commit of `bytes` of writes, if the room left takes it: it
@@ -169,10 +174,7 @@ impl Guard {
     /// operator's mint goes on.
     pub fn charge(&self, bytes: u64) -> bool {
         let cost = bytes.saturating_mul(COMMIT_COST);
-        let room = self
-            .free
-            .load(Ordering::Relaxed)
-            .saturating_sub(self.reserve);
+        let room = self.beyond_reserve();
         // (Checked and charged at once: two commits at a time do not both
         // take the last of the room.)
         self.spent
@@ -192,7 +194,7 @@ impl Guard {
 }
 
 /// Bytes an unprivileged writer may still use on `dir`'s filesystem.
-fn free_bytes(dir: &Path) -> std::io::Result<u64> {
+pub fn free_bytes(dir: &Path) -> std::io::Result<u64> {
     statvfs(dir).map(|st| {
         #[allow(clippy::unnecessary_cast)] // the field types differ by platform
         (st.f_bavail as u64).saturating_mul(st.f_frsize as u64)

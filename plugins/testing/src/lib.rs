@@ -48,9 +48,6 @@ impl Endpoint for Testing {
             // second answer after it: the host must frame it itself.
             "/_testing/framing" => {
                 let status = req.query_int("status", 0, 999)?.unwrap_or(200) as u16;
-                // `empty=1`: the status alone, no header nor body (which
-                // the host must pass on as it is, not take for one of
-                // hyper's own bodiless answers).
                 // `location=`: that status with that Location (a redirect
                 // off the origin is refused by the host).
                 if let Some(location) = req.query("location") {
@@ -60,6 +57,9 @@ impl Endpoint for Testing {
                         body: vec![],
                     });
                 }
+                // `empty=1`: the status alone, no header nor body (which
+                // the host must pass on as it is, not take for one of
+                // hyper's own bodiless answers).
                 if req.query_int("empty", 0, 1)? == Some(1) {
                     return Ok(Response {
                         status,
