@@ -224,6 +224,15 @@ fn leaves_origin(location: &str) -> bool {
         .is_some_and(|i| l.as_bytes()[i] == b':')
 }
 
+/// A header name or value of a plugin's, as the reason its answer was
+/// refused quotes it (that reason is logged): any cash secret in it
+/// redacted (a component may echo a client's input), clipped (a name may
+/// be 64 KiB).
+fn shown(text: &str, max: usize) -> String {
+    let redacted = marketplace_common::secret::redact_secret_text(text);
+    crate::logging::clip(&redacted, max).into_owned()
+}
+
 /// What a plugin's answer may carry beyond its own headers: the payment
 /// headers the host answered its dispatched requests with, and whether its
 /// family is granted `credentials`.
@@ -273,13 +282,11 @@ impl Reply {
         let mut kept = Vec::with_capacity(headers.len());
         for (name, value) in headers {
             let Ok(parsed) = HeaderName::from_bytes(name.as_bytes()) else {
-                // (Quoted clipped: the reason is logged, and a name may
-                // be 64 KiB.)
-                let name = crate::logging::clip(&name, 100);
+                let name = shown(&name, 100);
                 return Err(format!("header name {name:?} is not valid"));
             };
             if HeaderValue::from_str(&value).is_err() {
-                let name = crate::logging::clip(&name, 100);
+                let name = shown(&name, 100);
                 return Err(format!("the value of header {name:?} is not valid"));
             }
             if HOP_BY_HOP.contains(&parsed.as_str()) {
@@ -307,7 +314,7 @@ impl Reply {
             if name == "location" && (300..400).contains(&status) && leaves_origin(&value) {
                 return Err(format!(
                     "a redirect ({status}) off the service's origin (Location {:?}): its client would send the request there again, payment headers included; a redirect names a path",
-                    crate::logging::clip(&value, 200)
+                    shown(&value, 200)
                 ));
             }
             kept.push((name, value));
@@ -392,6 +399,24 @@ mod plugin_answer_tests {
                 assert!(e.contains("off the service's origin"), "{away}: {e}");
             }
         }
+        // The refusal, which is logged, shows no secret a plugin echoed.
+        let secret = format!("e1:secret:{}", "ab".repeat(32));
+        let e = answer(307, &format!("https://a.example/?s={secret}")).unwrap_err();
+        assert!(
+            e.contains("e1:secret:{redacted}") && !e.contains(&secret),
+            "{e}"
+        );
+        let bad_name = Reply::from_plugin(
+            200,
+            h(&[(secret.as_str(), "x")]),
+            vec![],
+            Default::default(),
+        );
+        let e = bad_name.unwrap_err();
+        assert!(
+            e.contains("e1:secret:{redacted}") && !e.contains(&secret),
+            "{e}"
+        );
         // A created resource's absolute Location is no redirect.
         assert!(answer(201, "https://a.example/x").is_ok());
         // One of each single-valued header: the first.
