@@ -1708,6 +1708,46 @@ fn settings_are_checked_when_a_component_loads() {
     }
 }
 
+/// A family's OpenAPI is held to what the `mcp` component can render for
+/// everyone: examples 60 arrays deep within the family's byte caps (about
+/// 32 MB as YAML) used to make `/openapi.yaml` 503 for every client; now
+/// that family is refused at load, saying why, and the documents are
+/// served. Padding within the caps, as deep, is served in them.
+#[test]
+fn a_familys_openapi_too_large_to_render_is_refused() {
+    let padded = |kib: u32, depth: u32| {
+        Server::with(Options {
+            testing_routes: true,
+            config: Some(format!(
+                "[settings.testing]\napi_padding_kib = \"{kib}\"\napi_padding_depth = \"{depth}\"\n"
+            )),
+            ..Default::default()
+        })
+    };
+    let s = padded(480, 60);
+    let health = s.get("/api/health").json();
+    assert_eq!(
+        health["plugins"]["testing"]["status"], "unavailable",
+        "{health}"
+    );
+    assert!(
+        s.log_text()
+            .contains("its OpenAPI would be too large to render"),
+        "{}",
+        s.log_text()
+    );
+    for path in ["/openapi.yaml", "/docs", "/openapi.json"] {
+        assert_eq!(s.get(path).status, 200, "{path}");
+    }
+    drop(s);
+    let s = padded(5, 60);
+    assert_eq!(s.get("/_testing/ok").status, 200);
+    let yaml = s.get("/openapi.yaml");
+    assert_eq!(yaml.status, 200, "{}", yaml.text());
+    assert!(yaml.text().contains("\"TestingPadding\":"));
+    assert_eq!(s.get("/docs").status, 200);
+}
+
 /// A fee component is held to what it publishes: a schedule (`GET
 /// /api/fees`) that disagrees with its quotes is refused at load, naming
 /// the action, since a client paying the published price would be refused.

@@ -24,6 +24,24 @@ const MAX_API: usize = 512 * 1024;
 /// the `mcp` component's `/docs` parses it with). No real schema nests
 /// deeper than a few dozen.
 const MAX_DEPTH: usize = 64;
+/// Most values (objects, arrays, strings, numbers, booleans, nulls) of one
+/// family's api, and the most bytes they may take as YAML in the
+/// document ([`Rendered`]); and the same of the whole document, which a
+/// mount or swap while the service runs must keep to (a start loads every
+/// configured family, each within its own caps, in whatever order they
+/// compile). The `mcp` component parses the whole document and renders it
+/// (`/openapi.yaml`, `/docs`, `/api/docs/search`) within its memory cap,
+/// and keeps what it rendered in its 8 MiB memo. The built-in families'
+/// document has about 6,600 values and renders to about 220 kB of YAML.
+/// Within the byte caps above, a family alone could break it for every
+/// client: 480 KiB of small values 60 arrays deep render to a 32 MB YAML,
+/// past the `mcp` component's memory cap (`/openapi.yaml` 503), and 2 MiB
+/// of them unnested (four families at their byte caps) did the same; ten
+/// to twenty families at their caps did it to `/docs`.
+const MAX_API_VALUES: usize = 32 * 1024;
+const MAX_API_YAML: usize = 640 << 10;
+const MAX_DOCUMENT_VALUES: usize = 128 * 1024;
+const MAX_DOCUMENT_YAML: usize = 3 << 20;
 
 /// A route as the WIT `route` record gives it: method, pattern, writes,
 /// paid action, OpenAPI operation (JSON text), own body limit.
@@ -117,10 +135,15 @@ impl Api {
             Ok(_) => return Err("schemas must be a JSON object".into()),
             Err(why) => return Err(format!("the schemas {why}")),
         };
-        Ok(Api {
+        let api = Api {
             routes: out,
             schemas,
-        })
+        };
+        let rendered = Rendered::of_api(&api);
+        if rendered.values > MAX_API_VALUES || rendered.yaml > MAX_API_YAML {
+            return Err(rendered.too_large("its OpenAPI", MAX_API_VALUES, MAX_API_YAML));
+        }
+        Ok(api)
     }
 }
 
@@ -274,8 +297,13 @@ fn dangling_ref<'v>(doc: &Value, value: &'v Value) -> Option<&'v str> {
 
 /// Assemble the table and document from the host's routes and the loaded
 /// families' apis. A route or schema conflict is an error naming both
-/// owners.
-pub fn assemble(host_routes: Vec<Route>, families: &[(&str, &Api)]) -> Result<Served, String> {
+/// owners; with `whole_caps`, so is a document over its caps
+/// ([`MAX_DOCUMENT_VALUES`], [`MAX_DOCUMENT_YAML`]).
+pub fn assemble(
+    host_routes: Vec<Route>,
+    families: &[(&str, &Api)],
+    whole_caps: bool,
+) -> Result<Served, String> {
     let mut doc: Value = serde_json::from_str(HOST_OPENAPI)
         .map_err(|e| format!("host OpenAPI document does not parse: {e}"))?;
     doc["info"]["version"] = Value::String(env!("CARGO_PKG_VERSION").into());
@@ -407,11 +435,87 @@ pub fn assemble(host_routes: Vec<Route>, families: &[(&str, &Api)]) -> Result<Se
             }
         }
     }
+    let rendered = Rendered::of(&doc, 0, 0);
+    if whole_caps && (rendered.values > MAX_DOCUMENT_VALUES || rendered.yaml > MAX_DOCUMENT_YAML) {
+        return Err(rendered.too_large(
+            "the service's OpenAPI document with it",
+            MAX_DOCUMENT_VALUES,
+            MAX_DOCUMENT_YAML,
+        ));
+    }
     Ok(Served {
         table: table.into(),
         openapi: doc.to_string().into(),
         generation: 0,
     })
+}
+
+/// What a JSON document costs the components that render it: its values,
+/// and about how many bytes it takes as block-style YAML (each value a
+/// line indented two spaces a level, its key or `- ` before it; a little
+/// more than the `mcp` component's emitter writes, which leaves a
+/// sequence in a mapping unindented).
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct Rendered {
+    values: usize,
+    yaml: usize,
+}
+
+impl Rendered {
+    /// `v` as a value `depth` levels down, under a key of `key` bytes.
+    fn of(v: &Value, depth: usize, key: usize) -> Rendered {
+        let mut r = Rendered::default();
+        r.add(v, depth, key);
+        r
+    }
+
+    /// A family's api as the document holds it: each operation under its
+    /// path and method, each schema under `components.schemas`.
+    fn of_api(api: &Api) -> Rendered {
+        let mut r = Rendered::default();
+        for d in &api.routes {
+            r.add(&d.operation, 3, d.method.len());
+        }
+        for (name, schema) in &api.schemas {
+            r.add(schema, 3, quoted_len(name));
+        }
+        r
+    }
+
+    /// Why `what` is refused, against these caps.
+    fn too_large(&self, what: &str, values: usize, yaml: usize) -> String {
+        format!(
+            "{what} would be too large to render ({} values, about {} KiB as YAML; at most {values} values and {} KiB, the built-in families' whole document about 6,600 and 280 KiB): declare fewer, smaller or shallower examples and schemas",
+            self.values,
+            self.yaml >> 10,
+            yaml >> 10,
+        )
+    }
+
+    fn add(&mut self, v: &Value, depth: usize, key: usize) {
+        self.values += 1;
+        // Indentation, the key and its `: ` (or `- `), the line's end.
+        self.yaml += 2 * depth + key + 3;
+        match v {
+            Value::Object(m) => m
+                .iter()
+                .for_each(|(k, c)| self.add(c, depth + 1, quoted_len(k))),
+            Value::Array(items) => items.iter().for_each(|c| self.add(c, depth + 1, 0)),
+            Value::String(s) => self.yaml += quoted_len(s),
+            // Numbers, booleans and null as JSON writes them.
+            other => self.yaml += other.to_string().len(),
+        }
+    }
+}
+
+/// A string's length quoted (the YAML emitter quotes every string and
+/// escapes as JSON does, near enough).
+fn quoted_len(s: &str) -> usize {
+    s.len()
+        + 2
+        + s.bytes()
+            .filter(|b| matches!(b, b'"' | b'\\') || *b < 0x20)
+            .count()
 }
 
 #[cfg(test)]
@@ -517,7 +621,7 @@ mod tests {
         let b = api(&[("POST", "/api/b/{x}")], json!({"A": {"type": "string"}}));
         let host = host_routes();
         let host_routes = host.len();
-        let served = assemble(host, &[("a", &a), ("b", &b)]).unwrap();
+        let served = assemble(host, &[("a", &a), ("b", &b)], true).unwrap();
         let doc: Value = serde_json::from_str(&served.openapi).unwrap();
         assert_eq!(doc["paths"]["/api/a/{id}"]["get"]["x-family"], "a");
         assert_eq!(doc["paths"]["/api/b/{x}"]["post"]["x-family"], "b");
@@ -541,16 +645,16 @@ mod tests {
     fn conflicts_are_refused() {
         let a = api(&[("GET", "/api/a/{id}")], json!({"A": {"type": "string"}}));
         let same_route = api(&[("GET", "/api/a/{other}")], json!({}));
-        let err = assemble(vec![], &[("a", &a), ("b", &same_route)]).unwrap_err();
+        let err = assemble(vec![], &[("a", &a), ("b", &same_route)], true).unwrap_err();
         assert!(err.contains("conflict"), "{err}");
         // Another method on a's path is a's alone too.
         let same_path = api(&[("DELETE", "/api/a/{x}")], json!({}));
-        let err = assemble(vec![], &[("a", &a), ("b", &same_path)]).unwrap_err();
+        let err = assemble(vec![], &[("a", &a), ("b", &same_path)], true).unwrap_err();
         assert!(err.contains("conflict"), "{err}");
         let host_route = api(&[("GET", "/api/fees")], json!({}));
-        assert!(assemble(host_routes(), &[("b", &host_route)]).is_err());
+        assert!(assemble(host_routes(), &[("b", &host_route)], true).is_err());
         let other_schema = api(&[("GET", "/api/b")], json!({"A": {"type": "integer"}}));
-        let err = assemble(vec![], &[("a", &a), ("b", &other_schema)]).unwrap_err();
+        let err = assemble(vec![], &[("a", &a), ("b", &other_schema)], true).unwrap_err();
         assert!(
             err.contains("schema conflict") && err.contains('A'),
             "{err}"
@@ -577,7 +681,7 @@ mod tests {
             json!({"operationId": "r", "responses": {"200": {"content": {
             "application/json": {"schema": {"$ref": "#/components/schemas/Here"}}}}}}),
         );
-        assert!(assemble(vec![], &[("r", &ok)]).is_ok());
+        assert!(assemble(vec![], &[("r", &ok)], true).is_ok());
         for operation in [
             json!({"responses": {"200": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Nowhere"}}}}}}),
             json!({"responses": {"200": {"$ref": "https://example.com/x.json"}}}),
@@ -585,7 +689,10 @@ mod tests {
             json!({"operationId": 5}),
         ] {
             let api = route(operation.clone());
-            assert!(assemble(vec![], &[("r", &api)]).is_err(), "{operation}");
+            assert!(
+                assemble(vec![], &[("r", &api)], true).is_err(),
+                "{operation}"
+            );
         }
     }
 
@@ -607,14 +714,14 @@ mod tests {
         };
         let a = with_id("/api/a", "search");
         let b = with_id("/api/b", "search");
-        let err = assemble(vec![], &[("a", &a), ("b", &b)]).unwrap_err();
+        let err = assemble(vec![], &[("a", &a), ("b", &b)], true).unwrap_err();
         assert!(
             err.contains("operationId conflict") && err.contains("`search`"),
             "{err}"
         );
         assert!(err.contains("which a already uses"), "{err}");
         let c = with_id("/api/c", "searchMore");
-        assert!(assemble(vec![], &[("a", &a), ("c", &c)]).is_ok());
+        assert!(assemble(vec![], &[("a", &a), ("c", &c)], true).is_ok());
         // The host's own operations count too.
         let host_id = serde_json::from_str::<Value>(HOST_OPENAPI).unwrap()["paths"]
             .as_object()
@@ -624,8 +731,65 @@ mod tests {
             .find_map(|op| op["operationId"].as_str().map(str::to_string))
             .unwrap();
         let h = with_id("/api/h", &host_id);
-        let err = assemble(vec![], &[("h", &h)]).unwrap_err();
+        let err = assemble(vec![], &[("h", &h)], true).unwrap_err();
         assert!(err.contains("the host"), "{err}");
+    }
+
+    #[test]
+    fn an_api_or_document_too_large_to_render_is_refused() {
+        // What is counted: each value, its line's indentation, key and end.
+        assert_eq!(
+            Rendered::of(&json!({"a": [1, "x\"y"]}), 0, 0),
+            Rendered {
+                values: 4,
+                yaml: 3 + (2 + 3 + 3) + (4 + 3 + 1) + (4 + 3 + 6)
+            }
+        );
+        let padded = |name: &str, values: usize, depth: usize| {
+            let mut example = Value::Array(vec![json!(0); values]);
+            for _ in 1..depth {
+                example = Value::Array(vec![example]);
+            }
+            let route = (
+                "GET".into(),
+                format!("/api/{name}"),
+                false,
+                None,
+                "{}".into(),
+                None,
+            );
+            Api::check(
+                vec![route],
+                &json!({name: {"example": example}}).to_string(),
+            )
+        };
+        // One family: many small values, or fewer deep, within its byte
+        // caps and past what it may declare.
+        let e = padded("x", MAX_API_VALUES, 1).unwrap_err();
+        assert!(
+            e.contains("its OpenAPI would be too large to render"),
+            "{e}"
+        );
+        let e = padded("x", 5_000, 60).unwrap_err();
+        assert!(e.contains("KiB as YAML"), "{e}");
+        padded("x", MAX_API_VALUES - 10, 1).unwrap();
+        padded("x", 4_000, 60).unwrap();
+        // The whole document counts, whoever adds to it: five families each
+        // within its caps go over, four do not.
+        let big: Vec<(String, Api)> = (0..5)
+            .map(|i| {
+                (
+                    format!("f{i}"),
+                    padded(&format!("f{i}"), 30_000, 1).unwrap(),
+                )
+            })
+            .collect();
+        let families: Vec<(&str, &Api)> = big.iter().map(|(f, a)| (f.as_str(), a)).collect();
+        assemble(host_routes(), &families[..4], true).unwrap();
+        let e = assemble(host_routes(), &families, true).unwrap_err();
+        assert!(e.contains("document with it would be too large"), "{e}");
+        // Unless the caller takes them all (a start).
+        assemble(host_routes(), &families, false).unwrap();
     }
 
     #[test]

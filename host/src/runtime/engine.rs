@@ -559,7 +559,7 @@ impl Runtime {
                 })?;
         }
 
-        let served = api::assemble(host_routes.clone(), &[]).map_err(|e| anyhow!(e))?;
+        let served = api::assemble(host_routes.clone(), &[], true).map_err(|e| anyhow!(e))?;
         Ok(Runtime {
             engine,
             fee_linker,
@@ -882,8 +882,12 @@ impl Runtime {
         if let Some((f, p)) = with {
             families.push((f, &p.api));
         }
-        let mut served =
-            api::assemble(self.host_routes.clone(), &families).map_err(|e| anyhow!(e))?;
+        // A mount or swap while the service runs keeps the whole document
+        // within what renders; a start takes every configured family
+        // (each within its own caps), whichever compiles first.
+        let whole_caps = with.is_some() && !self.loading();
+        let mut served = api::assemble(self.host_routes.clone(), &families, whole_caps)
+            .map_err(|e| anyhow!(e))?;
         // The callers hold `swapping`: the table in force is the newest.
         served.generation = current.generation + 1;
         Ok(served)

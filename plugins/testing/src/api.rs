@@ -3,6 +3,7 @@
 
 use marketplace_guest::openapi::{self, Op, Query, op};
 use marketplace_guest::prelude::*;
+use marketplace_guest::settings;
 
 /// What every misbehaving route accepts first.
 const FAULT: &[Query] = &[
@@ -255,10 +256,44 @@ pub const OPS: &[Op] = &[
     },
 ];
 
+/// The settings the family reads: `api_padding_kib` (0 to 1024) adds a
+/// schema `TestingPadding` whose `example` is about that many KiB of
+/// JSON, `api_padding_depth` (1 to 60, default 1) arrays deep: the
+/// largest, deepest OpenAPI a family can declare, to show that the
+/// service's documents still render (or that the host refuses it).
+pub const SETTINGS: &[Setting] = &[
+    Setting {
+        key: "api_padding_kib",
+        check: |v| settings::whole(v, 0, 1024).map(drop),
+    },
+    Setting {
+        key: "api_padding_depth",
+        check: |v| settings::whole(v, 1, 60).map(drop),
+    },
+];
+
 /// What the family serves (its `describe-api` export); every schema it
-/// references is the host's.
+/// references is the host's, but the padding its settings ask for.
 pub fn api() -> marketplace_guest::types::Api {
-    openapi::api(OPS, json!({}))
+    let setting = |key, default| {
+        marketplace_guest::endpoint_bindings::marketplace::plugin::settings::get(key)
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(default)
+    };
+    let kib = setting("api_padding_kib", 0);
+    if kib == 0 {
+        return openapi::api(OPS, json!({}));
+    }
+    // The innermost array holds the bytes as `0,` pairs: one scalar per
+    // two bytes, each its own line of the YAML, indented by its depth.
+    let mut example = Value::Array(vec![json!(0); kib * 512]);
+    for _ in 1..setting("api_padding_depth", 1) {
+        example = Value::Array(vec![example]);
+    }
+    openapi::api(
+        OPS,
+        json!({"TestingPadding": {"type": "array", "example": example}}),
+    )
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ struct Testing;
 
 impl Endpoint for Testing {
     const NAME: &'static str = "testing";
+    const SETTINGS: Option<&'static [Setting]> = Some(api::SETTINGS);
 
     fn api() -> marketplace_guest::types::Api {
         api::api()
