@@ -99,6 +99,101 @@ fn unknown_path_is_404_json_and_wrong_method_is_405() {
     assert_eq!(r.header("allow"), Some("GET, HEAD, POST"));
 }
 
+/// What generic HTTP clients, browsers and caches ask of any server
+/// (found by an outside probe of the HTTP layer): `OPTIONS` says which
+/// methods a path takes (204 with `Allow`, `OPTIONS *` for the server),
+/// a web page may read every public answer (CORS for reads, never for
+/// writes), reads are not to be kept by a shared cache without asking
+/// again, and a tunnel or an asterisk target for another method is
+/// refused as such rather than as a missing route.
+#[test]
+fn options_cors_for_reads_and_caching_are_what_generic_clients_expect() {
+    let s = Server::start();
+    let page = ("origin", "https://app.example");
+    let r = s.request("OPTIONS", "/api/timeline", &[], None);
+    assert_eq!(r.status, 204, "{}", r.text());
+    assert_eq!(r.header("allow"), Some("GET, HEAD, POST, OPTIONS"));
+    assert_eq!(r.header("access-control-allow-origin"), None);
+    // A browser's preflight of a read: allowed, with what it asks to send.
+    let read = s.request(
+        "OPTIONS",
+        "/api/v1/search",
+        &[
+            page,
+            ("access-control-request-method", "GET"),
+            ("access-control-request-headers", "if-none-match"),
+        ],
+        None,
+    );
+    assert_eq!(read.status, 204);
+    assert_eq!(read.header("access-control-allow-origin"), Some("*"));
+    assert_eq!(
+        read.header("access-control-allow-methods"),
+        Some("GET, HEAD")
+    );
+    assert_eq!(
+        read.header("access-control-allow-headers"),
+        Some("if-none-match")
+    );
+    // Of a write: no CORS answer, so the browser does not send it.
+    let write = s.request(
+        "OPTIONS",
+        "/api/timeline",
+        &[page, ("access-control-request-method", "POST")],
+        None,
+    );
+    assert_eq!(write.status, 204);
+    assert_eq!(write.header("access-control-allow-origin"), None);
+    // Reads from a page are readable by it, errors too; no cache keeps
+    // them without asking again. Writes' answers say neither.
+    for path in ["/api/health", "/api/posts/post_01HZZZZZZZZZZZZZZZZZZZZZZZ"] {
+        let r = s.request("GET", path, &[page], None);
+        assert_eq!(r.header("access-control-allow-origin"), Some("*"), "{path}");
+        assert_eq!(r.header("cache-control"), Some("no-cache"), "{path}");
+        let r = s.request("HEAD", path, &[], None);
+        assert_eq!(r.header("access-control-allow-origin"), None, "{path}");
+        assert_eq!(r.header("cache-control"), Some("no-cache"), "{path}");
+    }
+    let r = s.request("POST", "/api/timeline", &[page], Some(b"{}"));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.header("access-control-allow-origin"), None);
+    assert_eq!(r.header("cache-control"), None);
+    // The asterisk target, and CONNECT, on a raw connection.
+    let raw = |head: &str| {
+        let mut stream = TcpStream::connect(s.addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream.write_all(head.as_bytes()).unwrap();
+        let mut text = String::new();
+        let _ = stream.read_to_string(&mut text);
+        text
+    };
+    let host = s.addr.to_string();
+    let star = raw(&format!(
+        "OPTIONS * HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    ));
+    assert!(star.starts_with("HTTP/1.1 204"), "{star}");
+    assert!(
+        star.to_ascii_lowercase()
+            .contains("\r\nallow: delete, get, head, patch, post, put, options\r\n"),
+        "{star}"
+    );
+    let star = raw(&format!(
+        "GET * HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    ));
+    assert!(
+        star.starts_with("HTTP/1.1 400") && star.contains("invalid_request"),
+        "{star}"
+    );
+    let tunnel =
+        raw("CONNECT a.example:443 HTTP/1.1\r\nHost: a.example:443\r\nConnection: close\r\n\r\n");
+    assert!(
+        tunnel.starts_with("HTTP/1.1 501") && tunnel.contains("not_implemented"),
+        "{tunnel}"
+    );
+}
+
 /// Whether the server closed `stream` (end of stream or reset) rather than
 /// keep it open for another request.
 fn closed(stream: &mut TcpStream) -> bool {

@@ -52,6 +52,13 @@ fn recommended_client_flow_search_post_thread() {
     assert!(p["attachments"][0]["sha256"].as_str().unwrap().len() == 64);
     let terms = s.get(&format!("/api/posts/{id}/attachments/0"));
     assert_eq!(terms.text(), "# Terms\nPayment on delivery.");
+    // Sent as a JSON string, served as its UTF-8, which the type says
+    // (RFC 7763 requires it of text/markdown; clients read text/* without
+    // one as Latin-1).
+    assert_eq!(
+        terms.header("content-type"),
+        Some("text/markdown; charset=utf-8")
+    );
 
     // A comment (paid at the comment price) shows in the thread and the count.
     let r = s.post(
@@ -175,6 +182,10 @@ fn attachment_bytes_round_trip_with_type_and_etag() {
     );
     let other = s.get(&format!("/api/posts/{as_html}/attachments/0"));
     assert_eq!(other.body, text.as_bytes());
+    assert_eq!(
+        other.header("content-type"),
+        Some("text/html; charset=utf-8")
+    );
     assert_ne!(other.header("etag"), Some(etag.as_str()));
     let again = s.request(
         "GET",

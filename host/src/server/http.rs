@@ -945,6 +945,7 @@ async fn handle(
     let client = super::forwarded::client(&app.config.trusted_proxies, peer, req.headers());
     let in_flight = InFlight::start(&app, &id, &method, &path, client, start, conn);
     let has_body = !hyper::body::Body::is_end_stream(req.body());
+    let from_a_page = req.headers().contains_key(hyper::header::ORIGIN);
     let (mut reply, route) = dispatch(&app, &gates, req, &id, client, conn).await;
     in_flight.answered();
     // A large answer of a read waits for its client with room of its own,
@@ -1024,10 +1025,32 @@ async fn handle(
     if let Ok(id) = hyper::header::HeaderValue::from_maybe_shared(Bytes::from(id)) {
         resp.headers_mut().append(&X_REQUEST_ID, id);
     }
+    if method == "GET" || method == "HEAD" {
+        read_headers(resp.headers_mut(), from_a_page && path != "/mcp");
+    }
     Ok(match held {
         Some(held) => resp.map(|answer| answer.holding(held)),
         None => resp,
     })
+}
+
+/// What every answer to a read says unless its handler said otherwise:
+/// `Cache-Control: no-cache` (what it answers changes with every write,
+/// and a 200 or 404 without it may be kept by a shared cache for hours:
+/// a contract's status polled through a CDN would stay `issued`), and,
+/// to a request from a web page (`Origin`), `Access-Control-Allow-Origin:
+/// *`: every read is public, and none depends on a browser's cookies or
+/// credentials (`/mcp` answers CORS itself).
+fn read_headers(headers: &mut hyper::HeaderMap, cors: bool) {
+    use hyper::header::{ACCESS_CONTROL_ALLOW_ORIGIN, CACHE_CONTROL, HeaderValue};
+    headers
+        .entry(CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-cache"));
+    if cors {
+        headers
+            .entry(ACCESS_CONTROL_ALLOW_ORIGIN)
+            .or_insert(HeaderValue::from_static("*"));
+    }
 }
 
 pub(crate) fn to_hyper(reply: Reply, head: bool) -> Response<Answer> {
@@ -1051,8 +1074,9 @@ pub(crate) fn to_hyper(reply: Reply, head: bool) -> Response<Answer> {
         StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let headers = resp.headers_mut();
     // Room for the handler's headers, the content type or length added
-    // below and the request id `handle` appends: the map grows no more.
-    headers.reserve(reply.headers.len() + 3);
+    // below, the request id and a read's headers `handle` adds: the map
+    // grows no more.
+    headers.reserve(reply.headers.len() + 5);
     for (name, value) in reply.headers {
         match (
             HeaderName::from_bytes(name.as_bytes()),
@@ -1157,6 +1181,72 @@ fn content_codings_supported(headers: &hyper::HeaderMap) -> bool {
     !has_body || lists_only(headers, hyper::header::CONTENT_ENCODING, "identity")
 }
 
+/// The answer to a request whose target names no resource: `OPTIONS *`
+/// asks what the server supports (RFC 9110 9.3.7: 204 with `Allow`, as
+/// load balancers' health checks send it); the asterisk with any other
+/// method is malformed (400); `CONNECT` asks for a tunnel, which this
+/// service, not a proxy, does not make (501).
+fn not_for_a_resource(method: &str, uri: &hyper::Uri) -> Option<Reply> {
+    if method == "CONNECT" {
+        return Some(Reply::error(
+            501,
+            "not_implemented",
+            "this service is not a proxy: it makes no tunnels (CONNECT)",
+        ));
+    }
+    if uri.path() != "*" {
+        return None;
+    }
+    Some(if method == "OPTIONS" {
+        options(
+            &["DELETE", "GET", "HEAD", "PATCH", "POST", "PUT"],
+            &hyper::HeaderMap::new(),
+        )
+    } else {
+        Reply::invalid("target", "the asterisk form (`*`) is for OPTIONS only")
+    })
+}
+
+/// `OPTIONS` on a path that does not declare it: 204 with the methods the
+/// path answers in `Allow` (RFC 9110 9.3.7). A browser's CORS preflight
+/// of a read (`Access-Control-Request-Method: GET` or `HEAD`) from any
+/// origin is allowed: every read is public, and no cookie or credential
+/// of a browser's is ever read. A preflight of another method gets no
+/// `Access-Control-Allow-*`, so the browser does not send it (a family
+/// that takes writes from browsers answers OPTIONS itself, as `/mcp`).
+fn options<S: AsRef<str>>(allowed: &[S], headers: &hyper::HeaderMap) -> Reply {
+    let mut list: Vec<&str> = allowed.iter().map(AsRef::as_ref).collect();
+    list.push("OPTIONS");
+    let mut reply = Reply {
+        status: 204,
+        headers: vec![("allow".into(), list.join(", "))],
+        body: vec![],
+    };
+    let asked = headers
+        .get("access-control-request-method")
+        .and_then(|v| v.to_str().ok());
+    let reads = matches!(asked, Some("GET" | "HEAD")) && list.contains(&"GET");
+    if reads && headers.contains_key(hyper::header::ORIGIN) {
+        reply.headers.extend([
+            ("access-control-allow-origin".into(), "*".into()),
+            ("access-control-allow-methods".into(), "GET, HEAD".into()),
+            ("access-control-max-age".into(), "600".into()),
+        ]);
+        // The headers it asks to send, as asked (a read takes none of
+        // them as a credential).
+        if let Some(wanted) = headers
+            .get("access-control-request-headers")
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| v.len() <= 1024)
+        {
+            reply
+                .headers
+                .push(("access-control-allow-headers".into(), wanted.to_string()));
+        }
+    }
+    reply
+}
+
 async fn dispatch(
     app: &Arc<App>,
     gates: &Gates,
@@ -1185,6 +1275,9 @@ async fn dispatch(
         return (reply, None);
     }
     let method = req.method().as_str().to_ascii_uppercase();
+    if let Some(reply) = not_for_a_resource(&method, req.uri()) {
+        return (reply, None);
+    }
     let path = routes::canonical_path(req.uri().path());
     let (route, params) = match app.runtime.find(&method, &path) {
         Match::Found { route, params } => (route, params),
@@ -1210,6 +1303,9 @@ async fn dispatch(
                 ),
                 None,
             );
+        }
+        Match::MethodNotAllowed(allowed) if method == "OPTIONS" => {
+            return (options(&allowed, req.headers()), None);
         }
         Match::MethodNotAllowed(allowed) => {
             return (

@@ -959,7 +959,7 @@ fn attachment(req: &Request) -> Result<Response, ApiError> {
                 kv::get_raw(None, &format!("att/{id}/{:04}", meta.index))?.ok_or_else(|| {
                     ApiError::internal(format!("attachment bytes missing for {id}/{}", meta.index))
                 })?;
-            (bytes, meta.attachment_type.clone())
+            (bytes, with_utf8_charset(&meta.attachment_type))
         }
         Some((upload, file, gone)) => {
             let bytes =
@@ -1105,8 +1105,50 @@ fn thread(req: &Request) -> Result<Response, ApiError> {
 
 marketplace_guest::endpoint_plugin!(Timeline);
 
+/// An inline attachment's type as served: its bytes are the UTF-8 of the
+/// JSON string it was sent as, so a `text/*` type without a charset says
+/// so (`text/markdown` requires one, RFC 7763; without it Python's
+/// `requests` and browsers read the bytes as Latin-1 and garble every
+/// accented letter of a `terms.md`).
+fn with_utf8_charset(media_type: &str) -> String {
+    let text = media_type
+        .get(..5)
+        .is_some_and(|t| t.eq_ignore_ascii_case("text/"));
+    let has_charset = media_type.split(';').skip(1).any(|p| {
+        p.trim_start()
+            .get(..8)
+            .is_some_and(|n| n.eq_ignore_ascii_case("charset="))
+    });
+    if text && !has_charset {
+        format!("{media_type}; charset=utf-8")
+    } else {
+        media_type.to_string()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn inline_text_attachments_say_their_charset() {
+        use super::with_utf8_charset as served;
+        assert_eq!(served("text/markdown"), "text/markdown; charset=utf-8");
+        assert_eq!(served("Text/Plain"), "Text/Plain; charset=utf-8");
+        assert_eq!(
+            served("text/plain; charset=utf-8"),
+            "text/plain; charset=utf-8"
+        );
+        assert_eq!(
+            served("text/plain;Charset=UTF-8"),
+            "text/plain;Charset=UTF-8"
+        );
+        assert_eq!(
+            served("text/markdown; variant=GFM"),
+            "text/markdown; variant=GFM; charset=utf-8"
+        );
+        assert_eq!(served("application/pdf"), "application/pdf");
+        assert_eq!(served("text"), "text");
+    }
+
     use super::content_disposition;
 
     #[test]
