@@ -661,6 +661,17 @@ fn a_private_upload_stays_out_of_shared_caches_and_no_token_is_logged() {
             "public: {is_public}"
         );
         assert_eq!(r.body, b"\x89PNG");
+        // A part of it, while it is the same file (its checksum tags it).
+        let etag = r.header("etag").unwrap().to_string();
+        assert_eq!(etag.len(), 34, "{etag}");
+        let part = s.request(
+            "GET",
+            &path_of(file),
+            &[("range", "bytes=1-2"), ("if-range", &etag)],
+            None,
+        );
+        assert_eq!((part.status, part.body.as_slice()), (206, &b"PN"[..]));
+        assert_eq!(part.header("content-range"), Some("bytes 1-2/4"));
     }
     // A request no route takes at that URL (a browser's GET: 405) is
     // logged without the token too.

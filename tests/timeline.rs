@@ -208,6 +208,47 @@ fn attachment_bytes_round_trip_with_type_and_etag() {
         );
         assert_eq!(r.status, status, "{tags}");
     }
+    // Parts of it (a resumed download, a media player's seek): one range,
+    // the answer's current tag only; past the end 416.
+    let url = format!("/api/posts/{id}/attachments/0");
+    assert_eq!(head.header("accept-ranges"), Some("bytes"));
+    let part = |headers: &[(&str, &str)]| s.request("GET", &url, headers, None);
+    let r = part(&[("range", "bytes=0-1")]);
+    assert_eq!((r.status, r.body.as_slice()), (206, &text.as_bytes()[..2]));
+    let content_range = format!("bytes 0-1/{}", text.len());
+    assert_eq!(r.header("content-range"), Some(content_range.as_str()));
+    let r = part(&[("range", "bytes=-3")]);
+    assert_eq!(
+        (r.status, r.body.as_slice()),
+        (206, &text.as_bytes()[text.len() - 3..])
+    );
+    let r = part(&[("range", "bytes=2-"), ("if-range", &etag)]);
+    assert_eq!((r.status, r.body.as_slice()), (206, &text.as_bytes()[2..]));
+    for whole in [
+        [("range", "bytes=2-"), ("if-range", "\"other\"")],
+        [("range", "bytes=0-1,4-5"), ("x-none", "")],
+    ] {
+        let r = part(&whole);
+        assert_eq!(
+            (r.status, r.body.as_slice()),
+            (200, text.as_bytes()),
+            "{whole:?}"
+        );
+    }
+    let r = part(&[("range", "bytes=100000-")]);
+    assert_eq!(
+        (r.status, r.code()),
+        (416, "range_not_satisfiable".to_string())
+    );
+    let unsatisfied = format!("bytes */{}", text.len());
+    assert_eq!(r.header("content-range"), Some(unsatisfied.as_str()));
+    // A HEAD ignores Range.
+    let r = s.request("HEAD", &url, &[("range", "bytes=0-1")], None);
+    assert_eq!(r.status, 200);
+    for status in [206, 416] {
+        assert!(s.documents("GET", "/api/posts/{post_id}/attachments/{index}", status));
+        assert!(s.documents("GET", "/api/storage/files/{token}", status));
+    }
     assert!(s.documents("GET", "/api/posts/{post_id}/attachments/{index}", 304));
     assert_eq!(again.header("etag"), Some(etag.as_str()));
     // No body, so no media type made up for it.

@@ -946,7 +946,9 @@ async fn handle(
     let in_flight = InFlight::start(&app, &id, &method, &path, client, start, conn);
     let has_body = !hyper::body::Body::is_end_stream(req.body());
     let from_a_page = req.headers().contains_key(hyper::header::ORIGIN);
-    let (mut reply, route) = dispatch(&app, &gates, req, &id, client, conn).await;
+    let asked = super::ranges::Asked::of(req.method(), req.headers());
+    let (reply, route) = dispatch(&app, &gates, req, &id, client, conn).await;
+    let mut reply = asked.apply(reply);
     in_flight.answered();
     // A large answer of a read waits for its client with room of its own,
     // or is refused: a write's answer is kept whatever (what it did is

@@ -10,6 +10,7 @@ pub mod framing;
 pub mod http;
 pub mod linger;
 pub mod open_files;
+pub mod ranges;
 pub mod shares;
 pub mod uploads;
 

@@ -380,6 +380,24 @@ pub fn path_params(path: &str) -> impl Iterator<Item = &str> {
         .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
 }
 
+/// A route whose answer says `Accept-Ranges: bytes`, so that the host
+/// answers a `Range` of it: the `Range` and `If-Range` headers, the 206
+/// with its `Content-Range`, and the 416 past the end.
+pub fn ranged(op: &mut Value) {
+    if !op["parameters"].is_array() {
+        op["parameters"] = json!([]);
+    }
+    if let Some(params) = op["parameters"].as_array_mut() {
+        params.extend([
+            json!({"name": "Range", "in": "header", "required": false, "description": "one byte range (`bytes=0-1023`, `bytes=1024-`, `bytes=-512`): 206 with those bytes; several ranges, another unit or an invalid one: the whole answer", "schema": t("string")}),
+            json!({"name": "If-Range", "in": "header", "required": false, "description": "the ETag of the answer a part is wanted of: when it no longer holds, the whole answer (200)", "schema": t("string")}),
+        ]);
+    }
+    let content_range = json!({"Content-Range": {"description": "`bytes first-last/length`", "schema": t("string")}});
+    op["responses"]["206"] = json!({"description": "the range asked for (Range)", "headers": content_range, "content": {"*/*": {"schema": r("Raw")}}});
+    op["responses"]["416"] = json!({"description": "range_not_satisfiable: the range starts past the end (`Content-Range: bytes */length`)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
+}
+
 /// The request headers that pay for a paid operation (PROTOCOL 3).
 pub fn payment_parameters() -> Vec<Value> {
     vec![

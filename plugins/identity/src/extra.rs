@@ -614,7 +614,18 @@ pub fn file(req: &Request) -> Result<Response, ApiError> {
         ("x-content-type-options".into(), "nosniff".into()),
         // Uploaded HTML must not run as this service's pages.
         ("content-security-policy".into(), "sandbox".into()),
+        // The host answers a `Range` of it (resumed downloads, media).
+        ("accept-ranges".into(), "bytes".into()),
     ];
+    // A file never changes under its token: its checksum tags it (not the
+    // token, a capability), so a resumed download's `If-Range` holds
+    // (uploads stored before checksums were kept have no tag).
+    if !meta.sha256.is_empty() {
+        headers.push((
+            "etag".into(),
+            format!("\"{}\"", &meta.sha256[..32.min(meta.sha256.len())]),
+        ));
+    }
     if meta.is_public {
         headers.push((
             "cache-control".into(),

@@ -937,6 +937,8 @@ fn attachment(req: &Request) -> Result<Response, ApiError> {
             // The author may replace attachments: revalidate by ETag.
             "public, no-cache".into(),
         ),
+        // The host answers a `Range` of them (resumed downloads, media).
+        ("accept-ranges".into(), "bytes".into()),
     ];
     // If-None-Match compares weakly (RFC 9110 13.1.2): `W/"x"` matches `"x"`.
     let matches = |t: &str| {

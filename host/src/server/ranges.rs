@@ -1,0 +1,223 @@
+//! Byte ranges (RFC 9110 14): a part of a `GET` answer that its route
+//! says it serves by ranges (`Accept-Ranges: bytes`: attachments and
+//! uploaded files), so that `curl -C -`, `wget -c` and media players can
+//! resume or seek. The route makes its whole answer as ever; the host
+//! answers the part asked for, `206` with `Content-Range`, or `416` when
+//! the part lies past the end. One range per request: a request for
+//! several (`bytes=0-1,5-6`), an invalid one, another unit or an
+//! `If-Range` that does not name the answer's current `ETag` gets the
+//! whole answer (200), as RFC 9110 allows.
+
+use crate::reply::Reply;
+
+/// What a request asks of its answer's bytes.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Asked {
+    range: Option<String>,
+    if_range: Option<String>,
+}
+
+impl Asked {
+    /// The `Range` and `If-Range` of a `GET` (any other method's are
+    /// ignored, as RFC 9110 14.2 says).
+    pub fn of(method: &hyper::Method, headers: &hyper::HeaderMap) -> Asked {
+        let text = |name| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        match headers.get(hyper::header::RANGE) {
+            Some(_) if method == hyper::Method::GET => Asked {
+                range: text(hyper::header::RANGE),
+                if_range: text(hyper::header::IF_RANGE),
+            },
+            _ => Asked::default(),
+        }
+    }
+
+    /// `reply` cut to the range asked, when its route serves ranges.
+    pub fn apply(&self, reply: Reply) -> Reply {
+        let Some(range) = &self.range else {
+            return reply;
+        };
+        if reply.status != 200 || header(&reply, "accept-ranges") != Some("bytes") {
+            return reply;
+        }
+        // Only the representation the client holds part of may be
+        // continued: a strong tag equal to the answer's (no date: the
+        // routes that serve ranges give no Last-Modified).
+        if let Some(tag) = &self.if_range {
+            let current = header(&reply, "etag");
+            if tag.starts_with("W/") || current != Some(tag.trim()) {
+                return reply;
+            }
+        }
+        let len = reply.body.len() as u64;
+        match part(range, len) {
+            Part::Whole => reply,
+            Part::Bytes(first, last) => {
+                let mut reply = reply;
+                reply.status = 206;
+                reply.body.truncate(last as usize + 1);
+                reply.body.drain(..first as usize);
+                reply.headers.push((
+                    "content-range".into(),
+                    format!("bytes {first}-{last}/{len}"),
+                ));
+                reply
+            }
+            Part::Unsatisfiable => {
+                let mut refused = Reply::error(
+                    416,
+                    "range_not_satisfiable",
+                    format!("the range {range:?} lies past the end of the {len} bytes"),
+                );
+                refused
+                    .headers
+                    .push(("content-range".into(), format!("bytes */{len}")));
+                refused
+            }
+        }
+    }
+}
+
+/// A header of `reply`, by its lower-case name.
+fn header<'a>(reply: &'a Reply, name: &str) -> Option<&'a str> {
+    reply
+        .headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.trim())
+}
+
+/// What a `Range` asks of `len` bytes.
+#[derive(Debug, PartialEq)]
+enum Part {
+    /// Not one valid byte range: the whole answer.
+    Whole,
+    /// Bytes `first` to `last`, both included.
+    Bytes(u64, u64),
+    /// A valid range that starts past the end.
+    Unsatisfiable,
+}
+
+fn part(range: &str, len: u64) -> Part {
+    let Some((unit, spec)) = range.split_once('=') else {
+        return Part::Whole;
+    };
+    if !unit.trim().eq_ignore_ascii_case("bytes") || spec.contains(',') {
+        return Part::Whole;
+    }
+    let Some((first, last)) = spec.trim().split_once('-') else {
+        return Part::Whole;
+    };
+    let number = |s: &str| {
+        (!s.is_empty() && s.len() <= 19 && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse::<u64>().ok())
+            .flatten()
+    };
+    match (first, last) {
+        // The last `n` bytes.
+        ("", n) => match number(n) {
+            None => Part::Whole,
+            Some(0) => Part::Unsatisfiable,
+            Some(_) if len == 0 => Part::Unsatisfiable,
+            Some(n) => Part::Bytes(len.saturating_sub(n), len - 1),
+        },
+        (a, b) => {
+            let Some(a) = number(a) else {
+                return Part::Whole;
+            };
+            let b = match b {
+                "" => u64::MAX,
+                b => match number(b) {
+                    Some(b) if b >= a => b,
+                    _ => return Part::Whole,
+                },
+            };
+            if a >= len {
+                Part::Unsatisfiable
+            } else {
+                Part::Bytes(a, b.min(len - 1))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_range_is_read_as_rfc_9110_says() {
+        assert_eq!(part("bytes=0-9", 100), Part::Bytes(0, 9));
+        assert_eq!(part("bytes=90-", 100), Part::Bytes(90, 99));
+        assert_eq!(part("bytes=90-1000", 100), Part::Bytes(90, 99));
+        assert_eq!(part("bytes=-10", 100), Part::Bytes(90, 99));
+        assert_eq!(part("bytes=-1000", 100), Part::Bytes(0, 99));
+        assert_eq!(part("Bytes = 5-5", 100), Part::Bytes(5, 5));
+        assert_eq!(part("bytes=100-", 100), Part::Unsatisfiable);
+        assert_eq!(part("bytes=-0", 100), Part::Unsatisfiable);
+        assert_eq!(part("bytes=0-", 0), Part::Unsatisfiable);
+        assert_eq!(part("bytes=-5", 0), Part::Unsatisfiable);
+        for whole in [
+            "bytes=9-0",
+            "bytes=0-1,5-6",
+            "items=0-9",
+            "bytes=a-9",
+            "bytes=-",
+            "bytes=+1-2",
+            "bytes=99999999999999999999-",
+            "bytes",
+        ] {
+            assert_eq!(part(whole, 100), Part::Whole, "{whole}");
+        }
+    }
+
+    fn served(body: &[u8]) -> Reply {
+        Reply {
+            status: 200,
+            headers: vec![
+                ("accept-ranges".into(), "bytes".into()),
+                ("etag".into(), "\"t1\"".into()),
+            ],
+            body: body.to_vec(),
+        }
+    }
+
+    fn asked(range: &str, if_range: Option<&str>) -> Asked {
+        Asked {
+            range: Some(range.into()),
+            if_range: if_range.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn only_a_route_that_serves_ranges_is_cut_and_only_its_current_tag() {
+        let r = asked("bytes=2-4", None).apply(served(b"0123456789"));
+        assert_eq!((r.status, r.body.as_slice()), (206, &b"234"[..]));
+        assert_eq!(header(&r, "content-range"), Some("bytes 2-4/10"));
+        assert_eq!(header(&r, "etag"), Some("\"t1\""));
+        let r = asked("bytes=10-", None).apply(served(b"0123456789"));
+        assert_eq!(r.status, 416);
+        assert_eq!(header(&r, "content-range"), Some("bytes */10"));
+        assert!(String::from_utf8_lossy(&r.body).contains("range_not_satisfiable"));
+        // The representation the client holds part of, or the whole.
+        let r = asked("bytes=2-4", Some("\"t1\"")).apply(served(b"0123456789"));
+        assert_eq!(r.status, 206);
+        for other in ["\"t0\"", "W/\"t1\"", "Sat, 05 Dec 2026 22:00:00 GMT"] {
+            let r = asked("bytes=2-4", Some(other)).apply(served(b"0123456789"));
+            assert_eq!((r.status, r.body.len()), (200, 10), "{other}");
+        }
+        // A route that does not say it serves ranges, or not a 200.
+        let mut plain = served(b"0123456789");
+        plain.headers.remove(0);
+        assert_eq!(asked("bytes=2-4", None).apply(plain).status, 200);
+        let mut missing = served(b"{}");
+        missing.status = 404;
+        assert_eq!(asked("bytes=0-0", None).apply(missing).status, 404);
+        // No Range: as it was.
+        assert_eq!(Asked::default().apply(served(b"01")), served(b"01"));
+    }
+}
