@@ -1709,8 +1709,9 @@ fn settings_are_checked_when_a_component_loads() {
 }
 
 /// A family's OpenAPI is held to what the `mcp` component can render for
-/// everyone: examples 60 arrays deep within the family's byte caps (about
-/// 32 MB as YAML) used to make `/openapi.yaml` 503 for every client; now
+/// everyone: examples 60 arrays deep within the family's byte caps (480
+/// KiB of them about 32 MB as YAML) used to make `/openapi.yaml` 503 for
+/// every client; now
 /// that family is refused at load, saying why, and the documents are
 /// served. Padding within the caps, as deep, is served in them.
 #[test]
@@ -1724,17 +1725,18 @@ fn a_familys_openapi_too_large_to_render_is_refused() {
             ..Default::default()
         })
     };
-    let s = padded(480, 60);
+    // 30,720 small values, 60 arrays deep: within the family's byte and
+    // value caps, past its YAML one.
+    let s = padded(60, 60);
     let health = s.get("/api/health").json();
     assert_eq!(
         health["plugins"]["testing"]["status"], "unavailable",
         "{health}"
     );
+    let log = s.log_text();
     assert!(
-        s.log_text()
-            .contains("its OpenAPI would be too large to render"),
-        "{}",
-        s.log_text()
+        log.contains("its OpenAPI would be too large to render"),
+        "{log}"
     );
     for path in ["/openapi.yaml", "/docs", "/openapi.json"] {
         assert_eq!(s.get(path).status, 200, "{path}");

@@ -144,20 +144,40 @@ fn options_cors_for_reads_and_caching_are_what_generic_clients_expect() {
     );
     assert_eq!(write.status, 204);
     assert_eq!(write.header("access-control-allow-origin"), None);
-    // Reads from a page are readable by it, errors too; no cache keeps
-    // them without asking again. Writes' answers say neither.
+    // Reads are readable by a page, errors too, and so are their headers,
+    // whoever asked (a cache may serve a page what it kept for another
+    // client); no cache keeps them without asking again. Writes' answers
+    // say neither.
     for path in ["/api/health", "/api/posts/post_01HZZZZZZZZZZZZZZZZZZZZZZZ"] {
-        let r = s.request("GET", path, &[page], None);
-        assert_eq!(r.header("access-control-allow-origin"), Some("*"), "{path}");
-        assert_eq!(r.header("cache-control"), Some("no-cache"), "{path}");
-        let r = s.request("HEAD", path, &[], None);
-        assert_eq!(r.header("access-control-allow-origin"), None, "{path}");
-        assert_eq!(r.header("cache-control"), Some("no-cache"), "{path}");
+        for (method, headers) in [("GET", vec![page]), ("HEAD", vec![])] {
+            let r = s.request(method, path, &headers, None);
+            assert_eq!(
+                r.header("access-control-allow-origin"),
+                Some("*"),
+                "{method} {path}"
+            );
+            assert_eq!(
+                r.header("access-control-expose-headers"),
+                Some("*"),
+                "{method} {path}"
+            );
+            assert_eq!(
+                r.header("cache-control"),
+                Some("no-cache"),
+                "{method} {path}"
+            );
+        }
     }
     let r = s.request("POST", "/api/timeline", &[page], Some(b"{}"));
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(r.header("access-control-allow-origin"), None);
     assert_eq!(r.header("cache-control"), None);
+    // `/mcp` answers CORS to the origins it allows, and no other.
+    let r = s.request("GET", "/mcp", &[page], None);
+    assert_eq!(
+        (r.status, r.header("access-control-allow-origin")),
+        (405, None)
+    );
     // The asterisk target, and CONNECT, on a raw connection.
     let raw = |head: &str| {
         let mut stream = TcpStream::connect(s.addr).unwrap();
@@ -174,9 +194,11 @@ fn options_cors_for_reads_and_caching_are_what_generic_clients_expect() {
         "OPTIONS * HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
     ));
     assert!(star.starts_with("HTTP/1.1 204"), "{star}");
+    // Every method some route takes (the uploads' PUT among them), and
+    // none that no route takes.
     assert!(
         star.to_ascii_lowercase()
-            .contains("\r\nallow: delete, get, head, patch, post, put, options\r\n"),
+            .contains("\r\nallow: get, head, post, put, options\r\n"),
         "{star}"
     );
     let star = raw(&format!(

@@ -133,7 +133,8 @@ impl Reply {
 }
 
 /// Methods as `Allow` lists them.
-fn allowed_list<S: AsRef<str>>(allowed: &[S]) -> String {
+/// Methods as `Allow` lists them.
+pub fn allowed_list<S: AsRef<str>>(allowed: &[S]) -> String {
     allowed
         .iter()
         .map(AsRef::as_ref)

@@ -27,20 +27,22 @@ const MAX_DEPTH: usize = 64;
 /// Most values (objects, arrays, strings, numbers, booleans, nulls) of one
 /// family's api, and the most bytes they may take as YAML in the
 /// document ([`Rendered`]); and the same of the whole document, which a
-/// mount or swap while the service runs must keep to (a start loads every
-/// configured family, each within its own caps, in whatever order they
-/// compile). The `mcp` component parses the whole document and renders it
-/// (`/openapi.yaml`, `/docs`, `/api/docs/search`) within its memory cap,
-/// and keeps what it rendered in its 8 MiB memo. The built-in families'
-/// document has about 6,600 values and renders to about 220 kB of YAML.
-/// Within the byte caps above, a family alone could break it for every
-/// client: 480 KiB of small values 60 arrays deep render to a 32 MB YAML,
-/// past the `mcp` component's memory cap (`/openapi.yaml` 503), and 2 MiB
-/// of them unnested (four families at their byte caps) did the same; ten
-/// to twenty families at their caps did it to `/docs`.
-const MAX_API_VALUES: usize = 32 * 1024;
+/// mount or swap while the service runs may not take past them (a start
+/// takes every configured family, each within its own caps, and says so
+/// when the whole is over). The `mcp` component parses the whole document
+/// and renders it (`/openapi.yaml`, `/docs`, `/api/docs/search`) within
+/// its memory cap, and keeps what it rendered in its 8 MiB memo: it
+/// rendered 130,000 values, or 2.9 MB of YAML 60 arrays deep, and failed
+/// at a million values. The built-in families' document has about 6,600
+/// values and 280 KiB by this estimate (220 kB as that component writes
+/// it). Within the byte caps above, a family alone could break it for
+/// every client: 480 KiB of small values 60 arrays deep render to a 32 MB
+/// YAML, past the `mcp` component's memory cap (`/openapi.yaml` 503), and
+/// 2 MiB of them unnested (four families at their byte caps) did the
+/// same; ten to twenty families at their caps did it to `/docs`.
+const MAX_API_VALUES: usize = 64 * 1024;
 const MAX_API_YAML: usize = 640 << 10;
-const MAX_DOCUMENT_VALUES: usize = 128 * 1024;
+const MAX_DOCUMENT_VALUES: usize = 192 * 1024;
 const MAX_DOCUMENT_YAML: usize = 3 << 20;
 
 /// A route as the WIT `route` record gives it: method, pattern, writes,
@@ -258,6 +260,8 @@ fn path_parameters(pattern: &str, operation: &mut Value) -> Result<(), String> {
 pub struct Served {
     pub table: std::sync::Arc<Table>,
     pub openapi: std::sync::Arc<str>,
+    /// What the document costs to render.
+    pub rendered: Rendered,
     /// One more at each table put in force (a mount, swap or unmount): what
     /// the components' memos are kept for (see [`crate::runtime::memo`]).
     pub generation: u64,
@@ -296,13 +300,15 @@ fn dangling_ref<'v>(doc: &Value, value: &'v Value) -> Option<&'v str> {
 }
 
 /// Assemble the table and document from the host's routes and the loaded
-/// families' apis. A route or schema conflict is an error naming both
-/// owners; with `whole_caps`, so is a document over its caps
-/// ([`MAX_DOCUMENT_VALUES`], [`MAX_DOCUMENT_YAML`]).
+/// families' apis. A route or schema conflict is an error; so, with the
+/// document in force (`instead_of`), is a document past a cap
+/// ([`MAX_DOCUMENT_VALUES`], [`MAX_DOCUMENT_YAML`]) and further past it
+/// than that one (a change that makes an oversized document smaller is
+/// taken).
 pub fn assemble(
     host_routes: Vec<Route>,
     families: &[(&str, &Api)],
-    whole_caps: bool,
+    instead_of: Option<Rendered>,
 ) -> Result<Served, String> {
     let mut doc: Value = serde_json::from_str(HOST_OPENAPI)
         .map_err(|e| format!("host OpenAPI document does not parse: {e}"))?;
@@ -436,7 +442,9 @@ pub fn assemble(
         }
     }
     let rendered = Rendered::of(&doc, 0, 0);
-    if whole_caps && (rendered.values > MAX_DOCUMENT_VALUES || rendered.yaml > MAX_DOCUMENT_YAML) {
+    if let Some(current) = instead_of
+        && rendered.grows_past_the_caps(&current)
+    {
         return Err(rendered.too_large(
             "the service's OpenAPI document with it",
             MAX_DOCUMENT_VALUES,
@@ -446,6 +454,7 @@ pub fn assemble(
     Ok(Served {
         table: table.into(),
         openapi: doc.to_string().into(),
+        rendered,
         generation: 0,
     })
 }
@@ -456,7 +465,7 @@ pub fn assemble(
 /// more than the `mcp` component's emitter writes, which leaves a
 /// sequence in a mapping unindented).
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
-struct Rendered {
+pub struct Rendered {
     values: usize,
     yaml: usize,
 }
@@ -480,6 +489,24 @@ impl Rendered {
             r.add(schema, 3, quoted_len(name));
         }
         r
+    }
+
+    /// Whether a whole document is past a cap, and further past it than
+    /// `current`.
+    fn grows_past_the_caps(&self, current: &Rendered) -> bool {
+        (self.values > MAX_DOCUMENT_VALUES && self.values > current.values)
+            || (self.yaml > MAX_DOCUMENT_YAML && self.yaml > current.yaml)
+    }
+
+    /// Why a whole document this large may not render, if it may not.
+    pub fn whole_problem(&self) -> Option<String> {
+        (self.values > MAX_DOCUMENT_VALUES || self.yaml > MAX_DOCUMENT_YAML).then(|| {
+            self.too_large(
+                "the service's OpenAPI document",
+                MAX_DOCUMENT_VALUES,
+                MAX_DOCUMENT_YAML,
+            )
+        })
     }
 
     /// Why `what` is refused, against these caps.
@@ -621,7 +648,7 @@ mod tests {
         let b = api(&[("POST", "/api/b/{x}")], json!({"A": {"type": "string"}}));
         let host = host_routes();
         let host_routes = host.len();
-        let served = assemble(host, &[("a", &a), ("b", &b)], true).unwrap();
+        let served = assemble(host, &[("a", &a), ("b", &b)], Some(Rendered::default())).unwrap();
         let doc: Value = serde_json::from_str(&served.openapi).unwrap();
         assert_eq!(doc["paths"]["/api/a/{id}"]["get"]["x-family"], "a");
         assert_eq!(doc["paths"]["/api/b/{x}"]["post"]["x-family"], "b");
@@ -645,16 +672,38 @@ mod tests {
     fn conflicts_are_refused() {
         let a = api(&[("GET", "/api/a/{id}")], json!({"A": {"type": "string"}}));
         let same_route = api(&[("GET", "/api/a/{other}")], json!({}));
-        let err = assemble(vec![], &[("a", &a), ("b", &same_route)], true).unwrap_err();
+        let err = assemble(
+            vec![],
+            &[("a", &a), ("b", &same_route)],
+            Some(Rendered::default()),
+        )
+        .unwrap_err();
         assert!(err.contains("conflict"), "{err}");
         // Another method on a's path is a's alone too.
         let same_path = api(&[("DELETE", "/api/a/{x}")], json!({}));
-        let err = assemble(vec![], &[("a", &a), ("b", &same_path)], true).unwrap_err();
+        let err = assemble(
+            vec![],
+            &[("a", &a), ("b", &same_path)],
+            Some(Rendered::default()),
+        )
+        .unwrap_err();
         assert!(err.contains("conflict"), "{err}");
         let host_route = api(&[("GET", "/api/fees")], json!({}));
-        assert!(assemble(host_routes(), &[("b", &host_route)], true).is_err());
+        assert!(
+            assemble(
+                host_routes(),
+                &[("b", &host_route)],
+                Some(Rendered::default())
+            )
+            .is_err()
+        );
         let other_schema = api(&[("GET", "/api/b")], json!({"A": {"type": "integer"}}));
-        let err = assemble(vec![], &[("a", &a), ("b", &other_schema)], true).unwrap_err();
+        let err = assemble(
+            vec![],
+            &[("a", &a), ("b", &other_schema)],
+            Some(Rendered::default()),
+        )
+        .unwrap_err();
         assert!(
             err.contains("schema conflict") && err.contains('A'),
             "{err}"
@@ -681,7 +730,7 @@ mod tests {
             json!({"operationId": "r", "responses": {"200": {"content": {
             "application/json": {"schema": {"$ref": "#/components/schemas/Here"}}}}}}),
         );
-        assert!(assemble(vec![], &[("r", &ok)], true).is_ok());
+        assert!(assemble(vec![], &[("r", &ok)], Some(Rendered::default())).is_ok());
         for operation in [
             json!({"responses": {"200": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Nowhere"}}}}}}),
             json!({"responses": {"200": {"$ref": "https://example.com/x.json"}}}),
@@ -690,7 +739,7 @@ mod tests {
         ] {
             let api = route(operation.clone());
             assert!(
-                assemble(vec![], &[("r", &api)], true).is_err(),
+                assemble(vec![], &[("r", &api)], Some(Rendered::default())).is_err(),
                 "{operation}"
             );
         }
@@ -714,14 +763,14 @@ mod tests {
         };
         let a = with_id("/api/a", "search");
         let b = with_id("/api/b", "search");
-        let err = assemble(vec![], &[("a", &a), ("b", &b)], true).unwrap_err();
+        let err = assemble(vec![], &[("a", &a), ("b", &b)], Some(Rendered::default())).unwrap_err();
         assert!(
             err.contains("operationId conflict") && err.contains("`search`"),
             "{err}"
         );
         assert!(err.contains("which a already uses"), "{err}");
         let c = with_id("/api/c", "searchMore");
-        assert!(assemble(vec![], &[("a", &a), ("c", &c)], true).is_ok());
+        assert!(assemble(vec![], &[("a", &a), ("c", &c)], Some(Rendered::default())).is_ok());
         // The host's own operations count too.
         let host_id = serde_json::from_str::<Value>(HOST_OPENAPI).unwrap()["paths"]
             .as_object()
@@ -731,7 +780,7 @@ mod tests {
             .find_map(|op| op["operationId"].as_str().map(str::to_string))
             .unwrap();
         let h = with_id("/api/h", &host_id);
-        let err = assemble(vec![], &[("h", &h)], true).unwrap_err();
+        let err = assemble(vec![], &[("h", &h)], Some(Rendered::default())).unwrap_err();
         assert!(err.contains("the host"), "{err}");
     }
 
@@ -772,7 +821,7 @@ mod tests {
         );
         let e = padded("x", 5_000, 60).unwrap_err();
         assert!(e.contains("KiB as YAML"), "{e}");
-        padded("x", MAX_API_VALUES - 10, 1).unwrap();
+        padded("x", 40_000, 1).unwrap();
         padded("x", 4_000, 60).unwrap();
         // The whole document counts, whoever adds to it: five families each
         // within its caps go over, four do not.
@@ -780,16 +829,39 @@ mod tests {
             .map(|i| {
                 (
                     format!("f{i}"),
-                    padded(&format!("f{i}"), 30_000, 1).unwrap(),
+                    padded(&format!("f{i}"), 45_000, 1).unwrap(),
                 )
             })
             .collect();
         let families: Vec<(&str, &Api)> = big.iter().map(|(f, a)| (f.as_str(), a)).collect();
-        assemble(host_routes(), &families[..4], true).unwrap();
-        let e = assemble(host_routes(), &families, true).unwrap_err();
+        assemble(host_routes(), &families[..4], Some(Rendered::default())).unwrap();
+        let e = assemble(host_routes(), &families, Some(Rendered::default())).unwrap_err();
         assert!(e.contains("document with it would be too large"), "{e}");
-        // Unless the caller takes them all (a start).
-        assemble(host_routes(), &families, false).unwrap();
+        // Unless the caller takes them all (a start), or the document in
+        // force is larger still (a change that makes it smaller).
+        let whole = assemble(host_routes(), &families, None).unwrap();
+        assert!(whole.rendered.whole_problem().is_some());
+        assemble(host_routes(), &families, Some(whole.rendered)).unwrap();
+        assert!(
+            assemble(host_routes(), &families[..4], None)
+                .unwrap()
+                .rendered
+                .whole_problem()
+                .is_none()
+        );
+        // The whole document's YAML: six families of deep values, each
+        // within its caps, go over it.
+        let deep: Vec<(String, Api)> = (0..6)
+            .map(|i| {
+                (
+                    format!("d{i}"),
+                    padded(&format!("d{i}"), 4_000, 60).unwrap(),
+                )
+            })
+            .collect();
+        let families: Vec<(&str, &Api)> = deep.iter().map(|(f, a)| (f.as_str(), a)).collect();
+        let e = assemble(host_routes(), &families, Some(Rendered::default())).unwrap_err();
+        assert!(e.contains("KiB as YAML"), "{e}");
     }
 
     #[test]

@@ -559,7 +559,7 @@ impl Runtime {
                 })?;
         }
 
-        let served = api::assemble(host_routes.clone(), &[], true).map_err(|e| anyhow!(e))?;
+        let served = api::assemble(host_routes.clone(), &[], None).map_err(|e| anyhow!(e))?;
         Ok(Runtime {
             engine,
             fee_linker,
@@ -675,6 +675,11 @@ impl Runtime {
     /// are 404 from now on.
     pub fn loaded(&self) {
         self.loading.store(false, Ordering::Release);
+        if let Some(problem) = self.served().rendered.whole_problem() {
+            tracing::error!(
+                "{problem}: /openapi.yaml, /docs and /api/docs/search may answer 503; serve fewer or smaller families (a mount or swap that makes it larger is refused)"
+            );
+        }
     }
 
     /// Whether the configured families are still loading.
@@ -871,6 +876,7 @@ impl Runtime {
             return Ok(Served {
                 table: current.table.clone(),
                 openapi: current.openapi.clone(),
+                rendered: current.rendered,
                 generation: current.generation + 1,
             });
         }
@@ -883,10 +889,12 @@ impl Runtime {
             families.push((f, &p.api));
         }
         // A mount or swap while the service runs keeps the whole document
-        // within what renders; a start takes every configured family
-        // (each within its own caps), whichever compiles first.
-        let whole_caps = with.is_some() && !self.loading();
-        let mut served = api::assemble(self.host_routes.clone(), &families, whole_caps)
+        // within what renders (or no further past it than it is); a start
+        // takes every configured family (each within its own caps),
+        // whichever compiles first, and says at its end when the whole is
+        // over ([`Runtime::loaded`]).
+        let instead_of = (with.is_some() && !self.loading()).then_some(current.rendered);
+        let mut served = api::assemble(self.host_routes.clone(), &families, instead_of)
             .map_err(|e| anyhow!(e))?;
         // The callers hold `swapping`: the table in force is the newest.
         served.generation = current.generation + 1;

@@ -378,7 +378,7 @@ mod tests {
     #[test]
     fn the_host_routes_are_documented_and_routed() {
         let host = routes(false);
-        let served = crate::runtime::api::assemble(host.clone(), &[], true).unwrap();
+        let served = crate::runtime::api::assemble(host.clone(), &[], None).unwrap();
         let doc: serde_json::Value = serde_json::from_str(&served.openapi).unwrap();
         for route in &host {
             let path = &route.pattern;

@@ -945,7 +945,6 @@ async fn handle(
     let client = super::forwarded::client(&app.config.trusted_proxies, peer, req.headers());
     let in_flight = InFlight::start(&app, &id, &method, &path, client, start, conn);
     let has_body = !hyper::body::Body::is_end_stream(req.body());
-    let from_a_page = req.headers().contains_key(hyper::header::ORIGIN);
     let asked = super::ranges::Asked::of(req.method(), req.headers());
     let (reply, route) = dispatch(&app, &gates, req, &id, client, conn).await;
     let mut reply = asked.apply(reply);
@@ -1028,7 +1027,7 @@ async fn handle(
         resp.headers_mut().append(&X_REQUEST_ID, id);
     }
     if method == "GET" || method == "HEAD" {
-        read_headers(resp.headers_mut(), from_a_page && path != "/mcp");
+        read_headers(resp.headers_mut(), path != "/mcp");
     }
     Ok(match held {
         Some(held) => resp.map(|answer| answer.holding(held)),
@@ -1039,18 +1038,26 @@ async fn handle(
 /// What every answer to a read says unless its handler said otherwise:
 /// `Cache-Control: no-cache` (what it answers changes with every write,
 /// and a 200 or 404 without it may be kept by a shared cache for hours:
-/// a contract's status polled through a CDN would stay `issued`), and,
-/// to a request from a web page (`Origin`), `Access-Control-Allow-Origin:
-/// *`: every read is public, and none depends on a browser's cookies or
-/// credentials (`/mcp` answers CORS itself).
+/// a contract's status polled through a CDN would stay `issued`), and
+/// `Access-Control-Allow-Origin: *` with `Access-Control-Expose-Headers:
+/// *` (`cors`: every path but `/mcp`, which answers CORS itself): every
+/// read is public and none depends on a browser's cookies or credentials,
+/// so a web page may read it, its `ETag`, `Content-Range` and request id
+/// too. Said whether or not the request has an `Origin`, so that a cache
+/// holding an answer fetched without one serves it to a page as well.
 fn read_headers(headers: &mut hyper::HeaderMap, cors: bool) {
-    use hyper::header::{ACCESS_CONTROL_ALLOW_ORIGIN, CACHE_CONTROL, HeaderValue};
+    use hyper::header::{
+        ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, CACHE_CONTROL, HeaderValue,
+    };
     headers
         .entry(CACHE_CONTROL)
         .or_insert(HeaderValue::from_static("no-cache"));
     if cors {
         headers
             .entry(ACCESS_CONTROL_ALLOW_ORIGIN)
+            .or_insert(HeaderValue::from_static("*"));
+        headers
+            .entry(ACCESS_CONTROL_EXPOSE_HEADERS)
             .or_insert(HeaderValue::from_static("*"));
     }
 }
@@ -1078,7 +1085,7 @@ pub(crate) fn to_hyper(reply: Reply, head: bool) -> Response<Answer> {
     // Room for the handler's headers, the content type or length added
     // below, the request id and a read's headers `handle` adds: the map
     // grows no more.
-    headers.reserve(reply.headers.len() + 5);
+    headers.reserve(reply.headers.len() + 6);
     for (name, value) in reply.headers {
         match (
             HeaderName::from_bytes(name.as_bytes()),
@@ -1188,7 +1195,7 @@ fn content_codings_supported(headers: &hyper::HeaderMap) -> bool {
 /// load balancers' health checks send it); the asterisk with any other
 /// method is malformed (400); `CONNECT` asks for a tunnel, which this
 /// service, not a proxy, does not make (501).
-fn not_for_a_resource(method: &str, uri: &hyper::Uri) -> Option<Reply> {
+fn not_for_a_resource(app: &App, method: &str, uri: &hyper::Uri) -> Option<Reply> {
     if method == "CONNECT" {
         return Some(Reply::error(
             501,
@@ -1200,10 +1207,16 @@ fn not_for_a_resource(method: &str, uri: &hyper::Uri) -> Option<Reply> {
         return None;
     }
     Some(if method == "OPTIONS" {
-        options(
-            &["DELETE", "GET", "HEAD", "PATCH", "POST", "PUT"],
-            &hyper::HeaderMap::new(),
-        )
+        // Every method some route of the table in force takes.
+        let served = app.runtime.served();
+        let mut methods: Vec<&str> = served.table.routes().map(|r| r.method.as_str()).collect();
+        if methods.contains(&"GET") {
+            methods.push("HEAD");
+        }
+        methods.sort_unstable();
+        methods.dedup();
+        methods.retain(|m| *m != "OPTIONS");
+        options(&methods, &hyper::HeaderMap::new())
     } else {
         Reply::invalid("target", "the asterisk form (`*`) is for OPTIONS only")
     })
@@ -1221,7 +1234,7 @@ fn options<S: AsRef<str>>(allowed: &[S], headers: &hyper::HeaderMap) -> Reply {
     list.push("OPTIONS");
     let mut reply = Reply {
         status: 204,
-        headers: vec![("allow".into(), list.join(", "))],
+        headers: vec![("allow".into(), crate::reply::allowed_list(&list))],
         body: vec![],
     };
     let asked = headers
@@ -1277,7 +1290,7 @@ async fn dispatch(
         return (reply, None);
     }
     let method = req.method().as_str().to_ascii_uppercase();
-    if let Some(reply) = not_for_a_resource(&method, req.uri()) {
+    if let Some(reply) = not_for_a_resource(app, &method, req.uri()) {
         return (reply, None);
     }
     let path = routes::canonical_path(req.uri().path());

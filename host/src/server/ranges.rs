@@ -21,11 +21,13 @@ impl Asked {
     /// The `Range` and `If-Range` of a `GET` (any other method's are
     /// ignored, as RFC 9110 14.2 says).
     pub fn of(method: &hyper::Method, headers: &hyper::HeaderMap) -> Asked {
+        // A value that is not text is kept as "", which names no range and
+        // no tag: a Range is then answered whole, and so is any Range after
+        // an If-Range (RFC 9110 13.1.5: only a validator that matches).
         let text = |name| {
             headers
                 .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
+                .map(|v| v.to_str().unwrap_or_default().to_string())
         };
         match headers.get(hyper::header::RANGE) {
             Some(_) if method == hyper::Method::GET => Asked {
@@ -122,7 +124,9 @@ fn part(range: &str, len: u64) -> Part {
         ("", n) => match number(n) {
             None => Part::Whole,
             Some(0) => Part::Unsatisfiable,
-            Some(_) if len == 0 => Part::Unsatisfiable,
+            // Satisfiable (RFC 9110 14.1.1), but no 206 can carry an empty
+            // part: the whole, empty answer.
+            Some(_) if len == 0 => Part::Whole,
             Some(n) => Part::Bytes(len.saturating_sub(n), len - 1),
         },
         (a, b) => {
@@ -160,7 +164,7 @@ mod tests {
         assert_eq!(part("bytes=100-", 100), Part::Unsatisfiable);
         assert_eq!(part("bytes=-0", 100), Part::Unsatisfiable);
         assert_eq!(part("bytes=0-", 0), Part::Unsatisfiable);
-        assert_eq!(part("bytes=-5", 0), Part::Unsatisfiable);
+        assert_eq!(part("bytes=-5", 0), Part::Whole);
         for whole in [
             "bytes=9-0",
             "bytes=0-1,5-6",
@@ -206,7 +210,7 @@ mod tests {
         // The representation the client holds part of, or the whole.
         let r = asked("bytes=2-4", Some("\"t1\"")).apply(served(b"0123456789"));
         assert_eq!(r.status, 206);
-        for other in ["\"t0\"", "W/\"t1\"", "Sat, 05 Dec 2026 22:00:00 GMT"] {
+        for other in ["\"t0\"", "W/\"t1\"", "Sat, 05 Dec 2026 22:00:00 GMT", ""] {
             let r = asked("bytes=2-4", Some(other)).apply(served(b"0123456789"));
             assert_eq!((r.status, r.body.len()), (200, 10), "{other}");
         }
@@ -217,6 +221,21 @@ mod tests {
         let mut missing = served(b"{}");
         missing.status = 404;
         assert_eq!(asked("bytes=0-0", None).apply(missing).status, 404);
+        // An If-Range that is not text matches nothing; a Range of
+        // another method is not read.
+        let mut headers = hyper::HeaderMap::new();
+        headers.insert(hyper::header::RANGE, "bytes=2-4".parse().unwrap());
+        headers.insert(
+            hyper::header::IF_RANGE,
+            hyper::header::HeaderValue::from_bytes(b"\"t1\xff\"").unwrap(),
+        );
+        let r = Asked::of(&hyper::Method::GET, &headers).apply(served(b"0123456789"));
+        assert_eq!(r.status, 200);
+        headers.remove(hyper::header::IF_RANGE);
+        let r = Asked::of(&hyper::Method::GET, &headers).apply(served(b"0123456789"));
+        assert_eq!(r.status, 206);
+        let r = Asked::of(&hyper::Method::HEAD, &headers).apply(served(b"0123456789"));
+        assert_eq!(r.status, 200);
         // No Range: as it was.
         assert_eq!(Asked::default().apply(served(b"01")), served(b"01"));
     }

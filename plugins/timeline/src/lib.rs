@@ -925,10 +925,13 @@ fn attachment(req: &Request) -> Result<Response, ApiError> {
         None => meta.sha256.as_str(),
         Some((upload, ..)) => *upload,
     };
-    let tag = Sha256::digest(format!(
-        "{content}\0{}\0{}",
-        meta.attachment_type, meta.filename
-    ));
+    // (An inline one's type as served: a cache that kept it without its
+    // charset revalidates into the new answer.)
+    let tagged_type = match &upload {
+        None => with_utf8_charset(&meta.attachment_type),
+        Some(_) => meta.attachment_type.clone(),
+    };
+    let tag = Sha256::digest(format!("{content}\0{tagged_type}\0{}", meta.filename));
     let etag = format!("\"{}\"", hex::encode(&tag[..16]));
     let mut headers = vec![
         ("etag".to_string(), etag.clone()),
@@ -961,7 +964,7 @@ fn attachment(req: &Request) -> Result<Response, ApiError> {
                 kv::get_raw(None, &format!("att/{id}/{:04}", meta.index))?.ok_or_else(|| {
                     ApiError::internal(format!("attachment bytes missing for {id}/{}", meta.index))
                 })?;
-            (bytes, with_utf8_charset(&meta.attachment_type))
+            (bytes, tagged_type)
         }
         Some((upload, file, gone)) => {
             let bytes =
