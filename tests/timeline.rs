@@ -154,6 +154,10 @@ fn attachment_bytes_round_trip_with_type_and_etag() {
     );
     assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
     assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
+    // Cached as its route says (public): readable by a page whoever
+    // fetched it first.
+    assert_eq!(r.header("access-control-allow-origin"), Some("*"));
+    assert_eq!(r.header("access-control-expose-headers"), Some("*"));
     assert!(
         r.header("content-security-policy")
             .unwrap()
