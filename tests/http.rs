@@ -4,6 +4,7 @@
 mod common;
 
 use common::Server;
+use serde_json::json;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -92,11 +93,24 @@ fn unknown_path_is_404_json_and_wrong_method_is_405() {
     let r = s.request("DELETE", "/api/health", &[], None);
     assert_eq!(r.status, 405);
     assert_eq!(r.code(), "method_not_allowed");
-    assert_eq!(r.header("allow"), Some("GET, HEAD"));
+    assert_eq!(r.header("allow"), Some("GET, HEAD, OPTIONS"));
 
     let r = s.request("PUT", "/api/v1/timeline", &[], Some(b"{}"));
     assert_eq!(r.status, 405);
-    assert_eq!(r.header("allow"), Some("GET, HEAD, POST"));
+    assert_eq!(r.header("allow"), Some("GET, HEAD, POST, OPTIONS"));
+
+    // A HEAD's answer is its GET's, the length of a refusal's message too.
+    for path in ["/api/does-not-exist", "/api/posts/update", "/mcp"] {
+        let get = s.get(path);
+        let head = s.request("HEAD", path, &[], None);
+        assert_eq!(head.status, get.status, "{path}");
+        assert!(head.body.is_empty());
+        assert_eq!(
+            head.header("content-length"),
+            Some(get.body.len().to_string().as_str()),
+            "{path}"
+        );
+    }
 }
 
 /// What generic HTTP clients, browsers and caches ask of any server
@@ -168,6 +182,34 @@ fn options_cors_for_reads_and_caching_are_what_generic_clients_expect() {
         (r.status, r.header("access-control-allow-origin")),
         (405, None)
     );
+    // A write a browser says another site's page sent (a form, or a fetch
+    // needing no preflight) is refused before it runs; the page's own
+    // site, or no browser, is not.
+    let define = |site: Option<&str>| {
+        let body = json!({"name": "cross_site_probe", "description": "d", "kind": "search",
+            "typescript": "return {term: args.term};",
+            "input_schema": {"type": "object", "properties": {"term": {"type": "string"}}}});
+        let mut headers = vec![("content-type", "text/plain"), page];
+        headers.extend(site.map(|v| ("sec-fetch-site", v)));
+        s.request(
+            "POST",
+            "/api/mcp/tools/define",
+            &headers,
+            Some(body.to_string().as_bytes()),
+        )
+    };
+    for site in ["cross-site", "same-site"] {
+        let r = define(Some(site));
+        assert_eq!(
+            (r.status, r.code()),
+            (403, "cross_site_request".to_string()),
+            "{site}"
+        );
+    }
+    let listed = s.get("/api/mcp").json()["macros"].to_string();
+    assert!(!listed.contains("cross_site_probe"), "{listed}");
+    let r = define(Some("same-origin"));
+    assert_eq!(r.status, 201, "{}", r.text());
     // The asterisk target, and CONNECT, on a raw connection.
     let raw = |head: &str| {
         let mut stream = TcpStream::connect(s.addr).unwrap();

@@ -3158,7 +3158,7 @@ fn read_tools_say_what_their_routes_take() {
     assert_eq!(through.json(), direct.json());
     assert_eq!(direct.json()["allowed_methods"], json!(["GET", "HEAD"]));
     // Its Allow is the route's: not on execute's own answer.
-    assert_eq!(direct.header("allow"), Some("GET, HEAD"));
+    assert_eq!(direct.header("allow"), Some("GET, HEAD, OPTIONS"));
     assert_eq!(through.header("allow"), None);
 
     // execute's `arguments: null` is no arguments, over HTTP as over

@@ -672,6 +672,20 @@ fn a_private_upload_stays_out_of_shared_caches_and_no_token_is_logged() {
         );
         assert_eq!((part.status, part.body.as_slice()), (206, &b"PN"[..]));
         assert_eq!(part.header("content-range"), Some("bytes 1-2/4"));
+        // Revalidated by its tag (304, before any range), and held to it.
+        let same = s.request(
+            "GET",
+            &path_of(file),
+            &[("if-none-match", &etag), ("range", "bytes=1-2")],
+            None,
+        );
+        assert_eq!((same.status, same.body.len()), (304, 0));
+        assert_eq!(same.header("etag"), Some(etag.as_str()));
+        let other = s.request("GET", &path_of(file), &[("if-match", "\"other\"")], None);
+        assert_eq!(
+            (other.status, other.code().as_str()),
+            (412, "precondition_failed")
+        );
     }
     // A request no route takes at that URL (a browser's GET: 405) is
     // logged without the token too.

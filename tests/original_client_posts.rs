@@ -205,7 +205,7 @@ fn the_literal_post_paths_answer_405_to_other_methods() {
             "{path}: {}",
             r.text()
         );
-        assert_eq!(r.header("allow"), Some("POST"), "{path}");
+        assert_eq!(r.header("allow"), Some("POST, OPTIONS"), "{path}");
     }
     // A post id is still read by its route.
     assert_eq!(s.get("/api/posts/post_01NOSUCHPOST").code(), "not_found");

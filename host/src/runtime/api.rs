@@ -441,6 +441,20 @@ pub fn assemble(
             }
         }
     }
+    // A write a browser says another site's page sent is refused before
+    // it runs (`server::http`), whatever its route documents.
+    for route in table.routes().filter(|r| r.writes && r.pattern != "/mcp") {
+        let responses = doc["paths"]
+            .get_mut(&route.pattern)
+            .and_then(|item| item.get_mut(route.method.to_ascii_lowercase()))
+            .and_then(|op| op.get_mut("responses"))
+            .and_then(Value::as_object_mut);
+        if let Some(responses) = responses {
+            responses.entry("403").or_insert_with(|| {
+                json!({"description": "cross_site_request: a browser said a page of another site sent this write (Sec-Fetch-Site)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
+            });
+        }
+    }
     let rendered = Rendered::of(&doc, 0, 0);
     if let Some(current) = instead_of
         && rendered.grows_past_the_caps(&current)

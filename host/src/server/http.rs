@@ -946,7 +946,7 @@ async fn handle(
     let in_flight = InFlight::start(&app, &id, &method, &path, client, start, conn);
     let has_body = !hyper::body::Body::is_end_stream(req.body());
     let from_a_page = req.headers().contains_key(hyper::header::ORIGIN);
-    let asked = super::ranges::Asked::of(req.method(), req.headers());
+    let asked = super::conditional::Asked::of(req.method(), req.headers());
     let (reply, route) = dispatch(&app, &gates, req, &id, client, conn).await;
     let mut reply = asked.apply(reply);
     in_flight.answered();
@@ -1197,6 +1197,27 @@ fn content_codings_supported(headers: &hyper::HeaderMap) -> bool {
     !has_body || lists_only(headers, hyper::header::CONTENT_ENCODING, "identity")
 }
 
+/// A request's method as its answer names it: a HEAD's answer is its
+/// GET's (RFC 9110 9.3.2), down to the message of a 404 or 405 and so to
+/// the length it says.
+fn as_get(method: &str) -> &str {
+    if method == "HEAD" { "GET" } else { method }
+}
+
+/// Whether a browser says a page of another site sent this request
+/// (`Sec-Fetch-Site: cross-site` or `same-site`; RFC-less but sent by
+/// every current browser, never by other clients). A write the service
+/// takes from pages goes through `/mcp` and the origins it allows: any
+/// other write from a page is a form or a `fetch` that needs no preflight
+/// (`text/plain`, a form's types), which a page can make its visitors'
+/// browsers send, each from its own address, past the per-address caps
+/// (free macro definitions, A2A tasks, execute). Refused before it runs.
+fn sent_by_another_site(headers: &hyper::HeaderMap) -> bool {
+    headers
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes() == b"cross-site" || v.as_bytes() == b"same-site")
+}
+
 /// The answer to a request whose target names no resource: `OPTIONS *`
 /// asks what the server supports (RFC 9110 9.3.7: 204 with `Allow`, as
 /// load balancers' health checks send it); the asterisk with any other
@@ -1319,7 +1340,8 @@ async fn dispatch(
                     "not_found",
                     // (A path may be 64 KiB: not echoed whole.)
                     format!(
-                        "no route for {method} {}",
+                        "no route for {} {}",
+                        as_get(&method),
                         crate::logging::clip(req.uri().path(), crate::logging::SHOWN_PATH)
                     ),
                 ),
@@ -1330,16 +1352,32 @@ async fn dispatch(
             return (options(&allowed, req.headers()), None);
         }
         Match::MethodNotAllowed(allowed) => {
-            return (
-                Reply::method_not_allowed(
-                    &method,
-                    &crate::logging::clip(req.uri().path(), crate::logging::SHOWN_PATH),
-                    &allowed,
-                ),
-                None,
+            let mut reply = Reply::method_not_allowed(
+                as_get(&method),
+                &crate::logging::clip(req.uri().path(), crate::logging::SHOWN_PATH),
+                &allowed,
             );
+            // Every path also takes OPTIONS (answered above, or by the
+            // route that declares it): RFC 9110 15.5.6's list is of every
+            // method the resource supports.
+            if !allowed.iter().any(|m| m == "OPTIONS")
+                && let Some((_, allow)) = reply.headers.iter_mut().find(|(n, _)| n == "allow")
+            {
+                allow.push_str(", OPTIONS");
+            }
+            return (reply, None);
         }
     };
+    if route.writes && path != "/mcp" && sent_by_another_site(req.headers()) {
+        return (
+            Reply::error(
+                403,
+                "cross_site_request",
+                "a web page of another site may not send this service a write: its browser said so (Sec-Fetch-Site)",
+            ),
+            Some(route),
+        );
+    }
     let from_memory = matches!(&route.handler,
         Handler::Host(name) if crate::runtime::native::runs_inline(&app.runtime, name));
     let span = if from_memory {

@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod answers;
+pub mod conditional;
 pub mod connections;
 pub mod drain;
 pub mod forwarded;
@@ -10,7 +11,6 @@ pub mod framing;
 pub mod http;
 pub mod linger;
 pub mod open_files;
-pub mod ranges;
 pub mod shares;
 pub mod uploads;
 

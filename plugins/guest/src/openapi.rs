@@ -380,6 +380,29 @@ pub fn path_params(path: &str) -> impl Iterator<Item = &str> {
         .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
 }
 
+/// A route serving stored bytes (an attachment, an uploaded file): tagged
+/// and served by ranges.
+pub fn stored_bytes(op: &mut Value) {
+    tagged(op);
+    ranged(op);
+}
+
+/// A route whose answer carries an `ETag`: the host answers
+/// `If-None-Match` (304 with no body) and `If-Match` (412) by it.
+pub fn tagged(op: &mut Value) {
+    if !op["parameters"].is_array() {
+        op["parameters"] = json!([]);
+    }
+    if let Some(params) = op["parameters"].as_array_mut() {
+        params.extend([
+            json!({"name": "If-None-Match", "in": "header", "required": false, "description": "ETags of earlier answers (or `*`): 304 when one of them still holds, compared weakly", "schema": t("string")}),
+            json!({"name": "If-Match", "in": "header", "required": false, "description": "ETags (or `*`): 412 when none of them is the answer's, compared strongly", "schema": t("string")}),
+        ]);
+    }
+    op["responses"]["304"] = json!({"description": "not modified: an ETag given in If-None-Match still holds (no body)", "headers": {"ETag": {"schema": t("string")}}});
+    op["responses"]["412"] = json!({"description": "precondition_failed: If-Match names no ETag of the answer", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
+}
+
 /// A route whose answer says `Accept-Ranges: bytes`, so that the host
 /// answers a `Range` of it: the `Range` and `If-Range` headers, the 206
 /// with its `Content-Range`, and the 416 past the end.

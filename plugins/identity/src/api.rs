@@ -124,14 +124,14 @@ pub const OPS: &[Op] = &[
     Op {
         ok: (200, "Raw"),
         errors: &[404],
-        patch: Some(openapi::ranged),
+        patch: Some(openapi::stored_bytes),
         ..op(
             "GET",
             "/api/storage/files/{token}",
             "getFile",
             "identity",
             "An uploaded file",
-            "The bytes of upload `files/{token}` (`token`: the id of its `s3_key`), byte for byte, with the content type given at presign. The id is unguessable, a bearer capability: logs show it as `{token}`; an upload presigned with `is_public: false` is answered with `cache-control: private, no-store` (and `x-robots-tag: noindex`), a public one may be cached for a year. Its ETag is its checksum's first half; `Range` gives a part (206).",
+            "The bytes of upload `files/{token}` (`token`: the id of its `s3_key`), byte for byte, with the content type given at presign. The id is unguessable, a bearer capability: logs show it as `{token}`; an upload presigned with `is_public: false` is answered with `cache-control: private, no-store` (and `x-robots-tag: noindex`), a public one may be cached for a year. Its ETag is its checksum's first half (If-None-Match gives 304, If-Match 412); `Range` gives a part (206).",
         )
     },
 ];

@@ -85,14 +85,14 @@ pub const OPS: &[Op] = &[
     Op {
         ok: (200, "Raw"),
         errors: &[404],
-        patch: Some(revalidated),
+        patch: Some(openapi::stored_bytes),
         ..op(
             "GET",
             "/api/posts/{post_id}/attachments/{index}",
             "getAttachment",
             "posts",
             "One attachment",
-            "The raw attachment bytes with their content type (a `text/*` one with `charset=utf-8` unless it names a charset) and an ETag (If-None-Match gives 304; `Range` a part, 206). `index` is the attachment's index as the post lists it (0, 1, ...): any other text (`01`, `-1`, `abc`) names no attachment, 404 like an index past the last. An upload's bytes and content type are read from the identity family when served (404 if the upload is gone).",
+            "The raw attachment bytes with their content type (an inline one of a `text/*` type, or one naming a charset, with `charset=utf-8`: its bytes are UTF-8) and an ETag (If-None-Match gives 304, If-Match 412; `Range` a part, 206). `index` is the attachment's index as the post lists it (0, 1, ...): any other text (`01`, `-1`, `abc`) names no attachment, 404 like an index past the last. An upload's bytes and content type are read from the identity family when served (404 if the upload is gone).",
         )
     },
     Op {
@@ -114,16 +114,6 @@ pub const OPS: &[Op] = &[
         )
     },
 ];
-
-/// An attachment is revalidated by its ETag (`If-None-Match` may answer
-/// 304 with no body) and served by ranges.
-fn revalidated(op: &mut Value) {
-    if let Some(params) = op["parameters"].as_array_mut() {
-        params.push(json!({"name": "If-None-Match", "in": "header", "required": false, "description": "an ETag of an earlier answer: 304 when it still holds", "schema": {"type": "string"}}));
-    }
-    op["responses"]["304"] = json!({"description": "not modified: the ETag given in If-None-Match still holds (no body)", "headers": {"ETag": {"schema": {"type": "string"}}}});
-    openapi::ranged(op);
-}
 
 /// The component schemas the operations reference (besides the host's).
 pub fn schemas() -> Value {

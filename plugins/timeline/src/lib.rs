@@ -1114,20 +1114,34 @@ marketplace_guest::endpoint_plugin!(Timeline);
 /// JSON string it was sent as, so a `text/*` type without a charset says
 /// so (`text/markdown` requires one, RFC 7763; without it Python's
 /// `requests` and browsers read the bytes as Latin-1 and garble every
-/// accented letter of a `terms.md`).
+/// accented letter of a `terms.md`), and a type naming another charset
+/// names UTF-8 instead (what it names is not what the bytes are).
 fn with_utf8_charset(media_type: &str) -> String {
-    let text = media_type
+    let mut parts = media_type.split(';');
+    let essence = parts.next().unwrap_or_default();
+    let params: Vec<&str> = parts.collect();
+    fn charset(p: &str) -> Option<&str> {
+        let p = p.trim();
+        p.get(..8)
+            .is_some_and(|n| n.eq_ignore_ascii_case("charset="))
+            .then(|| p[8..].trim_matches('"'))
+    }
+    let named = params.iter().find_map(|p| charset(p));
+    let text = essence
+        .trim_start()
         .get(..5)
         .is_some_and(|t| t.eq_ignore_ascii_case("text/"));
-    let has_charset = media_type.split(';').skip(1).any(|p| {
-        p.trim_start()
-            .get(..8)
-            .is_some_and(|n| n.eq_ignore_ascii_case("charset="))
-    });
-    if text && !has_charset {
-        format!("{media_type}; charset=utf-8")
-    } else {
-        media_type.to_string()
+    match named {
+        Some(c) if c.eq_ignore_ascii_case("utf-8") => media_type.to_string(),
+        None if !text => media_type.to_string(),
+        _ => {
+            let mut served = essence.to_string();
+            for p in params.iter().filter(|p| charset(p).is_none()) {
+                served.push(';');
+                served.push_str(p);
+            }
+            served + "; charset=utf-8"
+        }
     }
 }
 
@@ -1152,6 +1166,23 @@ mod tests {
         );
         assert_eq!(served("application/pdf"), "application/pdf");
         assert_eq!(served("text"), "text");
+        // Another charset is not what the bytes are.
+        assert_eq!(
+            served("text/plain; charset=iso-8859-1"),
+            "text/plain; charset=utf-8"
+        );
+        assert_eq!(
+            served("text/csv;charset=\"us-ascii\";header=present"),
+            "text/csv;header=present; charset=utf-8"
+        );
+        assert_eq!(
+            served("application/json; charset=latin1"),
+            "application/json; charset=utf-8"
+        );
+        assert_eq!(
+            served("text/plain; charset=\"UTF-8\""),
+            "text/plain; charset=\"UTF-8\""
+        );
     }
 
     use super::content_disposition;

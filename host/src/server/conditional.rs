@@ -1,59 +1,90 @@
-//! Byte ranges (RFC 9110 14): a part of a `GET` answer that its route
-//! says it serves by ranges (`Accept-Ranges: bytes`: attachments and
-//! uploaded files), so that `curl -C -`, `wget -c` and media players can
-//! resume or seek. The route makes its whole answer as ever; the host
-//! answers the part asked for, `206` with `Content-Range`, or `416` when
-//! the part lies past the end. One range per request: a request for
-//! several (`bytes=0-1,5-6`), an invalid one, another unit or an
-//! `If-Range` that does not name the answer's current `ETag` gets the
-//! whole answer (200), as RFC 9110 allows.
+//! Conditional requests and byte ranges (RFC 9110 13 and 14), on the
+//! `GET` and `HEAD` answers whose route tags them (`ETag`) or serves them
+//! by ranges (`Accept-Ranges: bytes`: attachments and uploaded files).
+//! The route makes its whole answer as ever; the host then evaluates, in
+//! RFC 9110 13.2.2's order, `If-Match` (no tag of the list is the
+//! answer's strong tag, nor `*`: 412 `precondition_failed`),
+//! `If-None-Match` (one of the list is the answer's tag, compared weakly,
+//! or `*`: 304 with no body) and, for a `GET`, `Range` with `If-Range`:
+//! the part asked for, `206` with `Content-Range`, or `416` when the part
+//! lies past the end, so that `curl -C -`, `wget -c` and media players
+//! can resume or seek. One range per request: a request for several
+//! (`bytes=0-1,5-6`), an invalid one, another unit or an `If-Range` that
+//! does not name the answer's current tag gets the whole answer (200), as
+//! RFC 9110 allows.
 
 use crate::reply::Reply;
 
 /// What a request asks of its answer's bytes.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Asked {
+    if_match: Option<String>,
+    if_none_match: Option<String>,
     range: Option<String>,
     if_range: Option<String>,
 }
 
 impl Asked {
-    /// The `Range` and `If-Range` of a `GET` (any other method's are
-    /// ignored, as RFC 9110 14.2 says).
+    /// The conditions of a `GET` or `HEAD`, and a `GET`'s `Range` and
+    /// `If-Range` (any other method's are not read: RFC 9110 14.2).
     pub fn of(method: &hyper::Method, headers: &hyper::HeaderMap) -> Asked {
+        let get = method == hyper::Method::GET;
+        if !get && method != hyper::Method::HEAD {
+            return Asked::default();
+        }
         // A value that is not text is kept as "", which names no range and
-        // no tag: a Range is then answered whole, and so is any Range after
-        // an If-Range (RFC 9110 13.1.5: only a validator that matches).
+        // no tag: a Range is then answered whole, any Range after an
+        // If-Range too (13.1.5: only a validator that matches), an If-Match
+        // fails and an If-None-Match holds.
         let text = |name| {
             headers
                 .get(name)
                 .map(|v| v.to_str().unwrap_or_default().to_string())
         };
-        match headers.get(hyper::header::RANGE) {
-            Some(_) if method == hyper::Method::GET => Asked {
-                range: text(hyper::header::RANGE),
-                if_range: text(hyper::header::IF_RANGE),
-            },
-            _ => Asked::default(),
+        let range = text(hyper::header::RANGE).filter(|_| get);
+        Asked {
+            if_match: text(hyper::header::IF_MATCH),
+            if_none_match: text(hyper::header::IF_NONE_MATCH),
+            if_range: range.as_ref().and_then(|_| text(hyper::header::IF_RANGE)),
+            range,
         }
     }
 
-    /// `reply` cut to the range asked, when its route serves ranges.
+    /// `reply` as the request's conditions and range make it.
     pub fn apply(&self, reply: Reply) -> Reply {
+        if self == &Asked::default() || reply.status != 200 {
+            return reply;
+        }
+        let tag = header(&reply, "etag").map(str::to_string);
+        if let Some(tag) = &tag {
+            if let Some(list) = &self.if_match
+                && !listed(list, tag, true)
+            {
+                return Reply::error(
+                    412,
+                    "precondition_failed",
+                    "If-Match names no tag of the current answer",
+                );
+            }
+            if let Some(list) = &self.if_none_match
+                && listed(list, tag, false)
+            {
+                return not_modified(reply);
+            }
+        }
         let Some(range) = &self.range else {
             return reply;
         };
-        if reply.status != 200 || header(&reply, "accept-ranges") != Some("bytes") {
+        if header(&reply, "accept-ranges") != Some("bytes") {
             return reply;
         }
         // Only the representation the client holds part of may be
         // continued: a strong tag equal to the answer's (no date: the
         // routes that serve ranges give no Last-Modified).
-        if let Some(tag) = &self.if_range {
-            let current = header(&reply, "etag");
-            if tag.starts_with("W/") || current != Some(tag.trim()) {
-                return reply;
-            }
+        if let Some(asked) = &self.if_range
+            && (asked.starts_with("W/") || tag.as_deref() != Some(asked.trim()))
+        {
+            return reply;
         }
         let len = reply.body.len() as u64;
         match part(range, len) {
@@ -81,6 +112,43 @@ impl Asked {
                 refused
             }
         }
+    }
+}
+
+/// Whether `tag` is in the tag list `list` (`*` names any), compared
+/// strongly (both tags strong and equal) or weakly (equal but for `W/`).
+fn listed(list: &str, tag: &str, strong: bool) -> bool {
+    let opaque = |t: &str| t.strip_prefix("W/").unwrap_or(t).to_string();
+    list.split(',').map(str::trim).any(|t| {
+        t == "*"
+            || if strong {
+                !t.starts_with("W/") && !tag.starts_with("W/") && t == tag
+            } else {
+                opaque(t) == opaque(tag)
+            }
+    })
+}
+
+/// 304 for `reply`: no body, and of its headers those RFC 9110 15.4.5
+/// keeps (its validator and caching, and what lets a page read it).
+fn not_modified(reply: Reply) -> Reply {
+    const KEPT: [&str; 7] = [
+        "etag",
+        "cache-control",
+        "expires",
+        "vary",
+        "content-location",
+        "access-control-allow-origin",
+        "access-control-expose-headers",
+    ];
+    Reply {
+        status: 304,
+        headers: reply
+            .headers
+            .into_iter()
+            .filter(|(n, _)| KEPT.iter().any(|k| n.eq_ignore_ascii_case(k)))
+            .collect(),
+        body: vec![],
     }
 }
 
@@ -194,6 +262,7 @@ mod tests {
         Asked {
             range: Some(range.into()),
             if_range: if_range.map(str::to_string),
+            ..Asked::default()
         }
     }
 
@@ -236,7 +305,49 @@ mod tests {
         assert_eq!(r.status, 206);
         let r = Asked::of(&hyper::Method::HEAD, &headers).apply(served(b"0123456789"));
         assert_eq!(r.status, 200);
+        let r = Asked::of(&hyper::Method::POST, &headers).apply(served(b"0123456789"));
+        assert_eq!(r.status, 200);
         // No Range: as it was.
         assert_eq!(Asked::default().apply(served(b"01")), served(b"01"));
+    }
+
+    #[test]
+    fn conditions_are_evaluated_before_the_range() {
+        let when = |if_match: Option<&str>, if_none_match: Option<&str>, range: Option<&str>| {
+            Asked {
+                if_match: if_match.map(str::to_string),
+                if_none_match: if_none_match.map(str::to_string),
+                range: range.map(str::to_string),
+                if_range: None,
+            }
+            .apply(served(b"0123456789"))
+        };
+        // If-Match: a strong tag of the answer's, or *.
+        for holds in ["\"t1\"", "\"x\", \"t1\"", "*"] {
+            assert_eq!(when(Some(holds), None, None).status, 200, "{holds}");
+        }
+        for fails in ["\"x\"", "W/\"t1\"", ""] {
+            let r = when(Some(fails), None, Some("bytes=0-1"));
+            assert_eq!((r.status, r.body.is_empty()), (412, false), "{fails}");
+            assert!(String::from_utf8_lossy(&r.body).contains("precondition_failed"));
+        }
+        // If-None-Match: weakly, before the range; 304 keeps the tag.
+        for matches in ["\"t1\"", "W/\"t1\"", "\"x\", W/\"t1\"", "*"] {
+            let r = when(None, Some(matches), Some("bytes=0-1"));
+            assert_eq!((r.status, r.body.len()), (304, 0), "{matches}");
+            assert_eq!(header(&r, "etag"), Some("\"t1\""));
+            assert_eq!(header(&r, "accept-ranges"), None);
+        }
+        let r = when(None, Some("\"x\""), Some("bytes=0-1"));
+        assert_eq!(r.status, 206);
+        // An answer without a tag is not judged by either.
+        let mut untagged = served(b"01");
+        untagged.headers.retain(|(n, _)| n != "etag");
+        let asked = Asked {
+            if_match: Some("\"x\"".into()),
+            if_none_match: Some("*".into()),
+            ..Asked::default()
+        };
+        assert_eq!(asked.apply(untagged).status, 200);
     }
 }
