@@ -192,6 +192,18 @@ fn the_yaml_document_docs_page_and_docs_search_follow_every_mount_and_unmount() 
             "application/json",
         ))
     };
+    // Each document has a tag, by which a client revalidates it (304,
+    // no body) until a load changes it.
+    let tags = || {
+        ["/openapi.json", "/openapi.yaml", "/docs"].map(|path| {
+            let tag = s.get(path).header("etag").unwrap().to_string();
+            let again = s.request("GET", path, &[("if-none-match", &tag)], None);
+            assert_eq!((again.status, again.body.len()), (304, 0), "{path}");
+            tag
+        })
+    };
+    let tags_before = tags();
+    assert!(tags_before[0] != tags_before[1] && tags_before[1] != tags_before[2]);
     let (yaml_before, docs_before) = (yaml(), docs());
     assert!(!has_notes(&yaml_before) && !has_notes(&docs_before) && !found());
     // Kept and rendered give the same bytes.
@@ -209,11 +221,16 @@ fn the_yaml_document_docs_page_and_docs_search_follow_every_mount_and_unmount() 
     assert!(found(), "docs search finds them");
     assert_eq!(yaml(), yaml_mounted);
     assert_eq!(docs(), docs_mounted);
+    let tags_mounted = tags();
+    for (before, mounted) in tags_before.iter().zip(&tags_mounted) {
+        assert_ne!(before, mounted, "a new document, a new tag");
+    }
 
     let r = admin(&s, "DELETE", "/admin/plugins/template", b"");
     assert_eq!(r.status, 200, "unmount template: {}", r.text());
     assert_eq!(yaml(), yaml_before, "back to the document before the mount");
     assert_eq!(docs(), docs_before);
+    assert_eq!(tags(), tags_before, "the same bytes, the same tags");
     assert!(!found());
 }
 

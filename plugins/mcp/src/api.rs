@@ -154,6 +154,7 @@ pub const OPS: &[Op] = &[
     },
     Op {
         media: Some("application/yaml"),
+        patch: Some(openapi::tagged),
         ok: (200, "Any"),
         ..op(
             "GET",
@@ -165,6 +166,7 @@ pub const OPS: &[Op] = &[
         )
     },
     Op {
+        patch: Some(openapi::tagged),
         ok: (200, "Any"),
         ..op(
             "GET",
@@ -177,6 +179,7 @@ pub const OPS: &[Op] = &[
     },
     Op {
         media: Some("text/html"),
+        patch: Some(openapi::tagged),
         ok: (200, "Raw"),
         ..op(
             "GET",

@@ -322,26 +322,43 @@ impl Endpoint for Mcp {
             ("GET", "/.well-known/agent-card.json") => {
                 Ok(json(200, &a2a::card(&origin::base(req), &version)))
             }
-            ("GET", "/openapi.json") => Ok(Response {
-                status: 200,
-                headers: vec![],
-                body: openapi::document_text()?.into_bytes(),
+            // The three are the host's document, which only a load of
+            // components changes, and what is rendered of it: made once
+            // per load, with a tag that lets a client revalidate (304).
+            ("GET", "/openapi.json") => tagged_document("openapi.json", "application/json", || {
+                openapi::document_text()
             }),
-            // Both are derived from the host's document alone, which only
-            // a load of components changes: rendered once per load.
-            ("GET", "/openapi.yaml") => Ok(raw(
-                memoized("openapi.yaml", || {
+            ("GET", "/openapi.yaml") => {
+                tagged_document("openapi.yaml", "application/yaml; charset=utf-8", || {
                     Ok(openapi::to_yaml(&openapi::document()?))
-                })?,
-                "application/yaml; charset=utf-8",
-            )),
-            ("GET", "/docs") => Ok(raw(
-                memoized("docs.html", || Ok(openapi::html(&openapi::document()?)))?,
-                "text/html; charset=utf-8",
-            )),
+                })
+            }
+            ("GET", "/docs") => tagged_document("docs.html", "text/html; charset=utf-8", || {
+                Ok(openapi::html(&openapi::document()?))
+            }),
             _ => Err(ApiError::not_found(format!("route {}", req.route()))),
         }
     }
+}
+
+/// A document rendered once per load of components (see [`memoized`]),
+/// with its `ETag`: its bytes' SHA-256 (half), taken once per load too, by
+/// which the host answers a client's `If-None-Match` with a 304.
+fn tagged_document(
+    key: &str,
+    content_type: &str,
+    render: impl FnOnce() -> Result<String, ApiError>,
+) -> Result<Response, ApiError> {
+    let text = memoized(key, render)?;
+    let tag = memoized(&format!("{key}.etag"), || {
+        Ok(format!(
+            "\"{}\"",
+            &marketplace_common::hex::sha256(&text)[..32]
+        ))
+    })?;
+    let mut answer = raw(text, content_type);
+    answer.headers.push(("etag".into(), tag));
+    Ok(answer)
 }
 
 fn raw(text: String, content_type: &str) -> Response {
