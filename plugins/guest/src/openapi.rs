@@ -380,6 +380,19 @@ pub fn path_params(path: &str) -> impl Iterator<Item = &str> {
         .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
 }
 
+/// Optional string request headers, with what each does, added to an
+/// operation's parameters.
+fn request_headers(op: &mut Value, headers: &[(&str, &str)]) {
+    if !op["parameters"].is_array() {
+        op["parameters"] = json!([]);
+    }
+    if let Some(params) = op["parameters"].as_array_mut() {
+        params.extend(headers.iter().map(|(name, description)| {
+            json!({"name": name, "in": "header", "required": false, "description": description, "schema": t("string")})
+        }));
+    }
+}
+
 /// A route serving stored bytes (an attachment, an uploaded file): tagged
 /// and served by ranges.
 pub fn stored_bytes(op: &mut Value) {
@@ -390,15 +403,19 @@ pub fn stored_bytes(op: &mut Value) {
 /// A route whose answer carries an `ETag`: the host answers
 /// `If-None-Match` (304 with no body) and `If-Match` (412) by it.
 pub fn tagged(op: &mut Value) {
-    if !op["parameters"].is_array() {
-        op["parameters"] = json!([]);
-    }
-    if let Some(params) = op["parameters"].as_array_mut() {
-        params.extend([
-            json!({"name": "If-None-Match", "in": "header", "required": false, "description": "ETags of earlier answers (or `*`): 304 when one of them still holds, compared weakly", "schema": t("string")}),
-            json!({"name": "If-Match", "in": "header", "required": false, "description": "ETags (or `*`): 412 when none of them is the answer's, compared strongly", "schema": t("string")}),
-        ]);
-    }
+    request_headers(
+        op,
+        &[
+            (
+                "If-None-Match",
+                "ETags of earlier answers (or `*`): 304 when one of them still holds, compared weakly",
+            ),
+            (
+                "If-Match",
+                "ETags (or `*`): 412 when none of them is the answer's, compared strongly",
+            ),
+        ],
+    );
     op["responses"]["304"] = json!({"description": "not modified: an ETag given in If-None-Match still holds (no body)", "headers": {"ETag": {"schema": t("string")}}});
     op["responses"]["412"] = json!({"description": "precondition_failed: If-Match names no ETag of the answer", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
 }
@@ -407,15 +424,19 @@ pub fn tagged(op: &mut Value) {
 /// answers a `Range` of it: the `Range` and `If-Range` headers, the 206
 /// with its `Content-Range`, and the 416 past the end.
 pub fn ranged(op: &mut Value) {
-    if !op["parameters"].is_array() {
-        op["parameters"] = json!([]);
-    }
-    if let Some(params) = op["parameters"].as_array_mut() {
-        params.extend([
-            json!({"name": "Range", "in": "header", "required": false, "description": "one byte range (`bytes=0-1023`, `bytes=1024-`, `bytes=-512`): 206 with those bytes; several ranges, another unit or an invalid one: the whole answer", "schema": t("string")}),
-            json!({"name": "If-Range", "in": "header", "required": false, "description": "the ETag of the answer a part is wanted of: when it no longer holds, the whole answer (200)", "schema": t("string")}),
-        ]);
-    }
+    request_headers(
+        op,
+        &[
+            (
+                "Range",
+                "one byte range (`bytes=0-1023`, `bytes=1024-`, `bytes=-512`): 206 with those bytes; several ranges, another unit or an invalid one: the whole answer",
+            ),
+            (
+                "If-Range",
+                "the ETag of the answer a part is wanted of: when it no longer holds, the whole answer (200)",
+            ),
+        ],
+    );
     let content_range = json!({"Content-Range": {"description": "`bytes first-last/length`", "schema": t("string")}});
     op["responses"]["206"] = json!({"description": "the range asked for (Range)", "headers": content_range, "content": {"*/*": {"schema": r("Raw")}}});
     op["responses"]["416"] = json!({"description": "range_not_satisfiable: the range starts past the end (`Content-Range: bytes */length`)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
