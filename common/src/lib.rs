@@ -2,6 +2,7 @@
 //! crates; builds for both the native host and the plugins' wasm targets).
 
 pub mod amount;
+pub mod etag;
 pub mod hex;
 pub mod media;
 pub mod order;

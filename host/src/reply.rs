@@ -10,7 +10,21 @@ pub struct Reply {
     pub body: Vec<u8>,
 }
 
+/// The value of the header `name` (any case) in `headers`, the first if
+/// several.
+pub fn header_of<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
 impl Reply {
+    /// The value of this reply's header `name` (any case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        header_of(&self.headers, name)
+    }
+
     /// A JSON answer (a `Value`, or anything serializable straight to
     /// bytes, without building a `Value` first).
     pub fn json(status: u16, value: &(impl serde::Serialize + ?Sized)) -> Reply {

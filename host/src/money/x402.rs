@@ -308,12 +308,7 @@ pub fn name_resource(reply: &mut Reply, routed: &str, asked: &str) {
 
 /// `http(s)://{host}` of the request, or "" (a relative URL).
 fn base_url(headers: &[(String, String)]) -> String {
-    let header = |name: &str| {
-        headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    };
+    let header = |name| crate::reply::header_of(headers, name);
     marketplace_common::url::base_url(header("host"), header("x-forwarded-proto"))
 }
 

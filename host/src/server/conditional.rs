@@ -14,6 +14,7 @@
 //! RFC 9110 allows.
 
 use crate::reply::Reply;
+use marketplace_common::etag::listed;
 
 /// What a request asks of its answer's bytes.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -55,7 +56,7 @@ impl Asked {
         if self == &Asked::default() || reply.status != 200 {
             return reply;
         }
-        let tag = header(&reply, "etag").map(str::to_string);
+        let tag = reply.header("etag").map(|t| t.trim().to_string());
         if let Some(tag) = &tag {
             if let Some(list) = &self.if_match
                 && !listed(list, tag, true)
@@ -75,7 +76,7 @@ impl Asked {
         let Some(range) = &self.range else {
             return reply;
         };
-        if header(&reply, "accept-ranges") != Some("bytes") {
+        if reply.header("accept-ranges").map(str::trim) != Some("bytes") {
             return reply;
         }
         // Only the representation the client holds part of may be
@@ -115,20 +116,6 @@ impl Asked {
     }
 }
 
-/// Whether `tag` is in the tag list `list` (`*` names any), compared
-/// strongly (both tags strong and equal) or weakly (equal but for `W/`).
-fn listed(list: &str, tag: &str, strong: bool) -> bool {
-    let opaque = |t: &str| t.strip_prefix("W/").unwrap_or(t).to_string();
-    list.split(',').map(str::trim).any(|t| {
-        t == "*"
-            || if strong {
-                !t.starts_with("W/") && !tag.starts_with("W/") && t == tag
-            } else {
-                opaque(t) == opaque(tag)
-            }
-    })
-}
-
 /// 304 for `reply`: no body, and of its headers those RFC 9110 15.4.5
 /// keeps (its validator and caching, and what lets a page read it).
 fn not_modified(reply: Reply) -> Reply {
@@ -150,15 +137,6 @@ fn not_modified(reply: Reply) -> Reply {
             .collect(),
         body: vec![],
     }
-}
-
-/// A header of `reply`, by its lower-case name.
-fn header<'a>(reply: &'a Reply, name: &str) -> Option<&'a str> {
-    reply
-        .headers
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case(name))
-        .map(|(_, v)| v.trim())
 }
 
 /// What a `Range` asks of `len` bytes.
@@ -270,11 +248,11 @@ mod tests {
     fn only_a_route_that_serves_ranges_is_cut_and_only_its_current_tag() {
         let r = asked("bytes=2-4", None).apply(served(b"0123456789"));
         assert_eq!((r.status, r.body.as_slice()), (206, &b"234"[..]));
-        assert_eq!(header(&r, "content-range"), Some("bytes 2-4/10"));
-        assert_eq!(header(&r, "etag"), Some("\"t1\""));
+        assert_eq!(r.header("content-range"), Some("bytes 2-4/10"));
+        assert_eq!(r.header("etag"), Some("\"t1\""));
         let r = asked("bytes=10-", None).apply(served(b"0123456789"));
         assert_eq!(r.status, 416);
-        assert_eq!(header(&r, "content-range"), Some("bytes */10"));
+        assert_eq!(r.header("content-range"), Some("bytes */10"));
         assert!(String::from_utf8_lossy(&r.body).contains("range_not_satisfiable"));
         // The representation the client holds part of, or the whole.
         let r = asked("bytes=2-4", Some("\"t1\"")).apply(served(b"0123456789"));
@@ -335,8 +313,8 @@ mod tests {
         for matches in ["\"t1\"", "W/\"t1\"", "\"x\", W/\"t1\"", "*"] {
             let r = when(None, Some(matches), Some("bytes=0-1"));
             assert_eq!((r.status, r.body.len()), (304, 0), "{matches}");
-            assert_eq!(header(&r, "etag"), Some("\"t1\""));
-            assert_eq!(header(&r, "accept-ranges"), None);
+            assert_eq!(r.header("etag"), Some("\"t1\""));
+            assert_eq!(r.header("accept-ranges"), None);
         }
         let r = when(None, Some("\"x\""), Some("bytes=0-1"));
         assert_eq!(r.status, 206);

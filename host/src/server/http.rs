@@ -995,12 +995,7 @@ async fn handle(
     // Every answer of /mcp depends on Origin (CORS), the host's own too
     // (405, 413, a bad Host's 400): a cache must not give one origin's
     // answer to another.
-    if path == "/mcp"
-        && !reply
-            .headers
-            .iter()
-            .any(|(n, _)| n.eq_ignore_ascii_case("vary"))
-    {
+    if path == "/mcp" && reply.header("vary").is_none() {
         reply.headers.push(("vary".into(), "Origin".into()));
     }
     let elapsed = start.elapsed();

@@ -943,14 +943,12 @@ fn attachment(req: &Request) -> Result<Response, ApiError> {
         // The host answers a `Range` of them (resumed downloads, media).
         ("accept-ranges".into(), "bytes".into()),
     ];
-    // If-None-Match compares weakly (RFC 9110 13.1.2): `W/"x"` matches `"x"`.
-    let matches = |t: &str| {
-        let t = t.trim();
-        t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag
-    };
+    // Answered here, before the bytes are read (the host would answer the
+    // same after them): If-None-Match compares weakly (RFC 9110 13.1.2),
+    // `W/"x"` matches `"x"`.
     if req
         .header("if-none-match")
-        .is_some_and(|v| v.split(',').any(matches))
+        .is_some_and(|v| marketplace_common::etag::listed(v, &etag, false))
     {
         return Ok(Response {
             status: 304,
