@@ -82,6 +82,39 @@ fn info_and_developers() {
     );
 }
 
+/// A path is the path whatever unreserved characters a client escapes
+/// (RFC 3986 6.2.2.2), a parameter that is not UTF-8 is malformed as a
+/// query parameter is, and `If-None-Match: *` / `If-Match` hold or fail
+/// on answers without a tag too (RFC 9110 13.1).
+#[test]
+fn escaped_paths_and_conditions_on_untagged_answers() {
+    let s = Server::start();
+    for path in ["/api/%68ealth", "/%61pi/v%31/health", "/api/he%61lth"] {
+        let r = s.get(path);
+        assert_eq!(r.status, 200, "{path}");
+        assert_eq!(r.json()["status"], "ok", "{path}");
+    }
+    // Reserved characters stay escaped: `%2F` is no slash between segments.
+    assert_eq!(s.get("/api%2Fhealth").status, 404);
+    assert_eq!(s.get("/api/health%2E").status, 404);
+    let r = s.get("/api/posts/caf%E9");
+    assert_eq!((r.status, r.code().as_str()), (400, "invalid_request"));
+    assert_eq!(r.json()["details"][0]["field"], "post_id");
+    assert_eq!(s.get("/api/posts/caf%C3%A9").status, 404);
+
+    let r = s.request("GET", "/api/health", &[("if-none-match", "*")], None);
+    assert_eq!((r.status, r.body.len()), (304, 0));
+    let r = s.request("GET", "/api/health", &[("if-none-match", "\"x\"")], None);
+    assert_eq!(r.status, 200);
+    let r = s.request("GET", "/api/health", &[("if-match", "*")], None);
+    assert_eq!(r.status, 200);
+    let r = s.request("GET", "/api/health", &[("if-match", "\"x\"")], None);
+    assert_eq!((r.status, r.code().as_str()), (412, "precondition_failed"));
+    // Conditions are not judged on what is not there.
+    let r = s.request("GET", "/api/posts/none", &[("if-match", "*")], None);
+    assert_eq!(r.status, 404);
+}
+
 #[test]
 fn unknown_path_is_404_json_and_wrong_method_is_405() {
     let s = Server::start();

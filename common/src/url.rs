@@ -158,17 +158,77 @@ pub fn base_url(host: Option<&str>, forwarded_proto: Option<&str>) -> String {
     format!("{scheme}://{host}")
 }
 
-/// Fold the `/api/v1` compatibility alias onto `/api`.
+/// The path routes are matched against: escapes of unreserved characters
+/// decoded, and the `/api/v1` compatibility alias folded onto `/api`.
 pub fn canonical_path(path: &str) -> String {
+    let unescaped = unreserved_unescaped(path);
+    let path = unescaped.as_deref().unwrap_or(path);
     match path.strip_prefix("/api/v1") {
         Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("/api{rest}"),
         _ => path.to_string(),
     }
 }
 
+/// `path` with its escapes of unreserved characters (letters, digits,
+/// `-._~`) decoded, which RFC 3986 6.2.2.2 makes the same path as the
+/// characters themselves (`/api/%68ealth` is `/api/health`); None when
+/// there is none to decode. Other escapes stay as sent, for the route's
+/// parameters to decode once (`%2F` stays a slash within a segment). A
+/// path with a `%` that begins no escape is left alone: decoding around
+/// it could make a new escape of it (`%%34%31`).
+fn unreserved_unescaped(path: &str) -> Option<String> {
+    if !path.contains('%') {
+        return None;
+    }
+    let bytes = path.as_bytes();
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let mut decoded = Vec::new();
+    let mut escapes = false;
+    let mut i = 0;
+    while let Some(at) = bytes[i..].iter().position(|&b| b == b'%') {
+        let at = i + at;
+        let (Some(hi), Some(lo)) = (
+            bytes.get(at + 1).copied().and_then(hex),
+            bytes.get(at + 2).copied().and_then(hex),
+        ) else {
+            return None;
+        };
+        let c = hi << 4 | lo;
+        decoded.extend_from_slice(&bytes[i..at]);
+        if c.is_ascii_alphanumeric() || b"-._~".contains(&c) {
+            decoded.push(c);
+            escapes = true;
+        } else {
+            decoded.extend_from_slice(&bytes[at..at + 3]);
+        }
+        i = at + 3;
+    }
+    decoded.extend_from_slice(&bytes[i..]);
+    // Only ASCII was put in place of ASCII escapes: still UTF-8.
+    escapes.then(|| String::from_utf8(decoded).expect("ASCII replaced ASCII"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escapes_of_unreserved_characters_are_the_characters() {
+        assert_eq!(canonical_path("/api/%68ealth"), "/api/health");
+        assert_eq!(canonical_path("/%61pi/v%31/h%65alth"), "/api/health");
+        assert_eq!(canonical_path("/api/%7e%2D%2e%5F"), "/api/~-._");
+        // Reserved characters and other bytes stay escaped, once.
+        assert_eq!(
+            canonical_path("/api/posts/a%2Fb%20c"),
+            "/api/posts/a%2Fb%20c"
+        );
+        assert_eq!(canonical_path("/api/x%2541"), "/api/x%2541");
+        assert_eq!(canonical_path("/api/caf%C3%A9"), "/api/caf%C3%A9");
+        // A `%` that begins no escape leaves the path as sent.
+        assert_eq!(canonical_path("/api/%%34%31"), "/api/%%34%31");
+        assert_eq!(canonical_path("/api/%6"), "/api/%6");
+        assert_eq!(canonical_path("/api/health%"), "/api/health%");
+    }
 
     #[test]
     fn a_patterns_shape_ignores_its_parameters_names() {

@@ -180,7 +180,9 @@ pub fn check(method: &str, pattern: &str) -> Result<(), String> {
         ));
     }
     let first = pattern.split('/').nth(1).unwrap_or_default();
-    if HOST_ROOTS.contains(&first) || canonical_path(pattern) != pattern {
+    // (A `%` is refused below as a bad segment, not as the alias.)
+    if HOST_ROOTS.contains(&first) || (canonical_path(pattern) != pattern && !pattern.contains('%'))
+    {
         return Err(format!(
             "{method} {pattern}: /admin, /metrics and the /api/v1 alias are the host's"
         ));
@@ -387,7 +389,7 @@ impl Table {
 impl Match {
     /// No route of the path serves the method: 405 with the methods that
     /// do (HEAD after GET: a GET route answers it, and RFC 9110's `Allow`
-    /// lists it), or 404 when none does.
+    /// lists it; OPTIONS, which every path takes), or 404 when none does.
     fn other_methods(mut allowed: Vec<String>) -> Match {
         if allowed.is_empty() {
             return Match::NotFound;
@@ -395,6 +397,10 @@ impl Match {
         allowed.sort();
         if let Some(at) = allowed.iter().position(|m| m == "GET") {
             allowed.insert(at + 1, "HEAD".into());
+        }
+        // Last: the host answers it on every path (unless a route does).
+        if !allowed.iter().any(|m| m == "OPTIONS") {
+            allowed.push("OPTIONS".into());
         }
         Match::MethodNotAllowed(allowed)
     }
@@ -413,7 +419,8 @@ pub fn is_read(method: &str) -> bool {
     marketplace_common::url::read_only_method(method)
 }
 
-/// Fold the `/api/v1` compatibility alias onto `/api`.
+/// Escapes of unreserved characters decoded, the `/api/v1` compatibility
+/// alias folded onto `/api`.
 pub use marketplace_common::url::canonical_path;
 
 fn match_pattern(pattern: &str, path: &str) -> Option<Vec<(String, String)>> {
@@ -436,6 +443,26 @@ fn match_pattern(pattern: &str, path: &str) -> Option<Vec<(String, String)>> {
             _ => return None,
         }
     }
+}
+
+/// The name of the first parameter of `pattern` whose segment of `path`
+/// (a path the pattern matches) is not UTF-8 once decoded (`caf%E9`):
+/// malformed, as such a query parameter is.
+pub fn param_not_utf8<'p>(pattern: &'p str, path: &str) -> Option<&'p str> {
+    if !path.contains('%') {
+        return None;
+    }
+    pattern
+        .split('/')
+        .zip(path.split('/'))
+        .find(|(p, s)| {
+            is_param(p)
+                && s.contains('%')
+                && percent_encoding::percent_decode_str(s)
+                    .decode_utf8()
+                    .is_err()
+        })
+        .map(|(p, _)| &p[1..p.len() - 1])
 }
 
 /// Decode a path segment (`+` is a plus) leniently: invalid escapes are
@@ -562,7 +589,7 @@ mod tests {
         // The literal route's path is its own for every method: a GET
         // there is 405, not a read of a post named `update`.
         match table().find("GET", "/api/posts/update") {
-            Match::MethodNotAllowed(allowed) => assert_eq!(allowed, ["POST"]),
+            Match::MethodNotAllowed(allowed) => assert_eq!(allowed, ["POST", "OPTIONS"]),
             m => panic!("{m:?}"),
         }
         match table().find("POST", "/api/posts/update") {
@@ -607,6 +634,10 @@ mod tests {
                     }
                 });
             }
+            // Every path takes OPTIONS, last.
+            if !allowed.is_empty() && !allowed.contains(&"OPTIONS".to_string()) {
+                allowed.push("OPTIONS".into());
+            }
             format!("other {allowed:?}")
         };
         let said = |m: Match| match m {
@@ -641,7 +672,7 @@ mod tests {
     #[test]
     fn wrong_method_lists_allowed() {
         match table().find("DELETE", "/api/timeline") {
-            Match::MethodNotAllowed(m) => assert_eq!(m, vec!["GET", "HEAD", "POST"]),
+            Match::MethodNotAllowed(m) => assert_eq!(m, vec!["GET", "HEAD", "POST", "OPTIONS"]),
             m => panic!("{m:?}"),
         }
         assert!(matches!(table().find("GET", "/api/nope"), Match::NotFound));
@@ -801,6 +832,20 @@ mod tests {
         assert_eq!(percent_decode("a+b%20c"), "a+b c");
         assert_eq!(percent_decode("%zz%4"), "%zz%4");
         assert_eq!(percent_decode("%FFok"), "\u{FFFD}ok");
+        let pattern = "/api/posts/{post_id}/attachments/{index}";
+        assert_eq!(
+            param_not_utf8(pattern, "/api/posts/caf%C3%A9/attachments/1"),
+            None
+        );
+        assert_eq!(
+            param_not_utf8(pattern, "/api/posts/a%2Fb/attachments/%FF"),
+            Some("index")
+        );
+        assert_eq!(
+            param_not_utf8(pattern, "/api/posts/caf%E9/attachments/1"),
+            Some("post_id")
+        );
+        assert_eq!(param_not_utf8("/api/%FF/{x}", "/api/%FF/ok"), None);
         match table().find("GET", "/api/posts/a%2Fb+c/attachments/1") {
             Match::Found { params, .. } => assert_eq!(
                 params,

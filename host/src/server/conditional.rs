@@ -5,7 +5,8 @@
 //! RFC 9110 13.2.2's order, `If-Match` (no tag of the list is the
 //! answer's strong tag, nor `*`: 412 `precondition_failed`),
 //! `If-None-Match` (one of the list is the answer's tag, compared weakly,
-//! or `*`: 304 with no body) and, for a `GET`, `Range` with `If-Range`:
+//! or `*`: 304 with no body; an answer without a tag is matched by `*`
+//! alone) and, for a `GET`, `Range` with `If-Range`:
 //! the part asked for, `206` with `Content-Range`, or `416` when the part
 //! lies past the end, so that `curl -C -`, `wget -c` and media players
 //! can resume or seek. One range per request: a request for several
@@ -43,9 +44,17 @@ impl Asked {
                 .map(|v| v.to_str().unwrap_or_default().to_string())
         };
         let range = text(hyper::header::RANGE).filter(|_| get);
+        // An empty list names no condition at all: as if not sent (a
+        // client that sends `If-Match:` with no tag has none to keep).
+        let condition = |name| {
+            headers
+                .get(&name)
+                .filter(|v| !v.as_bytes().trim_ascii().is_empty())
+                .and(text(name))
+        };
         Asked {
-            if_match: text(hyper::header::IF_MATCH),
-            if_none_match: text(hyper::header::IF_NONE_MATCH),
+            if_match: condition(hyper::header::IF_MATCH),
+            if_none_match: condition(hyper::header::IF_NONE_MATCH),
             if_range: range.as_ref().and_then(|_| text(hyper::header::IF_RANGE)),
             range,
         }
@@ -57,21 +66,25 @@ impl Asked {
             return reply;
         }
         let tag = reply.header("etag").map(|t| t.trim().to_string());
-        if let Some(tag) = &tag {
-            if let Some(list) = &self.if_match
-                && !listed(list, tag, true)
-            {
-                return Reply::error(
-                    412,
-                    "precondition_failed",
-                    "If-Match names no tag of the current answer",
-                );
-            }
-            if let Some(list) = &self.if_none_match
-                && listed(list, tag, false)
-            {
-                return not_modified(reply);
-            }
+        // An untagged answer is matched by `*` alone (it is a current
+        // representation, 13.1.1 and 13.1.2), never by a listed tag.
+        let matched = |list: &str, strong| match &tag {
+            Some(tag) => listed(list, tag, strong),
+            None => list.split(',').any(|t| t.trim() == "*"),
+        };
+        if let Some(list) = &self.if_match
+            && !matched(list, true)
+        {
+            return Reply::error(
+                412,
+                "precondition_failed",
+                "If-Match names no tag of the current answer",
+            );
+        }
+        if let Some(list) = &self.if_none_match
+            && matched(list, false)
+        {
+            return not_modified(reply);
         }
         let Some(range) = &self.range else {
             return reply;
@@ -268,6 +281,11 @@ mod tests {
         let mut missing = served(b"{}");
         missing.status = 404;
         assert_eq!(asked("bytes=0-0", None).apply(missing).status, 404);
+        // An empty If-Match or If-None-Match is no condition.
+        let mut empty = hyper::HeaderMap::new();
+        empty.insert(hyper::header::IF_MATCH, "".parse().unwrap());
+        empty.insert(hyper::header::IF_NONE_MATCH, " ".parse().unwrap());
+        assert_eq!(Asked::of(&hyper::Method::GET, &empty), Asked::default());
         // An If-Range that is not text matches nothing; a Range of
         // another method is not read.
         let mut headers = hyper::HeaderMap::new();
@@ -318,14 +336,22 @@ mod tests {
         }
         let r = when(None, Some("\"x\""), Some("bytes=0-1"));
         assert_eq!(r.status, 206);
-        // An answer without a tag is not judged by either.
+        // An answer without a tag is matched by `*` alone.
         let mut untagged = served(b"01");
         untagged.headers.retain(|(n, _)| n != "etag");
-        let asked = Asked {
-            if_match: Some("\"x\"".into()),
-            if_none_match: Some("*".into()),
-            ..Asked::default()
+        let on_untagged = |if_match: Option<&str>, if_none_match: Option<&str>| {
+            Asked {
+                if_match: if_match.map(str::to_string),
+                if_none_match: if_none_match.map(str::to_string),
+                ..Asked::default()
+            }
+            .apply(untagged.clone())
+            .status
         };
-        assert_eq!(asked.apply(untagged).status, 200);
+        assert_eq!(on_untagged(Some("*"), None), 200);
+        assert_eq!(on_untagged(Some("\"x\""), None), 412);
+        assert_eq!(on_untagged(None, Some("\"x\", *")), 304);
+        assert_eq!(on_untagged(None, Some("\"x\"")), 200);
+        assert_eq!(on_untagged(Some("*"), Some("\"x\"")), 200);
     }
 }

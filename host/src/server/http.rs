@@ -1254,7 +1254,9 @@ fn not_for_a_resource(app: &App, method: &str, uri: &hyper::Uri) -> Option<Reply
 /// that takes writes from browsers answers OPTIONS itself, as `/mcp`).
 fn options<S: AsRef<str>>(allowed: &[S], headers: &hyper::HeaderMap) -> Reply {
     let mut list: Vec<&str> = allowed.iter().map(AsRef::as_ref).collect();
-    list.push("OPTIONS");
+    if !list.contains(&"OPTIONS") {
+        list.push("OPTIONS");
+    }
     let mut reply = Reply {
         status: 204,
         headers: vec![("allow".into(), crate::reply::allowed_list(&list))],
@@ -1347,19 +1349,13 @@ async fn dispatch(
             return (options(&allowed, req.headers()), None);
         }
         Match::MethodNotAllowed(allowed) => {
-            let mut reply = Reply::method_not_allowed(
+            // (With OPTIONS: RFC 9110 15.5.6's list is of every method the
+            // resource supports, in `Allow` and the body alike.)
+            let reply = Reply::method_not_allowed(
                 as_get(&method),
                 &crate::logging::clip(req.uri().path(), crate::logging::SHOWN_PATH),
                 &allowed,
             );
-            // Every path also takes OPTIONS (answered above, or by the
-            // route that declares it): RFC 9110 15.5.6's list is of every
-            // method the resource supports.
-            if !allowed.iter().any(|m| m == "OPTIONS")
-                && let Some((_, allow)) = reply.headers.iter_mut().find(|(n, _)| n == "allow")
-            {
-                allow.push_str(", OPTIONS");
-            }
             return (reply, None);
         }
     };
@@ -1460,6 +1456,9 @@ async fn serve_route(
         Ok(query) => query.unwrap_or_default(),
         Err(name) => return Reply::invalid(&name, NOT_UTF8),
     };
+    if let Some(name) = crate::runtime::routes::param_not_utf8(&route.pattern, &path) {
+        return Reply::invalid(name, NOT_UTF8);
+    }
     if let Some(name) = route.repeated_query(&query) {
         return Reply::invalid(name, crate::runtime::routes::REPEATED);
     }
