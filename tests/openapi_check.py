@@ -178,7 +178,7 @@ cases = [
 # The payment header's schema and the server agree too: a value the schema
 # refuses is 402 payment_invalid, an empty one (which it admits: no
 # payment, as an empty X-Cash-Secret) 402 payment_required.
-signature_schema = doc_json["components"]["headers"]["PAYMENT-SIGNATURE"]["schema"]
+signature_schema = doc_json["components"]["schemas"]["PaymentSignature"]
 signature_validator = Draft202012Validator({**doc_json, **signature_schema})
 values = ["", "QQ", "!!", "%%% not base64", "QUJD=AAA"]
 disagree = []

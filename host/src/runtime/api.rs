@@ -439,6 +439,45 @@ pub fn assemble(
                     json!({"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
                 });
             }
+            // The seconds to wait that a 429 or 503 says, as a header a
+            // generated client exposes.
+            for status in ["429", "503"] {
+                if let Some(Value::Object(response)) = responses.get_mut(status)
+                    && !response.contains_key("$ref")
+                    && let Value::Object(headers) =
+                        response.entry("headers").or_insert_with(|| json!({}))
+                {
+                    headers.entry("Retry-After").or_insert_with(|| {
+                        json!({"description": "seconds to wait before trying again", "schema": {"type": "integer", "minimum": 0}})
+                    });
+                }
+            }
+        }
+    }
+    // A path or query parameter that is not UTF-8 once decoded is refused
+    // before the route runs (`server::http`), whatever its route documents.
+    let paths = doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|p| p.iter_mut());
+    for (pattern, item) in paths {
+        let in_path = pattern.contains('{');
+        let Some(item) = item.as_object_mut() else {
+            continue;
+        };
+        for op in item.values_mut().filter_map(Value::as_object_mut) {
+            let in_query = op
+                .get("parameters")
+                .and_then(Value::as_array)
+                .is_some_and(|ps| ps.iter().any(|p| p["in"] == "query"));
+            let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else {
+                continue;
+            };
+            if in_path || in_query {
+                responses.entry("400").or_insert_with(|| {
+                    json!({"description": "invalid_request: a parameter is not UTF-8 once percent-decoded", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
+                });
+            }
         }
     }
     // A write a browser says another site's page sent is refused before

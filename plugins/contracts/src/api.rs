@@ -1,5 +1,6 @@
 //! The routes of the `contracts` family and their OpenAPI.
 
+use crate::machine::{ACTIONS, STATES};
 use marketplace_guest::openapi::{self, Op, nonblank, obj, op, pattern, r, t, with_signature};
 use marketplace_guest::prelude::*;
 
@@ -162,10 +163,7 @@ pub fn schemas() -> Value {
     let contract = obj(
         &[
             ("contract_id", t("string")),
-            (
-                "status",
-                json!({"enum": ["issued", "active", "delivered", "settled", "refunded"]}),
-            ),
+            ("status", r("ContractState")),
             ("contract_type", t("string")),
             ("amount", openapi::amount()),
             ("buyer_fingerprint", t("string")),
@@ -195,6 +193,11 @@ pub fn schemas() -> Value {
         ],
         &["contract_id", "status"],
     );
+    // The state machine's names, for clients to branch on.
+    let names = |names: Vec<&str>| json!({"type": "string", "enum": names});
+    let states = names(STATES.iter().map(|s| s.name()).collect());
+    let action_names = names(ACTIONS.iter().map(|a| a.name()).collect());
+    let actions = json!({"type": "array", "items": r("ContractAction")});
     // A bearer contract's witness, or a settled contract's certificate.
     let witness_secret =
         pattern("^n:(CTR_[A-Za-z0-9_-]{1,64}|CRT_[0-9A-Za-z]{26}):secret:[0-9a-f]{64}$");
@@ -202,16 +205,18 @@ pub fn schemas() -> Value {
         "Buy": with_signature(vec![("buyer_fingerprint", t("string")), ("contract_type", json!({"enum": ["service", "product_digital", "product_physical"]})), ("amount", openapi::positive_amount()), ("reference_post", nonblank(128)),
             ("contract_id", json!({"type": "string", "pattern": "^(CTR_[A-Za-z0-9_-]{1,64})?$", "description": "an id of the buyer's choosing; absent or \"\" (signed as the empty string): the server makes CTR_<ULID>"})), ("work_spec", json!({"description": WORK_SPEC})), ("delivery_deadline", json!({"type": "string", "format": "date-time", "description": "must be in the future; kept to the second (a fraction is dropped); default 7 days from now"})), ("witness_proof", json!({"type": "string", "pattern": "^(n:CTR_[A-Za-z0-9_-]{1,64}:public:[0-9a-f]{64})?$", "description": "needs a client-supplied contract_id; \"\" is none (signed as the empty string)"})), ("encrypted_witness_secret", json!({"type": "string", "maxLength": 8192})), ("accept_terms", json!({"const": true}))],
             &["contract_type", "amount", "reference_post", "accept_terms"]),
-        "Bought": obj(&[("contract_id", t("string")), ("status", t("string")), ("allowed_actions", json!({"type": "array", "items": t("string")})), ("target_seller_fingerprint", t("string")), ("arbiter_signature", t("string")), ("contract", r("Contract")), ("payment", openapi::payment())], &["contract_id", "status", "contract"]),
+        "ContractState": states,
+        "ContractAction": action_names,
+        "Bought": obj(&[("contract_id", t("string")), ("status", r("ContractState")), ("allowed_actions", actions.clone()), ("target_seller_fingerprint", t("string")), ("arbiter_signature", t("string")), ("contract", r("Contract")), ("payment", openapi::payment())], &["contract_id", "status", "contract"]),
         "Release": with_signature(vec![("actor_fingerprint", t("string")), ("tracking_number", json!({"type": "string", "maxLength": 200})), ("tracking_carrier", json!({"type": "string", "maxLength": 100})), ("witness_secret", t("string"))], &[]),
         "GraphQl": obj(&[("query", json!({"type": "string", "maxLength": 10000})), ("operationName", json!({"type": ["string", "null"]})), ("variables", json!({"type": ["object", "null"]}))], &["query"]),
         "GraphQlAnswer": obj(&[("data", json!({"type": ["object", "null"]})), ("errors", json!({"type": "array", "items": obj(&[("message", t("string"))], &["message"])}))], &[]),
         "Contract": contract,
-        "ContractStatus": obj(&[("contract_id", t("string")), ("status", t("string")), ("allowed_actions", json!({"type": "array", "items": t("string")})), ("actions_by_role", json!({"type": "object", "description": "allowed_actions split by who may take them now: the buyer's and the seller's (a pickup may be both parties', each collecting their own)", "properties": {"buyer": {"type": "array", "items": t("string")}, "seller": {"type": "array", "items": t("string")}}, "required": ["buyer", "seller"]})), ("updated_at", t("string"))], &["contract_id", "status", "allowed_actions"]),
+        "ContractStatus": obj(&[("contract_id", t("string")), ("status", r("ContractState")), ("allowed_actions", actions.clone()), ("actions_by_role", json!({"type": "object", "description": "allowed_actions split by who may take them now: the buyer's and the seller's (a pickup may be both parties', each collecting their own)", "properties": {"buyer": actions.clone(), "seller": actions}, "required": ["buyer", "seller"]})), ("updated_at", t("string"))], &["contract_id", "status", "allowed_actions"]),
         "Action": with_signature(vec![("actor_fingerprint", t("string"))], &[]),
         "Accept": with_signature(vec![("seller_fingerprint", t("string"))], &[]),
         "Deliver": with_signature(vec![("actor_fingerprint", t("string")), ("delivered_text", nonblank(65536)), ("witness_secret", t("string"))], &["delivered_text"]),
-        "ActionResult": obj(&[("contract_id", t("string")), ("status", t("string")), ("allowed_actions", json!({"type": "array", "items": t("string")})), ("certificate_id", t("string")), ("certificate_secret", json!({"type": "string", "description": "a bearer witness of the certificate: n:{certificate_id}:secret:{64 hex} (live in the witness ledger until witness/replace moves it)"})), ("certificate_proof", json!({"type": "string", "description": "n:{certificate_id}:public:{sha256 of the secret's 32 bytes}, for witness/health_check"})), ("delivered_text", json!({"type": ["string", "null"], "description": "what the seller delivered (null when the contract settled without a delivery)"})), ("payout", json!({"type": "string", "description": "the seller's payout: a cash secret e{amount}:secret:{64 hex}"})), ("payout_amount", openapi::amount()), ("refund", json!({"type": "string", "description": "the buyer's refund: a cash secret e{amount}:secret:{64 hex}"})), ("refund_amount", openapi::amount()), ("witness_secret_encrypted_for_seller", json!({"type": ["string", "null"], "description": "accept: the buyer's encrypted_witness_secret, as given at buy (null when none)"})), ("payment", openapi::payment())], &["contract_id", "status", "allowed_actions"]),
+        "ActionResult": obj(&[("contract_id", t("string")), ("status", r("ContractState")), ("allowed_actions", actions.clone()), ("certificate_id", t("string")), ("certificate_secret", json!({"type": "string", "description": "a bearer witness of the certificate: n:{certificate_id}:secret:{64 hex} (live in the witness ledger until witness/replace moves it)"})), ("certificate_proof", json!({"type": "string", "description": "n:{certificate_id}:public:{sha256 of the secret's 32 bytes}, for witness/health_check"})), ("delivered_text", json!({"type": ["string", "null"], "description": "what the seller delivered (null when the contract settled without a delivery)"})), ("payout", json!({"type": "string", "description": "the seller's payout: a cash secret e{amount}:secret:{64 hex}"})), ("payout_amount", openapi::amount()), ("refund", json!({"type": "string", "description": "the buyer's refund: a cash secret e{amount}:secret:{64 hex}"})), ("refund_amount", openapi::amount()), ("witness_secret_encrypted_for_seller", json!({"type": ["string", "null"], "description": "accept: the buyer's encrypted_witness_secret, as given at buy (null when none)"})), ("payment", openapi::payment())], &["contract_id", "status", "allowed_actions"]),
         "WitnessReplace": obj(&[("secrets", json!({"type": "array", "items": witness_secret, "minItems": 1, "maxItems": 100})), ("new_secrets", json!({"type": "array", "items": witness_secret, "minItems": 1, "maxItems": 100}))], &["secrets", "new_secrets"]),
         "WitnessHealth": obj(&[("status", t("string")), ("results", json!({"type": "object", "additionalProperties": obj(&[("spent", json!({"type": ["boolean", "null"]})), ("state", json!({"type": ["string", "null"]})), ("contract_id", json!({"type": ["string", "null"]}))], &["spent", "state", "contract_id"])}))], &[]),
     })

@@ -186,7 +186,10 @@ pub fn after_deadline(state: State, action: Action, role: Role) -> bool {
 }
 
 /// Every action, in the order answers list them.
-const ACTIONS: [Action; 5] = [Accept, Deliver, Pickup, Release, Refund];
+pub const ACTIONS: [Action; 5] = [Accept, Deliver, Pickup, Release, Refund];
+
+/// Every state, in the order a contract may pass through them.
+pub const STATES: [State; 5] = [Issued, Active, Delivered, Settled, Refunded];
 
 /// Whether `role` may take `action` in `state` now (a move, or a pickup
 /// that collects).

@@ -128,6 +128,11 @@ pub const HOST_SCHEMAS: &[&str] = &[
     "StringList",
 ];
 
+/// Schemas of the host's own document that a family references but never
+/// defines: the payment request header's (`payment_parameters`) and a
+/// payment rail's (`/api/fees`, `/api/info`).
+pub const HOST_DOCUMENT_SCHEMAS: &[&str] = &["PaymentSignature", "PaymentRail"];
+
 /// An object schema with these properties and required members.
 pub fn obj(props: &[(&str, Value)], required: &[&str]) -> Value {
     let mut p = Map::new();
@@ -393,6 +398,14 @@ fn request_headers(op: &mut Value, headers: &[(&str, &str)]) {
     }
 }
 
+/// The media of stored bytes served back: the type they were stored
+/// with, any (`*/*`); `application/octet-stream` too, so that a generated
+/// client reads them as a file rather than refusing the answer.
+fn stored_content() -> Value {
+    let bytes = json!({"schema": {"type": "string", "format": "binary"}});
+    json!({"application/octet-stream": bytes, "*/*": bytes})
+}
+
 /// A route serving stored bytes (an attachment, an uploaded file): tagged
 /// and served by ranges.
 pub fn stored_bytes(op: &mut Value) {
@@ -438,7 +451,7 @@ pub fn ranged(op: &mut Value) {
         ],
     );
     let content_range = json!({"Content-Range": {"description": "`bytes first-last/length`", "schema": t("string")}});
-    op["responses"]["206"] = json!({"description": "the range asked for (Range)", "headers": content_range, "content": {"*/*": {"schema": r("Raw")}}});
+    op["responses"]["206"] = json!({"description": "the range asked for (Range)", "headers": content_range, "content": stored_content()});
     op["responses"]["416"] = json!({"description": "range_not_satisfiable: the range starts past the end (`Content-Range: bytes */length`)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
 }
 
@@ -448,7 +461,7 @@ pub fn payment_parameters() -> Vec<Value> {
         json!({"name": "X-Cash-Secret", "in": "header", "required": false, "description": "bearer cash secret e<amount>:secret:<hex> paying the fee (X-Webcash-Secret is an alias); an empty value is no payment (402 payment_required)", "schema": t("string")}),
         json!({"name": "X-Webcash-Secret", "in": "header", "required": false, "description": "alias of X-Cash-Secret (the same secret in both is one payment; different ones are 402 payment_invalid)", "schema": t("string")}),
         json!({"name": "PAYMENT-SIGNATURE", "in": "header", "required": false, "description": "x402 v2: base64 of the JSON X402PaymentPayload (its payload.secret pays exactly as X-Cash-Secret); an empty value is no payment (402 payment_required)",
-             "schema": {"$ref": "#/components/headers/PAYMENT-SIGNATURE/schema"}}),
+             "schema": r("PaymentSignature")}),
         json!({"name": "X-Bitcoin-Secret", "in": "header", "required": false, "description": "bitcoin rail (disabled unless configured: 402 payment_rail_unavailable); an empty value is no payment (402 payment_required)", "schema": t("string")}),
     ]
 }
@@ -473,12 +486,12 @@ pub fn operation(o: &Op) -> Value {
         params.extend(payment_parameters());
     }
     let mut responses = Map::new();
-    let media = match (o.media, o.ok.1) {
-        (Some(m), _) => m,
-        (None, "Raw") => "*/*",
-        (None, _) => "application/json",
+    let content = match (o.media, o.ok.1) {
+        (Some(m), _) => json!({m: {"schema": r(o.ok.1)}}),
+        (None, "Raw") => stored_content(),
+        (None, _) => json!({"application/json": {"schema": r(o.ok.1)}}),
     };
-    let mut ok = json!({"description": "success", "content": {media: {"schema": r(o.ok.1)}}});
+    let mut ok = json!({"description": "success", "content": content});
     if o.paid.is_some() {
         // The settlement of the payment, and the change of an overpayment.
         ok["headers"] = payment_answer_headers();
@@ -632,8 +645,9 @@ pub fn refs(v: &Value, out: &mut BTreeSet<String>) {
 /// Check a family's table (for its unit tests): every schema referenced by
 /// an operation or a schema is defined by the family or the host, every
 /// schema the family defines is referenced, no name of
-/// [`HOST_SCHEMAS`] is redefined differently, operation ids are unique and
-/// no route is declared twice.
+/// [`HOST_SCHEMAS`] is redefined differently nor one of
+/// [`HOST_DOCUMENT_SCHEMAS`] at all, operation ids are unique and no route
+/// is declared twice.
 pub fn check(ops: &[Op], schemas: &Value) -> Result<(), String> {
     let defined = schemas
         .as_object()
@@ -659,11 +673,15 @@ pub fn check(ops: &[Op], schemas: &Value) -> Result<(), String> {
     }
     refs(schemas, &mut used);
     for name in &used {
-        if !defined.contains_key(name) && !HOST_SCHEMAS.contains(&name.as_str()) {
+        let hosts = HOST_SCHEMAS.iter().chain(HOST_DOCUMENT_SCHEMAS);
+        if !defined.contains_key(name) && !hosts.into_iter().any(|h| h == name) {
             return Err(format!("schema {name} is referenced but not defined"));
         }
     }
     for (name, schema) in defined {
+        if HOST_DOCUMENT_SCHEMAS.contains(&name.as_str()) {
+            return Err(format!("schema {name} is the host's document's"));
+        }
         if !used.contains(name) {
             return Err(format!("schema {name} is defined but not referenced"));
         }
@@ -827,6 +845,7 @@ mod tests {
         );
         let raw = operation(&OPS[3]);
         assert!(raw["responses"]["200"]["content"]["*/*"].is_object());
+        assert!(raw["responses"]["200"]["content"]["application/octet-stream"].is_object());
         let page = operation(&OPS[4]);
         assert!(page["responses"]["200"]["content"]["text/html"].is_object());
         assert_eq!(page["responses"]["202"]["description"], "accepted");

@@ -140,12 +140,16 @@ pub const OPS: &[Op] = &[
 pub const MAX_UPLOAD: u32 = 8 * 1024 * 1024;
 
 /// The upload takes raw bytes rather than JSON: any bytes under any
-/// media type (no schema), none included.
+/// media type, none included (`format: binary`, so that generated
+/// clients send a file's bytes as they are rather than as JSON).
 fn raw_body(op: &mut Value) {
     op["requestBody"] = json!({
         "required": false,
         "description": "The file's bytes, whatever they are (served back with the content_type given at presign, not this request's); an empty body stores an empty file.",
-        "content": {"*/*": {}},
+        "content": {
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+            "*/*": {"schema": {"type": "string", "format": "binary"}},
+        },
     });
 }
 

@@ -1,6 +1,6 @@
 //! The routes of the `info` family and their OpenAPI.
 
-use marketplace_guest::openapi::{self, Op, obj, op, t};
+use marketplace_guest::openapi::{self, Op, obj, op, r, t};
 use marketplace_guest::prelude::*;
 
 /// Every operation of the family.
@@ -32,7 +32,7 @@ pub const OPS: &[Op] = &[
 /// The component schemas the operations reference (besides the host's).
 pub fn schemas() -> Value {
     json!({
-        "Info": obj(&[("name", t("string")), ("version", t("string")), ("payment_rails", t("array")), ("fee_schedule_url", t("string")), ("fee_policy", t("string")), ("plugins", t("object")), ("description", t("string")), ("openapi", json!({"type": "string", "description": "the OpenAPI document"})), ("docs", json!({"type": "string", "description": "the API reference page"})), ("manifest", json!({"type": "string", "description": "the agent manifest"}))], &["name", "version"]),
+        "Info": obj(&[("name", t("string")), ("version", t("string")), ("payment_rails", json!({"type": "array", "items": r("PaymentRail")})), ("fee_schedule_url", t("string")), ("fee_policy", t("string")), ("plugins", t("object")), ("description", t("string")), ("openapi", json!({"type": "string", "description": "the OpenAPI document"})), ("docs", json!({"type": "string", "description": "the API reference page"})), ("manifest", json!({"type": "string", "description": "the agent manifest"}))], &["name", "version"]),
     })
 }
 

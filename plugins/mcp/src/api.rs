@@ -264,7 +264,9 @@ fn docs_limit(operation: &mut Value) {
 /// The component schemas the operations reference (besides the host's).
 pub fn schemas() -> Value {
     json!({
-        "McpDescription": obj(&[("name", t("string")), ("version", t("string")), ("tools", t("array")), ("macros", t("array")), ("jsonrpc", t("string"))], &["tools", "macros"]),
+        "McpDescription": obj(&[("name", t("string")), ("version", t("string")), ("tools", json!({"type": "array", "items": r("McpTool")})), ("macros", json!({"type": "array", "items": r("McpMacro")})), ("jsonrpc", t("string"))], &["tools", "macros"]),
+        "McpTool": obj(&[("name", t("string")), ("description", t("string")), ("method", json!({"type": "string", "enum": ["GET", "POST"]})), ("path", t("string")), ("input_schema", json!({"type": "object", "description": "JSON Schema of the tool's arguments"}))], &["name", "description", "method", "path", "input_schema"]),
+        "McpMacro": obj(&[("name", t("string")), ("description", t("string")), ("kind", t("string")), ("input_schema", json!({"type": "object", "description": "JSON Schema of the macro's arguments"}))], &["name", "description", "kind", "input_schema"]),
         "McpSearch": obj(&[("term", nonblank(1000)), ("limit", json!({"type": ["integer", "null"], "minimum": 1, "maximum": 100})), ("post_type", json!({"type": ["string", "null"], "pattern": "^([A-Za-z0-9_-]{1,64})?$"}))], &["term"]),
         "SearchResults": openapi::search_results(),
         "Post": openapi::post(),
@@ -276,10 +278,10 @@ pub fn schemas() -> Value {
             ("input_schema", crate::schema::openapi()),
             ("timestamp", json!({"type": ["integer", "null"], "minimum": 0, "maximum": u64::MAX})), ("owner_fingerprint", json!({"type": ["string", "null"]})), ("signature", json!({"type": ["string", "null"]}))], &["name", "kind", "typescript", "input_schema"]),
         "MacroEnvelope": obj(&[("macro", t("object"))], &["macro"]),
-        "Execute": {"anyOf": [
-            obj(&[("tool", nonblank(64)), ("arguments", t("object"))], &["tool"]),
-            obj(&[("endpoint", obj(&[("method", json!({"enum": ["GET", "POST"]})), ("path", pattern("^/api/")), ("query", json!({"type": "object", "additionalProperties": {"type": ["string", "number", "boolean", "null"]}})), ("body", json!({}))], &["method", "path"]))], &["endpoint"]),
-        ]},
+        "Execute": {"anyOf": [r("ExecuteTool"), r("ExecuteEndpoint")]},
+        "ExecuteTool": obj(&[("tool", nonblank(64)), ("arguments", t("object"))], &["tool"]),
+        "ExecuteEndpoint": obj(&[("endpoint", r("EndpointCall"))], &["endpoint"]),
+        "EndpointCall": obj(&[("method", json!({"type": "string", "enum": ["GET", "POST"]})), ("path", pattern("^/api/")), ("query", json!({"type": "object", "additionalProperties": {"type": ["string", "number", "boolean", "null"]}})), ("body", json!({}))], &["method", "path"]),
         "JsonRpcError": obj(&[("jsonrpc", t("string")), ("id", json!({})), ("error", obj(&[("code", t("integer")), ("message", t("string"))], &["code", "message"]))], &["jsonrpc", "error"]),
         "McpJsonRpc": {"anyOf": [r("JsonRpc"), {"type": "array", "minItems": 1, "maxItems": 16, "items": {},
             "description": "a batch (MCP 2025-03-26, 2024-11-05): each member a JSON-RPC message, answered in the 200's array (an invalid member by a -32600 error in its place)"}]},

@@ -79,7 +79,7 @@ pub fn openapi() -> Value {
         &mut PROPERTY_KEYWORDS.iter().map(|&k| {
             let v = match k {
                 "type" => types.clone(),
-                "enum" => json!({"type": "array", "minItems": 1}),
+                "enum" => json!({"type": "array", "minItems": 1, "items": {}}),
                 "const" => json!({}),
                 "multipleOf" => json!({"type": "number", "exclusiveMinimum": 0}),
                 "minLength" | "maxLength" | "minItems" | "maxItems" => count.clone(),
