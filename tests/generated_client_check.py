@@ -32,6 +32,7 @@ TOKEN = "generated-client-check-admin-token-0123"
 # type is the uploader's), and the upload's `*/*` beside its
 # `application/octet-stream`.
 HARMLESS = re.compile(r"Unsupported content[_ ]type (application/yaml|\*/\*)")
+LOST = re.compile(r"will not be generated|removal of|Could not find|Unable to process")
 
 
 def fail(message):
@@ -49,14 +50,20 @@ def generate(doc, out):
         capture_output=True, text=True)
     if run.returncode != 0:
         fail(f"generation failed:\n{run.stdout}\n{run.stderr}")
+    # Each warning runs from its heading to the next one.
     said = run.stdout + run.stderr
-    warnings = [block for block in said.split("\n\n") if "WARNING" in block or "Unable" in block]
-    for block in warnings:
-        # A warning's reason follows its heading.
-        reason = said.split(block, 1)[1][:400]
-        if not HARMLESS.search(reason):
-            fail(f"the generator lost something:\n{block}\n{reason}")
+    warnings = re.split(r"(?m)^(?=WARNING |Unable to process )", said)[1:]
+    for warning in warnings:
+        if not HARMLESS.search(warning) or LOST.search(warning):
+            fail(f"the generator lost something:\n{warning[:1500]}")
     return len(warnings)
+
+
+def modelled(schema):
+    """Whether the generator makes a model of a component schema: an object
+    with members, or an enum of strings."""
+    return bool(schema.get("properties")) or (
+        schema.get("type") == "string" and bool(schema.get("enum")))
 
 
 with tempfile.TemporaryDirectory() as tmp, running(admin_token=TOKEN) as (base, admin):
@@ -77,7 +84,15 @@ with tempfile.TemporaryDirectory() as tmp, running(admin_token=TOKEN) as (base, 
     missing = [o for o in operations if o.lower() not in modules]
     if missing:
         fail(f"operations not generated: {missing}")
-    print(f"generated client: {len(operations)} operations, {harmless} harmless warnings")
+    # And every model.
+    schemas = [name for name, schema in doc["components"]["schemas"].items() if modelled(schema)]
+    # (Its class's name is the schema's, cased its own way: A2AJsonRpcResponse.)
+    classes = {name.lower() for name in dir(models)}
+    unmodelled = [name for name in schemas if re.sub(r"\W", "", name).lower() not in classes]
+    if unmodelled:
+        fail(f"schemas without a model: {unmodelled}")
+    print(f"generated client: {len(operations)} operations, {len(schemas)} models, "
+          f"{harmless} harmless warnings")
 
     client = client_module.Client(base_url=base, raise_on_unexpected_status=True)
 

@@ -96,6 +96,7 @@ fn escaped_paths_and_conditions_on_untagged_answers() {
     }
     // Reserved characters stay escaped: `%2F` is no slash between segments.
     assert_eq!(s.get("/api%2Fhealth").status, 404);
+    // An unreserved one is decoded, and is then another path.
     assert_eq!(s.get("/api/health%2E").status, 404);
     let r = s.get("/api/posts/caf%E9");
     assert_eq!((r.status, r.code().as_str()), (400, "invalid_request"));

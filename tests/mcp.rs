@@ -3163,6 +3163,14 @@ fn read_tools_say_what_their_routes_take() {
     // Its Allow is the route's: not on execute's own answer.
     assert_eq!(direct.header("allow"), Some("GET, HEAD, OPTIONS"));
     assert_eq!(through.header("allow"), None);
+    // A path parameter that is not UTF-8 is refused as over HTTP.
+    let direct = s.get("/api/posts/caf%E9");
+    let through = execute(
+        &s,
+        &json!({"endpoint": {"method": "GET", "path": "/api/posts/caf%E9"}}),
+    );
+    assert_eq!((direct.status, through.status), (400, 400));
+    assert_eq!(through.json(), direct.json());
 
     // execute's `arguments: null` is no arguments, over HTTP as over
     // JSON-RPC.

@@ -176,7 +176,7 @@ pub fn canonical_path(path: &str) -> String {
 /// parameters to decode once (`%2F` stays a slash within a segment). A
 /// path with a `%` that begins no escape is left alone: decoding around
 /// it could make a new escape of it (`%%34%31`).
-fn unreserved_unescaped(path: &str) -> Option<String> {
+pub fn unreserved_unescaped(path: &str) -> Option<String> {
     if !path.contains('%') {
         return None;
     }

@@ -105,8 +105,14 @@ fn redact_cash_secrets(path: &str) -> String {
 /// A path parameter no log shows (see [`Route::logged_path`]).
 pub const SECRET_PARAM: &str = "{token}";
 
-/// `path` as logs may show it, whether `route` took it or none did.
+/// `path` as logs may show it, whether `route` took it or none did. Its
+/// escapes of unreserved characters are read as the characters first, as
+/// routing reads them, so that no escaping hides a secret from the
+/// redaction (`e1:%73ecret:...`).
 pub fn logged<'p>(route: Option<&Route>, path: &'p str) -> std::borrow::Cow<'p, str> {
+    if let Some(plain) = marketplace_common::url::unreserved_unescaped(path) {
+        return logged(route, &plain).into_owned().into();
+    }
     match route {
         Some(r) => r.logged_path(path),
         None => logged_unrouted(path),
@@ -115,6 +121,10 @@ pub fn logged<'p>(route: Option<&Route>, path: &'p str) -> std::borrow::Cow<'p, 
 
 /// The problem of a declared query parameter given twice.
 pub const REPEATED: &str = "is given more than once: give it once";
+
+/// The problem of a query or path parameter whose escapes are not UTF-8.
+pub const NOT_UTF8: &str =
+    "is not UTF-8 once percent-decoded: escape the text's UTF-8 bytes (caf%C3%A9, not caf%E9)";
 
 /// A path no route took (404, 405, 503 while the families load) as logs
 /// may show it: with no route to name its parameters, a segment that could
@@ -799,6 +809,21 @@ mod tests {
         assert_eq!(
             post.logged_path(&format!("/api/posts/{escaped}")),
             "/api/posts/{redacted}"
+        );
+        // Unreserved characters escaped, as routing reads them.
+        let letters = format!("e1:%73ecret:{}", "ab".repeat(32));
+        assert_eq!(
+            logged(Some(&post), &format!("/api/posts/{letters}")),
+            "/api/posts/{redacted}"
+        );
+        let token = "%61b12".repeat(16);
+        assert_eq!(
+            logged(None, &format!("/api/storage/upload/{token}")),
+            "/api/storage/upload/{redacted}"
+        );
+        assert_eq!(
+            logged(Some(&upload), &format!("/api/storage/upload/{token}")),
+            "/api/storage/upload/{token}"
         );
         assert!(holds_cash_secret("E1:SECRET:AB"));
         assert!(!holds_cash_secret("/api/posts/post_01secret"));

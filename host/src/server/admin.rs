@@ -591,7 +591,7 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
             let known = current.is_some();
             let pairs = match marketplace_common::url::parse_query(query) {
                 Ok(pairs) => pairs,
-                Err(name) => return Reply::invalid(&name, super::http::NOT_UTF8),
+                Err(name) => return Reply::invalid(&name, crate::runtime::routes::NOT_UTF8),
             };
             // A misspelled parameter (`?grant=`) would be ignored: refused.
             if let Some((name, _)) = pairs

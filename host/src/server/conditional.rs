@@ -44,17 +44,9 @@ impl Asked {
                 .map(|v| v.to_str().unwrap_or_default().to_string())
         };
         let range = text(hyper::header::RANGE).filter(|_| get);
-        // An empty list names no condition at all: as if not sent (a
-        // client that sends `If-Match:` with no tag has none to keep).
-        let condition = |name| {
-            headers
-                .get(&name)
-                .filter(|v| !v.as_bytes().trim_ascii().is_empty())
-                .and(text(name))
-        };
         Asked {
-            if_match: condition(hyper::header::IF_MATCH),
-            if_none_match: condition(hyper::header::IF_NONE_MATCH),
+            if_match: text(hyper::header::IF_MATCH),
+            if_none_match: text(hyper::header::IF_NONE_MATCH),
             if_range: range.as_ref().and_then(|_| text(hyper::header::IF_RANGE)),
             range,
         }
@@ -281,11 +273,6 @@ mod tests {
         let mut missing = served(b"{}");
         missing.status = 404;
         assert_eq!(asked("bytes=0-0", None).apply(missing).status, 404);
-        // An empty If-Match or If-None-Match is no condition.
-        let mut empty = hyper::HeaderMap::new();
-        empty.insert(hyper::header::IF_MATCH, "".parse().unwrap());
-        empty.insert(hyper::header::IF_NONE_MATCH, " ".parse().unwrap());
-        assert_eq!(Asked::of(&hyper::Method::GET, &empty), Asked::default());
         // An If-Range that is not text matches nothing; a Range of
         // another method is not read.
         let mut headers = hyper::HeaderMap::new();

@@ -605,10 +605,6 @@ async fn drain_linger(linger: Duration, most: Duration) {
     }
 }
 
-/// The problem of a query parameter whose escapes are not UTF-8.
-pub(crate) const NOT_UTF8: &str =
-    "is not UTF-8 once percent-decoded: escape the text's UTF-8 bytes (caf%C3%A9, not caf%E9)";
-
 /// How long a client waits for the connection chosen to make room before
 /// another is chosen.
 const ROOM_RETRY: Duration = Duration::from_millis(100);
@@ -994,8 +990,13 @@ async fn handle(
     }
     // Every answer of /mcp depends on Origin (CORS), the host's own too
     // (405, 413, a bad Host's 400): a cache must not give one origin's
-    // answer to another.
-    if path == "/mcp" && reply.header("vary").is_none() {
+    // answer to another. (Its route's pattern, or the path as routed when
+    // no route took it: `/%6Dcp` is `/mcp`.)
+    let mcp = match route.as_deref() {
+        Some(r) => r.pattern == "/mcp",
+        None => routes::canonical_path(&path) == "/mcp",
+    };
+    if mcp && reply.header("vary").is_none() {
         reply.headers.push(("vary".into(), "Origin".into()));
     }
     let elapsed = start.elapsed();
@@ -1023,7 +1024,7 @@ async fn handle(
         resp.headers_mut().append(&X_REQUEST_ID, id);
     }
     if method == "GET" || method == "HEAD" {
-        read_headers(resp.headers_mut(), path != "/mcp", from_a_page);
+        read_headers(resp.headers_mut(), !mcp, from_a_page);
     }
     Ok(match held {
         Some(held) => resp.map(|answer| answer.holding(held)),
@@ -1454,10 +1455,10 @@ async fn serve_route(
         .transpose()
     {
         Ok(query) => query.unwrap_or_default(),
-        Err(name) => return Reply::invalid(&name, NOT_UTF8),
+        Err(name) => return Reply::invalid(&name, routes::NOT_UTF8),
     };
-    if let Some(name) = crate::runtime::routes::param_not_utf8(&route.pattern, &path) {
-        return Reply::invalid(name, NOT_UTF8);
+    if let Some(name) = routes::param_not_utf8(&route.pattern, &path) {
+        return Reply::invalid(name, routes::NOT_UTF8);
     }
     if let Some(name) = route.repeated_query(&query) {
         return Reply::invalid(name, crate::runtime::routes::REPEATED);

@@ -329,7 +329,7 @@ pub fn host_schemas() -> Value {
 pub fn error_response(status: u16) -> Value {
     let (desc, schema) = match status {
         400 => (
-            "invalid_request (with details) or invalid_attachment",
+            "invalid_request (with details: each field and its problem), or on a post's attachments invalid_attachment",
             "Error",
         ),
         401 => ("auth_required, auth_invalid or auth_expired", "Error"),
@@ -337,10 +337,13 @@ pub fn error_response(status: u16) -> Value {
             "payment required: the fee is in the body",
             "PaymentRequired",
         ),
-        403 => ("forbidden_party or witness_mismatch", "Error"),
+        403 => (
+            "forbidden_party (the signer is not the party the operation needs), or on a delivery witness_mismatch",
+            "Error",
+        ),
         404 => ("not_found", "Error"),
         409 => (
-            "invalid_transition (with current_status, allowed_actions), conflict, or on a pickup already_picked_up (with issued)",
+            "conflict (a signature or id already used, a key or name taken), idempotency_conflict (an x402 payment-identifier given before with another request), or on a contract action invalid_transition (with current_status, allowed_actions) or, on a pickup, already_picked_up (with issued)",
             "Error",
         ),
         413 => ("payload_too_large", "Error"),

@@ -214,7 +214,7 @@ fn define_answers(operation: &mut Value) {
 fn execute_answers(operation: &mut Value) {
     // An endpoint's answer keeps its media type: an attachment comes as
     // its own (text/markdown, an upload's type), not as JSON.
-    let content = json!({"application/json": {"schema": r("Any")}, "*/*": {"schema": r("Raw")}});
+    let content = json!({"application/json": {"schema": r("Any")}, "*/*": {"schema": {"type": "string", "format": "binary"}}});
     operation["responses"]["200"]["description"] = json!(
         "the tool's result, or the endpoint's answer with its status, media type and body unchanged (JSON, or an attachment's own bytes and Content-Type)"
     );

@@ -190,6 +190,9 @@ impl Ctx {
                 if let Some(name) = route.repeated_query(&req.query) {
                     return Err(Reply::invalid(name, crate::runtime::routes::REPEATED));
                 }
+                if let Some(name) = crate::runtime::routes::param_not_utf8(&route.pattern, &path) {
+                    return Err(Reply::invalid(name, crate::runtime::routes::NOT_UTF8));
+                }
                 if let Some(refused) = Reply::refusing_writes(&rt.state().storage, route.writes) {
                     return Err(refused);
                 }
