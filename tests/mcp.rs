@@ -1554,6 +1554,31 @@ fn mcp_version_negotiation() {
             "{v:?}"
         );
     }
+    // A request under a revision it does not speak (a 2026-07-28 client's
+    // first, `server/discover`): 400 with -32022 and the revisions spoken,
+    // which tell such a client to initialize instead.
+    let r = s.request(
+        "POST",
+        "/mcp",
+        &[
+            ("content-type", "application/json"),
+            ("accept", "application/json, text/event-stream"),
+            ("mcp-protocol-version", "2026-07-28"),
+        ],
+        Some(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}})
+                .to_string()
+                .as_bytes(),
+        ),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    let error = &r.json()["error"];
+    assert_eq!(error["code"], -32022);
+    assert_eq!(error["data"]["requested"], "2026-07-28");
+    assert_eq!(
+        error["data"]["supported"],
+        json!(["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"])
+    );
     // InitializeRequest's params are required: protocolVersion a string,
     // capabilities and clientInfo objects; else invalid params.
     assert_eq!(initialize(&s, None)["error"]["code"], -32602);
@@ -1601,7 +1626,7 @@ fn mcp_version_negotiation() {
     }
     let r = with_header("2031-01-01", list);
     assert_eq!(r.status, 400, "{}", r.text());
-    assert_eq!(r.json()["error"]["code"], -32600);
+    assert_eq!(r.json()["error"]["code"], -32022);
     assert_eq!(r.json()["id"], 2, "the error answers the request's id");
     // initialize itself negotiates in its body.
     let r = with_header(

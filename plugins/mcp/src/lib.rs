@@ -53,6 +53,9 @@ const MAX_RETIRED: usize = 64;
 const MACRO_BUDGET_MS: u32 = 500;
 /// MCP protocol revisions this server speaks (newest first).
 const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+/// The JSON-RPC error of a protocol revision this server does not speak
+/// (MCP 2026-07-28).
+const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
 /// A built-in tool: name, description, HTTP method and path template,
 /// input schema.
@@ -1553,22 +1556,26 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
         );
     }
     // After initialize a client names the negotiated revision in a header;
-    // one this server does not speak is a 400 (absent: 2025-03-26).
+    // one this server does not speak is a 400 (absent: 2025-03-26), with
+    // the error the 2026-07-28 revision defines for it (-32022, the
+    // versions spoken in its data): a client of that revision, whose first
+    // request (`server/discover`) names it, reads there that this server
+    // speaks only the revisions of the `initialize` handshake, and
+    // initializes (the MCP SDKs' `auto` mode).
     if method != "initialize"
         && let Some(asked) = req.header("mcp-protocol-version").map(str::trim)
         && !PROTOCOL_VERSIONS.contains(&asked)
     {
-        return Ok((
-            400,
-            Some(rpc_error(
-                id.unwrap_or(Value::Null),
-                -32600,
-                &format!(
-                    "unsupported MCP-Protocol-Version {asked:?}; supported: {}",
-                    PROTOCOL_VERSIONS.join(", ")
-                ),
-            )),
-        ));
+        let mut refused = rpc_error(
+            id.unwrap_or(Value::Null),
+            UNSUPPORTED_PROTOCOL_VERSION,
+            &format!(
+                "unsupported MCP-Protocol-Version {asked:?}; supported: {}",
+                PROTOCOL_VERSIONS.join(", ")
+            ),
+        );
+        refused["error"]["data"] = json!({"supported": PROTOCOL_VERSIONS, "requested": asked});
+        return Ok((400, Some(refused)));
     }
     let Some(id) = id.filter(|_| !method.is_empty()) else {
         // Notifications (and responses) get no answer body.
