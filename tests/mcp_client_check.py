@@ -3,18 +3,24 @@
 Starts the built host on a free port, defines a macro over HTTP, then with the
 SDK's ClientSession: initialize, define a macro with the `define` tool, list
 tools (built-ins and both macros), call `search`, the macro (its TypeScript
-runs), a runaway macro (a tool error) and `get_fees`; then resources (list,
+runs), a runaway macro (a tool error), `get_fees`, and the get_* tools on
+a listing and a contract made over HTTP (the SDK checks each result's
+structuredContent against the tool's outputSchema); then resources (list,
 read the OpenAPI document, templates), prompts (list, get) and
 logging/setLevel. Run by .ci/run after the tests.
 """
 import asyncio
 import json
+import time
 import urllib.request
 import warnings
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from service import running
+from service import http, mint, running
+
+TOKEN = "mcp-client-check-admin-token-0123456789"
 
 
 def post(url, body):
@@ -22,7 +28,44 @@ def post(url, body):
     return json.loads(urllib.request.urlopen(req).read())
 
 
-async def check(base):
+def identity(base, admin, nickname):
+    """A registered identity: its fingerprint, and what signs a message
+    with a fresh timestamp into a body's signature and timestamp."""
+    key = Ed25519PrivateKey.generate()
+    fp = key.public_key().public_bytes_raw().hex()
+
+    def signed(message):
+        ts = int(time.time())
+        return {"signature": key.sign(f"{message}:{ts}".encode()).hex(), "timestamp": ts}
+
+    status, _, body = http("POST", base + "/api/identity",
+                           {"nickname": nickname, "pgp_public_key": fp, **signed(f"register:{nickname}")},
+                           {"x-cash-secret": mint(admin, TOKEN, "1")})
+    assert status == 201, body
+    return fp, signed
+
+
+def listing_and_contract(base, admin):
+    """A seller's listing and a buyer's contract on it: (post id, contract id, seller)."""
+    seller, seller_signed = identity(base, admin, "mcp-seller")
+    content = "a violin bow, rehaired"
+    status, _, body = http("POST", base + "/api/timeline",
+                           {"author_fingerprint": seller, "content": content, **seller_signed(f"post:{content}")},
+                           {"x-cash-secret": mint(admin, TOKEN, "1")})
+    assert status == 201, body
+    post_id = json.loads(body)["post_id"]
+    buyer, buyer_signed = identity(base, admin, "mcp-buyer")
+    status, _, body = http("POST", base + "/api/arbitration/contracts/buy",
+                           {"buyer_fingerprint": buyer, "contract_type": "service", "amount": "1",
+                            "reference_post": post_id, "accept_terms": True,
+                            **buyer_signed(f"buy_contract:{buyer}:{post_id}::")},
+                           {"x-cash-secret": mint(admin, TOKEN, "2")})
+    assert status == 201, body
+    return post_id, json.loads(body)["contract_id"], seller
+
+
+async def check(base, admin):
+    post_id, contract_id, seller = listing_and_contract(base, admin)
     post(base + "/api/mcp/tools/define", {
         "name": "spin", "description": "never returns", "kind": "search",
         "typescript": "while (true) {}", "input_schema": {"type": "object", "properties": {}},
@@ -63,6 +106,23 @@ async def check(base):
             assert json.loads(fees.content[0].text)["currency"] == "webcash"
             missing = await session.call_tool("get_post", {"post_id": "post_nope"})
             assert missing.is_error
+            # Every tool but execute and get_attachment says what it answers;
+            # the SDK checks each result below against it (and raises if not).
+            listed = {t.name: t for t in (await session.list_tools()).tools}
+            typed = sorted(n for n, t in listed.items() if t.output_schema is not None)
+            assert "execute" not in typed and "get_attachment" not in typed, typed
+            for name in ["search", "define", "get_post", "get_thread", "get_timeline", "get_profile",
+                         "get_contract", "get_contract_status", "get_fees", "find_by_style"]:
+                assert name in typed, (name, typed)
+            for name, arguments in [
+                ("get_post", {"post_id": post_id}), ("get_thread", {"post_id": post_id}),
+                ("get_timeline", {"limit": 5}), ("get_profile", {"fingerprint": seller}),
+                ("get_contract", {"contract_id": contract_id}),
+                ("get_contract_status", {"contract_id": contract_id}),
+                ("search", {"term": "violin"}), ("find_by_style", {"style": "bow"}),
+            ]:
+                result = await session.call_tool(name, arguments)
+                assert not result.is_error and result.structured_content, (name, result)
             caps = init.capabilities
             assert caps.resources is not None and caps.prompts is not None and caps.logging is not None, caps
             resources = (await session.list_resources()).resources
@@ -81,9 +141,10 @@ async def check(base):
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="The logging capability is deprecated")
                 await session.set_logging_level("info")
-    print(f"mcp client: initialize, tools/list ({len(names)} tools), tools/call of define, search, a macro and a runaway macro, "
+    print(f"mcp client: initialize, tools/list ({len(names)} tools, {len(typed)} with an outputSchema), "
+          f"tools/call of define, search, a macro, a runaway macro and the get_* tools, "
           f"resources ({len(resources)} and {len(templates)} templates), prompts ({len(prompts)}), logging/setLevel ok")
 
 
-with running() as base:
-    asyncio.run(check(base))
+with running(admin_token=TOKEN) as (base, admin):
+    asyncio.run(check(base, admin))

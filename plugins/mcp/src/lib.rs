@@ -123,12 +123,7 @@ fn tightened(mut schema: Value, operation: &Value) -> Value {
 /// of its `{parameters}` (a tool may name one otherwise than its route
 /// does: `{contract_id}` for `{id}`); null when there is none.
 fn operation_at(document: &Value, path: &str) -> Value {
-    use marketplace_common::url::pattern_shape;
-    let shape = pattern_shape(path);
-    document["paths"]
-        .as_object()
-        .and_then(|paths| paths.iter().find(|(p, _)| pattern_shape(p) == shape))
-        .map_or(Value::Null, |(_, item)| item["get"].clone())
+    operation_of(document, "GET", path)
 }
 
 /// A built-in tool's input schema as listed and checked: its own,
@@ -146,6 +141,94 @@ fn tool_schema(tool: &Tool) -> Value {
     text.ok()
         .and_then(|text| serde_json::from_str(&text).ok())
         .unwrap_or_else(|| (tool.schema)())
+}
+
+/// The operation of `document` at `method` and `path` (its `{parameters}`
+/// named as they may be, see [`operation_at`]).
+fn operation_of(document: &Value, method: &str, path: &str) -> Value {
+    use marketplace_common::url::pattern_shape;
+    let shape = pattern_shape(path);
+    document["paths"]
+        .as_object()
+        .and_then(|paths| paths.iter().find(|(p, _)| pattern_shape(p) == shape))
+        .map_or(Value::Null, |(_, item)| {
+            item[method.to_ascii_lowercase()].clone()
+        })
+}
+
+/// What a successful call of a tool answers, as MCP's `outputSchema`: the
+/// JSON object schema its route's OpenAPI operation gives every 2xx
+/// answer (the search route's for macros, which answer a search), with
+/// the component schemas it refers to under `$defs`; None for a tool
+/// whose answers are not one object schema (execute's any endpoint, an
+/// attachment's bytes). A client checks `structuredContent` against it.
+fn output_schema(document: &Value, method: &str, path: &str) -> Option<Value> {
+    let operation = operation_of(document, method, path);
+    let mut answers = operation["responses"]
+        .as_object()?
+        .iter()
+        .filter(|(status, _)| status.starts_with('2'))
+        .map(|(_, answer)| answer["content"]["application/json"]["schema"].clone());
+    let first = answers.next()?;
+    if answers.any(|other| other != first) {
+        return None;
+    }
+    let schemas = &document["components"]["schemas"];
+    let name = |reference: &Value| {
+        reference
+            .as_str()
+            .and_then(|r| r.strip_prefix("#/components/schemas/"))
+            .map(str::to_string)
+    };
+    let mut root = schemas.get(name(&first["$ref"])?)?.clone();
+    if root["type"] != "object" {
+        return None;
+    }
+    // Every schema it refers to, transitively, and its references made
+    // local to it.
+    fn refer_locally(v: &mut Value, found: &mut Vec<String>) {
+        match v {
+            Value::Object(map) => {
+                if let Some(Value::String(r)) = map.get_mut("$ref")
+                    && let Some(name) = r.strip_prefix("#/components/schemas/")
+                {
+                    if !found.iter().any(|f| f == name) {
+                        found.push(name.to_string());
+                    }
+                    *r = format!("#/$defs/{name}");
+                }
+                map.values_mut().for_each(|v| refer_locally(v, found));
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| refer_locally(v, found)),
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    refer_locally(&mut root, &mut found);
+    let mut defs = serde_json::Map::new();
+    let mut at = 0;
+    while at < found.len() {
+        let mut def = schemas.get(&found[at])?.clone();
+        refer_locally(&mut def, &mut found);
+        defs.insert(found[at].clone(), def);
+        at += 1;
+    }
+    if !defs.is_empty() {
+        root["$defs"] = Value::Object(defs);
+    }
+    Some(root)
+}
+
+/// A built-in tool's `outputSchema` (see [`output_schema`]), rendered once
+/// per load of components; None when it has none or the document fails
+/// to parse.
+fn tool_output_schema(tool: &Tool) -> Option<Value> {
+    let text = memoized(&format!("tool-output/{}.json", tool.name), || {
+        let document = openapi::document()?;
+        Ok(output_schema(&document, tool.method, tool.path)
+            .map_or_else(String::new, |s| s.to_string()))
+    });
+    text.ok().and_then(|text| serde_json::from_str(&text).ok())
 }
 
 fn search_schema() -> Value {
@@ -1639,10 +1722,19 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
         }
         "ping" => json!({}),
         "tools/list" => {
+            let with_output = |mut tool: Value, output: Option<Value>| {
+                if let Some(output) = output {
+                    tool["outputSchema"] = output;
+                }
+                tool
+            };
             let mut tools: Vec<Value> = TOOLS
                 .iter()
-                .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": tool_schema(t),
-                                "annotations": annotations(t.name)}))
+                .map(|t| {
+                    let tool = json!({"name": t.name, "description": t.description, "inputSchema": tool_schema(t),
+                                      "annotations": annotations(t.name)});
+                    with_output(tool, tool_output_schema(t))
+                })
                 .collect();
             // Pages of macros (MCP pagination): the built-in tools and the
             // first macros, then `nextCursor` (the last macro's name) while
@@ -1674,10 +1766,15 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
                 page.last().map(|m| m.name.clone())
             });
             // A macro answers with a search: it only reads too.
+            let search_output = TOOLS
+                .iter()
+                .find(|t| t.name == "search")
+                .and_then(tool_output_schema);
             for m in page {
                 let description = listed_description(&m);
-                tools.push(json!({"name": m.name, "description": description, "inputSchema": schema::listed(m.input_schema),
-                                  "annotations": {"readOnlyHint": true, "openWorldHint": false}}));
+                let tool = json!({"name": m.name, "description": description, "inputSchema": schema::listed(m.input_schema),
+                                  "annotations": {"readOnlyHint": true, "openWorldHint": false}});
+                tools.push(with_output(tool, search_output.clone()));
             }
             match next.flatten() {
                 Some(cursor) => json!({"tools": tools, "nextCursor": cursor}),
@@ -1886,6 +1983,47 @@ marketplace_guest::endpoint_plugin!(Mcp);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tools_output_schema_is_its_routes_answer_with_what_it_refers_to() {
+        let answer = |schema: &str| json!({"content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{schema}")}}}});
+        let document = json!({
+            "paths": {
+                "/api/posts/{post_id}": {"get": {"responses": {"200": answer("Envelope"), "404": answer("Error")}}},
+                "/api/define": {"post": {"responses": {"200": answer("Envelope"), "201": answer("Envelope")}}},
+                "/api/either": {"post": {"responses": {"200": answer("Envelope"), "201": answer("Post")}}},
+                "/api/list": {"get": {"responses": {"200": answer("List")}}},
+                "/api/bytes": {"get": {"responses": {"200": {"content": {"*/*": {"schema": {"type": "string"}}}}}}},
+            },
+            "components": {"schemas": {
+                "Envelope": {"type": "object", "properties": {"post": {"$ref": "#/components/schemas/Post"}}},
+                "Post": {"type": "object", "properties": {"author": {"$ref": "#/components/schemas/Author"},
+                                                           "replies": {"type": "array", "items": {"$ref": "#/components/schemas/Post"}}}},
+                "Author": {"type": "string"},
+                "List": {"type": "array", "items": {"$ref": "#/components/schemas/Post"}},
+                "Error": {"type": "object"},
+            }},
+        });
+        let out = output_schema(&document, "GET", "/api/posts/{id}").expect("an object answer");
+        assert_eq!(out["type"], "object");
+        assert_eq!(out["properties"]["post"]["$ref"], "#/$defs/Post");
+        assert_eq!(
+            out["$defs"]["Post"]["properties"]["author"]["$ref"],
+            "#/$defs/Author"
+        );
+        assert_eq!(
+            out["$defs"]["Post"]["properties"]["replies"]["items"]["$ref"],
+            "#/$defs/Post"
+        );
+        assert_eq!(out["$defs"]["Author"], json!({"type": "string"}));
+        assert!(out["$defs"].get("Error").is_none());
+        // Two 2xx answers of one schema; of two, none; not an object; bytes.
+        assert!(output_schema(&document, "POST", "/api/define").is_some());
+        assert_eq!(output_schema(&document, "POST", "/api/either"), None);
+        assert_eq!(output_schema(&document, "GET", "/api/list"), None);
+        assert_eq!(output_schema(&document, "GET", "/api/bytes"), None);
+        assert_eq!(output_schema(&document, "GET", "/api/none"), None);
+    }
 
     #[test]
     fn a_tool_schema_takes_its_routes_query_constraints_it_lacks() {
