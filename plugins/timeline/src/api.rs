@@ -85,7 +85,7 @@ pub const OPS: &[Op] = &[
     Op {
         ok: (200, "Raw"),
         errors: &[404],
-        patch: Some(openapi::stored_bytes),
+        patch: Some(attachment),
         ..op(
             "GET",
             "/api/posts/{post_id}/attachments/{index}",
@@ -152,6 +152,19 @@ pub fn schemas() -> Value {
         "required": ["content"],
     });
     schemas
+}
+
+/// An attachment is stored bytes, and its `index` an integer (as the
+/// post's `attachments[].index` and the `get_attachment` tool say it):
+/// a generated client sends a number. Text that is no such integer
+/// names no attachment (404, as the description says).
+fn attachment(operation: &mut Value) {
+    openapi::stored_bytes(operation);
+    for param in operation["parameters"].as_array_mut().into_iter().flatten() {
+        if param["name"] == "index" {
+            param["schema"] = json!({"type": "integer", "minimum": 0});
+        }
+    }
 }
 
 fn keywords() -> Value {
