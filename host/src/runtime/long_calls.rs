@@ -201,8 +201,6 @@ fn micros(at: Instant) -> u64 {
 /// running again, and its turn.
 struct Running {
     resumed: AtomicU64,
-    /// The CPU time of the thread it resumed on, then (microseconds).
-    resumed_cpu: AtomicU64,
     turn: Mutex<Option<OwnedSemaphorePermit>>,
 }
 
@@ -213,9 +211,8 @@ pub struct LongCall {
     pub takes_turns: bool,
     /// The client's address, while the call may still count against it.
     pub client: Option<IpAddr>,
-    /// When the call started, and its thread's CPU time then.
+    /// When the call started.
     started: Option<Instant>,
-    started_cpu: Option<Duration>,
     /// For a call that never yields, its thread's CPU time when last
     /// counted ([`LongCall::account_cpu`]).
     cpu: Option<Duration>,
@@ -233,7 +230,6 @@ impl LongCall {
         // (The origin is taken before any call's start.)
         LazyLock::force(&ORIGIN);
         self.started = Some(Instant::now());
-        self.started_cpu = Some(thread_cpu_time());
     }
 
     /// `d` of the call's time was not its own (a host call that waited).
@@ -244,34 +240,18 @@ impl LongCall {
     /// Count the time since the call last ran on, at an epoch tick. True:
     /// it is now long and should count against its client (with its
     /// family: [`LongCall::count_against`]).
-    ///
-    /// Its own time is the time since, less its waits, and no more than
-    /// the CPU time its thread was given meanwhile (it runs on the thread
-    /// it resumed on until it yields): on a loaded machine the operating
-    /// system gives the core to other threads for milliseconds, and a
-    /// short call preempted so was counted long and then waited for a turn
-    /// behind the long calls until their deadline (seen in CI: a 1 ms read
-    /// answered after 8 s). Should the thread have changed in a host call
-    /// that waited, the time since alone counts.
     pub fn account(&mut self) -> bool {
         let now = micros(Instant::now());
-        let cpu = thread_cpu_time();
-        let (since, since_cpu) = match &self.running {
-            Some(r) => (
-                r.resumed.load(Ordering::Relaxed),
-                Some(Duration::from_micros(r.resumed_cpu.load(Ordering::Relaxed))),
-            ),
-            None => (self.started.map_or(now, micros), self.started_cpu),
+        let since = match &self.running {
+            Some(r) => r.resumed.load(Ordering::Relaxed),
+            None => self.started.map_or(now, micros),
         };
-        let ran = Duration::from_micros(now.saturating_sub(since)).saturating_sub(self.waited);
-        let given = since_cpu.and_then(|s| cpu.checked_sub(s));
-        self.ran += given.map_or(ran, |given| given.min(ran));
+        let ran = Duration::from_micros(now.saturating_sub(since));
+        self.ran += ran.saturating_sub(self.waited);
         self.waited = Duration::ZERO;
         if let Some(r) = &self.running {
             // Counted up to now (a tick that does not yield runs on).
             r.resumed.store(now, Ordering::Relaxed);
-            r.resumed_cpu
-                .store(cpu.as_micros() as u64, Ordering::Relaxed);
         }
         self.is_long()
     }
@@ -310,7 +290,6 @@ impl LongCall {
             .get_or_insert_with(|| {
                 Arc::new(Running {
                     resumed: AtomicU64::new(0),
-                    resumed_cpu: AtomicU64::new(0),
                     turn: Mutex::new(None),
                 })
             })
@@ -338,14 +317,9 @@ impl LongCall {
             } else {
                 tokio::task::yield_now().await;
             }
-            // (On the thread the call runs on again: it resumes in this
-            // poll.)
             running
                 .resumed
                 .store(micros(Instant::now()), Ordering::Relaxed);
-            running
-                .resumed_cpu
-                .store(thread_cpu_time().as_micros() as u64, Ordering::Relaxed);
         })
     }
 }
@@ -422,37 +396,14 @@ mod tests {
             client: Some("192.0.2.9".parse().unwrap()),
             ..LongCall::default()
         };
-        let spin = |cpu: Duration| {
-            let until = thread_cpu_time() + cpu;
-            while thread_cpu_time() < until {
-                std::hint::black_box(0u64);
-            }
-        };
-        c.start();
         c.started = Some(Instant::now() - Duration::from_millis(50));
-        spin(Duration::from_millis(10));
-        // 60 ms since it started, 58 of them waiting for the commit batch:
-        // 2 of its own, though its thread ran 10 (other tasks, meanwhile).
-        c.started = Some(Instant::now() - Duration::from_millis(60));
-        c.waited(Duration::from_millis(58));
+        // 50 ms since it started, 48 of them waiting for the commit batch.
+        c.waited(Duration::from_millis(48));
         assert!(!c.account(), "{:?}", c.ran);
         assert!(c.ran < LONG_CALL);
-        c.start();
         c.started = Some(Instant::now() - Duration::from_millis(50));
         c.running = None;
-        spin(LONG_CALL + Duration::from_millis(2));
-        assert!(c.account(), "50 ms of its own, 7 of them running: long");
-        // 50 ms since it started but no CPU time given to its thread (the
-        // operating system ran other threads): not its own time.
-        let mut e = LongCall {
-            takes_turns: true,
-            client: Some("192.0.2.9".parse().unwrap()),
-            ..LongCall::default()
-        };
-        e.start();
-        std::thread::sleep(Duration::from_millis(50));
-        assert!(!e.account(), "{:?}", e.ran);
-        assert!(e.ran < LONG_CALL);
+        assert!(c.account(), "50 ms of its own: long");
         // A dispatched call never takes turns nor counts.
         let mut d = LongCall {
             takes_turns: false,
