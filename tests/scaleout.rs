@@ -1442,11 +1442,16 @@ fn a_refusal_never_comes_from_a_snapshot_older_than_the_request() {
             "round {round}: hold {hold_ms} ms, holder read {}, {ran_again} refusals run again",
             held.json()["read"]
         );
-        if ran_again >= 2 {
+        // The round set up what it tests once a refusal from B's older
+        // snapshot ran again (both requests' answers are checked above
+        // either way). Since the 87th session's VM, one of the two has
+        // often joined the next batch instead of the held one (read fresh,
+        // so never refused): requiring both made the test depend on that.
+        if ran_again >= 1 {
             return;
         }
     }
-    panic!("B's batch never held a snapshot older than A's commits while both requests came");
+    panic!("B's batch never held a snapshot older than A's commits while a request came");
 }
 
 /// A refusal read from a batch older than the request runs again, except
