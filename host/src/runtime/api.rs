@@ -416,46 +416,13 @@ pub fn assemble(
             }
         }
     }
-    // Every route answers 413 to a body declared over its limit and 408 to
-    // one that does not arrive in time (`body_timeout_ms`), whatever the
-    // method and whatever its component (or the host's file) documents.
-    let operations = doc["paths"]
-        .as_object_mut()
-        .into_iter()
-        .flat_map(|paths| paths.values_mut())
-        .filter_map(Value::as_object_mut)
-        .flat_map(|item| item.values_mut())
-        .filter_map(Value::as_object_mut);
-    for op in operations {
-        if let Value::Object(responses) = op.entry("responses").or_insert_with(|| json!({})) {
-            for (status, description) in [
-                (
-                    "408",
-                    "request_timeout: the body did not arrive within body_timeout_ms (nothing was kept)",
-                ),
-                ("413", "payload_too_large"),
-            ] {
-                responses.entry(status).or_insert_with(|| {
-                    json!({"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
-                });
-            }
-            // The seconds to wait that a 429 or 503 says, as a header a
-            // generated client exposes.
-            for status in ["429", "503"] {
-                if let Some(Value::Object(response)) = responses.get_mut(status)
-                    && !response.contains_key("$ref")
-                    && let Value::Object(headers) =
-                        response.entry("headers").or_insert_with(|| json!({}))
-                {
-                    headers.entry("Retry-After").or_insert_with(|| {
-                        json!({"description": "seconds to wait before trying again", "schema": {"type": "integer", "minimum": 0}})
-                    });
-                }
-            }
-        }
-    }
-    // A path or query parameter that is not UTF-8 once decoded is refused
-    // before the route runs (`server::http`), whatever its route documents.
+    // What the host answers before any route runs, whatever the method and
+    // whatever its component (or the host's file) documents: 413 to a body
+    // declared over its limit and 408 to one that does not arrive in time
+    // (`body_timeout_ms`); 400 to a path or query parameter that is not
+    // UTF-8 once decoded (`server::http`); and the seconds a 429 or 503
+    // says to wait, as a header a generated client exposes.
+    let error = |description: &str| json!({"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
     let paths = doc["paths"]
         .as_object_mut()
         .into_iter()
@@ -470,13 +437,36 @@ pub fn assemble(
                 .get("parameters")
                 .and_then(Value::as_array)
                 .is_some_and(|ps| ps.iter().any(|p| p["in"] == "query"));
-            let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else {
+            let Value::Object(responses) = op.entry("responses").or_insert_with(|| json!({}))
+            else {
                 continue;
             };
+            for (status, description) in [
+                (
+                    "408",
+                    "request_timeout: the body did not arrive within body_timeout_ms (nothing was kept)",
+                ),
+                ("413", "payload_too_large"),
+            ] {
+                responses
+                    .entry(status)
+                    .or_insert_with(|| error(description));
+            }
             if in_path || in_query {
                 responses.entry("400").or_insert_with(|| {
-                    json!({"description": "invalid_request: a parameter is not UTF-8 once percent-decoded", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
+                    error("invalid_request: a parameter is not UTF-8 once percent-decoded")
                 });
+            }
+            for status in ["429", "503"] {
+                if let Some(Value::Object(response)) = responses.get_mut(status)
+                    && !response.contains_key("$ref")
+                    && let Value::Object(headers) =
+                        response.entry("headers").or_insert_with(|| json!({}))
+                {
+                    headers.entry("Retry-After").or_insert_with(|| {
+                        json!({"description": "seconds to wait before trying again", "schema": {"type": "integer", "minimum": 0}})
+                    });
+                }
             }
         }
     }
@@ -490,7 +480,7 @@ pub fn assemble(
             .and_then(Value::as_object_mut);
         if let Some(responses) = responses {
             responses.entry("403").or_insert_with(|| {
-                json!({"description": "cross_site_request: a browser said a page of another site sent this write (Sec-Fetch-Site)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
+                error("cross_site_request: a browser said a page of another site sent this write (Sec-Fetch-Site)")
             });
         }
     }

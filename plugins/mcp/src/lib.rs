@@ -119,13 +119,6 @@ fn tightened(mut schema: Value, operation: &Value) -> Value {
     schema
 }
 
-/// The GET operation of `document` whose path is `path` but for the names
-/// of its `{parameters}` (a tool may name one otherwise than its route
-/// does: `{contract_id}` for `{id}`); null when there is none.
-fn operation_at(document: &Value, path: &str) -> Value {
-    operation_of(document, "GET", path)
-}
-
 /// A built-in tool's input schema as listed and checked: its own,
 /// [`tightened`] by its route's operation in the service's document;
 /// rendered once per load of components (each tool's apart: a call reads
@@ -136,15 +129,16 @@ fn tool_schema(tool: &Tool) -> Value {
     };
     let text = memoized(&format!("tool-schema/{}.json", tool.name), || {
         let document = openapi::document()?;
-        Ok(tightened((tool.schema)(), &operation_at(&document, path)).to_string())
+        Ok(tightened((tool.schema)(), &operation_of(&document, "GET", path)).to_string())
     });
     text.ok()
         .and_then(|text| serde_json::from_str(&text).ok())
         .unwrap_or_else(|| (tool.schema)())
 }
 
-/// The operation of `document` at `method` and `path` (its `{parameters}`
-/// named as they may be, see [`operation_at`]).
+/// The operation of `document` at `method` and `path` but for the names of
+/// its `{parameters}` (a tool may name one otherwise than its route does:
+/// `{contract_id}` for `{id}`); null when there is none.
 fn operation_of(document: &Value, method: &str, path: &str) -> Value {
     use marketplace_common::url::pattern_shape;
     let shape = pattern_shape(path);
@@ -2064,15 +2058,15 @@ mod tests {
             "/api/things/{id}/parts": {"get": {"operationId": "parts"}},
             "/api/things/buy": {"post": {}}}});
         assert_eq!(
-            operation_at(&document, "/api/things/{thing_id}")["operationId"],
+            operation_of(&document, "GET", "/api/things/{thing_id}")["operationId"],
             "thing"
         );
         assert_eq!(
-            operation_at(&document, "/api/things/{x}/parts")["operationId"],
+            operation_of(&document, "GET", "/api/things/{x}/parts")["operationId"],
             "parts"
         );
-        assert!(operation_at(&document, "/api/things").is_null());
-        assert!(operation_at(&document, "/api/things/buy").is_null());
+        assert!(operation_of(&document, "GET", "/api/things").is_null());
+        assert!(operation_of(&document, "GET", "/api/things/buy").is_null());
     }
 
     #[test]
