@@ -1539,6 +1539,323 @@ fn initialize(s: &Server, version: Option<&str>) -> Value {
     r.json()
 }
 
+/// The `_meta` of an MCP 2026-07-28 request.
+fn envelope() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+           "io.modelcontextprotocol/clientCapabilities": {},
+           "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}})
+}
+
+/// A 2026-07-28 request with `params` (to which the envelope is added
+/// unless `params` has a `_meta`), the routing headers a client sends, and
+/// `extra` headers in place of those of the same name.
+fn stateless(s: &Server, method: &str, params: Value, extra: &[(&str, &str)]) -> common::Resp {
+    let mut params = params;
+    if params.get("_meta").is_none() {
+        params["_meta"] = envelope();
+    }
+    let name = params["name"]
+        .as_str()
+        .or(params["uri"].as_str())
+        .map(str::to_string);
+    let mut headers: Vec<(&str, &str)> = vec![
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", method),
+    ];
+    if let Some(name) = &name {
+        headers.push(("mcp-name", name));
+    }
+    headers.retain(|(k, _)| !extra.iter().any(|(e, _)| e.eq_ignore_ascii_case(k)));
+    headers.extend(extra.iter().filter(|(_, v)| !v.is_empty()));
+    s.request(
+        "POST",
+        "/mcp",
+        &headers,
+        Some(
+            json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params})
+                .to_string()
+                .as_bytes(),
+        ),
+    )
+}
+
+/// MCP 2026-07-28 (stateless): no handshake; each request carries its
+/// revision and the client's capabilities in `_meta` and mirrors them in
+/// headers; errors have HTTP statuses of their own; results say their
+/// type, the server and (cacheable ones) how long they stay fresh.
+#[test]
+fn mcp_2026_07_28_requests_stand_alone() {
+    let s = Server::start();
+    let ok = |r: &common::Resp| {
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json();
+        assert_eq!(v["id"], 7, "{v}");
+        assert_eq!(v["result"]["resultType"], "complete", "{v}");
+        assert_eq!(
+            v["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "marketplace",
+            "{v}"
+        );
+        v["result"].clone()
+    };
+    let error = |r: &common::Resp, status: u16, code: i64| {
+        assert_eq!(r.status, status, "{}", r.text());
+        let v = r.json();
+        assert_eq!(v["error"]["code"], code, "{v}");
+        assert_eq!(v["id"], 7, "an error names its request: {v}");
+        v["error"].clone()
+    };
+    let discovered = ok(&stateless(&s, "server/discover", json!({}), &[]));
+    assert_eq!(discovered["supportedVersions"], json!(["2026-07-28"]));
+    let caps = &discovered["capabilities"];
+    assert!(
+        caps["tools"].is_object() && caps["resources"].is_object() && caps["prompts"].is_object()
+    );
+    assert!(
+        caps.get("logging").is_none(),
+        "logging/setLevel is gone: {caps}"
+    );
+    assert!(
+        discovered["instructions"]
+            .as_str()
+            .unwrap()
+            .contains("execute")
+    );
+    assert_eq!(discovered["cacheScope"], "public");
+    assert!(discovered["ttlMs"].as_u64().is_some());
+
+    // Cacheable lists carry their hints; the tools list (macros come and
+    // go) is stale at once, the documents keep a while.
+    let tools = ok(&stateless(&s, "tools/list", json!({}), &[]));
+    assert!(
+        tools["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "search")
+    );
+    assert_eq!(
+        (tools["ttlMs"].as_u64(), tools["cacheScope"].as_str()),
+        (Some(0), Some("public"))
+    );
+    for method in ["prompts/list", "resources/list", "resources/templates/list"] {
+        let listed = ok(&stateless(&s, method, json!({}), &[]));
+        assert!(listed["ttlMs"].as_u64().unwrap() > 0, "{method}: {listed}");
+        assert_eq!(listed["cacheScope"], "public", "{method}");
+    }
+    let base = format!("http://{}", s.addr);
+    let read = ok(&stateless(
+        &s,
+        "resources/read",
+        json!({"uri": format!("{base}/openapi.json")}),
+        &[],
+    ));
+    assert!(
+        read["contents"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("openapi")
+    );
+    assert!(read["ttlMs"].as_u64().unwrap() > 0);
+    let fees = ok(&stateless(
+        &s,
+        "resources/read",
+        json!({"uri": format!("{base}/api/fees")}),
+        &[],
+    ));
+    assert_eq!(fees["ttlMs"], 0, "a live read is stale at once");
+    // A resource not found is -32602 with its uri (SEP-2164), HTTP 400.
+    let missing = format!("{base}/api/posts/post_nope");
+    let e = error(
+        &stateless(&s, "resources/read", json!({"uri": missing}), &[]),
+        400,
+        -32602,
+    );
+    assert_eq!(e["data"]["uri"], missing);
+
+    // Tools answer as under the handshake, with the result's type; not
+    // cacheable.
+    let fees = ok(&stateless(
+        &s,
+        "tools/call",
+        json!({"name": "get_fees", "arguments": {}}),
+        &[],
+    ));
+    assert_eq!(fees["isError"], false);
+    assert_eq!(fees["structuredContent"]["currency"], "webcash");
+    assert!(fees.get("ttlMs").is_none());
+    let e = error(
+        &stateless(&s, "tools/call", json!({"name": "no_such_tool"}), &[]),
+        400,
+        -32602,
+    );
+    assert!(e["message"].as_str().unwrap().contains("no_such_tool"));
+
+    // The envelope: _meta with the revision and the client's capabilities
+    // (-32602, first), headers that agree with the body (-32020), a
+    // revision spoken (-32022); each HTTP 400. clientInfo is optional.
+    let mut no_info = envelope();
+    no_info
+        .as_object_mut()
+        .unwrap()
+        .remove("io.modelcontextprotocol/clientInfo");
+    ok(&stateless(
+        &s,
+        "server/discover",
+        json!({"_meta": no_info}),
+        &[],
+    ));
+    error(
+        &stateless(&s, "server/discover", json!({"_meta": {}}), &[]),
+        400,
+        -32602,
+    );
+    let mut no_caps = envelope();
+    no_caps
+        .as_object_mut()
+        .unwrap()
+        .remove("io.modelcontextprotocol/clientCapabilities");
+    error(
+        &stateless(&s, "tools/list", json!({"_meta": no_caps}), &[]),
+        400,
+        -32602,
+    );
+    // (A body without _meta under the revision's header.)
+    let r = s.request(
+        "POST",
+        "/mcp",
+        &[
+            ("content-type", "application/json"),
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/list"),
+        ],
+        Some(br#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#),
+    );
+    error(&r, 400, -32602);
+    for headers in [
+        &[("mcp-method", "prompts/list")][..],
+        &[("mcp-method", "TOOLS/LIST")],
+        &[("mcp-method", "")],
+        &[("mcp-protocol-version", "2025-11-25")],
+    ] {
+        error(
+            &stateless(&s, "tools/list", json!({}), headers),
+            400,
+            -32020,
+        );
+    }
+    error(
+        &stateless(
+            &s,
+            "tools/call",
+            json!({"name": "get_fees"}),
+            &[("mcp-name", "search")],
+        ),
+        400,
+        -32020,
+    );
+    error(
+        &stateless(
+            &s,
+            "tools/call",
+            json!({"name": "get_fees"}),
+            &[("mcp-name", "")],
+        ),
+        400,
+        -32020,
+    );
+    // Whitespace around a header's value is not part of it.
+    ok(&stateless(
+        &s,
+        "tools/call",
+        json!({"name": "get_fees"}),
+        &[("mcp-name", "  get_fees ")],
+    ));
+    let mut later = envelope();
+    later["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
+    let e = error(
+        &stateless(
+            &s,
+            "server/discover",
+            json!({"_meta": later}),
+            &[("mcp-protocol-version", "2099-01-01")],
+        ),
+        400,
+        -32022,
+    );
+    assert_eq!(
+        e["data"],
+        json!({"supported": ["2026-07-28"], "requested": "2099-01-01"})
+    );
+
+    // The handshake's methods are gone (404, -32601), as is any unknown one.
+    for method in [
+        "initialize",
+        "ping",
+        "logging/setLevel",
+        "resources/subscribe",
+        "completion/complete",
+        "nope/nope",
+    ] {
+        error(
+            &stateless(&s, method, json!({"level": "info", "uri": "x"}), &[]),
+            404,
+            -32601,
+        );
+    }
+    // A notification is acknowledged (under a revision spoken); a batch
+    // and a response are not messages of this revision.
+    let post = |body: &str, version: &str| {
+        s.request(
+            "POST",
+            "/mcp",
+            &[
+                ("content-type", "application/json"),
+                ("mcp-protocol-version", version),
+            ],
+            Some(body.as_bytes()),
+        )
+    };
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"_meta": envelope(), "requestId": 3}}).to_string();
+    assert_eq!(post(&note, "2026-07-28").status, 202);
+    let r = post(&format!("[{note}]"), "2026-07-28");
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].as_i64()),
+        (400, Some(-32600)),
+        "{}",
+        r.text()
+    );
+    let r = post(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, "2026-07-28");
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].as_i64()),
+        (400, Some(-32600)),
+        "{}",
+        r.text()
+    );
+
+    // The handshake revisions are answered as before, beside it.
+    let init = initialize(&s, Some("2025-11-25"));
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25");
+    assert!(init["result"]["capabilities"]["logging"].is_object());
+    let listed = rpc(
+        &s,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    )
+    .json();
+    assert!(listed["result"].get("resultType").is_none(), "{listed}");
+    assert!(listed["result"].get("ttlMs").is_none());
+    // ... where server/discover is unknown.
+    let r = rpc(
+        &s,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover"}),
+    );
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].as_i64()),
+        (200, Some(-32601))
+    );
+}
+
 #[test]
 fn mcp_version_negotiation() {
     let s = Server::start();
@@ -1554,19 +1871,19 @@ fn mcp_version_negotiation() {
             "{v:?}"
         );
     }
-    // A request under a revision it does not speak (a 2026-07-28 client's
-    // first, `server/discover`): 400 with -32022 and the revisions spoken,
-    // which tell such a client to initialize instead.
+    // A request under a revision it does not speak: 400 with -32022 and
+    // every revision spoken (a client of a later stateless revision
+    // retries with 2026-07-28, one of the handshake initializes).
     let r = s.request(
         "POST",
         "/mcp",
         &[
             ("content-type", "application/json"),
             ("accept", "application/json, text/event-stream"),
-            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-protocol-version", "2099-01-01"),
         ],
         Some(
-            json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}})
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
                 .to_string()
                 .as_bytes(),
         ),
@@ -1574,10 +1891,16 @@ fn mcp_version_negotiation() {
     assert_eq!(r.status, 400, "{}", r.text());
     let error = &r.json()["error"];
     assert_eq!(error["code"], -32022);
-    assert_eq!(error["data"]["requested"], "2026-07-28");
+    assert_eq!(error["data"]["requested"], "2099-01-01");
     assert_eq!(
         error["data"]["supported"],
-        json!(["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"])
+        json!([
+            "2026-07-28",
+            "2025-11-25",
+            "2025-06-18",
+            "2025-03-26",
+            "2024-11-05"
+        ])
     );
     // InitializeRequest's params are required: protocolVersion a string,
     // capabilities and clientInfo objects; else invalid params.

@@ -17,6 +17,7 @@
 
 mod a2a;
 mod api;
+mod modern;
 mod openapi;
 mod origin;
 mod prompts;
@@ -51,11 +52,9 @@ const MAX_RETIRED: usize = 64;
 /// Time a macro run may take, engine start included (PROTOCOL: at most 1 s,
 /// answered within 2 s); a runaway is answered 422 well inside a second.
 const MACRO_BUDGET_MS: u32 = 500;
-/// MCP protocol revisions this server speaks (newest first).
+/// MCP protocol revisions of the `initialize` handshake this server speaks
+/// (newest first; 2026-07-28's are [`modern::VERSIONS`]).
 const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
-/// The JSON-RPC error of a protocol revision this server does not speak
-/// (MCP 2026-07-28).
-const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
 /// A built-in tool: name, description, HTTP method and path template,
 /// input schema.
@@ -1591,6 +1590,79 @@ fn invalid(id: Value, why: &str) -> Value {
     rpc_error(id, -32600, &format!("invalid request: {why}"))
 }
 
+/// The revisions a JSON-RPC message is answered under.
+#[derive(Clone, Copy, PartialEq)]
+enum Era {
+    /// Those of the `initialize` handshake ([`PROTOCOL_VERSIONS`]).
+    Handshake,
+    /// MCP 2026-07-28's, where each request stands alone ([`modern`]).
+    Modern,
+}
+
+impl Era {
+    /// `result` as this era answers it to `id` (2026-07-28: with its
+    /// `resultType`, the server's name and, for a cacheable method, how
+    /// long it stays fresh).
+    fn answer(self, id: &Value, result: Value, fresh_ms: Option<u64>, version: &str) -> Value {
+        rpc_result(
+            id,
+            match self {
+                Era::Handshake => result,
+                Era::Modern => modern::complete(result, fresh_ms, version),
+            },
+        )
+    }
+}
+
+/// What an agent is told of this server when it connects.
+pub const INSTRUCTIONS: &str = "Search listings with `search`; read posts, threads, profiles and contracts with the get_* tools. Act (post, register, rate, trade) with `execute` on a public /api endpoint (its description says how a body is signed; the `openapi` resource documents every route); a paid one is paid by an X-Cash-Secret (or PAYMENT-SIGNATURE) header on this MCP request's HTTP POST, or by an x402 PaymentPayload in the tools/call's params._meta[\"x402/payment\"], and answers 402 with its price without one. Macro tools are defined by users: their descriptions are not this server's.";
+
+/// The server's capabilities; `logging` only under the handshake (MCP
+/// 2026-07-28 dropped `logging/setLevel`). No list changes are announced
+/// and no resource is subscribed to.
+pub fn capabilities(handshake: bool) -> Value {
+    let mut capabilities = json!({"tools": {"listChanged": false},
+                                  "resources": {"subscribe": false, "listChanged": false},
+                                  "prompts": {"listChanged": false}});
+    if handshake {
+        capabilities["logging"] = json!({});
+    }
+    capabilities
+}
+
+/// Who answers (MCP's `Implementation`).
+pub fn server_info(version: &str) -> Value {
+    json!({"name": "marketplace", "version": version})
+}
+
+/// How long a cacheable result stays fresh (MCP 2026-07-28's `ttlMs`), in
+/// milliseconds: the tools list and live reads not at all (a macro may be
+/// defined, a post written, at any moment); what only a load of components
+/// changes (prompts, the resource lists, the documents, the capabilities)
+/// [`STABLE_FRESH_MS`]. `None` for a method whose results are not cached.
+fn fresh_for(method: &str, params: &Value, base: &str) -> Option<u64> {
+    match method {
+        "tools/list" => Some(0),
+        "prompts/list" | "resources/list" | "resources/templates/list" | "server/discover" => {
+            Some(STABLE_FRESH_MS)
+        }
+        "resources/read" => Some(
+            if params["uri"]
+                .as_str()
+                .is_some_and(|uri| resources::is_document(base, uri))
+            {
+                STABLE_FRESH_MS
+            } else {
+                0
+            },
+        ),
+        _ => None,
+    }
+}
+
+/// See [`fresh_for`]: a client may reuse such a result a minute.
+const STABLE_FRESH_MS: u64 = 60_000;
+
 /// One JSON-RPC message (an object): the HTTP status it gets when sent
 /// alone and its answer (`None` for a notification or a client's
 /// response, which get none).
@@ -1632,203 +1704,247 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
             "a request id is a string or an integer of at most 64 bits (not null)",
         );
     }
-    // After initialize a client names the negotiated revision in a header;
-    // one this server does not speak is a 400 (absent: 2025-03-26), with
-    // the error the 2026-07-28 revision defines for it (-32022, the
-    // versions spoken in its data): a client of that revision, whose first
-    // request (`server/discover`) names it, reads there that this server
-    // speaks only the revisions of the `initialize` handshake, and
-    // initializes (the MCP SDKs' `auto` mode).
-    if method != "initialize"
-        && let Some(asked) = req.header("mcp-protocol-version").map(str::trim)
-        && !PROTOCOL_VERSIONS.contains(&asked)
-    {
-        let mut refused = rpc_error(
-            id.unwrap_or(Value::Null),
-            UNSUPPORTED_PROTOCOL_VERSION,
-            &format!(
-                "unsupported MCP-Protocol-Version {asked:?}; supported: {}",
-                PROTOCOL_VERSIONS.join(", ")
-            ),
-        );
-        refused["error"]["data"] = json!({"supported": PROTOCOL_VERSIONS, "requested": asked});
-        return Ok((400, Some(refused)));
-    }
-    let Some(id) = id.filter(|_| !method.is_empty()) else {
-        // Notifications (and responses) get no answer body.
-        return Ok((202, None));
+    let era = if modern::applies(req, msg) {
+        Era::Modern
+    } else {
+        Era::Handshake
+    };
+    let id = match era {
+        // A server of 2026-07-28 sends no requests: a client sends
+        // requests and notifications only.
+        Era::Modern if method.is_empty() => {
+            return refuse(
+                id.unwrap_or(Value::Null),
+                "MCP 2026-07-28: send one request or notification (this server asks clients nothing)",
+            );
+        }
+        // Notifications are acknowledged under a revision spoken.
+        Era::Modern => match id {
+            None => {
+                return Ok(match modern::notification_refused(req) {
+                    Some(fault) => (400, Some(fault.answer(Value::Null))),
+                    None => (202, None),
+                });
+            }
+            Some(id) => {
+                if let Err(fault) = modern::admit(msg, method, req) {
+                    return Ok((modern::status(fault.code), Some(fault.answer(id))));
+                }
+                id
+            }
+        },
+        Era::Handshake => {
+            // After initialize a client names the negotiated revision in a
+            // header; one this server does not speak is a 400 (absent:
+            // 2025-03-26) with -32022 and every revision spoken: a client
+            // of a later stateless revision retries with 2026-07-28, one
+            // of the handshake's initializes (the MCP SDKs' `auto` mode).
+            if method != "initialize"
+                && let Some(asked) = req.header("mcp-protocol-version").map(str::trim)
+                && !PROTOCOL_VERSIONS.contains(&asked)
+            {
+                let spoken: Vec<&str> = modern::VERSIONS
+                    .iter()
+                    .chain(PROTOCOL_VERSIONS)
+                    .copied()
+                    .collect();
+                let mut refused = rpc_error(
+                    id.unwrap_or(Value::Null),
+                    modern::UNSUPPORTED_PROTOCOL_VERSION,
+                    &format!(
+                        "unsupported MCP-Protocol-Version {asked:?}; supported: {}",
+                        spoken.join(", ")
+                    ),
+                );
+                refused["error"]["data"] = json!({"supported": spoken, "requested": asked});
+                return Ok((400, Some(refused)));
+            }
+            match id.filter(|_| !method.is_empty()) {
+                Some(id) => id,
+                // Notifications (and responses) get no answer body.
+                None => return Ok((202, None)),
+            }
+        }
     };
     let params = &msg["params"];
-    let answered = match method {
-        "resources/list" => Some(resources::list(&origin::base(req), params)),
-        "resources/templates/list" => Some(resources::templates(&origin::base(req), params)),
-        "resources/read" => Some(resources::read(&origin::base(req), version, params)),
-        "prompts/list" => Some(prompts::list(params)),
-        "prompts/get" => Some(prompts::get(params)),
-        "logging/setLevel" => Some(set_level(params)),
-        _ => None,
+    Ok(match serve(method, &id, params, req, version, era)? {
+        Ok(result) => {
+            let fresh = fresh_for(method, params, &origin::base(req));
+            (200, Some(era.answer(&id, result, fresh, version)))
+        }
+        Err(fault) => match era {
+            Era::Handshake => (200, Some(fault.answer(id))),
+            Era::Modern => {
+                let fault = modern::error(fault);
+                (modern::status(fault.code), Some(fault.answer(id)))
+            }
+        },
+    })
+}
+
+/// A request's result, or the JSON-RPC error it is answered, under `era`:
+/// the handshake's methods, or 2026-07-28's ([`modern::METHODS`]).
+fn serve(
+    method: &str,
+    id: &Value,
+    params: &Value,
+    req: &Request,
+    version: &str,
+    era: Era,
+) -> Result<Result<Value, RpcFault>, ApiError> {
+    let served = match era {
+        Era::Modern => modern::METHODS.contains(&method),
+        Era::Handshake => method != "server/discover",
     };
-    if let Some(answered) = answered {
-        return Ok((
-            200,
-            Some(match answered {
-                Ok(result) => rpc_result(&id, result),
-                Err(fault) => fault.answer(id),
-            }),
-        ));
+    if !served {
+        return Ok(Err(RpcFault::method_not_found(method)));
     }
-    let result = match method {
-        "initialize" => {
-            // InitializeRequest's params: protocolVersion (a string),
-            // capabilities and clientInfo (objects).
-            let Some(asked) = params.get("protocolVersion").and_then(Value::as_str) else {
-                return Ok((
-                    200,
-                    Some(rpc_error(
-                        id,
-                        -32602,
-                        "params.protocolVersion (a string) is required",
-                    )),
-                ));
-            };
-            for member in ["capabilities", "clientInfo"] {
-                if !params.get(member).is_some_and(Value::is_object) {
-                    return Ok((
-                        200,
-                        Some(rpc_error(
-                            id,
-                            -32602,
-                            &format!("params.{member} (an object) is required"),
-                        )),
-                    ));
-                }
-            }
-            let agreed = PROTOCOL_VERSIONS
-                .iter()
-                .find(|v| **v == asked)
-                .unwrap_or(&PROTOCOL_VERSIONS[0]);
-            json!({"protocolVersion": agreed,
-                   "capabilities": {"tools": {"listChanged": false},
-                                    "resources": {"subscribe": false, "listChanged": false},
-                                    "prompts": {"listChanged": false}, "logging": {}},
-                   "serverInfo": {"name": "marketplace", "version": version},
-                   "instructions": "Search listings with `search`; read posts, threads, profiles and contracts with the get_* tools. Act (post, register, rate, trade) with `execute` on a public /api endpoint (its description says how a body is signed; the `openapi` resource documents every route); a paid one is paid by an X-Cash-Secret (or PAYMENT-SIGNATURE) header on this MCP request's HTTP POST, or by an x402 PaymentPayload in the tools/call's params._meta[\"x402/payment\"], and answers 402 with its price without one. Macro tools are defined by users: their descriptions are not this server's."})
+    Ok(match method {
+        "resources/list" => resources::list(&origin::base(req), params),
+        "resources/templates/list" => resources::templates(&origin::base(req), params),
+        "resources/read" => resources::read(&origin::base(req), version, params),
+        "prompts/list" => prompts::list(params),
+        "prompts/get" => prompts::get(params),
+        "logging/setLevel" => set_level(params),
+        "initialize" => initialize(params, version),
+        "ping" => Ok(json!({})),
+        "server/discover" => Ok(modern::discover()),
+        "tools/list" => tools_list(params)?,
+        "tools/call" => tools_call(id, params, req, version, era),
+        _ => Err(RpcFault::method_not_found(method)),
+    })
+}
+
+/// `initialize` (the handshake): the revision agreed (the client's if
+/// spoken, else the newest), the capabilities, who answers.
+fn initialize(params: &Value, version: &str) -> Result<Value, RpcFault> {
+    // InitializeRequest's params: protocolVersion (a string), capabilities
+    // and clientInfo (objects).
+    let Some(asked) = params.get("protocolVersion").and_then(Value::as_str) else {
+        return Err(RpcFault::invalid_params(
+            "params.protocolVersion (a string) is required",
+        ));
+    };
+    for member in ["capabilities", "clientInfo"] {
+        if !params.get(member).is_some_and(Value::is_object) {
+            return Err(RpcFault::invalid_params(&format!(
+                "params.{member} (an object) is required"
+            )));
         }
-        "ping" => json!({}),
-        "tools/list" => {
-            let with_output = |mut tool: Value, output: Option<Value>| {
-                if let Some(output) = output {
-                    tool["outputSchema"] = output;
-                }
-                tool
-            };
-            let mut tools: Vec<Value> = TOOLS
-                .iter()
-                .map(|t| {
-                    let tool = json!({"name": t.name, "description": t.description, "inputSchema": tool_schema(t),
-                                      "annotations": annotations(t.name)});
-                    with_output(tool, tool_output_schema(t))
-                })
-                .collect();
-            // Pages of macros (MCP pagination): the built-in tools and the
-            // first macros, then `nextCursor` (the last macro's name) while
-            // more follow.
-            let after = match params.get("cursor") {
-                None | Some(Value::Null) => "",
-                // A nextCursor names the last macro of its page: one that
-                // names no macro is no cursor of this server's.
-                Some(Value::String(c))
-                    if valid_name(c) && kv::get_raw(None, &format!("macro/{c}"))?.is_some() =>
-                {
-                    tools.clear();
-                    c.as_str()
-                }
-                Some(_) => {
-                    return Ok((
-                        200,
-                        Some(rpc_error(
-                            id,
-                            -32602,
-                            "params.cursor is not a cursor: send a tools/list answer's nextCursor",
-                        )),
-                    ));
-                }
-            };
-            let mut page = macro_page(after, MACRO_PAGE + 1)?;
-            let next = (page.len() > MACRO_PAGE as usize).then(|| {
-                page.truncate(MACRO_PAGE as usize);
-                page.last().map(|m| m.name.clone())
-            });
-            // A macro answers with a search: it only reads too.
-            let search_output = TOOLS
-                .iter()
-                .find(|t| t.name == "search")
-                .and_then(tool_output_schema);
-            for m in page {
-                let description = listed_description(&m);
-                let tool = json!({"name": m.name, "description": description, "inputSchema": schema::listed(m.input_schema),
-                                  "annotations": {"readOnlyHint": true, "openWorldHint": false}});
-                tools.push(with_output(tool, search_output.clone()));
-            }
-            match next.flatten() {
-                Some(cursor) => json!({"tools": tools, "nextCursor": cursor}),
-                None => json!({"tools": tools}),
-            }
+    }
+    let agreed = PROTOCOL_VERSIONS
+        .iter()
+        .find(|v| **v == asked)
+        .unwrap_or(&PROTOCOL_VERSIONS[0]);
+    Ok(json!({"protocolVersion": agreed,
+              "capabilities": capabilities(true),
+              "serverInfo": server_info(version),
+              "instructions": INSTRUCTIONS}))
+}
+
+/// `tools/list`: the built-in tools and the first page of macros, then
+/// pages of macros (MCP pagination) while `nextCursor` (the last macro's
+/// name) says more follow.
+fn tools_list(params: &Value) -> Result<Result<Value, RpcFault>, ApiError> {
+    let with_output = |mut tool: Value, output: Option<Value>| {
+        if let Some(output) = output {
+            tool["outputSchema"] = output;
         }
-        "tools/call" => {
-            let Some(name) = params["name"].as_str() else {
-                return Ok((200, Some(rpc_error(id, -32602, "params.name is required"))));
-            };
-            // Arguments that are not an object fail the CallToolRequest
-            // schema (a protocol error); arguments that do not fit the
-            // tool's inputSchema are the tool's error (isError: true).
-            let args = match params.get("arguments") {
-                None | Some(Value::Null) => json!({}),
-                Some(a @ Value::Object(_)) => a.clone(),
-                Some(_) => {
-                    return Ok((
-                        200,
-                        Some(rpc_error(id, -32602, "params.arguments must be an object")),
-                    ));
-                }
-            };
-            // x402 over MCP: a payment in `_meta` pays the endpoint the
-            // tool runs as a PAYMENT-SIGNATURE header would.
-            let _paying = match x402::payment_header(params) {
-                Ok(header) => header.map(|h| forward("payment-signature", h)),
-                Err(why) => return Ok((200, Some(rpc_error(id, -32602, why)))),
-            };
-            let base = origin::base(req);
-            let wrap = |r: Response| fault_answer(200, rpc_result(&id, tool_result(&r, &base)));
-            let resp = match run_named(name, &args, &wrap, req) {
-                Ok(r) => r,
-                // The tool called is unknown (a protocol error); a tool
-                // that `execute` names is that tool's error.
-                Err(e) if e.status == 404 && e.message == unknown_tool(name).message => {
-                    return Ok((
-                        200,
-                        Some(rpc_error(id, -32602, &format!("unknown tool {name}"))),
-                    ));
-                }
-                Err(e) => e.into(),
-            };
-            // (The endpoint's payment answers, `X-Cash-Change` and
-            // `PAYMENT-RESPONSE`, reach the client on this request's HTTP
-            // answer, or its fault's: the host passes them on.)
-            tool_result(&resp, &base)
+        tool
+    };
+    let mut tools: Vec<Value> = TOOLS
+        .iter()
+        .map(|t| {
+            let tool = json!({"name": t.name, "description": t.description, "inputSchema": tool_schema(t),
+                              "annotations": annotations(t.name)});
+            with_output(tool, tool_output_schema(t))
+        })
+        .collect();
+    let after = match params.get("cursor") {
+        None | Some(Value::Null) => "",
+        // A nextCursor names the last macro of its page: one that names
+        // no macro is no cursor of this server's.
+        Some(Value::String(c))
+            if valid_name(c) && kv::get_raw(None, &format!("macro/{c}"))?.is_some() =>
+        {
+            tools.clear();
+            c.as_str()
         }
-        _ => {
-            return Ok((
-                200,
-                Some(rpc_error(
-                    id,
-                    -32601,
-                    &format!("method not found: {method}"),
-                )),
+        Some(_) => {
+            return Ok(Err(RpcFault::invalid_params(
+                "params.cursor is not a cursor: send a tools/list answer's nextCursor",
+            )));
+        }
+    };
+    let mut page = macro_page(after, MACRO_PAGE + 1)?;
+    let next = (page.len() > MACRO_PAGE as usize).then(|| {
+        page.truncate(MACRO_PAGE as usize);
+        page.last().map(|m| m.name.clone())
+    });
+    // A macro answers with a search: it only reads too.
+    let search_output = TOOLS
+        .iter()
+        .find(|t| t.name == "search")
+        .and_then(tool_output_schema);
+    for m in page {
+        let description = listed_description(&m);
+        let tool = json!({"name": m.name, "description": description, "inputSchema": schema::listed(m.input_schema),
+                          "annotations": {"readOnlyHint": true, "openWorldHint": false}});
+        tools.push(with_output(tool, search_output.clone()));
+    }
+    Ok(Ok(match next.flatten() {
+        Some(cursor) => json!({"tools": tools, "nextCursor": cursor}),
+        None => json!({"tools": tools}),
+    }))
+}
+
+/// `tools/call`: the tool's answer as its result (a tool's own failure is
+/// a result with `isError`); an unknown tool, arguments that are not an
+/// object or an x402 payment that is none are -32602.
+fn tools_call(
+    id: &Value,
+    params: &Value,
+    req: &Request,
+    version: &str,
+    era: Era,
+) -> Result<Value, RpcFault> {
+    let Some(name) = params["name"].as_str() else {
+        return Err(RpcFault::invalid_params("params.name is required"));
+    };
+    // Arguments that are not an object fail the CallToolRequest schema (a
+    // protocol error); arguments that do not fit the tool's inputSchema
+    // are the tool's error (isError: true).
+    let args = match params.get("arguments") {
+        None | Some(Value::Null) => json!({}),
+        Some(a @ Value::Object(_)) => a.clone(),
+        Some(_) => {
+            return Err(RpcFault::invalid_params(
+                "params.arguments must be an object",
             ));
         }
     };
-    Ok((200, Some(rpc_result(&id, result))))
+    // x402 over MCP: a payment in `_meta` pays the endpoint the tool runs
+    // as a PAYMENT-SIGNATURE header would.
+    let _paying = match x402::payment_header(params) {
+        Ok(header) => header.map(|h| forward("payment-signature", h)),
+        Err(why) => return Err(RpcFault::invalid_params(why)),
+    };
+    let base = origin::base(req);
+    let wrap =
+        |r: Response| fault_answer(200, era.answer(id, tool_result(&r, &base), None, version));
+    let resp = match run_named(name, &args, &wrap, req) {
+        Ok(r) => r,
+        // The tool called is unknown (a protocol error); a tool that
+        // `execute` names is that tool's error.
+        Err(e) if e.status == 404 && e.message == unknown_tool(name).message => {
+            return Err(RpcFault::invalid_params(&format!("unknown tool {name}")));
+        }
+        Err(e) => e.into(),
+    };
+    // (The endpoint's payment answers, `X-Cash-Change` and
+    // `PAYMENT-RESPONSE`, reach the client on this request's HTTP answer,
+    // or its fault's: the host passes them on.)
+    Ok(tool_result(&resp, &base))
 }
 
 /// What a client may assume of a built-in tool offered over JSON-RPC:
@@ -1942,6 +2058,15 @@ impl RpcFault {
         RpcFault {
             code: -32602,
             message: message.to_string(),
+            data: None,
+        }
+    }
+
+    /// -32601: no such method (or not under the revision spoken).
+    pub fn method_not_found(method: &str) -> RpcFault {
+        RpcFault {
+            code: -32601,
+            message: format!("method not found: {method}"),
             data: None,
         }
     }

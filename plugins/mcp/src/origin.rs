@@ -210,7 +210,7 @@ pub fn check(req: &Request) -> Result<(), String> {
 /// Request headers a browser page may send to `POST /mcp` (the preflight's
 /// `Access-Control-Allow-Headers`): the MCP transport's and the payment
 /// headers.
-const ALLOW_HEADERS: &str = "Content-Type, Accept, MCP-Protocol-Version, MCP-Session-Id, Last-Event-ID, X-Request-Id, X-Cash-Secret, X-Webcash-Secret, X-Bitcoin-Secret, PAYMENT-SIGNATURE";
+const ALLOW_HEADERS: &str = "Content-Type, Accept, MCP-Protocol-Version, Mcp-Method, Mcp-Name, MCP-Session-Id, Last-Event-ID, X-Request-Id, X-Cash-Secret, X-Webcash-Secret, X-Bitcoin-Secret, PAYMENT-SIGNATURE";
 
 /// Answer headers a browser page may read (`Access-Control-Expose-Headers`):
 /// the change and payment answers a paid tool call gets, the request id.

@@ -143,6 +143,17 @@ pub fn read(base: &str, version: &str, params: &Value) -> Result<Value, RpcFault
     Ok(json!({"contents": [{"uri": uri, "mimeType": "application/json", "text": text}]}))
 }
 
+/// Whether `uri` is one of the documents listed, which only a load of
+/// components changes (the fee schedule and the templates' are live).
+pub fn is_document(base: &str, uri: &str) -> bool {
+    uri.strip_prefix(base).is_some_and(|path| {
+        matches!(
+            path,
+            "/openapi.json" | "/.well-known/agent.json" | "/.well-known/agent-card.json"
+        )
+    })
+}
+
 /// One path segment of a template's variable: not empty, no `/`, `?`, `#`
 /// (an id is plain ASCII; the route checks it further).
 fn is_segment(v: &str) -> bool {
