@@ -714,6 +714,59 @@ fn a_flood_of_one_familys_requests_leaves_slots_to_the_others() {
     });
 }
 
+/// Long calls take turns tick by tick while others wait: a call that runs
+/// long for a while (50 ms) among more runaway loops than there are turns
+/// is answered while the loops still run, not once the first of them
+/// reaches its deadline and gives its turn up. (CI once saw a 1 ms read,
+/// counted long because the machine took its core, wait 8 s so.)
+#[test]
+fn a_call_that_runs_long_awhile_takes_turns_with_runaway_loops() {
+    if common::backend_is_postgres() {
+        // On a shared store every call runs on a blocking thread, where
+        // the operating system shares the cores: there are no turns.
+        return;
+    }
+    let turns = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let loops = turns + 1;
+    let s = Server::with(common::Options {
+        testing_routes: true,
+        env: vec![
+            // The family's half of the pool admits every loop and the call.
+            (
+                "MARKETPLACE_MAX_INSTANCES".into(),
+                (2 * (loops + 2)).to_string(),
+            ),
+            ("MARKETPLACE_REQUEST_TIMEOUT_MS".into(), "8000".into()),
+            // The loops all come from this one address.
+            ("MARKETPLACE_MAX_LONG_CALLS_PER_IP".into(), "0".into()),
+        ],
+        ..Default::default()
+    });
+    let ended = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..loops {
+            scope.spawn(|| {
+                let r = s.get("/_testing/loop");
+                assert_eq!(r.status, 503, "{}", r.text());
+                ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+        // Every turn is taken and a loop waits for one.
+        let until = Instant::now() + Duration::from_secs(10);
+        while s.metric("marketplace_plugin_long_call_waits_total") < 1 {
+            assert!(Instant::now() < until, "no loop ever waited for a turn");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let r = s.get("/_testing/loop?spin_ms=50");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(
+            ended.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "the call waited for a loop to reach its deadline"
+        );
+    });
+}
+
 #[test]
 fn a_looping_plugin_is_stopped_at_the_deadline() {
     let s = Server::testing();

@@ -90,7 +90,7 @@ pub struct Metrics {
     /// ([`crate::server::linger`]), and those closed without it.
     pub connections_draining: Gauge,
     pub connections_not_drained: Counter,
-    /// Plugin calls that ran long and waited for a turn to go on.
+    /// Times a plugin call that ran long waited for a turn to go on.
     pub long_call_waits: Counter,
     /// Requests that waited to be admitted while their address's calls of
     /// their family ran long.
@@ -363,7 +363,7 @@ impl Metrics {
         );
         r.register(
             "plugin_long_call_waits",
-            "Plugin calls that had run 5 ms of their own time on an async worker and waited for one of the turns long calls take (one per worker) to go on",
+            "Times a plugin call that had run 5 ms of its own time on an async worker waited for one of the turns long calls take (one per worker) to go on",
             m.long_call_waits.clone(),
         );
         r.register(

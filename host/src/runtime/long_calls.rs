@@ -7,7 +7,8 @@
 //!   caller's share) that has run [`LONG_CALL`] of its own time is a long
 //!   call. On an async worker it goes on only with one of the [`TURNS`]
 //!   (one per worker), waiting for one at an epoch tick no longer than its
-//!   deadline; on a blocking thread (every call, on a shared store) the
+//!   deadline; while others wait, it gives its turn back at each tick and
+//!   queues behind them ([`WAITING`]); on a blocking thread (every call, on a shared store) the
 //!   operating system shares the cores, and its own time is its thread's
 //!   CPU time.
 //! - It counts against its client address and family: while
@@ -56,6 +57,32 @@ static TURNS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| {
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     Arc::new(Semaphore::new(workers.max(1)))
 });
+
+/// Long calls waiting for one of the [`TURNS`]. While any waits, a long
+/// call holding a turn gives it back at its next epoch tick and queues
+/// behind them (the semaphore is first come, first served): long calls
+/// take turns tick by tick rather than keep one until they end, so a call
+/// that only became long because the operating system took its core for a
+/// few milliseconds waits a few ticks, not until runaway loops reach their
+/// deadline.
+static WAITING: AtomicU32 = AtomicU32::new(0);
+
+/// One long call counted in [`WAITING`] until dropped (also when the call
+/// is dropped while it waits).
+struct Waiting;
+
+impl Waiting {
+    fn new() -> Waiting {
+        WAITING.fetch_add(1, Ordering::AcqRel);
+        Waiting
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        WAITING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// The long calls of each client address, by family.
 type Counts = HashMap<IpAddr, Vec<(Box<str>, u32)>>;
@@ -297,6 +324,10 @@ impl LongCall {
         let mut wait = false;
         if self.takes_turns && self.ran >= LONG_CALL {
             let mut turn = running.turn.lock().unwrap_or_else(|p| p.into_inner());
+            if turn.is_some() && WAITING.load(Ordering::Acquire) > 0 {
+                // Others wait: the turn goes to the first of them.
+                *turn = None;
+            }
             if turn.is_none() {
                 match TURNS.clone().try_acquire_owned() {
                     Ok(permit) => *turn = Some(permit),
@@ -308,6 +339,7 @@ impl LongCall {
         Box::pin(async move {
             if wait {
                 crate::metrics::metrics().long_call_waits.inc();
+                let _waiting = Waiting::new();
                 let turn = TURNS.clone().acquire_owned();
                 // At its deadline it goes on without a turn, and the next
                 // epoch check ends it. (The semaphore is never closed.)

@@ -92,6 +92,12 @@ pub const OPS: &[Op] = &[
                 false,
                 "MiB of memory held while it spins",
             ),
+            (
+                "spin_ms",
+                "integer",
+                false,
+                "spin this many milliseconds (host clock), then answer 200",
+            ),
         ],
         ..op(
             "GET",
@@ -99,7 +105,7 @@ pub const OPS: &[Op] = &[
             "testingLoop",
             "testing",
             "Spin",
-            "Loops until the deadline.",
+            "Loops until the deadline (or for spin_ms).",
         )
     },
     Op {

@@ -95,9 +95,19 @@ impl Endpoint for Testing {
                 let hold = req.query_int("hold_mib", 0, 1024)?.unwrap_or(0) as usize;
                 let held = vec![1u8; hold << 20];
                 std::hint::black_box(&held);
+                // `spin_ms`: spin that long by the host clock, then answer
+                // (a call that runs long, but not for ever).
+                let until = req
+                    .query_int("spin_ms", 0, 60_000)?
+                    .map(|ms| marketplace_guest::clock::now_ms().saturating_add(ms));
                 let mut n: u64 = 0;
                 loop {
                     n = std::hint::black_box(n.wrapping_add(1));
+                    if n.is_multiple_of(4096)
+                        && until.is_some_and(|u| marketplace_guest::clock::now_ms() >= u)
+                    {
+                        return Ok(json(200, &json!({ "spun": n })));
+                    }
                 }
             }
             "/_testing/alloc" => {
