@@ -1458,6 +1458,16 @@ fn mcp_allowed_origins_and_public_url_from_settings() {
         config: Some("[settings.mcp]\nallowed_origins = \"https://a.example, https://b.example\"\npublic_url = \"https://market.example/\"\n".into()),
         ..Default::default()
     });
+    // With a public_url every client gets the same URLs: a shared cache
+    // may keep the lists (MCP 2026-07-28's cacheScope).
+    let listed = stateless(&s, "resources/list", json!({}), &[]).json();
+    assert_eq!(listed["result"]["cacheScope"], "public", "{listed}");
+    assert!(
+        listed["result"]["resources"][0]["uri"]
+            .as_str()
+            .unwrap()
+            .starts_with("https://market.example/")
+    );
     let own = s.addr.to_string();
     for origin in [
         "https://a.example",
@@ -1481,7 +1491,13 @@ fn mcp_allowed_origins_and_public_url_from_settings() {
             .header("access-control-allow-headers")
             .unwrap_or("")
             .to_ascii_lowercase();
-        for h in ["content-type", "mcp-protocol-version", "x-cash-secret"] {
+        for h in [
+            "content-type",
+            "mcp-protocol-version",
+            "mcp-method",
+            "mcp-name",
+            "x-cash-secret",
+        ] {
             assert!(allowed.contains(h), "{h}: {allowed}");
         }
         assert!(pre.body.is_empty());
@@ -1622,7 +1638,9 @@ fn mcp_2026_07_28_requests_stand_alone() {
             .unwrap()
             .contains("execute")
     );
-    assert_eq!(discovered["cacheScope"], "public");
+    // Without a public_url its URLs are those of the Host asked: a cache
+    // shared between clients may not keep them.
+    assert_eq!(discovered["cacheScope"], "private");
     assert!(discovered["ttlMs"].as_u64().is_some());
 
     // Cacheable lists carry their hints; the tools list (macros come and
@@ -1637,12 +1655,12 @@ fn mcp_2026_07_28_requests_stand_alone() {
     );
     assert_eq!(
         (tools["ttlMs"].as_u64(), tools["cacheScope"].as_str()),
-        (Some(0), Some("public"))
+        (Some(0), Some("private"))
     );
     for method in ["prompts/list", "resources/list", "resources/templates/list"] {
         let listed = ok(&stateless(&s, method, json!({}), &[]));
         assert!(listed["ttlMs"].as_u64().unwrap() > 0, "{method}: {listed}");
-        assert_eq!(listed["cacheScope"], "public", "{method}");
+        assert_eq!(listed["cacheScope"], "private", "{method}");
     }
     let base = format!("http://{}", s.addr);
     let read = ok(&stateless(
@@ -1737,7 +1755,7 @@ fn mcp_2026_07_28_requests_stand_alone() {
         &[("mcp-method", "prompts/list")][..],
         &[("mcp-method", "TOOLS/LIST")],
         &[("mcp-method", "")],
-        &[("mcp-protocol-version", "2025-11-25")],
+        &[("mcp-protocol-version", "")],
     ] {
         error(
             &stateless(&s, "tools/list", json!({}), headers),
@@ -1745,6 +1763,16 @@ fn mcp_2026_07_28_requests_stand_alone() {
             -32020,
         );
     }
+    // A header naming a handshake revision decides: that revision's
+    // request, whatever its _meta holds.
+    let r = stateless(
+        &s,
+        "tools/list",
+        json!({}),
+        &[("mcp-protocol-version", "2025-11-25")],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()["result"].get("resultType").is_none());
     error(
         &stateless(
             &s,

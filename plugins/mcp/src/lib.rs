@@ -1436,7 +1436,7 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
     // Batches (MCP 2025-03-26 and 2024-11-05; removed in 2025-06-18): for a
     // client that names no later revision. Each message is answered as if
     // sent alone; the answers come back together, in order.
-    if let Some(asked) = req.header("mcp-protocol-version").map(str::trim)
+    if let Some(asked) = modern::header(req, "mcp-protocol-version")
         && !BATCH_VERSIONS.contains(&asked)
     {
         return Ok(json(
@@ -1602,13 +1602,16 @@ enum Era {
 impl Era {
     /// `result` as this era answers it to `id` (2026-07-28: with its
     /// `resultType`, the server's name and, for a cacheable method, how
-    /// long it stays fresh).
+    /// long it stays fresh and whether a shared cache may keep it: when
+    /// the service has a `public_url`, which makes its absolute URLs).
     fn answer(self, id: &Value, result: Value, fresh_ms: Option<u64>, version: &str) -> Value {
         rpc_result(
             id,
             match self {
                 Era::Handshake => result,
-                Era::Modern => modern::complete(result, fresh_ms, version),
+                Era::Modern => {
+                    modern::complete(result, fresh_ms, origin::public_url().is_some(), version)
+                }
             },
         )
     }
@@ -1740,7 +1743,7 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
             // of a later stateless revision retries with 2026-07-28, one
             // of the handshake's initializes (the MCP SDKs' `auto` mode).
             if method != "initialize"
-                && let Some(asked) = req.header("mcp-protocol-version").map(str::trim)
+                && let Some(asked) = modern::header(req, "mcp-protocol-version")
                 && !PROTOCOL_VERSIONS.contains(&asked)
             {
                 let spoken: Vec<&str> = modern::VERSIONS
@@ -1748,16 +1751,8 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
                     .chain(PROTOCOL_VERSIONS)
                     .copied()
                     .collect();
-                let mut refused = rpc_error(
-                    id.unwrap_or(Value::Null),
-                    modern::UNSUPPORTED_PROTOCOL_VERSION,
-                    &format!(
-                        "unsupported MCP-Protocol-Version {asked:?}; supported: {}",
-                        spoken.join(", ")
-                    ),
-                );
-                refused["error"]["data"] = json!({"supported": spoken, "requested": asked});
-                return Ok((400, Some(refused)));
+                let refused = modern::unsupported(asked, &spoken);
+                return Ok((400, Some(refused.answer(id.unwrap_or(Value::Null)))));
             }
             match id.filter(|_| !method.is_empty()) {
                 Some(id) => id,

@@ -53,12 +53,16 @@ const NAMED: &[(&str, &str)] = &[
 ];
 
 /// Whether `msg` is a message of this revision: its `MCP-Protocol-Version`
-/// header names one, or its `params._meta` carries a protocol version (a
-/// client of a later revision is told which are spoken, as the ladder of
-/// [`admit`] has it).
+/// header names one; or, without a header naming a handshake revision
+/// (whose requests are that revision's, whatever their `_meta` holds), its
+/// `params._meta` carries a protocol version (a client of a later
+/// revision is told which are spoken, as the ladder of [`admit`] has it).
 pub fn applies(req: &Request, msg: &Value) -> bool {
-    header(req, "mcp-protocol-version").is_some_and(|v| VERSIONS.contains(&v))
-        || msg["params"]["_meta"].get(PROTOCOL_VERSION_KEY).is_some()
+    match header(req, "mcp-protocol-version") {
+        Some(v) if VERSIONS.contains(&v) => true,
+        Some(v) if crate::PROTOCOL_VERSIONS.contains(&v) => false,
+        _ => msg["params"]["_meta"].get(PROTOCOL_VERSION_KEY).is_some(),
+    }
 }
 
 /// The HTTP status of a JSON-RPC error of this revision (its transport's
@@ -85,15 +89,16 @@ pub fn error(fault: RpcFault) -> RpcFault {
     }
 }
 
-/// -32022 for `requested`, with the revisions of this kind spoken.
-fn unsupported(requested: &str) -> RpcFault {
+/// -32022 for `requested`, with the revisions `supported` (of this kind,
+/// or under the handshake every one spoken).
+pub fn unsupported(requested: &str, supported: &[&str]) -> RpcFault {
     RpcFault {
         code: UNSUPPORTED_PROTOCOL_VERSION,
         message: format!(
             "unsupported protocol version {requested:?}; supported: {}",
-            VERSIONS.join(", ")
+            supported.join(", ")
         ),
-        data: Some(json!({"supported": VERSIONS, "requested": requested})),
+        data: Some(json!({"supported": supported, "requested": requested})),
     }
 }
 
@@ -110,14 +115,22 @@ fn mismatch(message: String) -> RpcFault {
 /// acts on: it is acknowledged and dropped).
 pub fn notification_refused(req: &Request) -> Option<RpcFault> {
     let asked = header(req, "mcp-protocol-version").unwrap_or("");
-    (!VERSIONS.contains(&asked)).then(|| unsupported(asked))
+    (!VERSIONS.contains(&asked)).then(|| unsupported(asked, VERSIONS))
 }
 
 /// A request's envelope, checked in the revision's order (the first
-/// failure answers): `params._meta` with the protocol version and the
-/// client's capabilities (-32602); the routing headers once each and
-/// agreeing with the body (-32020); a version this server speaks (-32022).
+/// failure answers): the routing headers once each (-32020);
+/// `params._meta` with the protocol version and the client's capabilities
+/// (-32602); the routing headers agreeing with the body (-32020); a
+/// version this server speaks (-32022); capabilities that are an object
+/// (-32602, as the request's schema has it).
 pub fn admit(msg: &Value, method: &str, req: &Request) -> Result<(), RpcFault> {
+    for name in ROUTING_HEADERS {
+        let count = req.headers().filter(|(k, _)| k == name).count();
+        if count > 1 {
+            return Err(mismatch(format!("the {name} header appears {count} times")));
+        }
+    }
     let params = &msg["params"];
     let Some(meta) = params.get("_meta").and_then(Value::as_object) else {
         return Err(RpcFault::invalid_params(&format!(
@@ -134,19 +147,10 @@ pub fn admit(msg: &Value, method: &str, req: &Request) -> Result<(), RpcFault> {
             missing.join(" and ")
         )));
     }
-    if !meta[CLIENT_CAPABILITIES_KEY].is_object() {
-        return Err(RpcFault::invalid_params(&format!(
-            "params._meta[{CLIENT_CAPABILITIES_KEY:?}] must be an object"
-        )));
-    }
-    for name in ROUTING_HEADERS {
-        let count = req.headers().filter(|(k, _)| k == name).count();
-        if count > 1 {
-            return Err(mismatch(format!("the {name} header appears {count} times")));
-        }
-    }
     let version = &meta[PROTOCOL_VERSION_KEY];
-    if header(req, "mcp-protocol-version") != version.as_str() {
+    // (An absent header never matches, whatever the body's version is.)
+    let said = header(req, "mcp-protocol-version");
+    if said.is_none() || said != version.as_str() {
         return Err(mismatch(format!(
             "the MCP-Protocol-Version header is not params._meta[{PROTOCOL_VERSION_KEY:?}] ({version})"
         )));
@@ -160,7 +164,7 @@ pub fn admit(msg: &Value, method: &str, req: &Request) -> Result<(), RpcFault> {
         let named = &params[param];
         if !named.is_null() {
             let said = header(req, "mcp-name").and_then(decode_header_value);
-            if said.as_deref() != named.as_str() {
+            if said.map(Value::String).as_ref() != Some(named) {
                 return Err(mismatch(format!(
                     "the Mcp-Name header is not params.{param} ({named})"
                 )));
@@ -171,13 +175,16 @@ pub fn admit(msg: &Value, method: &str, req: &Request) -> Result<(), RpcFault> {
         None => Err(RpcFault::invalid_params(&format!(
             "params._meta[{PROTOCOL_VERSION_KEY:?}] must be a string"
         ))),
-        Some(v) if !VERSIONS.contains(&v) => Err(unsupported(v)),
+        Some(v) if !VERSIONS.contains(&v) => Err(unsupported(v, VERSIONS)),
+        Some(_) if !meta[CLIENT_CAPABILITIES_KEY].is_object() => Err(RpcFault::invalid_params(
+            &format!("params._meta[{CLIENT_CAPABILITIES_KEY:?}] must be an object"),
+        )),
         Some(_) => Ok(()),
     }
 }
 
 /// A header's value without the whitespace around it (RFC 9110 5.5).
-fn header<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
+pub fn header<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
     req.header(name).map(|v| v.trim_matches([' ', '\t']))
 }
 
@@ -203,19 +210,23 @@ fn decode_header_value(value: &str) -> Option<String> {
 }
 
 /// A result of this revision: its `resultType`, the server named in its
-/// `_meta`, and for a cacheable method the hints (`fresh_ms` milliseconds;
-/// `public`: no answer of this server depends on who asks).
-pub fn complete(mut result: Value, fresh_ms: Option<u64>, version: &str) -> Value {
+/// `_meta`, and for a cacheable method the hints: fresh `fresh_ms`
+/// milliseconds, `public` when `shared` (no answer of this server depends
+/// on who asks, but without a `public_url` its absolute URLs are those of
+/// the `Host` asked: then `private`).
+pub fn complete(mut result: Value, fresh_ms: Option<u64>, shared: bool, version: &str) -> Value {
     if let Value::Object(map) = &mut result {
         map.entry("resultType").or_insert_with(|| json!("complete"));
         if let Some(ms) = fresh_ms {
             map.entry("ttlMs").or_insert_with(|| json!(ms));
-            map.entry("cacheScope").or_insert_with(|| json!("public"));
+            let scope = if shared { "public" } else { "private" };
+            map.entry("cacheScope").or_insert_with(|| json!(scope));
         }
         let meta = map.entry("_meta").or_insert_with(|| json!({}));
-        if let Value::Object(meta) = meta {
-            meta.insert(SERVER_INFO_KEY.into(), crate::server_info(version));
+        if !meta.is_object() {
+            *meta = json!({});
         }
+        meta[SERVER_INFO_KEY] = crate::server_info(version);
     }
     result
 }
@@ -331,6 +342,33 @@ mod tests {
             code(&call(json!({"name": "search", "_meta": other})), &later),
             Some(UNSUPPORTED_PROTOCOL_VERSION)
         );
+        // A name that is no string never matches; a version that is none
+        // never matches an absent header.
+        assert_eq!(
+            code(&call(json!({"name": 5, "_meta": meta()})), &HEADERS[..2]),
+            Some(HEADER_MISMATCH)
+        );
+        let mut null_version = meta();
+        null_version[PROTOCOL_VERSION_KEY] = Value::Null;
+        assert_eq!(
+            code(
+                &call(json!({"name": "search", "_meta": null_version})),
+                &HEADERS[1..]
+            ),
+            Some(HEADER_MISMATCH)
+        );
+        // A routing header twice is refused before anything else.
+        assert_eq!(
+            code(&call(json!({"name": "search"})), &twice),
+            Some(HEADER_MISMATCH)
+        );
+        // Capabilities that are no object: the request's schema (-32602).
+        let mut odd = meta();
+        odd[CLIENT_CAPABILITIES_KEY] = json!([]);
+        assert_eq!(
+            code(&call(json!({"name": "search", "_meta": odd})), HEADERS),
+            Some(-32602)
+        );
         // A method that names nothing needs no Mcp-Name.
         let list =
             json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta()}});
@@ -338,6 +376,27 @@ mod tests {
             code(&list, &[HEADERS[0], ("mcp-method", "tools/list")]),
             None
         );
+    }
+
+    #[test]
+    fn a_message_is_of_this_revision_by_its_header_else_its_meta() {
+        let with_meta = json!({"method": "tools/list", "params": {"_meta": meta()}});
+        let bare = json!({"method": "tools/list", "params": {}});
+        let of = |msg: &Value, version: &str| {
+            applies(&request(&[("mcp-protocol-version", version)]), msg)
+        };
+        assert!(of(&bare, "2026-07-28"));
+        assert!(
+            of(&with_meta, "2099-01-01"),
+            "a later revision is told which are spoken"
+        );
+        assert!(
+            !of(&with_meta, "2025-11-25"),
+            "a handshake revision's header decides"
+        );
+        assert!(!of(&bare, "2099-01-01"));
+        assert!(applies(&request(&[]), &with_meta));
+        assert!(!applies(&request(&[]), &bare));
     }
 
     #[test]
@@ -350,7 +409,7 @@ mod tests {
 
     #[test]
     fn results_say_their_type_server_and_freshness() {
-        let r = complete(json!({"tools": []}), Some(0), "1.2.3");
+        let r = complete(json!({"tools": []}), Some(0), true, "1.2.3");
         assert_eq!(r["resultType"], "complete");
         assert_eq!(r["ttlMs"], 0);
         assert_eq!(r["cacheScope"], "public");
@@ -358,10 +417,14 @@ mod tests {
         let r = complete(
             json!({"content": [], "_meta": {"marketplace/status": 200}}),
             None,
+            true,
             "1",
         );
         assert!(r.get("ttlMs").is_none());
         assert_eq!(r["_meta"]["marketplace/status"], 200);
+        assert_eq!(r["_meta"][SERVER_INFO_KEY]["name"], "marketplace");
+        let r = complete(json!({"contents": [], "_meta": null}), Some(0), false, "1");
+        assert_eq!(r["cacheScope"], "private");
         assert_eq!(r["_meta"][SERVER_INFO_KEY]["name"], "marketplace");
         assert_eq!(status(-32601), 404);
         assert_eq!(status(HEADER_MISMATCH), 400);

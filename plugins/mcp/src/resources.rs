@@ -161,7 +161,8 @@ fn is_segment(v: &str) -> bool {
 }
 
 /// The body of `GET path`, as the HTTP route answers it: 404 is -32002,
-/// another 4xx -32602 with the route's message, anything else -32603.
+/// a 400 or 422 (the URI's fault) -32602 with the route's message, anything
+/// else (a limit, a fault) -32603.
 fn live(uri: &str, path: &str) -> Result<String, RpcFault> {
     let resp = call("GET", path, vec![], None);
     let body = String::from_utf8_lossy(&resp.body).into_owned();
@@ -178,7 +179,7 @@ fn live(uri: &str, path: &str) -> Result<String, RpcFault> {
             message: format!("resource not found: {uri}: {}", message()),
             data: Some(json!({ "uri": uri })),
         }),
-        400..=499 => Err(RpcFault::invalid_params(&format!("{uri}: {}", message()))),
+        400 | 422 => Err(RpcFault::invalid_params(&format!("{uri}: {}", message()))),
         _ => Err(RpcFault {
             code: -32603,
             message: format!("reading {uri}: {}", message()),
