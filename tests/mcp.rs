@@ -27,6 +27,17 @@ fn agent_manifest_and_card() {
     assert_eq!(m["mcp"]["tools_search"], "/api/mcp/tools/search");
     assert_eq!(m["mcp"]["tools_define"], "/api/mcp/tools/define");
     assert_eq!(m["mcp"]["tools_execute"], "/api/mcp/tools/execute");
+    // The MCP revisions /mcp speaks, newest first.
+    assert_eq!(
+        m["mcp"]["protocol_versions"],
+        json!([
+            "2026-07-28",
+            "2025-11-25",
+            "2025-06-18",
+            "2025-03-26",
+            "2024-11-05"
+        ])
+    );
     let capabilities: Vec<&str> = m["capabilities"]
         .as_array()
         .unwrap()

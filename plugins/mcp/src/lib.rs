@@ -469,6 +469,7 @@ fn manifest(version: &str) -> Value {
             "tools_execute": "/api/mcp/tools/execute",
             "description": "/api/mcp",
             "jsonrpc": "/mcp",
+            "protocol_versions": spoken_versions(),
         },
         "a2a": {"card": "/.well-known/agent-card.json", "jsonrpc": "/a2a"},
         "fees": "/api/fees",
@@ -1633,6 +1634,16 @@ pub fn capabilities(handshake: bool) -> Value {
     capabilities
 }
 
+/// Every MCP revision `/mcp` speaks, newest first: 2026-07-28's, then the
+/// handshake's.
+fn spoken_versions() -> Vec<&'static str> {
+    modern::VERSIONS
+        .iter()
+        .chain(PROTOCOL_VERSIONS)
+        .copied()
+        .collect()
+}
+
 /// Who answers (MCP's `Implementation`).
 pub fn server_info(version: &str) -> Value {
     json!({"name": "marketplace", "version": version})
@@ -1746,12 +1757,7 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
                 && let Some(asked) = modern::header(req, "mcp-protocol-version")
                 && !PROTOCOL_VERSIONS.contains(&asked)
             {
-                let spoken: Vec<&str> = modern::VERSIONS
-                    .iter()
-                    .chain(PROTOCOL_VERSIONS)
-                    .copied()
-                    .collect();
-                let refused = modern::unsupported(asked, &spoken);
+                let refused = modern::unsupported(asked, &spoken_versions());
                 return Ok((400, Some(refused.answer(id.unwrap_or(Value::Null)))));
             }
             match id.filter(|_| !method.is_empty()) {

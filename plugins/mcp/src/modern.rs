@@ -10,7 +10,8 @@
 //! resource subscriptions) are HTTP 404 with -32601; every result says its
 //! `resultType`, names the server in `_meta`, and the cacheable ones carry
 //! caching hints (SEP-2549). A message is of this revision when its header
-//! names it or its `_meta` carries a protocol version ([`applies`]).
+//! names it, or its `_meta` carries a protocol version and no header names a
+//! handshake revision ([`applies`]).
 
 use crate::RpcFault;
 use marketplace_guest::prelude::*;
@@ -66,8 +67,9 @@ pub fn applies(req: &Request, msg: &Value) -> bool {
 }
 
 /// The HTTP status of a JSON-RPC error of this revision (its transport's
-/// table): the request's own faults are 400, an unknown method 404, the
-/// rest 200 (a resource not found, an internal error: the server's).
+/// table): the request's own faults (a resource not found among them, see
+/// [`error`]) are 400, an unknown method 404, the rest 200 (an internal
+/// error, the server's own).
 pub fn status(code: i64) -> u16 {
     match code {
         -32700 | -32600 | -32602 | HEADER_MISMATCH | -32021 | UNSUPPORTED_PROTOCOL_VERSION => 400,
