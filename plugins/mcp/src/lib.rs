@@ -1770,7 +1770,11 @@ fn message(msg: &Value, req: &Request, version: &str) -> Result<(u16, Option<Val
     let params = &msg["params"];
     Ok(match serve(method, &id, params, req, version, era)? {
         Ok(result) => {
-            let fresh = fresh_for(method, params, &origin::base(req));
+            // (Only 2026-07-28 has caching hints.)
+            let fresh = match era {
+                Era::Modern => fresh_for(method, params, &origin::base(req)),
+                Era::Handshake => None,
+            };
             (200, Some(era.answer(&id, result, fresh, version)))
         }
         Err(fault) => match era {
