@@ -1784,26 +1784,19 @@ fn mcp_2026_07_28_requests_stand_alone() {
     );
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.json()["result"].get("resultType").is_none());
-    error(
-        &stateless(
-            &s,
-            "tools/call",
-            json!({"name": "get_fees"}),
-            &[("mcp-name", "search")],
-        ),
-        400,
-        -32020,
-    );
-    error(
-        &stateless(
-            &s,
-            "tools/call",
-            json!({"name": "get_fees"}),
-            &[("mcp-name", "")],
-        ),
-        400,
-        -32020,
-    );
+    // An Mcp-Name naming another tool, or none.
+    for name in ["search", ""] {
+        error(
+            &stateless(
+                &s,
+                "tools/call",
+                json!({"name": "get_fees"}),
+                &[("mcp-name", name)],
+            ),
+            400,
+            -32020,
+        );
+    }
     // Whitespace around a header's value is not part of it.
     ok(&stateless(
         &s,

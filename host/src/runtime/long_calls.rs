@@ -8,9 +8,9 @@
 //!   call. On an async worker it goes on only with one of the [`TURNS`]
 //!   (one per worker), waiting for one at an epoch tick no longer than its
 //!   deadline; while others wait, it gives its turn back at each tick and
-//!   queues behind them ([`WAITING`]); on a blocking thread (every call, on a shared store) the
-//!   operating system shares the cores, and its own time is its thread's
-//!   CPU time.
+//!   queues behind them ([`WAITING`]); on a blocking thread (every call, on
+//!   a shared store) the operating system shares the cores, and its own
+//!   time is its thread's CPU time.
 //! - It counts against its client address and family: while
 //!   [`PER_ADDRESS`] (2) such calls of a family for one address exist, that
 //!   address's further requests of the family wait to be admitted

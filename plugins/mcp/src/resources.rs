@@ -11,12 +11,14 @@ use crate::{RpcFault, a2a, call, manifest, openapi};
 use marketplace_guest::prelude::*;
 
 /// A resource this service lists: its path under the base, name, title,
-/// description.
+/// description, and whether it is read live (else only a load of
+/// components changes it).
 struct Fixed {
     path: &'static str,
     name: &'static str,
     title: &'static str,
     description: &'static str,
+    live: bool,
 }
 
 const FIXED: &[Fixed] = &[
@@ -25,24 +27,28 @@ const FIXED: &[Fixed] = &[
         name: "openapi",
         title: "OpenAPI document",
         description: "The marketplace HTTP API (OpenAPI 3.1): every route, its parameters, bodies, answers, error codes, payments and signatures.",
+        live: false,
     },
     Fixed {
         path: "/.well-known/agent.json",
         name: "agent-manifest",
         title: "Agent manifest",
         description: "What this service offers agents: capabilities, payment methods and where the OpenAPI document, the MCP tools and the A2A agent are.",
+        live: false,
     },
     Fixed {
         path: "/.well-known/agent-card.json",
         name: "a2a-agent-card",
         title: "A2A agent card",
         description: "The A2A 1.0 card of the agent at /a2a and its skills.",
+        live: false,
     },
     Fixed {
         path: "/api/fees",
         name: "fees",
         title: "Fee schedule",
         description: "What each paid action costs now, in webcash (read live).",
+        live: true,
     },
 ];
 
@@ -143,15 +149,11 @@ pub fn read(base: &str, version: &str, params: &Value) -> Result<Value, RpcFault
     Ok(json!({"contents": [{"uri": uri, "mimeType": "application/json", "text": text}]}))
 }
 
-/// Whether `uri` is one of the documents listed, which only a load of
+/// Whether `uri` is one of the resources listed that only a load of
 /// components changes (the fee schedule and the templates' are live).
 pub fn is_document(base: &str, uri: &str) -> bool {
-    uri.strip_prefix(base).is_some_and(|path| {
-        matches!(
-            path,
-            "/openapi.json" | "/.well-known/agent.json" | "/.well-known/agent-card.json"
-        )
-    })
+    uri.strip_prefix(base)
+        .is_some_and(|path| FIXED.iter().any(|r| r.path == path && !r.live))
 }
 
 /// One path segment of a template's variable: not empty, no `/`, `?`, `#`
