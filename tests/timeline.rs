@@ -988,6 +988,34 @@ fn a_word_longer_than_64_characters_is_found() {
     }
 }
 
+/// A post's keywords are read before its content (README, Search): a
+/// content of the most characters, two bytes each, fills the index's
+/// 128 KiB by itself, and had left the keywords unsearchable (an outside
+/// probe's finding).
+#[test]
+fn a_post_of_the_longest_content_is_found_by_its_keywords() {
+    let s = Server::start();
+    let k = s.identity("longest");
+    let content = "é".repeat(65_536);
+    let id = s.new_post(&k, &content, json!({"keywords": ["zqchosen", "two words"]}));
+    let found = |w: &str| s.get(&format!("/api/search?term={w}")).json();
+    for word in ["zqchosen", "words"] {
+        let r = found(word);
+        assert_eq!(r["total"], 1, "{word}: {r}");
+        assert_eq!(r["results"][0]["post_id"], id.as_str());
+    }
+    // Updated with other keywords and the same content: the index follows.
+    let r = s.post_json(
+        "/api/posts/update",
+        &json!({"post_id": id, "author_fingerprint": k.fp(), "content": content,
+                "keywords": ["zqrenamed"],
+                "signature": k.sign(&format!("update_post:{id}"))}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(found("zqchosen")["total"], 0);
+    assert_eq!(found("zqrenamed")["total"], 1);
+}
+
 #[test]
 fn a_post_of_many_distinct_words_is_indexed_by_its_most_used() {
     // Its document frequencies are read in pieces of the host's get-many

@@ -19,8 +19,9 @@
 //! Field weights (BM25F-style): content 3, keywords 2, markdown attachments 1.
 //!
 //! A post is indexed by its first [`MAX_TEXT_BYTES`] of text and
-//! [`MAX_TOKENS`] words and, of their distinct terms, the [`MAX_TERMS`] it
-//! uses most ([`weigh`]).
+//! [`MAX_TOKENS`] words (its keywords first: a content of the most
+//! characters leaves them searchable) and, of their distinct terms, the
+//! [`MAX_TERMS`] it uses most ([`weigh`]).
 
 use crate::model::Post;
 use marketplace_common::text::{cut_between_words, each_token};
@@ -37,9 +38,11 @@ pub fn is_markdown(filename: &str, attachment_type: &str) -> bool {
     filename.to_ascii_lowercase().ends_with(".md") || attachment_type.starts_with("text/markdown")
 }
 
-/// The words of a post the index reads: its content's, then its
-/// keywords', then its markdown attachments', each in order; the rest is
-/// not searchable. (64 KiB of English prose is about 10,000 words.)
+/// The words of a post the index reads: its keywords' (at most 32 of 64
+/// characters: a bounded share, read first so that the terms its author
+/// chose to be found by are never crowded out by a long content), then
+/// its content's, then its markdown attachments', each in order; the rest
+/// is not searchable. (64 KiB of English prose is about 10,000 words.)
 pub const MAX_TOKENS: usize = 16_384;
 
 /// The bytes of text the index reads of a post, at most, in the same
@@ -96,10 +99,10 @@ fn weigh(post: &Post, markdown: &[&str], bounded: bool) -> (Weights, u64) {
             read < max_tokens
         });
     };
-    count(&post.content, CONTENT_WEIGHT);
     for k in &post.keywords {
         count(k, KEYWORD_WEIGHT);
     }
+    count(&post.content, CONTENT_WEIGHT);
     for m in markdown {
         count(m, ATTACHMENT_WEIGHT);
     }
@@ -342,10 +345,10 @@ mod tests {
     #[test]
     fn no_term_is_made_of_the_first_letters_of_a_word_the_bound_cuts() {
         // "zebra" runs over the byte bound: neither it nor "ze" is a
-        // term, and nothing after it is read (the keyword either).
+        // term, and nothing after it is read (the attachment either).
         let x = "x".repeat(64);
         let content = format!("{} zebra", "x".repeat(MAX_TEXT_BYTES - 3));
-        let (tf, _) = weigh(&post(&content, &["later"]), &[], true);
+        let (tf, _) = weigh(&post(&content, &[]), &["later"], true);
         assert_eq!(tf.keys().collect::<Vec<_>>(), [&x]);
         // A bound that falls on the word's end takes it whole.
         let content = format!("{} zebra and more", "x".repeat(MAX_TEXT_BYTES - 7));
@@ -356,11 +359,36 @@ mod tests {
     #[test]
     fn words_past_the_first_max_tokens_are_not_read() {
         let content = "a ".repeat(MAX_TOKENS - 1) + "last";
-        let (tf, len) = weigh(&post(&content, &["never"]), &["never either"], true);
+        let (tf, len) = weigh(&post(&content, &[]), &["never"], true);
         assert_eq!(tf.keys().collect::<Vec<_>>(), ["a", "last"]);
         assert_eq!(len, MAX_TOKENS as u64 * CONTENT_WEIGHT);
-        let (tf, _) = weigh(&post(&content, &["seen"]), &[], false);
+        let (tf, _) = weigh(&post(&content, &[]), &["seen"], false);
         assert!(tf.contains_key("seen"));
+        // The keywords come first: here the content's last word is the
+        // one past the bound.
+        let (tf, _) = weigh(&post(&content, &["kept"]), &[], true);
+        assert_eq!(tf.keys().collect::<Vec<_>>(), ["a", "kept"]);
+    }
+
+    #[test]
+    fn keywords_are_read_however_long_the_content() {
+        // The most content a post may have, in two-byte letters, fills the
+        // byte bound by itself: the keywords are read before it.
+        let content = "é".repeat(65_536);
+        let (tf, len) = weigh(
+            &post(&content, &["zqkeyword", "two words"]),
+            &["never"],
+            true,
+        );
+        assert!(
+            tf.contains_key("zqkeyword") && tf.contains_key("words"),
+            "{:?}",
+            tf.keys().collect::<Vec<_>>()
+        );
+        assert!(!tf.contains_key("never"));
+        // Three keyword words, and the content's one word (longer than a
+        // token, so its first letters are its token either way).
+        assert_eq!(len, 3 * KEYWORD_WEIGHT + CONTENT_WEIGHT);
     }
 
     #[test]
