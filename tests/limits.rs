@@ -149,6 +149,16 @@ impl Metrics {
             .sum()
     }
 
+    /// Whether a sample of `name` with `labels` is there (at any value).
+    fn has(&self, name: &str, labels: &[(&str, &str)]) -> bool {
+        self.samples.iter().any(|s| {
+            s.name == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).is_some_and(|x| x == v))
+        })
+    }
+
     fn has_family(&self, name: &str) -> bool {
         self.text.lines().any(|l| {
             l.strip_prefix("# TYPE ")
@@ -1576,10 +1586,13 @@ fn metrics_are_served_to_the_operator_and_count_what_happened() {
         s.admin,
         "GET",
         "/metrics",
-        &[("authorization", &bearer())],
+        &[("authorization", &bearer()), ("x-request-id", "scrape-1")],
         None,
     );
     assert_eq!(r.status, 200);
+    // The admin listener's answers carry their request id as the public
+    // listener's do.
+    assert_eq!(r.header("x-request-id"), Some("scrape-1"));
     assert!(
         r.header("content-type")
             .is_some_and(|t| t.starts_with("application/openmetrics-text")),
@@ -1607,6 +1620,44 @@ fn metrics_are_served_to_the_operator_and_count_what_happened() {
 
     let m0 = scrape_admin(&s);
     let l0 = scrape_listener(metrics_addr);
+    // What an alert rule reads is there from the start, at 0: every
+    // refusal code of a 402, and a mounted family's faults, swaps and
+    // call histograms (no series until the first event would leave a
+    // rule on their rate nothing to read).
+    for code in [
+        "payment_required",
+        "payment_invalid",
+        "payment_spent",
+        "payment_insufficient",
+        "payment_rail_unavailable",
+    ] {
+        let labels = [("code", code)];
+        assert!(
+            m0.has("marketplace_payments_refused_total", &labels),
+            "{code}"
+        );
+        assert_eq!(m0.get("marketplace_payments_refused_total", &labels), 0.0);
+    }
+    for family in ["testing", "timeline", "fees"] {
+        for kind in ["trap", "timeout", "memory"] {
+            let labels = [("family", family), ("kind", kind)];
+            assert!(
+                m0.has("marketplace_plugin_faults_total", &labels),
+                "{family} {kind}"
+            );
+        }
+        for result in ["ok", "refused", "unmounted"] {
+            let labels = [("family", family), ("result", result)];
+            assert!(
+                m0.has("marketplace_plugin_swaps_total", &labels),
+                "{family} {result}"
+            );
+        }
+        for histogram in ["instantiate", "call", "teardown"] {
+            let name = format!("marketplace_plugin_{histogram}_seconds_count");
+            assert!(m0.has(&name, &[("family", family)]), "{name} {family}");
+        }
+    }
     assert_eq!(
         m0.get("marketplace_requests_total", &[]),
         l0.get("marketplace_requests_total", &[]),

@@ -2016,7 +2016,7 @@ fn cli_help_and_config_errors() {
     // no route at all: refused, named.
     let a_file = tmp.path().join("a-file");
     std::fs::write(&a_file, b"x").unwrap();
-    for plugins in [tmp.path().join("no-such-dir"), a_file] {
+    for plugins in [tmp.path().join("no-such-dir"), a_file.clone()] {
         let mut args = serve;
         args[8] = plugins.to_str().unwrap();
         let out = run(&args, &[], limit);
@@ -2029,6 +2029,54 @@ fn cli_help_and_config_errors() {
         );
     }
     assert!(!data.join("marketplace.redb").exists());
+    // A data dir or compile cache dir that is a file is named; so is an
+    // admin token file (generated, or an operator's) shorter than a
+    // configured token may be.
+    let short = tmp.path().join("short-token");
+    std::fs::create_dir(&short).unwrap();
+    std::fs::write(short.join("admin.token"), b"short\n").unwrap();
+    for (data_dir, env, named) in [
+        (&a_file, None, "data_dir"),
+        (&data, Some(("MARKETPLACE_CACHE_DIR", &a_file)), "cache_dir"),
+        (&short, None, "admin.token"),
+    ] {
+        let mut args = serve;
+        args[6] = data_dir.to_str().unwrap();
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.to_str().unwrap())).collect();
+        let out = run(&args, &env, limit);
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "{named}: accepted: {out:?}");
+        assert!(stderr.contains(named), "{named}: {stderr}");
+        assert!(
+            !text(&out.stdout).contains("listening"),
+            "{named}: it served"
+        );
+    }
+    // Two listeners on one port: refused naming both settings, before
+    // anything is bound; and a public port already taken is refused
+    // before any listener is announced (the admin one bound first).
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let other = format!("127.0.0.1:{}", free.local_addr().unwrap().port());
+    drop(free);
+    for (public, admin, named) in [
+        (other.as_str(), other.as_str(), "admin_listen"),
+        (&format!("127.0.0.1:{port}"), "127.0.0.1:0", "listen"),
+    ] {
+        let mut args = serve;
+        (args[2], args[4]) = (public, admin);
+        let out = run(&args, &[], limit);
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "{public} {admin}: accepted: {out:?}");
+        assert!(stderr.contains(named), "{public} {admin}: {stderr}");
+        assert!(
+            !text(&out.stdout).contains("listening"),
+            "{public} {admin}: a listener was announced: {}",
+            text(&out.stdout)
+        );
+    }
+    drop(taken);
     // A bad flag value too.
     let out = run(
         &[

@@ -274,6 +274,21 @@ pub fn restore(file: &Path, data_dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// A failed write of a restored file: the destination's fault, not the
+/// backup's.
+fn unwritable(target: &Path, e: std::io::Error) -> anyhow::Error {
+    let full = e.kind() == std::io::ErrorKind::StorageFull;
+    anyhow::anyhow!(
+        "writing {} (the backup is not at fault): {e}{}",
+        target.display(),
+        if full {
+            "; the restore's disk is full: free space there, or restore into a data dir on another disk"
+        } else {
+            ""
+        }
+    )
+}
+
 /// Unpack a backup into the empty dir `dir` and check it: the database and
 /// `server.key` are there, every entry a plain file, the keys are keys, the
 /// database opens, its ledger adds up and matches the totals `backup.json`
@@ -335,8 +350,17 @@ fn unpack(input: File, dir: &Path) -> Result<()> {
         let mut out = options
             .open(&target)
             .with_context(|| format!("creating {}", target.display()))?;
-        std::io::copy(&mut entry, &mut out).map_err(unreadable)?;
-        out.sync_all()?;
+        // Read errors are the backup's, write errors the destination's (a
+        // full disk must not pass for a damaged backup).
+        let mut buf = vec![0u8; 256 << 10];
+        loop {
+            let n = std::io::Read::read(&mut entry, &mut buf).map_err(unreadable)?;
+            if n == 0 {
+                break;
+            }
+            std::io::Write::write_all(&mut out, &buf[..n]).map_err(|e| unwritable(&target, e))?;
+        }
+        out.sync_all().map_err(|e| unwritable(&target, e))?;
     }
     anyhow::ensure!(
         seen_db && seen_key,
@@ -439,6 +463,21 @@ impl Write for Counting<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_restore_that_cannot_write_blames_the_destination() {
+        let full = std::io::Error::from(std::io::ErrorKind::StorageFull);
+        let e = unwritable(Path::new("/r/marketplace.redb"), full).to_string();
+        assert!(
+            e.starts_with("writing /r/marketplace.redb (the backup is not at fault)")
+                && e.contains("the restore's disk is full")
+                && !e.contains("damaged"),
+            "{e}"
+        );
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let e = unwritable(Path::new("/r/server.key"), denied).to_string();
+        assert!(!e.contains("disk is full"), "{e}");
+    }
 
     /// A data dir `dir/data` with its server key and 500 units minted.
     fn data_dir_with_cash(dir: &Path) -> (std::path::PathBuf, Storage) {

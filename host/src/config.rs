@@ -15,6 +15,8 @@ pub const SERVICE_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The family that serves fees.
 pub const FEES_FAMILY: &str = "fees";
+/// The shortest admin token taken, configured or in `<data_dir>/admin.token`.
+pub const MIN_ADMIN_TOKEN_BYTES: usize = 32;
 
 /// The subdirectory of the plugins directory whose components are
 /// families of their own: `families/NAME.wasm` mounts family NAME (with
@@ -738,6 +740,27 @@ impl Config {
             if path.is_some_and(|p| p.as_os_str().is_empty()) {
                 bail!("{name} must not be empty (leave it unset for the default)");
             }
+            if let Some(p) = path.filter(|p| p.exists() && !p.is_dir()) {
+                bail!("{name} {} is not a directory", p.display());
+            }
+        }
+        // Two listeners on one address: the second bind would fail with
+        // the OS's "address in use", naming neither setting.
+        let listeners = [
+            ("listen", Some(self.listen)),
+            ("admin_listen", self.admin_listen),
+            ("metrics_listen", self.metrics_listen),
+        ];
+        for (i, (name, addr)) in listeners.iter().enumerate() {
+            for (other, addr2) in &listeners[i + 1..] {
+                if let (Some(a), Some(b)) = (addr, addr2)
+                    && a.port() != 0
+                    && a.port() == b.port()
+                    && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+                {
+                    bail!("{other} {b} is the address of {name}: give each listener its own port");
+                }
+            }
         }
         if let Some(addr) = self.admin_listen
             && !addr.ip().is_loopback()
@@ -875,7 +898,7 @@ impl Config {
             }
         }
         if let Some(token) = &self.admin_token
-            && token.len() < 32
+            && token.len() < MIN_ADMIN_TOKEN_BYTES
         {
             bail!(
                 "admin_token must be at least 32 bytes (got {}); leave it unset to have one generated into <data_dir>/admin.token",

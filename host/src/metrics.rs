@@ -51,6 +51,19 @@ pub struct CodeLabels {
     pub code: String,
 }
 
+/// The kinds of a plugin call's fault (`FaultLabels::kind`).
+const FAULT_KINDS: [&str; 3] = ["trap", "timeout", "memory"];
+/// The results of a swap (`SwapLabels::result`).
+const SWAP_RESULTS: [&str; 3] = ["ok", "refused", "unmounted"];
+/// The error codes of a 402 (PROTOCOL 3).
+const PAYMENT_REFUSALS: [&str; 5] = [
+    "payment_required",
+    "payment_invalid",
+    "payment_spent",
+    "payment_insufficient",
+    "payment_rail_unavailable",
+];
+
 /// Every metric of the process.
 pub struct Metrics {
     registry: Registry,
@@ -376,6 +389,14 @@ impl Metrics {
             "Problems found at start that need the operator (a damaged write-ahead log, a changed key): see the alerts of GET /api/health and the log's ERROR lines",
             m.alerts.clone(),
         );
+        // The codes a 402 can carry, at 0 from the start (as a family's
+        // series from its mount: [`Metrics::family_mounted`]).
+        for code in PAYMENT_REFUSALS {
+            drop(
+                m.payments_refused
+                    .get_or_create(&CodeLabels { code: code.into() }),
+            );
+        }
         Metrics { registry, ..m }
     }
 
@@ -396,6 +417,35 @@ impl Metrics {
         self.ledger_escrow.set(g(escrow));
         self.ledger_unspent
             .set(g(minted.saturating_sub(fees).saturating_sub(escrow)));
+    }
+
+    /// Show `family`'s plugin series at 0 (faults and swaps of every kind,
+    /// the call histograms) from its mount on: a family with no series
+    /// until its first fault would leave an alert rule on its rate with
+    /// nothing to read.
+    pub fn family_mounted(&self, family: &str) {
+        for kind in FAULT_KINDS {
+            drop(self.faults.get_or_create(&FaultLabels {
+                family: family.into(),
+                kind: kind.into(),
+            }));
+        }
+        for result in SWAP_RESULTS {
+            drop(self.swaps.get_or_create(&SwapLabels {
+                family: family.into(),
+                result: result.into(),
+            }));
+        }
+        let labels = FamilyLabels {
+            family: family.into(),
+        };
+        for histograms in [
+            &self.instantiate_seconds,
+            &self.call_seconds,
+            &self.teardown_seconds,
+        ] {
+            drop(histograms.get_or_create(&labels));
+        }
     }
 
     /// Count a fault of a plugin call.

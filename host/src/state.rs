@@ -201,7 +201,8 @@ pub fn embedded_ledger(config: &Config) -> Result<Ledger> {
 /// Create the data dir readable by the owner only (0700), or tighten it:
 /// it holds the database, the server key and the admin token.
 fn private_dir(dir: &std::path::Path) -> Result<()> {
-    create_private_dir(dir).with_context(|| format!("creating data dir {}", dir.display()))?;
+    create_private_dir(dir)
+        .with_context(|| format!("creating the data dir (data_dir) {}", dir.display()))?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;

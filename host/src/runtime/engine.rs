@@ -537,8 +537,12 @@ impl Runtime {
         )
         .map_err(|e| anyhow!("{e}"))?;
 
-        crate::state::create_private_dir(cache_dir)
-            .with_context(|| format!("creating {}", cache_dir.display()))?;
+        crate::state::create_private_dir(cache_dir).with_context(|| {
+            format!(
+                "creating the compile cache dir (cache_dir, by default <data_dir>/cache) {}",
+                cache_dir.display()
+            )
+        })?;
         let pruned = prune_cache(cache_dir, SystemTime::now());
         if pruned > 0 {
             tracing::info!(pruned, cache = %cache_dir.display(), "removed unused compiled components");
@@ -745,7 +749,7 @@ impl Runtime {
                     component = component_name,
                     version = %plugin.version,
                     hash = %&plugin.hash[..12],
-                    grants = ?plugin.grants.names(),
+                    grants = %plugin.grants.names().join(","),
                     routes = plugin.api.routes.len(),
                     "plugin {}",
                     if known { "loaded" } else { "mounted" }
@@ -778,6 +782,7 @@ impl Runtime {
                 *self.served.write().expect("served lock") = Arc::new(served);
                 drop(slots);
                 self.refusals.loaded(family);
+                crate::metrics::metrics().family_mounted(family);
                 Ok(plugin)
             }
             Err(e) => {

@@ -36,7 +36,7 @@ use crate::capabilities::Grants;
 use crate::money::ledger;
 use crate::reply::Reply;
 use crate::runtime::routes::logged_unrouted;
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Limited};
@@ -73,6 +73,14 @@ pub fn token(configured: Option<&str>, data_dir: &Path) -> Result<String> {
     }
     let path = data_dir.join("admin.token");
     match std::fs::read_to_string(&path) {
+        // As a configured one: a short token is guessed, an empty one
+        // would refuse every request with no word of why.
+        Ok(t) if t.trim().len() < crate::config::MIN_ADMIN_TOKEN_BYTES => bail!(
+            "{} holds an admin token of {} bytes: at least {} are needed (remove the file to have one generated, or set admin_token)",
+            path.display(),
+            t.trim().len(),
+            crate::config::MIN_ADMIN_TOKEN_BYTES
+        ),
         Ok(t) => Ok(t.trim().to_string()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let mut raw = [0u8; 32];
@@ -220,7 +228,43 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     Sha256::digest(a).ct_eq(&Sha256::digest(b)).into()
 }
 
+/// Answer one admin request in a request span (its lines carry the
+/// request id, as the public listener's do), log it, and return its id in
+/// `x-request-id`.
 async fn handle(
+    app: Arc<App>,
+    token: Arc<String>,
+    peer: std::net::SocketAddr,
+    req: Request<Incoming>,
+) -> Response<AdminBody> {
+    use tracing::Instrument;
+    let start = std::time::Instant::now();
+    let id = super::http::request_id(req.headers());
+    let span = tracing::info_span!("request", id = %id);
+    let (method, path) = (
+        req.method().as_str().to_string(),
+        req.uri().path().to_string(),
+    );
+    let mut resp = answer(app, token, peer, req).instrument(span.clone()).await;
+    // A path may hold anything a client typed, a cash secret included:
+    // logged as the public listener logs a path no route took.
+    span.in_scope(|| {
+        tracing::info!(
+            target: "admin",
+            client = %peer.ip(),
+            method = %crate::logging::clip(&method, crate::logging::MAX_METHOD),
+            path = %logged_unrouted(&path),
+            status = resp.status().as_u16(),
+            micros = start.elapsed().as_micros() as u64
+        )
+    });
+    if let Ok(v) = hyper::header::HeaderValue::from_str(&id) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    resp
+}
+
+async fn answer(
     app: Arc<App>,
     token: Arc<String>,
     peer: std::net::SocketAddr,
@@ -236,9 +280,7 @@ async fn handle(
         .and_then(bearer);
     let authorized = presented.is_some_and(|t| same(t.trim().as_bytes(), token.as_bytes()));
     if authorized && method == "GET" && path == "/admin/backup" {
-        let resp = backup(app).await;
-        tracing::info!(target: "admin", method = %method, path = %logged_unrouted(&path), status = resp.status().as_u16());
-        return resp;
+        return backup(app).await;
     }
     let declared = super::http::declared_length(req.headers());
     let mut reply = match presented {
@@ -279,9 +321,6 @@ async fn handle(
             .headers
             .push(("www-authenticate".into(), "Bearer realm=\"admin\"".into()));
     }
-    // A path may hold anything a client typed, a cash secret included:
-    // logged as the public listener logs a path no route took.
-    tracing::info!(target: "admin", method = %method, path = %logged_unrouted(&path), status = reply.status);
     boxed(crate::server::http::to_hyper(reply, false))
 }
 

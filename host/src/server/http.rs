@@ -806,15 +806,14 @@ static X_REQUEST_ID: hyper::header::HeaderName =
 /// A request id: the client's `X-Request-Id` when sane (1 to 128 of
 /// `A-Za-z0-9._:-`), else a new one (unique within the process, random
 /// across restarts).
-fn request_id(req: &Request<Incoming>) -> String {
+pub(super) fn request_id(headers: &hyper::HeaderMap) -> String {
     static PREFIX: LazyLock<String> = LazyLock::new(|| {
         let mut b = [0u8; 4];
         crate::ids::fill_random(&mut b);
         marketplace_common::hex::encode(&b)
     });
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    let given = req
-        .headers()
+    let given = headers
         .get(&X_REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .filter(|v| {
@@ -935,7 +934,7 @@ async fn handle(
 ) -> Result<Response<Answer>, Infallible> {
     let start = Instant::now();
     super::forwarded::drop_unproxied(&app.config.trusted_proxies, peer, req.headers_mut());
-    let id = request_id(&req);
+    let id = request_id(req.headers());
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     let client = super::forwarded::client(&app.config.trusted_proxies, peer, req.headers());

@@ -49,12 +49,29 @@ pub async fn run(config: Config) -> Result<i32> {
     }
     let (stop_tx, stop_rx) = watch::channel(false);
     let stop_watcher = Arc::new(AtomicBool::new(false));
+    // Every listener is bound before any is announced: a script that
+    // waits for a "listening" line never sees one of a start that fails.
+    let admin = match admin_listen {
+        Some(addr) => {
+            let token = admin::token(app.config.admin_token.as_deref(), &app.config.data_dir)?;
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the admin listener (admin_listen) {addr}"))?;
+            Some((listener, token))
+        }
+        None => None,
+    };
+    let metrics =
+        match metrics_listen {
+            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                format!("binding the metrics listener (metrics_listen) {addr}")
+            })?),
+            None => None,
+        };
+    let listener = bind_public(listen)
+        .with_context(|| format!("binding the public listener (listen) {listen}"))?;
     let mut listeners = Vec::new();
-    if let Some(addr) = admin_listen {
-        let token = admin::token(app.config.admin_token.as_deref(), &app.config.data_dir)?;
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("binding the admin listener (admin_listen) {addr}"))?;
+    if let Some((listener, token)) = admin {
         let admin_addr = listener.local_addr()?;
         announce(&format!(
             "marketplace admin listening on http://{admin_addr}"
@@ -67,10 +84,7 @@ pub async fn run(config: Config) -> Result<i32> {
             stop_rx.clone(),
         )));
     }
-    if let Some(addr) = metrics_listen {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("binding the metrics listener (metrics_listen) {addr}"))?;
+    if let Some(listener) = metrics {
         let metrics_addr = listener.local_addr()?;
         announce(&format!(
             "marketplace metrics listening on http://{metrics_addr}"
@@ -87,8 +101,6 @@ pub async fn run(config: Config) -> Result<i32> {
             stop_rx.clone(),
         )));
     }
-    let listener = bind_public(listen)
-        .with_context(|| format!("binding the public listener (listen) {listen}"))?;
     let addr = listener.local_addr()?;
     tracing::info!("listening on http://{addr} (families loading)");
     // Requests are served from now on, each family's as soon as it is

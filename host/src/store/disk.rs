@@ -45,6 +45,9 @@ impl Guard {
     /// returns). `None` for a reserve of 0 (no guard).
     pub fn watch(dir: &Path, reserve: u64) -> Option<Arc<Guard>> {
         if reserve == 0 {
+            tracing::warn!(
+                "min_free_disk_mib is 0: no disk space is kept free; should the disk fill, a checkpoint fails and every write then fails until a restart"
+            );
             return None;
         }
         let guard = Arc::new(Guard::new(dir, reserve, free_bytes));
@@ -177,12 +180,29 @@ impl Guard {
         let room = self.beyond_reserve();
         // (Checked and charged at once: two commits at a time do not both
         // take the last of the room.)
-        self.spent
+        let charged = self
+            .spent
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |spent| {
                 let fits = room.saturating_sub(spent) >= cost;
                 (bytes <= SMALL_COMMIT || fits).then(|| spent.saturating_add(cost))
-            })
-            .is_ok()
+            });
+        if let Err(spent) = charged {
+            // Above the reserve, so no alert says it: the refusal (503
+            // disk_full) lasts while the room stays under what this write
+            // needs.
+            static LINES: crate::logging::Throttle =
+                crate::logging::Throttle::new(Duration::from_secs(10));
+            if let Some(refused) = LINES.note() {
+                tracing::warn!(
+                    bytes,
+                    needs = cost,
+                    room = room.saturating_sub(spent),
+                    refused_since_last_line = refused,
+                    "a write was refused (503 disk_full): it needs {COMMIT_COST} times its bytes free beyond min_free_disk_mib, and fewer are; free space on the data dir's disk"
+                );
+            }
+        }
+        charged.is_ok()
     }
 
     /// Free bytes and the reserve, while fewer than the reserve are free.
