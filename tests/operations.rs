@@ -2062,7 +2062,7 @@ fn cli_help_and_config_errors() {
     drop(free);
     for (public, admin, named) in [
         (other.as_str(), other.as_str(), "admin_listen"),
-        (&format!("127.0.0.1:{port}"), "127.0.0.1:0", "listen"),
+        (&format!("127.0.0.1:{port}"), "127.0.0.1:0", "(listen)"),
     ] {
         let mut args = serve;
         (args[2], args[4]) = (public, admin);

@@ -1498,11 +1498,6 @@ fn a_refusal_after_a_dispatched_write_is_not_run_again() {
             .unwrap();
         let held = holder.join().unwrap();
         assert_eq!(held.status, 200, "holder: {}", held.text());
-        assert_eq!(
-            held.json()["read"],
-            Value::Null,
-            "the holder read before A's mark"
-        );
         assert_eq!(dispatching.status, 409, "{}", dispatching.text());
         let answer = dispatching.json();
         assert_eq!(answer["status"], 200, "the dispatched write: {answer}");
@@ -1515,7 +1510,9 @@ fn a_refusal_after_a_dispatched_write_is_not_run_again() {
             ran_again, 0,
             "the refusal after a dispatched write ran again"
         );
-        if answer["read"].is_null() {
+        // (A holder slow to take its snapshot read the mark too: the
+        // round set up nothing, and the next holds longer.)
+        if answer["read"].is_null() && held.json()["read"].is_null() {
             return;
         }
         assert_eq!(answer["read"], "set", "{answer}");

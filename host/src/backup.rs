@@ -274,13 +274,25 @@ pub fn restore(file: &Path, data_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A failed write of a restored file: the destination's fault, not the
-/// backup's.
-fn unwritable(target: &Path, e: std::io::Error) -> anyhow::Error {
-    let full = e.kind() == std::io::ErrorKind::StorageFull;
+/// A failure reading the archive: not a backup, or a damaged one. Its
+/// own errors can quote the bytes of a damaged header: shown escaped to
+/// ASCII and cut short, never raw on the operator's terminal.
+fn unreadable(e: std::io::Error) -> anyhow::Error {
+    let text = e.to_string();
+    let mut shown: String = text.escape_default().take(200).collect();
+    if shown.len() < text.escape_default().count() {
+        shown.push_str("...");
+    }
+    anyhow::anyhow!("reading the backup (not a backup, or damaged): {shown}")
+}
+
+/// A failed write of the restored file `name`: the destination's fault,
+/// not the backup's.
+fn unwritable(name: &str, e: std::io::Error) -> anyhow::Error {
+    use std::io::ErrorKind::{QuotaExceeded, StorageFull};
+    let full = matches!(e.kind(), StorageFull | QuotaExceeded);
     anyhow::anyhow!(
-        "writing {} (the backup is not at fault): {e}{}",
-        target.display(),
+        "writing the restored {name} (the backup is not at fault): {e}{}",
         if full {
             "; the restore's disk is full: free space there, or restore into a data dir on another disk"
         } else {
@@ -289,22 +301,32 @@ fn unwritable(target: &Path, e: std::io::Error) -> anyhow::Error {
     )
 }
 
+/// Copy an archive entry `from` into the restored file `name` (`to`):
+/// read errors are the backup's, write errors the destination's (a full
+/// disk must not pass for a damaged backup).
+fn copy_entry(
+    from: &mut impl std::io::Read,
+    to: &mut impl std::io::Write,
+    buf: &mut [u8],
+    name: &str,
+) -> Result<()> {
+    loop {
+        let n = match from.read(buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(unreadable(e)),
+        };
+        to.write_all(&buf[..n]).map_err(|e| unwritable(name, e))?;
+    }
+}
+
 /// Unpack a backup into the empty dir `dir` and check it: the database and
 /// `server.key` are there, every entry a plain file, the keys are keys, the
 /// database opens, its ledger adds up and matches the totals `backup.json`
 /// recorded.
 fn unpack(input: File, dir: &Path) -> Result<()> {
-    // The archive's own errors can quote the bytes of a damaged header:
-    // shown escaped to ASCII and cut short, never raw on the operator's
-    // terminal.
-    let unreadable = |e: std::io::Error| {
-        let text = e.to_string();
-        let mut shown: String = text.escape_default().take(200).collect();
-        if shown.len() < text.escape_default().count() {
-            shown.push_str("...");
-        }
-        anyhow::anyhow!("reading the backup (not a backup, or damaged): {shown}")
-    };
+    let mut buf = vec![0u8; 256 << 10];
     let mut archive = tar::Archive::new(input);
     let (mut seen_db, mut seen_key, mut seen_arbiter) = (false, false, false);
     let mut unpacked = Vec::new();
@@ -347,20 +369,9 @@ fn unpack(input: File, dir: &Path) -> Result<()> {
         options.write(true).create_new(true);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut out = options
-            .open(&target)
-            .with_context(|| format!("creating {}", target.display()))?;
-        // Read errors are the backup's, write errors the destination's (a
-        // full disk must not pass for a damaged backup).
-        let mut buf = vec![0u8; 256 << 10];
-        loop {
-            let n = std::io::Read::read(&mut entry, &mut buf).map_err(unreadable)?;
-            if n == 0 {
-                break;
-            }
-            std::io::Write::write_all(&mut out, &buf[..n]).map_err(|e| unwritable(&target, e))?;
-        }
-        out.sync_all().map_err(|e| unwritable(&target, e))?;
+        let mut out = options.open(&target).map_err(|e| unwritable(&name, e))?;
+        copy_entry(&mut entry, &mut out, &mut buf, &name)?;
+        out.sync_all().map_err(|e| unwritable(&name, e))?;
     }
     anyhow::ensure!(
         seen_db && seen_key,
@@ -466,17 +477,92 @@ mod tests {
 
     #[test]
     fn a_restore_that_cannot_write_blames_the_destination() {
-        let full = std::io::Error::from(std::io::ErrorKind::StorageFull);
-        let e = unwritable(Path::new("/r/marketplace.redb"), full).to_string();
+        use std::io::{Error, ErrorKind, Read, Write};
+        /// Fails with `kind` once `left` bytes are through.
+        struct Failing {
+            left: usize,
+            kind: ErrorKind,
+        }
+        impl Read for Failing {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                match self.left.min(buf.len()) {
+                    0 => Err(Error::from(self.kind)),
+                    n => {
+                        self.left -= n;
+                        Ok(n)
+                    }
+                }
+            }
+        }
+        impl Write for Failing {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                match self.left.min(buf.len()) {
+                    0 => Err(Error::from(self.kind)),
+                    n => {
+                        self.left -= n;
+                        Ok(n)
+                    }
+                }
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut buf = [0u8; 16];
+        let copy = |from: &mut dyn Read, to: &mut dyn Write, buf: &mut [u8]| {
+            copy_entry(&mut &mut *from, &mut &mut *to, buf, "marketplace.redb")
+                .unwrap_err()
+                .to_string()
+        };
+        // A full disk: the destination's, said so.
+        let mut data: &[u8] = &[7u8; 100];
+        let mut full = Failing {
+            left: 40,
+            kind: ErrorKind::StorageFull,
+        };
+        let e = copy(&mut data, &mut full, &mut buf);
         assert!(
-            e.starts_with("writing /r/marketplace.redb (the backup is not at fault)")
+            e.starts_with("writing the restored marketplace.redb (the backup is not at fault)")
                 && e.contains("the restore's disk is full")
                 && !e.contains("damaged"),
             "{e}"
         );
-        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
-        let e = unwritable(Path::new("/r/server.key"), denied).to_string();
-        assert!(!e.contains("disk is full"), "{e}");
+        // Another write error: the destination's, no word of a full disk.
+        let mut data: &[u8] = &[7u8; 100];
+        let mut denied = Failing {
+            left: 0,
+            kind: ErrorKind::PermissionDenied,
+        };
+        let e = copy(&mut data, &mut denied, &mut buf);
+        assert!(
+            e.starts_with("writing the restored") && !e.contains("disk is full"),
+            "{e}"
+        );
+        // A read error: the backup's.
+        let mut damaged = Failing {
+            left: 30,
+            kind: ErrorKind::UnexpectedEof,
+        };
+        let e = copy(&mut damaged, &mut Vec::new(), &mut buf);
+        assert!(
+            e.starts_with("reading the backup (not a backup, or damaged)"),
+            "{e}"
+        );
+        // An interrupted read is read again.
+        struct Interrupted(bool);
+        impl Read for Interrupted {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                if std::mem::replace(&mut self.0, false) {
+                    return Err(Error::from(ErrorKind::Interrupted));
+                }
+                buf[0] = 1;
+                Ok(1)
+            }
+        }
+        let mut once = Interrupted(true).take(3);
+        let mut out = Vec::new();
+        copy_entry(&mut once, &mut out, &mut buf, "x").unwrap();
+        assert_eq!(out, [1, 1, 1]);
     }
 
     /// A data dir `dir/data` with its server key and 500 units minted.

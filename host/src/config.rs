@@ -454,6 +454,21 @@ pub fn largest_body_bytes(max_body_bytes: usize) -> usize {
     max_body_bytes.max(marketplace_common::MAX_VALUE_BYTES)
 }
 
+/// Whether listeners on `a` and `b` would take the same socket: one port
+/// (not 0, which picks a free one) and one address, or an unspecified one
+/// covering the other (`[::]` takes IPv4 too, as Linux binds it by
+/// default; `0.0.0.0` every IPv4 address, mapped ones included).
+fn same_socket(a: SocketAddr, b: SocketAddr) -> bool {
+    if a.port() == 0 || a.port() != b.port() {
+        return false;
+    }
+    let (x, y) = (a.ip().to_canonical(), b.ip().to_canonical());
+    let covers = |u: std::net::IpAddr, other: std::net::IpAddr| {
+        u.is_unspecified() && (u.is_ipv6() || other.is_ipv4())
+    };
+    x == y || covers(x, y) || covers(y, x)
+}
+
 /// The command-line flag that sets `setting` (`--plugins` for
 /// `plugins_dir`, else the setting's name with dashes).
 fn flag_of(setting: &str) -> String {
@@ -682,11 +697,14 @@ impl Config {
                     anyhow::anyhow!("invalid configuration: {message}{source}{hint}")
                 })?;
         config.dash_env_families(&env_families);
-        config.validate().map_err(|e| {
-            let message = format!("{e:#}");
-            let source = named_source(&message, &sources, false);
-            anyhow::anyhow!("{message}{source}")
-        })?;
+        config
+            .validate()
+            .and_then(|()| config.validate_together())
+            .map_err(|e| {
+                let message = format!("{e:#}");
+                let source = named_source(&message, &sources, false);
+                anyhow::anyhow!("{message}{source}")
+            })?;
         // RUST_LOG wins over `log`, so it is held to the same rule: a typo
         // would otherwise lose the access log for the life of the process.
         // (No setting: its error names no setting's source.)
@@ -730,20 +748,9 @@ impl Config {
         }
     }
 
-    fn validate(&self) -> Result<()> {
-        // An empty path would be the working directory, never meant.
-        for (name, path) in [
-            ("data_dir", Some(&self.data_dir)),
-            ("plugins_dir", Some(&self.plugins_dir)),
-            ("cache_dir", self.cache_dir.as_ref()),
-        ] {
-            if path.is_some_and(|p| p.as_os_str().is_empty()) {
-                bail!("{name} must not be empty (leave it unset for the default)");
-            }
-            if let Some(p) = path.filter(|p| p.exists() && !p.is_dir()) {
-                bail!("{name} {} is not a directory", p.display());
-            }
-        }
+    /// The rules that read several settings: checked on the final
+    /// configuration only (a value a flag overrides is checked alone).
+    fn validate_together(&self) -> Result<()> {
         // Two listeners on one address: the second bind would fail with
         // the OS's "address in use", naming neither setting.
         let listeners = [
@@ -754,12 +761,33 @@ impl Config {
         for (i, (name, addr)) in listeners.iter().enumerate() {
             for (other, addr2) in &listeners[i + 1..] {
                 if let (Some(a), Some(b)) = (addr, addr2)
-                    && a.port() != 0
-                    && a.port() == b.port()
-                    && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+                    && same_socket(*a, *b)
                 {
-                    bail!("{other} {b} is the address of {name}: give each listener its own port");
+                    bail!(
+                        "{other} {b} would bind where {name} {a} does: give each listener an address and port of its own"
+                    );
                 }
+            }
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<()> {
+        // An empty path would be the working directory, never meant.
+        for (name, path) in [
+            ("data_dir", Some(&self.data_dir)),
+            ("plugins_dir", Some(&self.plugins_dir)),
+            ("cache_dir", self.cache_dir.as_ref()),
+        ] {
+            if path.is_some_and(|p| p.as_os_str().is_empty()) {
+                bail!("{name} must not be empty (leave it unset for the default)");
+            }
+            // (A plugins_dir that is no directory is refused with the
+            // CLI's hint on how to build one.)
+            if name != "plugins_dir"
+                && let Some(p) = path.filter(|p| p.exists() && !p.is_dir())
+            {
+                bail!("{name} {} is not a directory", p.display());
             }
         }
         if let Some(addr) = self.admin_listen
@@ -901,7 +929,7 @@ impl Config {
             && token.len() < MIN_ADMIN_TOKEN_BYTES
         {
             bail!(
-                "admin_token must be at least 32 bytes (got {}); leave it unset to have one generated into <data_dir>/admin.token",
+                "admin_token must be at least {MIN_ADMIN_TOKEN_BYTES} bytes (got {}); leave it unset to have one generated into <data_dir>/admin.token",
                 token.len()
             );
         }
@@ -1331,6 +1359,29 @@ mod tests {
         }
     }
 
+    #[test]
+    fn listeners_clash_on_one_socket_only() {
+        let clash = |a: &str, b: &str| same_socket(a.parse().unwrap(), b.parse().unwrap());
+        for (a, b) in [
+            ("127.0.0.1:80", "127.0.0.1:80"),
+            ("0.0.0.0:80", "127.0.0.1:80"),
+            ("[::]:80", "127.0.0.1:80"),
+            ("[::]:80", "[::1]:80"),
+            ("[::ffff:127.0.0.1]:80", "127.0.0.1:80"),
+            ("0.0.0.0:80", "[::ffff:127.0.0.1]:80"),
+        ] {
+            assert!(clash(a, b) && clash(b, a), "{a} {b}");
+        }
+        for (a, b) in [
+            ("127.0.0.1:80", "127.0.0.1:81"),
+            ("127.0.0.1:0", "127.0.0.1:0"),
+            ("127.0.0.1:80", "127.0.0.2:80"),
+            ("0.0.0.0:80", "[::1]:80"),
+        ] {
+            assert!(!clash(a, b) && !clash(b, a), "{a} {b}");
+        }
+    }
+
     fn s(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs
             .iter()
@@ -1445,6 +1496,28 @@ mod tests {
         );
         let e = err(&[], &[("plugins_dir", "")]);
         assert!(e.contains("from the flag --plugins = \"\""), "{e}");
+        // Two listeners on one socket, named where they were set; a value
+        // a flag overrides is not held against the others' (it is
+        // checked alone).
+        let e = err(
+            &[("MARKETPLACE_ADMIN_LISTEN", "127.0.0.1:9000")],
+            &[("listen", "127.0.0.1:9000")],
+        );
+        assert!(
+            e.contains("admin_listen 127.0.0.1:9000 would bind where listen 127.0.0.1:9000 does")
+                && e.contains("from the environment variable MARKETPLACE_ADMIN_LISTEN"),
+            "{e}"
+        );
+        let c = Config::load(
+            None,
+            &s(&[
+                ("MARKETPLACE_LISTEN", "127.0.0.1:9000"),
+                ("MARKETPLACE_ADMIN_LISTEN", "127.0.0.1:8080"),
+            ]),
+            &s(&[("admin_listen", "127.0.0.1:9001")]),
+        )
+        .unwrap();
+        assert_eq!(c.admin_listen, Some("127.0.0.1:9001".parse().unwrap()));
         // Of two families' variables, the unknown one's.
         let e = err(
             &[

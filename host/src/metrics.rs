@@ -56,7 +56,7 @@ const FAULT_KINDS: [&str; 3] = ["trap", "timeout", "memory"];
 /// The results of a swap (`SwapLabels::result`).
 const SWAP_RESULTS: [&str; 3] = ["ok", "refused", "unmounted"];
 /// The error codes of a 402 (PROTOCOL 3).
-const PAYMENT_REFUSALS: [&str; 5] = [
+pub const PAYMENT_REFUSALS: [&str; 5] = [
     "payment_required",
     "payment_invalid",
     "payment_spent",
@@ -450,6 +450,7 @@ impl Metrics {
 
     /// Count a fault of a plugin call.
     pub fn fault(&self, family: &str, kind: &str) {
+        debug_assert!(FAULT_KINDS.contains(&kind), "{kind} is not in FAULT_KINDS");
         self.faults
             .get_or_create(&FaultLabels {
                 family: family.into(),
@@ -460,6 +461,10 @@ impl Metrics {
 
     /// Count a swap, mount or unmount.
     pub fn swap(&self, family: &str, result: &str) {
+        debug_assert!(
+            SWAP_RESULTS.contains(&result),
+            "{result} is not in SWAP_RESULTS"
+        );
         self.swaps
             .get_or_create(&SwapLabels {
                 family: family.into(),

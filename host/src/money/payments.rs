@@ -131,6 +131,10 @@ fn add_line(slot: &mut Option<String>, line: &str) {
 
 /// A 402 with the protocol's body.
 pub fn refusal(code: &str, message: impl Into<String>, action: &str, price: u64) -> Reply {
+    debug_assert!(
+        crate::metrics::PAYMENT_REFUSALS.contains(&code),
+        "{code} is not in PAYMENT_REFUSALS (its series is shown at 0 from the start)"
+    );
     crate::metrics::metrics()
         .payments_refused
         .get_or_create(&crate::metrics::CodeLabels { code: code.into() })

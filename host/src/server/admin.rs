@@ -240,7 +240,7 @@ async fn handle(
     use tracing::Instrument;
     let start = std::time::Instant::now();
     let id = super::http::request_id(req.headers());
-    let span = tracing::info_span!("request", id = %id);
+    let span = crate::logging::request_span(&id);
     let (method, path) = (
         req.method().as_str().to_string(),
         req.uri().path().to_string(),
@@ -253,7 +253,7 @@ async fn handle(
             target: "admin",
             client = %peer.ip(),
             method = %crate::logging::clip(&method, crate::logging::MAX_METHOD),
-            path = %logged_unrouted(&path),
+            path = %crate::logging::clip(&logged_unrouted(&path), crate::logging::MAX_PATH),
             status = resp.status().as_u16(),
             micros = start.elapsed().as_micros() as u64
         )
@@ -310,9 +310,13 @@ async fn answer(
             Ok(Ok(body)) => {
                 let body = body.to_bytes().to_vec();
                 let (m, p) = (method.clone(), path.clone());
-                tokio::task::spawn_blocking(move || route(&app, &m, &p, &query, &body))
-                    .await
-                    .unwrap_or_else(|_| Reply::error(500, "internal", "internal error"))
+                // (In the request's span: a mint's line carries its id.)
+                let span = tracing::Span::current();
+                tokio::task::spawn_blocking(move || {
+                    span.in_scope(|| route(&app, &m, &p, &query, &body))
+                })
+                .await
+                .unwrap_or_else(|_| Reply::error(500, "internal", "internal error"))
             }
         },
     };
@@ -376,7 +380,9 @@ async fn backup(app: Arc<App>) -> Response<AdminBody> {
         ));
     }
     let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
+    let span = tracing::Span::current();
     tokio::task::spawn_blocking(move || {
+        let _in_request = span.enter();
         let mut out = std::io::BufWriter::with_capacity(64 << 10, Chunks(tx.clone()));
         let keys = crate::backup::Keys::of(&app.state);
         let written = crate::backup::snapshot(&app.storage, &app.config.data_dir, &keys, &mut out)
