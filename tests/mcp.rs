@@ -7,6 +7,16 @@ use common::{Key, Server};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 
+/// Every MCP revision /mcp speaks, newest first: what the agent manifest
+/// lists and a -32022 answer names.
+const SPOKEN: [&str; 5] = [
+    "2026-07-28",
+    "2025-11-25",
+    "2025-06-18",
+    "2025-03-26",
+    "2024-11-05",
+];
+
 #[test]
 fn agent_manifest_and_card() {
     let s = Server::start();
@@ -28,16 +38,7 @@ fn agent_manifest_and_card() {
     assert_eq!(m["mcp"]["tools_define"], "/api/mcp/tools/define");
     assert_eq!(m["mcp"]["tools_execute"], "/api/mcp/tools/execute");
     // The MCP revisions /mcp speaks, newest first.
-    assert_eq!(
-        m["mcp"]["protocol_versions"],
-        json!([
-            "2026-07-28",
-            "2025-11-25",
-            "2025-06-18",
-            "2025-03-26",
-            "2024-11-05"
-        ])
-    );
+    assert_eq!(m["mcp"]["protocol_versions"], json!(SPOKEN));
     let capabilities: Vec<&str> = m["capabilities"]
         .as_array()
         .unwrap()
@@ -1924,16 +1925,7 @@ fn mcp_version_negotiation() {
     let error = &r.json()["error"];
     assert_eq!(error["code"], -32022);
     assert_eq!(error["data"]["requested"], "2099-01-01");
-    assert_eq!(
-        error["data"]["supported"],
-        json!([
-            "2026-07-28",
-            "2025-11-25",
-            "2025-06-18",
-            "2025-03-26",
-            "2024-11-05"
-        ])
-    );
+    assert_eq!(error["data"]["supported"], json!(SPOKEN));
     // InitializeRequest's params are required: protocolVersion a string,
     // capabilities and clientInfo objects; else invalid params.
     assert_eq!(initialize(&s, None)["error"]["code"], -32602);

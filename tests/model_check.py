@@ -139,6 +139,10 @@ class Ident:
     def sign(self, msg):
         return self.sk.sign(msg.encode()).hex()
 
+    def post_body(self, content):
+        """A top-level post of `content` by this identity, freshly signed."""
+        return {'author_fingerprint': self.fp, 'content': content, **self.fresh('post:' + content)}
+
     def fresh(self, msg):
         ts = int(time.time())
         while (msg, ts) in self.used:
@@ -918,7 +922,7 @@ class Probe:
         def go(k):
             a = self.rng.choice(live) if False else live[k % len(live)]
             c = f'race {k} ' + self.tok()
-            body = {'author_fingerprint': a.fp, 'content': c, **a.fresh('post:' + c)}
+            body = a.post_body(c)
             st, j, _ = Api(self.srv).req('POST', '/api/timeline', body, secret=sec)
             res.append((st, j, a.fp, c))
         ths = [threading.Thread(target=go, args=(k,)) for k in range(8)]
@@ -944,7 +948,7 @@ class Probe:
             return
         a = self.rng.choice(live)
         c = 'viamcp ' + self.tok()
-        body = {'author_fingerprint': a.fp, 'content': c, **a.fresh('post:' + c)}
+        body = a.post_body(c)
         ex = {'endpoint': {'method': 'POST', 'path': '/api/timeline', 'body': body}}
         st, j, _ = self.api.req('POST', '/api/mcp/tools/execute', ex)
         check(st == 402, 'mcp-402', 'execute of a paid target without payment not 402', st=st, j=str(j)[:200])
@@ -966,7 +970,7 @@ class Probe:
             return
         a = self.rng.choice(live)
         c = 'x402 ' + self.tok()
-        body = {'author_fingerprint': a.fp, 'content': c, **a.fresh('post:' + c)}
+        body = a.post_body(c)
         st, j, r = self.api.req('POST', '/api/timeline', body)
         pr = json.loads(base64.b64decode(r.headers['PAYMENT-REQUIRED']))
         acc = pr['accepts'][0]
@@ -1059,7 +1063,7 @@ class Probe:
                 sec = pre[k][n]
                 n += 1
                 c = f'load {self.tokn_thread(k, n)} alpha'
-                body = {'author_fingerprint': a.fp, 'content': c, **a.fresh('post:' + c)}
+                body = a.post_body(c)
                 try:
                     st, j, _ = api.req('POST', '/api/timeline', body, secret=sec)
                 except Exception as e:

@@ -245,7 +245,9 @@ async fn handle(
         req.method().as_str().to_string(),
         req.uri().path().to_string(),
     );
-    let mut resp = answer(app, token, peer, req).instrument(span.clone()).await;
+    let mut resp = answer(app, token, peer, req, &method, &path)
+        .instrument(span.clone())
+        .await;
     // A path may hold anything a client typed, a cash secret included:
     // logged as the public listener logs a path no route took.
     span.in_scope(|| {
@@ -259,19 +261,21 @@ async fn handle(
         )
     });
     if let Ok(v) = hyper::header::HeaderValue::from_str(&id) {
-        resp.headers_mut().insert("x-request-id", v);
+        resp.headers_mut()
+            .insert(super::http::X_REQUEST_ID.clone(), v);
     }
     resp
 }
 
+/// The answer to an admin request (`method` and `path` are its own).
 async fn answer(
     app: Arc<App>,
     token: Arc<String>,
     peer: std::net::SocketAddr,
     req: Request<Incoming>,
+    method: &str,
+    path: &str,
 ) -> Response<AdminBody> {
-    let method = req.method().as_str().to_string();
-    let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or_default().to_string();
     let presented = req
         .headers()
@@ -309,7 +313,7 @@ async fn answer(
             Ok(Err(_)) => super::http::too_large(MAX_UPLOAD),
             Ok(Ok(body)) => {
                 let body = body.to_bytes().to_vec();
-                let (m, p) = (method.clone(), path.clone());
+                let (m, p) = (method.to_string(), path.to_string());
                 // (In the request's span: a mint's line carries its id.)
                 let span = tracing::Span::current();
                 tokio::task::spawn_blocking(move || {

@@ -800,7 +800,7 @@ async fn head_timeout(
     tracing::debug!(%peer, "connection closed: no whole request head within the header timeout ({timeout:?})");
 }
 
-static X_REQUEST_ID: hyper::header::HeaderName =
+pub(super) static X_REQUEST_ID: hyper::header::HeaderName =
     hyper::header::HeaderName::from_static("x-request-id");
 
 /// A request id: the client's `X-Request-Id` when sane (1 to 128 of
