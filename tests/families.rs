@@ -1428,6 +1428,17 @@ fn a_restart_serves_what_was_decided_last() {
     install(&with_custom_section(&bid, "deploy", b"3"), &fee_file);
     let s = start();
     assert_eq!(policy(&s), decided, "{}", s.log_text());
+    // An upgrade deploys every file anew, and so ends a policy swapped in
+    // through the admin API: the start warns, naming what is dropped.
+    if !common::backend_is_postgres() {
+        assert!(
+            s.log_text().lines().any(|l| l.contains("WARN")
+                && l.contains("the upload fees-")
+                && l.contains("is dropped")),
+            "{}",
+            s.log_text()
+        );
+    }
 }
 
 /// At start the built-in families mount before any other (README

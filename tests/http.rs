@@ -21,7 +21,7 @@ fn health_reports_storage_and_plugins() {
     assert!(h["storage"]["commits"].is_u64());
     assert!(h["storage"]["syncs"].is_u64());
     assert_eq!(h["plugins"]["info"]["status"], "ok");
-    assert_eq!(h["plugins"]["info"]["version"], "0.1.0");
+    assert_eq!(h["plugins"]["info"]["version"], env!("CARGO_PKG_VERSION"));
     // Every family is listed, loaded or not.
     for family in common::BUILTIN_FAMILIES {
         assert!(

@@ -445,5 +445,5 @@ fn the_template_plugin_is_a_working_component() {
         .find(|p| p["family"] == "template")
         .unwrap()
         .clone();
-    assert_eq!(template["version"], "0.1.0");
+    assert_eq!(template["version"], env!("CARGO_PKG_VERSION"));
 }

@@ -5,7 +5,8 @@
 //! change made through the admin API (an upload or an unmount) that the
 //! start could not apply (another component serves than the operator
 //! decided last), or escrow the embedded ledger holds while the host
-//! takes payments at an upstream webcash server. Each
+//! takes payments at an upstream webcash server, or a database a newer
+//! version of the service served (`crate::versions`). Each
 //! is logged at ERROR where it is found; [`raise`] also keeps it for `GET
 //! /api/health`'s `alerts` and counts it in the `marketplace_alerts` gauge,
 //! so a monitor notices without reading the log. Health stays `ok`: the
@@ -25,6 +26,9 @@ pub enum Kind {
     ArbiterKeyChanged,
     KeptUploadRefused,
     EscrowLeftBehind,
+    /// A newer version of the service served this database
+    /// (`crate::versions`).
+    DatabaseNewer,
     /// Not kept: shown while the data dir's disk is under its reserve
     /// ([`disk_full`]).
     DiskFull,

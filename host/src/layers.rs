@@ -28,6 +28,8 @@ pub(crate) const ORDER: &[&str] = &[
     "money",
     // Signature checks.
     "auth",
+    // Which versions served the database.
+    "versions",
     // What the layers above share: config, storage, ledger, ids, clock.
     "state",
     // The plugin runtime and the host interfaces; snapshots; sweeping.

@@ -49,6 +49,7 @@ pub mod runtime;
 pub mod server;
 pub mod state;
 pub mod store;
+pub mod versions;
 
 pub use app::App;
 pub use config::Config;

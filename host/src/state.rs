@@ -98,6 +98,7 @@ impl State {
             tighten(&config.data_dir.join(name));
         }
         crate::money::upgrade::run(&storage, &ledger).context("upgrading the database")?;
+        crate::versions::record(&storage, crate::config::SERVICE_VERSION);
         let upstream = crate::money::upstream::Upstream::from_config(&config);
         if upstream.is_some() {
             escrow_left_behind(&storage);

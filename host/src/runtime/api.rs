@@ -1007,6 +1007,7 @@ mod tests {
             Kind::ArbiterKeyChanged,
             Kind::KeptUploadRefused,
             Kind::EscrowLeftBehind,
+            Kind::DatabaseNewer,
             Kind::DiskFull,
         ];
         let doc: serde_json::Value = serde_json::from_str(HOST_OPENAPI).unwrap();
@@ -1029,6 +1030,7 @@ mod tests {
                 | Kind::ArbiterKeyChanged
                 | Kind::KeptUploadRefused
                 | Kind::EscrowLeftBehind
+                | Kind::DatabaseNewer
                 | Kind::DiskFull => {}
             }
         }

@@ -352,10 +352,19 @@ fn pending(app: &App) -> Vec<Pending> {
         };
         // (A file written again with the same bytes did not change.)
         if file_changed(app, &family, &kept) {
-            tracing::info!(
+            // A warning: an upgrade deploys every file anew, so this is
+            // also how a swap made through the admin API (a fee policy,
+            // say) ends at the first start of a new version.
+            let decided = if kept.unmounted {
+                "the unmount".to_string()
+            } else {
+                format!("the upload {}", kept.component)
+            };
+            tracing::warn!(
                 family,
-                "{} changed since the admin API's upload or unmount: the file serves",
-                family_file(app, &family).display()
+                "{} changed since the admin API's {} was made (a deploy or an upgrade while the host was down): the file serves, and {decided} is dropped; to serve it again, upload its new build (`marketplace plugins load`) or name it in the configuration",
+                family_file(app, &family).display(),
+                if kept.unmounted { "unmount" } else { "upload" },
             );
             file_serves(app, &family);
             continue;
