@@ -874,6 +874,8 @@ impl Storage {
     /// committed state), into a new database at `path`; returns how many
     /// tables were copied. Writers are not held up.
     pub fn snapshot_into(&self, path: &Path) -> Result<usize> {
+        /// The copy's cache.
+        const COPY_CACHE: usize = 16 << 20;
         let db = match &self.backend {
             Backend::Redb(db) => db,
             Backend::Pg(_) => anyhow::bail!(
@@ -883,7 +885,16 @@ impl Storage {
         // Every batch answered before now, in the database.
         self.gc.wait_applied();
         let read = db.begin_read()?;
-        let out = Database::create(path).with_context(|| format!("creating {}", path.display()))?;
+        // The copy's cache small: the pages of a write transaction stay in
+        // memory up to the cache's size, so the copy under redb's default
+        // 1 GiB cache held the whole database in memory until its commit
+        // (a backup of a 285 MB database raised the server's RSS by
+        // 222 MB). (Committing in chunks saved nothing more; compacting the
+        // copy made its file larger.)
+        let out = redb::Builder::new()
+            .set_cache_size(COPY_CACHE)
+            .create(path)
+            .with_context(|| format!("creating {}", path.display()))?;
         let w = out.begin_write()?;
         let mut tables = 0;
         for handle in read.list_tables()? {
