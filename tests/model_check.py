@@ -383,6 +383,11 @@ class Probe:
     def live_ids(self):
         return [i for i in self.ids if not i.deleted]
 
+    def add_plain_post(self, pid, fp, content):
+        """Remember a general post without keywords or attachments the service made."""
+        self.posts[pid] = Post(pid, fp, content, 'general', [], [], None)
+        self.order.append(pid)
+
     def alive_posts(self, include_private=False):
         return [self.posts[p] for p in self.order if not self.posts[p].deleted and
                 (include_private or not self.posts[p].private)]
@@ -938,8 +943,7 @@ class Probe:
         self.wallet.pop(sec); self.spent.add(sec)
         for st, j, fp, c in ok:
             self.fees_paid += units('0.3')
-            p = Post(j['post_id'], fp, c, 'general', [], [], None)
-            self.posts[p.pid] = p; self.order.append(p.pid)
+            self.add_plain_post(j['post_id'], fp, c)
         self.order.sort()
 
     def op_mcp_execute(self):
@@ -954,8 +958,7 @@ class Probe:
         check(st == 402, 'mcp-402', 'execute of a paid target without payment not 402', st=st, j=str(j)[:200])
         st, j, r = self.paid('POST', '/api/mcp/tools/execute', ex, units('0.3'))
         if check(st == 201, 'mcp-exec-paid', 'paid execute of POST /api/timeline failed', st=st, j=str(j)[:300]):
-            p = Post(j['post_id'], a.fp, c, 'general', [], [], None)
-            self.posts[p.pid] = p; self.order.append(p.pid)
+            self.add_plain_post(j['post_id'], a.fp, c)
         # read tool
         if self.order:
             pid = self.order[-1]
@@ -992,8 +995,7 @@ class Probe:
         check(ch and sec_amount(ch) == units('0.7') and resp['transaction'] == public_of(sec), 'x402-resp',
               'PAYMENT-RESPONSE wrong', resp=resp)
         if ch: self.wallet[ch] = sec_amount(ch)
-        p = Post(j['post_id'], a.fp, c, 'general', [], [], None)
-        self.posts[p.pid] = p; self.order.append(p.pid)
+        self.add_plain_post(j['post_id'], a.fp, c)
         # same id, same request -> stored answer
         rr2 = requests.post(self.srv.base + '/api/timeline', data=raw,
                             headers={'PAYMENT-SIGNATURE': hdr, 'Content-Type': 'application/json'})
@@ -1013,8 +1015,7 @@ class Probe:
             self.wallet.pop(sec2); self.spent.add(sec2); self.fees_paid += units('0.3')
             ch = rr3.json()['payment'].get('change')
             if ch: self.wallet[ch] = sec_amount(ch)
-            p = Post(rr3.json()['post_id'], a.fp, c + ' other', 'general', [], [], None)
-            self.posts[p.pid] = p; self.order.append(p.pid)
+            self.add_plain_post(rr3.json()['post_id'], a.fp, c + ' other')
         else:
             self.verify_secret(sec2, False, 'x402-conflict')
 
@@ -1096,9 +1097,7 @@ class Probe:
                 self.minted += units('0.3'); self.fees_paid += units('0.3')
                 self.spent.add(sec)
                 if found:
-                    pid = found[0]
-                    p = Post(pid, fp, c, 'general', [], [], None)
-                    self.posts[pid] = p; self.order.append(pid)
+                    self.add_plain_post(found[0], fp, c)
             else:
                 self.minted += units('0.3'); self.wallet[sec] = units('0.3')
         self.order.sort()
@@ -1545,8 +1544,7 @@ class Probe:
         st, j, _ = self.paid('POST', '/api/timeline', body, units('0.3'))
         if st == 201:
             pid = j['post_id']
-            self.posts[pid] = Post(pid, a.fp, c, 'general', [], [], None)
-            self.order.append(pid)
+            self.add_plain_post(pid, a.fp, c)
             body2 = dict(body, keywords=['different'])
             sec = self.pick(units('0.3'))
             st, j, _ = self.api.req('POST', '/api/timeline', body2, secret=sec)

@@ -355,16 +355,21 @@ fn pending(app: &App) -> Vec<Pending> {
             // A warning: an upgrade deploys every file anew, so this is
             // also how a swap made through the admin API (a fee policy,
             // say) ends at the first start of a new version.
-            let decided = if kept.unmounted {
-                "the unmount".to_string()
+            let (decided, again) = if kept.unmounted {
+                (
+                    "unmount".to_string(),
+                    "to unmount it again, `marketplace plugins unmount`",
+                )
             } else {
-                format!("the upload {}", kept.component)
+                (
+                    format!("upload {}", kept.component),
+                    "to serve it again, upload its new build (`marketplace plugins load`) or name it in the configuration",
+                )
             };
             tracing::warn!(
                 family,
-                "{} changed since the admin API's {} was made (a deploy or an upgrade while the host was down): the file serves, and {decided} is dropped; to serve it again, upload its new build (`marketplace plugins load`) or name it in the configuration",
+                "{} changed since the admin API's {decided} (a deploy or an upgrade while the host was down): the file serves and the {decided} is dropped; {again}",
                 family_file(app, &family).display(),
-                if kept.unmounted { "unmount" } else { "upload" },
             );
             file_serves(app, &family);
             continue;
