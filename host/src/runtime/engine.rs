@@ -471,6 +471,17 @@ fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool) -> Reply {
     }
 }
 
+/// What a pooled memory slot keeps resident between calls, reset by
+/// rewriting it. Every page a call ever wrote stays in that set (without
+/// userfaultfd write-protection `PAGEMAP_SCAN` takes every present private
+/// page for written), so each later call of the slot pays for the largest
+/// it ever served: one render of the OpenAPI document or one macro run
+/// left an `mcp` slot resetting 4 MiB (80 µs a call) when this was 4 MiB.
+/// Beyond 1 MiB the rest is given back to the kernel at each reset, so a
+/// slot heals; a call that needs more faults its pages in. (Measured, the
+/// thirty-seventh and ninety-first sessions: docs/benchmarks-history.md.)
+const KEEP_RESIDENT: usize = 1 << 20;
+
 /// A finished call's store, torn down when this drops (after the answer
 /// is made), the teardown timed into its family's histogram.
 struct Teardown<'a> {
@@ -524,7 +535,7 @@ impl Runtime {
             .max_memory_size(limits.memory_bytes)
             // Reset reused slots by rewriting their (small) dirty state
             // instead of unmapping and faulting pages back in per request.
-            .linear_memory_keep_resident(4 << 20)
+            .linear_memory_keep_resident(KEEP_RESIDENT)
             .table_keep_resident(64 << 10)
             .pagemap_scan(wasmtime::Enabled::Auto);
         wasm_config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
