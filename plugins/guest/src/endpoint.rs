@@ -147,6 +147,18 @@ pub fn json<T: Serialize + ?Sized>(status: u16, value: &T) -> Response {
     }
 }
 
+/// A JSON object of `members` (name, value), the values moved in.
+/// (`json!` copies every value it is given through a serializer: a
+/// member that is a large `Value` costs a deep copy there, none here.)
+pub fn object<const N: usize>(members: [(&str, Value); N]) -> Value {
+    Value::Object(
+        members
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), value))
+            .collect(),
+    )
+}
+
 /// A JSON object response whose member values are already JSON text:
 /// `members` as (name, value), written in the order given. Names are
 /// written as they are (plain ASCII names, nothing to escape).

@@ -121,7 +121,7 @@ pub mod prelude {
     #[cfg(feature = "endpoint")]
     pub use crate::endpoint::{
         Body, Endpoint, Request, Response, charge, charge_price, json, json_members, json_text, kv,
-        precheck, require_identity, unregistered, unsigned, verify, verify_in_order,
+        object, precheck, require_identity, unregistered, unsigned, verify, verify_in_order,
     };
     pub use crate::error::{ApiError, Detail};
     #[cfg(feature = "fee-policy")]

@@ -123,16 +123,42 @@ fn tightened(mut schema: Value, operation: &Value) -> Value {
 /// rendered once per load of components (each tool's apart: a call reads
 /// only its own). Its own alone should the document fail to parse.
 fn tool_schema(tool: &Tool) -> Value {
+    documented_schema(tool).unwrap_or_else(|_| (tool.schema)())
+}
+
+/// [`tool_schema`] as the document gives it; an error where the document
+/// could not be read.
+fn documented_schema(tool: &Tool) -> Result<Value, ApiError> {
     let Some(path) = tool.read_route() else {
-        return (tool.schema)();
+        return Ok((tool.schema)());
     };
     let text = memoized(&format!("tool-schema/{}.json", tool.name), || {
         let document = openapi::document()?;
         Ok(tightened((tool.schema)(), &operation_of(&document, "GET", path)).to_string())
-    });
-    text.ok()
-        .and_then(|text| serde_json::from_str(&text).ok())
-        .unwrap_or_else(|| (tool.schema)())
+    })?;
+    serde_json::from_str(&text).map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// What lists the built-in tools (`GET /api/mcp`'s head, `tools/list`'s
+/// first page), as JSON text: `render(true)` kept in the memo (once per
+/// load of components) when every schema came from the document, else
+/// `render(false)` (each tool's own schemas), kept by nobody. A listing
+/// then parses one text, not one per schema, and copies no schema.
+fn listing_text(key: &str, render: impl Fn(bool) -> Result<String, ApiError>) -> String {
+    memoized(key, || render(true))
+        .or_else(|_| render(false))
+        .unwrap_or_default()
+}
+
+/// A built-in tool's input and output schemas: from the document
+/// (`documented`: an error where it could not be read), else the tool's
+/// own input schema.
+fn schemas(tool: &Tool, documented: bool) -> Result<(Value, Option<Value>), ApiError> {
+    Ok(if documented {
+        (documented_schema(tool)?, documented_output_schema(tool)?)
+    } else {
+        ((tool.schema)(), None)
+    })
 }
 
 /// The operation of `document` at `method` and `path` but for the names of
@@ -216,12 +242,17 @@ fn output_schema(document: &Value, method: &str, path: &str) -> Option<Value> {
 /// per load of components; None when it has none or the document fails
 /// to parse.
 fn tool_output_schema(tool: &Tool) -> Option<Value> {
+    documented_output_schema(tool).ok().flatten()
+}
+
+/// [`tool_output_schema`], an error where the document could not be read.
+fn documented_output_schema(tool: &Tool) -> Result<Option<Value>, ApiError> {
     let text = memoized(&format!("tool-output/{}.json", tool.name), || {
         let document = openapi::document()?;
         Ok(output_schema(&document, tool.method, tool.path)
             .map_or_else(String::new, |s| s.to_string()))
-    });
-    text.ok().and_then(|text| serde_json::from_str(&text).ok())
+    })?;
+    Ok(serde_json::from_str(&text).ok())
 }
 
 fn search_schema() -> Value {
@@ -390,12 +421,10 @@ impl Endpoint for Mcp {
                 let limit = req.query_int("limit", 1, 50)?.unwrap_or(10) as usize;
                 // Derived from the host's document alone: built once per
                 // load of components.
-                let index = memoized("docs-search.json", || {
-                    Ok(openapi::search_index(&openapi::document()?).to_string())
+                let index = memoized("docs-search.txt", || {
+                    Ok(openapi::search_index(&*openapi::document()?))
                 })?;
-                let index: Value = serde_json::from_str(&index)
-                    .map_err(|e| ApiError::internal(format!("the docs search index: {e}")))?;
-                Ok(json(200, &openapi::search(&index, q, limit)))
+                Ok(raw(openapi::search(&index, q, limit), "application/json"))
             }
             ("GET", "/.well-known/agent.json") => Ok(json(200, &manifest(&version))),
             ("GET", "/.well-known/agent-card.json") => {
@@ -409,11 +438,11 @@ impl Endpoint for Mcp {
             }),
             ("GET", "/openapi.yaml") => {
                 tagged_document("openapi.yaml", "application/yaml; charset=utf-8", || {
-                    Ok(openapi::to_yaml(&openapi::document()?))
+                    Ok(openapi::to_yaml(&*openapi::document()?))
                 })
             }
             ("GET", "/docs") => tagged_document("docs.html", "text/html; charset=utf-8", || {
-                Ok(openapi::html(&openapi::document()?))
+                Ok(openapi::html(&*openapi::document()?))
             }),
             _ => Err(ApiError::not_found(format!("route {}", req.route()))),
         }
@@ -537,6 +566,16 @@ struct Listed {
     owner_fingerprint: Option<String>,
 }
 
+/// A macro as `GET /api/mcp` describes it (written from the stored
+/// macro, its schema not copied).
+#[derive(serde::Serialize)]
+struct Described<'a> {
+    description: &'a str,
+    input_schema: &'a Value,
+    kind: &'a str,
+    name: &'a str,
+}
+
 /// A macro's description as MCP `tools/list` shows it: its author's text
 /// (anyone may define a macro) behind a line saying whose it is, so that an
 /// agent does not take a stranger's words for the server's instructions.
@@ -592,11 +631,27 @@ fn each_macro_page(most: u32, mut each: impl FnMut(&[Listed]) -> bool) -> Result
 /// `GET /api/mcp`: written as text a page of macros at a time, so that
 /// a thousand macros' schemas are never all parsed at once.
 fn describe(version: &str) -> Result<Response, ApiError> {
-    let tools: Vec<Value> = TOOLS
-        .iter()
-        .map(|t| json!({"name": t.name, "description": t.description, "method": t.method, "path": t.path, "input_schema": tool_schema(t)}))
-        .collect();
-    let mut out = json!({"name": "marketplace", "version": version, "tools": tools}).to_string();
+    let mut out = listing_text("describe/head.json", |documented| {
+        let tools = TOOLS
+            .iter()
+            .map(|t| {
+                let (input, _) = schemas(t, documented)?;
+                Ok(object([
+                    ("name", t.name.into()),
+                    ("description", t.description.into()),
+                    ("method", t.method.into()),
+                    ("path", t.path.into()),
+                    ("input_schema", input),
+                ]))
+            })
+            .collect::<Result<Vec<_>, ApiError>>()?;
+        let head = object([
+            ("name", "marketplace".into()),
+            ("version", version.into()),
+            ("tools", tools.into()),
+        ]);
+        Ok(head.to_string())
+    });
     out.pop();
     out.push_str(r#","macros":["#);
     let mut first = true;
@@ -606,11 +661,12 @@ fn describe(version: &str) -> Result<Response, ApiError> {
                 out.push(',');
             }
             first = false;
-            out.push_str(
-                &json!({"name": m.name, "description": m.description.as_deref().unwrap_or(""),
-                        "kind": m.kind.as_deref().unwrap_or("search"), "input_schema": m.input_schema})
-                .to_string(),
-            );
+            out.push_str(&json_text(&Described {
+                description: m.description.as_deref().unwrap_or(""),
+                input_schema: &m.input_schema,
+                kind: m.kind.as_deref().unwrap_or("search"),
+                name: &m.name,
+            }));
         }
         true
     })?;
@@ -1327,6 +1383,12 @@ fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
 }
 
 thread_local! {
+    /// The built-in tools (their JSON objects, comma-separated) that the
+    /// `tools/list` answer being made lists ahead of its macros: kept as
+    /// the memo's text and written into the answer by [`answer_text`], so
+    /// that a listing neither parses nor writes again the schemas (about
+    /// 20 KB) of every tool.
+    static LISTED_BUILTINS: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
     /// What a fault of this request is answered when no narrower answer is
     /// set: for `/mcp`, a JSON-RPC error (an instance serves one request).
     static FAULT_ANSWER: std::cell::RefCell<Option<Response>> = const { std::cell::RefCell::new(None) };
@@ -1427,7 +1489,11 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
         Value::Object(_) => {
             let (status, answer) = message(&msg, req, version)?;
             return Ok(match answer {
-                Some(answer) => json(status, &answer),
+                Some(answer) => Response {
+                    status,
+                    headers: vec![],
+                    body: answer_text(answer).into_bytes(),
+                },
                 None => accepted(),
             });
         }
@@ -1518,7 +1584,7 @@ fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
                     if !batch.answered.is_empty() {
                         batch.answered.push(',');
                     }
-                    batch.answered.push_str(&answer.to_string());
+                    batch.answered.push_str(&answer_text(answer));
                 }
             });
         }
@@ -1851,20 +1917,6 @@ fn initialize(params: &Value, version: &str) -> Result<Value, RpcFault> {
 /// pages of macros (MCP pagination) while `nextCursor` (the last macro's
 /// name) says more follow.
 fn tools_list(params: &Value) -> Result<Result<Value, RpcFault>, ApiError> {
-    let with_output = |mut tool: Value, output: Option<Value>| {
-        if let Some(output) = output {
-            tool["outputSchema"] = output;
-        }
-        tool
-    };
-    let mut tools: Vec<Value> = TOOLS
-        .iter()
-        .map(|t| {
-            let tool = json!({"name": t.name, "description": t.description, "inputSchema": tool_schema(t),
-                              "annotations": annotations(t.name)});
-            with_output(tool, tool_output_schema(t))
-        })
-        .collect();
     let after = match params.get("cursor") {
         None | Some(Value::Null) => "",
         // A nextCursor names the last macro of its page: one that names
@@ -1872,7 +1924,6 @@ fn tools_list(params: &Value) -> Result<Result<Value, RpcFault>, ApiError> {
         Some(Value::String(c))
             if valid_name(c) && kv::get_raw(None, &format!("macro/{c}"))?.is_some() =>
         {
-            tools.clear();
             c.as_str()
         }
         Some(_) => {
@@ -1881,6 +1932,33 @@ fn tools_list(params: &Value) -> Result<Result<Value, RpcFault>, ApiError> {
             )));
         }
     };
+    if after.is_empty() {
+        // The first page lists the built-in tools first: their JSON text,
+        // written into the answer as it is (see [`answer_text`]).
+        let text = listing_text("tools-list/builtins.json", |documented| {
+            let tools = TOOLS
+                .iter()
+                .map(|t| {
+                    let (input, output) = schemas(t, documented)?;
+                    Ok(listed_tool(
+                        t.name,
+                        t.description.into(),
+                        input,
+                        annotations(t.name),
+                        output,
+                    ))
+                })
+                .collect::<Result<Vec<_>, ApiError>>()?;
+            Ok(Value::Array(tools).to_string())
+        });
+        let builtins = text
+            .strip_prefix('[')
+            .and_then(|t| t.strip_suffix(']'))
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| ApiError::internal("the built-in tools' listing is not a JSON array"))?;
+        LISTED_BUILTINS.with(|l| *l.borrow_mut() = Some(builtins.to_string()));
+    }
+    let mut tools = Vec::new();
     let mut page = macro_page(after, MACRO_PAGE + 1)?;
     let next = (page.len() > MACRO_PAGE as usize).then(|| {
         page.truncate(MACRO_PAGE as usize);
@@ -1892,15 +1970,41 @@ fn tools_list(params: &Value) -> Result<Result<Value, RpcFault>, ApiError> {
         .find(|t| t.name == "search")
         .and_then(tool_output_schema);
     for m in page {
-        let description = listed_description(&m);
-        let tool = json!({"name": m.name, "description": description, "inputSchema": schema::listed(m.input_schema),
-                          "annotations": {"readOnlyHint": true, "openWorldHint": false}});
-        tools.push(with_output(tool, search_output.clone()));
+        let description = listed_description(&m).into();
+        let annotations = json!({"readOnlyHint": true, "openWorldHint": false});
+        let input = schema::listed(m.input_schema);
+        tools.push(listed_tool(
+            &m.name,
+            description,
+            input,
+            annotations,
+            search_output.clone(),
+        ));
     }
     Ok(Ok(match next.flatten() {
-        Some(cursor) => json!({"tools": tools, "nextCursor": cursor}),
-        None => json!({"tools": tools}),
+        Some(cursor) => object([("tools", tools.into()), ("nextCursor", cursor.into())]),
+        None => object([("tools", tools.into())]),
     }))
+}
+
+/// A tool as `tools/list` lists it.
+fn listed_tool(
+    name: &str,
+    description: Value,
+    input: Value,
+    annotations: Value,
+    output: Option<Value>,
+) -> Value {
+    let mut tool = object([
+        ("name", name.into()),
+        ("description", description),
+        ("inputSchema", input),
+        ("annotations", annotations),
+    ]);
+    if let Some(output) = output {
+        tool["outputSchema"] = output;
+    }
+    tool
 }
 
 /// `tools/call`: the tool's answer as its result (a tool's own failure is
@@ -1976,13 +2080,16 @@ const STATUS_META: &str = "marketplace/status";
 /// resource (`blob`) at `base` + where it came from.
 fn tool_result(resp: &Response, base: &str) -> Value {
     let content = match std::str::from_utf8(&resp.body) {
-        Ok(text) => json!({"type": "text", "text": text}),
+        Ok(text) => object([("type", "text".into()), ("text", text.into())]),
         Err(_) => binary_content(resp, base),
     };
     // The endpoint's HTTP status, for a program (an agent reads isError
     // and the body); `x402::annotate` adds its settlement beside it.
-    let mut result = json!({"content": [content], "isError": resp.status >= 400,
-                            "_meta": {STATUS_META: resp.status}});
+    let mut result = object([
+        ("content", vec![content].into()),
+        ("isError", (resp.status >= 400).into()),
+        ("_meta", json!({STATUS_META: resp.status})),
+    ]);
     // A 402 for want of payment (not a refused one: that header was sent).
     let unpaid = resp.status == 402
         && serde_json::from_slice::<Value>(&resp.body)
@@ -2095,7 +2202,57 @@ impl RpcFault {
 }
 
 fn rpc_result(id: &Value, result: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
+    object([
+        ("jsonrpc", "2.0".into()),
+        ("id", id.clone()),
+        ("result", result),
+    ])
+}
+
+/// A JSON-RPC answer as text. A `tools/list` answer's `result.tools` holds
+/// its macros: the built-in tools ([`LISTED_BUILTINS`]) are written ahead
+/// of them, and `tools` ahead of the result's other members.
+fn answer_text(mut answer: Value) -> String {
+    let Some(builtins) = LISTED_BUILTINS.with(|l| l.borrow_mut().take()) else {
+        return answer.to_string();
+    };
+    let Some(result) = answer.get_mut("result").map(Value::take) else {
+        return answer.to_string();
+    };
+    let Value::Object(mut rest) = result else {
+        return answer.to_string();
+    };
+    let macros = rest.remove("tools");
+    // The envelope's members are `id`, `jsonrpc` and `result`, written in
+    // that order: it ends `"result":null}`.
+    let envelope = answer.to_string();
+    let Some(head) = envelope.strip_suffix("null}") else {
+        return envelope;
+    };
+    let rest = Value::Object(rest).to_string();
+    let mut text = String::with_capacity(head.len() + builtins.len() + rest.len() + 32);
+    text.push_str(head);
+    text.push_str(r#"{"tools":["#);
+    text.push_str(&builtins);
+    for tool in macros
+        .as_ref()
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        text.push(',');
+        text.push_str(&tool.to_string());
+    }
+    text.push(']');
+    match rest.strip_prefix('{').filter(|r| *r != "}") {
+        Some(members) => {
+            text.push(',');
+            text.push_str(members);
+        }
+        None => text.push('}'),
+    }
+    text.push('}');
+    text
 }
 
 fn rpc_error(id: Value, code: i64, message: &str) -> Value {
@@ -2107,6 +2264,35 @@ marketplace_guest::endpoint_plugin!(Mcp);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listing_answer_writes_the_builtins_ahead_of_its_macros() {
+        let listed = |builtins: &str| {
+            LISTED_BUILTINS.with(|l| *l.borrow_mut() = Some(builtins.to_string()));
+        };
+        let parsed = |text: String| serde_json::from_str::<Value>(&text).expect("JSON");
+        listed(r#"{"name":"a"},{"name":"b"}"#);
+        let answer = rpc_result(
+            &json!(7),
+            json!({"tools": [{"name": "m"}], "nextCursor": "m", "_meta": {"x": "null}"}}),
+        );
+        assert_eq!(
+            parsed(answer_text(answer)),
+            json!({"jsonrpc": "2.0", "id": 7, "result": {
+                "tools": [{"name": "a"}, {"name": "b"}, {"name": "m"}],
+                "nextCursor": "m", "_meta": {"x": "null}"}}})
+        );
+        // Taken by that answer: the next is written as it is.
+        let plain = rpc_result(&json!(8), json!({"tools": []}));
+        assert_eq!(answer_text(plain.clone()), plain.to_string());
+        // No macro, no other member; an id that looks like the envelope.
+        listed(r#"{"name":"a"}"#);
+        let answer = rpc_result(&json!("\"result\":null}"), json!({"tools": []}));
+        assert_eq!(
+            parsed(answer_text(answer)),
+            json!({"jsonrpc": "2.0", "id": "\"result\":null}", "result": {"tools": [{"name": "a"}]}})
+        );
+    }
 
     #[test]
     fn a_tools_output_schema_is_its_routes_answer_with_what_it_refers_to() {

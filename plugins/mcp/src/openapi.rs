@@ -6,9 +6,21 @@ use marketplace_guest::host;
 use marketplace_guest::prelude::*;
 
 /// The service's OpenAPI document, as the host assembled it.
-pub fn document() -> Result<Value, ApiError> {
-    serde_json::from_str::<Value>(&document_text()?)
-        .map_err(|e| ApiError::internal(format!("the host's OpenAPI document does not parse: {e}")))
+///
+/// Parsed once per instance (a request): the first listing after a load
+/// renders each tool's schemas from it, and each parse of about 100 KB
+/// costs a millisecond or more.
+pub fn document() -> Result<std::rc::Rc<Value>, ApiError> {
+    thread_local! {
+        static PARSED: std::cell::OnceCell<std::rc::Rc<Value>> = const { std::cell::OnceCell::new() };
+    }
+    if let Some(document) = PARSED.with(|p| p.get().cloned()) {
+        return Ok(document);
+    }
+    let document = serde_json::from_str::<Value>(&document_text()?).map_err(|e| {
+        ApiError::internal(format!("the host's OpenAPI document does not parse: {e}"))
+    })?;
+    Ok(PARSED.with(|p| p.get_or_init(|| std::rc::Rc::new(document)).clone()))
 }
 
 /// The service's OpenAPI document as the host's JSON text, passed on as
@@ -234,75 +246,81 @@ nav ul{{list-style:none;padding:0}}nav li{{margin:.2em 0}}main{{padding:1em 2em;
 }
 
 /// What docs search reads of each operation, in the document's order:
-/// `[title, link, snippet, words of the path and summary, words of the
-/// description, tags and fee]`. Kept in the family's memo as JSON, so a
-/// search does not parse the whole document.
-pub fn search_index(doc: &Value) -> Value {
-    // Each word once, sorted: a search asks only whether a word is there.
+/// a line each, `{words of the path and summary}\t{words of the
+/// description, tags and fee}\t{the result}` (each list of words
+/// space-separated between spaces, the result the JSON object `{title,
+/// path, snippet}` a hit is answered). Kept in the family's memo as it
+/// is, so a search parses no JSON: it looks its words up in each line and
+/// copies the lines it answers. (Words hold neither spaces, tabs nor
+/// newlines; compact JSON holds no tab or newline.)
+pub fn search_index(doc: &Value) -> String {
+    // Each word once, sorted (so an index reads the same for the same
+    // document).
     let words = |text: String| {
         let mut words = marketplace_common::text::tokens(&text);
         words.sort_unstable();
         words.dedup();
-        words
+        format!(" {} ", words.join(" "))
     };
-    operations(doc)
-        .into_iter()
-        .map(|o| {
-            let tags: Vec<&str> = o.op["tags"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
-            json!([
-                format!("{} {} - {}", o.method, o.path, o.text("summary")),
-                format!("/docs#{}", o.id()),
-                o.text("description"),
-                words(format!("{} {}", o.path, o.text("summary"))),
-                words(format!(
-                    "{} {} {}",
-                    o.text("description"),
-                    tags.join(" "),
-                    o.text("x-paid")
-                )),
-            ])
-        })
-        .collect()
+    let mut index = String::new();
+    for o in operations(doc) {
+        let tags: Vec<&str> = o.op["tags"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let result = object([
+            (
+                "title",
+                format!("{} {} - {}", o.method, o.path, o.text("summary")).into(),
+            ),
+            ("path", format!("/docs#{}", o.id()).into()),
+            ("snippet", o.text("description").into()),
+        ]);
+        index.push_str(&words(format!("{} {}", o.path, o.text("summary"))));
+        index.push('\t');
+        index.push_str(&words(format!(
+            "{} {} {}",
+            o.text("description"),
+            tags.join(" "),
+            o.text("x-paid")
+        )));
+        index.push('\t');
+        index.push_str(&result.to_string());
+        index.push('\n');
+    }
+    index
 }
 
-/// Docs search over a [`search_index`]: the operations ranked by query
-/// words found, a word in the path or summary counting three times one in
-/// the description, tags or fee.
-pub fn search(index: &Value, q: &str, limit: usize) -> Value {
-    let words = marketplace_common::text::tokens(q);
-    let mut hits: Vec<(usize, &Value)> = index
-        .as_array()
+/// Docs search over a [`search_index`], as the JSON text answered: the
+/// operations ranked by query words found, a word in the path or summary
+/// counting three times one in the description, tags or fee (in the
+/// document's order where they score alike).
+pub fn search(index: &str, q: &str, limit: usize) -> String {
+    let words: Vec<String> = marketplace_common::text::tokens(q)
         .into_iter()
-        .flatten()
-        .map(|entry| {
-            // The index's words are sorted.
-            let has = |at: usize, word: &String| {
-                entry[at].as_array().is_some_and(|words| {
-                    words
-                        .binary_search_by(|w| w.as_str().unwrap_or("").cmp(word.as_str()))
-                        .is_ok()
-                })
-            };
+        .map(|w| format!(" {w} "))
+        .collect();
+    let mut hits: Vec<(usize, &str)> = index
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.splitn(3, '\t');
+            let (head, body, result) = (fields.next()?, fields.next()?, fields.next()?);
             let score = words
                 .iter()
-                .map(|w| 3 * usize::from(has(3, w)) + usize::from(has(4, w)))
+                .map(|w| {
+                    3 * usize::from(head.contains(w.as_str()))
+                        + usize::from(body.contains(w.as_str()))
+                })
                 .sum();
-            (score, entry)
+            Some((score, result))
         })
         .filter(|(n, _)| *n > 0)
         .collect();
     hits.sort_by_key(|h| std::cmp::Reverse(h.0));
-    let results: Vec<Value> = hits
-        .into_iter()
-        .take(limit)
-        .map(|(_, e)| json!({"title": e[0], "path": e[1], "snippet": e[2]}))
-        .collect();
-    json!({"results": results})
+    let results: Vec<&str> = hits.into_iter().take(limit).map(|(_, r)| r).collect();
+    format!("{{\"results\":[{}]}}", results.join(","))
 }
 
 #[cfg(test)]
@@ -439,7 +457,11 @@ mod tests {
     #[test]
     fn search_ranks_path_and_summary_words_first() {
         let doc = doc();
-        let r = search(&search_index(&doc), "macro", 5);
+        let index = search_index(&doc);
+        let search = |q: &str, limit: usize| -> Value {
+            serde_json::from_str(&search(&index, q, limit)).expect("the answer is JSON")
+        };
+        let r = search("macro", 5);
         let results = r["results"].as_array().unwrap();
         assert!(results.len() >= 2);
         assert_eq!(
@@ -449,19 +471,18 @@ mod tests {
         assert_eq!(results[0]["path"], "/docs#mcpDefine");
         assert!(results[0]["snippet"].as_str().unwrap().contains("macro"));
         // Words of the tags and the fee count too.
-        let r = search(&search_index(&doc), "things", 5);
+        let r = search("things", 5);
         assert_eq!(r["results"][0]["path"], "/docs#refundThing");
         assert_eq!(
-            search(&search_index(&doc), "money", 5)["results"][0]["path"],
+            search("money", 5)["results"][0]["path"],
             "/docs#refundThing"
         );
-        assert_eq!(search(&search_index(&doc), "zzzz", 5)["results"], json!([]));
-        assert_eq!(
-            search(&search_index(&doc), "docs", 1)["results"]
-                .as_array()
-                .unwrap()
-                .len(),
-            1
-        );
+        assert_eq!(search("zzzz", 5)["results"], json!([]));
+        assert_eq!(search("docs", 1)["results"].as_array().unwrap().len(), 1);
+        // A word is a whole word: a part of one finds nothing.
+        assert_eq!(search("macr", 5)["results"], json!([]));
+        // Several words: each found adds to the score.
+        let both = search("refund things", 5);
+        assert_eq!(both["results"][0]["path"], "/docs#refundThing");
     }
 }
