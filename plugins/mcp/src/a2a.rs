@@ -195,7 +195,14 @@ pub fn handle(req: &Request) -> Result<Response, ApiError> {
 
 fn answer(id: &Value, result: Result<Value, RpcError>) -> Response {
     match result {
-        Ok(result) => json(200, &json!({"jsonrpc": "2.0", "id": id, "result": result})),
+        Ok(result) => json(
+            200,
+            &object([
+                ("jsonrpc", "2.0".into()),
+                ("id", id.clone()),
+                ("result", result),
+            ]),
+        ),
         Err(RpcError(code, message)) => json(
             // An internal error is also an HTTP 500, so the host drops
             // whatever this request wrote.
@@ -587,12 +594,17 @@ fn send_message(req: &Request, params: &Value) -> Result<Value, RpcError> {
         answer_parts.push(json!({"text": outcome.text}));
     }
     if let Some(data) = outcome.data.filter(|_| want_data) {
-        answer_parts.push(json!({"data": data, "mediaType": "application/json"}));
+        answer_parts.push(object([
+            ("data", data),
+            ("mediaType", "application/json".into()),
+        ]));
     }
     let artifacts = if outcome.state == "TASK_STATE_COMPLETED" {
-        vec![
-            json!({"artifactId": format!("{task_id}-result"), "name": outcome.skill, "parts": answer_parts}),
-        ]
+        vec![object([
+            ("artifactId", format!("{task_id}-result").into()),
+            ("name", outcome.skill.into()),
+            ("parts", answer_parts.into()),
+        ])]
     } else {
         vec![]
     };
@@ -601,34 +613,38 @@ fn send_message(req: &Request, params: &Value) -> Result<Value, RpcError> {
     let at_ms = clock::now_ms() / 1000 * 1000;
     // A cash secret a user pasted into the message is not kept, in its
     // history or in what the skill made of it (no skill needs one).
-    let task = redacted(&json!({
-        "id": task_id,
-        "contextId": context_id,
-        "status": {"state": outcome.state, "message": reply, "timestamp": rfc3339(at_ms)},
-        "artifacts": artifacts,
-        "history": [user, reply],
-        "metadata": {"skill": outcome.skill},
-    }));
+    let status = object([
+        ("state", outcome.state.into()),
+        ("message", reply.clone()),
+        ("timestamp", rfc3339(at_ms).into()),
+    ]);
+    let mut task = object([
+        ("id", task_id.as_str().into()),
+        ("contextId", context_id.as_str().into()),
+        ("status", status),
+        ("artifacts", artifacts.into()),
+        ("history", vec![user, reply].into()),
+        ("metadata", json!({"skill": outcome.skill})),
+    ]);
+    redact(&mut task);
     store(&task_id, &context_id, outcome.state, at_ms, &task)
         .map_err(|e| err(INTERNAL, e.message))?;
-    Ok(json!({"task": with_history(task, keep)}))
+    Ok(object([("task", with_history(task, keep))]))
 }
 
-/// `value` with the hex of every cash secret in its strings shown as
-/// `{redacted}`.
-fn redacted(value: &Value) -> Value {
+/// Show the hex of every cash secret in `value`'s strings as `{redacted}`.
+fn redact(value: &mut Value) {
     match value {
         Value::String(s) => {
-            Value::String(marketplace_common::secret::redact_secret_text(s).into_owned())
+            if let std::borrow::Cow::Owned(shown) =
+                marketplace_common::secret::redact_secret_text(s)
+            {
+                *s = shown;
+            }
         }
-        Value::Array(items) => Value::Array(items.iter().map(redacted).collect()),
-        Value::Object(members) => Value::Object(
-            members
-                .iter()
-                .map(|(k, v)| (k.clone(), redacted(v)))
-                .collect(),
-        ),
-        other => other.clone(),
+        Value::Array(items) => items.iter_mut().for_each(redact),
+        Value::Object(members) => members.values_mut().for_each(redact),
+        _ => {}
     }
 }
 
@@ -769,7 +785,12 @@ fn list_tasks(params: &Value) -> Result<Value, RpcError> {
     // of "the page size used for this response": 0 for an empty list).
     let page = |tasks: Vec<Value>, next: &str, total: usize| {
         let held = tasks.len();
-        json!({"tasks": tasks, "nextPageToken": next, "pageSize": held, "totalSize": total})
+        object([
+            ("tasks", tasks.into()),
+            ("nextPageToken", next.into()),
+            ("pageSize", held.into()),
+            ("totalSize", total.into()),
+        ])
     };
     let Some(context) = context else {
         return Ok(page(vec![], "", 0));
@@ -883,9 +904,12 @@ fn search(
         state: "TASK_STATE_COMPLETED",
         skill: "search",
         text,
-        data: Some(
-            json!({"term": term, "post_type": post_type, "total": total, "results": results}),
-        ),
+        data: Some(object([
+            ("term", term.into()),
+            ("post_type", json!(post_type)),
+            ("total", json!(total)),
+            ("results", results.into()),
+        ])),
     })
 }
 
