@@ -477,9 +477,12 @@ fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool) -> Reply {
 /// page for written), so each later call of the slot pays for the largest
 /// it ever served: one render of the OpenAPI document or one macro run
 /// left an `mcp` slot resetting 4 MiB (80 µs a call) when this was 4 MiB.
-/// Beyond 1 MiB the rest is given back to the kernel at each reset, so a
-/// slot heals; a call that needs more faults its pages in. (Measured, the
-/// thirty-seventh and ninety-first sessions: docs/benchmarks-history.md.)
+/// At 1 MiB that cost is bounded: the written pages past the first 1 MiB
+/// of them (by address) are given back to the kernel at each reset, and a
+/// call that needs them again faults them in. (Without `PAGEMAP_SCAN`,
+/// Linux before 6.7, the first 1 MiB of the memory is rewritten whole at
+/// every reset.) Measured, the thirty-seventh and ninety-first sessions:
+/// docs/benchmarks-history.md.
 const KEEP_RESIDENT: usize = 1 << 20;
 
 /// A finished call's store, torn down when this drops (after the answer
@@ -1148,8 +1151,9 @@ impl Runtime {
 
     /// A second copy of the compiled component `hash`, read again from the
     /// cache, for the load-time smoke calls. A pooled memory slot keeps
-    /// every page it ever had written resident, and each reset rewrites
-    /// them all; slots are reused by the same component, most recent first.
+    /// every page it ever had written resident (up to [`KEEP_RESIDENT`]),
+    /// and each reset rewrites them all; slots are reused by the same
+    /// component, most recent first.
     /// `describe-api` builds the family's whole OpenAPI (the trivial
     /// plugin's leaves 15 pages written where a request of its own writes
     /// 3), so run on the serving component it would leave that cost on the

@@ -150,15 +150,24 @@ fn listing_text(key: &str, render: impl Fn(bool) -> Result<String, ApiError>) ->
         .unwrap_or_default()
 }
 
-/// A built-in tool's input and output schemas: from the document
-/// (`documented`: an error where it could not be read), else the tool's
-/// own input schema.
-fn schemas(tool: &Tool, documented: bool) -> Result<(Value, Option<Value>), ApiError> {
-    Ok(if documented {
-        (documented_schema(tool)?, documented_output_schema(tool)?)
+/// A built-in tool's input schema: from the document (`documented`: an
+/// error where it could not be read), else the tool's own.
+fn input_schema(tool: &Tool, documented: bool) -> Result<Value, ApiError> {
+    if documented {
+        documented_schema(tool)
     } else {
-        ((tool.schema)(), None)
-    })
+        Ok((tool.schema)())
+    }
+}
+
+/// A built-in tool's output schema from the document (`documented`: an
+/// error where it could not be read), else none.
+fn output_schema_of(tool: &Tool, documented: bool) -> Result<Option<Value>, ApiError> {
+    if documented {
+        documented_output_schema(tool)
+    } else {
+        Ok(None)
+    }
 }
 
 /// The operation of `document` at `method` and `path` but for the names of
@@ -635,7 +644,7 @@ fn describe(version: &str) -> Result<Response, ApiError> {
         let tools = TOOLS
             .iter()
             .map(|t| {
-                let (input, _) = schemas(t, documented)?;
+                let input = input_schema(t, documented)?;
                 Ok(object([
                     ("name", t.name.into()),
                     ("description", t.description.into()),
@@ -1474,6 +1483,7 @@ fn fault_body(status: u16, answer: Value) -> Response {
 fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError> {
     // A fault (the memory cap, the deadline) is answered as JSON-RPC too.
     answer_faults_with_id(None);
+    LISTED_BUILTINS.with(|l| l.borrow_mut().take());
     let msg: Value = match serde_json::from_slice(req.body()) {
         Ok(v) => v,
         Err(e) => {
@@ -1939,13 +1949,12 @@ fn tools_list(params: &Value) -> Result<Result<Value, RpcFault>, ApiError> {
             let tools = TOOLS
                 .iter()
                 .map(|t| {
-                    let (input, output) = schemas(t, documented)?;
                     Ok(listed_tool(
                         t.name,
                         t.description.into(),
-                        input,
+                        input_schema(t, documented)?,
                         annotations(t.name),
-                        output,
+                        output_schema_of(t, documented)?,
                     ))
                 })
                 .collect::<Result<Vec<_>, ApiError>>()?;
@@ -2216,12 +2225,11 @@ fn answer_text(mut answer: Value) -> String {
     let Some(builtins) = LISTED_BUILTINS.with(|l| l.borrow_mut().take()) else {
         return answer.to_string();
     };
-    let Some(result) = answer.get_mut("result").map(Value::take) else {
+    let Some(Value::Object(rest)) = answer.get_mut("result") else {
         return answer.to_string();
     };
-    let Value::Object(mut rest) = result else {
-        return answer.to_string();
-    };
+    let mut rest = std::mem::take(rest);
+    answer["result"] = Value::Null;
     let macros = rest.remove("tools");
     // The envelope's members are `id`, `jsonrpc` and `result`, written in
     // that order: it ends `"result":null}`.
