@@ -123,13 +123,13 @@ fn tightened(mut schema: Value, operation: &Value) -> Value {
 /// rendered once per load of components (each tool's apart: a call reads
 /// only its own). Its own alone should the document fail to parse.
 fn tool_schema(tool: &Tool) -> Value {
-    documented_schema(tool).unwrap_or_else(|_| (tool.schema)())
+    input_schema(tool, true).unwrap_or_else(|_| (tool.schema)())
 }
 
-/// [`tool_schema`] as the document gives it; an error where the document
-/// could not be read.
-fn documented_schema(tool: &Tool) -> Result<Value, ApiError> {
-    let Some(path) = tool.read_route() else {
+/// [`tool_schema`] as the document gives it (`documented`: an error where
+/// the document could not be read), else the tool's own.
+fn input_schema(tool: &Tool, documented: bool) -> Result<Value, ApiError> {
+    let Some(path) = tool.read_route().filter(|_| documented) else {
         return Ok((tool.schema)());
     };
     let text = memoized(&format!("tool-schema/{}.json", tool.name), || {
@@ -148,26 +148,6 @@ fn listing_text(key: &str, render: impl Fn(bool) -> Result<String, ApiError>) ->
     memoized(key, || render(true))
         .or_else(|_| render(false))
         .unwrap_or_default()
-}
-
-/// A built-in tool's input schema: from the document (`documented`: an
-/// error where it could not be read), else the tool's own.
-fn input_schema(tool: &Tool, documented: bool) -> Result<Value, ApiError> {
-    if documented {
-        documented_schema(tool)
-    } else {
-        Ok((tool.schema)())
-    }
-}
-
-/// A built-in tool's output schema from the document (`documented`: an
-/// error where it could not be read), else none.
-fn output_schema_of(tool: &Tool, documented: bool) -> Result<Option<Value>, ApiError> {
-    if documented {
-        documented_output_schema(tool)
-    } else {
-        Ok(None)
-    }
 }
 
 /// The operation of `document` at `method` and `path` but for the names of
@@ -251,11 +231,15 @@ fn output_schema(document: &Value, method: &str, path: &str) -> Option<Value> {
 /// per load of components; None when it has none or the document fails
 /// to parse.
 fn tool_output_schema(tool: &Tool) -> Option<Value> {
-    documented_output_schema(tool).ok().flatten()
+    output_schema_of(tool, true).ok().flatten()
 }
 
-/// [`tool_output_schema`], an error where the document could not be read.
-fn documented_output_schema(tool: &Tool) -> Result<Option<Value>, ApiError> {
+/// [`tool_output_schema`] as the document gives it (`documented`: an error
+/// where the document could not be read), else none.
+fn output_schema_of(tool: &Tool, documented: bool) -> Result<Option<Value>, ApiError> {
+    if !documented {
+        return Ok(None);
+    }
     let text = memoized(&format!("tool-output/{}.json", tool.name), || {
         let document = openapi::document()?;
         Ok(output_schema(&document, tool.method, tool.path)
