@@ -21,7 +21,7 @@
 //! `ListTasks`;
 //! ProtoJSON: camelCase members, `TASK_STATE_COMPLETED`, `ROLE_USER`).
 
-use crate::{call, origin};
+use crate::{origin, run::call};
 use marketplace_guest::index::search_term;
 use marketplace_guest::prelude::*;
 use marketplace_guest::{clock, ids, rfc3339};

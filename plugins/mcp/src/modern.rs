@@ -13,7 +13,7 @@
 //! names it, or its `_meta` carries a protocol version and no header names a
 //! handshake revision ([`applies`]).
 
-use crate::RpcFault;
+use crate::rpc::RpcFault;
 use marketplace_guest::prelude::*;
 
 /// The revisions of this kind spoken (newest first).
@@ -61,7 +61,7 @@ const NAMED: &[(&str, &str)] = &[
 pub fn applies(req: &Request, msg: &Value) -> bool {
     match header(req, "mcp-protocol-version") {
         Some(v) if VERSIONS.contains(&v) => true,
-        Some(v) if crate::PROTOCOL_VERSIONS.contains(&v) => false,
+        Some(v) if crate::methods::PROTOCOL_VERSIONS.contains(&v) => false,
         _ => msg["params"]["_meta"].get(PROTOCOL_VERSION_KEY).is_some(),
     }
 }
@@ -228,7 +228,7 @@ pub fn complete(mut result: Value, fresh_ms: Option<u64>, shared: bool, version:
         if !meta.is_object() {
             *meta = json!({});
         }
-        meta[SERVER_INFO_KEY] = crate::server_info(version);
+        meta[SERVER_INFO_KEY] = crate::methods::server_info(version);
     }
     result
 }
@@ -237,8 +237,8 @@ pub fn complete(mut result: Value, fresh_ms: Option<u64>, shared: bool, version:
 /// instructions.
 pub fn discover() -> Value {
     json!({"supportedVersions": VERSIONS,
-           "capabilities": crate::capabilities(false),
-           "instructions": crate::INSTRUCTIONS})
+           "capabilities": crate::methods::capabilities(false),
+           "instructions": crate::methods::INSTRUCTIONS})
 }
 
 #[cfg(test)]

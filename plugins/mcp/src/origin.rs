@@ -45,11 +45,11 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         key: "unsigned_macros",
-        check: |v| crate::macro_cap_of(v).map(drop),
+        check: |v| crate::macros::macro_cap_of(v).map(drop),
     },
     Setting {
         key: "macros_per_owner",
-        check: |v| crate::macro_cap_of(v).map(drop),
+        check: |v| crate::macros::macro_cap_of(v).map(drop),
     },
 ];
 

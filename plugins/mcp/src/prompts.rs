@@ -3,7 +3,7 @@
 //! each step. A prompt's text is built from its arguments only; nothing is
 //! read or run.
 
-use crate::RpcFault;
+use crate::rpc::RpcFault;
 use marketplace_guest::prelude::*;
 
 /// A prompt's arguments as given: the trimmed value of a name, if not

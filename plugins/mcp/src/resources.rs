@@ -7,7 +7,7 @@
 //! of live data run through the host's dispatch, so they answer what the
 //! HTTP route would.
 
-use crate::{RpcFault, a2a, call, manifest, openapi};
+use crate::{a2a, manifest, openapi, rpc::RpcFault, run::call};
 use marketplace_guest::prelude::*;
 
 /// A resource this service lists: its path under the base, name, title,
