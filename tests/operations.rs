@@ -2612,6 +2612,25 @@ fn a_keyed_mint_repeats_its_secret_and_mints_once() {
     let other_amount = ["cash", "mint", "2", "--idempotency-key", "order-42"];
     refused(&[&other_amount[..], &token].concat(), "409");
     assert_eq!(s.metric("marketplace_ledger_minted_units"), 700_000_000);
+    // A data dir whose server.key is lost: no key is made for it (one made
+    // now would derive other secrets, and "k1" would mint again); with
+    // another key put in its place, "k1" is refused rather than minted
+    // twice.
+    let key_file = dir.join("server.key");
+    let kept = std::fs::read(&key_file).unwrap();
+    std::fs::remove_file(&key_file).unwrap();
+    refused(&[&offline[..], &in_dir].concat(), "server.key is missing");
+    assert!(
+        !key_file.exists(),
+        "a key was made for a database that had one"
+    );
+    std::fs::write(&key_file, "5c".repeat(32)).unwrap();
+    refused(
+        &[&offline[..], &in_dir].concat(),
+        "minted under another server key",
+    );
+    std::fs::write(&key_file, &kept).unwrap();
+    assert_eq!(cli(&[&offline[..], &in_dir].concat()), first);
     // The data dir is a redb file, whatever backend the suite runs on.
     if common::backend_is_postgres() {
         return;

@@ -386,7 +386,7 @@ fn cash_mint(amount: &str, key: Option<&str>, client: &Client, settings: &Settin
     );
     let storage = crate::state::open_embedded(&config)
         .context("opening the database (is the server running? then use --admin URL)")?;
-    let ledger = crate::state::embedded_ledger(&config)?;
+    let ledger = crate::state::offline_ledger(&config, &storage)?;
     let txn = storage.begin_write().map_err(|e| anyhow::anyhow!("{e}"))?;
     let (secret, _) = ledger.mint_with_key(&txn, units, key)?;
     storage.commit(txn).map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -268,6 +268,9 @@ impl Ledger {
         if let Some(problem) = mint_key_problem(key) {
             anyhow::bail!("idempotency_key {problem}");
         }
+        // A space: no family's escrow purpose (`{family}:...`) nor change's
+        // (`change:...`) can be the same text.
+        let purpose = format!("admin mint:{key}");
         match txn.get_in(MINT_KEYS, key.as_bytes())? {
             Some(v) => {
                 let first = u64::from_be_bytes(
@@ -278,14 +281,22 @@ impl Ledger {
                 if first != units {
                     return Err(MintKeyReused { first }.into());
                 }
+                // Its secret is derived again; outputs are never removed, so
+                // one not found was minted under another server key (a lost
+                // server.key made anew): a repeat would mint a second one.
+                let secret_hex = self.derive(format!("{purpose}:{units}").as_bytes());
+                if txn
+                    .get_in(OUTPUTS, public_hash(&secret_hex).as_bytes())?
+                    .is_none()
+                {
+                    return Err(MintKeyOtherServerKey.into());
+                }
             }
             // A key minted with before keys were recorded has no row: its
             // repeat with the same amount still finds its output.
             None => txn.put_in(MINT_KEYS, key.as_bytes(), &units.to_be_bytes())?,
         }
-        // A space: no family's escrow purpose (`{family}:...`) nor change's
-        // (`change:...`) can be the same text.
-        let (secret, created) = self.issue(txn, &format!("admin mint:{key}"), units)?;
+        let (secret, created) = self.issue(txn, &purpose, units)?;
         if created {
             add_total(txn, "minted", units as i128)?;
         }
@@ -624,6 +635,23 @@ impl std::fmt::Display for MintKeyReused {
 }
 
 impl std::error::Error for MintKeyReused {}
+
+/// A mint idempotency key sent again after the server key changed: its
+/// first mint's secret was derived under the earlier key, so this key
+/// cannot give it back, and minting another would mint the amount twice:
+/// refused (409 `idempotency_conflict` from the admin API), nothing minted.
+#[derive(Debug)]
+pub struct MintKeyOtherServerKey;
+
+impl std::fmt::Display for MintKeyOtherServerKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "this idempotency_key minted under another server key (this database ran with another one: see the server_key_changed alert), so its secret cannot be given again and another would mint the amount twice: use another key",
+        )
+    }
+}
+
+impl std::error::Error for MintKeyOtherServerKey {}
 
 /// A named total that a change would take below zero or past `u64::MAX`
 /// units: the change is refused (a mint too large for the ledger is the
@@ -1033,6 +1061,32 @@ mod tests {
             l.health_check(&Broken, &["junk".into()]),
             Err(LedgerError::Refused("body", _))
         ));
+    }
+
+    /// A mint key's repeat under another server key (a lost `server.key`
+    /// made anew) cannot give its secret back, and mints nothing.
+    #[test]
+    fn a_mint_key_under_another_server_key_mints_nothing() {
+        let (_d, db, l) = setup();
+        let txn = db.begin_write().unwrap();
+        let (secret, created) = l.mint_with_key(&txn, 200, Some("k1")).unwrap();
+        assert!(created);
+        let other = Ledger::from_hex(&hexes(9)).unwrap();
+        let err = other.mint_with_key(&txn, 200, Some("k1")).unwrap_err();
+        assert!(
+            err.downcast_ref::<MintKeyOtherServerKey>().is_some(),
+            "{err}"
+        );
+        // Another amount is still the reused key's refusal.
+        let err = other.mint_with_key(&txn, 300, Some("k1")).unwrap_err();
+        assert!(err.downcast_ref::<MintKeyReused>().is_some(), "{err}");
+        assert_eq!(total(&txn, "minted").unwrap(), 200);
+        // Under its own key, the same secret again, nothing minted.
+        assert_eq!(
+            l.mint_with_key(&txn, 200, Some("k1")).unwrap(),
+            (secret, false)
+        );
+        assert_eq!(total(&txn, "minted").unwrap(), 200);
     }
 
     #[test]

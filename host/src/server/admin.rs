@@ -820,7 +820,10 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                             ),
                         )
                     }
-                    Err(e) if e.downcast_ref::<ledger::MintKeyReused>().is_some() => {
+                    Err(e)
+                        if e.downcast_ref::<ledger::MintKeyReused>().is_some()
+                            || e.downcast_ref::<ledger::MintKeyOtherServerKey>().is_some() =>
+                    {
                         Reply::error(409, "idempotency_conflict", e.to_string())
                     }
                     Err(e) => mint_failure(&e, app.storage.outages() != outages),
