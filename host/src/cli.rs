@@ -290,7 +290,7 @@ fn serve(config: Config) -> Result<()> {
     // no route at all.
     anyhow::ensure!(
         config.plugins_dir.is_dir(),
-        "plugins_dir {} is not a directory: pass --plugins DIR (or MARKETPLACE_PLUGINS_DIR) naming the built components (`cargo xtask build-plugins` puts them in target/plugins)",
+        "plugins_dir {} is not a directory: pass --plugins DIR (or MARKETPLACE_PLUGINS_DIR, or `plugins_dir` in the config file) naming the built components (`cargo xtask build-plugins` puts them in target/plugins)",
         config.plugins_dir.display()
     );
     crate::logging::init(&config);
@@ -518,9 +518,15 @@ fn backup(to: &std::path::Path, client: &Client, settings: &Settings) -> Result<
 fn admin_refused(url: &str, status: u16, text: &str) -> anyhow::Error {
     let hint = match status {
         // The public listener's answer to a path it has no route for.
-        404 if text.contains("\"no route for ") => format!(
-            " ({url} is not the admin listener: --admin takes the address of the server's admin_listen)"
-        ),
+        // The public listener's answer to a path it has no route for, or
+        // the metrics listener's.
+        404 if text.contains("\"no route for ")
+            || text.contains("only GET /metrics is served here") =>
+        {
+            format!(
+                " ({url} is not the admin listener: --admin takes the address of the server's admin_listen)"
+            )
+        }
         401 | 403 => " (the token is the server's admin_token, else <data_dir>/admin.token: give --token, MARKETPLACE_ADMIN_TOKEN, or the server's --config or --data-dir)".to_string(),
         _ => String::new(),
     };

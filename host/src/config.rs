@@ -576,6 +576,36 @@ fn log_filter(filter: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// A value of `key` already in `table` that `by` (a flag, an environment
+/// variable) now overrides is still checked: it is set, and would be read
+/// once `by` is gone (a broken file found in an incident, when the
+/// variable is removed). Checked on its own (with the defaults), which
+/// holds for the settings the environment and flags set: the rules that
+/// read several settings ([`Config::validate_together`]) hold for the
+/// final configuration only.
+fn check_overridden(
+    table: &toml::Table,
+    key: &str,
+    sources: &BTreeMap<String, String>,
+    by: &str,
+) -> Result<()> {
+    let Some(before) = table.get(key) else {
+        return Ok(());
+    };
+    let alone = toml::Table::from_iter([(key.to_string(), before.clone())]);
+    let checked = toml::Value::Table(alone)
+        .try_into::<Config>()
+        .map_err(|e| e.to_string().trim().replace('\n', " "))
+        .and_then(|c| c.validate().map_err(|e| format!("{e:#}")));
+    match checked {
+        Ok(()) => Ok(()),
+        Err(message) => {
+            let source = sources.get(key).map(String::as_str).unwrap_or_default();
+            bail!("invalid configuration: {message} (`{key}` {source}, which {by} overrides)")
+        }
+    }
+}
+
 impl Config {
     /// Build the configuration from an optional file, the environment and
     /// flag overrides (`key`, TOML-or-string value).
@@ -625,6 +655,12 @@ impl Config {
             {
                 continue;
             }
+            check_overridden(
+                &table,
+                &name,
+                &sources,
+                &format!("the environment variable {key}"),
+            )?;
             sources.insert(
                 name.clone(),
                 format!("from the environment variable {key}{}", shown(&name, value)),
@@ -658,24 +694,12 @@ impl Config {
         }
         for (key, value) in flags {
             let key = key.replace('-', "_");
-            // A value the flag overrides is still checked: it is set, and
-            // would be read once the flag is gone. Checked on its own
-            // (with the defaults), which holds for the settings flags set:
-            // none has a rule that reads another setting.
-            if let Some(before) = table.get(&key) {
-                let alone = toml::Table::from_iter([(key.clone(), before.clone())]);
-                let checked = toml::Value::Table(alone)
-                    .try_into::<Config>()
-                    .map_err(|e| e.to_string().trim().replace('\n', " "))
-                    .and_then(|c| c.validate().map_err(|e| format!("{e:#}")));
-                if let Err(message) = checked {
-                    let source = sources.get(&key).map(String::as_str).unwrap_or_default();
-                    bail!(
-                        "invalid configuration: {message} (`{key}` {source}, which the flag --{} overrides)",
-                        flag_of(&key)
-                    );
-                }
-            }
+            check_overridden(
+                &table,
+                &key,
+                &sources,
+                &format!("the flag --{}", flag_of(&key)),
+            )?;
             sources.insert(
                 key.clone(),
                 format!("from the flag --{}{}", flag_of(&key), shown(&key, value)),
@@ -748,68 +772,11 @@ impl Config {
         }
     }
 
-    /// The rules that read several settings: checked on the final
-    /// configuration only (a value a flag overrides is checked alone).
-    fn validate_together(&self) -> Result<()> {
-        // Two listeners on one address: the second bind would fail with
-        // the OS's "address in use", naming neither setting.
-        let listeners = [
-            ("listen", Some(self.listen)),
-            ("admin_listen", self.admin_listen),
-            ("metrics_listen", self.metrics_listen),
-        ];
-        for (i, (name, addr)) in listeners.iter().enumerate() {
-            for (other, addr2) in &listeners[i + 1..] {
-                if let (Some(a), Some(b)) = (addr, addr2)
-                    && same_socket(*a, *b)
-                {
-                    bail!(
-                        "{other} {b} would bind where {name} {a} does: give each listener an address and port of its own"
-                    );
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn validate(&self) -> Result<()> {
-        // An empty path would be the working directory, never meant.
-        for (name, path) in [
-            ("data_dir", Some(&self.data_dir)),
-            ("plugins_dir", Some(&self.plugins_dir)),
-            ("cache_dir", self.cache_dir.as_ref()),
-        ] {
-            if path.is_some_and(|p| p.as_os_str().is_empty()) {
-                bail!("{name} must not be empty (leave it unset for the default)");
-            }
-            // (A plugins_dir that is no directory is refused with the
-            // CLI's hint on how to build one.)
-            if name != "plugins_dir"
-                && let Some(p) = path.filter(|p| p.exists() && !p.is_dir())
-            {
-                bail!("{name} {} is not a directory", p.display());
-            }
-        }
-        if let Some(addr) = self.admin_listen
-            && !addr.ip().is_loopback()
-        {
-            bail!("admin_listen must be a loopback address, got {addr}");
-        }
-        if let Err(e) = log_filter(&self.log) {
-            bail!(
-                "log {:?} is not a log filter (e.g. info, or warn,marketplace=debug): {e}",
-                self.log
-            );
-        }
-        if let Some(mib) = self.memory_reservation_mib
-            && !(self.plugin_memory_mib..=1 << 20).contains(&mib)
-        {
-            bail!(
-                "memory_reservation_mib must be at least plugin_memory_mib ({}) and at most 1048576, got {mib}",
-                self.plugin_memory_mib
-            );
-        }
-        let ranges: [(&str, u64, u64, u64); 23] = [
+    /// The numeric settings a start accepts within a range: (name, value,
+    /// least, most). README's Configuration lists them (a unit test holds
+    /// the two together).
+    fn ranges(&self) -> [(&'static str, u64, u64, u64); 23] {
+        [
             ("store_connections", self.store_connections, 2, 10_000),
             ("store_timeout_ms", self.store_timeout_ms, 100, 600_000),
             ("request_timeout_ms", self.request_timeout_ms, 1, 60_000),
@@ -878,8 +845,71 @@ impl Config {
                 100,
                 60_000,
             ),
+        ]
+    }
+
+    /// The rules that read several settings: checked on the final
+    /// configuration only (a value a flag overrides is checked alone).
+    fn validate_together(&self) -> Result<()> {
+        // Two listeners on one address: the second bind would fail with
+        // the OS's "address in use", naming neither setting.
+        let listeners = [
+            ("listen", Some(self.listen)),
+            ("admin_listen", self.admin_listen),
+            ("metrics_listen", self.metrics_listen),
         ];
-        for (name, value, min, max) in ranges {
+        for (i, (name, addr)) in listeners.iter().enumerate() {
+            for (other, addr2) in &listeners[i + 1..] {
+                if let (Some(a), Some(b)) = (addr, addr2)
+                    && same_socket(*a, *b)
+                {
+                    bail!(
+                        "{other} {b} would bind where {name} {a} does: give each listener an address and port of its own"
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<()> {
+        // An empty path would be the working directory, never meant.
+        for (name, path) in [
+            ("data_dir", Some(&self.data_dir)),
+            ("plugins_dir", Some(&self.plugins_dir)),
+            ("cache_dir", self.cache_dir.as_ref()),
+        ] {
+            if path.is_some_and(|p| p.as_os_str().is_empty()) {
+                bail!("{name} must not be empty (leave it unset for the default)");
+            }
+            // (A plugins_dir that is no directory is refused with the
+            // CLI's hint on how to build one.)
+            if name != "plugins_dir"
+                && let Some(p) = path.filter(|p| p.exists() && !p.is_dir())
+            {
+                bail!("{name} {} is not a directory", p.display());
+            }
+        }
+        if let Some(addr) = self.admin_listen
+            && !addr.ip().is_loopback()
+        {
+            bail!("admin_listen must be a loopback address, got {addr}");
+        }
+        if let Err(e) = log_filter(&self.log) {
+            bail!(
+                "log {:?} is not a log filter (e.g. info, or warn,marketplace=debug): {e}",
+                self.log
+            );
+        }
+        if let Some(mib) = self.memory_reservation_mib
+            && !(self.plugin_memory_mib..=1 << 20).contains(&mib)
+        {
+            bail!(
+                "memory_reservation_mib must be at least plugin_memory_mib ({}) and at most 1048576, got {mib}",
+                self.plugin_memory_mib
+            );
+        }
+        for (name, value, min, max) in self.ranges() {
             if !(min..=max).contains(&value) {
                 bail!("{name} must be {min}..={max}, got {value}");
             }
@@ -1273,8 +1303,15 @@ fn scalar(name: &str, given: &str, raw: &str) -> Result<toml::Value> {
 /// ` = "VALUE"` of a setting named in an error, unless the value may hold
 /// a secret (a token, a key, a URL with a password).
 fn shown(name: &str, value: &str) -> String {
-    const SECRET: &[&str] = &["token", "key", "store", "upstream"];
-    if SECRET.iter().any(|s| name.contains(s)) || value.len() > 200 {
+    // A token, a key, a URL that may hold credentials.
+    const SECRET: &[&str] = &[
+        "admin_token",
+        "server_key",
+        "arbiter_key",
+        "store",
+        "cash_upstream",
+    ];
+    if SECRET.contains(&name) || value.len() > 200 {
         String::new()
     } else {
         format!(" = {value:?}")
@@ -1400,6 +1437,21 @@ mod tests {
         );
     }
 
+    /// README's Configuration gives every range a start holds a setting
+    /// to, as the code has it.
+    #[test]
+    fn readme_lists_every_settings_range() {
+        let readme = include_str!("../../README.md").replace('\n', " ");
+        for (name, _, min, max) in Config::default().ranges() {
+            let least = match name {
+                "plugin_memory_total_mib" => "plugin_memory_mib".to_string(),
+                _ => min.to_string(),
+            };
+            let listed = format!("`{name}` {least}..={max}");
+            assert!(readme.contains(&listed), "README lacks {listed}");
+        }
+    }
+
     #[test]
     fn file_then_env_then_flags() {
         let dir = tempfile::tempdir().unwrap();
@@ -1418,6 +1470,34 @@ mod tests {
         assert_eq!(c.family("fees").unwrap().component, "fees_pickup_paid.wasm");
         let c = Config::load(Some(&file), &env, &[]).unwrap();
         assert_eq!(c.listen.port(), 2);
+        // A file's bad value that a variable overrides is refused as one a
+        // flag overrides: it would be read once the variable is gone.
+        for (line, var, value, says) in [
+            (
+                "max_body_bytes = 0",
+                "MARKETPLACE_MAX_BODY_BYTES",
+                "100",
+                "max_body_bytes",
+            ),
+            (
+                "data_dir = \"\"",
+                "MARKETPLACE_DATA_DIR",
+                "/d",
+                "data_dir must not be empty",
+            ),
+        ] {
+            std::fs::write(&file, line).unwrap();
+            let e = format!(
+                "{:#}",
+                Config::load(Some(&file), &s(&[(var, value)]), &[]).unwrap_err()
+            );
+            assert!(
+                e.contains(says)
+                    && e.contains("in the config file")
+                    && e.contains(&format!("which the environment variable {var} overrides")),
+                "{line}: {e}"
+            );
+        }
     }
 
     #[test]
@@ -1472,6 +1552,8 @@ mod tests {
             &[],
         );
         assert!(!e.contains("pw@"), "{e}");
+        // A store's other settings hold no secret: their values are shown.
+        assert!(e.contains("MARKETPLACE_STORE_TIMEOUT_MS = \"x\""), "{e}");
         // A family's component names the variable that set it, and the
         // flag by its own name (`--plugins`, not `--plugins-dir`).
         let e = err(

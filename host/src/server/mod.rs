@@ -59,7 +59,18 @@ pub async fn run(config: Config) -> Result<i32> {
                 .with_context(|| format!("binding the admin listener (admin_listen) {addr}"))?;
             Some((listener, token))
         }
-        None => None,
+        None => {
+            // Unused without the listener, but read by the CLI and by the
+            // next start with one: a weak token file is said now.
+            let file = app.config.data_dir.join("admin.token");
+            if app.config.admin_token.is_none()
+                && file.exists()
+                && let Err(e) = admin::token(None, &app.config.data_dir)
+            {
+                tracing::warn!("{e:#}; a start with admin_listen refuses it");
+            }
+            None
+        }
     };
     let metrics =
         match metrics_listen {
