@@ -11,17 +11,19 @@
 //! - `rating/{fingerprint}` -> [`Tally`] of votes on the author's posts
 //! - `post_rating/{post_id}` -> [`Tally`] of one post
 //! - `vote/{post_id}/{actor}` -> "up" | "down"
-//! - `upload/{token}` -> [`Upload`]: a presigned, not yet used upload
+//! - `upload/{token}` -> [`uploads::Upload`]: a presigned, not yet used upload
 //! - `file/{id}` -> the raw bytes of an upload (`s3_key` = `files/{id}`)
-//! - `file_meta/{id}` -> [`FileMeta`]
+//! - `file_meta/{id}` -> [`uploads::FileMeta`]
 //!
 //! Reads (read-only) from `timeline`: `post/{post_id}` (its
 //! `author_fingerprint`) and `author_count/{fingerprint}`. The recovery
 //! scan reads `contracts` (`c/{contract_id}`) only when the operator granted
 //! it (identity is granted `read = ["contracts"]` by default); without the grant its `contracts` is empty.
 
+mod account;
 mod api;
-mod extra;
+mod recovery;
+mod uploads;
 
 use marketplace_guest::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -80,12 +82,12 @@ impl Endpoint for IdentityFamily {
             ("POST", "/api/identity") => register(req),
             ("GET", "/api/profile") => profile(req),
             ("POST", "/api/profiles/rate") => rate(req),
-            ("POST", "/api/identity/delete") => extra::delete_identity(req),
-            ("POST", "/api/profile/update") => extra::update_profile(req),
-            ("POST", "/api/recovery/scan") => extra::recovery_scan(req),
-            ("POST", "/api/storage/presign") => extra::presign(req),
-            ("PUT", "/api/storage/upload/{token}") => extra::upload(req),
-            ("GET", "/api/storage/files/{token}") => extra::file(req),
+            ("POST", "/api/identity/delete") => account::delete_identity(req),
+            ("POST", "/api/profile/update") => account::update_profile(req),
+            ("POST", "/api/recovery/scan") => recovery::recovery_scan(req),
+            ("POST", "/api/storage/presign") => uploads::presign(req),
+            ("PUT", "/api/storage/upload/{token}") => uploads::upload(req),
+            ("GET", "/api/storage/files/{token}") => uploads::file(req),
             _ => Err(ApiError::not_found(format!("route {}", req.route()))),
         }
     }
@@ -114,7 +116,7 @@ fn profile_json(req: &Request, id: &Identity) -> Result<Value, ApiError> {
         "created_at": id.created_at,
         "skills": id.skills,
         "profile_picture": id.profile_picture,
-        "profile_picture_url": id.profile_picture.as_deref().map(|k| extra::public_url(req, k)),
+        "profile_picture_url": id.profile_picture.as_deref().map(|k| uploads::public_url(req, k)),
         "post_count": posts,
         "rating": tally.json(),
     }))
