@@ -8,14 +8,11 @@
 //! or 503 and nothing else.
 
 use crate::capabilities::{Capability, Grants};
-use crate::money::payments::PaymentHeaders;
-use crate::reply::Reply;
 use crate::runtime::api::{self, Api, Served};
-use crate::runtime::host::{Caller, Ctx, FeeCtx, Limiter};
+use crate::runtime::host::{Ctx, FeeCtx, Limiter};
 use crate::runtime::routes::{Match, Route};
 use crate::runtime::status::PluginStatus;
 use crate::state::State;
-use crate::store::{RunAgain, run_again_on_conflict};
 use anyhow::{Context, Result, anyhow};
 use std::collections::BTreeMap;
 use std::collections::HashMap;
@@ -24,10 +21,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
-use wasmtime::component::{Component, ComponentExportIndex, Linker, TypedFunc};
-use wasmtime::{
-    Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap, UpdateDeadline,
-};
+use wasmtime::component::{Component, ComponentExportIndex, Linker};
+use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
 
 use crate::runtime::bindings;
 use bindings::endpoint::EndpointPre;
@@ -46,6 +41,16 @@ const TICK: Duration = Duration::from_millis(10);
 const MIN_LOAD_BUDGET: Duration = Duration::from_secs(10);
 
 pub use crate::config::FEES_FAMILY;
+
+mod calls;
+mod faults;
+mod fees;
+
+pub(crate) use calls::run_to_end;
+use faults::{ENDPOINT_EXPORTS, smoke_failure};
+use fees::{
+    RULE_BASES, SMOKE_QUOTES, known_policy, quote_keeps_the_rules, schedule_says_what_is_charged,
+};
 
 /// A loaded, pre-instantiated component.
 pub struct LoadedPlugin {
@@ -103,112 +108,6 @@ enum Kind {
         policy: String,
         quotes: Mutex<HashMap<(String, Option<u64>), u64>>,
     },
-}
-
-/// Most prices kept per fee component (then the cache starts over).
-const MAX_QUOTES: usize = 4096;
-
-/// The quotes a fee component must answer when it is loaded: every fixed
-/// action, and the arbitration fee of a contract (here of 100 webcash).
-/// (`buy` and `arbitration` are also tried on [`RULE_BASES`], where a
-/// policy may refuse an amount; `pickup` is not: contracts charge the fee
-/// fixed at buy.)
-const SMOKE_QUOTES: [(&str, Option<u64>); 5] = [
-    ("identity", None),
-    ("post", None),
-    ("comment", None),
-    ("rate", None),
-    ("arbitration", Some(10_000_000_000)),
-];
-
-/// The arbitration policies the contracts know (PROTOCOL 4 and 7): a fee
-/// policy naming another would have contracts that pay no fee at all.
-const POLICIES: [&str; 2] = ["bid-inclusive", "pickup-paid"];
-
-/// Contract amounts a fee component's `buy` and `arbitration` prices are
-/// checked on at load ([`quote_keeps_the_rules`]): a unit, a webcash and a
-/// hundred. (A policy may refuse some amounts: a refusal there passes.)
-const RULE_BASES: [u64; 3] = [1, 100_000_000, 10_000_000_000];
-
-/// What no fee policy may price otherwise, whatever its schedule says:
-/// a buy moves the contract amount into escrow, no more and no less (a
-/// payout or refund is that amount), and a contract's arbitration fee is
-/// paid out of that amount, so it is at most the amount (a larger one
-/// would let no party settle).
-fn quote_keeps_the_rules(action: &str, basis: Option<u64>, price: u64) -> Result<(), String> {
-    use marketplace_common::amount::format;
-    match (action, basis) {
-        ("buy", Some(amount)) if price != amount => Err(format!(
-            "quote(buy) on {} is {}: a buy moves the contract amount into escrow",
-            format(amount),
-            format(price)
-        )),
-        ("arbitration", Some(amount)) if price > amount => Err(format!(
-            "quote(arbitration) on {} is {}: a contract's fee is at most its amount",
-            format(amount),
-            format(price)
-        )),
-        ("buy" | "arbitration", None) => Err(format!("{action} is priced on a contract amount")),
-        _ => Ok(()),
-    }
-}
-
-/// A fee component's `policy()` must be one of [`POLICIES`].
-fn known_policy(policy: &str) -> Result<()> {
-    anyhow::ensure!(
-        POLICIES.contains(&policy),
-        "policy() is {policy:?}, not one the contracts know ({})",
-        POLICIES.join(", ")
-    );
-    Ok(())
-}
-
-/// A fee schedule (`GET /api/fees`) must say what the component charges:
-/// a client pays the price it reads there, so a schedule that disagrees
-/// with `quote` would have every such payment refused. Checked at load
-/// against the smoke quotes: each fixed action's `price` (PROTOCOL 4:
-/// `actions.{identity,post,comment,rate}.price`, a decimal string), and
-/// `arbitration`'s `policy` and `rate` (the fee on the smoke basis is
-/// that rate of it, to the rate's 8 decimals).
-fn schedule_says_what_is_charged(
-    schedule: &serde_json::Value,
-    policy: &str,
-    quotes: &HashMap<(String, Option<u64>), u64>,
-) -> Result<()> {
-    use marketplace_common::amount;
-    for ((action, basis), quote) in quotes {
-        let charged = amount::format(*quote);
-        match basis {
-            None => {
-                let said = &schedule["actions"][action.as_str()]["price"];
-                anyhow::ensure!(
-                    said.as_str().and_then(|p| amount::parse(p).ok()) == Some(*quote),
-                    "the fee schedule's actions.{action}.price is {said}, but quote({action}) charges {charged}: GET /api/fees must say what is charged"
-                );
-            }
-            Some(basis) => {
-                let said = &schedule[action.as_str()]["policy"];
-                anyhow::ensure!(
-                    said.as_str() == Some(policy),
-                    "the fee schedule's {action}.policy is {said}, but policy() is {policy:?}"
-                );
-                // The rate of the amount, to the rate's own precision (8
-                // decimals: a third is written 0.33333333).
-                let rate = &schedule[action.as_str()]["rate"];
-                let fee = rate
-                    .as_str()
-                    .and_then(|r| amount::parse(r).ok())
-                    .map(|r| u128::from(*basis) * u128::from(r) / u128::from(amount::UNIT));
-                let slack = u128::from(*basis) / u128::from(amount::UNIT);
-                anyhow::ensure!(
-                    fee.is_some_and(|fee| fee.abs_diff(u128::from(*quote)) <= slack),
-                    "the fee schedule's {action}.rate is {rate}, but quote({action}) on {} charges {charged}: GET /api/fees must say what is charged",
-                    amount::format(*basis)
-                );
-            }
-        }
-    }
-    Ok(())
 }
 
 /// What a family's slot held before a change ([`Runtime::previous`]).
@@ -322,75 +221,6 @@ fn prune_cache(dir: &Path, now: SystemTime) -> usize {
     removed
 }
 
-/// A trap with its wasm backtrace, on one line: the backtrace names the
-/// component's own functions, which it may have named anything.
-fn backtrace(err: &wasmtime::Error) -> String {
-    crate::logging::one_line(&format!("{err:?}"), 16_384).into_owned()
-}
-
-/// The kind of a plugin fault, as metrics count it.
-fn fault_kind(err: &wasmtime::Error, memory_hit: bool) -> &'static str {
-    if matches!(err.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
-        "timeout"
-    } else if memory_hit {
-        "memory"
-    } else {
-        "trap"
-    }
-}
-
-/// What an endpoint component's exports must be, for refusals.
-const ENDPOINT_EXPORTS: &str = "its exports must have the types of the `endpoint` world of marketplace:plugin@0.2.0 in wit/marketplace.wit: the `handler` interface's handle(request) -> response, describe() -> plugin-info and describe-api() -> api";
-
-/// Why a call at load (`describe`, `describe-api`, instantiation) failed,
-/// in words a plugin author can act on: a time limit, the memory cap, or
-/// the trap itself (a Rust panic is an `unreachable` trap), with the wasm
-/// backtrace kept for the debug log.
-fn smoke_failure(
-    what: &str,
-    err: wasmtime::Error,
-    memory_hit: bool,
-    panic: Option<&str>,
-) -> anyhow::Error {
-    tracing::debug!("{what} failed: {}", backtrace(&err));
-    let why = match (err.downcast_ref::<Trap>(), memory_hit) {
-        (Some(Trap::Interrupt), _) => format!(
-            "ran past its time limit at load (request_timeout_ms, at least {} s)",
-            MIN_LOAD_BUDGET.as_secs()
-        ),
-        (_, true) => "grew past its memory cap (plugin_memory_mib)".to_string(),
-        // (std's panic message reads "panicked at FILE:LINE:COL: ...".)
-        (Some(Trap::UnreachableCodeReached), _) if let Some(panic) = panic => {
-            if panic.starts_with("panicked at ") {
-                panic.to_string()
-            } else {
-                format!("panicked: {panic}")
-            }
-        }
-        (Some(Trap::UnreachableCodeReached), _) => {
-            "trapped: unreachable code (a Rust panic traps so; the guest crate logs its message, `plugin panicked: ...`, just before)".to_string()
-        }
-        (Some(trap), _) => format!("trapped: {trap}"),
-        (None, _) => root_cause(&err),
-    };
-    anyhow!("{what} {why}")
-}
-
-/// A call's failure that is not a trap, in one line. A WASI import (std's
-/// `println!`, `SystemTime::now`, of a `wasm32-wasip2` build) is linked
-/// only as a trap, so that components std makes import it still load:
-/// its message says what to use instead.
-fn root_cause(err: &wasmtime::Error) -> String {
-    let cause = format!("{:#}", err.root_cause());
-    if cause.contains("unknown import: `wasi:") || cause.contains("unknown import: wasi:") {
-        format!(
-            "{cause} (the host gives plugins no WASI: log through the `log` interface, read the time from `clock`; README \"Writing a plugin\")"
-        )
-    } else {
-        cause
-    }
-}
-
 /// Longest name, version or fee policy name a component may give
 /// (characters): they go into log lines, `GET /api/health` and the
 /// plugins list.
@@ -427,50 +257,6 @@ fn handle_export(component: &Component) -> Result<ComponentExportIndex> {
         .ok_or_else(|| anyhow!("not an endpoint component: no handle export"))
 }
 
-/// What went wrong in a plugin call, mapped to the protocol's answers.
-fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool) -> Reply {
-    crate::metrics::metrics().fault(family, fault_kind(err, memory_hit));
-    if matches!(err.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
-        tracing::warn!(
-            family,
-            "plugin exceeded its time limit (request_timeout_ms)"
-        );
-        Reply::error(
-            503,
-            "plugin_unavailable",
-            format!("the {family} plugin exceeded its time limit"),
-        )
-    } else if memory_hit {
-        // (What failed after the cap was hit, say a wasip2 guest's report
-        // of the failed allocation reaching for an import it lacks, is not
-        // the cause: kept for the debug log.)
-        tracing::warn!(
-            family,
-            "plugin exceeded its memory limit (plugin_memory_mib, or plugin_memory_total_mib for all calls)"
-        );
-        tracing::debug!(family, "after the memory limit: {}", backtrace(err));
-        Reply::error(
-            503,
-            "plugin_unavailable",
-            format!("the {family} plugin exceeded its memory limit"),
-        )
-    } else {
-        // One line an operator can read (the wasm backtrace, a dozen
-        // lines, goes to the debug log).
-        let why = match err.downcast_ref::<Trap>() {
-            Some(Trap::UnreachableCodeReached) => {
-                "unreachable code (a Rust panic; its message is the `plugin panicked` line before)"
-                    .to_string()
-            }
-            Some(trap) => trap.to_string(),
-            None => root_cause(err),
-        };
-        tracing::error!(family, "plugin trapped: {why}");
-        tracing::debug!(family, "plugin trap: {}", backtrace(err));
-        Reply::error(500, "internal", "internal error")
-    }
-}
-
 /// What a pooled memory slot keeps resident between calls, reset by
 /// rewriting it. Every page a call ever wrote stays in that set (without
 /// userfaultfd write-protection `PAGEMAP_SCAN` takes every present private
@@ -484,22 +270,6 @@ fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool) -> Reply {
 /// every reset.) Measured, the thirty-seventh and ninety-first sessions:
 /// docs/benchmarks-history.md.
 const KEEP_RESIDENT: usize = 1 << 20;
-
-/// A finished call's store, torn down when this drops (after the answer
-/// is made), the teardown timed into its family's histogram.
-struct Teardown<'a> {
-    store: Option<Store<Ctx>>,
-    family: &'a str,
-    metrics: &'a crate::metrics::PluginMetrics,
-}
-
-impl Drop for Teardown<'_> {
-    fn drop(&mut self) {
-        let started = Instant::now();
-        drop(self.store.take());
-        self.metrics.teardown(self.family, started.elapsed());
-    }
-}
 
 impl Runtime {
     /// A runtime serving `host_routes` (the host's own, `native::routes`)
@@ -1311,59 +1081,6 @@ impl Runtime {
         Ok(component)
     }
 
-    fn store<T: Limiter>(&self, data: T) -> Store<T> {
-        self.store_for(data, self.limits.deadline)
-    }
-
-    /// The time the calls of a load are given: see [`MIN_LOAD_BUDGET`].
-    fn load_budget(&self) -> Duration {
-        self.limits.deadline.max(MIN_LOAD_BUDGET)
-    }
-
-    /// A store whose calls may run for `budget`.
-    fn store_for<T: Limiter>(&self, data: T, budget: Duration) -> Store<T> {
-        let mut store = Store::new(&self.engine, data);
-        store.limiter(|d| d.limiter() as &mut dyn wasmtime::ResourceLimiter);
-        // Checked on every tick the call runs through, so a plugin may
-        // shorten its own deadline (`host.limit-time`).
-        store.data_mut().limiter().start(budget);
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|mut cx| {
-            let data = cx.data_mut();
-            let limiter = data.limiter();
-            Ok(if limiter.expired() {
-                UpdateDeadline::Interrupt
-            } else if limiter.holds_batch {
-                UpdateDeadline::Continue(1)
-            } else {
-                // A long call counts against its client address, wherever
-                // it runs (`long_calls`).
-                if limiter.account_long() {
-                    data.count_long();
-                }
-                let limiter = data.limiter();
-                if limiter.yields {
-                    // On an async worker: let the worker's other tasks run
-                    // (a long call also waits for its turn).
-                    let deadline = limiter.deadline();
-                    UpdateDeadline::YieldCustom(1, limiter.long.yield_now(deadline))
-                } else {
-                    // On a blocking thread (every call, on a shared store):
-                    // the operating system shares the cores.
-                    UpdateDeadline::Continue(1)
-                }
-            })
-        });
-        store
-    }
-
-    fn fee_store(&self, budget: Duration) -> Store<FeeCtx> {
-        self.store_for(
-            FeeCtx::new(self.limits.memory_bytes, self.fee_settings.clone()),
-            budget,
-        )
-    }
-
     /// The plugin currently serving `family`.
     pub fn plugin(&self, family: &str) -> Option<Arc<LoadedPlugin>> {
         self.slots
@@ -1479,398 +1196,6 @@ impl Runtime {
             .error
             .clone()
     }
-
-    /// Run one request through an endpoint family in its own transaction,
-    /// a write transaction when `write` (the matched route's
-    /// [`crate::runtime::routes::Route::writes`]). Writes (and payment spends)
-    /// commit only on a 2xx answer. Blocks: call it off the async workers.
-    ///
-    /// On a shared store, a request whose transaction lost a race with
-    /// another host's runs again from the start (a fresh instance, a fresh
-    /// transaction), a few times, then answers 503 `storage_conflict`.
-    pub fn handle(
-        self: &Arc<Self>,
-        family: &str,
-        req: wit::Request,
-        payment: PaymentHeaders,
-        write: bool,
-    ) -> Reply {
-        self.handle_from(family, req, payment, write, Caller::default())
-    }
-
-    /// [`Runtime::handle`] of a request from `from` (a dispatching call).
-    pub fn handle_from(
-        self: &Arc<Self>,
-        family: &str,
-        req: wit::Request,
-        payment: PaymentHeaders,
-        write: bool,
-        from: Caller,
-    ) -> Reply {
-        run_again_on_conflict(|alone| {
-            let from = Caller {
-                alone: alone || from.alone,
-                ..from.clone()
-            };
-            run_to_end(self.handle_once(family, &req, payment.clone(), write, false, from))
-        })
-        .unwrap_or_else(|_: RunAgain| {
-            tracing::warn!(family, "still losing races after every run again: 503");
-            Reply::conflict()
-        })
-    }
-
-    /// Whether a request (`write`: of a route that writes) may run on an
-    /// async worker ([`Runtime::handle_inline`]) rather than be handed to a
-    /// blocking thread: the store is the embedded one (reads come from
-    /// memory-mapped pages, no network round trips), and a write waits for
-    /// the commit batch and its durability as a task, not a thread
-    /// ([`Ctx::ready`](crate::runtime::host::Ctx), `Storage::commit_async`),
-    /// unless group commit is off (each commit then waits for its fsync
-    /// holding the batch) or payments go to an upstream webcash server (its
-    /// calls block). Such a call blocks nowhere but in its own code, which
-    /// yields to the worker's other tasks on every epoch tick; what it asks
-    /// that could block (a fee component not answered from the kept
-    /// prices, a request it dispatches that cannot run inline) runs on a
-    /// blocking thread, unless the call holds the commit batch (then in
-    /// place: those threads may all be waiting for the batch).
-    pub fn runs_inline(&self, write: bool) -> bool {
-        let config = &self.state.config;
-        !self.state.storage.is_shared()
-            && (!write || (config.group_commit && config.cash_upstream.is_none()))
-    }
-
-    /// [`Runtime::handle`] on an async worker (see [`Runtime::runs_inline`]).
-    /// A write runs through [`Runtime::write_as_task`] instead. `from`: who
-    /// dispatched it, if a call did (see [`Caller`]).
-    pub async fn handle_inline(
-        self: &Arc<Self>,
-        family: &str,
-        req: wit::Request,
-        payment: PaymentHeaders,
-        write: bool,
-        from: Caller,
-    ) -> Reply {
-        // Only a shared store makes a request run again, and it never runs
-        // inline.
-        self.handle_once(family, &req, payment, write, true, from)
-            .await
-            .unwrap_or_else(|_: RunAgain| Reply::conflict())
-    }
-
-    /// [`Runtime::handle_inline`] of a write as a task of its own on the
-    /// workers, in `span`: a client (or a dispatching call's client) that
-    /// goes away does not cancel it halfway (its commit, its charge). Err:
-    /// the task panicked.
-    pub async fn write_as_task(
-        self: &Arc<Self>,
-        family: &str,
-        req: wit::Request,
-        payment: PaymentHeaders,
-        from: Caller,
-        span: tracing::Span,
-    ) -> Result<Reply, tokio::task::JoinError> {
-        use tracing::Instrument;
-        let (rt, family) = (self.clone(), family.to_string());
-        // Boxed: the task then holds a pointer, not the call's 10 KB
-        // future, which tokio would otherwise copy into its cell and out.
-        tokio::spawn(
-            Box::pin(async move { rt.handle_inline(&family, req, payment, true, from).await })
-                .instrument(span),
-        )
-        .await
-    }
-
-    /// One run of a request. `inline`: the call runs on an async worker
-    /// and yields on epoch ticks; otherwise it never yields, and
-    /// [`run_to_end`] finishes it on the calling thread.
-    async fn handle_once(
-        self: &Arc<Self>,
-        family: &str,
-        req: &wit::Request,
-        mut payment: PaymentHeaders,
-        write: bool,
-        inline: bool,
-        from: Caller,
-    ) -> Result<Reply, RunAgain> {
-        let Some(plugin) = self.plugin(family) else {
-            return Ok(Reply::error(
-                503,
-                "plugin_unavailable",
-                format!("no component is loaded for the {family} family"),
-            ));
-        };
-        let Kind::Endpoint { pre, handle } = &plugin.kind else {
-            return Ok(Reply::error(500, "internal", "internal error"));
-        };
-        // The key of this paid request's stored answer.
-        let replay_key = match (&payment.cash, write) {
-            (Some(secret), true) => {
-                crate::money::payments::RetryKey::new(secret, &req.method, &req.path, &req.body)
-            }
-            _ => None,
-        };
-        // Both looked up in one view, and none taken when there is nothing
-        // to look up.
-        if write
-            && (payment.x402.id.is_some() || replay_key.is_some())
-            && let Ok(view) = self.state.storage.begin_read()
-        {
-            // A payment identifier (x402) seen before: the stored answer of
-            // the same request, or 409 idempotency_conflict for another one.
-            let since_ms = self.state.replays_kept_since_ms();
-            if let Some(kept) = crate::money::x402::lookup(
-                &self.state.ledger,
-                &view,
-                since_ms,
-                &mut payment.x402,
-                replay_key.as_ref().map_or("", |r| r.public.as_str()),
-                &req.method,
-                &req.path,
-                &req.body,
-            ) {
-                return Ok(kept);
-            }
-            // An identical retry of a paid request gets the stored answer.
-            if let Some(stored) = replay_key.as_ref().and_then(|r| {
-                self.state
-                    .ledger
-                    .replay_paid(&view, &r.public, &r.key, since_ms)
-            }) {
-                tracing::info!(family, "identical paid retry: stored response replayed");
-                return Ok(crate::money::x402::sent(stored));
-            }
-        }
-        let ctx = Ctx::new(
-            self.clone(),
-            family,
-            plugin.grants.clone(),
-            write,
-            payment,
-            replay_key,
-            self.limits.memory_bytes,
-        );
-        let mut store = self.store(ctx);
-        store
-            .data_mut()
-            .with_memo(plugin.memo.clone(), self.served().generation);
-        store.data_mut().limiter().yields = inline;
-        // A dispatched call runs in its caller's share of the long calls'.
-        let long = &mut store.data_mut().limiter().long;
-        long.takes_turns = from.depth == 0;
-        long.client = from.client;
-        store.data_mut().dispatched_by(from);
-        let started = Instant::now();
-        let instance = pre.instance_pre().instantiate_async(&mut store).await;
-        let instantiated = Instant::now();
-        let result = match instance {
-            Ok(instance) => match instance.get_func(&mut store, handle) {
-                // SAFETY: the export's type was checked against these
-                // parameters and results when the component was loaded
-                // (`smoke_describe`); every instance comes from that
-                // component's `pre`, and `request` and `response` hold no
-                // resource (whose types would be per instance), so the
-                // types are the same for each. An index of another
-                // component finds no function here (`None` below).
-                Some(func) => {
-                    unsafe { TypedFunc::<(&wit::Request,), (wit::Response,)>::new_unchecked(func) }
-                        .call_async(&mut store, (req,))
-                        .await
-                        .map(|(resp,)| resp)
-                }
-                None => Err(wasmtime::format_err!(
-                    "the component lost its handle export"
-                )),
-            },
-            Err(e) => Err(e),
-        };
-        plugin
-            .metrics
-            .call(family, instantiated - started, instantiated.elapsed());
-        // The context leaves the store before the instance is torn down:
-        // a write's commit (and its hold on the commit batch, which the
-        // next writer waits for) does not wait for the teardown.
-        let memory_bytes = self.limits.memory_bytes;
-        let mut ctx = std::mem::replace(store.data_mut(), Ctx::inert("", memory_bytes));
-        let _torn_down_last = Teardown {
-            store: Some(store),
-            family,
-            metrics: &plugin.metrics,
-        };
-        if ctx.conflicted() {
-            // Whatever the plugin made of it, its reads were not a state
-            // that can be kept: run it again.
-            drop(ctx);
-            return Err(RunAgain::LostRace);
-        }
-        let mut reply = match result {
-            Ok(resp) => {
-                // By reference: a future holding the context by value was
-                // 6.3 KB, most of a request's future, which is moved
-                // (boxed) at every call. It goes before the teardown.
-                let finished = ctx.finish(resp).await;
-                drop(ctx);
-                finished?
-            }
-            Err(e) => {
-                let answer = match ctx.take_on_fault() {
-                    Some(chosen) => {
-                        crate::metrics::metrics().fault(family, fault_kind(&e, ctx.memory_hit()));
-                        // One line: strangers can cause these (a
-                        // runaway macro); the backtrace is at debug. What
-                        // failed after the memory cap was hit (a wasip2
-                        // guest's report reaching for an import it lacks)
-                        // is not the cause.
-                        if ctx.memory_hit() {
-                            tracing::info!(
-                                family,
-                                status = chosen.status,
-                                "memory cap (plugin_memory_mib, or plugin_memory_total_mib for all calls), answered as the plugin asked"
-                            );
-                        } else {
-                            tracing::info!(
-                                family,
-                                status = chosen.status,
-                                "trap or deadline, answered as the plugin asked: {}",
-                                e.root_cause()
-                            );
-                        }
-                        tracing::debug!(
-                            family,
-                            "the fault answered as the plugin asked: {}",
-                            backtrace(&e)
-                        );
-                        chosen
-                    }
-                    None => fault_reply(family, &e, ctx.memory_hit()),
-                };
-                // A payment taken at an upstream webcash server comes back;
-                // those of requests it dispatched stand (each committed on
-                // its own), and their change is the client's.
-                let answer = ctx.failing(answer);
-                // Its transaction (and any hold on the batch) goes first.
-                drop(ctx);
-                answer
-            }
-        };
-        // Every 402 also speaks x402 (`PAYMENT-REQUIRED`).
-        crate::money::x402::add_required(&mut reply, &req.path, &req.headers);
-        crate::money::upstream::add_retry_after(&*self.state, &mut reply);
-        Ok(reply)
-    }
-
-    /// The loaded fee component (503 when none is).
-    fn fee_plugin(&self) -> Result<Arc<LoadedPlugin>, Reply> {
-        match self.plugin(FEES_FAMILY) {
-            Some(plugin) if matches!(plugin.kind, Kind::Fees { .. }) => Ok(plugin),
-            Some(_) => Err(Reply::error(500, "internal", "internal error")),
-            None => Err(Reply::error(
-                503,
-                "plugin_unavailable",
-                "no fee-policy component is loaded",
-            )),
-        }
-    }
-
-    /// Call the fee component `plugin` (from [`Runtime::fee_plugin`]):
-    /// `f` gets the instance bindings.
-    fn call_fees<R>(
-        &self,
-        plugin: &LoadedPlugin,
-        f: impl FnOnce(&FeePolicy, &mut Store<FeeCtx>) -> wasmtime::Result<R>,
-    ) -> Result<R, Reply> {
-        let Kind::Fees { pre, .. } = &plugin.kind else {
-            return Err(Reply::error(500, "internal", "internal error"));
-        };
-        let mut store = self.fee_store(self.limits.deadline);
-        let result = pre.instantiate(&mut store).and_then(|b| f(&b, &mut store));
-        let memory_hit = store.data().memory_hit();
-        result.map_err(|e| fault_reply(FEES_FAMILY, &e, memory_hit))
-    }
-
-    /// The fee schedule document (JSON text).
-    pub fn fee_schedule(&self) -> Result<String, Reply> {
-        let plugin = self.fee_plugin()?;
-        let schedule =
-            self.call_fees(&plugin, |b, s| b.marketplace_plugin_fees().call_schedule(s))?;
-        if schedule.len() > MAX_SCHEDULE_BYTES {
-            tracing::error!(
-                "the fee schedule is {} bytes, over {} KiB",
-                schedule.len(),
-                MAX_SCHEDULE_BYTES >> 10
-            );
-            return Err(Reply::error(500, "internal", "internal error"));
-        }
-        Ok(schedule)
-    }
-
-    /// A price the loaded fee component gave before for the same action
-    /// and basis: a fee policy is a published schedule, a function of the
-    /// action, the basis and its settings (see the WIT `fees.quote`), so
-    /// its answers are kept for as long as that component is loaded.
-    pub fn cached_quote(&self, action: &str, basis: Option<u64>) -> Option<u64> {
-        kept_quote(&*self.fee_plugin().ok()?, action, basis)
-    }
-
-    /// Price of an action in units (kept, see [`Runtime::cached_quote`]).
-    pub fn fee_quote(&self, action: &str, basis: Option<u64>) -> Result<u64, Reply> {
-        let plugin = self.fee_plugin()?;
-        if let Some(price) = kept_quote(&plugin, action, basis) {
-            return Ok(price);
-        }
-        let priced = self.call_fees(&plugin, |b, s| {
-            b.marketplace_plugin_fees().call_quote(s, action, basis)
-        })?;
-        // (Checked at load on a few amounts; here on every one.)
-        let priced = priced.and_then(|price| {
-            quote_keeps_the_rules(action, basis, price)
-                .map(|()| price)
-                .map_err(|why| format!("it breaks a rule: {why}"))
-        });
-        match priced {
-            Ok(price) => {
-                if let Kind::Fees { quotes, .. } = &plugin.kind {
-                    let mut quotes = quotes.lock().unwrap_or_else(|p| p.into_inner());
-                    if quotes.len() >= MAX_QUOTES {
-                        quotes.clear();
-                    }
-                    quotes.insert((action.to_string(), basis), price);
-                }
-                Ok(price)
-            }
-            Err(e) => {
-                tracing::error!(
-                    "fee policy cannot price {action}: {}",
-                    crate::logging::one_line(&e, 500)
-                );
-                Err(Reply::error(
-                    500,
-                    "internal",
-                    format!(
-                        "the fee policy could not price {action} (the operator's log says why)"
-                    ),
-                ))
-            }
-        }
-    }
-
-    /// Name of the fee policy in force ("unavailable" when none is
-    /// loaded), as the component gave it at load.
-    pub fn fee_policy(&self) -> String {
-        match self.plugin(FEES_FAMILY).as_deref().map(|p| &p.kind) {
-            Some(Kind::Fees { policy, .. }) => policy.clone(),
-            _ => "unavailable".into(),
-        }
-    }
-}
-
-/// A price fee component `plugin` gave before for `action` and `basis`.
-fn kept_quote(plugin: &LoadedPlugin, action: &str, basis: Option<u64>) -> Option<u64> {
-    let Kind::Fees { quotes, .. } = &plugin.kind else {
-        return None;
-    };
-    let quotes = quotes.lock().unwrap_or_else(|p| p.into_inner());
-    quotes.get(&(action.to_string(), basis)).copied()
 }
 
 /// The runtime reaches storage, the ledger, ids, the clock and the
@@ -1885,21 +1210,6 @@ impl std::ops::Deref for Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         self.stop_ticker.store(true, Ordering::Relaxed);
-    }
-}
-
-/// Run a plugin call's future to its end on this thread. Off the async
-/// workers a call never yields (its limiter's `yields` is false, and its
-/// `dispatch` and fee calls run on this thread), so the first poll
-/// finishes it.
-pub(crate) fn run_to_end<F: std::future::Future>(future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match future.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(out) => out,
-        // Nothing would wake it again: a bug, answered 500 by the caller's
-        // thread (a blocking task) rather than a thread spinning for ever.
-        std::task::Poll::Pending => panic!("a plugin call off the async workers did not finish"),
     }
 }
 
@@ -2028,100 +1338,6 @@ pub fn read_component(path: &Path) -> std::io::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn no_policy_prices_a_buy_or_a_fee_past_the_contract_amount() {
-        assert!(quote_keeps_the_rules("buy", Some(200), 200).is_ok());
-        for price in [0, 199, 201] {
-            let why = quote_keeps_the_rules("buy", Some(200), price).unwrap_err();
-            assert!(why.contains("contract amount into escrow"), "{why}");
-        }
-        assert!(quote_keeps_the_rules("arbitration", Some(200), 0).is_ok());
-        assert!(quote_keeps_the_rules("arbitration", Some(200), 200).is_ok());
-        assert!(quote_keeps_the_rules("arbitration", Some(200), 201).is_err());
-        // Both are priced on an amount.
-        assert!(quote_keeps_the_rules("buy", None, 0).is_err());
-        assert!(quote_keeps_the_rules("arbitration", None, 0).is_err());
-        // Fixed prices and a pickup fee have no such rule here.
-        assert!(quote_keeps_the_rules("post", None, u64::MAX).is_ok());
-        assert!(quote_keeps_the_rules("pickup", Some(200), 6).is_ok());
-        // Only the policies the contracts know.
-        assert!(known_policy("bid-inclusive").is_ok());
-        assert!(known_policy("pickup-paid").is_ok());
-        for other in ["free-money", "", "Bid-Inclusive"] {
-            let why = known_policy(other).unwrap_err().to_string();
-            assert!(why.contains("not one the contracts know"), "{why}");
-        }
-    }
-
-    #[test]
-    fn a_fee_schedule_must_say_what_is_charged() {
-        let basis = 100 * marketplace_common::amount::UNIT;
-        let quotes = |post: u64, arbitration: u64| {
-            HashMap::from([
-                (("post".to_string(), None), post),
-                (("arbitration".to_string(), Some(basis)), arbitration),
-            ])
-        };
-        let schedule = |post: serde_json::Value, rate: &str| {
-            serde_json::json!({
-                "actions": {"post": {"price": post, "basis": "fixed"}},
-                "arbitration": {"policy": "bid-inclusive", "rate": rate},
-            })
-        };
-        let check =
-            |s: &serde_json::Value, q| schedule_says_what_is_charged(s, "bid-inclusive", &q);
-        // The standard schedule: 0.3 a post, 3 % of 100 webcash.
-        assert!(
-            check(
-                &schedule("0.3".into(), "0.03"),
-                quotes(30_000_000, 300_000_000)
-            )
-            .is_ok()
-        );
-        // A third, to the rate's 8 decimals.
-        assert!(
-            check(
-                &schedule("0.3".into(), "0.33333333"),
-                quotes(30_000_000, 3_333_333_333)
-            )
-            .is_ok()
-        );
-        let refused = |s: &serde_json::Value, q| check(s, q).unwrap_err().to_string();
-        assert!(
-            refused(
-                &schedule("0.05".into(), "0.03"),
-                quotes(30_000_000, 300_000_000)
-            )
-            .contains("actions.post.price is \"0.05\", but quote(post) charges 0.3")
-        );
-        // An amount is a decimal string.
-        assert!(
-            refused(
-                &schedule(0.3.into(), "0.03"),
-                quotes(30_000_000, 300_000_000)
-            )
-            .contains("actions.post.price")
-        );
-        assert!(
-            refused(
-                &schedule("0.3".into(), "0.05"),
-                quotes(30_000_000, 300_000_000)
-            )
-            .contains("arbitration.rate")
-        );
-        let other = schedule_says_what_is_charged(
-            &schedule("0.3".into(), "0.03"),
-            "pickup-paid",
-            &quotes(30_000_000, 300_000_000),
-        );
-        assert!(
-            other
-                .unwrap_err()
-                .to_string()
-                .contains("arbitration.policy")
-        );
-    }
 
     #[test]
     fn names_and_versions_are_short_and_shown_as_written() {
