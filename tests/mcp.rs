@@ -2120,6 +2120,21 @@ fn mcp_batches_for_clients_of_2025_03_26() {
     let r = send(None, pings(16));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json().as_array().map(Vec::len), Some(16));
+    // A member of 2026-07-28 by its `_meta` alone: that revision has no
+    // batches either (nothing of the batch runs).
+    let modern = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+                        "params": {"_meta": envelope()}});
+    let r = send(
+        None,
+        json!([modern, {"jsonrpc": "2.0", "id": 2, "method": "ping"}]),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], -32600, "{}", r.text());
+    assert!(
+        r.text().contains("2026-07-28 has no batches"),
+        "{}",
+        r.text()
+    );
     // Anything else that is not an object is still refused.
     for body in [json!(7), json!("ping"), json!(null)] {
         let r = send(None, body.clone());
@@ -2520,6 +2535,16 @@ fn execute_and_define_are_tools_over_json_rpc() {
     let r = call_tool(&s, "execute", json!({"tool": "no_such_tool"}));
     assert_eq!(r["result"]["isError"], true, "{r}");
     assert_eq!(r["result"]["structuredContent"]["code"], "not_found", "{r}");
+    // Nor does it run itself, in the tool form as in the endpoint form.
+    let r = call_tool(
+        &s,
+        "execute",
+        json!({"tool": "execute", "arguments": {"tool": "get_fees"}}),
+    );
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    let refused = &r["result"]["structuredContent"];
+    assert_eq!(refused["code"], "invalid_request", "{r}");
+    assert_eq!(refused["details"][0]["field"], "tool", "{r}");
 
     // A paid endpoint: refused without payment, paid by the JSON-RPC
     // request's own X-Cash-Secret.

@@ -1248,6 +1248,11 @@ pub fn upstream_url(url: &str) -> Result<()> {
     if uri.host().is_none_or(str::is_empty) {
         bail!("has no host");
     }
+    // The upstream's API has no credentials to send; a user name or
+    // password here would be sent nowhere, or somewhere unexpected.
+    if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+        bail!("must not carry a user name or password (http://host[:port][/prefix])");
+    }
     if uri.query().is_some() || url.contains('#') {
         bail!("must be a base URL, without query or fragment");
     }
@@ -1761,6 +1766,7 @@ mod tests {
             "http://",
             "not a url",
             "http://h/?q=1",
+            "http://user:pw@127.0.0.1:9",
         ] {
             assert!(
                 err(&[("MARKETPLACE_CASH_UPSTREAM", bad)]).contains("cash_upstream"),

@@ -100,7 +100,12 @@ impl State {
         crate::money::upgrade::run(&storage, &ledger).context("upgrading the database")?;
         crate::versions::record(&storage, crate::config::SERVICE_VERSION);
         let upstream = crate::money::upstream::Upstream::from_config(&config);
-        if upstream.is_some() {
+        if let Some(url) = &config.cash_upstream {
+            tracing::info!(
+                upstream = %url,
+                timeout_ms = config.cash_upstream_timeout_ms,
+                "cash: upstream mode (payments are swapped at the upstream's ledger)"
+            );
             escrow_left_behind(&storage);
         }
         Ok(Arc::new(State {

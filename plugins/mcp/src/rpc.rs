@@ -141,6 +141,20 @@ pub(crate) fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError
             ),
         ));
     }
+    // A member of 2026-07-28 by its `_meta` alone (no header names a
+    // revision): that revision has no batches either.
+    if batch
+        .iter()
+        .any(|m| m.is_object() && modern::applies(req, m))
+    {
+        return Ok(json(
+            400,
+            &invalid(
+                Value::Null,
+                "MCP 2026-07-28 has no batches: send one JSON-RPC object",
+            ),
+        ));
+    }
     if batch.is_empty() || batch.len() > MAX_BATCH {
         return Ok(json(
             400,

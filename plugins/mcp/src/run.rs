@@ -443,6 +443,13 @@ fn execute_with(req: &Request, wrap: Wrap) -> Result<Response, ApiError> {
             ));
         }
     };
+    // The endpoint form refuses execute itself; so does the tool form.
+    if tool == "execute" {
+        return Err(ApiError::invalid(
+            "tool",
+            "names execute itself: give the tool it should run",
+        ));
+    }
     // (null: no arguments, as over JSON-RPC.)
     let args = body
         .get("arguments")
