@@ -2636,11 +2636,32 @@ fn a_keyed_mint_repeats_its_secret_and_mints_once() {
         return;
     }
     let d = Server::with(Options {
-        data_dir: Some(dir),
+        data_dir: Some(dir.clone()),
         ..Options::default()
     });
     assert_eq!(d.metric("marketplace_ledger_minted_units"), 200_000_000);
     assert_eq!(d.cash_state(&first), (json!(false), json!("2")));
+    drop(d);
+    // Served with another key in the file (the alert's case), the admin
+    // API refuses the key's repeat too: 409, nothing minted.
+    std::fs::write(&key_file, "5c".repeat(32)).unwrap();
+    let d = Server::with(Options {
+        data_dir: Some(dir),
+        ..Options::default()
+    });
+    let r = d.admin_request(
+        "POST",
+        "/admin/cash/mint",
+        &json!({"amount": "2", "idempotency_key": "k1"}),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "idempotency_conflict"),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("another server key"), "{}", r.text());
+    assert_eq!(d.metric("marketplace_ledger_minted_units"), 200_000_000);
 }
 
 /// With `server_key` (and `arbiter_key`) configured there are no key files:

@@ -517,11 +517,10 @@ fn backup(to: &std::path::Path, client: &Client, settings: &Settings) -> Result<
 /// body, and what to check when it is not the admin listener's refusal.
 fn admin_refused(url: &str, status: u16, text: &str) -> anyhow::Error {
     let hint = match status {
-        // The public listener's answer to a path it has no route for.
         // The public listener's answer to a path it has no route for, or
         // the metrics listener's.
         404 if text.contains("\"no route for ")
-            || text.contains("only GET /metrics is served here") =>
+            || text.contains(crate::server::admin::METRICS_ONLY) =>
         {
             format!(
                 " ({url} is not the admin listener: --admin takes the address of the server's admin_listen)"

@@ -576,32 +576,71 @@ fn log_filter(filter: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// A value of `key` already in `table` that `by` (a flag, an environment
-/// variable) now overrides is still checked: it is set, and would be read
-/// once `by` is gone (a broken file found in an incident, when the
-/// variable is removed). Checked on its own (with the defaults), which
-/// holds for the settings the environment and flags set: the rules that
-/// read several settings ([`Config::validate_together`]) hold for the
-/// final configuration only.
-fn check_overridden(
-    table: &toml::Table,
-    key: &str,
-    sources: &BTreeMap<String, String>,
-    by: &str,
-) -> Result<()> {
-    let Some(before) = table.get(key) else {
-        return Ok(());
-    };
-    let alone = toml::Table::from_iter([(key.to_string(), before.clone())]);
-    let checked = toml::Value::Table(alone)
-        .try_into::<Config>()
-        .map_err(|e| e.to_string().trim().replace('\n', " "))
-        .and_then(|c| c.validate().map_err(|e| format!("{e:#}")));
-    match checked {
-        Ok(()) => Ok(()),
-        Err(message) => {
-            let source = sources.get(key).map(String::as_str).unwrap_or_default();
-            bail!("invalid configuration: {message} (`{key}` {source}, which {by} overrides)")
+/// A value a flag or an environment variable overrode: still checked,
+/// since it is set and would be read once what overrides it is gone (a
+/// broken file found in an incident, when the variable is removed).
+struct Overridden {
+    /// The setting (`plugins.{family}` for a family's component).
+    key: String,
+    value: toml::Value,
+    /// Where the value was set, as errors say it.
+    source: String,
+    /// What overrode it: the flag or variable.
+    by: String,
+}
+
+impl Overridden {
+    /// The value `table` holds for `key` now, which `by` is about to
+    /// override, if any.
+    fn of(
+        table: &toml::Table,
+        key: &str,
+        sources: &BTreeMap<String, String>,
+        by: String,
+    ) -> Option<Overridden> {
+        let value = match key.strip_prefix("plugins.") {
+            Some(family) => table.get("plugins")?.as_table()?.get(family)?,
+            None => table.get(key)?,
+        };
+        let source = sources
+            .get(key)
+            .or_else(|| key.strip_prefix("plugins.").and(sources.get("plugins")))
+            .cloned()
+            .unwrap_or_default();
+        Some(Overridden {
+            key: key.to_string(),
+            value: value.clone(),
+            source,
+            by,
+        })
+    }
+
+    /// Check the value in the final configuration (`table`, which holds)
+    /// in place of what overrode it: the rules that read another setting
+    /// (`plugin_memory_total_mib` at least `plugin_memory_mib`) read the
+    /// others as they are in force.
+    fn check(&self, table: &toml::Table) -> Result<()> {
+        let mut table = table.clone();
+        match self.key.strip_prefix("plugins.") {
+            Some(family) => {
+                plugins_entry(&mut table)?.insert(family.to_string(), self.value.clone());
+            }
+            None => {
+                table.insert(self.key.clone(), self.value.clone());
+            }
+        }
+        let checked = toml::Value::Table(table)
+            .try_into::<Config>()
+            .map_err(|e| e.to_string().trim().replace('\n', " "))
+            .and_then(|c| c.validate().map_err(|e| format!("{e:#}")));
+        match checked {
+            Ok(()) => Ok(()),
+            Err(message) => bail!(
+                "invalid configuration: {message} (`{}` {}, which {} overrides)",
+                self.key,
+                self.source,
+                self.by
+            ),
         }
     }
 }
@@ -619,6 +658,9 @@ impl Config {
         let mut sources: BTreeMap<String, String> = BTreeMap::new();
         // The families named by `MARKETPLACE_PLUGIN_*`, as spelled there.
         let mut env_families: Vec<String> = Vec::new();
+        // The values the environment and flags override, checked once the
+        // final configuration is known.
+        let mut overridden: Vec<Overridden> = Vec::new();
         let file = file.map(Path::to_path_buf).or_else(|| {
             env.iter()
                 .find(|(k, _)| k == "MARKETPLACE_CONFIG")
@@ -655,12 +697,16 @@ impl Config {
             {
                 continue;
             }
-            check_overridden(
-                &table,
-                &name,
-                &sources,
-                &format!("the environment variable {key}"),
-            )?;
+            let by = || format!("the environment variable {key}");
+            let overrides = match name.as_str() {
+                "log_json" => "log_format".to_string(),
+                "plugin_memory_mib" | "plugin_memory_total_mib" => name.clone(),
+                _ => match name.strip_prefix("plugin_") {
+                    Some(family) => format!("plugins.{family}"),
+                    None => name.clone(),
+                },
+            };
+            overridden.extend(Overridden::of(&table, &overrides, &sources, by()));
             sources.insert(
                 name.clone(),
                 format!("from the environment variable {key}{}", shown(&name, value)),
@@ -694,12 +740,8 @@ impl Config {
         }
         for (key, value) in flags {
             let key = key.replace('-', "_");
-            check_overridden(
-                &table,
-                &key,
-                &sources,
-                &format!("the flag --{}", flag_of(&key)),
-            )?;
+            let by = format!("the flag --{}", flag_of(&key));
+            overridden.extend(Overridden::of(&table, &key, &sources, by));
             sources.insert(
                 key.clone(),
                 format!("from the flag --{}{}", flag_of(&key), shown(&key, value)),
@@ -707,6 +749,7 @@ impl Config {
             let value = scalar(&key, &key, value)?;
             table.insert(key, value);
         }
+        let in_force = table.clone();
         let mut config: Config =
             toml::Value::Table(table)
                 .try_into()
@@ -729,6 +772,9 @@ impl Config {
                 let source = named_source(&message, &sources, false);
                 anyhow::anyhow!("{message}{source}")
             })?;
+        for value in &overridden {
+            value.check(&in_force)?;
+        }
         // RUST_LOG wins over `log`, so it is held to the same rule: a typo
         // would otherwise lose the access log for the life of the process.
         // (No setting: its error names no setting's source.)
@@ -1503,6 +1549,47 @@ mod tests {
                 "{line}: {e}"
             );
         }
+        // ... and so are the file's log_format under MARKETPLACE_LOG_JSON
+        // and a family's component under MARKETPLACE_PLUGIN_<FAMILY>.
+        for (text, var, value, says) in [
+            (
+                "log_format = \"yaml\"",
+                "MARKETPLACE_LOG_JSON",
+                "1",
+                "`log_format`",
+            ),
+            (
+                "[plugins]\nfees = \"../x.wasm\"",
+                "MARKETPLACE_PLUGIN_FEES",
+                "fees_pickup_paid.wasm",
+                "`plugins.fees`",
+            ),
+        ] {
+            std::fs::write(&file, text).unwrap();
+            let e = format!(
+                "{:#}",
+                Config::load(Some(&file), &s(&[(var, value)]), &[]).unwrap_err()
+            );
+            assert!(
+                e.contains(says)
+                    && e.contains(&format!("which the environment variable {var} overrides")),
+                "{text}: {e}"
+            );
+        }
+        // An overridden value is checked with the others in force: a rule
+        // that reads another setting reads the one the server runs with.
+        std::fs::write(
+            &file,
+            "plugin_memory_mib = 16\nplugin_memory_total_mib = 32\n",
+        )
+        .unwrap();
+        let c = Config::load(
+            Some(&file),
+            &s(&[("MARKETPLACE_PLUGIN_MEMORY_TOTAL_MIB", "48")]),
+            &[],
+        )
+        .unwrap();
+        assert_eq!((c.plugin_memory_mib, c.plugin_memory_total_mib), (16, 48));
     }
 
     #[test]

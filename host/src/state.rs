@@ -205,21 +205,21 @@ pub fn embedded_ledger(config: &Config) -> Result<Ledger> {
 }
 
 /// The ledger an offline command (`cash mint --data-dir`) mints under: as
-/// [`embedded_ledger`], but never under a key the database did not run
-/// with. A key other than the one its first start recorded (see
-/// [`keys_in_use`]) is refused, and so is a missing `server.key` of a
-/// database that holds money: a key made now would derive other secrets,
-/// so an idempotency key's repeat would mint again. `serve` starts anyway
-/// (loudly, with the `server_key_changed` alert) to refuse double spends;
-/// an operator's command has nothing to keep serving.
+/// [`embedded_ledger`], but it never makes a server key for a database
+/// that holds money or recorded one (see [`keys_in_use`]): a key made now
+/// would derive other secrets, and change what `serve` runs with. (A mint
+/// key sent again under another key is the ledger's refusal:
+/// [`crate::money::ledger::MintKeyOtherServerKey`].) `serve` starts
+/// anyway, loudly, to refuse double spends; an operator's command has
+/// nothing to keep serving.
 pub fn offline_ledger(config: &Config, storage: &Storage) -> Result<Ledger> {
     use crate::store::Kv;
-    let read = storage.begin_read().map_err(anyhow::Error::from)?;
-    let recorded = read
-        .get_in(crate::store::META_TABLE, b"server-key-check")
-        .map_err(anyhow::Error::from)?;
     let key_file = config.data_dir.join("server.key");
     if config.server_key.is_none() && !key_file.exists() {
+        let read = storage.begin_read().map_err(anyhow::Error::from)?;
+        let recorded = read
+            .get_in(crate::store::META_TABLE, b"server-key-check")
+            .map_err(anyhow::Error::from)?;
         let minted = crate::money::ledger::total(&read, "minted")?;
         anyhow::ensure!(
             recorded.is_none() && minted == 0,
@@ -227,18 +227,7 @@ pub fn offline_ledger(config: &Config, storage: &Storage) -> Result<Ledger> {
             key_file.display()
         );
     }
-    let ledger = embedded_ledger(config)?;
-    if let Some(recorded) = recorded {
-        anyhow::ensure!(
-            recorded == key_check("server-key", &ledger.key_hex()).as_bytes(),
-            "this database ran with another server key than {}: a mint under this one would derive other secrets (an idempotency key sent again would mint again). Put back the key it ran with (the data dir's server.key, from a backup of this data dir, or server_key) and mint again",
-            match config.server_key {
-                Some(_) => "the configured server_key".to_string(),
-                None => key_file.display().to_string(),
-            }
-        );
-    }
-    Ok(ledger)
+    embedded_ledger(config)
 }
 
 /// Create the data dir readable by the owner only (0700), or tighten it:

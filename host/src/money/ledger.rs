@@ -284,11 +284,8 @@ impl Ledger {
                 // Its secret is derived again; outputs are never removed, so
                 // one not found was minted under another server key (a lost
                 // server.key made anew): a repeat would mint a second one.
-                let secret_hex = self.derive(format!("{purpose}:{units}").as_bytes());
-                if txn
-                    .get_in(OUTPUTS, public_hash(&secret_hex).as_bytes())?
-                    .is_none()
-                {
+                let public = public_hash(&self.issued_hex(&purpose, units));
+                if txn.get_in(OUTPUTS, public.as_bytes())?.is_none() {
                     return Err(MintKeyOtherServerKey.into());
                 }
             }
@@ -301,6 +298,11 @@ impl Ledger {
             add_total(txn, "minted", units as i128)?;
         }
         Ok((secret, created))
+    }
+
+    /// The secret hex [`Ledger::issue`] derives for `purpose` and `units`.
+    fn issued_hex(&self, purpose: &str, units: u64) -> String {
+        self.derive(format!("{purpose}:{units}").as_bytes())
     }
 
     /// Create an unspent output; false when it already exists.
@@ -319,7 +321,7 @@ impl Ledger {
     /// Issue a server-derived secret worth `units` for `purpose`; a repeat
     /// returns the same secret. Returns (secret, newly created).
     pub fn issue(&self, txn: &WriteTxn, purpose: &str, units: u64) -> Result<(String, bool)> {
-        let secret_hex = self.derive(format!("{purpose}:{units}").as_bytes());
+        let secret_hex = self.issued_hex(purpose, units);
         let created = self.create(txn, &public_hash(&secret_hex), units)?;
         Ok((secret::secret_string(units, &secret_hex), created))
     }
@@ -646,7 +648,7 @@ pub struct MintKeyOtherServerKey;
 impl std::fmt::Display for MintKeyOtherServerKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(
-            "this idempotency_key minted under another server key (this database ran with another one: see the server_key_changed alert), so its secret cannot be given again and another would mint the amount twice: use another key",
+            "this idempotency_key minted under another server key (this database's server.key was lost and made anew, or replaced), so its secret cannot be given again and another would mint the amount twice: put back the key it minted under, or use another idempotency key",
         )
     }
 }

@@ -176,8 +176,19 @@ fn names_a_server(operation: &Value) -> Option<&'static str> {
 
 /// `text` as JSON nested at most [`MAX_DEPTH`] deep, or why not.
 fn parse(text: &str) -> Result<Value, String> {
-    let value =
-        serde_json::from_str::<Value>(text).map_err(|e| format!("is not valid JSON: {e}"))?;
+    let too_deep = || {
+        format!(
+            "nests arrays and objects more than {MAX_DEPTH} deep (the assembled OpenAPI document must stay readable)"
+        )
+    };
+    // serde_json stops at 128 levels, valid JSON or not: that is too deep
+    // too, not a syntax error.
+    let value = serde_json::from_str::<Value>(text).map_err(|e| {
+        match e.to_string().starts_with("recursion limit exceeded") {
+            true => too_deep(),
+            false => format!("is not valid JSON: {e}"),
+        }
+    })?;
     fn depth(v: &Value) -> usize {
         match v {
             Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
@@ -186,9 +197,7 @@ fn parse(text: &str) -> Result<Value, String> {
         }
     }
     if depth(&value) > MAX_DEPTH {
-        return Err(format!(
-            "nests arrays and objects more than {MAX_DEPTH} deep (the assembled OpenAPI document must stay readable)"
-        ));
+        return Err(too_deep());
     }
     Ok(value)
 }
@@ -948,8 +957,11 @@ mod tests {
         };
         let e = refusal("{}".into(), nested(MAX_DEPTH + 1));
         assert!(e.contains("more than 64 deep"), "{e}");
+        // Past serde_json's own limit too: the same refusal, not a syntax
+        // error of JSON that is valid.
         let e = refusal(nested(200), "{}".into());
-        assert!(e.contains("is not valid JSON: recursion limit"), "{e}");
+        assert!(e.contains("more than 64 deep"), "{e}");
+        assert!(!e.contains("not valid JSON"), "{e}");
         let servers = r#"{"servers": [{"url": "https://elsewhere.example"}]}"#;
         assert!(bad("POST", "/api/x", servers, "{}"));
         let link = r#"{"responses": {"200": {"description": "ok", "links": {"next": {"operationId": "x", "server": {"url": "https://elsewhere.example"}}}}}}"#;

@@ -8,7 +8,7 @@ pub mod endpoint {
         world: "endpoint",
         // A request's call can run on an async worker and yield there
         // on epoch ticks ([`crate::runtime::Runtime::handle_inline`]);
-        // off the workers, `engine::run_to_end` finishes it.
+        // off the workers, the runtime's `run_to_end` finishes it.
         // The imports that may wait are async: `dispatch.call`
         // (another request), `payments.quote` and `payments.charge` (a
         // fee component call on a blocking thread), and every import

@@ -441,13 +441,20 @@ fn watch_families_dir(rt: &Runtime, dir: &Path, state: &mut FamiliesDir, kept: &
                         crate::capabilities::FAMILY_NAME_RULE
                     )
                 } else {
-                    let served = rt
-                        .plugin(&family)
-                        .map(|p| p.component.clone())
-                        .or_else(|| rt.config.family(&family).map(|f| f.component));
+                    // What the family is configured with, and whether it
+                    // loaded (a refused one serves nothing).
+                    let served = match rt.plugin(&family) {
+                        Some(p) => format!("is served from {}", p.component),
+                        None => format!(
+                            "is configured with {} (which does not serve now: see its load error)",
+                            rt.config
+                                .family(&family)
+                                .map(|f| f.component)
+                                .unwrap_or_else(|| "another component".into())
+                        ),
+                    };
                     format!(
-                        "family {family} is served from {} (to mount it from here, its [families.{family}] says component = \"{FAMILIES_DIR}/{family}.wasm\")",
-                        served.unwrap_or_else(|| "its configured component".into())
+                        "family {family} {served} (to mount it from here, its [families.{family}] says component = \"{FAMILIES_DIR}/{family}.wasm\")"
                     )
                 };
                 // Listed only when it can never mount: otherwise the

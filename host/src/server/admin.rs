@@ -66,6 +66,9 @@ fn boxed(resp: Response<super::answers::Answer>) -> Response<AdminBody> {
     resp.map(|b| b.map_err(|never| match never {}).boxed())
 }
 
+/// The metrics listener's 404 (the CLI knows it: not the admin listener).
+pub const METRICS_ONLY: &str = "only GET /metrics is served here";
+
 /// The admin token: configured, or read from / generated into the data dir.
 pub fn token(configured: Option<&str>, data_dir: &Path) -> Result<String> {
     if let Some(t) = configured {
@@ -168,7 +171,7 @@ pub async fn serve_metrics(app: Arc<App>, listener: TcpListener, stop: watch::Re
                 // Another method on the one path: 405 with `Allow`, as
                 // on the admin listener.
                 (method, "/metrics") => Reply::method_not_allowed(method, "/metrics", &["GET"]),
-                _ => Reply::error(404, "not_found", "only GET /metrics is served here"),
+                _ => Reply::error(404, "not_found", METRICS_ONLY),
             };
             boxed(crate::server::http::to_hyper(reply, false))
         }

@@ -64,10 +64,15 @@ pub async fn run(config: Config) -> Result<i32> {
             // next start with one: a weak token file is said now.
             let file = app.config.data_dir.join("admin.token");
             if app.config.admin_token.is_none()
-                && file.exists()
-                && let Err(e) = admin::token(None, &app.config.data_dir)
+                && let Ok(token) = std::fs::read_to_string(&file)
+                && token.trim().len() < crate::config::MIN_ADMIN_TOKEN_BYTES
             {
-                tracing::warn!("{e:#}; a start with admin_listen refuses it");
+                tracing::warn!(
+                    "{} holds an admin token of {} bytes, under the {} a start with admin_listen requires (it refuses it): remove the file to have one generated, or set admin_token",
+                    file.display(),
+                    token.trim().len(),
+                    crate::config::MIN_ADMIN_TOKEN_BYTES
+                );
             }
             None
         }

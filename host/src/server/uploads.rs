@@ -461,7 +461,7 @@ pub fn mount_at_start(app: &App) {
                 crate::alerts::Kind::KeptUploadRefused,
                 &family,
                 format!(
-                    "the change to family {family} made through the admin API (kept for restarts{}) could not be applied at start (the log says why): {}; upload the component again{}, through the admin API",
+                    "the change to family {family} made through the admin API (kept for restarts{}) could not be applied at start (the log says why): {}; mend what refused it (routes another family serves are that family's to give up: unmount it or change its routes first) and upload the component again{}, through the admin API",
                     if app.storage.is_shared() {
                         ", in the shared store".to_string()
                     } else {

@@ -2,7 +2,7 @@
 //! held in the contract's escrow account, with the arbiter's signature
 //! over the terms, and the buyer's daily cap.
 
-use crate::contract::{Contract, valid_contract_id};
+use crate::contract::{Contract, DEFAULT_WORK_SPEC, valid_contract_id};
 use crate::machine::State;
 use crate::witness::valid_witness_proof;
 use crate::{CONTRACT_TYPES, DEFAULT_DEADLINE_MS, MAX_TEXT, parties};
@@ -231,9 +231,6 @@ fn delivery_deadline(given: Option<&Value>, now: u64) -> Result<u64, &'static st
     }
     Ok(u64::try_from(ms).unwrap_or(u64::MAX))
 }
-
-/// The work_spec of a contract bought without one.
-pub(crate) const DEFAULT_WORK_SPEC: &str = "Contract deliverable";
 
 /// What the arbiter signs at issue (PROTOCOL 10): `arbiter_issue:{hex
 /// sha256}`, the hash over contract_id, buyer_fingerprint, the amount in

@@ -1,18 +1,20 @@
 //! The stored contract: its record, events and certificate, how it is
 //! shown to the public, and the forms of its ids.
 
-use crate::buy::DEFAULT_WORK_SPEC;
 use crate::machine::{self, State};
 use marketplace_common::amount;
 use marketplace_guest::clock;
 use marketplace_guest::prelude::*;
 use serde::{Deserialize, Serialize};
 
+/// The work_spec of a contract bought without one.
+pub(crate) const DEFAULT_WORK_SPEC: &str = "Contract deliverable";
+
 #[derive(Serialize, Deserialize, Clone)]
 pub(crate) struct Event {
     pub(crate) action: String,
     pub(crate) actor: String,
-    pub(crate) at: String,
+    at: String,
 }
 
 /// The certificate as stored: its secret is never stored; the host's

@@ -25,15 +25,15 @@ pub struct Upload {
 #[derive(Serialize, Deserialize)]
 pub struct FileMeta {
     pub(crate) owner: String,
-    pub(crate) file_path: String,
-    pub(crate) content_type: String,
-    pub(crate) is_public: bool,
-    pub(crate) size: u64,
-    pub(crate) created_at: String,
+    file_path: String,
+    content_type: String,
+    is_public: bool,
+    size: u64,
+    created_at: String,
     /// SHA-256 of the bytes (hex; empty for uploads stored before it was
     /// kept), shown with a post's attachment as an inline one's is.
     #[serde(default)]
-    pub(crate) sha256: String,
+    sha256: String,
 }
 
 /// `http(s)://{host}` of the request, or "" (a relative URL).

@@ -79,7 +79,8 @@ fn developers() -> Response {
             "script_crate": "plugins/script (marketplace-script): a TypeScript/JavaScript sandbox for plugins that run user code",
             "capabilities": {
                 "always": ["storage (own keyspace)", "clock", "ids", "log", "settings", "memo"],
-                "granted": ["payments", "signatures", "escrow", "dispatch", "host-info", "limits", "arbiter"],
+                "granted": ["payments", "signatures", "escrow", "dispatch", "host-info", "limits", "arbiter", "credentials"],
+                "credentials": "no interface: the client's authorization, proxy-authorization and cookie headers reach the family, and its set-cookie, clear-site-data, www-authenticate and proxy-authenticate reach the client",
                 "read": "other families' keyspaces, one by one",
                 "grant": "[families.NAME] grants = [...], read = [...] in the config, or PUT /admin/plugins/NAME?grants=...&read=...",
                 "refusal": "a component importing a capability its family was not granted is refused at load, naming both",

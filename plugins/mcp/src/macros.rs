@@ -88,7 +88,7 @@ pub(crate) struct Listed {
     #[serde(default)]
     pub(crate) input_schema: Value,
     #[serde(default)]
-    pub(crate) owner_fingerprint: Option<String>,
+    owner_fingerprint: Option<String>,
 }
 
 /// A macro's description as MCP `tools/list` shows it: its author's text

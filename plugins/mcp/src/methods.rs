@@ -157,7 +157,7 @@ fn tools_list(params: &Value) -> Result<Result<Value, RpcFault>, ApiError> {
     };
     if after.is_empty() {
         // The first page lists the built-in tools first: their JSON text,
-        // written into the answer as it is (see [`answer_text`]).
+        // written into the answer as it is (see [`crate::rpc::answer_text`]).
         let text = listing_text("tools-list/builtins.json", |documented| {
             let tools = TOOLS
                 .iter()

@@ -66,6 +66,15 @@ pub fn applies(req: &Request, msg: &Value) -> bool {
     }
 }
 
+/// The revision a message names in its `params._meta` (as it wrote it,
+/// or `2026-07-28`, the one that has the member, when it is no string).
+pub fn named_version(msg: &Value) -> String {
+    msg["params"]["_meta"][PROTOCOL_VERSION_KEY]
+        .as_str()
+        .unwrap_or(VERSIONS[0])
+        .to_string()
+}
+
 /// The HTTP status of a JSON-RPC error of this revision (its transport's
 /// table): the request's own faults (a resource not found among them, see
 /// [`error`]) are 400, an unknown method 404, the rest 200 (an internal

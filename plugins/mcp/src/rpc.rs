@@ -130,28 +130,22 @@ pub(crate) fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError
     // Batches (MCP 2025-03-26 and 2024-11-05; removed in 2025-06-18): for a
     // client that names no later revision. Each message is answered as if
     // sent alone; the answers come back together, in order.
-    if let Some(asked) = modern::header(req, "mcp-protocol-version")
-        && !BATCH_VERSIONS.contains(&asked)
-    {
+    // A later revision, named by the header or (no header naming one) by
+    // a member's `_meta` (MCP 2026-07-28's way), has none.
+    let later = match modern::header(req, "mcp-protocol-version") {
+        Some(asked) => (!BATCH_VERSIONS.contains(&asked)).then(|| asked.to_string()),
+        None => batch
+            .iter()
+            .filter(|m| m.is_object() && modern::applies(req, m))
+            .map(modern::named_version)
+            .find(|named| !BATCH_VERSIONS.contains(&named.as_str())),
+    };
+    if let Some(asked) = later {
         return Ok(json(
             400,
             &invalid(
                 Value::Null,
                 &format!("MCP {asked} has no batches: send one JSON-RPC object"),
-            ),
-        ));
-    }
-    // A member of 2026-07-28 by its `_meta` alone (no header names a
-    // revision): that revision has no batches either.
-    if batch
-        .iter()
-        .any(|m| m.is_object() && modern::applies(req, m))
-    {
-        return Ok(json(
-            400,
-            &invalid(
-                Value::Null,
-                "MCP 2026-07-28 has no batches: send one JSON-RPC object",
             ),
         ));
     }
@@ -477,7 +471,7 @@ impl RpcFault {
         }
     }
 
-    pub(crate) fn answer(self, id: Value) -> Value {
+    fn answer(self, id: Value) -> Value {
         let mut answer = rpc_error(id, self.code, &self.message);
         if let Some(data) = self.data {
             answer["error"]["data"] = data;

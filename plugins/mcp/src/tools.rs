@@ -15,7 +15,7 @@ pub(crate) struct Tool {
     pub(crate) description: &'static str,
     pub(crate) method: &'static str,
     pub(crate) path: &'static str,
-    pub(crate) schema: fn() -> Value,
+    schema: fn() -> Value,
 }
 
 impl Tool {

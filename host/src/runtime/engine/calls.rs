@@ -1,6 +1,7 @@
-//! One request through a family: a fresh instance from the family's
-//! pre-instantiated component in a store with its deadline and memory
-//! cap, its transaction, its answer, and the instance's teardown.
+//! Calls into components: the stores every call runs in (a deadline and
+//! a memory cap; loads and fee quotes use them too), and one request
+//! through a family: a fresh instance from the family's pre-instantiated
+//! component, its transaction, its answer, and the instance's teardown.
 
 use super::faults::{backtrace, fault_kind, fault_reply};
 use super::{Kind, MIN_LOAD_BUDGET, Runtime, wit};
@@ -360,7 +361,7 @@ impl Runtime {
 /// workers a call never yields (its limiter's `yields` is false, and its
 /// `dispatch` and fee calls run on this thread), so the first poll
 /// finishes it.
-pub(crate) fn run_to_end<F: std::future::Future>(future: F) -> F::Output {
+pub(super) fn run_to_end<F: std::future::Future>(future: F) -> F::Output {
     let mut future = std::pin::pin!(future);
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     match future.as_mut().poll(&mut cx) {

@@ -15,7 +15,7 @@ use std::time::Duration;
 use wasmtime::Store;
 
 /// Most prices kept per fee component (then the cache starts over).
-pub(super) const MAX_QUOTES: usize = 4096;
+const MAX_QUOTES: usize = 4096;
 
 /// The quotes a fee component must answer when it is loaded: every fixed
 /// action, and the arbitration fee of a contract (here of 100 webcash).
@@ -125,7 +125,7 @@ pub(super) fn schedule_says_what_is_charged(
 }
 
 /// A price fee component `plugin` gave before for `action` and `basis`.
-pub(super) fn kept_quote(plugin: &LoadedPlugin, action: &str, basis: Option<u64>) -> Option<u64> {
+fn kept_quote(plugin: &LoadedPlugin, action: &str, basis: Option<u64>) -> Option<u64> {
     let Kind::Fees { quotes, .. } = &plugin.kind else {
         return None;
     };

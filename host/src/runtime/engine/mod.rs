@@ -46,7 +46,7 @@ mod calls;
 mod faults;
 mod fees;
 
-pub(crate) use calls::run_to_end;
+use calls::run_to_end;
 use faults::{ENDPOINT_EXPORTS, smoke_failure};
 use fees::{
     RULE_BASES, SMOKE_QUOTES, known_policy, quote_keeps_the_rules, schedule_says_what_is_charged,
