@@ -697,16 +697,21 @@ impl Config {
             {
                 continue;
             }
-            let by = || format!("the environment variable {key}");
-            let overrides = match name.as_str() {
-                "log_json" => "log_format".to_string(),
-                "plugin_memory_mib" | "plugin_memory_total_mib" => name.clone(),
-                _ => match name.strip_prefix("plugin_") {
-                    Some(family) => format!("plugins.{family}"),
-                    None => name.clone(),
-                },
+            // `MARKETPLACE_PLUGIN_{FAMILY}` names a family's component,
+            // except the settings whose own names start that way.
+            let family = name.strip_prefix("plugin_").filter(|_| {
+                !matches!(
+                    name.as_str(),
+                    "plugin_memory_mib" | "plugin_memory_total_mib"
+                )
+            });
+            let overrides = match (name.as_str(), family) {
+                ("log_json", _) => "log_format".to_string(),
+                (_, Some(family)) => format!("plugins.{family}"),
+                _ => name.clone(),
             };
-            overridden.extend(Overridden::of(&table, &overrides, &sources, by()));
+            let by = format!("the environment variable {key}");
+            overridden.extend(Overridden::of(&table, &overrides, &sources, by));
             sources.insert(
                 name.clone(),
                 format!("from the environment variable {key}{}", shown(&name, value)),
@@ -718,14 +723,7 @@ impl Config {
                 table.insert("log_format".into(), toml::Value::String(format.into()));
                 continue;
             }
-            // `MARKETPLACE_PLUGIN_{FAMILY}` names a family's component,
-            // except the settings whose own names start that way.
-            if let Some(family) = name.strip_prefix("plugin_")
-                && !matches!(
-                    name.as_str(),
-                    "plugin_memory_mib" | "plugin_memory_total_mib"
-                )
-            {
+            if let Some(family) = family {
                 plugins_entry(&mut table)?
                     .insert(family.to_string(), toml::Value::String(value.clone()));
                 env_families.push(family.to_string());
@@ -895,7 +893,8 @@ impl Config {
     }
 
     /// The rules that read several settings: checked on the final
-    /// configuration only (a value a flag overrides is checked alone).
+    /// configuration only (a value a flag or variable overrides is checked
+    /// by [`Config::validate`] alone, in place of what overrode it).
     fn validate_together(&self) -> Result<()> {
         // Two listeners on one address: the second bind would fail with
         // the OS's "address in use", naming neither setting.
@@ -1522,8 +1521,10 @@ mod tests {
         let c = Config::load(Some(&file), &env, &[]).unwrap();
         assert_eq!(c.listen.port(), 2);
         // A file's bad value that a variable overrides is refused as one a
-        // flag overrides: it would be read once the variable is gone.
-        for (line, var, value, says) in [
+        // flag overrides: it would be read once the variable is gone. So
+        // are the file's log_format under MARKETPLACE_LOG_JSON and a
+        // family's component under MARKETPLACE_PLUGIN_<FAMILY>.
+        for (text, var, value, says) in [
             (
                 "max_body_bytes = 0",
                 "MARKETPLACE_MAX_BODY_BYTES",
@@ -1536,22 +1537,6 @@ mod tests {
                 "/d",
                 "data_dir must not be empty",
             ),
-        ] {
-            std::fs::write(&file, line).unwrap();
-            let e = format!(
-                "{:#}",
-                Config::load(Some(&file), &s(&[(var, value)]), &[]).unwrap_err()
-            );
-            assert!(
-                e.contains(says)
-                    && e.contains("in the config file")
-                    && e.contains(&format!("which the environment variable {var} overrides")),
-                "{line}: {e}"
-            );
-        }
-        // ... and so are the file's log_format under MARKETPLACE_LOG_JSON
-        // and a family's component under MARKETPLACE_PLUGIN_<FAMILY>.
-        for (text, var, value, says) in [
             (
                 "log_format = \"yaml\"",
                 "MARKETPLACE_LOG_JSON",
@@ -1572,6 +1557,7 @@ mod tests {
             );
             assert!(
                 e.contains(says)
+                    && e.contains("in the config file")
                     && e.contains(&format!("which the environment variable {var} overrides")),
                 "{text}: {e}"
             );

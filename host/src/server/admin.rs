@@ -66,6 +66,20 @@ fn boxed(resp: Response<super::answers::Answer>) -> Response<AdminBody> {
     resp.map(|b| b.map_err(|never| match never {}).boxed())
 }
 
+/// Why the token `text` of the file at `path` is refused, if it is: as a
+/// configured one, a short token is guessed, and an empty one would refuse
+/// every request with no word of why.
+pub fn weak_token_file(path: &Path, text: &str) -> Option<String> {
+    let bytes = text.trim().len();
+    (bytes < crate::config::MIN_ADMIN_TOKEN_BYTES).then(|| {
+        format!(
+            "{} holds an admin token of {bytes} bytes: at least {} are needed (remove the file to have one generated, or set admin_token)",
+            path.display(),
+            crate::config::MIN_ADMIN_TOKEN_BYTES
+        )
+    })
+}
+
 /// The metrics listener's 404 (the CLI knows it: not the admin listener).
 pub const METRICS_ONLY: &str = "only GET /metrics is served here";
 
@@ -76,15 +90,10 @@ pub fn token(configured: Option<&str>, data_dir: &Path) -> Result<String> {
     }
     let path = data_dir.join("admin.token");
     match std::fs::read_to_string(&path) {
-        // As a configured one: a short token is guessed, an empty one
-        // would refuse every request with no word of why.
-        Ok(t) if t.trim().len() < crate::config::MIN_ADMIN_TOKEN_BYTES => bail!(
-            "{} holds an admin token of {} bytes: at least {} are needed (remove the file to have one generated, or set admin_token)",
-            path.display(),
-            t.trim().len(),
-            crate::config::MIN_ADMIN_TOKEN_BYTES
-        ),
-        Ok(t) => Ok(t.trim().to_string()),
+        Ok(t) => match weak_token_file(&path, &t) {
+            Some(why) => bail!("{why}"),
+            None => Ok(t.trim().to_string()),
+        },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let mut raw = [0u8; 32];
             crate::ids::fill_random(&mut raw);

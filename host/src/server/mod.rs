@@ -65,14 +65,9 @@ pub async fn run(config: Config) -> Result<i32> {
             let file = app.config.data_dir.join("admin.token");
             if app.config.admin_token.is_none()
                 && let Ok(token) = std::fs::read_to_string(&file)
-                && token.trim().len() < crate::config::MIN_ADMIN_TOKEN_BYTES
+                && let Some(why) = admin::weak_token_file(&file, &token)
             {
-                tracing::warn!(
-                    "{} holds an admin token of {} bytes, under the {} a start with admin_listen requires (it refuses it): remove the file to have one generated, or set admin_token",
-                    file.display(),
-                    token.trim().len(),
-                    crate::config::MIN_ADMIN_TOKEN_BYTES
-                );
+                tracing::warn!("{why}; a start with admin_listen refuses it");
             }
             None
         }

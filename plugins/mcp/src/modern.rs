@@ -62,17 +62,16 @@ pub fn applies(req: &Request, msg: &Value) -> bool {
     match header(req, "mcp-protocol-version") {
         Some(v) if VERSIONS.contains(&v) => true,
         Some(v) if crate::methods::PROTOCOL_VERSIONS.contains(&v) => false,
-        _ => msg["params"]["_meta"].get(PROTOCOL_VERSION_KEY).is_some(),
+        _ => named_version(msg).is_some(),
     }
 }
 
-/// The revision a message names in its `params._meta` (as it wrote it,
-/// or `2026-07-28`, the one that has the member, when it is no string).
-pub fn named_version(msg: &Value) -> String {
-    msg["params"]["_meta"][PROTOCOL_VERSION_KEY]
-        .as_str()
-        .unwrap_or(VERSIONS[0])
-        .to_string()
+/// The revision a message names in its `params._meta`, if it names one
+/// (as it wrote it, or `2026-07-28`, the one that has the member, when it
+/// is no string).
+pub fn named_version(msg: &Value) -> Option<&str> {
+    let named = msg["params"]["_meta"].get(PROTOCOL_VERSION_KEY)?;
+    Some(named.as_str().unwrap_or(VERSIONS[0]))
 }
 
 /// The HTTP status of a JSON-RPC error of this revision (its transport's

@@ -128,17 +128,15 @@ pub(crate) fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError
         _ => return Ok(json(400, &invalid(Value::Null, "send one JSON-RPC object"))),
     };
     // Batches (MCP 2025-03-26 and 2024-11-05; removed in 2025-06-18): for a
-    // client that names no later revision. Each message is answered as if
-    // sent alone; the answers come back together, in order.
-    // A later revision, named by the header or (no header naming one) by
-    // a member's `_meta` (MCP 2026-07-28's way), has none.
+    // client that names no later revision, in the header or (without one)
+    // in a member's `_meta`, as MCP 2026-07-28 does. Each message is
+    // answered as if sent alone; the answers come back together, in order.
     let later = match modern::header(req, "mcp-protocol-version") {
-        Some(asked) => (!BATCH_VERSIONS.contains(&asked)).then(|| asked.to_string()),
+        Some(asked) => Some(asked).filter(|v| !BATCH_VERSIONS.contains(v)),
         None => batch
             .iter()
-            .filter(|m| m.is_object() && modern::applies(req, m))
-            .map(modern::named_version)
-            .find(|named| !BATCH_VERSIONS.contains(&named.as_str())),
+            .filter_map(modern::named_version)
+            .find(|v| !BATCH_VERSIONS.contains(v)),
     };
     if let Some(asked) = later {
         return Ok(json(
