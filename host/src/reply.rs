@@ -128,6 +128,20 @@ impl Reply {
         .retry_after(30)
     }
 
+    /// This reply saying `Connection: close`: an answer that leaves the
+    /// request body unread ends the connection, and says so rather than
+    /// leave a keep-alive client to find a closed socket.
+    pub fn closing(mut self) -> Reply {
+        if !self
+            .headers
+            .iter()
+            .any(|(n, v)| n.eq_ignore_ascii_case("connection") && v.eq_ignore_ascii_case("close"))
+        {
+            self.headers.push(("connection".into(), "close".into()));
+        }
+        self
+    }
+
     /// This reply with `Retry-After: 1`: the condition (a lost race, a
     /// store or components not there yet) may pass any moment.
     pub fn retry_after_a_second(self) -> Reply {

@@ -298,7 +298,7 @@ async fn answer(
     if authorized && method == "GET" && path == "/admin/backup" {
         return backup(app).await;
     }
-    let declared = super::http::declared_length(req.headers());
+    let declared = super::checks::declared_length(req.headers());
     let mut reply = match presented {
         None => Reply::error(
             401,

@@ -4,7 +4,12 @@
 //! request.
 
 use super::answers::Answer;
+use super::checks::{
+    as_get, content_codings_supported, declared_length, expectations_met, host_problem,
+    not_for_a_resource, options, sent_by_another_site, transfer_codings_supported,
+};
 use super::connections::{Held, Open};
+use super::gates::{BodyError, Gates, admit_waiting, busy, read_body, unless_giving_way};
 use crate::app::App;
 use crate::capabilities::{Capability, is_credential};
 use crate::metrics::{RouteMetrics, metrics};
@@ -15,14 +20,12 @@ use crate::runtime::bindings::endpoint::marketplace::plugin::types as wit;
 use crate::runtime::long_calls;
 use crate::runtime::routes::{self, Handler, Match, Route};
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::json;
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,400 +34,6 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tracing::Instrument;
-
-/// Concurrency gates: the instance pool shared by every family; a gate
-/// for read (non-writing) routes that leaves part of the pool to writes, so
-/// free work (searches, macros that may run for 500 ms) can never hold every
-/// slot while paid writes wait; and a gate per family (its
-/// `max_concurrent`, by default half the pool).
-struct Gates {
-    pool: Arc<Semaphore>,
-    reads: Arc<Semaphore>,
-    // (foldhash: looked up per request, where SipHash cost ~200
-    // instructions; the keys are the host's own family names.)
-    families: std::sync::Mutex<HashMap<String, Arc<FamilyGates>, foldhash::fast::RandomState>>,
-    /// KiB of request bodies held before their request runs (being
-    /// received, or waiting for a slot): `max_pending_body_bytes`.
-    bodies: Arc<Budget>,
-    /// The same KiB by client address: [`address_body_share`] each (none
-    /// counted with `max_connections_per_ip = 0`).
-    bodies_by_address: Option<Arc<super::shares::Shares>>,
-    /// True once the server drains: every answer then closes its
-    /// connection.
-    draining: watch::Receiver<bool>,
-    /// Host routes that work on their body ([`crate::runtime::native::parses_body`])
-    /// running at once: [`host_body_slots`]. The memory a handler
-    /// works in is some times its body's, which is only budgeted while it
-    /// waits; a request waiting here keeps its body counted.
-    host_bodies: Arc<Semaphore>,
-    /// Bytes of large answers of reads not sent yet:
-    /// `max_unsent_answer_bytes` ([`super::answers`]).
-    unsent: Arc<super::answers::Unsent>,
-}
-
-/// Host handlers with a body that run at once: CPU-bound work on blocking
-/// threads, so more than a few per core only adds memory (each parses
-/// up to `max_body_bytes` of JSON and builds its answer).
-fn host_body_slots() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get()) * 4
-}
-
-/// Pool slots only writes may take: a quarter of the pool, at least one
-/// (none with a pool of one).
-pub fn write_reserve(max_instances: u32) -> u32 {
-    if max_instances < 2 {
-        0
-    } else {
-        (max_instances / 4).max(1)
-    }
-}
-
-/// A family's gates: its `max_concurrent` slots, and its share of the
-/// KiB of bodies held before their request runs: one for its routes of
-/// the usual body limit, another as large for those that declare a larger
-/// one (uploads), so stalled large bodies cannot keep out its small
-/// requests (an identity's registration behind 17 trickled 8 MiB uploads
-/// to made-up tokens).
-struct FamilyGates {
-    slots: Arc<Semaphore>,
-    bodies: Budget,
-    large_bodies: Budget,
-}
-
-impl FamilyGates {
-    fn bodies(&self, large: bool) -> &Budget {
-        if large {
-            &self.large_bodies
-        } else {
-            &self.bodies
-        }
-    }
-}
-
-/// KiB, as the body budgets count.
-fn kib(bytes: u64) -> u32 {
-    u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX)
-}
-
-/// A family's share of `max_pending_body_bytes` (KiB of `total`): its
-/// `max_concurrent`'s share of the pool (half by default), so one
-/// family's senders leave the rest to the others; at least room for two
-/// bodies of the largest size a route may take, so one stalled body
-/// cannot keep out a body of that size.
-pub fn family_body_share(total: u32, limit: u32, max_instances: u32, max_body_bytes: usize) -> u32 {
-    let share = u64::from(total) * u64::from(limit) / u64::from(max_instances.max(1));
-    u32::try_from(share)
-        .unwrap_or(u32::MAX)
-        .max(kib(crate::config::largest_body_bytes(max_body_bytes) as u64).saturating_mul(2))
-        .min(total)
-}
-
-/// An address's share of `max_pending_body_bytes` (KiB of `total`): an
-/// eighth, at least room for two bodies of the largest size a route may
-/// take (or the whole when that is less), so that the stalled bodies of
-/// a few addresses cannot keep every other client's bodies out of a
-/// family.
-pub fn address_body_share(total: u32, max_body_bytes: usize) -> u32 {
-    let two_largest =
-        kib(crate::config::largest_body_bytes(max_body_bytes) as u64).saturating_mul(2);
-    (total / 8).max(two_largest).min(total)
-}
-
-/// KiB that requests take and give back; never waited for (a body that
-/// finds no room is refused), so an atomic count does.
-struct Budget(std::sync::atomic::AtomicU32);
-
-impl Budget {
-    fn new(kib: u32) -> Budget {
-        Budget(std::sync::atomic::AtomicU32::new(kib))
-    }
-
-    /// Take `n` KiB, if there are.
-    fn take(&self, n: u32) -> bool {
-        use std::sync::atomic::Ordering;
-        self.0
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
-                left.checked_sub(n)
-            })
-            .is_ok()
-    }
-
-    fn give(&self, n: u32) {
-        self.0.fetch_add(n, std::sync::atomic::Ordering::AcqRel);
-    }
-}
-
-/// The bytes of one request's body held before it runs, counted in KiB
-/// of what is allocated for it, as it arrives (a body sent slowly holds
-/// only what came), against its family's share (none for a host route)
-/// and the whole budget, and given back when it runs or ends.
-struct PendingBody {
-    family: Option<Arc<FamilyGates>>,
-    /// Of a route that declares a larger body limit than `max_body_bytes`.
-    large: bool,
-    all: Arc<Budget>,
-    /// The sender's address and the shares by address, if counted.
-    client: IpAddr,
-    by_address: Option<Arc<super::shares::Shares>>,
-    kib: u32,
-}
-
-impl PendingBody {
-    /// Count the body's first `bytes`: false when the family's share or
-    /// the whole budget has no room for them.
-    fn cover(&mut self, bytes: usize) -> bool {
-        let need = kib(bytes as u64);
-        if need <= self.kib {
-            return true;
-        }
-        let more = need - self.kib;
-        if let Some(f) = &self.family
-            && !f.bodies(self.large).take(more)
-        {
-            return false;
-        }
-        let give_back_family = || {
-            if let Some(f) = &self.family {
-                f.bodies(self.large).give(more);
-            }
-        };
-        if !self.all.take(more) {
-            give_back_family();
-            return false;
-        }
-        if let Some(shares) = &self.by_address
-            && !shares.take(Some(self.client), u64::from(more))
-        {
-            self.all.give(more);
-            give_back_family();
-            return false;
-        }
-        self.kib = need;
-        metrics().pending_body_bytes.inc_by(i64::from(more) * 1024);
-        true
-    }
-}
-
-impl Drop for PendingBody {
-    fn drop(&mut self) {
-        if self.kib > 0 {
-            if let Some(f) = &self.family {
-                f.bodies(self.large).give(self.kib);
-            }
-            self.all.give(self.kib);
-            if let Some(shares) = &self.by_address {
-                shares.give(Some(self.client), u64::from(self.kib));
-            }
-            metrics()
-                .pending_body_bytes
-                .dec_by(i64::from(self.kib) * 1024);
-        }
-    }
-}
-
-/// Why a body was not read whole.
-enum BodyError {
-    TooLarge,
-    /// The pending-body budget had no room.
-    Busy,
-    Read(hyper::Error),
-}
-
-/// Read `body` whole, at most `max` bytes, counting what is allocated for
-/// it into `pending` as it arrives.
-async fn read_body(
-    mut body: Incoming,
-    max: usize,
-    pending: &mut PendingBody,
-) -> Result<Vec<u8>, BodyError> {
-    // Room for its first bytes before any is asked for: a client that
-    // sent `Expect: 100-continue` is refused without sending the body.
-    if !pending.cover(1) {
-        return Err(BodyError::Busy);
-    }
-    let mut out: Vec<u8> = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let Ok(data) = frame.map_err(BodyError::Read)?.into_data() else {
-            continue;
-        };
-        let len = out.len() + data.len();
-        if len > max {
-            return Err(BodyError::TooLarge);
-        }
-        if len > out.capacity() {
-            // Grown as a Vec grows (at most `max`), and counted so.
-            let capacity = len.max(out.capacity() * 2).min(max);
-            if !pending.cover(capacity) {
-                return Err(BodyError::Busy);
-            }
-            out.reserve_exact(capacity - out.len());
-        }
-        out.extend_from_slice(&data);
-    }
-    Ok(out)
-}
-
-/// A family's `max_concurrent` when its configuration gives none: half the
-/// pool (at least one), so that one family's requests (a flood of runaway
-/// ones, each holding its slot until its deadline) cannot take every slot
-/// other families' reads may use.
-pub fn default_family_limit(max_instances: u32) -> u32 {
-    (max_instances / 2).max(1)
-}
-
-/// Longest a request waits for one of its family's `max_concurrent` slots
-/// (five plugin deadlines, at least a second): past it the family is
-/// busy, 503 with Retry-After, rather than a queue without end behind
-/// slow requests of that family.
-fn family_wait(app: &App) -> Duration {
-    Duration::from_millis(app.config.request_timeout_ms)
-        .saturating_mul(5)
-        .max(Duration::from_secs(1))
-}
-
-/// The permits a request holds while it runs.
-struct Admitted {
-    _pool: OwnedPermit,
-    _read: Option<OwnedPermit>,
-    _family: OwnedPermit,
-}
-
-impl Gates {
-    fn new(app: &App, draining: watch::Receiver<bool>) -> Gates {
-        let pool = app.config.max_instances;
-        Gates {
-            pool: Arc::new(Semaphore::new(pool as usize)),
-            reads: Arc::new(Semaphore::new((pool - write_reserve(pool)) as usize)),
-            families: std::sync::Mutex::new(HashMap::default()),
-            bodies: Arc::new(Budget::new(kib(app.config.pending_body_budget()))),
-            // None per address where the operator counts no address
-            // (`max_connections_per_ip = 0`: every client may come
-            // through one proxy that is not a trusted one).
-            bodies_by_address: (app.config.max_connections_per_ip != 0).then(|| {
-                Arc::new(super::shares::Shares::new(
-                    u64::MAX,
-                    u64::from(address_body_share(
-                        kib(app.config.pending_body_budget()),
-                        app.config.max_body_bytes,
-                    )),
-                ))
-            }),
-            draining,
-            host_bodies: Arc::new(Semaphore::new(host_body_slots())),
-            unsent: super::answers::Unsent::new(app.config.max_unsent_answer_bytes),
-        }
-    }
-
-    /// `family`'s gates, made at its first request.
-    fn family(&self, app: &App, family: &str) -> Arc<FamilyGates> {
-        let mut families = self.families.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(g) = families.get(family) {
-            return g.clone();
-        }
-        let limit = app
-            .config
-            .family(family)
-            .and_then(|f| f.max_concurrent)
-            .unwrap_or_else(|| default_family_limit(app.config.max_instances));
-        let share = family_body_share(
-            kib(app.config.pending_body_budget()),
-            limit,
-            app.config.max_instances,
-            app.config.max_body_bytes,
-        );
-        let g = Arc::new(FamilyGates {
-            slots: Arc::new(Semaphore::new(limit as usize)),
-            bodies: Budget::new(share),
-            large_bodies: Budget::new(share),
-        });
-        families.insert(family.to_string(), g.clone());
-        g
-    }
-
-    /// A body to count before its request runs: of a family's (`gates`;
-    /// `large` for a route that declares a larger limit than the usual),
-    /// or of a host route's.
-    fn pending_body(
-        &self,
-        gates: Option<&Arc<FamilyGates>>,
-        large: bool,
-        client: IpAddr,
-    ) -> PendingBody {
-        PendingBody {
-            family: gates.cloned(),
-            large,
-            all: self.bodies.clone(),
-            client,
-            by_address: self.bodies_by_address.clone(),
-            kib: 0,
-        }
-    }
-
-    /// [`Gates::enter`] when every permit is free now, without waiting.
-    fn try_enter(&self, gates: &Arc<FamilyGates>, writes: bool) -> Option<Admitted> {
-        let own = gates.slots.clone().try_acquire_owned().ok()?;
-        let read = match writes {
-            true => None,
-            false => Some(self.reads.clone().try_acquire_owned().ok()?),
-        };
-        Some(Admitted {
-            _pool: self.pool.clone().try_acquire_owned().ok()?,
-            _read: read,
-            _family: own,
-        })
-    }
-
-    /// Wait for a slot of `family` (its `gates`), then (for a read) of the
-    /// reads' share, then of the pool. Refused (503): the family's
-    /// `max_concurrent` slots stayed taken for [`family_wait`] (with
-    /// Retry-After), or the server is shutting down.
-    async fn enter(
-        &self,
-        app: &App,
-        family: &str,
-        gates: Arc<FamilyGates>,
-        writes: bool,
-    ) -> Result<Admitted, Reply> {
-        let shutting_down = || Reply::error(503, "plugin_unavailable", "shutting down");
-        let slot = gates.slots.clone().acquire_owned();
-        let own = match tokio::time::timeout(family_wait(app), slot).await {
-            Ok(permit) => permit.map_err(|_| shutting_down())?,
-            Err(_) => {
-                return Err(busy(format!(
-                    "{family} is busy: its max_concurrent requests are all running; retry shortly"
-                )));
-            }
-        };
-        let read = match writes {
-            true => None,
-            false => Some(
-                self.reads
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .map_err(|_| shutting_down())?,
-            ),
-        };
-        let pool = self
-            .pool
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| shutting_down())?;
-        Ok(Admitted {
-            _pool: pool,
-            _read: read,
-            _family: own,
-        })
-    }
-}
-
-type OwnedPermit = tokio::sync::OwnedSemaphorePermit;
-
-/// 503 `plugin_unavailable` with Retry-After.
-fn busy(why: String) -> Reply {
-    Reply::error(503, "plugin_unavailable", why).retry_after_a_second()
-}
 
 /// Serve HTTP on `listener` until `stop` turns true; then stop accepting,
 /// let every connection finish the request it is serving (idle keep-alive
@@ -985,7 +594,7 @@ async fn handle(
     // A request no route took (404, 405, 503 while loading) leaves its
     // body unread; while draining, no connection is kept for another.
     if (has_body && route.is_none()) || *gates.draining.borrow() {
-        reply = closing(reply);
+        reply = reply.closing();
     }
     // Every answer of /mcp depends on Origin (CORS), the host's own too
     // (405, 413, a bad Host's 400): a cache must not give one origin's
@@ -1121,172 +730,6 @@ pub(crate) fn to_hyper(reply: Reply, head: bool) -> Response<Answer> {
 /// that served it. A found route is served in the request's span (lines
 /// logged while serving it carry its id), except a host route answered
 /// from memory, which logs nothing of its own.
-/// What is wrong with a request's `Host`, if anything (RFC 9112 3.2: an
-/// HTTP/1.1 request has one; no request has two, or one that is not a
-/// host and optional port). Empty is allowed, as the RFC has clients send
-/// for a target without an authority (answers' URLs are then relative);
-/// else answers' absolute URLs are made from it.
-fn host_problem(version: hyper::Version, headers: &hyper::HeaderMap) -> Option<&'static str> {
-    let mut hosts = headers.get_all(hyper::header::HOST).iter();
-    let Some(host) = hosts.next() else {
-        return (version == hyper::Version::HTTP_11)
-            .then_some("is required in an HTTP/1.1 request");
-    };
-    if hosts.next().is_some() {
-        return Some("must be given once");
-    }
-    let valid = host.is_empty() || marketplace_common::url::plausible_host_bytes(host.as_bytes());
-    (!valid).then_some("must be a host name or address with an optional port")
-}
-
-/// Whether every `Expect` the request names is `100-continue` (hyper
-/// answers that one when the body is first read), the only expectation
-/// HTTP defines (RFC 9110 10.1.1): any other is answered 417 at once,
-/// not waited on for a body the client may hold back.
-fn expectations_met(headers: &hyper::HeaderMap) -> bool {
-    lists_only(headers, hyper::header::EXPECT, "100-continue")
-}
-
-/// Whether every item of every `name` header (a comma-separated list) is
-/// `only`, in any case (an empty item is none).
-fn lists_only(headers: &hyper::HeaderMap, name: hyper::header::HeaderName, only: &str) -> bool {
-    headers.get_all(name).iter().all(|value| {
-        value.to_str().is_ok_and(|v| {
-            v.split(',')
-                .map(str::trim)
-                .all(|item| item.is_empty() || item.eq_ignore_ascii_case(only))
-        })
-    })
-}
-
-/// Whether the request's body, if it has one, is framed by `chunked`
-/// alone (RFC 9112 6.1, 7): hyper reads any list of codings ending in
-/// `chunked` as chunked, so `gzip, chunked` would reach a route as the
-/// still-compressed bytes, and `chunked, chunked` (which RFC 9112 7
-/// forbids) as once-chunked ones. Any other coding, or `chunked` twice,
-/// is answered 501 at once ("a transfer coding it does not understand").
-fn transfer_codings_supported(headers: &hyper::HeaderMap) -> bool {
-    let mut chunked = 0;
-    for value in headers.get_all(hyper::header::TRANSFER_ENCODING) {
-        let Ok(value) = value.to_str() else {
-            return false;
-        };
-        for coding in value.split(',').map(str::trim).filter(|c| !c.is_empty()) {
-            if !coding.eq_ignore_ascii_case("chunked") {
-                return false;
-            }
-            chunked += 1;
-        }
-    }
-    chunked <= 1
-}
-
-/// Whether the request's body, if it has one, comes without a content
-/// coding (`Content-Encoding` absent or `identity`): no route decodes one,
-/// so a gzip body would reach it as the compressed bytes (an outside probe
-/// found a gzip-labelled `[]` answered as plain JSON). Any other is
-/// answered 415 at once (RFC 9110 15.5.16).
-fn content_codings_supported(headers: &hyper::HeaderMap) -> bool {
-    let has_body = headers.contains_key(hyper::header::TRANSFER_ENCODING)
-        || declared_length(headers).is_some_and(|n| n > 0);
-    !has_body || lists_only(headers, hyper::header::CONTENT_ENCODING, "identity")
-}
-
-/// A request's method as its answer names it: a HEAD's answer is its
-/// GET's (RFC 9110 9.3.2), down to the message of a 404 or 405 and so to
-/// the length it says.
-fn as_get(method: &str) -> &str {
-    if method == "HEAD" { "GET" } else { method }
-}
-
-/// Whether a browser says a page of another site sent this request
-/// (`Sec-Fetch-Site: cross-site` or `same-site`; RFC-less but sent by
-/// every current browser, never by other clients). A write the service
-/// takes from pages goes through `/mcp` and the origins it allows: any
-/// other write from a page is a form or a `fetch` that needs no preflight
-/// (`text/plain`, a form's types), which a page can make its visitors'
-/// browsers send, each from its own address, past the per-address caps
-/// (free macro definitions, A2A tasks, execute). Refused before it runs.
-fn sent_by_another_site(headers: &hyper::HeaderMap) -> bool {
-    headers
-        .get("sec-fetch-site")
-        .is_some_and(|v| v.as_bytes() == b"cross-site" || v.as_bytes() == b"same-site")
-}
-
-/// The answer to a request whose target names no resource: `OPTIONS *`
-/// asks what the server supports (RFC 9110 9.3.7: 204 with `Allow`, as
-/// load balancers' health checks send it); the asterisk with any other
-/// method is malformed (400); `CONNECT` asks for a tunnel, which this
-/// service, not a proxy, does not make (501).
-fn not_for_a_resource(app: &App, method: &str, uri: &hyper::Uri) -> Option<Reply> {
-    if method == "CONNECT" {
-        return Some(Reply::error(
-            501,
-            "not_implemented",
-            "this service is not a proxy: it makes no tunnels (CONNECT)",
-        ));
-    }
-    if uri.path() != "*" {
-        return None;
-    }
-    Some(if method == "OPTIONS" {
-        // Every method some route of the table in force takes.
-        let served = app.runtime.served();
-        let mut methods: Vec<&str> = served.table.routes().map(|r| r.method.as_str()).collect();
-        if methods.contains(&"GET") {
-            methods.push("HEAD");
-        }
-        methods.sort_unstable();
-        methods.dedup();
-        methods.retain(|m| *m != "OPTIONS");
-        options(&methods, &hyper::HeaderMap::new())
-    } else {
-        Reply::invalid("target", "the asterisk form (`*`) is for OPTIONS only")
-    })
-}
-
-/// `OPTIONS` on a path that does not declare it: 204 with the methods the
-/// path answers in `Allow` (RFC 9110 9.3.7). A browser's CORS preflight
-/// of a read (`Access-Control-Request-Method: GET` or `HEAD`) from any
-/// origin is allowed: every read is public, and no cookie or credential
-/// of a browser's is ever read. A preflight of another method gets no
-/// `Access-Control-Allow-*`, so the browser does not send it (a family
-/// that takes writes from browsers answers OPTIONS itself, as `/mcp`).
-fn options<S: AsRef<str>>(allowed: &[S], headers: &hyper::HeaderMap) -> Reply {
-    let mut list: Vec<&str> = allowed.iter().map(AsRef::as_ref).collect();
-    if !list.contains(&"OPTIONS") {
-        list.push("OPTIONS");
-    }
-    let mut reply = Reply {
-        status: 204,
-        headers: vec![("allow".into(), crate::reply::allowed_list(&list))],
-        body: vec![],
-    };
-    let asked = headers
-        .get("access-control-request-method")
-        .and_then(|v| v.to_str().ok());
-    let reads = matches!(asked, Some("GET" | "HEAD")) && list.contains(&"GET");
-    if reads && headers.contains_key(hyper::header::ORIGIN) {
-        reply.headers.extend([
-            ("access-control-allow-origin".into(), "*".into()),
-            ("access-control-allow-methods".into(), "GET, HEAD".into()),
-            ("access-control-max-age".into(), "600".into()),
-        ]);
-        // The headers it asks to send, as asked (a read takes none of
-        // them as a credential).
-        if let Some(wanted) = headers
-            .get("access-control-request-headers")
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| v.len() <= 1024)
-        {
-            reply
-                .headers
-                .push(("access-control-allow-headers".into(), wanted.to_string()));
-        }
-    }
-    reply
-}
-
 async fn dispatch(
     app: &Arc<App>,
     gates: &Gates,
@@ -1437,11 +880,11 @@ async fn serve_route(
         return too_large(max);
     }
     if !content_codings_supported(req.headers()) {
-        let mut reply = closing(Reply::error(
+        let mut reply = Reply::error(
             415,
             "unsupported_media_type",
             "a request body is read as sent: no content coding (Content-Encoding: gzip, ...) is decoded; send it uncompressed",
-        ));
+        ).closing();
         reply
             .headers
             .push(("accept-encoding".into(), "identity".into()));
@@ -1465,7 +908,7 @@ async fn serve_route(
     // Refused before its body is read: the connection closes after.
     if let Some(refused) = Reply::refusing_writes(&app.storage, route.writes) {
         let ended = hyper::body::Body::is_end_stream(req.body());
-        return if ended { refused } else { closing(refused) };
+        return if ended { refused } else { refused.closing() };
     }
     // A host handler reads none of them.
     let (headers, payment) = match &route.handler {
@@ -1496,10 +939,11 @@ async fn serve_route(
         Ok(Err(BodyError::TooLarge)) => return too_large(max),
         Ok(Err(BodyError::Busy)) => {
             // (Its body not read whole: the connection closes after.)
-            return closing(busy(
+            return busy(
                 "too many request bodies are being received or waiting for a slot; retry shortly"
                     .into(),
-            ));
+            )
+            .closing();
         }
         Ok(Err(BodyError::Read(e))) => {
             return Reply::invalid("body", format!("could not be read: {e}"));
@@ -1644,57 +1088,6 @@ async fn serve_route(
     }
 }
 
-/// Admit a family's request that has to wait (its address's turn among its
-/// long calls, then its slots), unless its connection is chosen to make
-/// room meanwhile: then it gives way, answered 503 (the connection closes
-/// after).
-async fn admit_waiting(
-    app: &Arc<App>,
-    gates: &Gates,
-    family: &str,
-    family_gates: Arc<FamilyGates>,
-    writes: bool,
-    client: IpAddr,
-    conn: &Arc<super::connections::State>,
-) -> Result<(Option<long_calls::LongOf>, Admitted), Reply> {
-    let admitted = async {
-        let counted = match long_calls::address_turn(client, family, family_wait(app)).await {
-            Ok(counted) => counted,
-            Err(()) => {
-                return Err(busy(format!(
-                    "{family} is busy: {} of this address's requests of it are running long; retry shortly",
-                    long_calls::per_address()
-                )));
-            }
-        };
-        let permits = gates.enter(app, family, family_gates, writes).await?;
-        Ok((counted, permits))
-    };
-    unless_giving_way(conn, admitted).await
-}
-
-/// Wait for `admission` unless the connection is chosen to make room
-/// meanwhile ([`super::connections::State::give_way_if_waiting`]): then its
-/// request gives way, admitted or not, answered 503 (the connection closes
-/// after).
-async fn unless_giving_way<T>(
-    conn: &Arc<super::connections::State>,
-    admission: impl std::future::Future<Output = Result<T, Reply>>,
-) -> Result<T, Reply> {
-    let waiting = conn.waiting_for_admission();
-    let admitted = tokio::select! {
-        biased;
-        admitted = admission => Some(admitted),
-        () = conn.given_way() => None,
-    };
-    match admitted {
-        Some(admitted) if waiting.admitted() => admitted,
-        _ => Err(closing(busy(
-            "every connection place is taken: this request, waiting its turn, gave its place to another client; retry shortly".into(),
-        ))),
-    }
-}
-
 /// What a family's component gets of a request's headers, and its
 /// payment (whose headers no component sees).
 fn component_headers(
@@ -1731,185 +1124,36 @@ fn component_headers(
     (headers, payment.finish())
 }
 
-/// `reply`, saying `Connection: close`: an answer that leaves the request
-/// body unread ends the connection, and says so rather than leave a
-/// keep-alive client to find a closed socket.
-fn closing(mut reply: Reply) -> Reply {
-    if !reply
-        .headers
-        .iter()
-        .any(|(n, v)| n.eq_ignore_ascii_case("connection") && v.eq_ignore_ascii_case("close"))
-    {
-        reply.headers.push(("connection".into(), "close".into()));
-    }
-    reply
-}
-
-/// The `Content-Length` a request declares, if it is a number.
-pub(crate) fn declared_length(headers: &hyper::HeaderMap) -> Option<u64> {
-    headers
-        .get(hyper::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-}
-
 /// 408 `request_timeout`: the body did not arrive within `limit`; the
 /// connection closes.
 pub(crate) fn body_late(limit: Duration) -> Reply {
-    closing(Reply::error(
+    Reply::error(
         408,
         "request_timeout",
         format!(
             "the request body did not arrive within {} ms",
             limit.as_millis()
         ),
-    ))
+    )
+    .closing()
 }
 
 /// 413 `payload_too_large`, answered before the body is read.
 pub(crate) fn too_large(max: usize) -> Reply {
-    closing(Reply::json(
+    Reply::json(
         413,
         &json!({
             "code": "payload_too_large",
             "message": format!("request body exceeds {max} bytes"),
             "max_bytes": max,
         }),
-    ))
+    )
+    .closing()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn a_request_waiting_its_turn_gives_way_when_told_and_runs_when_admitted_first() {
-        let conn = Arc::new(super::super::connections::State::default());
-        // Admitted at once: it runs, and its connection waits no longer.
-        let ran = unless_giving_way(&conn, async { Ok::<_, Reply>(7) }).await;
-        assert_eq!(ran.ok(), Some(7));
-        assert!(!conn.is_waiting());
-        // Still waiting (a slot that never comes) when room is made: it
-        // gives way, 503 and the connection closes after.
-        let never = std::future::pending::<Result<(), Reply>>();
-        let both = async {
-            tokio::join!(unless_giving_way(&conn, never), async {
-                tokio::task::yield_now().await;
-                conn.give_way_if_waiting()
-            })
-        };
-        // (A wait that never heeds being told would hang here.)
-        let (gave_way, told) = tokio::time::timeout(std::time::Duration::from_secs(30), both)
-            .await
-            .expect("told to give way, it stops waiting");
-        assert!(told);
-        let reply = gave_way.unwrap_err();
-        assert_eq!(reply.status, 503);
-        assert!(
-            reply
-                .headers
-                .iter()
-                .any(|(n, v)| n == "connection" && v == "close")
-        );
-        // Nothing waits now: a later make_room finds none to tell.
-        assert!(!conn.give_way_if_waiting());
-    }
-
-    #[test]
-    fn a_family_holds_its_slots_share_of_body_memory_and_room_for_the_largest_body() {
-        let mib = 1024;
-        // Half the pool's slots, half the budget (KiB).
-        assert_eq!(family_body_share(256 * mib, 128, 256, 2 << 20), 128 * mib);
-        assert_eq!(family_body_share(96 * mib, 128, 256, 2 << 20), 48 * mib);
-        // A family of one slot still takes two bodies of the largest size
-        // a route may take (16 MiB), or of max_body_bytes if larger...
-        assert_eq!(family_body_share(256 * mib, 1, 256, 2 << 20), 32 * mib);
-        assert_eq!(family_body_share(256 * mib, 1, 256, 64 << 20), 128 * mib);
-        // ...within the whole budget.
-        assert_eq!(family_body_share(32 * mib, 128, 256, 2 << 20), 32 * mib);
-    }
-
-    #[test]
-    fn a_body_with_a_content_coding_is_refused() {
-        let of = |pairs: &[(&str, &str)]| {
-            let mut headers = hyper::HeaderMap::new();
-            for (k, v) in pairs {
-                headers.append(
-                    hyper::header::HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                    v.parse().unwrap(),
-                );
-            }
-            content_codings_supported(&headers)
-        };
-        assert!(of(&[]));
-        assert!(of(&[("content-length", "2")]));
-        assert!(of(&[
-            ("content-length", "2"),
-            ("content-encoding", "identity")
-        ]));
-        assert!(of(&[("content-length", "0"), ("content-encoding", "gzip")]));
-        assert!(!of(&[
-            ("content-length", "2"),
-            ("content-encoding", "gzip")
-        ]));
-        assert!(!of(&[
-            ("transfer-encoding", "chunked"),
-            ("content-encoding", "br")
-        ]));
-        assert!(!of(&[
-            ("content-length", "2"),
-            ("content-encoding", "identity"),
-            ("content-encoding", "deflate"),
-        ]));
-    }
-
-    #[test]
-    fn only_100_continue_is_an_expectation_met() {
-        let met = |values: &[&str]| {
-            let mut headers = hyper::HeaderMap::new();
-            for v in values {
-                headers.append(
-                    hyper::header::EXPECT,
-                    hyper::header::HeaderValue::from_str(v).unwrap(),
-                );
-            }
-            expectations_met(&headers)
-        };
-        assert!(met(&[]));
-        assert!(met(&["100-continue"]));
-        assert!(met(&["100-Continue"]));
-        assert!(!met(&["200-ok"]));
-        assert!(!met(&["100-continue, 200-ok"]));
-        assert!(!met(&["100-continue", "foo"]));
-        // An empty list names no expectation.
-        assert!(met(&[""]));
-    }
-
-    #[test]
-    fn one_valid_host_per_request() {
-        use hyper::Version;
-        let problem = |version: Version, hosts: &[&[u8]]| {
-            let mut headers = hyper::HeaderMap::new();
-            for h in hosts {
-                headers.append(
-                    hyper::header::HOST,
-                    hyper::header::HeaderValue::from_bytes(h).unwrap(),
-                );
-            }
-            host_problem(version, &headers)
-        };
-        // (What a host may look like: `marketplace_common::url`.)
-        for good in [&b"market.example"[..], b"[::1]:8080", b""] {
-            assert_eq!(problem(Version::HTTP_11, &[good]), None, "{good:?}");
-        }
-        assert_eq!(problem(Version::HTTP_10, &[]), None);
-        assert!(problem(Version::HTTP_11, &[]).is_some());
-        assert!(problem(Version::HTTP_11, &[b"a", b"b"]).is_some());
-        assert!(problem(Version::HTTP_10, &[b"a", b"a"]).is_some());
-        for bad in [&b"a b"[..], b"user@host", b"\xff", b"host:70000"] {
-            assert!(problem(Version::HTTP_11, &[bad]).is_some(), "{bad:?}");
-        }
-    }
 
     fn reply(headers: &[(&str, &str)]) -> Reply {
         Reply {

@@ -3,11 +3,13 @@
 
 pub mod admin;
 pub mod answers;
+pub mod checks;
 pub mod conditional;
 pub mod connections;
 pub mod drain;
 pub mod forwarded;
 pub mod framing;
+pub mod gates;
 pub mod http;
 pub mod linger;
 pub mod open_files;
