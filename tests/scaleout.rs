@@ -300,6 +300,30 @@ fn hosts_started_at_once_share_the_keys_from_the_store() {
         key_a,
         "hosts A and C sign with different arbiter keys"
     );
+
+    // A host's data dir holds no database: an offline mint there (the
+    // operator's shell without the store setting) is refused, not a
+    // secret of a new, empty embedded ledger that no host accepts.
+    let offline = std::process::Command::new(env!("CARGO_BIN_EXE_marketplace"))
+        .args(["cash", "mint", "1", "--data-dir"])
+        .arg(&a.data_dir)
+        .env_remove("MARKETPLACE_STORE")
+        .env_remove("MARKETPLACE_CONFIG")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&offline.stderr);
+    assert!(
+        !offline.status.success(),
+        "offline mint on a fleet host's dir: {said}"
+    );
+    assert!(
+        said.contains("shared store") && said.contains("--admin URL"),
+        "{said}"
+    );
+    assert!(
+        !a.data_dir.join("marketplace.redb").exists() && !a.data_dir.join("server.key").exists(),
+        "the refused mint made an embedded store"
+    );
 }
 
 /// 32 simultaneous paid posts with one secret, spread over three hosts:

@@ -195,6 +195,7 @@ pub fn offline(config: &Config, to: &Path) -> Result<u64> {
         "the configured store is a shared one ({}): back it up with its database's tools (pg_dump, or the cluster's own backups), not through a host",
         config.store_schema
     );
+    crate::state::refuse_fleet_dir(config)?;
     anyhow::ensure!(
         config.db_path().is_file(),
         "no database at {}: name the server's data dir (--data-dir DIR), or back up a running server (--admin URL)",

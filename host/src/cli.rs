@@ -375,6 +375,7 @@ fn cash_mint(amount: &str, key: Option<&str>, client: &Client, settings: &Settin
         !config.shared_store(),
         "with a shared store, mint through a running host: --admin URL"
     );
+    crate::state::refuse_fleet_dir(&config)?;
     // Minting into a fresh data dir (before the first start) is fine when
     // it is named; the default `./data` holding no database is more likely
     // a forgotten --data-dir, and the secret would be worth nothing there.

@@ -34,6 +34,7 @@ impl State {
         let mut storage = if config.shared_store() {
             // The data dir still holds the keys and the admin token.
             private_dir(&config.data_dir)?;
+            mark_fleet_dir(&config)?;
             let storage = Storage::open_pg(
                 &config.store,
                 &config.store_schema,
@@ -177,10 +178,50 @@ fn no_space_left(e: &(dyn std::error::Error + 'static)) -> bool {
         || e.to_string().contains("os error 28")
 }
 
+/// The file a host on a shared store keeps in its data dir (which holds
+/// no database, only its keys and admin token): an embedded store opened
+/// there, by an offline command or a `serve` whose store setting was
+/// forgotten, would be a new and empty one beside the fleet's, minting
+/// secrets no host accepts. While it is there, [`open_embedded`] refuses.
+pub const FLEET_MARK: &str = "shared-store";
+
+/// Leave [`FLEET_MARK`] in a shared-store host's data dir.
+fn mark_fleet_dir(config: &Config) -> Result<()> {
+    let mark = config.data_dir.join(FLEET_MARK);
+    let text = format!(
+        "This is the data dir of a host on a shared store (schema {}).\n\
+         Its data is in that store, not here: an embedded store opened here would be\n\
+         a new, empty one, so offline commands (cash mint, backup) and a serve without\n\
+         the store setting refuse this dir while this file is here. Mint and back up\n\
+         through a running host (--admin URL). Remove this file only to keep an\n\
+         embedded store of its own here.\n",
+        config.store_schema
+    );
+    if std::fs::read_to_string(&mark).ok().as_deref() != Some(text.as_str()) {
+        std::fs::write(&mark, text).with_context(|| format!("writing {}", mark.display()))?;
+    }
+    Ok(())
+}
+
+/// Refused when `config`'s data dir is a shared-store host's
+/// ([`FLEET_MARK`]).
+pub fn refuse_fleet_dir(config: &Config) -> Result<()> {
+    let mark = config.data_dir.join(FLEET_MARK);
+    anyhow::ensure!(
+        !mark.exists(),
+        "{} is the data dir of a host on a shared store ({} says so): its data is in the store, and an embedded store here would be a new, empty one. Configure the store (store, MARKETPLACE_STORE) to serve it; mint or back up through a running host (--admin URL); remove that file only to keep an embedded store of its own here",
+        config.data_dir.display(),
+        mark.display()
+    );
+    Ok(())
+}
+
 /// The embedded database of `config`'s data dir, the dir made owner-only
 /// (0700) and the database file 0600, for `serve` and the offline commands
-/// alike (the first of them to run may create both).
+/// alike (the first of them to run may create both). Refused in a
+/// shared-store host's data dir ([`refuse_fleet_dir`]).
 pub fn open_embedded(config: &Config) -> Result<Storage> {
+    refuse_fleet_dir(config)?;
     private_dir(&config.data_dir)?;
     let storage = Storage::open(&config.db_path(), Settings::of(config))?;
     private_file(&config.db_path())?;
@@ -526,6 +567,28 @@ fn private_file(path: &std::path::Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shared_store_hosts_data_dir_gets_no_embedded_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            data_dir: dir.path().join("data"),
+            store_schema: "fleet".into(),
+            ..Config::default()
+        };
+        std::fs::create_dir_all(&config.data_dir).unwrap();
+        mark_fleet_dir(&config).unwrap();
+        let mark = std::fs::read_to_string(config.data_dir.join(FLEET_MARK)).unwrap();
+        assert!(mark.contains("schema fleet"), "{mark}");
+        let refused = open_embedded(&config).err().expect("refused").to_string();
+        assert!(refused.contains(FLEET_MARK), "{refused}");
+        assert!(refused.contains("--admin URL"), "{refused}");
+        assert!(!config.db_path().exists(), "no database was made");
+        // The operator's choice: without the file, an embedded store.
+        std::fs::remove_file(config.data_dir.join(FLEET_MARK)).unwrap();
+        drop(open_embedded(&config).unwrap());
+        assert!(config.db_path().exists());
+    }
 
     #[cfg(unix)]
     #[test]
