@@ -161,8 +161,10 @@ pub fn verify(
     if !checked {
         check_signature(st)?;
     }
-    let internal = |e: &dyn std::fmt::Display| {
-        tracing::error!("auth table: {e}");
+    // (Summarized while a shared store is unavailable, as every request's
+    // storage errors are then.)
+    let internal = |e: &crate::store::StorageError| {
+        crate::logging::request_error(e.unavailable(), None, &format!("auth table: {e}"));
         Reply::error(500, "internal", "internal error")
     };
     let k = format!(

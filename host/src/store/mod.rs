@@ -387,6 +387,18 @@ impl std::fmt::Display for StorageError {
 
 impl std::error::Error for StorageError {}
 
+/// How a shared store's failure for want of the database begins its
+/// message ([`StorageError::unavailable`]).
+const UNAVAILABLE: &str = "store unavailable: ";
+
+impl StorageError {
+    /// Whether this is a shared store's failure for want of the database
+    /// (an outage: every request fails the same way meanwhile).
+    pub fn unavailable(&self) -> bool {
+        matches!(self, StorageError::Internal(m) if m.starts_with(UNAVAILABLE))
+    }
+}
+
 fn internal(e: impl std::fmt::Display) -> StorageError {
     StorageError::Internal(e.to_string())
 }

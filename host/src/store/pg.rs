@@ -373,7 +373,7 @@ impl PgStore {
                 "the shared store is unavailable: {what}"
             );
         }
-        StorageError::Internal(format!("store unavailable: {what}"))
+        StorageError::Internal(format!("{}{what}", super::UNAVAILABLE))
     }
 
     fn connect_raw(&self) -> Result<(Client, ()), StorageError> {
