@@ -19,8 +19,9 @@
 //!
 //! The other way round, a client that reads nothing of its answer for
 //! the connection's write timeout (the header timeout) has its connection
-//! closed, not drained: it would keep the answer's bytes for as long as
-//! it liked (see `super::answers`).
+//! reset, not drained nor closed: it would keep the answer's bytes for as
+//! long as it liked (see `super::answers`), in the kernel's queue of a
+//! closed socket too.
 
 use super::connections::State;
 use super::shares::Shares;
@@ -56,6 +57,9 @@ pub struct Lingering {
     /// The client closed its side (a read found the end), or read nothing
     /// for `write_timeout`: not drained.
     ended: bool,
+    /// Its client read nothing of the answer for `write_timeout`: reset
+    /// when dropped.
+    cut_off: bool,
     /// Longest a write may wait for the client to read.
     write_timeout: Duration,
     /// Since a write found no room: ends at `write_timeout`, with the
@@ -90,6 +94,7 @@ impl Lingering {
             stream: Some(stream),
             peer,
             ended: false,
+            cut_off: false,
             write_timeout,
             stalled: None,
             state,
@@ -142,7 +147,9 @@ impl Lingering {
             break;
         }
         self.ended = true;
-        tracing::debug!(peer = ?self.peer, "connection closed: its client read nothing of the answer for {timeout:?}");
+        // Reset when dropped, not closed (see [`settle`]).
+        self.cut_off = true;
+        tracing::debug!(peer = ?self.peer, "connection reset: its client read nothing of the answer for {timeout:?}");
         Poll::Ready(Err(io::Error::new(
             io::ErrorKind::TimedOut,
             "the client read nothing of the answer in time",
@@ -212,23 +219,73 @@ impl Drop for Lingering {
         let Some(stream) = self.stream.take() else {
             return;
         };
-        if self.ended {
-            return;
-        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        if self.cut_off {
+            reset(stream);
+            return;
+        }
+        let settle_within = self.write_timeout;
+        if self.ended {
+            // The client closed its side. An answer
+            // the kernel still holds for it is sent while the client reads
+            // it, not left with a closed socket (see [`settle`]).
+            if unsent(&stream).is_some_and(|n| n > 0) {
+                match Draining::take(&PLACES, self.peer) {
+                    Some(place) => {
+                        runtime.spawn(async move {
+                            settle(stream, settle_within).await;
+                            drop(place);
+                        });
+                    }
+                    None => reset(stream),
+                }
+            }
+            return;
+        }
         let m = crate::metrics::metrics();
         let Some(place) = Draining::take(&PLACES, self.peer) else {
             m.connections_not_drained.inc();
             tracing::debug!(peer = ?self.peer, "connection closed without draining: no place left");
+            if unsent(&stream).is_some_and(|n| n > 0) {
+                reset(stream);
+            }
             return;
         };
         runtime.spawn(async move {
-            drain(stream).await;
+            let stream = drain(stream).await;
+            settle(stream, settle_within).await;
             drop(place);
         });
     }
+}
+
+/// How often [`settle`] looks whether the kernel has sent the answer.
+const SETTLE_POLL: Duration = Duration::from_millis(100);
+
+/// Close `stream` once the kernel has sent what it holds for it (the
+/// client read it), or reset it after `within`. A socket closed with
+/// unsent bytes stays with the kernel, orphaned (no longer counted
+/// against its address), for as long as its client keeps its end open
+/// and reads nothing: one address repeating that grew the kernel's TCP
+/// memory by hundreds of MB (an outside audit). A reset drops the queue
+/// with the socket.
+async fn settle(stream: TcpStream, within: Duration) {
+    let until = tokio::time::Instant::now() + within;
+    while unsent(&stream).is_some_and(|n| n > 0) {
+        if tokio::time::Instant::now() >= until {
+            tracing::debug!("connection reset: its client read nothing of the rest of its answer");
+            reset(stream);
+            return;
+        }
+        tokio::time::sleep(SETTLE_POLL).await;
+    }
+}
+
+/// Close `stream` with a reset: what the kernel holds for it is dropped.
+fn reset(stream: TcpStream) {
+    let _ = stream.set_zero_linger();
 }
 
 /// One draining place, given back when dropped (also when its task is
@@ -258,8 +315,8 @@ impl Drop for Draining {
 }
 
 /// Shut the write side, then read and drop what comes until the client
-/// closes or a bound is reached.
-async fn drain(mut stream: TcpStream) {
+/// closes or a bound is reached; the socket, to close.
+async fn drain(mut stream: TcpStream) -> TcpStream {
     let _ = stream.shutdown().await;
     let until = tokio::time::Instant::now() + LONGEST;
     let mut buf = vec![0u8; 16 << 10];
@@ -271,6 +328,7 @@ async fn drain(mut stream: TcpStream) {
             _ => break,
         }
     }
+    stream
 }
 
 #[cfg(test)]
@@ -426,6 +484,76 @@ mod tests {
         };
         assert_eq!(failed.kind(), io::ErrorKind::TimedOut);
         assert!(conn.ended, "not drained");
-        drop(client);
+        drop(conn);
+        // Reset, not closed: the kernel drops what it held for the client
+        // (a close would keep it, with the socket, for as long as the
+        // client stays and reads nothing), so the client, reading at last,
+        // meets the reset after what had reached it.
+        let mut client = client;
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut read = 0usize;
+        let end = loop {
+            match client.read(&mut buf) {
+                Ok(0) => break None,
+                Ok(n) => read += n,
+                Err(e) => break Some(e.kind()),
+            }
+        };
+        assert_eq!(
+            end,
+            Some(io::ErrorKind::ConnectionReset),
+            "{read} of {sent} bytes read"
+        );
+        assert!(read < sent, "{read} of {sent} bytes read");
+    }
+
+    /// A client that closed its sending side and reads its answer late
+    /// gets all of it and a clean end: the socket is closed once the
+    /// kernel has sent what it held, not reset.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_half_closed_client_reading_late_gets_its_whole_answer() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let answer = vec![7u8; 256 << 10];
+        let expected = answer.len();
+        let client = std::thread::spawn(move || {
+            let mut c = std::net::TcpStream::connect(addr).unwrap();
+            c.write_all(b"ask").unwrap();
+            c.shutdown(std::net::Shutdown::Write).unwrap();
+            std::thread::sleep(Duration::from_millis(500));
+            let mut got = Vec::new();
+            c.read_to_end(&mut got).map(|_| got.len())
+        });
+        let (stream, _) = listener.accept().await.unwrap();
+        let mut conn = Lingering::new(stream, Some(addr.ip()), Duration::from_secs(5), None);
+        let mut buf = [0u8; 16];
+        let mut asked = 0;
+        loop {
+            let n = conn.read(&mut buf).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            asked += n;
+        }
+        assert_eq!(asked, 3);
+        assert!(conn.ended);
+        // What fits in the socket's buffers now; the rest follows as the
+        // client reads, from the socket this drop hands on.
+        let sndbuf = 64 << 10;
+        conn.write_all(&answer[..sndbuf]).await.unwrap();
+        let rest = answer[sndbuf..].to_vec();
+        let writer = tokio::spawn(async move {
+            conn.write_all(&rest).await.unwrap();
+            drop(conn);
+        });
+        writer.await.unwrap();
+        let got = tokio::task::spawn_blocking(move || client.join().unwrap())
+            .await
+            .unwrap()
+            .expect("the whole answer and a clean end");
+        assert_eq!(got, expected);
     }
 }
