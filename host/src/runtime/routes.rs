@@ -59,26 +59,30 @@ impl Route {
 
     /// `path` as logs may show it: a segment the pattern names
     /// [`SECRET_PARAM`] (a bearer capability such as a single-use upload
-    /// URL's token) is shown as that name, never as sent. Segments are
-    /// matched from the end, so a path under an alias prefix
+    /// URL's token) is shown as that name, never as sent, and a segment
+    /// that may hold a cash secret ([`may_hold_secret`]) as `{redacted}`.
+    /// Segments are matched from the end, so a path under an alias prefix
     /// (`/api/v1/...`) is redacted too.
     pub fn logged_path<'p>(&self, path: &'p str) -> std::borrow::Cow<'p, str> {
-        if holds_cash_secret(path) {
-            return redact_cash_secrets(path).into();
-        }
         // (A pattern without parameters first, by one memchr: most
         // requests' routes, and the substring search costs more.)
-        if !self.pattern.contains('{') || !self.pattern.contains(SECRET_PARAM) {
+        let token = self.pattern.contains('{') && self.pattern.contains(SECRET_PARAM);
+        if !token && !may_hold_secret(path) {
             return path.into();
         }
-        let pattern: Vec<&str> = self.pattern.split('/').collect();
-        let mut segments: Vec<&str> = path.split('/').collect();
-        let Some(skip) = segments.len().checked_sub(pattern.len()) else {
-            return self.pattern.clone().into();
-        };
-        for (segment, p) in segments[skip..].iter_mut().zip(&pattern) {
-            if *p == SECRET_PARAM {
-                *segment = SECRET_PARAM;
+        let mut segments: Vec<&str> = path
+            .split('/')
+            .map(|s| if may_hold_secret(s) { "{redacted}" } else { s })
+            .collect();
+        if token {
+            let pattern: Vec<&str> = self.pattern.split('/').collect();
+            let Some(skip) = segments.len().checked_sub(pattern.len()) else {
+                return self.pattern.clone().into();
+            };
+            for (segment, p) in segments[skip..].iter_mut().zip(&pattern) {
+                if *p == SECRET_PARAM {
+                    *segment = SECRET_PARAM;
+                }
             }
         }
         segments.join("/").into()
@@ -87,19 +91,13 @@ impl Route {
 
 pub use marketplace_common::secret::{holds_cash_secret, redact_secret_text};
 
-/// `path` with every segment that may hold a cash secret shown as
-/// `{redacted}`.
-fn redact_cash_secrets(path: &str) -> String {
-    path.split('/')
-        .map(|segment| {
-            if holds_cash_secret(segment) {
-                "{redacted}"
-            } else {
-                segment
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("/")
+/// Whether `text` may hold a cash secret: one written out
+/// (`e1:secret:...`), or its 64 hex digits alone (`e1_secret_<hex>`, a
+/// bare key: enough to spend, as the request id's rule says too). No
+/// route takes a public key in its path, so nothing else of the kind is
+/// hidden.
+fn may_hold_secret(text: &str) -> bool {
+    holds_cash_secret(text) || marketplace_common::secret::holds_hex_key(text)
 }
 
 /// A path parameter no log shows (see [`Route::logged_path`]).
@@ -133,7 +131,7 @@ pub const NOT_UTF8: &str =
 pub fn logged_unrouted(path: &str) -> std::borrow::Cow<'_, str> {
     let secret = |segment: &str| {
         (segment.len() >= 32 && segment.bytes().all(|b| b.is_ascii_alphanumeric()))
-            || holds_cash_secret(segment)
+            || may_hold_secret(segment)
     };
     if !path.split('/').any(secret) {
         return path.into();
@@ -824,6 +822,31 @@ mod tests {
         assert_eq!(
             logged(Some(&upload), &format!("/api/storage/upload/{token}")),
             "/api/storage/upload/{token}"
+        );
+        // Its 64 hex digits alone, or inside another word: as good as
+        // the secret, never shown.
+        let hex = "ab".repeat(32);
+        let thread = fam("GET", "/api/thread/{post_id}", "timeline");
+        for sent in [hex.clone(), format!("e1_secret_{hex}"), format!("x{hex}y")] {
+            assert_eq!(
+                thread.logged_path(&format!("/api/v1/thread/{sent}")),
+                "/api/v1/thread/{redacted}",
+                "{sent}"
+            );
+            assert_eq!(
+                logged_unrouted(&format!("/nope/{sent}-")),
+                "/nope/{redacted}"
+            );
+        }
+        assert_eq!(
+            upload.logged_path(&format!("/api/storage/upload/{hex}")),
+            "/api/storage/upload/{token}"
+        );
+        // 63 digits are not a key.
+        let short = &hex[1..];
+        assert_eq!(
+            thread.logged_path(&format!("/api/thread/{short}")),
+            format!("/api/thread/{short}")
         );
         assert!(holds_cash_secret("E1:SECRET:AB"));
         assert!(!holds_cash_secret("/api/posts/post_01secret"));
