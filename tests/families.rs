@@ -1962,3 +1962,48 @@ fn the_families_dir_reads_only_regular_component_files() {
     assert!(log.contains("proc.wasm not read: an empty file"), "{log}");
     assert_eq!(s.get("/api/health").json()["status"], "ok");
 }
+
+/// A request routed to a family that is unmounted while it waits to be
+/// admitted (its address's long calls run meanwhile) is answered as the
+/// family's routes are from then on, 404 naming the unmount, not as an
+/// outage (503 without a time to retry): an outside audit found the 503.
+#[test]
+fn a_request_waiting_while_its_family_is_unmounted_is_404() {
+    // Long enough calls that the unmount surely comes while they run.
+    let s = Server::with(Options {
+        testing_routes: true,
+        env: vec![("MARKETPLACE_REQUEST_TIMEOUT_MS".into(), "10000".into())],
+        ..Options::default()
+    });
+    let go = |s: &Server| {
+        let addr = s.addr;
+        std::thread::spawn(move || {
+            common::request(addr, "GET", "/_testing/loop?spin_ms=3000", &[], None)
+        })
+    };
+    // Two long calls of this address run; a third waits for one to end.
+    let running: Vec<_> = (0..2).map(|_| go(&s)).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let waiting = go(&s);
+    std::thread::sleep(Duration::from_millis(300));
+    let r = admin(&s, "DELETE", "/admin/plugins/testing", b"");
+    assert_eq!(r.status, 200, "unmount: {}", r.text());
+    for call in running {
+        let r = call.join().unwrap();
+        assert_eq!(
+            r.status,
+            200,
+            "a call begun before the unmount: {}",
+            r.text()
+        );
+    }
+    let r = waiting.join().unwrap();
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (404, "not_found"),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("unmounted"), "{}", r.text());
+    assert_eq!(s.get("/_testing/ok").status, 404);
+}

@@ -191,10 +191,17 @@ impl Runtime {
         from: Caller,
     ) -> Result<Reply, RunAgain> {
         let Some(plugin) = self.plugin(family) else {
+            // Unmounted since its route was found: answered as the route
+            // table in force answers its paths now (an unmounted family's
+            // routes are 404), not as a passing outage.
             return Ok(Reply::error(
-                503,
-                "plugin_unavailable",
-                format!("no component is loaded for the {family} family"),
+                404,
+                "not_found",
+                format!(
+                    "no route for {} {}: the {family} family was unmounted",
+                    req.method,
+                    crate::logging::clip(&req.path, crate::logging::SHOWN_PATH)
+                ),
             ));
         };
         let Kind::Endpoint { pre, handle } = &plugin.kind else {

@@ -150,7 +150,8 @@ impl Runtime {
                 503,
                 "plugin_unavailable",
                 "no fee-policy component is loaded",
-            )),
+            )
+            .retry_after_a_second()),
         }
     }
 
