@@ -2852,6 +2852,34 @@ fn a_kept_upload_refused_at_start_is_an_alert() {
     assert_eq!(policy(&s), pickup_paid);
     assert_eq!(s.get("/api/health").json()["alerts"], json!([]));
     assert_eq!(s.metric("marketplace_alerts"), 0);
+
+    // A family that exists only by its upload: refused at a start, it is
+    // not mounted at all, and the unmount README offers still settles it
+    // (an outside audit's unmount was 404 and the alert stayed).
+    let template = std::fs::read(common::plugins_dir().join("template.wasm")).unwrap();
+    let r = common::deal::admin(&s, "PUT", "/admin/plugins/hello", &template);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut s = s;
+    s.stop();
+    let file = data.join("uploads").join("hello.wasm");
+    let bytes = std::fs::read(&file).expect("the kept upload");
+    std::fs::write(&file, &bytes[..5000]).unwrap();
+    let mut s = server_on(&data, &[]);
+    let h = s.get("/api/health").json();
+    assert_eq!(h["alerts"][0]["kind"], "kept_upload_refused", "{h}");
+    assert!(h["plugins"].get("hello").is_none(), "{h}");
+    let r = common::deal::admin(&s, "DELETE", "/admin/plugins/hello", b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["kept_upload_dropped"], true, "{}", r.text());
+    assert_eq!(s.get("/api/health").json()["alerts"], json!([]));
+    // Settled for good: the next start neither tries it nor alerts.
+    s.stop();
+    let s = server_on(&data, &[]);
+    let h = s.get("/api/health").json();
+    assert_eq!(h["alerts"], json!([]), "{h}");
+    assert!(h["plugins"].get("hello").is_none(), "{h}");
+    let r = common::deal::admin(&s, "DELETE", "/admin/plugins/hello", b"");
+    assert_eq!(r.status, 404, "nothing left to settle: {}", r.text());
 }
 
 /// Health's `commits` counts committed mutating requests (PROTOCOL 8): none

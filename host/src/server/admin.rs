@@ -742,6 +742,21 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
             // are applied and recorded one after the other).
             let _one_change = app.runtime.one_change();
             if app.runtime.grants(family).is_none() {
+                // Not mounted, but an upload of it is kept that the start
+                // refused (`kept_upload_refused`): the unmount settles it,
+                // as README says, instead of leaving it to come back.
+                if super::uploads::kept_upload(app, family) {
+                    if let Err(e) = super::uploads::record_unmount(app, family) {
+                        tracing::error!(family, "the kept upload was not dropped: {e:#}");
+                        return Reply::error(500, "internal", "internal error");
+                    }
+                    crate::alerts::settled(family);
+                    tracing::info!(family, "the kept upload the start refused was dropped through the admin API");
+                    return Reply::json(
+                        200,
+                        &json!({"family": family, "unmounted": true, "kept_upload_dropped": true}),
+                    );
+                }
                 return Reply::error(404, "not_found", format!("no plugin family {family}"));
             }
             let previous = app.runtime.previous(family);

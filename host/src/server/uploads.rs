@@ -182,6 +182,13 @@ pub fn kept_change(
     }))
 }
 
+/// Whether an upload through the admin API is kept for `family` (not an
+/// unmount): one a start refused leaves a family that is not mounted with
+/// an upload still to settle.
+pub fn kept_upload(app: &App, family: &str) -> bool {
+    matches!(kept_change(app, family), Ok(Some(change)) if !change.unmounted)
+}
+
 /// The families kept unmounted through the admin API (the watcher does
 /// not mount their files in the families directory until they change).
 pub fn kept_unmounts(app: &App) -> Vec<String> {
@@ -555,6 +562,18 @@ fn apply(
                 version = %p.version,
                 "serving the component uploaded through the admin API"
             );
+            // The configuration names another file since the upload: it
+            // does not serve (no file the upload was weighed against
+            // changed), which an operator who set it expects it to.
+            if let Some(was) = kept.path.as_deref()
+                && was != family_component(app, family)
+            {
+                tracing::warn!(
+                    family,
+                    "the configuration names {} for this family now, but the component uploaded through the admin API (over {was}) serves: upload that file through the admin API (`marketplace plugins load {family} ...`) to serve it",
+                    family_component(app, family)
+                );
+            }
             // Its grants are the upload's: say so when the configuration
             // says otherwise (the operator may expect the config's).
             if let Some(spec) = app.config.family(family) {
