@@ -998,6 +998,28 @@ fn testing_routes_are_absent_by_default_and_head_works() {
     assert!(out.ends_with("\r\n\r\n"), "HEAD must have no body: {out:?}");
 }
 
+/// A chunked body hyper cannot read (a chunk size that is not hex) is
+/// 400 naming the body, and the answer says the connection closes, as it
+/// does (an outside probe saw the close without the word).
+#[test]
+fn an_unreadable_chunked_body_is_400_and_says_the_connection_closes() {
+    let s = Server::start();
+    let mut stream = TcpStream::connect(s.addr).unwrap();
+    stream
+        .write_all(
+            b"POST /api/cash/health_check HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+        )
+        .unwrap();
+    let r = common::read_response(&mut stream);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "invalid_request"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(r.header("connection"), Some("close"), "{}", r.text());
+}
+
 #[test]
 fn a_huge_method_is_answered_and_logged_at_a_bounded_length() {
     // A stranger's 20,000-byte method: 405 with a short message, and a

@@ -1462,6 +1462,18 @@ fn mcp_origin_rule_against_dns_rebinding() {
         &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
     );
     assert_refused(&r, "notification");
+    // An Origin present but not text is an origin, not none (an outside
+    // probe's `http://\xff` was let through as no Origin).
+    let r = s.raw_post(
+        "/mcp",
+        &[
+            ("accept", b"application/json, text/event-stream"),
+            ("host", own.as_bytes()),
+            ("origin", b"http://\xff"),
+        ],
+        &ping(),
+    );
+    assert_refused(&r, "an Origin of other bytes");
 }
 
 #[test]

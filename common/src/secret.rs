@@ -22,6 +22,14 @@ pub enum Kind {
 
 /// Parse `e{amount}:{secret|public}:{64 hex}`. Hex must be lowercase.
 pub fn parse(s: &str) -> Result<CashString, String> {
+    // (What the host reads a header of other bytes as, too: a message
+    // about its first letter would mislead.)
+    if !s.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(
+            "holds a byte that is not visible ASCII: it must look like e<amount>:secret:<64 hex>"
+                .into(),
+        );
+    }
     let rest = s.strip_prefix('e').ok_or("must start with 'e'")?;
     let mut parts = rest.splitn(3, ':');
     let (Some(amt), Some(kind), Some(hex)) = (parts.next(), parts.next(), parts.next()) else {
@@ -240,6 +248,12 @@ mod tests {
     #[test]
     fn refuses_malformed() {
         let h = "ab".repeat(32);
+        // Bytes outside visible ASCII are named as such, not as a wrong
+        // first letter (the host reads a header of them as a sentence).
+        for odd in [format!("e1:secret:{h}\u{e9}"), "(not visible ASCII)".into()] {
+            let e = parse(&odd).unwrap_err();
+            assert!(e.contains("visible ASCII"), "{odd}: {e}");
+        }
         for bad in [
             format!("0.5:secret:{h}"),
             format!("e0:secret:{h}"),

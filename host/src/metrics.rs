@@ -383,7 +383,7 @@ impl Metrics {
         r.register("ledger_fees_units", "Fees earned", m.ledger_fees.clone());
         r.register(
             "ledger_escrow_units",
-            "Cash held in contracts' escrow",
+            "Cash held in contracts' escrow, payouts and refunds not yet picked up included",
             m.ledger_escrow.clone(),
         );
         r.register(

@@ -420,8 +420,14 @@ impl Ledger {
                     return Err(output("outputs must be secrets".into()));
                 }
                 let public = public_hash(&parsed.hex);
-                if !seen_out.insert(public.clone()) || seen.contains(&public) {
+                if !seen_out.insert(public.clone()) {
                     return Err(output("duplicate output".into()));
+                }
+                if seen.contains(&public) {
+                    return Err(output(
+                        "an output reuses an input's secret: an output must be a new secret"
+                            .into(),
+                    ));
                 }
                 if txn
                     .get_in(OUTPUTS, public.as_bytes())

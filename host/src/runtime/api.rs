@@ -428,8 +428,8 @@ pub fn assemble(
     // What the host answers before any route runs, whatever the method and
     // whatever its component (or the host's file) documents: 413 to a body
     // declared over its limit and 408 to one that does not arrive in time
-    // (`body_timeout_ms`); 400 to a path or query parameter that is not
-    // UTF-8 once decoded (`server::http`); and the seconds a 429 or 503
+    // (`body_timeout_ms`); 400 to a path or query parameter, declared or
+    // not, that is not UTF-8 once decoded (`server::http`); and the seconds a 429 or 503
     // says to wait, as a header a generated client exposes.
     let error = |description: &str| json!({"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
     let paths = doc["paths"]
@@ -461,11 +461,15 @@ pub fn assemble(
                     .entry(status)
                     .or_insert_with(|| error(description));
             }
-            if in_path || in_query {
-                responses.entry("400").or_insert_with(|| {
-                    error("invalid_request: a parameter is not UTF-8 once percent-decoded")
-                });
-            }
+            // (Any operation: a query parameter it does not declare is
+            // read too, and refused the same way.)
+            responses.entry("400").or_insert_with(|| {
+                error(if in_path || in_query {
+                    "invalid_request: a parameter is not UTF-8 once percent-decoded"
+                } else {
+                    "invalid_request: a query parameter (this operation declares none) is not UTF-8 once percent-decoded"
+                })
+            });
             for status in ["429", "503"] {
                 if let Some(Value::Object(response)) = responses.get_mut(status)
                     && !response.contains_key("$ref")

@@ -946,7 +946,8 @@ async fn serve_route(
             .closing();
         }
         Ok(Err(BodyError::Read(e))) => {
-            return Reply::invalid("body", format!("could not be read: {e}"));
+            // (A body hyper cannot frame ends its connection: said so.)
+            return Reply::invalid("body", format!("could not be read: {e}")).closing();
         }
         Err(_) => return body_late(body_timeout),
     };
@@ -1102,15 +1103,21 @@ fn component_headers(
     let mut payment = PaymentReader::default();
     for (name, value) in from {
         let name = name.as_str();
-        let value = value.to_str().ok();
-        if payment.read(name, value) {
+        if payment.read(name, value.to_str().ok()) {
             continue;
         }
-        let Some(value) = value else { continue };
+        // A value of other bytes than visible ASCII is passed on with them
+        // replaced (U+FFFD), not dropped: a header present but unreadable
+        // must not read as absent (an `Origin: http://\xff` was taken as
+        // no Origin by /mcp's check, which lets only those through).
+        let value = match value.to_str() {
+            Ok(v) => v.to_string(),
+            Err(_) => String::from_utf8_lossy(value.as_bytes()).into_owned(),
+        };
         if is_credential(name) {
-            credentials.push((name.to_string(), value.to_string()));
+            credentials.push((name.to_string(), value));
         } else {
-            headers.push((name.to_string(), value.to_string()));
+            headers.push((name.to_string(), value));
         }
     }
     // Absolute URLs in answers are the configured origin's.
