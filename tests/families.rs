@@ -529,6 +529,11 @@ fn a_swap_that_drops_routes_says_which_in_the_log() {
     assert_eq!(r.json()["dropped_routes"], json!([]), "{}", r.text());
     let log = s.log_text();
     assert_eq!(log.matches("these now answer 404").count(), 1, "{log}");
+    // The listing names the policy by the component's own name, which the
+    // component file's name does not tell.
+    let fees = plugin(&s, "fees").expect("fees listed");
+    assert_eq!(fees["name"], "fees-pickup-paid", "{fees}");
+    assert_eq!(r.json()["name"], "fees-pickup-paid", "{}", r.text());
 }
 
 #[test]

@@ -425,8 +425,7 @@ impl Ledger {
                 }
                 if seen.contains(&public) {
                     return Err(output(
-                        "an output reuses an input's secret: an output must be a new secret"
-                            .into(),
+                        "an output reuses an input's secret: an output must be a new secret".into(),
                     ));
                 }
                 if txn

@@ -232,6 +232,7 @@ fn swap_in(
         Ok(p) => {
             tracing::info!(
                 family = %family,
+                name = %p.name,
                 version = %p.version,
                 millis = started.elapsed().as_millis() as u64,
                 "hot reload: {} {}",

@@ -10,6 +10,11 @@ use std::sync::{Mutex, MutexGuard};
 pub struct PluginStatus {
     pub family: String,
     pub component: String,
+    /// The component's own name (its `describe`), which a file name
+    /// does not tell (a fee policy swapped in under the configured file's
+    /// name); empty unless loaded.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub name: String,
     pub version: String,
     pub status: String,
     pub hash: String,

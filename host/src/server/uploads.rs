@@ -559,6 +559,7 @@ fn apply(
         Ok(p) => {
             tracing::info!(
                 family,
+                name = %p.name,
                 version = %p.version,
                 "serving the component uploaded through the admin API"
             );

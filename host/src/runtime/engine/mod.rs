@@ -1110,6 +1110,7 @@ impl Runtime {
                 .map(|v| PluginStatus {
                     family: v.family.to_string(),
                     component: v.component.to_string(),
+                    name: v.loaded.map(|p| p.name.clone()).unwrap_or_default(),
                     version: v.version.to_string(),
                     status: v.status.into(),
                     hash: v.loaded.map(|p| p.hash.clone()).unwrap_or_default(),
