@@ -1977,20 +1977,25 @@ fn a_request_waiting_while_its_family_is_unmounted_is_404() {
     // Long enough calls that the unmount surely comes while they run.
     let s = Server::with(Options {
         testing_routes: true,
-        env: vec![("MARKETPLACE_REQUEST_TIMEOUT_MS".into(), "10000".into())],
+        env: vec![("MARKETPLACE_REQUEST_TIMEOUT_MS".into(), "20000".into())],
         ..Options::default()
     });
     let go = |s: &Server| {
         let addr = s.addr;
         std::thread::spawn(move || {
-            common::request(addr, "GET", "/_testing/loop?spin_ms=3000", &[], None)
+            common::request(addr, "GET", "/_testing/loop?spin_ms=6000", &[], None)
         })
     };
-    // Two long calls of this address run; a third waits for one to end.
+    // Two long calls of this address run; a third waits for one to end
+    // (counted once it waits: then it is unmounted, not before).
     let running: Vec<_> = (0..2).map(|_| go(&s)).collect();
     std::thread::sleep(Duration::from_millis(300));
     let waiting = go(&s);
-    std::thread::sleep(Duration::from_millis(300));
+    let until = Instant::now() + Duration::from_secs(20);
+    while s.metric("marketplace_plugin_address_waits_total") < 1 {
+        assert!(Instant::now() < until, "the third call never waited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let r = admin(&s, "DELETE", "/admin/plugins/testing", b"");
     assert_eq!(r.status, 200, "unmount: {}", r.text());
     for call in running {

@@ -98,6 +98,21 @@ impl Reply {
         .retry_after_a_second()
     }
 
+    /// 404 `not_found` for `method path` (the method as its answer names
+    /// it: a HEAD's is its GET's), which no route takes, `why` after it
+    /// (empty, or what took it away). A path may be 64 KiB: it is not
+    /// echoed whole.
+    pub fn no_route(method: &str, path: &str, why: &str) -> Reply {
+        Reply::error(
+            404,
+            "not_found",
+            format!(
+                "no route for {method} {}{why}",
+                crate::logging::clip(path, crate::logging::SHOWN_PATH)
+            ),
+        )
+    }
+
     /// The shared store could not be reached while the request ran.
     /// A write may not have been kept (or, when the connection broke at its
     /// commit, may have been): an identical retry of a paid request is

@@ -207,13 +207,24 @@ fn mark_fleet_dir(config: &Config) -> Result<()> {
 /// ([`FLEET_MARK`]).
 pub fn refuse_fleet_dir(config: &Config) -> Result<()> {
     let mark = config.data_dir.join(FLEET_MARK);
-    anyhow::ensure!(
-        !mark.exists(),
-        "{} is the data dir of a host on a shared store ({} says so): its data is in the store, and an embedded store here would be a new, empty one. Configure the store (store, MARKETPLACE_STORE) to serve it; mint or back up through a running host (--admin URL); remove that file only to keep an embedded store of its own here",
+    if !mark.exists() {
+        return Ok(());
+    }
+    // (A database here is from before the dir served on the shared store:
+    // it holds nothing the fleet did since.)
+    let here = if config.db_path().exists() {
+        format!(
+            "its embedded database {} is older than what the host did on the store since",
+            config.db_path().display()
+        )
+    } else {
+        "an embedded store here would be a new, empty one".to_string()
+    };
+    anyhow::bail!(
+        "{} is the data dir of a host on a shared store ({} says so): its data is in the store, and {here}. Configure the store (store, MARKETPLACE_STORE) to serve it; mint or back up through a running host (--admin URL); remove that file only to use an embedded store of this dir's own",
         config.data_dir.display(),
         mark.display()
-    );
-    Ok(())
+    )
 }
 
 /// The embedded database of `config`'s data dir, the dir made owner-only

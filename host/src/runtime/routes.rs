@@ -70,10 +70,8 @@ impl Route {
         if !token && !may_hold_secret(path) {
             return path.into();
         }
-        let mut segments: Vec<&str> = path
-            .split('/')
-            .map(|s| if may_hold_secret(s) { "{redacted}" } else { s })
-            .collect();
+        let mut segments: Vec<std::borrow::Cow<'_, str>> =
+            path.split('/').map(redacted_segment).collect();
         if token {
             let pattern: Vec<&str> = self.pattern.split('/').collect();
             let Some(skip) = segments.len().checked_sub(pattern.len()) else {
@@ -81,7 +79,7 @@ impl Route {
             };
             for (segment, p) in segments[skip..].iter_mut().zip(&pattern) {
                 if *p == SECRET_PARAM {
-                    *segment = SECRET_PARAM;
+                    *segment = SECRET_PARAM.into();
                 }
             }
         }
@@ -98,6 +96,39 @@ pub use marketplace_common::secret::{holds_cash_secret, redact_secret_text};
 /// hidden.
 fn may_hold_secret(text: &str) -> bool {
     holds_cash_secret(text) || marketplace_common::secret::holds_hex_key(text)
+}
+
+/// A routed path's `segment` as logs may show it: `{redacted}` when it
+/// holds a cash secret written out; else its runs of 64 or more hex digits
+/// each `{redacted}` (`CTR_{redacted}`, `e1_secret_{redacted}`), so that
+/// the rest of an id still names what it is.
+fn redacted_segment(segment: &str) -> std::borrow::Cow<'_, str> {
+    if holds_cash_secret(segment) {
+        return "{redacted}".into();
+    }
+    if !marketplace_common::secret::holds_hex_key(segment) {
+        return segment.into();
+    }
+    let bytes = segment.as_bytes();
+    let (mut out, mut i) = (String::with_capacity(segment.len()), 0);
+    while i < bytes.len() {
+        let run = bytes[i..]
+            .iter()
+            .take_while(|b| b.is_ascii_hexdigit())
+            .count();
+        if run >= 64 {
+            out.push_str("{redacted}");
+            i += run;
+        } else if run > 0 {
+            out.push_str(&segment[i..i + run]);
+            i += run;
+        } else {
+            let c = segment[i..].chars().next().expect("a char at a boundary");
+            out.push(c);
+            i += c.len_utf8();
+        }
+    }
+    out.into()
 }
 
 /// A path parameter no log shows (see [`Route::logged_path`]).
@@ -827,10 +858,15 @@ mod tests {
         // the secret, never shown.
         let hex = "ab".repeat(32);
         let thread = fam("GET", "/api/thread/{post_id}", "timeline");
-        for sent in [hex.clone(), format!("e1_secret_{hex}"), format!("x{hex}y")] {
+        for (sent, shown) in [
+            (hex.clone(), "{redacted}"),
+            (format!("e1_secret_{hex}"), "e1_secret_{redacted}"),
+            (format!("CTR_{hex}"), "CTR_{redacted}"),
+            (format!("x-{hex}-é{hex}"), "x-{redacted}-é{redacted}"),
+        ] {
             assert_eq!(
                 thread.logged_path(&format!("/api/v1/thread/{sent}")),
-                "/api/v1/thread/{redacted}",
+                format!("/api/v1/thread/{shown}"),
                 "{sent}"
             );
             assert_eq!(

@@ -745,7 +745,15 @@ fn route(app: &Arc<App>, method: &str, path: &str, query: &str, body: &[u8]) -> 
                 // Not mounted, but an upload of it is kept that the start
                 // refused (`kept_upload_refused`): the unmount settles it,
                 // as README says, instead of leaving it to come back.
-                if super::uploads::kept_upload(app, family) {
+                let kept = match super::uploads::kept_upload(app, family) {
+                    Ok(kept) => kept,
+                    // Not known: not said to be absent.
+                    Err(e) => {
+                        tracing::warn!(family, "unmount: the shared store did not answer: {e}");
+                        return Reply::store_unavailable();
+                    }
+                };
+                if kept {
                     if let Err(e) = super::uploads::record_unmount(app, family) {
                         tracing::error!(family, "the kept upload was not dropped: {e:#}");
                         return Reply::error(500, "internal", "internal error");

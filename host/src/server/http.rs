@@ -774,19 +774,7 @@ async fn dispatch(
             return (reply.retry_after_a_second(), None);
         }
         Match::NotFound => {
-            return (
-                Reply::error(
-                    404,
-                    "not_found",
-                    // (A path may be 64 KiB: not echoed whole.)
-                    format!(
-                        "no route for {} {}",
-                        as_get(&method),
-                        crate::logging::clip(req.uri().path(), crate::logging::SHOWN_PATH)
-                    ),
-                ),
-                None,
-            );
+            return (Reply::no_route(as_get(&method), req.uri().path(), ""), None);
         }
         Match::MethodNotAllowed(allowed) if method == "OPTIONS" => {
             return (options(&allowed, req.headers()), None);
@@ -1106,10 +1094,11 @@ fn component_headers(
         if payment.read(name, value.to_str().ok()) {
             continue;
         }
-        // A value of other bytes than visible ASCII is passed on with them
-        // replaced (U+FFFD), not dropped: a header present but unreadable
-        // must not read as absent (an `Origin: http://\xff` was taken as
-        // no Origin by /mcp's check, which lets only those through).
+        // A value of other bytes than visible ASCII is passed on as text
+        // (UTF-8 as it is, other bytes as U+FFFD), not dropped: a header
+        // present but unreadable must not read as absent (an `Origin:
+        // http://\xff` was taken as no Origin by /mcp's check, which lets
+        // only those through).
         let value = match value.to_str() {
             Ok(v) => v.to_string(),
             Err(_) => String::from_utf8_lossy(value.as_bytes()).into_owned(),

@@ -21,7 +21,11 @@
 //! the connection's write timeout (the header timeout) has its connection
 //! reset, not drained nor closed: it would keep the answer's bytes for as
 //! long as it liked (see `super::answers`), in the kernel's queue of a
-//! closed socket too.
+//! closed socket too. And a connection that ends (drained, or its client
+//! closed its side) while the kernel still holds answer bytes for it is
+//! closed once its client has read them, or reset ([`settle`]; a draining
+//! place is held meanwhile, the drain's time and then at most
+//! [`SETTLE_MOST`] write timeouts; with no place left, reset at once).
 
 use super::connections::State;
 use super::shares::Shares;
@@ -226,36 +230,31 @@ impl Drop for Lingering {
             reset(stream);
             return;
         }
-        let settle_within = self.write_timeout;
-        if self.ended {
-            // The client closed its side. An answer
-            // the kernel still holds for it is sent while the client reads
-            // it, not left with a closed socket (see [`settle`]).
-            if unsent(&stream).is_some_and(|n| n > 0) {
-                match Draining::take(&PLACES, self.peer) {
-                    Some(place) => {
-                        runtime.spawn(async move {
-                            settle(stream, settle_within).await;
-                            drop(place);
-                        });
-                    }
-                    None => reset(stream),
-                }
-            }
+        // The client closed its side: nothing to drain, and with nothing
+        // queued for it, nothing to wait for.
+        if self.ended && !queued(&stream) {
             return;
         }
-        let m = crate::metrics::metrics();
         let Some(place) = Draining::take(&PLACES, self.peer) else {
-            m.connections_not_drained.inc();
-            tracing::debug!(peer = ?self.peer, "connection closed without draining: no place left");
-            if unsent(&stream).is_some_and(|n| n > 0) {
+            if !self.ended {
+                crate::metrics::metrics().connections_not_drained.inc();
+                tracing::debug!(peer = ?self.peer, "connection closed without draining: no place left");
+            }
+            // Closed with bytes queued, it would stay with the kernel (see
+            // [`settle`]): past the places, reset.
+            if queued(&stream) {
                 reset(stream);
             }
             return;
         };
+        let (drain_first, within) = (!self.ended, self.write_timeout);
         runtime.spawn(async move {
-            let stream = drain(stream).await;
-            settle(stream, settle_within).await;
+            let stream = if drain_first {
+                drain(stream).await
+            } else {
+                stream
+            };
+            settle(stream, within).await;
             drop(place);
         });
     }
@@ -264,18 +263,43 @@ impl Drop for Lingering {
 /// How often [`settle`] looks whether the kernel has sent the answer.
 const SETTLE_POLL: Duration = Duration::from_millis(100);
 
-/// Close `stream` once the kernel has sent what it holds for it (the
-/// client read it), or reset it after `within`. A socket closed with
-/// unsent bytes stays with the kernel, orphaned (no longer counted
-/// against its address), for as long as its client keeps its end open
-/// and reads nothing: one address repeating that grew the kernel's TCP
-/// memory by hundreds of MB (an outside audit). A reset drops the queue
-/// with the socket.
+/// Most write timeouts [`settle`] waits in all, however steadily its
+/// client reads (a place is held meanwhile).
+const SETTLE_MOST: u32 = 6;
+
+/// Whether the kernel holds bytes to send on `stream`.
+fn queued(stream: &TcpStream) -> bool {
+    unsent(stream).is_some_and(|n| n > 0)
+}
+
+/// Close `stream` once the kernel has sent what it holds for it (its
+/// client read it), or reset it once its client has read nothing of it
+/// for `within` (the rule of a write, [`Lingering::watch_write`]), or after
+/// [`SETTLE_MOST`] times `within` in all; at once when the client reset
+/// it or went away. A socket closed with unsent bytes stays with the
+/// kernel, orphaned (no longer counted against its address), for as long
+/// as its client keeps its end open and reads nothing: one address
+/// repeating that grew the kernel's TCP memory by hundreds of MB (an
+/// outside audit). A reset drops the queue with the socket.
 async fn settle(stream: TcpStream, within: Duration) {
-    let until = tokio::time::Instant::now() + within;
-    while unsent(&stream).is_some_and(|n| n > 0) {
-        if tokio::time::Instant::now() >= until {
-            tracing::debug!("connection reset: its client read nothing of the rest of its answer");
+    let start = tokio::time::Instant::now();
+    let (mut last, mut progress) = (unsent(&stream), start);
+    loop {
+        let Some(now) = unsent(&stream).filter(|&n| n > 0) else {
+            return;
+        };
+        // (A client that reset: the queue's count stays, nothing is sent.)
+        if stream.take_error().ok().flatten().is_some() {
+            return;
+        }
+        if last.is_some_and(|then| now < then) {
+            progress = tokio::time::Instant::now();
+        }
+        last = Some(now);
+        if progress.elapsed() >= within || start.elapsed() >= within * SETTLE_MOST {
+            tracing::debug!(
+                "connection reset: its client read nothing of the rest of its answer in time"
+            );
             reset(stream);
             return;
         }
@@ -508,6 +532,31 @@ mod tests {
             "{read} of {sent} bytes read"
         );
         assert!(read < sent, "{read} of {sent} bytes read");
+    }
+
+    /// A client that goes away (resets) while its answer is still queued
+    /// ends the wait for it at once: the queue's count stays, but nothing
+    /// will be sent, and the place must not be held for the timeout.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn settling_ends_when_the_client_resets() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = std::net::TcpStream::connect(addr).unwrap();
+        let (mut stream, _) = listener.accept().await.unwrap();
+        // Queued: more than the client's buffers take while it reads nothing.
+        let piece = vec![0u8; 64 << 10];
+        while let Ok(Ok(_)) =
+            tokio::time::timeout(Duration::from_millis(100), stream.write(&piece)).await
+        {}
+        assert!(queued(&stream));
+        // Closed with unread bytes: the client's kernel resets.
+        drop(client);
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            settle(stream, Duration::from_secs(30)),
+        )
+        .await
+        .expect("settle waited for a client that had gone");
     }
 
     /// A client that closed its sending side and reads its answer late

@@ -185,8 +185,9 @@ pub fn kept_change(
 /// Whether an upload through the admin API is kept for `family` (not an
 /// unmount): one a start refused leaves a family that is not mounted with
 /// an upload still to settle.
-pub fn kept_upload(app: &App, family: &str) -> bool {
-    matches!(kept_change(app, family), Ok(Some(change)) if !change.unmounted)
+/// `Err` when the shared store did not answer.
+pub fn kept_upload(app: &App, family: &str) -> Result<bool, String> {
+    Ok(kept_change(app, family)?.is_some_and(|change| !change.unmounted))
 }
 
 /// The families kept unmounted through the admin API (the watcher does

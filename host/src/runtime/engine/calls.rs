@@ -194,14 +194,10 @@ impl Runtime {
             // Unmounted since its route was found: answered as the route
             // table in force answers its paths now (an unmounted family's
             // routes are 404), not as a passing outage.
-            return Ok(Reply::error(
-                404,
-                "not_found",
-                format!(
-                    "no route for {} {}: the {family} family was unmounted",
-                    req.method,
-                    crate::logging::clip(&req.path, crate::logging::SHOWN_PATH)
-                ),
+            return Ok(Reply::no_route(
+                &req.method,
+                &req.path,
+                &format!(": the {family} family was unmounted"),
             ));
         };
         let Kind::Endpoint { pre, handle } = &plugin.kind else {

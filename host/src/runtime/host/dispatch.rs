@@ -176,11 +176,7 @@ impl Ctx {
         // one while it waits for the target.
         self.pending = None;
         match rt.find(&method, &path) {
-            Match::NotFound => Err(Reply::error(
-                404,
-                "not_found",
-                format!("no route for {method} {path}"),
-            )),
+            Match::NotFound => Err(Reply::no_route(&method, &path, "")),
             Match::MethodNotAllowed(allowed) => Err(Reply::method_refused(
                 &method,
                 &crate::logging::clip(&path, crate::logging::SHOWN_PATH),
