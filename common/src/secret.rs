@@ -93,6 +93,13 @@ pub fn holds_hex_key(text: &str) -> bool {
     })
 }
 
+/// Whether `text` may hold a cash secret, written out
+/// ([`holds_cash_secret`]) or its key alone ([`holds_hex_key`]): what no
+/// logged value (a path, a request id) may show.
+pub fn may_hold_secret(text: &str) -> bool {
+    holds_cash_secret(text) || holds_hex_key(text)
+}
+
 /// Each `secret` between two colons (as is or `%3A`) of `b`: where the word
 /// begins, and where what follows its second colon begins.
 fn secret_markers(b: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {

@@ -59,8 +59,10 @@ impl Route {
 
     /// `path` as logs may show it: a segment the pattern names
     /// [`SECRET_PARAM`] (a bearer capability such as a single-use upload
-    /// URL's token) is shown as that name, never as sent, and a segment
-    /// that may hold a cash secret ([`may_hold_secret`]) as `{redacted}`.
+    /// URL's token) is shown as that name, never as sent, and what of a
+    /// segment may hold a cash secret ([`may_hold_secret`]: written out, or
+    /// its 64 hex digits alone, enough to spend; no route takes a public key
+    /// in its path) as `{redacted}` ([`redacted_segment`]).
     /// Segments are matched from the end, so a path under an alias prefix
     /// (`/api/v1/...`) is redacted too.
     pub fn logged_path<'p>(&self, path: &'p str) -> std::borrow::Cow<'p, str> {
@@ -87,16 +89,7 @@ impl Route {
     }
 }
 
-pub use marketplace_common::secret::{holds_cash_secret, redact_secret_text};
-
-/// Whether `text` may hold a cash secret: one written out
-/// (`e1:secret:...`), or its 64 hex digits alone (`e1_secret_<hex>`, a
-/// bare key: enough to spend, as the request id's rule says too). No
-/// route takes a public key in its path, so nothing else of the kind is
-/// hidden.
-fn may_hold_secret(text: &str) -> bool {
-    holds_cash_secret(text) || marketplace_common::secret::holds_hex_key(text)
-}
+pub use marketplace_common::secret::{holds_cash_secret, may_hold_secret, redact_secret_text};
 
 /// A routed path's `segment` as logs may show it: `{redacted}` when it
 /// holds a cash secret written out; else its runs of 64 or more hex digits

@@ -432,8 +432,7 @@ pub(super) fn request_id(headers: &hyper::HeaderMap) -> String {
                 // Logged with every line of the request: never a secret,
                 // nor what may be one written otherwise (`e1_secret_<hex>`,
                 // a bare 64-hex key).
-                && !routes::holds_cash_secret(v)
-                && !marketplace_common::secret::holds_hex_key(v)
+                && !routes::may_hold_secret(v)
         });
     match given {
         Some(id) => id.to_string(),

@@ -230,9 +230,10 @@ impl Drop for Lingering {
             reset(stream);
             return;
         }
+        let queued = queued(&stream);
         // The client closed its side: nothing to drain, and with nothing
         // queued for it, nothing to wait for.
-        if self.ended && !queued(&stream) {
+        if self.ended && !queued {
             return;
         }
         let Some(place) = Draining::take(&PLACES, self.peer) else {
@@ -242,7 +243,7 @@ impl Drop for Lingering {
             }
             // Closed with bytes queued, it would stay with the kernel (see
             // [`settle`]): past the places, reset.
-            if queued(&stream) {
+            if queued {
                 reset(stream);
             }
             return;
@@ -283,7 +284,7 @@ fn queued(stream: &TcpStream) -> bool {
 /// outside audit). A reset drops the queue with the socket.
 async fn settle(stream: TcpStream, within: Duration) {
     let start = tokio::time::Instant::now();
-    let (mut last, mut progress) = (unsent(&stream), start);
+    let (mut last, mut progress) = (None, start);
     loop {
         let Some(now) = unsent(&stream).filter(|&n| n > 0) else {
             return;

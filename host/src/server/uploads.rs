@@ -567,13 +567,13 @@ fn apply(
             // The configuration names another file since the upload: it
             // does not serve (no file the upload was weighed against
             // changed), which an operator who set it expects it to.
+            let configured = family_component(app, family);
             if let Some(was) = kept.path.as_deref()
-                && was != family_component(app, family)
+                && was != configured
             {
                 tracing::warn!(
                     family,
-                    "the configuration names {} for this family now, but the component uploaded through the admin API (over {was}) serves: upload that file through the admin API (`marketplace plugins load {family} ...`) to serve it",
-                    family_component(app, family)
+                    "the configuration names {configured} for this family now, but the component uploaded through the admin API (over {was}) serves: upload that file through the admin API (`marketplace plugins load {family} ...`) to serve it"
                 );
             }
             // Its grants are the upload's: say so when the configuration
