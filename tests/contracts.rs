@@ -1097,6 +1097,71 @@ fn the_seller_releases_a_shipment_with_the_witness_secret() {
     assert_eq!(cert["delivered_text"], "UPS: 1Z999");
 }
 
+/// A contract bought without a witness takes no witness secret: one sent
+/// anyway names a witness it does not have and is refused (deliver's
+/// `witness_mismatch`, the seller's release `forbidden_party`), while none
+/// (or `""`) goes through.
+#[test]
+fn a_contract_without_a_witness_refuses_a_witness_secret() {
+    let s = Server::start();
+    let d = deal(&s);
+    let bogus = format!("n:CTR_x:secret:{}", "5b".repeat(32));
+    let id = contract_in(&s, &d, "active");
+    let deliver = |witness: &str| {
+        act_with(
+            &s,
+            &d.seller,
+            &id,
+            "deliver",
+            json!({"delivered_text": "the logo files", "witness_secret": witness}),
+            Some(fresh_ts(0)),
+            None,
+        )
+    };
+    let r = deliver(&bogus);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (403, "witness_mismatch"),
+        "{}",
+        r.text()
+    );
+    assert!(
+        r.json()["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no witness"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(status(&s, &id)["status"], "active");
+    let r = deliver("");
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    let id = contract_in(&s, &d, "active");
+    let release = |extra: Value| {
+        act_with(
+            &s,
+            &d.seller,
+            &id,
+            "release",
+            extra,
+            Some(fresh_ts(0)),
+            None,
+        )
+    };
+    let r = release(json!({"tracking_number": "1Z999", "witness_secret": "xyz"}));
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (403, "forbidden_party"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(status(&s, &id)["status"], "active");
+    let r = release(json!({"tracking_number": "1Z999"}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["status"], "delivered");
+}
+
 /// The arbiter signature (PROTOCOL 10): `arbiter_signature` on the buy
 /// answer and the contract verifies under the key `{ arbiterPubkey }`
 /// gives, over the canonical message computed here independently.

@@ -136,13 +136,15 @@ pub(crate) fn act(req: &Request, action: Action) -> Result<Response, ApiError> {
                             "is required when the seller releases",
                         ));
                     };
-                    if check_witness(&c, witness_secret.as_deref()).is_err() {
-                        return Err(ApiError::new(
-                            403,
-                            "forbidden_party",
-                            "releasing needs the contract's current witness secret in witness_secret",
-                        ));
-                    }
+                    // A wrong witness secret is PROTOCOL 10's 403
+                    // forbidden_party here (deliver's is witness_mismatch).
+                    check_witness(&c, witness_secret.as_deref()).map_err(|e| {
+                        if e.code == "witness_mismatch" {
+                            ApiError::new(403, "forbidden_party", e.message)
+                        } else {
+                            e
+                        }
+                    })?;
                     c.delivered_text = Some(match tracking_carrier {
                         Some(carrier) if !carrier.trim().is_empty() => {
                             format!("{carrier}: {number}")

@@ -84,7 +84,7 @@ pub const OPS: &[Op] = &[
             "deliver",
             "contracts",
             "Deliver (seller)",
-            "active -> delivered; signed `deliver:{id}:{delivered_text}`; needs the witness secret when the contract has one.",
+            "active -> delivered; signed `deliver:{id}:{delivered_text}`; needs the witness secret when the contract has one (a wrong one, or one sent for a contract without a witness, is 403 witness_mismatch).",
         )
     },
     Op {
@@ -110,7 +110,7 @@ pub const OPS: &[Op] = &[
             "release",
             "contracts",
             "Release",
-            "Signed `release:{id}`. By the buyer: active or delivered -> settled. By the seller: records a shipment, active -> delivered, with `tracking_number` (and `tracking_carrier`) becoming `delivered_text`, shown with the contract's current `witness_secret` (a wrong one is 403 forbidden_party).",
+            "Signed `release:{id}`. By the buyer: active or delivered -> settled. By the seller: records a shipment, active -> delivered, with `tracking_number` (and `tracking_carrier`) becoming `delivered_text`, shown with the contract's current `witness_secret` (a wrong one, or one sent for a contract without a witness, is 403 forbidden_party).",
         )
     },
     Op {

@@ -31,9 +31,20 @@ pub(crate) fn valid_witness_proof(proof: &str, contract_id: &str) -> bool {
         })
 }
 
+/// Whether `secret` shows the contract's current witness: with a witness,
+/// its live secret; without one, no secret at all (one sent anyway names
+/// a witness this contract does not have). `Err` says what is wrong.
 pub(crate) fn check_witness(c: &Contract, secret: Option<&str>) -> Result<(), ApiError> {
+    let secret = secret.filter(|s| !s.is_empty());
     let Some(current) = &c.witness_proof else {
-        return Ok(());
+        return match secret {
+            None => Ok(()),
+            Some(_) => Err(ApiError::new(
+                403,
+                "witness_mismatch",
+                "this contract has no witness: send no witness_secret",
+            )),
+        };
     };
     let ok = secret
         .and_then(witness_proof_of)
@@ -45,7 +56,7 @@ pub(crate) fn check_witness(c: &Contract, secret: Option<&str>) -> Result<(), Ap
         Err(ApiError::new(
             403,
             "witness_mismatch",
-            "deliver needs the contract's current witness secret in witness_secret",
+            "this needs the contract's current witness secret in witness_secret",
         ))
     }
 }
