@@ -2796,6 +2796,16 @@ fn a2a_jsonrpc_errors() {
         -32001
     );
     assert_eq!(code(a2a_req("GetTask", json!({}))), -32602);
+    // A task id of another type is named as such, not as missing.
+    let r = a2a(&s, a2a_req("GetTask", json!({"id": 5})));
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("must be a string"),
+        "{r}"
+    );
     assert_eq!(
         code(a2a_req("CancelTask", json!({"id": task["id"]}))),
         -32002

@@ -301,10 +301,17 @@ fn with_history(mut task: Value, keep: Option<usize>) -> Value {
     task
 }
 
+/// `params.id`, the task id: a string.
+fn task_id(params: &Value) -> Result<&str, RpcError> {
+    match &params["id"] {
+        Value::String(id) => Ok(id),
+        Value::Null => Err(err(INVALID_PARAMS, "id (the task id) is required")),
+        _ => Err(err(INVALID_PARAMS, "id (the task id) must be a string")),
+    }
+}
+
 fn get_task(params: &Value) -> Result<Value, RpcError> {
-    let Some(id) = params["id"].as_str() else {
-        return Err(err(INVALID_PARAMS, "id (the task id) is required"));
-    };
+    let id = task_id(params)?;
     let keep = history_length(params)?;
     match load_task(id)? {
         Some(task) => Ok(with_history(task, keep)),
@@ -313,9 +320,7 @@ fn get_task(params: &Value) -> Result<Value, RpcError> {
 }
 
 fn cancel_task(params: &Value) -> Result<Value, RpcError> {
-    let Some(id) = params["id"].as_str() else {
-        return Err(err(INVALID_PARAMS, "id (the task id) is required"));
-    };
+    let id = task_id(params)?;
     match load_task(id)? {
         Some(task) => Err(err(
             TASK_NOT_CANCELABLE,
