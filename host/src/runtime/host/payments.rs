@@ -164,6 +164,14 @@ impl payments::Host for Ctx {
     ) -> Result<payments::Receipt, types::Refusal> {
         // A read is refused before the fee component is asked.
         self.must_write()?;
+        // A basis is a contract's amount (`buy`, a percentage fee): the
+        // escrow holder's. Without escrow, a component could price any
+        // action off a basis of its choosing and take a client's whole
+        // secret for a route documented at a fixed price.
+        if basis.is_some() && !self.grants.has(Capability::Escrow) {
+            tracing::error!(family = %self.family, action, "a charge with a basis (a contract's amount) needs the escrow grant");
+            return Err(refusal(Reply::error(500, "internal", "internal error")));
+        }
         let started = std::time::Instant::now();
         let price = self.price(action.clone(), basis).await;
         self.limiter.long.waited(started.elapsed());
