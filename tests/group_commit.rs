@@ -481,3 +481,53 @@ fn kill_9_during_posts(mut s: Server, key: Arc<Key>, earlier: Vec<String>) {
     assert_eq!(h.status, 200);
     drop(s);
 }
+
+/// One client whose requests each hold the commit batch a long time (a
+/// component that writes, then computes until near its deadline) does not
+/// make another client's write wait for all of them: the lease passes to
+/// the other client's request at the next turn, not after the first
+/// client's queue, and its batch is committed once it is 50 ms old rather
+/// than kept open while the first client's requests keep coming.
+#[test]
+fn a_client_holding_the_batch_long_takes_turns_with_another() {
+    use std::io::Write;
+    let s = Server::testing();
+    let write_from = |ip: [u8; 4], key: String| {
+        let mut c = common::connect_from(ip, s.addr);
+        let request = format!(
+            "POST /_testing/write?key={key}&hold_ms=300 HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        );
+        c.write_all(request.as_bytes()).unwrap();
+        let r = common::read_response(&mut c);
+        assert_eq!(r.status, 200, "{key}: {}", r.text());
+        Instant::now()
+    };
+    const MANY: usize = 6;
+    std::thread::scope(|scope| {
+        let first: Vec<_> = (0..MANY)
+            .map(|i| scope.spawn(move || write_from([127, 0, 0, 1], format!("a{i}"))))
+            .collect();
+        // Every one of them in flight (the first holding the batch, the
+        // others queued for it), then the other client's.
+        let started = Instant::now();
+        while s.metric("marketplace_requests_in_flight") < MANY as u64 {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "never all in flight"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let other = write_from([127, 0, 0, 2], "b".into());
+        let done: Vec<Instant> = first.into_iter().map(|t| t.join().unwrap()).collect();
+        let before = done.iter().filter(|t| **t < other).count();
+        // The one holding the batch when it came, and the one after it,
+        // whose hand-on commits that batch: not the rest. (First come,
+        // first served, it finished after all of them; with the batch kept
+        // open while they kept coming, with all of them.)
+        assert!(
+            before <= 2,
+            "{before} of {MANY} of the first client's finished first"
+        );
+    });
+}

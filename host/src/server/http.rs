@@ -1029,6 +1029,7 @@ async fn serve_route(
             // the call does not count itself again.
             let caller = Caller {
                 client: Some(client).filter(|_| counted.is_none()),
+                source: crate::store::group_commit::source_of(client),
                 ..Caller::default()
             };
             let result = if inline && writes {

@@ -161,6 +161,9 @@ pub struct Ctx {
     /// A mutating request is counted from its start, so that a batch of
     /// writes waits for it (group commit).
     pending: Option<crate::store::group_commit::Pending>,
+    /// Whose turn its writes take for the commit batch (see
+    /// [`crate::store::group_commit::Pending::from`]): its client's.
+    source: u64,
     payment: PaymentHeaders,
     /// Key under which a paid request's answer is kept for identical retries.
     replay_key: Option<RetryKey>,
@@ -254,6 +257,7 @@ impl Ctx {
             alone: false,
             payment,
             replay_key,
+            source: 0,
             charged: None,
             unheld: 0,
             issued: Vec::new(),
@@ -288,6 +292,7 @@ impl Ctx {
             pending: None,
             payment: PaymentHeaders::default(),
             replay_key: None,
+            source: 0,
             charged: None,
             unheld: 0,
             issued: Vec::new(),
@@ -663,7 +668,8 @@ impl Ctx {
             .pending
             .take()
             .unwrap_or_else(|| rt.storage.enter())
-            .alone(self.alone);
+            .alone(self.alone)
+            .from(self.source);
         let started = std::time::Instant::now();
         match rt.storage.begin_write_async(pending).await {
             Ok(txn) => {
@@ -687,6 +693,7 @@ impl Ctx {
     /// commit batch makes this one hold it too.
     pub fn dispatched_by(&mut self, from: Caller) {
         self.depth = from.depth;
+        self.source = from.source;
         self.alone = from.alone;
         if let Some(logged) = from.logged {
             self.logged = logged;
@@ -707,6 +714,7 @@ impl Ctx {
             // A dispatched call runs in its caller's share of the long
             // calls' (`long_calls`): no client of its own to count.
             client: None,
+            source: self.source,
         }
     }
 
@@ -737,7 +745,10 @@ impl Ctx {
                 (std::time::Instant::now(), crate::store::pg::waited_here());
             self.txn = Some(if self.write {
                 let pending = self.pending.take().unwrap_or_else(|| rt.storage.enter());
-                Txn::Write(rt.storage.begin_write_for(pending.alone(self.alone))?)
+                Txn::Write(
+                    rt.storage
+                        .begin_write_for(pending.alone(self.alone).from(self.source))?,
+                )
             } else {
                 Txn::Read(rt.storage.begin_read()?)
             });

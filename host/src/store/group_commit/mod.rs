@@ -12,7 +12,8 @@
 //! Mutating requests are counted from the moment they start (before their
 //! plugin runs). The batch is committed durably when the request handing
 //! the lease on sees no other request under way, or when the batch holds
-//! `max_batch` requests; each member answers only once that commit is done.
+//! `max_batch` requests, or is [`OPEN_AT_MOST`] old; each member answers
+//! only once that commit is done.
 //! With no concurrency every request is alone in its batch and commits at
 //! once: no added latency. A member that waits `window` while its batch sits
 //! idle (the requests under way are slow to reach storage) commits the
@@ -66,6 +67,14 @@ pub use embedded::RedbBatch;
 pub(super) use embedded::Sealed;
 use embedded::{MAX_HELD, MAX_SEALED, committer, live};
 
+/// The longest a batch with members stays open for the requests still
+/// under way: the next request handing the lease on commits it, whatever
+/// is pending. Under load a batch fills (`max_batch`) or runs dry well
+/// before; but requests that each hold the lease long (a component that
+/// writes, then computes near its deadline) would keep it open, and every
+/// member's answer waiting, for as long as they keep coming.
+const OPEN_AT_MOST: std::time::Duration = std::time::Duration::from_millis(50);
+
 #[derive(Default)]
 struct Slot {
     /// The open batch transaction, when no request holds it.
@@ -78,12 +87,16 @@ struct Slot {
     /// on a batch with members that old (`window`) commits it, even while
     /// other requests still hold or wait for the lease, so requests that
     /// keep failing (a stranger's flood) cannot keep a paid request's batch
-    /// open. (Successful requests keep batching up to `max_batch`.)
+    /// open. (Successful requests keep batching up to `max_batch`, or
+    /// until the batch is [`OPEN_AT_MOST`] old.)
     first_member: Option<std::time::Instant>,
     /// A request holds the batch transaction.
     leased: bool,
-    /// Requests waiting for the lease, served first come first served.
+    /// Requests waiting for the lease: served first come first served,
+    /// but for the source that held it last (see [`GroupCommit::hand_on`]).
     queue: VecDeque<Arc<Waiter>>,
+    /// The source of the request the lease went to last.
+    last_source: u64,
     /// Mutating requests under way that have not handed on (or never took)
     /// the lease: while there are any, a batch stays open for them.
     pending: u64,
@@ -197,14 +210,17 @@ impl Shared {
 /// or a task on the async workers.
 struct Waiter {
     granted: AtomicBool,
+    /// Its request's source ([`Pending::from`]).
+    source: u64,
     thread: Option<Thread>,
     task: Mutex<Option<Waker>>,
 }
 
 impl Waiter {
-    fn new(thread: Option<Thread>) -> Arc<Waiter> {
+    fn new(thread: Option<Thread>, source: u64) -> Arc<Waiter> {
         Arc::new(Waiter {
             granted: AtomicBool::new(false),
+            source,
             thread,
             task: Mutex::new(None),
         })
@@ -265,6 +281,8 @@ pub struct Pending {
     /// Run again after a lost race: on a shared store its batch holds it
     /// alone (see [`Pending::alone`]).
     alone: bool,
+    /// Whose turn it takes in the lease's queue ([`Pending::from`]).
+    source: u64,
 }
 
 impl Pending {
@@ -281,6 +299,26 @@ impl Pending {
         self.alone = alone;
         self
     }
+
+    /// Whose request it is: `source` names its client's address
+    /// ([`source_of`]; 0, the host's own writers). The lease goes to the
+    /// waiters in their order, but past those of the source that held it
+    /// last while another source waits (see [`GroupCommit::hand_on`]): so
+    /// one client's requests that hold the lease long (a component that
+    /// writes, then computes until its deadline) take turns with other
+    /// clients' rather than all go first.
+    pub fn from(mut self, source: u64) -> Pending {
+        self.source = source;
+        self
+    }
+}
+
+/// The source of a request from the client address `ip` (by its key,
+/// [`crate::ids::client_key`]: an IPv6 client by its /64): never 0.
+pub fn source_of(ip: std::net::IpAddr) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    let key = crate::ids::client_key(ip);
+    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(key) | 1
 }
 
 impl Drop for Pending {
@@ -645,6 +683,7 @@ impl GroupCommit {
             gc: self.clone(),
             counted: true,
             alone: false,
+            source: 0,
         }
     }
 
@@ -680,7 +719,7 @@ impl GroupCommit {
     pub fn acquire(&self, mut pending: Pending) -> Result<Lease, CommitError> {
         // From here the lease's release (or a failed begin) uncounts it.
         pending.counted = false;
-        if let Some(me) = self.queue_up(Some(std::thread::current())) {
+        if let Some(me) = self.queue_up(Some(std::thread::current()), pending.source) {
             while !me.granted() {
                 std::thread::park();
             }
@@ -694,7 +733,7 @@ impl GroupCommit {
     pub async fn acquire_async(&self, mut pending: Pending) -> Result<Lease, CommitError> {
         // Still counted while queued: cancelled there, it leaves the count
         // as a request that never took the lease does (after `Queued`).
-        if let Some(me) = self.queue_up(None) {
+        if let Some(me) = self.queue_up(None, pending.source) {
             let mut queued = Queued {
                 gc: self,
                 me: Some(me.clone()),
@@ -719,14 +758,15 @@ impl GroupCommit {
 
     /// Join the queue when the lease is held or others wait for it (the
     /// waiter to wait on), else take the lease at once (`None`).
-    fn queue_up(&self, thread: Option<Thread>) -> Option<Arc<Waiter>> {
+    fn queue_up(&self, thread: Option<Thread>, source: u64) -> Option<Arc<Waiter>> {
         let mut s = self.lock();
         if s.leased || !s.queue.is_empty() {
-            let me = Waiter::new(thread);
+            let me = Waiter::new(thread, source);
             s.queue.push_back(me.clone());
             return Some(me);
         }
         s.leased = true;
+        s.last_source = source;
         None
     }
 
@@ -877,15 +917,17 @@ impl GroupCommit {
         }
         let (batch, outcome) = (lease.batch, lease.outcome.clone());
         let member = Released::Member { batch, outcome };
+        let open_for = s.first_member.map(|t| t.elapsed());
         let commit_now = s.members > 0
             && (!self.settings.enabled
                 || s.pending == 0
                 || s.members >= self.settings.max_batch
                 || lease.alone
                 || lease.txn.full()
-                || (!applied
-                    && s.first_member
-                        .is_some_and(|t| t.elapsed() >= self.settings.window)));
+                || open_for.is_some_and(|open| {
+                    open >= self.settings.window.max(OPEN_AT_MOST)
+                        || !applied && open >= self.settings.window
+                }));
         if commit_now {
             self.commit_batch(s, lease);
             return if applied {
@@ -940,13 +982,36 @@ impl GroupCommit {
         s
     }
 
-    /// Give the lease to the longest waiting request, or free it. A batch
+    /// Give the lease to the next waiting request, or free it. A batch
     /// left open with nobody on it wakes its members: one of them commits
     /// it should nobody take it on within `window`.
+    ///
+    /// The next is the first waiter, unless it comes from the source the
+    /// lease went to last while a waiter from another source is queued:
+    /// then the first of those. Each source keeps its own order, and a
+    /// waiter at the front is served within two hand-ons, so no one
+    /// starves; but a client whose requests hold the lease long (up to
+    /// their deadline each) no longer makes everyone queued behind its
+    /// dozens of requests wait for all of them: other clients' take every
+    /// other turn. With one source (the host's own writers, a lone client)
+    /// this is first come, first served.
     fn hand_on(s: &mut Slot) {
-        match s.queue.pop_front() {
+        let last = s.last_source;
+        let next = match s.queue.front() {
+            Some(first) if first.source == last => s
+                .queue
+                .iter()
+                .position(|w| w.source != last)
+                .and_then(|i| s.queue.remove(i))
+                .or_else(|| s.queue.pop_front()),
+            _ => s.queue.pop_front(),
+        };
+        match next {
             // Stays leased: it passes straight to `next`.
-            Some(next) => next.grant(),
+            Some(next) => {
+                s.last_source = next.source;
+                next.grant()
+            }
             None => {
                 s.leased = false;
                 if s.txn.is_some() {

@@ -541,3 +541,36 @@ fn disabled_means_one_commit_each() {
     }
     assert_eq!(gc.counters(), (80, 80));
 }
+
+/// The order in which `hand_on` grants a queue of waiters from `sources`,
+/// the lease last having gone to `last`.
+fn turns(sources: &[u64], last: u64) -> Vec<usize> {
+    let mut s = Slot::default();
+    let waiters: Vec<_> = sources.iter().map(|&src| Waiter::new(None, src)).collect();
+    s.queue.extend(waiters.iter().cloned());
+    (s.leased, s.last_source) = (true, last);
+    let mut order = Vec::new();
+    for _ in sources {
+        GroupCommit::hand_on(&mut s);
+        let granted = (0..waiters.len())
+            .find(|i| waiters[*i].granted() && !order.contains(i))
+            .expect("one more granted");
+        order.push(granted);
+    }
+    GroupCommit::hand_on(&mut s);
+    assert!(!s.leased, "an empty queue frees the lease");
+    order
+}
+
+#[test]
+fn the_lease_goes_past_the_last_holders_source_to_another_and_starves_none() {
+    let (a, b, c) = (3, 5, 7);
+    // One client's queued requests no longer all go before another's.
+    assert_eq!(turns(&[a, a, a, b, a], a), [3, 0, 1, 2, 4]);
+    // Three clients take turns; each keeps its own order.
+    assert_eq!(turns(&[a, a, b, a, c], a), [2, 0, 4, 1, 3]);
+    // One source (the host's own writers, a lone client): first come,
+    // first served.
+    assert_eq!(turns(&[0, 0, 0, 0], 0), [0, 1, 2, 3]);
+    assert_eq!(turns(&[a, a, a], b), [0, 1, 2]);
+}
