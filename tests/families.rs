@@ -2053,3 +2053,49 @@ fn a_payments_grant_charges_the_policys_price_only() {
     );
     assert!(log.contains("charge-price needs the escrow grant"), "{log}");
 }
+
+/// A component copied into the families directory the plain way (created
+/// empty, then written) is looked at once, whole: no "not read: an empty
+/// file" line for its creation and one refusal, not one per write. A file
+/// replacing an admin upload takes the configuration's grants, and the
+/// refusal says so, naming the upload's that health still shows.
+#[test]
+fn a_copy_into_the_families_dir_is_refused_once_and_says_whose_grants() {
+    use std::io::Write;
+    let (_dir, s, families) = watching_families();
+    let payer = wasm("testing_payer.wasm");
+    let r = admin(&s, "PUT", "/admin/plugins/payer?grants=payments", &payer);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let path = families.join("payer.wasm");
+    let mut file = std::fs::File::create(&path).unwrap();
+    file.flush().unwrap();
+    // The watcher sees the empty file before its bytes come.
+    std::thread::sleep(Duration::from_millis(300));
+    file.write_all(&with_custom_section(&payer, "copy", b"2"))
+        .unwrap();
+    drop(file);
+    let refused = "hot reload refused ";
+    eventually("the copy is refused", &s, || s.log_text().contains(refused));
+    // Another look (the next poll) finds nothing new.
+    std::thread::sleep(Duration::from_millis(1500));
+    let log = s.log_text();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("payer.wasm")).collect();
+    assert_eq!(
+        lines.iter().filter(|l| l.contains(refused)).count(),
+        1,
+        "{lines:#?}"
+    );
+    assert!(!lines.iter().any(|l| l.contains("not read")), "{lines:#?}");
+    let line = lines.iter().find(|l| l.contains(refused)).unwrap();
+    assert!(
+        line.contains("not granted the capability payments")
+            && line.contains("gets the grants the configuration gives the family, [], not the upload's [payments]"),
+        "{line}"
+    );
+    // The upload still serves.
+    let secret = s.mint("1");
+    assert_eq!(
+        s.post_paid("/_payer/fixed", &secret, &json!({})).status,
+        201
+    );
+}

@@ -221,15 +221,18 @@ pub const CASH_HEADERS: &[&str] = &["X-Cash-Secret", "X-Webcash-Secret"];
 /// Header of the bitcoin rail (disabled on this host).
 pub const BITCOIN_HEADER: &str = "X-Bitcoin-Secret";
 
-/// Headers that set, clear or ask for the client's credentials: a
+/// Headers that set, clear, ask for or expose the client's credentials: a
 /// plugin's reach the client only when its family is granted
 /// `credentials` (a cookie set by one family is sent to every family of
-/// the origin; `Clear-Site-Data` wipes every family's).
-const CREDENTIAL_SETTERS: [&str; 4] = [
+/// the origin; `Clear-Site-Data` wipes every family's; an
+/// `Access-Control-Allow-Credentials` lets another site's page read the
+/// answer to a request its browser sent with the origin's cookies).
+const CREDENTIAL_SETTERS: [&str; 5] = [
     "set-cookie",
     "clear-site-data",
     "www-authenticate",
     "proxy-authenticate",
+    "access-control-allow-credentials",
 ];
 
 /// Headers that set a policy of the whole origin (how clients reach it
@@ -500,7 +503,11 @@ mod plugin_answer_tests {
             h(&[("x-cash-change", "e1:secret:given"), ("x-kept", "yes")])
         );
         // Credential headers only with the grant.
-        let cookie = h(&[("Set-Cookie", "a=b"), ("www-authenticate", "Basic")]);
+        let cookie = h(&[
+            ("Set-Cookie", "a=b"),
+            ("www-authenticate", "Basic"),
+            ("Access-Control-Allow-Credentials", "true"),
+        ]);
         let without = Reply::from_plugin(200, cookie.clone(), vec![], Default::default());
         assert!(without.unwrap().headers.is_empty());
         let with = PluginGrants {
@@ -508,7 +515,7 @@ mod plugin_answer_tests {
             credentials: true,
         };
         let kept = Reply::from_plugin(200, cookie, vec![], with).unwrap();
-        assert_eq!(kept.headers.len(), 2);
+        assert_eq!(kept.headers.len(), 3);
         // Clearing every family's cookies is a credential header too; the
         // origin's transport and reporting policies are no family's, even
         // one granted credentials (outside plugin-author probe).

@@ -48,19 +48,38 @@ impl Seen {
     /// The file's bytes when its content changed since last seen (a new
     /// stamp with the same bytes, as a redeploy rewriting every file, is
     /// no change: a fleet-wide admin upload serving instead stays).
+    ///
+    /// A file still being written (a `cp` into the directory: its creation
+    /// and its first bytes are events of their own) is not acted on: one
+    /// whose stamp changed while it was read, or that cannot be read yet
+    /// (empty) and changed less than [`POLL`] ago, is looked at again at
+    /// the next event or poll. So a copy is refused (or swapped) once,
+    /// whole, not first as an empty or cut-short component.
     fn changed(&mut self, path: &Path) -> Option<Vec<u8>> {
         let now = stamp(path);
         if now.is_none() || now == self.stamp {
             return None;
         }
-        self.stamp = now;
-        let bytes = match super::engine::read_component(path) {
+        let read = super::engine::read_component(path);
+        if stamp(path) != now {
+            return None;
+        }
+        let bytes = match read {
             Ok(bytes) => bytes,
             Err(e) => {
-                tracing::warn!("{} not read: {e}", path.display());
+                let fresh = now
+                    .and_then(|(modified, _)| modified?.elapsed().ok())
+                    .is_some_and(|age| age < POLL);
+                if fresh {
+                    tracing::debug!("{} not read yet: {e}", path.display());
+                } else {
+                    self.stamp = now;
+                    tracing::warn!("{} not read: {e}", path.display());
+                }
                 return None;
             }
         };
+        self.stamp = now;
         let hash = marketplace_common::hex::sha256(&bytes);
         if self.hash.as_ref() == Some(&hash) {
             tracing::debug!(
@@ -226,7 +245,7 @@ fn swap_in(
             .map(|spec| spec.grants)
             .unwrap_or_default()
     });
-    let result = rt.swap(family, component, bytes, grants);
+    let result = rt.swap(family, component, bytes, grants.clone());
     crate::metrics::metrics().swap(family, if result.is_ok() { "ok" } else { "refused" });
     match result {
         Ok(p) => {
@@ -252,6 +271,17 @@ fn swap_in(
                 why.push_str(
                     " (a file still being written reads so: write it beside the directory's files and rename it into place)",
                 );
+            }
+            // A file replacing an admin upload takes the configuration's
+            // grants, not the upload's (which health still shows): say so.
+            if let (Some(given), Some(p)) = (&grants, &serving)
+                && given.names() != p.grants.names()
+            {
+                why.push_str(&format!(
+                    " (a file replacing the admin API's upload gets the grants the configuration gives the family, [{}], not the upload's [{}])",
+                    given.names().join(", "),
+                    p.grants.names().join(", "),
+                ));
             }
             rt.refusals
                 .note(family, gone_with, component, bytes, why.clone());

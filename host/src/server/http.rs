@@ -677,13 +677,19 @@ pub(crate) fn to_hyper(reply: Reply, head: bool) -> Response<Answer> {
     // An answer with no body (a 202 notification, a 304) names no media
     // type unless its handler gave one; every other answer is JSON unless
     // it says otherwise (a HEAD keeps what its GET would say).
-    // (A 204 or 304 carries no body, whatever its handler gave.)
-    let typed = !reply.body.is_empty() && !matches!(reply.status, 204 | 304);
+    // (A 204 or 304 carries no body, whatever its handler gave; nor does
+    // a 205, RFC 9110 15.3.6, which says so with a zero length.)
+    let typed = !reply.body.is_empty() && !matches!(reply.status, 204 | 205 | 304);
     // A HEAD answer names the length its GET's body would have (an empty
     // one too), where a body may be at all.
-    let head_length =
-        (head && !matches!(reply.status, 100..=199 | 204 | 304)).then_some(reply.body.len());
-    let body = if head {
+    let head_length = (head && !matches!(reply.status, 100..=199 | 204 | 304)).then_some(
+        if reply.status == 205 {
+            0
+        } else {
+            reply.body.len()
+        },
+    );
+    let body = if head || reply.status == 205 {
         Bytes::new()
     } else {
         Bytes::from(reply.body)
@@ -1196,6 +1202,17 @@ mod tests {
         assert_eq!(r.status(), 304);
         assert!(r.headers().get("content-type").is_none());
         assert_eq!(r.headers()["etag"], "\"a\"");
+        // A 205 says its client has nothing to show: no body, a zero
+        // length, whatever its handler gave (RFC 9110 15.3.6).
+        let reset = Reply {
+            status: 205,
+            headers: vec![],
+            body: b"{}".to_vec(),
+        };
+        let r = to_hyper(reset, false);
+        assert_eq!(r.status(), 205);
+        assert!(hyper::body::Body::is_end_stream(r.body()), "no body");
+        assert!(r.headers().get("content-type").is_none());
     }
 
     #[test]

@@ -94,7 +94,7 @@ fn developers() -> Response {
             ],
             "output": "target/<target>/release/<crate>.wasm",
             "load": [
-                "a new family: copy the .wasm to <plugins_dir>/families/<family>.wasm (mounted by the watcher), or",
+                "a new family: copy the .wasm to <plugins_dir>/families/<family>.wasm (mounted by the watcher with no capability granted beyond the defaults: one that imports payments, signatures, ... needs [families.<family>] component = \"families/<family>.wasm\" and grants = [...] in the config), or",
                 "marketplace plugins load <family> <file.wasm> --admin http://127.0.0.1:<admin-port> (PUT /admin/plugins/<family>; mounts an unknown family)",
                 "an existing family: copy the .wasm over its component in the plugins directory (hot reload)",
                 "unmount: marketplace plugins unmount <family> --admin URL (DELETE /admin/plugins/<family>)",
