@@ -123,11 +123,72 @@ pub fn record(app: &App, family: &str, bytes: &[u8]) -> Result<()> {
     let dir = dir(app);
     crate::state::create_private_dir(&dir)
         .with_context(|| format!("creating {}", dir.display()))?;
-    write_file(&dir.join(format!("{family}.wasm")), bytes)?;
+    // The component is staged under its hash, the record (naming that
+    // hash) is the commit, then the component takes its place: a stop
+    // anywhere between leaves the old record with its old component, or
+    // the new record with the new one staged, which a start puts in place
+    // ([`settle_staged`]). (Written in place first, a kill -9 before the
+    // record left the new component under the old record's name and
+    // grants, listed as the old one.)
+    let hash = kept.hash.clone().unwrap_or_default();
+    let staged = staged_path(&dir, family, &hash);
+    write_file(&staged, bytes)?;
     write_file(
         &dir.join(format!("{family}.json")),
         &serde_json::to_vec_pretty(&kept)?,
-    )
+    )?;
+    std::fs::rename(&staged, dir.join(format!("{family}.wasm")))
+        .with_context(|| format!("putting {} in place", staged.display()))
+}
+
+/// Where [`record`] stages the component of hash `hash` for `family`.
+fn staged_path(dir: &std::path::Path, family: &str, hash: &str) -> PathBuf {
+    dir.join(format!("{family}.{hash}.wasm"))
+}
+
+/// At start, before the kept records are read: a component staged for a
+/// record that names it (a stop after the record was written) takes its
+/// place; one staged for a record never written, and the temporary files
+/// of writes a stop cut short, go.
+fn settle_staged(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for path in entries.flatten().map(|e| e.path()) {
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if name.ends_with(".tmp") {
+            let _ = std::fs::remove_file(&path);
+            continue;
+        }
+        // FAMILY.HASH.wasm (a family name has no dot).
+        let Some((family, hash)) = name
+            .strip_suffix(".wasm")
+            .and_then(|stem| stem.split_once('.'))
+        else {
+            continue;
+        };
+        let named = std::fs::read(dir.join(format!("{family}.json")))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Kept>(&b).ok())
+            .is_some_and(|k| !k.unmounted && k.hash.as_deref() == Some(hash));
+        if named {
+            match std::fs::rename(&path, dir.join(format!("{family}.wasm"))) {
+                Ok(()) => tracing::info!(
+                    family,
+                    "the upload a stop cut short after it was recorded is put in place"
+                ),
+                Err(e) => tracing::error!(family, "{} not put in place: {e}", path.display()),
+            }
+        } else {
+            tracing::info!(
+                family,
+                "an upload a stop cut short before it was recorded is dropped: the one before serves"
+            );
+            let _ = std::fs::remove_file(&path);
+        }
+    }
 }
 
 /// Keep that `family` was unmounted.
@@ -306,7 +367,8 @@ struct Pending {
 /// more than one is held in memory at start.
 enum Component {
     None,
-    File(PathBuf),
+    /// With the sha256 its record names (absent in older records).
+    File(PathBuf, Option<String>),
     /// From the fleet's snapshot (read with its record).
     Read(Result<Vec<u8>>),
 }
@@ -315,8 +377,17 @@ impl Component {
     fn read(self) -> Result<Vec<u8>> {
         match self {
             Component::None => Ok(Vec::new()),
-            Component::File(path) => {
-                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))
+            Component::File(path, hash) => {
+                let bytes =
+                    std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+                let found = marketplace_common::hex::sha256(&bytes);
+                match hash {
+                    Some(named) if named != found => anyhow::bail!(
+                        "{} is not the component its record names (sha256 {found}, the record's {named}): upload it again",
+                        path.display()
+                    ),
+                    _ => Ok(bytes),
+                }
             }
             Component::Read(bytes) => bytes,
         }
@@ -334,6 +405,7 @@ fn pending(app: &App) -> Vec<Pending> {
             Vec::new()
         });
     }
+    settle_staged(&dir(app));
     let Ok(entries) = std::fs::read_dir(dir(app)) else {
         return Vec::new();
     };
@@ -385,7 +457,7 @@ fn pending(app: &App) -> Vec<Pending> {
         let bytes = if kept.unmounted {
             Component::None
         } else {
-            Component::File(path.with_extension("wasm"))
+            Component::File(path.with_extension("wasm"), kept.hash.clone())
         };
         out.push(Pending {
             family,
@@ -717,4 +789,62 @@ pub fn spawn_fleet_sync(app: Arc<App>, stop: Arc<AtomicBool>) -> Result<()> {
             }
         })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record_json(hash: &str) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "component": "fees_pickup_paid.wasm", "grants": [], "reads": [], "hash": hash,
+        }))
+        .unwrap()
+    }
+
+    /// What a kill -9 leaves in the middle of an upload is settled at the
+    /// next start into the upload before it or the upload itself, never
+    /// one's component under the other's record.
+    #[test]
+    fn an_upload_cut_short_is_settled_whole_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (old, new) = ("a".repeat(64), "b".repeat(64));
+        // Stopped after the record: the staged component takes its place.
+        std::fs::write(d.join("fees.json"), record_json(&new)).unwrap();
+        std::fs::write(d.join("fees.wasm"), b"old").unwrap();
+        std::fs::write(staged_path(d, "fees", &new), b"new").unwrap();
+        // Stopped before the record: the staged component goes, the old
+        // one stays.
+        std::fs::write(d.join("mcp.json"), record_json(&old)).unwrap();
+        std::fs::write(d.join("mcp.wasm"), b"old").unwrap();
+        std::fs::write(staged_path(d, "mcp", &new), b"new").unwrap();
+        // A temporary file of a write cut short goes.
+        std::fs::write(d.join("mcp.json.tmp"), b"{").unwrap();
+        settle_staged(d);
+        let mut left: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["fees.json", "fees.wasm", "mcp.json", "mcp.wasm"]);
+        assert_eq!(std::fs::read(d.join("fees.wasm")).unwrap(), b"new");
+        assert_eq!(std::fs::read(d.join("mcp.wasm")).unwrap(), b"old");
+    }
+
+    /// A kept component that is not the one its record names (an older
+    /// host's upload cut short) is refused, saying so, not served under
+    /// the record's name and grants.
+    #[test]
+    fn a_kept_component_is_read_only_as_its_record_names_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fees.wasm");
+        std::fs::write(&path, b"bytes").unwrap();
+        let right = marketplace_common::hex::sha256(b"bytes");
+        let read = |hash: Option<String>| Component::File(path.clone(), hash).read();
+        assert_eq!(read(Some(right)).unwrap(), b"bytes");
+        assert_eq!(read(None).unwrap(), b"bytes", "an older record names none");
+        let e = read(Some("c".repeat(64))).unwrap_err().to_string();
+        assert!(e.contains("is not the component its record names"), "{e}");
+    }
 }
