@@ -53,8 +53,10 @@ impl Seen {
     /// and its first bytes are events of their own) is not acted on: one
     /// whose stamp changed while it was read, or that cannot be read yet
     /// (empty) and changed less than [`POLL`] ago, is looked at again at
-    /// the next event or poll. So a copy is refused (or swapped) once,
-    /// whole, not first as an empty or cut-short component.
+    /// the next event or poll. So a copy is not first refused as an empty
+    /// component, nor as a cut-short one while its writer goes on writing
+    /// (a writer that stalls midway for longer than a read still has its
+    /// part read: write aside and rename, as README says).
     fn changed(&mut self, path: &Path) -> Option<Vec<u8>> {
         let now = stamp(path);
         if now.is_none() || now == self.stamp {

@@ -664,12 +664,7 @@ impl Ctx {
         }
         let Some(rt) = self.rt.clone() else { return };
         // A request that dispatched another is no longer counted.
-        let pending = self
-            .pending
-            .take()
-            .unwrap_or_else(|| rt.storage.enter())
-            .alone(self.alone)
-            .from(self.source);
+        let pending = Self::pending_write(self.pending.take(), &rt, self.alone, self.source);
         let started = std::time::Instant::now();
         match rt.storage.begin_write_async(pending).await {
             Ok(txn) => {
@@ -702,6 +697,21 @@ impl Ctx {
             self.under_batch = true;
             self.limiter.holds_batch = true;
         }
+    }
+
+    /// A request as a writer about to take the commit batch: counted from
+    /// its start (or now, after it dispatched another), alone after a lost
+    /// race, from its client's source.
+    fn pending_write(
+        pending: Option<crate::store::group_commit::Pending>,
+        rt: &Arc<dyn Serving>,
+        alone: bool,
+        source: u64,
+    ) -> crate::store::group_commit::Pending {
+        pending
+            .unwrap_or_else(|| rt.storage.enter())
+            .alone(alone)
+            .from(source)
     }
 
     /// Who this call is to a request it dispatches.
@@ -744,11 +754,8 @@ impl Ctx {
             let (started, store_before) =
                 (std::time::Instant::now(), crate::store::pg::waited_here());
             self.txn = Some(if self.write {
-                let pending = self.pending.take().unwrap_or_else(|| rt.storage.enter());
-                Txn::Write(
-                    rt.storage
-                        .begin_write_for(pending.alone(self.alone).from(self.source))?,
-                )
+                let pending = Self::pending_write(self.pending.take(), rt, self.alone, self.source);
+                Txn::Write(rt.storage.begin_write_for(pending)?)
             } else {
                 Txn::Read(rt.storage.begin_read()?)
             });
@@ -781,12 +788,13 @@ pub fn refusal(reply: Reply) -> types::Refusal {
 impl types::Host for Ctx {}
 
 /// `body` with the change put where the component put its stand-in: each
-/// whole JSON string `"{stand_in}"` of a JSON answer (no content type, or
-/// `application/json`, or a `+json` type). Nowhere else: inside a longer
-/// text (a link, a page's image) or in an answer of another type, the
-/// stand-in stays, for a client following such a link or loading such a
-/// page would send the change wherever the component pointed it. (The
-/// client still gets the change in `X-Cash-Change`.)
+/// whole JSON string `"{stand_in}"` of a JSON answer (no content type,
+/// `application/json` or an `application/...+json` type). Nowhere else:
+/// inside a longer string (a link; also one whose `\"` escape would put
+/// a quote before the stand-in), or in an answer of another type (a page's
+/// image), the stand-in stays, for a client following such a link or
+/// loading such a page would send the change wherever the component
+/// pointed it. (The client still gets the change in `X-Cash-Change`.)
 fn with_change(
     headers: &[(String, String)],
     body: Vec<u8>,
@@ -796,21 +804,59 @@ fn with_change(
     let json = headers
         .iter()
         .filter(|(name, _)| name.eq_ignore_ascii_case("content-type"))
-        .all(|(_, value)| {
-            let media = value.split(';').next().unwrap_or_default().trim();
-            media.eq_ignore_ascii_case("application/json")
-                || media.len() > 5
-                    && media.is_char_boundary(media.len() - 5)
-                    && media[media.len() - 5..].eq_ignore_ascii_case("+json")
-        });
-    if !json {
+        .all(|(_, value)| is_json_type(value));
+    if !json || memchr::memmem::find(&body, stand_in.as_bytes()).is_none() {
         return body;
     }
-    crate::money::ledger::replace_bytes(
-        &body,
-        format!("\"{stand_in}\"").as_bytes(),
-        format!("\"{change}\"").as_bytes(),
-    )
+    replace_json_strings(&body, stand_in.as_bytes(), change.as_bytes())
+}
+
+/// `application/json`, or `application/<something>+json`, with or
+/// without parameters; not a text that is no media type (`x+json`, which
+/// a browser would sniff).
+fn is_json_type(value: &str) -> bool {
+    if !marketplace_common::media::is_media_type(value) {
+        return false;
+    }
+    let essence = value.split(';').next().unwrap_or_default().trim();
+    let Some((kind, sub)) = essence.split_once('/') else {
+        return false;
+    };
+    // (A media type is ASCII: any byte is a boundary.)
+    kind.eq_ignore_ascii_case("application")
+        && (sub.eq_ignore_ascii_case("json")
+            || sub.len() > 5 && sub[sub.len() - 5..].eq_ignore_ascii_case("+json"))
+}
+
+/// `body` with each JSON string token whose content is exactly `from`
+/// (which has nothing to escape) holding `to` instead. Strings are read as
+/// a JSON reader reads them: one begins at a quote outside any string and
+/// ends at the next quote no backslash escapes.
+fn replace_json_strings(body: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + to.len().saturating_sub(from.len()));
+    let (mut at, mut copied) = (0, 0);
+    while let Some(found) = memchr::memchr(b'"', &body[at..]) {
+        let open = at + found;
+        let mut scan = open + 1;
+        let close = loop {
+            let Some(k) = memchr::memchr2(b'"', b'\\', body.get(scan..).unwrap_or_default()) else {
+                break None;
+            };
+            if body[scan + k] == b'"' {
+                break Some(scan + k);
+            }
+            scan += k + 2;
+        };
+        let Some(close) = close else { break };
+        if &body[open + 1..close] == from {
+            out.extend_from_slice(&body[copied..=open]);
+            out.extend_from_slice(to);
+            copied = close;
+        }
+        at = close + 1;
+    }
+    out.extend_from_slice(&body[copied..]);
+    out
 }
 
 /// What a component is given for the change secret `change` of its
@@ -853,8 +899,22 @@ mod tests {
                 "{headers:?}"
             );
         }
+        // A quote escaped inside a longer string is no string's start
+        // (outside review): the link keeps the stand-in.
+        let escaped =
+            br#"{"link":"https://evil.example/?c=\"e0.7:secret:aa","c":"e0.7:secret:aa","q":"\\"}"#;
+        let put =
+            br#"{"link":"https://evil.example/?c=\"e0.7:secret:aa","c":"e0.7:secret:bb","q":"\\"}"#;
+        assert_eq!(with_change(&[], escaped.to_vec(), stand_in, change), put);
         let page = br#"<img src="https://evil.example/i?c=e0.7:secret:aa"> "e0.7:secret:aa""#;
-        for t in ["text/html", "text/plain", "application/jsonp", "+json"] {
+        for t in [
+            "text/html",
+            "text/plain",
+            "application/jsonp",
+            "+json",
+            "x+json",
+            "text/x+json",
+        ] {
             assert_eq!(
                 with_change(&typed(t), page.to_vec(), stand_in, change),
                 page,

@@ -48,6 +48,15 @@ impl Ctx {
         }
     }
 
+    /// Refuse `what` (a 500, logged) to a family not granted `escrow`.
+    fn escrow_holder(&self, action: &str, what: &str) -> Result<(), types::Refusal> {
+        if self.grants.has(Capability::Escrow) {
+            return Ok(());
+        }
+        tracing::error!(family = %self.family, action, "{what} needs the escrow grant");
+        Err(refusal(Reply::error(500, "internal", "internal error")))
+    }
+
     /// Charge `price` for `action`; the receipt's change is a stand-in
     /// (see [`super::stand_in`]).
     fn charge_at(
@@ -74,9 +83,8 @@ impl Ctx {
             return Err(refusal(Reply::error(500, "internal", "internal error")));
         }
         let escrowed = ESCROW_ACTIONS.contains(&action.as_str());
-        if escrowed && !self.grants.has(Capability::Escrow) {
-            tracing::error!(family = %self.family, action, "an escrow action needs the escrow grant");
-            return Err(refusal(Reply::error(500, "internal", "internal error")));
+        if escrowed {
+            self.escrow_holder(&action, "an escrow action")?;
         }
         if price > 0
             && let Some(up) = self.upstream_mode()
@@ -168,9 +176,8 @@ impl payments::Host for Ctx {
         // escrow holder's. Without escrow, a component could price any
         // action off a basis of its choosing and take a client's whole
         // secret for a route documented at a fixed price.
-        if basis.is_some() && !self.grants.has(Capability::Escrow) {
-            tracing::error!(family = %self.family, action, "a charge with a basis (a contract's amount) needs the escrow grant");
-            return Err(refusal(Reply::error(500, "internal", "internal error")));
+        if basis.is_some() {
+            self.escrow_holder(&action, "a charge with a basis (a contract's amount)")?;
         }
         let started = std::time::Instant::now();
         let price = self.price(action.clone(), basis).await;
@@ -190,10 +197,7 @@ impl payments::Host for Ctx {
     ) -> Result<payments::Receipt, types::Refusal> {
         // A price the component fixed itself: only for the escrow holder,
         // whose contracts fix their fee at buy.
-        if !self.grants.has(Capability::Escrow) {
-            tracing::error!(family = %self.family, "charge-price needs the escrow grant");
-            return Err(refusal(Reply::error(500, "internal", "internal error")));
-        }
+        self.escrow_holder(&action, "charge-price")?;
         if let Some(refused) = self.refused_early(&action, price) {
             return Err(refused);
         }

@@ -12,8 +12,8 @@
 //! Mutating requests are counted from the moment they start (before their
 //! plugin runs). The batch is committed durably when the request handing
 //! the lease on sees no other request under way, or when the batch holds
-//! `max_batch` requests, or is [`OPEN_AT_MOST`] old; each member answers
-//! only once that commit is done.
+//! `max_batch` requests, or is [`OPEN_AT_MOST`] (or `window`, if longer)
+//! old; each member answers only once that commit is done.
 //! With no concurrency every request is alone in its batch and commits at
 //! once: no added latency. A member that waits `window` while its batch sits
 //! idle (the requests under way are slow to reach storage) commits the
@@ -92,11 +92,13 @@ struct Slot {
     first_member: Option<std::time::Instant>,
     /// A request holds the batch transaction.
     leased: bool,
-    /// Requests waiting for the lease: served first come first served,
-    /// but for the source that held it last (see [`GroupCommit::hand_on`]).
+    /// Requests waiting for the lease, in the order they came: served by
+    /// turns of their sources (see [`GroupCommit::hand_on`]).
     queue: VecDeque<Arc<Waiter>>,
-    /// The source of the request the lease went to last.
-    last_source: u64,
+    /// Grants of the lease since start, and the grant each source (of the
+    /// queue's, and the holder's) last had.
+    turn: u64,
+    served: std::collections::HashMap<u64, u64>,
     /// Mutating requests under way that have not handed on (or never took)
     /// the lease: while there are any, a batch stays open for them.
     pending: u64,
@@ -210,17 +212,20 @@ impl Shared {
 /// or a task on the async workers.
 struct Waiter {
     granted: AtomicBool,
-    /// Its request's source ([`Pending::from`]).
+    /// Its request's source ([`Pending::from`]), and the grants of the
+    /// lease there had been when it came.
     source: u64,
+    arrived: u64,
     thread: Option<Thread>,
     task: Mutex<Option<Waker>>,
 }
 
 impl Waiter {
-    fn new(thread: Option<Thread>, source: u64) -> Arc<Waiter> {
+    fn new(thread: Option<Thread>, source: u64, arrived: u64) -> Arc<Waiter> {
         Arc::new(Waiter {
             granted: AtomicBool::new(false),
             source,
+            arrived,
             thread,
             task: Mutex::new(None),
         })
@@ -761,12 +766,12 @@ impl GroupCommit {
     fn queue_up(&self, thread: Option<Thread>, source: u64) -> Option<Arc<Waiter>> {
         let mut s = self.lock();
         if s.leased || !s.queue.is_empty() {
-            let me = Waiter::new(thread, source);
+            let me = Waiter::new(thread, source, s.turn);
             s.queue.push_back(me.clone());
             return Some(me);
         }
         s.leased = true;
-        s.last_source = source;
+        Self::served(&mut s, source);
         None
     }
 
@@ -986,30 +991,35 @@ impl GroupCommit {
     /// left open with nobody on it wakes its members: one of them commits
     /// it should nobody take it on within `window`.
     ///
-    /// The next is the first waiter, unless it comes from the source the
-    /// lease went to last while a waiter from another source is queued:
-    /// then the first of those. Each source keeps its own order, and a
-    /// waiter at the front is served within two hand-ons, so no one
-    /// starves; but a client whose requests hold the lease long (up to
-    /// their deadline each) no longer makes everyone queued behind its
-    /// dozens of requests wait for all of them: other clients' take every
-    /// other turn. With one source (the host's own writers, a lone client)
-    /// this is first come, first served.
+    /// Sources take turns: each waiter's place is the later of the grant
+    /// count when it came and the grant after its source's last one, and
+    /// the lowest place goes first (the earlier waiter on a tie). So a
+    /// client whose dozens of requests each hold the lease long (up to
+    /// their deadline) gets one turn in each round of the clients waiting,
+    /// not all its turns before theirs; each source keeps its own order;
+    /// and a waiter's place never grows while it waits, while every later
+    /// comer's is at least the grant count then: no one starves. With one
+    /// source (the host's own writers, a lone client, a benchmark) this is
+    /// first come, first served.
     fn hand_on(s: &mut Slot) {
-        let last = s.last_source;
         let next = match s.queue.front() {
-            Some(first) if first.source == last => s
-                .queue
-                .iter()
-                .position(|w| w.source != last)
-                .and_then(|i| s.queue.remove(i))
-                .or_else(|| s.queue.pop_front()),
+            Some(first) if s.queue.iter().any(|w| w.source != first.source) => {
+                let place =
+                    |w: &Waiter| w.arrived.max(s.served.get(&w.source).map_or(0, |t| t + 1));
+                let (i, _) = s
+                    .queue
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(i, w)| (place(w), *i))
+                    .expect("a queue with a first");
+                s.queue.remove(i)
+            }
             _ => s.queue.pop_front(),
         };
         match next {
             // Stays leased: it passes straight to `next`.
             Some(next) => {
-                s.last_source = next.source;
+                Self::served(s, next.source);
                 next.grant()
             }
             None => {
@@ -1018,6 +1028,20 @@ impl GroupCommit {
                     s.outcome.wake();
                 }
             }
+        }
+    }
+
+    /// Count a grant of the lease to `source` (the slot locked). Sources
+    /// with no request waiting are forgotten once they are many: one
+    /// coming back takes its place as any newcomer does.
+    fn served(s: &mut Slot, source: u64) {
+        s.turn += 1;
+        s.served.insert(source, s.turn);
+        if s.served.len() > 64 && s.served.len() > 2 * s.queue.len() {
+            let waiting: std::collections::HashSet<u64> =
+                s.queue.iter().map(|w| w.source).collect();
+            s.served
+                .retain(|src, _| *src == source || waiting.contains(src));
         }
     }
 

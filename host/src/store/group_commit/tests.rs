@@ -542,13 +542,17 @@ fn disabled_means_one_commit_each() {
     assert_eq!(gc.counters(), (80, 80));
 }
 
-/// The order in which `hand_on` grants a queue of waiters from `sources`,
-/// the lease last having gone to `last`.
+/// The order in which `hand_on` grants a queue of waiters from `sources`
+/// that came at once, the lease last having gone to `last`.
 fn turns(sources: &[u64], last: u64) -> Vec<usize> {
     let mut s = Slot::default();
-    let waiters: Vec<_> = sources.iter().map(|&src| Waiter::new(None, src)).collect();
+    GroupCommit::served(&mut s, last);
+    let waiters: Vec<_> = sources
+        .iter()
+        .map(|&src| Waiter::new(None, src, s.turn))
+        .collect();
     s.queue.extend(waiters.iter().cloned());
-    (s.leased, s.last_source) = (true, last);
+    s.leased = true;
     let mut order = Vec::new();
     for _ in sources {
         GroupCommit::hand_on(&mut s);
@@ -563,14 +567,44 @@ fn turns(sources: &[u64], last: u64) -> Vec<usize> {
 }
 
 #[test]
-fn the_lease_goes_past_the_last_holders_source_to_another_and_starves_none() {
+fn sources_take_turns_for_the_lease_each_in_its_own_order() {
     let (a, b, c) = (3, 5, 7);
     // One client's queued requests no longer all go before another's.
     assert_eq!(turns(&[a, a, a, b, a], a), [3, 0, 1, 2, 4]);
-    // Three clients take turns; each keeps its own order.
-    assert_eq!(turns(&[a, a, b, a, c], a), [2, 0, 4, 1, 3]);
+    // Those not served last go first, each keeping its own order.
+    assert_eq!(turns(&[a, a, b, a, c], a), [2, 4, 0, 1, 3]);
+    // Two clients with many requests each do not keep a third waiting
+    // for both backlogs: one turn each a round.
+    assert_eq!(turns(&[a, a, a, b, b, b, c], 9), [0, 3, 6, 1, 4, 2, 5]);
     // One source (the host's own writers, a lone client): first come,
     // first served.
     assert_eq!(turns(&[0, 0, 0, 0], 0), [0, 1, 2, 3]);
     assert_eq!(turns(&[a, a, a], b), [0, 1, 2]);
+}
+
+/// A waiter's place never grows while it waits, and a later comer's is at
+/// least the grants then: however clients come and go, the first waiter
+/// is served within as many grants as there were waiters when it came.
+#[test]
+fn no_waiter_starves_however_sources_come_and_go() {
+    let mut s = Slot {
+        leased: true,
+        ..Default::default()
+    };
+    // Its client was just served: every newcomer is ahead of it at first.
+    GroupCommit::served(&mut s, 1);
+    let old = Waiter::new(None, 1, s.turn);
+    s.queue.push_back(old.clone());
+    // Each round a new client comes (never served: the best place a
+    // newcomer can have) and another leaves.
+    for round in 0..10u64 {
+        let newcomer = Waiter::new(None, 100 + round, s.turn);
+        s.queue.push_back(newcomer);
+        GroupCommit::hand_on(&mut s);
+        if old.granted() {
+            assert!(round <= 1, "served at round {round}");
+            return;
+        }
+    }
+    panic!("the first waiter was never served");
 }
