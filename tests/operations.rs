@@ -3194,3 +3194,29 @@ fn a_commit_larger_than_the_disks_room_is_refused() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(s.get("/_testing/read?key=small").json()["value"], "v");
 }
+
+/// The admin listener drains as the public one does: a request sent on a
+/// keep-alive admin connection just after SIGTERM (a mint an operator's
+/// script sent as the signal came) is answered, then the connection
+/// closes; before, the connection was closed at the signal and the mint
+/// went unanswered (an outside money audit).
+#[test]
+fn sigterm_answers_an_admin_request_on_its_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = server_on(&dir.path().join("data"), &[]);
+    let auth = format!("authorization: Bearer {}\r\n", common::ADMIN_TOKEN);
+    let request = format!("GET /admin/plugins HTTP/1.1\r\nhost: admin\r\n{auth}\r\n");
+    let mut conn = TcpStream::connect(s.admin).unwrap();
+    conn.write_all(request.as_bytes()).unwrap();
+    let (seen, reusable) = read_response(&mut conn);
+    assert!(matches!(seen, Seen::Answered(200, _)), "{seen:?}");
+    assert!(reusable);
+    s.signal("TERM");
+    // Inside the half second a connection between requests lingers.
+    std::thread::sleep(Duration::from_millis(100));
+    conn.write_all(request.as_bytes()).unwrap();
+    let answer =
+        read_to_close(&mut conn).unwrap_or_else(|e| panic!("not answered ({e})\n{}", s.log_text()));
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+    exits_cleanly(&mut s);
+}

@@ -108,9 +108,19 @@ pub fn token(configured: Option<&str>, data_dir: &Path) -> Result<String> {
 /// Accept connections on `listener` until `stop`, serving each with
 /// `handle`; then let every request in flight finish (an online backup
 /// streaming, an upload compiling) while idle connections close, and
-/// return once every connection has ended.
-async fn accept_loop<F, Fut>(listener: TcpListener, stop: watch::Receiver<bool>, handle: F)
-where
+/// return once every connection has ended. As on the public listener
+/// (see [`super::drain`]), a request already sent when the signal comes
+/// is answered, not reset: the connections waiting in the listen backlog
+/// are accepted and served, and a connection between requests stays open
+/// `linger` (the drain's `drain_linger_ms`) before it closes, so one on
+/// its way is served. (An outside audit's mints sent just before a
+/// SIGTERM were closed unanswered.)
+async fn accept_loop<F, Fut>(
+    listener: TcpListener,
+    stop: watch::Receiver<bool>,
+    linger: Duration,
+    handle: F,
+) where
     F: Fn(std::net::SocketAddr, Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = Response<AdminBody>> + Send + 'static,
 {
@@ -119,15 +129,7 @@ where
     // Every connection task holds a sender: once all are dropped, every
     // connection has ended.
     let (live, mut ended) = tokio::sync::mpsc::channel::<()>(1);
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = &mut stopping => break,
-        };
-        let Ok((stream, peer)) = accepted else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
+    let serve = |stream: tokio::net::TcpStream, peer: std::net::SocketAddr| {
         let handle = handle.clone();
         let (stop, live) = (stop.clone(), live.clone());
         tokio::spawn(async move {
@@ -143,15 +145,35 @@ where
             tokio::select! {
                 _ = conn.as_mut() => {}
                 () = super::stopped(stop) => {
-                    // Closed when idle, or after the answer it is giving.
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
+                    // A request on its way is served meanwhile; then the
+                    // connection closes when idle, or after the answer it
+                    // is giving.
+                    tokio::select! {
+                        _ = conn.as_mut() => {}
+                        () = tokio::time::sleep(linger) => {
+                            conn.as_mut().graceful_shutdown();
+                            let _ = conn.await;
+                        }
+                    }
                 }
             }
             drop(live);
         });
+    };
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = &mut stopping => break,
+        };
+        let Ok((stream, peer)) = accepted else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        serve(stream, peer);
     }
-    drop(listener);
+    for (stream, peer) in super::drain::take_backlog(listener) {
+        serve(stream, peer);
+    }
     drop(live);
     let _ = ended.recv().await;
 }
@@ -164,7 +186,8 @@ pub async fn serve(
     stop: watch::Receiver<bool>,
 ) {
     let token = Arc::new(token);
-    accept_loop(listener, stop, move |peer, req| {
+    let linger = app.config.drain_linger().0;
+    accept_loop(listener, stop, linger, move |peer, req| {
         handle(app.clone(), token.clone(), peer, req)
     })
     .await
@@ -172,7 +195,8 @@ pub async fn serve(
 
 /// Serve `GET /metrics` (no token) on `listener` until `stop`.
 pub async fn serve_metrics(app: Arc<App>, listener: TcpListener, stop: watch::Receiver<bool>) {
-    accept_loop(listener, stop, move |_, req| {
+    let linger = app.config.drain_linger().0;
+    accept_loop(listener, stop, linger, move |_, req| {
         let app = app.clone();
         async move {
             let reply = match (req.method().as_str(), req.uri().path()) {
