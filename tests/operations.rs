@@ -3218,5 +3218,10 @@ fn sigterm_answers_an_admin_request_on_its_way() {
     let answer =
         read_to_close(&mut conn).unwrap_or_else(|e| panic!("not answered ({e})\n{}", s.log_text()));
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+    // It says the connection closes, so the client sends no more on it.
+    assert!(
+        answer.to_ascii_lowercase().contains("connection: close"),
+        "{answer}"
+    );
     exits_cleanly(&mut s);
 }

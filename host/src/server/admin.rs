@@ -132,10 +132,24 @@ async fn accept_loop<F, Fut>(
     let serve = |stream: tokio::net::TcpStream, peer: std::net::SocketAddr| {
         let handle = handle.clone();
         let (stop, live) = (stop.clone(), live.clone());
+        let draining = stop.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| {
                 let fut = handle(peer, req);
-                async move { Ok::<_, std::convert::Infallible>(fut.await) }
+                let draining = draining.clone();
+                async move {
+                    let mut resp = fut.await;
+                    // An answer given once the drain began says the
+                    // connection closes after it, so its client sends
+                    // no more on it (as the public listener's do).
+                    if *draining.borrow() {
+                        resp.headers_mut().insert(
+                            hyper::header::CONNECTION,
+                            hyper::header::HeaderValue::from_static("close"),
+                        );
+                    }
+                    Ok::<_, std::convert::Infallible>(resp)
+                }
             });
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
