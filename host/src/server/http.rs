@@ -1035,7 +1035,7 @@ async fn serve_route(
             // the call does not count itself again.
             let caller = Caller {
                 client: Some(client).filter(|_| counted.is_none()),
-                source: crate::store::group_commit::source_of(client),
+                source: Some(client),
                 ..Caller::default()
             };
             let result = if inline && writes {

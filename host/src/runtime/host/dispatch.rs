@@ -35,10 +35,11 @@ pub struct Caller {
     /// The address of the client whose own request this is (None for a
     /// dispatched one; see [`crate::runtime::long_calls`]).
     pub client: Option<std::net::IpAddr>,
-    /// Whose turn its writes take in the commit batch's queue: the key of
-    /// the client's address, for its own request and every one it
-    /// dispatches ([`crate::store::group_commit::Pending::from`]).
-    pub source: u64,
+    /// Whose turn its writes take in the commit batch's queue: the
+    /// client's address, for its own request and every one it dispatches
+    /// ([`crate::store::group_commit::Pending::from`]; made a source only
+    /// when the request writes).
+    pub source: Option<std::net::IpAddr>,
 }
 
 /// How deep dispatched requests may nest: a chain of families (or a

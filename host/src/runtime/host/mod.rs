@@ -163,7 +163,7 @@ pub struct Ctx {
     pending: Option<crate::store::group_commit::Pending>,
     /// Whose turn its writes take for the commit batch (see
     /// [`crate::store::group_commit::Pending::from`]): its client's.
-    source: u64,
+    source: Option<std::net::IpAddr>,
     payment: PaymentHeaders,
     /// Key under which a paid request's answer is kept for identical retries.
     replay_key: Option<RetryKey>,
@@ -257,7 +257,7 @@ impl Ctx {
             alone: false,
             payment,
             replay_key,
-            source: 0,
+            source: None,
             charged: None,
             unheld: 0,
             issued: Vec::new(),
@@ -292,7 +292,7 @@ impl Ctx {
             pending: None,
             payment: PaymentHeaders::default(),
             replay_key: None,
-            source: 0,
+            source: None,
             charged: None,
             unheld: 0,
             issued: Vec::new(),
@@ -706,12 +706,12 @@ impl Ctx {
         pending: Option<crate::store::group_commit::Pending>,
         rt: &Arc<dyn Serving>,
         alone: bool,
-        source: u64,
+        source: Option<std::net::IpAddr>,
     ) -> crate::store::group_commit::Pending {
         pending
             .unwrap_or_else(|| rt.storage.enter())
             .alone(alone)
-            .from(source)
+            .from(source.map_or(0, crate::store::group_commit::source_of))
     }
 
     /// Who this call is to a request it dispatches.
