@@ -500,6 +500,61 @@ fn recovery_scan_finds_contracts_from_before_the_party_index() {
 
 /// Presigning is free, so one identity may hold at most 64 uploads: the
 /// 65th presign is refused and nothing more can be stored for it.
+/// An upload takes about its own size in the database file: redb gives a
+/// value of its own a power of two of pages, so an 8 MiB upload kept in
+/// one value took 16 MiB (and more as the file grew), letting one paid
+/// identity's 64 uploads fill twice the disk the limit implies. Kept in
+/// pieces of about a MiB, four uploads of 8 MiB add under 1.5 times their
+/// bytes to the file (with one value each: over three times).
+#[test]
+fn an_upload_takes_about_its_size_on_disk() {
+    if common::skip_on_postgres(
+        "an_upload_takes_about_its_size_on_disk",
+        "it reads the embedded store's file",
+    ) {
+        return;
+    }
+    let mut s = Server::start();
+    let key = s.identity("big_files");
+    s.stop();
+    let file = s.data_dir.join("marketplace.redb");
+    let before = std::fs::metadata(&file).unwrap().len();
+    let mut s = Server::with(common::Options {
+        data_dir: Some(s.data_dir.clone()),
+        ..Default::default()
+    });
+    let mut uploaded = 0;
+    let mut keys = Vec::new();
+    for i in 0..4u32 {
+        let bytes: Vec<u8> = (0..8 * 1024 * 1024u32)
+            .map(|j| (j.wrapping_add(i).wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        uploaded += bytes.len() as u64;
+        keys.push((
+            s.upload(
+                &key,
+                &format!("f{i}.bin"),
+                "application/octet-stream",
+                &bytes,
+            ),
+            bytes,
+        ));
+    }
+    for (s3_key, bytes) in &keys {
+        let got = s.get(&format!("/api/storage/{s3_key}"));
+        assert!(
+            got.status == 200 && got.body == *bytes,
+            "{s3_key} comes back whole"
+        );
+    }
+    s.stop();
+    let grew = std::fs::metadata(&file).unwrap().len() - before;
+    assert!(
+        grew < uploaded * 3 / 2,
+        "the file grew {grew} bytes for {uploaded} bytes of uploads"
+    );
+}
+
 #[test]
 fn presigned_uploads_are_bounded_per_identity() {
     let s = Server::start();

@@ -453,9 +453,11 @@ fn attachments_may_refer_to_the_authors_uploads() {
     let s = Server::start();
     let author = s.identity("painter");
     let other = s.identity("copier");
-    // An image larger than an inline attachment may be.
+    // An image larger than an inline attachment may be, and stored in
+    // pieces by the identity family (three of about a MiB), which this
+    // family reads.
     let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
-    png.extend((0..700 * 1024u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8));
+    png.extend((0..2_700 * 1024u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8));
     let s3_key = s.upload(&author, "img.png", "image/png", &png);
     let file_id = s3_key
         .strip_prefix("files/")

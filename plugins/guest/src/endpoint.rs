@@ -409,6 +409,43 @@ pub mod kv {
         storage::put(key.as_bytes(), value).map_err(map_err)
     }
 
+    /// The largest piece [`put_large`] stores under one key: a MiB, less
+    /// room for the key and redb's leaf header, so that a piece takes one
+    /// 1 MiB allocation. (redb gives a value of its own a power of two of
+    /// pages: an 8 MiB upload in one value took 16 MiB of the file.)
+    pub const PIECE_BYTES: usize = (1 << 20) - 1024;
+
+    /// Store a large value (an upload) in the own keyspace, in pieces of
+    /// [`PIECE_BYTES`]: the first at `key`, the next at `key/1`, `key/2`...
+    /// (so `key` must not be one of whose `key/N` another value is kept).
+    /// Read it back with [`get_large`].
+    pub fn put_large(key: &str, value: &[u8]) -> Result<(), ApiError> {
+        let mut pieces = value.chunks(PIECE_BYTES);
+        put_raw(key, pieces.next().unwrap_or_default())?;
+        for (n, piece) in pieces.enumerate() {
+            put_raw(&format!("{key}/{}", n + 1), piece)?;
+        }
+        Ok(())
+    }
+
+    /// A value [`put_large`] stored, whole (or one stored whole by
+    /// [`put_raw`]: while every piece so far is full the next is looked
+    /// for, and a value of its own has none).
+    pub fn get_large(keyspace: Option<&str>, key: &str) -> Result<Option<Vec<u8>>, ApiError> {
+        let Some(mut value) = get_raw(keyspace, key)? else {
+            return Ok(None);
+        };
+        let mut n = 1;
+        while value.len() == n * PIECE_BYTES {
+            match get_raw(keyspace, &format!("{key}/{n}"))? {
+                Some(piece) if !piece.is_empty() => value.extend_from_slice(&piece),
+                _ => break,
+            }
+            n += 1;
+        }
+        Ok(Some(value))
+    }
+
     /// Store a JSON value in the own keyspace.
     pub fn put<T: Serialize + ?Sized>(key: &str, value: &T) -> Result<(), ApiError> {
         let bytes = serde_json::to_vec(value).map_err(|e| ApiError::internal(e.to_string()))?;

@@ -12,7 +12,9 @@
 //! - `post_rating/{post_id}` -> [`Tally`] of one post
 //! - `vote/{post_id}/{actor}` -> "up" | "down"
 //! - `upload/{token}` -> [`uploads::Upload`]: a presigned, not yet used upload
-//! - `file/{id}` -> the raw bytes of an upload (`s3_key` = `files/{id}`)
+//! - `file/{id}` -> the raw bytes of an upload (`s3_key` = `files/{id}`), in
+//!   pieces of about a MiB: the first there, the next at `file/{id}/1`...
+//!   (`kv::put_large`, read with `kv::get_large`)
 //! - `file_meta/{id}` -> [`uploads::FileMeta`]
 //!
 //! Reads (read-only) from `timeline`: `post/{post_id}` (its

@@ -141,7 +141,7 @@ pub fn upload(req: &Request) -> Result<Response, ApiError> {
     kv::delete(&key)?;
     let size = req.body().len() as u64;
     let sha256 = marketplace_common::hex::sha256(req.body());
-    kv::put_raw(&format!("file/{}", up.id), req.body())?;
+    kv::put_large(&format!("file/{}", up.id), req.body())?;
     let meta = FileMeta {
         owner: up.owner,
         file_path: up.file_path,
@@ -173,7 +173,7 @@ pub fn file(req: &Request) -> Result<Response, ApiError> {
         return Err(missing());
     }
     let meta: FileMeta = kv::get(&format!("file_meta/{id}"))?.ok_or_else(missing)?;
-    let bytes = kv::get_raw(None, &format!("file/{id}"))?.ok_or_else(missing)?;
+    let bytes = kv::get_large(None, &format!("file/{id}"))?.ok_or_else(missing)?;
     let mut headers = vec![
         ("content-type".into(), meta.content_type),
         ("x-content-type-options".into(), "nosniff".into()),

@@ -421,7 +421,7 @@ pub(crate) fn attachment(req: &Request) -> Result<Response, ApiError> {
         }
         Some((upload, file, gone)) => {
             let bytes =
-                kv::get_raw(Some("identity"), &format!("file/{upload}"))?.ok_or_else(gone)?;
+                kv::get_large(Some("identity"), &format!("file/{upload}"))?.ok_or_else(gone)?;
             (bytes, file.media_type())
         }
     };
