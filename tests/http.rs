@@ -133,6 +133,26 @@ fn unknown_path_is_404_json_and_wrong_method_is_405() {
     assert_eq!(r.status, 405);
     assert_eq!(r.header("allow"), Some("GET, HEAD, POST, OPTIONS"));
 
+    // Methods are case-sensitive (RFC 9110 9.1): `get` and `post` are
+    // methods no resource takes, not GET and POST answered without the
+    // caching, CORS and payment handling those get.
+    for (head, allow) in [
+        ("get /api/fees HTTP/1.1", "GET, HEAD, OPTIONS"),
+        ("post /api/timeline HTTP/1.1", "GET, HEAD, POST, OPTIONS"),
+    ] {
+        let mut c = common::connect(s.addr);
+        let request =
+            format!("{head}\r\nhost: x\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{{}}");
+        c.write_all(request.as_bytes()).unwrap();
+        let r = common::read_response(&mut c);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (405, "method_not_allowed"),
+            "{head}"
+        );
+        assert_eq!(r.header("allow"), Some(allow), "{head}");
+    }
+
     // A HEAD's answer is its GET's, the length of a refusal's message too.
     for path in ["/api/does-not-exist", "/api/posts/update", "/mcp"] {
         let get = s.get(path);

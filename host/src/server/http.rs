@@ -504,11 +504,10 @@ impl Drop for InFlight<'_> {
         if !self.answered {
             metrics().in_flight.dec();
             // (Rare: the route is looked up again for its logged form.)
-            let method = self.method.to_ascii_uppercase();
             let route = match self
                 .app
                 .runtime
-                .find(&method, &routes::canonical_path(self.path))
+                .find(self.method, &routes::canonical_path(self.path))
             {
                 routes::Match::Found { route, .. } => Some(route),
                 _ => None,
@@ -762,7 +761,9 @@ async fn dispatch(
         );
         return (reply, None);
     }
-    let method = req.method().as_str().to_ascii_uppercase();
+    // Methods are case-sensitive (RFC 9110 9.1): `get` is not GET, and is
+    // answered as a method the resource does not take.
+    let method = req.method().as_str().to_string();
     if let Some(reply) = not_for_a_resource(app, &method, req.uri()) {
         return (reply, None);
     }
