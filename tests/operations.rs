@@ -1141,6 +1141,75 @@ fn restore(file: &Path, into: &Path) -> Output {
     )
 }
 
+/// A backup replaces only an earlier backup or an empty file: written over
+/// the live database (`--to <data dir>/marketplace.redb`), it left the
+/// server serving a deleted file and acknowledging writes that its next
+/// start lost (an outside operator audit). A directory, a path inside the
+/// data dir and a file that is not a backup are refused before the server
+/// is asked; a backup written over the last one is the usual rotation.
+#[test]
+fn a_backup_replaces_only_an_earlier_backup() {
+    if common::skip_on_postgres(
+        "a_backup_replaces_only_an_earlier_backup",
+        "a host backs up only a redb data dir",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let s = server_on(&data, &[]);
+    let live = data.join("marketplace.redb");
+    let live_bytes = std::fs::metadata(&live).unwrap().len();
+    for (to, says) in [
+        (live.clone(), "exists and is not a backup"),
+        (data.join("server.key"), "exists and is not a backup"),
+        (dir.path().to_path_buf(), "is a directory"),
+    ] {
+        let out = online_backup(&s, &to);
+        assert!(!out.status.success(), "{to:?}: {out:?}");
+        assert!(
+            text(&out.stderr).contains(says),
+            "{to:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    assert_eq!(std::fs::metadata(&live).unwrap().len(), live_bytes);
+    assert!(
+        !std::fs::read(data.join("server.key"))
+            .unwrap()
+            .starts_with(b"backup.json")
+    );
+    // Offline (or online with the data dir named), a new file inside it.
+    let admin = format!("http://{}", s.admin);
+    let out = run(
+        &[
+            "backup",
+            "--to",
+            data.join("new.tar").to_str().unwrap(),
+            "--admin",
+            &admin,
+            "--token",
+            ADMIN_TOKEN,
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
+        &[],
+        Duration::from_secs(120),
+    );
+    assert!(
+        !out.status.success() && text(&out.stderr).contains("inside the data dir"),
+        "{out:?}"
+    );
+    // The usual rotation: over an empty file, then over that backup.
+    let file = dir.path().join("rotated.tar");
+    std::fs::write(&file, b"").unwrap();
+    for round in 0..2 {
+        let out = online_backup(&s, &file);
+        assert!(out.status.success(), "round {round}: {out:?}");
+    }
+    assert_eq!(s.get("/api/health").status, 200);
+}
+
 #[test]
 fn backup_during_paid_writes_restores_a_consistent_copy() {
     if common::skip_on_postgres(
@@ -3193,6 +3262,26 @@ fn a_commit_larger_than_the_disks_room_is_refused() {
     let r = s.post_json("/_testing/write?key=small&fill_mib=1", &json!({}));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(s.get("/_testing/read?key=small").json()["value"], "v");
+}
+
+/// SIGHUP, which operators send a daemon out of habit to have it reload,
+/// killed the server at once (its default action): no drain, paid writes
+/// committed but never answered (an outside operator audit). It is said
+/// in the log and changes nothing; SIGTERM still drains.
+#[test]
+fn sighup_is_logged_and_the_server_serves_on() {
+    let mut s = Server::start();
+    s.signal("HUP");
+    s.wait_log("the SIGHUP line", |log| log.contains("SIGHUP ignored"));
+    assert_eq!(s.get("/api/health").status, 200);
+    let key = s.identity("after_hup");
+    let r = s.post(&key, "still serving", json!({}), &s.mint("0.3"));
+    assert_eq!(r.status, 201, "{}", r.text());
+    s.signal("TERM");
+    let status = s
+        .wait_exit(Duration::from_secs(10))
+        .expect("exits on SIGTERM");
+    assert!(status.success(), "{status:?}");
 }
 
 /// The admin listener drains as the public one does: a request sent on a

@@ -117,8 +117,8 @@ pub fn snapshot(
     keys: &Keys,
     out: &mut dyn Write,
 ) -> Result<u64> {
-    let tmp = tempfile::Builder::new()
-        .prefix(COPY_PREFIX)
+    // Owner-only as the data dir's own files: the copy is the database.
+    let tmp = owner_only(tempfile::Builder::new().prefix(COPY_PREFIX))
         .tempdir_in(data_dir)
         .context("making a temp dir for the snapshot")?;
     let db = tmp.path().join(DB);
@@ -208,6 +208,69 @@ pub fn offline(config: &Config, to: &Path) -> Result<u64> {
     write_atomically(to, |f| snapshot(&storage, &config.data_dir, &keys, f))
 }
 
+/// A temp dir made by `builder` readable by its owner only (0700; the
+/// default is 0777 less the umask).
+fn owner_only<'b, 'p, 's>(
+    builder: &'b mut tempfile::Builder<'p, 's>,
+) -> &'b mut tempfile::Builder<'p, 's> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o700));
+    }
+    builder
+}
+
+/// Refuse a backup destination that would replace what is not a backup:
+/// a directory; a path inside `data_dir` (the configured one, when known:
+/// the live database, a key); an existing file other than an empty one or
+/// an earlier backup (a tar whose first entry is [`MANIFEST`]). Written
+/// over the live database, a backup left the server serving a deleted
+/// file, acknowledging writes that a restart then lost (an outside
+/// operator audit).
+pub fn check_destination(to: &Path, data_dir: Option<&Path>) -> Result<()> {
+    let shown = to.display();
+    if to.as_os_str().to_string_lossy().ends_with('/') || to.is_dir() {
+        bail!(
+            "--to {shown} is a directory: name the backup file to write in it (say {}/marketplace-backup.tar)",
+            shown.to_string().trim_end_matches('/')
+        );
+    }
+    if let Some(data_dir) = data_dir {
+        let parent = match to.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        if let (Ok(dir), Ok(data)) = (parent.canonicalize(), data_dir.canonicalize())
+            && dir.starts_with(&data)
+        {
+            bail!(
+                "--to {shown} is inside the data dir {}: write the backup outside it (where it outlives the data dir: another disk or machine)",
+                data_dir.display()
+            );
+        }
+    }
+    match std::fs::metadata(to) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("looking at --to {shown}")),
+        Ok(m) if m.len() == 0 || is_backup(to) => Ok(()),
+        Ok(_) => bail!(
+            "--to {shown} exists and is not a backup (a backup is a tar file beginning with {MANIFEST}): it is not replaced; name a new file, or remove that one first"
+        ),
+    }
+}
+
+/// Whether `path` is a file `marketplace backup` wrote: a tar archive
+/// whose first entry is its manifest.
+fn is_backup(path: &Path) -> bool {
+    let Ok(file) = File::open(path) else {
+        return false;
+    };
+    let mut archive = tar::Archive::new(file);
+    let first = archive.entries().ok().and_then(|mut e| e.next());
+    matches!(first, Some(Ok(entry)) if entry.path().is_ok_and(|p| p == Path::new(MANIFEST)))
+}
+
 /// Write `to` through `f` into a temp file beside it (0600), fsync, then
 /// rename: a failed backup never leaves a partial file under that name.
 pub fn write_atomically(to: &Path, f: impl FnOnce(&mut File) -> Result<u64>) -> Result<u64> {
@@ -255,16 +318,11 @@ pub fn restore(file: &Path, data_dir: &Path) -> Result<()> {
         _ => std::path::PathBuf::from("."),
     };
     std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
-    let staging = tempfile::Builder::new()
-        .prefix(".marketplace-restore-")
+    // Owner-only from the start (it becomes the data dir).
+    let staging = owner_only(tempfile::Builder::new().prefix(".marketplace-restore-"))
         .tempdir_in(&parent)
         .with_context(|| format!("creating a temp dir in {}", parent.display()))?;
     unpack(input, staging.path())?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(staging.path(), std::fs::Permissions::from_mode(0o700))?;
-    }
     // rename(2) replaces an empty directory.
     let staged = staging.keep();
     if let Err(e) = std::fs::rename(&staged, data_dir) {

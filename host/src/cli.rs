@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// The marketplace service host.
 ///
@@ -186,6 +187,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is::<Logged>() => ExitCode::FAILURE,
         Err(e) => {
             complain(format_args!("error: {e:#}"));
             ExitCode::FAILURE
@@ -294,6 +296,32 @@ fn serve(config: Config) -> Result<()> {
         config.plugins_dir.display()
     );
     crate::logging::init(&config);
+    // Why the server stops, in the log's own format (a JSON log's
+    // pipeline reads only JSON lines), and said once.
+    serve_logged(config).map_err(|e| {
+        if !tracing::enabled!(tracing::Level::ERROR) {
+            return e;
+        }
+        tracing::error!("exiting: {e:#}");
+        crate::logging::flush_all();
+        anyhow::Error::new(Logged)
+    })
+}
+
+/// An error already written to the log ([`serve`]): not said again.
+#[derive(Debug)]
+struct Logged;
+
+impl std::fmt::Display for Logged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("(said in the log)")
+    }
+}
+
+impl std::error::Error for Logged {}
+
+/// [`serve`] once the log is set up.
+fn serve_logged(config: Config) -> Result<()> {
     if !config.heap_huge_pages {
         match crate::heap::use_small_pages() {
             Ok(arena) => tracing::info!(
@@ -489,6 +517,11 @@ fn plugins(command: PluginsCommand, client: &Client, settings: &Settings) -> Res
 }
 
 fn backup(to: &std::path::Path, client: &Client, settings: &Settings) -> Result<()> {
+    // Checked before the server is asked for the snapshot. (Online, the
+    // data dir known here is this configuration's, not necessarily the
+    // server's: the check that an existing file is a backup covers both.)
+    let data_dir = load_config(settings).ok().map(|c| c.data_dir);
+    crate::backup::check_destination(to, data_dir.as_deref())?;
     let written = match &client.admin {
         Some(url) => {
             let token = admin_token(client, settings)?;
@@ -545,8 +578,21 @@ fn admin_call(
         url.starts_with("http://"),
         "admin URL must start with http://"
     );
+    // How long the answer may take to begin, and then any read: a backup
+    // copies and hashes the database before its first byte, a load
+    // compiles the component; every other call answers at once. Without a
+    // limit, a listener that accepts and never answers (a server stopped
+    // in a debugger, another program on the port) hung the command.
+    let wait = match (method, path) {
+        ("GET", "/admin/backup") => Duration::from_secs(3600),
+        ("PUT", _) => Duration::from_secs(600),
+        _ => Duration::from_secs(60),
+    };
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
+        .timeout_connect(Some(Duration::from_secs(10)))
+        .timeout_recv_response(Some(wait))
+        .timeout_per_read(Some(wait))
         .build()
         .into();
     let mut request = ureq::http::Request::builder()
@@ -559,11 +605,15 @@ fn admin_call(
         request = request.header("expect", "100-continue");
     }
     let request = request.body(body)?;
-    agent.run(request).with_context(|| {
-        format!(
+    agent.run(request).map_err(|e| match e {
+        ureq::Error::Timeout(_) => anyhow::anyhow!(
+            "the admin listener at {url} did not answer within {} s (is it this server's admin listener, and is the server running, not stopped?)",
+            wait.as_secs()
+        ),
+        e => anyhow::Error::new(e).context(format!(
             "asking the admin listener at {url} (is the server running with its admin listener there? \
              It is off unless `admin_listen` is set: --admin-listen, MARKETPLACE_ADMIN_LISTEN or the config file)"
-        )
+        )),
     })
 }
 

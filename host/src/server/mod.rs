@@ -219,6 +219,21 @@ pub async fn run(config: Config) -> Result<i32> {
         });
     }
 
+    // SIGHUP, which many operators send to have a daemon reload, would
+    // kill the process at once (its default): no drain, answers lost. This
+    // service reads its configuration at start and reloads components on
+    // its own, so the signal is said in the log and changes nothing.
+    #[cfg(unix)]
+    if let Ok(mut hangup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        tokio::spawn(async move {
+            while hangup.recv().await.is_some() {
+                tracing::warn!(
+                    "SIGHUP ignored: the configuration is read at start (restart to change it), components reload from the watched directory or the admin API on their own, SIGTERM stops"
+                );
+            }
+        });
+    }
+
     // When the signal came: the drain's time counts from it.
     let drain_started = Arc::new(std::sync::OnceLock::new());
     let started = drain_started.clone();
