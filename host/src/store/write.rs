@@ -98,12 +98,15 @@ impl WriteTxn {
     /// Whether what this transaction read may miss a commit acknowledged
     /// before `t`, so that a refusal made from it is not to be given
     /// ([`RunAgain::Stale`]): it read something, from a batch begun before
-    /// `t`, and no statement of the batch failed (then the store is what
-    /// failed, and running again would only wait for it once more).
+    /// `t`. Also when a statement of the batch failed since (the store
+    /// went away, or a batch-mate lost a race): what was read is no less
+    /// stale for it, and the one run again, in a batch of its own, either
+    /// reads afresh or meets the store's failure (503). (Given as it was,
+    /// such a refusal told an outside probe, with PostgreSQL stopped and
+    /// started under paid load, that the change another host had just
+    /// given it was "not known".)
     pub fn may_be_stale(&self, t: std::time::Instant) -> bool {
-        self.read.get()
-            && self.begun_before(t)
-            && !self.lease.as_ref().is_some_and(|l| l.txn().is_aborted())
+        self.read.get() && self.begun_before(t)
     }
 
     /// Note a conflict on the way out.
