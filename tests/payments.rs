@@ -478,6 +478,33 @@ fn payment_header_refusals() {
     let r = s.raw_post("/api/identity", &lines, &hugo);
     assert_eq!(r.status, 201, "{}", r.text());
     assert_eq!(s.cash_state(&first).0, json!(true));
+    // One line is as two (RFC 9110 5.3): `S, S` is one payment, `S1, S2`
+    // two different secrets, neither spent.
+    let (third, fourth) = (s.mint("1"), s.mint("1"));
+    let k5 = Key::random();
+    let ida =
+        json!({"nickname": "ida", "pgp_public_key": k5.fp(), "signature": k5.sign("register:ida")});
+    let two = format!("{third}, {fourth}");
+    let r = s.raw_post(
+        "/api/identity",
+        &[("host", b"x"), ("x-cash-secret", two.as_bytes())],
+        &ida,
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (402, "payment_invalid"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(s.cash_state(&third).0, json!(false));
+    let same = format!("{third},{third}");
+    let r = s.raw_post(
+        "/api/identity",
+        &[("host", b"x"), ("x-cash-secret", same.as_bytes())],
+        &ida,
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(s.cash_state(&third).0, json!(true));
     let k3 = Key::random();
     let gwen = json!({"nickname": "gwen", "pgp_public_key": k3.fp(), "signature": k3.sign("register:gwen")});
     assert_eq!(s.post_paid("/api/identity", &good, &gwen).status, 201);

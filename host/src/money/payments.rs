@@ -114,18 +114,32 @@ impl PaymentReader {
     }
 }
 
-/// A payment header's line, trimmed, added to those of the same header
-/// before it as HTTP combines them: comma-separated. A secret already
-/// there is not added again (the same secret twice is one payment).
+/// A payment header's line added to those of the same header before it
+/// as HTTP combines them: comma-separated, each item trimmed. A secret
+/// already there is not added again (the same secret twice is one
+/// payment, whether on two lines or as `S, S` on one: RFC 9110 5.3 makes
+/// the two the same).
 fn add_line(slot: &mut Option<String>, line: &str) {
-    let line = line.trim();
-    match slot {
-        Some(value) if value.split(", ").any(|v| v == line) => {}
-        Some(value) => {
-            value.push_str(", ");
-            value.push_str(line);
+    let items: Vec<&str> = line
+        .split(',')
+        .map(str::trim)
+        .filter(|i| !i.is_empty())
+        .collect();
+    // (An empty line is kept as it is: a malformed secret, said so.)
+    let items = if items.is_empty() {
+        vec![line.trim()]
+    } else {
+        items
+    };
+    for item in items {
+        match slot {
+            Some(value) if value.split(", ").any(|v| v == item) => {}
+            Some(value) => {
+                value.push_str(", ");
+                value.push_str(item);
+            }
+            None => *slot = Some(item.to_string()),
         }
-        None => *slot = Some(line.to_string()),
     }
 }
 
