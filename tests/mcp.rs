@@ -1462,6 +1462,18 @@ fn mcp_origin_rule_against_dns_rebinding() {
         &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
     );
     assert_refused(&r, "notification");
+    // Two Origins: refused, even when the first is allowed.
+    let r = raw_post(
+        &s,
+        "/mcp",
+        &[
+            ("host", &own),
+            ("origin", &format!("http://{own}")),
+            ("origin", "https://evil.example"),
+        ],
+        &ping(),
+    );
+    assert_refused(&r, "two origins");
     // An Origin present but not text is an origin, not none (an outside
     // probe's `http://\xff` was let through as no Origin).
     let r = s.raw_post(
@@ -2147,6 +2159,32 @@ fn mcp_batches_for_clients_of_2025_03_26() {
         "{}",
         r.text()
     );
+    // A revision not spoken is said as such, batch or not (-32022 with
+    // every revision spoken), rather than as one without batches.
+    let r = send(Some("1999-01-01"), pings(2));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], -32022, "{}", r.text());
+    assert!(
+        r.json()["error"]["data"]["supported"].is_array(),
+        "{}",
+        r.text()
+    );
+    // The revision header twice is refused (-32020), whatever its lines
+    // say and in whichever order: the first no longer decides.
+    for lines in [["2025-03-26", "2025-11-25"], ["2025-11-25", "2025-03-26"]] {
+        let r = raw_post(
+            &s,
+            "/mcp",
+            &[
+                ("host", "x"),
+                ("mcp-protocol-version", lines[0]),
+                ("mcp-protocol-version", lines[1]),
+            ],
+            &pings(2),
+        );
+        assert_eq!(r.status, 400, "{lines:?}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], -32020, "{lines:?}: {}", r.text());
+    }
     // Anything else that is not an object is still refused.
     for body in [json!(7), json!("ping"), json!(null)] {
         let r = send(None, body.clone());

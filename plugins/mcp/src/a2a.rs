@@ -353,12 +353,24 @@ fn is_contract_id(s: &str) -> bool {
     })
 }
 
-/// A contract id named in a text (`contract CTR_...`), if any.
+/// A contract id named in a text, if any: a word `CTR_...` after the word
+/// `contract` (`contract CTR_...`, `Contract: CTR_...?`), or alone. Any
+/// other text is search words, a `CTR_` among them too (`walnut CTR_`, "my
+/// CTR_X ratio" once gave an error and a failed task).
 fn contract_in_text(text: &str) -> Option<String> {
-    text.split_whitespace()
+    let words: Vec<&str> = text
+        .split_whitespace()
         .map(|w| w.trim_matches(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-')))
-        .find(|w| w.starts_with("CTR_"))
-        .map(str::to_string)
+        .filter(|w| !w.is_empty())
+        .collect();
+    let named = match words[..] {
+        [only] => Some(only),
+        _ => words
+            .windows(2)
+            .find(|w| w[0].eq_ignore_ascii_case("contract") && w[1].starts_with("CTR_"))
+            .map(|w| w[1]),
+    };
+    named.filter(|w| w.starts_with("CTR_")).map(str::to_string)
 }
 
 /// Each part holds one content (a2a.proto's `oneof`): text, data, url or
@@ -985,6 +997,23 @@ mod tests {
         assert_eq!(
             ask(json!([{"text": "contract CTR_2026_000123?"}])),
             Ok(Ask::Contract("CTR_2026_000123".into()))
+        );
+        assert_eq!(
+            ask(json!([{"text": "CTR_2026_000123"}])),
+            Ok(Ask::Contract("CTR_2026_000123".into()))
+        );
+        assert_eq!(
+            ask(json!([{"text": "Contract: CTR_9"}])),
+            Ok(Ask::Contract("CTR_9".into()))
+        );
+        // A CTR_ word among others is a search word.
+        assert_eq!(
+            ask(json!([{"text": "walnut CTR_"}])),
+            Ok(search_of("walnut CTR_"))
+        );
+        assert_eq!(
+            ask(json!([{"text": "my CTR_X ratio"}])),
+            Ok(search_of("my CTR_X ratio"))
         );
         assert_eq!(
             ask(json!([{"data": {"contract_id": "CTR_x-1"}}])),

@@ -112,7 +112,7 @@ pub fn unsupported(requested: &str, supported: &[&str]) -> RpcFault {
     }
 }
 
-fn mismatch(message: String) -> RpcFault {
+pub fn mismatch(message: String) -> RpcFault {
     RpcFault {
         code: HEADER_MISMATCH,
         message,

@@ -193,8 +193,19 @@ pub fn allowed_origins() -> Vec<String> {
 }
 
 /// The `Origin` check of a request: `Err(origin)` when it is refused.
+/// Sent twice, it is refused whatever the first says (an allowed origin
+/// before another passed as the first alone).
 pub fn check(req: &Request) -> Result<(), String> {
-    let origin = req.header("origin");
+    let mut origins = req.headers().filter(|(n, _)| *n == "origin");
+    let origin = origins.next().map(|(_, v)| v);
+    if origins.next().is_some() {
+        let all: Vec<&str> = req
+            .headers()
+            .filter(|(n, _)| *n == "origin")
+            .map(|(_, v)| v)
+            .collect();
+        return Err(all.join(", "));
+    }
     if allowed(
         origin,
         host(req),
@@ -214,8 +225,9 @@ const ALLOW_HEADERS: &str = "Content-Type, Accept, MCP-Protocol-Version, Mcp-Met
 
 /// Answer headers a browser page may read (`Access-Control-Expose-Headers`):
 /// the change and payment answers a paid tool call gets, the request id.
-const EXPOSE_HEADERS: &str =
-    "X-Cash-Change, PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-Request-Id, Retry-After";
+/// (No `PAYMENT-REQUIRED`: an unpaid call's is in its result, never a
+/// header of `/mcp`.)
+const EXPOSE_HEADERS: &str = "X-Cash-Change, PAYMENT-RESPONSE, X-Request-Id, Retry-After";
 
 /// How long a browser may keep a preflight's answer, in seconds.
 const MAX_AGE: &str = "600";

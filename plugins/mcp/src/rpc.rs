@@ -101,6 +101,18 @@ pub(crate) fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError
     // A fault (the memory cap, the deadline) is answered as JSON-RPC too.
     answer_faults_with_id(None);
     LISTED_BUILTINS.with(|l| l.borrow_mut().take());
+    // The revision header once at most, in either kind of revision: two
+    // lines left the first to decide (and with it whether a batch is
+    // taken).
+    if req
+        .headers()
+        .filter(|(n, _)| *n == "mcp-protocol-version")
+        .nth(1)
+        .is_some()
+    {
+        let twice = modern::mismatch("MCP-Protocol-Version was sent more than once".into());
+        return Ok(json(400, &twice.answer(Value::Null)));
+    }
     let msg: Value = match serde_json::from_slice(req.body()) {
         Ok(v) => v,
         Err(e) => {
@@ -139,6 +151,12 @@ pub(crate) fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError
             .find(|v| !BATCH_VERSIONS.contains(v)),
     };
     if let Some(asked) = later {
+        // A revision not spoken is said as such (-32022, every revision
+        // spoken), as for a single message.
+        if !PROTOCOL_VERSIONS.contains(&asked) && !modern::VERSIONS.contains(&asked) {
+            let refused = modern::unsupported(asked, &spoken_versions());
+            return Ok(json(400, &refused.answer(Value::Null)));
+        }
         return Ok(json(
             400,
             &invalid(
