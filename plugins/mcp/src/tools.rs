@@ -212,8 +212,11 @@ fn post_id_schema() -> Value {
     json!({"type": "object", "properties": {"post_id": {"type": "string", "minLength": 1, "description": "post_<ULID>"}}, "required": ["post_id"]})
 }
 
+/// The contract id as its route takes it: any id (one that names nothing
+/// is its route's 404 `not_found`, as over HTTP; a length rule here made
+/// `CTR` a 400 over MCP alone).
 fn contract_id_schema() -> Value {
-    json!({"type": "object", "properties": {"contract_id": {"type": "string", "minLength": 5, "maxLength": 68, "description": "CTR_ and 1 to 64 letters, digits, '_' or '-'"}}, "required": ["contract_id"]})
+    json!({"type": "object", "properties": {"contract_id": {"type": "string", "minLength": 1, "description": "CTR_ and 1 to 64 letters, digits, '_' or '-'"}}, "required": ["contract_id"]})
 }
 
 pub(crate) const TOOLS: &[Tool] = &[
