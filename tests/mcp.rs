@@ -728,7 +728,10 @@ fn jsonrpc_mcp_server() {
     // short (PROTOCOL 1: well-formed or not).
     let none = rpc(&s, json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "get_contract_status", "arguments": {"contract_id": "CTR"}}})).json();
     assert_eq!(none["result"]["isError"], true, "{none}");
-    assert_eq!(none["result"]["structuredContent"]["code"], "not_found", "{none}");
+    assert_eq!(
+        none["result"]["structuredContent"]["code"], "not_found",
+        "{none}"
+    );
     let unknown = rpc(&s, json!({"jsonrpc": "2.0", "id": 4, "method": "nope"})).json();
     assert_eq!(unknown["error"]["code"], -32601);
     let r = s.request(

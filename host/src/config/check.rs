@@ -211,6 +211,16 @@ impl Config {
                 without_credentials(&self.store)
             );
         }
+        // Read as a connection will read it, so that a malformed one is
+        // said here, naming the setting, rather than at the first connect.
+        if self.shared_store()
+            && let Err(e) = self.store.parse::<tokio_postgres::Config>()
+        {
+            bail!(
+                "store {} is not a PostgreSQL URL a connection can use ({e}): postgres://user[:password]@host[:port]/database",
+                without_credentials(&self.store)
+            );
+        }
         if self.shared_store() && self.cash_upstream.is_some() {
             bail!(
                 "cash_upstream is not supported with a shared store: a request that runs again after a conflict would swap its payment at the upstream twice"

@@ -252,6 +252,18 @@ fn an_error_names_where_the_setting_came_from() {
     assert!(!e.contains("pw@"), "{e}");
     // A store's other settings hold no secret: their values are shown.
     assert!(e.contains("MARKETPLACE_STORE_TIMEOUT_MS = \"x\""), "{e}");
+    // A store URL no connection can use is said at start, naming the
+    // setting, without its password.
+    let e = err(
+        &[("MARKETPLACE_STORE", "postgres://u:pw@h:99999999/db")],
+        &[],
+    );
+    assert!(
+        e.contains("is not a PostgreSQL URL")
+            && e.contains("(`store` from the environment variable MARKETPLACE_STORE)")
+            && !e.contains("pw@"),
+        "{e}"
+    );
     // A family's component names the variable that set it, and the
     // flag by its own name (`--plugins`, not `--plugins-dir`).
     let e = err(

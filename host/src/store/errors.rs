@@ -77,12 +77,14 @@ pub const CONFLICT: &str = "conflict with a concurrent transaction";
 
 /// Log the host's own storage operation that failed (`what` failed:
 /// `error`): a lost race on the shared store at `debug`, since its request
-/// runs again from the start (the host logs that at `info`), anything
-/// else at `error`. The error may come as text (the ledger's), so a lost
-/// race is known by what it says.
+/// runs again from the start (the host logs that at `info`); the shared
+/// store unavailable at `debug` too, since the store's own outage line
+/// (a `warn`, once a second with the count since) says it for every
+/// request it fails; anything else at `error`. The error may come as text
+/// (the ledger's), so both are known by what it says.
 pub fn log_failure(what: &str, error: &dyn std::fmt::Display) {
     let text = error.to_string();
-    if text.ends_with(CONFLICT) {
+    if text.ends_with(CONFLICT) || text.contains(UNAVAILABLE) {
         tracing::debug!("{what}: {text}");
     } else {
         tracing::error!("{what}: {text}");

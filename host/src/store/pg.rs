@@ -114,7 +114,9 @@ fn pg_err(e: tokio_postgres::Error) -> StorageError {
         {
             StorageError::Conflict
         }
-        _ => StorageError::Internal(format!("postgres: {e}")),
+        // (tokio-postgres says only "db error"; the server's message,
+        // "permission denied for schema ...", is its cause.)
+        _ => StorageError::Internal(format!("postgres: {}", with_causes(&e))),
     }
 }
 
@@ -311,10 +313,16 @@ impl PgStore {
                 Ok(()) => break,
                 Err(e) if tries < 5 => {
                     tries += 1;
-                    tracing::debug!("making the store's table: {e}; again");
+                    tracing::debug!("making the store's table: {}; again", with_causes(&e));
                     std::thread::sleep(Duration::from_millis(50 * tries));
                 }
-                Err(e) => return Err(anyhow::anyhow!("making {}: {e}", store.table)),
+                Err(e) => {
+                    return Err(anyhow::anyhow!(
+                        "making {}: {}",
+                        store.table,
+                        with_causes(&e)
+                    ));
+                }
             }
         }
         if !existed {
@@ -390,14 +398,20 @@ impl PgStore {
             let (client, conn) = config.connect(NoTls).await?;
             tokio::spawn(async move {
                 if let Err(e) = conn.await {
-                    tracing::warn!("store connection ended: {e}");
+                    // The store going away ends every pooled connection:
+                    // its outage line says so once (a request meeting it).
+                    if unreachable(&e) {
+                        tracing::debug!("store connection ended: {}", with_causes(&e));
+                    } else {
+                        tracing::warn!("store connection ended: {}", with_causes(&e));
+                    }
                 }
             });
             Ok::<_, tokio_postgres::Error>(client)
         });
         let client = block_on_within(task, connect_wait + Duration::from_millis(500))
             .ok_or_else(|| self.outage(format_args!("connecting to {target} took too long")))?
-            .map_err(|e| StorageError::Internal(format!("postgres connect: {e}")))?
+            .map_err(|e| StorageError::Internal(format!("postgres connect: {}", with_causes(&e))))?
             .map_err(|e| {
                 self.outage(format_args!("connecting to {target}: {}", with_causes(&e)))
             })?;
