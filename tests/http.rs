@@ -313,6 +313,38 @@ fn closed(stream: &mut TcpStream) -> bool {
     }
 }
 
+/// An absolute-form target names the request's host, whatever `Host`
+/// says (RFC 9112 3.2.2): answers' absolute URLs come from it, and it is
+/// checked as a `Host` is.
+#[test]
+fn an_absolute_form_target_names_the_host() {
+    let s = Server::start();
+    let send = |head: &str| {
+        let mut c = common::connect(s.addr);
+        c.write_all(head.as_bytes()).unwrap();
+        common::read_response(&mut c)
+    };
+    let r = send(
+        "GET http://market.example:8443/.well-known/agent-card.json HTTP/1.1\r\nhost: other.example\r\nconnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let card = r.json();
+    let url = card["supportedInterfaces"][0]["url"]
+        .as_str()
+        .or_else(|| card["url"].as_str())
+        .unwrap_or_default();
+    assert!(url.starts_with("http://market.example:8443/"), "{card}");
+    let r = send(
+        "GET http://user@market.example/api/info HTTP/1.1\r\nhost: market.example\r\nconnection: close\r\n\r\n",
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "invalid_request"),
+        "{}",
+        r.text()
+    );
+}
+
 #[test]
 fn a_request_without_one_valid_host_is_400() {
     let s = Server::start();

@@ -208,6 +208,14 @@ pub fn offline(config: &Config, to: &Path) -> Result<u64> {
     write_atomically(to, |f| snapshot(&storage, &config.data_dir, &keys, f))
 }
 
+/// The directory `path` is in (`.` for a bare name).
+fn dir_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
 /// A temp dir made by `builder` readable by its owner only (0700; the
 /// default is 0777 less the umask).
 fn owner_only<'b, 'p, 's>(
@@ -236,19 +244,14 @@ pub fn check_destination(to: &Path, data_dir: Option<&Path>) -> Result<()> {
             shown.to_string().trim_end_matches('/')
         );
     }
-    if let Some(data_dir) = data_dir {
-        let parent = match to.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        if let (Ok(dir), Ok(data)) = (parent.canonicalize(), data_dir.canonicalize())
-            && dir.starts_with(&data)
-        {
-            bail!(
-                "--to {shown} is inside the data dir {}: write the backup outside it (where it outlives the data dir: another disk or machine)",
-                data_dir.display()
-            );
-        }
+    if let Some(data_dir) = data_dir
+        && let (Ok(dir), Ok(data)) = (dir_of(to).canonicalize(), data_dir.canonicalize())
+        && dir.starts_with(&data)
+    {
+        bail!(
+            "--to {shown} is inside the data dir {}: write the backup outside it (where it outlives the data dir: another disk or machine)",
+            data_dir.display()
+        );
     }
     match std::fs::metadata(to) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -274,10 +277,7 @@ fn is_backup(path: &Path) -> bool {
 /// Write `to` through `f` into a temp file beside it (0600), fsync, then
 /// rename: a failed backup never leaves a partial file under that name.
 pub fn write_atomically(to: &Path, f: impl FnOnce(&mut File) -> Result<u64>) -> Result<u64> {
-    let dir = match to.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = dir_of(to);
     let mut tmp = tempfile::Builder::new()
         .prefix(".marketplace-backup-")
         .tempfile_in(dir)
@@ -313,14 +313,11 @@ pub fn restore(file: &Path, data_dir: &Path) -> Result<()> {
         );
     }
     let input = File::open(file).with_context(|| format!("opening {}", file.display()))?;
-    let parent = match data_dir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
+    let parent = dir_of(data_dir);
+    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     // Owner-only from the start (it becomes the data dir).
     let staging = owner_only(tempfile::Builder::new().prefix(".marketplace-restore-"))
-        .tempdir_in(&parent)
+        .tempdir_in(parent)
         .with_context(|| format!("creating a temp dir in {}", parent.display()))?;
     unpack(input, staging.path())?;
     // rename(2) replaces an empty directory.

@@ -593,6 +593,7 @@ fn admin_call(
         .timeout_connect(Some(Duration::from_secs(10)))
         .timeout_recv_response(Some(wait))
         .timeout_per_read(Some(wait))
+        .timeout_per_write(Some(wait))
         .build()
         .into();
     let mut request = ureq::http::Request::builder()
@@ -605,9 +606,21 @@ fn admin_call(
         request = request.header("expect", "100-continue");
     }
     let request = request.body(body)?;
+    // What a call that timed out may have done meanwhile.
+    let maybe_done = match (method, path) {
+        ("POST", "/admin/cash/mint") => {
+            " The mint may still have been made: with --idempotency-key, the same command again gives its secret (a mint without one cannot be asked for again)."
+        }
+        ("PUT", _) => " The component may still have been loaded: see `plugins list`.",
+        ("DELETE", _) => " The family may still have been unmounted: see `plugins list`.",
+        _ => "",
+    };
     agent.run(request).map_err(|e| match e {
+        ureq::Error::Timeout(ureq::Timeout::Connect | ureq::Timeout::Resolve) => anyhow::anyhow!(
+            "could not connect to the admin listener at {url} within 10 s (is the address right, and is the server running?)"
+        ),
         ureq::Error::Timeout(_) => anyhow::anyhow!(
-            "the admin listener at {url} did not answer within {} s (is it this server's admin listener, and is the server running, not stopped?)",
+            "the admin listener at {url} did not answer within {} s (is it this server's admin listener, and is the server running, not stopped?).{maybe_done}",
             wait.as_secs()
         ),
         e => anyhow::Error::new(e).context(format!(

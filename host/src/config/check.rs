@@ -21,6 +21,11 @@ pub(super) fn same_socket(a: SocketAddr, b: SocketAddr) -> bool {
 /// A URL as an error may show it: quoted, with what stands before an `@`
 /// (a user and password) left out.
 pub(super) fn without_credentials(url: &str) -> String {
+    // A query may carry one too (`?password=...`).
+    let url = match url.split_once('?') {
+        Some((base, _)) => format!("{base}?(parameters left out)"),
+        None => url.to_string(),
+    };
     match url.rsplit_once('@') {
         Some((before, after)) => {
             let scheme = before.split_once("//").map_or("", |(s, _)| s);

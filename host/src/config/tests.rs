@@ -35,6 +35,11 @@ fn a_url_in_an_error_shows_no_credentials() {
         "{shown}"
     );
     assert_eq!(without_credentials("http://h:1"), "\"http://h:1\"");
+    let shown = without_credentials("postgres://h/db?user=u&password=SECRETPW");
+    assert!(
+        !shown.contains("SECRETPW") && shown.contains("h/db"),
+        "{shown}"
+    );
     let bad = Config {
         store: "redis://u:SECRETPW@h/db".into(),
         ..Config::default()

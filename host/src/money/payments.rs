@@ -234,7 +234,7 @@ pub fn presented<'a>(
     if secret.contains(',') {
         return Err(refusal(
             "payment_invalid",
-            "several different payment secrets were sent (two lines of a payment header; X-Cash-Secret, X-Webcash-Secret and PAYMENT-SIGNATURE naming different secrets; or over MCP, a payment header and a different _meta[\"x402/payment\"]): send one; none was spent",
+            "several different payment secrets were sent (two lines of a payment header, or one listing two; X-Cash-Secret, X-Webcash-Secret and PAYMENT-SIGNATURE naming different secrets; or over MCP, a payment header and a different _meta[\"x402/payment\"]): send one; none was spent",
             action,
             price,
         ));
@@ -376,6 +376,24 @@ impl RetryKey {
 mod tests {
     use super::*;
     use crate::money::x402::base64_encode;
+
+    #[test]
+    fn a_payment_line_is_its_comma_separated_items_each_once() {
+        let lines = |given: &[&str]| {
+            let mut slot = None;
+            for line in given {
+                add_line(&mut slot, line);
+            }
+            slot
+        };
+        assert_eq!(lines(&["S"]).as_deref(), Some("S"));
+        assert_eq!(lines(&["S, S"]).as_deref(), Some("S"));
+        assert_eq!(lines(&["S", " S "]).as_deref(), Some("S"));
+        assert_eq!(lines(&["S,T", "S"]).as_deref(), Some("S, T"));
+        assert_eq!(lines(&["S,"]).as_deref(), Some("S"));
+        // An empty line stays a (malformed) secret of its own.
+        assert_eq!(lines(&[" "]).as_deref(), Some(""));
+    }
 
     fn signature(secret: &str, id: Option<&str>) -> String {
         let mut doc = json!({"x402Version": 2,

@@ -737,11 +737,32 @@ pub(crate) fn to_hyper(reply: Reply, head: bool) -> Response<Answer> {
 async fn dispatch(
     app: &Arc<App>,
     gates: &Gates,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
     id: &str,
     client: IpAddr,
     conn: &Arc<super::connections::State>,
 ) -> (Reply, Option<Arc<Route>>) {
+    // An absolute-form target (`GET http://host/path`, as sent to a proxy):
+    // its authority is the request's host, whatever `Host` says (RFC 9112
+    // 3.2.2), and is checked as a `Host` would be.
+    if req.uri().scheme().is_some()
+        && let Some(authority) = req.uri().authority()
+    {
+        match hyper::header::HeaderValue::from_str(authority.as_str()) {
+            Ok(value) => {
+                req.headers_mut().insert(hyper::header::HOST, value);
+            }
+            Err(_) => {
+                return (
+                    Reply::invalid(
+                        "host",
+                        "must be a host name or address with an optional port",
+                    ),
+                    None,
+                );
+            }
+        }
+    }
     if let Some(problem) = host_problem(req.version(), req.headers()) {
         return (Reply::invalid("host", problem), None);
     }

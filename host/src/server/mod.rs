@@ -37,6 +37,26 @@ pub async fn run(config: Config) -> Result<i32> {
         "starting marketplace {}",
         crate::app::SERVICE_VERSION
     );
+    // SIGHUP, which many operators send to have a daemon reload, would
+    // kill the process at once (its default): no drain, answers lost. This
+    // service reads its configuration at start and reloads components on
+    // its own, so the signal is said in the log (once a second at most)
+    // and changes nothing, from the start on. (A terminal closing sends it
+    // too: a server started in the foreground outlives its terminal.)
+    #[cfg(unix)]
+    if let Ok(mut hangup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        tokio::spawn(async move {
+            let lines = crate::logging::Throttle::new(Duration::from_secs(1));
+            while hangup.recv().await.is_some() {
+                if lines.note().is_none() {
+                    continue;
+                }
+                tracing::warn!(
+                    "SIGHUP ignored: the configuration is read at start (restart to change it), components reload from the watched directory or the admin API on their own, SIGTERM stops"
+                );
+            }
+        });
+    }
     open_files::ensure(config.max_connections, config.store_connections);
     let (listen, admin_listen, metrics_listen) =
         (config.listen, config.admin_listen, config.metrics_listen);
@@ -216,21 +236,6 @@ pub async fn run(config: Config) -> Result<i32> {
             // line finds it in the log.
             crate::logging::flush_all();
             announce(&format!("marketplace listening on http://{addr}"));
-        });
-    }
-
-    // SIGHUP, which many operators send to have a daemon reload, would
-    // kill the process at once (its default): no drain, answers lost. This
-    // service reads its configuration at start and reloads components on
-    // its own, so the signal is said in the log and changes nothing.
-    #[cfg(unix)]
-    if let Ok(mut hangup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-        tokio::spawn(async move {
-            while hangup.recv().await.is_some() {
-                tracing::warn!(
-                    "SIGHUP ignored: the configuration is read at start (restart to change it), components reload from the watched directory or the admin API on their own, SIGTERM stops"
-                );
-            }
         });
     }
 

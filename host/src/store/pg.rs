@@ -116,7 +116,7 @@ fn pg_err(e: tokio_postgres::Error) -> StorageError {
         }
         // (tokio-postgres says only "db error"; the server's message,
         // "permission denied for schema ...", is its cause.)
-        _ => StorageError::Internal(format!("postgres: {}", with_causes(&e))),
+        _ => StorageError::Internal(format!("postgres: {}", pg_text(&e))),
     }
 }
 
@@ -202,6 +202,19 @@ fn with_causes(e: &dyn std::error::Error) -> String {
         cause = c.source();
     }
     text
+}
+
+/// A PostgreSQL error as one line: the server's own message and its
+/// SQLSTATE for a statement's failure (tokio-postgres says only "db
+/// error"; the server's DETAIL, which may quote a row, and HINT are left
+/// out), else the error with its causes.
+fn pg_text(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => {
+            format!("{} (SQLSTATE {})", db.message(), db.code().code()).replace(['\n', '\r'], " ")
+        }
+        None => with_causes(e),
+    }
 }
 
 /// The shared store: a pool of connections to one schema.
@@ -313,15 +326,11 @@ impl PgStore {
                 Ok(()) => break,
                 Err(e) if tries < 5 => {
                     tries += 1;
-                    tracing::debug!("making the store's table: {}; again", with_causes(&e));
+                    tracing::debug!("making the store's table: {}; again", pg_text(&e));
                     std::thread::sleep(Duration::from_millis(50 * tries));
                 }
                 Err(e) => {
-                    return Err(anyhow::anyhow!(
-                        "making {}: {}",
-                        store.table,
-                        with_causes(&e)
-                    ));
+                    return Err(anyhow::anyhow!("making {}: {}", store.table, pg_text(&e)));
                 }
             }
         }
@@ -401,9 +410,9 @@ impl PgStore {
                     // The store going away ends every pooled connection:
                     // its outage line says so once (a request meeting it).
                     if unreachable(&e) {
-                        tracing::debug!("store connection ended: {}", with_causes(&e));
+                        tracing::debug!("store connection ended: {}", pg_text(&e));
                     } else {
-                        tracing::warn!("store connection ended: {}", with_causes(&e));
+                        tracing::warn!("store connection ended: {}", pg_text(&e));
                     }
                 }
             });
@@ -412,9 +421,7 @@ impl PgStore {
         let client = block_on_within(task, connect_wait + Duration::from_millis(500))
             .ok_or_else(|| self.outage(format_args!("connecting to {target} took too long")))?
             .map_err(|e| StorageError::Internal(format!("postgres connect: {}", with_causes(&e))))?
-            .map_err(|e| {
-                self.outage(format_args!("connecting to {target}: {}", with_causes(&e)))
-            })?;
+            .map_err(|e| self.outage(format_args!("connecting to {target}: {}", pg_text(&e))))?;
         Ok((client, ()))
     }
 

@@ -66,6 +66,15 @@ impl Request {
         find(&self.0.headers, name)
     }
 
+    /// Every line of header `name` (lower case), in order: for a header
+    /// that must come once, a second line is the client's error, not one
+    /// for [`Request::header`]'s first to decide.
+    pub fn header_lines<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.headers()
+            .filter(move |(n, _)| *n == name)
+            .map(|(_, v)| v)
+    }
+
     /// Every header the host passed, in order (lower-case names; payment
     /// secrets never, the client's credentials only with the
     /// `credentials` grant).
@@ -418,7 +427,7 @@ pub mod kv {
     /// Store a large value (an upload) in the own keyspace, in pieces of
     /// [`PIECE_BYTES`]: the first at `key`, the next at `key/1`, `key/2`...
     /// (so `key` must not be one of whose `key/N` another value is kept).
-    /// Read it back with [`get_large`].
+    /// Read it back with [`get_large`], given its size.
     pub fn put_large(key: &str, value: &[u8]) -> Result<(), ApiError> {
         let mut pieces = value.chunks(PIECE_BYTES);
         put_raw(key, pieces.next().unwrap_or_default())?;
@@ -428,20 +437,39 @@ pub mod kv {
         Ok(())
     }
 
-    /// A value [`put_large`] stored, whole (or one stored whole by
-    /// [`put_raw`]: while every piece so far is full the next is looked
-    /// for, and a value of its own has none).
-    pub fn get_large(keyspace: Option<&str>, key: &str) -> Result<Option<Vec<u8>>, ApiError> {
-        let Some(mut value) = get_raw(keyspace, key)? else {
+    /// A value of `size` bytes [`put_large`] stored (or one stored whole
+    /// by [`put_raw`] before: its first piece is all of it), read into one
+    /// buffer of that size, a piece at a time. A piece missing, or bytes
+    /// other than `size` in all, is a 500: never a short file served as
+    /// whole. (`size` 0, unknown, takes what the first key holds.)
+    pub fn get_large(
+        keyspace: Option<&str>,
+        key: &str,
+        size: u64,
+    ) -> Result<Option<Vec<u8>>, ApiError> {
+        let Some(first) = get_raw(keyspace, key)? else {
             return Ok(None);
         };
+        let size = usize::try_from(size).unwrap_or(usize::MAX);
+        if size <= first.len() {
+            return Ok(Some(first));
+        }
+        let mut value = Vec::with_capacity(size);
+        value.extend_from_slice(&first);
+        drop(first);
         let mut n = 1;
-        while value.len() == n * PIECE_BYTES {
-            match get_raw(keyspace, &format!("{key}/{n}"))? {
-                Some(piece) if !piece.is_empty() => value.extend_from_slice(&piece),
-                _ => break,
-            }
+        while value.len() < size {
+            let piece = get_raw(keyspace, &format!("{key}/{n}"))?
+                .filter(|p| !p.is_empty())
+                .ok_or_else(|| ApiError::internal(format!("{key}: piece {n} missing")))?;
+            value.extend_from_slice(&piece);
             n += 1;
+        }
+        if value.len() != size {
+            return Err(ApiError::internal(format!(
+                "{key}: {} bytes stored, {size} recorded",
+                value.len()
+            )));
         }
         Ok(Some(value))
     }

@@ -173,7 +173,7 @@ pub fn file(req: &Request) -> Result<Response, ApiError> {
         return Err(missing());
     }
     let meta: FileMeta = kv::get(&format!("file_meta/{id}"))?.ok_or_else(missing)?;
-    let bytes = kv::get_large(None, &format!("file/{id}"))?.ok_or_else(missing)?;
+    let bytes = kv::get_large(None, &format!("file/{id}"), meta.size)?.ok_or_else(missing)?;
     let mut headers = vec![
         ("content-type".into(), meta.content_type),
         ("x-content-type-options".into(), "nosniff".into()),

@@ -354,21 +354,33 @@ fn is_contract_id(s: &str) -> bool {
 }
 
 /// A contract id named in a text, if any: a word `CTR_...` after the word
-/// `contract` (`contract CTR_...`, `Contract: CTR_...?`), or alone. Any
-/// other text is search words, a `CTR_` among them too (`walnut CTR_`, "my
-/// CTR_X ratio" once gave an error and a failed task).
+/// `contract` (`contract CTR_...`, `Contract: CTR_...?`), a text that is
+/// the id alone, or a word anywhere that is a whole contract id of 8 or
+/// more characters after `CTR_` (`CTR_2026_000123 status?`; ids made here
+/// are `CTR_` and a ULID). Any other text is search words, a short `CTR_`
+/// word among them too (`walnut CTR_` and "my CTR_X ratio" once gave an
+/// error and a failed task).
 fn contract_in_text(text: &str) -> Option<String> {
     let words: Vec<&str> = text
         .split_whitespace()
         .map(|w| w.trim_matches(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-')))
         .filter(|w| !w.is_empty())
         .collect();
-    let named = match words[..] {
-        [only] => Some(only),
-        _ => words
+    let after_contract = || {
+        words
             .windows(2)
             .find(|w| w[0].eq_ignore_ascii_case("contract") && w[1].starts_with("CTR_"))
-            .map(|w| w[1]),
+            .map(|w| w[1])
+    };
+    let whole_id = || {
+        words
+            .iter()
+            .copied()
+            .find(|w| is_contract_id(w) && w.len() >= "CTR_".len() + 8)
+    };
+    let named = match words[..] {
+        [only] => Some(only),
+        _ => after_contract().or_else(whole_id),
     };
     named.filter(|w| w.starts_with("CTR_")).map(str::to_string)
 }
@@ -1006,7 +1018,15 @@ mod tests {
             ask(json!([{"text": "Contract: CTR_9"}])),
             Ok(Ask::Contract("CTR_9".into()))
         );
-        // A CTR_ word among others is a search word.
+        assert_eq!(
+            ask(json!([{"text": "CTR_2026_000123 status?"}])),
+            Ok(Ask::Contract("CTR_2026_000123".into()))
+        );
+        assert_eq!(
+            ask(json!([{"text": "status of contract id CTR_01KBZ3Q8WJ5N2"}])),
+            Ok(Ask::Contract("CTR_01KBZ3Q8WJ5N2".into()))
+        );
+        // A short CTR_ word among others is a search word.
         assert_eq!(
             ask(json!([{"text": "walnut CTR_"}])),
             Ok(search_of("walnut CTR_"))

@@ -136,7 +136,7 @@ pub fn notification_refused(req: &Request) -> Option<RpcFault> {
 /// (-32602, as the request's schema has it).
 pub fn admit(msg: &Value, method: &str, req: &Request) -> Result<(), RpcFault> {
     for name in ROUTING_HEADERS {
-        let count = req.headers().filter(|(k, _)| k == name).count();
+        let count = req.header_lines(name).count();
         if count > 1 {
             return Err(mismatch(format!("the {name} header appears {count} times")));
         }

@@ -196,15 +196,9 @@ pub fn allowed_origins() -> Vec<String> {
 /// Sent twice, it is refused whatever the first says (an allowed origin
 /// before another passed as the first alone).
 pub fn check(req: &Request) -> Result<(), String> {
-    let mut origins = req.headers().filter(|(n, _)| *n == "origin");
-    let origin = origins.next().map(|(_, v)| v);
-    if origins.next().is_some() {
-        let all: Vec<&str> = req
-            .headers()
-            .filter(|(n, _)| *n == "origin")
-            .map(|(_, v)| v)
-            .collect();
-        return Err(all.join(", "));
+    let origin = req.header("origin");
+    if req.header_lines("origin").nth(1).is_some() {
+        return Err(TWO_ORIGINS.into());
     }
     if allowed(
         origin,
@@ -280,14 +274,22 @@ pub fn preflight(req: &Request) -> Response {
     }
 }
 
+/// What [`check`] refuses for a request with two `Origin` lines.
+const TWO_ORIGINS: &str = "\u{0}two";
+
 /// The 403 of a refused browser origin (MCP 2025-11-25: a JSON-RPC error
 /// without an id).
 pub fn refused_origin(refused: &str) -> Response {
+    let message = if refused == TWO_ORIGINS {
+        "Origin was sent more than once: a browser sends one".to_string()
+    } else {
+        format!(
+            "origin {refused:?} is not allowed: set [settings.mcp] allowed_origins (or public_url) to admit it"
+        )
+    };
     let mut answer = json(
         403,
-        &json!({"jsonrpc": "2.0", "error": {"code": -32000, "message": format!(
-            "origin {refused:?} is not allowed: set [settings.mcp] allowed_origins (or public_url) to admit it"
-        )}}),
+        &json!({"jsonrpc": "2.0", "error": {"code": -32000, "message": message}}),
     );
     answer.headers.push(("vary".into(), "Origin".into()));
     answer

@@ -104,13 +104,11 @@ pub(crate) fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError
     // The revision header once at most, in either kind of revision: two
     // lines left the first to decide (and with it whether a batch is
     // taken).
-    if req
-        .headers()
-        .filter(|(n, _)| *n == "mcp-protocol-version")
-        .nth(1)
-        .is_some()
-    {
-        let twice = modern::mismatch("MCP-Protocol-Version was sent more than once".into());
+    if req.header_lines("mcp-protocol-version").nth(1).is_some() {
+        let count = req.header_lines("mcp-protocol-version").count();
+        let twice = modern::mismatch(format!(
+            "the mcp-protocol-version header appears {count} times"
+        ));
         return Ok(json(400, &twice.answer(Value::Null)));
     }
     let msg: Value = match serde_json::from_slice(req.body()) {

@@ -420,8 +420,8 @@ pub(crate) fn attachment(req: &Request) -> Result<Response, ApiError> {
             (bytes, tagged_type)
         }
         Some((upload, file, gone)) => {
-            let bytes =
-                kv::get_large(Some("identity"), &format!("file/{upload}"))?.ok_or_else(gone)?;
+            let bytes = kv::get_large(Some("identity"), &format!("file/{upload}"), file.size)?
+                .ok_or_else(gone)?;
             (bytes, file.media_type())
         }
     };
