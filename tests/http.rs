@@ -140,11 +140,9 @@ fn unknown_path_is_404_json_and_wrong_method_is_405() {
         ("get /api/fees HTTP/1.1", "GET, HEAD, OPTIONS"),
         ("post /api/timeline HTTP/1.1", "GET, HEAD, POST, OPTIONS"),
     ] {
-        let mut c = common::connect(s.addr);
         let request =
             format!("{head}\r\nhost: x\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{{}}");
-        c.write_all(request.as_bytes()).unwrap();
-        let r = common::read_response(&mut c);
+        let r = send_head(&s, &request);
         assert_eq!(
             (r.status, r.code().as_str()),
             (405, "method_not_allowed"),
@@ -313,17 +311,21 @@ fn closed(stream: &mut TcpStream) -> bool {
     }
 }
 
+/// One request's head (and body), written as is on a new connection, and
+/// its answer.
+fn send_head(s: &Server, head: &str) -> common::Resp {
+    let mut c = common::connect(s.addr);
+    c.write_all(head.as_bytes()).unwrap();
+    common::read_response(&mut c)
+}
+
 /// An absolute-form target names the request's host, whatever `Host`
 /// says (RFC 9112 3.2.2): answers' absolute URLs come from it, and it is
 /// checked as a `Host` is.
 #[test]
 fn an_absolute_form_target_names_the_host() {
     let s = Server::start();
-    let send = |head: &str| {
-        let mut c = common::connect(s.addr);
-        c.write_all(head.as_bytes()).unwrap();
-        common::read_response(&mut c)
-    };
+    let send = |head: &str| send_head(&s, head);
     let r = send(
         "GET http://market.example:8443/.well-known/agent-card.json HTTP/1.1\r\nhost: other.example\r\nconnection: close\r\n\r\n",
     );
@@ -348,11 +350,7 @@ fn an_absolute_form_target_names_the_host() {
 #[test]
 fn a_request_without_one_valid_host_is_400() {
     let s = Server::start();
-    let send = |head: &str| {
-        let mut c = common::connect(s.addr);
-        c.write_all(head.as_bytes()).unwrap();
-        common::read_response(&mut c)
-    };
+    let send = |head: &str| send_head(&s, head);
     for (what, head) in [
         (
             "no host",
