@@ -3376,9 +3376,13 @@ fn a_binary_attachment_is_base64_content_not_mangled_text() {
     let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
     png.extend((0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8));
     let pdf = b"%PDF-1.4\n\xe2\xe3\xcf\xd3\n%%EOF".to_vec();
+    // The largest upload there is (8 MiB): over MCP, where HTTP serves it.
+    let mut big = b"\x89PNG\r\n\x1a\n".to_vec();
+    big.extend((8..8 * 1024 * 1024u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8));
     let attachments = json!([
         {"filename": "photo.png", "s3_key": s.upload(&author, "photo.png", "image/png", &png)},
         {"filename": "manual.pdf", "s3_key": s.upload(&author, "manual.pdf", "application/pdf", &pdf)},
+        {"filename": "poster.png", "s3_key": s.upload(&author, "poster.png", "image/png", &big)},
     ]);
     let r = s.post(
         &author,
@@ -3414,6 +3418,19 @@ fn a_binary_attachment_is_base64_content_not_mangled_text() {
     assert!(
         decode(&resource["blob"]) == pdf,
         "the document's bytes, unchanged"
+    );
+    let poster = call_tool(&s, "get_attachment", json!({"post_id": id, "index": 2}));
+    assert_eq!(poster["result"]["isError"], false, "{poster}");
+    let text = poster["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.contains(&big.len().to_string())
+            && text.contains(&format!(
+                "GET http://{}/api/posts/{id}/attachments/2",
+                s.addr
+            )),
+        "{poster}"
     );
     // Through execute's endpoint form (the alias too), the same URI.
     for path in [

@@ -123,6 +123,11 @@ pub fn snapshot(
         .context("making a temp dir for the snapshot")?;
     let db = tmp.path().join(DB);
     let tables = storage.snapshot_into(&db).context("copying the database")?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o600))?;
+    }
     let totals = {
         let copy = Storage::open(&db, Default::default())?;
         let txn = copy.begin_read().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -208,6 +213,16 @@ pub fn offline(config: &Config, to: &Path) -> Result<u64> {
     write_atomically(to, |f| snapshot(&storage, &config.data_dir, &keys, f))
 }
 
+/// `path`, or `.` for the empty path (the last of a relative path's
+/// ancestors).
+fn dir_of_or_self(path: &Path) -> &Path {
+    if path.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        path
+    }
+}
+
 /// The directory `path` is in (`.` for a bare name).
 fn dir_of(path: &Path) -> &Path {
     match path.parent() {
@@ -238,19 +253,26 @@ fn owner_only<'b, 'p, 's>(
 /// operator audit).
 pub fn check_destination(to: &Path, data_dir: Option<&Path>) -> Result<()> {
     let shown = to.display();
-    if to.as_os_str().to_string_lossy().ends_with('/') || to.is_dir() {
-        bail!(
-            "--to {shown} is a directory: name the backup file to write in it (say {}/marketplace-backup.tar)",
-            shown.to_string().trim_end_matches('/')
-        );
-    }
+    let is_dir = to.as_os_str().to_string_lossy().ends_with('/') || to.is_dir();
+    // (A directory is looked at itself, a file where it would be; a
+    // directory not made yet, as the nearest one that is.)
+    let place = if is_dir { to } else { dir_of(to) };
+    let place = place
+        .ancestors()
+        .find_map(|a| dir_of_or_self(a).canonicalize().ok());
     if let Some(data_dir) = data_dir
-        && let (Ok(dir), Ok(data)) = (dir_of(to).canonicalize(), data_dir.canonicalize())
+        && let (Some(dir), Ok(data)) = (place, data_dir.canonicalize())
         && dir.starts_with(&data)
     {
         bail!(
             "--to {shown} is inside the data dir {}: write the backup outside it (where it outlives the data dir: another disk or machine)",
             data_dir.display()
+        );
+    }
+    if is_dir {
+        bail!(
+            "--to {shown} is a directory: name the backup file to write in it (say {}/marketplace-backup.tar)",
+            shown.to_string().trim_end_matches('/')
         );
     }
     match std::fs::metadata(to) {

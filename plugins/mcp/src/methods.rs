@@ -314,6 +314,9 @@ fn tool_result(resp: &Response, base: &str) -> Value {
     result
 }
 
+/// The most bytes of an answer a tool result carries inline (base64).
+const MAX_INLINE_BYTES: usize = 4 << 20;
+
 /// An answer's bytes as MCP content (see [`tool_result`]).
 fn binary_content(resp: &Response, base: &str) -> Value {
     use base64::Engine as _;
@@ -328,13 +331,23 @@ fn binary_content(resp: &Response, base: &str) -> Value {
         .map(str::trim)
         .filter(|t| !t.is_empty())
         .unwrap_or("application/octet-stream");
+    let uri = format!("{base}{}", header("content-location").unwrap_or("/"));
+    // Past this, base64 and the JSON answer around it would pass the
+    // component's memory cap (an upload of nearly 8 MiB answered 500):
+    // the result says where HTTP serves the bytes instead.
+    if resp.body.len() > MAX_INLINE_BYTES {
+        return json!({"type": "text", "text": format!(
+            "{mime}, {} bytes: more than the {} MiB a tool result carries inline. Fetch it over HTTP: GET {uri}",
+            resp.body.len(),
+            MAX_INLINE_BYTES >> 20
+        )});
+    }
     let data = base64::engine::general_purpose::STANDARD.encode(&resp.body);
     if mime.starts_with("image/") {
         json!({"type": "image", "data": data, "mimeType": mime})
     } else if mime.starts_with("audio/") {
         json!({"type": "audio", "data": data, "mimeType": mime})
     } else {
-        let uri = format!("{base}{}", header("content-location").unwrap_or("/"));
         json!({"type": "resource", "resource": {"uri": uri, "mimeType": mime, "blob": data}})
     }
 }
