@@ -213,16 +213,6 @@ pub fn offline(config: &Config, to: &Path) -> Result<u64> {
     write_atomically(to, |f| snapshot(&storage, &config.data_dir, &keys, f))
 }
 
-/// `path`, or `.` for the empty path (the last of a relative path's
-/// ancestors).
-fn dir_of_or_self(path: &Path) -> &Path {
-    if path.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        path
-    }
-}
-
 /// The directory `path` is in (`.` for a bare name).
 fn dir_of(path: &Path) -> &Path {
     match path.parent() {
@@ -256,10 +246,9 @@ pub fn check_destination(to: &Path, data_dir: Option<&Path>) -> Result<()> {
     let is_dir = to.as_os_str().to_string_lossy().ends_with('/') || to.is_dir();
     // (A directory is looked at itself, a file where it would be; a
     // directory not made yet, as the nearest one that is.)
-    let place = if is_dir { to } else { dir_of(to) };
-    let place = place
-        .ancestors()
-        .find_map(|a| dir_of_or_self(a).canonicalize().ok());
+    let place = std::path::absolute(if is_dir { to } else { dir_of(to) })
+        .ok()
+        .and_then(|p| p.ancestors().find_map(|a| a.canonicalize().ok()));
     if let Some(data_dir) = data_dir
         && let (Some(dir), Ok(data)) = (place, data_dir.canonicalize())
         && dir.starts_with(&data)

@@ -578,16 +578,29 @@ fn admin_call(
         url.starts_with("http://"),
         "admin URL must start with http://"
     );
-    // How long the answer may take to begin, and then any read: a backup
-    // copies and hashes the database before its first byte, a load
-    // compiles the component; every other call answers at once. Without a
-    // limit, a listener that accepts and never answers (a server stopped
-    // in a debugger, another program on the port) hung the command.
-    let wait = match (method, path) {
-        ("GET", "/admin/backup") => Duration::from_secs(3600),
-        ("PUT", _) => Duration::from_secs(600),
-        _ => Duration::from_secs(60),
+    // How long the answer may take to begin, and then any read or write:
+    // a backup copies and hashes the database before its first byte, a
+    // load compiles the component; every other call answers at once.
+    // Without a limit, a listener that accepts and never answers (a server
+    // stopped in a debugger, another program on the port) hung the
+    // command. And what a call that timed out may have done meanwhile.
+    let (wait, maybe_done) = match (method, path) {
+        ("GET", "/admin/backup") => (3600, ""),
+        ("PUT", _) => (
+            600,
+            " The component may still have been loaded: see `plugins list`.",
+        ),
+        ("DELETE", _) => (
+            60,
+            " The family may still have been unmounted: see `plugins list`.",
+        ),
+        ("POST", "/admin/cash/mint") => (
+            60,
+            " The mint may still have been made: with --idempotency-key, the same command again gives its secret (a mint without one cannot be asked for again).",
+        ),
+        _ => (60, ""),
     };
+    let wait = Duration::from_secs(wait);
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_connect(Some(Duration::from_secs(10)))
@@ -606,15 +619,6 @@ fn admin_call(
         request = request.header("expect", "100-continue");
     }
     let request = request.body(body)?;
-    // What a call that timed out may have done meanwhile.
-    let maybe_done = match (method, path) {
-        ("POST", "/admin/cash/mint") => {
-            " The mint may still have been made: with --idempotency-key, the same command again gives its secret (a mint without one cannot be asked for again)."
-        }
-        ("PUT", _) => " The component may still have been loaded: see `plugins list`.",
-        ("DELETE", _) => " The family may still have been unmounted: see `plugins list`.",
-        _ => "",
-    };
     agent.run(request).map_err(|e| match e {
         ureq::Error::Timeout(ureq::Timeout::Connect | ureq::Timeout::Resolve) => anyhow::anyhow!(
             "could not connect to the admin listener at {url} within 10 s (is the address right, and is the server running?)"

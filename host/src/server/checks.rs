@@ -27,6 +27,19 @@ pub(super) fn host_problem(
     (!valid).then_some("must be a host name or address with an optional port")
 }
 
+/// An absolute-form target (`GET http://host/path`, as sent to a proxy)
+/// names the request's host, whatever `Host` says (RFC 9112 3.2.2): its
+/// authority takes `Host`'s place, to be checked by [`host_problem`] as a
+/// `Host` is (a user name in it is refused there).
+pub(super) fn host_from_target<B>(req: &mut hyper::Request<B>) {
+    if req.uri().scheme().is_some()
+        && let Some(authority) = req.uri().authority()
+        && let Ok(host) = hyper::header::HeaderValue::from_str(authority.as_str())
+    {
+        req.headers_mut().insert(hyper::header::HOST, host);
+    }
+}
+
 /// Whether every `Expect` the request names is `100-continue` (hyper
 /// answers that one when the body is first read), the only expectation
 /// HTTP defines (RFC 9110 10.1.1): any other is answered 417 at once,

@@ -5,8 +5,8 @@
 
 use super::answers::Answer;
 use super::checks::{
-    as_get, content_codings_supported, declared_length, expectations_met, host_problem,
-    not_for_a_resource, options, sent_by_another_site, transfer_codings_supported,
+    as_get, content_codings_supported, declared_length, expectations_met, host_from_target,
+    host_problem, not_for_a_resource, options, sent_by_another_site, transfer_codings_supported,
 };
 use super::connections::{Held, Open};
 use super::gates::{BodyError, Gates, admit_waiting, busy, read_body, unless_giving_way};
@@ -742,27 +742,7 @@ async fn dispatch(
     client: IpAddr,
     conn: &Arc<super::connections::State>,
 ) -> (Reply, Option<Arc<Route>>) {
-    // An absolute-form target (`GET http://host/path`, as sent to a proxy):
-    // its authority is the request's host, whatever `Host` says (RFC 9112
-    // 3.2.2), and is checked as a `Host` would be.
-    if req.uri().scheme().is_some()
-        && let Some(authority) = req.uri().authority()
-    {
-        match hyper::header::HeaderValue::from_str(authority.as_str()) {
-            Ok(value) => {
-                req.headers_mut().insert(hyper::header::HOST, value);
-            }
-            Err(_) => {
-                return (
-                    Reply::invalid(
-                        "host",
-                        "must be a host name or address with an optional port",
-                    ),
-                    None,
-                );
-            }
-        }
-    }
+    host_from_target(&mut req);
     if let Some(problem) = host_problem(req.version(), req.headers()) {
         return (Reply::invalid("host", problem), None);
     }

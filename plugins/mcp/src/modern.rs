@@ -112,7 +112,7 @@ pub fn unsupported(requested: &str, supported: &[&str]) -> RpcFault {
     }
 }
 
-pub fn mismatch(message: String) -> RpcFault {
+fn mismatch(message: String) -> RpcFault {
     RpcFault {
         code: HEADER_MISMATCH,
         message,
@@ -128,6 +128,14 @@ pub fn notification_refused(req: &Request) -> Option<RpcFault> {
     (!VERSIONS.contains(&asked)).then(|| unsupported(asked, VERSIONS))
 }
 
+/// Header `name` sent once at most (-32020 naming how often it came).
+pub fn at_most_once(req: &Request, name: &str) -> Result<(), RpcFault> {
+    match req.header_lines(name).count() {
+        count @ 2.. => Err(mismatch(format!("the {name} header appears {count} times"))),
+        _ => Ok(()),
+    }
+}
+
 /// A request's envelope, checked in the revision's order (the first
 /// failure answers): the routing headers once each (-32020);
 /// `params._meta` with the protocol version and the client's capabilities
@@ -136,10 +144,7 @@ pub fn notification_refused(req: &Request) -> Option<RpcFault> {
 /// (-32602, as the request's schema has it).
 pub fn admit(msg: &Value, method: &str, req: &Request) -> Result<(), RpcFault> {
     for name in ROUTING_HEADERS {
-        let count = req.header_lines(name).count();
-        if count > 1 {
-            return Err(mismatch(format!("the {name} header appears {count} times")));
-        }
+        at_most_once(req, name)?;
     }
     let params = &msg["params"];
     let Some(meta) = params.get("_meta").and_then(Value::as_object) else {

@@ -192,14 +192,14 @@ pub fn allowed_origins() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The `Origin` check of a request: `Err(origin)` when it is refused.
-/// Sent twice, it is refused whatever the first says (an allowed origin
-/// before another passed as the first alone).
+/// The `Origin` check of a request: `Err(why)` when it is refused. Sent
+/// twice, it is refused whatever the first says (an allowed origin before
+/// another passed as the first alone).
 pub fn check(req: &Request) -> Result<(), String> {
-    let origin = req.header("origin");
     if req.header_lines("origin").nth(1).is_some() {
-        return Err(TWO_ORIGINS.into());
+        return Err("Origin was sent more than once: a browser sends one".into());
     }
+    let origin = req.header("origin");
     if allowed(
         origin,
         host(req),
@@ -208,7 +208,10 @@ pub fn check(req: &Request) -> Result<(), String> {
     ) {
         Ok(())
     } else {
-        Err(origin.unwrap_or_default().to_string())
+        Err(format!(
+            "origin {:?} is not allowed: set [settings.mcp] allowed_origins (or public_url) to admit it",
+            origin.unwrap_or_default()
+        ))
     }
 }
 
@@ -230,7 +233,7 @@ const MAX_AGE: &str = "600";
 /// `POST /mcp` (each answer depends on `Origin`, so each says `Vary:
 /// Origin`): from an allowed browser origin, `Access-Control-Allow-Origin`
 /// (that origin) and the headers a page may read; without `Origin` (not a
-/// browser's cross-origin request), `Vary` alone. `Err(origin)` when the
+/// browser's cross-origin request), `Vary` alone. `Err(why)` when the
 /// origin is refused.
 pub fn cors(req: &Request) -> Result<Vec<(String, String)>, String> {
     check(req)?;
@@ -274,22 +277,12 @@ pub fn preflight(req: &Request) -> Response {
     }
 }
 
-/// What [`check`] refuses for a request with two `Origin` lines.
-const TWO_ORIGINS: &str = "\u{0}two";
-
-/// The 403 of a refused browser origin (MCP 2025-11-25: a JSON-RPC error
-/// without an id).
-pub fn refused_origin(refused: &str) -> Response {
-    let message = if refused == TWO_ORIGINS {
-        "Origin was sent more than once: a browser sends one".to_string()
-    } else {
-        format!(
-            "origin {refused:?} is not allowed: set [settings.mcp] allowed_origins (or public_url) to admit it"
-        )
-    };
+/// The 403 of a refused browser origin, saying `why` ([`check`]; MCP
+/// 2025-11-25: a JSON-RPC error without an id).
+pub fn refused_origin(why: &str) -> Response {
     let mut answer = json(
         403,
-        &json!({"jsonrpc": "2.0", "error": {"code": -32000, "message": message}}),
+        &json!({"jsonrpc": "2.0", "error": {"code": -32000, "message": why}}),
     );
     answer.headers.push(("vary".into(), "Origin".into()));
     answer

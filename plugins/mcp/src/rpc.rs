@@ -104,11 +104,7 @@ pub(crate) fn jsonrpc(req: &Request, version: &str) -> Result<Response, ApiError
     // The revision header once at most, in either kind of revision: two
     // lines left the first to decide (and with it whether a batch is
     // taken).
-    if req.header_lines("mcp-protocol-version").nth(1).is_some() {
-        let count = req.header_lines("mcp-protocol-version").count();
-        let twice = modern::mismatch(format!(
-            "the mcp-protocol-version header appears {count} times"
-        ));
+    if let Err(twice) = modern::at_most_once(req, "mcp-protocol-version") {
         return Ok(json(400, &twice.answer(Value::Null)));
     }
     let msg: Value = match serde_json::from_slice(req.body()) {

@@ -221,21 +221,19 @@ impl Limiter for Ctx {
 fn commit_failed(family: &str, e: &StorageError) {
     static LINES: crate::logging::Throttle =
         crate::logging::Throttle::new(std::time::Duration::from_secs(1));
-    match LINES.note() {
-        // The shared store away: a passing outage (503, which its own line
-        // says), not the error of a failed commit.
-        Some(failed) if e.unavailable() => tracing::warn!(
-            family,
-            failed,
-            "commit failed: {e} ({failed} requests' commits failed since the last such line)"
-        ),
-        Some(1) => tracing::error!(family, "commit failed: {e}"),
-        Some(failed) => tracing::error!(
-            family,
-            failed,
-            "commit failed: {e} ({failed} requests' commits failed since the last such line)"
-        ),
-        None => {}
+    let Some(failed) = LINES.note() else {
+        return;
+    };
+    let since = match failed {
+        1 => String::new(),
+        n => format!(" ({n} requests' commits failed since the last such line)"),
+    };
+    // The shared store away is a passing outage (503, which its own line
+    // says), not the error of a failed commit.
+    if e.unavailable() {
+        tracing::warn!(family, failed, "commit failed: {e}{since}");
+    } else {
+        tracing::error!(family, failed, "commit failed: {e}{since}");
     }
 }
 
