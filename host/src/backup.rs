@@ -285,14 +285,76 @@ fn is_backup(path: &Path) -> bool {
     matches!(first, Some(Ok(entry)) if entry.path().is_ok_and(|p| p == Path::new(MANIFEST)))
 }
 
+/// The temp file a backup is written to beside its destination.
+const PARTIAL_PREFIX: &str = ".marketplace-backup-";
+/// The temp dir a restore unpacks into beside the data dir.
+const STAGING_PREFIX: &str = ".marketplace-restore-";
+/// How long a temp file or dir nobody holds must have been left
+/// unchanged before it is taken for abandoned (its maker locks it just
+/// after making it).
+const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Remove what a killed backup or restore left in `dir` (names beginning
+/// with `prefix`): a running one holds a lock on its temp file or dir
+/// (`flock`, which ends with its process), so only one nobody holds and
+/// left unchanged for [`ABANDONED_AFTER`] is removed, and said so.
+fn remove_abandoned(dir: &Path, prefix: &str) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(prefix) {
+            continue;
+        }
+        let path = entry.path();
+        // (Never a link's target: only what a backup or restore makes.)
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if !(kind.is_file() || kind.is_dir()) {
+            continue;
+        }
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age >= ABANDONED_AFTER));
+        // (A directory opens read-only for its lock too.)
+        let free = File::open(&path).is_ok_and(|f| f.try_lock().is_ok());
+        if !(old && free) {
+            continue;
+        }
+        let removed = if kind.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        // Said on stderr (the CLI's), never a panic if it is closed.
+        let _ = match removed {
+            Ok(()) => writeln!(
+                std::io::stderr(),
+                "removed {}, left by a backup or restore that was stopped before it ended",
+                path.display()
+            ),
+            Err(e) => writeln!(
+                std::io::stderr(),
+                "{} was left by a backup or restore that was stopped; not removed: {e}",
+                path.display()
+            ),
+        };
+    }
+}
+
 /// Write `to` through `f` into a temp file beside it (0600), fsync, then
-/// rename: a failed backup never leaves a partial file under that name.
+/// rename: a failed backup never leaves a partial file under that name,
+/// and a killed one's temp file is removed by the next backup there.
 pub fn write_atomically(to: &Path, f: impl FnOnce(&mut File) -> Result<u64>) -> Result<u64> {
     let dir = dir_of(to);
+    remove_abandoned(dir, PARTIAL_PREFIX);
     let mut tmp = tempfile::Builder::new()
-        .prefix(".marketplace-backup-")
+        .prefix(PARTIAL_PREFIX)
         .tempfile_in(dir)
         .with_context(|| format!("creating a temp file in {}", dir.display()))?;
+    // Held until this process ends: the mark of a backup still running.
+    tmp.as_file()
+        .lock()
+        .with_context(|| format!("locking {}", tmp.path().display()))?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -327,9 +389,14 @@ pub fn restore(file: &Path, data_dir: &Path) -> Result<()> {
     let parent = dir_of(data_dir);
     std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     // Owner-only from the start (it becomes the data dir).
-    let staging = owner_only(tempfile::Builder::new().prefix(".marketplace-restore-"))
+    remove_abandoned(parent, STAGING_PREFIX);
+    let staging = owner_only(tempfile::Builder::new().prefix(STAGING_PREFIX))
         .tempdir_in(parent)
         .with_context(|| format!("creating a temp dir in {}", parent.display()))?;
+    // Held until this process ends (see `remove_abandoned`).
+    let _held = File::open(staging.path())
+        .and_then(|f| f.lock().map(|()| f))
+        .with_context(|| format!("locking {}", staging.path().display()))?;
     unpack(input, staging.path())?;
     // rename(2) replaces an empty directory.
     let staged = staging.keep();
@@ -940,5 +1007,49 @@ mod tests {
         let e = restore(&noise, &dir.path().join("noise-restored")).unwrap_err();
         let text = format!("{e:#}");
         assert!(!text.chars().any(|c| c.is_control()), "{text:?}");
+    }
+
+    #[test]
+    fn what_a_killed_backup_or_restore_left_is_removed_by_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        let make = |name: &str| {
+            let path = dir.path().join(name);
+            let file = File::create(&path).unwrap();
+            file.set_modified(an_hour_ago).unwrap();
+            (path, file)
+        };
+        // Left by a killed backup: old, nobody holds it.
+        let (left, _) = make(".marketplace-backup-left");
+        // A backup still running: held, however old.
+        let (running, held) = make(".marketplace-backup-running");
+        held.lock().unwrap();
+        // Just made, not locked yet: too new to be taken for left.
+        let new = dir.path().join(".marketplace-backup-new");
+        std::fs::write(&new, b"").unwrap();
+        // Not ours.
+        let (other, _) = make("marketplace-backup-other");
+        // A killed restore's staging dir beside the data dir.
+        let staging = dir.path().join(".marketplace-restore-left");
+        std::fs::create_dir(&staging).unwrap();
+        std::fs::write(staging.join("marketplace.redb"), b"x").unwrap();
+        File::open(&staging)
+            .unwrap()
+            .set_modified(an_hour_ago)
+            .unwrap();
+
+        let to = dir.path().join("b.tar");
+        write_atomically(&to, |f| Ok(f.write(b"backup")? as u64)).unwrap();
+        assert_eq!(std::fs::read(&to).unwrap(), b"backup");
+        assert!(!left.exists());
+        assert!(running.exists() && new.exists() && other.exists());
+        assert!(staging.exists(), "a backup removes only its own kind");
+
+        let junk = dir.path().join("junk.tar");
+        std::fs::write(&junk, b"not a backup").unwrap();
+        assert!(restore(&junk, &dir.path().join("data")).is_err());
+        assert!(!staging.exists());
+        assert!(running.exists());
+        drop(held);
     }
 }

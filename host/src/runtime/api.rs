@@ -429,8 +429,11 @@ pub fn assemble(
     // whatever its component (or the host's file) documents: 413 to a body
     // declared over its limit and 408 to one that does not arrive in time
     // (`body_timeout_ms`); 400 to a path or query parameter, declared or
-    // not, that is not UTF-8 once decoded (`server::http`); and the seconds a 429 or 503
-    // says to wait, as a header a generated client exposes.
+    // not, that is not UTF-8 once decoded (`server::http`); 415 to a body
+    // under a content coding; and the seconds a 429 or 503 says to wait,
+    // as a header a generated client exposes. After the route, a GET's
+    // 200 meets its conditions (`server::conditional`: `If-None-Match: *`
+    // matches an answer without a tag too): 304 and 412.
     let error = |description: &str| json!({"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
     let paths = doc["paths"]
         .as_object_mut()
@@ -441,7 +444,11 @@ pub fn assemble(
         let Some(item) = item.as_object_mut() else {
             continue;
         };
-        for op in item.values_mut().filter_map(Value::as_object_mut) {
+        for (method, op) in item.iter_mut() {
+            let Some(op) = op.as_object_mut() else {
+                continue;
+            };
+            let has_body = op.contains_key("requestBody");
             let in_query = op
                 .get("parameters")
                 .and_then(Value::as_array)
@@ -460,6 +467,19 @@ pub fn assemble(
                 responses
                     .entry(status)
                     .or_insert_with(|| error(description));
+            }
+            if has_body {
+                responses.entry("415").or_insert_with(|| {
+                    error("unsupported_media_type: the body came under a content coding (Content-Encoding other than identity); send it as it is")
+                });
+            }
+            if method == "get" {
+                responses.entry("304").or_insert_with(|| {
+                    json!({"description": "not modified: If-None-Match names the answer's ETag, or `*` (no body)"})
+                });
+                responses.entry("412").or_insert_with(|| {
+                    error("precondition_failed: If-Match names no ETag of the answer")
+                });
             }
             // (Any operation: a query parameter it does not declare is
             // read too, and refused the same way.)
@@ -722,6 +742,33 @@ mod tests {
         assert!(doc["paths"]["/api/fees"]["get"].is_object());
         assert!(doc["components"]["schemas"]["Error"].is_object());
         assert_eq!(served.table.routes().count(), host_routes + 2);
+        // A GET meets conditions (304, 412); an operation with a body may
+        // meet a content coding's 415, one without does not.
+        let get = &doc["paths"]["/api/a/{id}"]["get"]["responses"];
+        assert!(get["304"].is_object() && get["412"].is_object(), "{get}");
+        assert!(get["415"].is_null(), "{get}");
+        let post = &doc["paths"]["/api/b/{x}"]["post"]["responses"];
+        assert!(post["304"].is_null() && post["415"].is_null(), "{post}");
+        let with_body = Api::check(
+            vec![(
+                "POST".into(),
+                "/api/c".into(),
+                true,
+                None,
+                json!({"requestBody": {"content": {"application/json": {"schema": {}}}}})
+                    .to_string(),
+                None,
+            )],
+            "{}",
+        )
+        .unwrap();
+        let served = assemble(vec![], &[("c", &with_body)], Some(Rendered::default())).unwrap();
+        let doc: Value = serde_json::from_str(&served.openapi).unwrap();
+        let code = &doc["paths"]["/api/c"]["post"]["responses"]["415"]["description"];
+        assert!(
+            code.as_str().is_some_and(|d| d.starts_with("unsupported_media_type")),
+            "{doc}"
+        );
     }
 
     #[test]

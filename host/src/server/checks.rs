@@ -30,14 +30,25 @@ pub(super) fn host_problem(
 /// An absolute-form target (`GET http://host/path`, as sent to a proxy)
 /// names the request's host, whatever `Host` says (RFC 9112 3.2.2): its
 /// authority takes `Host`'s place, to be checked by [`host_problem`] as a
-/// `Host` is (a user name in it is refused there).
-pub(super) fn host_from_target<B>(req: &mut hyper::Request<B>) {
-    if req.uri().scheme().is_some()
-        && let Some(authority) = req.uri().authority()
-        && let Ok(host) = hyper::header::HeaderValue::from_str(authority.as_str())
-    {
-        req.headers_mut().insert(hyper::header::HOST, host);
+/// `Host` is (a user name in it is refused there). Called once `Host`
+/// itself passed [`host_problem`] (an HTTP/1.1 request still needs one:
+/// RFC 9112 3.2). Whether the target named the host, or what is wrong
+/// with its scheme (one this service is not reached by).
+pub(super) fn host_from_target<B>(req: &mut hyper::Request<B>) -> Result<bool, &'static str> {
+    let Some(scheme) = req.uri().scheme_str() else {
+        return Ok(false);
+    };
+    if !(scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")) {
+        return Err("an absolute target must be an http or https URL");
     }
+    let Some(authority) = req.uri().authority() else {
+        return Ok(false);
+    };
+    let Ok(host) = hyper::header::HeaderValue::from_str(authority.as_str()) else {
+        return Err("must be a host name or address with an optional port");
+    };
+    req.headers_mut().insert(hyper::header::HOST, host);
+    Ok(true)
 }
 
 /// Whether every `Expect` the request names is `100-continue` (hyper

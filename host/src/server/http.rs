@@ -742,9 +742,17 @@ async fn dispatch(
     client: IpAddr,
     conn: &Arc<super::connections::State>,
 ) -> (Reply, Option<Arc<Route>>) {
-    host_from_target(&mut req);
     if let Some(problem) = host_problem(req.version(), req.headers()) {
         return (Reply::invalid("host", problem), None);
+    }
+    match host_from_target(&mut req) {
+        Ok(false) => {}
+        Ok(true) => {
+            if let Some(problem) = host_problem(req.version(), req.headers()) {
+                return (Reply::invalid("host", problem), None);
+            }
+        }
+        Err(problem) => return (Reply::invalid("host", problem), None),
     }
     if !expectations_met(req.headers()) {
         let reply = Reply::error(

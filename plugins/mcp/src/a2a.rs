@@ -80,7 +80,7 @@ pub fn card(base: &str, version: &str) -> Value {
             {
                 "id": "contract_status",
                 "name": "Read a contract",
-                "description": "The status and allowed actions of an arbitration (escrow) contract. Send a data part {\"contract_id\": \"CTR_...\"}, or a text naming it (\"contract CTR_...\"). The answer is a completed task whose artifact holds a short text and a data part {contract_id, status, allowed_actions, updated_at, url}; an unknown contract gives a failed task.",
+                "description": "The status and allowed actions of an arbitration (escrow) contract. Send a data part {\"contract_id\": \"CTR_...\"}, or a text naming it: the id alone (\"CTR_...\"), after the word contract (\"status of contract CTR_...\"), or a whole id among other words (\"is CTR_2026_000123 funded?\"); any other text is a search. The answer is a completed task whose artifact holds a short text and a data part {contract_id, status, allowed_actions, updated_at, url}; an unknown contract gives a failed task.",
                 "tags": ["contracts", "escrow"],
                 "examples": ["contract CTR_2026_000123", "{\"contract_id\": \"CTR_2026_000123\"}"],
                 "inputModes": ["text/plain", "application/json"],
