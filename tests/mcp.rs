@@ -2739,6 +2739,58 @@ fn answer_of(task: &Value) -> (String, Value) {
     (text.to_string(), data["data"].clone())
 }
 
+/// `SendMessage`s of one search each (in `context` when given), from
+/// `ip` (a loopback address) on one keep-alive connection: the ids of the
+/// tasks made, in order.
+fn tasks_from(s: &Server, ip: [u8; 4], n: usize, context: Option<&str>) -> Vec<String> {
+    use std::io::Write;
+    let mut stream = common::connect_from(ip, s.addr);
+    (0..n)
+        .map(|i| {
+            let mut message = json!({"messageId": format!("m-{i}"), "role": "ROLE_USER",
+                "parts": [{"text": "walnut"}]});
+            if let Some(context) = context {
+                message["contextId"] = json!(context);
+            }
+            let body = json!({"jsonrpc": "2.0", "id": i, "method": "SendMessage",
+                "params": {"message": message}})
+            .to_string();
+            let request = format!(
+                "POST /a2a HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            stream.write_all(request.as_bytes()).unwrap();
+            let r = common::read_response(&mut stream);
+            assert_eq!(r.status, 200, "{}", r.text());
+            r.json()["result"]["task"]["id"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{}", r.text()))
+                .to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn one_address_sending_tasks_in_a_loop_replaces_its_own_not_others() {
+    let s = Server::start();
+    let known = |id: &str| {
+        let r = a2a(&s, a2a_req("GetTask", json!({"id": id})));
+        match r["error"]["code"].as_i64() {
+            None => true,
+            Some(-32001) => false,
+            Some(_) => panic!("{r}"),
+        }
+    };
+    let theirs = tasks_from(&s, [127, 0, 0, 3], 1, None);
+    // More than the 1,000 kept in all: the other address's task stays,
+    // and of this one's, its newest 100.
+    let mine = tasks_from(&s, [127, 0, 0, 2], 1_010, None);
+    assert!(known(&theirs[0]), "another address's task was dropped");
+    let kept: Vec<bool> = mine.iter().map(|id| known(id)).collect();
+    assert!(kept[910..].iter().all(|k| *k), "its newest 100 are kept");
+    assert!(kept[..910].iter().all(|k| !k), "only its newest 100");
+}
+
 #[test]
 fn a2a_card_send_message_and_get_task() {
     let s = Server::start();
@@ -3178,7 +3230,7 @@ fn a2a_list_tasks_of_a_context() {
 }
 
 /// The newest 1000 tasks are kept: the oldest goes, and with it its row
-/// in its context's list.
+/// in its context's list. (From ten addresses: one keeps at most 100.)
 #[test]
 fn a2a_tasks_past_the_newest_1000_leave_their_context() {
     let s = Server::start();
@@ -3202,11 +3254,12 @@ fn a2a_tasks_past_the_newest_1000_leave_their_context() {
     };
     let oldest = send("ctx-old");
     let second = send("ctx-old");
-    for _ in 0..998 {
-        send("ctx-new");
+    for n in 0..10u8 {
+        let count = if n == 9 { 98 } else { 100 };
+        tasks_from(&s, [127, 0, 0, 10 + n], count, Some("ctx-new"));
     }
     assert_eq!(list("ctx-old")["totalSize"], 2);
-    send("ctx-new");
+    tasks_from(&s, [127, 0, 0, 20], 1, Some("ctx-new"));
     let old = list("ctx-old");
     assert_eq!(old["totalSize"], 1, "{old}");
     assert_eq!(old["tasks"][0]["id"], second.as_str());

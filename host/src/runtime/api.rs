@@ -766,7 +766,8 @@ mod tests {
         let doc: Value = serde_json::from_str(&served.openapi).unwrap();
         let code = &doc["paths"]["/api/c"]["post"]["responses"]["415"]["description"];
         assert!(
-            code.as_str().is_some_and(|d| d.starts_with("unsupported_media_type")),
+            code.as_str()
+                .is_some_and(|d| d.starts_with("unsupported_media_type")),
             "{doc}"
         );
     }

@@ -12,8 +12,9 @@
 //! Both run through the host's in-process dispatch (the same routes as
 //! `GET /api/search` and `GET /api/arbitration/contracts/{id}/status`).
 //! A task is a snapshot of what was answered, so `SendMessage` stores it
-//! (keyspace `mcp`: `a2a/task/{id}`, the newest [`MAX_TASKS`] kept, and a
-//! row in its context's list) and `GetTask` answers it again by id,
+//! (keyspace `mcp`: `a2a/task/{id}`, the newest [`MAX_TASKS`] kept and
+//! [`MAX_TASKS_PER_CLIENT`] of one client's, and a row in its context's
+//! list) and `GetTask` answers it again by id,
 //! `ListTasks` by its context: the route is a write.
 //!
 //! Method names and JSON shapes are the ones of the binding as the official
@@ -32,6 +33,9 @@ pub const VERSION: &str = "1.0";
 pub const BINDING: &str = "JSONRPC";
 /// Tasks kept for `GetTask`; the oldest is dropped past this.
 pub const MAX_TASKS: u64 = 1000;
+/// Tasks kept of one client (one address, as the host counts them);
+/// its oldest is dropped past this.
+pub const MAX_TASKS_PER_CLIENT: u64 = 100;
 /// The largest message (serialized) `SendMessage` takes.
 const MAX_MESSAGE_BYTES: usize = 16 * 1024;
 /// Search results in an answer: default and most.
@@ -240,7 +244,9 @@ fn load_task(id: &str) -> Result<Option<Value>, RpcError> {
 fn task_not_found(id: &str) -> RpcError {
     err(
         TASK_NOT_FOUND,
-        format!("task {id} not found (the newest {MAX_TASKS} tasks are kept)"),
+        format!(
+            "task {id} not found (the newest {MAX_TASKS} tasks are kept, and {MAX_TASKS_PER_CLIENT} of one client's)"
+        ),
     )
 }
 
@@ -677,8 +683,12 @@ fn redact(value: &mut Value) {
     }
 }
 
-/// Keep the task and its row in its context's list; past [`MAX_TASKS`]
-/// the oldest goes, with its row (ids sort by time).
+/// Keep the task and its row in its context's list. Past
+/// [`MAX_TASKS_PER_CLIENT`] of its client's (the host's key of the
+/// client's address), that client's oldest goes; past [`MAX_TASKS`] in
+/// all, the oldest of anyone's. So one address sending tasks in a loop
+/// replaces its own, not those of others, who lose theirs only to at
+/// least `MAX_TASKS / MAX_TASKS_PER_CLIENT` addresses at once.
 fn store(
     task_id: &str,
     context_id: &str,
@@ -686,25 +696,81 @@ fn store(
     at_ms: u64,
     task: &Value,
 ) -> Result<(), ApiError> {
-    let count: u64 = kv::get("a2a/task_count")?.unwrap_or(0);
-    if count >= MAX_TASKS {
-        if let Some((oldest, value)) = kv::scan_prefix(None, "a2a/task/", false, 1)?.pop() {
-            kv::delete(&oldest)?;
-            let old: Value = kv::parse(&oldest, &value)?;
-            if let (Some(id), Some(context)) =
-                (oldest.strip_prefix("a2a/task/"), old["contextId"].as_str())
-            {
-                kv::delete(&format!("{}{id}", context_prefix(context)))?;
+    let client = ids::client();
+    let mut count: u64 = kv::get("a2a/task_count")?.unwrap_or(0);
+    if !client.is_empty() {
+        let of_client: u64 = kv::get(&client_count_key(&client))?.unwrap_or(0);
+        if of_client >= MAX_TASKS_PER_CLIENT
+            && let Some((row, _)) = kv::scan_prefix(None, &client_prefix(&client), false, 1)?.pop()
+            && let Some(oldest) = row.strip_prefix(&client_prefix(&client))
+        {
+            // (Its count goes down with it, to come up again below.)
+            if remove(oldest)? {
+                count = count.saturating_sub(1);
             }
         }
-    } else {
-        kv::put("a2a/task_count", &(count + 1))?;
     }
+    if count >= MAX_TASKS
+        && let Some((oldest, _)) = kv::scan_prefix(None, "a2a/task/", false, 1)?.pop()
+        && let Some(id) = oldest.strip_prefix("a2a/task/")
+        && remove(id)?
+    {
+        count = count.saturating_sub(1);
+    }
+    kv::put("a2a/task_count", &(count + 1))?;
     kv::put(&task_key(task_id), task)?;
+    if !client.is_empty() {
+        let key = client_count_key(&client);
+        let of_client: u64 = kv::get(&key)?.unwrap_or(0);
+        kv::put(&key, &(of_client + 1))?;
+        kv::put(&format!("{}{task_id}", client_prefix(&client)), &())?;
+        kv::put(&owner_key(task_id), &client)?;
+    }
     kv::put(
         &format!("{}{task_id}", context_prefix(context_id)),
         &json!([at_ms, state]),
     )
+}
+
+/// Remove the task `id` with its rows (its context's, its client's) and
+/// its client's count of it; whether it was there. The total count is
+/// the caller's.
+fn remove(id: &str) -> Result<bool, ApiError> {
+    let key = task_key(id);
+    let Some(task) = kv::get::<Value>(&key)? else {
+        return Ok(false);
+    };
+    kv::delete(&key)?;
+    if let Some(context) = task["contextId"].as_str() {
+        kv::delete(&format!("{}{id}", context_prefix(context)))?;
+    }
+    // (Tasks kept before clients were known have no owner.)
+    if let Some(client) = kv::get::<String>(&owner_key(id))? {
+        kv::delete(&owner_key(id))?;
+        kv::delete(&format!("{}{id}", client_prefix(&client)))?;
+        let count_key = client_count_key(&client);
+        match kv::get::<u64>(&count_key)?.unwrap_or(0) {
+            0 | 1 => drop(kv::delete(&count_key)?),
+            n => kv::put(&count_key, &(n - 1))?,
+        }
+    }
+    Ok(true)
+}
+
+/// A client's tasks, oldest first (ids sort by time): `a2a/client/{key}/`
+/// then each task's id.
+fn client_prefix(client: &str) -> String {
+    format!("a2a/client/{client}/")
+}
+
+/// How many tasks a client has kept.
+fn client_count_key(client: &str) -> String {
+    format!("a2a/client_count/{client}")
+}
+
+/// Whose task `id` is.
+fn owner_key(id: &str) -> String {
+    format!("a2a/owner/{id}")
 }
 
 /// Where a context's tasks are listed: `a2a/ctx/{hex of its id}/`, then

@@ -1,4 +1,4 @@
-//! `ids`: ULIDs and random bytes.
+//! `ids`: ULIDs, random bytes and the client's key.
 
 use super::Ctx;
 use crate::runtime::bindings::endpoint::marketplace::plugin::ids;
@@ -15,5 +15,51 @@ impl ids::Host for Ctx {
         let mut buf = vec![0u8; len.min(4096) as usize];
         crate::ids::fill_random(&mut buf);
         buf
+    }
+
+    fn client(&mut self) -> String {
+        match (&self.rt, self.source) {
+            (Some(rt), Some(ip)) => client_of(&rt.ledger, ip),
+            _ => String::new(),
+        }
+    }
+}
+
+/// The key a component knows a client address by: the first half of an
+/// HMAC, under the server key, of the address as per-address limits count
+/// it ([`crate::ids::client_key`]), in a purpose of its own (no secret the
+/// ledger derives begins with it).
+fn client_of(ledger: &crate::money::ledger::Ledger, ip: std::net::IpAddr) -> String {
+    let key = crate::ids::client_key(ip);
+    let mut derived = ledger.derive(format!("client-key\0{key}").as_bytes());
+    derived.truncate(32);
+    derived
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_is_known_by_its_address_as_limits_count_it() {
+        let ledger = crate::money::ledger::Ledger::from_hex(&"ab".repeat(32)).unwrap();
+        let other = crate::money::ledger::Ledger::from_hex(&"cd".repeat(32)).unwrap();
+        let of = |l: &crate::money::ledger::Ledger, ip: &str| client_of(l, ip.parse().unwrap());
+        let a = of(&ledger, "192.0.2.1");
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert!(!a.contains("192"));
+        assert_eq!(a, of(&ledger, "::ffff:192.0.2.1"));
+        assert_ne!(a, of(&ledger, "192.0.2.2"));
+        assert_ne!(a, of(&other, "192.0.2.1"), "keyed by the server key");
+        // One IPv6 /64 is one client.
+        assert_eq!(
+            of(&ledger, "2001:db8:1:2::1"),
+            of(&ledger, "2001:db8:1:2:ffff::9")
+        );
+        assert_ne!(
+            of(&ledger, "2001:db8:1:2::1"),
+            of(&ledger, "2001:db8:1:3::1")
+        );
     }
 }
