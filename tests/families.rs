@@ -1400,6 +1400,15 @@ fn a_restart_serves_what_was_decided_last() {
     };
     assert_eq!(policy(&s), decided, "{}", s.log_text());
     assert_eq!(notes(&s).status, 404, "the unmounted family came back");
+    // Its file is there and serves nothing: said so.
+    assert!(
+        s.log_text()
+            .lines()
+            .any(|l| l.contains("jotter.wasm not mounted")
+                && l.contains("unmounted through the admin API")),
+        "{}",
+        s.log_text()
+    );
     // A new file mounts it again, with its data, and that holds.
     install(&with_custom_section(&template, "deploy", b"2"), &file);
     eventually("the changed file mounts", &s, || notes(&s).status == 200);

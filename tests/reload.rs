@@ -251,6 +251,35 @@ fn a_component_slower_to_describe_than_a_request_may_take_is_loaded() {
 /// nothing in: an admin upload serving instead of the configured file
 /// stays (on a fleet, the fleet's choice). A file whose content changed
 /// still swaps.
+/// A configured family's file removed: what it loaded serves on, and the
+/// operator is told the next start would not load the family; put back
+/// with the same bytes, nothing is swapped.
+#[test]
+fn a_configured_component_file_removed_is_said_and_serves_on() {
+    let plugins = plugin_copy();
+    let s = Server::with(common::Options {
+        plugins_dir: Some(plugins.path().to_path_buf()),
+        env: vec![(
+            "MARKETPLACE_LOG".into(),
+            "info,marketplace::runtime::reload=debug".into(),
+        )],
+        ..Default::default()
+    });
+    let configured = plugins.path().join("fees_bid_inclusive.wasm");
+    let kept = plugins.path().join("kept.bin");
+    std::fs::rename(&configured, &kept).unwrap();
+    s.wait_log("the removal said", |log| {
+        log.lines()
+            .any(|l| l.contains("fees_bid_inclusive.wasm was removed") && l.contains("WARN"))
+    });
+    assert_eq!(policy(&s), "bid-inclusive");
+    std::fs::rename(&kept, &configured).unwrap();
+    s.wait_log("the file back", |log| {
+        log.contains("rewritten with the same content")
+    });
+    assert_eq!(policy(&s), "bid-inclusive");
+}
+
 #[test]
 fn a_component_file_rewritten_unchanged_swaps_nothing() {
     let plugins = plugin_copy();

@@ -89,6 +89,9 @@ impl Api {
                 ));
             }
             routes::check(&method, &pattern)?;
+            if let Some(action) = &paid {
+                paid_action(&method, action).map_err(|why| format!("{method} {pattern}: {why}"))?;
+            }
             if openapi.len() > MAX_OPERATION {
                 return Err(format!(
                     "{method} {pattern}: OpenAPI operation over {MAX_OPERATION} bytes"
@@ -137,6 +140,19 @@ impl Api {
             Ok(_) => return Err("schemas must be a JSON object".into()),
             Err(why) => return Err(format!("the schemas {why}")),
         };
+        // OpenAPI 3.1's rule for the keys of `components`: another name
+        // makes `/openapi.json` invalid (and "" cannot be referred to).
+        if let Some(name) = schemas.keys().find(|n| {
+            n.is_empty()
+                || !n
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        }) {
+            return Err(format!(
+                "schema name {:?} is not one of letters, digits, `.`, `_` and `-` (OpenAPI's rule for component names)",
+                crate::logging::one_line(name, 64)
+            ));
+        }
         let api = Api {
             routes: out,
             schemas,
@@ -449,6 +465,7 @@ pub fn assemble(
                 continue;
             };
             let has_body = op.contains_key("requestBody");
+            let paid = op.contains_key("x-paid");
             let in_query = op
                 .get("parameters")
                 .and_then(Value::as_array)
@@ -467,6 +484,13 @@ pub fn assemble(
                 responses
                     .entry(status)
                     .or_insert_with(|| error(description));
+            }
+            // A paid operation's refusal for want of payment, whatever
+            // its component documents (its `x-paid` says it charges).
+            if paid {
+                responses.entry("402").or_insert_with(|| {
+                    json!({"description": "payment required: the fee is in the body (and, base64, in the PAYMENT-REQUIRED header)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/PaymentRequired"}}}})
+                });
             }
             if has_body {
                 responses.entry("415").or_insert_with(|| {
@@ -533,6 +557,33 @@ pub fn assemble(
         rendered,
         generation: 0,
     })
+}
+
+/// What a route's `paid` may say: the name of a fee action (`post`,
+/// `identity`...: the fee policy prices it when the route charges), on a
+/// method that writes (a read cannot charge). It is published as the
+/// operation's `x-paid`, which clients and agents read.
+fn paid_action(method: &str, action: &str) -> Result<(), String> {
+    if routes::is_read(method) {
+        return Err(format!(
+            "paid {action:?} on a read: a {method} cannot charge (declare the route's writes)"
+        ));
+    }
+    let name = action.len() <= 32
+        && action
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase())
+        && action
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if !name {
+        return Err(format!(
+            "paid {:?} is not a fee action's name (1 to 32 of a-z, 0-9, _ and -, starting with a letter: post, identity, ... as the fee schedule names them)",
+            crate::logging::one_line(action, 64)
+        ));
+    }
+    Ok(())
 }
 
 /// What a JSON document costs the components that render it: its values,
@@ -770,6 +821,54 @@ mod tests {
                 .is_some_and(|d| d.starts_with("unsupported_media_type")),
             "{doc}"
         );
+    }
+
+    #[test]
+    fn a_paid_route_names_a_fee_action_on_a_write_and_documents_402() {
+        let route = |method: &str, paid: &str| {
+            Api::check(
+                vec![(
+                    method.into(),
+                    "/api/c".into(),
+                    true,
+                    Some(paid.into()),
+                    "{}".into(),
+                    None,
+                )],
+                "{}",
+            )
+        };
+        for (method, paid, why) in [
+            ("GET", "post", "cannot charge"),
+            ("POST", "bogus action", "not a fee action"),
+            ("POST", "-1", "not a fee action"),
+            ("POST", "", "not a fee action"),
+        ] {
+            let err = route(method, paid)
+                .err()
+                .unwrap_or_else(|| panic!("{paid:?} taken"));
+            assert!(err.contains(why), "{err}");
+        }
+        let api = route("POST", "post").unwrap();
+        let served = assemble(vec![], &[("c", &api)], Some(Rendered::default())).unwrap();
+        let doc: Value = serde_json::from_str(&served.openapi).unwrap();
+        let op = &doc["paths"]["/api/c"]["post"];
+        assert_eq!(op["x-paid"], "post");
+        assert_eq!(
+            op["responses"]["402"]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/PaymentRequired"
+        );
+    }
+
+    #[test]
+    fn schema_names_are_openapis_component_names() {
+        let with =
+            |name: &str| Api::check(vec![], &json!({ name: {"type": "string"} }).to_string());
+        assert!(with("Hello.Note_v2-a").is_ok());
+        for bad in ["", "a b", "a/../c", "<script>", "é"] {
+            let err = with(bad).err().unwrap_or_else(|| panic!("{bad:?} taken"));
+            assert!(err.contains("schema name"), "{err}");
+        }
     }
 
     #[test]

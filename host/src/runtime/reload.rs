@@ -59,6 +59,15 @@ impl Seen {
     /// part read: write aside and rename, as README says).
     fn changed(&mut self, path: &Path) -> Option<Vec<u8>> {
         let now = stamp(path);
+        if now.is_none() && self.stamp.is_some() {
+            // (A configured family's file: one of the families directory
+            // that goes unmounts its family, elsewhere.)
+            self.stamp = None;
+            tracing::warn!(
+                "{} was removed: the component loaded from it serves on, but at the next start its family would not load; put it back, or name another file in the configuration",
+                path.display()
+            );
+        }
         if now.is_none() || now == self.stamp {
             return None;
         }
@@ -327,10 +336,17 @@ pub fn spawn(rt: Arc<Runtime>, stop: Arc<AtomicBool>, kept: Kept) -> std::io::Re
             .unmounted
             .iter()
             .map(|f| {
-                (
-                    f.clone(),
-                    Seen::now(&families_dir.join(format!("{f}.wasm"))),
-                )
+                let file = families_dir.join(format!("{f}.wasm"));
+                // Said, as a configured family unmounted so is: the file
+                // is there, and serves nothing.
+                if file.is_file() {
+                    tracing::info!(
+                        family = %f,
+                        "{} not mounted: the family was unmounted through the admin API (a change of the file, or a load through the admin API, mounts it again)",
+                        file.display()
+                    );
+                }
+                (f.clone(), Seen::now(&file))
             })
             .collect(),
         ignored: HashMap::new(),
@@ -486,8 +502,14 @@ fn watch_families_dir(rt: &Runtime, dir: &Path, state: &mut FamiliesDir, kept: &
                                 .unwrap_or_else(|| "another component".into())
                         ),
                     };
+                    // (The fee policy's file is named in [plugins].)
+                    let table = if family == crate::runtime::FEES_FAMILY {
+                        "[plugins] says fees".to_string()
+                    } else {
+                        format!("[families.{family}] says component")
+                    };
                     format!(
-                        "family {family} {served} (to mount it from here, its [families.{family}] says component = \"{FAMILIES_DIR}/{family}.wasm\")"
+                        "family {family} {served} (to mount it from here, its {table} = \"{FAMILIES_DIR}/{family}.wasm\")"
                     )
                 };
                 // Listed only when it can never mount: otherwise the

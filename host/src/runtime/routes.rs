@@ -304,12 +304,21 @@ impl Table {
             if let Some(other) =
                 seen.insert((r.method.clone(), shape(&r.pattern)), r.owner().to_string())
             {
-                return Err(format!(
-                    "route conflict: {} {} of {} is already served by {other}",
-                    r.method,
-                    r.pattern,
-                    r.owner()
-                ));
+                // (One owner's twice is its own mistake, not a clash with
+                // what it replaces.)
+                return Err(if other == r.owner() {
+                    format!(
+                        "route conflict: {} {} is declared twice by {other} (or as another pattern of the same shape)",
+                        r.method, r.pattern
+                    )
+                } else {
+                    format!(
+                        "route conflict: {} {} of {} is already served by {other}",
+                        r.method,
+                        r.pattern,
+                        r.owner()
+                    )
+                });
             }
         }
         // A literal segment wins over a parameter only among one owner's
@@ -755,6 +764,13 @@ mod tests {
         ])
         .unwrap_err();
         assert!(err.contains("rogue") && err.contains("contracts"), "{err}");
+        // One family's route twice is said so.
+        let err = Table::new(vec![
+            fam("GET", "/api/evil/{a}", "evil"),
+            fam("GET", "/api/evil/{b}", "evil"),
+        ])
+        .unwrap_err();
+        assert!(err.contains("declared twice by evil"), "{err}");
     }
 
     #[test]

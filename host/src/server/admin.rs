@@ -570,12 +570,12 @@ fn component_of(pairs: &[(String, String)]) -> Result<Option<String>, String> {
     let plain = !name.is_empty()
         && name.len() <= 128
         && !name.starts_with('.')
-        && !name
-            .chars()
-            .any(|c| c == '/' || c == '\\' || c.is_control());
+        && !name.chars().any(|c| {
+            c == '/' || c == '\\' || c.is_control() || marketplace_common::text::reads_otherwise(c)
+        });
     if !plain {
         return Err(format!(
-            "component {name:?} must be a file name (1 to 128 bytes, no path, not starting with '.')"
+            "component {name:?} must be a file name (1 to 128 bytes, no path, not starting with '.', no control, line-separator, bidi or invisible characters: it is shown in listings and logs)"
         ));
     }
     Ok(Some(name))
@@ -988,6 +988,23 @@ fn mint_failure(e: &anyhow::Error, unreachable: bool) -> Reply {
 mod mint_tests {
     use super::*;
     use crate::store::StorageError;
+
+    #[test]
+    fn an_uploads_name_is_a_file_name_shown_as_written() {
+        let of = |name: &str| component_of(&[("component".into(), name.into())]);
+        assert_eq!(of("hello_v2.wasm"), Ok(Some("hello_v2.wasm".into())));
+        for bad in [
+            "",
+            ".hidden.wasm",
+            "a/b.wasm",
+            "a\\b.wasm",
+            "evil\u{202e}msa.exe",
+            "a\nb",
+            "zero\u{200b}width.wasm",
+        ] {
+            assert!(of(bad).is_err(), "{bad:?} taken");
+        }
+    }
 
     #[test]
     fn a_mint_that_kept_losing_races_is_503_with_retry_after() {

@@ -55,10 +55,22 @@ pub(super) fn smoke_failure(
         (Some(Trap::UnreachableCodeReached), _) => {
             "trapped: unreachable code (a Rust panic traps so; the guest crate logs its message, `plugin panicked: ...`, just before)".to_string()
         }
-        (Some(trap), _) => format!("trapped: {trap}"),
+        (Some(trap), _) => format!("trapped: {}", trap_text(trap)),
         (None, _) => root_cause(&err),
     };
     anyhow!("{what} {why}")
+}
+
+/// A trap in words: an out-of-bounds access says that a stack overflow
+/// reads so too (the stack lies below the data in the layout README asks
+/// for, so running off its end is such an access).
+fn trap_text(trap: &Trap) -> String {
+    match trap {
+        Trap::MemoryOutOfBounds => format!(
+            "{trap} (a stack overflow reads so too: the stack is the build's `-zstack-size`)"
+        ),
+        trap => trap.to_string(),
+    }
 }
 
 /// A call's failure that is not a trap, in one line. A WASI import (std's
@@ -111,7 +123,7 @@ pub(super) fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool)
                 "unreachable code (a Rust panic; its message is the `plugin panicked` line before)"
                     .to_string()
             }
-            Some(trap) => trap.to_string(),
+            Some(trap) => trap_text(trap),
             None => root_cause(err),
         };
         tracing::error!(family, "plugin trapped: {why}");

@@ -748,12 +748,21 @@ impl Runtime {
             .map(|(name, _)| name.to_string())
             .collect();
         let (kind, info, api) = if family == FEES_FAMILY {
+            let not_fees = |e: &dyn std::fmt::Display| {
+                anyhow!(
+                    "not a fee-policy component: {e} (it exports the `fees` interface of the `fee-policy` world of marketplace:plugin@0.2.0, wit/marketplace.wit: quote, schedule, policy, describe)"
+                )
+            };
+            // The world first: an endpoint component's imports would fail
+            // the link with a message that does not say what is wrong.
+            if component
+                .get_export_index(None, "marketplace:plugin/fees@0.2.0")
+                .is_none()
+            {
+                return Err(not_fees(&"it has no fees export"));
+            }
             let pre = FeePolicyPre::new(self.link(&self.fee_linker, &component)?)
-                .map_err(|e| {
-                    anyhow!(
-                        "not a fee-policy component: {e:#} (it exports the `fees` interface of the `fee-policy` world of marketplace:plugin@0.2.0, wit/marketplace.wit: quote, schedule, policy, describe)"
-                    )
-                })?;
+                .map_err(|e| not_fees(&format!("{e:#}")))?;
             let mut store = self.fee_store(self.load_budget());
             let bindings = pre
                 .instantiate(&mut store)
@@ -834,6 +843,8 @@ impl Runtime {
                     imports.iter().map(String::as_str),
                 )
                 .map_err(|e| anyhow!(e))?;
+            handle_export(&component)
+                .map_err(|e| anyhow!("not an endpoint component: {e:#} ({ENDPOINT_EXPORTS})"))?;
             let linker = self.endpoint_linker(grants)?;
             let endpoint = |component: &Component| {
                 EndpointPre::new(self.link(&linker, component)?)
@@ -870,53 +881,19 @@ impl Runtime {
         })
     }
 
-    /// A linker with the base interfaces and those `grants` open; nothing
-    /// else of the marketplace package is defined, so an ungranted import
-    /// could only trap.
+    /// A linker with the base interfaces and those `grants` open (see
+    /// [`endpoint_linker`]).
     fn endpoint_linker(&self, grants: &Grants) -> Result<Linker<Ctx>> {
-        use bindings::endpoint::marketplace::plugin as p;
-        type D = wasmtime::component::HasSelf<Ctx>;
-        let mut l = Linker::<Ctx>::new(&self.engine);
-        let e = |e: wasmtime::Error| anyhow!("linking: {e}");
-        p::types::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
-        p::storage::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
-        p::clock::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
-        p::ids::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
-        p::log::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
-        p::settings::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
-        p::memo::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
-        for c in &grants.capabilities {
-            match c {
-                Capability::Payments => p::payments::add_to_linker::<Ctx, D>(&mut l, |c| c),
-                Capability::Signatures => p::auth::add_to_linker::<Ctx, D>(&mut l, |c| c),
-                Capability::Escrow => p::escrow::add_to_linker::<Ctx, D>(&mut l, |c| c),
-                Capability::Dispatch => p::dispatch::add_to_linker::<Ctx, D>(&mut l, |c| c),
-                Capability::HostInfo => p::host::add_to_linker::<Ctx, D>(&mut l, |c| c),
-                Capability::Limits => p::limits::add_to_linker::<Ctx, D>(&mut l, |c| c),
-                Capability::Arbiter => p::arbiter::add_to_linker::<Ctx, D>(&mut l, |c| c),
-                // Headers, not an interface (see `server::http`).
-                Capability::Credentials => Ok(()),
-            }
-            .map_err(e)?;
-        }
-        Ok(l)
+        endpoint_linker(&self.engine, grants)
     }
 
-    /// Link a component against a world's linker: the host interfaces,
-    /// `wasi:random`, and traps for every other import.
+    /// Link a component against a world's linker (see [`link`]).
     fn link<T: 'static>(
         &self,
         base: &Linker<T>,
         component: &Component,
     ) -> Result<wasmtime::component::InstancePre<T>> {
-        let mut linker = base.clone();
-        define_wasi_random(&mut linker, &self.engine, component)?;
-        linker
-            .define_unknown_imports_as_traps(component)
-            .map_err(|e| anyhow!("linking: {e}"))?;
-        linker
-            .instantiate_pre(component)
-            .map_err(|e| anyhow!("linking: {e}"))
+        link(&self.engine, base, component)
     }
 
     /// A second copy of the compiled component `hash`, read again from the
@@ -1214,6 +1191,95 @@ impl Drop for Runtime {
     }
 }
 
+/// The `endpoint` world's linker of a family granted `grants`: the base
+/// interfaces and the granted ones; nothing else of the marketplace
+/// package is defined (an import of an interface not granted is refused
+/// before, by `Grants::admit`, naming the grant).
+fn endpoint_linker(engine: &Engine, grants: &Grants) -> Result<Linker<Ctx>> {
+    use bindings::endpoint::marketplace::plugin as p;
+    type D = wasmtime::component::HasSelf<Ctx>;
+    let mut l = Linker::<Ctx>::new(engine);
+    let e = |e: wasmtime::Error| anyhow!("linking: {e}");
+    p::types::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
+    p::storage::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
+    p::clock::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
+    p::ids::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
+    p::log::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
+    p::settings::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
+    p::memo::add_to_linker::<Ctx, D>(&mut l, |c| c).map_err(e)?;
+    for c in &grants.capabilities {
+        match c {
+            Capability::Payments => p::payments::add_to_linker::<Ctx, D>(&mut l, |c| c),
+            Capability::Signatures => p::auth::add_to_linker::<Ctx, D>(&mut l, |c| c),
+            Capability::Escrow => p::escrow::add_to_linker::<Ctx, D>(&mut l, |c| c),
+            Capability::Dispatch => p::dispatch::add_to_linker::<Ctx, D>(&mut l, |c| c),
+            Capability::HostInfo => p::host::add_to_linker::<Ctx, D>(&mut l, |c| c),
+            Capability::Limits => p::limits::add_to_linker::<Ctx, D>(&mut l, |c| c),
+            Capability::Arbiter => p::arbiter::add_to_linker::<Ctx, D>(&mut l, |c| c),
+            // Headers, not an interface (see `server::http`).
+            Capability::Credentials => Ok(()),
+        }
+        .map_err(e)?;
+    }
+    Ok(l)
+}
+
+/// Link a component against a world's linker: the host interfaces,
+/// `wasi:random`, and traps for the other WASI imports (std's, so that
+/// components std makes import them still load). An import of a host
+/// interface the host does not have as imported (a function it lacks,
+/// another type: built against another WIT) is refused here, naming
+/// it, not linked as a trap that would answer 500 at the first call.
+fn link<T: 'static>(
+    engine: &Engine,
+    base: &Linker<T>,
+    component: &Component,
+) -> Result<wasmtime::component::InstancePre<T>> {
+    let mut linker = base.clone();
+    define_wasi_random(&mut linker, engine, component)?;
+    stub_wasi_as_traps(&mut linker, engine, component).map_err(|e| anyhow!("linking: {e:#}"))?;
+    linker.instantiate_pre(component).map_err(|e| {
+        anyhow!(
+            "linking: {e:#} (a component must be built against this host's wit/marketplace.wit, served at GET /api/developers)"
+        )
+    })
+}
+
+/// Link every function (and resource) of the component's WASI imports
+/// but `wasi:random` ([`define_wasi_random`]) as a trap that names it.
+fn stub_wasi_as_traps<T: 'static>(
+    linker: &mut Linker<T>,
+    engine: &Engine,
+    component: &Component,
+) -> Result<()> {
+    use wasmtime::component::types::ComponentItem;
+    for (name, item) in component.component_type().imports(engine) {
+        if !name.starts_with("wasi:") || name.starts_with("wasi:random/") {
+            continue;
+        }
+        let ComponentItem::ComponentInstance(instance) = item.ty else {
+            continue;
+        };
+        let mut stubs = linker.instance(name)?;
+        for (export, item) in instance.exports(engine) {
+            match item.ty {
+                ComponentItem::ComponentFunc(_) => {
+                    let full = format!("{name}#{export}");
+                    stubs.func_new(export, move |_, _, _, _| {
+                        wasmtime::bail!("unknown import: `{full}` has not been defined")
+                    })?;
+                }
+                ComponentItem::Resource(_) => {
+                    let ty = wasmtime::component::ResourceType::host::<()>();
+                    stubs.resource(export, ty, |_, _| Ok(()))?;
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Provide the `wasi:random` interfaces a component imports (Rust's std
 /// seeds `HashMap` from `insecure-seed`), from the OS CSPRNG, for whichever
 /// 0.2.x version the component was built against. Every other WASI import
@@ -1358,6 +1424,34 @@ mod tests {
             assert!(e.contains("invisible"), "{e}");
             assert!(!e.contains('\n') && !e.contains('\u{1b}'), "{e}");
         }
+    }
+
+    #[test]
+    fn an_import_the_host_lacks_is_refused_at_load_and_wasi_links_as_traps() {
+        let engine = Engine::new(&wasmtime::Config::new()).unwrap();
+        let linker = endpoint_linker(&engine, &Grants::default()).unwrap();
+        let component = |imports: &str| {
+            let bytes = wat::parse_str(format!("(component {imports})")).unwrap();
+            Component::new(&engine, bytes).unwrap()
+        };
+        let fs = r#"(import "wasi:filesystem/preopens@0.2.6" (instance (export "get-directories" (func (result u32)))))"#;
+        let newer = r#"(import "marketplace:plugin/clock@0.2.0" (instance (export "now-ns" (func (result u64)))))"#;
+        let ungranted =
+            r#"(import "marketplace:plugin/escrow@0.2.0" (instance (export "hold" (func))))"#;
+        // A WASI import std may make: linked, as a trap if called.
+        assert!(link(&engine, &linker, &component(fs)).is_ok());
+        // A function of a host interface the host does not have (built
+        // against a newer WIT): refused, naming it.
+        let err = link(&engine, &linker, &component(&format!("{fs} {newer}")))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("marketplace:plugin/clock") && err.contains("now-ns"),
+            "{err}"
+        );
+        assert!(err.contains("wit/marketplace.wit"), "{err}");
+        assert!(link(&engine, &linker, &component(ungranted)).is_err());
     }
 
     #[test]
