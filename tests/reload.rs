@@ -247,10 +247,6 @@ fn a_component_slower_to_describe_than_a_request_may_take_is_loaded() {
     );
 }
 
-/// A deploy that rewrites every component file, unchanged ones too, swaps
-/// nothing in: an admin upload serving instead of the configured file
-/// stays (on a fleet, the fleet's choice). A file whose content changed
-/// still swaps.
 /// A configured family's file removed: what it loaded serves on, and the
 /// operator is told the next start would not load the family; put back
 /// with the same bytes, nothing is swapped.
@@ -280,6 +276,10 @@ fn a_configured_component_file_removed_is_said_and_serves_on() {
     assert_eq!(policy(&s), "bid-inclusive");
 }
 
+/// A deploy that rewrites every component file, unchanged ones too, swaps
+/// nothing in: an admin upload serving instead of the configured file
+/// stays (on a fleet, the fleet's choice). A file whose content changed
+/// still swaps.
 #[test]
 fn a_component_file_rewritten_unchanged_swaps_nothing() {
     let plugins = plugin_copy();

@@ -290,9 +290,11 @@ const PARTIAL_PREFIX: &str = ".marketplace-backup-";
 /// The temp dir a restore unpacks into beside the data dir.
 const STAGING_PREFIX: &str = ".marketplace-restore-";
 /// How long a temp file or dir nobody holds must have been left
-/// unchanged before it is taken for abandoned (its maker locks it just
-/// after making it).
-const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+/// unchanged before it is taken for abandoned. Its maker locks it just
+/// after making it, but a lock is best-effort (a network filesystem may
+/// not share or take one, an older binary takes none, and its clock may
+/// differ from the file server's): nothing is urgent about a leftover.
+const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Remove what a killed backup or restore left in `dir` (names beginning
 /// with `prefix`): a running one holds a lock on its temp file or dir
@@ -311,13 +313,18 @@ fn remove_abandoned(dir: &Path, prefix: &str) {
         if !(kind.is_file() || kind.is_dir()) {
             continue;
         }
-        let old = entry
-            .metadata()
-            .and_then(|m| m.modified())
-            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age >= ABANDONED_AFTER));
-        // (A directory opens read-only for its lock too.)
-        let free = File::open(&path).is_ok_and(|f| f.try_lock().is_ok());
-        if !(old && free) {
+        // A staging dir's own time stays while a file in it is written:
+        // its newest entry's counts.
+        let mut times = vec![entry.metadata().and_then(|m| m.modified())];
+        if kind.is_dir() {
+            let inside = std::fs::read_dir(&path).into_iter().flatten().flatten();
+            times.extend(inside.map(|e| e.metadata().and_then(|m| m.modified())));
+        }
+        let old = times.iter().all(|t| {
+            t.as_ref()
+                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age >= ABANDONED_AFTER))
+        });
+        if !(old && nobody_holds(&path)) {
             continue;
         }
         let removed = if kind.is_dir() {
@@ -325,8 +332,10 @@ fn remove_abandoned(dir: &Path, prefix: &str) {
         } else {
             std::fs::remove_file(&path)
         };
-        // Said on stderr (the CLI's), never a panic if it is closed.
+        // Said on stderr (the CLI's), never a panic if it is closed; one
+        // another cleaner removed first is no news.
         let _ = match removed {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Ok(()) => writeln!(
                 std::io::stderr(),
                 "removed {}, left by a backup or restore that was stopped before it ended",
@@ -341,9 +350,29 @@ fn remove_abandoned(dir: &Path, prefix: &str) {
     }
 }
 
+/// Whether no process holds a lock on `path`: probed with a shared lock
+/// (which any reader may take, and a running job's exclusive one
+/// refuses), opened without following a link or waiting on a FIFO put
+/// there meanwhile. Not knowing (no lock to be had there) is "held".
+fn nobody_holds(path: &Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .is_ok_and(|f| f.try_lock_shared().is_ok())
+}
+
+/// Mark `file` (a job's temp file or dir) as held while the job runs
+/// (the kernel lets go if the process dies); best-effort: where no lock
+/// can be had (some network filesystems) the job goes on unmarked.
+fn hold(file: &File) {
+    let _ = file.lock();
+}
+
 /// Write `to` through `f` into a temp file beside it (0600), fsync, then
 /// rename: a failed backup never leaves a partial file under that name,
-/// and a killed one's temp file is removed by the next backup there.
+/// and a killed one's temp file is removed by a later backup there.
 pub fn write_atomically(to: &Path, f: impl FnOnce(&mut File) -> Result<u64>) -> Result<u64> {
     let dir = dir_of(to);
     remove_abandoned(dir, PARTIAL_PREFIX);
@@ -351,10 +380,7 @@ pub fn write_atomically(to: &Path, f: impl FnOnce(&mut File) -> Result<u64>) -> 
         .prefix(PARTIAL_PREFIX)
         .tempfile_in(dir)
         .with_context(|| format!("creating a temp file in {}", dir.display()))?;
-    // Held until this process ends: the mark of a backup still running.
-    tmp.as_file()
-        .lock()
-        .with_context(|| format!("locking {}", tmp.path().display()))?;
+    hold(tmp.as_file());
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -393,10 +419,9 @@ pub fn restore(file: &Path, data_dir: &Path) -> Result<()> {
     let staging = owner_only(tempfile::Builder::new().prefix(STAGING_PREFIX))
         .tempdir_in(parent)
         .with_context(|| format!("creating a temp dir in {}", parent.display()))?;
-    // Held until this process ends (see `remove_abandoned`).
-    let _held = File::open(staging.path())
-        .and_then(|f| f.lock().map(|()| f))
-        .with_context(|| format!("locking {}", staging.path().display()))?;
+    // (A directory opens read-only; where it cannot be locked so, the
+    // staging dir goes unmarked: see `hold`.)
+    let _held = File::open(staging.path()).inspect(hold);
     unpack(input, staging.path())?;
     // rename(2) replaces an empty directory.
     let staged = staging.keep();
@@ -1012,11 +1037,11 @@ mod tests {
     #[test]
     fn what_a_killed_backup_or_restore_left_is_removed_by_the_next() {
         let dir = tempfile::tempdir().unwrap();
-        let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        let long_ago = std::time::SystemTime::now() - 2 * ABANDONED_AFTER;
         let make = |name: &str| {
             let path = dir.path().join(name);
             let file = File::create(&path).unwrap();
-            file.set_modified(an_hour_ago).unwrap();
+            file.set_modified(long_ago).unwrap();
             (path, file)
         };
         // Left by a killed backup: old, nobody holds it.
@@ -1032,11 +1057,11 @@ mod tests {
         // A killed restore's staging dir beside the data dir.
         let staging = dir.path().join(".marketplace-restore-left");
         std::fs::create_dir(&staging).unwrap();
-        std::fs::write(staging.join("marketplace.redb"), b"x").unwrap();
-        File::open(&staging)
-            .unwrap()
-            .set_modified(an_hour_ago)
-            .unwrap();
+        let inside = staging.join("marketplace.redb");
+        std::fs::write(&inside, b"x").unwrap();
+        for path in [&inside, &staging] {
+            File::open(path).unwrap().set_modified(long_ago).unwrap();
+        }
 
         let to = dir.path().join("b.tar");
         write_atomically(&to, |f| Ok(f.write(b"backup")? as u64)).unwrap();

@@ -90,7 +90,8 @@ impl Api {
             }
             routes::check(&method, &pattern)?;
             if let Some(action) = &paid {
-                paid_action(&method, action).map_err(|why| format!("{method} {pattern}: {why}"))?;
+                paid_action(&method, writes, action)
+                    .map_err(|why| format!("{method} {pattern}: {why}"))?;
             }
             if openapi.len() > MAX_OPERATION {
                 return Err(format!(
@@ -418,9 +419,12 @@ pub fn assemble(
             let mut op = d.operation.clone();
             if let Value::Object(m) = &mut op {
                 m.insert("x-family".into(), Value::String(family.to_string()));
-                if let Some(paid) = &d.paid {
-                    m.entry("x-paid").or_insert(Value::String(paid.clone()));
-                }
+                // What the route declares, checked above, not what its
+                // operation says.
+                match &d.paid {
+                    Some(paid) => m.insert("x-paid".into(), Value::String(paid.clone())),
+                    None => m.remove("x-paid"),
+                };
             }
             let item = paths
                 .entry(d.pattern.clone())
@@ -563,10 +567,15 @@ pub fn assemble(
 /// `identity`...: the fee policy prices it when the route charges), on a
 /// method that writes (a read cannot charge). It is published as the
 /// operation's `x-paid`, which clients and agents read.
-fn paid_action(method: &str, action: &str) -> Result<(), String> {
+fn paid_action(method: &str, writes: bool, action: &str) -> Result<(), String> {
     if routes::is_read(method) {
         return Err(format!(
-            "paid {action:?} on a read: a {method} cannot charge (declare the route's writes)"
+            "paid {action:?} on a read: a {method} cannot charge"
+        ));
+    }
+    if !writes {
+        return Err(format!(
+            "paid {action:?} on a route declared without writes: a charge is a write (declare the route's writes)"
         ));
     }
     let name = action.len() <= 32
@@ -849,6 +858,18 @@ mod tests {
                 .unwrap_or_else(|| panic!("{paid:?} taken"));
             assert!(err.contains(why), "{err}");
         }
+        let unwritten = Api::check(
+            vec![(
+                "POST".into(),
+                "/api/c".into(),
+                false,
+                Some("post".into()),
+                "{}".into(),
+                None,
+            )],
+            "{}",
+        );
+        assert!(unwritten.is_err_and(|e| e.contains("without writes")));
         let api = route("POST", "post").unwrap();
         let served = assemble(vec![], &[("c", &api)], Some(Rendered::default())).unwrap();
         let doc: Value = serde_json::from_str(&served.openapi).unwrap();
@@ -857,6 +878,26 @@ mod tests {
         assert_eq!(
             op["responses"]["402"]["content"]["application/json"]["schema"]["$ref"],
             "#/components/schemas/PaymentRequired"
+        );
+        // An operation's own `x-paid` is not what the route declares.
+        let claims = Api::check(
+            vec![(
+                "GET".into(),
+                "/api/d".into(),
+                false,
+                None,
+                json!({"x-paid": "bogus"}).to_string(),
+                None,
+            )],
+            "{}",
+        )
+        .unwrap();
+        let served = assemble(vec![], &[("d", &claims)], Some(Rendered::default())).unwrap();
+        let doc: Value = serde_json::from_str(&served.openapi).unwrap();
+        let op = &doc["paths"]["/api/d"]["get"];
+        assert!(
+            op["x-paid"].is_null() && op["responses"]["402"].is_null(),
+            "{op}"
         );
     }
 

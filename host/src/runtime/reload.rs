@@ -59,15 +59,6 @@ impl Seen {
     /// part read: write aside and rename, as README says).
     fn changed(&mut self, path: &Path) -> Option<Vec<u8>> {
         let now = stamp(path);
-        if now.is_none() && self.stamp.is_some() {
-            // (A configured family's file: one of the families directory
-            // that goes unmounts its family, elsewhere.)
-            self.stamp = None;
-            tracing::warn!(
-                "{} was removed: the component loaded from it serves on, but at the next start its family would not load; put it back, or name another file in the configuration",
-                path.display()
-            );
-        }
         if now.is_none() || now == self.stamp {
             return None;
         }
@@ -302,6 +293,26 @@ fn swap_in(
     true
 }
 
+/// Say once that a configured family's file, seen before, is gone: what
+/// serves goes on serving, but the next start would not load the family.
+/// Put back, it is looked at as any change (the same bytes: nothing).
+fn say_if_removed(rt: &Runtime, family: &str, path: &Path, last: &mut Seen) {
+    let gone =
+        matches!(std::fs::metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+    if !(gone && last.stamp.is_some()) {
+        return;
+    }
+    last.stamp = None;
+    let serving = match rt.plugin(family) {
+        Some(p) => format!("family {family} serves on from {}", p.component),
+        None => format!("family {family} serves nothing now"),
+    };
+    tracing::warn!(
+        "{} was removed: {serving}, but at the next start the family would not load; put the file back, or name another in the configuration",
+        path.display()
+    );
+}
+
 /// Swap `family`'s file at `path` in when it changed since `last` (see
 /// [`swap_in`]); when that could not be decided, it stays unseen, to be
 /// looked at again.
@@ -338,8 +349,13 @@ pub fn spawn(rt: Arc<Runtime>, stop: Arc<AtomicBool>, kept: Kept) -> std::io::Re
             .map(|f| {
                 let file = families_dir.join(format!("{f}.wasm"));
                 // Said, as a configured family unmounted so is: the file
-                // is there, and serves nothing.
-                if file.is_file() {
+                // is there, and serves nothing. (A family configured with
+                // another file is said to ignore this one, elsewhere.)
+                let of_the_dir = rt
+                    .config
+                    .family(f)
+                    .is_none_or(|spec| in_families_dir(&spec.component));
+                if of_the_dir && file.is_file() {
                     tracing::info!(
                         family = %f,
                         "{} not mounted: the family was unmounted through the admin API (a change of the file, or a load through the admin API, mounts it again)",
@@ -364,6 +380,11 @@ pub fn spawn(rt: Arc<Runtime>, stop: Arc<AtomicBool>, kept: Kept) -> std::io::Re
                 for f in &families {
                     let path = dir.join(&f.component);
                     let last = seen.entry(f.name.clone()).or_default();
+                    // (One of the families directory that goes unmounts
+                    // its family: `watch_families_dir`.)
+                    if !in_families_dir(&f.component) {
+                        say_if_removed(&rt, &f.name, &path, last);
+                    }
                     look_at(&rt, &f.name, &f.component, &path, last, &kept);
                 }
                 watch_families_dir(&rt, &families_dir, &mut mounted, &kept);

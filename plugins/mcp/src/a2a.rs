@@ -704,9 +704,13 @@ fn store(
             && let Some((row, _)) = kv::scan_prefix(None, &client_prefix(&client), false, 1)?.pop()
             && let Some(oldest) = row.strip_prefix(&client_prefix(&client))
         {
-            // (Its count goes down with it, to come up again below.)
+            // (Its count goes down with it, to come up again below; a row
+            // whose task is gone goes alone, with its count.)
             if remove(oldest)? {
                 count = count.saturating_sub(1);
+            } else {
+                kv::delete(&row)?;
+                uncount(&client)?;
             }
         }
     }
@@ -717,7 +721,7 @@ fn store(
     {
         count = count.saturating_sub(1);
     }
-    kv::put("a2a/task_count", &(count + 1))?;
+    kv::put("a2a/task_count", &(count.min(MAX_TASKS - 1) + 1))?;
     kv::put(&task_key(task_id), task)?;
     if !client.is_empty() {
         let key = client_count_key(&client);
@@ -748,13 +752,19 @@ fn remove(id: &str) -> Result<bool, ApiError> {
     if let Some(client) = kv::get::<String>(&owner_key(id))? {
         kv::delete(&owner_key(id))?;
         kv::delete(&format!("{}{id}", client_prefix(&client)))?;
-        let count_key = client_count_key(&client);
-        match kv::get::<u64>(&count_key)?.unwrap_or(0) {
-            0 | 1 => drop(kv::delete(&count_key)?),
-            n => kv::put(&count_key, &(n - 1))?,
-        }
+        uncount(&client)?;
     }
     Ok(true)
+}
+
+/// One task fewer of `client`'s.
+fn uncount(client: &str) -> Result<(), ApiError> {
+    let count_key = client_count_key(client);
+    match kv::get::<u64>(&count_key)?.unwrap_or(0) {
+        0 | 1 => drop(kv::delete(&count_key)?),
+        n => kv::put(&count_key, &(n - 1))?,
+    }
+    Ok(())
 }
 
 /// A client's tasks, oldest first (ids sort by time): `a2a/client/{key}/`

@@ -67,7 +67,7 @@ pub(super) fn smoke_failure(
 fn trap_text(trap: &Trap) -> String {
     match trap {
         Trap::MemoryOutOfBounds => format!(
-            "{trap} (a stack overflow reads so too: the stack is the build's `-zstack-size`)"
+            "{trap} (it may be a stack overflow, which reads so: the stack is the build's `-zstack-size`)"
         ),
         trap => trap.to_string(),
     }

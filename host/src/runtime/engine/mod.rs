@@ -1245,8 +1245,17 @@ fn link<T: 'static>(
     })
 }
 
+/// The functions [`define_wasi_random`] answers, by interface.
+const WASI_RANDOM: [(&str, &str); 5] = [
+    ("wasi:random/insecure-seed", "insecure-seed"),
+    ("wasi:random/random", "get-random-bytes"),
+    ("wasi:random/random", "get-random-u64"),
+    ("wasi:random/insecure", "get-insecure-random-bytes"),
+    ("wasi:random/insecure", "get-insecure-random-u64"),
+];
+
 /// Link every function (and resource) of the component's WASI imports
-/// but `wasi:random` ([`define_wasi_random`]) as a trap that names it.
+/// but those [`define_wasi_random`] answers as a trap that names it.
 fn stub_wasi_as_traps<T: 'static>(
     linker: &mut Linker<T>,
     engine: &Engine,
@@ -1254,15 +1263,17 @@ fn stub_wasi_as_traps<T: 'static>(
 ) -> Result<()> {
     use wasmtime::component::types::ComponentItem;
     for (name, item) in component.component_type().imports(engine) {
-        if !name.starts_with("wasi:") || name.starts_with("wasi:random/") {
+        if !name.starts_with("wasi:") {
             continue;
         }
+        let interface = name.split('@').next().unwrap_or(name);
         let ComponentItem::ComponentInstance(instance) = item.ty else {
             continue;
         };
         let mut stubs = linker.instance(name)?;
         for (export, item) in instance.exports(engine) {
             match item.ty {
+                ComponentItem::ComponentFunc(_) if WASI_RANDOM.contains(&(interface, export)) => {}
                 ComponentItem::ComponentFunc(_) => {
                     let full = format!("{name}#{export}");
                     stubs.func_new(export, move |_, _, _, _| {

@@ -19,21 +19,26 @@ impl ids::Host for Ctx {
 
     fn client(&mut self) -> String {
         match (&self.rt, self.source) {
-            (Some(rt), Some(ip)) => client_of(&rt.ledger, ip),
+            (Some(rt), Some(ip)) => client_of(&rt.ledger, &self.family, ip),
             _ => String::new(),
         }
     }
 }
 
-/// The key a component knows a client address by: the first half of an
-/// HMAC, under the server key, of the address as per-address limits count
-/// it ([`crate::ids::client_key`]), in a purpose of its own (no secret the
-/// ledger derives begins with it).
-fn client_of(ledger: &crate::money::ledger::Ledger, ip: std::net::IpAddr) -> String {
-    let key = crate::ids::client_key(ip);
-    let mut derived = ledger.derive(format!("client-key\0{key}").as_bytes());
-    derived.truncate(32);
-    derived
+/// The key `family` knows a client address by: the first half of an
+/// HMAC of the family and the address as per-address limits count it
+/// ([`crate::ids::client_key`]), under a key of its own derived from the
+/// server key (no purpose the ledger derives money from is
+/// `client-keys`: theirs all hold a `:`). Each family has its own, so two
+/// families cannot tell that one client called both.
+fn client_of(ledger: &crate::money::ledger::Ledger, family: &str, ip: std::net::IpAddr) -> String {
+    use hmac::{Hmac, Mac};
+    let key = ledger.derive(b"client-keys");
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(key.as_bytes()).expect("any key length");
+    mac.update(family.as_bytes());
+    mac.update(b"\0");
+    mac.update(crate::ids::client_key(ip).to_string().as_bytes());
+    marketplace_common::hex::encode(&mac.finalize().into_bytes()[..16])
 }
 
 #[cfg(test)]
@@ -44,7 +49,8 @@ mod tests {
     fn a_client_is_known_by_its_address_as_limits_count_it() {
         let ledger = crate::money::ledger::Ledger::from_hex(&"ab".repeat(32)).unwrap();
         let other = crate::money::ledger::Ledger::from_hex(&"cd".repeat(32)).unwrap();
-        let of = |l: &crate::money::ledger::Ledger, ip: &str| client_of(l, ip.parse().unwrap());
+        let of =
+            |l: &crate::money::ledger::Ledger, ip: &str| client_of(l, "mcp", ip.parse().unwrap());
         let a = of(&ledger, "192.0.2.1");
         assert_eq!(a.len(), 32);
         assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
@@ -52,6 +58,11 @@ mod tests {
         assert_eq!(a, of(&ledger, "::ffff:192.0.2.1"));
         assert_ne!(a, of(&ledger, "192.0.2.2"));
         assert_ne!(a, of(&other, "192.0.2.1"), "keyed by the server key");
+        assert_ne!(
+            a,
+            client_of(&ledger, "timeline", "192.0.2.1".parse().unwrap()),
+            "per family"
+        );
         // One IPv6 /64 is one client.
         assert_eq!(
             of(&ledger, "2001:db8:1:2::1"),

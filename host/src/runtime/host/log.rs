@@ -53,7 +53,9 @@ fn with_window<T>(family: &str, second: u64, f: impl FnOnce(&mut Window) -> T) -
         Some(w) => w,
         None => windows.entry(family.to_string()).or_insert(fresh),
     };
-    if window.second != second {
+    // (Forward only: a call on another thread still in the second
+    // before charges the current one, not a fresh one of its own.)
+    if second > window.second {
         *window = fresh;
     }
     f(window)
