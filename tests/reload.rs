@@ -247,11 +247,9 @@ fn a_component_slower_to_describe_than_a_request_may_take_is_loaded() {
     );
 }
 
-/// A configured family's file removed: what it loaded serves on, and the
-/// operator is told the next start would not load the family; put back
-/// with the same bytes, nothing is swapped.
-#[test]
-fn a_configured_component_file_removed_is_said_and_serves_on() {
+/// A server on a copy of the plugins directory, logging the watcher's
+/// debug lines (what it saw and let be).
+fn watched_with_debug_lines() -> (tempfile::TempDir, Server) {
     let plugins = plugin_copy();
     let s = Server::with(common::Options {
         plugins_dir: Some(plugins.path().to_path_buf()),
@@ -261,6 +259,15 @@ fn a_configured_component_file_removed_is_said_and_serves_on() {
         )],
         ..Default::default()
     });
+    (plugins, s)
+}
+
+/// A configured family's file removed: what it loaded serves on, and the
+/// operator is told the next start would not load the family; put back
+/// with the same bytes, nothing is swapped.
+#[test]
+fn a_configured_component_file_removed_is_said_and_serves_on() {
+    let (plugins, s) = watched_with_debug_lines();
     let configured = plugins.path().join("fees_bid_inclusive.wasm");
     let kept = plugins.path().join("kept.bin");
     std::fs::rename(&configured, &kept).unwrap();
@@ -282,15 +289,7 @@ fn a_configured_component_file_removed_is_said_and_serves_on() {
 /// still swaps.
 #[test]
 fn a_component_file_rewritten_unchanged_swaps_nothing() {
-    let plugins = plugin_copy();
-    let s = Server::with(common::Options {
-        plugins_dir: Some(plugins.path().to_path_buf()),
-        env: vec![(
-            "MARKETPLACE_LOG".into(),
-            "info,marketplace::runtime::reload=debug".into(),
-        )],
-        ..Default::default()
-    });
+    let (plugins, s) = watched_with_debug_lines();
     assert_eq!(policy(&s), "bid-inclusive");
     let pickup = std::fs::read(plugins.path().join("fees_pickup_paid.wasm")).unwrap();
     let r = admin(&s, "PUT", "/admin/plugins/fees", &pickup);
