@@ -202,8 +202,9 @@ pub fn one_line(message: &str, max_chars: usize) -> std::borrow::Cow<'_, str> {
 /// Written as an escape by [`one_line`]: control characters, and those
 /// that make a line read otherwise than it is (line and paragraph
 /// separators, which some viewers break lines at; bidirectional controls;
-/// invisible format characters).
-fn escaped(c: char) -> bool {
+/// invisible format characters). A name shown in listings and logs is
+/// refused holding one.
+pub(crate) fn escaped(c: char) -> bool {
     c.is_control() || marketplace_common::text::reads_otherwise(c)
 }
 

@@ -570,9 +570,9 @@ fn component_of(pairs: &[(String, String)]) -> Result<Option<String>, String> {
     let plain = !name.is_empty()
         && name.len() <= 128
         && !name.starts_with('.')
-        && !name.chars().any(|c| {
-            c == '/' || c == '\\' || c.is_control() || marketplace_common::text::reads_otherwise(c)
-        });
+        && !name
+            .chars()
+            .any(|c| c == '/' || c == '\\' || crate::logging::escaped(c));
     if !plain {
         return Err(format!(
             "component {name:?} must be a file name (1 to 128 bytes, no path, not starting with '.', no control, line-separator, bidi or invisible characters: it is shown in listings and logs)"

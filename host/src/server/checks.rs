@@ -24,31 +24,32 @@ pub(super) fn host_problem(
         return Some("must be given once");
     }
     let valid = host.is_empty() || marketplace_common::url::plausible_host_bytes(host.as_bytes());
-    (!valid).then_some("must be a host name or address with an optional port")
+    (!valid).then_some(NOT_A_HOST)
 }
 
-/// An absolute-form target (`GET http://host/path`, as sent to a proxy)
-/// names the request's host, whatever `Host` says (RFC 9112 3.2.2): its
-/// authority takes `Host`'s place, to be checked by [`host_problem`] as a
-/// `Host` is (a user name in it is refused there). Called once `Host`
-/// itself passed [`host_problem`] (an HTTP/1.1 request still needs one:
-/// RFC 9112 3.2). Whether the target named the host, or what is wrong
-/// with its scheme (one this service is not reached by).
-pub(super) fn host_from_target<B>(req: &mut hyper::Request<B>) -> Result<bool, &'static str> {
-    let Some(scheme) = req.uri().scheme_str() else {
-        return Ok(false);
-    };
-    if !(scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")) {
-        return Err("an absolute target must be an http or https URL");
+const NOT_A_HOST: &str = "must be a host name or address with an optional port";
+
+/// What is wrong with the host a request names, if anything: its `Host`
+/// ([`host_problem`]; an HTTP/1.1 request needs one even with an
+/// absolute target, RFC 9112 3.2), then an absolute-form target's
+/// (`GET http://host/path`, as sent to a proxy), which names the request's
+/// host whatever `Host` says (RFC 9112 3.2.2): its authority takes
+/// `Host`'s place, checked as a `Host` is (a user name in it is refused
+/// there), and its scheme must be one this service is reached by.
+pub(super) fn request_host_problem<B>(req: &mut hyper::Request<B>) -> Option<&'static str> {
+    if let Some(problem) = host_problem(req.version(), req.headers()) {
+        return Some(problem);
     }
-    let Some(authority) = req.uri().authority() else {
-        return Ok(false);
-    };
+    let scheme = req.uri().scheme_str()?;
+    if !(scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")) {
+        return Some("an absolute target must be an http or https URL");
+    }
+    let authority = req.uri().authority()?;
     let Ok(host) = hyper::header::HeaderValue::from_str(authority.as_str()) else {
-        return Err("must be a host name or address with an optional port");
+        return Some(NOT_A_HOST);
     };
     req.headers_mut().insert(hyper::header::HOST, host);
-    Ok(true)
+    host_problem(req.version(), req.headers())
 }
 
 /// Whether every `Expect` the request names is `100-continue` (hyper

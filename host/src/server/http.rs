@@ -5,8 +5,8 @@
 
 use super::answers::Answer;
 use super::checks::{
-    as_get, content_codings_supported, declared_length, expectations_met, host_from_target,
-    host_problem, not_for_a_resource, options, sent_by_another_site, transfer_codings_supported,
+    as_get, content_codings_supported, declared_length, expectations_met, not_for_a_resource,
+    options, request_host_problem, sent_by_another_site, transfer_codings_supported,
 };
 use super::connections::{Held, Open};
 use super::gates::{BodyError, Gates, admit_waiting, busy, read_body, unless_giving_way};
@@ -742,17 +742,8 @@ async fn dispatch(
     client: IpAddr,
     conn: &Arc<super::connections::State>,
 ) -> (Reply, Option<Arc<Route>>) {
-    if let Some(problem) = host_problem(req.version(), req.headers()) {
+    if let Some(problem) = request_host_problem(&mut req) {
         return (Reply::invalid("host", problem), None);
-    }
-    match host_from_target(&mut req) {
-        Ok(false) => {}
-        Ok(true) => {
-            if let Some(problem) = host_problem(req.version(), req.headers()) {
-                return (Reply::invalid("host", problem), None);
-            }
-        }
-        Err(problem) => return (Reply::invalid("host", problem), None),
     }
     if !expectations_met(req.headers()) {
         let reply = Reply::error(

@@ -235,14 +235,13 @@ const MAX_SCHEDULE_BYTES: usize = 64 << 10;
 /// written (controls, line separators, bidi and invisible format
 /// characters): it would make a log line (or a listing) read otherwise.
 fn label(what: &str, value: &str) -> Result<()> {
-    let hidden = |c: char| c.is_control() || marketplace_common::text::reads_otherwise(c);
     anyhow::ensure!(
         value.chars().count() <= MAX_LABEL,
         "{what} is {} characters long, over {MAX_LABEL}",
         value.chars().count()
     );
     anyhow::ensure!(
-        !value.chars().any(hidden),
+        !value.chars().any(crate::logging::escaped),
         "{what} holds control, line-separator or invisible characters: {:?}",
         crate::logging::one_line(value, MAX_LABEL)
     );
