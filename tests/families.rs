@@ -1197,7 +1197,10 @@ fn an_unmount_after_an_upload_holds_over_the_familys_file() {
     looked("Bad_Name_2");
     looked("Bad_Name_3");
     assert_eq!(notes(&s).status, 404, "{}", s.log_text());
-    assert!(plugin(&s, "jotter").is_none());
+    // Listed as what the operator decided: its file there, serving nothing.
+    let listed = plugin(&s, "jotter").expect("an unmounted family of the directory is listed");
+    assert_eq!(listed["status"], "unmounted", "{listed}");
+    assert_eq!(listed["component"], "families/jotter.wasm", "{listed}");
     // A changed file mounts it again.
     install(
         &with_custom_section(&template, "deploy", b"2"),
@@ -1400,6 +1403,10 @@ fn a_restart_serves_what_was_decided_last() {
     };
     assert_eq!(policy(&s), decided, "{}", s.log_text());
     assert_eq!(notes(&s).status, 404, "the unmounted family came back");
+    assert_eq!(
+        plugin(&s, "jotter").map(|p| p["status"].clone()),
+        Some(json!("unmounted"))
+    );
     // Its file is there and serves nothing: said so.
     assert!(
         s.log_text()

@@ -496,11 +496,15 @@ pub fn assemble(
                     json!({"description": "payment required: the fee is in the body (and, base64, in the PAYMENT-REQUIRED header)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/PaymentRequired"}}}})
                 });
             }
-            if has_body {
-                responses.entry("415").or_insert_with(|| {
-                    error("unsupported_media_type: the body came under a content coding (Content-Encoding other than identity); send it as it is")
-                });
-            }
+            // (Any operation: the coding is refused before the route runs,
+            // a body the operation does not read included.)
+            responses.entry("415").or_insert_with(|| {
+                error(if has_body {
+                    "unsupported_media_type: the body came under a content coding (Content-Encoding other than identity); send it as it is"
+                } else {
+                    "unsupported_media_type: a body (this operation reads none) came under a content coding (Content-Encoding other than identity)"
+                })
+            });
             if method == "get" {
                 responses.entry("304").or_insert_with(|| {
                     json!({"description": "not modified: If-None-Match names the answer's ETag, or `*` (no body)"})
@@ -802,13 +806,17 @@ mod tests {
         assert!(doc["paths"]["/api/fees"]["get"].is_object());
         assert!(doc["components"]["schemas"]["Error"].is_object());
         assert_eq!(served.table.routes().count(), host_routes + 2);
-        // A GET meets conditions (304, 412); an operation with a body may
-        // meet a content coding's 415, one without does not.
+        // A GET meets conditions (304, 412); any operation may meet a
+        // content coding's 415, the host refusing it before the route
+        // runs, and one without a body says it reads none.
         let get = &doc["paths"]["/api/a/{id}"]["get"]["responses"];
         assert!(get["304"].is_object() && get["412"].is_object(), "{get}");
-        assert!(get["415"].is_null(), "{get}");
         let post = &doc["paths"]["/api/b/{x}"]["post"]["responses"];
-        assert!(post["304"].is_null() && post["415"].is_null(), "{post}");
+        assert!(post["304"].is_null(), "{post}");
+        for op in [get, post] {
+            let said = op["415"]["description"].as_str().unwrap_or_default();
+            assert!(said.contains("this operation reads none"), "{op}");
+        }
         let with_body = Api::check(
             vec![(
                 "POST".into(),
@@ -826,8 +834,9 @@ mod tests {
         let doc: Value = serde_json::from_str(&served.openapi).unwrap();
         let code = &doc["paths"]["/api/c"]["post"]["responses"]["415"]["description"];
         assert!(
-            code.as_str()
-                .is_some_and(|d| d.starts_with("unsupported_media_type")),
+            code.as_str().is_some_and(
+                |d| d.starts_with("unsupported_media_type") && !d.contains("reads none")
+            ),
             "{doc}"
         );
     }

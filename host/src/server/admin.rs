@@ -545,9 +545,25 @@ fn plugins_json(app: &App) -> serde_json::Value {
             ..Default::default()
         })
         .collect();
+    // A family of the families directory an admin unmounted: its file is
+    // there and serves nothing until it changes or is loaded again (a
+    // configured family so unmounted is among the statuses already).
+    let families_dir = app.runtime.plugins_dir().join(crate::config::FAMILIES_DIR);
+    let held: Vec<_> = super::uploads::kept_unmounts(app)
+        .into_iter()
+        .filter(|f| !statuses.iter().chain(&refused_only).any(|s| &s.family == f))
+        .filter(|f| families_dir.join(format!("{f}.wasm")).is_file())
+        .map(|family| crate::runtime::PluginStatus {
+            component: format!("{}/{family}.wasm", crate::config::FAMILIES_DIR),
+            family,
+            status: "unmounted".into(),
+            ..Default::default()
+        })
+        .collect();
     let list: Vec<_> = statuses
         .iter()
         .chain(&refused_only)
+        .chain(&held)
         .map(|s| {
             let mut v = status_json(s);
             if let Some(r) = refusals.remove(&s.family) {
