@@ -341,7 +341,7 @@ fn bad_limits_and_bad_attachments_are_400() {
             "attachments[0].filename",
         ),
         // Names that read as another: a right-to-left override (shown as
-        // "terms.md"), a zero-width space, a line separator.
+        // "terms.md"), a zero-width space, a line separator, ...
         (
             json!([{"filename": "\u{202e}dm.smret", "content": "1"}]),
             "attachments[0].filename",
@@ -352,6 +352,15 @@ fn bad_limits_and_bad_attachments_are_400() {
         ),
         (
             json!([{"filename": "a\u{2028}b.md", "content": "1"}]),
+            "attachments[0].filename",
+        ),
+        // Tag characters spelling hidden text, a soft hyphen.
+        (
+            json!([{"filename": "terms\u{e0061}\u{e0062}.md", "content": "1"}]),
+            "attachments[0].filename",
+        ),
+        (
+            json!([{"filename": "ter\u{ad}ms.md", "content": "1"}]),
             "attachments[0].filename",
         ),
         (

@@ -11,10 +11,26 @@ use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
 
 /// A character that changes how text reads without showing itself:
 /// bidirectional controls (a name could show its extension reversed),
-/// zero-width and other invisible format characters, line and paragraph
+/// zero-width and other invisible format characters (the soft hyphen,
+/// fillers, tag characters that spell hidden ASCII), line and paragraph
 /// separators.
 pub fn reads_otherwise(c: char) -> bool {
-    matches!(c, '\u{61c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+    matches!(
+        c,
+        '\u{ad}'
+            | '\u{61c}'
+            | '\u{115f}'
+            | '\u{1160}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}'
+            | '\u{3164}'
+            | '\u{feff}'
+            | '\u{ffa0}'
+            | '\u{fff9}'..='\u{fffb}'
+            | '\u{e0000}'..='\u{e007f}'
+    )
 }
 
 /// Longest token: a longer word is cut to this many characters.
@@ -105,6 +121,32 @@ pub fn nfc(text: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn invisible_characters_read_otherwise_and_visible_ones_do_not() {
+        for c in [
+            '\u{ad}',
+            '\u{61c}',
+            '\u{200b}',
+            '\u{200e}',
+            '\u{2028}',
+            '\u{202e}',
+            '\u{2066}',
+            '\u{206f}',
+            '\u{3164}',
+            '\u{feff}',
+            '\u{fffb}',
+            '\u{e0041}',
+            '\u{e007f}',
+        ] {
+            assert!(reads_otherwise(c), "{:?}", c);
+        }
+        for c in [
+            'a', '-', ' ', 'é', '\u{301}', '\u{2010}', '\u{3000}', '\u{fffd}', '😀',
+        ] {
+            assert!(!reads_otherwise(c), "{:?}", c);
+        }
+    }
 
     #[test]
     fn each_token_stops_when_asked() {
