@@ -1840,6 +1840,64 @@ fn an_offline_mint_makes_the_data_dir_private() {
     assert_eq!(mode(&data.join("server.key")), 0o600, "server.key");
 }
 
+/// Why a start stops is said in the log's format even when it is the
+/// configuration that is refused, before the log is set up: with a JSON
+/// log asked for (by the flag, or by the config file) one JSON `ERROR`
+/// line `exiting: ...` naming the setting; with text, the `error: ...`
+/// line. A missing plugins directory is an `exiting:` line of the log.
+/// Before, every refused setting was a plain line, which a JSON log
+/// pipeline drops.
+#[test]
+fn a_refused_configuration_is_said_in_the_logs_format() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plugins = tmp.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let serve_from = |plugins: &Path, extra: &[&str]| {
+        let out = bare_command()
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(tmp.path().join("data"))
+            .arg("--plugins")
+            .arg(plugins)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{out:?}");
+        text(&out.stderr)
+    };
+    let serve = |extra: &[&str]| serve_from(&plugins, extra);
+    let json_line = |err: &str| -> Value {
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 1, "{err}");
+        serde_json::from_str(lines[0]).unwrap_or_else(|e| panic!("{e}: {err}"))
+    };
+    let loopback = ["--admin-listen", "0.0.0.0:1"];
+    let line = json_line(&serve(&[&["--log-format", "json"][..], &loopback].concat()));
+    assert_eq!(line["level"], "ERROR", "{line}");
+    let message = line["fields"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("exiting: ") && message.contains("admin_listen must be a loopback"),
+        "{line}"
+    );
+    let config = tmp.path().join("json.toml");
+    std::fs::write(
+        &config,
+        "log_format = \"json\"\nmax_body_bytes = \"lots\"\n",
+    )
+    .unwrap();
+    let line = json_line(&serve(&["--config", config.to_str().unwrap()]));
+    let message = line["fields"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("max_body_bytes"), "{line}");
+    let err = serve(&loopback);
+    assert!(
+        err.starts_with("error: ") && err.contains("admin_listen"),
+        "{err}"
+    );
+    let err = serve_from(&tmp.path().join("none"), &["--log-format", "json"]);
+    let line = json_line(&err);
+    let message = line["fields"]["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("exiting: plugins_dir"), "{line}");
+}
+
 /// The operator CLI's rough edges: a mint with no data dir named and no
 /// database in `./data` is refused (the secret would be worth nothing);
 /// a reader that goes away (`| head`) ends the output without a panic;

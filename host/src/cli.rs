@@ -207,7 +207,16 @@ fn run(cli: Cli) -> Result<()> {
             .try_init();
     }
     match cli.command {
-        Command::Serve { settings } => serve(load_config(&settings)?),
+        Command::Serve { settings } => match load_config(&settings) {
+            Ok(config) => serve(config),
+            // A log pipeline that reads only JSON lines reads why this
+            // start stops too.
+            Err(e) if asked_for_json(&settings) => {
+                crate::logging::exiting_before_init(&e);
+                Err(anyhow::Error::new(Logged))
+            }
+            Err(e) => Err(e),
+        },
         Command::Cash {
             command:
                 CashCommand::Mint {
@@ -286,7 +295,46 @@ fn load_config(settings: &Settings) -> Result<Config> {
     Config::load(settings.config.as_deref(), &env, &settings.overrides())
 }
 
+/// Whether the operator asked for a JSON log, read as the configuration
+/// reads it (the flag, then the environment, then the file), for a start
+/// whose configuration is refused: its reason is then a JSON line too.
+/// Best effort: what cannot be read is text.
+fn asked_for_json(settings: &Settings) -> bool {
+    let set = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    if let Some(format) = &settings.log_format {
+        return format == "json";
+    }
+    if let Some(format) = set("MARKETPLACE_LOG_FORMAT") {
+        return format.trim() == "json";
+    }
+    if let Some(on) = set("MARKETPLACE_LOG_JSON") {
+        let on = on.trim().to_ascii_lowercase();
+        return ["true", "yes", "on", "1"].contains(&on.as_str());
+    }
+    settings
+        .config
+        .as_ref()
+        .and_then(|path| std::fs::read_to_string(path).ok())
+        .and_then(|text| text.parse::<toml::Table>().ok())
+        .is_some_and(|table| table.get("log_format").and_then(|v| v.as_str()) == Some("json"))
+}
+
 fn serve(config: Config) -> Result<()> {
+    crate::logging::init(&config);
+    // Why the server stops, in the log's own format (a JSON log's
+    // pipeline reads only JSON lines), and said once.
+    serve_checked(config).map_err(|e| {
+        if !tracing::enabled!(tracing::Level::ERROR) {
+            return e;
+        }
+        tracing::error!("exiting: {e:#}");
+        crate::logging::flush_all();
+        anyhow::Error::new(Logged)
+    })
+}
+
+/// [`serve_logged`], once the plugins directory is known to be one.
+fn serve_checked(config: Config) -> Result<()> {
     // Every configured family's component comes from there (or is named
     // relative to it): without it the host would answer health and serve
     // no route at all.
@@ -295,17 +343,7 @@ fn serve(config: Config) -> Result<()> {
         "plugins_dir {} is not a directory: pass --plugins DIR (or MARKETPLACE_PLUGINS_DIR, or `plugins_dir` in the config file) naming the built components (`cargo xtask build-plugins` puts them in target/plugins)",
         config.plugins_dir.display()
     );
-    crate::logging::init(&config);
-    // Why the server stops, in the log's own format (a JSON log's
-    // pipeline reads only JSON lines), and said once.
-    serve_logged(config).map_err(|e| {
-        if !tracing::enabled!(tracing::Level::ERROR) {
-            return e;
-        }
-        tracing::error!("exiting: {e:#}");
-        crate::logging::flush_all();
-        anyhow::Error::new(Logged)
-    })
+    serve_logged(config)
 }
 
 /// An error already written to the log ([`serve`]): not said again.

@@ -120,6 +120,19 @@ pub fn init(config: &Config) {
     }
 }
 
+/// Say why `serve` stops before its log is set up (its configuration
+/// refused), as the JSON log would: an `ERROR` line `exiting: ...`.
+pub fn exiting_before_init(e: &anyhow::Error) {
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .with_timer(Timestamp)
+        .with_writer(Writers)
+        .with_max_level(tracing::Level::ERROR)
+        .try_init();
+    tracing::error!(target: "marketplace::cli", "exiting: {e:#}");
+    flush_all();
+}
+
 /// One answered request, for its log line.
 pub struct Access<'a> {
     /// The client's address (behind trusted proxies, the one they name).

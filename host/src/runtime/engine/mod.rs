@@ -311,7 +311,24 @@ impl Runtime {
             .table_keep_resident(64 << 10)
             .pagemap_scan(wasmtime::Enabled::Auto);
         wasm_config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        let engine = Engine::new(&wasm_config).map_err(|e| anyhow!("creating engine: {e}"))?;
+        let engine = Engine::new(&wasm_config).map_err(|e| {
+            // The pool maps its slots' address space at once: say how much,
+            // and what lowers it.
+            let hint = if e.to_string().contains("memory pool") {
+                let memories = u64::from(instances) * 2;
+                // Each with a guard before and after (32 MiB each).
+                let each_mib = config.memory_reservation_mib.unwrap_or(4 << 10) + 64;
+                format!(
+                    " (address space for {memories} plugin memories, 4 per max_instances = {} and 32 more, each memory_reservation_mib = {} MiB and its guards: about {} TiB of virtual memory; lower max_instances or memory_reservation_mib, or lift ulimit -v)",
+                    limits.max_instances,
+                    each_mib - 64,
+                    (memories * each_mib) >> 20
+                )
+            } else {
+                String::new()
+            };
+            anyhow!("creating engine: {e}{hint}")
+        })?;
 
         let mut fee_linker = Linker::<FeeCtx>::new(&engine);
         FeePolicy::add_to_linker::<FeeCtx, wasmtime::component::HasSelf<FeeCtx>>(
