@@ -1162,6 +1162,63 @@ fn a_contract_without_a_witness_refuses_a_witness_secret() {
     assert_eq!(r.json()["status"], "delivered");
 }
 
+/// Members an action does not read are unknown to it, and ignored
+/// (PROTOCOL 1), whatever their type: a witness secret or tracking number
+/// of another type on an accept, a refund or a deliver's tracking. Before,
+/// every action checked them (400 "must be a string"), though only
+/// deliver and release read the witness secret and only release the
+/// tracking.
+#[test]
+fn members_an_action_does_not_read_are_ignored() {
+    let s = Server::start();
+    let d = deal(&s);
+    let odd = json!({"witness_secret": {}, "tracking_number": 5, "tracking_carrier": [1]});
+    let id = new_contract(&s, &d);
+    let r = act_with(
+        &s,
+        &d.seller,
+        &id,
+        "accept",
+        odd.clone(),
+        Some(fresh_ts(0)),
+        None,
+    );
+    assert_eq!(r.status, 200, "accept: {}", r.text());
+    let mut deliver = json!({"delivered_text": "the logo files"});
+    deliver["tracking_number"] = json!(5);
+    deliver["tracking_carrier"] = json!({});
+    let r = act_with(
+        &s,
+        &d.seller,
+        &id,
+        "deliver",
+        deliver,
+        Some(fresh_ts(0)),
+        None,
+    );
+    assert_eq!(r.status, 200, "deliver: {}", r.text());
+    let id = contract_in(&s, &d, "active");
+    let r = act_with(
+        &s,
+        &d.seller,
+        &id,
+        "refund",
+        odd.clone(),
+        Some(fresh_ts(0)),
+        None,
+    );
+    assert_eq!(r.status, 200, "refund: {}", r.text());
+    // Where the action reads the member, its type still counts.
+    let id = contract_in(&s, &d, "active");
+    let r = act_with(&s, &d.seller, &id, "release", odd, Some(fresh_ts(0)), None);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "invalid_request"),
+        "{}",
+        r.text()
+    );
+}
+
 /// The arbiter signature (PROTOCOL 10): `arbiter_signature` on the buy
 /// answer and the contract verifies under the key `{ arbiterPubkey }`
 /// gives, over the canonical message computed here independently.

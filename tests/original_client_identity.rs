@@ -141,6 +141,7 @@ fn profile_update_shows_about_and_skills() {
         json!({"skills": ["\u{feff} "]}),
         json!({"about": "a".repeat(2001)}),
         json!({"profile_picture": "files/nothing"}),
+        json!({"profile_picture": "not-an-upload"}),
     ] {
         let mut body = json!({"fingerprint": fp, "signature": sig});
         for (k, v) in bad.as_object().unwrap() {
@@ -155,6 +156,20 @@ fn profile_update_shows_about_and_skills() {
                 .is_some_and(|d| !d.is_empty())
         );
     }
+
+    // A profile_picture that is no upload's key is a 400 before the
+    // signature is looked at (PROTOCOL 1: 400 before 401), as the
+    // document's pattern says.
+    let r = s.post_json(
+        "/api/profile/update",
+        &json!({"fingerprint": fp, "signature": "00", "profile_picture": "0000"}),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "invalid_request"),
+        "{}",
+        r.text()
+    );
 
     // U+0085 is not white space there: a skill of its own, trimmed as
     // ECMAScript trims.

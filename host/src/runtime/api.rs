@@ -474,6 +474,9 @@ pub fn assemble(
                 .get("parameters")
                 .and_then(Value::as_array)
                 .is_some_and(|ps| ps.iter().any(|p| p["in"] == "query"));
+            if method == "get" {
+                conditions_declared(op);
+            }
             let Value::Object(responses) = op.entry("responses").or_insert_with(|| json!({}))
             else {
                 continue;
@@ -565,6 +568,35 @@ pub fn assemble(
         rendered,
         generation: 0,
     })
+}
+
+/// The request headers the host evaluates on any `GET`'s 200 (its 304
+/// and 412), as parameters of `op` where its component did not declare
+/// them: a generated client offers them, a fuzzer expects their answers.
+fn conditions_declared(op: &mut serde_json::Map<String, Value>) {
+    let Value::Array(params) = op.entry("parameters").or_insert_with(|| json!([])) else {
+        return;
+    };
+    for (name, description) in [
+        (
+            "If-None-Match",
+            "ETags of earlier answers, or `*`: 304 (no body) when one names this answer's ETag, compared weakly; `*` matches any answer, one without an ETag too",
+        ),
+        (
+            "If-Match",
+            "ETags, or `*`: 412 precondition_failed when none names this answer's ETag, compared strongly",
+        ),
+    ] {
+        let declared = params.iter().any(|p| {
+            p["in"] == "header"
+                && p["name"]
+                    .as_str()
+                    .is_some_and(|n| n.eq_ignore_ascii_case(name))
+        });
+        if !declared {
+            params.push(json!({"name": name, "in": "header", "required": false, "description": description, "schema": {"type": "string"}}));
+        }
+    }
 }
 
 /// What a route's `paid` may say: the name of a fee action (`post`,
@@ -811,6 +843,18 @@ mod tests {
         // runs, and one without a body says it reads none.
         let get = &doc["paths"]["/api/a/{id}"]["get"]["responses"];
         assert!(get["304"].is_object() && get["412"].is_object(), "{get}");
+        // ...and declares the headers they answer, once.
+        let params = doc["paths"]["/api/a/{id}"]["get"]["parameters"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for name in ["If-None-Match", "If-Match"] {
+            let n = params
+                .iter()
+                .filter(|p| p["name"] == name && p["in"] == "header")
+                .count();
+            assert_eq!(n, 1, "{name}: {params:?}");
+        }
         let post = &doc["paths"]["/api/b/{x}"]["post"]["responses"];
         assert!(post["304"].is_null(), "{post}");
         for op in [get, post] {

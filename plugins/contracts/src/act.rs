@@ -43,9 +43,19 @@ pub(crate) fn act(req: &Request, action: Action) -> Result<Response, ApiError> {
     } else {
         None
     };
-    let witness_secret = body.optional_str("witness_secret", 200);
-    let tracking_number = body.optional_str("tracking_number", 200);
-    let tracking_carrier = body.optional_str("tracking_carrier", 100);
+    // Members only the actions that read them check: to the others they
+    // are unknown members, ignored (PROTOCOL 1).
+    let witness_secret = matches!(action, Action::Deliver | Action::Release)
+        .then(|| body.optional_str("witness_secret", 200))
+        .flatten();
+    let (tracking_number, tracking_carrier) = if action == Action::Release {
+        (
+            body.optional_str("tracking_number", 200),
+            body.optional_str("tracking_carrier", 100),
+        )
+    } else {
+        (None, None)
+    };
     let timestamp = body.optional_u64("timestamp");
     let actor_field = signer_member(action);
     body.finish_signed(actor_field)?;

@@ -588,6 +588,18 @@ pub fn is_js_space(c: char) -> bool {
     (c.is_whitespace() && c != '\u{85}') || c == '\u{feff}'
 }
 
+/// The upload id of an `s3_key` (`files/{id}`, id ASCII alphanumeric, at
+/// most 128), as the identity family hands them out; the schemas'
+/// [`UPLOAD_KEY_PATTERN`].
+pub fn upload_id(s3_key: &str) -> Option<&str> {
+    s3_key.strip_prefix("files/").filter(|id| {
+        !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric())
+    })
+}
+
+/// What [`upload_id`] takes, as a published schema's pattern.
+pub const UPLOAD_KEY_PATTERN: &str = "files/[A-Za-z0-9]{1,128}";
+
 /// A JSON object body with field-level validation: problems accumulate and
 /// [`Body::finish`] turns them into one 400 `invalid_request` with details.
 pub struct Body {

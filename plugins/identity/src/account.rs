@@ -156,6 +156,17 @@ pub fn update_profile(req: &Request) -> Result<Response, ApiError> {
         }
     };
     let picture = body.optional_str("profile_picture", 200);
+    // Its form is checked with the other members, before the signature
+    // (PROTOCOL 1: 400 before 401); whose upload it is, after.
+    if picture
+        .as_deref()
+        .is_some_and(|p| !p.is_empty() && marketplace_guest::upload_id(p).is_none())
+    {
+        body.problem(
+            "profile_picture",
+            "must be the s3_key of an upload (files/{id}) or \"\"",
+        );
+    }
     let timestamp = body.optional_u64("timestamp");
     body.finish_signed("fingerprint")?;
     let (key, mut id) = registered(&body)?;
@@ -174,8 +185,7 @@ pub fn update_profile(req: &Request) -> Result<Response, ApiError> {
         if p.is_empty() {
             id.profile_picture = None;
         } else {
-            let meta: Option<FileMeta> = p
-                .strip_prefix("files/")
+            let meta: Option<FileMeta> = marketplace_guest::upload_id(&p)
                 .map(|fid| kv::get(&format!("file_meta/{fid}")))
                 .transpose()?
                 .flatten();

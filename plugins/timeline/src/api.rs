@@ -142,7 +142,7 @@ pub fn schemas() -> Value {
             "content": {"enum": ["", null]},
             "parent_id": {"type": "string", "minLength": 1},
             "recipient_fingerprint": {"type": "string", "pattern": "^[0-9a-fA-F]{64}$"},
-            "encrypted_payload": {"type": "string", "minLength": 1, "maxLength": 65536},
+            "encrypted_payload": {"type": "string", "minLength": 1, "maxLength": 65536, "pattern": "\\S"},
         },
         "required": ["parent_id", "recipient_fingerprint", "encrypted_payload"],
     });
@@ -186,7 +186,7 @@ fn attachments() -> Value {
             ),
             (
                 "s3_key",
-                json!({"type": "string", "pattern": "^files/[A-Za-z0-9]{1,128}$", "description": "an upload instead of content: the s3_key from POST /api/storage/presign, uploaded by the post's author; served from the identity family, not indexed"}),
+                json!({"type": "string", "pattern": format!("^{}$", marketplace_guest::UPLOAD_KEY_PATTERN), "description": "an upload instead of content: the s3_key from POST /api/storage/presign, uploaded by the post's author; served from the identity family, not indexed"}),
             ),
             (
                 "attachment_type",

@@ -7,8 +7,8 @@ use crate::index;
 use crate::model::{self, Attachment, Post};
 use crate::{MAX_ATTACHMENT_BYTES, MAX_ATTACHMENTS};
 use marketplace_common::hex;
-use marketplace_guest::Body;
 use marketplace_guest::prelude::*;
+use marketplace_guest::{Body, upload_id};
 use sha2::{Digest, Sha256};
 
 /// A validated attachment from the request.
@@ -64,14 +64,6 @@ impl UploadMeta {
             self.content_type.clone()
         }
     }
-}
-
-/// The upload id of an `s3_key` (`files/{id}`, id ASCII alphanumeric, at
-/// most 128), as the identity family hands them out.
-fn upload_id(s3_key: &str) -> Option<&str> {
-    s3_key.strip_prefix("files/").filter(|id| {
-        !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric())
-    })
 }
 
 /// The public URL of an upload (served by the identity family).
