@@ -1172,45 +1172,24 @@ fn a_contract_without_a_witness_refuses_a_witness_secret() {
 fn members_an_action_does_not_read_are_ignored() {
     let s = Server::start();
     let d = deal(&s);
+    let by_seller = |id: &str, action: &str, extra: Value| {
+        act_with(&s, &d.seller, id, action, extra, Some(fresh_ts(0)), None)
+    };
     let odd = json!({"witness_secret": {}, "tracking_number": 5, "tracking_carrier": [1]});
     let id = new_contract(&s, &d);
-    let r = act_with(
-        &s,
-        &d.seller,
-        &id,
-        "accept",
-        odd.clone(),
-        Some(fresh_ts(0)),
-        None,
-    );
+    let r = by_seller(&id, "accept", odd.clone());
     assert_eq!(r.status, 200, "accept: {}", r.text());
     let mut deliver = json!({"delivered_text": "the logo files"});
     deliver["tracking_number"] = json!(5);
     deliver["tracking_carrier"] = json!({});
-    let r = act_with(
-        &s,
-        &d.seller,
-        &id,
-        "deliver",
-        deliver,
-        Some(fresh_ts(0)),
-        None,
-    );
+    let r = by_seller(&id, "deliver", deliver);
     assert_eq!(r.status, 200, "deliver: {}", r.text());
     let id = contract_in(&s, &d, "active");
-    let r = act_with(
-        &s,
-        &d.seller,
-        &id,
-        "refund",
-        odd.clone(),
-        Some(fresh_ts(0)),
-        None,
-    );
+    let r = by_seller(&id, "refund", odd.clone());
     assert_eq!(r.status, 200, "refund: {}", r.text());
     // Where the action reads the member, its type still counts.
     let id = contract_in(&s, &d, "active");
-    let r = act_with(&s, &d.seller, &id, "release", odd, Some(fresh_ts(0)), None);
+    let r = by_seller(&id, "release", odd);
     assert_eq!(
         (r.status, r.code().as_str()),
         (400, "invalid_request"),
