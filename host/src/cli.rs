@@ -308,8 +308,7 @@ fn asked_for_json(settings: &Settings) -> bool {
         return format.trim() == "json";
     }
     if let Some(on) = set("MARKETPLACE_LOG_JSON") {
-        let on = on.trim().to_ascii_lowercase();
-        return ["true", "yes", "on", "1"].contains(&on.as_str());
+        return crate::config::boolean("MARKETPLACE_LOG_JSON", &on).unwrap_or(false);
     }
     settings
         .config

@@ -369,7 +369,7 @@ pub(super) fn shown(name: &str, value: &str) -> String {
 /// An on/off value as environments spell it: `true`/`false`, `1`/`0`,
 /// `yes`/`no`, `on`/`off`, in any case; anything else is refused, not
 /// read as off.
-pub(super) fn boolean(given: &str, raw: &str) -> Result<bool> {
+pub(crate) fn boolean(given: &str, raw: &str) -> Result<bool> {
     match raw.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Ok(true),
         "0" | "false" | "no" | "off" => Ok(false),

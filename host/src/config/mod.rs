@@ -14,6 +14,7 @@ mod tests;
 mod values;
 
 pub use check::{confined, upstream_url};
+pub(crate) use load::boolean;
 pub use values::{PublicUrl, TrustedProxies};
 
 use anyhow::{Context, Result, bail};

@@ -592,9 +592,13 @@ pub fn is_js_space(c: char) -> bool {
 /// most 128), as the identity family hands them out; the schemas'
 /// [`UPLOAD_KEY_PATTERN`].
 pub fn upload_id(s3_key: &str) -> Option<&str> {
-    s3_key.strip_prefix("files/").filter(|id| {
-        !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric())
-    })
+    s3_key.strip_prefix("files/").filter(|id| is_upload_id(id))
+}
+
+/// Whether `id` has the form of an upload's id (ASCII alphanumeric, 1 to
+/// 128), as the identity family hands them out.
+pub fn is_upload_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
 /// What [`upload_id`] takes, as a published schema's pattern.

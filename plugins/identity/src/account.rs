@@ -107,6 +107,9 @@ pub fn delete_identity(req: &Request) -> Result<Response, ApiError> {
     Ok(json(200, &json!({"fingerprint": actor, "deleted": true})))
 }
 
+/// Why a `profile_picture` is refused that names no upload.
+const NOT_AN_UPLOAD_KEY: &str = "must be the s3_key of an upload (files/{id}) or \"\"";
+
 /// `POST /api/profile/update`: sets `about`, `skills`, `profile_picture`.
 pub fn update_profile(req: &Request) -> Result<Response, ApiError> {
     let mut body = Body::parse(req)?;
@@ -162,10 +165,7 @@ pub fn update_profile(req: &Request) -> Result<Response, ApiError> {
         .as_deref()
         .is_some_and(|p| !p.is_empty() && marketplace_guest::upload_id(p).is_none())
     {
-        body.problem(
-            "profile_picture",
-            "must be the s3_key of an upload (files/{id}) or \"\"",
-        );
+        body.problem("profile_picture", NOT_AN_UPLOAD_KEY);
     }
     let timestamp = body.optional_u64("timestamp");
     body.finish_signed("fingerprint")?;
@@ -198,10 +198,7 @@ pub fn update_profile(req: &Request) -> Result<Response, ApiError> {
                     ));
                 }
                 None => {
-                    return Err(ApiError::invalid(
-                        "profile_picture",
-                        "must be the s3_key of an upload (files/{id}) or \"\"",
-                    ));
+                    return Err(ApiError::invalid("profile_picture", NOT_AN_UPLOAD_KEY));
                 }
             }
         }

@@ -169,7 +169,7 @@ pub fn upload(req: &Request) -> Result<Response, ApiError> {
 pub fn file(req: &Request) -> Result<Response, ApiError> {
     let id = req.param("token");
     let missing = || ApiError::not_found(format!("file {id}"));
-    if id.is_empty() || id.len() > 128 || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+    if !marketplace_guest::is_upload_id(id) {
         return Err(missing());
     }
     let meta: FileMeta = kv::get(&format!("file_meta/{id}"))?.ok_or_else(missing)?;

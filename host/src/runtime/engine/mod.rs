@@ -294,6 +294,7 @@ impl Runtime {
             wasm_config.profiler(wasmtime::ProfilingStrategy::PerfMap);
         }
         let instances = limits.max_instances.saturating_mul(2).saturating_add(16);
+        let memories = instances.saturating_mul(2);
         let mut pool = PoolingAllocationConfig::new();
         pool.total_component_instances(instances)
             // One fiber stack per call in flight (calls run as futures).
@@ -301,7 +302,7 @@ impl Runtime {
             .max_core_instances_per_component(32)
             .total_core_instances(instances.saturating_mul(8))
             .max_memories_per_component(8)
-            .total_memories(instances.saturating_mul(2))
+            .total_memories(memories)
             .max_tables_per_component(16)
             .total_tables(instances.saturating_mul(4))
             .max_memory_size(limits.memory_bytes)
@@ -315,14 +316,13 @@ impl Runtime {
             // The pool maps its slots' address space at once: say how much,
             // and what lowers it.
             let hint = if e.to_string().contains("memory pool") {
-                let memories = u64::from(instances) * 2;
                 // Each with a guard before and after (32 MiB each).
                 let each_mib = config.memory_reservation_mib.unwrap_or(4 << 10) + 64;
                 format!(
                     " (address space for {memories} plugin memories, 4 per max_instances = {} and 32 more, each memory_reservation_mib = {} MiB and its guards: about {} TiB of virtual memory; lower max_instances or memory_reservation_mib, or lift ulimit -v)",
                     limits.max_instances,
                     each_mib - 64,
-                    (memories * each_mib) >> 20
+                    (u64::from(memories) * each_mib) >> 20
                 )
             } else {
                 String::new()
