@@ -381,11 +381,11 @@ fn serve_logged(config: Config) -> Result<()> {
         .build()?;
     let code = rt.block_on(crate::server::run(config));
     // Blocking tasks still running after the drain timeout are abandoned:
-    // their requests were not answered, and their writes never commit. The
-    // requests' tasks are dropped here (each logs that the drain timed out
-    // on it) once their workers next get the CPU: up to a second for that
-    // on a loaded machine (100 ms was missed under a loaded CI), which an
-    // exit waits only while a blocking task still runs.
+    // their requests were not answered (the drain cut them, each with its
+    // line), and their writes never commit. A request task the cut could
+    // not drop in time (a machine too loaded to run its worker) is dropped
+    // here, within a second, which an exit waits only while a blocking
+    // task still runs.
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
     crate::logging::flush_all();
     let code = code?;

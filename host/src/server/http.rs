@@ -40,20 +40,21 @@ use tracing::Instrument;
 /// connections close after `drain_linger_ms` without a request, or once no
 /// request runs when that is later, see [`drain_linger`]; connections with
 /// a request already sent are served first, see [`super::drain`]) and
-/// return true, or false if `drain` ran out first.
+/// return; if `drain` runs out first, what is still open is cut (see
+/// [`cut_off`]), with a `drain timeout` line.
 pub async fn serve(
     app: Arc<App>,
     listener: TcpListener,
     stop: watch::Receiver<bool>,
     drain: Duration,
-) -> bool {
+) {
     let gates = Arc::new(Gates::new(&app, stop.clone()));
     let connections = Arc::new(Semaphore::new(app.config.max_connections as usize));
     let open = Open::new(app.config.max_connections_per_ip);
     long_calls::set_per_address(app.config.max_long_calls_per_ip);
-    // Every connection task holds a sender: once all are dropped, every
-    // connection has ended.
-    let (live, mut ended) = tokio::sync::mpsc::channel::<()>(1);
+    // Every connection's task: once the set is empty, every connection has
+    // ended; past the drain, the ones left are cut (see `cut_off`).
+    let mut tasks = tokio::task::JoinSet::new();
     let conn = Conn {
         app: app.clone(),
         gates,
@@ -64,7 +65,6 @@ pub async fn serve(
         // the drain gave up on).
         linger: app.config.drain_linger().0.min(drain / 2),
         linger_most: drain / 2,
-        live,
     };
     let stopping = super::stopped(stop);
     tokio::pin!(stopping);
@@ -112,10 +112,12 @@ pub async fn serve(
         };
         let Some(permit) = permit else {
             // Stopping: served like the clients in the backlog, below.
-            conn.spawn(stream, peer, held, None);
+            conn.spawn(&mut tasks, stream, peer, held, None);
             break;
         };
-        conn.spawn(stream, peer, held, Some(permit));
+        conn.spawn(&mut tasks, stream, peer, held, Some(permit));
+        // (The ended ones' entries, so the set holds only the open.)
+        while tasks.try_join_next().is_some() {}
     }
     // Clients that connected before the signal and wait in the backlog
     // have sent their request, or are about to: they are served (past the
@@ -129,19 +131,39 @@ pub async fn serve(
     }
     for (stream, peer) in backlog {
         if let Some(held) = admit(&open, peer) {
-            conn.spawn(stream, peer, held, None);
+            conn.spawn(&mut tasks, stream, peer, held, None);
         }
     }
     flush_refused();
     drop(conn);
-    tokio::select! {
-        _ = ended.recv() => true,
-        _ = tokio::time::sleep(drain) => {
-            DRAIN_TIMED_OUT.store(true, std::sync::atomic::Ordering::Release);
-            false
-        }
+    let all_ended = async { while tasks.join_next().await.is_some() {} };
+    if tokio::time::timeout(drain, all_ended).await.is_ok() {
+        return;
     }
+    DRAIN_TIMED_OUT.store(true, std::sync::atomic::Ordering::Release);
+    tracing::warn!(
+        in_flight = metrics().in_flight.get(),
+        drain_ms = drain.as_millis() as u64,
+        "drain timeout: requests still running were not answered (their writes do not commit)"
+    );
+    cut_off(tasks).await;
 }
+
+/// The drain ran out: the connections still open are cut here, while the
+/// runtime still runs, so that each request they were serving is dropped
+/// and says so in the log (see [`InFlight`]) before the exit. A task
+/// running a plugin call is dropped at its next yield, a task waiting on
+/// a blocking call at once (the call itself is abandoned); on a machine
+/// too busy to run the workers within [`CUT_WAIT`], the runtime's own
+/// shutdown drops what is left.
+async fn cut_off(mut tasks: tokio::task::JoinSet<()>) {
+    tasks.abort_all();
+    let all_ended = async { while tasks.join_next().await.is_some() {} };
+    let _ = tokio::time::timeout(CUT_WAIT, all_ended).await;
+}
+
+/// How long the cut connections' tasks get to be dropped.
+const CUT_WAIT: Duration = Duration::from_secs(5);
 
 /// The drain timed out: the requests still running are dropped with the
 /// process, not by their clients (their log line says so).
@@ -231,7 +253,6 @@ struct Conn {
     /// How long at most it stays open while other requests are still
     /// being served (half the drain's time; see [`drain_linger`]).
     linger_most: Duration,
-    live: tokio::sync::mpsc::Sender<()>,
 }
 
 impl Conn {
@@ -239,6 +260,7 @@ impl Conn {
     /// and `permit` (a place under the connection cap) until it ends.
     fn spawn(
         &self,
+        tasks: &mut tokio::task::JoinSet<()>,
         stream: tokio::net::TcpStream,
         peer: std::net::SocketAddr,
         held: Held,
@@ -280,10 +302,9 @@ impl Conn {
                 service,
             );
         let stop = self.stop.clone();
-        let live = self.live.clone();
         let header_timeout = self.header_timeout;
         let (linger, linger_most) = (self.linger, self.linger_most);
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             let m = metrics();
             m.connections.inc();
             tokio::pin!(conn);
@@ -382,7 +403,6 @@ impl Conn {
             m.connections.dec();
             drop(held);
             drop(permit);
-            drop(live);
         });
     }
 }

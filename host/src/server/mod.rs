@@ -255,7 +255,7 @@ pub async fn run(config: Config) -> Result<i32> {
         crate::logging::flush_all();
         std::process::exit(130);
     });
-    let drained = http::serve(app.clone(), listener, stop_rx, drain).await;
+    http::serve(app.clone(), listener, stop_rx, drain).await;
     // The admin and metrics listeners drained alongside (an online backup
     // or an upload in flight is answered): given what is left of the
     // drain, and a moment at least.
@@ -271,13 +271,6 @@ pub async fn run(config: Config) -> Result<i32> {
     // then the log keeps it, and the next start applies it).
     let flushing = app.clone();
     let _ = tokio::task::spawn_blocking(move || flushing.storage.flush()).await;
-    if !drained {
-        tracing::warn!(
-            in_flight = crate::metrics::metrics().in_flight.get(),
-            drain_ms = drain.as_millis() as u64,
-            "drain timeout: requests still running were not answered (their writes do not commit)"
-        );
-    }
     tracing::info!(commits = app.storage.commits(), "stopped");
     Ok(0)
 }
