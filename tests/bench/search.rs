@@ -6,7 +6,10 @@
 //! Run: `cargo xtask bench` (or `cargo bench -p marketplace --bench search`
 //! after `cargo xtask build-plugins`). Settings: BENCH_POSTS, BENCH_SECONDS
 //! (default 5), BENCH_CONNECTIONS (default 32), BENCH_ROUNDS (default 3),
-//! BENCH_WRITERS (default 16), BENCH_LIMIT (default 20).
+//! BENCH_WRITERS (default 16), BENCH_LIMIT (default 20), BENCH_KEEP=1
+//! (keep the data dir, with the query paths in `search_paths.txt`, one a
+//! line, for a run against the real binary: the warm-cache pairs in
+//! README's "CPU per read once the cache is warm", `tests/bench/warm_cache.py`).
 
 use ed25519_dalek::SigningKey;
 use std::sync::Arc;
@@ -130,6 +133,9 @@ fn main() {
         })
         .collect();
     let paths: Vec<&str> = terms.iter().map(String::as_str).collect();
+    if std::env::var_os("BENCH_KEEP").is_some() {
+        std::fs::write(tmp.path().join("search_paths.txt"), terms.join("\n") + "\n").unwrap();
+    }
 
     // The plugin call alone (no HTTP), one thread: where a search's time goes.
     let call = |path: &str| {
@@ -183,4 +189,10 @@ fn main() {
             ratios.iter().map(|r| format!("{r:.2}x")).collect::<Vec<_>>().join(", ")
         );
     });
+    if std::env::var_os("BENCH_KEEP").is_some() {
+        println!(
+            "(kept: {}, its data/ and search_paths.txt)",
+            tmp.keep().display()
+        );
+    }
 }

@@ -62,7 +62,7 @@ impl Config {
     /// The numeric settings a start accepts within a range: (name, value,
     /// least, most). README's Configuration lists them (a unit test holds
     /// the two together).
-    pub(super) fn ranges(&self) -> [(&'static str, u64, u64, u64); 23] {
+    pub(super) fn ranges(&self) -> [(&'static str, u64, u64, u64); 24] {
         [
             ("store_connections", self.store_connections, 2, 10_000),
             ("store_timeout_ms", self.store_timeout_ms, 100, 600_000),
@@ -126,6 +126,7 @@ impl Config {
                 365 * 24 * 3600,
             ),
             ("min_free_disk_mib", self.min_free_disk_mib, 0, 1 << 30),
+            ("store_cache_mib", self.store_cache_mib, 1, 1 << 20),
             (
                 "cash_upstream_timeout_ms",
                 self.cash_upstream_timeout_ms,

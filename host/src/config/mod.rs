@@ -174,6 +174,9 @@ pub struct Config {
     /// store): below it writing requests are refused with 503 `disk_full`
     /// (see `store::disk`); 0: none kept.
     pub min_free_disk_mib: u64,
+    /// redb's page cache (embedded store), in MiB: the most of the
+    /// database it holds in memory (reads and the writes not yet flushed).
+    pub store_cache_mib: u64,
     /// Let concurrent mutating requests share one durable commit.
     pub group_commit: bool,
     /// Longest a committed request waits, in microseconds, for a batch-mate
@@ -284,6 +287,7 @@ impl Default for Config {
             max_request_write_bytes: 64 << 20,
             replay_retention_s: 24 * 3600,
             min_free_disk_mib: 512,
+            store_cache_mib: 1024,
             group_commit: true,
             commit_window_us: 2000,
             commit_max_batch: 32,

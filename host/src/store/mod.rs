@@ -48,7 +48,8 @@ pub const MAX_SHARED_KEY_BYTES: usize = 2 * 1024;
 /// hold (shared with the plugins).
 pub use marketplace_common::{MAX_GET_MANY, MAX_VALUE_BYTES};
 
-/// How commits are grouped (see [`group_commit`]).
+/// How commits are grouped (see [`group_commit`]), and how much of the
+/// database is kept in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
     /// Off: every mutating request commits durably on its own.
@@ -58,6 +59,9 @@ pub struct Settings {
     pub window: std::time::Duration,
     /// Most requests in one batch.
     pub max_batch: u64,
+    /// redb's page cache, in bytes (the embedded store's reads, and its
+    /// writes not yet flushed).
+    pub cache_bytes: usize,
 }
 
 impl Settings {
@@ -67,6 +71,7 @@ impl Settings {
             enabled: config.group_commit,
             window: std::time::Duration::from_micros(config.commit_window_us),
             max_batch: config.commit_max_batch,
+            cache_bytes: usize::try_from(config.store_cache_mib << 20).unwrap_or(usize::MAX),
         }
     }
 }
@@ -77,6 +82,8 @@ impl Default for Settings {
             enabled: true,
             window: std::time::Duration::from_millis(2),
             max_batch: 32,
+            // redb's own default.
+            cache_bytes: 1 << 30,
         }
     }
 }
@@ -288,7 +295,10 @@ impl Storage {
         }
         let file = file::DatabaseFile::open(path)
             .with_context(|| format!("opening {}", path.display()))?;
-        let db = match redb::Builder::new().create_with_backend(file) {
+        let db = match redb::Builder::new()
+            .set_cache_size(commit.cache_bytes)
+            .create_with_backend(file)
+        {
             Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
                 return Err(HeldElsewhere(path.to_path_buf()).into());
             }
