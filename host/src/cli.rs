@@ -382,10 +382,10 @@ fn serve_logged(config: Config) -> Result<()> {
     let code = rt.block_on(crate::server::run(config));
     // Blocking tasks still running after the drain timeout are abandoned:
     // their requests were not answered (the drain cut them, each with its
-    // line), and their writes never commit. A request task the cut could
-    // not drop in time (a machine too loaded to run its worker) is dropped
-    // here, within a second, which an exit waits only while a blocking
-    // task still runs.
+    // line; a write already under way may still commit). A request task
+    // the cut could not drop in time (a machine too loaded to run its
+    // worker) is dropped here, within a second, which an exit waits only
+    // while a blocking task still runs.
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
     crate::logging::flush_all();
     let code = code?;

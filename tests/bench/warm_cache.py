@@ -29,6 +29,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -58,25 +59,29 @@ def word(i):
 
 
 class Host:
-    def __init__(self, data, port, log, env=None):
+    """A host serving `data`; listed in `started` (to be stopped) at once."""
+
+    def __init__(self, data, port, log, started, env=None):
         self.port = port
-        self.proc = subprocess.Popen(
-            [BIN, "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", data,
-             "--plugins", PLUGINS],
-            stdout=subprocess.DEVNULL, stderr=open(log, "ab"),
-            env=dict(os.environ, **(env or {})))
+        with open(log, "ab") as err:
+            self.proc = subprocess.Popen(
+                [BIN, "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", data,
+                 "--plugins", PLUGINS],
+                stdout=subprocess.DEVNULL, stderr=err,
+                env=dict(os.environ, **(env or {})))
+        started.append(self)
         until = time.time() + 120
-        while time.time() < until:
+        while time.time() < until and self.proc.poll() is None:
             try:
                 c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
                 c.request("GET", "/api/health")
                 # (`loading` is 200 too, while families still load.)
                 if json.loads(c.getresponse().read()).get("status") == "ok":
                     return
-            except OSError:
+            except (OSError, ValueError, http.client.HTTPException):
                 pass
             time.sleep(0.2)
-        sys.exit(f"the host on port {port} did not become healthy (log: {log})")
+        raise RuntimeError(f"the host on port {port} did not become healthy (log: {log})")
 
     def cpu(self):
         fields = open(f"/proc/{self.proc.pid}/stat").read().rsplit(")", 1)[1].split()
@@ -89,8 +94,9 @@ class Host:
         return 0
 
     def stop(self):
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=60)
 
 
 def load(host, lua, seconds):
@@ -101,8 +107,8 @@ def load(host, lua, seconds):
         capture_output=True, text=True, check=True).stdout
     u1, s1 = host.cpu()
     requests = int(re.search(r"(\d+) requests in", out).group(1))
-    if "Non-2xx" in out:
-        raise RuntimeError(f"answers other than 2xx:\n{out}")
+    if "Non-2xx" in out or "Socket errors" in out:
+        raise RuntimeError(f"failed requests:\n{out}")
     return requests, (u1 - u0 + s1 - s0) / requests * 1e6, (s1 - s0) / requests * 1e6
 
 
@@ -113,8 +119,16 @@ def warm(port, threads=3):
         r = c.getresponse()
         body = r.read()
         if r.status != 200:
-            sys.exit(f"{path}: {r.status} {body[:200]!r}")
+            raise RuntimeError(f"{path}: {r.status} {body[:200]!r}")
         return body
+
+    errors = []
+
+    def caught(f, *args):
+        try:
+            f(*args)
+        except Exception as e:  # noqa: BLE001 (re-raised by the caller)
+            errors.append(e)
 
     def searcher(k):
         c = http.client.HTTPConnection("127.0.0.1", port)
@@ -134,12 +148,14 @@ def warm(port, threads=3):
                 break
         walked.append(n)
 
-    ts = [threading.Thread(target=searcher, args=(k,)) for k in range(threads)]
-    ts.append(threading.Thread(target=walker))
+    ts = [threading.Thread(target=caught, args=(searcher, k)) for k in range(threads)]
+    ts.append(threading.Thread(target=caught, args=(walker,)))
     for t in ts:
         t.start()
     for t in ts:
         t.join()
+    if errors:
+        raise errors[0]
     return walked[0]
 
 
@@ -154,56 +170,64 @@ def main():
         f.write("local paths = {" + ",".join(json.dumps(p) for p in paths) + "}\n"
                 "local i = 0\nrequest = function()\n  i = i + 1\n"
                 "  return wrk.format('GET', paths[(i % #paths) + 1])\nend\n")
+    started = []
+    try:
+        rows = rounds(kept, work, lua, started)
+    finally:
+        for host in started:
+            host.stop()
+        shutil.rmtree(work)
+    ratios = sorted(b / a for a, b in rows)
+    cache = os.environ.get("MARKETPLACE_STORE_CACHE_MIB", "1024")
+    other = os.environ.get("WARM_OTHER_CACHE_MIB")
+    what = f"cache {cache} MiB / {other} MiB, both warm" if other else f"warm / fresh, cache {cache} MiB"
+    print(f"W/F ({what}) CPU a search: median {statistics.median(ratios):.2f} "
+          f"(rounds: {', '.join(f'{x:.2f}' for x in ratios)})")
+
+
+def rounds(kept, work, lua, started):
+    """The pairs: [(F's CPU a search, W's)], one a round."""
     w_data, f_data = os.path.join(work, "w"), os.path.join(work, "f")
     for d in (w_data, f_data):
         shutil.copytree(os.path.join(kept, "data"), d)
     other = os.environ.get("WARM_OTHER_CACHE_MIB")
-    w = Host(w_data, PORT, os.path.join(work, "w.log"))
+    w = Host(w_data, PORT, os.path.join(work, "w.log"), started)
     hosts = [(w, "W", PORT)]
+    kept_f = None
     if other:
-        kept_f = Host(f_data, PORT + 1, os.path.join(work, "f.log"),
+        kept_f = Host(f_data, PORT + 1, os.path.join(work, "f.log"), started,
                       {"MARKETPLACE_STORE_CACHE_MIB": other})
         hosts.append((kept_f, f"F (store_cache_mib = {other})", PORT + 1))
     for host, name, port in hosts:
-        started = time.time()
+        began = time.time()
         posts = 0
         for _ in range(2):
             posts = warm(port)
         print(f"{name} warmed: {VOCABULARY} words searched and {posts} posts walked, twice, "
-              f"in {time.time() - started:.0f} s; resident {host.rss_mib()} MiB", flush=True)
-    fresh_name = f"cache {other} MiB, warm" if other else "fresh"
+              f"in {time.time() - began:.0f} s; resident {host.rss_mib()} MiB", flush=True)
+    f_name = f"F (cache {other} MiB, warm)" if other else "F (fresh)"
     rows = []
-    try:
-        for r in range(1, ROUNDS + 1):
-            f = kept_f if other else Host(f_data, PORT + 1, os.path.join(work, "f.log"))
-            try:
-                if not other:
-                    load(f, lua, 5)
-                # Each first in turn: the VM drifts within a round too.
-                if r % 2:
-                    fresh = load(f, lua, SECONDS)
-                    warmed = load(w, lua, SECONDS)
-                else:
-                    warmed = load(w, lua, SECONDS)
-                    fresh = load(f, lua, SECONDS)
-                f_rss = f.rss_mib()
-            finally:
-                if not other:
-                    f.stop()
-            rows.append((fresh[1], warmed[1]))
-            print(f"round {r}: {fresh_name} {fresh[1]:.1f} µs/search (kernel {fresh[2]:.1f}, "
-                  f"{fresh[0] / SECONDS:.0f}/s, {f_rss} MiB); W {warmed[1]:.1f} µs "
-                  f"(kernel {warmed[2]:.1f}, {warmed[0] / SECONDS:.0f}/s, {w.rss_mib()} MiB); "
-                  f"W/F {warmed[1] / fresh[1]:.2f}", flush=True)
-    finally:
-        w.stop()
-        if other:
-            kept_f.stop()
-    ratios = sorted(b / a for a, b in rows)
-    print(f"W/F ({'the default cache / ' + other + ' MiB' if other else 'warm/fresh'}) "
-          f"CPU a search: median {ratios[len(ratios) // 2]:.2f} "
-          f"(rounds: {', '.join(f'{x:.2f}' for x in ratios)})")
-    shutil.rmtree(work)
+    for r in range(1, ROUNDS + 1):
+        f = kept_f or Host(f_data, PORT + 1, os.path.join(work, "f.log"), started)
+        if not other:
+            load(f, lua, 5)
+        # Each first in turn: the VM drifts within a round too.
+        if r % 2:
+            fresh = load(f, lua, SECONDS)
+            warmed = load(w, lua, SECONDS)
+        else:
+            warmed = load(w, lua, SECONDS)
+            fresh = load(f, lua, SECONDS)
+        f_rss = f.rss_mib()
+        if not other:
+            f.stop()
+            started.remove(f)
+        rows.append((fresh[1], warmed[1]))
+        print(f"round {r}: {f_name} {fresh[1]:.1f} µs/search (kernel {fresh[2]:.1f}, "
+              f"{fresh[0] / SECONDS:.0f}/s, {f_rss} MiB); W {warmed[1]:.1f} µs "
+              f"(kernel {warmed[2]:.1f}, {warmed[0] / SECONDS:.0f}/s, {w.rss_mib()} MiB); "
+              f"W/F {warmed[1] / fresh[1]:.2f}", flush=True)
+    return rows
 
 
 if __name__ == "__main__":

@@ -117,7 +117,9 @@ pub async fn serve(
         };
         conn.spawn(&mut tasks, stream, peer, held, Some(permit));
         // (The ended ones' entries, so the set holds only the open.)
-        while tasks.try_join_next().is_some() {}
+        while let Some(ended) = tasks.try_join_next() {
+            said_if_panicked(ended);
+        }
     }
     // Clients that connected before the signal and wait in the backlog
     // have sent their request, or are about to: they are served (past the
@@ -136,7 +138,11 @@ pub async fn serve(
     }
     flush_refused();
     drop(conn);
-    let all_ended = async { while tasks.join_next().await.is_some() {} };
+    let all_ended = async {
+        while let Some(ended) = tasks.join_next().await {
+            said_if_panicked(ended);
+        }
+    };
     if tokio::time::timeout(drain, all_ended).await.is_ok() {
         return;
     }
@@ -144,7 +150,7 @@ pub async fn serve(
     tracing::warn!(
         in_flight = metrics().in_flight.get(),
         drain_ms = drain.as_millis() as u64,
-        "drain timeout: requests still running were not answered (their writes do not commit)"
+        "drain timeout: requests still running were not answered (a write already under way may still commit)"
     );
     cut_off(tasks).await;
 }
@@ -160,6 +166,16 @@ async fn cut_off(mut tasks: tokio::task::JoinSet<()>) {
     tasks.abort_all();
     let all_ended = async { while tasks.join_next().await.is_some() {} };
     let _ = tokio::time::timeout(CUT_WAIT, all_ended).await;
+}
+
+/// A connection's task that panicked is said (its connection was closed
+/// with it, its request unanswered).
+fn said_if_panicked(ended: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = ended
+        && e.is_panic()
+    {
+        tracing::error!("a connection's task panicked: its connection was closed");
+    }
 }
 
 /// How long the cut connections' tasks get to be dropped.
@@ -305,8 +321,7 @@ impl Conn {
         let header_timeout = self.header_timeout;
         let (linger, linger_most) = (self.linger, self.linger_most);
         tasks.spawn(async move {
-            let m = metrics();
-            m.connections.inc();
+            let open = OpenConnection::counted();
             tokio::pin!(conn);
             let state = held.state.clone();
             let head = head_timeout(&state, header_timeout, peer);
@@ -400,10 +415,27 @@ impl Conn {
             if let Err(e) = ended {
                 tracing::debug!(%peer, "connection ended: {e}");
             }
-            m.connections.dec();
+            drop(open);
             drop(held);
             drop(permit);
         });
+    }
+}
+
+/// A connection counted in `marketplace_connections` while its task lives,
+/// one cut by the drain (its task aborted) included.
+struct OpenConnection;
+
+impl OpenConnection {
+    fn counted() -> Self {
+        metrics().connections.inc();
+        OpenConnection
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        metrics().connections.dec();
     }
 }
 
@@ -536,7 +568,7 @@ impl Drop for InFlight<'_> {
             let why = if self.conn.closed_for_room() {
                 "closed to make room while its body was still coming (every connection place was taken); it did not run"
             } else if DRAIN_TIMED_OUT.load(std::sync::atomic::Ordering::Acquire) {
-                "not answered: still running when the drain timed out and the server stopped (its writes do not commit)"
+                "not answered: still running when the drain timed out and the server stopped (a write already under way may still commit)"
             } else {
                 "the client went away before its answer"
             };

@@ -62,6 +62,21 @@ pub async fn run(config: Config) -> Result<i32> {
         (config.listen, config.admin_listen, config.metrics_listen);
     let drain = Duration::from_millis(config.drain_timeout_ms);
     let watch_plugins = config.watch_plugins;
+    // An address taken by another process (or not this machine's) is said
+    // before the data dir is made: a mistyped port leaves nothing behind.
+    // (The real binds follow the open; one lost to a race meanwhile is
+    // said then, as before.)
+    for (setting, addr) in [
+        ("listen", Some(listen)),
+        ("admin_listen", admin_listen),
+        ("metrics_listen", metrics_listen),
+    ] {
+        if let Some(addr) = addr {
+            std::net::TcpListener::bind(addr).with_context(|| {
+                format!("binding the {} ({setting}) {addr}", listener_name(setting))
+            })?;
+        }
+    }
     // App::open creates the data dir (0700) before anything is written in
     // it; the families load once the listeners are up.
     let app = tokio::task::spawn_blocking(move || App::open(config)).await??;
@@ -76,9 +91,12 @@ pub async fn run(config: Config) -> Result<i32> {
     let admin = match admin_listen {
         Some(addr) => {
             let token = admin::token(app.config.admin_token.as_deref(), &app.config.data_dir)?;
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding the admin listener (admin_listen) {addr}"))?;
+            let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                format!(
+                    "binding the {} (admin_listen) {addr}",
+                    listener_name("admin_listen")
+                )
+            })?;
             Some((listener, token))
         }
         None => {
@@ -94,15 +112,17 @@ pub async fn run(config: Config) -> Result<i32> {
             None
         }
     };
-    let metrics =
-        match metrics_listen {
-            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
-                format!("binding the metrics listener (metrics_listen) {addr}")
-            })?),
-            None => None,
-        };
+    let metrics = match metrics_listen {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
+            format!(
+                "binding the {} (metrics_listen) {addr}",
+                listener_name("metrics_listen")
+            )
+        })?),
+        None => None,
+    };
     let listener = bind_public(listen)
-        .with_context(|| format!("binding the public listener (listen) {listen}"))?;
+        .with_context(|| format!("binding the {} (listen) {listen}", listener_name("listen")))?;
     let mut listeners = Vec::new();
     if let Some((listener, token)) = admin {
         let admin_addr = listener.local_addr()?;
@@ -331,6 +351,15 @@ pub(crate) async fn stopped(mut stop: watch::Receiver<bool>) {
 /// place is taken and new clients wait (see `connections`): an overflowed
 /// connection attempt is retried by the client's kernel only after 1 s.
 const LISTEN_BACKLOG: u32 = 4096;
+
+/// What the listener of `setting` is called in the start's errors.
+fn listener_name(setting: &str) -> &'static str {
+    match setting {
+        "admin_listen" => "admin listener",
+        "metrics_listen" => "metrics listener",
+        _ => "public listener",
+    }
+}
 
 /// The public listener, with room for [`LISTEN_BACKLOG`] waiting
 /// connections.

@@ -807,6 +807,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_cache_setting_reaches_redb_in_bytes() {
+        let mut config = crate::config::Config::default();
+        assert_eq!(Settings::of(&config).cache_bytes, 1 << 30);
+        config.store_cache_mib = 64;
+        assert_eq!(Settings::of(&config).cache_bytes, 64 << 20);
+    }
+
+    #[test]
     fn a_lost_race_is_logged_at_debug_and_other_failures_at_error() {
         let lines = crate::logging::Captured::default();
         let sink = lines.clone();
