@@ -72,9 +72,7 @@ pub async fn run(config: Config) -> Result<i32> {
         ("metrics_listen", metrics_listen),
     ] {
         if let Some(addr) = addr {
-            std::net::TcpListener::bind(addr).with_context(|| {
-                format!("binding the {} ({setting}) {addr}", listener_name(setting))
-            })?;
+            std::net::TcpListener::bind(addr).with_context(|| bind_failed(setting, addr))?;
         }
     }
     // App::open creates the data dir (0700) before anything is written in
@@ -91,12 +89,9 @@ pub async fn run(config: Config) -> Result<i32> {
     let admin = match admin_listen {
         Some(addr) => {
             let token = admin::token(app.config.admin_token.as_deref(), &app.config.data_dir)?;
-            let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
-                format!(
-                    "binding the {} (admin_listen) {addr}",
-                    listener_name("admin_listen")
-                )
-            })?;
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| bind_failed("admin_listen", addr))?;
             Some((listener, token))
         }
         None => {
@@ -113,16 +108,14 @@ pub async fn run(config: Config) -> Result<i32> {
         }
     };
     let metrics = match metrics_listen {
-        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
-            format!(
-                "binding the {} (metrics_listen) {addr}",
-                listener_name("metrics_listen")
-            )
-        })?),
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| bind_failed("metrics_listen", addr))?,
+        ),
         None => None,
     };
-    let listener = bind_public(listen)
-        .with_context(|| format!("binding the {} (listen) {listen}", listener_name("listen")))?;
+    let listener = bind_public(listen).with_context(|| bind_failed("listen", listen))?;
     let mut listeners = Vec::new();
     if let Some((listener, token)) = admin {
         let admin_addr = listener.local_addr()?;
@@ -352,13 +345,15 @@ pub(crate) async fn stopped(mut stop: watch::Receiver<bool>) {
 /// connection attempt is retried by the client's kernel only after 1 s.
 const LISTEN_BACKLOG: u32 = 4096;
 
-/// What the listener of `setting` is called in the start's errors.
-fn listener_name(setting: &str) -> &'static str {
-    match setting {
+/// How the start says that the listener of `setting` could not bind
+/// `addr`.
+fn bind_failed(setting: &str, addr: std::net::SocketAddr) -> String {
+    let listener = match setting {
         "admin_listen" => "admin listener",
         "metrics_listen" => "metrics listener",
         _ => "public listener",
-    }
+    };
+    format!("binding the {listener} ({setting}) {addr}")
 }
 
 /// The public listener, with room for [`LISTEN_BACKLOG`] waiting
