@@ -3437,16 +3437,7 @@ fn a_one_mib_store_cache_keeps_every_write() {
         .collect();
     let check = |s: &Server, when: &str| {
         assert!(s.get(&file).body == png, "{when}: the upload differs");
-        let mut seen = Vec::new();
-        let mut query = "limit=100".to_string();
-        loop {
-            let (ids, next) = s.timeline_page(&query);
-            seen.extend(ids);
-            match next {
-                Some(before) => query = format!("limit=100&before={before}"),
-                None => break,
-            }
-        }
+        let mut seen: Vec<String> = common::posts_of(s, &author.fp()).into_values().collect();
         seen.sort();
         let mut want = posts.clone();
         want.sort();

@@ -138,12 +138,10 @@ pub async fn serve(
     }
     flush_refused();
     drop(conn);
-    let all_ended = async {
-        while let Some(ended) = tasks.join_next().await {
-            said_if_panicked(ended);
-        }
-    };
-    if tokio::time::timeout(drain, all_ended).await.is_ok() {
+    if tokio::time::timeout(drain, all_ended(&mut tasks))
+        .await
+        .is_ok()
+    {
         return;
     }
     DRAIN_TIMED_OUT.store(true, std::sync::atomic::Ordering::Release);
@@ -164,8 +162,14 @@ pub async fn serve(
 /// shutdown drops what is left.
 async fn cut_off(mut tasks: tokio::task::JoinSet<()>) {
     tasks.abort_all();
-    let all_ended = async { while tasks.join_next().await.is_some() {} };
-    let _ = tokio::time::timeout(CUT_WAIT, all_ended).await;
+    let _ = tokio::time::timeout(CUT_WAIT, all_ended(&mut tasks)).await;
+}
+
+/// Until every task of `tasks` has ended (one that panicked is said).
+async fn all_ended(tasks: &mut tokio::task::JoinSet<()>) {
+    while let Some(ended) = tasks.join_next().await {
+        said_if_panicked(ended);
+    }
 }
 
 /// A connection's task that panicked is said (its connection was closed
