@@ -463,6 +463,20 @@ fn payment_header_refusals() {
         "{}",
         r.text()
     );
+    // One line listing thousands of items, a real secret first: several
+    // as well (read only up to the second item), and nothing spent.
+    let many: Vec<String> = std::iter::once(first.clone())
+        .chain((0..6_000).map(|i| i.to_string()))
+        .collect();
+    let many = many.join(",");
+    let lines = [("host", &b"x"[..]), ("x-cash-secret", many.as_bytes())];
+    let r = s.raw_post("/api/identity", &lines, &body);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (402, "payment_invalid"),
+        "{}",
+        r.text()
+    );
     for secret in [&first, &second] {
         assert_eq!(s.cash_state(secret).0, json!(false), "{secret}");
     }

@@ -212,8 +212,13 @@ fn use_small_pages_of(bytes: usize) -> Result<Arena, i32> {
             std::ptr::null_mut()
         };
         if heap.is_null() {
-            // SAFETY: the mapping made above, which nothing uses.
-            unsafe { libc::munmap(base, mapped) };
+            // Unmapped only if mimalloc never took it: an arena it manages
+            // stays registered (its header inside the range, read by every
+            // later arena search), so that mapping is left to it.
+            if !managed {
+                // SAFETY: the mapping made above, which nothing uses.
+                unsafe { libc::munmap(base, mapped) };
+            }
             return Err(libc::ENOMEM);
         }
         SMALL.store(heap, Ordering::Release);

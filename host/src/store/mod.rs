@@ -1221,6 +1221,25 @@ mod tests {
     }
 
     #[test]
+    fn a_key_longer_than_a_row_may_have_is_never_written() {
+        let (_d, mut s) = open();
+        s.set_write_budget(3 * MAX_KEY_BYTES);
+        let mut w = s.begin(true).unwrap();
+        let long = vec![b'k'; MAX_KEY_BYTES + 1];
+        assert!(matches!(
+            w.put("a", &long, b"v"),
+            Err(StorageError::TooLarge(_))
+        ));
+        // Its delete names no row: false, and nothing of it is written
+        // (ten of them would pass this request's budget if they were).
+        for _ in 0..10 {
+            assert!(!w.delete("a", &long).unwrap());
+        }
+        w.put("a", &vec![b'k'; MAX_KEY_BYTES], &[7u8; MAX_KEY_BYTES])
+            .unwrap();
+    }
+
+    #[test]
     fn calls_and_pending_writes_stay_within_their_byte_budgets() {
         let (_d, mut s) = open();
         s.set_write_budget(10_000);

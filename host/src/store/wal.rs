@@ -552,7 +552,15 @@ impl Wal {
                 }
             }
         }
-        let payload = (self.buf.len() - HEADER) as u32;
+        // A record's length is 32 bits: one past them fails its batch
+        // before anything is written (never a wrong length, whose record
+        // the next start would refuse with the acknowledged ones after it).
+        let Ok(payload) = u32::try_from(self.buf.len() - HEADER) else {
+            anyhow::bail!(
+                "a write-ahead log record of {} bytes is past the 4 GiB a record may hold: its batch is not written",
+                self.buf.len()
+            );
+        };
         self.buf[4..8].copy_from_slice(&payload.to_le_bytes());
         let crc = crc32fast::hash(&self.buf[12..]);
         self.buf[8..12].copy_from_slice(&crc.to_le_bytes());

@@ -132,10 +132,7 @@ impl WriteTxn {
 
     /// Refuse a row over the limits of one key and one value.
     fn check_row(&self, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
-        let max_key = match self.lease().txn() {
-            BatchTxn::Redb(_) => MAX_KEY_BYTES,
-            BatchTxn::Pg(_) => MAX_SHARED_KEY_BYTES,
-        };
+        let max_key = self.max_key();
         if key.len() > max_key {
             return Err(StorageError::TooLarge(format!("key over {max_key} bytes")));
         }
@@ -145,6 +142,14 @@ impl WriteTxn {
             )));
         }
         Ok(())
+    }
+
+    /// The longest key a row of this store may have.
+    fn max_key(&self) -> usize {
+        match self.lease().txn() {
+            BatchTxn::Redb(_) => MAX_KEY_BYTES,
+            BatchTxn::Pg(_) => MAX_SHARED_KEY_BYTES,
+        }
     }
 
     /// Put `value` (None: a deletion) at `key` of `table` in the request's
@@ -193,6 +198,11 @@ impl WriteTxn {
 
     /// Delete `key` of `table`; true when it existed.
     pub fn delete_in(&self, table: &str, key: &[u8]) -> Result<bool, StorageError> {
+        // A key longer than any row may have names none: nothing to delete,
+        // and nothing of it goes to the batch or the write-ahead log.
+        if key.len() > self.max_key() {
+            return Ok(false);
+        }
         let existed = self.get_in(table, key)?.is_some();
         self.write_row(table, key.to_vec(), None)?;
         Ok(existed)

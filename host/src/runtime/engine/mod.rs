@@ -32,6 +32,33 @@ use bindings::fees::{FeePolicy, FeePolicyPre};
 /// Epoch tick length: deadlines are counted in these.
 const TICK: Duration = Duration::from_millis(10);
 
+/// The compile cache holds native code the server maps and runs as it
+/// is (`Component::deserialize_file`): a cache dir another user could
+/// write to (an existing one set as `cache_dir`; only a new one is made
+/// 0700) would let them plant code under a name the server looks for.
+/// Refused at start: a dir anyone may write to, or one another user owns.
+fn cache_is_private(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(dir)
+        .with_context(|| format!("reading the compile cache dir {}", dir.display()))?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let why = if meta.mode() & 0o002 != 0 {
+        format!("any user may write to it (mode {:o})", meta.mode() & 0o7777)
+    } else if meta.uid() != me && meta.uid() != 0 {
+        format!(
+            "another user owns it (uid {}, this server runs as {me})",
+            meta.uid()
+        )
+    } else {
+        return Ok(());
+    };
+    Err(anyhow!(
+        "the compile cache dir (cache_dir) {}: {why}; compiled components are run from it as native code, so it must be this user's alone: give it to this user with mode 0700, or set cache_dir to another path",
+        dir.display()
+    ))
+}
+
 /// Least time the calls a load makes (instantiation, `describe`,
 /// `describe-api`, a fee policy's quotes: one deadline for them together)
 /// are given, when `request_timeout_ms` is shorter. They run once per load, off the
@@ -161,6 +188,10 @@ pub struct Runtime {
     limits: Limits,
     plugins_dir: PathBuf,
     cache_dir: PathBuf,
+    /// (This lock and `served` are taken past a poisoning, as every lock
+    /// of the host is: a panic while one was held must not make every
+    /// later request a 500 until a restart. Each holder replaces a whole
+    /// entry or the whole table.)
     slots: RwLock<BTreeMap<String, Slot>>,
     /// The families of the configuration (the built-in ones included):
     /// one an admin unmounted is listed as `unmounted`.
@@ -343,6 +374,7 @@ impl Runtime {
                 cache_dir.display()
             )
         })?;
+        cache_is_private(cache_dir)?;
         let pruned = prune_cache(cache_dir, SystemTime::now());
         if pruned > 0 {
             tracing::info!(pruned, cache = %cache_dir.display(), "removed unused compiled components");
@@ -402,7 +434,7 @@ impl Runtime {
     /// unmatched path is answered 503 (its family may be one of them).
     pub fn register(&self, families: &[crate::config::FamilySpec]) {
         self.loading.store(true, Ordering::Release);
-        let mut slots = self.slots.write().expect("slots lock");
+        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
         for spec in families {
             slots.insert(
                 spec.name.clone(),
@@ -457,7 +489,11 @@ impl Runtime {
                 Ok(b) => b,
                 Err(msg) => {
                     tracing::warn!(family = %spec.name, "plugin not loaded: {msg}");
-                    if let Some(slot) = self.slots.write().expect("slots lock").get_mut(&spec.name)
+                    if let Some(slot) = self
+                        .slots
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_mut(&spec.name)
                     {
                         slot.error = Some(msg);
                     }
@@ -516,7 +552,7 @@ impl Runtime {
         let grants = grants.unwrap_or_else(|| {
             self.slots
                 .read()
-                .expect("slots lock")
+                .unwrap_or_else(|p| p.into_inner())
                 .get(family)
                 .map_or_else(Grants::default, |s| s.grants.clone())
         });
@@ -535,12 +571,12 @@ impl Runtime {
         let result = result.and_then(|plugin| {
             let plugin = Arc::new(plugin);
             let served = self.assemble(
-                &self.slots.read().expect("slots lock"),
+                &self.slots.read().unwrap_or_else(|p| p.into_inner()),
                 Some((family, &plugin)),
             )?;
             Ok((plugin, served))
         });
-        let mut slots = self.slots.write().expect("slots lock");
+        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
         let known = slots.contains_key(family);
         match result {
             Ok((plugin, served)) => {
@@ -579,7 +615,7 @@ impl Runtime {
                         error: None,
                     },
                 );
-                *self.served.write().expect("served lock") = Arc::new(served);
+                *self.served.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(served);
                 drop(slots);
                 self.refusals.loaded(family);
                 crate::metrics::metrics().family_mounted(family);
@@ -598,7 +634,13 @@ impl Runtime {
 
     /// What serves `family` now, to put back with [`Runtime::put_back`].
     pub fn previous(&self, family: &str) -> Previous {
-        Previous(self.slots.read().expect("slots lock").get(family).cloned())
+        Previous(
+            self.slots
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(family)
+                .cloned(),
+        )
     }
 
     /// Put `previous` back in `family`'s place (a change that could not be
@@ -607,7 +649,7 @@ impl Runtime {
     /// took `previous`.
     pub fn put_back(&self, family: &str, previous: Previous) -> Result<()> {
         let _one_at_a_time = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
-        let mut slots = self.slots.write().expect("slots lock");
+        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
         // `family`'s slot made `slot` (none: removed); what it was.
         let place = |slots: &mut BTreeMap<String, Slot>, slot: Option<Slot>| match slot {
             Some(slot) => slots.insert(family.to_string(), slot),
@@ -616,7 +658,7 @@ impl Runtime {
         let current = place(&mut slots, previous.0);
         match self.assemble(&slots, None) {
             Ok(served) => {
-                *self.served.write().expect("served lock") = Arc::new(served);
+                *self.served.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(served);
                 tracing::info!(
                     family,
                     "the change was not kept: what served before serves again"
@@ -636,13 +678,13 @@ impl Runtime {
             anyhow::bail!("the fee policy cannot be unmounted, only swapped");
         }
         let _one_at_a_time = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
-        let mut slots = self.slots.write().expect("slots lock");
+        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
         let Some(slot) = slots.remove(family) else {
             anyhow::bail!("no family {family} is mounted");
         };
         match self.assemble(&slots, None) {
             Ok(served) => {
-                *self.served.write().expect("served lock") = Arc::new(served);
+                *self.served.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(served);
                 if self.state.config.start_rank(family) == 0 {
                     tracing::warn!(
                         family,
@@ -708,7 +750,10 @@ impl Runtime {
 
     /// The route table and OpenAPI document in force.
     pub fn served(&self) -> Arc<Served> {
-        self.served.read().expect("served lock").clone()
+        self.served
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Match a request against the route table in force.
@@ -732,7 +777,7 @@ impl Runtime {
     pub fn granted(&self, family: &str, capability: Capability) -> bool {
         self.slots
             .read()
-            .expect("slots lock")
+            .unwrap_or_else(|p| p.into_inner())
             .get(family)
             .is_some_and(|slot| slot.grants.has(capability))
     }
@@ -742,7 +787,7 @@ impl Runtime {
         Some(
             self.slots
                 .read()
-                .expect("slots lock")
+                .unwrap_or_else(|p| p.into_inner())
                 .get(family)?
                 .grants
                 .clone(),
@@ -1078,7 +1123,7 @@ impl Runtime {
     pub fn plugin(&self, family: &str) -> Option<Arc<LoadedPlugin>> {
         self.slots
             .read()
-            .expect("slots lock")
+            .unwrap_or_else(|p| p.into_inner())
             .get(family)?
             .loaded
             .clone()
@@ -1135,7 +1180,7 @@ impl Runtime {
         &self,
         f: impl FnOnce(&mut dyn Iterator<Item = StatusView<'_>>) -> R,
     ) -> R {
-        let slots = self.slots.read().expect("slots lock");
+        let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
         let loading = self.loading();
         // A configured family an admin unmounted (its data stays): listed,
         // once loading is over, as what the operator decided.
@@ -1185,7 +1230,7 @@ impl Runtime {
     pub fn load_error(&self, family: &str) -> Option<String> {
         self.slots
             .read()
-            .expect("slots lock")
+            .unwrap_or_else(|p| p.into_inner())
             .get(family)?
             .error
             .clone()
