@@ -434,7 +434,7 @@ impl Runtime {
     /// unmatched path is answered 503 (its family may be one of them).
     pub fn register(&self, families: &[crate::config::FamilySpec]) {
         self.loading.store(true, Ordering::Release);
-        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
+        let mut slots = self.slots_mut();
         for spec in families {
             slots.insert(
                 spec.name.clone(),
@@ -489,12 +489,7 @@ impl Runtime {
                 Ok(b) => b,
                 Err(msg) => {
                     tracing::warn!(family = %spec.name, "plugin not loaded: {msg}");
-                    if let Some(slot) = self
-                        .slots
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .get_mut(&spec.name)
-                    {
+                    if let Some(slot) = self.slots_mut().get_mut(&spec.name) {
                         slot.error = Some(msg);
                     }
                     continue;
@@ -550,9 +545,7 @@ impl Runtime {
         }
         let _one_at_a_time = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
         let grants = grants.unwrap_or_else(|| {
-            self.slots
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
+            self.slots()
                 .get(family)
                 .map_or_else(Grants::default, |s| s.grants.clone())
         });
@@ -570,13 +563,10 @@ impl Runtime {
         // loaded), and wait for the write lock only while it is put in.
         let result = result.and_then(|plugin| {
             let plugin = Arc::new(plugin);
-            let served = self.assemble(
-                &self.slots.read().unwrap_or_else(|p| p.into_inner()),
-                Some((family, &plugin)),
-            )?;
+            let served = self.assemble(&self.slots(), Some((family, &plugin)))?;
             Ok((plugin, served))
         });
-        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
+        let mut slots = self.slots_mut();
         let known = slots.contains_key(family);
         match result {
             Ok((plugin, served)) => {
@@ -615,7 +605,7 @@ impl Runtime {
                         error: None,
                     },
                 );
-                *self.served.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(served);
+                self.serve(served);
                 drop(slots);
                 self.refusals.loaded(family);
                 crate::metrics::metrics().family_mounted(family);
@@ -634,13 +624,7 @@ impl Runtime {
 
     /// What serves `family` now, to put back with [`Runtime::put_back`].
     pub fn previous(&self, family: &str) -> Previous {
-        Previous(
-            self.slots
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(family)
-                .cloned(),
-        )
+        Previous(self.slots().get(family).cloned())
     }
 
     /// Put `previous` back in `family`'s place (a change that could not be
@@ -649,7 +633,7 @@ impl Runtime {
     /// took `previous`.
     pub fn put_back(&self, family: &str, previous: Previous) -> Result<()> {
         let _one_at_a_time = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
-        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
+        let mut slots = self.slots_mut();
         // `family`'s slot made `slot` (none: removed); what it was.
         let place = |slots: &mut BTreeMap<String, Slot>, slot: Option<Slot>| match slot {
             Some(slot) => slots.insert(family.to_string(), slot),
@@ -658,7 +642,7 @@ impl Runtime {
         let current = place(&mut slots, previous.0);
         match self.assemble(&slots, None) {
             Ok(served) => {
-                *self.served.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(served);
+                self.serve(served);
                 tracing::info!(
                     family,
                     "the change was not kept: what served before serves again"
@@ -678,13 +662,13 @@ impl Runtime {
             anyhow::bail!("the fee policy cannot be unmounted, only swapped");
         }
         let _one_at_a_time = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
-        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
+        let mut slots = self.slots_mut();
         let Some(slot) = slots.remove(family) else {
             anyhow::bail!("no family {family} is mounted");
         };
         match self.assemble(&slots, None) {
             Ok(served) => {
-                *self.served.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(served);
+                self.serve(served);
                 if self.state.config.start_rank(family) == 0 {
                     tracing::warn!(
                         family,
@@ -756,6 +740,21 @@ impl Runtime {
             .clone()
     }
 
+    /// Put `served` in force.
+    fn serve(&self, served: Served) {
+        *self.served.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(served);
+    }
+
+    /// The families' slots, to read.
+    fn slots(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Slot>> {
+        self.slots.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The families' slots, to change.
+    fn slots_mut(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Slot>> {
+        self.slots.write().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Match a request against the route table in force.
     pub fn find(&self, method: &str, path: &str) -> Match {
         self.served().table.find(method, path)
@@ -775,23 +774,14 @@ impl Runtime {
     /// Whether `family` has a slot granted `capability` (no copy of its
     /// grants: asked per request).
     pub fn granted(&self, family: &str, capability: Capability) -> bool {
-        self.slots
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
+        self.slots()
             .get(family)
             .is_some_and(|slot| slot.grants.has(capability))
     }
 
     /// The configured grants of a family, if it has a slot.
     pub fn grants(&self, family: &str) -> Option<Grants> {
-        Some(
-            self.slots
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(family)?
-                .grants
-                .clone(),
-        )
+        Some(self.slots().get(family)?.grants.clone())
     }
 
     fn prepare(
@@ -1121,12 +1111,7 @@ impl Runtime {
 
     /// The plugin currently serving `family`.
     pub fn plugin(&self, family: &str) -> Option<Arc<LoadedPlugin>> {
-        self.slots
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(family)?
-            .loaded
-            .clone()
+        self.slots().get(family)?.loaded.clone()
     }
 
     /// Status of one family, if it has a slot.
@@ -1180,7 +1165,7 @@ impl Runtime {
         &self,
         f: impl FnOnce(&mut dyn Iterator<Item = StatusView<'_>>) -> R,
     ) -> R {
-        let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
+        let slots = self.slots();
         let loading = self.loading();
         // A configured family an admin unmounted (its data stays): listed,
         // once loading is over, as what the operator decided.
@@ -1228,12 +1213,7 @@ impl Runtime {
 
     /// Why a family is unavailable, if it is.
     pub fn load_error(&self, family: &str) -> Option<String> {
-        self.slots
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(family)?
-            .error
-            .clone()
+        self.slots().get(family)?.error.clone()
     }
 }
 
