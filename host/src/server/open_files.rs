@@ -20,35 +20,28 @@ pub fn needed(max_connections: u32, store_connections: u64) -> u64 {
 }
 
 /// Raise the soft `RLIMIT_NOFILE` to `needed` (at most the hard limit);
-/// the limits before and after, or `None` where they cannot be read.
-pub fn raise_to(needed: u64) -> Option<(u64, u64)> {
-    // (`rlim_t` is `u64` on the 64-bit Linux targets this host builds for.)
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `limit` is a valid, writable rlimit.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return None;
-    }
-    let before: u64 = limit.rlim_cur;
+/// the limits before and after (`u64::MAX`: none).
+pub fn raise_to(needed: u64) -> (u64, u64) {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    // (None: no limit.)
+    let before = limit.current.unwrap_or(u64::MAX);
     if before >= needed {
-        return Some((before, before));
+        return (before, before);
     }
-    limit.rlim_cur = needed.min(limit.rlim_max);
-    // SAFETY: as above; lowering nothing, raising within the hard limit.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
-        return Some((before, before));
+    let raised = needed.min(limit.maximum.unwrap_or(u64::MAX));
+    limit.current = Some(raised);
+    // Lowering nothing, raising within the hard limit.
+    if setrlimit(Resource::Nofile, limit).is_err() {
+        return (before, before);
     }
-    Some((before, limit.rlim_cur))
+    (before, raised)
 }
 
 /// Raise the limit for this configuration, and log what was done.
 pub fn ensure(max_connections: u32, store_connections: u64) {
     let needed = needed(max_connections, store_connections);
-    let Some((before, after)) = raise_to(needed) else {
-        return;
-    };
+    let (before, after) = raise_to(needed);
     if after > before {
         tracing::info!(from = before, to = after, "open-files limit raised");
     }
@@ -76,7 +69,7 @@ mod tests {
             0
         );
         let (soft, hard): (u64, u64) = (limit.rlim_cur, limit.rlim_max);
-        let (before, after) = raise_to(soft + 1).unwrap();
+        let (before, after) = raise_to(soft + 1);
         assert_eq!(before, soft);
         if soft < hard {
             assert_eq!(after, soft + 1, "raised within the hard limit");
@@ -84,6 +77,6 @@ mod tests {
             assert_eq!(after, soft, "not past the hard limit");
         }
         // Already enough: unchanged.
-        assert_eq!(raise_to(16), Some((after, after)));
+        assert_eq!(raise_to(16), (after, after));
     }
 }

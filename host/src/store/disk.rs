@@ -215,34 +215,14 @@ impl Guard {
 
 /// Bytes an unprivileged writer may still use on `dir`'s filesystem.
 pub fn free_bytes(dir: &Path) -> std::io::Result<u64> {
-    statvfs(dir).map(|st| {
-        #[allow(clippy::unnecessary_cast)] // the field types differ by platform
-        (st.f_bavail as u64).saturating_mul(st.f_frsize as u64)
-    })
+    let st = rustix::fs::statvfs(dir)?;
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 /// The size of `dir`'s filesystem.
 fn filesystem_bytes(dir: &Path) -> std::io::Result<u64> {
-    statvfs(dir).map(|st| {
-        #[allow(clippy::unnecessary_cast)] // the field types differ by platform
-        (st.f_blocks as u64).saturating_mul(st.f_frsize as u64)
-    })
-}
-
-fn statvfs(dir: &Path) -> std::io::Result<libc::statvfs> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::other("a path with a NUL byte"))?;
-    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: `path` is a NUL-terminated string and `st` is written by
-    // statvfs before it is read (only on success).
-    let st = unsafe {
-        if libc::statvfs(path.as_ptr(), st.as_mut_ptr()) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        st.assume_init()
-    };
-    Ok(st)
+    let st = rustix::fs::statvfs(dir)?;
+    Ok(st.f_blocks.saturating_mul(st.f_frsize))
 }
 
 #[cfg(test)]

@@ -41,8 +41,7 @@ fn cache_is_private(dir: &Path) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(dir)
         .with_context(|| format!("reading the compile cache dir {}", dir.display()))?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
+    let me = rustix::process::geteuid().as_raw();
     let why = if meta.mode() & 0o002 != 0 {
         format!("any user may write to it (mode {:o})", meta.mode() & 0o7777)
     } else if meta.uid() != me && meta.uid() != 0 {
@@ -1434,15 +1433,8 @@ pub fn read_component(path: &Path) -> std::io::Result<Vec<u8>> {
     }
     // Read as any file (a network filesystem may answer EAGAIN to a
     // non-blocking read).
-    // SAFETY: fcntl on a descriptor this function owns.
-    unsafe {
-        use std::os::fd::AsRawFd;
-        let fd = file.as_raw_fd();
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
+    let flags = rustix::fs::fcntl_getfl(&file)?;
+    rustix::fs::fcntl_setfl(&file, flags - rustix::fs::OFlags::NONBLOCK)?;
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     file.take(MAX_COMPONENT_BYTES as u64 + 1)
         .read_to_end(&mut bytes)?;
