@@ -557,6 +557,30 @@ fn an_author_and_type_filter_pages_past_other_types() {
 }
 
 #[test]
+fn a_page_passes_over_at_most_256_posts_it_does_not_list() {
+    // An offer below 300 newer posts of another type: the filtered first
+    // page stops after passing over 256 of them, empty, with a cursor
+    // that goes on; the walk still finds the offer, once, and ends.
+    let s = Server::start();
+    let a = s.identity("alpha");
+    let offer = s.new_post(&a, "the one offer", json!({"post_type": "offer"}));
+    let general: Vec<String> = (0..300)
+        .map(|i| s.new_post(&a, &format!("general {i}"), json!({})))
+        .collect();
+    let query = format!("author={}&post_type=offer&limit=5", a.fp());
+    let (first, cursor) = s.timeline_page(&query);
+    assert!(first.is_empty(), "{first:?}");
+    // The 256th passed over, newest first.
+    assert_eq!(cursor.as_deref(), Some(general[300 - 256].as_str()));
+    let (second, end) = s.timeline_page(&format!("{query}&before={}", cursor.unwrap()));
+    assert_eq!((second, end), (vec![offer.clone()], None));
+    // Unfiltered, the same posts page as ever.
+    let (newest, next) = s.timeline_page(&format!("author={}&limit=3", a.fp()));
+    assert_eq!(newest, [&general[299][..], &general[298], &general[297]]);
+    assert_eq!(next.as_deref(), Some(general[297].as_str()));
+}
+
+#[test]
 fn a_thread_of_a_thousand_comments_is_shown_whole() {
     // Its rendering reads a rating per comment and every author: more keys
     // than one storage call may name.

@@ -215,26 +215,45 @@ fn scanned(parties: &[String], limit: usize) -> Result<Vec<Value>, ApiError> {
     Ok(out)
 }
 
+/// The members of a stored contract a scan shows (any others, a 64 KiB
+/// `work_spec` among them, are skipped unbuilt: parsing each record
+/// whole made a scan of 500 contracts cost 0.6 s, an outside audit).
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct Stored {
+    contract_id: Value,
+    contract_type: Value,
+    status: Value,
+    buyer_fingerprint: Value,
+    target_seller_fingerprint: Value,
+    amount: Value,
+    witness_proof: Value,
+    reference_post: Value,
+    delivery_deadline_ms: Value,
+    created_at: Value,
+    updated_at: Value,
+}
+
 /// What a scan shows of a stored contract, when one of `parties` is its
 /// buyer or seller.
 fn summary(stored: &[u8], parties: &[String]) -> Option<Value> {
-    let c = serde_json::from_slice::<Value>(stored).ok()?;
-    let s = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or_default();
-    let (buyer, seller) = (s("buyer_fingerprint"), s("target_seller_fingerprint"));
-    if !parties.iter().any(|p| p == buyer || p == seller) {
+    let c = serde_json::from_slice::<Stored>(stored).ok()?;
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let (buyer, seller) = (s(&c.buyer_fingerprint), s(&c.target_seller_fingerprint));
+    if !parties.iter().any(|p| *p == buyer || *p == seller) {
         return None;
     }
     Some(json!({
-        "contract_id": s("contract_id"),
-        "contract_type": s("contract_type"),
-        "status": c.get("status").cloned().unwrap_or(Value::Null),
+        "contract_id": s(&c.contract_id),
+        "contract_type": s(&c.contract_type),
+        "status": c.status,
         "buyer_fingerprint": buyer,
         "seller_fingerprint": seller,
-        "amount": amount::format(c.get("amount").and_then(Value::as_u64).unwrap_or(0)),
-        "witness_proof": c.get("witness_proof").cloned().unwrap_or(Value::Null),
-        "reference_post": s("reference_post"),
-        "delivery_deadline": time::rfc3339(c.get("delivery_deadline_ms").and_then(Value::as_u64).unwrap_or(0)),
-        "created_at": s("created_at"),
-        "updated_at": s("updated_at"),
+        "amount": amount::format(c.amount.as_u64().unwrap_or(0)),
+        "witness_proof": c.witness_proof,
+        "reference_post": s(&c.reference_post),
+        "delivery_deadline": time::rfc3339(c.delivery_deadline_ms.as_u64().unwrap_or(0)),
+        "created_at": s(&c.created_at),
+        "updated_at": s(&c.updated_at),
     }))
 }

@@ -222,7 +222,7 @@ pub(crate) fn define(req: &Request) -> Result<Response, ApiError> {
     if let Some(ts) = &typescript {
         match marketplace_script::compile(ts) {
             Err(problems) => {
-                for p in problems.iter().take(10) {
+                for p in &problems {
                     body.problem("typescript", p.to_string());
                 }
             }

@@ -49,6 +49,7 @@ pub(crate) fn strip(source: &str, line_offset: u32) -> Result<Stripped, Vec<Prob
         let mut problems: Vec<Problem> = parsed
             .diagnostics
             .errors()
+            .take(crate::MAX_PROBLEMS)
             .map(|d| {
                 let offset = d.labels.first().map(|l| l.offset()).unwrap_or(0);
                 at(offset, d.message.to_string())
@@ -69,6 +70,7 @@ pub(crate) fn strip(source: &str, line_offset: u32) -> Result<Stripped, Vec<Prob
         return Err(eraser
             .refused
             .into_iter()
+            .take(crate::MAX_PROBLEMS)
             .map(|(offset, m)| at(offset, m))
             .collect());
     }
