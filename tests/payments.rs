@@ -426,57 +426,40 @@ fn payment_header_refusals() {
         );
     }
     // Two lines of one payment header are one comma-separated value: a
-    // malformed payment, and neither secret is spent.
-    let (first, second) = (s.mint("1"), s.mint("1"));
-    for header in ["x-cash-secret", "x-webcash-secret"] {
-        let lines = [
-            ("host", &b"x"[..]),
-            (header, first.as_bytes()),
-            (header, second.as_bytes()),
-        ];
+    // malformed payment naming several secrets, and neither is spent.
+    let several = |payment: &[(&str, &[u8])]| {
+        let lines: Vec<(&str, &[u8])> = [("host", &b"x"[..])]
+            .into_iter()
+            .chain(payment.iter().copied())
+            .collect();
         let r = s.raw_post("/api/identity", &lines, &body);
         assert_eq!(
             (r.status, r.code().as_str()),
             (402, "payment_invalid"),
-            "{header}: {}",
+            "{}",
             r.text()
         );
+        let message = r.json()["message"].as_str().unwrap().to_string();
+        assert!(
+            message.contains("several different payment secrets"),
+            "{message}"
+        );
+    };
+    let (first, second) = (s.mint("1"), s.mint("1"));
+    for header in ["x-cash-secret", "x-webcash-secret"] {
+        several(&[(header, first.as_bytes()), (header, second.as_bytes())]);
     }
     // So are two different secrets in X-Cash-Secret and its alias.
-    let lines = [
-        ("host", &b"x"[..]),
+    several(&[
         ("x-cash-secret", first.as_bytes()),
         ("x-webcash-secret", second.as_bytes()),
-    ];
-    let r = s.raw_post("/api/identity", &lines, &body);
-    assert_eq!(
-        (r.status, r.code().as_str()),
-        (402, "payment_invalid"),
-        "{}",
-        r.text()
-    );
-    assert!(
-        r.json()["message"]
-            .as_str()
-            .unwrap()
-            .contains("several different payment secrets"),
-        "{}",
-        r.text()
-    );
-    // One line listing thousands of items, a real secret first: several
-    // as well (read only up to the second item), and nothing spent.
+    ]);
+    // And one line listing thousands of items, a real secret first (read
+    // only up to the second item).
     let many: Vec<String> = std::iter::once(first.clone())
         .chain((0..6_000).map(|i| i.to_string()))
         .collect();
-    let many = many.join(",");
-    let lines = [("host", &b"x"[..]), ("x-cash-secret", many.as_bytes())];
-    let r = s.raw_post("/api/identity", &lines, &body);
-    assert_eq!(
-        (r.status, r.code().as_str()),
-        (402, "payment_invalid"),
-        "{}",
-        r.text()
-    );
+    several(&[("x-cash-secret", many.join(",").as_bytes())]);
     for secret in [&first, &second] {
         assert_eq!(s.cash_state(secret).0, json!(false), "{secret}");
     }
