@@ -581,6 +581,43 @@ fn a_page_passes_over_at_most_256_posts_it_does_not_list() {
 }
 
 #[test]
+fn a_page_past_its_bound_never_names_a_private_reply() {
+    // 300 private replies above the one public post (whose deletion would
+    // leave them in no thread): the pages pass over them, each ending at a
+    // millisecond rather than at a reply's id, and the walk lists the post
+    // once and ends.
+    let s = Server::start();
+    let (a, b) = (s.identity("alpha"), s.identity("bravo"));
+    let root = s.new_post(&a, "the public post", json!({}));
+    let replies: std::collections::HashSet<String> = (0..300)
+        .map(|i| {
+            let payload = format!("sealed {i}");
+            let body = json!({
+                "author_fingerprint": b.fp(), "content": "", "post_type": "private_reply",
+                "parent_id": root, "recipient_fingerprint": a.fp(), "encrypted_payload": payload,
+                "signature": b.sign(&format!("post:{payload}")),
+            });
+            let r = s.post_paid("/api/timeline", &s.mint("0.01"), &body);
+            assert_eq!(r.status, 201, "{}", r.text());
+            r.json()["post_id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let (mut listed, mut before, mut pages) = (Vec::new(), String::new(), 0);
+    loop {
+        let (ids, next) = s.timeline_page(&format!("limit=5{before}"));
+        listed.extend(ids);
+        pages += 1;
+        let Some(next) = next else { break };
+        assert!(!replies.contains(&next), "a private reply's id: {next}");
+        // `post_` and a ULID's millisecond.
+        assert_eq!(next.len(), 15, "{next}");
+        before = format!("&before={next}");
+    }
+    assert_eq!(listed, [root]);
+    assert!(pages >= 2, "{pages}");
+}
+
+#[test]
 fn a_thread_of_a_thousand_comments_is_shown_whole() {
     // Its rendering reads a rating per comment and every author: more keys
     // than one storage call may name.

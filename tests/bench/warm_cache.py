@@ -144,7 +144,7 @@ def warm(port, threads=3):
             page = json.loads(get(c, "/api/timeline?limit=100" + (f"&before={before}" if before else "")))
             n += len(page["posts"])
             before = page.get("next_before")
-            if not page["posts"] or not before:
+            if not before:
                 break
         walked.append(n)
 

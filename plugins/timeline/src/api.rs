@@ -27,7 +27,7 @@ pub const OPS: &[Op] = &[
             "timeline",
             "posts",
             "List timeline posts",
-            "Newest first, with a `before` cursor and filters. `next_before` is set when older posts follow: pass it as `before` for the next page. A page may hold fewer than `limit` while older posts follow: one of very large posts (at most 4 MiB of stored posts, at least one post), or one that passed over 256 posts it does not list (private replies, other types than `post_type`); `next_before` then goes on from there (it may name a post the page does not list). Only a null `next_before` ends the timeline.",
+            "Newest first, with a `before` cursor and filters. `next_before` is set when older posts follow: pass it as `before` for the next page. A page may hold fewer than `limit` while older posts follow: one of very large posts (at most 4 MiB of stored posts, at least one post), or one that passed over 256 posts it does not list (private replies, other types than `post_type`); `next_before` then goes on from there: a post the page does not list, or `post_` and the first ten characters of an id (a millisecond: the page ends below it). Only a null `next_before` ends the timeline.",
         )
     },
     Op {

@@ -26,12 +26,29 @@ fn query_cursor<'a>(req: &'a Request, name: &str) -> Result<Option<&'a str>, Api
 }
 
 /// Most posts one timeline page passes over (private replies, another
-/// type than the filter's) before it ends with what it has and a
-/// `next_before` at the last one passed: without a bound, 5,000 private
-/// replies of 64 KiB, paid for once, made every client's first page cost
-/// 0.2 s (an outside audit), and an author's posts of other types did so
-/// for that author's filtered pages.
+/// type than the filter's) before it ends with what it has: without a
+/// bound, 5,000 private replies of 64 KiB, paid for once, made every
+/// client's first page cost 0.2 s (an outside audit), and an author's
+/// posts of other types did so for that author's filtered pages. Its
+/// `next_before` is then the last post passed over when that one is
+/// listed elsewhere (another type), else the millisecond of that private
+/// reply ([`millisecond_of`]), once every post of it is seen: a private
+/// reply's id is never named (one whose parent was deleted is listed
+/// nowhere, and its id would show its author and recipient).
 const MAX_PASSED_OVER: usize = 256;
+
+/// `post_` and the time part of a post id that is a ULID (its first ten
+/// characters: the millisecond), as a cursor: every id of that
+/// millisecond sorts above it, every earlier one below. None for another
+/// form of id.
+fn millisecond_of(post_id: &str) -> Option<String> {
+    let ulid = post_id.strip_prefix("post_")?;
+    (ulid.len() == 26
+        && ulid
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b.is_ascii_uppercase()))
+    .then(|| format!("post_{}", &ulid[..10]))
+}
 
 pub(crate) fn timeline(req: &Request) -> Result<Response, ApiError> {
     let limit = req.query_int("limit", 1, 100)?.unwrap_or(20) as usize;
@@ -57,6 +74,9 @@ pub(crate) fn timeline(req: &Request) -> Result<Response, ApiError> {
     let mut cursor_end = end;
     let mut more = false;
     let mut passed_over = 0;
+    // Where the next page starts when not below the last post listed; and
+    // the millisecond a page past its bound ends at.
+    let (mut resume, mut stop_at) = (None, None::<String>);
     // The first page reads one more entry than the answer holds (to know
     // whether more follow); skipped posts (private replies, another type)
     // make later, bigger pages.
@@ -105,16 +125,26 @@ pub(crate) fn timeline(req: &Request) -> Result<Response, ApiError> {
                 let record = model::record_str(raw)?;
                 let listed: model::Listed<'_> =
                     serde_json::from_str(record).map_err(|e| ApiError::internal(e.to_string()))?;
-                if listed.post_type == model::PRIVATE_REPLY
-                    || post_type.is_some_and(|t| t != listed.post_type)
+                // Every post of that millisecond seen: the page ends there.
+                if let Some(ms) = &stop_at
+                    && !listed.post_id.starts_with(ms.as_str())
                 {
+                    resume = stop_at.take();
+                    more = true;
+                    break 'scan;
+                }
+                let private = listed.post_type == model::PRIVATE_REPLY;
+                if private || post_type.is_some_and(|t| t != listed.post_type) {
                     passed_over += 1;
-                    if passed_over == MAX_PASSED_OVER {
-                        // The next page starts below this one (a private
-                        // reply's id is no secret: its thread lists it).
-                        last_id = Some(listed.post_id.into_owned());
-                        more = true;
-                        break 'scan;
+                    if passed_over >= MAX_PASSED_OVER && stop_at.is_none() {
+                        if !private {
+                            resume = Some(listed.post_id.into_owned());
+                            more = true;
+                            break 'scan;
+                        }
+                        // (An id of another form: on to a post that is
+                        // not a private reply.)
+                        stop_at = millisecond_of(&listed.post_id);
                     }
                     continue;
                 }
@@ -132,7 +162,7 @@ pub(crate) fn timeline(req: &Request) -> Result<Response, ApiError> {
         }
         page = later_pages;
     }
-    let next_before = if more { last_id } else { None };
+    let next_before = if more { resume.or(last_id) } else { None };
     Ok(json_members(
         200,
         &[
