@@ -2191,20 +2191,30 @@ fn cli_help_and_config_errors() {
     let short = tmp.path().join("short-token");
     std::fs::create_dir(&short).unwrap();
     std::fs::write(short.join("admin.token"), b"short\n").unwrap();
-    // A compile cache dir any user may write to (its compiled code runs
-    // natively) is refused too.
+    // A compile cache dir other users may write to (its compiled code
+    // runs natively) is refused too.
     let open_cache = tmp.path().join("open-cache");
     std::fs::create_dir(&open_cache).unwrap();
     let mut open = std::fs::metadata(&open_cache).unwrap().permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut open, 0o1777);
     std::fs::set_permissions(&open_cache, open).unwrap();
+    let group_cache = tmp.path().join("group-cache");
+    std::fs::create_dir(&group_cache).unwrap();
+    let mut group = std::fs::metadata(&group_cache).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut group, 0o770);
+    std::fs::set_permissions(&group_cache, group).unwrap();
     for (data_dir, env, named) in [
         (&a_file, None, "data_dir"),
         (&data, Some(("MARKETPLACE_CACHE_DIR", &a_file)), "cache_dir"),
         (
             &data,
             Some(("MARKETPLACE_CACHE_DIR", &open_cache)),
-            "any user may write to it",
+            "other users may write to it",
+        ),
+        (
+            &data,
+            Some(("MARKETPLACE_CACHE_DIR", &group_cache)),
+            "(mode 770)",
         ),
         (&short, None, "admin.token"),
     ] {

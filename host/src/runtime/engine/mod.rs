@@ -36,14 +36,18 @@ const TICK: Duration = Duration::from_millis(10);
 /// is (`Component::deserialize_file`): a cache dir another user could
 /// write to (an existing one set as `cache_dir`; only a new one is made
 /// 0700) would let them plant code under a name the server looks for.
-/// Refused at start: a dir anyone may write to, or one another user owns.
+/// Refused at start: a dir its group or anyone may write to (as ssh
+/// refuses such a home), or one another user owns.
 fn cache_is_private(dir: &Path) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(dir)
         .with_context(|| format!("reading the compile cache dir {}", dir.display()))?;
     let me = rustix::process::geteuid().as_raw();
-    let why = if meta.mode() & 0o002 != 0 {
-        format!("any user may write to it (mode {:o})", meta.mode() & 0o7777)
+    let why = if meta.mode() & 0o022 != 0 {
+        format!(
+            "other users may write to it (mode {:o})",
+            meta.mode() & 0o7777
+        )
     } else if meta.uid() != me && meta.uid() != 0 {
         format!(
             "another user owns it (uid {}, this server runs as {me})",
