@@ -19,6 +19,14 @@ const FLIP: [u8; 256] = {
     table
 };
 
+/// Whether `s` has a ULID's form as this service makes them: 26
+/// characters, digits and upper-case letters.
+pub fn is_ulid(s: &str) -> bool {
+    s.len() == 26
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || b.is_ascii_uppercase())
+}
+
 /// Flip every ULID character of `id` to its mirror in the alphabet, so
 /// flipped ids sort newest first. Other characters (a `post_` prefix) are
 /// kept. Applying it twice gives `id` back.

@@ -227,11 +227,8 @@ fn task_key(id: &str) -> String {
 
 /// A task id as this agent makes them (anything else is unknown).
 fn valid_task_id(id: &str) -> bool {
-    id.strip_prefix("task_").is_some_and(|u| {
-        u.len() == 26
-            && u.bytes()
-                .all(|b| b.is_ascii_digit() || b.is_ascii_uppercase())
-    })
+    id.strip_prefix("task_")
+        .is_some_and(marketplace_common::order::is_ulid)
 }
 
 fn load_task(id: &str) -> Result<Option<Value>, RpcError> {

@@ -43,11 +43,7 @@ const MAX_PASSED_OVER: usize = 256;
 /// form of id.
 fn millisecond_of(post_id: &str) -> Option<String> {
     let ulid = post_id.strip_prefix("post_")?;
-    (ulid.len() == 26
-        && ulid
-            .bytes()
-            .all(|b| b.is_ascii_digit() || b.is_ascii_uppercase()))
-    .then(|| format!("post_{}", &ulid[..10]))
+    marketplace_common::order::is_ulid(ulid).then(|| format!("post_{}", &ulid[..10]))
 }
 
 pub(crate) fn timeline(req: &Request) -> Result<Response, ApiError> {
