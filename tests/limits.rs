@@ -1210,7 +1210,7 @@ fn summary(mut samples: Vec<Duration>) -> (Duration, Duration) {
 /// the reads' share of the pool and the family's limit leave paid writes
 /// their reserved slot. Without them the loops would hold both, and each
 /// paid post would wait out a loop's 8 s deadline (measured so, with
-/// both turned off). Macros spin the same way but end at their 500 ms
+/// both turned off). Macros spin the same way but end at their 1 s
 /// budget, too close to a loaded machine's noise to tell a wait apart;
 /// `/_testing/loop` runs to the deadline.
 #[test]

@@ -8,7 +8,7 @@ posts one after another, and prints each paid post's status and seconds:
 - `valid401`: a valid secret that is never spent, with a bad signature
   (401 after the charge);
 - `macro`: free runs of a macro that spins until its budget (`while (true)
-  {}`, 422 after about 500 ms) on `POST /api/mcp/tools/execute`; the
+  {}`, 422 after about a second) on `POST /api/mcp/tools/execute`; the
   loop then also times `GET /api/health` and `GET /api/timeline` beside
   each paid post.
 

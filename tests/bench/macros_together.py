@@ -6,7 +6,7 @@ components compile after the ready line), defines a macro that loops
 one run alone, then of two runs started together (three times), then of
 eight. Each run should answer 200: the long calls' turns and the
 per-address admission (README, "Long calls") must not fail a macro that
-fits its 500 ms budget.
+fits its budget (1 s; 500 ms until the hundredth session).
 
     python3 tests/bench/macros_together.py [BINARY] [PORT]
 

@@ -52,7 +52,7 @@ pub fn per_address() -> u32 {
 /// short request waits behind at most one epoch tick of each; and as many
 /// legitimate long calls run at once as there are cores for them (with
 /// half the workers, two 270 ms macros on two cores took turns, and the
-/// second passed its 500 ms budget waiting).
+/// second passed its then 500 ms budget waiting).
 static TURNS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| {
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     Arc::new(Semaphore::new(workers.max(1)))

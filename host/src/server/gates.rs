@@ -18,7 +18,7 @@ use tokio::sync::{Semaphore, watch};
 
 /// Concurrency gates: the instance pool shared by every family; a gate
 /// for read (non-writing) routes that leaves part of the pool to writes, so
-/// free work (searches, macros that may run for 500 ms) can never hold every
+/// free work (searches, macros that may run for a second) can never hold every
 /// slot while paid writes wait; and a gate per family (its
 /// `max_concurrent`, by default half the pool).
 pub(super) struct Gates {
