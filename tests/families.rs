@@ -1470,16 +1470,17 @@ fn a_restart_serves_what_was_decided_last() {
 #[test]
 fn at_a_restart_a_built_in_family_keeps_its_paths() {
     let data = tempfile::tempdir().unwrap();
-    let start = |testing_routes| {
+    let start = |testing_routes, config: Option<&str>| {
         Server::with(Options {
             testing_routes,
             data_dir: Some(data.path().join("data")),
+            config: config.map(String::from),
             ..Default::default()
         })
     };
     // Testing routes off: the testing component mounts as `rogue`, whose
     // paths then no built-in family declares.
-    let mut s = start(false);
+    let mut s = start(false, None);
     let r = admin(
         &s,
         "PUT",
@@ -1492,7 +1493,12 @@ fn at_a_restart_a_built_in_family_keeps_its_paths() {
 
     // Testing routes on: the built-in `testing` family declares them, and
     // it is the one that serves; the kept upload is refused, and said so.
-    let s = start(true);
+    // Its settings are still its family's (no line calls them a typo);
+    // a table for no family at all still is one.
+    let s = start(
+        true,
+        Some("[settings.rogue]\nanything = 1\n[settings.nobody]\nanything = 1\n"),
+    );
     let h = health(&s);
     assert_eq!(h["status"], "ok", "{h}\n{}", s.log_text());
     assert_eq!(h["plugins"]["testing"]["status"], "ok", "{h}");
@@ -1503,6 +1509,8 @@ fn at_a_restart_a_built_in_family_keeps_its_paths() {
             .any(|l| l.contains("kept upload refused") && l.contains("rogue")),
         "{log}"
     );
+    assert!(!log.contains("[settings.rogue] is for no family"), "{log}");
+    assert!(log.contains("[settings.nobody] is for no family"), "{log}");
     assert_eq!(s.get("/_testing/ok").status, 200);
 }
 

@@ -2178,7 +2178,13 @@ fn cli_help_and_config_errors() {
         let out = run(&args, &[], limit);
         let stderr = text(&out.stderr);
         assert!(!out.status.success(), "{plugins:?} was accepted: {out:?}");
-        assert!(stderr.contains("plugins_dir"), "{stderr}");
+        // Refused as a bad setting is: one `error:` line naming where it
+        // was set.
+        assert!(
+            stderr.starts_with(&format!("error: plugins_dir {}", plugins.display()))
+                && stderr.contains("(`plugins_dir` from the flag --plugins = "),
+            "{stderr}"
+        );
         assert!(
             !text(&out.stdout).contains("listening"),
             "{plugins:?}: it served"

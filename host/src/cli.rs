@@ -207,7 +207,9 @@ fn run(cli: Cli) -> Result<()> {
             .try_init();
     }
     match cli.command {
-        Command::Serve { settings } => match load_config(&settings) {
+        Command::Serve { settings } => match load_config(&settings)
+            .and_then(|config| config.check_plugins_dir().map(|()| config))
+        {
             Ok(config) => serve(config),
             // A log pipeline that reads only JSON lines reads why this
             // start stops too.
@@ -322,7 +324,7 @@ fn serve(config: Config) -> Result<()> {
     crate::logging::init(&config);
     // Why the server stops, in the log's own format (a JSON log's
     // pipeline reads only JSON lines), and said once.
-    serve_checked(config).map_err(|e| {
+    serve_logged(config).map_err(|e| {
         if !tracing::enabled!(tracing::Level::ERROR) {
             return e;
         }
@@ -330,19 +332,6 @@ fn serve(config: Config) -> Result<()> {
         crate::logging::flush_all();
         anyhow::Error::new(Logged)
     })
-}
-
-/// [`serve_logged`], once the plugins directory is known to be one.
-fn serve_checked(config: Config) -> Result<()> {
-    // Every configured family's component comes from there (or is named
-    // relative to it): without it the host would answer health and serve
-    // no route at all.
-    anyhow::ensure!(
-        config.plugins_dir.is_dir(),
-        "plugins_dir {} is not a directory: pass --plugins DIR (or MARKETPLACE_PLUGINS_DIR, or `plugins_dir` in the config file) naming the built components (`cargo xtask build-plugins` puts them in target/plugins)",
-        config.plugins_dir.display()
-    );
-    serve_logged(config)
 }
 
 /// An error already written to the log ([`serve`]): not said again.

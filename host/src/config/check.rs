@@ -161,6 +161,28 @@ impl Config {
         Ok(())
     }
 
+    /// For `serve`: every configured family's component comes from
+    /// `plugins_dir` (or is named relative to it), so without it the host
+    /// would answer health and serve no route at all. Refused as a setting
+    /// is, naming where it was set (or that it is the default).
+    pub fn check_plugins_dir(&self) -> Result<()> {
+        if self.plugins_dir.is_dir() {
+            return Ok(());
+        }
+        let what = match self.plugins_dir.exists() {
+            true => "is not a directory",
+            false => "does not exist",
+        };
+        let from = match &self.plugins_dir_source {
+            Some(source) => format!("`plugins_dir` {source}"),
+            None => "the default: target/plugins beside the binary's target dir or in the working directory once built there, else ./plugins".to_string(),
+        };
+        bail!(
+            "plugins_dir {} {what} ({from}): name the built components with --plugins DIR, MARKETPLACE_PLUGINS_DIR or `plugins_dir` in the config file (`cargo xtask build-plugins` puts them in target/plugins)",
+            self.plugins_dir.display()
+        )
+    }
+
     pub(super) fn validate(&self) -> Result<()> {
         // An empty path would be the working directory, never meant.
         for (name, path) in [
@@ -171,8 +193,9 @@ impl Config {
             if path.is_some_and(|p| p.as_os_str().is_empty()) {
                 bail!("{name} must not be empty (leave it unset for the default)");
             }
-            // (A plugins_dir that is no directory is refused with the
-            // CLI's hint on how to build one.)
+            // (A plugins_dir that is no directory is refused by `serve`
+            // alone, `Config::check_plugins_dir`: the offline commands do
+            // not read it.)
             if name != "plugins_dir"
                 && let Some(p) = path.filter(|p| p.exists() && !p.is_dir())
             {

@@ -235,6 +235,7 @@ impl Config {
                     anyhow::anyhow!("invalid configuration: {message}{source}{hint}")
                 })?;
         config.dash_env_families(&env_families);
+        config.plugins_dir_source = sources.get("plugins_dir").cloned();
         config
             .validate()
             .and_then(|()| config.validate_together())

@@ -213,6 +213,10 @@ pub struct Config {
     /// Per-family operator settings (`[settings.fees] post = "0.3"`), read by
     /// plugins through the `settings` interface.
     pub settings: BTreeMap<String, BTreeMap<String, toml::Value>>,
+    /// Where `plugins_dir` was set, as errors say it (`from the flag
+    /// --plugins = "..."`); `None` for the default. Not a setting.
+    #[serde(skip)]
+    pub plugins_dir_source: Option<String>,
 }
 
 /// One `[families.NAME]` table.
@@ -300,6 +304,7 @@ impl Default for Config {
             server_key: None,
             settings: BTreeMap::new(),
             families: BTreeMap::new(),
+            plugins_dir_source: None,
         }
     }
 }

@@ -735,3 +735,42 @@ fn public_url_is_an_origin_and_the_mcp_familys_default() {
         Some("https://b.example")
     );
 }
+
+/// `serve` refuses a `plugins_dir` that is no directory as it refuses a bad
+/// setting, naming where it was set (the offline commands do not read it).
+#[test]
+fn a_plugins_dir_that_is_no_directory_names_where_it_was_set() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let missing = tmp.path().join("missing");
+    let load = |env: &[(&str, &str)], flags: &[(&str, &str)]| {
+        Config::load(None, &s(env), &s(flags)).unwrap()
+    };
+    let e = load(
+        &[("MARKETPLACE_PLUGINS_DIR", missing.to_str().unwrap())],
+        &[],
+    )
+    .check_plugins_dir()
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with(&format!("plugins_dir {} does not exist (`plugins_dir` from the environment variable MARKETPLACE_PLUGINS_DIR = ", missing.display())),
+        "{e}"
+    );
+    let e = load(&[], &[("plugins_dir", file.to_str().unwrap())])
+        .check_plugins_dir()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("is not a directory (`plugins_dir` from the flag --plugins = "),
+        "{e}"
+    );
+    let mut default = load(&[], &[]);
+    assert_eq!(default.plugins_dir_source, None);
+    default.plugins_dir = missing.clone();
+    let e = default.check_plugins_dir().unwrap_err().to_string();
+    assert!(e.contains("does not exist (the default: "), "{e}");
+    let fine = load(&[], &[("plugins_dir", tmp.path().to_str().unwrap())]);
+    assert!(fine.check_plugins_dir().is_ok());
+}

@@ -162,7 +162,7 @@ pub async fn run(config: Config) -> Result<i32> {
             let loading = app.clone();
             let stop = stop_watcher.clone();
             let loaded = tokio::task::spawn_blocking(move || {
-                uploads::mount_at_start(&loading);
+                let kept_uploads = uploads::mount_at_start(&loading);
                 // The families directory's components mount after them.
                 if watch_plugins {
                     let kept = crate::runtime::reload::Kept {
@@ -184,12 +184,14 @@ pub async fn run(config: Config) -> Result<i32> {
                         tracing::error!("cannot watch the plugins directory: {e:#}");
                     }
                 }
-                // Every family the start mounts is known now.
+                // Every family the start mounts (or tried to: a kept upload
+                // refused) is known now.
                 let mounted: Vec<String> = loading
                     .runtime
                     .statuses_with(false)
                     .into_iter()
                     .map(|s| s.family)
+                    .chain(kept_uploads)
                     .collect();
                 for line in loading.config.settings_for_no_family(&mounted) {
                     tracing::warn!("{line}");

@@ -502,11 +502,21 @@ fn replay(app: &App, p: Pending, held: &OneChange) -> bool {
 /// record's name and grants, or on a shared store the old component,
 /// until the next poll). The records are read and replayed under
 /// `one_change` all the same, as every change of what serves is.
-pub fn mount_at_start(app: &App) {
+///
+/// Returns the families of the kept uploads (not unmounts), served or
+/// refused: their `[settings.X]` tables are for a family (a refused one's
+/// refusal is its own error line and alert, which may name such a
+/// setting).
+pub fn mount_at_start(app: &App) -> Vec<String> {
     let started = std::time::Instant::now();
     let config = &app.config;
     let held = app.runtime.one_change();
     let mut pending = pending(app);
+    let kept: Vec<String> = pending
+        .iter()
+        .filter(|p| !p.kept.unmounted)
+        .map(|p| p.family.clone())
+        .collect();
     let specs = config.families();
     for rank in 0..=2 {
         let (now, later): (Vec<Pending>, Vec<Pending>) = pending
@@ -595,6 +605,7 @@ pub fn mount_at_start(app: &App) {
         millis = started.elapsed().as_millis() as u64,
         "families loaded"
     );
+    kept
 }
 
 /// Serve what `kept` says of `family`: its component (`bytes`), or
