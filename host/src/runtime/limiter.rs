@@ -51,6 +51,9 @@ pub struct CallLimiter {
     pub(crate) holds_batch: bool,
     /// Its part in the long calls' turns ([`crate::runtime::long_calls`]).
     pub(crate) long: LongCall,
+    /// When its client's request was ready to run, before it waited to be
+    /// admitted ([`crate::runtime::host::Caller::ready`]).
+    pub(crate) ready: Option<Instant>,
 }
 
 impl Drop for CallLimiter {
@@ -91,6 +94,7 @@ impl CallLimiter {
             yields: false,
             holds_batch: false,
             long: LongCall::default(),
+            ready: None,
         }
     }
 
@@ -127,8 +131,18 @@ impl CallLimiter {
     }
 
     /// Let the call run at most `budget` more (never longer than before).
+    ///
+    /// A client's request also ends by twice `budget` from when it was
+    /// ready to run: one that waited to be admitted (its address's long
+    /// calls, [`crate::runtime::long_calls`]) gets what is left, so that
+    /// code on a budget is answered within twice it however many of one
+    /// client's wait their turn (a macro: at most about 1 s of its own,
+    /// answered within 2 s, PROTOCOL 8).
     pub fn shorten(&mut self, budget: Duration) {
         self.deadline = self.deadline.min(Instant::now() + budget);
+        if let Some(ready) = self.ready {
+            self.deadline = self.deadline.min(ready + budget.saturating_mul(2));
+        }
     }
 
     /// Give the call `by` more: the wall time of a host call that must not

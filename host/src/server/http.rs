@@ -1010,6 +1010,7 @@ async fn serve_route(
     // (see `long_calls`). While it waits, its connection may be chosen to
     // make room: then it gives its place up, answered 503. (Most are
     // admitted at once: nothing waited for, nothing noted.)
+    let ready = std::time::Instant::now();
     let (counted, permits) = match (&route.handler, family_gates) {
         (Handler::Family(family), Some(g)) => {
             let at_once = long_calls::no_address_turns()
@@ -1093,6 +1094,7 @@ async fn serve_route(
             let caller = Caller {
                 client: Some(client).filter(|_| counted.is_none()),
                 source: Some(client),
+                ready: Some(ready),
                 ..Caller::default()
             };
             let result = if inline && writes {

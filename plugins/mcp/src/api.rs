@@ -58,7 +58,7 @@ pub const OPS: &[Op] = &[
             "mcpExecute",
             "mcp",
             "Execute a tool or endpoint",
-            "Give `tool` (with `arguments`) or `endpoint`, not both (400); an endpoint's input is its `query` and `body`, and `arguments` beside it (other than `{}`) is 400. Answers with the target's status and body unchanged; a paid target without payment gives its 402. A macro's arguments are checked against its input_schema (400 with details); then its JavaScript runs in a sandbox (the boa engine: no I/O, no clock but the host's, 1 s, the plugin's memory cap) and the answer is the search it returns. A throw, a runaway or a bad return value is 422 `macro_error`.",
+            "Give `tool` (with `arguments`) or `endpoint`, not both (400); an endpoint's input is its `query` and `body`, and `arguments` beside it (other than `{}`) is 400. Answers with the target's status and body unchanged; a paid target without payment gives its 402. A macro's arguments are checked against its input_schema (400 with details); then its JavaScript runs in a sandbox (the boa engine: no I/O, no clock but the host's, at most 1 s, the plugin's memory cap) and the answer is the search it returns. A throw, a runaway or a bad return value is 422 `macro_error`.",
         )
     },
     Op {

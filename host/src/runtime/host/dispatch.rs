@@ -40,6 +40,11 @@ pub struct Caller {
     /// ([`crate::store::group_commit::Pending::from`]; made a source only
     /// when the request writes).
     pub source: Option<std::net::IpAddr>,
+    /// When the client's own request was ready to run (its body in),
+    /// before it waited to be admitted (None for a dispatched one: its
+    /// caller's bound holds): `limits.limit-time` bounds the answer from
+    /// there too ([`crate::runtime::limiter::CallLimiter::shorten`]).
+    pub ready: Option<std::time::Instant>,
 }
 
 /// How deep dispatched requests may nest: a chain of families (or a
