@@ -169,13 +169,16 @@ impl Config {
         if self.plugins_dir.is_dir() {
             return Ok(());
         }
-        let what = match self.plugins_dir.exists() {
-            true => "is not a directory",
-            false => "does not exist",
+        let what = match std::fs::metadata(&self.plugins_dir) {
+            Ok(_) => "is not a directory".to_string(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "does not exist".to_string(),
+            Err(e) => format!("cannot be read ({e})"),
         };
         let from = match &self.plugins_dir_source {
             Some(source) => format!("`plugins_dir` {source}"),
-            None => "the default: target/plugins beside the binary's target dir or in the working directory once built there, else ./plugins".to_string(),
+            // (Built ones, target/plugins holding info.wasm beside the
+            // binary's target dir or in the working directory, come first.)
+            None => "the default when no built components are found: ./plugins".to_string(),
         };
         bail!(
             "plugins_dir {} {what} ({from}): name the built components with --plugins DIR, MARKETPLACE_PLUGINS_DIR or `plugins_dir` in the config file (`cargo xtask build-plugins` puts them in target/plugins)",

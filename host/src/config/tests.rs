@@ -770,7 +770,10 @@ fn a_plugins_dir_that_is_no_directory_names_where_it_was_set() {
     assert_eq!(default.plugins_dir_source, None);
     default.plugins_dir = missing.clone();
     let e = default.check_plugins_dir().unwrap_err().to_string();
-    assert!(e.contains("does not exist (the default: "), "{e}");
+    assert!(
+        e.contains("does not exist (the default when no built components are found: "),
+        "{e}"
+    );
     let fine = load(&[], &[("plugins_dir", tmp.path().to_str().unwrap())]);
     assert!(fine.check_plugins_dir().is_ok());
 }
