@@ -24,6 +24,8 @@ pub mod endpoint {
             "marketplace:plugin/auth.verify": async,
             "marketplace:plugin/storage": async,
             "marketplace:plugin/escrow": async,
+            // Traps at once when the shortened deadline has passed.
+            "marketplace:plugin/limits.limit-time": trappable,
         },
     });
 }

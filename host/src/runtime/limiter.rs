@@ -51,9 +51,11 @@ pub struct CallLimiter {
     pub(crate) holds_batch: bool,
     /// Its part in the long calls' turns ([`crate::runtime::long_calls`]).
     pub(crate) long: LongCall,
-    /// When its client's request was ready to run, before it waited to be
-    /// admitted ([`crate::runtime::host::Caller::ready`]).
-    pub(crate) ready: Option<Instant>,
+    /// When the call started ([`CallLimiter::start`]).
+    started: Instant,
+    /// How long its client's request waited for its address's other long
+    /// calls before it was admitted ([`crate::runtime::host::Caller`]).
+    pub(crate) turn_waited: Duration,
 }
 
 impl Drop for CallLimiter {
@@ -94,7 +96,8 @@ impl CallLimiter {
             yields: false,
             holds_batch: false,
             long: LongCall::default(),
-            ready: None,
+            started: Instant::now(),
+            turn_waited: Duration::ZERO,
         }
     }
 
@@ -109,7 +112,8 @@ impl CallLimiter {
     /// Start the call's clock: it may run for `budget` from now.
     pub fn start(&mut self, budget: Duration) {
         self.long.start();
-        self.deadline = Instant::now() + budget;
+        self.started = Instant::now();
+        self.deadline = self.started + budget;
         self.store_base = crate::store::pg::waited_here();
     }
 
@@ -132,17 +136,19 @@ impl CallLimiter {
 
     /// Let the call run at most `budget` more (never longer than before).
     ///
-    /// A client's request also ends by twice `budget` from when it was
-    /// ready to run: one that waited to be admitted (its address's long
-    /// calls, [`crate::runtime::long_calls`]) gets what is left, so that
-    /// code on a budget is answered within twice it however many of one
-    /// client's wait their turn (a macro: at most about 1 s of its own,
-    /// answered within 2 s, PROTOCOL 8).
+    /// The call also ends by twice `budget` from its start, less the time
+    /// its request waited for its client address's other long calls
+    /// ([`crate::runtime::long_calls`]; not its waits for a slot, which
+    /// other clients' requests cause) and plus what [`CallLimiter::extend`]
+    /// gave back: so code on a budget (a macro: at most about 1 s of its
+    /// own, answered within 2 s, PROTOCOL 8) whose client sent several at
+    /// once is answered within about twice it from when it was ready.
     pub fn shorten(&mut self, budget: Duration) {
         self.deadline = self.deadline.min(Instant::now() + budget);
-        if let Some(ready) = self.ready {
-            self.deadline = self.deadline.min(ready + budget.saturating_mul(2));
-        }
+        let cap = (self.started + budget.saturating_mul(2) + self.extended)
+            .checked_sub(self.turn_waited)
+            .unwrap_or(self.started);
+        self.deadline = self.deadline.min(cap);
     }
 
     /// Give the call `by` more: the wall time of a host call that must not

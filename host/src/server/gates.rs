@@ -413,7 +413,7 @@ pub(super) fn busy(why: String) -> Reply {
 /// Admit a family's request that has to wait (its address's turn among its
 /// long calls, then its slots), unless its connection is chosen to make
 /// room meanwhile: then it gives way, answered 503 (the connection closes
-/// after).
+/// after). With its admission, how long it waited for its address's turn.
 pub(super) async fn admit_waiting(
     app: &Arc<App>,
     gates: &Gates,
@@ -422,8 +422,9 @@ pub(super) async fn admit_waiting(
     writes: bool,
     client: IpAddr,
     conn: &Arc<super::connections::State>,
-) -> Result<(Option<long_calls::LongOf>, Admitted), Reply> {
+) -> Result<(Option<long_calls::LongOf>, Admitted, std::time::Duration), Reply> {
     let admitted = async {
+        let asked = std::time::Instant::now();
         let counted = match long_calls::address_turn(client, family, family_wait(app)).await {
             Ok(counted) => counted,
             Err(()) => {
@@ -433,8 +434,10 @@ pub(super) async fn admit_waiting(
                 )));
             }
         };
+        // (Only this wait is its client's own doing.)
+        let turn_waited = asked.elapsed();
         let permits = gates.enter(app, family, family_gates, writes).await?;
-        Ok((counted, permits))
+        Ok((counted, permits, turn_waited))
     };
     unless_giving_way(conn, admitted).await
 }

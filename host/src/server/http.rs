@@ -1010,23 +1010,22 @@ async fn serve_route(
     // (see `long_calls`). While it waits, its connection may be chosen to
     // make room: then it gives its place up, answered 503. (Most are
     // admitted at once: nothing waited for, nothing noted.)
-    let ready = std::time::Instant::now();
-    let (counted, permits) = match (&route.handler, family_gates) {
+    let (counted, permits, turn_waited) = match (&route.handler, family_gates) {
         (Handler::Family(family), Some(g)) => {
             let at_once = long_calls::no_address_turns()
                 .then(|| gates.try_enter(&g, route.writes))
                 .flatten();
             match at_once {
-                Some(permits) => (None, Some(permits)),
+                Some(permits) => (None, Some(permits), Duration::ZERO),
                 None => {
                     match admit_waiting(app, gates, family, g, route.writes, client, conn).await {
-                        Ok((counted, permits)) => (counted, Some(permits)),
+                        Ok((counted, permits, waited)) => (counted, Some(permits), waited),
                         Err(refused) => return refused,
                     }
                 }
             }
         }
-        _ => (None, None),
+        _ => (None, None, Duration::ZERO),
     };
     // A host route that works on its body waits its turn with it still
     // counted.
@@ -1094,7 +1093,7 @@ async fn serve_route(
             let caller = Caller {
                 client: Some(client).filter(|_| counted.is_none()),
                 source: Some(client),
-                ready: Some(ready),
+                turn_waited,
                 ..Caller::default()
             };
             let result = if inline && writes {

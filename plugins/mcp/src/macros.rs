@@ -29,11 +29,11 @@ const MAX_RETIRED: usize = 64;
 /// Time a macro run may take from its engine's start, within PROTOCOL's
 /// "at most 1 s of CPU ... answered within 2 s": the call's own deadline
 /// (`request_timeout_ms`, which counts from the call's start) when that is
-/// sooner, and twice this from when the request was ready when it waited
-/// for its client's other long calls (`limit_time`). A runaway alone is
-/// answered 422 in about a second, several sent at once from one address
-/// within 2 s. The search the macro returns runs within the same
-/// deadline.
+/// sooner, and twice this from the call's start less what the request
+/// waited for its client's other long calls (`limit_time`). A runaway
+/// alone is answered 422 in about a second, several sent at once from one
+/// address within about 2 s. The search the macro returns runs within the
+/// same deadline.
 pub(crate) const MACRO_BUDGET_MS: u32 = 950;
 
 /// How many macros have no owner (counted once from the macros themselves

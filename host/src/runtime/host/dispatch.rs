@@ -40,11 +40,11 @@ pub struct Caller {
     /// ([`crate::store::group_commit::Pending::from`]; made a source only
     /// when the request writes).
     pub source: Option<std::net::IpAddr>,
-    /// When the client's own request was ready to run (its body in),
-    /// before it waited to be admitted (None for a dispatched one: its
-    /// caller's bound holds): `limits.limit-time` bounds the answer from
-    /// there too ([`crate::runtime::limiter::CallLimiter::shorten`]).
-    pub ready: Option<std::time::Instant>,
+    /// How long the client's own request waited for its address's other
+    /// long calls before it was admitted ([`crate::runtime::long_calls`];
+    /// zero for a dispatched one): `limits.limit-time` counts it
+    /// ([`crate::runtime::limiter::CallLimiter::shorten`]).
+    pub turn_waited: std::time::Duration,
 }
 
 /// How deep dispatched requests may nest: a chain of families (or a

@@ -27,7 +27,14 @@ impl limits::Host for Ctx {
         }
     }
 
-    fn limit_time(&mut self, ms: u32) {
+    fn limit_time(&mut self, ms: u32) -> wasmtime::Result<()> {
         self.limiter.shorten(Duration::from_millis(ms.into()));
+        // Past it already (a request that waited its turn out): the fault
+        // now, not at the next epoch tick, so that the waiting requests
+        // after it are not held a tick each.
+        if self.limiter.expired() {
+            return Err(wasmtime::Trap::Interrupt.into());
+        }
+        Ok(())
     }
 }

@@ -692,7 +692,7 @@ impl Ctx {
     /// Record who dispatched this call, if a call did: one that holds the
     /// commit batch makes this one hold it too.
     pub fn dispatched_by(&mut self, from: Caller) {
-        self.limiter.ready = from.ready;
+        self.limiter.turn_waited = from.turn_waited;
         self.depth = from.depth;
         self.source = from.source;
         self.alone = from.alone;
@@ -731,8 +731,8 @@ impl Ctx {
             // calls' (`long_calls`): no client of its own to count.
             client: None,
             source: self.source,
-            // Its caller's deadline bounds it.
-            ready: None,
+            // It waited for no turn of its own.
+            turn_waited: std::time::Duration::ZERO,
         }
     }
 
