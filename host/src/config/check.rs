@@ -166,10 +166,8 @@ impl Config {
     /// would answer health and serve no route at all. Refused as a setting
     /// is, naming where it was set (or that it is the default).
     pub fn check_plugins_dir(&self) -> Result<()> {
-        if self.plugins_dir.is_dir() {
-            return Ok(());
-        }
         let what = match std::fs::metadata(&self.plugins_dir) {
+            Ok(meta) if meta.is_dir() => return Ok(()),
             Ok(_) => "is not a directory".to_string(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => "does not exist".to_string(),
             Err(e) => format!("cannot be read ({e})"),

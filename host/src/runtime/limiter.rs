@@ -51,8 +51,6 @@ pub struct CallLimiter {
     pub(crate) holds_batch: bool,
     /// Its part in the long calls' turns ([`crate::runtime::long_calls`]).
     pub(crate) long: LongCall,
-    /// When the call started ([`CallLimiter::start`]).
-    started: Instant,
     /// How long its client's request waited for its address's other long
     /// calls before it was admitted ([`crate::runtime::host::Caller`]).
     pub(crate) turn_waited: Duration,
@@ -96,7 +94,6 @@ impl CallLimiter {
             yields: false,
             holds_batch: false,
             long: LongCall::default(),
-            started: Instant::now(),
             turn_waited: Duration::ZERO,
         }
     }
@@ -111,9 +108,9 @@ impl CallLimiter {
 
     /// Start the call's clock: it may run for `budget` from now.
     pub fn start(&mut self, budget: Duration) {
-        self.long.start();
-        self.started = Instant::now();
-        self.deadline = self.started + budget;
+        let now = Instant::now();
+        self.long.start(now);
+        self.deadline = now + budget;
         self.store_base = crate::store::pg::waited_here();
     }
 
@@ -145,10 +142,12 @@ impl CallLimiter {
     /// once is answered within about twice it from when it was ready.
     pub fn shorten(&mut self, budget: Duration) {
         self.deadline = self.deadline.min(Instant::now() + budget);
-        let cap = (self.started + budget.saturating_mul(2) + self.extended)
-            .checked_sub(self.turn_waited)
-            .unwrap_or(self.started);
-        self.deadline = self.deadline.min(cap);
+        if let Some(started) = self.long.started() {
+            let cap = (started + budget.saturating_mul(2) + self.extended)
+                .checked_sub(self.turn_waited)
+                .unwrap_or(started);
+            self.deadline = self.deadline.min(cap);
+        }
     }
 
     /// Give the call `by` more: the wall time of a host call that must not

@@ -253,10 +253,16 @@ pub struct LongCall {
 }
 
 impl LongCall {
-    pub fn start(&mut self) {
+    /// The call starts `now`.
+    pub fn start(&mut self, now: Instant) {
         // (The origin is taken before any call's start.)
         LazyLock::force(&ORIGIN);
-        self.started = Some(Instant::now());
+        self.started = Some(now);
+    }
+
+    /// When the call started, if it has.
+    pub fn started(&self) -> Option<Instant> {
+        self.started
     }
 
     /// `d` of the call's time was not its own (a host call that waited).
