@@ -1214,10 +1214,7 @@ fn macro_failures_are_422_and_io_does_not_exist() {
 #[test]
 fn runaway_macros_are_422_at_their_budget_and_the_server_stays_healthy() {
     let s = Server::start();
-    assert_eq!(
-        define_ts(&s, "spin", "while (true) {}", json!({})).status,
-        201
-    );
+    define_spin(&s);
     assert_eq!(
         define_ts(
             &s,
@@ -1283,10 +1280,7 @@ fn one_address_runs_two_runaway_macros_at_a_time_and_its_other_requests_go_on() 
     // requests of that family wait to be admitted (holding no slot), its
     // requests of other families do not.
     let s = Server::start();
-    assert_eq!(
-        define_ts(&s, "spin", "while (true) {}", json!({})).status,
-        201
-    );
+    define_spin(&s);
     let spinners: Vec<_> = (0..6)
         .map(|i| {
             // Staggered, so the first ones run long before the others come.
@@ -1322,10 +1316,7 @@ fn one_address_runs_two_runaway_macros_at_a_time_and_its_other_requests_go_on() 
 #[test]
 fn runaway_macros_sent_together_from_one_address_are_answered_within_two_seconds() {
     let s = Server::start();
-    assert_eq!(
-        define_ts(&s, "spin", "while (true) {}", json!({})).status,
-        201
-    );
+    define_spin(&s);
     let waits = s.metric("marketplace_plugin_address_waits_total");
     let started = std::time::Instant::now();
     // Two first, running long before the others come: those wait.
@@ -1354,8 +1345,16 @@ fn runaway_macros_sent_together_from_one_address_are_answered_within_two_seconds
     assert_eq!(s.get("/api/health").json()["status"], "ok");
 }
 
-/// A run of the macro `spin` (defined by the caller) on a thread of its
-/// own: its status and error code.
+/// Define the macro `spin`, a runaway (`while (true) {}`).
+fn define_spin(s: &Server) {
+    assert_eq!(
+        define_ts(s, "spin", "while (true) {}", json!({})).status,
+        201
+    );
+}
+
+/// A run of the macro `spin` (defined by [`define_spin`]) on a thread of
+/// its own: its status and error code.
 fn spin_in_background(s: &Server) -> std::thread::JoinHandle<(u16, String)> {
     spin_forwarded_for(s, None)
 }
@@ -1393,10 +1392,7 @@ fn behind_a_trusted_proxy_long_calls_count_against_the_forwarded_client() {
         env: vec![("MARKETPLACE_TRUSTED_PROXIES".into(), "127.0.0.1".into())],
         ..Default::default()
     });
-    assert_eq!(
-        define_ts(&s, "spin", "while (true) {}", json!({})).status,
-        201
-    );
+    define_spin(&s);
     // Staggered as in the test above, so the first ones run long before
     // the others come.
     let runs = |clients: &[&str]| {
