@@ -9,7 +9,12 @@ per-address admission (README, "Long calls") must not fail a macro that
 fits its budget (950 ms; 500 ms until the hundredth session) with the
 time its wait for its turn left it (twice the budget less that wait).
 
-    python3 tests/bench/macros_together.py [BINARY] [PORT]
+    python3 tests/bench/macros_together.py [BINARY] [PORT] [runaway]
+
+With `runaway`, it runs a macro that never returns (`while (true) {}`)
+instead: alone, then 6, 10, 30 and 100 sent together from this one
+address, printing each batch's statuses and its first and last answer's
+seconds (PROTOCOL 8: each answered 422 within 2 s; README, "Macros").
 
 BINARY defaults to target/release/marketplace (plugins from target/plugins),
 PORT to 18930.
@@ -54,9 +59,13 @@ def post(path, body):
     return status, round(time.time() - started, 3)
 
 
+runaway = len(sys.argv) > 3 and sys.argv[3] == "runaway"
+
+
 def together(n):
     out = []
-    run = lambda: out.append(post("/api/mcp/tools/execute", {"tool": "loop", "arguments": {"term": "hello"}}))
+    tool = {"tool": "spin", "arguments": {}} if runaway else {"tool": "loop", "arguments": {"term": "hello"}}
+    run = lambda: out.append(post("/api/mcp/tools/execute", tool))
     threads = [threading.Thread(target=run) for _ in range(n)]
     for t in threads:
         t.start()
@@ -74,6 +83,16 @@ try:
         time.sleep(1)
         if cpu_seconds() - before < 0.05:
             break
+    if runaway:
+        status, _ = post("/api/mcp/tools/define", {
+            "name": "spin", "kind": "search", "description": "never returns",
+            "typescript": "while (true) {}", "input_schema": {"type": "object", "properties": {}}})
+        assert status == 201, status
+        for n in [1, 6, 10, 30, 100]:
+            answers = sorted(together(n), key=lambda a: a[1])
+            print(f"{n} together: statuses {sorted(set(s for s, _ in answers))}, "
+                  f"first {answers[0][1]} s, last {answers[-1][1]} s")
+        sys.exit(0)
     status, _ = post("/api/mcp/tools/define", {
         "name": "loop", "kind": "search", "description": "a loop, then a search",
         "typescript": "let x = 0; for (let i = 0; i < 3000000; i++) { x += i % 7; } return {term: args.term, limit: 5};",
