@@ -1466,6 +1466,38 @@ fn a_failed_restore_leaves_the_data_dir_restorable() {
     let out = restore(&cut, &restored);
     assert!(!out.status.success(), "a truncated backup was restored");
     assert!(
+        text(&out.stderr).contains("damaged or cut short"),
+        "{}",
+        text(&out.stderr)
+    );
+    // A file that is no backup (another tar, or not a tar) is named so,
+    // not quoted from the tar reader, and nothing is made.
+    let other = dir.path().join("other.tar");
+    {
+        let mut tar = tar::Builder::new(std::fs::File::create(&other).unwrap());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(5);
+        header.set_mode(0o600);
+        tar.append_data(&mut header, "notes.txt", &b"notes"[..])
+            .unwrap();
+        tar.finish().unwrap();
+    }
+    let random = dir.path().join("random.bin");
+    std::fs::write(
+        &random,
+        (0..5000u32)
+            .map(|i| (i * 7919 % 251) as u8)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    for file in [&other, &random] {
+        let out = restore(file, &restored);
+        assert!(!out.status.success(), "{} was restored", file.display());
+        let err = text(&out.stderr);
+        assert!(err.contains("is not a backup"), "{err}");
+        assert!(!restored.exists(), "{err}");
+    }
+    assert!(
         !restored.join("marketplace.redb").exists(),
         "a failed restore left a (truncated) database behind: {}",
         text(&out.stderr)

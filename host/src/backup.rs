@@ -414,8 +414,16 @@ pub fn restore(file: &Path, data_dir: &Path) -> Result<()> {
     let input = File::open(file).with_context(|| format!("opening {}", file.display()))?;
     let parent = dir_of(data_dir);
     std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-    // Owner-only from the start (it becomes the data dir).
     remove_abandoned(parent, STAGING_PREFIX);
+    // Every backup begins with its manifest: another file is named as such,
+    // not by what the tar reader makes of its bytes.
+    if !is_backup(file) {
+        bail!(
+            "{} is not a backup (a backup is a tar file beginning with {MANIFEST}, as `marketplace backup` and GET /admin/backup write it): nothing restored",
+            file.display()
+        );
+    }
+    // Owner-only from the start (it becomes the data dir).
     let staging = owner_only(tempfile::Builder::new().prefix(STAGING_PREFIX))
         .tempdir_in(parent)
         .with_context(|| format!("creating a temp dir in {}", parent.display()))?;
@@ -433,7 +441,8 @@ pub fn restore(file: &Path, data_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A failure reading the archive: not a backup, or a damaged one. Its
+/// A failure reading the archive past its manifest: a damaged or cut
+/// backup (a file that is no backup is refused first). Its
 /// own errors can quote the bytes of a damaged header: shown escaped to
 /// ASCII and cut short, never raw on the operator's terminal.
 fn unreadable(e: std::io::Error) -> anyhow::Error {
@@ -442,7 +451,7 @@ fn unreadable(e: std::io::Error) -> anyhow::Error {
     if shown.len() < text.escape_default().count() {
         shown.push_str("...");
     }
-    anyhow::anyhow!("reading the backup (not a backup, or damaged): {shown}")
+    anyhow::anyhow!("reading the backup (damaged or cut short): {shown}")
 }
 
 /// A failed write of the restored file `name`: the destination's fault,
@@ -704,7 +713,7 @@ mod tests {
         };
         let e = copy(&mut damaged, &mut Vec::new(), &mut buf);
         assert!(
-            e.starts_with("reading the backup (not a backup, or damaged)"),
+            e.starts_with("reading the backup (damaged or cut short)"),
             "{e}"
         );
         // An interrupted read is read again.
@@ -955,7 +964,7 @@ mod tests {
             .cloned()
             .collect();
         let cases: Vec<(&str, Entries, Option<&str>, &str)> = vec![
-            ("nomanifest", without_manifest, None, "lacks backup.json"),
+            ("nomanifest", without_manifest, None, "is not a backup"),
             (
                 "nototals",
                 edited(MANIFEST, &serde_json::to_vec(&no_totals).unwrap()),
