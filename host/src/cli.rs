@@ -1,7 +1,7 @@
 //! The `marketplace` command line (clap): `serve`, and the operator
 //! commands `cash mint`, `plugins list|load|unmount`, `backup`, `restore`.
 
-use crate::config::Config;
+use crate::config::{Config, LogFormat};
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -207,18 +207,26 @@ fn run(cli: Cli) -> Result<()> {
             .try_init();
     }
     match cli.command {
-        Command::Serve { settings } => match load_config(&settings)
-            .and_then(|config| config.check_plugins_dir().map(|()| config))
-        {
-            Ok(config) => serve(config),
+        Command::Serve { settings } => {
             // A log pipeline that reads only JSON lines reads why this
-            // start stops too.
-            Err(e) if asked_for_json(&settings) => {
-                crate::logging::exiting_before_init(&e);
-                Err(anyhow::Error::new(Logged))
+            // start stops too: in the loaded configuration's format, or
+            // (when it did not load) the format its settings ask for.
+            let (json, loaded) = match load_config(&settings) {
+                Ok(config) => (
+                    config.log_format == LogFormat::Json,
+                    config.check_plugins_dir().map(|()| config),
+                ),
+                Err(e) => (asked_for_json(&settings), Err(e)),
+            };
+            match loaded {
+                Ok(config) => serve(config),
+                Err(e) if json => {
+                    crate::logging::exiting_before_init(&e);
+                    Err(anyhow::Error::new(Logged))
+                }
+                Err(e) => Err(e),
             }
-            Err(e) => Err(e),
-        },
+        }
         Command::Cash {
             command:
                 CashCommand::Mint {

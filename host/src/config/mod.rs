@@ -526,7 +526,7 @@ impl Config {
             .filter(|f| f.as_str() != CASH_SETTINGS && !names.contains(&f.as_str()))
             .map(|f| {
                 format!(
-                    "[settings.{f}] is for no family of this configuration or mounted at start (they are {}, and `cash` for the host's cash): it has effect only once a family named {f:?} is mounted",
+                    "[settings.{f}] is for no family of this configuration, mounted at start or uploaded and kept (they are {}, and `cash` for the host's cash): it has effect only once a family named {f:?} is mounted",
                     names.join(", ")
                 )
             })
