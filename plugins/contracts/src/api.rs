@@ -110,7 +110,7 @@ pub const OPS: &[Op] = &[
             "release",
             "contracts",
             "Release",
-            "Signed `release:{id}`. By the buyer: active or delivered -> settled. By the seller: records a shipment, active -> delivered, with `tracking_number` (and `tracking_carrier`) becoming `delivered_text`, shown with the contract's current `witness_secret` (a wrong one, or one sent for a contract without a witness, is 403 forbidden_party).",
+            "Signed `release:{id}`. By the buyer: active or delivered -> settled. By the seller: records a shipment, active -> delivered, with `tracking_number` (required from the seller: 400 invalid_request without it or when it is blank) and `tracking_carrier` becoming `delivered_text`, shown with the contract's current `witness_secret` (a wrong one, or one sent for a contract without a witness, is 403 forbidden_party).",
         )
     },
     Op {
