@@ -841,6 +841,8 @@ fn a_looping_plugin_is_stopped_at_the_deadline() {
     let took = start.elapsed();
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.code(), "plugin_unavailable");
+    // As the host's other 503s: a client may try again.
+    assert_eq!(r.header("retry-after"), Some("1"));
     assert!(
         took >= Duration::from_millis(900),
         "stopped too early: {took:?}"
@@ -871,6 +873,7 @@ fn an_unbounded_allocation_is_capped() {
         "{}",
         r.text()
     );
+    assert_eq!(r.header("retry-after"), Some("1"));
     assert_eq!(s.get("/_testing/ok").status, 200);
     assert_eq!(s.get("/api/health").status, 200);
 }

@@ -96,11 +96,15 @@ pub(super) fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool)
             family,
             "plugin exceeded its time limit (request_timeout_ms)"
         );
+        // Retry-After as for the host's other 503s: a call can run out of
+        // time on a busy machine or a slow store, and run out of memory
+        // while other calls hold `plugin_memory_total_mib`.
         Reply::error(
             503,
             "plugin_unavailable",
             format!("the {family} plugin exceeded its time limit"),
         )
+        .retry_after_a_second()
     } else if memory_hit {
         // (What failed after the cap was hit, say a wasip2 guest's report
         // of the failed allocation reaching for an import it lacks, is not
@@ -115,6 +119,7 @@ pub(super) fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool)
             "plugin_unavailable",
             format!("the {family} plugin exceeded its memory limit"),
         )
+        .retry_after_a_second()
     } else {
         // One line an operator can read (the wasm backtrace, a dozen
         // lines, goes to the debug log).
