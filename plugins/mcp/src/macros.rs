@@ -391,29 +391,23 @@ pub(crate) fn run_macro(
     // that is its error, not ours.
     on_fault(&wrap(
         macro_error(format!(
-            "macro {name} exceeded its limits (its time, {MACRO_BUDGET_MS} ms at most with the search it returns; the memory cap; or its stack)"
+            "macro {name} exceeded its limits (its time, {MACRO_BUDGET_MS} ms at most; the memory cap; or its stack)"
         ))
         .into(),
     ));
     limit_time(MACRO_BUDGET_MS);
-    // The search the macro asks for runs within the macro's time (the
-    // deadline is already shortened), so the macro's fault answer stands
-    // until that search is done: a macro whose code ends just before its
-    // budget and whose search then runs out of it is the macro's 422, not
-    // the server's 503.
-    let answer = compute_and_search(name, typescript, args);
-    restore_fault();
-    answer
-}
-
-/// The macro's code run on `args`, and the search it returns.
-fn compute_and_search(name: &str, typescript: &str, args: &Value) -> Result<Response, ApiError> {
     let out = marketplace_script::compile(typescript)
         .map_err(|problems| macro_error(format!("macro {name} does not compile: {}", problems[0])))
         .and_then(|js| {
             marketplace_script::run(&js, args, clock::now_ms() as i64, Default::default())
                 .map_err(|e| macro_error(format!("macro {name} failed: {e}")))
-        })?;
+        });
+    // The macro's code ended within its limits: a fault from here on (the
+    // search it asked for, run in what is left of the shortened deadline,
+    // on a busy machine or a slow store) is the server's, answered as any
+    // other (503 with Retry-After), not the macro's 422.
+    restore_fault();
+    let out = out?;
     let query = match out {
         Some(Value::Object(q)) => q,
         other => {
