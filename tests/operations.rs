@@ -1496,7 +1496,39 @@ fn a_failed_restore_leaves_the_data_dir_restorable() {
         let err = text(&out.stderr);
         assert!(err.contains("is not a backup"), "{err}");
         assert!(!restored.exists(), "{err}");
+        let staged = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(".marketplace-restore-")
+            })
+            .count();
+        assert_eq!(staged, 0, "a refused restore left its staging dir");
     }
+    // A backup read from a pipe (`curl .../admin/backup | marketplace
+    // restore /dev/stdin`): read once, in one pass.
+    let mut child = bare_command()
+        .args(["restore", "/dev/stdin", "--data-dir"])
+        .arg(dir.path().join("from-a-pipe"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let bytes = std::fs::read(&file).unwrap();
+    let feeder = std::thread::spawn(move || {
+        let _ = stdin.write_all(&bytes);
+    });
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    assert!(
+        out.status.success(),
+        "restore from a pipe: {}",
+        text(&out.stderr)
+    );
     assert!(
         !restored.join("marketplace.redb").exists(),
         "a failed restore left a (truncated) database behind: {}",

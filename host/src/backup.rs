@@ -414,23 +414,22 @@ pub fn restore(file: &Path, data_dir: &Path) -> Result<()> {
     let input = File::open(file).with_context(|| format!("opening {}", file.display()))?;
     let parent = dir_of(data_dir);
     std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-    remove_abandoned(parent, STAGING_PREFIX);
-    // Every backup begins with its manifest: another file is named as such,
-    // not by what the tar reader makes of its bytes.
-    if !is_backup(file) {
-        bail!(
-            "{} is not a backup (a backup is a tar file beginning with {MANIFEST}, as `marketplace backup` and GET /admin/backup write it): nothing restored",
-            file.display()
-        );
-    }
     // Owner-only from the start (it becomes the data dir).
+    remove_abandoned(parent, STAGING_PREFIX);
     let staging = owner_only(tempfile::Builder::new().prefix(STAGING_PREFIX))
         .tempdir_in(parent)
         .with_context(|| format!("creating a temp dir in {}", parent.display()))?;
     // (A directory opens read-only; where it cannot be locked so, the
     // staging dir goes unmarked: see `hold`.)
     let _held = File::open(staging.path()).inspect(hold);
-    unpack(input, staging.path())?;
+    // Read once, in one pass (the file may be a pipe: `restore /dev/stdin`).
+    unpack(input, staging.path()).map_err(|e| match e.downcast_ref::<NotABackup>() {
+        Some(_) => anyhow::anyhow!(
+            "{} is not a backup (a backup is a tar file beginning with {MANIFEST}, as `marketplace backup` and GET /admin/backup write it): nothing restored",
+            file.display()
+        ),
+        None => e,
+    })?;
     // rename(2) replaces an empty directory.
     let staged = staging.keep();
     if let Err(e) = std::fs::rename(&staged, data_dir) {
@@ -441,8 +440,21 @@ pub fn restore(file: &Path, data_dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// A file whose first entry is not a backup's manifest (or that is no tar
+/// archive at all): named so, not by what the tar reader makes of it.
+#[derive(Debug)]
+struct NotABackup;
+
+impl std::fmt::Display for NotABackup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "not a backup")
+    }
+}
+
+impl std::error::Error for NotABackup {}
+
 /// A failure reading the archive past its manifest: a damaged or cut
-/// backup (a file that is no backup is refused first). Its
+/// backup (a file that is no backup is [`NotABackup`]). Its
 /// own errors can quote the bytes of a damaged header: shown escaped to
 /// ASCII and cut short, never raw on the operator's terminal.
 fn unreadable(e: std::io::Error) -> anyhow::Error {
@@ -493,18 +505,24 @@ fn copy_entry(
 /// `server.key` are there, every entry a plain file, the keys are keys, the
 /// database opens, its ledger adds up and matches the totals `backup.json`
 /// recorded.
-fn unpack(input: File, dir: &Path) -> Result<()> {
+fn unpack(input: impl std::io::Read, dir: &Path) -> Result<()> {
     let mut buf = vec![0u8; 256 << 10];
     let mut archive = tar::Archive::new(input);
     let (mut seen_db, mut seen_key, mut seen_arbiter) = (false, false, false);
     let mut unpacked = Vec::new();
+    let mut first = true;
     for entry in archive.entries().map_err(unreadable)? {
-        let mut entry = entry.map_err(unreadable)?;
-        let name = entry
-            .path()
-            .map_err(unreadable)?
-            .to_string_lossy()
-            .into_owned();
+        // Every backup begins with its manifest.
+        let read = entry.and_then(|entry| {
+            let name = entry.path()?.to_string_lossy().into_owned();
+            Ok((entry, name))
+        });
+        let (mut entry, name) = match read {
+            Ok((_, name)) if first && name != MANIFEST => return Err(NotABackup.into()),
+            Err(_) if first => return Err(NotABackup.into()),
+            read => read.map_err(unreadable)?,
+        };
+        first = false;
         if !entry.header().entry_type().is_file() {
             bail!(
                 "entry {:?} of the backup is not a plain file",
@@ -540,6 +558,10 @@ fn unpack(input: File, dir: &Path) -> Result<()> {
         let mut out = options.open(&target).map_err(|e| unwritable(&name, e))?;
         copy_entry(&mut entry, &mut out, &mut buf, &name)?;
         out.sync_all().map_err(|e| unwritable(&name, e))?;
+    }
+    if first {
+        // An empty archive (or an empty file).
+        return Err(NotABackup.into());
     }
     anyhow::ensure!(
         seen_db && seen_key,
@@ -1034,12 +1056,29 @@ mod tests {
             None,
         );
         restore(&older, &dir.path().join("older-restored")).unwrap();
-        // Not a backup at all: the message shows no raw control bytes.
+        // Not a backup at all: said so.
         let noise = dir.path().join("noise.tar");
         let bytes: Vec<u8> = (0..2048u32).map(|i| (i * 7 % 256) as u8).collect();
-        std::fs::write(&noise, bytes).unwrap();
+        std::fs::write(&noise, &bytes).unwrap();
+        let e = restore(&noise, &dir.path().join("noise-restored")).unwrap_err();
+        assert!(format!("{e:#}").contains("is not a backup"), "{e:#}");
+        // A manifest, then noise: the tar reader's error, shown without
+        // raw control bytes.
+        let mut damaged = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(2);
+        header.set_mode(0o600);
+        header.set_cksum();
+        damaged
+            .append_data(&mut header, MANIFEST, &b"{}"[..])
+            .unwrap();
+        let mut damaged = damaged.into_inner().unwrap();
+        damaged.truncate(1024);
+        damaged.extend_from_slice(&bytes);
+        std::fs::write(&noise, &damaged).unwrap();
         let e = restore(&noise, &dir.path().join("noise-restored")).unwrap_err();
         let text = format!("{e:#}");
+        assert!(text.contains("damaged or cut short"), "{text:?}");
         assert!(!text.chars().any(|c| c.is_control()), "{text:?}");
     }
 
