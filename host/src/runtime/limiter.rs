@@ -24,11 +24,23 @@ pub fn in_use() -> usize {
     IN_USE.load(Ordering::Relaxed)
 }
 
+/// Which memory limit a call ran into, if any.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MemoryHit {
+    #[default]
+    None,
+    /// Its own cap (`plugin_memory_mib`): the same request hits it again.
+    OwnCap,
+    /// What all calls in progress may hold together
+    /// (`plugin_memory_total_mib`): another time it may fit.
+    AllCalls,
+}
+
 /// The limits of one plugin call: caps linear memory growth (remembering
-/// whether the cap was hit) and holds the call's deadline.
+/// which cap was hit) and holds the call's deadline.
 pub struct CallLimiter {
     max_bytes: usize,
-    pub(crate) hit: bool,
+    pub(crate) hit: MemoryHit,
     /// Bytes of linear memory this call holds, counted in [`IN_USE`].
     granted: usize,
     /// Not held to the total: a load's calls, so that a flood of requests
@@ -85,7 +97,7 @@ impl CallLimiter {
     pub fn new(max_bytes: usize) -> Self {
         CallLimiter {
             max_bytes,
-            hit: false,
+            hit: MemoryHit::None,
             granted: 0,
             outside_total: false,
             deadline: Instant::now() + Duration::from_secs(3600),
@@ -182,7 +194,7 @@ impl ResourceLimiter for CallLimiter {
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         if desired > self.max_bytes {
-            self.hit = true;
+            self.hit = MemoryHit::OwnCap;
             return Ok(false);
         }
         let more = desired.saturating_sub(current);
@@ -191,7 +203,7 @@ impl ResourceLimiter for CallLimiter {
             let total = TOTAL.load(Ordering::Relaxed);
             if before.saturating_add(more) > total {
                 IN_USE.fetch_sub(more, Ordering::AcqRel);
-                self.hit = true;
+                self.hit = MemoryHit::AllCalls;
                 total_used_up(total);
                 return Ok(false);
             }

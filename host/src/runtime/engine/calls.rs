@@ -342,7 +342,7 @@ impl Runtime {
                         );
                         chosen
                     }
-                    None => fault_reply(family, &e, ctx.memory_hit()),
+                    None => fault_reply(family, &e, ctx.memory_limit()),
                 };
                 // A payment taken at an upstream webcash server comes back;
                 // those of requests it dispatched stand (each committed on

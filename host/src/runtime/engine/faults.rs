@@ -4,6 +4,7 @@
 
 use super::MIN_LOAD_BUDGET;
 use crate::reply::Reply;
+use crate::runtime::limiter::MemoryHit;
 use anyhow::anyhow;
 use wasmtime::Trap;
 
@@ -89,7 +90,8 @@ pub(super) fn root_cause(err: &wasmtime::Error) -> String {
 }
 
 /// What went wrong in a plugin call, mapped to the protocol's answers.
-pub(super) fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool) -> Reply {
+pub(super) fn fault_reply(family: &str, err: &wasmtime::Error, memory: MemoryHit) -> Reply {
+    let memory_hit = memory != MemoryHit::None;
     crate::metrics::metrics().fault(family, fault_kind(err, memory_hit));
     if matches!(err.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
         tracing::warn!(
@@ -97,8 +99,7 @@ pub(super) fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool)
             "plugin exceeded its time limit (request_timeout_ms)"
         );
         // Retry-After as for the host's other 503s: a call can run out of
-        // time on a busy machine or a slow store, and run out of memory
-        // while other calls hold `plugin_memory_total_mib`.
+        // time on a busy machine or a slow store.
         Reply::error(
             503,
             "plugin_unavailable",
@@ -114,12 +115,18 @@ pub(super) fn fault_reply(family: &str, err: &wasmtime::Error, memory_hit: bool)
             "plugin exceeded its memory limit (plugin_memory_mib, or plugin_memory_total_mib for all calls)"
         );
         tracing::debug!(family, "after the memory limit: {}", backtrace(err));
-        Reply::error(
+        let answer = Reply::error(
             503,
             "plugin_unavailable",
             format!("the {family} plugin exceeded its memory limit"),
-        )
-        .retry_after_a_second()
+        );
+        // Only the share of all calls is worth a retry: the call's own
+        // cap refuses the same request again.
+        if memory == MemoryHit::AllCalls {
+            answer.retry_after_a_second()
+        } else {
+            answer
+        }
     } else {
         // One line an operator can read (the wasm backtrace, a dozen
         // lines, goes to the debug log).

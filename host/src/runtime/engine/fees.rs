@@ -167,8 +167,8 @@ impl Runtime {
         };
         let mut store = self.fee_store(self.limits.deadline);
         let result = pre.instantiate(&mut store).and_then(|b| f(&b, &mut store));
-        let memory_hit = store.data().memory_hit();
-        result.map_err(|e| fault_reply(FEES_FAMILY, &e, memory_hit))
+        let memory = store.data().memory_limit();
+        result.map_err(|e| fault_reply(FEES_FAMILY, &e, memory))
     }
 
     /// The fee schedule document (JSON text).

@@ -45,7 +45,7 @@ impl Limiter for FeeCtx {
     fn limiter(&mut self) -> &mut CallLimiter {
         &mut self.limiter
     }
-    fn memory_hit(&self) -> bool {
+    fn memory_limit(&self) -> crate::runtime::limiter::MemoryHit {
         self.limiter.hit
     }
     fn count_long(&mut self) {

@@ -125,7 +125,12 @@ async fn off_the_worker<R: Send + 'static>(
 /// Store data that carries a call limiter.
 pub trait Limiter: Send + 'static {
     fn limiter(&mut self) -> &mut CallLimiter;
-    fn memory_hit(&self) -> bool;
+    /// Which memory limit the call ran into.
+    fn memory_limit(&self) -> crate::runtime::limiter::MemoryHit;
+    /// Whether it ran into one.
+    fn memory_hit(&self) -> bool {
+        self.memory_limit() != crate::runtime::limiter::MemoryHit::None
+    }
     /// Count the call against its client, with its family, as a long call
     /// ([`crate::runtime::long_calls::LongCall::count_against`]).
     fn count_long(&mut self);
@@ -208,7 +213,7 @@ impl Limiter for Ctx {
     fn limiter(&mut self) -> &mut CallLimiter {
         &mut self.limiter
     }
-    fn memory_hit(&self) -> bool {
+    fn memory_limit(&self) -> crate::runtime::limiter::MemoryHit {
         self.limiter.hit
     }
     fn count_long(&mut self) {
