@@ -13,6 +13,9 @@
 //! it unless `MARKETPLACE_CACHE_DIR` says otherwise): compare builds on
 //! copies of one data dir.
 //!
+//! `INPROC_CONFIG=FILE` reads a config file too (the flags above still
+//! win), e.g. one mounting another family with `[families.NAME]`.
+//!
 //! `INPROC_TOUCH_KB=N` (default 0) writes one byte in every
 //! `INPROC_STRIDE` (default 64) of an N KiB buffer between requests,
 //! untimed: what other work does to the caches and the TLB between two
@@ -46,7 +49,10 @@ fn main() {
     // `MARKETPLACE_MAX_INSTANCES`, so the instance pool's address space fits
     // under valgrind); the flags above win.
     let env: Vec<(String, String)> = std::env::vars().collect();
-    let app = App::start(Config::load(None, &env, &flags).unwrap()).unwrap();
+    // `INPROC_CONFIG=FILE`: a config file as `serve --config` reads it
+    // (say `[families.NAME]` mounting a component of your own).
+    let file = std::env::var_os("INPROC_CONFIG").map(std::path::PathBuf::from);
+    let app = App::start(Config::load(file.as_deref(), &env, &flags).unwrap()).unwrap();
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let path = canonical_path(path);
     // `App::start` has loaded the families (or logged why one did not).
