@@ -36,6 +36,13 @@ pub enum MemoryHit {
     AllCalls,
 }
 
+impl MemoryHit {
+    /// Whether the call ran into either.
+    pub fn any(self) -> bool {
+        self != MemoryHit::None
+    }
+}
+
 /// The limits of one plugin call: caps linear memory growth (remembering
 /// which cap was hit) and holds the call's deadline.
 pub struct CallLimiter {

@@ -91,8 +91,7 @@ pub(super) fn root_cause(err: &wasmtime::Error) -> String {
 
 /// What went wrong in a plugin call, mapped to the protocol's answers.
 pub(super) fn fault_reply(family: &str, err: &wasmtime::Error, memory: MemoryHit) -> Reply {
-    let memory_hit = memory != MemoryHit::None;
-    crate::metrics::metrics().fault(family, fault_kind(err, memory_hit));
+    crate::metrics::metrics().fault(family, fault_kind(err, memory.any()));
     if matches!(err.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
         tracing::warn!(
             family,
@@ -106,7 +105,7 @@ pub(super) fn fault_reply(family: &str, err: &wasmtime::Error, memory: MemoryHit
             format!("the {family} plugin exceeded its time limit"),
         )
         .retry_after_a_second()
-    } else if memory_hit {
+    } else if memory.any() {
         // (What failed after the cap was hit, say a wasip2 guest's report
         // of the failed allocation reaching for an import it lacks, is not
         // the cause: kept for the debug log.)

@@ -129,7 +129,7 @@ pub trait Limiter: Send + 'static {
     fn memory_limit(&self) -> crate::runtime::limiter::MemoryHit;
     /// Whether it ran into one.
     fn memory_hit(&self) -> bool {
-        self.memory_limit() != crate::runtime::limiter::MemoryHit::None
+        self.memory_limit().any()
     }
     /// Count the call against its client, with its family, as a long call
     /// ([`crate::runtime::long_calls::LongCall::count_against`]).
