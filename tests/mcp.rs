@@ -727,11 +727,7 @@ fn jsonrpc_mcp_server() {
     // An id that names nothing is its route's 404 over MCP too, however
     // short (PROTOCOL 1: well-formed or not).
     let none = rpc(&s, json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "get_contract_status", "arguments": {"contract_id": "CTR"}}})).json();
-    assert_eq!(none["result"]["isError"], true, "{none}");
-    assert_eq!(
-        none["result"]["structuredContent"]["code"], "not_found",
-        "{none}"
-    );
+    assert_eq!(refusal(&none)["code"], "not_found", "{none}");
     let unknown = rpc(&s, json!({"jsonrpc": "2.0", "id": 4, "method": "nope"})).json();
     assert_eq!(unknown["error"]["code"], -32601);
     let r = s.request(
@@ -2261,6 +2257,18 @@ fn call_tool(s: &Server, name: &str, arguments: Value) -> Value {
     r.json()
 }
 
+/// The error body of a refusal (`isError`) by a tool that lists an
+/// `outputSchema`: its text, since such a refusal carries no
+/// `structuredContent` (which MUST fit the schema, and clients check it
+/// even on an error).
+fn refusal(answer: &Value) -> Value {
+    let result = &answer["result"];
+    assert_eq!(result["isError"], true, "{answer}");
+    assert!(result.get("structuredContent").is_none(), "{answer}");
+    let text = result["content"][0]["text"].as_str().expect("a text part");
+    serde_json::from_str(text).expect("the error body as text")
+}
+
 #[test]
 fn mcp_tool_input_errors_are_tool_results() {
     let s = Server::start();
@@ -2340,9 +2348,7 @@ fn mcp_tool_input_errors_are_tool_results() {
         "../../etc/passwd".to_string(),
     ] {
         let r = call_tool(&s, "get_post", json!({"post_id": post_id}));
-        assert_eq!(r["result"]["isError"], true, "{post_id}: {r}");
-        let answer = &r["result"]["structuredContent"];
-        assert_eq!(answer["code"], "not_found", "{post_id}: {r}");
+        assert_eq!(refusal(&r)["code"], "not_found", "{post_id}: {r}");
         let r = execute(
             &s,
             &json!({"tool": "get_post", "arguments": {"post_id": post_id}}),
@@ -2358,6 +2364,8 @@ fn mcp_tool_input_errors_are_tool_results() {
     assert_eq!(r["result"]["isError"], false, "{r}");
     // However large: an index past 2^64 is named by its digits, as the
     // route names it.
+    // (get_attachment lists no outputSchema: its refusals keep their
+    // structuredContent.)
     let r = call_tool(&s, "get_attachment", json!({"post_id": id, "index": 1e20}));
     let answer = &r["result"]["structuredContent"];
     assert_eq!(answer["code"], "not_found", "{r}");
@@ -2528,17 +2536,12 @@ fn execute_and_define_are_tools_over_json_rpc() {
     // Its refusals are the route's: a taken name is 409 conflict, bad
     // TypeScript a 400 with details.
     let r = call_tool(&s, "define", macro_def("rpc_macro"));
-    assert_eq!(r["result"]["isError"], true, "{r}");
-    assert_eq!(r["result"]["structuredContent"]["code"], "conflict", "{r}");
+    assert_eq!(refusal(&r)["code"], "conflict", "{r}");
     assert_eq!(r["result"]["_meta"]["marketplace/status"], 409, "{r}");
     let mut bad = macro_def("rpc_bad");
     bad["typescript"] = json!("return {term: ;");
     let r = call_tool(&s, "define", bad);
-    assert_eq!(r["result"]["isError"], true, "{r}");
-    assert_eq!(
-        r["result"]["structuredContent"]["code"], "invalid_request",
-        "{r}"
-    );
+    assert_eq!(refusal(&r)["code"], "invalid_request", "{r}");
     assert_eq!(
         s.get("/api/mcp").json()["macros"].as_array().unwrap().len(),
         1
@@ -2622,11 +2625,7 @@ fn execute_and_define_are_tools_over_json_rpc() {
         .collect();
     assert_eq!(ids, vec![json!(1), json!(2), json!("three")], "{answers}");
     assert_eq!(answers[0]["result"], json!({}), "{answers}");
-    assert_eq!(answers[1]["result"]["isError"], true, "{answers}");
-    assert_eq!(
-        answers[1]["result"]["structuredContent"]["code"], "macro_error",
-        "{answers}"
-    );
+    assert_eq!(refusal(&answers[1])["code"], "macro_error", "{answers}");
     assert_eq!(answers[2]["error"]["code"], -32603, "{answers}");
     let r = rpc(&s, json!([spin(4)]));
     assert_eq!(r.status, 200, "{}", r.text());
@@ -3724,7 +3723,8 @@ fn read_tools_say_what_their_routes_take() {
     }
     let called = call_tool(&s, "search", json!({"term": "  "}));
     assert_eq!(
-        called["result"]["structuredContent"]["details"][0]["problem"], "must not be blank",
+        refusal(&called)["details"][0]["problem"],
+        "must not be blank",
         "{called}"
     );
 

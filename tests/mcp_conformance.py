@@ -13,6 +13,10 @@ built host on a free loopback port, and runs the suite's server scenarios
   the suite, installed beside it), with
   `tests/mcp_conformance_2026_baseline.yml`.
 
+Then the official TypeScript SDK's client (which the suite installs) runs
+tests/mcp_ts_client.mjs: tools with an outputSchema called to succeed and
+to be refused, each answered as a result, never a thrown schema error.
+
 Exits non-zero when the suite does (a failure not in the baseline, or a
 baseline entry that now passes), when a baseline entry has no reason, when
 the baseline lists a scenario this server must pass, when one of those did
@@ -217,11 +221,30 @@ def check(run, base):
     return [f"{label}: {p}" for p in problems]
 
 
+def ts_client(base):
+    """Problems of the official TypeScript SDK's client (the one the
+    suite depends on, installed with it) against the server at `base`:
+    tests/mcp_ts_client.mjs."""
+    node, _ = install(RUNS[0])
+    sdk = CACHE / "node_modules" / "@modelcontextprotocol" / "sdk"
+    if not (sdk / "package.json").exists():
+        return [f"the TypeScript SDK is not installed at {sdk}"]
+    done = subprocess.run(
+        [str(node), str(ROOT / "tests" / "mcp_ts_client.mjs"), str(sdk), base],
+        capture_output=True, text=True, timeout=120,
+    )
+    print(done.stdout.strip())
+    if done.returncode != 0:
+        return [f"TypeScript SDK client: exit {done.returncode}: {done.stderr[-3000:]}"]
+    return []
+
+
 def main():
     problems = []
     with running() as base:
         for run in RUNS:
             problems += check(run, base)
+        problems += ts_client(base)
     if problems:
         sys.exit("mcp conformance failed:\n  " + "\n  ".join(problems))
 

@@ -261,8 +261,12 @@ fn tools_call(
         Err(why) => return Err(RpcFault::invalid_params(why)),
     };
     let base = origin::base(req);
-    let wrap =
-        |r: Response| fault_answer(200, era.answer(id, tool_result(&r, &base), None, version));
+    let wrap = |r: Response| {
+        fault_answer(
+            200,
+            era.answer(id, tool_result(name, &r, &base), None, version),
+        )
+    };
     let resp = match run_named(name, &args, &wrap, req) {
         Ok(r) => r,
         // The tool called is unknown (a protocol error); a tool that
@@ -275,18 +279,19 @@ fn tools_call(
     // (The endpoint's payment answers, `X-Cash-Change` and
     // `PAYMENT-RESPONSE`, reach the client on this request's HTTP answer,
     // or its fault's: the host passes them on.)
-    Ok(tool_result(&resp, &base))
+    Ok(tool_result(name, &resp, &base))
 }
 
 /// Where a tools/call result carries the HTTP status its endpoint answered.
 const STATUS_META: &str = "marketplace/status";
 
-/// A tools/call result: the tool's answer as text, and as structured
-/// content when it is a JSON object. An answer that is not UTF-8 (an
-/// attachment's bytes) is not text: it comes base64-encoded, as image or
-/// audio content when its media type says so, else as an embedded
-/// resource (`blob`) at `base` + where it came from.
-fn tool_result(resp: &Response, base: &str) -> Value {
+/// A tools/call result of the tool `name`: its answer as text, and as
+/// structured content when it is a JSON object, but for a refusal of a
+/// tool that lists an `outputSchema` (see [`lists_output_schema`]). An
+/// answer that is not UTF-8 (an attachment's bytes) is not text: it comes
+/// base64-encoded, as image or audio content when its media type says so,
+/// else as an embedded resource (`blob`) at `base` + where it came from.
+fn tool_result(name: &str, resp: &Response, base: &str) -> Value {
     let content = match std::str::from_utf8(&resp.body) {
         Ok(text) => object([("type", "text".into()), ("text", text.into())]),
         Err(_) => binary_content(resp, base),
@@ -311,7 +316,28 @@ fn tool_result(resp: &Response, base: &str) -> Value {
         result["structuredContent"] = v;
     }
     x402::annotate(&mut result, resp);
+    // MCP: structured content MUST conform to the tool's outputSchema,
+    // which describes its answers, not its refusals; clients check it
+    // even on an error (the TypeScript SDK's callTool threw a schema error
+    // in place of the refusal). A refusal's body stays the text above.
+    if resp.status >= 400
+        && let Value::Object(r) = &mut result
+        && lists_output_schema(name)
+    {
+        r.remove("structuredContent");
+    }
     result
+}
+
+/// Whether `tools/list` lists an `outputSchema` for the tool `name`: a
+/// built-in whose route answers one object schema, or a macro (which
+/// answers a search).
+fn lists_output_schema(name: &str) -> bool {
+    let builtin = |n: &str| TOOLS.iter().find(|t| t.name == n);
+    builtin(name)
+        .or_else(|| builtin("search"))
+        .and_then(tool_output_schema)
+        .is_some()
 }
 
 /// The most bytes of an answer a tool result carries inline (base64).
