@@ -2843,8 +2843,13 @@ fn a2a_card_send_message_and_get_task() {
     let card = s.get("/.well-known/agent-card.json").json();
     assert_eq!(
         card["supportedInterfaces"],
-        json!([{"url": format!("{base}/a2a"), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}])
+        json!([{"url": format!("{base}/a2a"), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+               {"url": format!("{base}/a2a"), "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}])
     );
+    // A2A 0.3's members, for its clients.
+    assert_eq!(card["url"], format!("{base}/a2a"));
+    assert_eq!(card["preferredTransport"], "JSONRPC");
+    assert_eq!(card["protocolVersion"], "0.3.0");
     assert_eq!(card["documentationUrl"], format!("{base}/docs"));
     assert_eq!(card["capabilities"]["streaming"], false);
     let skills: Vec<&str> = card["skills"]
@@ -2959,8 +2964,6 @@ fn a2a_jsonrpc_errors() {
         -32003
     );
     assert_eq!(code(a2a_req("GetExtendedAgentCard", json!({}))), -32007);
-    // A2A 0.3 method names are not this binding's.
-    assert_eq!(code(a2a_req("message/send", json!({}))), -32601);
     assert_eq!(
         code(json!({"jsonrpc": "1.0", "id": 1, "method": "GetTask"})),
         -32600
@@ -3120,11 +3123,11 @@ fn a2a_jsonrpc_errors() {
             "{r}"
         );
     }
-    // Another major version of A2A.
+    // A version of A2A this agent does not speak.
     let r = s.request(
         "POST",
         "/a2a",
-        &[("content-type", "application/json"), ("a2a-version", "0.3")],
+        &[("content-type", "application/json"), ("a2a-version", "0.2")],
         Some(
             a2a_req("GetTask", json!({"id": task["id"]}))
                 .to_string()
@@ -3763,4 +3766,102 @@ fn read_tools_say_what_their_routes_take() {
         json!({"tool": "get_fees", "arguments": null}),
     );
     assert_eq!(called["result"]["isError"], false, "{called}");
+}
+
+/// A2A 0.3 on the same endpoint: a request without a version naming a 0.3
+/// method is 0.3's (A2A 1.0, 3.6.2), answered in 0.3's shapes; each
+/// version's methods are its own; the version may be a query parameter.
+#[test]
+fn a2a_speaks_0_3_to_0_3_clients() {
+    let s = Server::start();
+    let k = s.identity("a2a03seller");
+    let post = s.new_post(&k, "Hand-planed cherry bookshelf", json!({}));
+    let send = json!({"jsonrpc": "2.0", "id": "x", "method": "message/send", "params": {
+        "message": {"kind": "message", "messageId": "m-03", "role": "user",
+                    "parts": [{"kind": "text", "text": "cherry bookshelf"}]},
+        "configuration": {"blocking": true, "historyLength": 0, "acceptedOutputModes": ["text/plain", "application/json"]}}});
+    let task = a2a(&s, send.clone())["result"].clone();
+    assert_eq!(task["kind"], "task", "{task}");
+    assert_eq!(task["status"]["state"], "completed", "{task}");
+    assert_eq!(task["status"]["message"]["kind"], "message", "{task}");
+    assert_eq!(task["status"]["message"]["role"], "agent", "{task}");
+    let history = task["history"].as_array().unwrap();
+    assert_eq!(
+        history.len(),
+        2,
+        "historyLength 0 is all of it in 0.3: {task}"
+    );
+    assert_eq!(history[0]["role"], "user", "{task}");
+    assert_eq!(
+        history[0]["parts"],
+        json!([{"kind": "text", "text": "cherry bookshelf"}])
+    );
+    let parts = task["artifacts"][0]["parts"].as_array().unwrap();
+    assert_eq!(parts[0]["kind"], "text", "{task}");
+    assert_eq!(parts[1]["kind"], "data", "{task}");
+    assert_eq!(parts[1]["data"]["results"][0]["post_id"], post, "{task}");
+    let id = task["id"].as_str().unwrap();
+
+    // tasks/get answers it again in 0.3's shapes, GetTask in 1.0's (the
+    // task is kept as 1.0 has it).
+    let got = a2a(
+        &s,
+        a2a_req("tasks/get", json!({"id": id, "historyLength": 1})),
+    );
+    assert_eq!(got["result"]["kind"], "task", "{got}");
+    assert_eq!(got["result"]["history"].as_array().map(Vec::len), Some(1));
+    assert_eq!(got["result"]["history"][0]["role"], "agent", "{got}");
+    let modern = a2a(&s, a2a_req("GetTask", json!({"id": id})));
+    assert_eq!(
+        modern["result"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{modern}"
+    );
+    assert_eq!(modern["result"]["history"][0]["role"], "ROLE_USER");
+    assert!(modern["result"].get("kind").is_none(), "{modern}");
+    let code = |r: Value| r["error"]["code"].as_i64();
+    assert_eq!(
+        code(a2a(&s, a2a_req("tasks/cancel", json!({"id": id})))),
+        Some(-32002)
+    );
+    assert_eq!(
+        code(a2a(&s, a2a_req("tasks/get", json!({"id": "task_nope"})))),
+        Some(-32001)
+    );
+    assert_eq!(
+        code(a2a(&s, a2a_req("message/stream", json!({})))),
+        Some(-32004)
+    );
+    // 0.3's roles are its own words.
+    let mut wrong = send.clone();
+    wrong["params"]["message"]["role"] = json!("ROLE_USER");
+    assert_eq!(code(a2a(&s, wrong)), Some(-32602));
+
+    // Versions: the header, else the query parameter.
+    let with = |path: &str, version: Option<&str>, body: &Value| {
+        let mut headers = vec![("content-type", "application/json")];
+        if let Some(v) = version {
+            headers.push(("a2a-version", v));
+        }
+        let r = s.request("POST", path, &headers, Some(body.to_string().as_bytes()));
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    };
+    let modern_send = json!({"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {
+        "message": {"messageId": "m-10", "role": "ROLE_USER", "parts": [{"text": "cherry"}]}}});
+    assert_eq!(with("/a2a", Some("0.3"), &send)["result"]["kind"], "task");
+    assert_eq!(with("/a2a", Some("0.3.0"), &send)["result"]["kind"], "task");
+    assert_eq!(code(with("/a2a", Some("1.0"), &send)), Some(-32601));
+    assert_eq!(code(with("/a2a", Some("0.3"), &modern_send)), Some(-32601));
+    assert_eq!(code(with("/a2a", Some("2.0"), &send)), Some(-32009));
+    assert_eq!(
+        code(with("/a2a?A2A-Version=0.3", None, &modern_send)),
+        Some(-32601)
+    );
+    assert_eq!(
+        code(with("/a2a?A2A-Version=2.0", None, &modern_send)),
+        Some(-32009)
+    );
+    assert!(with("/a2a?A2A-Version=1.0", None, &modern_send)["result"]["task"].is_object());
+    // The header wins over the query parameter.
+    assert!(with("/a2a?A2A-Version=0.3", Some("1.0"), &modern_send)["result"]["task"].is_object());
 }

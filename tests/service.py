@@ -7,6 +7,7 @@ import os
 import pathlib
 import subprocess
 import tempfile
+import time
 import urllib.error
 import urllib.request
 
@@ -73,3 +74,36 @@ def public(secret):
     """The public form of a cash secret (sha256 of its hex string)."""
     amount, _, hex_ = secret.split(":")
     return f"{amount}:public:{hashlib.sha256(hex_.encode()).hexdigest()}"
+
+
+class Identity:
+    """An Ed25519 identity: `fp`, its public key in hex, and `sign`."""
+
+    def __init__(self):
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        self.key = Ed25519PrivateKey.generate()
+        self.fp = self.key.public_key().public_bytes_raw().hex()
+
+    def sign(self, message):
+        """The hex of the Ed25519 signature over `message`'s UTF-8."""
+        return self.key.sign(message.encode()).hex()
+
+
+def create_listing(base, admin, token, content, nickname="a2aseller"):
+    """A newly registered identity's post (both paid with minted cash); its
+    id."""
+    me = Identity()
+
+    def paid(path, body, price):
+        status, _, answer = http("POST", base + path, body, {"x-cash-secret": mint(admin, token, price)})
+        if status not in (200, 201):
+            raise RuntimeError(f"POST {path}: {status} {answer!r}")
+        return json.loads(answer)
+
+    ts = int(time.time())
+    paid("/api/identity", {"nickname": nickname, "pgp_public_key": me.fp,
+                           "signature": me.sign(f"register:{nickname}:{ts}"), "timestamp": ts}, "0.6")
+    ts = int(time.time())
+    return paid("/api/timeline", {"author_fingerprint": me.fp, "content": content,
+                                  "signature": me.sign(f"post:{content}:{ts}"), "timestamp": ts}, "0.3")["post_id"]

@@ -96,6 +96,12 @@ pub const OPS: &[Op] = &[
     Op {
         writes: Some(true),
         patch: Some(a2a_answers),
+        query: &[(
+            "A2A-Version",
+            "string",
+            false,
+            "the A2A version, where the A2A-Version header does not say it (A2A 1.0, 3.6.1): 1.0 or 0.3",
+        )],
         body: Some("JsonRpc"),
         null_absent: false,
         ok: (200, "A2aJsonRpcResponse"),
@@ -104,8 +110,8 @@ pub const OPS: &[Op] = &[
             "/a2a",
             "a2aJsonRpc",
             "mcp",
-            "A2A agent (JSON-RPC binding, A2A 1.0)",
-            "The agent of `/.well-known/agent-card.json`. Methods `SendMessage`, `GetTask` and `ListTasks` (`CancelTask` answers that a task is final; streaming, push notifications and the extended card are not offered). A message needs `messageId` and `role` `ROLE_USER`. A text part is a search term, or names a contract (`contract CTR_...`); a data part is `{term, limit?, post_type?}` or `{contract_id}`. `SendMessage` answers `{task}`: a completed task whose artifact holds a short text and a data part (the search results, or the contract's status and allowed actions); an unknown contract gives a failed task. The task is stored and `GetTask {id}` answers it again (the newest 1000 are kept, of one client address its newest 100). `ListTasks {contextId, status?, pageSize? (1-100, default 50), pageToken?, statusTimestampAfter?, historyLength?, includeArtifacts?}` answers `{tasks, nextPageToken, pageSize (the tasks on this page), totalSize}`: the tasks of that context, newest first (a task is visible by its id or its context's id; without `contextId` the list is empty). A notification (a request without `id`) is answered 202 with no body and runs nothing. Errors are JSON-RPC errors with HTTP 200 (an internal error: 500): -32700 parse, -32600 invalid request, -32601 unknown method, -32602 invalid params, -32001 task not found, -32002 not cancelable, -32003 push notifications, -32004 unsupported operation, -32005 content type (file or URL parts only), -32007 no extended card, -32009 an `A2A-Version` header other than 1.x.",
+            "A2A agent (JSON-RPC binding, A2A 1.0 and 0.3)",
+            "The agent of `/.well-known/agent-card.json`. A2A 1.0's methods `SendMessage`, `GetTask` and `ListTasks` (`CancelTask` answers that a task is final; streaming, push notifications and the extended card are not offered). A message needs `messageId` and `role` `ROLE_USER`. A text part is a search term, or names a contract (`contract CTR_...`); a data part is `{term, limit?, post_type?}` or `{contract_id}`. `SendMessage` answers `{task}`: a completed task whose artifact holds a short text and a data part (the search results, or the contract's status and allowed actions); an unknown contract gives a failed task. The task is stored and `GetTask {id}` answers it again (the newest 1000 are kept, of one client address its newest 100). `ListTasks {contextId, status?, pageSize? (1-100, default 50), pageToken?, statusTimestampAfter?, historyLength?, includeArtifacts?}` answers `{tasks, nextPageToken, pageSize (the tasks on this page), totalSize}`: the tasks of that context, newest first (a task is visible by its id or its context's id; without `contextId` the list is empty). A notification (a request without `id`) is answered 202 with no body and runs nothing. Errors are JSON-RPC errors with HTTP 200 (an internal error: 500): -32700 parse, -32600 invalid request, -32601 unknown method, -32602 invalid params, -32001 task not found, -32002 not cancelable, -32003 push notifications, -32004 unsupported operation, -32005 content type (file or URL parts only), -32007 no extended card, -32009 an `A2A-Version` other than 1.x or 0.3. A2A 0.3 (its method names `message/send`, `tasks/get`, `tasks/cancel`, and its shapes: `kind` members, roles `user` and `agent`, states such as `completed`; `message/send` answers the task itself): a request with `A2A-Version: 0.3`, or with no version (A2A 1.0: no version is 0.3), naming a 0.3 method; a 1.0 method under 0.3, or a 0.3 method under 1.x, is -32601. The version is the `A2A-Version` header, else the `A2A-Version` query parameter.",
         )
     },
     Op {
@@ -291,6 +297,7 @@ pub fn schemas() -> Value {
         "DocsResults": obj(&[("results", json!({"type": "array", "items": obj(&[("title", t("string")), ("path", t("string")), ("snippet", t("string"))], &[])}))], &["results"]),
         "AgentCard": obj(&[("name", t("string")), ("description", t("string")), ("version", t("string")), ("documentationUrl", t("string")),
             ("supportedInterfaces", json!({"type": "array", "minItems": 1, "items": obj(&[("url", t("string")), ("protocolBinding", t("string")), ("protocolVersion", t("string"))], &["url", "protocolBinding", "protocolVersion"])})),
+            ("url", json!({"type": "string", "description": "A2A 0.3: the JSON-RPC endpoint"})), ("preferredTransport", json!({"type": "string", "description": "A2A 0.3: JSONRPC"})), ("protocolVersion", json!({"type": "string", "description": "A2A 0.3: the 0.3 version a 0.3 client speaks here (1.x clients read supportedInterfaces)"})),
             ("capabilities", obj(&[("streaming", t("boolean")), ("pushNotifications", t("boolean")), ("extendedAgentCard", t("boolean"))], &[])),
             ("defaultInputModes", json!({"type": "array", "items": t("string")})), ("defaultOutputModes", json!({"type": "array", "items": t("string")})),
             ("skills", json!({"type": "array", "items": obj(&[("id", t("string")), ("name", t("string")), ("description", t("string")), ("tags", json!({"type": "array", "items": t("string")})), ("examples", json!({"type": "array", "items": t("string")})), ("inputModes", json!({"type": "array", "items": t("string")})), ("outputModes", json!({"type": "array", "items": t("string")}))], &["id", "name", "description", "tags"])}))],

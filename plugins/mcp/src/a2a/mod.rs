@@ -1,5 +1,6 @@
 //! `POST /a2a`: an A2A 1.0 agent over the JSON-RPC binding, and its card
-//! (`GET /.well-known/agent-card.json`).
+//! (`GET /.well-known/agent-card.json`); A2A 0.3's methods and shapes too
+//! (`v03`).
 //!
 //! Two skills, answered at once as completed tasks:
 //! - `search`: a text part is the search term (or a data part `{term,
@@ -22,6 +23,8 @@
 //! `ListTasks`;
 //! ProtoJSON: camelCase members, `TASK_STATE_COMPLETED`, `ROLE_USER`).
 
+mod v03;
+
 use crate::{origin, run::call};
 use marketplace_guest::index::search_term;
 use marketplace_guest::prelude::*;
@@ -29,6 +32,10 @@ use marketplace_guest::{clock, ids, rfc3339};
 
 /// The A2A protocol version this endpoint speaks.
 pub const VERSION: &str = "1.0";
+/// A2A 0.3, which this endpoint also speaks (see [`v03`]): as
+/// `supportedInterfaces` names it, and as a 0.3 card's `protocolVersion`.
+pub const V03: &str = "0.3";
+const V03_CARD: &str = "0.3.0";
 /// The binding, as named in `supportedInterfaces`.
 pub const BINDING: &str = "JSONRPC";
 /// Tasks kept for `GetTask`; the oldest is dropped past this.
@@ -65,7 +72,13 @@ pub fn card(base: &str, version: &str) -> Value {
         "description": "Marketplace of listings and escrow contracts for people and agents. This agent searches the listings and reads arbitration contracts; posting, buying and the other paid actions use the HTTP API (see documentationUrl), paid in bearer cash (HTTP 402).",
         "supportedInterfaces": [
             {"url": format!("{base}/a2a"), "protocolBinding": BINDING, "protocolVersion": VERSION},
+            {"url": format!("{base}/a2a"), "protocolBinding": BINDING, "protocolVersion": V03},
         ],
+        // A2A 0.3's members, for its clients (1.x clients read
+        // supportedInterfaces and pass these over).
+        "url": format!("{base}/a2a"),
+        "preferredTransport": BINDING,
+        "protocolVersion": V03_CARD,
         "version": version,
         "documentationUrl": format!("{base}/docs"),
         "capabilities": {"streaming": false, "pushNotifications": false, "extendedAgentCard": false},
@@ -95,6 +108,7 @@ pub fn card(base: &str, version: &str) -> Value {
 }
 
 /// A JSON-RPC failure: code and message.
+#[derive(Debug)]
 struct RpcError(i64, String);
 
 fn err(code: i64, message: impl Into<String>) -> RpcError {
@@ -156,22 +170,20 @@ pub fn handle(req: &Request) -> Result<Response, ApiError> {
             body: vec![],
         });
     }
-    if let Some(v) = req
-        .header("a2a-version")
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-        && v.split('.').next() != Some("1")
-    {
-        return Ok(answer(
-            &id,
-            Err(err(
-                VERSION_NOT_SUPPORTED,
-                format!("A2A version {v} is not supported; this agent speaks {VERSION}"),
-            )),
-        ));
-    }
+    let (method, legacy) = match versioned(req, method) {
+        Ok(m) => m,
+        Err(e) => return Ok(answer(&id, Err(e))),
+    };
     let empty = json!({});
-    let params = msg.get("params").unwrap_or(&empty);
+    let mut params = msg.get("params").unwrap_or(&empty);
+    let converted;
+    if legacy {
+        converted = match v03::params_in(method, params) {
+            Ok(p) => p,
+            Err(e) => return Ok(answer(&id, Err(e))),
+        };
+        params = &converted;
+    }
     let result = match method {
         "SendMessage" => send_message(req, params),
         "GetTask" => get_task(params),
@@ -194,7 +206,52 @@ pub fn handle(req: &Request) -> Result<Response, ApiError> {
         )),
         _ => Err(err(METHOD_NOT_FOUND, format!("method not found: {method}"))),
     };
+    let result = result.map(|r| {
+        if legacy {
+            v03::result_out(method, r)
+        } else {
+            r
+        }
+    });
     Ok(answer(&id, result))
+}
+
+/// The A2A version a request names: its `A2A-Version` header, else its
+/// `A2A-Version` query parameter (A2A 1.0, 3.6.1); none when empty.
+fn requested_version(req: &Request) -> Option<&str> {
+    req.header("a2a-version")
+        .or_else(|| req.query("A2A-Version"))
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+}
+
+/// The 1.0 method a request runs, and whether it is A2A 0.3's (its names
+/// and shapes, translated by [`v03`]). A request without a version is
+/// 0.3's by its method names (A2A 1.0, 3.6.2: no version is 0.3) and 1.0's
+/// by 1.0's, whose names 0.3 does not have. Each version has its own
+/// methods: one of the other's is not found; another version is -32009.
+fn versioned<'a>(req: &Request, method: &'a str) -> Result<(&'a str, bool), RpcError> {
+    let named = requested_version(req);
+    let legacy = v03::method(method);
+    match (named, legacy) {
+        (None, Some(v10)) => Ok((v10, true)),
+        (Some(v), Some(v10)) if v03::is_v03(v) => Ok((v10, true)),
+        (Some(v), None) if v03::is_v03(v) => Err(err(
+            METHOD_NOT_FOUND,
+            format!(
+                "method not found: {method} is not an A2A 0.3 method (0.3's: message/send, tasks/get, tasks/cancel)"
+            ),
+        )),
+        (Some(v), _) if v.split('.').next() != Some("1") => Err(err(
+            VERSION_NOT_SUPPORTED,
+            format!("A2A version {v} is not supported; this agent speaks {VERSION} and 0.3"),
+        )),
+        (Some(v), Some(v10)) => Err(err(
+            METHOD_NOT_FOUND,
+            format!("method not found: {method} is A2A 0.3's; under A2A-Version {v} it is {v10}"),
+        )),
+        (_, None) => Ok((method, false)),
+    }
 }
 
 fn answer(id: &Value, result: Result<Value, RpcError>) -> Response {
