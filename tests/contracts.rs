@@ -645,6 +645,66 @@ fn pickup_paid_first_pickup_pays_the_fee_and_payout_is_whole() {
     assert_eq!(act(&s, &d.buyer, &id, "pickup").status, 200);
 }
 
+/// PROTOCOL 10 (which wins over 3): a payout goes to a legacy signature
+/// once. An identical retry of a paid legacy pickup (the same body and the
+/// same, now spent, fee secret) is answered as a later legacy pickup is,
+/// not with the kept payout: a copy of the request (a proxy's log) would
+/// otherwise collect it. The payment's change still comes back, and a
+/// fresh signature still fetches the payout.
+#[test]
+fn a_paid_legacy_pickup_hands_its_payout_out_once_even_to_a_retry() {
+    let s = pickup_paid_server();
+    let d = deal(&s);
+    let id = contract_in(&s, &d, "active");
+    assert_eq!(act(&s, &d.buyer, &id, "release").status, 200);
+    let fee = s.mint("0.05");
+    let pickup = || act_with(&s, &d.seller, &id, "pickup", json!({}), None, Some(&fee));
+    let first = pickup();
+    assert_eq!(first.status, 200, "{}", first.text());
+    let payout = first.json()["payout"].as_str().unwrap().to_string();
+    let change = first.header("x-cash-change").unwrap().to_string();
+    assert!(change.starts_with("e0.02:secret:"), "{change}");
+    assert_eq!(s.cash_state(&payout), (json!(false), json!("1")));
+    for _ in 0..2 {
+        let again = pickup();
+        assert_eq!(
+            (again.status, again.code().as_str()),
+            (409, "already_picked_up"),
+            "{}",
+            again.text()
+        );
+        assert!(!again.text().contains(&payout[11..]), "{}", again.text());
+        assert_eq!(again.json()["issued"], public_form(&payout));
+        assert_eq!(again.header("x-cash-change"), Some(change.as_str()));
+    }
+    // The fee was taken once, the change is the payer's, the payout is
+    // still the seller's to fetch with a fresh signature.
+    assert_eq!(s.cash_state(&fee).0, json!(true));
+    assert_eq!(s.cash_state(&change), (json!(false), json!("0.02")));
+    let fresh = act(&s, &d.seller, &id, "pickup");
+    assert_eq!(fresh.status, 200, "{}", fresh.text());
+    assert_eq!(fresh.json()["payout"], payout.as_str());
+    // A paid fresh-signature pickup keeps its answer for identical
+    // retries (PROTOCOL 3): its signature is its holder's alone.
+    let id = contract_in(&s, &d, "active");
+    assert_eq!(act(&s, &d.buyer, &id, "release").status, 200);
+    let (ts, fee) = (fresh_ts(0), s.mint("0.03"));
+    let paid = || {
+        act_with(
+            &s,
+            &d.seller,
+            &id,
+            "pickup",
+            json!({}),
+            Some(ts),
+            Some(&fee),
+        )
+    };
+    let first = paid();
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(paid().json()["payout"], first.json()["payout"]);
+}
+
 #[test]
 fn contracts_keep_the_policy_they_were_bought_under() {
     let s = Server::start();

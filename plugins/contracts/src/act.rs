@@ -228,7 +228,9 @@ pub(crate) fn act(req: &Request, action: Action) -> Result<Response, ApiError> {
 /// A payout or refund: to a fresh signature (`{contract_id}:{timestamp}`)
 /// at any time; to a legacy one (`{contract_id}`, what the original client
 /// sends) once, a later legacy pickup being 409 `already_picked_up` with
-/// the public form of what was issued (PROTOCOL 10).
+/// the public form of what was issued (PROTOCOL 10), an identical retry of
+/// a paid one too: its kept answer (PROTOCOL 3) would hand the secret out
+/// again to whoever holds a copy of the request and its spent fee secret.
 fn collect(
     c: &mut Contract,
     kind: &str,
@@ -237,26 +239,34 @@ fn collect(
 ) -> Result<String, ApiError> {
     let secret = escrow::payout(&c.contract_id, kind, units)?;
     if timestamp.is_none() {
+        let handed_out = already_picked_up(c, kind, &secret)?;
         if c.legacy_pickups.iter().any(|k| k == kind) {
-            let public = marketplace_common::secret::parse(&secret)
-                .map(|p| {
-                    let hash = hex::sha256(&p.hex);
-                    marketplace_common::secret::public_string(p.amount, &hash)
-                })
-                .map_err(ApiError::internal)?;
-            return Err(ApiError::new(
-                409,
-                "already_picked_up",
-                format!(
-                    "the {kind} of {} was handed out already; sign \"{{contract_id}}:{{timestamp}}\" and send timestamp to fetch it again",
-                    c.contract_id
-                ),
-            )
-            .with("issued", json!(public)));
+            return Err(handed_out);
         }
         c.legacy_pickups.push(kind.to_string());
+        answer_retries_with(&handed_out);
     }
     Ok(secret)
+}
+
+/// The 409 of a legacy pickup of `kind`, `secret`, handed out already: its
+/// public form, and how to fetch it again.
+fn already_picked_up(c: &Contract, kind: &str, secret: &str) -> Result<ApiError, ApiError> {
+    let public = marketplace_common::secret::parse(secret)
+        .map(|p| {
+            let hash = hex::sha256(&p.hex);
+            marketplace_common::secret::public_string(p.amount, &hash)
+        })
+        .map_err(ApiError::internal)?;
+    Ok(ApiError::new(
+        409,
+        "already_picked_up",
+        format!(
+            "the {kind} of {} was handed out already; sign \"{{contract_id}}:{{timestamp}}\" and send timestamp to fetch it again",
+            c.contract_id
+        ),
+    )
+    .with("issued", json!(public)))
 }
 
 /// Under pickup-paid, the first settlement-side pickup pays the fee.

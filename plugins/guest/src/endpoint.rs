@@ -729,6 +729,14 @@ pub fn charge_price(action: &str, price: u64) -> Result<Value, ApiError> {
     receipt_doc(payments::charge_price(action, price)?)
 }
 
+/// What an identical retry of this paid request (PROTOCOL 3) is answered
+/// instead of this request's own answer, once it commits: `e`, for an
+/// answer that must not be handed out twice (the host keeps the payment's
+/// change in it).
+pub fn answer_retries_with(e: &ApiError) {
+    payments::retry_answer(e.status, &e.body().to_string());
+}
+
 fn receipt_doc(r: payments::Receipt) -> Result<Value, ApiError> {
     Ok(serde_json::json!({
         "action": r.action,

@@ -120,8 +120,9 @@ pub mod fee_bindings {
 pub mod prelude {
     #[cfg(feature = "endpoint")]
     pub use crate::endpoint::{
-        Body, Endpoint, Request, Response, charge, charge_price, json, json_members, json_text, kv,
-        object, precheck, require_identity, unregistered, unsigned, verify, verify_in_order,
+        Body, Endpoint, Request, Response, answer_retries_with, charge, charge_price, json,
+        json_members, json_text, kv, object, precheck, require_identity, unregistered, unsigned,
+        verify, verify_in_order,
     };
     pub use crate::error::{ApiError, Detail};
     #[cfg(feature = "fee-policy")]

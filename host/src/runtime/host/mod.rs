@@ -187,6 +187,9 @@ pub struct Ctx {
     prechecked: Vec<wit_auth::Signed>,
     /// The answer the plugin asked for should it fault (`limits.on-fault`).
     on_fault: Option<Reply>,
+    /// What an identical retry of this paid request gets instead of its
+    /// answer (`payments.retry-answer`).
+    retry_answer: Option<Reply>,
     /// In upstream mode, the payment taken at the upstream webcash server:
     /// split when the request commits, refunded in the answer otherwise.
     upstream: Option<crate::money::upstream::Held>,
@@ -274,6 +277,7 @@ impl Ctx {
             change_stand_in: None,
             prechecked: Vec::new(),
             on_fault: None,
+            retry_answer: None,
             upstream: None,
             limiter: CallLimiter::new(memory_bytes),
             memo: None,
@@ -309,6 +313,7 @@ impl Ctx {
             change_stand_in: None,
             prechecked: Vec::new(),
             on_fault: None,
+            retry_answer: None,
             upstream: None,
             // (A smoke call's memory is not held to the requests' total.)
             limiter: CallLimiter::outside_total(memory_bytes),
@@ -600,6 +605,8 @@ impl Ctx {
         reply: &Reply,
     ) -> Result<(), StorageError> {
         use crate::money::ledger::Ledger;
+        let kept = self.kept_for_retries(reply);
+        let reply = &*kept;
         match (&self.charged, &self.replay_key) {
             (Some(c), Some(retry)) if !c.public.is_empty() => {
                 let now_ms = self.rt.as_ref().map_or(0, |rt| rt.now_ms());
@@ -621,6 +628,24 @@ impl Ctx {
             }
             _ => Ok(()),
         }
+    }
+
+    /// What identical retries get: `reply`, or the plugin's retry answer
+    /// (`payments.retry-answer`) with `reply`'s change header, since the
+    /// change is the payer's whichever answer the retry gets.
+    fn kept_for_retries<'a>(&self, reply: &'a Reply) -> std::borrow::Cow<'a, Reply> {
+        let Some(instead) = &self.retry_answer else {
+            return std::borrow::Cow::Borrowed(reply);
+        };
+        let mut kept = instead.clone();
+        kept.headers.extend(
+            reply
+                .headers
+                .iter()
+                .filter(|(k, _)| k.eq_ignore_ascii_case("x-cash-change"))
+                .cloned(),
+        );
+        std::borrow::Cow::Owned(kept)
     }
 
     /// Whether the shared store is unavailable, or was a moment ago.

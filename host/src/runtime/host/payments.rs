@@ -211,4 +211,20 @@ impl payments::Host for Ctx {
             .as_ref()
             .map_or_else(String::new, |rt| rt.fee_policy())
     }
+
+    fn retry_answer(&mut self, status: u16, body: String) {
+        // As `limits.on-fault`: an answer the host may not send is not
+        // kept (a retry then gets the request's own answer), said in the log.
+        let may = crate::reply::PluginGrants {
+            relayed: &[],
+            ..self.may_send()
+        };
+        let json = vec![("content-type".to_string(), "application/json".to_string())];
+        match Reply::from_plugin(status, json, body.into_bytes(), may) {
+            Ok(reply) => self.retry_answer = Some(reply),
+            Err(why) => {
+                tracing::warn!(family = %self.family, "retry answer not kept: {why}");
+            }
+        }
+    }
 }
