@@ -475,3 +475,63 @@ fn the_template_plugin_is_a_working_component() {
         .clone();
     assert_eq!(template["version"], env!("CARGO_PKG_VERSION"));
 }
+
+/// A request routed to a family before a swap that takes its route away,
+/// and still waiting for a slot when the swap lands, is answered as the
+/// table in force then says (404, the host's own), never handed to the new
+/// component, which does not declare it (an outside probe saw the new
+/// component's own 404 for a route it never declared).
+#[test]
+fn a_request_waiting_across_a_swap_that_drops_its_route_is_not_handed_over() {
+    let s = Server::with(common::Options {
+        testing_routes: true,
+        env: vec![
+            // Four loops run (the family's half of the pool of eight), four
+            // wait for its slots; none is held back as an address's long call.
+            // The running ones' 8 s leave the swap (a small component's
+            // compile) seconds to land on a loaded machine.
+            ("MARKETPLACE_MAX_INSTANCES".into(), "8".into()),
+            ("MARKETPLACE_REQUEST_TIMEOUT_MS".into(), "8000".into()),
+            ("MARKETPLACE_MAX_LONG_CALLS_PER_IP".into(), "0".into()),
+        ],
+        ..Default::default()
+    });
+    let answers = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..8 {
+            scope.spawn(|| {
+                let r = s.get("/_testing/loop");
+                answers.lock().unwrap().push((r.status, r.text()));
+            });
+        }
+        let until = Instant::now() + Duration::from_secs(10);
+        while s.metric("marketplace_requests_in_flight") < 8 {
+            assert!(Instant::now() < until, "the loops never all arrived");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // The template component, which declares no /_testing route.
+        let wasm = std::fs::read(common::plugins_dir().join("template.wasm")).unwrap();
+        let r = admin(&s, "PUT", "/admin/plugins/testing", &wasm);
+        assert_eq!(r.status, 200, "{}", r.text());
+    });
+    let answers = answers.into_inner().unwrap();
+    let moved: Vec<_> = answers
+        .iter()
+        .filter(|(status, _)| *status == 404)
+        .collect();
+    assert!(
+        !moved.is_empty() && answers.len() == 8,
+        "no request waited across the swap: {answers:?}"
+    );
+    for (status, text) in &answers {
+        match status {
+            // Ran on the loop before the swap: stopped at its time limit.
+            503 => {}
+            404 => assert!(
+                text.contains("no route for GET /_testing/loop"),
+                "not the host's 404: {text}"
+            ),
+            _ => panic!("{status} {text}"),
+        }
+    }
+}

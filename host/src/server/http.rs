@@ -824,7 +824,8 @@ async fn dispatch(
         return (reply, None);
     }
     let path = routes::canonical_path(req.uri().path());
-    let (route, params) = match app.runtime.find(&method, &path) {
+    let table = app.runtime.served().table.clone();
+    let (route, params) = match table.find(&method, &path) {
         Match::Found { route, params } => (route, params),
         // While the families load, the path may be one of theirs.
         Match::NotFound if app.runtime.loading() => {
@@ -875,6 +876,7 @@ async fn dispatch(
     let alias = (req.uri().path() != path).then(|| (path.clone(), req.uri().path().to_string()));
     let found = Found {
         route,
+        table,
         params,
         method,
         path,
@@ -896,10 +898,61 @@ async fn dispatch(
     (reply, served_by)
 }
 
+/// The answer to a family's request whose route a change of components
+/// took away, or gave another family or another declaration, while its
+/// body came in or it waited its turn: as the table in force now answers
+/// (404, 405), or 503 to send it again (the new route may read it
+/// otherwise). None when the route stands: the request runs on the
+/// family's component in force, which declares it (an outside probe saw a
+/// swapped-in component handed a route it did not declare).
+fn moved_meanwhile(
+    app: &App,
+    routed: &Arc<routes::Table>,
+    route: &Route,
+    method: &str,
+    path: &str,
+) -> Option<Reply> {
+    if !matches!(route.handler, Handler::Family(_)) {
+        return None;
+    }
+    let now = app.runtime.served();
+    // (A new version declaring the same api keeps the table.)
+    if Arc::ptr_eq(&now.table, routed) {
+        return None;
+    }
+    match now.table.find(method, path) {
+        Match::Found { route: r, .. }
+            if r.handler == route.handler
+                && r.pattern == route.pattern
+                && r.writes == route.writes
+                && r.paid == route.paid
+                && r.max_body == route.max_body =>
+        {
+            None
+        }
+        Match::NotFound => Some(Reply::no_route(as_get(method), path, "")),
+        Match::MethodNotAllowed(allowed) => Some(Reply::method_not_allowed(
+            as_get(method),
+            &crate::logging::clip(path, crate::logging::SHOWN_PATH),
+            &allowed,
+        )),
+        Match::Found { .. } => Some(
+            Reply::error(
+                503,
+                "plugin_unavailable",
+                "the components changed while this request waited its turn, and its route with them: send it again",
+            )
+            .retry_after_a_second(),
+        ),
+    }
+}
+
 /// A request's route, its parameters, its method (upper case) and its
 /// canonical path.
 struct Found {
     route: Arc<Route>,
+    /// The route table it was found in.
+    table: Arc<routes::Table>,
     params: Vec<(String, String)>,
     method: String,
     path: String,
@@ -918,6 +971,7 @@ async fn serve_route(
 ) -> Reply {
     let Found {
         route,
+        table,
         params,
         method,
         path,
@@ -1046,6 +1100,9 @@ async fn serve_route(
         }
         _ => None,
     };
+    if let Some(moved) = moved_meanwhile(app, &table, &route, &method, &path) {
+        return moved;
+    }
     // Running: its body is the running request's now (bounded by the pool).
     drop(pending);
 
