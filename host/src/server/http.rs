@@ -912,9 +912,9 @@ fn moved_meanwhile(
     method: &str,
     path: &str,
 ) -> Option<Reply> {
-    if !matches!(route.handler, Handler::Family(_)) {
+    let Handler::Family(family) = &route.handler else {
         return None;
-    }
+    };
     let now = app.runtime.served();
     // (A new version declaring the same api keeps the table.)
     if Arc::ptr_eq(&now.table, routed) {
@@ -930,7 +930,18 @@ fn moved_meanwhile(
         {
             None
         }
-        Match::NotFound => Some(Reply::no_route(as_get(method), path, "")),
+        Match::NotFound => {
+            let why = app
+                .runtime
+                .plugin(family)
+                .is_none()
+                .then(|| format!(": the {family} family was unmounted"));
+            Some(Reply::no_route(
+                as_get(method),
+                path,
+                why.as_deref().unwrap_or(""),
+            ))
+        }
         Match::MethodNotAllowed(allowed) => Some(Reply::method_not_allowed(
             as_get(method),
             &crate::logging::clip(path, crate::logging::SHOWN_PATH),
