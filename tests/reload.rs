@@ -535,3 +535,67 @@ fn a_request_waiting_across_a_swap_that_drops_its_route_is_not_handed_over() {
         }
     }
 }
+
+/// A file over a configured family's component that cannot be read (empty,
+/// over the size a component may have) is listed as refused, as a file
+/// that is no component is: what serves goes on serving, but the next
+/// start would not load it (an outside probe's empty fee file was said only
+/// in a log line, until a restart made every paid route 503). The good
+/// file back clears it.
+#[test]
+fn an_unreadable_component_file_is_listed_as_refused() {
+    let plugins = plugin_copy();
+    let s = Server::with(common::Options {
+        plugins_dir: Some(plugins.path().to_path_buf()),
+        ..Default::default()
+    });
+    let fees_status = || {
+        let list = admin(&s, "GET", "/admin/plugins", b"").json();
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["family"] == "fees")
+            .cloned()
+            .unwrap()
+    };
+    let until = |what: &str, done: &dyn Fn(&serde_json::Value) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let p = fees_status();
+            if done(&p) {
+                return p;
+            }
+            assert!(Instant::now() < deadline, "{what}: {p}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let file = plugins.path().join("fees_bid_inclusive.wasm");
+    let good = std::fs::read(&file).unwrap();
+    install_bytes(b"", &file);
+    let p = until("the empty file listed", &|p| p.get("refused").is_some());
+    assert_eq!(p["status"], "ok", "{p}");
+    assert_eq!(p["refused"]["file"], "fees_bid_inclusive.wasm", "{p}");
+    assert!(
+        p["refused"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("not read: an empty file"),
+        "{p}"
+    );
+    assert_eq!(policy(&s), "bid-inclusive");
+    // The CLI says it too.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_marketplace"))
+        .args(["plugins", "list", "--admin", &format!("http://{}", s.admin)])
+        .env("MARKETPLACE_ADMIN_TOKEN", ADMIN_TOKEN)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("fees_bid_inclusive.wasm"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The same bytes as serve, back: nothing refused any more.
+    install_bytes(&good, &file);
+    until("the refusal cleared", &|p| p.get("refused").is_none());
+    assert_eq!(policy(&s), "bid-inclusive");
+}

@@ -56,8 +56,10 @@ impl Seen {
     /// the next event or poll. So a copy is not first refused as an empty
     /// component, nor as a cut-short one while its writer goes on writing
     /// (a writer that stalls midway for longer than a read still has its
-    /// part read: write aside and rename, as README says).
-    fn changed(&mut self, path: &Path) -> Option<Vec<u8>> {
+    /// part read: write aside and rename, as README says). A file that
+    /// still cannot be read past that (empty, a FIFO, over the size a
+    /// component may have) is `Err` with why, once per change of it.
+    fn changed(&mut self, path: &Path) -> Option<Result<Vec<u8>, String>> {
         let now = stamp(path);
         if now.is_none() || now == self.stamp {
             return None;
@@ -74,11 +76,13 @@ impl Seen {
                     .is_some_and(|age| age < POLL);
                 if fresh {
                     tracing::debug!("{} not read yet: {e}", path.display());
-                } else {
-                    self.stamp = now;
-                    tracing::warn!("{} not read: {e}", path.display());
+                    return None;
                 }
-                return None;
+                self.stamp = now;
+                // (Unread: the same bytes back are a change again.)
+                self.hash = None;
+                tracing::warn!("{} not read: {e}", path.display());
+                return Some(Err(format!("not read: {e}")));
             }
         };
         self.stamp = now;
@@ -91,7 +95,7 @@ impl Seen {
             return None;
         }
         self.hash = Some(hash);
-        Some(bytes)
+        Some(Ok(bytes))
     }
 }
 
@@ -318,10 +322,20 @@ fn say_if_removed(rt: &Runtime, family: &str, path: &Path, last: &mut Seen) {
 /// looked at again.
 fn look_at(rt: &Runtime, family: &str, component: &str, path: &Path, last: &mut Seen, kept: &Kept) {
     let before = last.clone();
-    if let Some(bytes) = last.changed(path)
-        && !swap_in(rt, family, component, path, &bytes, kept)
-    {
-        *last = before;
+    match last.changed(path) {
+        Some(Ok(bytes)) if !swap_in(rt, family, component, path, &bytes, kept) => {
+            *last = before;
+        }
+        Some(Ok(_)) => {}
+        // Listed as any refused file (`GET /admin/plugins`, `plugins
+        // list`, health's alert): what serves goes on serving, but a start
+        // would not load this file (an outside probe's empty fee file was
+        // said only in the log, until a restart made every paid route 503).
+        Some(Err(why)) => {
+            let gone_with = in_families_dir(component).then_some(path);
+            rt.refusals.note(family, gone_with, component, &[], why);
+        }
+        None => {}
     }
 }
 
@@ -505,6 +519,7 @@ fn watch_families_dir(rt: &Runtime, dir: &Path, state: &mut FamiliesDir, kept: &
             // Said once per change of the file: an operator dropping it
             // there expects it to mount.
             if let Some(bytes) = ignored.entry(path.clone()).or_default().changed(&path) {
+                let bytes = bytes.unwrap_or_default();
                 let why = if !valid {
                     format!(
                         "its name is not a family name ({})",
