@@ -599,3 +599,47 @@ fn an_unreadable_component_file_is_listed_as_refused() {
     until("the refusal cleared", &|p| p.get("refused").is_none());
     assert_eq!(policy(&s), "bid-inclusive");
 }
+
+/// A staged component is precompiled beside the watcher, not in its way: a
+/// swap made while a large staged component compiles serves at once (an
+/// outside probe's fee swap waited 10 to 15 s behind such a compile).
+#[test]
+fn a_swap_does_not_wait_for_a_staged_component_to_compile() {
+    let plugins = plugin_copy();
+    let s = Server::with(common::Options {
+        plugins_dir: Some(plugins.path().to_path_buf()),
+        ..Default::default()
+    });
+    // The mcp component with a custom section appended: the largest one,
+    // under a hash no cache has compiled.
+    let mut staged = std::fs::read(plugins.path().join("mcp.wasm")).unwrap();
+    let name = b"staged-for-a-test";
+    let payload = format!("{:?}", Instant::now());
+    let size = 1 + name.len() + payload.len();
+    assert!(size < 128, "one-byte LEB128 sizes");
+    staged.extend_from_slice(&[0, size as u8, name.len() as u8]);
+    staged.extend_from_slice(name);
+    staged.extend_from_slice(payload.as_bytes());
+    install_bytes(&staged, &plugins.path().join("next_mcp.wasm"));
+    // The watcher has seen it (a notification wakes it at once).
+    std::thread::sleep(Duration::from_millis(500));
+    install(
+        &plugins.path().join("fees_pickup_paid.wasm"),
+        &plugins.path().join("fees_bid_inclusive.wasm"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while policy(&s) != "pickup-paid" {
+        assert!(Instant::now() < deadline, "the swap never served");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let at_swap = s.log_text();
+    assert!(
+        !at_swap.contains("staged component ready (precompiled): ")
+            || !at_swap.contains("next_mcp.wasm"),
+        "the swap waited for the staged compile:\n{at_swap}"
+    );
+    // And the staged one is ready in its time.
+    s.wait_log("the staged component precompiled", |log| {
+        log.contains("staged component ready (precompiled): ") && log.contains("next_mcp.wasm")
+    });
+}

@@ -386,6 +386,7 @@ pub fn spawn(rt: Arc<Runtime>, stop: Arc<AtomicBool>, kept: Kept) -> std::io::Re
     let mut watcher = notifier(&dir, &families_dir, tx);
     // Mounted before the host says it is ready.
     watch_families_dir(&rt, &families_dir, &mut mounted, &kept);
+    let stage = stager(rt.clone(), stop.clone())?;
     std::thread::Builder::new()
         .name("plugin-watch".into())
         .spawn(move || {
@@ -415,14 +416,7 @@ pub fn spawn(rt: Arc<Runtime>, stop: Arc<AtomicBool>, kept: Kept) -> std::io::Re
                     let now = stamp(&path);
                     if staged.get(&path) != Some(&now) {
                         staged.insert(path.clone(), now);
-                        if let Ok(bytes) = super::engine::read_component(&path)
-                            && rt.precompile(&bytes)
-                        {
-                            tracing::info!(
-                                "staged component ready (precompiled): {}",
-                                path.display()
-                            );
-                        }
+                        let _ = stage.send(path);
                     }
                 }
                 rt.refusals.forget_removed();
@@ -439,6 +433,32 @@ pub fn spawn(rt: Arc<Runtime>, stop: Arc<AtomicBool>, kept: Kept) -> std::io::Re
             drop(watcher);
         })?;
     Ok(())
+}
+
+/// A thread that precompiles the staged components sent to it, one at a
+/// time, until `stop`: off the watcher's thread, whose swaps an operator
+/// waits for (an outside probe's fee swap waited 10 to 15 s behind the
+/// compile of a large staged component).
+fn stager(
+    rt: Arc<Runtime>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<std::sync::mpsc::Sender<PathBuf>> {
+    let (tx, rx) = std::sync::mpsc::channel::<PathBuf>();
+    std::thread::Builder::new()
+        .name("plugin-stage".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(path) = rx.recv_timeout(POLL) else {
+                    continue;
+                };
+                if let Ok(bytes) = super::engine::read_component(&path)
+                    && rt.precompile(&bytes)
+                {
+                    tracing::info!("staged component ready (precompiled): {}", path.display());
+                }
+            }
+        })?;
+    Ok(tx)
 }
 
 /// A watcher of the plugins directory and its families directory that
