@@ -3832,9 +3832,16 @@ fn a2a_speaks_0_3_to_0_3_clients() {
         Some(-32004)
     );
     // 0.3's roles are its own words.
-    let mut wrong = send.clone();
-    wrong["params"]["message"]["role"] = json!("ROLE_USER");
-    assert_eq!(code(a2a(&s, wrong)), Some(-32602));
+    for role in ["ROLE_USER", "agent"] {
+        let mut wrong = send.clone();
+        wrong["params"]["message"]["role"] = json!(role);
+        let r = a2a(&s, wrong);
+        assert_eq!(code(r.clone()), Some(-32602), "{r}");
+        assert!(
+            r["error"]["message"].as_str().unwrap().contains("\"user\""),
+            "{r}"
+        );
+    }
 
     // Versions: the header, else the query parameter.
     let with = |path: &str, version: Option<&str>, body: &Value| {
@@ -3862,6 +3869,11 @@ fn a2a_speaks_0_3_to_0_3_clients() {
         Some(-32009)
     );
     assert!(with("/a2a?A2A-Version=1.0", None, &modern_send)["result"]["task"].is_object());
+    // An empty header says nothing: the query parameter does.
+    assert_eq!(
+        code(with("/a2a?A2A-Version=2.0", Some(""), &modern_send)),
+        Some(-32009)
+    );
     // The header wins over the query parameter.
     assert!(with("/a2a?A2A-Version=0.3", Some("1.0"), &modern_send)["result"]["task"].is_object());
 }

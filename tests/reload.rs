@@ -575,6 +575,8 @@ fn an_unreadable_component_file_is_listed_as_refused() {
     let p = until("the empty file listed", &|p| p.get("refused").is_some());
     assert_eq!(p["status"], "ok", "{p}");
     assert_eq!(p["refused"]["file"], "fees_bid_inclusive.wasm", "{p}");
+    // (No bytes read: no hash to show.)
+    assert_eq!(p["refused"]["hash"], "", "{p}");
     assert!(
         p["refused"]["error"]
             .as_str()

@@ -290,7 +290,7 @@ fn swap_in(
                 ));
             }
             rt.refusals
-                .note(family, gone_with, component, bytes, why.clone());
+                .note(family, gone_with, component, Some(bytes), why.clone());
             tracing::warn!(family = %family, "hot reload refused {}: {why}", path.display());
         }
     }
@@ -333,7 +333,7 @@ fn look_at(rt: &Runtime, family: &str, component: &str, path: &Path, last: &mut 
         // said only in the log, until a restart made every paid route 503).
         Some(Err(why)) => {
             let gone_with = in_families_dir(component).then_some(path);
-            rt.refusals.note(family, gone_with, component, &[], why);
+            rt.refusals.note(family, gone_with, component, None, why);
         }
         None => {}
     }
@@ -538,8 +538,7 @@ fn watch_families_dir(rt: &Runtime, dir: &Path, state: &mut FamiliesDir, kept: &
         if !valid || configured {
             // Said once per change of the file: an operator dropping it
             // there expects it to mount.
-            if let Some(bytes) = ignored.entry(path.clone()).or_default().changed(&path) {
-                let bytes = bytes.unwrap_or_default();
+            if let Some(read) = ignored.entry(path.clone()).or_default().changed(&path) {
                 let why = if !valid {
                     format!(
                         "its name is not a family name ({})",
@@ -571,8 +570,13 @@ fn watch_families_dir(rt: &Runtime, dir: &Path, state: &mut FamiliesDir, kept: &
                 // Listed only when it can never mount: otherwise the
                 // family is served, by what this file gives way to.
                 if !valid {
-                    rt.refusals
-                        .note(&family, Some(&path), &component, &bytes, why.clone());
+                    rt.refusals.note(
+                        &family,
+                        Some(&path),
+                        &component,
+                        read.as_deref().ok(),
+                        why.clone(),
+                    );
                 }
                 tracing::warn!("{} not mounted: {why}", path.display());
             }

@@ -40,7 +40,7 @@ pub struct PluginStatus {
 pub struct RefusedFile {
     /// The file, under the plugins directory (`families/NAME.wasm`).
     pub file: String,
-    /// sha256 of the refused bytes.
+    /// sha256 of the refused bytes (empty when they could not be read).
     pub hash: String,
     /// When it was refused (RFC 3339).
     pub at: String,
@@ -60,19 +60,22 @@ type Kept = (Option<PathBuf>, RefusedFile);
 pub struct Refusals(Mutex<BTreeMap<String, Kept>>);
 
 impl Refusals {
-    /// `file`, a change for `family` whose bytes are `bytes`, was refused
-    /// for `error`; `gone_with` is the path whose removal forgets it.
+    /// `file`, a change for `family` whose bytes are `bytes` (None: it
+    /// could not be read), was refused for `error`; `gone_with` is the path
+    /// whose removal forgets it.
     pub fn note(
         &self,
         family: &str,
         gone_with: Option<&Path>,
         file: &str,
-        bytes: &[u8],
+        bytes: Option<&[u8]>,
         error: String,
     ) {
         let refused = RefusedFile {
             file: file.to_string(),
-            hash: marketplace_common::hex::sha256(bytes),
+            hash: bytes
+                .map(marketplace_common::hex::sha256)
+                .unwrap_or_default(),
             at: crate::ids::rfc3339(std::time::SystemTime::now()),
             error,
         };

@@ -116,19 +116,17 @@ pub async fn run(config: Config) -> Result<i32> {
         None => None,
     };
     let listener = bind_public(listen).with_context(|| bind_failed("listen", listen))?;
-    let mut listeners = Vec::new();
+    let mut listeners: Vec<(&str, tokio::task::JoinHandle<()>)> = Vec::new();
     if let Some((listener, token)) = admin {
         let admin_addr = listener.local_addr()?;
         announce(&format!(
             "marketplace admin listening on http://{admin_addr}"
         ));
         tracing::info!("admin listener on http://{admin_addr}");
-        listeners.push(tokio::spawn(admin::serve(
-            app.clone(),
-            listener,
-            token,
-            stop_rx.clone(),
-        )));
+        listeners.push((
+            "admin",
+            tokio::spawn(admin::serve(app.clone(), listener, token, stop_rx.clone())),
+        ));
     }
     if let Some(listener) = metrics {
         let metrics_addr = listener.local_addr()?;
@@ -141,11 +139,10 @@ pub async fn run(config: Config) -> Result<i32> {
                 "the metrics listener {metrics_addr} is not on loopback: anyone who reaches it reads the ledger totals and request counts (no token); firewall it, or scrape the admin listener with its token"
             );
         }
-        listeners.push(tokio::spawn(admin::serve_metrics(
-            app.clone(),
-            listener,
-            stop_rx.clone(),
-        )));
+        listeners.push((
+            "metrics",
+            tokio::spawn(admin::serve_metrics(app.clone(), listener, stop_rx.clone())),
+        ));
     }
     let addr = listener.local_addr()?;
     tracing::info!("listening on http://{addr} (families loading)");
@@ -275,9 +272,17 @@ pub async fn run(config: Config) -> Result<i32> {
     // or an upload in flight is answered): given what is left of the
     // drain, and a moment at least.
     let admin_until = tokio::time::Instant::now() + Duration::from_secs(1);
-    for l in listeners {
-        let _ = tokio::time::timeout_at(admin_until.max(drain_deadline(&drain_started, drain)), l)
-            .await;
+    for (name, l) in listeners {
+        let until = admin_until.max(drain_deadline(&drain_started, drain));
+        if tokio::time::timeout_at(until, l).await.is_err() {
+            // (An upload still compiling is abandoned: `plugins list`
+            // after the restart says what serves.)
+            tracing::warn!(
+                listener = name,
+                drain_ms = drain.as_millis() as u64,
+                "drain timeout: the {name} listener's requests still running were not answered (an upload still compiling is not loaded: plugins list after the restart says what serves)"
+            );
+        }
     }
     stop_watcher.store(true, Ordering::Relaxed);
     app.stop_background();

@@ -217,6 +217,9 @@ pub(crate) fn act(req: &Request, action: Action) -> Result<Response, ApiError> {
     }
     parties::catch_up()?;
     c.save()?;
+    if let Some(instead) = retry_instead(&c, timestamp, &extra)? {
+        answer_retries_with(&instead);
+    }
     let mut doc =
         json!({"contract_id": id, "status": c.status.name(), "allowed_actions": c.allowed()});
     for (k, v) in extra {
@@ -225,12 +228,46 @@ pub(crate) fn act(req: &Request, action: Action) -> Result<Response, ApiError> {
     Ok(json(200, &doc))
 }
 
+/// What an identical retry of a paid pickup that handed out a bearer
+/// secret (a payout, a refund, a certificate) gets instead of its kept
+/// answer (PROTOCOL 3), which would hand the secret to whoever holds a copy
+/// of the request and its spent fee secret (a proxy's log): what the same
+/// request gets when it is free, a later legacy pickup's 409
+/// `already_picked_up` (PROTOCOL 10) or a used signature's 409 `conflict`
+/// (PROTOCOL 2) with where the contract stands. The party fetches the
+/// secret again with a fresh signature. None for any other answer.
+fn retry_instead(
+    c: &Contract,
+    timestamp: Option<u64>,
+    extra: &serde_json::Map<String, Value>,
+) -> Result<Option<ApiError>, ApiError> {
+    let issued = ["payout", "refund"]
+        .into_iter()
+        .find_map(|kind| Some((kind, extra.get(kind)?.as_str()?)));
+    if timestamp.is_none()
+        && let Some((kind, secret)) = issued
+    {
+        return already_picked_up(c, kind, secret).map(Some);
+    }
+    if issued.is_none() && !extra.contains_key("certificate_secret") {
+        return Ok(None);
+    }
+    Ok(Some(
+        ApiError::new(
+            409,
+            "conflict",
+            "this signed request was answered already, and a signature is single use: sign again (with the current time) to fetch what it handed out",
+        )
+        .with("current_status", json!(c.status.name()))
+        .with("allowed_actions", json!(c.allowed())),
+    ))
+}
+
 /// A payout or refund: to a fresh signature (`{contract_id}:{timestamp}`)
 /// at any time; to a legacy one (`{contract_id}`, what the original client
 /// sends) once, a later legacy pickup being 409 `already_picked_up` with
-/// the public form of what was issued (PROTOCOL 10), an identical retry of
-/// a paid one too: its kept answer (PROTOCOL 3) would hand the secret out
-/// again to whoever holds a copy of the request and its spent fee secret.
+/// the public form of what was issued (PROTOCOL 10; an identical retry of
+/// a paid one too: [`retry_instead`]).
 fn collect(
     c: &mut Contract,
     kind: &str,
@@ -239,12 +276,10 @@ fn collect(
 ) -> Result<String, ApiError> {
     let secret = escrow::payout(&c.contract_id, kind, units)?;
     if timestamp.is_none() {
-        let handed_out = already_picked_up(c, kind, &secret)?;
         if c.legacy_pickups.iter().any(|k| k == kind) {
-            return Err(handed_out);
+            return Err(already_picked_up(c, kind, &secret)?);
         }
         c.legacy_pickups.push(kind.to_string());
-        answer_retries_with(&handed_out);
     }
     Ok(secret)
 }

@@ -17,7 +17,7 @@
 //! tool or an endpoint, `execute`), `rpc` (`POST /mcp`'s JSON-RPC envelope
 //! and batches), `methods` (the MCP methods), `modern` (the stateless
 //! revision 2026-07-28), `resources`, `prompts`, `schema` (tools' input
-//! schemas), `x402`, `origin` (browsers' origins and settings), `a2a`,
+//! schemas), `x402`, `origin` (browsers' origins and settings), `a2a` (and its 0.3 translation, `a2a::v03`),
 //! `openapi` (the service's document, its renderings and docs search),
 //! `api` (this family's own routes).
 

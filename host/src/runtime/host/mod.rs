@@ -631,8 +631,9 @@ impl Ctx {
     }
 
     /// What identical retries get: `reply`, or the plugin's retry answer
-    /// (`payments.retry-answer`) with `reply`'s change header, since the
-    /// change is the payer's whichever answer the retry gets.
+    /// (`payments.retry-answer`) with `reply`'s payment answers
+    /// (`X-Cash-Change`, x402's `PAYMENT-RESPONSE`): the payment was taken,
+    /// and its change is the payer's whichever answer the retry gets.
     fn kept_for_retries<'a>(&self, reply: &'a Reply) -> std::borrow::Cow<'a, Reply> {
         let Some(instead) = &self.retry_answer else {
             return std::borrow::Cow::Borrowed(reply);
@@ -642,7 +643,10 @@ impl Ctx {
             reply
                 .headers
                 .iter()
-                .filter(|(k, _)| k.eq_ignore_ascii_case("x-cash-change"))
+                .filter(|(k, _)| {
+                    k.eq_ignore_ascii_case("x-cash-change")
+                        || k.eq_ignore_ascii_case(crate::money::x402::PAYMENT_RESPONSE)
+                })
                 .cloned(),
         );
         std::borrow::Cow::Owned(kept)

@@ -219,10 +219,10 @@ pub fn handle(req: &Request) -> Result<Response, ApiError> {
 /// The A2A version a request names: its `A2A-Version` header, else its
 /// `A2A-Version` query parameter (A2A 1.0, 3.6.1); none when empty.
 fn requested_version(req: &Request) -> Option<&str> {
-    req.header("a2a-version")
-        .or_else(|| req.query("A2A-Version"))
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
+    fn named(v: Option<&str>) -> Option<&str> {
+        v.map(str::trim).filter(|v| !v.is_empty())
+    }
+    named(req.header("a2a-version")).or_else(|| named(req.query("A2A-Version")))
 }
 
 /// The 1.0 method a request runs, and whether it is A2A 0.3's (its names

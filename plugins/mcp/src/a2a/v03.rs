@@ -72,7 +72,6 @@ fn message_in(message: &Value) -> Result<Value, RpcError> {
     members.remove("kind");
     match members.get("role").and_then(Value::as_str) {
         Some("user") => members.insert("role".into(), "ROLE_USER".into()),
-        Some("agent") => members.insert("role".into(), "ROLE_AGENT".into()),
         Some(other) => {
             return Err(err(
                 INVALID_PARAMS,
