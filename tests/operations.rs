@@ -723,7 +723,7 @@ fn sigterm_answers_a_late_keep_alive_request_while_others_still_run() {
     s.signal("TERM");
     // Well past the half second an idle connection lingers for a request
     // already on its way.
-    std::thread::sleep(Duration::from_millis(1500));
+    std::thread::sleep(Duration::from_millis(500));
     idle.write_all(request).unwrap();
     answered_200_and_closed(&s, &mut idle, "the late request");
     let answer = read_to_close(&mut running).unwrap_or_default();
@@ -3545,4 +3545,46 @@ fn a_one_mib_store_cache_keeps_every_write() {
     let r = s.get(&format!("/api/posts/{last}"));
     assert_eq!(r.status, 200, "after a kill: {}", r.text());
     assert!(s.get(&file).body == png, "after a kill: the upload differs");
+}
+
+/// A drain that runs out while the admin listener still serves a request
+/// (an upload of a large component compiling) says so in the log, as the
+/// public listener's does; before, the log said only `stopped` (an outside
+/// probe), and the operator could not tell what became of the upload.
+#[test]
+fn a_drain_cutting_an_admin_upload_says_so() {
+    let mut s = Server::with(common::Options {
+        env: vec![("MARKETPLACE_DRAIN_TIMEOUT_MS".into(), "1000".into())],
+        ..Options::default()
+    });
+    // The mcp component under a hash no cache has compiled (a custom
+    // section appended): seconds of compiling on any machine.
+    let mut wasm = std::fs::read(common::plugins_dir().join("mcp.wasm")).unwrap();
+    let name = b"drain-test";
+    let payload = format!("{:?}", Instant::now());
+    wasm.extend_from_slice(&[0, (1 + name.len() + payload.len()) as u8, name.len() as u8]);
+    wasm.extend_from_slice(name);
+    wasm.extend_from_slice(payload.as_bytes());
+    let admin = s.admin;
+    let upload = std::thread::spawn(move || {
+        common::request(
+            admin,
+            "PUT",
+            "/admin/plugins/mcp",
+            &[("authorization", &format!("Bearer {ADMIN_TOKEN}"))],
+            Some(&wasm),
+        )
+    });
+    // Its body is in (9 MB over loopback) and its compile under way.
+    std::thread::sleep(Duration::from_millis(500));
+    s.signal("TERM");
+    assert!(s.wait_exit(Duration::from_secs(30)).is_some(), "no exit");
+    let _ = upload.join();
+    let log = s.log_text();
+    assert!(
+        log.contains(
+            "drain timeout: the admin listener's requests still running were not answered"
+        ),
+        "{log}"
+    );
 }
