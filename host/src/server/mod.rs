@@ -280,7 +280,7 @@ pub async fn run(config: Config) -> Result<i32> {
             tracing::warn!(
                 listener = name,
                 drain_ms = drain.as_millis() as u64,
-                "drain timeout: the {name} listener's requests still running were not answered (an upload still compiling is not loaded: plugins list after the restart says what serves)"
+                "drain timeout: the {name} listener's requests still running were not answered (an upload still compiling is abandoned: plugins list after the restart says what serves)"
             );
         }
     }
