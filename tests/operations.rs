@@ -3557,14 +3557,9 @@ fn a_drain_cutting_an_admin_upload_says_so() {
         env: vec![("MARKETPLACE_DRAIN_TIMEOUT_MS".into(), "1000".into())],
         ..Options::default()
     });
-    // The mcp component under a hash no cache has compiled (a custom
-    // section appended): seconds of compiling on any machine.
-    let mut wasm = std::fs::read(common::plugins_dir().join("mcp.wasm")).unwrap();
-    let name = b"drain-test";
-    let payload = format!("{:?}", Instant::now());
-    wasm.extend_from_slice(&[0, (1 + name.len() + payload.len()) as u8, name.len() as u8]);
-    wasm.extend_from_slice(name);
-    wasm.extend_from_slice(payload.as_bytes());
+    // The mcp component under a hash no cache has compiled: seconds of
+    // compiling on any machine.
+    let wasm = common::uncached_component("mcp.wasm", "drain-test");
     let admin = s.admin;
     let upload = std::thread::spawn(move || {
         common::request(

@@ -612,16 +612,8 @@ fn a_swap_does_not_wait_for_a_staged_component_to_compile() {
         plugins_dir: Some(plugins.path().to_path_buf()),
         ..Default::default()
     });
-    // The mcp component with a custom section appended: the largest one,
-    // under a hash no cache has compiled.
-    let mut staged = std::fs::read(plugins.path().join("mcp.wasm")).unwrap();
-    let name = b"staged-for-a-test";
-    let payload = format!("{:?}", Instant::now());
-    let size = 1 + name.len() + payload.len();
-    assert!(size < 128, "one-byte LEB128 sizes");
-    staged.extend_from_slice(&[0, size as u8, name.len() as u8]);
-    staged.extend_from_slice(name);
-    staged.extend_from_slice(payload.as_bytes());
+    // The largest component, under a hash no cache has compiled.
+    let staged = common::uncached_component("mcp.wasm", "staged-for-a-test");
     install_bytes(&staged, &plugins.path().join("next_mcp.wasm"));
     // The watcher has seen it (a notification wakes it at once).
     std::thread::sleep(Duration::from_millis(500));

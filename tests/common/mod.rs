@@ -48,6 +48,20 @@ pub fn plugins_dir() -> PathBuf {
     dir
 }
 
+/// The built `name` component (`mcp.wasm`, say) with a custom section
+/// appended that names `tag` and the time: the same component under a hash
+/// no compile cache holds, so loading it compiles (seconds for `mcp`).
+pub fn uncached_component(name: &str, tag: &str) -> Vec<u8> {
+    let mut wasm = std::fs::read(plugins_dir().join(name)).unwrap();
+    let payload = format!("{:?}", std::time::SystemTime::now());
+    let size = 1 + tag.len() + payload.len();
+    assert!(size < 128, "one-byte LEB128 sizes");
+    wasm.extend_from_slice(&[0, size as u8, tag.len() as u8]);
+    wasm.extend_from_slice(tag.as_bytes());
+    wasm.extend_from_slice(payload.as_bytes());
+    wasm
+}
+
 /// The PostgreSQL server the tests may use (`MARKETPLACE_TEST_PG`, a
 /// `postgres://` URL; `cargo xtask test` starts a throwaway cluster and
 /// sets it when PostgreSQL is installed).

@@ -926,7 +926,8 @@ fn moved_meanwhile(
                 && r.pattern == route.pattern
                 && r.writes == route.writes
                 && r.paid == route.paid
-                && r.max_body == route.max_body =>
+                && r.max_body == route.max_body
+                && r.query == route.query =>
         {
             None
         }

@@ -228,39 +228,27 @@ pub(crate) fn act(req: &Request, action: Action) -> Result<Response, ApiError> {
     Ok(json(200, &doc))
 }
 
-/// What an identical retry of a paid pickup that handed out a bearer
-/// secret (a payout, a refund, a certificate) gets instead of its kept
-/// answer (PROTOCOL 3), which would hand the secret to whoever holds a copy
-/// of the request and its spent fee secret (a proxy's log): what the same
-/// request gets when it is free, a later legacy pickup's 409
-/// `already_picked_up` (PROTOCOL 10) or a used signature's 409 `conflict`
-/// (PROTOCOL 2) with where the contract stands. The party fetches the
-/// secret again with a fresh signature. None for any other answer.
+/// What an identical retry of a paid legacy pickup of a payout or refund
+/// gets instead of its kept answer (PROTOCOL 3): what a later legacy pickup
+/// gets, 409 `already_picked_up` (PROTOCOL 10, which wins: the secret goes
+/// to a legacy signature once; a kept answer would hand it to whoever holds
+/// a copy of the request and its spent fee secret). None for any other
+/// answer: an identical retry gets the stored answer (PROTOCOL 3).
 fn retry_instead(
     c: &Contract,
     timestamp: Option<u64>,
     extra: &serde_json::Map<String, Value>,
 ) -> Result<Option<ApiError>, ApiError> {
+    if timestamp.is_some() {
+        return Ok(None);
+    }
     let issued = ["payout", "refund"]
         .into_iter()
         .find_map(|kind| Some((kind, extra.get(kind)?.as_str()?)));
-    if timestamp.is_none()
-        && let Some((kind, secret)) = issued
-    {
-        return already_picked_up(c, kind, secret).map(Some);
+    match issued {
+        Some((kind, secret)) => already_picked_up(c, kind, secret).map(Some),
+        None => Ok(None),
     }
-    if issued.is_none() && !extra.contains_key("certificate_secret") {
-        return Ok(None);
-    }
-    Ok(Some(
-        ApiError::new(
-            409,
-            "conflict",
-            "this signed request was answered already, and a signature is single use: sign again (with the current time) to fetch what it handed out",
-        )
-        .with("current_status", json!(c.status.name()))
-        .with("allowed_actions", json!(c.allowed())),
-    ))
 }
 
 /// A payout or refund: to a fresh signature (`{contract_id}:{timestamp}`)

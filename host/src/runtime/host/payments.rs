@@ -156,6 +156,9 @@ impl Ctx {
     }
 }
 
+/// The largest body `payments.retry-answer` keeps.
+const MAX_RETRY_ANSWER_BYTES: usize = 64 << 10;
+
 impl payments::Host for Ctx {
     async fn quote(&mut self, action: String, basis: Option<u64>) -> Result<u64, types::Refusal> {
         let started = std::time::Instant::now();
@@ -213,6 +216,16 @@ impl payments::Host for Ctx {
     }
 
     fn retry_answer(&mut self, status: u16, body: String) {
+        // A short error body: it is kept for the retry horizon, outside the
+        // call's memory cap.
+        if body.len() > MAX_RETRY_ANSWER_BYTES {
+            tracing::warn!(
+                family = %self.family,
+                bytes = body.len(),
+                "retry answer not kept: over {MAX_RETRY_ANSWER_BYTES} bytes"
+            );
+            return;
+        }
         // As `limits.on-fault`: an answer the host may not send is not
         // kept (a retry then gets the request's own answer), said in the log.
         let may = crate::reply::PluginGrants {
