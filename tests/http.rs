@@ -22,13 +22,16 @@ fn health_reports_storage_and_plugins() {
     assert!(h["storage"]["syncs"].is_u64());
     assert_eq!(h["plugins"]["info"]["status"], "ok");
     assert_eq!(h["plugins"]["info"]["version"], env!("CARGO_PKG_VERSION"));
-    // Every family is listed, loaded or not.
+    assert_eq!(h["plugins"]["info"]["consecutive_faults"], 0);
+    // Every family is listed, loaded or not, each as documented.
     for family in common::BUILTIN_FAMILIES {
         assert!(
             h["plugins"][family].is_object(),
             "family {family} missing: {h}"
         );
     }
+    let doc = s.get("/openapi.json").json();
+    common::assert_documented(&doc, "GET", "/api/health", 200, &h);
 }
 
 #[test]
@@ -645,6 +648,100 @@ fn a_trapping_plugin_answers_500_and_the_host_keeps_serving() {
     assert_eq!(s.get("/api/health").status, 200);
     // The panic message reached the operator's log.
     s.wait_log("the trap's message", |log| log.contains("deliberate trap"));
+}
+
+/// A component that fails call after call is seen without the log: health
+/// counts its failures in a row (`consecutive_faults`, the top-level status
+/// left as it is: strangers can make a component fail), the admin listing
+/// gives the last one's kind and reason, a call it answers ends the run;
+/// and its fault lines are a few a second, the next one written saying how
+/// many were not (one a request doubled what a flood of them wrote).
+#[test]
+fn a_component_failing_call_after_call_is_seen_and_its_lines_are_bounded() {
+    let s = Server::testing();
+    let in_a_row = |s: &Server| {
+        let h = s.get("/api/health");
+        assert_eq!((h.status, h.json()["status"].clone()), (200, json!("ok")));
+        h.json()["plugins"]["testing"]["consecutive_faults"].clone()
+    };
+    let listed = |s: &Server| {
+        let r = s.admin_raw("GET", "/admin/plugins", None);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let list = r.json();
+        list.as_array()
+            .and_then(|l| l.iter().find(|p| p["family"] == "testing").cloned())
+            .unwrap_or_else(|| panic!("no testing family: {list}"))
+    };
+    assert_eq!(in_a_row(&s), 0);
+    assert!(listed(&s)["last_fault"].is_null());
+    const TRAPS: usize = 20;
+    let burst = Instant::now();
+    for _ in 0..TRAPS {
+        assert_eq!(s.get("/_testing/trap").status, 500);
+    }
+    let burst = burst.elapsed();
+    assert_eq!(in_a_row(&s), TRAPS);
+    let p = listed(&s);
+    assert_eq!(p["consecutive_faults"], TRAPS, "{p}");
+    assert_eq!(p["last_fault"]["kind"], "trap", "{p}");
+    // The panic's own message, which the log's line before may not have.
+    assert!(
+        p["last_fault"]["why"].as_str().is_some_and(|w| w
+            .starts_with("plugin trapped: panicked at")
+            && w.ends_with("deliberate trap")),
+        "{p}"
+    );
+    // Every fault is written or counted in a later line: a second on,
+    // the next one says how many were not.
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(s.get("/_testing/trap").status, 500);
+    let accounted = |log: &str| {
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("plugin trapped: "))
+            .collect();
+        let unwritten: usize = lines
+            .iter()
+            .filter_map(|l| {
+                l.split(" more faults of this family were not logged")
+                    .next()
+            })
+            .filter_map(|head| head.rsplit('(').next()?.parse::<usize>().ok())
+            .sum();
+        (lines.len(), unwritten)
+    };
+    s.wait_log("every fault written or counted", |log| {
+        let (lines, unwritten) = accounted(log);
+        lines + unwritten == TRAPS + 1
+    });
+    let (lines, unwritten) = accounted(&s.log_text());
+    // Twenty within a second: some second had more than five.
+    if burst < Duration::from_secs(1) {
+        assert!(
+            unwritten > 0 && lines < TRAPS,
+            "{lines} lines, {unwritten} counted"
+        );
+    } else {
+        eprintln!("the burst took {burst:?}: not checking that lines were held back");
+    }
+    // A call it answers ends the run; the last fault stays listed.
+    assert_eq!(s.get("/_testing/ok").status, 200);
+    assert_eq!(in_a_row(&s), 0);
+    let p = listed(&s);
+    assert_eq!(p["consecutive_faults"], 0, "{p}");
+    assert_eq!(p["last_fault"]["kind"], "trap", "{p}");
+    // Out of time is a fault too.
+    assert_eq!(s.get("/_testing/loop?budget_ms=100").status, 503);
+    assert_eq!(in_a_row(&s), 1);
+    assert_eq!(listed(&s)["last_fault"]["kind"], "timeout");
+    // A fault the component chose a server error for beforehand counts;
+    // one it answers otherwise blames the request and leaves the run.
+    assert_eq!(s.get("/_testing/trap?fault=500").status, 500);
+    assert_eq!(in_a_row(&s), 2);
+    assert_eq!(listed(&s)["last_fault"]["kind"], "trap");
+    assert_eq!(s.get("/_testing/loop?budget_ms=100&fault=422").status, 422);
+    assert_eq!(in_a_row(&s), 2);
+    assert_eq!(listed(&s)["last_fault"]["kind"], "trap");
 }
 
 /// A family's `max_concurrent` is a bounded queue: a request that waits

@@ -547,6 +547,24 @@ fn plugins(command: PluginsCommand, client: &Client, settings: &Settings) -> Res
             field("error")
         ));
     }
+    // And a component whose calls have failed since the last it answered.
+    for plugin in doc.as_array().into_iter().flatten() {
+        let failed = plugin["consecutive_faults"].as_u64().unwrap_or(0);
+        if failed == 0 {
+            continue;
+        }
+        let last = &plugin["last_fault"];
+        let field = |name: &str| {
+            crate::logging::one_line(last[name].as_str().unwrap_or_default(), 2000).into_owned()
+        };
+        complain(format_args!(
+            "warning: family {}: {failed} call{} in a row failed since it last answered one, the last at {}: {}",
+            crate::logging::one_line(plugin["family"].as_str().unwrap_or_default(), 200),
+            if failed == 1 { "" } else { "s" },
+            field("at"),
+            field("why")
+        ));
+    }
     say(text.trim_end())
 }
 

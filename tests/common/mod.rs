@@ -1013,16 +1013,22 @@ fn walk_documented(doc: &Value, schema: &Value, value: &Value, at: &str, out: &m
                 b.get("additionalProperties")
                     .is_some_and(|a| a != &Value::Bool(false))
             });
+            // A schema for the members not named (a map by name): each is
+            // walked against it.
+            let others = branches
+                .iter()
+                .map(|b| &b["additionalProperties"])
+                .find(|a| a.is_object());
             for (name, v) in members {
                 let here = if at.is_empty() {
                     name.clone()
                 } else {
                     format!("{at}.{name}")
                 };
-                match named.iter().find_map(|p| p.get(name)) {
-                    Some(s) => walk_documented(doc, s, v, &here, out),
-                    None if open || named.is_empty() => {}
-                    None => out.push(here),
+                match (named.iter().find_map(|p| p.get(name)), others) {
+                    (Some(s), _) | (None, Some(s)) => walk_documented(doc, s, v, &here, out),
+                    (None, None) if open || named.is_empty() => {}
+                    (None, None) => out.push(here),
                 }
             }
         }

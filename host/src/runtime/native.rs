@@ -151,8 +151,9 @@ fn health(rt: &Runtime) -> Reply {
     impl Serialize for Plugin<'_> {
         fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
             let v = &self.0;
-            let mut st = s.serialize_struct("Plugin", 5)?;
+            let mut st = s.serialize_struct("Plugin", 6)?;
             st.serialize_field("component", v.component)?;
+            st.serialize_field("consecutive_faults", &v.consecutive_faults())?;
             let names = v.grants.capabilities.iter().map(|c| c.name());
             st.serialize_field("grants", &Names(RefCell::new(Some(names))))?;
             st.serialize_field("reads", &v.grants.reads)?;

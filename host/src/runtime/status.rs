@@ -30,6 +30,24 @@ pub struct PluginStatus {
     /// Why it is unavailable (its last load's failure), when it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Its calls that failed (trap, time limit, memory cap) since the last
+    /// it answered.
+    pub consecutive_faults: u64,
+    /// The loaded component's last failed call, however long ago (the
+    /// admin API's listing only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_fault: Option<LastFault>,
+}
+
+/// The last failure of a component's calls, as the admin API lists it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LastFault {
+    /// When (RFC 3339).
+    pub at: String,
+    /// `trap`, `timeout` or `memory`, as the faults metric counts them.
+    pub kind: &'static str,
+    /// The host's words for it (the log line's, with a panic's message).
+    pub why: String,
 }
 
 /// The last change of a watched component file that was not loaded: the

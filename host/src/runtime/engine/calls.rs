@@ -3,7 +3,7 @@
 //! through a family: a fresh instance from the family's pre-instantiated
 //! component, its transaction, its answer, and the instance's teardown.
 
-use super::faults::{backtrace, fault_kind, fault_reply};
+use super::faults::{fault_answered_as_asked, fault_reply};
 use super::{Kind, MIN_LOAD_BUDGET, Runtime, wit};
 use crate::money::payments::PaymentHeaders;
 use crate::reply::Reply;
@@ -305,6 +305,7 @@ impl Runtime {
         }
         let mut reply = match result {
             Ok(resp) => {
+                plugin.faults.answered();
                 // By reference: a future holding the context by value was
                 // 6.3 KB, most of a request's future, which is moved
                 // (boxed) at every call. It goes before the teardown.
@@ -315,34 +316,16 @@ impl Runtime {
             Err(e) => {
                 let answer = match ctx.take_on_fault() {
                     Some(chosen) => {
-                        crate::metrics::metrics().fault(family, fault_kind(&e, ctx.memory_hit()));
-                        // One line: strangers can cause these (a
-                        // runaway macro); the backtrace is at debug. What
-                        // failed after the memory cap was hit (a wasip2
-                        // guest's report reaching for an import it lacks)
-                        // is not the cause.
-                        if ctx.memory_hit() {
-                            tracing::info!(
-                                family,
-                                status = chosen.status,
-                                "memory cap (plugin_memory_mib, or plugin_memory_total_mib for all calls), answered as the plugin asked"
-                            );
-                        } else {
-                            tracing::info!(
-                                family,
-                                status = chosen.status,
-                                "trap or deadline, answered as the plugin asked: {}",
-                                e.root_cause()
-                            );
-                        }
-                        tracing::debug!(
-                            family,
-                            "the fault answered as the plugin asked: {}",
-                            backtrace(&e)
+                        fault_answered_as_asked(
+                            &plugin,
+                            &e,
+                            ctx.memory_hit(),
+                            chosen.status,
+                            ctx.panic_message(),
                         );
                         chosen
                     }
-                    None => fault_reply(family, &e, ctx.memory_limit()),
+                    None => fault_reply(&plugin, &e, ctx.memory_limit(), ctx.panic_message()),
                 };
                 // A payment taken at an upstream webcash server comes back;
                 // those of requests it dispatched stand (each committed on

@@ -1,12 +1,76 @@
 //! What a component's failure is answered and logged as: a trap, the
 //! deadline, the memory cap (500 or 503, never a crash), and why a load's
-//! smoke call refused a component.
+//! smoke call refused a component; each loaded component's run of such
+//! failures, which health and the admin API show.
 
-use super::MIN_LOAD_BUDGET;
+use super::{LoadedPlugin, MIN_LOAD_BUDGET};
 use crate::reply::Reply;
+use crate::runtime::host::{FAULT_LINES_PER_SECOND, family_admits_fault};
 use crate::runtime::limiter::MemoryHit;
+use crate::runtime::status::LastFault;
 use anyhow::anyhow;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use wasmtime::Trap;
+
+/// A loaded component's calls that failed (a trap, the time limit, the
+/// memory cap, answered 500 or 503) since the last one it answered, and
+/// the last such failure: a component that fails every call is seen in
+/// `GET /api/health` (`consecutive_faults`) and `GET /admin/plugins`
+/// (`last_fault` too), not only in the log. A new version starts afresh.
+/// (Boxed by its owner: a flood of faults writes here, and the fields
+/// every call reads are kept off these cache lines.)
+#[derive(Default)]
+pub struct Faults {
+    in_a_row: AtomicU64,
+    last: Mutex<Option<LastFault>>,
+}
+
+impl Faults {
+    /// A call the component answered: its run of failures is over. (Read
+    /// before it is written: the common call writes nothing shared.)
+    pub fn answered(&self) {
+        if self.in_a_row.load(Ordering::Relaxed) != 0 {
+            self.in_a_row.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// A call that failed: the last failure is kept first, so a count
+    /// read meanwhile has its reason.
+    fn failed(&self, kind: &'static str, why: String) {
+        let last = LastFault {
+            at: crate::ids::rfc3339(std::time::SystemTime::now()),
+            kind,
+            why,
+        };
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(last);
+        self.in_a_row.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Calls failed since the last it answered.
+    pub fn in_a_row(&self) -> u64 {
+        self.in_a_row.load(Ordering::Relaxed)
+    }
+
+    /// Its last failure, however long ago.
+    pub fn last(&self) -> Option<LastFault> {
+        self.last.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// Whether a fault line of `family` may be written now (see
+/// [`FAULT_LINES_PER_SECOND`]), and what it adds when earlier ones were
+/// not.
+fn fault_line(family: &str) -> Option<String> {
+    let unwritten = family_admits_fault(family, crate::ids::unix_seconds())?;
+    Some(if unwritten == 0 {
+        String::new()
+    } else {
+        format!(
+            " ({unwritten} more faults of this family were not logged since its last such line: at most {FAULT_LINES_PER_SECOND} a second are; marketplace_plugin_faults_total counts them all)"
+        )
+    })
+}
 
 /// A trap with its wasm backtrace, on one line: the backtrace names the
 /// component's own functions, which it may have named anything.
@@ -89,14 +153,26 @@ pub(super) fn root_cause(err: &wasmtime::Error) -> String {
     }
 }
 
-/// What went wrong in a plugin call, mapped to the protocol's answers.
-pub(super) fn fault_reply(family: &str, err: &wasmtime::Error, memory: MemoryHit) -> Reply {
-    crate::metrics::metrics().fault(family, fault_kind(err, memory.any()));
+/// What went wrong in a call of `plugin` that the host answers, mapped to
+/// the protocol's answers, counted in its run of failures and logged
+/// (within [`FAULT_LINES_PER_SECOND`]); `panic` is the message of the
+/// panic the component logged before it trapped, if it did.
+pub(super) fn fault_reply(
+    plugin: &LoadedPlugin,
+    err: &wasmtime::Error,
+    memory: MemoryHit,
+    panic: Option<&str>,
+) -> Reply {
+    let family = plugin.family.as_str();
+    let kind = fault_kind(err, memory.any());
+    crate::metrics::metrics().fault(family, kind);
+    let line = fault_line(family);
     if matches!(err.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
-        tracing::warn!(
-            family,
-            "plugin exceeded its time limit (request_timeout_ms)"
-        );
+        let why = "plugin exceeded its time limit (request_timeout_ms)";
+        if let Some(more) = line {
+            tracing::warn!(family, "{why}{more}");
+        }
+        plugin.faults.failed(kind, why.into());
         // Retry-After as for the host's other 503s: a call can run out of
         // time on a busy machine or a slow store.
         Reply::error(
@@ -109,11 +185,12 @@ pub(super) fn fault_reply(family: &str, err: &wasmtime::Error, memory: MemoryHit
         // (What failed after the cap was hit, say a wasip2 guest's report
         // of the failed allocation reaching for an import it lacks, is not
         // the cause: kept for the debug log.)
-        tracing::warn!(
-            family,
-            "plugin exceeded its memory limit (plugin_memory_mib, or plugin_memory_total_mib for all calls)"
-        );
+        let why = "plugin exceeded its memory limit (plugin_memory_mib, or plugin_memory_total_mib for all calls)";
+        if let Some(more) = line {
+            tracing::warn!(family, "{why}{more}");
+        }
         tracing::debug!(family, "after the memory limit: {}", backtrace(err));
+        plugin.faults.failed(kind, why.into());
         let answer = Reply::error(
             503,
             "plugin_unavailable",
@@ -129,16 +206,104 @@ pub(super) fn fault_reply(family: &str, err: &wasmtime::Error, memory: MemoryHit
     } else {
         // One line an operator can read (the wasm backtrace, a dozen
         // lines, goes to the debug log).
-        let why = match err.downcast_ref::<Trap>() {
-            Some(Trap::UnreachableCodeReached) => {
-                "unreachable code (a Rust panic; its message is the `plugin panicked` line before)"
-                    .to_string()
-            }
-            Some(trap) => trap_text(trap),
-            None => root_cause(err),
-        };
-        tracing::error!(family, "plugin trapped: {why}");
+        let why = trap_why(err);
+        if let Some(more) = line {
+            tracing::error!(family, "plugin trapped: {why}{more}");
+        }
         tracing::debug!(family, "plugin trap: {}", backtrace(err));
+        plugin.faults.failed(kind, trapped_with(&why, panic));
         Reply::error(500, "internal", "internal error")
+    }
+}
+
+/// A call's trap (or other failure) in a line's words.
+fn trap_why(err: &wasmtime::Error) -> String {
+    match err.downcast_ref::<Trap>() {
+        Some(Trap::UnreachableCodeReached) => {
+            "unreachable code (a Rust panic; its message is the `plugin panicked` line before)"
+                .to_string()
+        }
+        Some(trap) => trap_text(trap),
+        None => root_cause(err),
+    }
+}
+
+/// What the admin listing says of a trap: the panic's own message where
+/// there was one (the log's line before may have been dropped).
+fn trapped_with(why: &str, panic: Option<&str>) -> String {
+    match panic {
+        Some(panic) => format!("plugin trapped: {panic}"),
+        None => format!("plugin trapped: {why}"),
+    }
+}
+
+/// A failed call answered with the answer the component chose for it
+/// beforehand (`status`): logged at `info` (within the family's fault
+/// lines), and counted in its run of failures when that answer is a
+/// server error; an answer of another status blames the request (a
+/// macro's runaway script is the client's), so the run is left as it is.
+pub(super) fn fault_answered_as_asked(
+    plugin: &LoadedPlugin,
+    err: &wasmtime::Error,
+    memory_hit: bool,
+    status: u16,
+    panic: Option<&str>,
+) {
+    let family = plugin.family.as_str();
+    let kind = fault_kind(err, memory_hit);
+    crate::metrics::metrics().fault(family, kind);
+    // One line: strangers can cause these (a runaway macro); the
+    // backtrace is at debug. What failed after the memory cap was hit (a
+    // wasip2 guest's report reaching for an import it lacks) is not the
+    // cause.
+    let why = match kind {
+        "memory" => {
+            "memory cap (plugin_memory_mib, or plugin_memory_total_mib for all calls)".to_string()
+        }
+        "timeout" => "plugin exceeded its time limit".to_string(),
+        _ => trapped_with(&err.root_cause().to_string(), panic),
+    };
+    if let Some(more) = fault_line(family) {
+        tracing::info!(family, status, "{why}, answered as the plugin asked{more}");
+    }
+    tracing::debug!(
+        family,
+        "the fault answered as the plugin asked: {}",
+        backtrace(err)
+    );
+    if status >= 500 {
+        plugin.faults.failed(kind, why);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_of_faults_ends_with_an_answer() {
+        let faults = Faults::default();
+        assert_eq!((faults.in_a_row(), faults.last().is_none()), (0, true));
+        faults.failed("trap", "plugin trapped: x".into());
+        faults.failed("timeout", "plugin exceeded its time limit".into());
+        assert_eq!(faults.in_a_row(), 2);
+        faults.answered();
+        assert_eq!(faults.in_a_row(), 0);
+        // The last one stays listed, with its kind.
+        let last = faults.last().expect("kept");
+        assert_eq!(last.kind, "timeout");
+        assert!(last.why.contains("time limit"), "{}", last.why);
+    }
+
+    #[test]
+    fn a_trap_is_listed_with_its_panic() {
+        assert_eq!(
+            trapped_with("unreachable code", Some("panicked at src/lib.rs:1:2: boom")),
+            "plugin trapped: panicked at src/lib.rs:1:2: boom"
+        );
+        assert_eq!(
+            trapped_with("out of bounds memory access", None),
+            "plugin trapped: out of bounds memory access"
+        );
     }
 }

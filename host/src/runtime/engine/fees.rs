@@ -167,8 +167,21 @@ impl Runtime {
         };
         let mut store = self.fee_store(self.limits.deadline);
         let result = pre.instantiate(&mut store).and_then(|b| f(&b, &mut store));
-        let memory = store.data().memory_limit();
-        result.map_err(|e| fault_reply(FEES_FAMILY, &e, memory))
+        match result {
+            Ok(answer) => {
+                plugin.faults.answered();
+                Ok(answer)
+            }
+            Err(e) => {
+                let memory = store.data().memory_limit();
+                Err(fault_reply(
+                    plugin,
+                    &e,
+                    memory,
+                    store.data().panic_message(),
+                ))
+            }
+        }
     }
 
     /// The fee schedule document (JSON text).

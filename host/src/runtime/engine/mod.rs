@@ -100,6 +100,8 @@ pub struct LoadedPlugin {
     pub api: Api,
     kind: Kind,
     metrics: crate::metrics::PluginMetrics,
+    /// Its calls that failed since the last it answered, and the last.
+    faults: Box<faults::Faults>,
     /// What its instances keep between requests (the WIT `memo`).
     memo: Arc<crate::runtime::memo::Memo>,
 }
@@ -166,6 +168,15 @@ pub struct StatusView<'a> {
     pub loaded: Option<&'a LoadedPlugin>,
     /// Why its last load failed (unavailable), if it did.
     pub error: Option<&'a str>,
+}
+
+impl StatusView<'_> {
+    /// Its calls that failed (a trap, the time limit, the memory cap:
+    /// answered 500 or 503) since the last call it answered; 0 unless
+    /// loaded.
+    pub fn consecutive_faults(&self) -> u64 {
+        self.loaded.map_or(0, |p| p.faults.in_a_row())
+    }
 }
 
 /// Limits applied to every instance.
@@ -931,6 +942,7 @@ impl Runtime {
             api,
             kind,
             metrics: Default::default(),
+            faults: Default::default(),
             memo: Default::default(),
         })
     }
@@ -1157,6 +1169,11 @@ impl Runtime {
                         _ => Vec::new(),
                     },
                     error: v.error.map(str::to_string),
+                    consecutive_faults: v.consecutive_faults(),
+                    last_fault: match v.loaded {
+                        Some(p) if detailed => p.faults.last(),
+                        _ => None,
+                    },
                 })
                 .collect()
         })

@@ -20,21 +20,30 @@ const FAMILY_BYTES_PER_SECOND: usize = 1 << 20;
 /// What a line costs beyond its message: the time, level, request span
 /// and family the log writes with it (an empty message is a line too).
 const LINE_COST: usize = 128;
-/// Panic messages a family may still log in a second past its cap (an
-/// operator needs to see why calls trap), each cut to
-/// [`PANIC_CHARS_PAST_CAP`] characters: one written for every panicking
-/// request had a client on four connections fill 113 MB of log in 3 s
-/// (outside audit, ninety-sixth session).
-const PANICS_PAST_CAP: u32 = 10;
+/// Panic messages a family logs in a second at most (an operator needs
+/// to see why calls trap, not each one: one written for every panicking
+/// request had a client on four connections fill 113 MB of log in 3 s,
+/// outside audit, ninety-sixth session); past the family's byte cap, only
+/// a request's first, cut to [`PANIC_CHARS_PAST_CAP`] characters.
+const PANIC_LINES_PER_SECOND: u32 = 5;
 const PANIC_CHARS_PAST_CAP: usize = 500;
+/// The host's lines of a family's failed calls (trapped, out of time, out
+/// of memory) written in a second at most: a stranger can make a component
+/// fail every request (a body it panics on, a runaway macro), and one
+/// line each beside the access line doubled what a flood wrote. The rest
+/// are counted, and the next line written says how many were not.
+pub(crate) const FAULT_LINES_PER_SECOND: u32 = 5;
 
-/// Each family's window: its second, the bytes it logged in it, and the
-/// panic messages it logged past the cap.
+/// Each family's window: its second, the bytes, panic messages and fault
+/// lines it logged in it, and the fault lines not written since the last
+/// that was (carried over from second to second).
 #[derive(Clone, Copy)]
 struct Window {
     second: u64,
     bytes: usize,
-    panics_past: u32,
+    panic_lines: u32,
+    fault_lines: u32,
+    unwritten_faults: u64,
 }
 
 static FAMILY_WINDOWS: std::sync::Mutex<Option<std::collections::HashMap<String, Window>>> =
@@ -47,7 +56,9 @@ fn with_window<T>(family: &str, second: u64, f: impl FnOnce(&mut Window) -> T) -
     let fresh = Window {
         second,
         bytes: 0,
-        panics_past: 0,
+        panic_lines: 0,
+        fault_lines: 0,
+        unwritten_faults: 0,
     };
     let window = match windows.get_mut(family) {
         Some(w) => w,
@@ -56,7 +67,10 @@ fn with_window<T>(family: &str, second: u64, f: impl FnOnce(&mut Window) -> T) -
     // (Forward only: a call on another thread still in the second
     // before charges the current one, not a fresh one of its own.)
     if second > window.second {
-        *window = fresh;
+        *window = Window {
+            unwritten_faults: window.unwritten_faults,
+            ..fresh
+        };
     }
     f(window)
 }
@@ -79,27 +93,36 @@ fn family_admits(family: &str, len: usize, second: u64) -> bool {
     if newly_full {
         tracing::warn!(
             plugin = family,
-            "this family's log lines are dropped for the rest of this second (a family logs at most {} KiB a second, its calls together; of the panic messages past that, the first {PANICS_PAST_CAP}, cut to {PANIC_CHARS_PAST_CAP} characters)",
+            "this family's log lines are dropped for the rest of this second (a family logs at most {} KiB a second, its calls together; of the panic messages past that, a request's first, at most {PANIC_LINES_PER_SECOND} a second, cut to {PANIC_CHARS_PAST_CAP} characters)",
             FAMILY_BYTES_PER_SECOND >> 10
         );
     }
     admitted
 }
 
-/// Whether `family`, past its cap in `second`, may still log a panic
-/// message (cut short): the first [`PANICS_PAST_CAP`] of the second.
+/// Whether `family` may log one more panic message in `second`: the
+/// first [`PANIC_LINES_PER_SECOND`] of the second.
 fn family_admits_panic(family: &str, second: u64) -> bool {
     with_window(family, second, |window| {
-        let admitted = window.panics_past < PANICS_PAST_CAP;
-        window.panics_past += u32::from(admitted);
+        let admitted = window.panic_lines < PANIC_LINES_PER_SECOND;
+        window.panic_lines += u32::from(admitted);
         admitted
     })
 }
 
-fn unix_second() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+/// Whether the host may write a line of `family`'s failed call in
+/// `second`, with the number of its fault lines not written since the
+/// last one that was (see [`FAULT_LINES_PER_SECOND`]).
+pub(crate) fn family_admits_fault(family: &str, second: u64) -> Option<u64> {
+    with_window(family, second, |window| {
+        if window.fault_lines < FAULT_LINES_PER_SECOND {
+            window.fault_lines += 1;
+            Some(std::mem::take(&mut window.unwritten_faults))
+        } else {
+            window.unwritten_faults += 1;
+            None
+        }
+    })
 }
 
 /// What one client request has logged, through its own call and every
@@ -133,7 +156,7 @@ impl LogBudget {
 
     /// Whether this is the first panic message of the request's calls: it
     /// may be written past the family's cap (an operator needs to see why
-    /// a call trapped), once, within [`PANICS_PAST_CAP`].
+    /// a call trapped), once, within [`PANIC_LINES_PER_SECOND`].
     fn first_panic(&self) -> bool {
         let mut logged = self.shared().lock().unwrap_or_else(|e| e.into_inner());
         !std::mem::replace(&mut logged.panic_passed, true)
@@ -196,14 +219,14 @@ pub(super) fn write_log(family: &str, budget: &LogBudget, level: log::Level, mes
             if !budget.admit(family, message.len(), error) {
                 return;
             }
-            let second = unix_second();
+            let second = crate::ids::unix_seconds();
+            let panic = error && message.starts_with(PANIC_PREFIX);
+            if panic && !family_admits_panic(family, second) {
+                return;
+            }
             if family_admits(family, message.len() + LINE_COST, second) {
                 tracing::$event!(plugin = family, "{message}");
-            } else if error
-                && message.starts_with(PANIC_PREFIX)
-                && budget.first_panic()
-                && family_admits_panic(family, second)
-            {
+            } else if panic && budget.first_panic() {
                 let cut = crate::logging::one_line(&message, PANIC_CHARS_PAST_CAP);
                 tracing::$event!(plugin = family, "{cut}");
             }
@@ -293,15 +316,39 @@ mod tests {
         let budget = LogBudget::default();
         assert!(budget.first_panic());
         assert!(!budget.first_panic());
-        // ...the first few of a second (each request's first).
-        let panics = (0..PANICS_PAST_CAP + 5)
+        // ...and a family logs the first few of a second, cap or not.
+        let panics = (0..PANIC_LINES_PER_SECOND + 5)
             .filter(|_| family_admits_panic(family, 8))
             .count();
-        assert_eq!(panics, PANICS_PAST_CAP as usize);
+        assert_eq!(panics, PANIC_LINES_PER_SECOND as usize);
         assert!(
             family_admits_panic(family, 9),
             "the next second starts again"
         );
+    }
+
+    #[test]
+    fn a_family_writes_a_few_fault_lines_a_second_and_counts_the_rest() {
+        // (Family names of this test's own: the windows are the process's.)
+        let family = "fault-lines-test";
+        let written = (0..FAULT_LINES_PER_SECOND)
+            .map(|_| family_admits_fault(family, 7))
+            .collect::<Vec<_>>();
+        assert_eq!(written, vec![Some(0); FAULT_LINES_PER_SECOND as usize]);
+        assert_eq!(family_admits_fault(family, 7), None);
+        assert_eq!(family_admits_fault(family, 7), None);
+        // Another family has its own window; the panic messages theirs.
+        assert_eq!(family_admits_fault("fault-lines-other", 7), Some(0));
+        assert!(family_admits_panic(family, 7));
+        // The next second's first line says how many were not written.
+        assert_eq!(family_admits_fault(family, 8), Some(2));
+        assert_eq!(family_admits_fault(family, 8), Some(0));
+        // A late caller of the second before charges this one.
+        assert_eq!(family_admits_fault(family, 7), Some(0));
+        assert_eq!(family_admits_fault(family, 8), Some(0));
+        assert_eq!(family_admits_fault(family, 8), Some(0));
+        assert_eq!(family_admits_fault(family, 8), None);
+        assert_eq!(family_admits_fault(family, 9), Some(1));
     }
 
     #[test]

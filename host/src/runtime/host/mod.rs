@@ -23,6 +23,7 @@ mod upstream;
 pub use dispatch::{Caller, MAX_DISPATCH_DEPTH};
 pub use fees::FeeCtx;
 pub use log::LogBudget;
+pub(crate) use log::{FAULT_LINES_PER_SECOND, family_admits_fault};
 
 use crate::capabilities::{Capability, Grants};
 use crate::money::ledger::Derivation;
