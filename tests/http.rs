@@ -736,7 +736,13 @@ fn a_component_failing_call_after_call_is_seen_and_its_lines_are_bounded() {
     assert_eq!(listed(&s)["last_fault"]["kind"], "timeout");
     // A fault the component chose a server error for beforehand counts;
     // one it answers otherwise blames the request and leaves the run.
-    assert_eq!(s.get("/_testing/trap?fault=500").status, 500);
+    let r = s.get("/_testing/trap?fault=500");
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (500, "chosen"),
+        "{}",
+        r.text()
+    );
     assert_eq!(in_a_row(&s), 2);
     assert_eq!(listed(&s)["last_fault"]["kind"], "trap");
     assert_eq!(s.get("/_testing/loop?budget_ms=100&fault=422").status, 422);

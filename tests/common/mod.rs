@@ -979,7 +979,8 @@ pub fn posts_of(s: &Server, author: &str) -> std::collections::HashMap<String, S
 /// its documented schema does not name, as JSON paths (`contract.witness`):
 /// where an object's schema lists `properties` and no
 /// `additionalProperties`, each member must be among them, at every depth
-/// the schema describes.
+/// the schema describes; a member it does not name is walked against an
+/// object-valued `additionalProperties` (a map by name).
 pub fn assert_documented(doc: &Value, method: &str, path: &str, status: u16, body: &Value) {
     let op = &doc["paths"][path][method.to_ascii_lowercase()];
     let answer = &op["responses"][status.to_string()];

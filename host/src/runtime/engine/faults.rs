@@ -206,35 +206,30 @@ pub(super) fn fault_reply(
     } else {
         // One line an operator can read (the wasm backtrace, a dozen
         // lines, goes to the debug log).
-        let why = trap_why(err);
+        let why = trapped(err, panic);
         if let Some(more) = line {
-            tracing::error!(family, "plugin trapped: {why}{more}");
+            tracing::error!(family, "{why}{more}");
         }
         tracing::debug!(family, "plugin trap: {}", backtrace(err));
-        plugin.faults.failed(kind, trapped_with(&why, panic));
+        plugin.faults.failed(kind, why);
         Reply::error(500, "internal", "internal error")
     }
 }
 
-/// A call's trap (or other failure) in a line's words.
-fn trap_why(err: &wasmtime::Error) -> String {
-    match err.downcast_ref::<Trap>() {
-        Some(Trap::UnreachableCodeReached) => {
-            "unreachable code (a Rust panic; its message is the `plugin panicked` line before)"
-                .to_string()
+/// A call's trap (or other failure) in a line's words, as the log and
+/// the admin listing say it: a Rust panic (an `unreachable` trap) by the
+/// message the component logged before it, if it did (that line may have
+/// been held back), and any other trap by what it was.
+fn trapped(err: &wasmtime::Error, panic: Option<&str>) -> String {
+    let why = match (err.downcast_ref::<Trap>(), panic) {
+        (Some(Trap::UnreachableCodeReached), Some(panic)) => panic.to_string(),
+        (Some(Trap::UnreachableCodeReached), None) => {
+            "unreachable code (a Rust panic traps so)".to_string()
         }
-        Some(trap) => trap_text(trap),
-        None => root_cause(err),
-    }
-}
-
-/// What the admin listing says of a trap: the panic's own message where
-/// there was one (the log's line before may have been dropped).
-fn trapped_with(why: &str, panic: Option<&str>) -> String {
-    match panic {
-        Some(panic) => format!("plugin trapped: {panic}"),
-        None => format!("plugin trapped: {why}"),
-    }
+        (Some(trap), _) => trap_text(trap),
+        (None, _) => root_cause(err),
+    };
+    format!("plugin trapped: {why}")
 }
 
 /// A failed call answered with the answer the component chose for it
@@ -261,9 +256,14 @@ pub(super) fn fault_answered_as_asked(
             "memory cap (plugin_memory_mib, or plugin_memory_total_mib for all calls)".to_string()
         }
         "timeout" => "plugin exceeded its time limit".to_string(),
-        _ => trapped_with(&err.root_cause().to_string(), panic),
+        _ => trapped(err, panic),
     };
-    if let Some(more) = fault_line(family) {
+    // (Only when the line can be written: one the filter drops would
+    // take a place of the family's few and carry their count away.)
+    let line = tracing::enabled!(tracing::Level::INFO)
+        .then(|| fault_line(family))
+        .flatten();
+    if let Some(more) = line {
         tracing::info!(family, status, "{why}, answered as the plugin asked{more}");
     }
     tracing::debug!(
@@ -296,14 +296,19 @@ mod tests {
     }
 
     #[test]
-    fn a_trap_is_listed_with_its_panic() {
+    fn a_trap_is_said_with_its_panic() {
+        let unreachable = wasmtime::Error::from(Trap::UnreachableCodeReached);
         assert_eq!(
-            trapped_with("unreachable code", Some("panicked at src/lib.rs:1:2: boom")),
+            trapped(&unreachable, Some("panicked at src/lib.rs:1:2: boom")),
             "plugin trapped: panicked at src/lib.rs:1:2: boom"
         );
         assert_eq!(
-            trapped_with("out of bounds memory access", None),
-            "plugin trapped: out of bounds memory access"
+            trapped(&unreachable, None),
+            "plugin trapped: unreachable code (a Rust panic traps so)"
         );
+        // A panic logged before another trap is not its cause.
+        let oob = wasmtime::Error::from(Trap::MemoryOutOfBounds);
+        let why = trapped(&oob, Some("panicked at x"));
+        assert!(why.contains("stack overflow"), "{why}");
     }
 }

@@ -172,8 +172,8 @@ pub struct StatusView<'a> {
 
 impl StatusView<'_> {
     /// Its calls that failed (a trap, the time limit, the memory cap:
-    /// answered 500 or 503) since the last call it answered; 0 unless
-    /// loaded.
+    /// answered with a server error) since the last call it answered; 0
+    /// unless loaded.
     pub fn consecutive_faults(&self) -> u64 {
         self.loaded.map_or(0, |p| p.faults.in_a_row())
     }
