@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use wasmtime::Trap;
 
 /// A loaded component's calls that failed (a trap, the time limit, the
-/// memory cap, answered 500 or 503) since the last one it answered, and
+/// memory cap, answered with a server error) since the last one it answered, and
 /// the last such failure: a component that fails every call is seen in
 /// `GET /api/health` (`consecutive_faults`) and `GET /admin/plugins`
 /// (`last_fault` too), not only in the log. A new version starts afresh.
@@ -167,12 +167,12 @@ pub(super) fn fault_reply(
     let kind = fault_kind(err, memory.any());
     crate::metrics::metrics().fault(family, kind);
     let line = fault_line(family);
+    let why = fault_why(kind, err, panic);
     if matches!(err.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
-        let why = "plugin exceeded its time limit (request_timeout_ms)";
         if let Some(more) = line {
             tracing::warn!(family, "{why}{more}");
         }
-        plugin.faults.failed(kind, why.into());
+        plugin.faults.failed(kind, why);
         // Retry-After as for the host's other 503s: a call can run out of
         // time on a busy machine or a slow store.
         Reply::error(
@@ -182,15 +182,11 @@ pub(super) fn fault_reply(
         )
         .retry_after_a_second()
     } else if memory.any() {
-        // (What failed after the cap was hit, say a wasip2 guest's report
-        // of the failed allocation reaching for an import it lacks, is not
-        // the cause: kept for the debug log.)
-        let why = "plugin exceeded its memory limit (plugin_memory_mib, or plugin_memory_total_mib for all calls)";
         if let Some(more) = line {
             tracing::warn!(family, "{why}{more}");
         }
         tracing::debug!(family, "after the memory limit: {}", backtrace(err));
-        plugin.faults.failed(kind, why.into());
+        plugin.faults.failed(kind, why);
         let answer = Reply::error(
             503,
             "plugin_unavailable",
@@ -206,7 +202,6 @@ pub(super) fn fault_reply(
     } else {
         // One line an operator can read (the wasm backtrace, a dozen
         // lines, goes to the debug log).
-        let why = trapped(err, panic);
         if let Some(more) = line {
             tracing::error!(family, "{why}{more}");
         }
@@ -216,10 +211,23 @@ pub(super) fn fault_reply(
     }
 }
 
-/// A call's trap (or other failure) in a line's words, as the log and
-/// the admin listing say it: a Rust panic (an `unreachable` trap) by the
-/// message the component logged before it, if it did (that line may have
-/// been held back), and any other trap by what it was.
+/// A failed call of `kind` (from [`fault_kind`]) in a line's words, as
+/// the log and the admin listing say it, whoever chose its answer. (What
+/// failed after the memory cap was hit, say a wasip2 guest's report of
+/// the failed allocation reaching for an import it lacks, is not the
+/// cause: kept for the debug log.)
+fn fault_why(kind: &str, err: &wasmtime::Error, panic: Option<&str>) -> String {
+    match kind {
+        "timeout" => "plugin exceeded its time limit (request_timeout_ms)".to_string(),
+        "memory" => "plugin exceeded its memory limit (plugin_memory_mib, or plugin_memory_total_mib for all calls)".to_string(),
+        _ => trapped(err, panic),
+    }
+}
+
+/// A call's trap (or other failure) in a line's words: a Rust panic (an
+/// `unreachable` trap) by the message the component logged before it, if
+/// it did (that line may have been held back), and any other trap by
+/// what it was.
 fn trapped(err: &wasmtime::Error, panic: Option<&str>) -> String {
     let why = match (err.downcast_ref::<Trap>(), panic) {
         (Some(Trap::UnreachableCodeReached), Some(panic)) => panic.to_string(),
@@ -248,16 +256,8 @@ pub(super) fn fault_answered_as_asked(
     let kind = fault_kind(err, memory_hit);
     crate::metrics::metrics().fault(family, kind);
     // One line: strangers can cause these (a runaway macro); the
-    // backtrace is at debug. What failed after the memory cap was hit (a
-    // wasip2 guest's report reaching for an import it lacks) is not the
-    // cause.
-    let why = match kind {
-        "memory" => {
-            "memory cap (plugin_memory_mib, or plugin_memory_total_mib for all calls)".to_string()
-        }
-        "timeout" => "plugin exceeded its time limit".to_string(),
-        _ => trapped(err, panic),
-    };
+    // backtrace is at debug.
+    let why = fault_why(kind, err, panic);
     // (Only when the line can be written: one the filter drops would
     // take a place of the family's few and carry their count away.)
     let line = tracing::enabled!(tracing::Level::INFO)
